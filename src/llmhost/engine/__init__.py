@@ -1,0 +1,40 @@
+"""llama.cpp model + continuous-batching scheduler, sampling, prefix cache."""
+
+from llmhost.engine.config import EngineConfig, available_cpus
+from llmhost.engine.engine import Engine, EngineObserver, EngineStats
+from llmhost.engine.llama import LlamaModel, ModelInfo, ModelLoadError
+from llmhost.engine.loop import AsyncEngine, EngineState, RequestStream
+from llmhost.engine.request import (
+    EngineError,
+    FinishReason,
+    GenerationEvent,
+    GenerationRequest,
+    QueueFullError,
+    RequestTooLargeError,
+    SamplingParams,
+    Timings,
+    TokenLogprob,
+)
+
+__all__ = [
+    "AsyncEngine",
+    "Engine",
+    "EngineConfig",
+    "EngineError",
+    "EngineObserver",
+    "EngineState",
+    "EngineStats",
+    "FinishReason",
+    "GenerationEvent",
+    "GenerationRequest",
+    "LlamaModel",
+    "ModelInfo",
+    "ModelLoadError",
+    "QueueFullError",
+    "RequestStream",
+    "RequestTooLargeError",
+    "SamplingParams",
+    "Timings",
+    "TokenLogprob",
+    "available_cpus",
+]

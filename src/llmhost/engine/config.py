@@ -1,0 +1,89 @@
+"""Engine limits: every bound the scheduler enforces has a name here."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+
+def available_cpus() -> int:
+    """CPUs this process may run on (affinity), not the host's count."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+@dataclass(slots=True, frozen=True)
+class EngineConfig:
+    # sequences that hold KV and decode together
+    max_concurrent: int = 8
+    # requests allowed to wait for a sequence slot; one more is refused (429)
+    max_queue: int = 64
+    # prompt tokens one request may send
+    max_input_tokens: int = 2048
+    # prompt + generated tokens of one sequence
+    max_total_tokens: int = 4096
+    # tokens one llama_decode carries: every running sequence's next token + chunks of prompts
+    max_batch_tokens: int = 512
+    # idle sequences whose KV is kept for prefix reuse, and the tokens they may hold together
+    prefix_cache_seqs: int = 8
+    prefix_cache_tokens: int = 4096
+    # a waiting prompt holds back while another prompt is computing a prefix it shares (>= this many
+    # tokens more than already cached), so it copies that KV instead of prefilling it again
+    prefix_wait_min_tokens: int = 32
+    n_threads: int = 0  # 0: available_cpus()
+    n_threads_batch: int = 0  # 0: same as n_threads
+    flash_attn: bool = False
+
+    def __post_init__(self) -> None:
+        positive = {
+            "max_concurrent": self.max_concurrent,
+            "max_input_tokens": self.max_input_tokens,
+            "max_total_tokens": self.max_total_tokens,
+            "max_batch_tokens": self.max_batch_tokens,
+        }
+        for name, value in positive.items():
+            if value < 1:
+                raise ValueError(f"{name} must be >= 1, got {value}")
+        for name, value in {
+            "max_queue": self.max_queue,
+            "prefix_cache_seqs": self.prefix_cache_seqs,
+            "prefix_cache_tokens": self.prefix_cache_tokens,
+            "prefix_wait_min_tokens": self.prefix_wait_min_tokens,
+            "n_threads": self.n_threads,
+            "n_threads_batch": self.n_threads_batch,
+        }.items():
+            if value < 0:
+                raise ValueError(f"{name} must be >= 0, got {value}")
+        if self.max_input_tokens >= self.max_total_tokens:
+            raise ValueError(
+                f"max_input_tokens ({self.max_input_tokens}) must be < max_total_tokens "
+                f"({self.max_total_tokens}) so at least one token can be generated"
+            )
+        if self.max_concurrent + self.prefix_cache_seqs > LLAMA_MAX_SEQ:
+            raise ValueError(
+                f"max_concurrent + prefix_cache_seqs = {self.max_concurrent + self.prefix_cache_seqs} "
+                f"exceeds llama.cpp's {LLAMA_MAX_SEQ} sequences"
+            )
+
+    @property
+    def threads(self) -> int:
+        return self.n_threads or available_cpus()
+
+    @property
+    def threads_batch(self) -> int:
+        return self.n_threads_batch or self.threads
+
+    @property
+    def n_seq_max(self) -> int:
+        return self.max_concurrent + self.prefix_cache_seqs
+
+    @property
+    def n_ctx(self) -> int:
+        """KV cells: every running sequence at full length, plus the idle prefix cache."""
+        return self.max_concurrent * self.max_total_tokens + self.prefix_cache_tokens
+
+
+# llama.cpp's LLAMA_MAX_SEQ
+LLAMA_MAX_SEQ = 256

@@ -1,0 +1,241 @@
+"""The loaded model and its context: the one place that calls llama.cpp (through llama-cpp-python).
+
+Everything else in the engine works on token ids and plain data.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import llama_cpp as lc
+import numpy as np
+import numpy.typing as npt
+
+from llmhost.engine.config import EngineConfig
+from llmhost.engine.prefix_cache import KvCopy, KvOp
+
+log = logging.getLogger(__name__)
+
+_backend_lock = threading.Lock()
+_backend_ready = False
+
+
+def _init_backend() -> None:
+    global _backend_ready
+    with _backend_lock:
+        if not _backend_ready:
+            _silence_llama_logs()
+            lc.llama_backend_init()
+            _backend_ready = True
+
+
+def _log(level: int, text: bytes, _user: Any) -> None:
+    # llama.cpp logs every tensor at load: keep it out of the server log unless debugging
+    if log.isEnabledFor(logging.DEBUG):
+        msg = text.decode("utf-8", "replace").rstrip()
+        if msg:
+            log.debug("llama.cpp[%d]: %s", level, msg)
+
+
+# kept at module level: llama.cpp holds the pointer for the life of the process
+_log_callback: Any = lc.llama_log_callback(_log)
+
+
+def _silence_llama_logs() -> None:
+    lc.llama_log_set(_log_callback, ctypes.c_void_p(0))
+
+
+class ModelLoadError(RuntimeError):
+    """The GGUF could not be loaded or its context could not be created, with the reason."""
+
+
+@dataclass(slots=True, frozen=True)
+class ModelInfo:
+    path: str
+    description: str
+    n_ctx_train: int
+    n_vocab: int
+    n_params: int
+    size_bytes: int
+    chat_template: str | None
+    bos_token: str
+    eos_token: str
+
+
+class LlamaModel:
+    """A GGUF model, one llama.cpp context sized for the engine's limits, and one reusable batch."""
+
+    def __init__(self, path: str | Path, config: EngineConfig) -> None:
+        _init_backend()
+        self.config = config
+        self.path = str(path)
+        mparams = lc.llama_model_default_params()
+        mparams.n_gpu_layers = 0
+        model = lc.llama_model_load_from_file(self.path.encode(), mparams)
+        if not model:
+            raise ModelLoadError(f"llama.cpp could not load {self.path} (not a GGUF model, or corrupt)")
+        self._model = model
+        self._vocab = lc.llama_model_get_vocab(model)
+        self.n_vocab = int(lc.llama_vocab_n_tokens(self._vocab))
+        self.n_ctx_train = int(lc.llama_model_n_ctx_train(model))
+        if config.max_total_tokens > self.n_ctx_train:
+            self.close()
+            raise ModelLoadError(
+                f"max_total_tokens {config.max_total_tokens} exceeds the model's trained context "
+                f"{self.n_ctx_train}; lower --max-total-tokens"
+            )
+        self._ctx = self._new_context(config)
+        self._mem = lc.llama_get_memory(self._ctx)
+        self.n_batch = config.max_batch_tokens
+        self._batch = lc.llama_batch_init(self.n_batch, 0, 1)
+        self.eog_tokens = [t for t in range(self.n_vocab) if lc.llama_vocab_is_eog(self._vocab, t)]
+        self.info = self._read_info()
+
+    def _new_context(self, config: EngineConfig) -> Any:
+        cparams = lc.llama_context_default_params()
+        cparams.n_ctx = config.n_ctx
+        cparams.n_batch = config.max_batch_tokens
+        cparams.n_ubatch = min(config.max_batch_tokens, 512)
+        cparams.n_seq_max = config.n_seq_max
+        cparams.n_threads = config.threads
+        cparams.n_threads_batch = config.threads_batch
+        # one KV buffer shared by all sequences: a prefix is shared by tagging cells, not copying them
+        cparams.kv_unified = True
+        # sliding-window layers keep every position so sequences can be trimmed and shared (Gemma 3)
+        cparams.swa_full = True
+        cparams.flash_attn_type = (
+            lc.LLAMA_FLASH_ATTN_TYPE_ENABLED if config.flash_attn else lc.LLAMA_FLASH_ATTN_TYPE_DISABLED
+        )
+        cparams.no_perf = True
+        ctx = lc.llama_init_from_model(self._model, cparams)
+        if not ctx:
+            self.close()
+            kv_mb = config.n_ctx * self._kv_bytes_per_token() / 2**20
+            raise ModelLoadError(
+                f"llama.cpp could not create a context of {config.n_ctx} tokens "
+                f"({config.max_concurrent} sequences x {config.max_total_tokens} tokens + "
+                f"{config.prefix_cache_tokens} prefix-cache tokens, about {kv_mb:.0f} MiB of KV): "
+                "lower --max-concurrent or --max-total-tokens"
+            )
+        return ctx
+
+    def _kv_bytes_per_token(self) -> int:
+        n_layer = int(lc.llama_model_n_layer(self._model))
+        n_embd = int(lc.llama_model_n_embd(self._model))
+        return 2 * 2 * n_layer * n_embd  # K and V, f16, upper bound (no GQA reduction)
+
+    def _meta(self, key: str) -> str | None:
+        buf = ctypes.create_string_buffer(256)
+        n = lc.llama_model_meta_val_str(self._model, key.encode(), buf, len(buf))
+        return buf.value.decode("utf-8", "replace") if n >= 0 else None
+
+    def _read_info(self) -> ModelInfo:
+        desc = ctypes.create_string_buffer(256)
+        lc.llama_model_desc(self._model, desc, len(desc))
+        tmpl = lc.llama_model_chat_template(self._model, None)
+        return ModelInfo(
+            path=self.path,
+            description=desc.value.decode("utf-8", "replace"),
+            n_ctx_train=self.n_ctx_train,
+            n_vocab=self.n_vocab,
+            n_params=int(lc.llama_model_n_params(self._model)),
+            size_bytes=int(lc.llama_model_size(self._model)),
+            chat_template=tmpl.decode("utf-8") if tmpl else None,
+            bos_token=self.piece(int(lc.llama_vocab_bos(self._vocab)), special=True).decode(
+                "utf-8", "replace"
+            ),
+            eos_token=self.piece(int(lc.llama_vocab_eos(self._vocab)), special=True).decode(
+                "utf-8", "replace"
+            ),
+        )
+
+    # -- vocabulary ----------------------------------------------------------------------------------
+    def tokenize(self, text: str, add_special: bool = True, parse_special: bool = True) -> list[int]:
+        data = text.encode("utf-8")
+        cap = len(data) + 8
+        buf = (lc.llama_token * cap)()
+        n = lc.llama_tokenize(self._vocab, data, len(data), buf, cap, add_special, parse_special)
+        if n < 0:
+            cap = -n
+            buf = (lc.llama_token * cap)()
+            n = lc.llama_tokenize(self._vocab, data, len(data), buf, cap, add_special, parse_special)
+        return list(buf[:n])
+
+    def piece(self, token: int, special: bool = False) -> bytes:
+        buf = ctypes.create_string_buffer(64)
+        n = lc.llama_token_to_piece(self._vocab, token, buf, len(buf), 0, special)
+        if n < 0:
+            buf = ctypes.create_string_buffer(-n)
+            n = lc.llama_token_to_piece(self._vocab, token, buf, len(buf), 0, special)
+        return buf.raw[:n]
+
+    def detokenize(self, tokens: list[int], special: bool = False) -> str:
+        return b"".join(self.piece(t, special) for t in tokens).decode("utf-8", "replace")
+
+    def is_eog(self, token: int) -> bool:
+        return bool(lc.llama_vocab_is_eog(self._vocab, token))
+
+    @property
+    def vocab(self) -> Any:
+        return self._vocab
+
+    @property
+    def ctx(self) -> Any:
+        return self._ctx
+
+    # -- KV ------------------------------------------------------------------------------------------
+    def apply(self, op: KvOp) -> None:
+        if isinstance(op, KvCopy):
+            lc.llama_memory_seq_cp(self._mem, op.src, op.dst, 0, op.n_tokens)
+        elif not lc.llama_memory_seq_rm(self._mem, op.seq, op.keep, -1):
+            raise RuntimeError(f"llama_memory_seq_rm({op.seq}, {op.keep}) failed")
+
+    # -- decode --------------------------------------------------------------------------------------
+    def decode(self, items: list[tuple[list[int], int, int, bool]]) -> list[int]:
+        """One llama_decode over (tokens, start_pos, seq_id, want_last_logits) items.
+
+        Returns, per item, the batch index of its last token when logits were asked for, else -1.
+        """
+        batch = self._batch
+        n = 0
+        out_idx: list[int] = []
+        for tokens, start, seq_id, want in items:
+            for j, tok in enumerate(tokens):
+                batch.token[n] = tok
+                batch.pos[n] = start + j
+                batch.n_seq_id[n] = 1
+                batch.seq_id[n][0] = seq_id
+                batch.logits[n] = 0
+                n += 1
+            if want:
+                batch.logits[n - 1] = 1
+                out_idx.append(n - 1)
+            else:
+                out_idx.append(-1)
+        if n > self.n_batch:
+            raise ValueError(f"batch of {n} tokens exceeds n_batch {self.n_batch}")
+        batch.n_tokens = n
+        rc = lc.llama_decode(self._ctx, batch)
+        if rc != 0:
+            raise RuntimeError(f"llama_decode failed with code {rc} on a batch of {n} tokens")
+        return out_idx
+
+    def logits(self, batch_index: int) -> npt.NDArray[np.float32]:
+        ptr = lc.llama_get_logits_ith(self._ctx, batch_index)
+        return np.ctypeslib.as_array(ptr, shape=(self.n_vocab,))
+
+    def close(self) -> None:
+        if getattr(self, "_batch", None) is not None:
+            lc.llama_batch_free(self._batch)
+            self._batch = None
+        if getattr(self, "_ctx", None):
+            lc.llama_free(self._ctx)
+            self._ctx = None
+        if getattr(self, "_model", None):
+            lc.llama_model_free(self._model)
+            self._model = None

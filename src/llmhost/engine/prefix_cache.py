@@ -1,0 +1,122 @@
+"""Which llama.cpp sequence ids are free, running or idle-with-reusable-KV.
+
+Pure bookkeeping: it returns the KV operations to perform; the runner performs them.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+
+@dataclass(slots=True, frozen=True)
+class KvCopy:
+    """Share the first `n_tokens` of `src`'s KV with `dst` (llama_memory_seq_cp)."""
+
+    src: int
+    dst: int
+    n_tokens: int
+
+
+@dataclass(slots=True, frozen=True)
+class KvTrim:
+    """Forget positions >= `keep` of `seq` (llama_memory_seq_rm(seq, keep, -1))."""
+
+    seq: int
+    keep: int
+
+
+KvOp = KvCopy | KvTrim
+
+
+def common_prefix_len(a: list[int], b: list[int]) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+@dataclass(slots=True, frozen=True)
+class PrefixMatch:
+    kv_seq: int  # the sequence id the new request gets
+    n_reused: int  # prompt tokens already in its KV
+    ops: tuple[KvOp, ...]
+
+
+class PrefixCache:
+    """Idle KV sequences kept for reuse, LRU-evicted beyond `max_tokens` or when ids run out."""
+
+    def __init__(self, n_seq_ids: int, max_idle_seqs: int, max_tokens: int) -> None:
+        self._free: list[int] = list(range(n_seq_ids - 1, -1, -1))
+        self._idle: OrderedDict[int, list[int]] = OrderedDict()
+        self._max_idle_seqs = max_idle_seqs
+        self._max_tokens = max_tokens
+        self.hits = 0
+        self.reused_tokens = 0
+
+    @property
+    def idle_tokens(self) -> int:
+        return sum(len(t) for t in self._idle.values())
+
+    @property
+    def idle_seqs(self) -> int:
+        return len(self._idle)
+
+    def can_acquire(self) -> bool:
+        return bool(self._free or self._idle)
+
+    def best_match(
+        self, prompt: list[int], running: Iterable[tuple[int, list[int]]]
+    ) -> tuple[int, int, bool]:
+        """(kv_seq, tokens shared, is_idle) of the longest prefix among idle and running sequences."""
+        best = (-1, 0, False)
+        for seq_id, tokens in self._idle.items():
+            n = common_prefix_len(prompt, tokens)
+            if n > best[1]:
+                best = (seq_id, n, True)
+        for seq_id, tokens in running:
+            n = common_prefix_len(prompt, tokens)
+            if n > best[1]:
+                best = (seq_id, n, False)
+        return best
+
+    def acquire(self, prompt: list[int], running: Iterable[tuple[int, list[int]]]) -> PrefixMatch:
+        """Give a new request a sequence id, reusing the longest cached prefix of its prompt."""
+        if not self.can_acquire():
+            raise RuntimeError("no KV sequence id available")
+        src, shared, is_idle = self.best_match(prompt, list(running))
+        # the last prompt token is always decoded: its logits give the first new token
+        shared = min(shared, len(prompt) - 1)
+        if shared > 0:
+            self.hits += 1
+            self.reused_tokens += shared
+        if is_idle and shared > 0:
+            del self._idle[src]
+            return PrefixMatch(src, shared, (KvTrim(src, shared),))
+        ops: list[KvOp] = []
+        dst = self._take_id(ops)
+        if shared > 0:
+            ops.append(KvCopy(src, dst, shared))
+        return PrefixMatch(dst, shared, tuple(ops))
+
+    def _take_id(self, ops: list[KvOp]) -> int:
+        if self._free:
+            return self._free.pop()
+        victim, _ = self._idle.popitem(last=False)
+        ops.append(KvTrim(victim, 0))
+        return victim
+
+    def release(self, kv_seq: int, tokens: list[int], reusable: bool) -> list[KvOp]:
+        """A sequence finished: keep its KV for reuse (if `reusable`), evicting LRU beyond the limits."""
+        if not reusable or not tokens or self._max_idle_seqs == 0 or len(tokens) > self._max_tokens:
+            self._free.append(kv_seq)
+            return [KvTrim(kv_seq, 0)]
+        self._idle[kv_seq] = tokens
+        ops: list[KvOp] = []
+        while len(self._idle) > self._max_idle_seqs or self.idle_tokens > self._max_tokens:
+            victim, _ = self._idle.popitem(last=False)
+            ops.append(KvTrim(victim, 0))
+            self._free.append(victim)
+        return ops

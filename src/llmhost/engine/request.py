@@ -1,0 +1,175 @@
+"""What a caller asks of the engine and what it gets back: plain data, no llama.cpp."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+
+class FinishReason(str, enum.Enum):
+    LENGTH = "length"  # max_tokens reached
+    EOS = "eos_token"  # the model ended the sequence
+    STOP = "stop_sequence"  # a stop string matched
+    ABORT = "abort"  # the client went away or the request was cancelled
+    ERROR = "error"  # the engine failed this request
+
+
+@dataclass(slots=True)
+class SamplingParams:
+    max_tokens: int = 16
+    temperature: float = 1.0  # <= 0: greedy
+    top_k: int = 0  # 0: off
+    top_p: float = 1.0
+    min_p: float = 0.0
+    repetition_penalty: float = 1.0
+    frequency_penalty: float = 0.0
+    presence_penalty: float = 0.0
+    penalty_last_n: int = 64
+    seed: int | None = None
+    stop: list[str] = field(default_factory=list)
+    ignore_eos: bool = False
+    logit_bias: dict[int, float] = field(default_factory=dict)
+    logprobs: int | None = None  # return this many top alternatives per token (0: only the chosen)
+
+    def __post_init__(self) -> None:
+        if self.max_tokens < 1:
+            raise ValueError(f"max_tokens must be >= 1, got {self.max_tokens}")
+        if self.temperature < 0:
+            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+        if self.top_k < 0:
+            raise ValueError(f"top_k must be >= 0, got {self.top_k}")
+        if not 0.0 < self.top_p <= 1.0:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+        if not 0.0 <= self.min_p <= 1.0:
+            raise ValueError(f"min_p must be in [0, 1], got {self.min_p}")
+        if self.repetition_penalty <= 0:
+            raise ValueError(f"repetition_penalty must be > 0, got {self.repetition_penalty}")
+        if self.logprobs is not None and not 0 <= self.logprobs <= MAX_LOGPROBS:
+            raise ValueError(f"logprobs must be in [0, {MAX_LOGPROBS}], got {self.logprobs}")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature <= 0.0
+
+
+MAX_LOGPROBS = 20
+
+
+@dataclass(slots=True)
+class GenerationRequest:
+    request_id: str
+    prompt_tokens: list[int]
+    params: SamplingParams
+
+
+@dataclass(slots=True, frozen=True)
+class TokenLogprob:
+    token: int
+    logprob: float
+    top: tuple[tuple[int, float], ...]  # (token, logprob) best first
+
+
+def _rate(ms_per_token: float, per_second: float) -> str:
+    return f"{ms_per_token:8.2f} ms per token, {per_second:8.2f} tokens per second"
+
+
+@dataclass(slots=True)
+class Timings:
+    """Per-request timings in llama.cpp's print_timings words (milliseconds)."""
+
+    queue_ms: float = 0.0  # submitted -> first prompt chunk scheduled
+    prompt_n: int = 0  # prompt tokens actually prefilled
+    cache_n: int = 0  # prompt tokens reused from the prefix cache
+    prompt_ms: float = 0.0  # first prompt chunk -> first token sampled
+    predicted_n: int = 0  # tokens generated
+    predicted_ms: float = 0.0  # first token -> last token
+    ttft_ms: float = 0.0  # submitted -> first token
+    total_ms: float = 0.0  # submitted -> finished
+
+    @property
+    def prompt_per_token_ms(self) -> float:
+        return self.prompt_ms / self.prompt_n if self.prompt_n else 0.0
+
+    @property
+    def prompt_per_second(self) -> float:
+        return 1000.0 * self.prompt_n / self.prompt_ms if self.prompt_ms > 0 else 0.0
+
+    @property
+    def predicted_per_token_ms(self) -> float:
+        steps = self.predicted_n - 1
+        return self.predicted_ms / steps if steps > 0 else 0.0
+
+    @property
+    def predicted_per_second(self) -> float:
+        steps = self.predicted_n - 1
+        return 1000.0 * steps / self.predicted_ms if self.predicted_ms > 0 and steps > 0 else 0.0
+
+    def as_dict(self) -> dict[str, float | int]:
+        """llama-server's `timings` object, plus queue and TTFT."""
+        return {
+            "prompt_n": self.prompt_n,
+            "cache_n": self.cache_n,
+            "prompt_ms": round(self.prompt_ms, 3),
+            "prompt_per_token_ms": round(self.prompt_per_token_ms, 3),
+            "prompt_per_second": round(self.prompt_per_second, 3),
+            "predicted_n": self.predicted_n,
+            "predicted_ms": round(self.predicted_ms, 3),
+            "predicted_per_token_ms": round(self.predicted_per_token_ms, 3),
+            "predicted_per_second": round(self.predicted_per_second, 3),
+            "queue_ms": round(self.queue_ms, 3),
+            "ttft_ms": round(self.ttft_ms, 3),
+            "total_ms": round(self.total_ms, 3),
+        }
+
+    def print_timings(self) -> str:
+        """The lines llama.cpp logs after each request."""
+        prompt_rate = _rate(self.prompt_per_token_ms, self.prompt_per_second)
+        eval_rate = _rate(self.predicted_per_token_ms, self.predicted_per_second)
+        return (
+            f"prompt eval time = {self.prompt_ms:10.2f} ms / {self.prompt_n:5d} tokens ({prompt_rate})\n"
+            f"       eval time = {self.predicted_ms:10.2f} ms / {self.predicted_n:5d} tokens ({eval_rate})\n"
+            f"      total time = {self.total_ms:10.2f} ms / {self.prompt_n + self.predicted_n:5d} tokens "
+            f"(queue {self.queue_ms:.2f} ms, ttft {self.ttft_ms:.2f} ms, cached {self.cache_n} tokens)"
+        )
+
+
+@dataclass(slots=True)
+class GenerationEvent:
+    """One step's worth of output for a request; the last one has `finish_reason` set."""
+
+    request_id: str
+    token_ids: list[int]
+    text: str
+    logprobs: list[TokenLogprob] = field(default_factory=list)
+    finish_reason: FinishReason | None = None
+    timings: Timings | None = None
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    error: str | None = None
+
+    @property
+    def finished(self) -> bool:
+        return self.finish_reason is not None
+
+
+class EngineError(RuntimeError):
+    """The engine cannot serve a request."""
+
+
+class QueueFullError(EngineError):
+    """Every sequence slot and queue place is taken; retry later (HTTP 429)."""
+
+    def __init__(self, in_flight: int, limit: int) -> None:
+        super().__init__(f"queue full: {in_flight} requests in flight, limit {limit}")
+        self.in_flight = in_flight
+        self.limit = limit
+
+
+class RequestTooLargeError(EngineError):
+    """Prompt or prompt + max_tokens beyond the configured limits (HTTP 422)."""
+
+    def __init__(self, field_name: str, value: int, limit: int, message: str) -> None:
+        super().__init__(message)
+        self.field_name = field_name
+        self.value = value
+        self.limit = limit

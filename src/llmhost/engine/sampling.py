@@ -1,0 +1,85 @@
+"""Per-sequence sampling with llama.cpp's sampler chains, plus optional logprobs."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import llama_cpp as lc
+import numpy as np
+
+from llmhost.engine.llama import LlamaModel
+from llmhost.engine.request import SamplingParams, TokenLogprob
+
+
+class Sampler:
+    """One llama.cpp sampler chain for one sequence, in llama.cpp's usual order:
+    logit bias, penalties, top-k, top-p, min-p, temperature, then a seeded draw (or greedy).
+    """
+
+    def __init__(self, model: LlamaModel, params: SamplingParams, prompt: list[int]) -> None:
+        self.params = params
+        self._model = model
+        chain = lc.llama_sampler_chain_init(lc.llama_sampler_chain_default_params())
+        self._chain: Any = chain
+        bias = dict(params.logit_bias)
+        if params.ignore_eos:
+            for tok in model.eog_tokens:
+                bias[tok] = float("-inf")
+        if bias:
+            arr = (lc.llama_logit_bias * len(bias))()
+            for i, (tok, value) in enumerate(bias.items()):
+                arr[i] = lc.llama_logit_bias(tok, value)
+            lc.llama_sampler_chain_add(chain, lc.llama_sampler_init_logit_bias(model.n_vocab, len(bias), arr))
+        if (
+            params.repetition_penalty != 1.0
+            or params.frequency_penalty != 0.0
+            or params.presence_penalty != 0.0
+        ):
+            lc.llama_sampler_chain_add(
+                chain,
+                lc.llama_sampler_init_penalties(
+                    model.n_vocab,
+                    params.penalty_last_n,
+                    params.repetition_penalty,
+                    params.frequency_penalty,
+                    params.presence_penalty,
+                ),
+            )
+        if params.greedy:
+            lc.llama_sampler_chain_add(chain, lc.llama_sampler_init_greedy())
+        else:
+            if params.top_k > 0:
+                lc.llama_sampler_chain_add(chain, lc.llama_sampler_init_top_k(params.top_k))
+            if params.top_p < 1.0:
+                lc.llama_sampler_chain_add(chain, lc.llama_sampler_init_top_p(params.top_p, 1))
+            if params.min_p > 0.0:
+                lc.llama_sampler_chain_add(chain, lc.llama_sampler_init_min_p(params.min_p, 1))
+            lc.llama_sampler_chain_add(chain, lc.llama_sampler_init_temp(params.temperature))
+            seed = params.seed if params.seed is not None else random.getrandbits(32)
+            lc.llama_sampler_chain_add(chain, lc.llama_sampler_init_dist(seed & 0xFFFFFFFF))
+        # penalties look back over the prompt too, as llama-server does
+        for tok in prompt[-params.penalty_last_n :] if params.penalty_last_n > 0 else []:
+            lc.llama_sampler_accept(chain, tok)
+
+    def sample(self, batch_index: int) -> tuple[int, TokenLogprob | None]:
+        token = int(lc.llama_sampler_sample(self._chain, self._model.ctx, batch_index))
+        if self.params.logprobs is None:
+            return token, None
+        return token, self._logprob(batch_index, token, self.params.logprobs)
+
+    def _logprob(self, batch_index: int, token: int, top_n: int) -> TokenLogprob:
+        logits = self._model.logits(batch_index).astype(np.float64)
+        m = float(logits.max())
+        log_z = m + float(np.log(np.exp(logits - m).sum()))
+        top: tuple[tuple[int, float], ...] = ()
+        if top_n > 0:
+            idx = np.argpartition(-logits, top_n)[:top_n]
+            idx = idx[np.argsort(-logits[idx])]
+            top = tuple((int(i), float(logits[i] - log_z)) for i in idx)
+        return TokenLogprob(token=token, logprob=float(logits[token] - log_z), top=top)
+
+    def close(self) -> None:
+        if self._chain is not None:
+            lc.llama_sampler_free(self._chain)
+            self._chain = None

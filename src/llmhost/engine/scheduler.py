@@ -1,0 +1,149 @@
+"""Continuous batching: which tokens go into the next llama_decode.
+
+The scheduler returns plain data (a StepPlan); it never touches llama.cpp or HTTP.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from llmhost.engine.config import EngineConfig
+from llmhost.engine.prefix_cache import KvOp, PrefixCache, common_prefix_len
+from llmhost.engine.sequence import SeqStatus, Sequence
+
+
+@dataclass(slots=True, frozen=True)
+class BatchItem:
+    seq: Sequence
+    tokens: list[int]
+    start_pos: int
+    sample: bool  # the last token's logits are needed: sample this sequence's next token
+
+
+@dataclass(slots=True)
+class StepPlan:
+    kv_ops: list[KvOp] = field(default_factory=list)
+    items: list[BatchItem] = field(default_factory=list)
+    admitted: list[Sequence] = field(default_factory=list)
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(len(i.tokens) for i in self.items)
+
+    @property
+    def num_seqs(self) -> int:
+        return len(self.items)
+
+    @property
+    def empty(self) -> bool:
+        return not self.items and not self.kv_ops
+
+
+class Scheduler:
+    def __init__(self, config: EngineConfig) -> None:
+        if config.max_batch_tokens < config.max_concurrent:
+            raise ValueError(
+                f"max_batch_tokens ({config.max_batch_tokens}) must be >= max_concurrent "
+                f"({config.max_concurrent}): every running sequence decodes one token per step"
+            )
+        self.config = config
+        self.waiting: deque[Sequence] = deque()
+        self.running: list[Sequence] = []
+        self.cache = PrefixCache(config.n_seq_max, config.prefix_cache_seqs, config.prefix_cache_tokens)
+        self._pending_ops: list[KvOp] = []
+
+    # -- admission -------------------------------------------------------------------------------
+    def add(self, seq: Sequence) -> None:
+        self.waiting.append(seq)
+
+    def can_admit(self) -> bool:
+        return len(self.running) < self.config.max_concurrent and self.cache.can_acquire()
+
+    def admit(self, seq: Sequence, now_s: float) -> list[KvOp]:
+        running = [(s.kv_seq, s.computed_tokens) for s in self.running]
+        match = self.cache.acquire(seq.prompt, running)
+        seq.kv_seq = match.kv_seq
+        seq.n_computed = match.n_reused
+        seq.n_reused = match.n_reused
+        seq.status = SeqStatus.PREFILL
+        seq.admitted_s = now_s
+        self.running.append(seq)
+        return list(match.ops)
+
+    def _should_wait_for_prefix(self, seq: Sequence) -> bool:
+        """True if a prompt being prefilled will soon hold a longer shared prefix than any cache now."""
+        running = [(s.kv_seq, s.computed_tokens) for s in self.running]
+        _, available, _ = self.cache.best_match(seq.prompt, running)
+        for other in self.running:
+            if other.status is not SeqStatus.PREFILL:
+                continue
+            upcoming = common_prefix_len(seq.prompt, other.prompt)
+            if upcoming - available >= self.config.prefix_wait_min_tokens and other.n_computed < upcoming:
+                return True
+        return False
+
+    # -- the step ------------------------------------------------------------------------------------
+    def schedule(self, now_s: float) -> StepPlan:
+        plan = StepPlan(kv_ops=self._pending_ops)
+        self._pending_ops = []
+        while self.waiting and self.can_admit():
+            if self._should_wait_for_prefix(self.waiting[0]):
+                break  # FCFS: what is behind it likely shares the same prefix too
+            seq = self.waiting.popleft()
+            plan.kv_ops.extend(self.admit(seq, now_s))
+            plan.admitted.append(seq)
+        budget = self.config.max_batch_tokens
+        for seq in self.running:
+            if seq.status is SeqStatus.DECODE:
+                plan.items.append(BatchItem(seq, [seq.output[-1]], seq.n_computed, sample=True))
+                budget -= 1
+        for seq in self.running:
+            if budget <= 0:
+                break
+            if seq.status is SeqStatus.PREFILL:
+                chunk = seq.prompt[seq.n_computed : seq.n_computed + budget]
+                done = seq.n_computed + len(chunk) == len(seq.prompt)
+                plan.items.append(BatchItem(seq, chunk, seq.n_computed, sample=done))
+                budget -= len(chunk)
+        return plan
+
+    def postprocess(self, plan: StepPlan, sampled: dict[str, int], now_s: float) -> None:
+        """Record what the decode computed and the tokens sampled."""
+        for item in plan.items:
+            seq = item.seq
+            if seq.status is SeqStatus.FINISHED:
+                continue
+            seq.n_computed += len(item.tokens)
+            if item.sample:
+                seq.output.append(sampled[seq.request_id])
+                if seq.status is SeqStatus.PREFILL:
+                    seq.status = SeqStatus.DECODE
+                    seq.first_token_s = now_s
+                seq.last_token_s = now_s
+
+    # -- leaving -------------------------------------------------------------------------------------
+    def finish(self, seq: Sequence, reusable: bool = True) -> None:
+        """Remove a running or waiting sequence; its KV goes to the prefix cache (or is freed)."""
+        if seq.status is SeqStatus.FINISHED:
+            return
+        if seq.status is SeqStatus.WAITING:
+            self.waiting.remove(seq)
+        else:
+            self.running.remove(seq)
+            self._pending_ops.extend(self.cache.release(seq.kv_seq, seq.computed_tokens, reusable))
+        seq.status = SeqStatus.FINISHED
+
+    def take_pending_ops(self) -> list[KvOp]:
+        ops, self._pending_ops = self._pending_ops, []
+        return ops
+
+    # -- figures -------------------------------------------------------------------------------------
+    @property
+    def kv_tokens_used(self) -> int:
+        """Upper bound of KV cells in use (shared prefixes counted once per holder)."""
+        return sum(s.n_computed for s in self.running) + self.cache.idle_tokens
+
+    @property
+    def has_work(self) -> bool:
+        return bool(self.waiting or self.running or self._pending_ops)

@@ -1,0 +1,47 @@
+"""A request as the scheduler sees it."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+
+class SeqStatus(enum.Enum):
+    WAITING = "waiting"  # queued; holds no KV sequence yet
+    PREFILL = "prefill"  # holds a KV sequence; prompt partly computed
+    DECODE = "decode"  # prompt computed; one new token per step
+    FINISHED = "finished"  # done; its KV went to the prefix cache or was dropped
+
+
+@dataclass(slots=True, eq=False)
+class Sequence:
+    request_id: str
+    prompt: list[int]
+    max_tokens: int
+    arrival_s: float
+    status: SeqStatus = SeqStatus.WAITING
+    kv_seq: int = -1
+    # tokens of prompt + output whose KV is computed
+    n_computed: int = 0
+    # prompt tokens taken from the prefix cache instead of prefilled
+    n_reused: int = 0
+    output: list[int] = field(default_factory=list)
+    admitted_s: float = 0.0
+    first_token_s: float = 0.0
+    last_token_s: float = 0.0
+
+    @property
+    def tokens(self) -> list[int]:
+        return self.prompt + self.output
+
+    @property
+    def computed_tokens(self) -> list[int]:
+        """The tokens whose KV this sequence's llama.cpp sequence holds."""
+        n = self.n_computed
+        if n <= len(self.prompt):
+            return self.prompt[:n]
+        return self.prompt + self.output[: n - len(self.prompt)]
+
+    @property
+    def prompt_remaining(self) -> int:
+        return max(0, len(self.prompt) - self.n_computed)

@@ -1,0 +1,48 @@
+"""The ASGI app of one replica."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+
+from llmhost import __version__
+from llmhost.engine import AsyncEngine
+from llmhost.server import errors
+from llmhost.server.metrics import ServerMetrics
+from llmhost.server.middleware import BodyLimitMiddleware, CustomAttributesMiddleware
+from llmhost.server.routes import openai, ops, sagemaker, tgi
+from llmhost.server.serving.context import ServingContext
+from llmhost.server.serving.openai import OpenAIServing
+from llmhost.server.serving.tgi import TGIServing
+from llmhost.server.settings import ServerSettings
+
+
+def create_app(settings: ServerSettings, engine: AsyncEngine | None = None) -> FastAPI:
+    """Build the app; the model loads in the background at startup so /ping answers 503 meanwhile."""
+    metrics = ServerMetrics()
+    owned = engine is None  # an engine passed in is started and stopped by its owner
+    if engine is None:
+        engine = AsyncEngine(settings.model_path, settings.engine, observer=metrics)
+    metrics.attach(engine.stats)
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        if owned:
+            engine.start()
+        yield
+        if owned:
+            engine.shutdown()
+
+    app = FastAPI(title="llmhost", version=__version__, lifespan=lifespan)
+    ctx = ServingContext(engine, settings, metrics)
+    app.state.serving = ctx
+    app.state.openai = OpenAIServing(ctx)
+    app.state.tgi = TGIServing(ctx)
+    errors.install(app)
+    for module in (sagemaker, openai, tgi, ops):
+        app.include_router(module.router)
+    app.add_middleware(CustomAttributesMiddleware)
+    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
+    return app

@@ -1,0 +1,43 @@
+"""Chat prompts from the model's Jinja chat template (GGUF metadata) or a user-supplied file."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from jinja2 import TemplateError
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+
+class ChatTemplateError(ValueError):
+    """No template, or the template refused the messages."""
+
+
+def _raise(message: str) -> None:
+    raise ChatTemplateError(message)
+
+
+class ChatTemplate:
+    def __init__(self, source: str, bos_token: str, eos_token: str) -> None:
+        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+        env.globals["raise_exception"] = _raise
+        env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
+        try:
+            self._template = env.from_string(source)
+        except TemplateError as exc:
+            raise ChatTemplateError(f"chat template does not parse: {exc}") from exc
+        self.bos_token = bos_token
+        self.eos_token = eos_token
+
+    def render(self, messages: list[dict[str, Any]], add_generation_prompt: bool = True) -> str:
+        try:
+            return self._template.render(
+                messages=messages,
+                add_generation_prompt=add_generation_prompt,
+                bos_token=self.bos_token,
+                eos_token=self.eos_token,
+            )
+        except ChatTemplateError:
+            raise
+        except TemplateError as exc:
+            raise ChatTemplateError(f"chat template failed on these messages: {exc}") from exc

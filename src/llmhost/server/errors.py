@@ -1,0 +1,116 @@
+"""Every refusal is JSON naming what was wrong: OpenAI's error shape, plus `field` and `limit`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import ValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from llmhost.engine.request import EngineError, QueueFullError, RequestTooLargeError
+from llmhost.server.settings import RETRY_AFTER_S
+
+
+class APIError(Exception):
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        type_: str = "invalid_request_error",
+        field: str | None = None,
+        extra: dict[str, Any] | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.type = type_
+        self.field = field
+        self.extra = extra or {}
+        self.headers = headers or {}
+
+    def response(self) -> JSONResponse:
+        body: dict[str, Any] = {
+            "message": self.message,
+            "type": self.type,
+            "param": self.field,
+            "code": self.status,
+        }
+        if self.field is not None:
+            body["field"] = self.field
+        body.update(self.extra)
+        return JSONResponse({"error": body}, status_code=self.status, headers=self.headers)
+
+
+def invalid_json(detail: str) -> APIError:
+    return APIError(400, f"request body is not valid JSON: {detail}", field="body")
+
+
+def model_loading(reason: str) -> APIError:
+    return APIError(
+        503, f"model not ready: {reason}", "service_unavailable", headers={"Retry-After": str(RETRY_AFTER_S)}
+    )
+
+
+def _loc_name(loc: tuple[Any, ...] | list[Any]) -> str:
+    parts = [str(p) for p in loc if p not in ("body",)]
+    return ".".join(parts) or "body"
+
+
+def validation_error(errors: list[Any]) -> APIError:
+    if any(e.get("type") == "json_invalid" for e in errors):
+        return invalid_json(str(errors[0].get("ctx", {}).get("error", errors[0].get("msg"))))
+    first = errors[0]
+    field = _loc_name(first.get("loc", ()))
+    details = [
+        {"field": _loc_name(e.get("loc", ())), "message": e.get("msg", ""), "type": e.get("type", "")}
+        for e in errors
+    ]
+    return APIError(
+        422, f"{field}: {first.get('msg', 'invalid value')}", field=field, extra={"details": details}
+    )
+
+
+def from_pydantic(exc: ValidationError) -> APIError:
+    return validation_error(list(exc.errors()))
+
+
+def from_engine(exc: EngineError) -> APIError:
+    if isinstance(exc, QueueFullError):
+        return APIError(
+            429,
+            str(exc),
+            "rate_limit_error",
+            extra={"limit": exc.limit, "in_flight": exc.in_flight},
+            headers={"Retry-After": str(RETRY_AFTER_S)},
+        )
+    if isinstance(exc, RequestTooLargeError):
+        return APIError(422, str(exc), field=exc.field_name, extra={"value": exc.value, "limit": exc.limit})
+    return model_loading(str(exc))
+
+
+def install(app: FastAPI) -> None:
+    @app.exception_handler(APIError)
+    async def _api_error(_: Request, exc: APIError) -> JSONResponse:
+        return exc.response()
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:
+        return validation_error(list(exc.errors())).response()
+
+    @app.exception_handler(ValidationError)
+    async def _pydantic(_: Request, exc: ValidationError) -> JSONResponse:
+        return from_pydantic(exc).response()
+
+    @app.exception_handler(EngineError)
+    async def _engine(_: Request, exc: EngineError) -> JSONResponse:
+        return from_engine(exc).response()
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        return APIError(
+            exc.status_code, str(exc.detail), "http_error", headers=dict(exc.headers or {})
+        ).response()

@@ -1,0 +1,105 @@
+"""ASGI middleware: SageMaker's 6 MB body limit and custom-attributes pass-through."""
+
+from __future__ import annotations
+
+import json
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+CUSTOM_ATTRIBUTES = b"x-amzn-sagemaker-custom-attributes"
+
+
+class _TooLarge(Exception):
+    pass
+
+
+def _too_large_body(limit: int, size: int | None) -> bytes:
+    got = f"{size} bytes" if size is not None else f"more than {limit} bytes"
+    return json.dumps(
+        {
+            "error": {
+                "message": f"request body is {got}; the limit is {limit} bytes",
+                "type": "invalid_request_error",
+                "param": "body",
+                "code": 413,
+                "field": "body",
+                "limit": limit,
+            }
+        }
+    ).encode()
+
+
+class BodyLimitMiddleware:
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = dict(scope.get("headers", []))
+        length = headers.get(b"content-length")
+        if length is not None and length.isdigit() and int(length) > self.max_bytes:
+            await self._refuse(send, int(length))
+            return
+        received = 0
+        started = False
+
+        async def limited_receive() -> Message:
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > self.max_bytes:
+                    raise _TooLarge
+            return message
+
+        async def tracking_send(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, limited_receive, tracking_send)
+        except _TooLarge:
+            if not started:
+                await self._refuse(send, None)
+
+    async def _refuse(self, send: Send, size: int | None) -> None:
+        body = _too_large_body(self.max_bytes, size)
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 413,
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", str(len(body)).encode()),
+                ],
+            }
+        )
+        await send({"type": "http.response.body", "body": body})
+
+
+class CustomAttributesMiddleware:
+    """SageMaker passes X-Amzn-SageMaker-Custom-Attributes through the container untouched."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        value = dict(scope.get("headers", [])).get(CUSTOM_ATTRIBUTES)
+        if value is None:
+            await self.app(scope, receive, send)
+            return
+
+        async def send_with_header(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message["headers"] = [*message.get("headers", []), (CUSTOM_ATTRIBUTES, value)]
+            await send(message)
+
+        await self.app(scope, receive, send_with_header)

@@ -1,0 +1,41 @@
+"""Text Generation Inference payloads (also what SageMaker's LLM containers accept)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class TGIParameters(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    max_new_tokens: Annotated[int, Field(ge=1)] | None = None
+    temperature: Annotated[float, Field(gt=0.0)] | None = None
+    top_p: Annotated[float, Field(gt=0.0, lt=1.0)] | None = None
+    top_k: Annotated[int, Field(gt=0)] | None = None
+    repetition_penalty: Annotated[float, Field(gt=0.0)] | None = None
+    frequency_penalty: float | None = None
+    do_sample: bool = False
+    return_full_text: bool = False
+    stop: list[str] = Field(default_factory=list)
+    seed: int | None = None
+    details: bool = False
+    decoder_input_details: bool = False
+    top_n_tokens: Annotated[int, Field(ge=0, le=5)] | None = None
+
+    @property
+    def sampling(self) -> bool:
+        """TGI samples when asked to, or when any warper is set."""
+        return self.do_sample or any(
+            v is not None and v != neutral
+            for v, neutral in ((self.temperature, 1.0), (self.top_p, 1.0), (self.top_k, 0))
+        )
+
+
+class TGIRequest(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    inputs: Annotated[str, Field(min_length=1)]
+    parameters: TGIParameters = Field(default_factory=TGIParameters)
+    stream: bool = False

@@ -1,0 +1,1 @@
+"""Thin routers: parse, call the serving layer, return."""

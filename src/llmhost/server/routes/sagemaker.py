@@ -1,0 +1,42 @@
+"""SageMaker's container contract: GET /ping, POST /invocations (the body decides the API)."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+from starlette.responses import JSONResponse, Response
+
+from llmhost.server.errors import APIError
+from llmhost.server.protocol.openai import ChatCompletionRequest, CompletionRequest
+from llmhost.server.protocol.tgi import TGIRequest
+from llmhost.server.routes import deps
+
+router = APIRouter()
+
+
+@router.get("/ping")
+async def ping(request: Request) -> Response:
+    ctx = deps.context(request)
+    if ctx.engine.ready:
+        return Response(status_code=200)
+    return Response(status_code=503, headers={"Retry-After": "1"})
+
+
+@router.post("/invocations")
+async def invocations(request: Request) -> Response:
+    body = await deps.json_body(request)
+    if "messages" in body:
+        chat = ChatCompletionRequest.model_validate(body)
+        return await deps.openai(request).chat(chat, request)
+    if "prompt" in body:
+        completion = CompletionRequest.model_validate(body)
+        return await deps.openai(request).completion(completion, request)
+    if "inputs" in body:
+        tgi = TGIRequest.model_validate(body)
+        if tgi.stream:
+            return deps.tgi(request).generate_stream(tgi)
+        return JSONResponse([await deps.tgi(request).generate(tgi, request)])
+    raise APIError(
+        422,
+        "body must have 'inputs' (TGI), 'messages' (OpenAI chat) or 'prompt' (OpenAI completion)",
+        field="inputs",
+    )

@@ -1,0 +1,134 @@
+"""What every API adapter needs: the engine, settings, metrics, the chat template."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+from starlette.requests import Request
+
+from llmhost.engine import AsyncEngine, EngineError, GenerationEvent, GenerationRequest, SamplingParams
+from llmhost.engine.loop import RequestStream
+from llmhost.server.chat_template import ChatTemplate, ChatTemplateError
+from llmhost.server.errors import APIError, from_engine, model_loading
+from llmhost.server.metrics import ServerMetrics
+from llmhost.server.settings import ServerSettings
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex}"
+
+
+def sse(data: Any, prefix: str = "data: ") -> str:
+    payload = data if isinstance(data, str) else json.dumps(data, separators=(",", ":"), ensure_ascii=False)
+    return f"{prefix}{payload}\n\n"
+
+
+class ServingContext:
+    def __init__(self, engine: AsyncEngine, settings: ServerSettings, metrics: ServerMetrics) -> None:
+        self.engine = engine
+        self.settings = settings
+        self.metrics = metrics
+        self._chat_template: ChatTemplate | None = None
+        self.started_at = int(time.time())
+
+    # -- model -------------------------------------------------------------------------------------
+    def require_ready(self) -> None:
+        if not self.engine.ready:
+            raise model_loading(self.engine.error or "the model is still loading")
+
+    def tokenize(self, text: str, add_special: bool = True) -> list[int]:
+        self.require_ready()
+        return self.engine.tokenize(text, add_special=add_special)
+
+    def check_tokens(self, tokens: list[int], field: str) -> list[int]:
+        self.require_ready()
+        n_vocab = self.engine.info.n_vocab
+        for t in tokens:
+            if not 0 <= t < n_vocab:
+                raise APIError(
+                    422,
+                    f"token id {t} is outside the vocabulary [0, {n_vocab})",
+                    field=field,
+                    extra={"value": t, "limit": n_vocab - 1},
+                )
+        return tokens
+
+    def chat_template(self) -> ChatTemplate:
+        self.require_ready()
+        if self._chat_template is None:
+            info = self.engine.info
+            source = self.settings.chat_template or info.chat_template
+            if not source:
+                raise APIError(
+                    400,
+                    "this model has no chat template (none in the GGUF, none given with --chat-template); "
+                    "use /v1/completions or a TGI body, or start the server with --chat-template FILE",
+                    field="messages",
+                )
+            self._chat_template = ChatTemplate(source, info.bos_token, info.eos_token)
+        return self._chat_template
+
+    def chat_prompt_tokens(self, messages: list[dict[str, Any]]) -> list[int]:
+        template = self.chat_template()
+        try:
+            text = template.render(messages)
+        except ChatTemplateError as exc:
+            raise APIError(400, str(exc), field="messages") from exc
+        # templates usually write the BOS token themselves: don't add a second one
+        has_bos = bool(template.bos_token) and text.startswith(template.bos_token)
+        return self.tokenize(text, add_special=not has_bos)
+
+    def remaining(self, n_prompt: int) -> int:
+        return max(1, self.settings.engine.max_total_tokens - n_prompt)
+
+    # -- requests ----------------------------------------------------------------------------------
+    def submit(self, request_id: str, prompt: list[int], params: SamplingParams, api: str) -> RequestStream:
+        self.require_ready()
+        try:
+            return self.engine.submit(GenerationRequest(request_id, prompt, params))
+        except EngineError as exc:
+            err = from_engine(exc)
+            self.metrics.rejected.labels(reason=str(err.status)).inc()
+            raise err from exc
+
+    def finished(self, api: str, event: GenerationEvent) -> None:
+        self.metrics.count(api, event.finish_reason.value if event.finish_reason else "unknown")
+
+    async def collect(self, stream: RequestStream, request: Request) -> list[GenerationEvent]:
+        """All events of a non-streamed request; a client that goes away aborts it."""
+        collector = asyncio.ensure_future(stream.collect())
+        watcher = asyncio.ensure_future(_wait_disconnect(request))
+        try:
+            done, _ = await asyncio.wait({collector, watcher}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            watcher.cancel()
+        if collector not in done:
+            stream.abort()
+            collector.cancel()
+            raise APIError(499, "client disconnected", "client_closed")
+        return collector.result()
+
+    async def events(self, stream: RequestStream) -> AsyncIterator[GenerationEvent]:
+        """Streamed events; if the response is cancelled (client gone), the request is aborted."""
+        try:
+            async for event in stream:
+                yield event
+        finally:
+            stream.abort()
+
+
+async def _wait_disconnect(request: Request) -> None:
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            return
+
+
+def raise_if_failed(event: GenerationEvent) -> None:
+    if event.error is not None:
+        raise APIError(500, f"generation failed: {event.error}", "server_error")

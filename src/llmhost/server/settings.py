@@ -1,0 +1,48 @@
+"""Server configuration: flags, with SageMaker/TGI environment variables as defaults."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from llmhost.engine.config import EngineConfig
+
+# SageMaker's request payload limit for real-time endpoints
+MAX_BODY_BYTES = 6 * 1024 * 1024
+DEFAULT_PORT = 8080
+# seconds a refused client is told to wait before retrying
+RETRY_AFTER_S = 1
+
+
+def env_int(name: str, default: int) -> int:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        return int(raw)
+    except ValueError as exc:
+        raise ValueError(f"environment variable {name}={raw!r} is not an integer") from exc
+
+
+@dataclass(slots=True, frozen=True)
+class ServerSettings:
+    model_path: Path
+    engine: EngineConfig
+    host: str = "0.0.0.0"
+    port: int = DEFAULT_PORT
+    served_model_name: str = ""
+    chat_template: str | None = None  # jinja text overriding the GGUF's template
+    max_body_bytes: int = MAX_BODY_BYTES
+    default_max_new_tokens: int = 100  # TGI bodies without max_new_tokens
+    extra: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not 0 < self.port < 65536:
+            raise ValueError(f"port must be in 1..65535, got {self.port}")
+        if self.max_body_bytes < 1:
+            raise ValueError(f"max_body_bytes must be >= 1, got {self.max_body_bytes}")
+
+    @property
+    def model_name(self) -> str:
+        return self.served_model_name or self.model_path.stem

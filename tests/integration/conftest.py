@@ -1,0 +1,136 @@
+"""A real `llmhost serve` of the default model on 127.0.0.1, started once per module."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+
+FIXTURES = Path(__file__).parent.parent / "fixtures"
+CHAT_TEMPLATE = FIXTURES / "gemma_chat.jinja"
+STARTUP_TIMEOUT_S = 120
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Server:
+    url: str
+    process: subprocess.Popen[bytes]
+    log: Path
+
+    def client(self, timeout: float = 120) -> httpx.Client:
+        return httpx.Client(base_url=self.url, timeout=timeout)
+
+    def metric(self, name: str) -> float:
+        """Sum of the samples of one metric in /metrics."""
+        text = httpx.get(f"{self.url}/metrics", timeout=10).text
+        total = 0.0
+        for line in text.splitlines():
+            if line.startswith(name + " ") or line.startswith(name + "{"):
+                total += float(line.rsplit(" ", 1)[1])
+        return total
+
+    def bucket(self, name: str, le: str) -> float:
+        text = httpx.get(f"{self.url}/metrics", timeout=10).text
+        for line in text.splitlines():
+            if line.startswith(f'{name}_bucket{{le="{le}"}}'):
+                return float(line.rsplit(" ", 1)[1])
+        raise KeyError(f"{name} bucket {le}")
+
+
+def start_server(tmp: Path, *args: str) -> Server:
+    port = free_port()
+    log = tmp / f"serve-{port}.log"
+    # one engine thread: ggml's spinning thread barrier collapses when the test process and the
+    # server share two cores; speed is measured in benchmarks/, not here
+    cmd = [
+        sys.executable,
+        "-m",
+        "llmhost.cli",
+        "serve",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--threads",
+        "1",
+        *args,
+    ]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    with log.open("wb") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + STARTUP_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited with {proc.returncode}:\n{log.read_text()}")
+        try:
+            if httpx.get(f"{url}/ping", timeout=2).status_code == 200:
+                return Server(url, proc, log)
+        except httpx.TransportError:
+            pass
+        time.sleep(0.2)
+    proc.kill()
+    raise RuntimeError(f"server did not pass /ping within {STARTUP_TIMEOUT_S} s:\n{log.read_text()}")
+
+
+def stop_server(server: Server) -> None:
+    server.process.terminate()
+    try:
+        server.process.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        server.process.kill()
+
+
+@pytest.fixture(scope="session")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    srv = start_server(
+        tmp_path_factory.mktemp("serve"),
+        "--max-concurrent",
+        "8",
+        "--max-input-tokens",
+        "1536",
+        "--max-total-tokens",
+        "2048",
+        "--max-batch-tokens",
+        "512",
+        "--chat-template",
+        str(CHAT_TEMPLATE),
+        "--served-model-name",
+        "gemma-test",
+    )
+    yield srv
+    stop_server(srv)
+
+
+@pytest.fixture(scope="session")
+def small_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """Tight limits: one sequence, one queue place, short contexts."""
+    srv = start_server(
+        tmp_path_factory.mktemp("small"),
+        "--max-concurrent",
+        "1",
+        "--max-queue",
+        "1",
+        "--max-input-tokens",
+        "32",
+        "--max-total-tokens",
+        "64",
+        "--max-batch-tokens",
+        "32",
+    )
+    yield srv
+    stop_server(srv)

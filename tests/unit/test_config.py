@@ -1,0 +1,50 @@
+from pathlib import Path
+
+import pytest
+
+from llmhost.engine.config import EngineConfig
+from llmhost.engine.request import SamplingParams
+from llmhost.store import ModelNotFoundError, resolve_model
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"max_concurrent": 0}, "max_concurrent"),
+        ({"max_input_tokens": 4096, "max_total_tokens": 4096}, "max_input_tokens"),
+        ({"max_queue": -1}, "max_queue"),
+        ({"max_concurrent": 200, "prefix_cache_seqs": 100}, "256"),
+    ],
+)
+def test_engine_config_names_the_bad_limit(kwargs: dict[str, int], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        EngineConfig(**kwargs)  # type: ignore[arg-type]
+
+
+def test_context_fits_every_sequence_plus_prefix_cache() -> None:
+    cfg = EngineConfig(max_concurrent=4, max_total_tokens=1000, max_input_tokens=500, prefix_cache_tokens=300)
+    assert cfg.n_ctx == 4300
+    assert cfg.n_seq_max == 4 + cfg.prefix_cache_seqs
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [({"max_tokens": 0}, "max_tokens"), ({"top_p": 0.0}, "top_p"), ({"temperature": -1}, "temperature")],
+)
+def test_sampling_params_validate(kwargs: dict[str, float], field: str) -> None:
+    with pytest.raises(ValueError, match=field):
+        SamplingParams(**kwargs)  # type: ignore[arg-type]
+
+
+def test_resolve_model_directory_and_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "b.gguf").write_bytes(b"x")
+    (tmp_path / "a.gguf").write_bytes(b"x")
+    assert resolve_model(str(tmp_path)) == tmp_path / "a.gguf"
+    monkeypatch.setenv("SM_MODEL_DIR", str(tmp_path))
+    assert resolve_model(None) == tmp_path / "a.gguf"
+    with pytest.raises(ModelNotFoundError):
+        resolve_model(str(tmp_path / "missing.gguf"))
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(ModelNotFoundError, match=r"no \*\.gguf"):
+        resolve_model(str(empty))

@@ -1,0 +1,70 @@
+from llmhost.engine.prefix_cache import KvCopy, KvTrim, PrefixCache, common_prefix_len
+
+
+def test_common_prefix_len() -> None:
+    assert common_prefix_len([1, 2, 3], [1, 2, 4]) == 2
+    assert common_prefix_len([], [1]) == 0
+    assert common_prefix_len([1, 2], [1, 2, 3]) == 2
+
+
+def test_fresh_prompt_gets_a_free_id_and_no_ops() -> None:
+    cache = PrefixCache(n_seq_ids=4, max_idle_seqs=2, max_tokens=100)
+    match = cache.acquire([1, 2, 3], running=[])
+    assert match.n_reused == 0
+    assert match.ops == ()
+    assert cache.hits == 0
+
+
+def test_shared_prefix_with_running_sequence_is_copied() -> None:
+    cache = PrefixCache(4, 2, 100)
+    first = cache.acquire([1, 2, 3, 4, 5], running=[])
+    second = cache.acquire([1, 2, 3, 9], running=[(first.kv_seq, [1, 2, 3, 4, 5])])
+    assert second.kv_seq != first.kv_seq
+    assert second.n_reused == 3
+    assert second.ops == (KvCopy(first.kv_seq, second.kv_seq, 3),)
+
+
+def test_identical_prompt_still_decodes_its_last_token() -> None:
+    cache = PrefixCache(4, 2, 100)
+    first = cache.acquire([1, 2, 3], running=[])
+    again = cache.acquire([1, 2, 3], running=[(first.kv_seq, [1, 2, 3])])
+    assert again.n_reused == 2
+
+
+def test_idle_sequence_is_claimed_and_trimmed() -> None:
+    cache = PrefixCache(4, 2, 100)
+    m = cache.acquire([1, 2, 3], running=[])
+    assert cache.release(m.kv_seq, [1, 2, 3, 7, 8], reusable=True) == []
+    reuse = cache.acquire([1, 2, 3, 4], running=[])
+    assert reuse.kv_seq == m.kv_seq
+    assert reuse.n_reused == 3
+    assert reuse.ops == (KvTrim(m.kv_seq, 3),)
+    assert cache.idle_seqs == 0
+
+
+def test_release_evicts_least_recently_used_beyond_token_budget() -> None:
+    cache = PrefixCache(4, max_idle_seqs=4, max_tokens=10)
+    a = cache.acquire([1], running=[])
+    b = cache.acquire([2], running=[])
+    cache.release(a.kv_seq, [1] * 6, reusable=True)
+    ops = cache.release(b.kv_seq, [2] * 6, reusable=True)
+    assert ops == [KvTrim(a.kv_seq, 0)]
+    assert cache.idle_tokens == 6
+
+
+def test_unreusable_release_frees_the_id() -> None:
+    cache = PrefixCache(1, 1, 10)
+    a = cache.acquire([1, 2], running=[])
+    assert not cache.can_acquire()
+    assert cache.release(a.kv_seq, [1, 2], reusable=False) == [KvTrim(a.kv_seq, 0)]
+    assert cache.can_acquire()
+
+
+def test_ids_run_out_then_idle_sequences_are_evicted() -> None:
+    cache = PrefixCache(2, 2, 100)
+    a = cache.acquire([1, 2], running=[])
+    b = cache.acquire([3, 4], running=[])
+    cache.release(a.kv_seq, [1, 2], reusable=True)
+    c = cache.acquire([5, 6], running=[(b.kv_seq, [3, 4])])
+    assert c.kv_seq == a.kv_seq
+    assert c.ops == (KvTrim(a.kv_seq, 0),)

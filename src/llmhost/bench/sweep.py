@@ -1,0 +1,367 @@
+"""``llmhost bench sweep sweep.yaml``: start each configuration, measure every level, stop it, and
+recommend one.
+
+A configuration is one of:
+
+- ``serve:`` — ``llmhost serve MODEL --host 127.0.0.1 --port P --threads T --max-concurrent C
+  --max-batch-tokens B``; any of ``model``, ``threads``, ``max_concurrent``, ``max_batch_tokens`` may be
+  a list, and the configuration expands to their product;
+- ``command:`` — any server command (a peer such as ``llama-server``), with ``{port}``, ``{host}``,
+  ``{python}`` and ``{default_model}`` placeholders; readiness is ``GET ready_path`` answering 200;
+- ``url:`` — a server that is already running.
+
+Example::
+
+    api: openai
+    concurrency: [1, 2, 4]
+    duration_s: 30
+    prompt_tokens: 128
+    max_new_tokens: 64
+    price_per_hour: 0.0832
+    configurations:
+      - serve: {model: default, threads: [1, 2], max_concurrent: [1, 4]}
+      - name: llama-server
+        command: llama-server -m {default_model} --host {host} --port {port} -t 2 -np 4
+        ready_path: /health
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import os
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import IO, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from llmhost.bench.http import simple_request
+from llmhost.bench.report import ResultsWriter
+from llmhost.bench.results import BenchResults, ConfigResult
+from llmhost.bench.runner import BenchConfig, NullProgress, Progress, _now, finish_results, measure_config
+
+HOST = "127.0.0.1"
+
+
+class ServeSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    model: str | list[str] = "default"
+    threads: int | list[int] | None = None
+    max_concurrent: int | list[int] | None = None
+    max_batch_tokens: int | list[int] | None = None
+    copies: int | list[int] = 1
+    extra_args: list[str] = Field(default_factory=list)
+
+
+class ConfigSpec(BaseModel):
+    """One entry of ``configurations``: exactly one of ``serve``, ``command`` or ``url``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str | None = None
+    serve: ServeSpec | None = None
+    command: str | list[str] | None = None
+    url: str | None = None
+    ready_path: str | None = None
+    startup_timeout_s: float | None = None
+    env: dict[str, str] = Field(default_factory=dict)
+    api: Literal["openai", "chat", "sagemaker", "tgi"] | None = None
+    price_per_hour: float | None = None
+    model_name: str | None = None  # OpenAI "model" field to send
+    component: str | None = None
+    headers: dict[str, str] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> ConfigSpec:
+        kinds = [k for k in ("serve", "command", "url") if getattr(self, k) is not None]
+        if len(kinds) != 1:
+            raise ValueError("a configuration needs exactly one of serve, command or url")
+        return self
+
+
+class SweepSpec(BaseModel):
+    """A sweep file. Measurement settings apply to every configuration."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = "sweep"
+    api: Literal["openai", "chat", "sagemaker", "tgi"] = "openai"
+    concurrency: list[int] = Field(default_factory=lambda: [1, 2, 4])
+    rates: list[float] | None = None
+    duration_s: float | None = None
+    requests: int | None = None
+    warmup: int = 1
+    timeout_s: float = 120.0
+    max_error_rate: float | None = 0.5
+    prompt_tokens: int = 128
+    max_new_tokens: int = 64
+    prompts_file: str | None = None
+    builtin_prompts: bool = False
+    num_prompts: int = 32
+    price_per_hour: float | None = None
+    discount: float = 0.0
+    ready_path: str = "/ping"
+    startup_timeout_s: float = 600.0
+    at_concurrency: float | None = None
+    slo_ms_per_token: float | None = None
+    slo_ttft_ms: float | None = None
+    configurations: list[ConfigSpec]
+
+    @classmethod
+    def load(cls, path: str | Path) -> SweepSpec:
+        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+        if not isinstance(data, dict):
+            raise ValueError(f"{path}: a sweep file is a YAML mapping")
+        spec = cls.model_validate(data)
+        base = Path(path).resolve().parent
+        if spec.prompts_file and not Path(spec.prompts_file).is_absolute():
+            spec.prompts_file = str(base / spec.prompts_file)
+        return spec
+
+
+class Launch(BaseModel):
+    """One expanded configuration: how to reach (and maybe start) it."""
+
+    name: str
+    kind: Literal["serve", "command", "url"]
+    argv: list[str] = Field(default_factory=list)  # with a {port} placeholder still in it
+    url: str | None = None
+    params: dict[str, Any] = Field(default_factory=dict)
+    spec: ConfigSpec
+
+
+def _as_list(v: Any) -> list[Any]:
+    if v is None:
+        return [None]
+    return v if isinstance(v, list) else [v]
+
+
+def llmhost_command() -> list[str]:
+    """How to run this installation's ``llmhost`` CLI."""
+    script = Path(sys.executable).parent / "llmhost"
+    if script.exists():
+        return [str(script)]
+    return [sys.executable, "-c", "from llmhost.cli import main; main()"]
+
+
+def expand(spec: SweepSpec) -> list[Launch]:
+    launches: list[Launch] = []
+    for i, cfg in enumerate(spec.configurations):
+        if cfg.serve is not None:
+            s = cfg.serve
+            for model, threads, conc, batch, copies in itertools.product(
+                _as_list(s.model), _as_list(s.threads), _as_list(s.max_concurrent),
+                _as_list(s.max_batch_tokens), _as_list(s.copies),
+            ):  # fmt: skip
+                if copies not in (None, 1):
+                    raise ValueError(
+                        "copies > 1 needs `llmhost endpoint` configurations, which sweeps do not start yet"
+                    )
+                params: dict[str, Any] = {"model": model}
+                argv = [*llmhost_command(), "serve", str(model), "--host", HOST, "--port", "{port}"]
+                parts = [Path(str(model)).stem if model != "default" else "default"]
+                for key, flag, short, value in (
+                    ("threads", "--threads", "t", threads),
+                    ("max_concurrent", "--max-concurrent", "mc", conc),
+                    ("max_batch_tokens", "--max-batch-tokens", "b", batch),
+                ):
+                    if value is not None:
+                        params[key] = value
+                        argv += [flag, str(value)]
+                        parts.append(f"{short}{value}")
+                argv += s.extra_args
+                name = "-".join(parts)
+                if cfg.name:
+                    name = f"{cfg.name}-{name}"
+                launches.append(Launch(name=name, kind="serve", argv=argv, params=params, spec=cfg))
+        elif cfg.command is not None:
+            argv = shlex.split(cfg.command) if isinstance(cfg.command, str) else list(cfg.command)
+            launches.append(
+                Launch(name=cfg.name or f"command{i}", kind="command", argv=argv,
+                       params={"command": " ".join(argv)}, spec=cfg)
+            )  # fmt: skip
+        else:
+            launches.append(
+                Launch(
+                    name=cfg.name or str(cfg.url), kind="url", url=cfg.url, params={"url": cfg.url}, spec=cfg
+                )
+            )
+    names = [launch.name for launch in launches]
+    for name in names:
+        if names.count(name) > 1:
+            raise ValueError(f"two configurations are named {name!r}; give them distinct names")
+    return launches
+
+
+def fill_placeholders(arg: str, port: int) -> str:
+    """``{port}``, ``{host}``, ``{python}`` and ``{default_model}`` (the bundled GGUF's path)."""
+    arg = arg.replace("{port}", str(port)).replace("{host}", HOST).replace("{python}", sys.executable)
+    if "{default_model}" in arg:
+        from llmhost.store.resolve import resolve_model
+
+        arg = arg.replace("{default_model}", str(resolve_model("default")))
+    return arg
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((HOST, 0))
+        return int(s.getsockname()[1])
+
+
+class ServerProcess:
+    """A server started for one configuration, in its own process group."""
+
+    def __init__(self, argv: list[str], env: dict[str, str], log_path: Path) -> None:
+        self.argv = argv
+        self.log_path = log_path
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._log: IO[bytes] = open(log_path, "wb")  # noqa: SIM115
+        self.proc = subprocess.Popen(
+            argv,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env={**os.environ, **env},
+            start_new_session=True,
+        )
+
+    def log_tail(self, n: int = 2000) -> str:
+        try:
+            return self.log_path.read_bytes()[-n:].decode("utf-8", "replace")
+        except OSError:
+            return ""
+
+    async def wait_ready(self, url: str, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            code = self.proc.poll()
+            if code is not None:
+                raise RuntimeError(f"server exited with code {code} before it was ready:\n{self.log_tail()}")
+            try:
+                status, _ = await simple_request(url, "GET", None, 2.0)
+                if status == 200:
+                    return
+            except Exception:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"server not ready within {timeout_s:g} s:\n{self.log_tail()}")
+            await asyncio.sleep(0.25)
+
+    def stop(self, grace_s: float = 15.0) -> None:
+        if self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(grace_s)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(5)
+        self._log.close()
+
+
+def bench_config_for(spec: SweepSpec, launch: Launch, url: str) -> BenchConfig:
+    c = launch.spec
+    return BenchConfig(
+        url=url,
+        api=c.api or spec.api,
+        concurrency=list(spec.concurrency),
+        rates=spec.rates,
+        duration_s=spec.duration_s,
+        requests=spec.requests,
+        warmup=spec.warmup,
+        timeout_s=spec.timeout_s,
+        max_error_rate=spec.max_error_rate,
+        prompt_tokens=spec.prompt_tokens,
+        max_new_tokens=spec.max_new_tokens,
+        prompts_file=spec.prompts_file,
+        builtin_prompts=spec.builtin_prompts,
+        num_prompts=spec.num_prompts,
+        price_per_hour=c.price_per_hour if c.price_per_hour is not None else spec.price_per_hour,
+        discount=spec.discount,
+        model=c.model_name,
+        component=c.component,
+        headers=dict(c.headers),
+        name=launch.name,
+    )
+
+
+async def arun_sweep(
+    spec: SweepSpec,
+    out_dir: str | Path,
+    progress: Progress | None = None,
+    results: BenchResults | None = None,
+) -> BenchResults:
+    """Async form of :func:`run_sweep`; ``results`` is filled in place."""
+    progress = progress or NullProgress()
+    results = results if results is not None else BenchResults()
+    launches = expand(spec)
+    results.settings = spec.model_dump(mode="json")
+    results.started_at = _now()
+    out = Path(out_dir)
+    writer = ResultsWriter(out)
+    run_t0 = time.perf_counter()
+    try:
+        for launch in launches:
+            proc: ServerProcess | None = None
+            url = launch.url or ""
+            cr = ConfigResult(launch.name, url, launch.spec.api or spec.api, params=dict(launch.params))
+            results.configs.append(cr)
+            try:
+                if launch.kind != "url":
+                    port = free_port()
+                    argv = [fill_placeholders(a, port) for a in launch.argv]
+                    url = f"http://{HOST}:{port}"
+                    cr.url = url
+                    progress.message(f"{launch.name}: starting {' '.join(argv)}")
+                    proc = ServerProcess(argv, launch.spec.env, out / "logs" / f"{launch.name}.log")
+                    ready = launch.spec.ready_path or spec.ready_path
+                    await proc.wait_ready(
+                        url + ready, launch.spec.startup_timeout_s or spec.startup_timeout_s
+                    )
+                cfg = bench_config_for(spec, launch, url)
+                cr.price_per_hour = cfg.price_per_hour
+                cfg.validate()
+                await measure_config(cfg, cr, writer.record, progress, run_t0)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # one configuration failing does not end the sweep
+                cr.error = f"{type(exc).__name__}: {exc}"
+                progress.message(f"{launch.name}: failed: {cr.error.splitlines()[0]}")
+            finally:
+                if proc is not None:
+                    progress.message(f"{launch.name}: stopping")
+                    proc.stop()  # synchronous: must also run when the sweep is being cancelled
+                writer.flush()
+    except asyncio.CancelledError:
+        results.interrupted = True
+        raise
+    finally:
+        finish_results(
+            results,
+            writer,
+            at_concurrency=spec.at_concurrency,
+            slo_ms_per_token=spec.slo_ms_per_token,
+            slo_ttft_ms=spec.slo_ttft_ms,
+        )
+    return results
+
+
+def run_sweep(spec: SweepSpec, out_dir: str | Path, progress: Progress | None = None) -> BenchResults:
+    """Run a sweep and write its results directory; Ctrl-C writes what was measured and returns."""
+    results = BenchResults()
+    try:
+        return asyncio.run(arun_sweep(spec, out_dir, progress, results))
+    except KeyboardInterrupt:
+        results.interrupted = True
+        return results

@@ -1,0 +1,208 @@
+"""API adapters: how to ask each kind of server for a streamed generation and read its answer.
+
+Every adapter builds a request body for a prompt and a fixed number of new tokens, and turns the
+``data`` payloads of the server-sent events it gets back into token arrivals. Output tokens are
+counted from the server's own report when it gives one (OpenAI ``usage``, TGI ``details``), else by
+counting the stream events that carry generated text.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+APIS = ("openai", "chat", "sagemaker", "tgi")
+COMPONENT_HEADER = "X-Amzn-SageMaker-Inference-Component"
+
+
+class StreamError(Exception):
+    """The stream could not be understood (``malformed_stream``) or carried an error event."""
+
+    def __init__(self, kind: str, detail: str) -> None:
+        super().__init__(f"{kind}: {detail}")
+        self.kind = kind
+        self.detail = detail
+
+
+class StreamState:
+    """What one streamed response said so far. Subclasses parse one API's event payloads."""
+
+    __slots__ = ("counted_tokens", "finished", "reported_output_tokens", "reported_prompt_tokens")
+
+    def __init__(self) -> None:
+        self.counted_tokens = 0
+        self.reported_output_tokens: int | None = None
+        self.reported_prompt_tokens: int | None = None
+        self.finished = False
+
+    def feed(self, payload: bytes) -> int:
+        """Parse one event's data; return how many generated tokens it carried."""
+        raise NotImplementedError
+
+    @property
+    def output_tokens(self) -> int:
+        if self.reported_output_tokens is not None:
+            return self.reported_output_tokens
+        return self.counted_tokens
+
+    @property
+    def counted_by(self) -> str:
+        return "server" if self.reported_output_tokens is not None else "events"
+
+    def check_complete(self) -> None:
+        """Raise when the stream ended without its API's end marker."""
+        if not self.finished:
+            raise StreamError("malformed_stream", "stream ended without its final event")
+
+
+def _loads(payload: bytes) -> Any:
+    try:
+        return json.loads(payload)
+    except ValueError as exc:
+        raise StreamError("malformed_stream", f"event is not JSON: {payload[:80]!r}") from exc
+
+
+def _error_text(obj: dict[str, Any]) -> str:
+    err = obj.get("error")
+    if isinstance(err, dict):
+        return str(err.get("message") or err)
+    return str(err)
+
+
+class OpenAIStream(StreamState):
+    """OpenAI completion / chat chunks, ending with ``data: [DONE]``."""
+
+    __slots__ = ("_chat",)
+
+    def __init__(self, chat: bool) -> None:
+        super().__init__()
+        self._chat = chat
+
+    def feed(self, payload: bytes) -> int:
+        if payload.startswith(b"[DONE]"):
+            self.finished = True
+            return 0
+        obj = _loads(payload)
+        if not isinstance(obj, dict):
+            raise StreamError("malformed_stream", f"event is not an object: {payload[:80]!r}")
+        if "error" in obj:
+            raise StreamError("stream_error", _error_text(obj))
+        usage = obj.get("usage")
+        if isinstance(usage, dict):
+            out = usage.get("completion_tokens")
+            if isinstance(out, int):
+                self.reported_output_tokens = out
+            prompt = usage.get("prompt_tokens")
+            if isinstance(prompt, int):
+                self.reported_prompt_tokens = prompt
+        choices = obj.get("choices")
+        if not isinstance(choices, list):
+            raise StreamError("malformed_stream", f"chunk without choices: {payload[:80]!r}")
+        n = 0
+        for choice in choices:
+            if not isinstance(choice, dict):
+                raise StreamError("malformed_stream", "choice is not an object")
+            if self._chat:
+                delta = choice.get("delta") or {}
+                if delta.get("content") or delta.get("reasoning_content"):
+                    n += 1
+            elif choice.get("text"):
+                n += 1
+        self.counted_tokens += n
+        return n
+
+
+class TGIStream(StreamState):
+    """TGI ``data:{"token": {...}, "generated_text": ..., "details": ...}`` events."""
+
+    __slots__ = ()
+
+    def feed(self, payload: bytes) -> int:
+        obj = _loads(payload)
+        if not isinstance(obj, dict):
+            raise StreamError("malformed_stream", f"event is not an object: {payload[:80]!r}")
+        if "error" in obj:
+            raise StreamError("stream_error", _error_text(obj))
+        token = obj.get("token")
+        if not isinstance(token, dict):
+            raise StreamError("malformed_stream", f"event without a token: {payload[:80]!r}")
+        self.counted_tokens += 1
+        if obj.get("generated_text") is not None:
+            self.finished = True
+            details = obj.get("details")
+            if isinstance(details, dict) and isinstance(details.get("generated_tokens"), int):
+                self.reported_output_tokens = details["generated_tokens"]
+        return 1
+
+
+@dataclass(frozen=True)
+class Target:
+    """One API on one server: the route, the body and the stream parser.
+
+    ``api``: ``openai`` (``/v1/completions``), ``chat`` (``/v1/chat/completions``), ``sagemaker``
+    (``/invocations`` with a TGI body, ``"stream": true``, optional inference-component header) or
+    ``tgi`` (``/generate_stream``).
+    """
+
+    api: str
+    model: str | None = None
+    component: str | None = None
+    ignore_eos: bool = True
+    temperature: float | None = None  # None: leave it to the server
+    extra_headers: tuple[tuple[str, str], ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.api not in APIS:
+            raise ValueError(f"unknown api {self.api!r}; choose one of {', '.join(APIS)}")
+
+    @property
+    def path(self) -> str:
+        return {
+            "openai": "/v1/completions",
+            "chat": "/v1/chat/completions",
+            "sagemaker": "/invocations",
+            "tgi": "/generate_stream",
+        }[self.api]
+
+    def headers(self) -> dict[str, str]:
+        headers = {"Accept": "text/event-stream"}
+        if self.component and self.api == "sagemaker":
+            headers[COMPONENT_HEADER] = self.component
+        headers.update(dict(self.extra_headers))
+        return headers
+
+    def body(self, prompt: str, max_new_tokens: int) -> dict[str, Any]:
+        if self.api in ("openai", "chat"):
+            body: dict[str, Any] = {"model": self.model or "default"}
+            if self.api == "chat":
+                body["messages"] = [{"role": "user", "content": prompt}]
+            else:
+                body["prompt"] = prompt
+            body.update(
+                {
+                    "max_tokens": max_new_tokens,
+                    "stream": True,
+                    "stream_options": {"include_usage": True},
+                }
+            )
+            if self.ignore_eos:
+                body["ignore_eos"] = True  # llama-server, vLLM and llmhost honour it
+            if self.temperature is not None:
+                body["temperature"] = self.temperature
+            return body
+        # TGI has no ignore_eos: max_new_tokens is a cap, and details report the real count.
+        tgi: dict[str, Any] = {
+            "inputs": prompt,
+            "parameters": {"max_new_tokens": max_new_tokens, "details": True},
+        }
+        if self.temperature:  # TGI wants temperature > 0; 0 means greedy, its default
+            tgi["parameters"] |= {"temperature": self.temperature, "do_sample": True}
+        if self.api == "sagemaker":
+            tgi["stream"] = True
+        return tgi
+
+    def new_stream(self) -> StreamState:
+        if self.api in ("openai", "chat"):
+            return OpenAIStream(chat=self.api == "chat")
+        return TGIStream()

@@ -1,0 +1,45 @@
+"""`llmhost bench run` and `compare` through the typer app."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from llmhost.bench.cli import app
+
+
+def test_run_and_compare(fake_url: str, tmp_path: Path) -> None:
+    runner = CliRunner()
+    outs = []
+    for name, itl in (("a", "0.004"), ("b", "0.002")):
+        out = tmp_path / name
+        result = runner.invoke(
+            app,
+            ["run", "--url", fake_url, "--api", "chat", "--concurrency", "1,2", "--requests", "4",
+             "--prompt-tokens", "16", "--max-new-tokens", "8", "--price-per-hour", "1.52",
+             "--discount", "0.25",
+             "--warmup", "1", "--header", "X-Fake-TTFT: 0.01", "--header", f"X-Fake-ITL: {itl}",
+             "--out", str(out), "--no-live"],
+        )  # fmt: skip
+        assert result.exit_code == 0, result.output
+        assert "c=2" in result.output
+        outs.append(out)
+        for f in ("requests.jsonl", "summary.json", "summary.csv", "report.html"):
+            assert (out / f).exists()
+        summary = json.loads((out / "summary.json").read_text())
+        lv = summary["configs"][0]["levels"][1]
+        assert lv["successes"] == 4 and lv["cost_per_1m_tokens_usd"] > 0
+        assert lv["blended_price_per_1m_tokens_usd"] > 0 and lv["discount"] == 0.25
+    result = runner.invoke(app, ["compare", str(outs[0]), str(outs[1])])
+    assert result.exit_code == 0, result.output
+    assert "output_tokens_per_s" in result.output and "B / A" in result.output
+
+
+def test_bad_arguments(tmp_path: Path) -> None:
+    runner = CliRunner()
+    result = runner.invoke(app, ["run", "--url", "http://127.0.0.1:9", "--api", "grpc", "--no-live"])
+    assert result.exit_code != 0
+    result = runner.invoke(app, ["run", "--url", "http://127.0.0.1:9", "--concurrency", "x", "--no-live"])
+    assert result.exit_code != 0

@@ -1,0 +1,148 @@
+"""Failures are counted by kind and never crash a run; an interrupted run writes what it measured."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from llmhost.bench import BenchConfig, arun_benchmark, load_results, run_benchmark
+from tests.unit.bench.helpers import free_port
+
+
+def _run(url: str, mode: str | None = None, **kw: object) -> dict[str, int]:
+    headers = {"X-Fake-TTFT": "0.005", "X-Fake-ITL": "0.002"}
+    if mode:
+        headers["X-Fake-Mode"] = mode
+    args: dict[str, object] = {"requests": 3, "max_error_rate": None, "max_new_tokens": 4, "prompt_tokens": 8}
+    args.update(kw)
+    cfg = BenchConfig(url=url, api=str(args.pop("api", "openai")), headers=headers, **args)  # type: ignore[arg-type]
+    results = run_benchmark(cfg)
+    (lv,) = results.levels()
+    assert lv.successes == 0
+    return lv.errors
+
+
+def test_connection_refused() -> None:
+    url = f"http://127.0.0.1:{free_port()}"
+    assert _run(url, concurrency=[2], requests=4) == {"connection_refused": 4}
+
+
+@pytest.mark.parametrize(
+    ("mode", "kind"),
+    [("429", "http_429"), ("500", "http_5xx"), ("400", "http_4xx"), ("malformed", "malformed_stream"),
+     ("truncated", "malformed_stream"), ("error_event", "stream_error")],
+)  # fmt: skip
+@pytest.mark.parametrize("api", ["openai", "tgi"])
+def test_error_kinds(fake_url: str, mode: str, kind: str, api: str) -> None:
+    assert _run(fake_url, mode, api=api) == {kind: 3}
+
+
+def test_timeout(fake_url: str) -> None:
+    t0 = time.perf_counter()
+    assert _run(fake_url, "hang", concurrency=[2], requests=2, timeout_s=0.3) == {"timeout": 2}
+    assert time.perf_counter() - t0 < 10
+
+
+def test_errors_then_success_on_the_same_connection(fake_url: str) -> None:
+    # a 429 answer keeps the keep-alive connection usable: the next level succeeds
+    cfg = BenchConfig(url=fake_url, concurrency=[1], requests=2, max_new_tokens=3, prompt_tokens=4,
+                      headers={"X-Fake-TTFT": "0.001", "X-Fake-ITL": "0.001"})  # fmt: skip
+    (lv,) = run_benchmark(cfg).levels()
+    assert lv.successes == 2
+
+
+def test_error_rate_bound_stops_the_run(fake_url: str) -> None:
+    cfg = BenchConfig(
+        url=fake_url, concurrency=[1, 2], requests=200, max_error_rate=0.5, prompt_tokens=4,
+        headers={"X-Fake-Mode": "500"},
+    )  # fmt: skip
+    results = run_benchmark(cfg)
+    (lv,) = results.levels()  # the second level never ran
+    assert lv.stopped == "error_rate"
+    assert 10 <= lv.requests < 20
+    assert lv.errors == {"http_5xx": lv.requests}
+
+
+async def test_cancelled_run_writes_what_it_measured(fake_url: str, tmp_path: Path) -> None:
+    cfg = BenchConfig(
+        url=fake_url, concurrency=[2, 4], duration_s=30, prompt_tokens=8, max_new_tokens=5,
+        headers={"X-Fake-TTFT": "0.01", "X-Fake-ITL": "0.01"},
+    )  # fmt: skip
+    task = asyncio.create_task(arun_benchmark(cfg, tmp_path))
+    await asyncio.sleep(1.5)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    results = load_results(tmp_path)
+    assert results.interrupted
+    (lv,) = results.levels()
+    assert lv.stopped == "interrupted" and lv.successes > 5
+    lines = (tmp_path / "requests.jsonl").read_text().splitlines()
+    assert len(lines) >= lv.requests
+    assert (tmp_path / "report.html").exists() and (tmp_path / "summary.csv").exists()
+
+
+def test_ctrl_c_on_the_cli_writes_results(fake_url: str, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    code = "import sys; from llmhost.bench.cli import app; sys.exit(app())"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, "run", "--url", fake_url, "--concurrency", "2", "--duration", "30",
+         "--prompt-tokens", "8", "--max-new-tokens", "5", "--header", "X-Fake-TTFT: 0.01",
+         "--header", "X-Fake-ITL: 0.01", "--out", str(out), "--no-live"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:  # wait until requests are being measured
+        p = out / "requests.jsonl"
+        if p.exists() and p.stat().st_size > 2000:
+            break
+        time.sleep(0.1)
+    os.kill(proc.pid, signal.SIGINT)
+    stdout, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 130, stdout.decode()
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["interrupted"] is True
+    level = summary["configs"][0]["levels"][0]
+    assert level["successes"] > 0 and level["stopped"] == "interrupted"
+    assert b"Interrupted" in stdout
+
+
+async def test_server_closing_idle_keep_alive_connections_is_not_an_error() -> None:
+    events = [
+        b'data: {"choices":[{"text":" a"}]}\n\n',
+        b'data: {"choices":[{"text":" b"}]}\n\n',
+        b"data: [DONE]\n\n",
+    ]
+    body = b"".join(b"%x\r\n%s\r\n" % (len(e), e) for e in events) + b"0\r\n\r\n"
+    answer = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n" + body
+    served = 0
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal served
+        head = await reader.readuntil(b"\r\n\r\n")
+        length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
+        await reader.readexactly(length)
+        writer.write(answer)  # then close, without saying so: the client must reconnect quietly
+        await writer.drain()
+        writer.close()
+        served += 1
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    async with server:
+        cfg = BenchConfig(
+            url=f"http://127.0.0.1:{port}", concurrency=[2], requests=6, tokenize=False, model="m",
+            max_error_rate=None,
+        )  # fmt: skip
+        results = await arun_benchmark(cfg)
+    (lv,) = results.levels()
+    assert lv.successes == 6, lv.errors
+    assert lv.output_tokens == 12 and served == 6

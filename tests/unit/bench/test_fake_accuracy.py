@@ -1,0 +1,66 @@
+"""Against a real streaming server with known delays, measured TTFT, ITL and throughput are within 5%."""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from llmhost.bench import BenchConfig, run_benchmark
+
+TTFT = 0.08
+ITL = 0.01
+TOKENS = 20
+E2E = TTFT + (TOKENS - 1) * ITL
+DELAYS = {"X-Fake-TTFT": str(TTFT), "X-Fake-ITL": str(ITL)}
+
+
+@pytest.mark.parametrize("api", ["openai", "chat", "tgi", "sagemaker"])
+def test_measured_figures_match_known_delays(fake_url: str, api: str, tmp_path: Path) -> None:
+    cfg = BenchConfig(
+        url=fake_url, api=api, concurrency=[1], requests=4, warmup=1, prompt_tokens=32,
+        max_new_tokens=TOKENS, headers=DELAYS, component="ic-a", price_per_hour=1.52,
+    )  # fmt: skip
+    results = run_benchmark(cfg, tmp_path)
+    (lv,) = results.levels()
+    assert lv.requests == 4 and lv.successes == 4, lv.errors
+    assert lv.get("ttft_s_p50") == pytest.approx(TTFT, rel=0.05)
+    assert lv.get("itl_s_p50") == pytest.approx(ITL, rel=0.05)
+    assert lv.get("e2e_s_p50") == pytest.approx(E2E, rel=0.05)
+    assert lv.get("ms_per_token_p50") == pytest.approx(1000 * E2E / TOKENS, rel=0.05)
+    assert lv.output_tokens_per_s == pytest.approx(TOKENS / E2E, rel=0.05)
+    assert lv.output_tokens == 4 * TOKENS
+    assert lv.input_tokens_per_s > 0
+    recs = [json.loads(line) for line in (tmp_path / "requests.jsonl").read_text().splitlines()]
+    assert len(recs) == 5 and sum(r["warmup"] for r in recs) == 1
+    assert all(r["tokens_counted_by"] == "server" for r in recs)
+    assert results.configs[0].workload["token_count_method"] == "tokenize"
+    if api == "sagemaker":
+        with urllib.request.urlopen(f"{fake_url}/stats") as resp:
+            assert json.load(resp)["component"] == "ic-a"
+
+
+def test_concurrency_scales_throughput(fake_url: str) -> None:
+    cfg = BenchConfig(
+        url=fake_url, api="openai", concurrency=[4], requests=8, prompt_tokens=16, max_new_tokens=TOKENS,
+        headers=DELAYS,
+    )  # fmt: skip
+    (lv,) = run_benchmark(cfg).levels()
+    assert lv.successes == 8
+    assert lv.output_tokens_per_s == pytest.approx(4 * TOKENS / E2E, rel=0.05)
+    assert lv.get("itl_s_p50") == pytest.approx(ITL, rel=0.05)
+    assert lv.total_tokens_per_s_blended == pytest.approx(4 / ITL, rel=0.05)
+
+
+def test_open_loop_rate(fake_url: str) -> None:
+    cfg = BenchConfig(
+        url=fake_url, api="tgi", rates=[20.0], duration_s=1.0, prompt_tokens=8, max_new_tokens=5,
+        headers={"X-Fake-TTFT": "0.01", "X-Fake-ITL": "0.01"}, seed=3,
+    )  # fmt: skip
+    (lv,) = run_benchmark(cfg).levels()
+    assert lv.mode == "open" and lv.rate_rps == 20.0 and lv.concurrency is None
+    assert 8 <= lv.requests <= 40  # Poisson(20) over one second
+    assert lv.successes == lv.requests
+    assert lv.get("ttft_s_p50") == pytest.approx(0.01, abs=0.005)

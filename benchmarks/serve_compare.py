@@ -111,6 +111,10 @@ def server_commands(model: Path, threads: int, conc: int, ctx_per_seq: int) -> d
     }
 
 
+# each server's own readiness probe
+READY_PATH = {"llmhost": "/ping", "llama-server": "/health", "llama-cpp-python": "/v1/models"}
+
+
 class Running:
     def __init__(self, name: str, cmd: list[str]) -> None:
         self.name = name
@@ -127,7 +131,7 @@ class Running:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"{self.name} exited: see {self.log}")
             try:
-                if httpx.get(f"{self.url}/v1/models", timeout=2).status_code == 200:
+                if httpx.get(self.url + READY_PATH[self.name], timeout=2).status_code == 200:
                     return
             except httpx.TransportError:
                 pass
@@ -142,33 +146,55 @@ class Running:
             self.proc.kill()
 
 
-async def make_prompts(tokenizer_url: str, out: Path, seed: int) -> tuple[Path, Path]:
-    """Both workloads' prompts, measured with the real tokenizer, written once for every server."""
+def level_requests(conc: int) -> int:
+    return max(8, 3 * conc)
+
+
+WARMUP = 1
+
+
+def write_prompts(path: Path, prompts: list[str]) -> Path:
+    path.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in prompts))
+    return path
+
+
+async def make_prompts(
+    tokenizer_url: str, out: Path, levels: list[int], conc: int, seed: int
+) -> dict[str, Path]:
+    """Every level's prompts, measured with the real tokenizer, written once for every server.
+
+    No prompt is sent twice in a run: a server's prompt cache (llama-server keeps finished prompts in
+    its slots and in RAM) must not answer a later level from an earlier one.
+    """
     tok = Tokenizer(tokenizer_url)
-    distinct = await synthetic_workload(DISTINCT_PROMPT_TOKENS, 48, tok)
-    a = out / "distinct.jsonl"
-    a.write_text("".join(json.dumps({"prompt": p.text}) + "\n" for p in distinct.prompts))
+    needed = [level_requests(c) + WARMUP for c in levels]
+    distinct = await synthetic_workload(DISTINCT_PROMPT_TOKENS, sum(needed), tok)
+    texts = [p.text for p in distinct.prompts]
+    files: dict[str, Path] = {}
+    start = 0
+    for c, n in zip(levels, needed, strict=True):
+        files[f"distinct-c{c}"] = write_prompts(out / f"distinct-c{c}.jsonl", texts[start : start + n])
+        start += n
     corpus = "\n\n".join(text for text, _ in builtin_prompts())
     corpus_tokens = await tok.tokenize(corpus)
     system = (await tok.detokenize(corpus_tokens[:SHARED_SYSTEM_TOKENS])).lstrip()
     rng = random.Random(seed)
-    lines = []
-    for i in range(48):
+    shared = []
+    for i in range(level_requests(conc) + WARMUP):
         start = rng.randrange(0, len(corpus_tokens) - SHARED_QUESTION_TOKENS)
         question = await tok.detokenize(corpus_tokens[start : start + SHARED_QUESTION_TOKENS])
-        lines.append(json.dumps({"prompt": f"{system}\n\nQuestion {i}: {question.strip()}\nAnswer:"}) + "\n")
-    b = out / "shared_prefix.jsonl"
-    b.write_text("".join(lines))
-    return a, b
+        shared.append(f"{system}\n\nQuestion {i}: {question.strip()}\nAnswer:")
+    files["shared_prefix"] = write_prompts(out / "shared_prefix.jsonl", shared)
+    return files
 
 
-def measure(url: str, prompts: Path, conc: int, new_tokens: int, threads: int) -> dict[str, Any]:
+def measure(url: str, prompts: Path, conc: int, new_tokens: int) -> dict[str, Any]:
     cfg = BenchConfig(
         url=url,
         api="openai",
         concurrency=[conc],
-        requests=max(8, 3 * conc),
-        warmup=1,
+        requests=level_requests(conc),
+        warmup=WARMUP,
         prompts_file=str(prompts),
         max_new_tokens=new_tokens,
         temperature=0.0,
@@ -204,21 +230,22 @@ def main() -> None:
     commands = server_commands(model, args.threads, args.max_concurrent, ctx_per_seq=2048)
     work = Path(tempfile.mkdtemp(prefix="serve-compare-"))
     results: dict[str, Any] = {}
-    prompt_files: tuple[Path, Path] | None = None
+    prompt_files: dict[str, Path] | None = None
     for name in args.servers.split(","):
         server = Running(name, commands[name])
         try:
             server.wait_ready()
             if prompt_files is None:
-                prompt_files = asyncio.run(make_prompts(server.url, work, seed=0))
-            distinct, shared = prompt_files
+                prompt_files = asyncio.run(
+                    make_prompts(server.url, work, levels, args.max_concurrent, seed=0)
+                )
+            files = prompt_files
+            conc = args.max_concurrent
             results[name] = {
                 "distinct": [
-                    measure(server.url, distinct, c, DISTINCT_NEW_TOKENS, args.threads) for c in levels
+                    measure(server.url, files[f"distinct-c{c}"], c, DISTINCT_NEW_TOKENS) for c in levels
                 ],
-                "shared_prefix": measure(
-                    server.url, shared, args.max_concurrent, SHARED_NEW_TOKENS, args.threads
-                ),
+                "shared_prefix": measure(server.url, files["shared_prefix"], conc, SHARED_NEW_TOKENS),
             }
         finally:
             server.stop()

@@ -44,6 +44,7 @@ def serve(
         int, typer.Option(help="Tokens per decode step; env MAX_BATCH_TOTAL_TOKENS.")
     ] = 0,
     prefix_cache_tokens: Annotated[int, typer.Option(help="KV tokens kept for idle cached prefixes.")] = 4096,
+    flash_attn: Annotated[bool, typer.Option(help="llama.cpp flash attention.")] = True,
     chat_template: Annotated[
         Path | None, typer.Option(help="Jinja chat template file overriding the GGUF's.")
     ] = None,
@@ -70,6 +71,7 @@ def serve(
             max_batch_tokens=max_batch_tokens or env_int("MAX_BATCH_TOTAL_TOKENS", 512),
             prefix_cache_tokens=prefix_cache_tokens,
             n_threads=threads or env_int("LLMHOST_THREADS", 0),
+            flash_attn=flash_attn,
         )
         settings = ServerSettings(
             model_path=model_path,

@@ -177,8 +177,11 @@ class _Phase:
         warmup: bool,
         count: int | None,
         duration_s: float | None,
+        first_index: int = 0,
     ) -> None:
         self.state = state
+        # the measured phase continues after the warm-up prompts, so none is sent twice
+        self.first_index = first_index
         self.settings = settings
         self.sink = sink
         self.warmup = warmup
@@ -195,7 +198,7 @@ class _Phase:
         if self.deadline is not None and time.perf_counter() >= self.deadline:
             return None
         self.issued += 1
-        return self.issued - 1
+        return self.first_index + self.issued - 1
 
     def record(self, rec: m.RequestRecord) -> None:
         self.sink(rec)
@@ -326,7 +329,7 @@ async def run_level(
                 await run_open_phase(endpoint, target, requests, rate_rps, warm, run_t0, rng)
             state.warmup = False
         state.started_at = time.perf_counter()
-        phase = _Phase(state, settings, sink, False, settings.requests, settings.duration_s)
+        phase = _Phase(state, settings, sink, False, settings.requests, settings.duration_s, settings.warmup)
         if concurrency is not None:
             await run_closed_phase(endpoint, target, requests, concurrency, phase, run_t0, conns)
         else:

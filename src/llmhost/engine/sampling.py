@@ -26,16 +26,22 @@ class Sampler:
         if params.ignore_eos:
             for tok in model.eog_tokens:
                 bias[tok] = float("-inf")
+        penalized = (
+            params.repetition_penalty != 1.0
+            or params.frequency_penalty != 0.0
+            or params.presence_penalty != 0.0
+        )
+        # plain greedy is an argmax over the logits: llama.cpp's chain would first build a candidate
+        # array of the whole vocabulary (262k entries for Gemma) for every token
+        self._argmax = params.greedy and not penalized
+        self._bias_ids = np.fromiter(bias.keys(), dtype=np.int64, count=len(bias))
+        self._bias_values = np.fromiter(bias.values(), dtype=np.float32, count=len(bias))
         if bias:
             arr = (lc.llama_logit_bias * len(bias))()
             for i, (tok, value) in enumerate(bias.items()):
                 arr[i] = lc.llama_logit_bias(tok, value)
             lc.llama_sampler_chain_add(chain, lc.llama_sampler_init_logit_bias(model.n_vocab, len(bias), arr))
-        if (
-            params.repetition_penalty != 1.0
-            or params.frequency_penalty != 0.0
-            or params.presence_penalty != 0.0
-        ):
+        if penalized:
             lc.llama_sampler_chain_add(
                 chain,
                 lc.llama_sampler_init_penalties(
@@ -63,7 +69,14 @@ class Sampler:
             lc.llama_sampler_accept(chain, tok)
 
     def sample(self, batch_index: int) -> tuple[int, TokenLogprob | None]:
-        token = int(lc.llama_sampler_sample(self._chain, self._model.ctx, batch_index))
+        if self._argmax:
+            logits = self._model.logits(batch_index)
+            if len(self._bias_ids):
+                logits = logits.copy()
+                logits[self._bias_ids] += self._bias_values
+            token = int(np.argmax(logits))
+        else:
+            token = int(lc.llama_sampler_sample(self._chain, self._model.ctx, batch_index))
         if self.params.logprobs is None:
             return token, None
         return token, self._logprob(batch_index, token, self.params.logprobs)

@@ -209,11 +209,19 @@ async def measure_config(
             raise
         summary = _summary(cfg, label, conc, rate, records, wall, stopped)
         result.levels.append(summary)
+        requests = rotate(requests, len(records))
         progress.level_finished(summary)
         if stopped == "error_rate":
             progress.message(f"{cfg.name}: error rate above {cfg.max_error_rate:g} at {label}; stopping")
             return False
     return True
+
+
+def rotate(requests: list[PreparedRequest], sent: int) -> list[PreparedRequest]:
+    """The next level starts with the prompts this one did not send, so a server's prompt cache
+    cannot answer it from an earlier level (when there are enough distinct prompts)."""
+    k = sent % len(requests) if requests else 0
+    return requests[k:] + requests[:k]
 
 
 def _summary(

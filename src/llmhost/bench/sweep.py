@@ -104,6 +104,7 @@ class SweepSpec(BaseModel):
     max_error_rate: float | None = 0.5
     prompt_tokens: int = 128
     max_new_tokens: int = 64
+    temperature: float | None = None
     prompts_file: str | None = None
     builtin_prompts: bool = False
     num_prompts: int = 32
@@ -284,6 +285,7 @@ def bench_config_for(spec: SweepSpec, launch: Launch, url: str) -> BenchConfig:
         max_error_rate=spec.max_error_rate,
         prompt_tokens=spec.prompt_tokens,
         max_new_tokens=spec.max_new_tokens,
+        temperature=spec.temperature,
         prompts_file=spec.prompts_file,
         builtin_prompts=spec.builtin_prompts,
         num_prompts=spec.num_prompts,

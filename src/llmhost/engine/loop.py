@@ -10,7 +10,7 @@ import enum
 import logging
 import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 from llmhost.engine.config import EngineConfig
@@ -151,7 +151,7 @@ class AsyncEngine:
                     engine._fail(seq, "internal engine error")
         engine.close()
 
-    def _emitter(self, stream: RequestStream) -> callable:  # type: ignore[valid-type]
+    def _emitter(self, stream: RequestStream) -> Callable[[GenerationEvent], None]:
         def emit(event: GenerationEvent) -> None:
             if event.finished:
                 with self._cond:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from starlette.requests import Request
@@ -123,26 +123,44 @@ class OpenAIServing:
     async def _completion_stream(
         self, rid: str, body: CompletionRequest, stream: RequestStream, echo: str
     ) -> AsyncIterator[str]:
+        def choice(event: GenerationEvent, finish: str | None) -> dict[str, Any]:
+            c = self._delta_choice(event.text, finish)
+            if body.logprobs is not None and event.logprobs:
+                c["logprobs"] = self._completion_logprobs([event])
+            return c
+
+        first = [self._delta_choice(echo, None)] if echo else []
+        async for line in self._stream(rid, body, stream, "completions", "text_completion", first, choice):
+            yield line
+
+    async def _stream(
+        self,
+        rid: str,
+        body: SamplingFields,
+        stream: RequestStream,
+        api: str,
+        obj: str,
+        first: list[dict[str, Any]],
+        choice: Callable[[GenerationEvent, str | None], dict[str, Any]],
+    ) -> AsyncIterator[str]:
+        """SSE chunks of either OpenAI API: `first` choices, one chunk per text delta, usage, [DONE]."""
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
-        if echo:
-            yield sse(self._envelope(rid, "text_completion", body, [self._delta_choice(echo, None)], None))
+        for c in first:
+            yield sse(self._envelope(rid, obj, body, [c], None))
         async for event in self.ctx.events(stream):
             if event.error is not None:
                 yield sse({"error": {"message": event.error, "type": "server_error", "code": 500}})
                 break
             finish = FINISH[event.finish_reason] if event.finish_reason else None
             if event.text or finish:
-                choice = self._delta_choice(event.text, finish)
-                if body.logprobs is not None and event.logprobs:
-                    choice["logprobs"] = self._completion_logprobs([event])
-                chunk = self._envelope(rid, "text_completion", body, [choice], None)
+                chunk = self._envelope(rid, obj, body, [choice(event, finish)], None)
                 if event.finished and event.timings:
                     chunk["timings"] = event.timings.as_dict()
                 yield sse(chunk)
             if event.finished:
-                self.ctx.finished("completions", event)
+                self.ctx.finished(api, event)
                 if include_usage:
-                    yield sse(self._envelope(rid, "text_completion", body, [], event))
+                    yield sse(self._envelope(rid, obj, body, [], event))
         yield sse("[DONE]")
 
     @staticmethod
@@ -188,35 +206,20 @@ class OpenAIServing:
     async def _chat_stream(
         self, rid: str, body: ChatCompletionRequest, stream: RequestStream
     ) -> AsyncIterator[str]:
-        include_usage = bool(body.stream_options and body.stream_options.include_usage)
-        first = {
-            "index": 0,
-            "delta": {"role": "assistant", "content": ""},
-            "logprobs": None,
-            "finish_reason": None,
-        }
-        yield sse(self._envelope(rid, "chat.completion.chunk", body, [first], None))
-        async for event in self.ctx.events(stream):
-            if event.error is not None:
-                yield sse({"error": {"message": event.error, "type": "server_error", "code": 500}})
-                break
-            finish = FINISH[event.finish_reason] if event.finish_reason else None
-            if event.text or finish:
-                delta = {"content": event.text} if event.text else {}
-                choice: dict[str, Any] = {
-                    "index": 0,
-                    "delta": delta,
-                    "logprobs": None,
-                    "finish_reason": finish,
-                }
-                if body.logprobs and event.logprobs:
-                    choice["logprobs"] = self._chat_logprobs([event])
-                chunk = self._envelope(rid, "chat.completion.chunk", body, [choice], None)
-                if event.finished and event.timings:
-                    chunk["timings"] = event.timings.as_dict()
-                yield sse(chunk)
-            if event.finished:
-                self.ctx.finished("chat", event)
-                if include_usage:
-                    yield sse(self._envelope(rid, "chat.completion.chunk", body, [], event))
-        yield sse("[DONE]")
+        def choice(event: GenerationEvent, finish: str | None) -> dict[str, Any]:
+            delta = {"content": event.text} if event.text else {}
+            c: dict[str, Any] = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+            if body.logprobs and event.logprobs:
+                c["logprobs"] = self._chat_logprobs([event])
+            return c
+
+        first = [
+            {
+                "index": 0,
+                "delta": {"role": "assistant", "content": ""},
+                "logprobs": None,
+                "finish_reason": None,
+            }
+        ]
+        async for line in self._stream(rid, body, stream, "chat", "chat.completion.chunk", first, choice):
+            yield line

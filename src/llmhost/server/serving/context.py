@@ -10,6 +10,8 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from starlette.requests import Request
+from starlette.responses import StreamingResponse
+from starlette.types import Receive, Scope, Send
 
 from llmhost.engine import AsyncEngine, EngineError, GenerationEvent, GenerationRequest, SamplingParams
 from llmhost.engine.loop import RequestStream
@@ -113,13 +115,20 @@ class ServingContext:
             raise APIError(499, "client disconnected", "client_closed")
         return collector.result()
 
-    async def events(self, stream: RequestStream) -> AsyncIterator[GenerationEvent]:
-        """Streamed events; if the response is cancelled (client gone), the request is aborted."""
+
+class EventStreamResponse(StreamingResponse):
+    """SSE response that aborts its request however the response ends, also when the client left
+    before the first chunk (Starlette then cancels the response without starting the body)."""
+
+    def __init__(self, content: AsyncIterator[str], stream: RequestStream) -> None:
+        super().__init__(content, media_type="text/event-stream")
+        self._stream = stream
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
-            async for event in stream:
-                yield event
+            await super().__call__(scope, receive, send)
         finally:
-            stream.abort()
+            self._stream.abort()
 
 
 async def _wait_disconnect(request: Request) -> None:

@@ -7,13 +7,13 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, Response
 
 from llmhost.engine import FinishReason, GenerationEvent, SamplingParams, TokenLogprob
 from llmhost.engine.loop import RequestStream
 from llmhost.server.errors import APIError
 from llmhost.server.protocol.openai import ChatCompletionRequest, CompletionRequest, SamplingFields
-from llmhost.server.serving.context import ServingContext, new_id, raise_if_failed, sse
+from llmhost.server.serving.context import EventStreamResponse, ServingContext, new_id, raise_if_failed, sse
 
 FINISH = {
     FinishReason.LENGTH: "length",
@@ -80,7 +80,7 @@ class OpenAIServing:
         )
         if body.stream:
             gen = self._completion_stream(rid, body, stream, echo)
-            return StreamingResponse(gen, media_type="text/event-stream")
+            return EventStreamResponse(gen, stream)
         events = await ctx.collect(stream, request)
         last = events[-1]
         raise_if_failed(last)
@@ -147,7 +147,7 @@ class OpenAIServing:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
         for c in first:
             yield sse(self._envelope(rid, obj, body, [c], None))
-        async for event in self.ctx.events(stream):
+        async for event in stream:
             if event.error is not None:
                 yield sse({"error": {"message": event.error, "type": "server_error", "code": 500}})
                 break
@@ -178,7 +178,7 @@ class OpenAIServing:
         rid = new_id("chatcmpl")
         stream = ctx.submit(rid, prompt, params, "chat")
         if body.stream:
-            return StreamingResponse(self._chat_stream(rid, body, stream), media_type="text/event-stream")
+            return EventStreamResponse(self._chat_stream(rid, body, stream), stream)
         events = await ctx.collect(stream, request)
         last = events[-1]
         raise_if_failed(last)

@@ -11,7 +11,7 @@ from starlette.responses import StreamingResponse
 from llmhost.engine import GenerationEvent, SamplingParams
 from llmhost.engine.loop import RequestStream
 from llmhost.server.protocol.tgi import TGIParameters, TGIRequest
-from llmhost.server.serving.context import ServingContext, new_id, raise_if_failed, sse
+from llmhost.server.serving.context import EventStreamResponse, ServingContext, new_id, raise_if_failed, sse
 
 
 def sampling_params(p: TGIParameters, max_new_tokens: int) -> SamplingParams:
@@ -83,12 +83,12 @@ class TGIServing:
 
     def generate_stream(self, body: TGIRequest) -> StreamingResponse:
         stream, _ = self._start(body)
-        return StreamingResponse(self._stream(body, stream), media_type="text/event-stream")
+        return EventStreamResponse(self._stream(body, stream), stream)
 
     async def _stream(self, body: TGIRequest, stream: RequestStream) -> AsyncIterator[str]:
         pieces: list[str] = []
         index = 0
-        async for event in self.ctx.events(stream):
+        async for event in stream:
             if event.error is not None:
                 yield sse({"error": event.error, "error_type": "generation"}, prefix="data:")
                 return

@@ -10,9 +10,11 @@ from typing import Annotated
 import typer
 
 from llmhost.bench.cli import app as bench_app
+from llmhost.endpoint.cli import app as endpoint_app
 
 app = typer.Typer(help="Self-hosted, CPU-first LLM endpoints over llama.cpp.", no_args_is_help=True)
 app.add_typer(bench_app, name="bench")
+app.add_typer(endpoint_app, name="endpoint")
 
 
 @app.callback()

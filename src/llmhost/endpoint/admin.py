@@ -1,0 +1,103 @@
+"""Admin API used by `llmhost endpoint status|scale|add|remove|down`; answers loopback clients only."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from collections.abc import Callable
+from typing import Any
+
+from fastapi import APIRouter, Request
+from starlette.background import BackgroundTask
+from starlette.responses import JSONResponse, Response
+
+from llmhost.endpoint.manager import ComponentError, EndpointManager
+from llmhost.endpoint.placement import InsufficientCapacityError
+from llmhost.endpoint.router import error
+from llmhost.endpoint.spec import SpecError, parse_components
+
+LOOPBACK = {"127.0.0.1", "::1", "localhost", "testclient"}
+
+
+def _terminate_self() -> None:
+    os.kill(os.getpid(), signal.SIGTERM)  # the server's SIGTERM path: drain, stop copies, exit
+
+
+def create_admin(manager: EndpointManager, shutdown: Callable[[], None] = _terminate_self) -> APIRouter:
+    router = APIRouter(prefix="/admin")
+
+    def refused(request: Request) -> Response | None:
+        host = request.client.host if request.client else ""
+        if host not in LOOPBACK:
+            return error(403, "the admin API answers local clients only", "permission_error")
+        return None
+
+    async def body(request: Request) -> Any:
+        try:
+            return await request.json()
+        except ValueError as exc:
+            raise SpecError(f"request body is not valid JSON: {exc}") from None
+
+    def failure(exc: Exception) -> Response:
+        if isinstance(exc, ComponentError):
+            status = 409 if "already exists" in str(exc) else 404
+            return error(status, str(exc), "not_found_error" if status == 404 else "conflict_error")
+        if isinstance(exc, InsufficientCapacityError):
+            return error(409, str(exc), "insufficient_capacity")
+        return error(422, str(exc))
+
+    @router.get("/status")
+    async def status(request: Request) -> Response:
+        return refused(request) or JSONResponse(manager.status())
+
+    @router.post("/scale")
+    async def scale(request: Request) -> Response:
+        if (r := refused(request)) is not None:
+            return r
+        try:
+            data = await body(request)
+            if not isinstance(data, dict) or not isinstance(data.get("component"), str):
+                raise SpecError('body must be {"component": NAME, "copies": N}')
+            copies = data.get("copies")
+            if not isinstance(copies, int) or isinstance(copies, bool) or copies < 0:
+                raise SpecError(f"copies must be a whole number >= 0, got {copies!r}")
+            task = asyncio.ensure_future(manager.scale(data["component"], copies))
+            if not data.get("wait", True):
+                task.add_done_callback(lambda t: t.exception() if not t.cancelled() else None)
+                return JSONResponse({"accepted": True}, status_code=202)
+            return JSONResponse(await task)
+        except (ComponentError, InsufficientCapacityError, SpecError, ValueError) as exc:
+            return failure(exc)
+
+    @router.post("/components")
+    async def add(request: Request) -> Response:
+        if (r := refused(request)) is not None:
+            return r
+        try:
+            specs = parse_components(await body(request), "components")
+            manager.check(specs)
+            await manager.add(specs)
+            return JSONResponse({"added": [s.name for s in specs]}, status_code=201)
+        except (ComponentError, InsufficientCapacityError, SpecError) as exc:
+            return failure(exc)
+
+    @router.delete("/components/{name}")
+    async def remove(request: Request, name: str) -> Response:
+        if (r := refused(request)) is not None:
+            return r
+        try:
+            await manager.remove(name)
+        except ComponentError as exc:
+            return failure(exc)
+        return JSONResponse({"removed": name})
+
+    @router.post("/down")
+    async def down(request: Request) -> Response:
+        if (r := refused(request)) is not None:
+            return r
+        return JSONResponse(
+            {"stopping": manager.spec.name}, status_code=202, background=BackgroundTask(shutdown)
+        )
+
+    return router

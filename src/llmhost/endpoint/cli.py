@@ -1,0 +1,175 @@
+"""`llmhost endpoint`: run an endpoint from a file, and operate a running one."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Annotated, Any
+
+import httpx
+import typer
+
+app = typer.Typer(help="Endpoints: several models and copies behind one port, with autoscaling.",
+                  no_args_is_help=True)  # fmt: skip
+
+DEFAULT_PORT = 8080
+PortOpt = Annotated[int, typer.Option(help="The endpoint's port.")]
+HostOpt = Annotated[str, typer.Option(help="The endpoint's address (the admin API answers local clients).")]
+
+
+@app.command()
+def up(
+    file: Annotated[Path, typer.Argument(help="Endpoint file (YAML, DESIGN §4).")],
+    port: PortOpt = DEFAULT_PORT,
+    host: Annotated[str, typer.Option(help="Address to bind.")] = "0.0.0.0",
+    log_dir: Annotated[
+        Path | None, typer.Option(help="Copies' logs; default a new temporary folder.")
+    ] = None,
+    autoscale_interval: Annotated[float, typer.Option(help="Seconds between autoscaling decisions.")] = 1.0,
+    drain_timeout: Annotated[
+        float, typer.Option(help="Seconds a stopping copy waits for its requests.")
+    ] = 120.0,
+    log_level: Annotated[str, typer.Option(help="debug, info, warning, error.")] = "info",
+) -> None:
+    """Start an endpoint: place every component, start its copies, route on PORT. SIGTERM drains."""
+    import uvicorn
+
+    from llmhost.endpoint.app import create_app
+    from llmhost.endpoint.manager import ComponentError, EndpointManager, ManagerTiming
+    from llmhost.endpoint.placement import InsufficientCapacityError
+    from llmhost.endpoint.spec import SpecError, load_endpoint
+
+    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per proxied request otherwise
+    try:
+        spec = load_endpoint(file)
+    except SpecError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    timing = ManagerTiming(autoscale_interval_s=autoscale_interval, drain_timeout_s=drain_timeout)
+    if log_dir is not None:
+        log_dir.mkdir(parents=True, exist_ok=True)
+    manager = EndpointManager(spec, log_dir=log_dir, timing=timing)
+    try:
+        manager.check()  # nothing has started yet
+    except (InsufficientCapacityError, ComponentError) as exc:
+        typer.echo(f"error: endpoint {spec.name!r} refused: {exc}", err=True)
+        raise typer.Exit(1) from None
+    typer.echo(
+        f"llmhost endpoint {spec.name}: {len(spec.components)} component(s) on {host}:{port}; "
+        f"CPUs {','.join(map(str, manager.ledger.cpus))}, {manager.ledger.memory_mb} MB available; "
+        f"copy logs in {manager.log_dir}"
+    )
+    uvicorn.run(create_app(manager), host=host, port=port, log_level=log_level.lower(),
+                timeout_graceful_shutdown=int(drain_timeout))  # fmt: skip
+
+
+def _client(host: str, port: int) -> httpx.Client:
+    return httpx.Client(base_url=f"http://{host}:{port}", timeout=httpx.Timeout(10.0, read=None))
+
+
+def _call(host: str, port: int, method: str, path: str, **kw: Any) -> Any:
+    try:
+        with _client(host, port) as c:
+            resp = c.request(method, path, **kw)
+    except httpx.TransportError as exc:
+        typer.echo(f"error: no endpoint answers on {host}:{port}: {exc}", err=True)
+        raise typer.Exit(1) from None
+    try:
+        data = resp.json()
+    except ValueError:
+        data = {"error": {"message": resp.text}}
+    if resp.status_code >= 400:
+        msg = data.get("error", {}).get("message", resp.text) if isinstance(data, dict) else resp.text
+        typer.echo(f"error: {msg}", err=True)
+        raise typer.Exit(1)
+    return data
+
+
+@app.command()
+def status(
+    port: PortOpt = DEFAULT_PORT,
+    host: HostOpt = "127.0.0.1",
+    json_out: Annotated[bool, typer.Option("--json", help="Print the raw JSON.")] = False,
+) -> None:
+    """Components, copies, their state, CPUs, memory and load."""
+    import json
+
+    from rich.console import Console
+    from rich.table import Table
+
+    data = _call(host, port, "GET", "/admin/status")
+    if json_out:
+        typer.echo(json.dumps(data, indent=2))
+        return
+    cpus = ",".join(map(str, data["cpus"]))
+    reserved = f"{data['memory_reserved_mb']}/{data['memory_mb']} MB reserved"
+    table = Table(title=f"endpoint {data['name']} ({reserved}, CPUs {cpus})")
+    for col in ("component", "copy", "state", "pid", "CPUs", "threads", "memory MB (rss/resv/max)",
+                "load", "served", "restarts", "last reason"):  # fmt: skip
+        table.add_column(col)
+    for comp in data["components"]:
+        if not comp["replicas"]:
+            table.add_row(comp["name"], "-", "no copies", "", "", "", "", str(comp["in_flight"]), "", "", "")
+        for r in comp["replicas"]:
+            cpus = ",".join(map(str, r["cpus"])) + (f" ({r['cpu_share']:g})" if r["cpu_share"] < 1 else "")
+            mem = f"{r['rss_mb'] or '-'}/{r['memory_mb']}/{r['max_memory_mb'] or '-'}"
+            table.add_row(comp["name"], r["copy"], r["state"], str(r["pid"] or "-"), cpus, str(r["threads"]),
+                          mem, str(r["outstanding"]), str(r["served"]), str(r["restarts"]),
+                          r["last_reason"] or "")  # fmt: skip
+    Console(width=max(Console().width, 160)).print(table)
+
+
+@app.command()
+def scale(
+    component: Annotated[str, typer.Argument(help="Component name.")],
+    copies: Annotated[int, typer.Argument(help="Copies wanted.")],
+    port: PortOpt = DEFAULT_PORT,
+    host: HostOpt = "127.0.0.1",
+    wait: Annotated[bool, typer.Option(help="Return once new copies are ready / old ones drained.")] = True,
+) -> None:
+    """Set a component's copies; stopping copies drain their requests first."""
+    data = _call(
+        host, port, "POST", "/admin/scale", json={"component": component, "copies": copies, "wait": wait}
+    )
+    if wait:
+        typer.echo(f"{component}: {data['ready']} ready of {data['copies']} copies")
+    else:
+        typer.echo(f"{component}: scaling to {copies} copies")
+
+
+@app.command()
+def add(
+    file: Annotated[Path, typer.Argument(help="YAML: one component, or `components: [...]`.")],
+    port: PortOpt = DEFAULT_PORT,
+    host: HostOpt = "127.0.0.1",
+) -> None:
+    """Add components to a running endpoint (refused if they do not fit)."""
+    from llmhost.endpoint.spec import SpecError, parse_components, read_yaml
+
+    try:
+        raw = read_yaml(file)
+        parse_components(raw, str(file))
+    except SpecError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    data = _call(host, port, "POST", "/admin/components", json=raw)
+    typer.echo(f"added {', '.join(data['added'])}")
+
+
+@app.command()
+def remove(
+    component: Annotated[str, typer.Argument(help="Component name.")],
+    port: PortOpt = DEFAULT_PORT,
+    host: HostOpt = "127.0.0.1",
+) -> None:
+    """Remove a component: new requests are refused, those in flight finish, its copies stop."""
+    _call(host, port, "DELETE", f"/admin/components/{component}")
+    typer.echo(f"removed {component}")
+
+
+@app.command()
+def down(port: PortOpt = DEFAULT_PORT, host: HostOpt = "127.0.0.1") -> None:
+    """Stop the endpoint: it drains in-flight requests, stops every copy and exits."""
+    data = _call(host, port, "POST", "/admin/down")
+    typer.echo(f"endpoint {data['stopping']} is draining and stopping")

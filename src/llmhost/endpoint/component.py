@@ -1,0 +1,109 @@
+"""One inference component at run time: its copies, its load, and waiting for a ready copy."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from llmhost.endpoint.autoscaler import ScalerState
+from llmhost.endpoint.replica import Replica, ReplicaState
+from llmhost.endpoint.spec import ComponentSpec
+
+
+class Component:
+    def __init__(self, spec: ComponentSpec, model_path: Path) -> None:
+        self.spec = spec
+        self.name = spec.name
+        self.model_path = model_path
+        self.replicas: list[Replica] = []
+        self.in_flight = 0  # requests at the router for this component, waiting ones included
+        self.peak = 0  # most in flight since the autoscaler last looked
+        self.waiting = 0  # requests waiting for a ready copy
+        self.requests: Counter[int] = Counter()  # by HTTP status the router answered
+        self.retries = 0  # requests re-sent to another copy after a connection failure
+        self.stream_errors = 0  # streams cut by a failing copy
+        self.scaler = ScalerState()
+        self.removing = False
+        self.lock = asyncio.Lock()  # one scaling operation at a time
+        self._next_index = 0
+        self._changed = asyncio.Event()
+
+    def new_index(self) -> int:
+        i = self._next_index
+        self._next_index += 1
+        return i
+
+    # --- copies ----------------------------------------------------------------------------------
+
+    def ready(self) -> list[Replica]:
+        return [r for r in self.replicas if r.state == ReplicaState.READY]
+
+    def capacity(self) -> list[Replica]:
+        return [r for r in self.replicas if r.counts_as_capacity]
+
+    @property
+    def serving(self) -> bool:
+        """Has a ready copy, or is meant to have none (scaled to zero)."""
+        return bool(self.ready()) or (not self.capacity() and not self.removing)
+
+    def notify(self, _replica: Replica | None = None) -> None:
+        """A copy changed state: wake the requests waiting for one."""
+        event, self._changed = self._changed, asyncio.Event()
+        event.set()
+
+    def pick(self, exclude: set[str] | frozenset[str] = frozenset()) -> Replica | None:
+        """Least outstanding requests among ready copies; ties go to the one that served fewer."""
+        ready = [r for r in self.ready() if r.id not in exclude]
+        if not ready:
+            return None
+        return min(ready, key=lambda r: (r.outstanding, r.served, r.index))
+
+    async def wait_for_copy(
+        self, timeout_s: float, exclude: set[str] | frozenset[str] = frozenset()
+    ) -> Replica | None:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            replica = self.pick(exclude)
+            if replica is not None or self.removing:
+                return replica
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._changed.wait(), min(left, 1.0))
+
+    # --- load ------------------------------------------------------------------------------------
+
+    def enter(self) -> None:
+        self.in_flight += 1
+        self.peak = max(self.peak, self.in_flight)
+
+    def leave(self) -> None:
+        self.in_flight -= 1
+
+    def take_peak(self) -> int:
+        peak, self.peak = self.peak, self.in_flight
+        return peak
+
+    def status(self) -> dict[str, Any]:
+        a = self.spec.autoscaling
+        return {
+            "name": self.name,
+            "model": self.spec.model,
+            "model_path": str(self.model_path),
+            "num_cpus": self.spec.resources.num_cpus,
+            "memory_mb": self.spec.resources.memory_mb,
+            "copies": len(self.capacity()),
+            "ready": len(self.ready()),
+            "in_flight": self.in_flight,
+            "waiting": self.waiting,
+            "autoscaling": a.model_dump() if a else None,
+            "requests": {str(k): v for k, v in sorted(self.requests.items())},
+            "retries": self.retries,
+            "removing": self.removing,
+            "replicas": [r.status() for r in self.replicas],
+        }

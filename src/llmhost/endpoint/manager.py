@@ -1,0 +1,242 @@
+"""The endpoint's control plane: components, their copies, placement and the autoscaler loop."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import tempfile
+import time
+from collections.abc import Coroutine
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from llmhost.endpoint.autoscaler import Observation, ScalerState, decide
+from llmhost.endpoint.component import Component
+from llmhost.endpoint.placement import InsufficientCapacityError, Ledger, can_place, place, release
+from llmhost.endpoint.replica import Replica, ReplicaState, ReplicaTiming
+from llmhost.endpoint.spec import ComponentSpec, EndpointSpec
+
+log = logging.getLogger("llmhost.endpoint")
+
+
+class ComponentError(LookupError):
+    """Unknown component, or a name already taken."""
+
+
+@dataclass
+class ManagerTiming:
+    autoscale_interval_s: float = 1.0
+    drain_timeout_s: float = 120.0  # a stopping copy waits this long for its requests
+    replica: ReplicaTiming = field(default_factory=ReplicaTiming)
+
+
+def resolve(spec: ComponentSpec) -> Path:
+    from llmhost.store import resolve_model
+
+    try:
+        return resolve_model(spec.model)
+    except FileNotFoundError as exc:
+        raise ComponentError(f"component {spec.name!r}: {exc}") from None
+
+
+class EndpointManager:
+    def __init__(
+        self,
+        spec: EndpointSpec,
+        ledger: Ledger | None = None,
+        log_dir: Path | None = None,
+        timing: ManagerTiming | None = None,
+    ) -> None:
+        self.spec = spec
+        self.ledger = ledger or Ledger.from_host()
+        self.log_dir = log_dir or Path(tempfile.mkdtemp(prefix=f"llmhost-endpoint-{spec.name}-"))
+        self.timing = timing or ManagerTiming()
+        self.components: dict[str, Component] = {}
+        self._models: dict[str, Path] = {}
+        self._wake = asyncio.Event()
+        self._autoscaler: asyncio.Task[None] | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._closing = False
+        self.started_at = time.time()
+
+    # --- checks before anything starts -----------------------------------------------------------
+
+    def check(self, specs: list[ComponentSpec] | None = None) -> None:
+        """Models resolve and every component's initial copies fit; raises before anything starts."""
+        specs = self.spec.components if specs is None else specs
+        for s in specs:
+            if s.name in self.components:
+                raise ComponentError(f"component {s.name!r} already exists")
+            self._models[s.name] = resolve(s)
+        reason = can_place(self.ledger, [(s.name, s.resources, s.initial_copies) for s in specs])
+        if reason is not None:
+            raise InsufficientCapacityError(reason)
+
+    # --- lifecycle -------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Start every component's copies one after another, then the autoscaler."""
+        await self.add(self.spec.components)
+        self._autoscaler = asyncio.create_task(self._autoscale_loop(), name="autoscaler")
+
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        task = asyncio.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    async def add(self, specs: list[ComponentSpec]) -> None:
+        self.check(specs)  # again: capacity may have changed since
+        comps = []
+        for s in specs:
+            comp = Component(s, self._models[s.name])
+            self.components[s.name] = comp
+            comps.append(comp)
+        for comp in comps:
+            async with comp.lock:
+                await self._grow(comp, comp.spec.initial_copies)
+
+    async def shutdown(self) -> None:
+        """Drain every copy and stop it."""
+        self._closing = True
+        if self._autoscaler is not None:
+            self._autoscaler.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._autoscaler
+        await asyncio.gather(
+            *(self._stop(c, r) for c in self.components.values() for r in list(c.replicas)),
+            return_exceptions=True,
+        )
+        for task in list(self._tasks):
+            task.cancel()
+
+    # --- scaling ---------------------------------------------------------------------------------
+
+    async def _grow(self, comp: Component, n: int) -> int:
+        """Add up to n copies, one after another, each waited for until it passes /ping or fails once."""
+        added = 0
+        for _ in range(n):
+            if self._closing or comp.removing:
+                break
+            alloc = place(self.ledger, comp.name, comp.spec.resources)
+            replica = Replica(comp.spec, comp.new_index(), comp.model_path, alloc, self.log_dir,
+                              on_change=comp.notify, timing=self.timing.replica)  # fmt: skip
+            comp.replicas.append(replica)
+            added += 1
+            ok = await replica.start()
+            if not ok:
+                log.warning("copy %s failed its first start (%s); it keeps restarting", replica.id,
+                            replica.last_reason)  # fmt: skip
+        return added
+
+    async def _stop(self, comp: Component, replica: Replica) -> None:
+        await replica.stop(self.timing.drain_timeout_s)
+        release(self.ledger, replica.alloc)
+        if replica in comp.replicas:
+            comp.replicas.remove(replica)
+        comp.notify()
+
+    async def _shrink(self, comp: Component, n: int) -> None:
+        """Drain and stop n copies: failed ones first, then starting, then the least loaded."""
+        order = {ReplicaState.FAILED: 0, ReplicaState.STARTING: 1, ReplicaState.READY: 2}
+        victims = sorted(comp.capacity(), key=lambda r: (order[r.state], r.outstanding, -r.index))[:n]
+        for r in victims:
+            r.state = ReplicaState.DRAINING  # out of routing at once; stop() drains
+        await asyncio.gather(*(self._stop(comp, r) for r in victims))
+
+    async def scale(self, name: str, copies: int) -> dict[str, Any]:
+        comp = self.get(name)
+        if copies < 0:
+            raise ValueError(f"copies must be >= 0, got {copies}")
+        async with comp.lock:
+            current = len(comp.capacity())
+            if copies > current:
+                reason = can_place(self.ledger, [(name, comp.spec.resources, copies - current)])
+                if reason is not None:
+                    raise InsufficientCapacityError(reason)
+                await self._grow(comp, copies - current)
+            elif copies < current:
+                await self._shrink(comp, current - copies)
+            now = time.monotonic()
+            comp.scaler = ScalerState(last_scale_out=now, last_scale_in=now)
+        return comp.status()
+
+    async def remove(self, name: str) -> None:
+        """Stop routing new requests to `name`, drain its copies, stop them, forget it."""
+        comp = self.get(name)
+        comp.removing = True
+        comp.notify()
+        async with comp.lock:
+            await asyncio.gather(*(self._stop(comp, r) for r in list(comp.replicas)))
+        self.components.pop(name, None)
+
+    def get(self, name: str) -> Component:
+        comp = self.components.get(name)
+        if comp is None or comp.removing:
+            known = ", ".join(sorted(self.components)) or "(none)"
+            raise ComponentError(f"unknown inference component {name!r}; known components: {known}")
+        return comp
+
+    # --- autoscaling -----------------------------------------------------------------------------
+
+    def copy_wanted(self, component: Component) -> None:
+        self._wake.set()
+
+    def wait_timeout_s(self, component: Component) -> float:
+        return component.spec.startup_health_check_timeout_s
+
+    async def _autoscale_loop(self) -> None:
+        while not self._closing:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), self.timing.autoscale_interval_s)
+            self._wake.clear()
+            for comp in list(self.components.values()):
+                try:
+                    self._autoscale(comp)
+                except Exception:  # keep the loop alive whatever one component does
+                    log.exception("autoscaling %s failed", comp.name)
+
+    def _autoscale(self, comp: Component) -> None:
+        policy = comp.spec.autoscaling
+        if policy is None or comp.removing or comp.lock.locked():
+            return
+        copies = len(comp.capacity())
+        obs = Observation(time.monotonic(), copies, comp.take_peak(), comp.waiting)
+        decision = decide(policy, obs, comp.scaler)
+        comp.scaler = decision.state
+        if decision.desired == copies:
+            return
+        if decision.desired > copies:
+            reason = can_place(self.ledger, [(comp.name, comp.spec.resources, decision.desired - copies)])
+            if reason is not None:
+                log.warning("autoscaling %s to %d copies refused: %s", comp.name, decision.desired, reason)
+                return
+        log.info("autoscaling %s: %d -> %d copies (%s)", comp.name, copies, decision.desired, decision.reason)
+        self._spawn(self._apply(comp, decision.desired))
+
+    async def _apply(self, comp: Component, desired: int) -> None:
+        async with comp.lock:
+            current = len(comp.capacity())
+            try:
+                if desired > current:
+                    await self._grow(comp, desired - current)
+                elif desired < current:
+                    await self._shrink(comp, current - desired)
+            except InsufficientCapacityError as exc:
+                log.warning("autoscaling %s: %s", comp.name, exc)
+
+    # --- views -----------------------------------------------------------------------------------
+
+    def status(self) -> dict[str, Any]:
+        return {
+            "name": self.spec.name,
+            "instance": self.spec.instance.model_dump(),
+            "uptime_s": round(time.time() - self.started_at, 1),
+            "cpus": self.ledger.cpus,
+            "memory_mb": self.ledger.memory_mb,
+            "memory_reserved_mb": self.ledger.reserved_mb,
+            "log_dir": str(self.log_dir),
+            "components": [c.status() for c in self.components.values()],
+        }

@@ -1,0 +1,418 @@
+"""One copy of a component: a `llmhost serve` process on 127.0.0.1, pinned to its CPUs, supervised.
+
+The supervisor starts the process, waits for `/ping`, watches it (exit, memory) and restarts it with
+an exponential backoff, logging why. `stop` drains it first: no new requests, those in flight finish.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import ctypes.util
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from llmhost.endpoint.placement import Allocation
+from llmhost.endpoint.spec import ComponentSpec
+
+log = logging.getLogger("llmhost.endpoint")
+
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+PR_SET_PDEATHSIG = 1
+
+
+class ReplicaState(str, Enum):
+    # the process is launched and loading; /ping has not answered 200 yet; it gets no requests
+    STARTING = "starting"
+    # passed /ping; the router sends it requests
+    READY = "ready"
+    # leaving on purpose: no new requests, those in flight finish, then it is stopped
+    DRAINING = "draining"
+    # stopped on purpose (scale in, remove, down); its CPUs and memory are released
+    STOPPED = "stopped"
+    # died, missed its startup health check or exceeded max_memory_mb; restarted after a backoff
+    FAILED = "failed"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def rss_mb(pid: int) -> float | None:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def cpus_allowed(pid: int) -> str | None:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("Cpus_allowed_list:"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        return None
+    return None
+
+
+def exit_reason(code: int) -> str:
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exited with code {code}"
+
+
+def _own_cgroup_v2() -> Path | None:
+    """This process's cgroup v2 directory, if the unified hierarchy is mounted at /sys/fs/cgroup."""
+    if not (CGROUP_ROOT / "cgroup.controllers").exists():
+        return None
+    try:
+        for line in Path("/proc/self/cgroup").read_text().splitlines():
+            if line.startswith("0::"):
+                return CGROUP_ROOT / line[3:].strip().lstrip("/")
+    except OSError:
+        return None
+    return None
+
+
+def make_memory_cgroup(name: str, max_mb: int) -> Path | None:
+    """A child cgroup with memory.max set, or None where cgroup v2 is absent or not writable."""
+    base = _own_cgroup_v2()
+    if base is None:
+        return None
+    path = base / f"llmhost-{name}-{os.getpid()}"
+    try:
+        path.mkdir(exist_ok=True)
+        if not (path / "memory.max").exists():
+            (base / "cgroup.subtree_control").write_text("+memory")
+        (path / "memory.max").write_text(str(max_mb * 1024 * 1024))
+        with contextlib.suppress(OSError):
+            (path / "memory.swap.max").write_text("0")
+        return path
+    except OSError as exc:
+        log.info("cgroup v2 memory limit unavailable for %s (%s); watching RSS instead", name, exc)
+        with contextlib.suppress(OSError):
+            path.rmdir()
+        return None
+
+
+def _cgroup_oom_kills(path: Path) -> int:
+    try:
+        for line in (path / "memory.events").read_text().splitlines():
+            key, _, value = line.partition(" ")
+            if key == "oom_kill":
+                return int(value)
+    except (OSError, ValueError):
+        return 0
+    return 0
+
+
+_libc: Any = None
+
+
+def _preexec(cpus: tuple[int, ...], cgroup_procs: str | None) -> Callable[[], None]:
+    global _libc
+    if _libc is None:
+        _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+    libc = _libc
+
+    def run() -> None:  # in the child, between fork and exec: no allocation-heavy work
+        os.sched_setaffinity(0, cpus)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)  # the endpoint died: do not linger
+        if cgroup_procs is not None:
+            try:
+                with open(cgroup_procs, "w") as f:
+                    f.write(str(os.getpid()))
+            except OSError:
+                pass  # watched instead
+
+    return run
+
+
+@dataclass
+class ReplicaTiming:
+    poll_s: float = 0.2  # how often /ping (while starting), exit and RSS are checked
+    backoff_initial_s: float = 0.5
+    backoff_max_s: float = 30.0
+    stable_s: float = 60.0  # ready this long: the next failure starts the backoff over
+    stop_grace_s: float = 30.0  # SIGTERM, then SIGKILL after this
+
+
+class Replica:
+    def __init__(
+        self,
+        spec: ComponentSpec,
+        index: int,
+        model_path: Path,
+        alloc: Allocation,
+        log_dir: Path,
+        on_change: Callable[[Replica], None] | None = None,
+        timing: ReplicaTiming | None = None,
+    ) -> None:
+        self.spec = spec
+        self.component = spec.name
+        self.index = index
+        self.id = f"{spec.name}-{index}"
+        self.model_path = model_path
+        self.alloc = alloc
+        self.log_path = log_dir / f"{self.id}.log"
+        self.timing = timing or ReplicaTiming()
+        self._on_change = on_change
+        self.state = ReplicaState.STARTING
+        self.port = 0
+        self.process: subprocess.Popen[bytes] | None = None
+        self.restarts = 0
+        self.last_reason: str | None = None
+        self.outstanding = 0  # requests the router has in flight here
+        self.served = 0
+        self.ready_at: float | None = None
+        self._stopping = False
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._first_start: asyncio.Future[bool] | None = None
+        self._cgroup: Path | None = None
+        self._oom_kills = 0
+
+    # --- views -----------------------------------------------------------------------------------
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid if self.process is not None and self.process.poll() is None else None
+
+    @property
+    def counts_as_capacity(self) -> bool:
+        """Starting, ready or restarting: what the autoscaler counts as a copy."""
+        return self.state in (ReplicaState.STARTING, ReplicaState.READY, ReplicaState.FAILED)
+
+    def status(self) -> dict[str, Any]:
+        pid = self.pid
+        return {
+            "copy": self.id,
+            "component": self.component,
+            "state": self.state.value,
+            "pid": pid,
+            "port": self.port,
+            "cpus": list(self.alloc.cpus),
+            "cpu_share": self.alloc.share,
+            "cpus_allowed": cpus_allowed(pid) if pid else None,
+            "threads": self.alloc.threads,
+            "memory_mb": self.alloc.memory_mb,
+            "max_memory_mb": self.spec.resources.max_memory_mb,
+            "memory_limit": "cgroup"
+            if self._cgroup
+            else ("watched" if self.spec.resources.max_memory_mb else None),
+            "rss_mb": round(rss_mb(pid) or 0.0, 1) if pid else None,
+            "outstanding": self.outstanding,
+            "served": self.served,
+            "restarts": self.restarts,
+            "last_reason": self.last_reason,
+            "log": str(self.log_path),
+        }
+
+    def _set(self, state: ReplicaState) -> None:
+        if state != self.state:
+            log.info("copy %s: %s -> %s", self.id, self.state.value, state.value)
+        self.state = state
+        if self._on_change is not None:
+            self._on_change(self)
+
+    # --- lifecycle -------------------------------------------------------------------------------
+
+    def start(self) -> asyncio.Future[bool]:
+        """Begin supervising; the future resolves once the first start passed /ping (True) or not."""
+        loop = asyncio.get_running_loop()
+        self._first_start = loop.create_future()
+        self._task = loop.create_task(self._supervise(), name=f"replica {self.id}")
+        return self._first_start
+
+    def _resolve_first(self, ok: bool) -> None:
+        if self._first_start is not None and not self._first_start.done():
+            self._first_start.set_result(ok)
+
+    def poke(self) -> None:
+        """The router could not reach this copy: check it now rather than at the next poll."""
+        self._wake.set()
+
+    def _command(self) -> list[str]:
+        return [
+            sys.executable, "-m", "llmhost.cli", "serve", str(self.model_path),
+            "--host", "127.0.0.1", "--port", str(self.port),
+            "--threads", str(self.alloc.threads),
+            "--served-model-name", self.component,
+            "--log-level", "warning",
+            *self.spec.engine.serve_args(),
+        ]  # fmt: skip
+
+    def _spawn(self) -> None:
+        self.port = free_port()
+        max_mb = self.spec.resources.max_memory_mb
+        if max_mb is not None and self._cgroup is None:
+            self._cgroup = make_memory_cgroup(self.id, max_mb)
+        if self._cgroup is not None:
+            self._oom_kills = _cgroup_oom_kills(self._cgroup)
+        procs = str(self._cgroup / "cgroup.procs") if self._cgroup is not None else None
+        cmd = self._command()
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false"}
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with self.log_path.open("ab") as out:
+            out.write(f"\n=== {time.strftime('%H:%M:%S')} start: {' '.join(cmd)}\n".encode())
+            out.flush()
+            self.process = subprocess.Popen(
+                cmd,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=env,
+                preexec_fn=_preexec(self.alloc.cpus, procs),
+                start_new_session=True,  # a terminal's Ctrl-C reaches the endpoint, which drains
+            )
+        log.info(
+            "copy %s: pid %d on port %d, CPUs %s, %d thread(s)",
+            self.id, self.process.pid, self.port, self.alloc.cpu_list, self.alloc.threads,
+        )  # fmt: skip
+
+    async def _sleep(self, seconds: float) -> None:
+        """Sleep, cut short by poke() or stop()."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._wake.wait(), seconds)
+        self._wake.clear()
+
+    def _died(self) -> str | None:
+        assert self.process is not None
+        code = self.process.poll()
+        if code is None:
+            return None
+        reason = exit_reason(code)
+        if self._cgroup is not None and _cgroup_oom_kills(self._cgroup) > self._oom_kills:
+            reason += f" (cgroup OOM: over max_memory_mb={self.spec.resources.max_memory_mb})"
+        return reason
+
+    def _over_memory(self) -> str | None:
+        limit = self.spec.resources.max_memory_mb
+        if limit is None or self._cgroup is not None or self.process is None:
+            return None
+        rss = rss_mb(self.process.pid)
+        if rss is not None and rss > limit:
+            return f"RSS {rss:.0f} MB exceeded max_memory_mb={limit}; killed"
+        return None
+
+    async def _await_ready(self, client: httpx.AsyncClient) -> str | None:
+        """None once /ping answers 200, else why not."""
+        timeout = self.spec.startup_health_check_timeout_s
+        deadline = time.monotonic() + timeout
+        while not self._stopping:
+            if (reason := self._died()) is not None:
+                return f"{reason} while starting"
+            if (reason := self._over_memory()) is not None:
+                return reason
+            try:
+                if (await client.get(f"{self.url}/ping", timeout=2.0)).status_code == 200:
+                    return None
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                return f"did not pass /ping within startup_health_check_timeout_s={timeout:g}"
+            await self._sleep(self.timing.poll_s)
+        return "stopped"
+
+    async def _watch(self) -> str | None:
+        """Until the copy dies or exceeds its memory (the reason), or is being stopped (None)."""
+        while not self._stopping:
+            if (reason := self._died()) is not None:
+                return reason
+            if (reason := self._over_memory()) is not None:
+                return reason
+            await self._sleep(self.timing.poll_s)
+        return None
+
+    def _kill(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.process.wait(timeout=10)
+
+    async def _supervise(self) -> None:
+        backoff = self.timing.backoff_initial_s
+        async with httpx.AsyncClient() as client:
+            while not self._stopping:
+                self._set(ReplicaState.STARTING)
+                try:
+                    self._spawn()
+                except OSError as exc:
+                    reason: str | None = f"could not start: {exc}"
+                else:
+                    reason = await self._await_ready(client)
+                    if reason is None and not self._stopping:
+                        self.ready_at = time.monotonic()
+                        self._set(ReplicaState.READY)
+                        self._resolve_first(True)
+                        reason = await self._watch()
+                if self._stopping:
+                    break
+                self._kill()
+                self.restarts += 1
+                self.last_reason = reason
+                if self.ready_at is not None and time.monotonic() - self.ready_at > self.timing.stable_s:
+                    backoff = self.timing.backoff_initial_s
+                self.ready_at = None
+                log.warning("copy %s: %s; restarting in %.1f s (restart %d)",
+                            self.id, reason, backoff, self.restarts)  # fmt: skip
+                self._set(ReplicaState.FAILED)
+                self._resolve_first(False)
+                await self._sleep(backoff)
+                backoff = min(backoff * 2, self.timing.backoff_max_s)
+        self._resolve_first(False)
+
+    async def stop(self, drain_timeout_s: float = 60.0) -> None:
+        """Drain (no new requests; wait for those in flight), then SIGTERM, then SIGKILL."""
+        if self.state == ReplicaState.STOPPED:
+            return
+        self._stopping = True
+        self._wake.set()
+        self._set(ReplicaState.DRAINING)
+        deadline = time.monotonic() + drain_timeout_s
+        while self.outstanding > 0 and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        if self.outstanding > 0:
+            log.warning("copy %s: %d request(s) still in flight after %.0f s of draining",
+                        self.id, self.outstanding, drain_timeout_s)  # fmt: skip
+        proc = self.process
+        if proc is not None and proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            deadline = time.monotonic() + self.timing.stop_grace_s
+            while proc.poll() is None and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
+            self._kill()
+        if self._task is not None:
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        if self._cgroup is not None:
+            with contextlib.suppress(OSError):
+                self._cgroup.rmdir()
+        self._set(ReplicaState.STOPPED)

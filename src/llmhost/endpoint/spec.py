@@ -1,0 +1,235 @@
+"""The endpoint file (DESIGN §4): an endpoint, its instance and its inference components.
+
+Every model forbids unknown keys, so a typo is an error naming the key's path, not a silent default.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$"
+
+
+class SpecError(ValueError):
+    """The endpoint file is unreadable or invalid; the message names the key path."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class InstanceSpec(_Strict):
+    type: str = "local"
+    price_per_hour: float = Field(default=0.0, ge=0)  # for cost reports
+
+
+class ResourcesSpec(_Strict):
+    # CPUs dedicated to each copy: a fraction below 1 shares one core with other fractional copies,
+    # 1 or more must be whole and gets that many CPUs to itself
+    num_cpus: float = Field(default=1.0, gt=0)
+    # memory reserved per copy against the host's available memory
+    memory_mb: int = Field(default=1024, ge=1)
+    # hard limit per copy (cgroup v2 memory.max, or watched RSS); None: no limit
+    max_memory_mb: int | None = Field(default=None, ge=1)
+
+    @model_validator(mode="after")
+    def _check(self) -> ResourcesSpec:
+        if self.num_cpus > 1 and not float(self.num_cpus).is_integer():
+            raise ValueError(
+                f"num_cpus above 1 must be a whole number, got {self.num_cpus} "
+                "(fractions below 1 share a core)"
+            )
+        if self.max_memory_mb is not None and self.max_memory_mb < self.memory_mb:
+            raise ValueError(f"max_memory_mb ({self.max_memory_mb}) is below memory_mb ({self.memory_mb})")
+        return self
+
+    @property
+    def threads(self) -> int:
+        return max(1, math.floor(self.num_cpus))
+
+
+class EngineSpec(_Strict):
+    max_input_tokens: int | None = Field(default=None, ge=1)
+    max_total_tokens: int | None = Field(default=None, ge=2)
+    max_batch_tokens: int | None = Field(default=None, ge=1)
+    max_concurrent: int | None = Field(default=None, ge=1)
+
+    @model_validator(mode="after")
+    def _check(self) -> EngineSpec:
+        if (
+            self.max_input_tokens is not None
+            and self.max_total_tokens is not None
+            and self.max_input_tokens >= self.max_total_tokens
+        ):
+            raise ValueError(
+                f"max_input_tokens ({self.max_input_tokens}) must be below "
+                f"max_total_tokens ({self.max_total_tokens})"
+            )
+        return self
+
+    def serve_args(self) -> list[str]:
+        args: list[str] = []
+        for name, value in (
+            ("max-input-tokens", self.max_input_tokens),
+            ("max-total-tokens", self.max_total_tokens),
+            ("max-batch-tokens", self.max_batch_tokens),
+            ("max-concurrent", self.max_concurrent),
+        ):
+            if value is not None:
+                args += [f"--{name}", str(value)]
+        return args
+
+
+class AutoscalingSpec(_Strict):
+    min_copies: int = Field(default=1, ge=0)
+    max_copies: int = Field(default=1, ge=1)
+    # target tracking: concurrent requests (running + waiting at the router) per copy
+    target_concurrent_per_copy: float = Field(default=4.0, gt=0)
+    # scale in only after the load stayed low this long and as long since the last scaling
+    scale_in_cooldown_s: float = Field(default=60.0, ge=0)
+    # scale out again at most this often
+    scale_out_cooldown_s: float = Field(default=0.0, ge=0)
+
+    @model_validator(mode="after")
+    def _check(self) -> AutoscalingSpec:
+        if self.min_copies > self.max_copies:
+            raise ValueError(f"min_copies ({self.min_copies}) exceeds max_copies ({self.max_copies})")
+        return self
+
+
+class ComponentSpec(_Strict):
+    name: str = Field(pattern=NAME_PATTERN)
+    model: str = "default"  # default | ./model.gguf | a directory holding one
+    copies: int | None = Field(default=None, ge=0)  # None: autoscaling.min_copies, else 1
+    resources: ResourcesSpec = ResourcesSpec()
+    engine: EngineSpec = EngineSpec()
+    autoscaling: AutoscalingSpec | None = None
+    startup_health_check_timeout_s: float = Field(default=600.0, gt=0)
+
+    @model_validator(mode="after")
+    def _check(self) -> ComponentSpec:
+        if self.model.startswith("s3://"):
+            raise ValueError(
+                f"model {self.model!r}: s3:// models are not supported yet; "
+                "download the .gguf and give its local path"
+            )
+        a = self.autoscaling
+        if a is not None and self.copies is not None and not a.min_copies <= self.copies <= a.max_copies:
+            raise ValueError(
+                f"copies ({self.copies}) must lie between autoscaling.min_copies ({a.min_copies}) "
+                f"and autoscaling.max_copies ({a.max_copies})"
+            )
+        if a is None and self.copies == 0:
+            raise ValueError("copies: 0 needs autoscaling (min_copies: 0) to ever start a copy")
+        return self
+
+    @property
+    def initial_copies(self) -> int:
+        if self.copies is not None:
+            return self.copies
+        return self.autoscaling.min_copies if self.autoscaling else 1
+
+
+def _unique_names(components: list[ComponentSpec]) -> None:
+    seen: set[str] = set()
+    for c in components:
+        if c.name in seen:
+            raise ValueError(f"component name {c.name!r} appears twice")
+        seen.add(c.name)
+
+
+class EndpointSpec(_Strict):
+    name: str = Field(pattern=NAME_PATTERN)
+    instance: InstanceSpec = InstanceSpec()
+    components: list[ComponentSpec] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _check(self) -> EndpointSpec:
+        _unique_names(self.components)
+        return self
+
+
+class ComponentList(_Strict):
+    """What `endpoint add` accepts: an endpoint file's components (name and instance ignored)."""
+
+    name: str | None = None
+    instance: InstanceSpec | None = None
+    components: list[ComponentSpec] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _check(self) -> ComponentList:
+        _unique_names(self.components)
+        return self
+
+
+def _named_loc(loc: tuple[int | str, ...], data: Any) -> str:
+    """components[0] → components[0](gemma-q4): the name helps in long files."""
+    out = ""
+    node = data
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+            if isinstance(node, list) and 0 <= part < len(node):
+                node = node[part]
+                if isinstance(node, dict) and isinstance(node.get("name"), str):
+                    out += f"({node['name']})"
+            else:
+                node = None
+        else:
+            out += f".{part}" if out else str(part)
+            node = node.get(part) if isinstance(node, dict) else None
+    return out or "(top level)"
+
+
+def format_errors(exc: ValidationError, data: Any = None) -> str:
+    lines = []
+    for err in exc.errors():
+        loc = _named_loc(tuple(err["loc"]), data)
+        msg = str(err["msg"])
+        if err["type"] == "extra_forbidden":
+            msg = "unknown key"
+        elif err["type"] == "missing":
+            msg = "required key is missing"
+        msg = re.sub(r"^Value error, ", "", msg)
+        lines.append(f"{loc}: {msg}")
+    return "; ".join(lines)
+
+
+def parse_endpoint(data: Any, source: str = "endpoint file") -> EndpointSpec:
+    if not isinstance(data, dict):
+        raise SpecError(f"{source}: expected a mapping at the top level, got {type(data).__name__}")
+    try:
+        return EndpointSpec.model_validate(data)
+    except ValidationError as exc:
+        raise SpecError(f"{source}: {format_errors(exc, data)}") from None
+
+
+def parse_components(data: Any, source: str = "component file") -> list[ComponentSpec]:
+    """A file with `components: [...]`, or one component mapping."""
+    if not isinstance(data, dict):
+        raise SpecError(f"{source}: expected a mapping at the top level, got {type(data).__name__}")
+    try:
+        if "components" in data:
+            return list(ComponentList.model_validate(data).components)
+        return [ComponentSpec.model_validate(data)]
+    except ValidationError as exc:
+        raise SpecError(f"{source}: {format_errors(exc, data)}") from None
+
+
+def read_yaml(path: Path) -> Any:
+    try:
+        return yaml.safe_load(path.read_text())
+    except OSError as exc:
+        raise SpecError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    except yaml.YAMLError as exc:
+        raise SpecError(f"{path}: not valid YAML: {exc}") from None
+
+
+def load_endpoint(path: Path) -> EndpointSpec:
+    return parse_endpoint(read_yaml(path), str(path))

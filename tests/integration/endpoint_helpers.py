@@ -1,0 +1,115 @@
+"""`llmhost endpoint up` in a subprocess on 127.0.0.1, and small clients for the endpoint tests."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from tests.integration.conftest import free_port
+
+ENGINE = "{max_input_tokens: 128, max_total_tokens: 256, max_batch_tokens: 128, max_concurrent: 4}"
+STARTUP_TIMEOUT_S = 120
+
+
+@dataclass
+class Endpoint:
+    url: str
+    port: int
+    process: subprocess.Popen[bytes]
+    log: Path
+    log_dir: Path
+
+    def status(self) -> dict[str, Any]:
+        return dict(httpx.get(f"{self.url}/admin/status", timeout=10).json())
+
+    def replicas(self, component: str) -> list[dict[str, Any]]:
+        for c in self.status()["components"]:
+            if c["name"] == component:
+                return list(c["replicas"])
+        return []
+
+    def wait_for(self, what: str, check: Callable[[], bool], timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if check():
+                return
+            time.sleep(0.2)
+        raise AssertionError(f"timed out waiting for {what}; status: {json.dumps(self.status())[:3000]}")
+
+    def cli(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+        cmd = [sys.executable, "-m", "llmhost.cli", "endpoint", *args, "--port", str(self.port)]
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+
+
+def up_command(file: Path, port: int, log_dir: Path) -> list[str]:
+    return [
+        sys.executable, "-m", "llmhost.cli", "endpoint", "up", str(file), "--host", "127.0.0.1",
+        "--port", str(port), "--log-dir", str(log_dir),
+        "--autoscale-interval", "0.2", "--drain-timeout", "60",
+    ]  # fmt: skip
+
+
+def start_endpoint(tmp: Path, yaml_text: str, wait_ping: bool = True) -> Endpoint:
+    file = tmp / "endpoint.yaml"
+    file.write_text(yaml_text)
+    port = free_port()
+    log, log_dir = tmp / "endpoint.log", tmp / "copies"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(up_command(file, port, log_dir), stdout=out, stderr=subprocess.STDOUT,
+                                env={**os.environ, "PYTHONUNBUFFERED": "1"})  # fmt: skip
+    ep = Endpoint(f"http://127.0.0.1:{port}", port, proc, log, log_dir)
+    deadline = time.monotonic() + STARTUP_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"endpoint exited with {proc.returncode}:\n{log.read_text()}")
+        try:
+            r = httpx.get(f"{ep.url}/ping" if wait_ping else f"{ep.url}/admin/status", timeout=2)
+            if r.status_code == 200:
+                return ep
+        except httpx.TransportError:
+            pass
+        time.sleep(0.2)
+    stop_endpoint(ep)
+    raise RuntimeError(f"endpoint not ready within {STARTUP_TIMEOUT_S} s:\n{log.read_text()}")
+
+
+def stop_endpoint(ep: Endpoint) -> None:
+    if ep.process.poll() is None:
+        ep.process.send_signal(signal.SIGTERM)
+        try:
+            ep.process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            ep.process.kill()
+
+
+@dataclass
+class Outcome:
+    status: int
+    text: str
+    done: bool  # a complete answer: [DONE] for streams, a JSON body otherwise
+    explicit_error: bool  # an error status, or a stream that ended with an error event
+
+
+async def call(
+    client: httpx.AsyncClient, path: str, body: dict[str, Any], headers: dict[str, str] | None = None
+) -> Outcome:
+    """One request; streams are read to the end. A hang fails through the client's timeout."""
+    if body.get("stream"):
+        async with client.stream("POST", path, json=body, headers=headers) as r:
+            text = (await r.aread()).decode()
+        events = [e for e in text.split("\n\n") if e.strip()]
+        last = events[-1] if events else ""
+        return Outcome(r.status_code, text, last == "data: [DONE]",
+                       r.status_code >= 400 or '"error"' in last)  # fmt: skip
+    r = await client.post(path, json=body, headers=headers)
+    return Outcome(r.status_code, r.text, r.status_code == 200, r.status_code >= 400 and '"error"' in r.text)

@@ -1,0 +1,234 @@
+"""The router against fake copies (httpx.MockTransport): routing, least outstanding requests, retries,
+streams cut mid-way, waiting for a copy, and /metrics relabelling."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+from fastapi import FastAPI
+
+from llmhost.endpoint.component import Component
+from llmhost.endpoint.metrics import relabel
+from llmhost.endpoint.placement import Allocation
+from llmhost.endpoint.replica import Replica, ReplicaState
+from llmhost.endpoint.router import COMPONENT_HEADER, COPY_HEADER, Proxy, create_router
+from llmhost.endpoint.spec import ComponentSpec
+
+Handler = Callable[[httpx.Request], Awaitable[httpx.Response]]
+
+
+class Registry:
+    def __init__(self, *components: Component, wait_s: float = 2.0) -> None:
+        self.components = {c.name: c for c in components}
+        self.wanted: list[str] = []
+        self.wait_s = wait_s
+
+    def copy_wanted(self, component: Component) -> None:
+        self.wanted.append(component.name)
+
+    def wait_timeout_s(self, component: Component) -> float:
+        return self.wait_s
+
+
+def component(name: str, ports: list[int], tmp: Path) -> Component:
+    spec = ComponentSpec(name=name)
+    comp = Component(spec, tmp / "model.gguf")
+    for port in ports:
+        r = Replica(spec, comp.new_index(), tmp / "model.gguf", Allocation((0,), 1.0, 1, 100), tmp,
+                    on_change=comp.notify)  # fmt: skip
+        r.port = port
+        r.state = ReplicaState.READY
+        comp.replicas.append(r)
+    return comp
+
+
+class CutStream(httpx.AsyncByteStream):
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        yield b'data: {"token": 1}\n\n'
+        yield b'data: {"tok'
+        raise httpx.RemoteProtocolError("peer closed connection without sending complete message body")
+
+
+def fake_copies(behaviour: dict[int, str], seen: list[tuple[int, str, Any]]) -> Handler:
+    """Per port: 'ok' answers JSON naming the port, 'refuse' refuses connections, 'cut' cuts a stream,
+    'slow' answers after 0.3 s."""
+
+    async def handle(request: httpx.Request) -> httpx.Response:
+        port = request.url.port or 0
+        body = json.loads(request.content) if request.content else None
+        seen.append((port, request.url.path, body))
+        kind = behaviour.get(port, "ok")
+        if kind == "refuse":
+            raise httpx.ConnectError("connection refused", request=request)
+        if kind == "cut":
+            return httpx.Response(200, headers={"content-type": "text/event-stream"}, stream=CutStream())
+        if kind == "slow":
+            await asyncio.sleep(0.3)
+        if request.url.path == "/metrics":
+            text = (
+                "# HELP llmhost_requests Requests\n# TYPE llmhost_requests counter\n"
+                'llmhost_requests_total{api="openai"} 3.0\n'
+            )
+            return httpx.Response(200, text=text)
+        return httpx.Response(200, json={"port": port, "path": request.url.path})
+
+    return handle
+
+
+def app_for(registry: Registry, handler: Handler) -> tuple[FastAPI, Proxy]:
+    proxy = Proxy(registry, httpx.AsyncClient(transport=httpx.MockTransport(handler)))
+    app = FastAPI()
+    app.include_router(create_router(registry, proxy))
+    return app, proxy
+
+
+def client(app: FastAPI) -> httpx.AsyncClient:
+    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://endpoint")
+
+
+async def test_routes_by_header_model_or_only_component(tmp_path: Path) -> None:
+    seen: list[tuple[int, str, Any]] = []
+    reg = Registry(component("a", [1001], tmp_path), component("b", [2001], tmp_path))
+    app, _ = app_for(reg, fake_copies({}, seen))
+    async with client(app) as c:
+        r = await c.post("/invocations", headers={COMPONENT_HEADER: "b"}, json={"inputs": "hi"})
+        assert r.status_code == 200 and r.json()["port"] == 2001 and r.headers[COPY_HEADER] == "b-0"
+        r = await c.post("/v1/chat/completions", json={"model": "a", "messages": []})
+        assert r.json() == {"port": 1001, "path": "/v1/chat/completions"}
+        r = await c.post("/invocations", headers={COMPONENT_HEADER: "zz"}, json={})
+        assert r.status_code == 404
+        err = r.json()["error"]
+        assert err["message"] == "unknown inference component 'zz'; known components: a, b"
+        assert err["code"] == 404 and err["field"] == COMPONENT_HEADER
+        r = await c.post("/v1/completions", json={"model": "gpt-4", "prompt": "x"})
+        assert r.status_code == 404 and "known components: a, b" in r.json()["error"]["message"]
+        r = await c.post("/invocations", json={"inputs": "hi"})
+        assert r.status_code == 400 and COMPONENT_HEADER in r.json()["error"]["message"]
+        models = (await c.get("/v1/models")).json()
+        assert [m["id"] for m in models["data"]] == ["a", "b"]
+        assert (await c.get("/ping")).status_code == 200
+    only = Registry(component("solo", [3001], tmp_path))
+    app, _ = app_for(only, fake_copies({}, seen))
+    async with client(app) as c:
+        assert (await c.post("/invocations", json={"inputs": "hi"})).json()["port"] == 3001
+        assert (await c.post("/generate", json={"inputs": "hi"})).json()["path"] == "/generate"
+        assert (await c.post("/v1/completions", json={"prompt": "no model"})).json()["port"] == 3001
+
+
+def test_least_outstanding_requests(tmp_path: Path) -> None:
+    comp = component("a", [1, 2, 3], tmp_path)
+    r0, r1, r2 = comp.replicas
+    r0.outstanding, r1.outstanding, r2.outstanding = 2, 0, 1
+    assert comp.pick() is r1
+    r1.outstanding = 3
+    assert comp.pick() is r2
+    r2.state = ReplicaState.DRAINING
+    assert comp.pick() is r0
+    assert comp.pick(exclude={r0.id}) is r1
+    r0.outstanding = r1.outstanding = 0
+    r0.served, r1.served = 5, 1
+    assert comp.pick() is r1  # tie on load: the one that served fewer
+
+
+async def test_requests_spread_over_copies_under_concurrency(tmp_path: Path) -> None:
+    seen: list[tuple[int, str, Any]] = []
+    comp = component("a", [1001, 1002], tmp_path)
+    app, _ = app_for(Registry(comp), fake_copies({1001: "slow", 1002: "slow"}, seen))
+    async with client(app) as c:
+        rs = await asyncio.gather(*(c.post("/v1/completions", json={"model": "a"}) for _ in range(6)))
+    assert all(r.status_code == 200 for r in rs)
+    assert sorted(p for p, _, _ in seen) == [1001] * 3 + [1002] * 3
+    assert [r.outstanding for r in comp.replicas] == [0, 0] and comp.in_flight == 0
+
+
+async def test_refused_connection_is_retried_on_another_copy(tmp_path: Path) -> None:
+    seen: list[tuple[int, str, Any]] = []
+    comp = component("a", [1001, 1002], tmp_path)
+    comp.replicas[1].served = 10  # the refusing copy is picked first
+    app, _ = app_for(Registry(comp), fake_copies({1001: "refuse"}, seen))
+    async with client(app) as c:
+        r = await c.post("/invocations", json={"inputs": "hi"})
+    assert r.status_code == 200 and r.json()["port"] == 1002 and r.headers[COPY_HEADER] == "a-1"
+    assert [p for p, _, _ in seen] == [1001, 1002] and comp.retries == 1
+    assert seen[0][2] == seen[1][2] == {"inputs": "hi"}  # the same body again
+    assert [x.outstanding for x in comp.replicas] == [0, 0]
+
+
+async def test_every_copy_refusing_is_an_explicit_error(tmp_path: Path) -> None:
+    comp = component("a", [1001, 1002], tmp_path)
+    app, _ = app_for(Registry(comp, wait_s=0.5), fake_copies({1001: "refuse", 1002: "refuse"}, []))
+    async with client(app) as c:
+        r = await c.post("/invocations", json={"inputs": "hi"})
+    assert r.status_code in (502, 503)
+    assert "connection refused" in r.json()["error"]["message"]
+    assert comp.in_flight == 0 and [x.outstanding for x in comp.replicas] == [0, 0]
+
+
+async def test_cut_stream_ends_with_an_error_event(tmp_path: Path) -> None:
+    comp = component("a", [1001], tmp_path)
+    app, _ = app_for(Registry(comp), fake_copies({1001: "cut"}, []))
+    async with client(app) as c:
+        r = await c.post("/v1/completions", json={"model": "a", "stream": True})
+    assert r.status_code == 200
+    events = [e for e in r.text.split("\n\n") if e.strip()]
+    assert events[0] == 'data: {"token": 1}'
+    last = json.loads(events[-1].removeprefix("data: "))
+    assert last["error"]["type"] == "upstream_error" and "failed mid-stream" in last["error"]["message"]
+    assert comp.stream_errors == 1 and comp.in_flight == 0 and comp.replicas[0].outstanding == 0
+
+
+async def test_request_waits_for_a_copy_then_is_served(tmp_path: Path) -> None:
+    comp = component("a", [1001], tmp_path)
+    comp.replicas[0].state = ReplicaState.STARTING
+    reg = Registry(comp, wait_s=5)
+    app, _ = app_for(reg, fake_copies({}, []))
+
+    async def ready_later() -> None:
+        await asyncio.sleep(0.3)
+        comp.replicas[0].state = ReplicaState.READY
+        comp.notify()
+
+    async with client(app) as c:
+        assert (await c.get("/ping")).status_code == 503
+        r, _ = await asyncio.gather(c.post("/invocations", json={"inputs": "hi"}), ready_later())
+        assert r.status_code == 200 and reg.wanted == ["a"]
+        assert (await c.get("/ping")).status_code == 200
+
+
+async def test_waiting_for_a_copy_is_bounded(tmp_path: Path) -> None:
+    comp = component("a", [], tmp_path)
+    reg = Registry(comp, wait_s=0.3)
+    app, _ = app_for(reg, fake_copies({}, []))
+    async with client(app) as c:
+        assert (await c.get("/ping")).status_code == 200  # scaled to zero on purpose
+        r = await c.post("/invocations", json={"inputs": "hi"})
+    assert r.status_code == 503
+    assert r.json()["error"]["message"] == "no ready copy of inference component 'a' within 0.3 s"
+    assert comp.waiting == 0 and comp.in_flight == 0
+
+
+async def test_metrics_aggregate_per_component_and_copy(tmp_path: Path) -> None:
+    reg = Registry(component("a", [1001, 1002], tmp_path), component("b", [2001], tmp_path))
+    app, _ = app_for(reg, fake_copies({}, []))
+    async with client(app) as c:
+        text = (await c.get("/metrics")).text
+    assert text.count("# TYPE llmhost_requests counter") == 1
+    for comp, copy in (("a", "a-0"), ("a", "a-1"), ("b", "b-0")):
+        assert f'llmhost_requests_total{{component="{comp}",copy="{copy}",api="openai"}} 3.0' in text
+    assert 'llmhost_endpoint_copies{component="a",state="ready"} 2' in text
+
+
+def test_relabel_keeps_families_together() -> None:
+    families: dict[str, list[str]] = {}
+    samples: dict[str, list[str]] = {}
+    text = '# HELP g A gauge\n# TYPE g gauge\ng 1.0\n# TYPE h histogram\nh_bucket{le="1"} 2\nh_count 2\n'
+    relabel(text, 'copy="x"', families, samples)
+    relabel(text, 'copy="y"', families, samples)
+    assert families["g"] == ["# HELP g A gauge", "# TYPE g gauge"]
+    assert samples["g"] == ['g{copy="x"} 1.0', 'g{copy="y"} 1.0']
+    assert samples["h"][0] == 'h_bucket{copy="x",le="1"} 2' and len(samples["h"]) == 4

@@ -1,0 +1,114 @@
+"""The endpoint file: what is accepted, and how each mistake is reported."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from llmhost.endpoint.spec import SpecError, load_endpoint, parse_components, parse_endpoint
+
+DESIGN_EXAMPLE = """
+name: chat
+instance: {type: c7g.8xlarge, price_per_hour: 1.16}   # for cost reports
+components:
+  - name: gemma-q4
+    model: default            # default | ./model.gguf | s3://bucket/prefix/
+    copies: 2
+    resources: {num_cpus: 1, memory_mb: 1024, max_memory_mb: 2048}
+    engine: {max_input_tokens: 2048, max_total_tokens: 4096, max_batch_tokens: 512, max_concurrent: 8}
+    autoscaling: {min_copies: 1, max_copies: 4, target_concurrent_per_copy: 4, scale_in_cooldown_s: 60}
+    startup_health_check_timeout_s: 600
+"""
+
+
+def comp(**over: Any) -> dict[str, Any]:
+    return {"name": "a", "model": "default", **over}
+
+
+def endpoint(*components: dict[str, Any]) -> dict[str, Any]:
+    return {"name": "ep", "components": list(components) or [comp()]}
+
+
+def error_of(data: Any) -> str:
+    with pytest.raises(SpecError) as info:
+        parse_endpoint(data, "ep.yaml")
+    return str(info.value)
+
+
+def test_design_example_loads(tmp_path: Path) -> None:
+    f = tmp_path / "ep.yaml"
+    f.write_text(DESIGN_EXAMPLE)
+    spec = load_endpoint(f)
+    [c] = spec.components
+    assert spec.instance.price_per_hour == 1.16
+    assert c.initial_copies == 2 and c.resources.threads == 1
+    assert c.engine.serve_args() == [
+        "--max-input-tokens", "2048", "--max-total-tokens", "4096",
+        "--max-batch-tokens", "512", "--max-concurrent", "8",
+    ]  # fmt: skip
+    assert c.autoscaling is not None and c.autoscaling.max_copies == 4
+
+
+def test_defaults_and_fractional_cpus() -> None:
+    spec = parse_endpoint(endpoint(comp(resources={"num_cpus": 0.5})))
+    [c] = spec.components
+    assert c.initial_copies == 1 and c.resources.num_cpus == 0.5 and c.resources.threads == 1
+    auto = parse_endpoint(endpoint(comp(autoscaling={"min_copies": 0, "max_copies": 2}))).components[0]
+    assert auto.initial_copies == 0
+    assert parse_endpoint(endpoint(comp(resources={"num_cpus": 2}))).components[0].resources.threads == 2
+
+
+def test_unknown_key_names_its_path() -> None:
+    msg = error_of(endpoint(comp(resources={"num_cpus": 1, "num_gpus": 1})))
+    assert "ep.yaml: components[0](a).resources.num_gpus: unknown key" in msg
+    assert "colour: unknown key" in error_of({**endpoint(), "colour": "red"})
+
+
+@pytest.mark.parametrize(
+    ("component", "expected"),
+    [
+        (comp(resources={"num_cpus": 1.5}), "num_cpus above 1 must be a whole number"),
+        (comp(resources={"num_cpus": 0}), "resources.num_cpus: Input should be greater than 0"),
+        (
+            comp(resources={"memory_mb": 2048, "max_memory_mb": 1024}),
+            "max_memory_mb (1024) is below memory_mb",
+        ),
+        (comp(copies=5, autoscaling={"min_copies": 1, "max_copies": 4}), "copies (5) must lie between"),
+        (comp(autoscaling={"min_copies": 3, "max_copies": 2}), "min_copies (3) exceeds max_copies (2)"),
+        (comp(copies=0), "copies: 0 needs autoscaling"),
+        (comp(model="s3://bucket/prefix/"), "s3:// models are not supported yet"),
+        (comp(engine={"max_input_tokens": 512, "max_total_tokens": 512}), "must be below max_total_tokens"),
+        (comp(name="no spaces"), "components[0](no spaces).name: String should match pattern"),
+        (comp(autoscaling={"target_concurrent_per_copy": 0}), "target_concurrent_per_copy"),
+        (comp(startup_health_check_timeout_s=-1), "startup_health_check_timeout_s"),
+    ],
+)
+def test_impossible_values_are_refused(component: dict[str, Any], expected: str) -> None:
+    assert expected in error_of(endpoint(component))
+
+
+def test_endpoint_level_errors() -> None:
+    assert "component name 'a' appears twice" in error_of(endpoint(comp(), comp()))
+    assert "components: List should have at least 1 item" in error_of({"name": "ep", "components": []})
+    assert "name: required key is missing" in error_of({"components": [comp()]})
+    assert "expected a mapping" in error_of(["not", "a", "mapping"])
+
+
+def test_unreadable_files(tmp_path: Path) -> None:
+    with pytest.raises(SpecError, match="cannot read"):
+        load_endpoint(tmp_path / "missing.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: [unclosed\n")
+    with pytest.raises(SpecError, match="not valid YAML"):
+        load_endpoint(bad)
+
+
+def test_component_files_for_add() -> None:
+    assert [c.name for c in parse_components(comp(name="x"))] == ["x"]
+    assert [c.name for c in parse_components({"components": [comp(name="x"), comp(name="y")]})] == ["x", "y"]
+    with pytest.raises(SpecError, match=r"components\[0\]\(x\).copies: unknown key|Input should be"):
+        parse_components({"components": [comp(name="x", copies="many")]})
+    with pytest.raises(SpecError, match="bogus: unknown key"):
+        parse_components(comp(bogus=1))

@@ -31,11 +31,13 @@ import asyncio
 import contextlib
 import itertools
 import os
+import re
 import shlex
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import IO, Any, Literal
@@ -154,6 +156,34 @@ def llmhost_command() -> list[str]:
     return [sys.executable, "-c", "from llmhost.cli import main; main()"]
 
 
+# memory reserved per copy of a swept endpoint (the default model's copy uses about 600 MB)
+ENDPOINT_COPY_MEMORY_MB = 1024
+
+
+def endpoint_file(
+    name: str, model: str, copies: int, threads: int | None, conc: int | None, batch: int | None
+) -> Path:
+    """An endpoint file (DESIGN §4) with one component of `copies` fixed copies, `threads` CPUs each."""
+    if threads is None:
+        threads = max(1, len(os.sched_getaffinity(0)) // copies)
+    engine = {k: v for k, v in (("max_concurrent", conc), ("max_batch_tokens", batch)) if v is not None}
+    doc = {
+        "name": re.sub(r"[^a-z0-9-]", "-", name.lower()),
+        "components": [
+            {
+                "name": "model",
+                "model": model,
+                "copies": copies,
+                "resources": {"num_cpus": threads, "memory_mb": ENDPOINT_COPY_MEMORY_MB},
+                "engine": engine,
+            }
+        ],
+    }
+    path = Path(tempfile.mkdtemp(prefix="llmhost-sweep-")) / f"{doc['name']}.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path
+
+
 def expand(spec: SweepSpec) -> list[Launch]:
     launches: list[Launch] = []
     for i, cfg in enumerate(spec.configurations):
@@ -163,10 +193,6 @@ def expand(spec: SweepSpec) -> list[Launch]:
                 _as_list(s.model), _as_list(s.threads), _as_list(s.max_concurrent),
                 _as_list(s.max_batch_tokens), _as_list(s.copies),
             ):  # fmt: skip
-                if copies not in (None, 1):
-                    raise ValueError(
-                        "copies > 1 needs `llmhost endpoint` configurations, which sweeps do not start yet"
-                    )
                 params: dict[str, Any] = {"model": model}
                 argv = [*llmhost_command(), "serve", str(model), "--host", HOST, "--port", "{port}"]
                 parts = [Path(str(model)).stem if model != "default" else "default"]
@@ -180,6 +206,22 @@ def expand(spec: SweepSpec) -> list[Launch]:
                         argv += [flag, str(value)]
                         parts.append(f"{short}{value}")
                 argv += s.extra_args
+                if copies not in (None, 1):
+                    if s.extra_args:
+                        raise ValueError("extra_args apply to single `llmhost serve` configurations only")
+                    params["copies"] = copies
+                    parts.append(f"x{copies}")
+                    path = endpoint_file("-".join(parts), str(model), copies, threads, conc, batch)
+                    argv = [
+                        *llmhost_command(),
+                        "endpoint",
+                        "up",
+                        str(path),
+                        "--host",
+                        HOST,
+                        "--port",
+                        "{port}",
+                    ]
                 name = "-".join(parts)
                 if cfg.name:
                     name = f"{cfg.name}-{name}"

@@ -115,8 +115,27 @@ def test_invalid_sweep_files() -> None:
         SweepSpec.model_validate({"configurations": [{"url": "http://x", "command": "y"}]})
     with pytest.raises(ValueError):
         SweepSpec.model_validate({"configurations": [{"url": "http://x"}], "bogus": 1})
-    with pytest.raises(ValueError, match="copies"):
-        expand(SweepSpec.model_validate({"configurations": [{"serve": {"copies": 2}}]}))
+    with pytest.raises(ValueError, match="extra_args"):
+        expand(SweepSpec.model_validate({"configurations": [{"serve": {"copies": 2, "extra_args": ["-x"]}}]}))
+
+
+def test_copies_start_an_endpoint_of_that_many_copies() -> None:
+    from pathlib import Path
+
+    import yaml
+
+    from llmhost.endpoint.spec import parse_endpoint
+
+    spec = {"configurations": [{"serve": {"copies": [1, 2], "threads": 1, "max_concurrent": 4}}]}
+    single, double = expand(SweepSpec.model_validate(spec))
+    assert "serve" in single.argv and "endpoint" not in single.argv
+    assert double.name.endswith("x2") and double.params["copies"] == 2
+    i = double.argv.index("endpoint")
+    assert double.argv[i : i + 2] == ["endpoint", "up"] and double.argv[-1] == "{port}"
+    endpoint = parse_endpoint(yaml.safe_load(Path(double.argv[i + 2]).read_text()))
+    [component] = endpoint.components
+    assert component.copies == 2 and component.resources.num_cpus == 1
+    assert component.engine.max_concurrent == 4
 
 
 def test_command_placeholders() -> None:

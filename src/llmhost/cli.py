@@ -11,10 +11,12 @@ import typer
 
 from llmhost.bench.cli import app as bench_app
 from llmhost.endpoint.cli import app as endpoint_app
+from llmhost.optimize.cli import app as optimize_app
 
 app = typer.Typer(help="Self-hosted, CPU-first LLM endpoints over llama.cpp.", no_args_is_help=True)
 app.add_typer(bench_app, name="bench")
 app.add_typer(endpoint_app, name="endpoint")
+app.add_typer(optimize_app, name="optimize")
 
 
 @app.callback()
@@ -64,6 +66,12 @@ def serve(
 
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     model_path = resolve_model(model)
+    # an `llmhost optimize artifact` directory: its measured load mode and saved system-prompt state
+    from llmhost.optimize.artifact import serving_hints
+
+    hints = serving_hints(model, flash_attn) if model and Path(model).is_dir() else None
+    if hints is not None and hints.reason:
+        typer.echo(f"llmhost: artifact's saved system-prompt state not used: {hints.reason}")
     try:
         engine = EngineConfig(
             max_concurrent=max_concurrent or env_int("MAX_CONCURRENT_REQUESTS", 8),
@@ -74,6 +82,8 @@ def serve(
             prefix_cache_tokens=prefix_cache_tokens,
             n_threads=threads or env_int("LLMHOST_THREADS", 0),
             flash_attn=flash_attn,
+            load_mode=hints.load_mode if hints else "auto",
+            prefix_state_path=hints.prefix_state_path if hints else "",
         )
         settings = ServerSettings(
             model_path=model_path,

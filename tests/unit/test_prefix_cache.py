@@ -68,3 +68,32 @@ def test_ids_run_out_then_idle_sequences_are_evicted() -> None:
     c = cache.acquire([5, 6], running=[(b.kv_seq, [3, 4])])
     assert c.kv_seq == a.kv_seq
     assert c.ops == (KvTrim(a.kv_seq, 0),)
+
+
+def test_adopted_prefix_is_reused_by_the_first_matching_prompt() -> None:
+    cache = PrefixCache(4, 2, 100)
+    kv = cache.adopt([1, 2, 3, 4])
+    assert kv is not None and cache.idle_seqs == 1 and cache.idle_tokens == 4
+    match = cache.acquire([1, 2, 3, 4, 9, 9], running=[])
+    assert match.kv_seq == kv
+    assert match.n_reused == 4
+    assert match.ops == (KvTrim(kv, 4),)
+
+
+def test_adopt_refuses_what_the_cache_cannot_hold() -> None:
+    assert PrefixCache(4, 0, 100).adopt([1, 2]) is None  # caching off
+    assert PrefixCache(4, 2, 3).adopt([1, 2, 3, 4]) is None  # too many tokens
+    assert PrefixCache(4, 2, 100).adopt([]) is None
+    full = PrefixCache(1, 2, 100)
+    assert full.adopt([1]) == 0
+    assert full.adopt([2]) is None  # no free id left
+
+
+def test_drop_frees_an_adopted_sequence() -> None:
+    cache = PrefixCache(2, 2, 100)
+    kv = cache.adopt([5, 6])
+    assert kv is not None
+    assert cache.drop(kv) == [KvTrim(kv, 0)]
+    assert cache.idle_seqs == 0
+    assert cache.drop(kv) == []
+    assert cache.acquire([5, 6, 7], running=[]).n_reused == 0

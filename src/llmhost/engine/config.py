@@ -35,8 +35,14 @@ class EngineConfig:
     n_threads: int = 0  # 0: available_cpus()
     n_threads_batch: int = 0  # 0: same as n_threads
     flash_attn: bool = False
+    # how llama.cpp reads the weights: "auto" (its default), "mmap" or "read" (no mmap)
+    load_mode: str = "auto"
+    # a saved prefix KV state (`engine.prefix_state` file) restored at load into the prefix cache
+    prefix_state_path: str = ""
 
     def __post_init__(self) -> None:
+        if self.load_mode not in LOAD_MODES:
+            raise ValueError(f"load_mode must be one of {', '.join(LOAD_MODES)}, got {self.load_mode!r}")
         positive = {
             "max_concurrent": self.max_concurrent,
             "max_input_tokens": self.max_input_tokens,
@@ -84,6 +90,8 @@ class EngineConfig:
         """KV cells: every running sequence at full length, plus the idle prefix cache."""
         return self.max_concurrent * self.max_total_tokens + self.prefix_cache_tokens
 
+
+LOAD_MODES = ("auto", "mmap", "read")
 
 # llama.cpp's LLAMA_MAX_SEQ
 LLAMA_MAX_SEQ = 256

@@ -249,6 +249,20 @@ class Engine:
         if self.observer is not None:
             self.observer.on_step(plan.num_seqs, plan.num_tokens, seconds)
 
+    def preload_prefix(self, tokens: list[int], state: bytes) -> bool:
+        """Restore a saved KV state of `tokens` as an idle cached prefix; False if it could not be kept.
+
+        A later prompt starting with `tokens` then prefills only what follows them.
+        """
+        kv_seq = self.scheduler.cache.adopt(tokens)
+        if kv_seq is None:
+            return False
+        if self.model.state_seq_load(kv_seq, state) != len(tokens):
+            for op in self.scheduler.cache.drop(kv_seq):
+                self.model.apply(op)
+            return False
+        return True
+
     def stats(self) -> EngineStats:
         sched = self.scheduler
         return EngineStats(

@@ -8,6 +8,7 @@ from __future__ import annotations
 import ctypes
 import logging
 import threading
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,7 +35,30 @@ def _init_backend() -> None:
             _backend_ready = True
 
 
+def init_backend() -> None:
+    """Initialise llama.cpp once per process (also for model-file tools such as the quantizer)."""
+    _init_backend()
+
+
+# callbacks that see every llama.cpp log fragment (e.g. the quantizer's per-tensor progress)
+_log_listeners: list[Callable[[str], None]] = []
+
+
+def add_log_listener(fn: Callable[[str], None]) -> None:
+    _log_listeners.append(fn)
+
+
+def remove_log_listener(fn: Callable[[str], None]) -> None:
+    if fn in _log_listeners:
+        _log_listeners.remove(fn)
+
+
 def _log(level: int, text: bytes, _user: Any) -> None:
+    for listener in list(_log_listeners):
+        try:
+            listener(text.decode("utf-8", "replace"))
+        except Exception:  # a listener must never raise into llama.cpp
+            log.exception("llama.cpp log listener failed")
     # llama.cpp logs every tensor at load: keep it out of the server log unless debugging
     if log.isEnabledFor(logging.DEBUG):
         msg = text.decode("utf-8", "replace").rstrip()
@@ -48,6 +72,13 @@ _log_callback: Any = lc.llama_log_callback(_log)
 
 def _silence_llama_logs() -> None:
     lc.llama_log_set(_log_callback, ctypes.c_void_p(0))
+
+
+_LOAD_MODES = {
+    "auto": lc.LLAMA_LOAD_MODE_AUTO,
+    "mmap": lc.LLAMA_LOAD_MODE_MMAP,
+    "read": lc.LLAMA_LOAD_MODE_NONE,
+}
 
 
 class ModelLoadError(RuntimeError):
@@ -76,6 +107,7 @@ class LlamaModel:
         self.path = str(path)
         mparams = lc.llama_model_default_params()
         mparams.n_gpu_layers = 0
+        mparams.load_mode = _LOAD_MODES[config.load_mode]
         model = lc.llama_model_load_from_file(self.path.encode(), mparams)
         if not model:
             raise ModelLoadError(f"llama.cpp could not load {self.path} (not a GGUF model, or corrupt)")
@@ -224,6 +256,50 @@ class LlamaModel:
         if rc != 0:
             raise RuntimeError(f"llama_decode failed with code {rc} on a batch of {n} tokens")
         return out_idx
+
+    def iter_logits(
+        self, tokens: list[int], seq_id: int = 0, start_pos: int = 0
+    ) -> Iterator[npt.NDArray[np.float32]]:
+        """Decode `tokens` into one sequence, yielding the logits of every token, chunk by chunk.
+
+        Each chunk is a copy of shape (chunk_len, n_vocab); row i predicts the token after tokens[i].
+        """
+        batch = self._batch
+        for off in range(0, len(tokens), self.n_batch):
+            chunk = tokens[off : off + self.n_batch]
+            for j, tok in enumerate(chunk):
+                batch.token[j] = tok
+                batch.pos[j] = start_pos + off + j
+                batch.n_seq_id[j] = 1
+                batch.seq_id[j][0] = seq_id
+                batch.logits[j] = 1
+            batch.n_tokens = len(chunk)
+            rc = lc.llama_decode(self._ctx, batch)
+            if rc != 0:
+                raise RuntimeError(f"llama_decode failed with code {rc} on a batch of {len(chunk)} tokens")
+            ptr = lc.llama_get_logits(self._ctx)
+            yield np.ctypeslib.as_array(ptr, shape=(len(chunk), self.n_vocab)).copy()
+
+    def seq_len(self, seq_id: int) -> int:
+        """Positions held by `seq_id` (max position + 1; 0 when empty)."""
+        return int(lc.llama_memory_seq_pos_max(self._mem, seq_id)) + 1
+
+    def state_seq_save(self, seq_id: int) -> bytes:
+        """The KV state of one sequence (llama_state_seq_get_data), to restore with state_seq_load."""
+        size = int(lc.llama_state_seq_get_size(self._ctx, seq_id))
+        buf = (ctypes.c_uint8 * size)()
+        n = int(lc.llama_state_seq_get_data(self._ctx, buf, size, seq_id))
+        if n == 0:
+            raise RuntimeError(f"llama_state_seq_get_data failed for sequence {seq_id}")
+        return bytes(buf)[:n]
+
+    def state_seq_load(self, seq_id: int, data: bytes) -> int:
+        """Restore a saved sequence state into `seq_id`; returns the positions it holds, 0 on failure."""
+        buf = (ctypes.c_uint8 * len(data)).from_buffer_copy(data)
+        if int(lc.llama_state_seq_set_data(self._ctx, buf, len(data), seq_id)) == 0:
+            lc.llama_memory_seq_rm(self._mem, seq_id, 0, -1)
+            return 0
+        return self.seq_len(seq_id)
 
     def logits(self, batch_index: int) -> npt.NDArray[np.float32]:
         ptr = lc.llama_get_logits_ith(self._ctx, batch_index)

@@ -16,6 +16,7 @@ from pathlib import Path
 from llmhost.engine.config import EngineConfig
 from llmhost.engine.engine import Engine, EngineObserver, EngineStats, check_limits
 from llmhost.engine.llama import LlamaModel, ModelInfo
+from llmhost.engine.prefix_state import load_prefix_state
 from llmhost.engine.request import (
     EngineError,
     FinishReason,
@@ -115,6 +116,8 @@ class AsyncEngine:
             t0 = time.perf_counter()
             model = LlamaModel(self.model_path, self.config)
             self._engine = Engine(model, self.config, self.observer)
+            if self.config.prefix_state_path:
+                self._preload(self._engine, self.config.prefix_state_path)
             log.info("loaded %s in %.2f s", self.model_path, time.perf_counter() - t0)
             self.state = EngineState.READY
         except Exception as exc:
@@ -125,6 +128,20 @@ class AsyncEngine:
         finally:
             self._loaded.set()
         self._run()
+
+    @staticmethod
+    def _preload(engine: Engine, path: str) -> None:
+        """Restore a saved prefix KV state; a state that does not fit is skipped, never fatal."""
+        try:
+            tokens, state = load_prefix_state(path)
+            ok = engine.preload_prefix(tokens, state)
+        except (OSError, ValueError) as exc:
+            log.warning("prefix state %s not loaded: %s", path, exc)
+            return
+        if ok:
+            log.info("restored a cached prefix of %d tokens from %s", len(tokens), path)
+        else:
+            log.warning("prefix state %s (%d tokens) does not fit this engine; not used", path, len(tokens))
 
     def _run(self) -> None:
         engine = self._engine

@@ -101,6 +101,26 @@ class PrefixCache:
             ops.append(KvCopy(src, dst, shared))
         return PrefixMatch(dst, shared, tuple(ops))
 
+    def adopt(self, tokens: list[int]) -> int | None:
+        """Take a free sequence id and register it as idle holding `tokens` (KV restored by the caller).
+
+        None when nothing can be kept: no free id, caching disabled, or more tokens than allowed.
+        """
+        if not tokens or not self._free or self._max_idle_seqs == 0 or len(tokens) > self._max_tokens:
+            return None
+        if len(self._idle) >= self._max_idle_seqs or self.idle_tokens + len(tokens) > self._max_tokens:
+            return None
+        kv_seq = self._free.pop()
+        self._idle[kv_seq] = list(tokens)
+        return kv_seq
+
+    def drop(self, kv_seq: int) -> list[KvOp]:
+        """Forget an idle sequence (e.g. one whose adopted KV failed to restore) and free its id."""
+        if self._idle.pop(kv_seq, None) is None:
+            return []
+        self._free.append(kv_seq)
+        return [KvTrim(kv_seq, 0)]
+
     def _take_id(self, ops: list[KvOp]) -> int:
         if self._free:
             return self._free.pop()

@@ -1,0 +1,383 @@
+"""Ahead-of-time artifacts: an optimized GGUF with what it took to make it, keyed for reuse.
+
+A directory holds `model.gguf`, `recipe.yaml` (what was applied), `quality.json`, `artifact.json`
+(the key, the measured load settings, file digests) and optionally `state.bin`, the KV state of a
+configured system prompt (`engine.prefix_state` format). The key is the sha256 of: the source
+model's sha256, the recipe, this CPU's feature flags and the engine versions (llmhost,
+llama-cpp-python). A matching key is reused; anything else is rebuilt. At serve time the state is
+restored only when the GGUF, the CPU and the engine are exactly those it was made with.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from llmhost import __version__
+
+log = logging.getLogger(__name__)
+
+ARTIFACT_JSON = "artifact.json"
+RECIPE_YAML = "recipe.yaml"
+QUALITY_JSON = "quality.json"
+MODEL_GGUF = "model.gguf"
+STATE_BIN = "state.bin"
+FORMAT_VERSION = 1
+_SENTINEL = "\x00LLMHOST_USER_TURN\x00"
+
+Say = Callable[[str], None]
+
+
+class ArtifactError(ValueError):
+    """The artifact cannot be built as asked."""
+
+
+@dataclass(slots=True)
+class Recipe:
+    """What is applied to the source model, in order."""
+
+    quantize: str | None = None  # a type of `optimize.quantize.QUANT_TYPES`
+    allow_requantize: bool = False
+    system_prompt: str | None = None
+    # "chat": the system prompt as the model's chat template writes it before the first user turn;
+    # "raw": the text itself, tokenized with BOS
+    system_prompt_mode: str = "chat"
+    chat_template: str | None = None  # jinja text serving will use (`serve --chat-template`); None: GGUF's
+    flash_attn: bool = True  # the serving setting the saved KV state is laid out for
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Recipe:
+        known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
+        return cls(**known)
+
+    def digest(self) -> str:
+        return hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True).encode()).hexdigest()
+
+
+def sha256_file(path: str | Path, chunk: int = 1 << 22) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def cpu_features() -> list[str]:
+    """This CPU's feature flags (/proc/cpuinfo `flags` or `Features`), sorted; [] where unknown."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return []
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() in ("flags", "Features"):
+            return sorted(set(value.split()))
+    return []
+
+
+def engine_versions() -> dict[str, str]:
+    try:
+        lcp = metadata.version("llama-cpp-python")
+    except metadata.PackageNotFoundError:
+        lcp = "unknown"
+    return {"llmhost": __version__, "llama_cpp_python": lcp}
+
+
+def environment() -> dict[str, Any]:
+    feats = cpu_features()
+    return {
+        "cpu_features_sha256": hashlib.sha256(" ".join(feats).encode()).hexdigest(),
+        "engine": engine_versions(),
+    }
+
+
+def artifact_key(model_sha256: str, recipe: Recipe, env: dict[str, Any] | None = None) -> str:
+    parts = {"model_sha256": model_sha256, "recipe": recipe.digest(), **(env or environment())}
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
+
+
+@dataclass(slots=True)
+class Artifact:
+    directory: Path
+    key: str
+    reused: bool
+    info: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def gguf(self) -> Path:
+        return self.directory / MODEL_GGUF
+
+
+def read_info(directory: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads((directory / ARTIFACT_JSON).read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _complete(directory: Path, info: dict[str, Any]) -> bool:
+    files = [MODEL_GGUF, RECIPE_YAML, QUALITY_JSON]
+    if info.get("prefix_state"):
+        files.append(STATE_BIN)
+    return all((directory / f).is_file() for f in files) and _gguf_matches(directory, info)
+
+
+def _gguf_matches(directory: Path, info: dict[str, Any]) -> bool:
+    """The GGUF is the one recorded: size + mtime when untouched, else its sha256."""
+    rec = info.get("gguf", {})
+    path = directory / MODEL_GGUF
+    try:
+        st = path.stat()
+    except OSError:
+        return False
+    if st.st_size != rec.get("size"):
+        return False
+    if st.st_mtime_ns == rec.get("mtime_ns"):
+        return True
+    return bool(sha256_file(path) == rec.get("sha256"))
+
+
+# -- building ------------------------------------------------------------------------------------------
+def build_or_reuse(
+    model: str | Path,
+    out_dir: str | Path,
+    recipe: Recipe,
+    say: Say | None = None,
+    threads: int = 0,
+    eval_max_tokens: int = 0,
+) -> Artifact:
+    """Reuse `out_dir` when its key matches `model` + `recipe` + this CPU + this engine; else rebuild."""
+    say = say or (lambda _msg: None)
+    src = Path(model)
+    if not src.is_file():
+        raise ArtifactError(f"model {src} does not exist")
+    if recipe.system_prompt_mode not in ("chat", "raw"):
+        raise ArtifactError(f"system_prompt_mode must be chat or raw, got {recipe.system_prompt_mode!r}")
+    out = Path(out_dir)
+    say(f"hashing {src}")
+    model_sha = sha256_file(src)
+    env = environment()
+    key = artifact_key(model_sha, recipe, env)
+    old = read_info(out)
+    if old is not None and old.get("key") == key and _complete(out, old):
+        say(f"artifact {out} matches key {key[:12]}: reused")
+        return Artifact(out, key, True, old)
+    if old is not None:
+        say(f"artifact {out} has key {str(old.get('key'))[:12]}, want {key[:12]}: rebuilding")
+    return _build(src, out, recipe, key, model_sha, env, say, threads, eval_max_tokens)
+
+
+def _clear(out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    for name in (ARTIFACT_JSON, MODEL_GGUF, RECIPE_YAML, QUALITY_JSON, STATE_BIN):
+        (out / name).unlink(missing_ok=True)
+
+
+def _build(
+    src: Path,
+    out: Path,
+    recipe: Recipe,
+    key: str,
+    model_sha: str,
+    env: dict[str, Any],
+    say: Say,
+    threads: int,
+    eval_max_tokens: int,
+) -> Artifact:
+    from llmhost.optimize.quality import evaluate, write_quality
+
+    # artifact.json is removed first and written last: an interrupted build never looks complete
+    _clear(out)
+    gguf = out / MODEL_GGUF
+    steps: list[dict[str, Any]] = []
+    if recipe.quantize:
+        from llmhost.optimize.quantize import quantize
+
+        say(f"quantizing {src} to {recipe.quantize}")
+        q = quantize(src, gguf, recipe.quantize, allow_requantize=recipe.allow_requantize)
+        steps.append({"quantize": recipe.quantize, "from": q.source_type, "seconds": round(q.seconds, 3)})
+    else:
+        shutil.copyfile(src, gguf)
+    (out / RECIPE_YAML).write_text(
+        yaml.safe_dump({"source": str(src), "steps": steps, "recipe": recipe.to_dict()}, sort_keys=False)
+    )
+    say("evaluating quality")
+    base = src if recipe.quantize else None
+    write_quality(evaluate(gguf, base, max_tokens=eval_max_tokens, threads=threads), out / QUALITY_JSON)
+    say("measuring load settings")
+    load = measure_load(gguf, threads)
+    prefix_state: dict[str, Any] | None = None
+    if recipe.system_prompt:
+        say("prefilling the system prompt")
+        prefix_state = save_system_prompt_state(gguf, recipe, out / STATE_BIN, load["best"], threads)
+    st = gguf.stat()
+    info: dict[str, Any] = {
+        "format": FORMAT_VERSION,
+        "key": key,
+        "key_parts": {"model_sha256": model_sha, "recipe_sha256": recipe.digest(), **env},
+        "source": str(src),
+        "gguf": {
+            "file": MODEL_GGUF,
+            "size": st.st_size,
+            "mtime_ns": st.st_mtime_ns,
+            "sha256": sha256_file(gguf),
+        },
+        "load": load,
+        "prefix_state": prefix_state,
+        "created_unix": int(time.time()),
+    }
+    (out / ARTIFACT_JSON).write_text(json.dumps(info, indent=2) + "\n")
+    say(f"artifact {out} built with key {key[:12]}")
+    return Artifact(out, key, False, info)
+
+
+def _small_config(n_tokens: int, flash_attn: bool, load_mode: str, threads: int) -> Any:
+    from llmhost.engine.config import EngineConfig
+
+    total = max(64, n_tokens + 1)
+    return EngineConfig(
+        max_concurrent=1,
+        max_input_tokens=total - 1,
+        max_total_tokens=total,
+        max_batch_tokens=512,
+        prefix_cache_seqs=0,
+        prefix_cache_tokens=0,
+        n_threads=threads,
+        flash_attn=flash_attn,
+        load_mode=load_mode,
+    )
+
+
+def measure_load(gguf: Path, threads: int = 0, repeats: int = 3) -> dict[str, Any]:
+    """Time model + context creation with mmap and with plain reads (no mlock); the faster wins.
+
+    The file is read once first so both modes start from a warm page cache, and the modes alternate.
+    """
+    from llmhost.engine.llama import LlamaModel
+
+    with gguf.open("rb") as f:
+        while f.read(1 << 24):
+            pass
+    times: dict[str, list[float]] = {"mmap": [], "read": []}
+    for _ in range(repeats):
+        for mode in times:
+            t0 = time.perf_counter()
+            LlamaModel(gguf, _small_config(64, True, mode, threads)).close()
+            times[mode].append(time.perf_counter() - t0)
+    best = {mode: min(ts) for mode, ts in times.items()}
+    return {"best": min(best, key=lambda m: best[m]), "seconds": {m: round(s, 4) for m, s in best.items()}}
+
+
+def system_prompt_tokens(model: Any, recipe: Recipe) -> list[int]:
+    """The tokens a request carrying the system prompt starts with."""
+    from llmhost.server.chat_template import ChatTemplate
+
+    assert recipe.system_prompt is not None
+    info = model.info
+    if recipe.system_prompt_mode == "raw":
+        tokens: list[int] = model.tokenize(recipe.system_prompt, add_special=True)
+        return tokens
+    source = recipe.chat_template or info.chat_template
+    if not source:
+        raise ArtifactError(
+            "the model has no chat template: give the one serving will use (--chat-template FILE), "
+            "or save the system prompt as raw text (--system-prompt-mode raw)"
+        )
+    template = ChatTemplate(source, info.bos_token, info.eos_token)
+    messages = [
+        {"role": "system", "content": recipe.system_prompt},
+        {"role": "user", "content": _SENTINEL},
+    ]
+    text = template.render(messages, add_generation_prompt=False)
+    if _SENTINEL not in text:
+        raise ArtifactError("the chat template does not write the user message verbatim")
+    prefix = text.split(_SENTINEL)[0]
+    has_bos = bool(info.bos_token) and prefix.startswith(info.bos_token)
+    tokens = model.tokenize(prefix, add_special=not has_bos)
+    return tokens
+
+
+def save_system_prompt_state(
+    gguf: Path, recipe: Recipe, path: Path, load_mode: str, threads: int
+) -> dict[str, Any]:
+    from llmhost.engine.llama import LlamaModel
+    from llmhost.engine.prefix_state import save_prefix_state
+
+    probe = LlamaModel(gguf, _small_config(64, recipe.flash_attn, load_mode, threads))
+    try:
+        tokens = system_prompt_tokens(probe, recipe)
+    finally:
+        probe.close()
+    model = LlamaModel(gguf, _small_config(len(tokens), recipe.flash_attn, load_mode, threads))
+    try:
+        for off in range(0, len(tokens), model.n_batch):
+            model.decode([(tokens[off : off + model.n_batch], off, 0, False)])
+        state = model.state_seq_save(0)
+    finally:
+        model.close()
+    save_prefix_state(path, tokens, state)
+    return {
+        "file": STATE_BIN,
+        "tokens": len(tokens),
+        "mode": recipe.system_prompt_mode,
+        "flash_attn": recipe.flash_attn,
+        "sha256": sha256_file(path),
+    }
+
+
+# -- serving -------------------------------------------------------------------------------------------
+@dataclass(slots=True, frozen=True)
+class ServeHints:
+    load_mode: str = "auto"
+    prefix_state_path: str = ""
+    reason: str = ""  # why no state is used, when none is
+
+
+def serving_hints(directory: str | Path, flash_attn: bool) -> ServeHints | None:
+    """What `llmhost serve DIR` takes from an artifact; None when DIR is not an artifact."""
+    d = Path(directory)
+    info = read_info(d)
+    if info is None:
+        return None
+    load_mode = str(info.get("load", {}).get("best", "auto"))
+    if load_mode not in ("auto", "mmap", "read"):
+        load_mode = "auto"
+
+    def without(reason: str) -> ServeHints:
+        return ServeHints(load_mode, "", reason)
+
+    state = info.get("prefix_state")
+    if not state:
+        return without("the artifact has no saved system-prompt state")
+    if info.get("key_parts", {}).get("engine") != engine_versions():
+        return without("it was made by another engine version")
+    env = environment()
+    if info.get("key_parts", {}).get("cpu_features_sha256") != env["cpu_features_sha256"]:
+        return without("it was made on a CPU with other features")
+    if bool(state.get("flash_attn")) != flash_attn:
+        return without(f"it was saved for flash_attn={state.get('flash_attn')}, serving with {flash_attn}")
+    if not _gguf_matches(d, info):
+        return without(f"{MODEL_GGUF} is not the file the state was made from")
+    path = d / str(state.get("file", STATE_BIN))
+    if not path.is_file() or sha256_file(path) != state.get("sha256"):
+        return without(f"{path.name} is missing or altered")
+    return ServeHints(load_mode, str(path), "")
+
+
+def is_artifact(directory: str | Path) -> bool:
+    return os.path.isfile(os.path.join(directory, ARTIFACT_JSON))

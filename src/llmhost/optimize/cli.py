@@ -1,0 +1,160 @@
+"""`llmhost optimize ...`: quantize, convert, evaluate, build ahead-of-time artifacts.
+
+Heavy modules (llama.cpp, gguf) are imported inside the commands.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+app = typer.Typer(
+    help="Optimize GGUF models: quantize, convert, evaluate, build artifacts.", no_args_is_help=True
+)
+
+
+def _fail(exc: Exception) -> typer.Exit:
+    typer.secho(f"error: {exc}", fg=typer.colors.RED, err=True)
+    return typer.Exit(2)
+
+
+@app.command()
+def quantize(
+    model: Annotated[Path, typer.Argument(help="Input GGUF (F32/F16/BF16).")],
+    type_: Annotated[str, typer.Option("--type", "-t", help="q4_0, q4_K_M, q5_K_M, q8_0, f16, ...")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="Output GGUF.")],
+    allow_requantize: Annotated[
+        bool, typer.Option(help="Allow quantizing an already quantized model (loses quality).")
+    ] = False,
+    threads: Annotated[int, typer.Option(help="Quantizer threads; 0: all.")] = 0,
+) -> None:
+    """Quantize a GGUF with llama.cpp's quantizer."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from llmhost.optimize.quantize import QuantizeError
+    from llmhost.optimize.quantize import quantize as run
+
+    with Progress(
+        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()
+    ) as bar:
+        task = bar.add_task(f"quantizing to {type_}", total=None)
+
+        def progress(done: int, total: int, name: str) -> None:
+            bar.update(task, completed=done, total=total, description=f"{type_}: {name}")
+
+        try:
+            result = run(model, out, type_, allow_requantize, progress, threads)
+        except QuantizeError as exc:
+            raise _fail(exc) from exc
+    typer.echo(
+        f"{result.path}: {result.source_type} -> {result.qtype}, "
+        f"{result.in_bytes / 2**20:.1f} MiB -> {result.out_bytes / 2**20:.1f} MiB in {result.seconds:.1f} s"
+    )
+
+
+@app.command()
+def convert(
+    hf_dir: Annotated[
+        Path, typer.Argument(help="Hugging Face model directory (config.json, *.safetensors).")
+    ],
+    out: Annotated[Path, typer.Option("--out", "-o", help="Output GGUF.")],
+    outtype: Annotated[str, typer.Option(help="f16 or f32.")] = "f16",
+) -> None:
+    """Convert a Hugging Face safetensors llama checkpoint to GGUF."""
+    from rich.progress import Progress
+
+    from llmhost.optimize.convert import ConvertError, convert_hf
+
+    with Progress() as bar:
+        task = bar.add_task("converting", total=None)
+        try:
+            result = convert_hf(
+                hf_dir, out, outtype, lambda d, t, n: bar.update(task, completed=d, total=t, description=n)
+            )
+        except (ConvertError, OSError) as exc:
+            raise _fail(exc) from exc
+    for warning in result.warnings:
+        typer.secho(f"warning: {warning}", fg=typer.colors.YELLOW, err=True)
+    size = result.path.stat().st_size / 2**20
+    typer.echo(f"{result.path}: {result.n_tensors} tensors, {result.n_params:,} parameters, {size:.1f} MiB")
+
+
+@app.command("eval")
+def eval_(
+    model: Annotated[Path, typer.Argument(help="GGUF to evaluate.")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="quality.json to write.")] = Path("quality.json"),
+    base: Annotated[Path | None, typer.Option(help="Base GGUF for greedy agreement.")] = None,
+    window: Annotated[int, typer.Option(help="Perplexity window, tokens.")] = 256,
+    max_tokens: Annotated[int, typer.Option(help="Score only this many text tokens; 0: all.")] = 0,
+    threads: Annotated[int, typer.Option(help="Threads; 0: the CPUs available.")] = 0,
+) -> None:
+    """Perplexity on the shipped text sample, and greedy agreement with --base."""
+    from llmhost.engine import ModelLoadError
+    from llmhost.optimize.quality import evaluate, write_quality
+
+    for path in (model, base):
+        if path is not None and not path.is_file():
+            raise _fail(FileNotFoundError(f"{path} does not exist"))
+    try:
+        result = evaluate(model, base, window=window, max_tokens=max_tokens, threads=threads)
+    except (ModelLoadError, ValueError) as exc:
+        raise _fail(exc) from exc
+    write_quality(result, out)
+    ppl = result["perplexity"]
+    line = f"perplexity {ppl['perplexity']:.4f} over {ppl['tokens_scored']} tokens"
+    if result["greedy_agreement"] is not None:
+        line += f"; greedy agreement with base {result['greedy_agreement']['agreement']:.3f}"
+    typer.echo(f"{line} -> {out}")
+
+
+@app.command()
+def artifact(
+    model: Annotated[str, typer.Argument(help="Source GGUF, or 'default'.")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="Artifact directory.")],
+    quantize: Annotated[str | None, typer.Option("--quantize", help="Quantization type to apply.")] = None,
+    allow_requantize: Annotated[bool, typer.Option(help="Allow re-quantizing a quantized source.")] = False,
+    system_prompt_file: Annotated[
+        Path | None, typer.Option(help="System prompt whose KV state is saved into the artifact.")
+    ] = None,
+    system_prompt_mode: Annotated[
+        str, typer.Option(help="chat: as the chat template writes it; raw: the text itself.")
+    ] = "chat",
+    chat_template: Annotated[
+        Path | None, typer.Option(help="Jinja chat template serving will use (as serve --chat-template).")
+    ] = None,
+    flash_attn: Annotated[
+        bool, typer.Option(help="Serving flash-attention setting the state is for.")
+    ] = True,
+    eval_max_tokens: Annotated[int, typer.Option(help="Perplexity tokens scored; 0: all.")] = 0,
+    threads: Annotated[int, typer.Option(help="Threads; 0: the CPUs available.")] = 0,
+) -> None:
+    """Build an ahead-of-time artifact directory, or reuse it when its key matches."""
+    from llmhost.engine import ModelLoadError
+    from llmhost.optimize.artifact import ArtifactError, Recipe, build_or_reuse
+    from llmhost.optimize.quantize import QuantizeError
+    from llmhost.store import resolve_model
+
+    recipe = Recipe(
+        quantize=quantize,
+        allow_requantize=allow_requantize,
+        system_prompt=system_prompt_file.read_text() if system_prompt_file else None,
+        system_prompt_mode=system_prompt_mode,
+        chat_template=chat_template.read_text() if chat_template else None,
+        flash_attn=flash_attn,
+    )
+    try:
+        result = build_or_reuse(
+            resolve_model(model),
+            out,
+            recipe,
+            say=typer.echo,
+            threads=threads,
+            eval_max_tokens=eval_max_tokens,
+        )
+    except (ArtifactError, QuantizeError, ModelLoadError, FileNotFoundError) as exc:
+        raise _fail(exc) from exc
+    summary = {"directory": str(result.directory), "key": result.key, "reused": result.reused}
+    typer.echo(json.dumps(summary))

@@ -21,9 +21,21 @@ def _fail(exc: Exception) -> typer.Exit:
     return typer.Exit(2)
 
 
+def _model(ref: str) -> Path:
+    """A model reference as `llmhost serve` takes it: a .gguf path, a directory holding one, or 'default'."""
+    from llmhost.store import ModelNotFoundError, resolve_model
+
+    try:
+        return resolve_model(ref)
+    except ModelNotFoundError as exc:
+        raise _fail(exc) from exc
+
+
 @app.command()
 def quantize(
-    model: Annotated[Path, typer.Argument(help="Input GGUF (F32/F16/BF16).")],
+    model: Annotated[
+        str, typer.Argument(help="Input GGUF (F32/F16/BF16), a directory holding one, or 'default'.")
+    ],
     type_: Annotated[str, typer.Option("--type", "-t", help="q4_0, q4_K_M, q5_K_M, q8_0, f16, ...")],
     out: Annotated[Path, typer.Option("--out", "-o", help="Output GGUF.")],
     allow_requantize: Annotated[
@@ -37,8 +49,13 @@ def quantize(
     from llmhost.optimize.quantize import QuantizeError
     from llmhost.optimize.quantize import quantize as run
 
+    source = _model(model)
     with Progress(
-        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        transient=True,
     ) as bar:
         task = bar.add_task(f"quantizing to {type_}", total=None)
 
@@ -46,7 +63,7 @@ def quantize(
             bar.update(task, completed=done, total=total, description=f"{type_}: {name}")
 
         try:
-            result = run(model, out, type_, allow_requantize, progress, threads)
+            result = run(source, out, type_, allow_requantize, progress, threads)
         except QuantizeError as exc:
             raise _fail(exc) from exc
     typer.echo(
@@ -84,9 +101,9 @@ def convert(
 
 @app.command("eval")
 def eval_(
-    model: Annotated[Path, typer.Argument(help="GGUF to evaluate.")],
+    model: Annotated[str, typer.Argument(help="GGUF to evaluate, a directory holding one, or 'default'.")],
     out: Annotated[Path, typer.Option("--out", "-o", help="quality.json to write.")] = Path("quality.json"),
-    base: Annotated[Path | None, typer.Option(help="Base GGUF for greedy agreement.")] = None,
+    base: Annotated[str | None, typer.Option(help="Base model for greedy agreement (same forms).")] = None,
     window: Annotated[int, typer.Option(help="Perplexity window, tokens.")] = 256,
     max_tokens: Annotated[int, typer.Option(help="Score only this many text tokens; 0: all.")] = 0,
     threads: Annotated[int, typer.Option(help="Threads; 0: the CPUs available.")] = 0,
@@ -95,11 +112,10 @@ def eval_(
     from llmhost.engine import ModelLoadError
     from llmhost.optimize.quality import evaluate, write_quality
 
-    for path in (model, base):
-        if path is not None and not path.is_file():
-            raise _fail(FileNotFoundError(f"{path} does not exist"))
+    model_path = _model(model)
+    base_path = _model(base) if base is not None else None
     try:
-        result = evaluate(model, base, window=window, max_tokens=max_tokens, threads=threads)
+        result = evaluate(model_path, base_path, window=window, max_tokens=max_tokens, threads=threads)
     except (ModelLoadError, ValueError) as exc:
         raise _fail(exc) from exc
     write_quality(result, out)

@@ -49,6 +49,11 @@ def serve(
     ] = 0,
     prefix_cache_tokens: Annotated[int, typer.Option(help="KV tokens kept for idle cached prefixes.")] = 4096,
     flash_attn: Annotated[bool, typer.Option(help="llama.cpp flash attention.")] = True,
+    speculative: Annotated[
+        str, typer.Option(help="Speculative decoding of greedy requests: 'ngram' (prompt lookup) or ''.")
+    ] = "",
+    draft_tokens: Annotated[int, typer.Option(help="Speculative tokens verified per step.")] = 4,
+    ngram_size: Annotated[int, typer.Option(help="Longest n-gram looked up for drafts.")] = 3,
     chat_template: Annotated[
         Path | None, typer.Option(help="Jinja chat template file overriding the GGUF's.")
     ] = None,
@@ -82,6 +87,9 @@ def serve(
             prefix_cache_tokens=prefix_cache_tokens,
             n_threads=threads or env_int("LLMHOST_THREADS", 0),
             flash_attn=flash_attn,
+            speculative=speculative,
+            draft_tokens=draft_tokens,
+            ngram_size=ngram_size,
             load_mode=hints.load_mode if hints else "auto",
             prefix_state_path=hints.prefix_state_path if hints else "",
         )

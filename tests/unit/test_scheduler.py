@@ -3,9 +3,10 @@
 import pytest
 
 from llmhost.engine.config import EngineConfig
-from llmhost.engine.prefix_cache import KvCopy
+from llmhost.engine.prefix_cache import KvCopy, KvTrim
 from llmhost.engine.scheduler import Scheduler
 from llmhost.engine.sequence import SeqStatus, Sequence
+from llmhost.engine.speculative import NgramIndex
 
 
 def seq(rid: str, prompt: list[int], max_tokens: int = 4) -> Sequence:
@@ -20,7 +21,7 @@ def config(**kw: int) -> EngineConfig:
 
 def run_step(s: Scheduler, token: int = 99) -> None:
     plan = s.schedule(0.0)
-    sampled = {i.seq.request_id: token for i in plan.items if i.sample}
+    sampled = {i.seq.request_id: [token] for i in plan.items if i.sample}
     s.postprocess(plan, sampled, 0.0)
 
 
@@ -36,7 +37,7 @@ def test_prompt_is_prefilled_in_budgeted_chunks() -> None:
     s.postprocess(plan, {}, 0.0)
     plan = s.schedule(0.0)
     assert plan.items[0].tokens == [8, 9] and plan.items[0].sample
-    s.postprocess(plan, {"a": 42}, 0.0)
+    s.postprocess(plan, {"a": [42]}, 0.0)
     assert a.status is SeqStatus.DECODE and a.output == [42]
 
 
@@ -84,7 +85,7 @@ def test_waiting_prompt_holds_back_for_a_prefix_being_computed_then_copies_it() 
     assert [i.seq.request_id for i in plan.items] == ["a"]  # b waits: a is computing their prefix
     s.postprocess(plan, {}, 0.0)
     plan = s.schedule(0.0)  # a computed 40 of 60 shared tokens: still worth waiting
-    s.postprocess(plan, {"a": 7}, 0.0)
+    s.postprocess(plan, {"a": [7]}, 0.0)
     plan = s.schedule(0.0)
     assert b in plan.admitted
     copies = [op for op in plan.kv_ops if isinstance(op, KvCopy)]
@@ -117,3 +118,36 @@ def test_released_kv_is_trimmed_before_the_next_decode() -> None:
     s.finish(a, reusable=False)
     plan = s.schedule(0.0)
     assert plan.kv_ops and plan.kv_ops[0].seq == a.kv_seq  # type: ignore[union-attr]
+
+
+def speculating(rid: str, prompt: list[int], max_tokens: int = 20) -> Sequence:
+    q = seq(rid, prompt, max_tokens)
+    q.ngrams = NgramIndex(3)
+    q.ngrams.extend(prompt)
+    return q
+
+
+def test_decode_step_carries_ngram_drafts_and_keeps_only_what_the_model_confirmed() -> None:
+    s = Scheduler(config(max_batch_tokens=16, draft_tokens=3))
+    a = speculating("a", [5, 6, 7, 8, 9, 5, 6])
+    s.add(a)
+    plan = s.schedule(0.0)
+    s.postprocess(plan, {"a": [7]}, 0.0)  # prompt done; the model said 7: "5 6 7" was seen before
+    plan = s.schedule(0.0)
+    [item] = plan.items
+    assert item.tokens == [7, 8, 9, 5] and item.draft == (8, 9, 5) and item.start_pos == 7
+    s.postprocess(plan, {"a": [8, 9, 4]}, 0.0)  # 2 of 3 guesses confirmed, then the model's own 4
+    assert a.output == [7, 8, 9, 4]
+    assert a.n_computed == 7 + 1 + 2  # the rejected guess's position is not context
+    assert (a.draft_n, a.draft_accepted) == (3, 2)
+    assert s.schedule(0.0).kv_ops[0] == KvTrim(a.kv_seq, 10)
+
+
+def test_drafts_never_overrun_max_tokens() -> None:
+    s = Scheduler(config(max_batch_tokens=16, draft_tokens=8))
+    a = speculating("a", [1, 2, 3, 4, 1, 2, 3], max_tokens=3)
+    s.add(a)
+    plan = s.schedule(0.0)
+    s.postprocess(plan, {"a": [4]}, 0.0)
+    item = s.schedule(0.0).items[0]
+    assert len(item.draft) == 1  # 3 tokens allowed: 1 generated, 1 guess, 1 the model adds

@@ -32,6 +32,11 @@ class EngineConfig:
     # a waiting prompt holds back while another prompt is computing a prefix it shares (>= this many
     # tokens more than already cached), so it copies that KV instead of prefilling it again
     prefix_wait_min_tokens: int = 32
+    # speculative decoding of greedy requests: "" (off) or "ngram" (prompt lookup), with up to
+    # `draft_tokens` guesses verified per step, looked up by n-grams of `ngram_size` down to 2 tokens
+    speculative: str = ""
+    draft_tokens: int = 4
+    ngram_size: int = 3
     n_threads: int = 0  # 0: available_cpus()
     n_threads_batch: int = 0  # 0: same as n_threads
     flash_attn: bool = False
@@ -41,6 +46,12 @@ class EngineConfig:
     prefix_state_path: str = ""
 
     def __post_init__(self) -> None:
+        if self.speculative not in SPECULATIVE_MODES:
+            raise ValueError(f"speculative must be one of {SPECULATIVE_MODES}, got {self.speculative!r}")
+        if self.draft_tokens < 1 or self.ngram_size < 2:
+            raise ValueError(
+                f"draft_tokens must be >= 1 and ngram_size >= 2, got {self.draft_tokens}, {self.ngram_size}"
+            )
         if self.load_mode not in LOAD_MODES:
             raise ValueError(f"load_mode must be one of {', '.join(LOAD_MODES)}, got {self.load_mode!r}")
         positive = {
@@ -92,6 +103,7 @@ class EngineConfig:
 
 
 LOAD_MODES = ("auto", "mmap", "read")
+SPECULATIVE_MODES = ("", "ngram")
 
 # llama.cpp's LLAMA_MAX_SEQ
 LLAMA_MAX_SEQ = 256

@@ -22,9 +22,10 @@ from llmhost.engine.request import (
     Timings,
     TokenLogprob,
 )
-from llmhost.engine.sampling import Sampler
+from llmhost.engine.sampling import Sampler, plain_greedy
 from llmhost.engine.scheduler import Scheduler, StepPlan
 from llmhost.engine.sequence import SeqStatus, Sequence
+from llmhost.engine.speculative import NgramIndex
 from llmhost.engine.text import IncrementalDetokenizer
 
 log = logging.getLogger(__name__)
@@ -49,6 +50,8 @@ class EngineStats:
     prefix_cache_hits: int
     prefix_cache_reused_tokens: int
     prompt_tokens_prefilled: int
+    draft_tokens: int = 0
+    draft_tokens_accepted: int = 0
 
 
 @dataclass(slots=True, eq=False)
@@ -99,6 +102,8 @@ class Engine:
         self.steps = 0
         self.multi_seq_steps = 0
         self.prompt_tokens_prefilled = 0
+        self.draft_tokens = 0
+        self.draft_tokens_accepted = 0
 
     # -- requests ------------------------------------------------------------------------------------
     def add(self, request: GenerationRequest, emit: Emit, arrival_s: float | None = None) -> None:
@@ -111,6 +116,10 @@ class Engine:
             max_tokens=request.params.max_tokens,
             arrival_s=self.clock() if arrival_s is None else arrival_s,
         )
+        if self.config.speculative == "ngram" and plain_greedy(request.params):
+            # verification compares argmaxes, so only plain greedy sequences speculate
+            seq.ngrams = NgramIndex(self.config.ngram_size)
+            seq.ngrams.extend(seq.prompt)
         detok = IncrementalDetokenizer(self.model.piece, request.params.stop)
         self._active[request.request_id] = _Active(seq, request.params, emit, detok)
         self.scheduler.add(seq)
@@ -135,7 +144,7 @@ class Engine:
         if plan.items:
             self._count(plan, self.clock() - start)
 
-    def _run(self, plan: StepPlan) -> dict[str, int]:
+    def _run(self, plan: StepPlan) -> dict[str, list[int]]:
         for op in plan.kv_ops:
             self.model.apply(op)
         for seq in plan.admitted:
@@ -143,7 +152,9 @@ class Engine:
             active.sampler = Sampler(self.model, active.params, seq.prompt)
         if not plan.items:
             return {}
-        batch = [(i.tokens, i.start_pos, i.seq.kv_seq, i.sample) for i in plan.items]
+        batch = [
+            (i.tokens, i.start_pos, i.seq.kv_seq, (1 + len(i.draft)) if i.sample else 0) for i in plan.items
+        ]
         try:
             out_idx = self.model.decode(batch)
         except RuntimeError as exc:
@@ -151,18 +162,29 @@ class Engine:
             for item in plan.items:
                 self._fail(item.seq, str(exc))
             return {}
-        sampled: dict[str, int] = {}
+        sampled: dict[str, list[int]] = {}
         for item, idx in zip(plan.items, out_idx, strict=True):
             if idx < 0:
                 continue
             active = self._active[item.seq.request_id]
             assert active.sampler is not None
-            token, logprob = active.sampler.sample(idx)
-            sampled[item.seq.request_id] = token
-            active.pending.append((token, logprob))
+            active.pending = self._verify(active.sampler, idx, item.draft)
+            sampled[item.seq.request_id] = [token for token, _ in active.pending]
         return sampled
 
-    def _postprocess(self, plan: StepPlan, sampled: dict[str, int]) -> None:
+    @staticmethod
+    def _verify(sampler: Sampler, idx: int, draft: tuple[int, ...]) -> list[tuple[int, TokenLogprob | None]]:
+        """The model's own tokens at each drafted position, up to and including the first that differs
+        from the draft (all accepted: one more, from the last position)."""
+        out = []
+        for j in range(len(draft) + 1):
+            token, logprob = sampler.sample(idx + j)
+            out.append((token, logprob))
+            if j == len(draft) or token != draft[j]:
+                break
+        return out
+
+    def _postprocess(self, plan: StepPlan, sampled: dict[str, list[int]]) -> None:
         now = self.clock()
         self.scheduler.postprocess(plan, sampled, now)
         for item in plan.items:
@@ -172,22 +194,41 @@ class Engine:
             if item.start_pos < len(seq.prompt):
                 self.prompt_tokens_prefilled += len(item.tokens)
             if item.sample:
-                self._on_token(self._active[seq.request_id])
+                self._on_tokens(self._active[seq.request_id])
 
-    def _on_token(self, active: _Active) -> None:
-        token, logprob = active.pending.pop()
+    def _on_tokens(self, active: _Active) -> None:
+        """Emit this step's tokens (several when drafts were accepted), stopping at the first that ends
+        the sequence; tokens after it are dropped as if never generated."""
         seq = active.seq
-        logprobs = [logprob] if logprob is not None else []
-        if self.model.is_eog(token) and not active.params.ignore_eos:
-            self._finish(active, FinishReason.EOS, active.detok.finish(), [token], logprobs)
-            return
-        text = active.detok.add(token)
-        if active.detok.stop.matched is not None:
-            self._finish(active, FinishReason.STOP, text, [token], logprobs)
-        elif len(seq.output) >= seq.max_tokens:
-            self._finish(active, FinishReason.LENGTH, text + active.detok.finish(), [token], logprobs)
-        else:
-            active.emit(GenerationEvent(seq.request_id, [token], text, logprobs))
+        pending, active.pending = active.pending, []
+        base = len(seq.output) - len(pending)
+        text = ""
+        tokens: list[int] = []
+        logprobs: list[TokenLogprob] = []
+        for i, (token, logprob) in enumerate(pending):
+            tokens.append(token)
+            if logprob is not None:
+                logprobs.append(logprob)
+            reason: FinishReason | None = None
+            if self.model.is_eog(token) and not active.params.ignore_eos:
+                reason, piece = FinishReason.EOS, active.detok.finish()
+            else:
+                piece = active.detok.add(token)
+                if active.detok.stop.matched is not None:
+                    reason = FinishReason.STOP
+                elif base + i + 1 >= seq.max_tokens:
+                    reason, piece = FinishReason.LENGTH, piece + active.detok.finish()
+            text += piece
+            if reason is not None:
+                self._truncate(seq, base + i + 1)
+                self._finish(active, reason, text, tokens, logprobs)
+                return
+        active.emit(GenerationEvent(seq.request_id, tokens, text, logprobs))
+
+    @staticmethod
+    def _truncate(seq: Sequence, n_output: int) -> None:
+        del seq.output[n_output:]
+        seq.n_computed = min(seq.n_computed, len(seq.prompt) + len(seq.output))
 
     def _finish(
         self,
@@ -205,6 +246,8 @@ class Engine:
             active.sampler.close()
         del self._active[seq.request_id]
         timings = self._timings(seq)
+        self.draft_tokens += seq.draft_n
+        self.draft_tokens_accepted += seq.draft_accepted
         event = GenerationEvent(
             seq.request_id,
             tokens,
@@ -229,7 +272,12 @@ class Engine:
 
     def _timings(self, seq: Sequence) -> Timings:
         end = self.clock()
-        t = Timings(cache_n=seq.n_reused, predicted_n=len(seq.output))
+        t = Timings(
+            cache_n=seq.n_reused,
+            predicted_n=len(seq.output),
+            draft_n=seq.draft_n,
+            draft_n_accepted=seq.draft_accepted,
+        )
         if seq.admitted_s:
             t.queue_ms = 1000 * (seq.admitted_s - seq.arrival_s)
             t.prompt_n = min(seq.n_computed, len(seq.prompt)) - seq.n_reused
@@ -275,6 +323,8 @@ class Engine:
             prefix_cache_hits=sched.cache.hits,
             prefix_cache_reused_tokens=sched.cache.reused_tokens,
             prompt_tokens_prefilled=self.prompt_tokens_prefilled,
+            draft_tokens=self.draft_tokens,
+            draft_tokens_accepted=self.draft_tokens_accepted,
         )
 
     def close(self) -> None:

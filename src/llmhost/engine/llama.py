@@ -228,29 +228,28 @@ class LlamaModel:
             raise RuntimeError(f"llama_memory_seq_rm({op.seq}, {op.keep}) failed")
 
     # -- decode --------------------------------------------------------------------------------------
-    def decode(self, items: list[tuple[list[int], int, int, bool]]) -> list[int]:
-        """One llama_decode over (tokens, start_pos, seq_id, want_last_logits) items.
+    def decode(self, items: list[tuple[list[int], int, int, int]]) -> list[int]:
+        """One llama_decode over (tokens, start_pos, seq_id, n_logits) items.
 
-        Returns, per item, the batch index of its last token when logits were asked for, else -1.
+        `n_logits`: how many of the item's last positions need logits (0, 1, or all to verify drafts).
+        Returns, per item, the batch index of its first position with logits, else -1.
         """
+        total = sum(len(tokens) for tokens, _, _, _ in items)
+        if total > self.n_batch:  # checked first: the batch arrays hold n_batch tokens
+            raise ValueError(f"batch of {total} tokens exceeds n_batch {self.n_batch}")
         batch = self._batch
         n = 0
         out_idx: list[int] = []
-        for tokens, start, seq_id, want in items:
+        for tokens, start, seq_id, n_logits in items:
+            first = n + len(tokens) - n_logits
             for j, tok in enumerate(tokens):
                 batch.token[n] = tok
                 batch.pos[n] = start + j
                 batch.n_seq_id[n] = 1
                 batch.seq_id[n][0] = seq_id
-                batch.logits[n] = 0
+                batch.logits[n] = 1 if n >= first else 0
                 n += 1
-            if want:
-                batch.logits[n - 1] = 1
-                out_idx.append(n - 1)
-            else:
-                out_idx.append(-1)
-        if n > self.n_batch:
-            raise ValueError(f"batch of {n} tokens exceeds n_batch {self.n_batch}")
+            out_idx.append(first if n_logits else -1)
         batch.n_tokens = n
         rc = lc.llama_decode(self._ctx, batch)
         if rc != 0:

@@ -85,6 +85,8 @@ class Timings:
     predicted_ms: float = 0.0  # first token -> last token
     ttft_ms: float = 0.0  # submitted -> first token
     total_ms: float = 0.0  # submitted -> finished
+    draft_n: int = 0  # speculative tokens proposed
+    draft_n_accepted: int = 0  # of those, tokens the model confirmed
 
     @property
     def prompt_per_token_ms(self) -> float:
@@ -119,6 +121,8 @@ class Timings:
             "queue_ms": round(self.queue_ms, 3),
             "ttft_ms": round(self.ttft_ms, 3),
             "total_ms": round(self.total_ms, 3),
+            "draft_n": self.draft_n,
+            "draft_n_accepted": self.draft_n_accepted,
         }
 
     def print_timings(self) -> str:

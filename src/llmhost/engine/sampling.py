@@ -12,6 +12,14 @@ from llmhost.engine.llama import LlamaModel
 from llmhost.engine.request import SamplingParams, TokenLogprob
 
 
+def plain_greedy(params: SamplingParams) -> bool:
+    """Greedy with no penalties: the next token is the argmax of the logits, whatever came before."""
+    penalized = (
+        params.repetition_penalty != 1.0 or params.frequency_penalty != 0.0 or params.presence_penalty != 0.0
+    )
+    return params.greedy and not penalized
+
+
 class Sampler:
     """One llama.cpp sampler chain for one sequence, in llama.cpp's usual order:
     logit bias, penalties, top-k, top-p, min-p, temperature, then a seeded draw (or greedy).
@@ -33,7 +41,7 @@ class Sampler:
         )
         # plain greedy is an argmax over the logits: llama.cpp's chain would first build a candidate
         # array of the whole vocabulary (262k entries for Gemma) for every token
-        self._argmax = params.greedy and not penalized
+        self._argmax = plain_greedy(params)
         self._bias_ids = np.fromiter(bias.keys(), dtype=np.int64, count=len(bias))
         self._bias_values = np.fromiter(bias.values(), dtype=np.float32, count=len(bias))
         if bias:

@@ -9,7 +9,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from llmhost.engine.config import EngineConfig
-from llmhost.engine.prefix_cache import KvOp, PrefixCache, common_prefix_len
+from llmhost.engine.prefix_cache import KvOp, KvTrim, PrefixCache, common_prefix_len
 from llmhost.engine.sequence import SeqStatus, Sequence
 
 
@@ -19,6 +19,9 @@ class BatchItem:
     tokens: list[int]
     start_pos: int
     sample: bool  # the last token's logits are needed: sample this sequence's next token
+    # speculative guesses after the last sampled token (`tokens` = [last, *draft]); logits are
+    # needed at every position to verify them
+    draft: tuple[int, ...] = ()
 
 
 @dataclass(slots=True)
@@ -93,11 +96,12 @@ class Scheduler:
             seq = self.waiting.popleft()
             plan.kv_ops.extend(self.admit(seq, now_s))
             plan.admitted.append(seq)
-        budget = self.config.max_batch_tokens
-        for seq in self.running:
-            if seq.status is SeqStatus.DECODE:
-                plan.items.append(BatchItem(seq, [seq.output[-1]], seq.n_computed, sample=True))
-                budget -= 1
+        decoding = [seq for seq in self.running if seq.status is SeqStatus.DECODE]
+        budget = self.config.max_batch_tokens - len(decoding)
+        for seq in decoding:
+            draft = self._draft(seq, budget)
+            budget -= len(draft)
+            plan.items.append(BatchItem(seq, [seq.output[-1], *draft], seq.n_computed, True, tuple(draft)))
         for seq in self.running:
             if budget <= 0:
                 break
@@ -108,19 +112,39 @@ class Scheduler:
                 budget -= len(chunk)
         return plan
 
-    def postprocess(self, plan: StepPlan, sampled: dict[str, int], now_s: float) -> None:
-        """Record what the decode computed and the tokens sampled."""
+    def _draft(self, seq: Sequence, budget: int) -> list[int]:
+        """Speculative guesses for `seq`, leaving room for the token that verification always adds."""
+        if seq.ngrams is None or budget <= 0:
+            return []
+        room = seq.max_tokens - len(seq.output) - 1
+        return seq.ngrams.propose(min(self.config.draft_tokens, room, budget))
+
+    def postprocess(self, plan: StepPlan, sampled: dict[str, list[int]], now_s: float) -> None:
+        """Record what the decode computed and the tokens sampled (several when drafts were accepted)."""
         for item in plan.items:
             seq = item.seq
             if seq.status is SeqStatus.FINISHED:
                 continue
-            seq.n_computed += len(item.tokens)
-            if item.sample:
-                seq.output.append(sampled[seq.request_id])
-                if seq.status is SeqStatus.PREFILL:
-                    seq.status = SeqStatus.DECODE
-                    seq.first_token_s = now_s
-                seq.last_token_s = now_s
+            if not item.sample:
+                seq.n_computed += len(item.tokens)
+                continue
+            tokens = sampled[seq.request_id]
+            if item.draft:
+                accepted = len(tokens) - 1  # the last one is the model's own next token
+                seq.draft_n += len(item.draft)
+                seq.draft_accepted += accepted
+                seq.n_computed += 1 + accepted
+                if accepted < len(item.draft):  # forget the rejected guesses' KV before the next decode
+                    self._pending_ops.append(KvTrim(seq.kv_seq, seq.n_computed))
+            else:
+                seq.n_computed += len(item.tokens)
+            seq.output.extend(tokens)
+            if seq.ngrams is not None:
+                seq.ngrams.extend(tokens)
+            if seq.status is SeqStatus.PREFILL:
+                seq.status = SeqStatus.DECODE
+                seq.first_token_s = now_s
+            seq.last_token_s = now_s
 
     # -- leaving -------------------------------------------------------------------------------------
     def finish(self, seq: Sequence, reusable: bool = True) -> None:

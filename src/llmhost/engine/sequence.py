@@ -5,6 +5,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
+from llmhost.engine.speculative import NgramIndex
+
 
 class SeqStatus(enum.Enum):
     WAITING = "waiting"  # queued; holds no KV sequence yet
@@ -29,6 +31,10 @@ class Sequence:
     admitted_s: float = 0.0
     first_token_s: float = 0.0
     last_token_s: float = 0.0
+    # speculative decoding: n-grams of prompt + output, and what the drafts achieved
+    ngrams: NgramIndex | None = None
+    draft_n: int = 0
+    draft_accepted: int = 0
 
     @property
     def tokens(self) -> list[int]:

@@ -326,7 +326,7 @@ def save_system_prompt_state(
     model = LlamaModel(gguf, _small_config(len(tokens), recipe.flash_attn, load_mode, threads))
     try:
         for off in range(0, len(tokens), model.n_batch):
-            model.decode([(tokens[off : off + model.n_batch], off, 0, False)])
+            model.decode([(tokens[off : off + model.n_batch], off, 0, 0)])
         state = model.state_seq_save(0)
     finally:
         model.close()

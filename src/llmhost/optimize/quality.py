@@ -104,14 +104,14 @@ def greedy(model: LlamaModel, prompt: list[int], n: int) -> list[int]:
     """n greedy tokens after `prompt` (stops early at end of generation)."""
     model.apply(KvTrim(0, 0))
     out: list[int] = []
-    idx = model.decode([(prompt, 0, 0, True)])[0]
+    idx = model.decode([(prompt, 0, 0, 1)])[0]
     pos = len(prompt)
     for _ in range(n):
         tok = int(np.argmax(model.logits(idx)))
         out.append(tok)
         if model.is_eog(tok):
             break
-        idx = model.decode([([tok], pos, 0, True)])[0]
+        idx = model.decode([([tok], pos, 0, 1)])[0]
         pos += 1
     model.apply(KvTrim(0, 0))
     return out

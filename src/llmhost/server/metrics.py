@@ -63,6 +63,10 @@ class _EngineCollector(Collector):
         yield CounterMetricFamily(
             "llmhost_prompt_tokens_prefilled", "Prompt tokens actually decoded", s.prompt_tokens_prefilled
         )
+        yield CounterMetricFamily("llmhost_spec_draft_tokens", "Speculative tokens proposed", s.draft_tokens)
+        yield CounterMetricFamily(
+            "llmhost_spec_accepted_tokens", "Speculative tokens the model confirmed", s.draft_tokens_accepted
+        )
 
 
 class ServerMetrics:

@@ -1,0 +1,93 @@
+"""n-gram speculative decoding on the real model: same greedy tokens, fewer decode steps."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from llmhost.engine import (
+    Engine,
+    EngineConfig,
+    GenerationEvent,
+    GenerationRequest,
+    LlamaModel,
+    SamplingParams,
+)
+from llmhost.store import resolve_model
+from tests.integration.test_batching import NEAR_TIE_LOGIT_GAP
+
+PASSAGE = (
+    "The harbour master keeps a ledger of every ship that enters the bay: its name, its cargo, "
+    "the hour it arrived and the berth it was given. On stormy nights the ledger is the only record "
+    "of who is safe inside the breakwater."
+)
+PROMPTS = [
+    f"{PASSAGE}\n\nCopy the passage above exactly:\n{PASSAGE[:60]}",
+    f"Summary of the text below, quoting it.\nText: {PASSAGE}\nSummary: The harbour master keeps a ledger",
+    "List the numbers: 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12,",
+    "Once upon a time",
+]
+NEW_TOKENS = 40
+
+
+def generate(speculative: str, prompts: list[str]) -> tuple[dict[str, Any], Engine]:
+    cfg = EngineConfig(
+        max_concurrent=4, max_total_tokens=512, max_input_tokens=256, max_batch_tokens=128, n_threads=1,
+        speculative=speculative, draft_tokens=4,
+    )  # fmt: skip
+    model = LlamaModel(resolve_model(), cfg)
+    engine = Engine(model, cfg)
+    events: dict[str, list[GenerationEvent]] = {}
+    params = SamplingParams(max_tokens=NEW_TOKENS, temperature=0.0, logprobs=5, ignore_eos=True)
+    for i, text in enumerate(prompts):
+        request = GenerationRequest(f"r{i}", model.tokenize(text), params)
+        engine.add(request, lambda ev: events.setdefault(ev.request_id, []).append(ev))
+    while engine.has_work:
+        engine.step()
+    out = {rid: [lp for ev in evs for lp in ev.logprobs] for rid, evs in events.items()}
+    out["_timings"] = {rid: evs[-1].timings for rid, evs in events.items()}
+    model.close()
+    return out, engine
+
+
+def assert_same_or_near_tie(base: list[Any], spec: list[Any]) -> None:
+    assert len(base) == len(spec) == NEW_TOKENS
+    for step, (a, b) in enumerate(zip(base, spec, strict=True)):
+        if a.token == b.token:
+            continue
+        top = dict(a.top)
+        best = max(top.values())
+        assert b.token in top, f"step {step}: speculation chose {b.token}, not among {list(top)}"
+        assert best - top[b.token] < NEAR_TIE_LOGIT_GAP, f"step {step}: not a near tie"
+        return
+
+
+@pytest.fixture(scope="module")
+def runs() -> Iterator[dict[str, tuple[dict[str, Any], Engine]]]:
+    yield {
+        "base_alone": generate("", PROMPTS[:1]),
+        "spec_alone": generate("ngram", PROMPTS[:1]),
+        "base_batched": generate("", PROMPTS),
+        "spec_batched": generate("ngram", PROMPTS),
+    }
+
+
+def test_greedy_tokens_identical_alone(runs: dict[str, tuple[dict[str, Any], Engine]]) -> None:
+    assert_same_or_near_tie(runs["base_alone"][0]["r0"], runs["spec_alone"][0]["r0"])
+
+
+def test_greedy_tokens_identical_batched(runs: dict[str, tuple[dict[str, Any], Engine]]) -> None:
+    base, spec = runs["base_batched"][0], runs["spec_batched"][0]
+    for rid in ("r0", "r1", "r2", "r3"):
+        assert_same_or_near_tie(base[rid], spec[rid])
+
+
+def test_drafts_are_accepted_and_save_steps(runs: dict[str, tuple[dict[str, Any], Engine]]) -> None:
+    (spec, spec_engine), (_, base_engine) = runs["spec_alone"], runs["base_alone"]
+    t = spec["_timings"]["r0"]
+    assert t.draft_n > 0 and t.draft_n_accepted > NEW_TOKENS // 4
+    assert spec_engine.steps < base_engine.steps
+    stats = runs["spec_batched"][1].stats()
+    assert stats.draft_tokens_accepted > 0 and stats.draft_tokens >= stats.draft_tokens_accepted

@@ -52,7 +52,7 @@ def serve(
     speculative: Annotated[
         str, typer.Option(help="Speculative decoding of greedy requests: 'ngram' (prompt lookup) or ''.")
     ] = "",
-    draft_tokens: Annotated[int, typer.Option(help="Speculative tokens verified per step.")] = 4,
+    draft_tokens: Annotated[int, typer.Option(help="Speculative tokens verified per step.")] = 12,
     ngram_size: Annotated[int, typer.Option(help="Longest n-gram looked up for drafts.")] = 3,
     chat_template: Annotated[
         Path | None, typer.Option(help="Jinja chat template file overriding the GGUF's.")

@@ -35,7 +35,7 @@ class EngineConfig:
     # speculative decoding of greedy requests: "" (off) or "ngram" (prompt lookup), with up to
     # `draft_tokens` guesses verified per step, looked up by n-grams of `ngram_size` down to 2 tokens
     speculative: str = ""
-    draft_tokens: int = 4
+    draft_tokens: int = 12
     ngram_size: int = 3
     n_threads: int = 0  # 0: available_cpus()
     n_threads_batch: int = 0  # 0: same as n_threads

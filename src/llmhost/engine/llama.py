@@ -263,19 +263,9 @@ class LlamaModel:
 
         Each chunk is a copy of shape (chunk_len, n_vocab); row i predicts the token after tokens[i].
         """
-        batch = self._batch
         for off in range(0, len(tokens), self.n_batch):
             chunk = tokens[off : off + self.n_batch]
-            for j, tok in enumerate(chunk):
-                batch.token[j] = tok
-                batch.pos[j] = start_pos + off + j
-                batch.n_seq_id[j] = 1
-                batch.seq_id[j][0] = seq_id
-                batch.logits[j] = 1
-            batch.n_tokens = len(chunk)
-            rc = lc.llama_decode(self._ctx, batch)
-            if rc != 0:
-                raise RuntimeError(f"llama_decode failed with code {rc} on a batch of {len(chunk)} tokens")
+            self.decode([(chunk, start_pos + off, seq_id, len(chunk))])
             ptr = lc.llama_get_logits(self._ctx)
             yield np.ctypeslib.as_array(ptr, shape=(len(chunk), self.n_vocab)).copy()
 

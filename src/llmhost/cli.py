@@ -26,6 +26,7 @@ def _main() -> None:
 
 @app.command()
 def serve(
+    ctx: typer.Context,
     model: Annotated[
         str | None,
         typer.Argument(
@@ -72,11 +73,17 @@ def serve(
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     model_path = resolve_model(model)
     # an `llmhost optimize artifact` directory: its measured load mode and saved system-prompt state
-    from llmhost.optimize.artifact import serving_hints
+    from llmhost.optimize.artifact import SERVING_KEYS, serving_hints
 
     hints = serving_hints(model, flash_attn) if model and Path(model).is_dir() else None
     if hints is not None and hints.reason:
         typer.echo(f"llmhost: artifact's saved system-prompt state not used: {hints.reason}")
+    # the artifact recipe's serving settings (speculative decoding), unless given as flags
+    sources = {k: ctx.get_parameter_source(k) for k in SERVING_KEYS}
+    explicit = {k for k, src in sources.items() if src is not None and src.name != "DEFAULT"}
+    recipe_serving = hints.engine_overrides(explicit) if hints is not None else {}
+    if recipe_serving:
+        typer.echo(f"llmhost: serving settings from the artifact's recipe: {recipe_serving}")
     try:
         engine = EngineConfig(
             max_concurrent=max_concurrent or env_int("MAX_CONCURRENT_REQUESTS", 8),
@@ -87,9 +94,9 @@ def serve(
             prefix_cache_tokens=prefix_cache_tokens,
             n_threads=threads or env_int("LLMHOST_THREADS", 0),
             flash_attn=flash_attn,
-            speculative=speculative,
-            draft_tokens=draft_tokens,
-            ngram_size=ngram_size,
+            speculative=recipe_serving.get("speculative", speculative),
+            draft_tokens=recipe_serving.get("draft_tokens", draft_tokens),
+            ngram_size=recipe_serving.get("ngram_size", ngram_size),
             load_mode=hints.load_mode if hints else "auto",
             prefix_state_path=hints.prefix_state_path if hints else "",
         )

@@ -341,11 +341,38 @@ def save_system_prompt_state(
 
 
 # -- serving -------------------------------------------------------------------------------------------
+# serving settings a recipe may record in recipe.yaml's `serving:` section (`llmhost optimize run`)
+SERVING_KEYS = ("speculative", "draft_tokens", "ngram_size")
+
+
+def write_serving_settings(directory: str | Path, settings: dict[str, Any]) -> None:
+    """Record serving settings (SERVING_KEYS) in the artifact's recipe.yaml, replacing earlier ones."""
+    path = Path(directory) / RECIPE_YAML
+    doc = yaml.safe_load(path.read_text()) or {}
+    doc["serving"] = {k: settings[k] for k in SERVING_KEYS if k in settings}
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+
+
+def serving_settings(directory: str | Path) -> dict[str, Any]:
+    """The `serving:` section of an artifact's recipe.yaml; {} when there is none."""
+    try:
+        doc = yaml.safe_load((Path(directory) / RECIPE_YAML).read_text())
+    except (OSError, yaml.YAMLError):
+        return {}
+    serving = doc.get("serving") if isinstance(doc, dict) else None
+    return {k: serving[k] for k in SERVING_KEYS if k in serving} if isinstance(serving, dict) else {}
+
+
 @dataclass(slots=True, frozen=True)
 class ServeHints:
     load_mode: str = "auto"
     prefix_state_path: str = ""
     reason: str = ""  # why no state is used, when none is
+    serving: dict[str, Any] = field(default_factory=dict)  # recipe.yaml's serving settings
+
+    def engine_overrides(self, explicit: set[str]) -> dict[str, Any]:
+        """The recipe's serving settings (speculative, draft_tokens, ngram_size) not given as flags."""
+        return {k: v for k, v in self.serving.items() if k not in explicit}
 
 
 def serving_hints(directory: str | Path, flash_attn: bool) -> ServeHints | None:
@@ -357,9 +384,10 @@ def serving_hints(directory: str | Path, flash_attn: bool) -> ServeHints | None:
     load_mode = str(info.get("load", {}).get("best", "auto"))
     if load_mode not in ("auto", "mmap", "read"):
         load_mode = "auto"
+    serving = serving_settings(d)
 
     def without(reason: str) -> ServeHints:
-        return ServeHints(load_mode, "", reason)
+        return ServeHints(load_mode, "", reason, serving)
 
     state = info.get("prefix_state")
     if not state:
@@ -376,7 +404,7 @@ def serving_hints(directory: str | Path, flash_attn: bool) -> ServeHints | None:
     path = d / str(state.get("file", STATE_BIN))
     if not path.is_file() or sha256_file(path) != state.get("sha256"):
         return without(f"{path.name} is missing or altered")
-    return ServeHints(load_mode, str(path), "")
+    return ServeHints(load_mode, str(path), "", serving)
 
 
 def is_artifact(directory: str | Path) -> bool:

@@ -174,3 +174,60 @@ def artifact(
         raise _fail(exc) from exc
     summary = {"directory": str(result.directory), "key": result.key, "reused": result.reused}
     typer.echo(json.dumps(summary))
+
+
+@app.command("run")
+def run_(
+    recipe_file: Annotated[Path, typer.Argument(help="Recipe YAML: model, techniques, benchmark settings.")],
+    out: Annotated[
+        Path | None, typer.Option("--out", "-o", help="Artifact directory (default: the recipe's `out`).")
+    ] = None,
+    prompts_file: Annotated[
+        Path | None, typer.Option(help="JSONL prompts to benchmark on (overrides the recipe's).")
+    ] = None,
+    requests: Annotated[int | None, typer.Option(help="Measured requests per server.")] = None,
+    concurrency: Annotated[int | None, typer.Option(help="Concurrent requests.")] = None,
+    price_per_hour: Annotated[float | None, typer.Option(help="Instance price, USD per hour.")] = None,
+) -> None:
+    """Apply a recipe, then benchmark the base model against the artifact in the same run."""
+    from rich.console import Console
+
+    from llmhost.engine import ModelLoadError
+    from llmhost.optimize.artifact import ArtifactError
+    from llmhost.optimize.quantize import QuantizeError
+    from llmhost.optimize.recipe_run import RecipeError, default_out, load_recipe, parse_recipe, run_recipe
+    from llmhost.optimize.recipe_run import table as result_table
+    from llmhost.store import ModelNotFoundError
+
+    try:
+        recipe = load_recipe(recipe_file)
+        overrides = {
+            k: v
+            for k, v in (
+                ("prompts_file", str(prompts_file.resolve()) if prompts_file else None),
+                ("requests", requests),
+                ("concurrency", concurrency),
+                ("price_per_hour", price_per_hour),
+            )
+            if v is not None
+        }
+        if overrides:  # validated like the file's own settings
+            data = recipe.model_dump(exclude_unset=True)
+            data["benchmark"] = {**data.get("benchmark", {}), **overrides}
+            recipe = parse_recipe(data, ".", "recipe with options")
+        target = out or (Path(recipe.out) if recipe.out else default_out(recipe_file))
+        result = run_recipe(recipe, target, say=typer.echo)
+    except (RecipeError, ArtifactError, QuantizeError, ModelLoadError, ModelNotFoundError) as exc:
+        raise _fail(exc) from exc
+    console = Console()
+    console.print(result_table(result))
+    quality = json.loads((result.artifact.directory / "quality.json").read_text())
+    line = f"perplexity {quality['perplexity']['perplexity']:.3f}"
+    if quality.get("base_perplexity"):
+        line += f" (base {quality['base_perplexity']['perplexity']:.3f})"
+    if quality.get("greedy_agreement"):
+        line += f", greedy agreement with base {quality['greedy_agreement']['agreement']:.3f}"
+    console.print(line)
+    console.print(
+        f"artifact: {result.artifact.directory} (serve it: llmhost serve {result.artifact.directory})"
+    )

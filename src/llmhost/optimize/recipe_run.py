@@ -1,0 +1,408 @@
+"""`llmhost optimize run recipe.yaml`: apply a recipe, then benchmark base against optimized.
+
+A recipe names a model, the techniques applied to it and the workload both are measured on::
+
+    model: default                  # 'default', a .gguf file or a directory holding one
+    out: gemma-q8                   # artifact directory (relative to this file); --out overrides
+    quantize: q8_0                  # 1. quantization (llama.cpp's quantizer)
+    allow_requantize: true
+    system_prompt_file: system.txt  # 2. the system prompt's KV state saved into the artifact
+    system_prompt_mode: chat        #    (or system_prompt: "..."; chat | raw)
+    speculative: ngram              # 3. serving setting recorded in recipe.yaml: n-gram speculation
+    draft_tokens: 12
+    benchmark:
+      prompts_file: prompts.jsonl   # else the built-in prompt set
+      requests: 16
+      concurrency: 1
+      max_new_tokens: 64
+      price_per_hour: 0.0832
+
+The techniques apply in that order (quantize, then the system-prompt state of the quantized model,
+then the serving settings). The artifact is built or reused (`artifact.build_or_reuse`), the recipe's
+serving settings are written into its recipe.yaml, then `llmhost serve BASE_GGUF` and `llmhost serve
+ARTIFACT_DIR` are started one after the other on 127.0.0.1 and measured with `llmhost bench` on the
+same workload; both figure sets and their ratios go into the artifact's benchmark.json.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from llmhost.bench.metrics import LevelSummary
+from llmhost.optimize.artifact import Artifact, Recipe, build_or_reuse, write_serving_settings
+
+BENCHMARK_JSON = "benchmark.json"
+BENCHMARK_FORMAT = "llmhost-optimize-benchmark/1"
+# figures compared, (name in LevelSummary.get, label, unit scale, higher is better)
+FIGURES: tuple[tuple[str, str, float, bool], ...] = (
+    ("output_tokens_per_s", "output tok/s", 1.0, True),
+    ("ttft_s_p50", "p50 TTFT (ms)", 1000.0, False),
+    ("ms_per_token_p50", "p50 ms/token", 1.0, False),
+    ("cost_per_1m_tokens_usd", "cost per 1M tokens (USD)", 1.0, False),
+)
+
+Say = Callable[[str], None]
+
+
+class RecipeError(ValueError):
+    """The recipe file is invalid, or running it failed."""
+
+
+class BenchmarkSettings(BaseModel):
+    """The workload base and optimized are both measured on (one closed-loop level)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    prompts_file: str | None = None  # JSONL, as `llmhost bench run --prompts-file`
+    builtin_prompts: bool = True  # without prompts_file: the built-in set; false: synthetic prompts
+    prompt_tokens: int = Field(default=128, ge=1)  # synthetic prompts only
+    api: Literal["openai", "chat"] = "openai"
+    requests: int = Field(default=8, ge=1)
+    warmup: int = Field(default=1, ge=0)
+    concurrency: int = Field(default=1, ge=1)
+    max_new_tokens: int = Field(default=64, ge=1)
+    price_per_hour: float | None = Field(default=None, gt=0)
+    timeout_s: float = Field(default=120.0, gt=0)
+    startup_timeout_s: float = Field(default=300.0, gt=0)
+
+
+class RunRecipe(BaseModel):
+    """A recipe file. Relative paths are relative to the file."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str = "default"
+    out: str | None = None
+    quantize: str | None = None
+    allow_requantize: bool = False
+    system_prompt: str | None = None
+    system_prompt_file: str | None = None
+    system_prompt_mode: Literal["chat", "raw"] = "chat"
+    chat_template_file: str | None = None  # the template serving uses (passed to both servers)
+    flash_attn: bool = True
+    speculative: Literal["ngram"] | None = None
+    draft_tokens: int = Field(default=12, ge=1, le=64)
+    ngram_size: int = Field(default=3, ge=2, le=16)
+    threads: int = Field(default=0, ge=0)  # build, evaluation and both servers; 0: all CPUs
+    eval_max_tokens: int = Field(default=0, ge=0)  # perplexity tokens scored; 0: all of the sample
+    benchmark: BenchmarkSettings = Field(default_factory=BenchmarkSettings)
+
+    @field_validator("quantize")
+    @classmethod
+    def _known_type(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
+        from llmhost.optimize.quantize import QUANT_TYPES
+
+        if v not in QUANT_TYPES:
+            raise ValueError(f"unknown quantization type {v!r}; one of {', '.join(QUANT_TYPES)}")
+        return v
+
+    @model_validator(mode="after")
+    def _one_system_prompt(self) -> RunRecipe:
+        if self.system_prompt is not None and self.system_prompt_file is not None:
+            raise ValueError("give system_prompt or system_prompt_file, not both")
+        if self.system_prompt is not None and not self.system_prompt.strip():
+            raise ValueError("system_prompt is empty")
+        return self
+
+    def artifact_recipe(self) -> Recipe:
+        """What `build_or_reuse` applies (files already resolved by `load_recipe`)."""
+        system = self.system_prompt
+        if self.system_prompt_file is not None:
+            system = Path(self.system_prompt_file).read_text(encoding="utf-8")
+        template = None
+        if self.chat_template_file is not None:
+            template = Path(self.chat_template_file).read_text(encoding="utf-8")
+        return Recipe(
+            quantize=self.quantize,
+            allow_requantize=self.allow_requantize,
+            system_prompt=system,
+            system_prompt_mode=self.system_prompt_mode,
+            chat_template=template,
+            flash_attn=self.flash_attn,
+        )
+
+    def serving(self) -> dict[str, Any]:
+        """Serving settings recorded in the artifact's recipe.yaml; {} without speculation."""
+        if self.speculative is None:
+            return {}
+        return {
+            "speculative": self.speculative,
+            "draft_tokens": self.draft_tokens,
+            "ngram_size": self.ngram_size,
+        }
+
+
+def _format_errors(where: str, exc: ValidationError) -> str:
+    lines = []
+    for err in exc.errors():
+        loc = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        if err["type"] == "extra_forbidden":
+            lines.append(f"  {loc}: unknown key")
+        else:
+            msg = str(err["msg"]).removeprefix("Value error, ")
+            lines.append(
+                f"  {loc}: {msg} (got {err.get('input')!r})" if "input" in err else f"  {loc}: {msg}"
+            )
+    return f"{where}: invalid recipe:\n" + "\n".join(lines)
+
+
+def parse_recipe(data: Any, base_dir: str | Path = ".", where: str = "recipe") -> RunRecipe:
+    """Validate a recipe mapping; resolve its file paths against `base_dir` and check they exist."""
+    if not isinstance(data, dict):
+        raise RecipeError(f"{where}: a recipe is a YAML mapping")
+    try:
+        recipe = RunRecipe.model_validate(data)
+    except ValidationError as exc:
+        raise RecipeError(_format_errors(where, exc)) from None
+    base = Path(base_dir)
+
+    def resolve(value: str | None) -> str | None:
+        if value is None:
+            return None
+        p = Path(value).expanduser()
+        return str(p if p.is_absolute() else base / p)
+
+    if recipe.model != "default":
+        recipe.model = resolve(recipe.model) or recipe.model
+    recipe.out = resolve(recipe.out)
+    for key in ("system_prompt_file", "chat_template_file"):
+        path = resolve(getattr(recipe, key))
+        if path is not None and not Path(path).is_file():
+            raise RecipeError(f"{where}: {key}: {path} does not exist")
+        setattr(recipe, key, path)
+    bench = recipe.benchmark
+    bench.prompts_file = resolve(bench.prompts_file)
+    if bench.prompts_file is not None:
+        from llmhost.bench.workload import load_prompts_file
+
+        try:
+            load_prompts_file(bench.prompts_file)
+        except (OSError, ValueError) as exc:
+            raise RecipeError(f"{where}: benchmark.prompts_file: {exc}") from None
+    if recipe.system_prompt_file is not None and not Path(recipe.system_prompt_file).read_text().strip():
+        raise RecipeError(f"{where}: system_prompt_file: {recipe.system_prompt_file} is empty")
+    return recipe
+
+
+def load_recipe(path: str | Path) -> RunRecipe:
+    p = Path(path)
+    try:
+        data = yaml.safe_load(p.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise RecipeError(f"cannot read recipe {p}: {exc}") from None
+    except yaml.YAMLError as exc:
+        raise RecipeError(f"{p}: not YAML: {exc}") from None
+    return parse_recipe(data, p.resolve().parent, str(p))
+
+
+def default_out(recipe_path: str | Path) -> Path:
+    p = Path(recipe_path)
+    return p.resolve().parent / f"{p.stem}-artifact"
+
+
+# -- benchmark -----------------------------------------------------------------------------------------
+@dataclass
+class Measured:
+    name: str
+    argv: list[str]
+    level: LevelSummary
+    metrics: dict[str, float]  # the server's llmhost_spec_* counters after the run
+
+
+def _spec_counters(text: str) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if line.startswith("llmhost_spec_"):
+            name, _, value = line.rpartition(" ")
+            with contextlib.suppress(ValueError):
+                out[name] = float(value)
+    return out
+
+
+def bench_config(url: str, name: str, recipe: RunRecipe) -> Any:
+    from llmhost.bench import BenchConfig
+
+    b = recipe.benchmark
+    return BenchConfig(
+        url=url,
+        api=b.api,
+        concurrency=[b.concurrency],
+        requests=b.requests,
+        warmup=b.warmup,
+        timeout_s=b.timeout_s,
+        prompt_tokens=b.prompt_tokens,
+        max_new_tokens=b.max_new_tokens,
+        prompts_file=b.prompts_file,
+        builtin_prompts=b.builtin_prompts and b.prompts_file is None,
+        price_per_hour=b.price_per_hour,
+        temperature=0.0,  # greedy: the requests speculative decoding applies to
+        name=name,
+    )
+
+
+def serve_argv(target: str | Path, port: int, recipe: RunRecipe) -> list[str]:
+    from llmhost.bench.sweep import HOST, llmhost_command
+
+    argv = [*llmhost_command(), "serve", str(target), "--host", HOST, "--port", str(port)]
+    argv += ["--flash-attn" if recipe.flash_attn else "--no-flash-attn"]
+    argv += ["--max-concurrent", str(max(recipe.benchmark.concurrency, 1))]
+    if recipe.threads:
+        argv += ["--threads", str(recipe.threads)]
+    if recipe.chat_template_file:
+        argv += ["--chat-template", recipe.chat_template_file]
+    return argv
+
+
+async def _measure(name: str, target: str | Path, recipe: RunRecipe, logs: Path, say: Say) -> Measured:
+    from llmhost.bench import arun_benchmark
+    from llmhost.bench.http import simple_request
+    from llmhost.bench.sweep import HOST, ServerProcess, free_port
+
+    port = free_port()
+    url = f"http://{HOST}:{port}"
+    argv = serve_argv(target, port, recipe)
+    say(f"{name}: starting llmhost serve {target}")
+    proc = ServerProcess(argv, {}, logs / f"{name}.log")
+    try:
+        await proc.wait_ready(url + "/ping", recipe.benchmark.startup_timeout_s)
+        b = recipe.benchmark
+        say(f"{name}: {b.requests} requests at concurrency {b.concurrency}, {b.max_new_tokens} new tokens")
+        results = await arun_benchmark(bench_config(url, name, recipe))
+        levels = results.levels()
+        if not levels:
+            raise RecipeError(f"{name}: the benchmark measured nothing")
+        counters: dict[str, float] = {}
+        try:
+            status, body = await simple_request(url + "/metrics", "GET", None, 10.0)
+            if status == 200:
+                counters = _spec_counters(body.decode("utf-8", "replace"))
+        except Exception:
+            pass
+        return Measured(name, argv, levels[0], counters)
+    except RuntimeError as exc:  # the server did not start
+        raise RecipeError(f"{name}: {exc}") from None
+    finally:
+        proc.stop()
+
+
+def _ratios(base: LevelSummary, opt: LevelSummary) -> dict[str, float | None]:
+    out: dict[str, float | None] = {}
+    for key, *_ in FIGURES:
+        a, b = base.get(key), opt.get(key)
+        out[key] = b / a if a and b is not None else None
+    return out
+
+
+@dataclass
+class RunResult:
+    artifact: Artifact
+    base: Measured
+    optimized: Measured
+    report: dict[str, Any]  # what benchmark.json holds
+
+
+def run_recipe(recipe: RunRecipe, out_dir: str | Path, say: Say | None = None) -> RunResult:
+    """Build or reuse the artifact, benchmark base then optimized, write benchmark.json."""
+    from llmhost.store import resolve_model
+
+    say = say or (lambda _msg: None)
+    source = resolve_model(recipe.model)
+    out = Path(out_dir)
+    t0 = time.perf_counter()
+    artifact = build_or_reuse(
+        source,
+        out,
+        recipe.artifact_recipe(),
+        say=say,
+        threads=recipe.threads,
+        eval_max_tokens=recipe.eval_max_tokens,
+    )
+    build_s = time.perf_counter() - t0
+    write_serving_settings(out, recipe.serving())
+    logs = Path(tempfile.mkdtemp(prefix="llmhost-optimize-run-"))
+
+    async def both() -> tuple[Measured, Measured]:
+        base = await _measure("base", source, recipe, logs, say)
+        optimized = await _measure("optimized", out, recipe, logs, say)
+        return base, optimized
+
+    try:
+        base, optimized = asyncio.run(both())
+    except RecipeError as exc:
+        raise RecipeError(f"{exc}\n(server logs in {logs})") from None
+    shutil.rmtree(logs, ignore_errors=True)
+    report = {
+        "format": BENCHMARK_FORMAT,
+        "created_unix": int(time.time()),
+        "model": str(source),
+        "artifact": str(out),
+        "key": artifact.key,
+        "reused": artifact.reused,
+        "build_seconds": round(build_s, 3),
+        "recipe": recipe.model_dump(mode="json", exclude={"system_prompt"}),
+        "serving": recipe.serving(),
+        "settings": bench_config("", "", recipe).to_json() | {"url": None, "name": None},
+        "base": {"served": base.argv, "level": base.level.to_json(), "metrics": base.metrics},
+        "optimized": {
+            "served": optimized.argv,
+            "level": optimized.level.to_json(),
+            "metrics": optimized.metrics,
+        },
+        "ratios": _ratios(base.level, optimized.level),
+    }
+    (out / BENCHMARK_JSON).write_text(json.dumps(report, indent=2) + "\n")
+    return RunResult(artifact, base, optimized, report)
+
+
+def _fmt(value: float | None, scale: float) -> str:
+    if value is None:
+        return "–"
+    v = value * scale
+    return f"{v:.4f}" if abs(v) < 1 else f"{v:.2f}" if abs(v) < 1000 else f"{v:,.0f}"
+
+
+def table(result: RunResult) -> Any:
+    """A rich table: base, optimized and optimized / base for each figure."""
+    from rich.table import Table
+
+    base, opt = result.base.level, result.optimized.level
+    t = Table(title=f"base vs optimized ({result.artifact.directory})")
+    t.add_column("figure")
+    t.add_column("base", justify="right")
+    t.add_column("optimized", justify="right")
+    t.add_column("optimized / base", justify="right")
+    ratios = result.report["ratios"]
+    for key, label, scale, higher in FIGURES:
+        ratio = ratios.get(key)
+        if ratio is None:
+            shown = "–"
+        else:
+            better = ratio > 1 if higher else ratio < 1
+            shown = f"[{'green' if better else 'red'}]{ratio:.2f}x[/]"
+        t.add_row(label, _fmt(base.get(key), scale), _fmt(opt.get(key), scale), shown)
+    t.add_row("successes", f"{base.successes}/{base.requests}", f"{opt.successes}/{opt.requests}", "")
+    drafts = [
+        m.get("llmhost_spec_draft_tokens_total", 0.0) for m in (result.base.metrics, result.optimized.metrics)
+    ]
+    if any(drafts):
+        accepted = [
+            m.get("llmhost_spec_accepted_tokens_total", 0.0)
+            for m in (result.base.metrics, result.optimized.metrics)
+        ]
+        cells = [f"{a:.0f}/{d:.0f}" if d else "–" for a, d in zip(accepted, drafts, strict=True)]
+        t.add_row("speculative tokens accepted", *cells, "")
+    return t

@@ -54,6 +54,9 @@ def serve(
         str, typer.Option(help="Speculative decoding of greedy requests: 'ngram' (prompt lookup) or ''.")
     ] = "",
     draft_tokens: Annotated[int, typer.Option(help="Speculative tokens verified per step.")] = 12,
+    draft_model: Annotated[
+        str, typer.Option(help="Draft GGUF sharing the model's vocabulary (implies --speculative draft).")
+    ] = "",
     ngram_size: Annotated[int, typer.Option(help="Longest n-gram looked up for drafts.")] = 3,
     chat_template: Annotated[
         Path | None, typer.Option(help="Jinja chat template file overriding the GGUF's.")
@@ -68,10 +71,14 @@ def serve(
     from llmhost.engine import EngineConfig
     from llmhost.server import ServerSettings, create_app
     from llmhost.server.settings import DEFAULT_PORT, env_int
-    from llmhost.store import resolve_model
+    from llmhost.store import ModelNotFoundError, resolve_model
 
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    model_path = resolve_model(model)
+    try:
+        model_path = resolve_model(model)
+        draft_path = str(resolve_model(draft_model)) if draft_model else ""
+    except ModelNotFoundError as exc:
+        raise typer.BadParameter(str(exc)) from exc
     # an `llmhost optimize artifact` directory: its measured load mode and saved system-prompt state
     from llmhost.optimize.artifact import SERVING_KEYS, serving_hints
 
@@ -94,7 +101,8 @@ def serve(
             prefix_cache_tokens=prefix_cache_tokens,
             n_threads=threads or env_int("LLMHOST_THREADS", 0),
             flash_attn=flash_attn,
-            speculative=recipe_serving.get("speculative", speculative),
+            speculative="draft" if draft_model else recipe_serving.get("speculative", speculative),
+            draft_model=draft_path,
             draft_tokens=recipe_serving.get("draft_tokens", draft_tokens),
             ngram_size=recipe_serving.get("ngram_size", ngram_size),
             load_mode=hints.load_mode if hints else "auto",

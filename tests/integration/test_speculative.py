@@ -15,6 +15,7 @@ from llmhost.engine import (
     LlamaModel,
     SamplingParams,
 )
+from llmhost.engine.drafter import Drafter
 from llmhost.store import resolve_model
 from tests.integration.test_batching import NEAR_TIE_LOGIT_GAP
 
@@ -33,12 +34,15 @@ NEW_TOKENS = 40
 
 
 def generate(speculative: str, prompts: list[str]) -> tuple[dict[str, Any], Engine]:
+    # the default model drafts for itself: the same vocabulary, and guesses it should nearly always confirm
+    draft = str(resolve_model()) if speculative == "draft" else ""
     cfg = EngineConfig(
         max_concurrent=4, max_total_tokens=512, max_input_tokens=256, max_batch_tokens=128, n_threads=1,
-        speculative=speculative, draft_tokens=4,
+        speculative=speculative, draft_tokens=4, draft_model=draft,
     )  # fmt: skip
     model = LlamaModel(resolve_model(), cfg)
-    engine = Engine(model, cfg)
+    drafter = Drafter(LlamaModel(draft, cfg), model.n_vocab) if draft else None
+    engine = Engine(model, cfg, drafter=drafter)
     events: dict[str, list[GenerationEvent]] = {}
     params = SamplingParams(max_tokens=NEW_TOKENS, temperature=0.0, logprobs=5, ignore_eos=True)
     for i, text in enumerate(prompts):
@@ -48,7 +52,7 @@ def generate(speculative: str, prompts: list[str]) -> tuple[dict[str, Any], Engi
         engine.step()
     out = {rid: [lp for ev in evs for lp in ev.logprobs] for rid, evs in events.items()}
     out["_timings"] = {rid: evs[-1].timings for rid, evs in events.items()}
-    model.close()
+    engine.close()
     return out, engine
 
 
@@ -71,6 +75,7 @@ def runs() -> Iterator[dict[str, tuple[dict[str, Any], Engine]]]:
         "spec_alone": generate("ngram", PROMPTS[:1]),
         "base_batched": generate("", PROMPTS),
         "spec_batched": generate("ngram", PROMPTS),
+        "draft_batched": generate("draft", PROMPTS),
     }
 
 
@@ -91,3 +96,25 @@ def test_drafts_are_accepted_and_save_steps(runs: dict[str, tuple[dict[str, Any]
     assert spec_engine.steps < base_engine.steps
     stats = runs["spec_batched"][1].stats()
     assert stats.draft_tokens_accepted > 0 and stats.draft_tokens >= stats.draft_tokens_accepted
+
+
+def test_draft_model_gives_the_same_greedy_tokens(runs: dict[str, tuple[dict[str, Any], Engine]]) -> None:
+    base, drafted = runs["base_batched"][0], runs["draft_batched"][0]
+    for rid in ("r0", "r1", "r2", "r3"):
+        assert_same_or_near_tie(base[rid], drafted[rid])
+        t = drafted["_timings"][rid]
+        assert t.draft_n > 0
+        assert t.draft_n_accepted >= 0.8 * t.draft_n  # a model drafting for itself is nearly always right
+    assert runs["draft_batched"][1].steps < runs["base_batched"][1].steps
+
+
+def test_draft_model_must_share_the_vocabulary(tmp_path: Any) -> None:
+    from llmhost.engine import ModelLoadError
+    from llmhost.optimize.convert import convert_hf
+    from tests.unit.optimize.tiny import make_tiny_hf
+
+    tiny = tmp_path / "tiny.gguf"
+    convert_hf(make_tiny_hf(tmp_path / "hf"), tiny, outtype="f32")
+    cfg = EngineConfig(max_concurrent=1, max_total_tokens=128, max_input_tokens=64, max_batch_tokens=64)
+    with pytest.raises(ModelLoadError, match="share a vocabulary"):
+        Drafter(LlamaModel(tiny, cfg), 262144)

@@ -36,6 +36,8 @@ class EngineConfig:
     # `draft_tokens` guesses verified per step, looked up by n-grams of `ngram_size` down to 2 tokens
     speculative: str = ""
     draft_tokens: int = 12
+    # "draft": a smaller GGUF with the same vocabulary proposes the tokens
+    draft_model: str = ""
     ngram_size: int = 3
     n_threads: int = 0  # 0: available_cpus()
     n_threads_batch: int = 0  # 0: same as n_threads
@@ -48,6 +50,10 @@ class EngineConfig:
     def __post_init__(self) -> None:
         if self.speculative not in SPECULATIVE_MODES:
             raise ValueError(f"speculative must be one of {SPECULATIVE_MODES}, got {self.speculative!r}")
+        if (self.speculative == "draft") != bool(self.draft_model):
+            raise ValueError(
+                "speculative='draft' needs draft_model, and draft_model needs speculative='draft'"
+            )
         if self.draft_tokens < 1 or self.ngram_size < 2:
             raise ValueError(
                 f"draft_tokens must be >= 1 and ngram_size >= 2, got {self.draft_tokens}, {self.ngram_size}"
@@ -103,7 +109,7 @@ class EngineConfig:
 
 
 LOAD_MODES = ("auto", "mmap", "read")
-SPECULATIVE_MODES = ("", "ngram")
+SPECULATIVE_MODES = ("", "ngram", "draft")
 
 # llama.cpp's LLAMA_MAX_SEQ
 LLAMA_MAX_SEQ = 256

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from llmhost.engine.config import EngineConfig
+from llmhost.engine.drafter import Drafter
 from llmhost.engine.llama import LlamaModel
 from llmhost.engine.request import (
     FinishReason,
@@ -23,7 +24,7 @@ from llmhost.engine.request import (
     TokenLogprob,
 )
 from llmhost.engine.sampling import Sampler, plain_greedy
-from llmhost.engine.scheduler import Scheduler, StepPlan
+from llmhost.engine.scheduler import BatchItem, Scheduler, StepPlan
 from llmhost.engine.sequence import SeqStatus, Sequence
 from llmhost.engine.speculative import NgramIndex
 from llmhost.engine.text import IncrementalDetokenizer
@@ -92,8 +93,10 @@ class Engine:
         config: EngineConfig,
         observer: EngineObserver | None = None,
         clock: Callable[[], float] = time.perf_counter,
+        drafter: Drafter | None = None,
     ) -> None:
         self.model = model
+        self.drafter = drafter
         self.config = config
         self.scheduler = Scheduler(config)
         self.observer = observer
@@ -116,7 +119,9 @@ class Engine:
             max_tokens=request.params.max_tokens,
             arrival_s=self.clock() if arrival_s is None else arrival_s,
         )
-        if self.config.speculative == "ngram" and plain_greedy(request.params):
+        if self.drafter is not None and plain_greedy(request.params):
+            seq.drafted = True
+        elif self.config.speculative == "ngram" and plain_greedy(request.params):
             # verification compares argmaxes, so only plain greedy sequences speculate
             seq.ngrams = NgramIndex(self.config.ngram_size)
             seq.ngrams.extend(seq.prompt)
@@ -150,8 +155,12 @@ class Engine:
         for seq in plan.admitted:
             active = self._active[seq.request_id]
             active.sampler = Sampler(self.model, active.params, seq.prompt)
+            if self.drafter is not None:
+                self.drafter.reset(seq)
         if not plan.items:
             return {}
+        if self.drafter is not None:
+            plan.items = self._with_drafts(self.drafter, plan.items)
         batch = [
             (i.tokens, i.start_pos, i.seq.kv_seq, (1 + len(i.draft)) if i.sample else 0) for i in plan.items
         ]
@@ -173,6 +182,14 @@ class Engine:
         return sampled
 
     @staticmethod
+    def _with_drafts(drafter: Drafter, items: list[BatchItem]) -> list[BatchItem]:
+        wanting = [item for item in items if item.draft_room > 0]
+        if not wanting:
+            return items
+        filled = {id(old): new for old, new in zip(wanting, drafter.propose(wanting), strict=True)}
+        return [filled.get(id(item), item) for item in items]
+
+    @staticmethod
     def _verify(sampler: Sampler, idx: int, draft: tuple[int, ...]) -> list[tuple[int, TokenLogprob | None]]:
         """The model's own tokens at each drafted position, up to and including the first that differs
         from the draft (all accepted: one more, from the last position)."""
@@ -187,6 +204,12 @@ class Engine:
     def _postprocess(self, plan: StepPlan, sampled: dict[str, list[int]]) -> None:
         now = self.clock()
         self.scheduler.postprocess(plan, sampled, now)
+        if self.drafter is not None:
+            for item in plan.items:
+                if item.draft and item.seq.request_id in sampled:
+                    tokens = sampled[item.seq.request_id]
+                    n_before = len(item.seq.prompt) + len(item.seq.output) - len(tokens)
+                    self.drafter.settle(item.seq, n_before, len(tokens) - 1, len(item.draft))
         for item in plan.items:
             seq = item.seq
             if seq.status is SeqStatus.FINISHED:
@@ -331,3 +354,5 @@ class Engine:
         for request_id in list(self._active):
             self.abort(request_id)
         self.model.close()
+        if self.drafter is not None:
+            self.drafter.close()

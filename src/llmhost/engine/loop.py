@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 from llmhost.engine.config import EngineConfig
+from llmhost.engine.drafter import Drafter
 from llmhost.engine.engine import Engine, EngineObserver, EngineStats, check_limits
 from llmhost.engine.llama import LlamaModel, ModelInfo
 from llmhost.engine.prefix_state import load_prefix_state
@@ -115,7 +116,10 @@ class AsyncEngine:
         try:
             t0 = time.perf_counter()
             model = LlamaModel(self.model_path, self.config)
-            self._engine = Engine(model, self.config, self.observer)
+            drafter = None
+            if self.config.draft_model:
+                drafter = Drafter(LlamaModel(self.config.draft_model, self.config), model.n_vocab)
+            self._engine = Engine(model, self.config, self.observer, drafter=drafter)
             if self.config.prefix_state_path:
                 self._preload(self._engine, self.config.prefix_state_path)
             log.info("loaded %s in %.2f s", self.model_path, time.perf_counter() - t0)

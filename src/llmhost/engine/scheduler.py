@@ -22,6 +22,8 @@ class BatchItem:
     # speculative guesses after the last sampled token (`tokens` = [last, *draft]); logits are
     # needed at every position to verify them
     draft: tuple[int, ...] = ()
+    # draft-model speculation: up to this many guesses may be added by the engine's draft model
+    draft_room: int = 0
 
 
 @dataclass(slots=True)
@@ -99,6 +101,11 @@ class Scheduler:
         decoding = [seq for seq in self.running if seq.status is SeqStatus.DECODE]
         budget = self.config.max_batch_tokens - len(decoding)
         for seq in decoding:
+            if seq.drafted:
+                room = self._draft_room(seq, budget)
+                budget -= room
+                plan.items.append(BatchItem(seq, [seq.output[-1]], seq.n_computed, True, draft_room=room))
+                continue
             draft = self._draft(seq, budget)
             budget -= len(draft)
             plan.items.append(BatchItem(seq, [seq.output[-1], *draft], seq.n_computed, True, tuple(draft)))
@@ -112,12 +119,15 @@ class Scheduler:
                 budget -= len(chunk)
         return plan
 
+    def _draft_room(self, seq: Sequence, budget: int) -> int:
+        """How many guesses `seq` may verify this step, leaving room for the token verification adds."""
+        return max(0, min(self.config.draft_tokens, seq.max_tokens - len(seq.output) - 1, budget))
+
     def _draft(self, seq: Sequence, budget: int) -> list[int]:
-        """Speculative guesses for `seq`, leaving room for the token that verification always adds."""
-        if seq.ngrams is None or budget <= 0:
+        """n-gram guesses for `seq`."""
+        if seq.ngrams is None:
             return []
-        room = seq.max_tokens - len(seq.output) - 1
-        return seq.ngrams.propose(min(self.config.draft_tokens, room, budget))
+        return seq.ngrams.propose(self._draft_room(seq, budget))
 
     def postprocess(self, plan: StepPlan, sampled: dict[str, list[int]], now_s: float) -> None:
         """Record what the decode computed and the tokens sampled (several when drafts were accepted)."""

@@ -33,6 +33,9 @@ class Sequence:
     last_token_s: float = 0.0
     # speculative decoding: n-grams of prompt + output, and what the drafts achieved
     ngrams: NgramIndex | None = None
+    # draft-model speculation: this sequence speculates, and how many of its tokens the draft's KV holds
+    drafted: bool = False
+    draft_pos: int = 0
     draft_n: int = 0
     draft_accepted: int = 0
 

@@ -75,6 +75,7 @@ def runs() -> Iterator[dict[str, tuple[dict[str, Any], Engine]]]:
         "spec_alone": generate("ngram", PROMPTS[:1]),
         "base_batched": generate("", PROMPTS),
         "spec_batched": generate("ngram", PROMPTS),
+        "draft_alone": generate("draft", PROMPTS[:1]),
         "draft_batched": generate("draft", PROMPTS),
     }
 
@@ -99,6 +100,7 @@ def test_drafts_are_accepted_and_save_steps(runs: dict[str, tuple[dict[str, Any]
 
 
 def test_draft_model_gives_the_same_greedy_tokens(runs: dict[str, tuple[dict[str, Any], Engine]]) -> None:
+    assert_same_or_near_tie(runs["base_alone"][0]["r0"], runs["draft_alone"][0]["r0"])
     base, drafted = runs["base_batched"][0], runs["draft_batched"][0]
     for rid in ("r0", "r1", "r2", "r3"):
         assert_same_or_near_tie(base[rid], drafted[rid])

@@ -106,6 +106,7 @@ def serve(
             draft_tokens=recipe_serving.get("draft_tokens", draft_tokens),
             ngram_size=recipe_serving.get("ngram_size", ngram_size),
             load_mode=hints.load_mode if hints else "auto",
+            repack=hints.repack if hints else True,
             prefix_state_path=hints.prefix_state_path if hints else "",
         )
         settings = ServerSettings(

@@ -44,6 +44,8 @@ class EngineConfig:
     flash_attn: bool = False
     # how llama.cpp reads the weights: "auto" (its default), "mmap" or "read" (no mmap)
     load_mode: str = "auto"
+    # llama.cpp's extra buffer types: weights repacked at load for this CPU's kernels
+    repack: bool = True
     # a saved prefix KV state (`engine.prefix_state` file) restored at load into the prefix cache
     prefix_state_path: str = ""
 

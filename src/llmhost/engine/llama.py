@@ -108,6 +108,7 @@ class LlamaModel:
         mparams = lc.llama_model_default_params()
         mparams.n_gpu_layers = 0
         mparams.load_mode = _LOAD_MODES[config.load_mode]
+        mparams.use_extra_bufts = config.repack
         model = lc.llama_model_load_from_file(self.path.encode(), mparams)
         if not model:
             raise ModelLoadError(f"llama.cpp could not load {self.path} (not a GGUF model, or corrupt)")

@@ -48,7 +48,8 @@ def test_layout(built: Path) -> None:
         assert (built / name).is_file(), name
     info = json.loads((built / ARTIFACT_JSON).read_text())
     assert info["load"]["best"] in ("mmap", "read")
-    assert set(info["load"]["seconds"]) == {"mmap", "read"}
+    assert set(info["load"]["seconds"]) == {"mmap", "mmap+repack", "read", "read+repack"}
+    assert isinstance(info["load"]["repack"], bool)
     assert info["prefix_state"]["tokens"] > 10
     quality = json.loads((built / QUALITY_JSON).read_text())
     assert quality["greedy_agreement"]["agreement"] >= 0.9

@@ -70,6 +70,16 @@ def _error_text(obj: dict[str, Any]) -> str:
     return str(err)
 
 
+def _event(payload: bytes) -> dict[str, Any]:
+    """One SSE event's JSON object; an `error` event or a non-object is a failure of its own kind."""
+    obj = _loads(payload)
+    if not isinstance(obj, dict):
+        raise StreamError("malformed_stream", f"event is not an object: {payload[:80]!r}")
+    if "error" in obj:
+        raise StreamError("stream_error", _error_text(obj))
+    return obj
+
+
 class OpenAIStream(StreamState):
     """OpenAI completion / chat chunks, ending with ``data: [DONE]``."""
 
@@ -83,11 +93,7 @@ class OpenAIStream(StreamState):
         if payload.startswith(b"[DONE]"):
             self.finished = True
             return 0
-        obj = _loads(payload)
-        if not isinstance(obj, dict):
-            raise StreamError("malformed_stream", f"event is not an object: {payload[:80]!r}")
-        if "error" in obj:
-            raise StreamError("stream_error", _error_text(obj))
+        obj = _event(payload)
         usage = obj.get("usage")
         if isinstance(usage, dict):
             out = usage.get("completion_tokens")
@@ -119,11 +125,7 @@ class TGIStream(StreamState):
     __slots__ = ()
 
     def feed(self, payload: bytes) -> int:
-        obj = _loads(payload)
-        if not isinstance(obj, dict):
-            raise StreamError("malformed_stream", f"event is not an object: {payload[:80]!r}")
-        if "error" in obj:
-            raise StreamError("stream_error", _error_text(obj))
+        obj = _event(payload)
         token = obj.get("token")
         if not isinstance(token, dict):
             raise StreamError("malformed_stream", f"event without a token: {payload[:80]!r}")

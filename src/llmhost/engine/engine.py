@@ -47,7 +47,6 @@ class EngineStats:
     kv_tokens_used: int
     kv_tokens_capacity: int
     steps: int
-    multi_seq_steps: int
     prefix_cache_hits: int
     prefix_cache_reused_tokens: int
     prompt_tokens_prefilled: int
@@ -103,7 +102,6 @@ class Engine:
         self.clock = clock
         self._active: dict[str, _Active] = {}
         self.steps = 0
-        self.multi_seq_steps = 0
         self.prompt_tokens_prefilled = 0
         self.draft_tokens = 0
         self.draft_tokens_accepted = 0
@@ -315,8 +313,6 @@ class Engine:
 
     def _count(self, plan: StepPlan, seconds: float) -> None:
         self.steps += 1
-        if plan.num_seqs > 1:
-            self.multi_seq_steps += 1
         if self.observer is not None:
             self.observer.on_step(plan.num_seqs, plan.num_tokens, seconds)
 
@@ -342,7 +338,6 @@ class Engine:
             kv_tokens_used=sched.kv_tokens_used,
             kv_tokens_capacity=self.config.n_ctx,
             steps=self.steps,
-            multi_seq_steps=self.multi_seq_steps,
             prefix_cache_hits=sched.cache.hits,
             prefix_cache_reused_tokens=sched.cache.reused_tokens,
             prompt_tokens_prefilled=self.prompt_tokens_prefilled,

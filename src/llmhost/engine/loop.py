@@ -215,10 +215,6 @@ class AsyncEngine:
             self._cond.notify()
         return stream
 
-    async def generate(self, request: GenerationRequest) -> AsyncIterator[GenerationEvent]:
-        async for event in self.submit(request):
-            yield event
-
     def abort(self, request_id: str) -> None:
         with self._cond:
             self._aborts.append(request_id)

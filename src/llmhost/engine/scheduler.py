@@ -168,10 +168,6 @@ class Scheduler:
             self._pending_ops.extend(self.cache.release(seq.kv_seq, seq.computed_tokens, reusable))
         seq.status = SeqStatus.FINISHED
 
-    def take_pending_ops(self) -> list[KvOp]:
-        ops, self._pending_ops = self._pending_ops, []
-        return ops
-
     # -- figures -------------------------------------------------------------------------------------
     @property
     def kv_tokens_used(self) -> int:

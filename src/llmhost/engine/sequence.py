@@ -50,7 +50,3 @@ class Sequence:
         if n <= len(self.prompt):
             return self.prompt[:n]
         return self.prompt + self.output[: n - len(self.prompt)]
-
-    @property
-    def prompt_remaining(self) -> int:
-        return max(0, len(self.prompt) - self.n_computed)

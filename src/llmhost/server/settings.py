@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from llmhost.engine.config import EngineConfig
@@ -35,7 +35,6 @@ class ServerSettings:
     chat_template: str | None = None  # jinja text overriding the GGUF's template
     max_body_bytes: int = MAX_BODY_BYTES
     default_max_new_tokens: int = 100  # TGI bodies without max_new_tokens
-    extra: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not 0 < self.port < 65536:

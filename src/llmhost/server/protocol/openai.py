@@ -75,14 +75,7 @@ class ChatCompletionRequest(SamplingFields):
     top_logprobs: Annotated[int, Field(ge=0, le=MAX_LOGPROBS)] | None = None
 
 
-# -- responses (plain dicts are built by the serving layer; these document their shape) ------------
-class Usage(BaseModel):
-    prompt_tokens: int
-    completion_tokens: int
-    total_tokens: int
-    prompt_tokens_details: dict[str, Any] | None = None
-
-
+# -- /v1/models response (completions are built as dicts by the serving layer) ---------------------
 class ModelCard(BaseModel):
     id: str
     object: Literal["model"] = "model"

@@ -5,13 +5,16 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from llmhost.bench.cli import app as bench_app
 from llmhost.endpoint.cli import app as endpoint_app
 from llmhost.optimize.cli import app as optimize_app
+
+if TYPE_CHECKING:
+    from llmhost.server import ServerSettings
 
 app = typer.Typer(help="Self-hosted, CPU-first LLM endpoints over llama.cpp.", no_args_is_help=True)
 app.add_typer(bench_app, name="bench")
@@ -62,14 +65,21 @@ def serve(
         Path | None, typer.Option(help="Jinja chat template file overriding the GGUF's.")
     ] = None,
     served_model_name: Annotated[str, typer.Option(help="Model name in API responses.")] = "",
+    queue_timeout_s: Annotated[
+        float, typer.Option(help="Seconds a request may wait for a sequence slot; then 503. 0: no limit.")
+    ] = 0.0,
+    request_timeout_s: Annotated[
+        float, typer.Option(help="Seconds a request may take in all; then 503 / an error event. 0: no limit.")
+    ] = 0.0,
+    shutdown_grace_s: Annotated[
+        float, typer.Option(help="On SIGTERM, seconds requests in flight get to finish before exit.")
+    ] = 25.0,
     log_level: Annotated[str, typer.Option(help="debug, info, warning, error.")] = "info",
 ) -> None:
     """Serve a GGUF model on one replica (SageMaker / OpenAI / TGI APIs)."""
-    import uvicorn
-
     # imported here: they load llama.cpp, which `llmhost bench` does not need
     from llmhost.engine import EngineConfig
-    from llmhost.server import ServerSettings, create_app
+    from llmhost.server import ServerSettings
     from llmhost.server.settings import DEFAULT_PORT, env_int
     from llmhost.store import ModelNotFoundError, resolve_model
 
@@ -108,6 +118,8 @@ def serve(
             load_mode=hints.load_mode if hints else "auto",
             repack=hints.repack if hints else True,
             prefix_state_path=hints.prefix_state_path if hints else "",
+            queue_timeout_s=queue_timeout_s,
+            request_timeout_s=request_timeout_s,
         )
         settings = ServerSettings(
             model_path=model_path,
@@ -123,13 +135,32 @@ def serve(
         f"llmhost: serving {model_path} on {settings.host}:{settings.port} "
         f"({engine.threads} threads, {engine.max_concurrent} sequences x {engine.max_total_tokens} tokens)"
     )
-    uvicorn.run(
-        create_app(settings),
+    code = _run_server(settings, shutdown_grace_s, log_level)
+    if code:
+        raise typer.Exit(code)
+
+
+def _run_server(settings: ServerSettings, grace_s: float, log_level: str) -> int:
+    """Serve until drained after SIGTERM (0) or until the engine dies (1); returns the exit status."""
+    import uvicorn
+
+    from llmhost.server import create_app
+    from llmhost.server.lifecycle import GracefulServer, Lifecycle
+
+    try:
+        lifecycle = Lifecycle(grace_s)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from exc
+    config = uvicorn.Config(
+        create_app(settings, lifecycle=lifecycle),
         host=settings.host,
         port=settings.port,
         log_level=log_level.lower(),
-        timeout_graceful_shutdown=30,
+        # requests were drained already; this bounds the wait for responses still being written
+        timeout_graceful_shutdown=5,
     )
+    GracefulServer(config, lifecycle).run()
+    return lifecycle.exit_code
 
 
 def main() -> None:

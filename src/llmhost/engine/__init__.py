@@ -6,9 +6,11 @@ from llmhost.engine.llama import LlamaModel, ModelInfo, ModelLoadError
 from llmhost.engine.loop import AsyncEngine, EngineState, RequestStream
 from llmhost.engine.request import (
     EngineError,
+    EngineUnavailableError,
     FinishReason,
     GenerationEvent,
     GenerationRequest,
+    InvalidRequestError,
     QueueFullError,
     RequestTooLargeError,
     SamplingParams,
@@ -24,9 +26,11 @@ __all__ = [
     "EngineObserver",
     "EngineState",
     "EngineStats",
+    "EngineUnavailableError",
     "FinishReason",
     "GenerationEvent",
     "GenerationRequest",
+    "InvalidRequestError",
     "LlamaModel",
     "ModelInfo",
     "ModelLoadError",

@@ -46,6 +46,13 @@ class EngineConfig:
     load_mode: str = "auto"
     # llama.cpp's extra buffer types: weights repacked at load for this CPU's kernels
     repack: bool = True
+    # seconds a request may wait for a sequence slot / take in all before it is dropped (0: no limit)
+    queue_timeout_s: float = 0.0
+    request_timeout_s: float = 0.0
+    # consecutive steps failing with an unexpected error before the engine declares itself dead
+    max_step_failures: int = 3
+    # a step running longer than this is logged with what it held
+    slow_step_s: float = 30.0
     # a saved prefix KV state (`engine.prefix_state` file) restored at load into the prefix cache
     prefix_state_path: str = ""
 
@@ -71,16 +78,24 @@ class EngineConfig:
         for name, value in positive.items():
             if value < 1:
                 raise ValueError(f"{name} must be >= 1, got {value}")
-        for name, value in {
+        non_negative: dict[str, float] = {
             "max_queue": self.max_queue,
             "prefix_cache_seqs": self.prefix_cache_seqs,
             "prefix_cache_tokens": self.prefix_cache_tokens,
             "prefix_wait_min_tokens": self.prefix_wait_min_tokens,
             "n_threads": self.n_threads,
             "n_threads_batch": self.n_threads_batch,
-        }.items():
-            if value < 0:
-                raise ValueError(f"{name} must be >= 0, got {value}")
+            "queue_timeout_s": self.queue_timeout_s,
+            "request_timeout_s": self.request_timeout_s,
+        }
+        for name, bound in non_negative.items():
+            if not bound >= 0:
+                raise ValueError(f"{name} must be >= 0, got {bound}")
+        if self.max_step_failures < 1 or not self.slow_step_s > 0:
+            raise ValueError(
+                f"max_step_failures must be >= 1 and slow_step_s > 0, got {self.max_step_failures}, "
+                f"{self.slow_step_s}"
+            )
         if self.max_input_tokens >= self.max_total_tokens:
             raise ValueError(
                 f"max_input_tokens ({self.max_input_tokens}) must be < max_total_tokens "

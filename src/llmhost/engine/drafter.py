@@ -31,6 +31,11 @@ class Drafter:
         self.model.apply(KvTrim(seq.kv_seq, 0))
         seq.draft_pos = 0
 
+    def release(self, seq: Sequence) -> None:
+        """A sequence ended: free its draft KV now rather than when its id is next admitted."""
+        self.model.apply(KvTrim(seq.kv_seq, 0))
+        seq.draft_pos = 0
+
     def propose(self, items: list[BatchItem]) -> list[BatchItem]:
         """`items` with their drafts filled: up to `draft_room` greedy guesses each, one batched draft
         decode per guessed position."""

@@ -1,27 +1,34 @@
 """The synchronous engine: one step = schedule, run, postprocess.
 
+A fault stays with the request that caused it: starting a sampler, sampling and turning tokens into
+text are guarded per sequence, and a failed batched decode is retried one sequence at a time, so one
+bad request fails alone while the others produce what they would have. An error that cannot be
+attributed fails the sequences of that step only (`recover`).
+
 Not thread-safe: `loop.AsyncEngine` drives it from a single thread.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Protocol
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 from llmhost.engine.config import EngineConfig
 from llmhost.engine.drafter import Drafter
 from llmhost.engine.llama import LlamaModel
+from llmhost.engine.output import Active, Emit, process_tokens, timings
+from llmhost.engine.prefix_cache import KvOp, KvTrim
 from llmhost.engine.request import (
     FinishReason,
     GenerationEvent,
     GenerationRequest,
     RequestTooLargeError,
-    SamplingParams,
-    Timings,
     TokenLogprob,
+    check_token_ids,
 )
 from llmhost.engine.sampling import Sampler, plain_greedy
 from llmhost.engine.scheduler import BatchItem, Scheduler, StepPlan
@@ -31,8 +38,6 @@ from llmhost.engine.text import IncrementalDetokenizer
 
 log = logging.getLogger(__name__)
 
-Emit = Callable[[GenerationEvent], None]
-
 
 class EngineObserver(Protocol):
     def on_step(self, num_seqs: int, num_tokens: int, seconds: float) -> None: ...
@@ -40,28 +45,19 @@ class EngineObserver(Protocol):
     def on_finish(self, event: GenerationEvent) -> None: ...
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, frozen=True)
 class EngineStats:
     running: int
     waiting: int
     kv_tokens_used: int
     kv_tokens_capacity: int
     steps: int
+    prefix_cache_lookups: int
     prefix_cache_hits: int
     prefix_cache_reused_tokens: int
     prompt_tokens_prefilled: int
     draft_tokens: int = 0
     draft_tokens_accepted: int = 0
-
-
-@dataclass(slots=True, eq=False)
-class _Active:
-    seq: Sequence
-    params: SamplingParams
-    emit: Emit
-    detok: IncrementalDetokenizer
-    sampler: Sampler | None = None
-    pending: list[tuple[int, TokenLogprob | None]] = field(default_factory=list)
 
 
 def check_limits(config: EngineConfig, n_prompt: int, max_tokens: int) -> None:
@@ -85,6 +81,18 @@ def check_limits(config: EngineConfig, n_prompt: int, max_tokens: int) -> None:
         )
 
 
+class KvOpError(RuntimeError):
+    """A KV cache operation failed; it is retried at the next step."""
+
+
+def _deadline(start: float, *timeouts: float | None) -> float:
+    """`start` + the first timeout set (None or 0: unset); inf when none is."""
+    for t in timeouts:
+        if t:
+            return start + t
+    return math.inf
+
+
 class Engine:
     def __init__(
         self,
@@ -100,22 +108,31 @@ class Engine:
         self.scheduler = Scheduler(config)
         self.observer = observer
         self.clock = clock
-        self._active: dict[str, _Active] = {}
+        self._active: dict[str, Active] = {}
+        # the step in progress: what an unexpected failure is attributed to
+        self._plan: StepPlan | None = None
+        self.step_started_s = 0.0
         self.steps = 0
         self.prompt_tokens_prefilled = 0
         self.draft_tokens = 0
         self.draft_tokens_accepted = 0
+        self.snapshot = self.stats()
 
     # -- requests ------------------------------------------------------------------------------------
     def add(self, request: GenerationRequest, emit: Emit, arrival_s: float | None = None) -> None:
+        """Queue a request; raises (and queues nothing) if it is invalid."""
         check_limits(self.config, len(request.prompt_tokens), request.params.max_tokens)
+        check_token_ids(request, self.model.n_vocab)
         if request.request_id in self._active:
             raise ValueError(f"duplicate request id {request.request_id}")
+        arrival = self.clock() if arrival_s is None else arrival_s
         seq = Sequence(
             request_id=request.request_id,
             prompt=list(request.prompt_tokens),
             max_tokens=request.params.max_tokens,
-            arrival_s=self.clock() if arrival_s is None else arrival_s,
+            arrival_s=arrival,
+            queue_deadline_s=_deadline(arrival, request.queue_timeout_s, self.config.queue_timeout_s),
+            deadline_s=_deadline(arrival, request.timeout_s, self.config.request_timeout_s),
         )
         if self.drafter is not None and plain_greedy(request.params):
             seq.drafted = True
@@ -124,13 +141,15 @@ class Engine:
             seq.ngrams = NgramIndex(self.config.ngram_size)
             seq.ngrams.extend(seq.prompt)
         detok = IncrementalDetokenizer(self.model.piece, request.params.stop)
-        self._active[request.request_id] = _Active(seq, request.params, emit, detok)
+        self._active[request.request_id] = Active(seq, request.params, emit, detok)
         self.scheduler.add(seq)
+        self.snapshot = self.stats()
 
-    def abort(self, request_id: str) -> None:
+    def abort(self, request_id: str, reason: str = "client") -> None:
         active = self._active.get(request_id)
         if active is not None:
-            self._finish(active, FinishReason.ABORT, "", [], [])
+            self._finish(active, FinishReason.ABORT, reason=reason)
+        self.snapshot = self.stats()
 
     @property
     def has_work(self) -> bool:
@@ -138,54 +157,103 @@ class Engine:
 
     # -- the step ------------------------------------------------------------------------------------
     def step(self) -> None:
-        start = self.clock()
-        plan = self.scheduler.schedule(start)
-        if plan.empty:
-            return
-        sampled = self._run(plan)
-        self._postprocess(plan, sampled)
-        if plan.items:
-            self._count(plan, self.clock() - start)
+        self.step_started_s = start = self.clock()
+        self._expire(start)
+        self._plan = plan = self.scheduler.schedule(start)
+        if not plan.empty:
+            self._postprocess(plan, self._run(plan))
+            if plan.items:
+                self._count(plan, self.clock() - start)
+        self._plan = None
+        self.snapshot = self.stats()
 
     def _run(self, plan: StepPlan) -> dict[str, list[int]]:
-        for op in plan.kv_ops:
-            self.model.apply(op)
         for seq in plan.admitted:
-            active = self._active[seq.request_id]
-            active.sampler = Sampler(self.model, active.params, seq.prompt)
-            if self.drafter is not None:
-                self.drafter.reset(seq)
-        if not plan.items:
-            return {}
-        if self.drafter is not None:
+            self._guard(seq, "sampler", self._start, seq)
+        self._apply(plan.kv_ops)
+        plan.items = [i for i in plan.items if i.seq.status is not SeqStatus.FINISHED]
+        if self.drafter is not None and plan.items:
             plan.items = self._with_drafts(self.drafter, plan.items)
-        batch = [
-            (i.tokens, i.start_pos, i.seq.kv_seq, (1 + len(i.draft)) if i.sample else 0) for i in plan.items
-        ]
-        try:
-            out_idx = self.model.decode(batch)
-        except RuntimeError as exc:
-            log.error("decode failed: %s", exc)
-            for item in plan.items:
-                self._fail(item.seq, str(exc))
-            return {}
-        sampled: dict[str, list[int]] = {}
-        for item, idx in zip(plan.items, out_idx, strict=True):
-            if idx < 0:
-                continue
-            active = self._active[item.seq.request_id]
-            assert active.sampler is not None
-            active.pending = self._verify(active.sampler, idx, item.draft)
-            sampled[item.seq.request_id] = [token for token, _ in active.pending]
-        return sampled
+        return self._decode_and_sample(plan.items) if plan.items else {}
 
-    @staticmethod
-    def _with_drafts(drafter: Drafter, items: list[BatchItem]) -> list[BatchItem]:
+    def _apply(self, ops: list[KvOp]) -> None:
+        """Perform KV operations; if one fails, it and those after it are kept for the next step, and
+        this step decodes nothing (no sequence is at fault: none is failed)."""
+        for i, op in enumerate(ops):
+            try:
+                self.model.apply(op)
+            except Exception as exc:
+                self.scheduler.restore_ops(ops[i:])
+                self._plan = None
+                raise KvOpError(f"{op} failed: {exc}") from exc
+
+    def _start(self, seq: Sequence) -> None:
+        active = self._active[seq.request_id]
+        active.sampler = Sampler(self.model, active.params, seq.prompt)
+        if self.drafter is not None:
+            self.drafter.reset(seq)
+
+    def _guard(self, seq: Sequence, what: str, fn: Callable[..., Any], *args: Any) -> None:
+        """Run one sequence's part of the step; an error in it fails that request alone."""
+        try:
+            fn(*args)
+        except Exception as exc:
+            log.exception("request %s: %s failed", seq.request_id, what)
+            self._fail(seq, f"{what} failed: {type(exc).__name__}: {exc}", what)
+
+    def _with_drafts(self, drafter: Drafter, items: list[BatchItem]) -> list[BatchItem]:
         wanting = [item for item in items if item.draft_room > 0]
         if not wanting:
             return items
-        filled = {id(old): new for old, new in zip(wanting, drafter.propose(wanting), strict=True)}
+        try:
+            proposed = drafter.propose(wanting)
+        except Exception:  # drafts only speed things up: go on without them this step
+            log.exception("draft model failed; decoding without drafts this step")
+            for item in wanting:
+                drafter.reset(item.seq)
+            return items
+        filled = {id(old): new for old, new in zip(wanting, proposed, strict=True)}
         return [filled.get(id(item), item) for item in items]
+
+    def _decode_and_sample(self, items: list[BatchItem]) -> dict[str, list[int]]:
+        batch = [
+            (i.tokens, i.start_pos, i.seq.kv_seq, (1 + len(i.draft)) if i.sample else 0) for i in items
+        ]
+        try:
+            out_idx = self.model.decode(batch)
+        except (RuntimeError, ValueError) as exc:
+            if len(items) == 1:
+                self._fail(items[0].seq, f"decode failed: {exc}", "decode")
+                return {}
+            log.warning("decode of %d sequences failed (%s); decoding each alone", len(items), exc)
+            return self._decode_each(items)
+        return self._sample(items, out_idx)
+
+    def _decode_each(self, items: list[BatchItem]) -> dict[str, list[int]]:
+        """After a failed batch: forget what it wrote, then decode and sample every item on its own, so
+        only the item that fails alone is failed."""
+        for item in items:
+            self.model.apply(KvTrim(item.seq.kv_seq, item.start_pos))
+        sampled: dict[str, list[int]] = {}
+        for item in items:
+            sampled |= self._decode_and_sample([item])
+        return sampled
+
+    def _sample(self, items: list[BatchItem], out_idx: list[int]) -> dict[str, list[int]]:
+        sampled: dict[str, list[int]] = {}
+        for item, idx in zip(items, out_idx, strict=True):
+            if idx < 0:
+                continue
+            active = self._active[item.seq.request_id]
+            try:
+                assert active.sampler is not None
+                active.pending = self._verify(active.sampler, idx, item.draft)
+            except Exception as exc:
+                log.exception("request %s: sampling failed", item.seq.request_id)
+                self._fail(item.seq, f"sampling failed: {type(exc).__name__}: {exc}", "sampling")
+                continue
+            sampled[item.seq.request_id] = [token for token, _ in active.pending]
+        return sampled
 
     @staticmethod
     def _verify(sampler: Sampler, idx: int, draft: tuple[int, ...]) -> list[tuple[int, TokenLogprob | None]]:
@@ -200,116 +268,121 @@ class Engine:
         return out
 
     def _postprocess(self, plan: StepPlan, sampled: dict[str, list[int]]) -> None:
-        now = self.clock()
-        self.scheduler.postprocess(plan, sampled, now)
-        if self.drafter is not None:
-            for item in plan.items:
-                if item.draft and item.seq.request_id in sampled:
-                    tokens = sampled[item.seq.request_id]
-                    n_before = len(item.seq.prompt) + len(item.seq.output) - len(tokens)
-                    self.drafter.settle(item.seq, n_before, len(tokens) - 1, len(item.draft))
+        self.scheduler.postprocess(plan, sampled, self.clock())
         for item in plan.items:
             seq = item.seq
             if seq.status is SeqStatus.FINISHED:
                 continue
+            if self.drafter is not None and item.draft:
+                self._guard(seq, "draft model", self._settle, self.drafter, item, sampled[seq.request_id])
             if item.start_pos < len(seq.prompt):
                 self.prompt_tokens_prefilled += len(item.tokens)
-            if item.sample:
-                self._on_tokens(self._active[seq.request_id])
-
-    def _on_tokens(self, active: _Active) -> None:
-        """Emit this step's tokens (several when drafts were accepted), stopping at the first that ends
-        the sequence; tokens after it are dropped as if never generated."""
-        seq = active.seq
-        pending, active.pending = active.pending, []
-        base = len(seq.output) - len(pending)
-        text = ""
-        tokens: list[int] = []
-        logprobs: list[TokenLogprob] = []
-        for i, (token, logprob) in enumerate(pending):
-            tokens.append(token)
-            if logprob is not None:
-                logprobs.append(logprob)
-            reason: FinishReason | None = None
-            if self.model.is_eog(token) and not active.params.ignore_eos:
-                reason, piece = FinishReason.EOS, active.detok.finish()
-            else:
-                piece = active.detok.add(token)
-                if active.detok.stop.matched is not None:
-                    reason = FinishReason.STOP
-                elif base + i + 1 >= seq.max_tokens:
-                    reason, piece = FinishReason.LENGTH, piece + active.detok.finish()
-            text += piece
-            if reason is not None:
-                self._truncate(seq, base + i + 1)
-                self._finish(active, reason, text, tokens, logprobs)
-                return
-        active.emit(GenerationEvent(seq.request_id, tokens, text, logprobs))
+            if item.sample and not seq.finished:
+                self._guard(seq, "detokenize", self._emit_tokens, self._active[seq.request_id])
 
     @staticmethod
-    def _truncate(seq: Sequence, n_output: int) -> None:
-        del seq.output[n_output:]
-        seq.n_computed = min(seq.n_computed, len(seq.prompt) + len(seq.output))
+    def _settle(drafter: Drafter, item: BatchItem, tokens: list[int]) -> None:
+        seq = item.seq
+        n_before = len(seq.prompt) + len(seq.output) - len(tokens)
+        drafter.settle(seq, n_before, len(tokens) - 1, len(item.draft))
 
+    def _emit_tokens(self, active: Active) -> None:
+        out = process_tokens(active, self.model.is_eog)
+        if out.finish is None:
+            active.emit(GenerationEvent(active.seq.request_id, out.tokens, out.text, out.logprobs))
+            return
+        seq = active.seq
+        del seq.output[out.n_output :]
+        seq.n_computed = min(seq.n_computed, len(seq.prompt) + len(seq.output))
+        self._finish(active, out.finish, out.text, out.tokens, out.logprobs)
+
+    def _expire(self, now: float) -> None:
+        for seq, which in self.scheduler.expired(now):
+            waited = now - seq.arrival_s
+            end = min(seq.queue_deadline_s, seq.deadline_s) if which == "queue" else seq.deadline_s
+            limit = end - seq.arrival_s
+            what = "waited for a sequence slot" if which == "queue" else "ran"
+            message = f"request {what} {waited:.1f} s; its {which} timeout is {limit:g} s"
+            self._finish(self._active[seq.request_id], FinishReason.TIMEOUT, error=message, reason=which)
+
+    # -- leaving -------------------------------------------------------------------------------------
     def _finish(
         self,
-        active: _Active,
-        reason: FinishReason,
-        text: str,
-        tokens: list[int],
-        logprobs: list[TokenLogprob],
+        active: Active,
+        finish: FinishReason,
+        text: str = "",
+        tokens: list[int] | None = None,
+        logprobs: list[TokenLogprob] | None = None,
         error: str | None = None,
+        reason: str = "",
     ) -> None:
         seq = active.seq
         # KV of a failed decode may be half-written: never reuse it
-        self.scheduler.finish(seq, reusable=reason is not FinishReason.ERROR)
+        self.scheduler.finish(seq, reusable=finish is not FinishReason.ERROR)
         if active.sampler is not None:
             active.sampler.close()
+        if self.drafter is not None and seq.kv_seq >= 0:
+            self.drafter.release(seq)
         del self._active[seq.request_id]
-        timings = self._timings(seq)
         self.draft_tokens += seq.draft_n
         self.draft_tokens_accepted += seq.draft_accepted
+        t = timings(seq, self.clock())
         event = GenerationEvent(
-            seq.request_id,
-            tokens,
-            text,
-            logprobs,
-            finish_reason=reason,
-            timings=timings,
-            prompt_tokens=len(seq.prompt),
-            completion_tokens=len(seq.output),
-            error=error,
-        )
-        if reason is not FinishReason.ABORT:
-            log.info("request %s finished (%s)\n%s", seq.request_id, reason.value, timings.print_timings())
-        active.emit(event)
-        if self.observer is not None:
-            self.observer.on_finish(event)
+            seq.request_id, tokens or [], text, logprobs or [], finish, t,
+            len(seq.prompt), len(seq.output), error, reason,
+        )  # fmt: skip
+        if finish is not FinishReason.ABORT:
+            log.info("request %s finished (%s%s)\n%s", seq.request_id, finish.value,
+                     f": {error}" if error else "", t.print_timings())  # fmt: skip
+        self._deliver(active.emit, event)
 
-    def _fail(self, seq: Sequence, message: str) -> None:
+    def _deliver(self, emit: Emit, event: GenerationEvent) -> None:
+        """The last event of a request; a failing receiver or observer must not stop the engine."""
+        try:
+            emit(event)
+        except Exception:
+            log.exception("request %s: delivering the final event failed", event.request_id)
+        if self.observer is not None:
+            try:
+                self.observer.on_finish(event)
+            except Exception:
+                log.exception("observer failed on request %s", event.request_id)
+
+    def _fail(self, seq: Sequence, message: str, reason: str) -> None:
         active = self._active.get(seq.request_id)
         if active is not None:
-            self._finish(active, FinishReason.ERROR, "", [], [], error=message)
+            self._finish(active, FinishReason.ERROR, error=message, reason=reason)
 
-    def _timings(self, seq: Sequence) -> Timings:
-        end = self.clock()
-        t = Timings(
-            cache_n=seq.n_reused,
-            predicted_n=len(seq.output),
-            draft_n=seq.draft_n,
-            draft_n_accepted=seq.draft_accepted,
-        )
-        if seq.admitted_s:
-            t.queue_ms = 1000 * (seq.admitted_s - seq.arrival_s)
-            t.prompt_n = min(seq.n_computed, len(seq.prompt)) - seq.n_reused
-        else:
-            t.queue_ms = 1000 * (end - seq.arrival_s)
-        if seq.first_token_s:
-            t.prompt_ms = 1000 * (seq.first_token_s - seq.admitted_s)
-            t.predicted_ms = 1000 * (seq.last_token_s - seq.first_token_s)
-            t.ttft_ms = 1000 * (seq.first_token_s - seq.arrival_s)
-        t.total_ms = 1000 * (end - seq.arrival_s)
-        return t
+    def recover(self) -> int:
+        """After `step` raised unexpectedly: fail the requests that step held (their KV may be
+        half-written); waiting requests and pending KV operations are kept. Returns how many failed."""
+        plan, self._plan = self._plan, None
+        seqs = [] if plan is None else [*plan.admitted, *(i.seq for i in plan.items)]
+        failed = 0
+        for seq in dict.fromkeys(seqs):
+            if seq.status is not SeqStatus.FINISHED:
+                self._fail(seq, "internal engine error during a step (see the server log)", "engine_step")
+                failed += 1
+        self.snapshot = self.stats()
+        return failed
+
+    def fail_all(self, message: str, reason: str) -> None:
+        """Every request the engine holds ends with `message` (the engine is going away)."""
+        for active in list(self._active.values()):
+            self._finish(active, FinishReason.ERROR, error=message, reason=reason)
+
+    @property
+    def stepping(self) -> bool:
+        return self._plan is not None
+
+    def describe_step(self) -> str:
+        """What the step in progress holds, for a slow-step log line (read from another thread)."""
+        plan = self._plan
+        if plan is None:
+            return "no step in progress"
+        items = list(plan.items)
+        held = ", ".join(f"{i.seq.request_id}:{len(i.tokens)}@{i.start_pos}" for i in items[:16])
+        return f"{len(items)} sequences, {sum(len(i.tokens) for i in items)} tokens [{held}]"
 
     def _count(self, plan: StepPlan, seconds: float) -> None:
         self.steps += 1
@@ -338,6 +411,7 @@ class Engine:
             kv_tokens_used=sched.kv_tokens_used,
             kv_tokens_capacity=self.config.n_ctx,
             steps=self.steps,
+            prefix_cache_lookups=sched.cache.lookups,
             prefix_cache_hits=sched.cache.hits,
             prefix_cache_reused_tokens=sched.cache.reused_tokens,
             prompt_tokens_prefilled=self.prompt_tokens_prefilled,
@@ -347,7 +421,7 @@ class Engine:
 
     def close(self) -> None:
         for request_id in list(self._active):
-            self.abort(request_id)
+            self.abort(request_id, "shutdown")
         self.model.close()
         if self.drafter is not None:
             self.drafter.close()

@@ -6,6 +6,7 @@ llama_decode releases the GIL, so the event loop keeps serving HTTP while a step
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import enum
 import logging
 import threading
@@ -19,11 +20,13 @@ from llmhost.engine.engine import Engine, EngineObserver, EngineStats, check_lim
 from llmhost.engine.llama import LlamaModel, ModelInfo
 from llmhost.engine.prefix_state import load_prefix_state
 from llmhost.engine.request import (
-    EngineError,
+    EngineUnavailableError,
     FinishReason,
     GenerationEvent,
     GenerationRequest,
+    InvalidRequestError,
     QueueFullError,
+    check_token_ids,
 )
 
 log = logging.getLogger(__name__)
@@ -33,6 +36,7 @@ class EngineState(enum.Enum):
     LOADING = "loading"  # model file being read, context being created
     READY = "ready"  # serving requests
     FAILED = "failed"  # load failed; `error` says why
+    DEAD = "dead"  # the engine thread died or its steps kept failing: replace this process
     STOPPED = "stopped"  # shut down
 
 
@@ -46,8 +50,10 @@ class RequestStream:
         self._loop = asyncio.get_running_loop()
         self._done = False
 
-    def _put(self, event: GenerationEvent) -> None:  # engine thread
-        self._loop.call_soon_threadsafe(self._queue.put_nowait, event)
+    def put(self, event: GenerationEvent) -> None:
+        """Deliver an event from any thread; dropped if the event loop is gone (nobody to tell)."""
+        with contextlib.suppress(RuntimeError):
+            self._loop.call_soon_threadsafe(self._queue.put_nowait, event)
 
     def __aiter__(self) -> AsyncIterator[GenerationEvent]:
         return self._iterate()
@@ -65,27 +71,40 @@ class RequestStream:
             if not self._done:
                 self.abort()
 
-    def abort(self) -> None:
+    def abort(self, reason: str = "client") -> None:
         if not self._done:
             self._done = True
-            self._owner.abort(self.request_id)
+            self._owner.abort(self.request_id, reason)
 
     async def collect(self) -> list[GenerationEvent]:
         return [event async for event in self]
 
 
+class EngineDeadError(RuntimeError):
+    """The engine's steps kept failing; the process should be replaced."""
+
+
 class AsyncEngine:
-    def __init__(self, model_path: str | Path, config: EngineConfig, observer: EngineObserver | None = None):
+    def __init__(
+        self,
+        model_path: str | Path,
+        config: EngineConfig,
+        observer: EngineObserver | None = None,
+        load: Callable[[], Engine] | None = None,
+    ):
+        """`load` builds the Engine on the engine thread; default: load `model_path` with llama.cpp."""
         self.model_path = str(model_path)
         self.config = config
         self.observer = observer
+        self._load_engine = load or self._load
         self.state = EngineState.LOADING
         self.error: str | None = None
         self._engine: Engine | None = None
         self._cond = threading.Condition()
         self._inbox: list[tuple[GenerationRequest, RequestStream, float]] = []
-        self._aborts: list[str] = []
-        self._in_flight = 0
+        self._aborts: list[tuple[str, str]] = []
+        # every accepted request until its last event: what is failed if the engine dies
+        self._streams: dict[str, RequestStream] = {}
         self._thread: threading.Thread | None = None
         self._loaded = threading.Event()
 
@@ -104,25 +123,23 @@ class AsyncEngine:
         return self.state is EngineState.READY
 
     @property
+    def dead(self) -> bool:
+        return self.state is EngineState.DEAD
+
+    @property
     def info(self) -> ModelInfo:
         return self._require().model.info
 
     def _require(self) -> Engine:
         if self._engine is None or self.state is not EngineState.READY:
-            raise EngineError(f"engine is {self.state.value}" + (f": {self.error}" if self.error else ""))
+            raise EngineUnavailableError(
+                f"engine is {self.state.value}" + (f": {self.error}" if self.error else "")
+            )
         return self._engine
 
     def _main(self) -> None:
         try:
-            t0 = time.perf_counter()
-            model = LlamaModel(self.model_path, self.config)
-            drafter = None
-            if self.config.draft_model:
-                drafter = Drafter(LlamaModel(self.config.draft_model, self.config), model.n_vocab)
-            self._engine = Engine(model, self.config, self.observer, drafter=drafter)
-            if self.config.prefix_state_path:
-                self._preload(self._engine, self.config.prefix_state_path)
-            log.info("loaded %s in %.2f s", self.model_path, time.perf_counter() - t0)
+            self._engine = self._load_engine()
             self.state = EngineState.READY
         except Exception as exc:
             self.error = str(exc)
@@ -131,7 +148,25 @@ class AsyncEngine:
             return
         finally:
             self._loaded.set()
-        self._run()
+        try:
+            self._run(self._engine)
+        except EngineDeadError as exc:
+            self._die(str(exc))
+        except BaseException as exc:  # a bug: everything accepted must still hear about it
+            self._die(f"engine thread died: {type(exc).__name__}: {exc}")
+            raise
+
+    def _load(self) -> Engine:
+        t0 = time.perf_counter()
+        model = LlamaModel(self.model_path, self.config)
+        drafter = None
+        if self.config.draft_model:
+            drafter = Drafter(LlamaModel(self.config.draft_model, self.config), model.n_vocab)
+        engine = Engine(model, self.config, self.observer, drafter=drafter)
+        if self.config.prefix_state_path:
+            self._preload(engine, self.config.prefix_state_path)
+        log.info("loaded %s in %.2f s", self.model_path, time.perf_counter() - t0)
+        return engine
 
     @staticmethod
     def _preload(engine: Engine, path: str) -> None:
@@ -147,43 +182,70 @@ class AsyncEngine:
         else:
             log.warning("prefix state %s (%d tokens) does not fit this engine; not used", path, len(tokens))
 
-    def _run(self) -> None:
-        engine = self._engine
-        assert engine is not None
+    def _die(self, reason: str) -> None:
+        """Fail every accepted request at once and refuse new ones; the server exits on DEAD."""
+        log.critical("%s; failing %d request(s)", reason, len(self._streams))
+        with self._cond:
+            self.error = reason
+            self.state = EngineState.DEAD
+            streams, self._streams = list(self._streams.values()), {}
+            self._inbox = []
+        message = f"the engine failed: {reason}"
+        for stream in streams:
+            stream.put(GenerationEvent.failure(stream.request_id, message, "engine_dead"))
+
+    def _run(self, engine: Engine) -> None:
+        failures = 0
         while True:
             with self._cond:
-                while not (
-                    self._inbox or self._aborts or engine.has_work or self.state is EngineState.STOPPED
-                ):
+                while not (self._inbox or self._aborts or engine.has_work or not self.ready):
                     self._cond.wait()
-                if self.state is EngineState.STOPPED:
+                if self.state is not EngineState.READY:
                     break
                 inbox, self._inbox = self._inbox, []
                 aborts, self._aborts = self._aborts, []
             for request, stream, arrival in inbox:
-                engine.add(request, self._emitter(stream), arrival)
-            for request_id in aborts:
-                engine.abort(request_id)
-            try:
-                engine.step()
-            except Exception:  # a bug must not kill the serving thread silently
-                log.exception("engine step failed; failing running requests")
-                for seq in list(engine.scheduler.running) + list(engine.scheduler.waiting):
-                    engine._fail(seq, "internal engine error")
+                self._add(engine, request, stream, arrival)
+            for request_id, reason in aborts:
+                engine.abort(request_id, reason)
+            failures = self._step(engine, failures)
         engine.close()
+
+    def _add(self, engine: Engine, request: GenerationRequest, stream: RequestStream, arrival: float) -> None:
+        """Hand one request to the engine; one it refuses fails alone."""
+        try:
+            engine.add(request, self._emitter(stream), arrival)
+        except Exception as exc:
+            log.warning("request %s refused by the engine: %s", request.request_id, exc)
+            self._emitter(stream)(GenerationEvent.failure(request.request_id, str(exc), "invalid_request"))
+
+    def _step(self, engine: Engine, failures: int) -> int:
+        """One step; returns the count of consecutive failed steps, raising once it reaches the limit."""
+        try:
+            engine.step()
+            return 0
+        except Exception as exc:
+            failures += 1
+            log.exception("engine step failed (%d in a row)", failures)
+            n = engine.recover()
+            log.error("failed the %d request(s) of that step; the others continue", n)
+            if failures >= self.config.max_step_failures:
+                raise EngineDeadError(f"{failures} engine steps in a row failed; last: {exc}") from exc
+            return failures
 
     def _emitter(self, stream: RequestStream) -> Callable[[GenerationEvent], None]:
         def emit(event: GenerationEvent) -> None:
             if event.finished:
                 with self._cond:
-                    self._in_flight -= 1
-            stream._put(event)
+                    self._streams.pop(stream.request_id, None)
+            stream.put(event)
 
         return emit
 
     def shutdown(self) -> None:
         with self._cond:
-            self.state = EngineState.STOPPED
+            if self.state in (EngineState.READY, EngineState.LOADING):
+                self.state = EngineState.STOPPED
             self._cond.notify()
         if self._thread is not None:
             self._thread.join(timeout=30)
@@ -201,31 +263,56 @@ class AsyncEngine:
     def is_special(self, token: int) -> bool:
         return self._require().model.is_eog(token)
 
-    def submit(self, request: GenerationRequest) -> RequestStream:
-        """Queue a request; raises QueueFullError or RequestTooLargeError before anything is queued."""
+    def check_capacity(self) -> None:
+        """Raise QueueFullError if a request submitted now would be refused: cheap, so callers ask
+        before tokenizing (submit checks again)."""
         self._require()
+        limit = self.config.max_concurrent + self.config.max_queue
+        if len(self._streams) >= limit:
+            raise QueueFullError(len(self._streams), limit)
+
+    def submit(self, request: GenerationRequest) -> RequestStream:
+        """Queue a request; raises QueueFullError, RequestTooLargeError or InvalidRequestError before
+        anything is queued."""
+        engine = self._require()
         check_limits(self.config, len(request.prompt_tokens), request.params.max_tokens)
+        check_token_ids(request, engine.model.n_vocab)
         stream = RequestStream(self, request.request_id)
         limit = self.config.max_concurrent + self.config.max_queue
         with self._cond:
-            if self._in_flight >= limit:
-                raise QueueFullError(self._in_flight, limit)
-            self._in_flight += 1
+            if self.state is not EngineState.READY:
+                raise EngineUnavailableError(f"engine is {self.state.value}")
+            if len(self._streams) >= limit:
+                raise QueueFullError(len(self._streams), limit)
+            if request.request_id in self._streams:
+                raise InvalidRequestError("request_id", f"request id {request.request_id} is in use")
+            self._streams[request.request_id] = stream
             self._inbox.append((request, stream, time.perf_counter()))
             self._cond.notify()
         return stream
 
-    def abort(self, request_id: str) -> None:
+    def abort(self, request_id: str, reason: str = "client") -> None:
         with self._cond:
-            self._aborts.append(request_id)
+            self._aborts.append((request_id, reason))
             self._cond.notify()
 
     def stats(self) -> EngineStats | None:
-        return self._engine.stats() if self._engine is not None else None
+        """The figures the engine thread published after its last step (never read mid-step)."""
+        return self._engine.snapshot if self._engine is not None else None
+
+    def slow_step(self) -> tuple[float, str] | None:
+        """(seconds, what it holds) of a step running longer than `slow_step_s`, else None."""
+        engine = self._engine
+        if engine is None or self.state is not EngineState.READY:
+            return None
+        running = time.perf_counter() - engine.step_started_s
+        if not engine.stepping or running < self.config.slow_step_s:
+            return None
+        return running, engine.describe_step()
 
     @property
     def in_flight(self) -> int:
-        return self._in_flight
+        return len(self._streams)
 
 
-__all__ = ["AsyncEngine", "EngineState", "FinishReason", "RequestStream"]
+__all__ = ["AsyncEngine", "EngineDeadError", "EngineState", "FinishReason", "RequestStream"]

@@ -53,6 +53,7 @@ class PrefixCache:
         self._idle: OrderedDict[int, list[int]] = OrderedDict()
         self._max_idle_seqs = max_idle_seqs
         self._max_tokens = max_tokens
+        self.lookups = 0
         self.hits = 0
         self.reused_tokens = 0
 
@@ -86,6 +87,7 @@ class PrefixCache:
         """Give a new request a sequence id, reusing the longest cached prefix of its prompt."""
         if not self.can_acquire():
             raise RuntimeError("no KV sequence id available")
+        self.lookups += 1
         src, shared, is_idle = self.best_match(prompt, list(running))
         # the last prompt token is always decoded: its logits give the first new token
         shared = min(shared, len(prompt) - 1)

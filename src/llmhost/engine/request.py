@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import math
 from dataclasses import dataclass, field
 
 
@@ -11,7 +12,8 @@ class FinishReason(str, enum.Enum):
     EOS = "eos_token"  # the model ended the sequence
     STOP = "stop_sequence"  # a stop string matched
     ABORT = "abort"  # the client went away or the request was cancelled
-    ERROR = "error"  # the engine failed this request
+    ERROR = "error"  # the engine failed this request (and only this one)
+    TIMEOUT = "timeout"  # the request's queue-wait or total deadline passed; its sequence was freed
 
 
 @dataclass(slots=True)
@@ -36,8 +38,16 @@ class SamplingParams:
             raise ValueError(f"max_tokens must be >= 1, got {self.max_tokens}")
         if self.temperature < 0:
             raise ValueError(f"temperature must be >= 0, got {self.temperature}")
-        if self.top_k < 0:
-            raise ValueError(f"top_k must be >= 0, got {self.top_k}")
+        if not 0 <= self.top_k <= INT32_MAX:
+            raise ValueError(f"top_k must be in [0, {INT32_MAX}], got {self.top_k}")
+        if not 0 <= self.penalty_last_n <= INT32_MAX:
+            raise ValueError(f"penalty_last_n must be in [0, {INT32_MAX}], got {self.penalty_last_n}")
+        for name in ("temperature", "top_p", "min_p", "repetition_penalty", "frequency_penalty",
+                     "presence_penalty"):  # fmt: skip
+            if not math.isfinite(getattr(self, name)):
+                raise ValueError(f"{name} must be a finite number, got {getattr(self, name)}")
+        if not all(math.isfinite(v) or v == -math.inf for v in self.logit_bias.values()):
+            raise ValueError("logit_bias values must be finite numbers (or -inf to ban a token)")
         if not 0.0 < self.top_p <= 1.0:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
         if not 0.0 <= self.min_p <= 1.0:
@@ -53,6 +63,8 @@ class SamplingParams:
 
 
 MAX_LOGPROBS = 20
+# the C type of llama.cpp's integer sampler settings
+INT32_MAX = 2**31 - 1
 
 
 @dataclass(slots=True)
@@ -60,6 +72,22 @@ class GenerationRequest:
     request_id: str
     prompt_tokens: list[int]
     params: SamplingParams
+    # seconds this request may wait for a sequence slot / run in all; None: the engine's defaults
+    queue_timeout_s: float | None = None
+    timeout_s: float | None = None
+
+
+def check_token_ids(request: GenerationRequest, n_vocab: int) -> None:
+    """Raise InvalidRequestError for the first token id outside the vocabulary, naming its field."""
+    for field_name, ids in (
+        ("prompt", request.prompt_tokens),
+        ("logit_bias", request.params.logit_bias.keys()),
+    ):
+        for token in ids:
+            if not 0 <= token < n_vocab:
+                raise InvalidRequestError(
+                    field_name, f"token id {token} is outside the vocabulary [0, {n_vocab})", n_vocab - 1
+                )
 
 
 @dataclass(slots=True, frozen=True)
@@ -150,10 +178,17 @@ class GenerationEvent:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     error: str | None = None
+    # why an ERROR, ABORT or TIMEOUT happened, as a short label for metrics (e.g. "sampling", "queue")
+    reason: str = ""
 
     @property
     def finished(self) -> bool:
         return self.finish_reason is not None
+
+    @classmethod
+    def failure(cls, request_id: str, error: str, reason: str) -> GenerationEvent:
+        """The last event of a request that failed before producing anything."""
+        return cls(request_id, [], "", finish_reason=FinishReason.ERROR, error=error, reason=reason)
 
 
 class EngineError(RuntimeError):
@@ -166,6 +201,19 @@ class QueueFullError(EngineError):
     def __init__(self, in_flight: int, limit: int) -> None:
         super().__init__(f"queue full: {in_flight} requests in flight, limit {limit}")
         self.in_flight = in_flight
+        self.limit = limit
+
+
+class EngineUnavailableError(EngineError):
+    """The engine is loading, failed or shutting down; retry later, elsewhere (HTTP 503)."""
+
+
+class InvalidRequestError(EngineError):
+    """A request field the engine cannot use, e.g. a token id outside the vocabulary (HTTP 422)."""
+
+    def __init__(self, field_name: str, message: str, limit: int | None = None) -> None:
+        super().__init__(message)
+        self.field_name = field_name
         self.limit = limit
 
 

@@ -129,6 +129,16 @@ class Scheduler:
             return []
         return seq.ngrams.propose(self._draft_room(seq, budget))
 
+    def expired(self, now_s: float) -> list[tuple[Sequence, str]]:
+        """Sequences past a deadline, with which one: "queue" (still waiting) or "request"."""
+        out = [(seq, "queue") for seq in self.waiting if now_s >= min(seq.queue_deadline_s, seq.deadline_s)]
+        out += [(seq, "request") for seq in self.running if now_s >= seq.deadline_s]
+        return out
+
+    def restore_ops(self, ops: list[KvOp]) -> None:
+        """KV operations a step took but did not perform: they run first next step."""
+        self._pending_ops[:0] = ops
+
     def postprocess(self, plan: StepPlan, sampled: dict[str, list[int]], now_s: float) -> None:
         """Record what the decode computed and the tokens sampled (several when drafts were accepted)."""
         for item in plan.items:

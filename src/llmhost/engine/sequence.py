@@ -29,6 +29,9 @@ class Sequence:
     n_reused: int = 0
     output: list[int] = field(default_factory=list)
     admitted_s: float = 0.0
+    # absolute clock times after which the request is dropped: still waiting / at all (inf: never)
+    queue_deadline_s: float = float("inf")
+    deadline_s: float = float("inf")
     first_token_s: float = 0.0
     last_token_s: float = 0.0
     # speculative decoding: n-grams of prompt + output, and what the drafts achieved
@@ -38,6 +41,10 @@ class Sequence:
     draft_pos: int = 0
     draft_n: int = 0
     draft_accepted: int = 0
+
+    @property
+    def finished(self) -> bool:
+        return self.status is SeqStatus.FINISHED
 
     @property
     def tokens(self) -> list[int]:

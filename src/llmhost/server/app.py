@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -10,8 +11,13 @@ from fastapi import FastAPI
 from llmhost import __version__
 from llmhost.engine import AsyncEngine
 from llmhost.server import errors
+from llmhost.server.lifecycle import Lifecycle, watch
 from llmhost.server.metrics import ServerMetrics
-from llmhost.server.middleware import BodyLimitMiddleware, CustomAttributesMiddleware
+from llmhost.server.middleware import (
+    BodyLimitMiddleware,
+    CustomAttributesMiddleware,
+    RequestContextMiddleware,
+)
 from llmhost.server.routes import openai, ops, sagemaker, tgi
 from llmhost.server.serving.context import ServingContext
 from llmhost.server.serving.openai import OpenAIServing
@@ -19,25 +25,35 @@ from llmhost.server.serving.tgi import TGIServing
 from llmhost.server.settings import ServerSettings
 
 
-def create_app(settings: ServerSettings, engine: AsyncEngine | None = None) -> FastAPI:
-    """Build the app; the model loads in the background at startup so /ping answers 503 meanwhile."""
+def create_app(
+    settings: ServerSettings, engine: AsyncEngine | None = None, lifecycle: Lifecycle | None = None
+) -> FastAPI:
+    """Build the app; the model loads in the background at startup so /ping answers 503 meanwhile.
+
+    `lifecycle` is shared with the process runner (draining on SIGTERM, exit on a dead engine)."""
     metrics = ServerMetrics()
     owned = engine is None  # an engine passed in is started and stopped by its owner
     if engine is None:
         engine = AsyncEngine(settings.model_path, settings.engine, observer=metrics)
     metrics.attach(engine.stats)
+    lifecycle = lifecycle or Lifecycle()
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         if owned:
             engine.start()
-        yield
-        if owned:
-            engine.shutdown()
+        watcher = asyncio.create_task(watch(engine, lifecycle), name="llmhost watch")
+        try:
+            yield
+        finally:
+            watcher.cancel()
+            if owned:
+                await asyncio.to_thread(engine.shutdown)
 
     app = FastAPI(title="llmhost", version=__version__, lifespan=lifespan)
     ctx = ServingContext(engine, settings, metrics)
     app.state.serving = ctx
+    app.state.lifecycle = lifecycle
     app.state.openai = OpenAIServing(ctx)
     app.state.tgi = TGIServing(ctx)
     errors.install(app)
@@ -45,4 +61,5 @@ def create_app(settings: ServerSettings, engine: AsyncEngine | None = None) -> F
         app.include_router(module.router)
     app.add_middleware(CustomAttributesMiddleware)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
+    app.add_middleware(RequestContextMiddleware, lifecycle=lifecycle)  # added last: outermost
     return app

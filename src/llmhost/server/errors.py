@@ -9,8 +9,9 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 
-from llmhost.engine.request import EngineError, QueueFullError, RequestTooLargeError
+from llmhost.engine.request import EngineError, InvalidRequestError, QueueFullError, RequestTooLargeError
 from llmhost.server.settings import RETRY_AFTER_S
 
 
@@ -32,7 +33,7 @@ class APIError(Exception):
         self.extra = extra or {}
         self.headers = headers or {}
 
-    def response(self) -> JSONResponse:
+    def body(self, request_id: str = "") -> dict[str, Any]:
         body: dict[str, Any] = {
             "message": self.message,
             "type": self.type,
@@ -42,7 +43,12 @@ class APIError(Exception):
         if self.field is not None:
             body["field"] = self.field
         body.update(self.extra)
-        return JSONResponse({"error": body}, status_code=self.status, headers=self.headers)
+        if request_id:
+            body["request_id"] = request_id
+        return {"error": body}
+
+    def response(self, request_id: str = "") -> JSONResponse:
+        return JSONResponse(self.body(request_id), status_code=self.status, headers=self.headers)
 
 
 def invalid_json(detail: str) -> APIError:
@@ -50,9 +56,11 @@ def invalid_json(detail: str) -> APIError:
 
 
 def model_loading(reason: str) -> APIError:
-    return APIError(
-        503, f"model not ready: {reason}", "service_unavailable", headers={"Retry-After": str(RETRY_AFTER_S)}
-    )
+    return unavailable(f"model not ready: {reason}")
+
+
+def unavailable(message: str) -> APIError:
+    return APIError(503, message, "service_unavailable", headers={"Retry-After": str(RETRY_AFTER_S)})
 
 
 def _loc_name(loc: tuple[Any, ...] | list[Any]) -> str:
@@ -89,28 +97,40 @@ def from_engine(exc: EngineError) -> APIError:
         )
     if isinstance(exc, RequestTooLargeError):
         return APIError(422, str(exc), field=exc.field_name, extra={"value": exc.value, "limit": exc.limit})
+    if isinstance(exc, InvalidRequestError):
+        extra = {"limit": exc.limit} if exc.limit is not None else {}
+        return APIError(422, str(exc), field=exc.field_name, extra=extra)
     return model_loading(str(exc))
+
+
+def _rid(request: Request) -> str:
+    return str(getattr(request.state, "request_id", ""))
 
 
 def install(app: FastAPI) -> None:
     @app.exception_handler(APIError)
-    async def _api_error(_: Request, exc: APIError) -> JSONResponse:
-        return exc.response()
+    async def _api_error(request: Request, exc: APIError) -> JSONResponse:
+        return exc.response(_rid(request))
 
     @app.exception_handler(RequestValidationError)
-    async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:
-        return validation_error(list(exc.errors())).response()
+    async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
+        return validation_error(list(exc.errors())).response(_rid(request))
 
     @app.exception_handler(ValidationError)
-    async def _pydantic(_: Request, exc: ValidationError) -> JSONResponse:
-        return from_pydantic(exc).response()
+    async def _pydantic(request: Request, exc: ValidationError) -> JSONResponse:
+        return from_pydantic(exc).response(_rid(request))
 
     @app.exception_handler(EngineError)
-    async def _engine(_: Request, exc: EngineError) -> JSONResponse:
-        return from_engine(exc).response()
+    async def _engine(request: Request, exc: EngineError) -> JSONResponse:
+        return from_engine(exc).response(_rid(request))
+
+    @app.exception_handler(ClientDisconnect)
+    async def _gone(request: Request, _: ClientDisconnect) -> JSONResponse:
+        # nobody reads this; answering keeps the disconnect out of the error log
+        return APIError(499, "client disconnected", "client_closed").response(_rid(request))
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         return APIError(
             exc.status_code, str(exc.detail), "http_error", headers=dict(exc.headers or {})
-        ).response()
+        ).response(_rid(request))

@@ -14,6 +14,7 @@ from llmhost.engine.request import GenerationEvent
 # metric names carry their unit
 REQUESTS_TOTAL = "llmhost_requests"  # _total added by the client library
 REJECTED_TOTAL = "llmhost_rejected_requests"
+ENDED_TOTAL = "llmhost_request_failures"
 PROMPT_TOKENS_TOTAL = "llmhost_prompt_tokens"
 GENERATION_TOKENS_TOTAL = "llmhost_generation_tokens"
 TTFT_S = "llmhost_time_to_first_token_seconds"
@@ -53,6 +54,9 @@ class _EngineCollector(Collector):
         usage = s.kv_tokens_used / s.kv_tokens_capacity if s.kv_tokens_capacity else 0.0
         yield GaugeMetricFamily("llmhost_kv_cache_usage_ratio", "KV cells in use / capacity", min(1.0, usage))
         yield CounterMetricFamily(
+            "llmhost_prefix_cache_lookups", "Prompts looked up in the prefix cache", s.prefix_cache_lookups
+        )
+        yield CounterMetricFamily(
             "llmhost_prefix_cache_hits", "Prompts that reused cached KV", s.prefix_cache_hits
         )
         yield CounterMetricFamily(
@@ -75,6 +79,10 @@ class ServerMetrics:
         r = self.registry
         self.requests = Counter(REQUESTS_TOTAL, "Finished requests", ["api", "finish_reason"], registry=r)
         self.rejected = Counter(REJECTED_TOTAL, "Requests refused before generation", ["reason"], registry=r)
+        self.ended = Counter(
+            ENDED_TOTAL, "Requests the engine ended early: errors, aborts and timeouts, by reason",
+            ["finish_reason", "reason"], registry=r,
+        )  # fmt: skip
         self.prompt_tokens = Counter(PROMPT_TOKENS_TOTAL, "Prompt tokens of finished requests", registry=r)
         self.generation_tokens = Counter(GENERATION_TOKENS_TOTAL, "Generated tokens", registry=r)
         self.ttft = Histogram(TTFT_S, "Arrival to first token", buckets=LATENCY_BUCKETS, registry=r)
@@ -101,6 +109,9 @@ class ServerMetrics:
         self.step_s.observe(seconds)
 
     def on_finish(self, event: GenerationEvent) -> None:
+        if event.reason:
+            finish = event.finish_reason.value if event.finish_reason else "unknown"
+            self.ended.labels(finish_reason=finish, reason=event.reason).inc()
         t = event.timings
         self.prompt_tokens.inc(event.prompt_tokens)
         self.generation_tokens.inc(event.completion_tokens)

@@ -6,7 +6,10 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from llmhost.engine.request import MAX_LOGPROBS
+from llmhost.engine.request import INT32_MAX, MAX_LOGPROBS
+from llmhost.server.protocol.limits import MAX_LOGIT_BIAS, MAX_STOP_CHARS, MAX_STOP_SEQUENCES
+
+StopString = Annotated[str, Field(max_length=MAX_STOP_CHARS)]
 
 
 class StreamOptions(BaseModel):
@@ -24,13 +27,16 @@ class SamplingFields(BaseModel):
     n: Annotated[int, Field(ge=1, le=1)] = 1
     stream: bool = False
     stream_options: StreamOptions | None = None
-    stop: str | list[str] | None = None
+    stop: StopString | Annotated[list[StopString], Field(max_length=MAX_STOP_SEQUENCES)] | None = None
     presence_penalty: Annotated[float, Field(ge=-2.0, le=2.0)] = 0.0
     frequency_penalty: Annotated[float, Field(ge=-2.0, le=2.0)] = 0.0
     seed: int | None = None
-    logit_bias: dict[str, Annotated[float, Field(ge=-100.0, le=100.0)]] | None = None
+    logit_bias: (
+        Annotated[dict[str, Annotated[float, Field(ge=-100.0, le=100.0)]], Field(max_length=MAX_LOGIT_BIAS)]
+        | None
+    ) = None
     user: str | None = None
-    top_k: Annotated[int, Field(ge=0)] = 0
+    top_k: Annotated[int, Field(ge=0, le=INT32_MAX)] = 0
     min_p: Annotated[float, Field(ge=0.0, le=1.0)] = 0.0
     repetition_penalty: Annotated[float, Field(gt=0.0)] = 1.0
     ignore_eos: bool = False

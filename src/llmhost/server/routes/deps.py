@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from starlette.requests import Request
 
-from llmhost.server.errors import APIError, invalid_json
+from llmhost.server.errors import APIError
+from llmhost.server.lifecycle import Lifecycle
+from llmhost.server.protocol.limits import parse_json
 from llmhost.server.serving.context import ServingContext
 from llmhost.server.serving.openai import OpenAIServing
 from llmhost.server.serving.tgi import TGIServing
@@ -16,6 +17,11 @@ from llmhost.server.serving.tgi import TGIServing
 def context(request: Request) -> ServingContext:
     ctx: ServingContext = request.app.state.serving
     return ctx
+
+
+def lifecycle(request: Request) -> Lifecycle:
+    state: Lifecycle = request.app.state.lifecycle
+    return state
 
 
 def openai(request: Request) -> OpenAIServing:
@@ -29,11 +35,7 @@ def tgi(request: Request) -> TGIServing:
 
 
 async def json_body(request: Request) -> dict[str, Any]:
-    raw = await request.body()
-    try:
-        body = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise invalid_json(str(exc)) from exc
+    body = parse_json(await request.body())
     if not isinstance(body, dict):
         raise APIError(422, "request body must be a JSON object", field="body")
     return body

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from fastapi import APIRouter, Request
 from starlette.responses import JSONResponse, Response
 
+from llmhost.server.lifecycle import Phase
 from llmhost.server.protocol.llama import DetokenizeRequest, TokenizeRequest
 from llmhost.server.routes import deps
 
@@ -16,8 +18,10 @@ router = APIRouter()
 @router.get("/health")
 async def health(request: Request) -> Response:
     engine = deps.context(request).engine
-    status = 200 if engine.ready else 503
-    return JSONResponse({"status": engine.state.value, "error": engine.error}, status_code=status)
+    phase = deps.lifecycle(request).phase
+    status = 200 if engine.ready and phase is Phase.SERVING else 503
+    body = {"status": engine.state.value, "phase": phase.value, "error": engine.error}
+    return JSONResponse(body, status_code=status)
 
 
 @router.get("/metrics")
@@ -30,7 +34,7 @@ async def metrics(request: Request) -> Response:
 async def tokenize(request: Request) -> dict[str, Any]:
     body = TokenizeRequest.model_validate(await deps.json_body(request))
     ctx = deps.context(request)
-    tokens = ctx.tokenize(body.content, add_special=body.add_special)
+    tokens = await asyncio.to_thread(ctx.tokenize, body.content, body.add_special)
     if body.with_pieces:
         return {"tokens": [{"id": t, "piece": ctx.engine.token_text(t)} for t in tokens]}
     return {"tokens": tokens}
@@ -40,4 +44,5 @@ async def tokenize(request: Request) -> dict[str, Any]:
 async def detokenize(request: Request) -> dict[str, Any]:
     body = DetokenizeRequest.model_validate(await deps.json_body(request))
     ctx = deps.context(request)
-    return {"content": ctx.engine.detokenize(ctx.check_tokens(body.tokens, "tokens"))}
+    tokens = ctx.check_tokens(body.tokens, "tokens")
+    return {"content": await asyncio.to_thread(ctx.engine.detokenize, tokens)}

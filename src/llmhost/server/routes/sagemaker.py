@@ -16,7 +16,7 @@ router = APIRouter()
 @router.get("/ping")
 async def ping(request: Request) -> Response:
     ctx = deps.context(request)
-    if ctx.engine.ready:
+    if ctx.engine.ready and deps.lifecycle(request).accepting:
         return Response(status_code=200)
     return Response(status_code=503, headers={"Retry-After": "1"})
 

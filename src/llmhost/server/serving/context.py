@@ -4,21 +4,31 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
-from llmhost.engine import AsyncEngine, EngineError, GenerationEvent, GenerationRequest, SamplingParams
+from llmhost.engine import (
+    AsyncEngine,
+    EngineError,
+    FinishReason,
+    GenerationEvent,
+    GenerationRequest,
+    SamplingParams,
+)
 from llmhost.engine.loop import RequestStream
 from llmhost.server.chat_template import ChatTemplate, ChatTemplateError
-from llmhost.server.errors import APIError, from_engine, model_loading
+from llmhost.server.errors import APIError, from_engine, model_loading, unavailable
 from llmhost.server.metrics import ServerMetrics
 from llmhost.server.settings import ServerSettings
+
+log = logging.getLogger("llmhost.server")
 
 
 def new_id(prefix: str) -> str:
@@ -46,6 +56,20 @@ class ServingContext:
     def tokenize(self, text: str, add_special: bool = True) -> list[int]:
         self.require_ready()
         return self.engine.tokenize(text, add_special=add_special)
+
+    def check_capacity(self) -> None:
+        """429 now if the request would be refused anyway: asked before any expensive work."""
+        self.require_ready()
+        try:
+            self.engine.check_capacity()
+        except EngineError as exc:
+            raise self._refused(exc) from exc
+
+    async def prompt_tokens(self, text: str, add_special: bool = True) -> list[int]:
+        """Capacity first, then tokenization on a worker thread (a long prompt takes milliseconds that
+        the event loop spends serving other clients)."""
+        self.check_capacity()
+        return await asyncio.to_thread(self.tokenize, text, add_special)
 
     def check_tokens(self, tokens: list[int], field: str) -> list[int]:
         self.require_ready()
@@ -75,7 +99,12 @@ class ServingContext:
             self._chat_template = ChatTemplate(source, info.bos_token, info.eos_token)
         return self._chat_template
 
-    def chat_prompt_tokens(self, messages: list[dict[str, Any]]) -> list[int]:
+    async def chat_prompt_tokens(self, messages: list[dict[str, Any]]) -> list[int]:
+        """Capacity first, then the template and the tokenizer on a worker thread."""
+        self.check_capacity()
+        return await asyncio.to_thread(self._render_and_tokenize, messages)
+
+    def _render_and_tokenize(self, messages: list[dict[str, Any]]) -> list[int]:
         template = self.chat_template()
         try:
             text = template.render(messages)
@@ -94,9 +123,12 @@ class ServingContext:
         try:
             return self.engine.submit(GenerationRequest(request_id, prompt, params))
         except EngineError as exc:
-            err = from_engine(exc)
-            self.metrics.rejected.labels(reason=str(err.status)).inc()
-            raise err from exc
+            raise self._refused(exc) from exc
+
+    def _refused(self, exc: EngineError) -> APIError:
+        err = from_engine(exc)
+        self.metrics.rejected.labels(reason=str(err.status)).inc()
+        return err
 
     def finished(self, api: str, event: GenerationEvent) -> None:
         self.metrics.count(api, event.finish_reason.value if event.finish_reason else "unknown")
@@ -116,12 +148,32 @@ class ServingContext:
         return collector.result()
 
 
+def openai_error_event(message: str, type_: str = "server_error", code: int = 500) -> str:
+    return sse({"error": {"message": message, "type": type_, "code": code}})
+
+
+async def _guarded(content: AsyncIterator[str], on_error: Callable[[str], str]) -> AsyncIterator[str]:
+    """An unexpected error while streaming ends the stream with an error event in the API's format
+    (the status line is long gone), instead of a cut connection."""
+    try:
+        async for chunk in content:
+            yield chunk
+    except Exception as exc:
+        log.exception("stream failed")
+        yield on_error(f"internal server error while streaming ({type(exc).__name__})")
+
+
 class EventStreamResponse(StreamingResponse):
     """SSE response that aborts its request however the response ends, also when the client left
     before the first chunk (Starlette then cancels the response without starting the body)."""
 
-    def __init__(self, content: AsyncIterator[str], stream: RequestStream) -> None:
-        super().__init__(content, media_type="text/event-stream")
+    def __init__(
+        self,
+        content: AsyncIterator[str],
+        stream: RequestStream,
+        on_error: Callable[[str], str] = openai_error_event,
+    ) -> None:
+        super().__init__(_guarded(content, on_error), media_type="text/event-stream")
         self._stream = stream
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -139,5 +191,16 @@ async def _wait_disconnect(request: Request) -> None:
 
 
 def raise_if_failed(event: GenerationEvent) -> None:
+    if event.finish_reason is FinishReason.TIMEOUT:
+        raise unavailable(f"request timed out: {event.error}")
     if event.error is not None:
         raise APIError(500, f"generation failed: {event.error}", "server_error")
+
+
+def build_params(**fields: Any) -> SamplingParams:
+    """SamplingParams, with a value the engine refuses answered as a 422 naming its field."""
+    try:
+        return SamplingParams(**fields)
+    except ValueError as exc:
+        name = str(exc).split(" ", 1)[0]
+        raise APIError(422, str(exc), field=name if name in fields else None) from exc

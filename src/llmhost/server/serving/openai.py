@@ -13,7 +13,15 @@ from llmhost.engine import FinishReason, GenerationEvent, SamplingParams, TokenL
 from llmhost.engine.loop import RequestStream
 from llmhost.server.errors import APIError
 from llmhost.server.protocol.openai import ChatCompletionRequest, CompletionRequest, SamplingFields
-from llmhost.server.serving.context import EventStreamResponse, ServingContext, new_id, raise_if_failed, sse
+from llmhost.server.serving.context import (
+    EventStreamResponse,
+    ServingContext,
+    build_params,
+    new_id,
+    openai_error_event,
+    raise_if_failed,
+    sse,
+)
 
 FINISH = {
     FinishReason.LENGTH: "length",
@@ -21,6 +29,7 @@ FINISH = {
     FinishReason.STOP: "stop",
     FinishReason.ABORT: "abort",
     FinishReason.ERROR: "error",
+    FinishReason.TIMEOUT: "error",
 }
 
 
@@ -31,7 +40,7 @@ def sampling_params(body: SamplingFields, max_tokens: int, logprobs: int | None)
             bias[int(key)] = value
         except ValueError as exc:
             raise APIError(422, f"logit_bias key {key!r} is not a token id", field="logit_bias") from exc
-    return SamplingParams(
+    return build_params(
         max_tokens=max_tokens,
         temperature=body.temperature,
         top_k=body.top_k,
@@ -65,7 +74,7 @@ class OpenAIServing:
     async def completion(self, body: CompletionRequest, request: Request) -> Response:
         ctx = self.ctx
         prompt = (
-            ctx.tokenize(body.prompt)
+            await ctx.prompt_tokens(body.prompt)
             if isinstance(body.prompt, str)
             else ctx.check_tokens(list(body.prompt), "prompt")
         )
@@ -149,7 +158,10 @@ class OpenAIServing:
             yield sse(self._envelope(rid, obj, body, [c], None))
         async for event in stream:
             if event.error is not None:
-                yield sse({"error": {"message": event.error, "type": "server_error", "code": 500}})
+                timeout = event.finish_reason is FinishReason.TIMEOUT
+                yield openai_error_event(
+                    event.error, "timeout" if timeout else "server_error", 503 if timeout else 500
+                )
                 break
             finish = FINISH[event.finish_reason] if event.finish_reason else None
             if event.text or finish:
@@ -171,7 +183,7 @@ class OpenAIServing:
     async def chat(self, body: ChatCompletionRequest, request: Request) -> Response:
         ctx = self.ctx
         messages = [{"role": m.role, "content": m.text()} for m in body.messages]
-        prompt = ctx.chat_prompt_tokens(messages)
+        prompt = await ctx.chat_prompt_tokens(messages)
         max_tokens = body.max_completion_tokens or body.max_tokens or ctx.remaining(len(prompt))
         top = body.top_logprobs or 0
         params = sampling_params(body, max_tokens, top if body.logprobs else None)

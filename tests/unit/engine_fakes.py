@@ -1,0 +1,94 @@
+"""A stand-in for LlamaModel with no llama.cpp model: the next token after t is (t + 1) % CYCLE, so
+every request's output is known in advance. Faults are switched on per test: a token that makes a
+whole batched decode fail, a token whose logits cannot be read (sampling fails), a KV operation
+that fails once, a decode that always fails."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from llmhost.engine import Engine, EngineConfig
+from llmhost.engine.prefix_cache import KvOp
+
+N_VOCAB = 64
+CYCLE = 50  # outputs cycle below the EOG token
+EOG = 63
+POISON = 55  # a batch holding this token fails to decode
+BOMB = 56  # reading the logits after this token fails
+
+
+def expected(prompt: list[int], n: int) -> list[int]:
+    out, last = [], prompt[-1]
+    for _ in range(n):
+        last = (last + 1) % CYCLE
+        out.append(last)
+    return out
+
+
+class FakeModel:
+    def __init__(self) -> None:
+        self.n_vocab = N_VOCAB
+        self.n_batch = 512
+        self.eog_tokens = [EOG]
+        self.ctx: Any = None
+        self.decodes: list[list[tuple[list[int], int, int, int]]] = []
+        self.applied: list[KvOp] = []
+        self.fail_op: KvOp | None = None  # the first apply of this op raises
+        self.always_fail = False
+        self._rows: dict[int, int] = {}  # batch index -> the token whose logits it holds
+
+    # vocabulary
+    def piece(self, token: int, special: bool = False) -> bytes:
+        return f"<{token}>".encode()
+
+    def is_eog(self, token: int) -> bool:
+        return token == EOG
+
+    # KV and decode
+    def apply(self, op: KvOp) -> None:
+        if op == self.fail_op:
+            self.fail_op = None
+            raise RuntimeError(f"injected failure of {op}")
+        self.applied.append(op)
+
+    def decode(self, items: list[tuple[list[int], int, int, int]]) -> list[int]:
+        if self.always_fail or any(POISON in tokens for tokens, _, _, _ in items):
+            raise RuntimeError("llama_decode failed with code -1")
+        self.decodes.append(items)
+        self._rows, out_idx, n = {}, [], 0
+        for tokens, _, _, n_logits in items:
+            first = n + len(tokens) - n_logits
+            for j, tok in enumerate(tokens):
+                if n + j >= first:
+                    self._rows[n + j] = tok
+            n += len(tokens)
+            out_idx.append(first if n_logits else -1)
+        return out_idx
+
+    def logits(self, batch_index: int) -> npt.NDArray[np.float32]:
+        token = self._rows[batch_index]
+        if token == BOMB:
+            raise ValueError("injected sampling failure")
+        row = np.zeros(N_VOCAB, dtype=np.float32)
+        row[(token + 1) % CYCLE] = 10.0
+        return row
+
+    def close(self) -> None:
+        pass
+
+
+def config(**kw: Any) -> EngineConfig:
+    base: dict[str, Any] = dict(
+        max_concurrent=4, max_queue=8, max_input_tokens=64, max_total_tokens=128, max_batch_tokens=64,
+        prefix_cache_seqs=0, prefix_cache_tokens=0,
+    )  # fmt: skip
+    return EngineConfig(**(base | kw))
+
+
+def engine_factory(model: FakeModel, cfg: EngineConfig, clock: Callable[[], float] | None = None) -> Engine:
+    kw: dict[str, Any] = {"clock": clock} if clock else {}
+    return Engine(model, cfg, **kw)  # type: ignore[arg-type]

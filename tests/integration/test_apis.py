@@ -8,6 +8,7 @@ from typing import Any
 import httpx
 import openai
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.integration.conftest import Server
 
@@ -165,15 +166,31 @@ def test_tokenize_roundtrip_and_custom_attributes(server: Server) -> None:
 
 def test_health_and_metrics(server: Server) -> None:
     assert httpx.get(f"{server.url}/health").json()["status"] == "ready"
-    text = httpx.get(f"{server.url}/metrics").text
-    for name in (
-        "llmhost_requests_total",
-        "llmhost_prompt_tokens_total",
-        "llmhost_generation_tokens_total",
-        "llmhost_time_to_first_token_seconds_bucket",
-        "llmhost_time_per_output_token_seconds_bucket",
-        "llmhost_num_requests_running",
-        "llmhost_num_requests_waiting",
-        "llmhost_kv_cache_usage_ratio",
+
+    def samples() -> dict[str, float]:
+        text = httpx.get(f"{server.url}/metrics").text
+        out: dict[str, float] = {}
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                out[sample.name] = out.get(sample.name, 0.0) + sample.value
+        return out
+
+    before = samples()
+    r = httpx.post(f"{server.url}/v1/completions", json={"prompt": "Metrics:", "max_tokens": 3}, timeout=60)
+    assert r.status_code == 200
+    after = samples()
+    for name, grew_by in (
+        ("llmhost_requests_total", 1),
+        ("llmhost_prompt_tokens_total", r.json()["usage"]["prompt_tokens"]),
+        ("llmhost_generation_tokens_total", 3),
+        ("llmhost_time_to_first_token_seconds_count", 1),
+        ("llmhost_time_per_output_token_seconds_count", 1),
+        ("llmhost_e2e_request_latency_seconds_count", 1),
+        ("llmhost_prefix_cache_lookups_total", 1),
     ):
-        assert name in text
+        assert after[name] - before.get(name, 0.0) == grew_by, name
+    assert after["llmhost_step_duration_seconds_count"] > before["llmhost_step_duration_seconds_count"]
+    for gauge in ("llmhost_num_requests_running", "llmhost_num_requests_waiting"):
+        assert gauge in after
+    assert 0.0 <= after["llmhost_kv_cache_usage_ratio"] <= 1.0
+    assert after["llmhost_kv_cache_capacity_tokens"] > 0

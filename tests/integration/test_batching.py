@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import json
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import httpx
 
-from tests.integration.conftest import Server
+from tests.integration.conftest import Server, start_server, stop_server
+from tests.integration.neartie import assert_same_or_near_tie
 
-# llama.cpp's arithmetic differs slightly with batch shape; a greedy choice may only flip where the
-# two best candidates were this close (natural-log probability gap == logit gap).
-NEAR_TIE_LOGIT_GAP = 0.5
 STEP_SEQUENCES = "llmhost_step_sequences"
 
 TARGET = "The history of the Roman Empire begins"
@@ -35,22 +34,6 @@ def complete(url: str, prompt: str, max_tokens: int = 24) -> dict[str, Any]:
     return result
 
 
-def assert_same_or_near_tie(alone: dict[str, Any], batched: dict[str, Any]) -> None:
-    a, b = alone["choices"][0]["logprobs"], batched["choices"][0]["logprobs"]
-    for step, (ta, tb) in enumerate(zip(a["tokens"], b["tokens"], strict=True)):
-        if ta == tb:
-            continue
-        top = dict(a["top_logprobs"][step])
-        best = max(top.values())
-        top2_gap = best - sorted(top.values())[-2]
-        assert top2_gap < NEAR_TIE_LOGIT_GAP, f"step {step}: {ta!r} vs {tb!r} with top-2 gap {top2_gap:.3f}"
-        # the batched choice was itself a near-best candidate when decoded alone
-        assert tb in top, f"step {step}: batched chose {tb!r}, not among alone's top {list(top)}"
-        gap = best - top[tb]
-        assert gap < NEAR_TIE_LOGIT_GAP, f"step {step}: {tb!r} was {gap:.3f} below alone's best {ta!r}"
-        return  # after a legitimate flip the continuations differ by construction
-
-
 def test_greedy_alone_equals_greedy_beside_seven_others(server: Server) -> None:
     alone = complete(server.url, TARGET)
     multi_before = server.metric(f"{STEP_SEQUENCES}_count") - server.bucket(STEP_SEQUENCES, "1.0")
@@ -61,7 +44,7 @@ def test_greedy_alone_equals_greedy_beside_seven_others(server: Server) -> None:
             assert f.result()["usage"]["completion_tokens"] == 24
     multi_after = server.metric(f"{STEP_SEQUENCES}_count") - server.bucket(STEP_SEQUENCES, "1.0")
     assert multi_after > multi_before, "the 8 requests never shared a decode step"
-    assert_same_or_near_tie(alone, batched)
+    assert_same_or_near_tie(alone["choices"][0]["logprobs"], batched["choices"][0]["logprobs"])
 
 
 def stream_tokens(url: str, prompt: str, n: int) -> int:
@@ -103,3 +86,20 @@ def test_shared_prefix_is_not_prefilled_again(server: Server) -> None:
     assert timings["prompt_n"] + timings["cache_n"] == n_prompt
     assert first["timings"]["prompt_n"] > timings["prompt_n"]
     assert second["usage"]["prompt_tokens_details"]["cached_tokens"] == timings["cache_n"]
+
+
+def test_a_cached_answer_matches_a_cold_one(server: Server, tmp_path: Path) -> None:
+    """The prefix cache changes how much is prefilled, never what is generated (beyond batch-shape
+    near ties): the same prompt on a server with the cache off gives the same tokens."""
+    prefix = " ".join(f"Clause {i}: the tenant shall keep the premises in good repair." for i in range(30))
+    prompt = prefix + "\nIn plain words, the tenant must"
+    complete(server.url, prefix + "\nSummary:", max_tokens=2)  # caches the shared prefix
+    cached = complete(server.url, prompt)
+    assert cached["timings"]["cache_n"] > 300
+    cold_server = start_server(tmp_path, "--max-concurrent", "2", "--prefix-cache-tokens", "0")
+    try:
+        cold = complete(cold_server.url, prompt)
+    finally:
+        stop_server(cold_server)
+    assert cold["timings"]["cache_n"] == 0
+    assert_same_or_near_tie(cold["choices"][0]["logprobs"], cached["choices"][0]["logprobs"])

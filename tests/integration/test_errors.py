@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 
-from llmhost.engine import AsyncEngine, EngineConfig
+from llmhost.engine import AsyncEngine, Engine, EngineConfig, EngineState
+from llmhost.engine.loop import load_engine
 from llmhost.server import ServerSettings, create_app
 from llmhost.store import resolve_model
 from tests.integration.conftest import Server
@@ -135,16 +137,25 @@ def test_ping_is_503_while_loading_then_200() -> None:
             max_concurrent=1, max_total_tokens=256, max_input_tokens=128, max_batch_tokens=64
         ),
     )
-    engine = AsyncEngine(settings.model_path, settings.engine)
+    gate = threading.Event()
+
+    def slow_load() -> Engine:  # the engine thread is running and loading, held at the gate
+        gate.wait(60)
+        return load_engine(str(settings.model_path), settings.engine)
+
+    engine = AsyncEngine(settings.model_path, settings.engine, load=slow_load)
     app = create_app(settings, engine=engine)
 
     async def scenario() -> None:
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://test") as c:
+            engine.start()
+            assert engine.state is EngineState.LOADING
             assert (await c.get("/ping")).status_code == 503
             r = await c.post("/generate", json={"inputs": "Hi"})
             assert r.status_code == 503 and r.headers["retry-after"] == "1"
-            engine.start()
+            assert "loading" in r.json()["error"]["message"]
+            gate.set()
             assert await asyncio.to_thread(engine.wait_ready, 120)
             assert (await c.get("/ping")).status_code == 200
             r = await c.post("/generate", json={"inputs": "Hi", "parameters": {"max_new_tokens": 2}})

@@ -16,8 +16,9 @@ from llmhost.engine import (
     SamplingParams,
 )
 from llmhost.engine.drafter import Drafter
+from llmhost.optimize.quantize import quantize
 from llmhost.store import resolve_model
-from tests.integration.test_batching import NEAR_TIE_LOGIT_GAP
+from tests.integration.neartie import NEAR_TIE_LOGIT_GAP
 
 PASSAGE = (
     "The harbour master keeps a ledger of every ship that enters the bay: its name, its cargo, "
@@ -33,9 +34,7 @@ PROMPTS = [
 NEW_TOKENS = 40
 
 
-def generate(speculative: str, prompts: list[str]) -> tuple[dict[str, Any], Engine]:
-    # the default model drafts for itself: the same vocabulary, and guesses it should nearly always confirm
-    draft = str(resolve_model()) if speculative == "draft" else ""
+def generate(speculative: str, prompts: list[str], draft: str = "") -> tuple[dict[str, Any], Engine]:
     cfg = EngineConfig(
         max_concurrent=4, max_total_tokens=512, max_input_tokens=256, max_batch_tokens=128, n_threads=1,
         speculative=speculative, draft_tokens=4, draft_model=draft,
@@ -69,14 +68,18 @@ def assert_same_or_near_tie(base: list[Any], spec: list[Any]) -> None:
 
 
 @pytest.fixture(scope="module")
-def runs() -> Iterator[dict[str, tuple[dict[str, Any], Engine]]]:
+def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, tuple[dict[str, Any], Engine]]]:
+    # a draft that disagrees with the target now and then (the target re-quantized to 2 bits), so
+    # verification both accepts and rejects guesses
+    draft = tmp_path_factory.mktemp("draft") / "q2k.gguf"
+    quantize(resolve_model(), draft, "Q2_K", allow_requantize=True)
     yield {
         "base_alone": generate("", PROMPTS[:1]),
         "spec_alone": generate("ngram", PROMPTS[:1]),
         "base_batched": generate("", PROMPTS),
         "spec_batched": generate("ngram", PROMPTS),
-        "draft_alone": generate("draft", PROMPTS[:1]),
-        "draft_batched": generate("draft", PROMPTS),
+        "draft_alone": generate("draft", PROMPTS[:1], str(draft)),
+        "draft_batched": generate("draft", PROMPTS, str(draft)),
     }
 
 
@@ -102,11 +105,12 @@ def test_drafts_are_accepted_and_save_steps(runs: dict[str, tuple[dict[str, Any]
 def test_draft_model_gives_the_same_greedy_tokens(runs: dict[str, tuple[dict[str, Any], Engine]]) -> None:
     assert_same_or_near_tie(runs["base_alone"][0]["r0"], runs["draft_alone"][0]["r0"])
     base, drafted = runs["base_batched"][0], runs["draft_batched"][0]
+    proposed = accepted = 0
     for rid in ("r0", "r1", "r2", "r3"):
         assert_same_or_near_tie(base[rid], drafted[rid])
         t = drafted["_timings"][rid]
-        assert t.draft_n > 0
-        assert t.draft_n_accepted >= 0.8 * t.draft_n  # a model drafting for itself is nearly always right
+        proposed, accepted = proposed + t.draft_n, accepted + t.draft_n_accepted
+    assert 0 < accepted < proposed, f"{accepted} of {proposed} drafts accepted: rejection never exercised"
     assert runs["draft_batched"][1].steps < runs["base_batched"][1].steps
 
 

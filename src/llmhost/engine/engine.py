@@ -337,16 +337,17 @@ class Engine:
         self._deliver(active.emit, event)
 
     def _deliver(self, emit: Emit, event: GenerationEvent) -> None:
-        """The last event of a request; a failing receiver or observer must not stop the engine."""
-        try:
-            emit(event)
-        except Exception:
-            log.exception("request %s: delivering the final event failed", event.request_id)
+        """The last event of a request, counted before the client can see it; a failing observer or
+        receiver must not stop the engine."""
         if self.observer is not None:
             try:
                 self.observer.on_finish(event)
             except Exception:
                 log.exception("observer failed on request %s", event.request_id)
+        try:
+            emit(event)
+        except Exception:
+            log.exception("request %s: delivering the final event failed", event.request_id)
 
     def _fail(self, seq: Sequence, message: str, reason: str) -> None:
         active = self._active.get(seq.request_id)

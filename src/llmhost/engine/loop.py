@@ -80,6 +80,34 @@ class RequestStream:
         return [event async for event in self]
 
 
+def load_engine(model_path: str, config: EngineConfig, observer: EngineObserver | None = None) -> Engine:
+    """The model (and draft model) loaded with llama.cpp, and a saved prefix state restored."""
+    t0 = time.perf_counter()
+    model = LlamaModel(model_path, config)
+    drafter = None
+    if config.draft_model:
+        drafter = Drafter(LlamaModel(config.draft_model, config), model.n_vocab)
+    engine = Engine(model, config, observer, drafter=drafter)
+    if config.prefix_state_path:
+        _preload(engine, config.prefix_state_path)
+    log.info("loaded %s in %.2f s", model_path, time.perf_counter() - t0)
+    return engine
+
+
+def _preload(engine: Engine, path: str) -> None:
+    """Restore a saved prefix KV state; a state that does not fit is skipped, never fatal."""
+    try:
+        tokens, state = load_prefix_state(path)
+        ok = engine.preload_prefix(tokens, state)
+    except (OSError, ValueError) as exc:
+        log.warning("prefix state %s not loaded: %s", path, exc)
+        return
+    if ok:
+        log.info("restored a cached prefix of %d tokens from %s", len(tokens), path)
+    else:
+        log.warning("prefix state %s (%d tokens) does not fit this engine; not used", path, len(tokens))
+
+
 class EngineDeadError(RuntimeError):
     """The engine's steps kept failing; the process should be replaced."""
 
@@ -96,7 +124,7 @@ class AsyncEngine:
         self.model_path = str(model_path)
         self.config = config
         self.observer = observer
-        self._load_engine = load or self._load
+        self._load_engine = load or (lambda: load_engine(self.model_path, config, observer))
         self.state = EngineState.LOADING
         self.error: str | None = None
         self._engine: Engine | None = None
@@ -155,32 +183,6 @@ class AsyncEngine:
         except BaseException as exc:  # a bug: everything accepted must still hear about it
             self._die(f"engine thread died: {type(exc).__name__}: {exc}")
             raise
-
-    def _load(self) -> Engine:
-        t0 = time.perf_counter()
-        model = LlamaModel(self.model_path, self.config)
-        drafter = None
-        if self.config.draft_model:
-            drafter = Drafter(LlamaModel(self.config.draft_model, self.config), model.n_vocab)
-        engine = Engine(model, self.config, self.observer, drafter=drafter)
-        if self.config.prefix_state_path:
-            self._preload(engine, self.config.prefix_state_path)
-        log.info("loaded %s in %.2f s", self.model_path, time.perf_counter() - t0)
-        return engine
-
-    @staticmethod
-    def _preload(engine: Engine, path: str) -> None:
-        """Restore a saved prefix KV state; a state that does not fit is skipped, never fatal."""
-        try:
-            tokens, state = load_prefix_state(path)
-            ok = engine.preload_prefix(tokens, state)
-        except (OSError, ValueError) as exc:
-            log.warning("prefix state %s not loaded: %s", path, exc)
-            return
-        if ok:
-            log.info("restored a cached prefix of %d tokens from %s", len(tokens), path)
-        else:
-            log.warning("prefix state %s (%d tokens) does not fit this engine; not used", path, len(tokens))
 
     def _die(self, reason: str) -> None:
         """Fail every accepted request at once and refuse new ones; the server exits on DEAD."""

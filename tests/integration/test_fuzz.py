@@ -1,0 +1,96 @@
+"""Property-based fuzz of every POST route against a real server: whatever the body, never a 5xx, always
+JSON. Bounded: a fixed number of examples per route, a server whose limits keep each generation short."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.integration.conftest import CHAT_TEMPLATE, Server, start_server, stop_server
+
+EXAMPLES = 60
+
+# token ids and counts at and beyond every limit, and NaN / Infinity (Python's json writes them)
+scalars = st.one_of(
+    st.none(), st.booleans(), st.integers(-(2**70), 2**70), st.floats(),
+    st.text(max_size=20), st.sampled_from([-1, 0, 1, 2, 2**31, 262144, 10**9, "", "x", "1e999"]),
+)  # fmt: skip
+keys = st.one_of(st.text(max_size=8), st.integers(-5, 300_000).map(str))
+json_values = st.recursive(
+    scalars, lambda inner: st.lists(inner, max_size=4) | st.dictionaries(keys, inner, max_size=4),
+    max_leaves=12,
+)  # fmt: skip
+# stands for an array nested this deep, written into the JSON text (Python's json cannot build it)
+DEEP = "__deep__"
+
+VALID: dict[str, dict[str, Any]] = {
+    "/v1/completions": {"prompt": "Hello", "max_tokens": 2},
+    "/v1/chat/completions": {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2},
+    "/invocations": {"inputs": "Hello", "parameters": {"max_new_tokens": 2}},
+    "/generate": {"inputs": "Hello", "parameters": {"max_new_tokens": 2}},
+    "/generate_stream": {"inputs": "Hello", "parameters": {"max_new_tokens": 2}},
+    "/tokenize": {"content": "Hello"},
+    "/detokenize": {"tokens": [1, 2]},
+}
+FIELDS = [
+    "prompt", "messages", "max_tokens", "temperature", "top_p", "top_k", "min_p", "n", "stream", "stop",
+    "seed", "logit_bias", "logprobs", "top_logprobs", "echo", "presence_penalty", "frequency_penalty",
+    "repetition_penalty", "ignore_eos", "stream_options", "inputs", "parameters", "content", "tokens",
+    "max_completion_tokens", "with_pieces", "add_special",
+]  # fmt: skip
+PARAMETERS = [
+    "max_new_tokens", "temperature", "top_p", "top_k", "repetition_penalty", "do_sample", "stop", "seed",
+    "details", "top_n_tokens", "return_full_text", "frequency_penalty", "truncate", "typical_p", "grammar",
+]  # fmt: skip
+
+
+@st.composite
+def mutated(draw: st.DrawFn, route: str) -> bytes:
+    """A valid body with a few fields replaced by arbitrary JSON, or arbitrary JSON outright."""
+    if draw(st.integers(0, 9)) == 0:
+        return json.dumps(draw(json_values)).encode()
+    values = st.one_of(json_values, st.just(DEEP))
+    body = json.loads(json.dumps(VALID[route]))
+    for name in draw(st.lists(st.sampled_from(FIELDS), max_size=3)):
+        body[name] = draw(values)
+    if isinstance(body.get("parameters"), dict):
+        for name in draw(st.lists(st.sampled_from(PARAMETERS), max_size=2)):
+            body["parameters"][name] = draw(values)
+    n = draw(st.integers(1, 5000))
+    return json.dumps(body).replace(f'"{DEEP}"', "[" * n + "]" * n).encode()
+
+
+@pytest.fixture(scope="module")
+def fuzz_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    srv = start_server(
+        tmp_path_factory.mktemp("fuzz"), "--max-concurrent", "2", "--max-input-tokens", "32",
+        "--max-total-tokens", "48", "--max-batch-tokens", "32", "--chat-template", str(CHAT_TEMPLATE),
+    )  # fmt: skip
+    yield srv
+    stop_server(srv)
+
+
+@pytest.mark.parametrize("route", list(VALID))
+def test_no_body_gets_a_5xx(fuzz_server: Server, route: str, tmp_path: Path) -> None:
+    client = httpx.Client(base_url=fuzz_server.url, timeout=60)
+
+    @settings(max_examples=EXAMPLES, deadline=None, database=None,
+              suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])  # fmt: skip
+    @given(body=mutated(route))
+    def check(body: bytes) -> None:
+        r = client.post(route, content=body, headers={"content-type": "application/json"})
+        assert r.status_code < 500, (route, body[:300], r.status_code, r.text[:300])
+        if r.headers.get("content-type", "").startswith("application/json"):
+            r.json()
+
+    try:
+        check()
+    finally:
+        client.close()

@@ -151,3 +151,27 @@ def test_drafts_never_overrun_max_tokens() -> None:
     s.postprocess(plan, {"a": [4]}, 0.0)
     item = s.schedule(0.0).items[0]
     assert len(item.draft) == 1  # 3 tokens allowed: 1 generated, 1 guess, 1 the model adds
+
+
+def test_choices_of_one_request_share_even_a_short_prompt() -> None:
+    s = Scheduler(config(max_concurrent=3, max_batch_tokens=16))
+    prompt = [1, 2, 3, 4, 5]  # far below prefix_wait_min_tokens
+    choices = [seq(f"c{i}", prompt) for i in range(3)]
+    for c in choices:
+        c.group = "req"
+        s.add(c)
+    plan = s.schedule(0.0)
+    assert [i.seq.request_id for i in plan.items] == ["c0"], "siblings must wait for the first prefill"
+    s.postprocess(plan, {"c0": [9]}, 0.0)
+    plan = s.schedule(0.0)
+    copies = [op for op in plan.kv_ops if isinstance(op, KvCopy)]
+    assert len(copies) == 2 and all(op.n_tokens == 4 for op in copies)
+    prefill = [i for i in plan.items if i.seq.request_id != "c0"]
+    assert all(i.tokens == [5] for i in prefill), "each choice decodes only the last prompt token"
+
+
+def test_unrelated_short_prompts_do_not_wait() -> None:
+    s = Scheduler(config(max_concurrent=2, max_batch_tokens=16))
+    s.add(seq("a", [1, 2, 3]))
+    s.add(seq("b", [1, 2, 3]))
+    assert len(s.schedule(0.0).items) == 2

@@ -131,6 +131,7 @@ class Engine:
             prompt=list(request.prompt_tokens),
             max_tokens=request.params.max_tokens,
             arrival_s=arrival,
+            group=request.group,
             queue_deadline_s=_deadline(arrival, request.queue_timeout_s, self.config.queue_timeout_s),
             deadline_s=_deadline(arrival, request.timeout_s, self.config.request_timeout_s),
         )

@@ -75,6 +75,8 @@ class GenerationRequest:
     # seconds this request may wait for a sequence slot / run in all; None: the engine's defaults
     queue_timeout_s: float | None = None
     timeout_s: float | None = None
+    # requests for the choices of one API request (`n` > 1): their prompt is prefilled once and shared
+    group: str = ""
 
 
 def check_token_ids(request: GenerationRequest, n_vocab: int) -> None:

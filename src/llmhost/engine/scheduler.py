@@ -84,7 +84,9 @@ class Scheduler:
             if other.status is not SeqStatus.PREFILL:
                 continue
             upcoming = common_prefix_len(seq.prompt, other.prompt)
-            if upcoming - available >= self.config.prefix_wait_min_tokens and other.n_computed < upcoming:
+            # choices of one request (`n`) always share their prompt, however short
+            least = 1 if seq.group and seq.group == other.group else self.config.prefix_wait_min_tokens
+            if upcoming - available >= least and other.n_computed < upcoming:
                 return True
         return False
 

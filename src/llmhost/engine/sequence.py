@@ -21,6 +21,8 @@ class Sequence:
     prompt: list[int]
     max_tokens: int
     arrival_s: float
+    # sequences of one request with several choices share a group: they compute the prompt once
+    group: str = ""
     status: SeqStatus = SeqStatus.WAITING
     kv_seq: int = -1
     # tokens of prompt + output whose KV is computed

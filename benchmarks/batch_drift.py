@@ -24,9 +24,8 @@ import httpx
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from tests.integration.conftest import start_server, stop_server  # noqa: E402
-
-from llmhost.bench.workload import builtin_prompts  # noqa: E402
+from llmhost.bench.workload import builtin_prompts
+from tests.integration.conftest import start_server, stop_server
 
 N_TOKENS = 24
 MARGIN = 2.0

@@ -58,7 +58,8 @@ async def test_a_dead_engine_turns_ping_503_fails_requests_fast_and_exits_1() ->
                 raise RuntimeError("KV store broken")
 
             model.apply = broken  # type: ignore[method-assign]
-            short = engine.submit(GenerationRequest("short", [1], SamplingParams(max_tokens=1, temperature=0)))
+            greedy_one = SamplingParams(max_tokens=1, temperature=0)
+            short = engine.submit(GenerationRequest("short", [1], greedy_one))
             assert (await short.collect())[-1].finish_reason is FinishReason.LENGTH
             for _ in range(50):
                 if engine.dead:

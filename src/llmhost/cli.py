@@ -135,12 +135,12 @@ def serve(
         f"llmhost: serving {model_path} on {settings.host}:{settings.port} "
         f"({engine.threads} threads, {engine.max_concurrent} sequences x {engine.max_total_tokens} tokens)"
     )
-    code = _run_server(settings, shutdown_grace_s, log_level)
+    code = run_server(settings, shutdown_grace_s, log_level)
     if code:
         raise typer.Exit(code)
 
 
-def _run_server(settings: ServerSettings, grace_s: float, log_level: str) -> int:
+def run_server(settings: ServerSettings, grace_s: float, log_level: str) -> int:
     """Serve until drained after SIGTERM (0) or until the engine dies (1); returns the exit status."""
     import uvicorn
 

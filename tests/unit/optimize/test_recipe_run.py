@@ -186,18 +186,15 @@ def test_serving_settings_round_trip_into_hints(tmp_path: Path) -> None:
 
 def serve_engine(monkeypatch: pytest.MonkeyPatch, *args: str) -> Any:
     """The EngineConfig `llmhost serve ARGS` would start with (no model loaded, no server run)."""
-    import uvicorn
-
-    import llmhost.server
+    import llmhost.cli
 
     seen: dict[str, Any] = {}
 
-    def fake_create_app(settings: Any) -> object:
+    def fake_run_server(settings: Any, grace_s: float, log_level: str) -> int:
         seen["settings"] = settings
-        return object()
+        return 0
 
-    monkeypatch.setattr(llmhost.server, "create_app", fake_create_app)
-    monkeypatch.setattr(uvicorn, "run", lambda *a, **kw: None)
+    monkeypatch.setattr(llmhost.cli, "run_server", fake_run_server)
     result = CliRunner().invoke(app, ["serve", *args, "--port", "1"])
     assert result.exit_code == 0, result.output
     return seen["settings"].engine

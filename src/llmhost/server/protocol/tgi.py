@@ -6,6 +6,10 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from llmhost.engine.request import INT32_MAX
+from llmhost.server.protocol.limits import MAX_STOP_SEQUENCES
+from llmhost.server.protocol.openai import StopString
+
 
 class TGIParameters(BaseModel):
     model_config = ConfigDict(extra="ignore")
@@ -13,12 +17,12 @@ class TGIParameters(BaseModel):
     max_new_tokens: Annotated[int, Field(ge=1)] | None = None
     temperature: Annotated[float, Field(gt=0.0)] | None = None
     top_p: Annotated[float, Field(gt=0.0, lt=1.0)] | None = None
-    top_k: Annotated[int, Field(gt=0)] | None = None
+    top_k: Annotated[int, Field(gt=0, le=INT32_MAX)] | None = None
     repetition_penalty: Annotated[float, Field(gt=0.0)] | None = None
     frequency_penalty: float | None = None
     do_sample: bool = False
     return_full_text: bool = False
-    stop: list[str] = Field(default_factory=list)
+    stop: Annotated[list[StopString], Field(max_length=MAX_STOP_SEQUENCES)] = Field(default_factory=list)
     seed: int | None = None
     details: bool = False
     decoder_input_details: bool = False

@@ -33,7 +33,7 @@ async def invocations(request: Request) -> Response:
     if "inputs" in body:
         tgi = TGIRequest.model_validate(body)
         if tgi.stream:
-            return deps.tgi(request).generate_stream(tgi)
+            return await deps.tgi(request).generate_stream(tgi)
         return JSONResponse([await deps.tgi(request).generate(tgi, request)])
     raise APIError(
         422,

@@ -20,4 +20,4 @@ async def generate(request: Request) -> dict[str, Any]:
 @router.post("/generate_stream")
 async def generate_stream(request: Request) -> Response:
     body = TGIRequest.model_validate(await deps.json_body(request))
-    return deps.tgi(request).generate_stream(body)
+    return await deps.tgi(request).generate_stream(body)

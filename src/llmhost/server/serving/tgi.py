@@ -11,12 +11,23 @@ from starlette.responses import StreamingResponse
 from llmhost.engine import GenerationEvent, SamplingParams
 from llmhost.engine.loop import RequestStream
 from llmhost.server.protocol.tgi import TGIParameters, TGIRequest
-from llmhost.server.serving.context import EventStreamResponse, ServingContext, new_id, raise_if_failed, sse
+from llmhost.server.serving.context import (
+    EventStreamResponse,
+    ServingContext,
+    build_params,
+    new_id,
+    raise_if_failed,
+    sse,
+)
+
+
+def tgi_error_event(message: str) -> str:
+    return sse({"error": message, "error_type": "generation"}, prefix="data:")
 
 
 def sampling_params(p: TGIParameters, max_new_tokens: int) -> SamplingParams:
     sampling = p.sampling
-    return SamplingParams(
+    return build_params(
         max_tokens=max_new_tokens,
         temperature=(p.temperature or 1.0) if sampling else 0.0,
         top_k=p.top_k or 0,
@@ -34,9 +45,9 @@ class TGIServing:
     def __init__(self, ctx: ServingContext) -> None:
         self.ctx = ctx
 
-    def _start(self, body: TGIRequest) -> tuple[RequestStream, list[int]]:
+    async def _start(self, body: TGIRequest) -> tuple[RequestStream, list[int]]:
         ctx = self.ctx
-        prompt = ctx.tokenize(body.inputs)
+        prompt = await ctx.prompt_tokens(body.inputs)
         default = min(ctx.settings.default_max_new_tokens, ctx.remaining(len(prompt)))
         max_new = body.parameters.max_new_tokens or default
         return ctx.submit(new_id("tgi"), prompt, sampling_params(body.parameters, max_new), "tgi"), prompt
@@ -68,7 +79,7 @@ class TGIServing:
         return details
 
     async def generate(self, body: TGIRequest, request: Request) -> dict[str, Any]:
-        stream, _ = self._start(body)
+        stream, _ = await self._start(body)
         events = await self.ctx.collect(stream, request)
         last = events[-1]
         raise_if_failed(last)
@@ -81,16 +92,16 @@ class TGIServing:
             out["details"] = self._details(body, events, full=True)
         return out
 
-    def generate_stream(self, body: TGIRequest) -> StreamingResponse:
-        stream, _ = self._start(body)
-        return EventStreamResponse(self._stream(body, stream), stream)
+    async def generate_stream(self, body: TGIRequest) -> StreamingResponse:
+        stream, _ = await self._start(body)
+        return EventStreamResponse(self._stream(body, stream), stream, tgi_error_event)
 
     async def _stream(self, body: TGIRequest, stream: RequestStream) -> AsyncIterator[str]:
         pieces: list[str] = []
         index = 0
         async for event in stream:
             if event.error is not None:
-                yield sse({"error": event.error, "error_type": "generation"}, prefix="data:")
+                yield tgi_error_event(event.error)
                 return
             pieces.append(event.text)
             token_ids = event.token_ids or [-1]

@@ -144,8 +144,8 @@ def run_server(settings: ServerSettings, grace_s: float, log_level: str) -> int:
     """Serve until drained after SIGTERM (0) or until the engine dies (1); returns the exit status."""
     import uvicorn
 
+    from llmhost.lifecycle import GracefulServer, Lifecycle
     from llmhost.server import create_app
-    from llmhost.server.lifecycle import GracefulServer, Lifecycle
 
     try:
         lifecycle = Lifecycle(grace_s)

@@ -9,15 +9,13 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from llmhost import __version__
+from llmhost.asgi import RequestContextMiddleware
 from llmhost.engine import AsyncEngine
+from llmhost.lifecycle import Lifecycle
 from llmhost.server import errors
-from llmhost.server.lifecycle import Lifecycle, watch
+from llmhost.server.lifecycle import watch_engine
 from llmhost.server.metrics import ServerMetrics
-from llmhost.server.middleware import (
-    BodyLimitMiddleware,
-    CustomAttributesMiddleware,
-    RequestContextMiddleware,
-)
+from llmhost.server.middleware import BodyLimitMiddleware, CustomAttributesMiddleware
 from llmhost.server.routes import openai, ops, sagemaker, tgi
 from llmhost.server.serving.context import ServingContext
 from llmhost.server.serving.openai import OpenAIServing
@@ -42,7 +40,7 @@ def create_app(
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         if owned:
             engine.start()
-        watcher = asyncio.create_task(watch(engine, lifecycle), name="llmhost watch")
+        watcher = asyncio.create_task(watch_engine(engine, lifecycle), name="llmhost watch")
         try:
             yield
         finally:

@@ -1,113 +1,35 @@
-"""The life of one server process after its model loaded: serving, draining on SIGTERM, exiting.
-
-SageMaker (and systemd, and `llmhost endpoint`) send SIGTERM and SIGKILL 30 s later. On the first
-signal /ping turns 503 and new requests get 503 + Retry-After at once, while requests in flight
-finish within the grace period; then the process exits 0. If the engine dies, the process exits 1
-so that its supervisor replaces it.
-"""
+"""The engine's part in the server process's life: exit when it dies, log steps that run too long."""
 
 from __future__ import annotations
 
-import asyncio
-import enum
 import logging
-import time
-from collections.abc import Callable
-from types import FrameType
-
-import uvicorn
 
 from llmhost.engine import AsyncEngine
+from llmhost.lifecycle import Lifecycle, watch
 
 log = logging.getLogger("llmhost.server")
 
-# SageMaker kills the container 30 s after SIGTERM: finish before that
-DEFAULT_GRACE_S = 25.0
-WATCH_INTERVAL_S = 0.2
 
+class SlowStepLog:
+    """Logs a step running longer than `slow_step_s`, again each further `slow_step_s`."""
 
-class Phase(enum.Enum):
-    SERVING = "serving"  # taking requests (or loading: /ping tells which)
-    DRAINING = "draining"  # signalled: new requests refused, those in flight finishing
-    EXITING = "exiting"  # asked the HTTP server to stop; exit_code says how
+    def __init__(self, engine: AsyncEngine) -> None:
+        self.engine = engine
+        self.reported = 0.0
 
-
-class Lifecycle:
-    """Shared by the app (which refuses requests while draining) and the process runner (which
-    stops the HTTP server when asked through `on_exit`)."""
-
-    def __init__(self, grace_s: float = DEFAULT_GRACE_S) -> None:
-        if not grace_s >= 0:
-            raise ValueError(f"grace_s must be >= 0, got {grace_s}")
-        self.grace_s = grace_s
-        self.phase = Phase.SERVING
-        self.exit_code = 0
-        self.reason = ""
-        self._drain_started = 0.0
-        self.on_exit: Callable[[], None] | None = None
-
-    @property
-    def accepting(self) -> bool:
-        return self.phase is Phase.SERVING
-
-    def drain(self, reason: str) -> None:
-        if self.phase is Phase.SERVING:
-            log.info("%s: draining (up to %g s for requests in flight)", reason, self.grace_s)
-            self.phase = Phase.DRAINING
-            self.reason = reason
-            self._drain_started = time.monotonic()
-
-    def exit(self, code: int, reason: str) -> None:
-        if self.phase is Phase.EXITING:
-            return
-        log.log(logging.ERROR if code else logging.INFO, "exiting (%d): %s", code, reason)
-        self.phase, self.exit_code, self.reason = Phase.EXITING, code, reason
-        if self.on_exit is not None:
-            self.on_exit()
-
-    def drained(self, in_flight: int) -> bool:
-        """Draining and nothing left in flight, or the grace period is over."""
-        if self.phase is not Phase.DRAINING:
-            return False
-        over = time.monotonic() - self._drain_started >= self.grace_s
-        if over and in_flight:
-            log.warning("grace period of %g s over with %d request(s) in flight", self.grace_s, in_flight)
-        return over or in_flight == 0
-
-
-async def watch(engine: AsyncEngine, lifecycle: Lifecycle) -> None:
-    """Until cancelled: exit on a dead engine or a finished drain; log steps that run too long."""
-    reported = 0.0
-    while True:
-        await asyncio.sleep(WATCH_INTERVAL_S)
-        if engine.dead:
-            lifecycle.exit(1, f"engine dead: {engine.error}")
-        elif lifecycle.drained(engine.in_flight):
-            lifecycle.exit(0, f"drained after {lifecycle.reason}")
-        slow = engine.slow_step()
+    def __call__(self) -> None:
+        slow = self.engine.slow_step()
         if slow is None:
-            reported = 0.0
-        elif slow[0] - reported >= engine.config.slow_step_s:
-            reported = slow[0]
-            log.warning("an engine step has run %.1f s (slow_step_s=%g): %s", slow[0],
-                        engine.config.slow_step_s, slow[1])  # fmt: skip
+            self.reported = 0.0
+            return
+        limit = self.engine.config.slow_step_s
+        if slow[0] - self.reported >= limit:
+            self.reported = slow[0]
+            log.warning("an engine step has run %.1f s (slow_step_s=%g): %s", slow[0], limit, slow[1])
 
 
-class GracefulServer(uvicorn.Server):
-    """uvicorn, with the first SIGTERM/SIGINT starting a drain instead of stopping at once, and no
-    re-raised signal afterwards (the exit status is the lifecycle's). A second signal stops now."""
+async def watch_engine(engine: AsyncEngine, lifecycle: Lifecycle) -> None:
+    def fatal() -> str | None:
+        return f"engine dead: {engine.error}" if engine.dead else None
 
-    def __init__(self, config: uvicorn.Config, lifecycle: Lifecycle) -> None:
-        super().__init__(config)
-        self.lifecycle = lifecycle
-        lifecycle.on_exit = self._stop
-
-    def _stop(self) -> None:
-        self.should_exit = True
-
-    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
-        if self.lifecycle.accepting:
-            self.lifecycle.drain(f"signal {sig}")
-        else:
-            self.should_exit = True
-            self.force_exit = self.lifecycle.phase is Phase.EXITING
+    await watch(lifecycle, lambda: engine.in_flight, fatal, SlowStepLog(engine))

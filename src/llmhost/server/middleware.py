@@ -1,86 +1,13 @@
-"""ASGI middleware: request ids and the last line of defence against unexpected errors, refusing
-requests while draining, SageMaker's 6 MB body limit and custom-attributes pass-through."""
+"""ASGI middleware of a replica: SageMaker's 6 MB body limit and custom-attributes pass-through
+(request ids and the JSON 500 come from `llmhost.asgi`)."""
 
 from __future__ import annotations
 
 import json
-import logging
-import re
-import uuid
-from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from llmhost.server.lifecycle import Lifecycle
-from llmhost.server.settings import RETRY_AFTER_S
-
-log = logging.getLogger("llmhost.server")
-
 CUSTOM_ATTRIBUTES = b"x-amzn-sagemaker-custom-attributes"
-REQUEST_ID = b"x-request-id"
-# a client's id is echoed only if it is short and plain (it ends up in logs and headers)
-_CLIENT_ID = re.compile(r"^[A-Za-z0-9._:/+=-]{1,128}$")
-# probes keep answering while draining: /ping says 503 itself, the others report state
-OPEN_WHILE_DRAINING = {"/ping", "/health", "/metrics"}
-
-
-async def send_json(
-    send: Send, status: int, body: dict[str, Any], headers: list[tuple[bytes, bytes]]
-) -> None:
-    raw = json.dumps(body).encode()
-    head = [(b"content-type", b"application/json"), (b"content-length", str(len(raw)).encode()), *headers]
-    await send({"type": "http.response.start", "status": status, "headers": head})
-    await send({"type": "http.response.body", "body": raw})
-
-
-def request_id(scope: Scope) -> str:
-    """The id the middleware gave this request (the client's X-Request-Id, else a new one)."""
-    return str(scope.get("state", {}).get("request_id", ""))
-
-
-class RequestContextMiddleware:
-    """Outermost: gives every request an id (a valid X-Request-Id is kept, else one is made) echoed
-    in the response, refuses new requests while draining (503 + Retry-After), and turns any
-    exception that escaped the app into a JSON 500 naming the id, with the traceback logged: never
-    plain text, never a dropped connection."""
-
-    def __init__(self, app: ASGIApp, lifecycle: Lifecycle) -> None:
-        self.app = app
-        self.lifecycle = lifecycle
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        given = dict(scope.get("headers", [])).get(REQUEST_ID, b"").decode("latin-1")
-        rid = given if _CLIENT_ID.match(given) else uuid.uuid4().hex
-        scope.setdefault("state", {})["request_id"] = rid
-        id_header = (REQUEST_ID, rid.encode())
-        if not self.lifecycle.accepting and scope["path"] not in OPEN_WHILE_DRAINING:
-            await send_json(send, 503, _error(503, "the server is shutting down; retry on another replica",
-                                              "service_unavailable", rid),
-                            [id_header, (b"retry-after", str(RETRY_AFTER_S).encode())])  # fmt: skip
-            return
-        started = False
-
-        async def send_with_id(message: Message) -> None:
-            nonlocal started
-            if message["type"] == "http.response.start":
-                started = True
-                message["headers"] = [*message.get("headers", []), id_header]
-            await send(message)
-
-        try:
-            await self.app(scope, receive, send_with_id)
-        except Exception as exc:
-            log.exception("request %s (%s %s) failed", rid, scope.get("method"), scope.get("path"))
-            if not started:  # once a response began, its stream reports errors in its own format
-                message = f"internal server error ({type(exc).__name__}); request id {rid}"
-                await send_json(send, 500, _error(500, message, "server_error", rid), [id_header])
-
-
-def _error(status: int, message: str, type_: str, rid: str) -> dict[str, Any]:
-    return {"error": {"message": message, "type": type_, "param": None, "code": status, "request_id": rid}}
 
 
 class _TooLarge(Exception):

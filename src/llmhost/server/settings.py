@@ -6,13 +6,14 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from llmhost.asgi import RETRY_AFTER_S
 from llmhost.engine.config import EngineConfig
+
+__all__ = ["DEFAULT_PORT", "MAX_BODY_BYTES", "RETRY_AFTER_S", "ServerSettings", "env_int"]
 
 # SageMaker's request payload limit for real-time endpoints
 MAX_BODY_BYTES = 6 * 1024 * 1024
 DEFAULT_PORT = 8080
-# seconds a refused client is told to wait before retrying
-RETRY_AFTER_S = 1
 
 
 def env_int(name: str, default: int) -> int:

@@ -6,8 +6,8 @@ from typing import Any
 
 from starlette.requests import Request
 
+from llmhost.lifecycle import Lifecycle
 from llmhost.server.errors import APIError
-from llmhost.server.lifecycle import Lifecycle
 from llmhost.server.protocol.limits import parse_json
 from llmhost.server.serving.context import ServingContext
 from llmhost.server.serving.openai import OpenAIServing

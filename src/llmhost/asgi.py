@@ -45,9 +45,12 @@ class RequestContextMiddleware:
     exception that escaped the app into a JSON 500 naming the id, with the traceback logged: never
     plain text, never a dropped connection."""
 
-    def __init__(self, app: ASGIApp, lifecycle: Lifecycle) -> None:
+    def __init__(
+        self, app: ASGIApp, lifecycle: Lifecycle, open_paths: set[str] = OPEN_WHILE_DRAINING
+    ) -> None:
         self.app = app
         self.lifecycle = lifecycle
+        self.open_paths = open_paths
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -57,7 +60,7 @@ class RequestContextMiddleware:
         rid = given if _CLIENT_ID.match(given) else uuid.uuid4().hex
         scope.setdefault("state", {})["request_id"] = rid
         id_header = (REQUEST_ID, rid.encode())
-        if not self.lifecycle.accepting and scope["path"] not in OPEN_WHILE_DRAINING:
+        if not self.lifecycle.accepting and scope["path"] not in self.open_paths:
             await send_json(send, 503, _error(503, "the server is shutting down; retry on another replica",
                                               "service_unavailable", rid),
                             [id_header, (b"retry-after", str(RETRY_AFTER_S).encode())])  # fmt: skip

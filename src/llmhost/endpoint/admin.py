@@ -20,11 +20,11 @@ from llmhost.endpoint.spec import SpecError, parse_components
 LOOPBACK = {"127.0.0.1", "::1", "localhost", "testclient"}
 
 
-def _terminate_self() -> None:
+def terminate_self() -> None:
     os.kill(os.getpid(), signal.SIGTERM)  # the server's SIGTERM path: drain, stop copies, exit
 
 
-def create_admin(manager: EndpointManager, shutdown: Callable[[], None] = _terminate_self) -> APIRouter:
+def create_admin(manager: EndpointManager, shutdown: Callable[[], None] = terminate_self) -> APIRouter:
     router = APIRouter(prefix="/admin")
 
     def refused(request: Request) -> Response | None:

@@ -9,15 +9,27 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
-from llmhost.endpoint.admin import _terminate_self, create_admin
+from llmhost.asgi import RequestContextMiddleware
+from llmhost.endpoint.admin import create_admin, terminate_self
 from llmhost.endpoint.manager import EndpointManager
 from llmhost.endpoint.router import Proxy, create_router
+from llmhost.lifecycle import Lifecycle, watch
+
+# while draining, operators still see what happens (status) and probes get their 503 from /ping
+OPEN_WHILE_DRAINING = {"/ping", "/metrics", "/admin/status"}
 
 log = logging.getLogger("llmhost.endpoint")
 
 
-def create_app(manager: EndpointManager, shutdown: Callable[[], None] = _terminate_self) -> FastAPI:
+def create_app(
+    manager: EndpointManager,
+    shutdown: Callable[[], None] = terminate_self,
+    lifecycle: Lifecycle | None = None,
+) -> FastAPI:
+    """`lifecycle` is shared with the process runner: SIGTERM drains the router's requests, then the
+    copies are drained and stopped."""
     proxy = Proxy(manager)
+    lifecycle = lifecycle or Lifecycle()
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
@@ -29,10 +41,12 @@ def create_app(manager: EndpointManager, shutdown: Callable[[], None] = _termina
                 log.exception("endpoint %s: starting failed", manager.spec.name)
 
         starting = asyncio.create_task(start(), name="endpoint start")
+        watcher = asyncio.create_task(watch(lifecycle, lambda: manager.in_flight), name="endpoint watch")
         try:
             yield
         finally:
             log.info("endpoint %s: draining and stopping copies", manager.spec.name)
+            watcher.cancel()
             starting.cancel()
             await manager.shutdown()
             await proxy.aclose()
@@ -40,6 +54,7 @@ def create_app(manager: EndpointManager, shutdown: Callable[[], None] = _termina
 
     app = FastAPI(title=f"llmhost endpoint {manager.spec.name}", lifespan=lifespan, docs_url=None,
                   redoc_url=None)  # fmt: skip
-    app.include_router(create_router(manager, proxy))
+    app.include_router(create_router(manager, proxy, lifecycle))
     app.include_router(create_admin(manager, shutdown))
+    app.add_middleware(RequestContextMiddleware, lifecycle=lifecycle, open_paths=OPEN_WHILE_DRAINING)
     return app

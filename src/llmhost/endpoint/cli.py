@@ -27,8 +27,16 @@ def up(
     ] = None,
     autoscale_interval: Annotated[float, typer.Option(help="Seconds between autoscaling decisions.")] = 1.0,
     drain_timeout: Annotated[
-        float, typer.Option(help="Seconds a stopping copy waits for its requests.")
+        float, typer.Option(help="Seconds requests in flight get to finish on SIGTERM, and a stopping copy "
+                            "waits for its requests.")
     ] = 120.0,
+    health_interval: Annotated[
+        float, typer.Option(help="Seconds between /ping checks of a ready copy.")
+    ] = 2.0,
+    health_timeout: Annotated[float, typer.Option(help="Seconds a copy has to answer /ping.")] = 5.0,
+    health_misses: Annotated[
+        int, typer.Option(help="Missed /ping answers in a row after which a copy is hung: restarted.")
+    ] = 3,
     log_level: Annotated[str, typer.Option(help="debug, info, warning, error.")] = "info",
 ) -> None:
     """Start an endpoint: place every component, start its copies, route on PORT. SIGTERM drains."""
@@ -37,7 +45,9 @@ def up(
     from llmhost.endpoint.app import create_app
     from llmhost.endpoint.manager import ComponentError, EndpointManager, ManagerTiming
     from llmhost.endpoint.placement import InsufficientCapacityError
+    from llmhost.endpoint.replica import ReplicaTiming
     from llmhost.endpoint.spec import SpecError, load_endpoint
+    from llmhost.lifecycle import GracefulServer, Lifecycle
 
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per proxied request otherwise
@@ -46,7 +56,10 @@ def up(
     except SpecError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
-    timing = ManagerTiming(autoscale_interval_s=autoscale_interval, drain_timeout_s=drain_timeout)
+    replica_timing = ReplicaTiming(ping_interval_s=health_interval, ping_timeout_s=health_timeout,
+                                   ping_misses=health_misses)  # fmt: skip
+    timing = ManagerTiming(autoscale_interval_s=autoscale_interval, drain_timeout_s=drain_timeout,
+                           replica=replica_timing)  # fmt: skip
     if log_dir is not None:
         log_dir.mkdir(parents=True, exist_ok=True)
     manager = EndpointManager(spec, log_dir=log_dir, timing=timing)
@@ -60,8 +73,12 @@ def up(
         f"CPUs {','.join(map(str, manager.ledger.cpus))}, {manager.ledger.memory_mb} MB available; "
         f"copy logs in {manager.log_dir}"
     )
-    uvicorn.run(create_app(manager), host=host, port=port, log_level=log_level.lower(),
-                timeout_graceful_shutdown=int(drain_timeout))  # fmt: skip
+    lifecycle = Lifecycle(grace_s=drain_timeout)
+    config = uvicorn.Config(create_app(manager, lifecycle=lifecycle), host=host, port=port,
+                            log_level=log_level.lower(), timeout_graceful_shutdown=5)  # fmt: skip
+    GracefulServer(config, lifecycle).run()
+    if lifecycle.exit_code:
+        raise typer.Exit(lifecycle.exit_code)
 
 
 def _client(host: str, port: int) -> httpx.Client:

@@ -56,8 +56,9 @@ class Component:
         event.set()
 
     def pick(self, exclude: set[str] | frozenset[str] = frozenset()) -> Replica | None:
-        """Least outstanding requests among ready copies; ties go to the one that served fewer."""
-        ready = [r for r in self.ready() if r.id not in exclude]
+        """Least outstanding requests among ready copies not in `exclude` (by `Replica.key`, so a copy
+        that failed and restarted is eligible again); ties go to the one that served fewer."""
+        ready = [r for r in self.ready() if r.key not in exclude]
         if not ready:
             return None
         return min(ready, key=lambda r: (r.outstanding, r.served, r.index))

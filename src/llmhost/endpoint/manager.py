@@ -185,7 +185,9 @@ class EndpointManager:
         self._wake.set()
 
     def wait_timeout_s(self, component: Component) -> float:
-        return component.spec.startup_health_check_timeout_s
+        if not component.capacity():  # scaled to zero: the first copy has to start
+            return component.spec.startup_health_check_timeout_s
+        return component.spec.max_wait_s
 
     async def _autoscale_loop(self) -> None:
         while not self._closing:
@@ -228,6 +230,11 @@ class EndpointManager:
                 log.warning("autoscaling %s: %s", comp.name, exc)
 
     # --- views -----------------------------------------------------------------------------------
+
+    @property
+    def in_flight(self) -> int:
+        """Requests at the router, waiting ones included."""
+        return sum(c.in_flight for c in self.components.values())
 
     def status(self) -> dict[str, Any]:
         return {

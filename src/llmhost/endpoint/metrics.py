@@ -1,96 +1,73 @@
 """`/metrics` of the endpoint: the router's own gauges and counters, then every copy's metrics
-relabelled with `component` and `copy`, one HELP/TYPE header per family."""
+relabelled with `component` and `copy`, one family each, all through prometheus_client (its parser
+reads the copies, a collector relabels, `generate_latest` writes)."""
 
 from __future__ import annotations
 
 import asyncio
-import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
 import httpx
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.registry import Collector
 
 from llmhost.endpoint.replica import ReplicaState
 
 if TYPE_CHECKING:
     from llmhost.endpoint.component import Component
 
-_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{.*\})?\s+(.*)$")
+
+def relabel(families: Iterable[Metric], labels: dict[str, str], into: dict[str, Metric]) -> None:
+    """Add `labels` (first) to every sample of one copy's families, merged by family into `into`."""
+    for family in families:
+        merged = into.get(family.name)
+        if merged is None:
+            merged = into[family.name] = Metric(family.name, family.documentation, family.type, family.unit)
+        for s in family.samples:
+            merged.add_sample(s.name, {**labels, **s.labels}, s.value, s.timestamp, s.exemplar)
 
 
-def _esc(value: str) -> str:
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-
-
-def _labels(**labels: str) -> str:
-    return ",".join(f'{k}="{_esc(v)}"' for k, v in labels.items())
-
-
-def relabel(text: str, labels: str, families: dict[str, list[str]], samples: dict[str, list[str]]) -> None:
-    """Add `labels` to every sample of one copy's exposition, grouped under its family."""
-    family = ""
-    for line in text.splitlines():
-        if not line.strip():
-            continue
-        if line.startswith("#"):
-            parts = line.split(None, 3)
-            if len(parts) >= 3 and parts[1] in ("HELP", "TYPE"):
-                family = parts[2]
-                header = families.setdefault(family, [])
-                if not any(h.split(None, 2)[1] == parts[1] for h in header):
-                    header.append(line)
-                samples.setdefault(family, [])
-            continue
-        m = _SAMPLE.match(line)
-        if m is None:
-            continue
-        name, existing, value = m.group(1), m.group(2), m.group(3)
-        inner = labels + ("," + existing[1:-1] if existing and existing[1:-1] else "")
-        key = family if family and name.startswith(family) else name
-        samples.setdefault(key, []).append(f"{name}{{{inner}}} {value}")
-
-
-def router_metrics(components: Sequence[Component]) -> str:
-    lines = [
-        "# HELP llmhost_endpoint_copies Copies of each component by state",
-        "# TYPE llmhost_endpoint_copies gauge",
-    ]
+def router_families(components: Sequence[Component]) -> list[Metric]:
+    copies = GaugeMetricFamily("llmhost_endpoint_copies", "Copies of each component by state",
+                               labels=["component", "state"])  # fmt: skip
+    in_flight = GaugeMetricFamily("llmhost_endpoint_in_flight", "Requests at the router, waiting ones "
+                                  "included", labels=["component"])  # fmt: skip
+    waiting = GaugeMetricFamily("llmhost_endpoint_waiting", "Requests waiting for a ready copy",
+                                labels=["component"])  # fmt: skip
+    outstanding = GaugeMetricFamily("llmhost_endpoint_copy_outstanding", "Requests in flight on each copy",
+                                    labels=["component", "copy"])  # fmt: skip
+    answered = CounterMetricFamily("llmhost_endpoint_requests", "Requests answered by the router, by status",
+                                   labels=["component", "code"])  # fmt: skip
+    retries = CounterMetricFamily("llmhost_endpoint_retries", "Requests re-sent to another copy because "
+                                  "they never reached the first", labels=["component"])  # fmt: skip
+    cut = CounterMetricFamily("llmhost_endpoint_stream_errors", "Streams cut by a failing copy",
+                              labels=["component"])  # fmt: skip
+    restarts = CounterMetricFamily("llmhost_endpoint_copy_restarts", "Restarts of each copy",
+                                   labels=["component", "copy"])  # fmt: skip
     for c in components:
         for state in ReplicaState:
-            n = sum(1 for r in c.replicas if r.state == state)
-            lines.append(f"llmhost_endpoint_copies{{{_labels(component=c.name, state=state.value)}}} {n}")
-    lines += ["# HELP llmhost_endpoint_in_flight Requests at the router, waiting ones included",
-              "# TYPE llmhost_endpoint_in_flight gauge"]  # fmt: skip
-    lines += [f"llmhost_endpoint_in_flight{{{_labels(component=c.name)}}} {c.in_flight}" for c in components]
-    lines += ["# HELP llmhost_endpoint_waiting Requests waiting for a ready copy",
-              "# TYPE llmhost_endpoint_waiting gauge"]  # fmt: skip
-    lines += [f"llmhost_endpoint_waiting{{{_labels(component=c.name)}}} {c.waiting}" for c in components]
-    lines += ["# HELP llmhost_endpoint_copy_outstanding Requests in flight on each copy",
-              "# TYPE llmhost_endpoint_copy_outstanding gauge"]  # fmt: skip
-    for c in components:
-        for r in c.replicas:
-            lines.append(f"llmhost_endpoint_copy_outstanding{{{_labels(component=c.name, copy=r.id)}}} "
-                         f"{r.outstanding}")  # fmt: skip
-    lines += ["# HELP llmhost_endpoint_requests_total Requests answered by the router, by status",
-              "# TYPE llmhost_endpoint_requests_total counter"]  # fmt: skip
-    for c in components:
+            copies.add_metric([c.name, state.value], sum(1 for r in c.replicas if r.state == state))
+        in_flight.add_metric([c.name], c.in_flight)
+        waiting.add_metric([c.name], c.waiting)
         for code, n in sorted(c.requests.items()):
-            lines.append(
-                f"llmhost_endpoint_requests_total{{{_labels(component=c.name, code=str(code))}}} {n}"
-            )
-    for name, help_, attr in (
-        ("llmhost_endpoint_retries_total", "Requests re-sent to another copy", "retries"),
-        ("llmhost_endpoint_stream_errors_total", "Streams cut by a failing copy", "stream_errors"),
-    ):
-        lines += [f"# HELP {name} {help_}", f"# TYPE {name} counter"]
-        lines += [f"{name}{{{_labels(component=c.name)}}} {getattr(c, attr)}" for c in components]
-    lines += ["# HELP llmhost_endpoint_copy_restarts_total Restarts of each copy",
-              "# TYPE llmhost_endpoint_copy_restarts_total counter"]  # fmt: skip
-    for c in components:
+            answered.add_metric([c.name, str(code)], n)
+        retries.add_metric([c.name], c.retries)
+        cut.add_metric([c.name], c.stream_errors)
         for r in c.replicas:
-            lines.append(f"llmhost_endpoint_copy_restarts_total{{{_labels(component=c.name, copy=r.id)}}} "
-                         f"{r.restarts}")  # fmt: skip
-    return "\n".join(lines) + "\n"
+            outstanding.add_metric([c.name, r.id], r.outstanding)
+            restarts.add_metric([c.name, r.id], r.restarts)
+    return [copies, in_flight, waiting, outstanding, answered, retries, cut, restarts]
+
+
+class _Snapshot(Collector):
+    def __init__(self, families: list[Metric]) -> None:
+        self._families = families
+
+    def collect(self) -> Iterable[Metric]:
+        return self._families
 
 
 async def _scrape(client: httpx.AsyncClient, url: str) -> str:
@@ -101,18 +78,19 @@ async def _scrape(client: httpx.AsyncClient, url: str) -> str:
         return ""
 
 
-async def render_metrics(components: Sequence[Component], client: httpx.AsyncClient) -> str:
+async def render_metrics(components: Sequence[Component], client: httpx.AsyncClient) -> bytes:
     targets = [
         (c.name, r) for c in components for r in c.replicas
         if r.state in (ReplicaState.READY, ReplicaState.DRAINING)
     ]  # fmt: skip
     texts = await asyncio.gather(*(_scrape(client, r.url) for _, r in targets))
-    families: dict[str, list[str]] = {}
-    samples: dict[str, list[str]] = {}
+    merged: dict[str, Metric] = {}
     for (name, r), text in zip(targets, texts, strict=True):
-        relabel(text, _labels(component=name, copy=r.id), families, samples)
-    out = [router_metrics(components)]
-    for family in samples:
-        out.extend(line + "\n" for line in families.get(family, []))
-        out.extend(line + "\n" for line in samples[family])
-    return "".join(out)
+        try:
+            families = list(text_string_to_metric_families(text))
+        except ValueError:  # a copy answering something else than the exposition format
+            continue
+        relabel(families, {"component": name, "copy": r.id}, merged)
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Snapshot(router_families(components) + list(merged.values())))
+    return generate_latest(registry)

@@ -24,13 +24,14 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import psutil
 
+from llmhost.endpoint.memlimit import MemoryLimit, memory_limit
 from llmhost.endpoint.placement import Allocation
 from llmhost.endpoint.spec import ComponentSpec
 
 log = logging.getLogger("llmhost.endpoint")
 
-CGROUP_ROOT = Path("/sys/fs/cgroup")
 PR_SET_PDEATHSIG = 1
 
 
@@ -55,24 +56,17 @@ def free_port() -> int:
 
 def rss_mb(pid: int) -> float | None:
     try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) / 1024
-    except (OSError, ValueError, IndexError):
+        return float(psutil.Process(pid).memory_info().rss) / 2**20
+    except psutil.Error:
         return None
-    return None
 
 
 def cpus_allowed(pid: int) -> str | None:
     try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith("Cpus_allowed_list:"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
+        cpus = psutil.Process(pid).cpu_affinity() or []
+    except (psutil.Error, AttributeError):  # AttributeError: no affinity on this platform
         return None
-    return None
+    return ",".join(map(str, cpus))
 
 
 def exit_reason(code: int) -> str:
@@ -82,51 +76,6 @@ def exit_reason(code: int) -> str:
         except ValueError:
             return f"killed by signal {-code}"
     return f"exited with code {code}"
-
-
-def _own_cgroup_v2() -> Path | None:
-    """This process's cgroup v2 directory, if the unified hierarchy is mounted at /sys/fs/cgroup."""
-    if not (CGROUP_ROOT / "cgroup.controllers").exists():
-        return None
-    try:
-        for line in Path("/proc/self/cgroup").read_text().splitlines():
-            if line.startswith("0::"):
-                return CGROUP_ROOT / line[3:].strip().lstrip("/")
-    except OSError:
-        return None
-    return None
-
-
-def make_memory_cgroup(name: str, max_mb: int) -> Path | None:
-    """A child cgroup with memory.max set, or None where cgroup v2 is absent or not writable."""
-    base = _own_cgroup_v2()
-    if base is None:
-        return None
-    path = base / f"llmhost-{name}-{os.getpid()}"
-    try:
-        path.mkdir(exist_ok=True)
-        if not (path / "memory.max").exists():
-            (base / "cgroup.subtree_control").write_text("+memory")
-        (path / "memory.max").write_text(str(max_mb * 1024 * 1024))
-        with contextlib.suppress(OSError):
-            (path / "memory.swap.max").write_text("0")
-        return path
-    except OSError as exc:
-        log.info("cgroup v2 memory limit unavailable for %s (%s); watching RSS instead", name, exc)
-        with contextlib.suppress(OSError):
-            path.rmdir()
-        return None
-
-
-def _cgroup_oom_kills(path: Path) -> int:
-    try:
-        for line in (path / "memory.events").read_text().splitlines():
-            key, _, value = line.partition(" ")
-            if key == "oom_kill":
-                return int(value)
-    except (OSError, ValueError):
-        return 0
-    return 0
 
 
 _libc: Any = None
@@ -158,6 +107,18 @@ class ReplicaTiming:
     backoff_max_s: float = 30.0
     stable_s: float = 60.0  # ready this long: the next failure starts the backoff over
     stop_grace_s: float = 30.0  # SIGTERM, then SIGKILL after this
+    # a ready copy is pinged this often; this many missed answers in a row (each within the timeout)
+    # mean it hangs: it is killed and restarted
+    ping_interval_s: float = 2.0
+    ping_timeout_s: float = 5.0
+    ping_misses: int = 3
+
+    def __post_init__(self) -> None:
+        for name in ("poll_s", "backoff_initial_s", "backoff_max_s", "ping_interval_s", "ping_timeout_s"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
+        if self.ping_misses < 1:
+            raise ValueError(f"ping_misses must be >= 1, got {self.ping_misses}")
 
 
 class Replica:
@@ -192,10 +153,15 @@ class Replica:
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._first_start: asyncio.Future[bool] | None = None
-        self._cgroup: Path | None = None
+        self._memory: MemoryLimit | None = None
         self._oom_kills = 0
 
     # --- views -----------------------------------------------------------------------------------
+
+    @property
+    def key(self) -> str:
+        """This copy in this process: a restart is a new key (the router may retry it)."""
+        return f"{self.id}#{self.restarts}"
 
     @property
     def url(self) -> str:
@@ -224,9 +190,7 @@ class Replica:
             "threads": self.alloc.threads,
             "memory_mb": self.alloc.memory_mb,
             "max_memory_mb": self.spec.resources.max_memory_mb,
-            "memory_limit": "cgroup"
-            if self._cgroup
-            else ("watched" if self.spec.resources.max_memory_mb else None),
+            "memory_limit": self._memory.mechanism if self._memory else None,
             "rss_mb": round(rss_mb(pid) or 0.0, 1) if pid else None,
             "outstanding": self.outstanding,
             "served": self.served,
@@ -272,11 +236,12 @@ class Replica:
     def _spawn(self) -> None:
         self.port = free_port()
         max_mb = self.spec.resources.max_memory_mb
-        if max_mb is not None and self._cgroup is None:
-            self._cgroup = make_memory_cgroup(self.id, max_mb)
-        if self._cgroup is not None:
-            self._oom_kills = _cgroup_oom_kills(self._cgroup)
-        procs = str(self._cgroup / "cgroup.procs") if self._cgroup is not None else None
+        if max_mb is not None and self._memory is None:
+            self._memory = memory_limit(self.id, max_mb)
+        procs = None
+        if self._memory is not None:
+            self._oom_kills = self._memory.oom_kills()
+            procs = self._memory.procs_file
         cmd = self._command()
         env = {**os.environ, "PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false"}
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -309,17 +274,17 @@ class Replica:
         if code is None:
             return None
         reason = exit_reason(code)
-        if self._cgroup is not None and _cgroup_oom_kills(self._cgroup) > self._oom_kills:
-            reason += f" (cgroup OOM: over max_memory_mb={self.spec.resources.max_memory_mb})"
+        memory = self._memory
+        if memory is not None and memory.oom_kills() > self._oom_kills:
+            reason += f" (kernel OOM kill, {memory.mechanism}: over max_memory_mb={memory.max_mb})"
         return reason
 
     def _over_memory(self) -> str | None:
-        limit = self.spec.resources.max_memory_mb
-        if limit is None or self._cgroup is not None or self.process is None:
+        if self._memory is None or self.process is None:
             return None
-        rss = rss_mb(self.process.pid)
-        if rss is not None and rss > limit:
-            return f"RSS {rss:.0f} MB exceeded max_memory_mb={limit}; killed"
+        rss = self._memory.over(self.process.pid)
+        if rss is not None:
+            return f"RSS {rss:.0f} MB exceeded max_memory_mb={self._memory.max_mb}; killed"
         return None
 
     async def _await_ready(self, client: httpx.AsyncClient) -> str | None:
@@ -341,21 +306,40 @@ class Replica:
             await self._sleep(self.timing.poll_s)
         return "stopped"
 
-    async def _watch(self) -> str | None:
-        """Until the copy dies or exceeds its memory (the reason), or is being stopped (None)."""
+    async def _watch(self, client: httpx.AsyncClient) -> str | None:
+        """Until the copy dies, exceeds its memory or stops answering /ping (the reason), or is being
+        stopped (None)."""
+        next_ping, misses = time.monotonic() + self.timing.ping_interval_s, 0
         while not self._stopping:
             if (reason := self._died()) is not None:
                 return reason
             if (reason := self._over_memory()) is not None:
                 return reason
+            if time.monotonic() >= next_ping:
+                misses = 0 if await self._answers(client) else misses + 1
+                next_ping = time.monotonic() + self.timing.ping_interval_s
+                if misses >= self.timing.ping_misses:
+                    t = self.timing
+                    return (f"did not answer /ping {misses} times in a row (every {t.ping_interval_s:g} s, "
+                            f"{t.ping_timeout_s:g} s timeout): hung; killed")  # fmt: skip
             await self._sleep(self.timing.poll_s)
         return None
 
-    def _kill(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.kill()
+    async def _answers(self, client: httpx.AsyncClient) -> bool:
+        try:
+            r = await client.get(f"{self.url}/ping", timeout=self.timing.ping_timeout_s)
+        except httpx.HTTPError:
+            return self._stopping or self._died() is not None  # a death is reported by _watch itself
+        # 503 while draining or after its engine died: it answers, and exits by itself if it must
+        return r.status_code in (200, 503)
+
+    async def _kill(self) -> None:
+        """SIGKILL and reap, off the event loop (the router keeps routing meanwhile)."""
+        proc = self.process
+        if proc is not None and proc.poll() is None:
+            proc.kill()
             with contextlib.suppress(subprocess.TimeoutExpired):
-                self.process.wait(timeout=10)
+                await asyncio.to_thread(proc.wait, 10)
 
     async def _supervise(self) -> None:
         backoff = self.timing.backoff_initial_s
@@ -372,10 +356,10 @@ class Replica:
                         self.ready_at = time.monotonic()
                         self._set(ReplicaState.READY)
                         self._resolve_first(True)
-                        reason = await self._watch()
+                        reason = await self._watch(client)
                 if self._stopping:
                     break
-                self._kill()
+                await self._kill()
                 self.restarts += 1
                 self.last_reason = reason
                 if self.ready_at is not None and time.monotonic() - self.ready_at > self.timing.stable_s:
@@ -408,11 +392,10 @@ class Replica:
             deadline = time.monotonic() + self.timing.stop_grace_s
             while proc.poll() is None and time.monotonic() < deadline:
                 await asyncio.sleep(0.05)
-            self._kill()
+            await self._kill()
         if self._task is not None:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
-        if self._cgroup is not None:
-            with contextlib.suppress(OSError):
-                self._cgroup.rmdir()
+        if self._memory is not None:
+            self._memory.remove()
         self._set(ReplicaState.STOPPED)

@@ -2,8 +2,9 @@
 
 `/invocations` and the TGI / tokenizer routes name the component in `X-Amzn-SageMaker-Inference-Component`
 (optional with one component); OpenAI routes name it in the body's `model`. Streams pass through chunk
-by chunk. A request that never reached a copy (connection refused or reset before response headers)
-is sent to another; a stream cut by a dying copy ends with an error event.
+by chunk. Only a request that provably never reached a copy (the connection could not be made) is sent
+to another; one that reached a copy is never sent again, since the copy may have processed it: it
+gets a 502 naming what happened, and a stream cut by a dying copy ends with an error event.
 """
 
 from __future__ import annotations
@@ -19,9 +20,11 @@ from fastapi import APIRouter, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
+from llmhost.asgi import request_id
 from llmhost.endpoint.component import Component
 from llmhost.endpoint.metrics import render_metrics
 from llmhost.endpoint.replica import Replica
+from llmhost.lifecycle import Lifecycle
 
 log = logging.getLogger("llmhost.endpoint")
 
@@ -32,9 +35,9 @@ HOP_BY_HOP = {
     "upgrade", "proxy-authorization", "proxy-authenticate", "accept-encoding",
 }  # fmt: skip
 DROP_RESPONSE = {"content-length", "connection", "keep-alive", "transfer-encoding", "date", "server"}
-# errors meaning the request never reached the copy's app: safe to send elsewhere
-NOT_STARTED = (httpx.ConnectError, httpx.ConnectTimeout, httpx.RemoteProtocolError, httpx.ReadError,
-               httpx.WriteError, httpx.PoolTimeout)  # fmt: skip
+# the request was never written to the copy: safe to send elsewhere. Anything later (a reset, a
+# closed keep-alive connection, a read error) may come after the copy read the request: not retried
+NOT_STARTED = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
 
 
 class Registry(Protocol):
@@ -111,7 +114,7 @@ def by_model(registry: Registry, body: bytes, headers: Mapping[str, str]) -> Com
     """The body's `model` names the component; else the header; else the only component."""
     try:
         data = json.loads(body) if body else None
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested too deep to read: the copy says why
         data = None
     model = data.get("model") if isinstance(data, dict) else None
     if isinstance(model, str) and model:
@@ -146,8 +149,6 @@ class Proxy:
         try:
             while replica is None and time.monotonic() < deadline and not comp.removing:
                 replica = await comp.wait_for_copy(deadline - time.monotonic(), tried)
-                if replica is None and tried and comp.ready():
-                    tried.clear()  # every ready copy failed once: they may have restarted since
         finally:
             comp.waiting -= 1
         return replica
@@ -165,6 +166,8 @@ class Proxy:
 
     async def _forward(self, request: Request, comp: Component, body: bytes) -> tuple[Response, bool]:
         headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP}
+        # the copy logs and echoes the same id as the router
+        headers["x-request-id"] = request_id(request.scope) or headers.get("x-request-id", "")
         path = request.url.path + (f"?{request.url.query}" if request.url.query else "")
         timeout = self.registry.wait_timeout_s(comp)
         deadline = time.monotonic() + timeout
@@ -185,17 +188,19 @@ class Proxy:
             except NOT_STARTED as exc:
                 replica.outstanding -= 1
                 replica.poke()
-                tried.add(replica.id)
+                tried.add(replica.key)
                 last_error = f"copy {replica.id}: {type(exc).__name__}: {exc}"
                 if attempt + 1 < self.max_attempts:
                     comp.retries += 1
                     log.info("request to %s not started (%s); retrying on another copy", replica.id, exc)
                 continue
-            except httpx.HTTPError as exc:  # e.g. no response headers within the read timeout
+            except httpx.HTTPError as exc:  # reached the copy, then failed: never replayed
                 replica.outstanding -= 1
+                replica.poke()
                 status = 504 if isinstance(exc, httpx.TimeoutException) else 502
-                msg = f"copy {replica.id} of inference component {comp.name!r}: {type(exc).__name__}: {exc}"
-                return error(status, msg, "upstream_error"), False
+                msg = (f"copy {replica.id} of inference component {comp.name!r} failed after the request "
+                       f"reached it ({type(exc).__name__}: {exc}); not retried, it may have been processed")
+                return error(status, msg, "upstream_error"), False  # fmt: skip
             except BaseException:
                 replica.outstanding -= 1
                 raise
@@ -253,11 +258,13 @@ class Proxy:
         return Response(content, status_code=upstream.status_code, headers=out_headers), False
 
 
-def create_router(registry: Registry, proxy: Proxy) -> APIRouter:
+def create_router(registry: Registry, proxy: Proxy, lifecycle: Lifecycle) -> APIRouter:
     router = APIRouter()
 
     @router.get("/ping")
     async def ping() -> Response:
+        if not lifecycle.accepting:
+            return error(503, "endpoint shutting down", "service_unavailable")
         comps = [c for c in registry.components.values() if not c.removing]
         waiting = [c.name for c in comps if not c.serving]
         if comps and not waiting:

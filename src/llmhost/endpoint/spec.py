@@ -59,6 +59,9 @@ class EngineSpec(_Strict):
     max_total_tokens: int | None = Field(default=None, ge=2)
     max_batch_tokens: int | None = Field(default=None, ge=1)
     max_concurrent: int | None = Field(default=None, ge=1)
+    max_queue: int | None = Field(default=None, ge=0)
+    queue_timeout_s: float | None = Field(default=None, ge=0)
+    request_timeout_s: float | None = Field(default=None, ge=0)
 
     @model_validator(mode="after")
     def _check(self) -> EngineSpec:
@@ -80,6 +83,9 @@ class EngineSpec(_Strict):
             ("max-total-tokens", self.max_total_tokens),
             ("max-batch-tokens", self.max_batch_tokens),
             ("max-concurrent", self.max_concurrent),
+            ("max-queue", self.max_queue),
+            ("queue-timeout-s", self.queue_timeout_s),
+            ("request-timeout-s", self.request_timeout_s),
         ):
             if value is not None:
                 args += [f"--{name}", str(value)]
@@ -111,6 +117,9 @@ class ComponentSpec(_Strict):
     engine: EngineSpec = EngineSpec()
     autoscaling: AutoscalingSpec | None = None
     startup_health_check_timeout_s: float = Field(default=600.0, gt=0)
+    # how long a request waits for a ready copy while the component has copies (one may be restarting);
+    # with none (scaled to zero) it waits for the first to start, up to startup_health_check_timeout_s
+    max_wait_s: float = Field(default=30.0, gt=0)
 
     @model_validator(mode="after")
     def _check(self) -> ComponentSpec:

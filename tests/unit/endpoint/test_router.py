@@ -11,6 +11,8 @@ from typing import Any
 
 import httpx
 from fastapi import FastAPI
+from prometheus_client.core import Metric
+from prometheus_client.parser import text_string_to_metric_families
 
 from llmhost.endpoint.component import Component
 from llmhost.endpoint.metrics import relabel
@@ -18,6 +20,7 @@ from llmhost.endpoint.placement import Allocation
 from llmhost.endpoint.replica import Replica, ReplicaState
 from llmhost.endpoint.router import COMPONENT_HEADER, COPY_HEADER, Proxy, create_router
 from llmhost.endpoint.spec import ComponentSpec
+from llmhost.lifecycle import Lifecycle
 
 Handler = Callable[[httpx.Request], Awaitable[httpx.Response]]
 
@@ -55,23 +58,28 @@ class CutStream(httpx.AsyncByteStream):
 
 
 def fake_copies(behaviour: dict[int, str], seen: list[tuple[int, str, Any]]) -> Handler:
-    """Per port: 'ok' answers JSON naming the port, 'refuse' refuses connections, 'cut' cuts a stream,
-    'slow' answers after 0.3 s."""
+    """Per port: 'ok' answers JSON naming the port, 'refuse' refuses connections, 'reset' drops the
+    connection after reading the request, 'cut' cuts a stream, 'slow' answers after 0.3 s."""
 
     async def handle(request: httpx.Request) -> httpx.Response:
         port = request.url.port or 0
-        body = json.loads(request.content) if request.content else None
+        try:
+            body = json.loads(request.content) if request.content else None
+        except (ValueError, RecursionError):
+            body = request.content
         seen.append((port, request.url.path, body))
         kind = behaviour.get(port, "ok")
         if kind == "refuse":
             raise httpx.ConnectError("connection refused", request=request)
+        if kind == "reset":
+            raise httpx.RemoteProtocolError("Server disconnected without a response.", request=request)
         if kind == "cut":
             return httpx.Response(200, headers={"content-type": "text/event-stream"}, stream=CutStream())
         if kind == "slow":
             await asyncio.sleep(0.3)
         if request.url.path == "/metrics":
             text = (
-                "# HELP llmhost_requests Requests\n# TYPE llmhost_requests counter\n"
+                "# HELP llmhost_requests_total Requests\n# TYPE llmhost_requests_total counter\n"
                 'llmhost_requests_total{api="openai"} 3.0\n'
             )
             return httpx.Response(200, text=text)
@@ -83,7 +91,7 @@ def fake_copies(behaviour: dict[int, str], seen: list[tuple[int, str, Any]]) -> 
 def app_for(registry: Registry, handler: Handler) -> tuple[FastAPI, Proxy]:
     proxy = Proxy(registry, httpx.AsyncClient(transport=httpx.MockTransport(handler)))
     app = FastAPI()
-    app.include_router(create_router(registry, proxy))
+    app.include_router(create_router(registry, proxy, Lifecycle()))
     return app, proxy
 
 
@@ -129,7 +137,11 @@ def test_least_outstanding_requests(tmp_path: Path) -> None:
     assert comp.pick() is r2
     r2.state = ReplicaState.DRAINING
     assert comp.pick() is r0
-    assert comp.pick(exclude={r0.id}) is r1
+    assert comp.pick(exclude={r0.key}) is r1
+    r0.restarts += 1  # it failed and came back: a new key, eligible again
+    r0.outstanding = 9
+    assert comp.pick(exclude={"a-0#0"}) is r1 and comp.pick(exclude={r1.key}) is r0
+    r0.outstanding = 2
     r0.outstanding = r1.outstanding = 0
     r0.served, r1.served = 5, 1
     assert comp.pick() is r1  # tie on load: the one that served fewer
@@ -212,23 +224,50 @@ async def test_waiting_for_a_copy_is_bounded(tmp_path: Path) -> None:
     assert comp.waiting == 0 and comp.in_flight == 0
 
 
+async def test_a_request_that_reached_a_copy_is_never_sent_again(tmp_path: Path) -> None:
+    seen: list[tuple[int, str, Any]] = []
+    comp = component("a", [1001, 1002], tmp_path)
+    comp.replicas[1].served = 10  # the failing copy is picked first
+    app, _ = app_for(Registry(comp), fake_copies({1001: "reset"}, seen))
+    async with client(app) as c:
+        r = await c.post("/invocations", json={"inputs": "hi"}, headers={"X-Request-Id": "rid-1"})
+    assert r.status_code == 502 and [p for p, _, _ in seen] == [1001], "replayed on another copy"
+    message = r.json()["error"]["message"]
+    assert "after the request reached it" in message and "not retried" in message
+    assert comp.retries == 0 and comp.in_flight == 0 and [x.outstanding for x in comp.replicas] == [0, 0]
+
+
 async def test_metrics_aggregate_per_component_and_copy(tmp_path: Path) -> None:
     reg = Registry(component("a", [1001, 1002], tmp_path), component("b", [2001], tmp_path))
     app, _ = app_for(reg, fake_copies({}, []))
     async with client(app) as c:
         text = (await c.get("/metrics")).text
-    assert text.count("# TYPE llmhost_requests counter") == 1
-    for comp, copy in (("a", "a-0"), ("a", "a-1"), ("b", "b-0")):
-        assert f'llmhost_requests_total{{component="{comp}",copy="{copy}",api="openai"}} 3.0' in text
-    assert 'llmhost_endpoint_copies{component="a",state="ready"} 2' in text
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    requests = families["llmhost_requests"]
+    assert requests.type == "counter" and text.count("# TYPE llmhost_requests_total counter") == 1
+    got = {(s.labels["component"], s.labels["copy"]): s.value for s in requests.samples
+           if s.name == "llmhost_requests_total" and s.labels.get("api") == "openai"}  # fmt: skip
+    assert got == {("a", "a-0"): 3.0, ("a", "a-1"): 3.0, ("b", "b-0"): 3.0}
+    copy_samples = families["llmhost_endpoint_copies"].samples
+    copies = {(s.labels["component"], s.labels["state"]): s.value for s in copy_samples}
+    assert copies[("a", "ready")] == 2 and copies[("b", "ready")] == 1 and copies[("a", "failed")] == 0
 
 
 def test_relabel_keeps_families_together() -> None:
-    families: dict[str, list[str]] = {}
-    samples: dict[str, list[str]] = {}
+    merged: dict[str, Metric] = {}
     text = '# HELP g A gauge\n# TYPE g gauge\ng 1.0\n# TYPE h histogram\nh_bucket{le="1"} 2\nh_count 2\n'
-    relabel(text, 'copy="x"', families, samples)
-    relabel(text, 'copy="y"', families, samples)
-    assert families["g"] == ["# HELP g A gauge", "# TYPE g gauge"]
-    assert samples["g"] == ['g{copy="x"} 1.0', 'g{copy="y"} 1.0']
-    assert samples["h"][0] == 'h_bucket{copy="x",le="1"} 2' and len(samples["h"]) == 4
+    relabel(text_string_to_metric_families(text), {"copy": "x"}, merged)
+    relabel(text_string_to_metric_families(text), {"copy": "y"}, merged)
+    assert list(merged) == ["g", "h"] and merged["g"].documentation == "A gauge"
+    assert [(s.labels, s.value) for s in merged["g"].samples] == [({"copy": "x"}, 1.0), ({"copy": "y"}, 1.0)]
+    assert merged["h"].samples[0].labels == {"copy": "x", "le": "1"} and len(merged["h"].samples) == 4
+
+
+async def test_bodies_the_router_cannot_read_go_to_the_copy(tmp_path: Path) -> None:
+    seen: list[tuple[int, str, Any]] = []
+    app, _ = app_for(Registry(component("solo", [3001], tmp_path)), fake_copies({}, seen))
+    deep = b'{"model": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+    async with client(app) as c:
+        for raw in (deep, b"not json", b"\xff"):
+            r = await c.post("/v1/completions", content=raw, headers={"content-type": "application/json"})
+            assert r.status_code != 500, r.text

@@ -246,15 +246,14 @@ class Engine:
             if idx < 0:
                 continue
             active = self._active[item.seq.request_id]
-            try:
-                assert active.sampler is not None
-                active.pending = self._verify(active.sampler, idx, item.draft)
-            except Exception as exc:
-                log.exception("request %s: sampling failed", item.seq.request_id)
-                self._fail(item.seq, f"sampling failed: {type(exc).__name__}: {exc}", "sampling")
-                continue
-            sampled[item.seq.request_id] = [token for token, _ in active.pending]
+            self._guard(item.seq, "sampling", self._sample_one, active, idx, item.draft)
+            if not item.seq.finished:
+                sampled[item.seq.request_id] = [token for token, _ in active.pending]
         return sampled
+
+    def _sample_one(self, active: Active, idx: int, draft: tuple[int, ...]) -> None:
+        assert active.sampler is not None
+        active.pending = self._verify(active.sampler, idx, draft)
 
     @staticmethod
     def _verify(sampler: Sampler, idx: int, draft: tuple[int, ...]) -> list[tuple[int, TokenLogprob | None]]:

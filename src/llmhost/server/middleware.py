@@ -3,9 +3,11 @@
 
 from __future__ import annotations
 
-import json
+from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from llmhost.asgi import send_json
 
 CUSTOM_ATTRIBUTES = b"x-amzn-sagemaker-custom-attributes"
 
@@ -14,20 +16,18 @@ class _TooLarge(Exception):
     pass
 
 
-def _too_large_body(limit: int, size: int | None) -> bytes:
+def _too_large_body(limit: int, size: int | None) -> dict[str, Any]:
     got = f"{size} bytes" if size is not None else f"more than {limit} bytes"
-    return json.dumps(
-        {
-            "error": {
-                "message": f"request body is {got}; the limit is {limit} bytes",
-                "type": "invalid_request_error",
-                "param": "body",
-                "code": 413,
-                "field": "body",
-                "limit": limit,
-            }
+    return {
+        "error": {
+            "message": f"request body is {got}; the limit is {limit} bytes",
+            "type": "invalid_request_error",
+            "param": "body",
+            "code": 413,
+            "field": "body",
+            "limit": limit,
         }
-    ).encode()
+    }
 
 
 class BodyLimitMiddleware:
@@ -69,18 +69,7 @@ class BodyLimitMiddleware:
                 await self._refuse(send, None)
 
     async def _refuse(self, send: Send, size: int | None) -> None:
-        body = _too_large_body(self.max_bytes, size)
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 413,
-                "headers": [
-                    (b"content-type", b"application/json"),
-                    (b"content-length", str(len(body)).encode()),
-                ],
-            }
-        )
-        await send({"type": "http.response.body", "body": body})
+        await send_json(send, 413, _too_large_body(self.max_bytes, size), [])
 
 
 class CustomAttributesMiddleware:

@@ -1,5 +1,5 @@
 """``llmhost bench``: load tests over HTTP against llmhost or any peer server (llama-server, vLLM,
-TGI), figures per DESIGN §5, cost per 1M tokens, sweeps and recommendations.
+TGI), latency and throughput figures, cost per 1M tokens, sweeps and recommendations.
 
 Public API::
 

@@ -1,4 +1,4 @@
-"""Cost figures of DESIGN §5.
+"""Cost figures: time and money to generate 1M tokens.
 
 - Time to generate 1M tokens (minutes) = 1e6 / output tokens per s / 60.
 - Cost per 1M tokens = price per hour × that time / 60.

@@ -1,4 +1,4 @@
-"""Per-request measurements and per-level figures (DESIGN §5).
+"""Per-request measurements and per-level figures (TTFT, ITL/TPOT, E2E percentiles, throughput).
 
 Names carry their unit: ``ttft_s``, ``itl_s``, ``e2e_s`` are seconds, ``ms_per_token`` milliseconds,
 ``*_per_s`` rates. Distributions are reported as ``<name>_p50`` / ``_p90`` / ``_p99`` over the

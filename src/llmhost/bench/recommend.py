@@ -1,4 +1,4 @@
-"""Recommendations over configurations × levels (DESIGN §5, article 004's three choices + an SLO).
+"""Recommendations over configurations × levels: the four choices below.
 
 - Most cost-effective: lowest cost per 1M output tokens at the chosen concurrency (default: the
   highest concurrency every configuration ran).

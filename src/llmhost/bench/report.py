@@ -345,7 +345,7 @@ def render_html(results: BenchResults) -> str:
 <body>
 <h1>llmhost bench report</h1>
 <p class="note">Started {html.escape(results.started_at)}, finished {html.escape(results.finished_at)}.
-Definitions: DESIGN §5 (TTFT: sent → first token; ITL: (E2E − TTFT)/(tokens − 1); ms/token: E2E/tokens;
+Definitions (TTFT: sent → first token; ITL: (E2E − TTFT)/(tokens − 1); ms/token: E2E/tokens;
 throughput: output tokens of successful requests / wall time of the level).</p>
 {warn}
 <h2>Recommendations</h2>

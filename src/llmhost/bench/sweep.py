@@ -163,7 +163,7 @@ ENDPOINT_COPY_MEMORY_MB = 1024
 def endpoint_file(
     name: str, model: str, copies: int, threads: int | None, conc: int | None, batch: int | None
 ) -> Path:
-    """An endpoint file (DESIGN §4) with one component of `copies` fixed copies, `threads` CPUs each."""
+    """An endpoint file with one component of `copies` fixed copies, `threads` CPUs each."""
     if threads is None:
         threads = max(1, len(os.sched_getaffinity(0)) // copies)
     engine = {k: v for k, v in (("max_concurrent", conc), ("max_batch_tokens", batch)) if v is not None}

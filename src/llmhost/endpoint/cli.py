@@ -19,7 +19,7 @@ HostOpt = Annotated[str, typer.Option(help="The endpoint's address (the admin AP
 
 @app.command()
 def up(
-    file: Annotated[Path, typer.Argument(help="Endpoint file (YAML, DESIGN §4).")],
+    file: Annotated[Path, typer.Argument(help="Endpoint file (YAML; see the README).")],
     port: PortOpt = DEFAULT_PORT,
     host: Annotated[str, typer.Option(help="Address to bind.")] = "0.0.0.0",
     log_dir: Annotated[

@@ -1,4 +1,4 @@
-"""The endpoint file (DESIGN §4): an endpoint, its instance and its inference components.
+"""The endpoint file: an endpoint, its instance and its inference components.
 
 Every model forbids unknown keys, so a typo is an error naming the key's path, not a silent default.
 """

@@ -5,6 +5,8 @@ from llmhost.engine.engine import Engine, EngineObserver, EngineStats
 from llmhost.engine.llama import LlamaModel, ModelInfo, ModelLoadError
 from llmhost.engine.loop import AsyncEngine, EngineState, RequestStream
 from llmhost.engine.request import (
+    Constraint,
+    ConstraintKind,
     EngineError,
     EngineUnavailableError,
     FinishReason,
@@ -20,6 +22,8 @@ from llmhost.engine.request import (
 
 __all__ = [
     "AsyncEngine",
+    "Constraint",
+    "ConstraintKind",
     "Engine",
     "EngineConfig",
     "EngineError",

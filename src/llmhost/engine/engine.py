@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from llmhost.engine.config import EngineConfig
+from llmhost.engine.constraint import ConstraintCompiler, grammar_of
 from llmhost.engine.drafter import Drafter
 from llmhost.engine.llama import LlamaModel
 from llmhost.engine.output import Active, Emit, process_tokens, timings
@@ -30,7 +31,7 @@ from llmhost.engine.request import (
     TokenLogprob,
     check_token_ids,
 )
-from llmhost.engine.sampling import Sampler, plain_greedy
+from llmhost.engine.sampling import Sampler, plain_greedy, token_logprob
 from llmhost.engine.scheduler import BatchItem, Scheduler, StepPlan
 from llmhost.engine.sequence import SeqStatus, Sequence
 from llmhost.engine.speculative import NgramIndex
@@ -116,7 +117,16 @@ class Engine:
         self.prompt_tokens_prefilled = 0
         self.draft_tokens = 0
         self.draft_tokens_accepted = 0
+        self._constraints: ConstraintCompiler | None = None
         self.snapshot = self.stats()
+
+    @property
+    def constraints(self) -> ConstraintCompiler:
+        """Grammar support for this model's vocabulary; the first use starts building it."""
+        if self._constraints is None:
+            model = self.model
+            self._constraints = ConstraintCompiler(model.vocab, model.n_vocab, model.eog_tokens)
+        return self._constraints
 
     # -- requests ------------------------------------------------------------------------------------
     def add(self, request: GenerationRequest, emit: Emit, arrival_s: float | None = None) -> None:
@@ -132,6 +142,7 @@ class Engine:
             max_tokens=request.params.max_tokens,
             arrival_s=arrival,
             group=request.group,
+            prompt_logprobs=request.params.prompt_logprobs,
             queue_deadline_s=_deadline(arrival, request.queue_timeout_s, self.config.queue_timeout_s),
             deadline_s=_deadline(arrival, request.timeout_s, self.config.request_timeout_s),
         )
@@ -190,7 +201,9 @@ class Engine:
 
     def _start(self, seq: Sequence) -> None:
         active = self._active[seq.request_id]
-        active.sampler = Sampler(self.model, active.params, seq.prompt)
+        constraint = active.params.constraint
+        matcher = None if constraint is None else self.constraints.matcher(grammar_of(constraint))
+        active.sampler = Sampler(self.model, active.params, seq.prompt, matcher)
         if self.drafter is not None:
             self.drafter.reset(seq)
 
@@ -216,10 +229,18 @@ class Engine:
         filled = {id(old): new for old, new in zip(wanting, proposed, strict=True)}
         return [filled.get(id(item), item) for item in items]
 
+    @staticmethod
+    def _prompt_logits(item: BatchItem) -> bool:
+        """A prompt chunk of a request that wants prompt logprobs: every position's logits are kept."""
+        return item.seq.prompt_logprobs and item.start_pos < len(item.seq.prompt)
+
+    def _n_logits(self, item: BatchItem) -> int:
+        if self._prompt_logits(item):
+            return len(item.tokens)
+        return (1 + len(item.draft)) if item.sample else 0
+
     def _decode_and_sample(self, items: list[BatchItem]) -> dict[str, list[int]]:
-        batch = [
-            (i.tokens, i.start_pos, i.seq.kv_seq, (1 + len(i.draft)) if i.sample else 0) for i in items
-        ]
+        batch = [(i.tokens, i.start_pos, i.seq.kv_seq, self._n_logits(i)) for i in items]
         try:
             out_idx = self.model.decode(batch)
         except (RuntimeError, ValueError) as exc:
@@ -246,10 +267,23 @@ class Engine:
             if idx < 0:
                 continue
             active = self._active[item.seq.request_id]
+            if self._prompt_logits(item):
+                self._guard(item.seq, "prompt logprobs", self._prompt_logprobs, active, item, idx)
+                idx += len(item.tokens) - 1
+                if not item.sample or item.seq.finished:
+                    continue
             self._guard(item.seq, "sampling", self._sample_one, active, idx, item.draft)
             if not item.seq.finished:
                 sampled[item.seq.request_id] = [token for token, _ in active.pending]
         return sampled
+
+    def _prompt_logprobs(self, active: Active, item: BatchItem, idx: int) -> None:
+        prompt, top_n = item.seq.prompt, active.params.logprobs or 0
+        for j in range(len(item.tokens)):
+            pos = item.start_pos + j + 1
+            if pos < len(prompt):
+                row = self.model.logits(idx + j)
+                active.prompt_logprobs.append(token_logprob(row, prompt[pos], top_n))
 
     def _sample_one(self, active: Active, idx: int, draft: tuple[int, ...]) -> None:
         assert active.sampler is not None
@@ -289,7 +323,9 @@ class Engine:
     def _emit_tokens(self, active: Active) -> None:
         out = process_tokens(active, self.model.is_eog)
         if out.finish is None:
-            active.emit(GenerationEvent(active.seq.request_id, out.tokens, out.text, out.logprobs))
+            event = GenerationEvent(active.seq.request_id, out.tokens, out.text, out.logprobs)
+            event.prompt_logprobs = active.take_prompt_logprobs()
+            active.emit(event)
             return
         seq = active.seq
         del seq.output[out.n_output :]
@@ -329,7 +365,7 @@ class Engine:
         t = timings(seq, self.clock())
         event = GenerationEvent(
             seq.request_id, tokens or [], text, logprobs or [], finish, t,
-            len(seq.prompt), len(seq.output), error, reason,
+            len(seq.prompt), len(seq.output), error, active.take_prompt_logprobs(), reason,
         )  # fmt: skip
         if finish is not FinishReason.ABORT:
             log.info("request %s finished (%s%s)\n%s", seq.request_id, finish.value,
@@ -423,6 +459,8 @@ class Engine:
     def close(self) -> None:
         for request_id in list(self._active):
             self.abort(request_id, "shutdown")
+        if self._constraints is not None:
+            self._constraints.close()
         self.model.close()
         if self.drafter is not None:
             self.drafter.close()

@@ -20,6 +20,7 @@ from llmhost.engine.engine import Engine, EngineObserver, EngineStats, check_lim
 from llmhost.engine.llama import LlamaModel, ModelInfo
 from llmhost.engine.prefix_state import load_prefix_state
 from llmhost.engine.request import (
+    Constraint,
     EngineUnavailableError,
     FinishReason,
     GenerationEvent,
@@ -88,6 +89,7 @@ def load_engine(model_path: str, config: EngineConfig, observer: EngineObserver 
     if config.draft_model:
         drafter = Drafter(LlamaModel(config.draft_model, config), model.n_vocab)
     engine = Engine(model, config, observer, drafter=drafter)
+    engine.constraints  # noqa: B018 -- starts building the grammar vocabulary in the background
     if config.prefix_state_path:
         _preload(engine, config.prefix_state_path)
     log.info("loaded %s in %.2f s", model_path, time.perf_counter() - t0)
@@ -264,6 +266,11 @@ class AsyncEngine:
 
     def is_special(self, token: int) -> bool:
         return self._require().model.is_eog(token)
+
+    def check_constraint(self, constraint: Constraint) -> None:
+        """InvalidRequestError if the grammar cannot be used. Blocks (the first call waits for the
+        vocabulary to be indexed): call it on a worker thread."""
+        self._require().constraints.check(constraint)
 
     def check_capacity(self) -> None:
         """Raise QueueFullError if a request submitted now would be refused: cheap, so callers ask

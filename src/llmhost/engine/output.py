@@ -24,6 +24,12 @@ class Active:
     detok: IncrementalDetokenizer
     sampler: Sampler | None = None
     pending: list[tuple[int, TokenLogprob | None]] = field(default_factory=list)
+    # prompt logprobs computed and not yet sent (they go with the next event)
+    prompt_logprobs: list[TokenLogprob] = field(default_factory=list)
+
+    def take_prompt_logprobs(self) -> list[TokenLogprob]:
+        out, self.prompt_logprobs = self.prompt_logprobs, []
+        return out
 
 
 @dataclass(slots=True)
@@ -55,6 +61,9 @@ def process_tokens(active: Active, is_eog: Callable[[int], bool]) -> StepOutput:
             piece = active.detok.add(token)
             if active.detok.stop.matched is not None:
                 out.finish = FinishReason.STOP
+            elif active.sampler is not None and active.sampler.done:
+                # the grammar is complete: the output ends as if a stop sequence had matched
+                out.finish, piece = FinishReason.STOP, piece + active.detok.finish()
             elif base + i + 1 >= seq.max_tokens:
                 out.finish, piece = FinishReason.LENGTH, piece + active.detok.finish()
         out.text += piece

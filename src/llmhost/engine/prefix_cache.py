@@ -83,14 +83,17 @@ class PrefixCache:
                 best = (seq_id, n, False)
         return best
 
-    def acquire(self, prompt: list[int], running: Iterable[tuple[int, list[int]]]) -> PrefixMatch:
-        """Give a new request a sequence id, reusing the longest cached prefix of its prompt."""
+    def acquire(
+        self, prompt: list[int], running: Iterable[tuple[int, list[int]]], reuse: bool = True
+    ) -> PrefixMatch:
+        """Give a new request a sequence id, reusing the longest cached prefix of its prompt (unless
+        `reuse` is off: the request needs the logits of every prompt position)."""
         if not self.can_acquire():
             raise RuntimeError("no KV sequence id available")
         self.lookups += 1
         src, shared, is_idle = self.best_match(prompt, list(running))
         # the last prompt token is always decoded: its logits give the first new token
-        shared = min(shared, len(prompt) - 1)
+        shared = min(shared, len(prompt) - 1) if reuse else 0
         if shared > 0:
             self.hits += 1
             self.reused_tokens += shared

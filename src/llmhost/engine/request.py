@@ -16,6 +16,28 @@ class FinishReason(str, enum.Enum):
     TIMEOUT = "timeout"  # the request's queue-wait or total deadline passed; its sequence was freed
 
 
+class ConstraintKind(str, enum.Enum):
+    JSON_SCHEMA = "json_schema"  # a JSON schema (OpenAI json_schema, TGI/llama-server json)
+    JSON_OBJECT = "json_object"  # any JSON object (OpenAI json_object)
+    REGEX = "regex"  # a regular expression the whole output matches (TGI regex)
+    LARK = "lark"  # a Lark grammar (llguidance's grammar format)
+    GBNF = "gbnf"  # a llama.cpp GBNF grammar (llama-server's `grammar`)
+
+
+@dataclass(slots=True, frozen=True)
+class Constraint:
+    """What the output must follow; `value` is the schema (JSON text), regex or grammar text."""
+
+    kind: ConstraintKind
+    value: str
+    # the request field it came from, named in errors
+    field: str = "response_format"
+
+    def __post_init__(self) -> None:
+        if self.kind is not ConstraintKind.JSON_OBJECT and not self.value:
+            raise ValueError(f"{self.field}: an empty {self.kind.value} constrains nothing")
+
+
 @dataclass(slots=True)
 class SamplingParams:
     max_tokens: int = 16
@@ -32,6 +54,9 @@ class SamplingParams:
     ignore_eos: bool = False
     logit_bias: dict[int, float] = field(default_factory=dict)
     logprobs: int | None = None  # return this many top alternatives per token (0: only the chosen)
+    typical_p: float = 1.0  # locally typical sampling; 1: off
+    constraint: Constraint | None = None  # structured output: the tokens must follow this grammar
+    prompt_logprobs: bool = False  # also return the logprob of every prompt token after the first
 
     def __post_init__(self) -> None:
         if self.max_tokens < 1:
@@ -42,7 +67,7 @@ class SamplingParams:
             raise ValueError(f"top_k must be in [0, {INT32_MAX}], got {self.top_k}")
         if not 0 <= self.penalty_last_n <= INT32_MAX:
             raise ValueError(f"penalty_last_n must be in [0, {INT32_MAX}], got {self.penalty_last_n}")
-        for name in ("temperature", "top_p", "min_p", "repetition_penalty", "frequency_penalty",
+        for name in ("temperature", "top_p", "min_p", "typical_p", "repetition_penalty", "frequency_penalty",
                      "presence_penalty"):  # fmt: skip
             if not math.isfinite(getattr(self, name)):
                 raise ValueError(f"{name} must be a finite number, got {getattr(self, name)}")
@@ -50,6 +75,8 @@ class SamplingParams:
             raise ValueError("logit_bias values must be finite numbers (or -inf to ban a token)")
         if not 0.0 < self.top_p <= 1.0:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+        if not 0.0 < self.typical_p <= 1.0:
+            raise ValueError(f"typical_p must be in (0, 1], got {self.typical_p}")
         if not 0.0 <= self.min_p <= 1.0:
             raise ValueError(f"min_p must be in [0, 1], got {self.min_p}")
         if self.repetition_penalty <= 0:
@@ -180,6 +207,8 @@ class GenerationEvent:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     error: str | None = None
+    # with `prompt_logprobs`: on the first event, the logprob of each prompt token after the first
+    prompt_logprobs: list[TokenLogprob] = field(default_factory=list)
     # why an ERROR, ABORT or TIMEOUT happened, as a short label for metrics (e.g. "sampling", "queue")
     reason: str = ""
 

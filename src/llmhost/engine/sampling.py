@@ -7,7 +7,9 @@ from typing import Any
 
 import llama_cpp as lc
 import numpy as np
+import numpy.typing as npt
 
+from llmhost.engine.constraint import TokenMatcher
 from llmhost.engine.llama import LlamaModel
 from llmhost.engine.request import SamplingParams, TokenLogprob
 
@@ -17,16 +19,24 @@ def plain_greedy(params: SamplingParams) -> bool:
     penalized = (
         params.repetition_penalty != 1.0 or params.frequency_penalty != 0.0 or params.presence_penalty != 0.0
     )
-    return params.greedy and not penalized
+    return params.greedy and not penalized and params.constraint is None
 
 
 class Sampler:
     """One llama.cpp sampler chain for one sequence, in llama.cpp's usual order:
-    logit bias, penalties, top-k, top-p, min-p, temperature, then a seeded draw (or greedy).
+    logit bias, penalties, top-k, typical-p, top-p, min-p, temperature, then a seeded draw (or greedy).
+    A grammar (`matcher`) first masks the tokens it does not allow, in the context's logits row.
     """
 
-    def __init__(self, model: LlamaModel, params: SamplingParams, prompt: list[int]) -> None:
+    def __init__(
+        self,
+        model: LlamaModel,
+        params: SamplingParams,
+        prompt: list[int],
+        matcher: TokenMatcher | None = None,
+    ) -> None:
         self.params = params
+        self.matcher = matcher
         self._model = model
         chain = lc.llama_sampler_chain_init(lc.llama_sampler_chain_default_params())
         self._chain: Any = chain
@@ -41,7 +51,7 @@ class Sampler:
         )
         # plain greedy is an argmax over the logits: llama.cpp's chain would first build a candidate
         # array of the whole vocabulary (262k entries for Gemma) for every token
-        self._argmax = plain_greedy(params)
+        self._argmax = params.greedy and not penalized
         self._bias_ids = np.fromiter(bias.keys(), dtype=np.int64, count=len(bias))
         self._bias_values = np.fromiter(bias.values(), dtype=np.float32, count=len(bias))
         if bias:
@@ -65,6 +75,8 @@ class Sampler:
         else:
             if params.top_k > 0:
                 lc.llama_sampler_chain_add(chain, lc.llama_sampler_init_top_k(params.top_k))
+            if params.typical_p < 1.0:
+                lc.llama_sampler_chain_add(chain, lc.llama_sampler_init_typical(params.typical_p, 1))
             if params.top_p < 1.0:
                 lc.llama_sampler_chain_add(chain, lc.llama_sampler_init_top_p(params.top_p, 1))
             if params.min_p > 0.0:
@@ -77,30 +89,46 @@ class Sampler:
             lc.llama_sampler_accept(chain, tok)
 
     def sample(self, batch_index: int) -> tuple[int, TokenLogprob | None]:
+        if self.matcher is not None:
+            self.matcher.mask(self._model.logits(batch_index))
+        token = self._choose(batch_index)
+        if self.matcher is not None:
+            self.matcher.accept(token)
+        if self.params.logprobs is None:
+            return token, None
+        return token, self._logprob(batch_index, token, self.params.logprobs)
+
+    @property
+    def done(self) -> bool:
+        """The grammar is complete: nothing may follow the last token."""
+        return self.matcher is not None and self.matcher.done
+
+    def _choose(self, batch_index: int) -> int:
         if self._argmax:
             logits = self._model.logits(batch_index)
             if len(self._bias_ids):
                 logits = logits.copy()
                 logits[self._bias_ids] += self._bias_values
-            token = int(np.argmax(logits))
-        else:
-            token = int(lc.llama_sampler_sample(self._chain, self._model.ctx, batch_index))
-        if self.params.logprobs is None:
-            return token, None
-        return token, self._logprob(batch_index, token, self.params.logprobs)
+            return int(np.argmax(logits))
+        return int(lc.llama_sampler_sample(self._chain, self._model.ctx, batch_index))
 
     def _logprob(self, batch_index: int, token: int, top_n: int) -> TokenLogprob:
-        logits = self._model.logits(batch_index).astype(np.float64)
-        m = float(logits.max())
-        log_z = m + float(np.log(np.exp(logits - m).sum()))
-        top: tuple[tuple[int, float], ...] = ()
-        if top_n > 0:
-            idx = np.argpartition(-logits, top_n)[:top_n]
-            idx = idx[np.argsort(-logits[idx])]
-            top = tuple((int(i), float(logits[i] - log_z)) for i in idx)
-        return TokenLogprob(token=token, logprob=float(logits[token] - log_z), top=top)
+        return token_logprob(self._model.logits(batch_index), token, top_n)
 
     def close(self) -> None:
         if self._chain is not None:
             lc.llama_sampler_free(self._chain)
             self._chain = None
+
+
+def token_logprob(row: npt.NDArray[np.float32], token: int, top_n: int) -> TokenLogprob:
+    """log-softmax of one logits row at `token`, and the `top_n` best alternatives."""
+    logits = row.astype(np.float64)
+    m = float(logits.max())
+    log_z = m + float(np.log(np.exp(logits - m).sum()))
+    top: tuple[tuple[int, float], ...] = ()
+    if top_n > 0:
+        idx = np.argpartition(-logits, top_n)[:top_n]
+        idx = idx[np.argsort(-logits[idx])]
+        top = tuple((int(i), float(logits[i] - log_z)) for i in idx)
+    return TokenLogprob(token=token, logprob=float(logits[token] - log_z), top=top)

@@ -67,7 +67,7 @@ class Scheduler:
 
     def admit(self, seq: Sequence, now_s: float) -> list[KvOp]:
         running = [(s.kv_seq, s.computed_tokens) for s in self.running]
-        match = self.cache.acquire(seq.prompt, running)
+        match = self.cache.acquire(seq.prompt, running, reuse=not seq.prompt_logprobs)
         seq.kv_seq = match.kv_seq
         seq.n_computed = match.n_reused
         seq.n_reused = match.n_reused

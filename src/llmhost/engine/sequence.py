@@ -23,6 +23,8 @@ class Sequence:
     arrival_s: float
     # sequences of one request with several choices share a group: they compute the prompt once
     group: str = ""
+    # the logits of every prompt position are needed (prompt logprobs): no prefix reuse
+    prompt_logprobs: bool = False
     status: SeqStatus = SeqStatus.WAITING
     kv_seq: int = -1
     # tokens of prompt + output whose KV is computed

@@ -65,6 +65,10 @@ def serve(
         Path | None, typer.Option(help="Jinja chat template file overriding the GGUF's.")
     ] = None,
     served_model_name: Annotated[str, typer.Option(help="Model name in API responses.")] = "",
+    tool_parser: Annotated[
+        str, typer.Option(help="Format of tool calls in chat output: auto (from the template), hermes, "
+                          "llama3, mistral.")
+    ] = "auto",
     queue_timeout_s: Annotated[
         float, typer.Option(help="Seconds a request may wait for a sequence slot; then 503. 0: no limit.")
     ] = 0.0,
@@ -74,11 +78,20 @@ def serve(
     shutdown_grace_s: Annotated[
         float, typer.Option(help="On SIGTERM, seconds requests in flight get to finish before exit.")
     ] = 25.0,
+    embeddings: Annotated[
+        bool, typer.Option("--embeddings", help="Load the model for OpenAI /v1/embeddings only (no text "
+                           "generation); inputs up to --max-input-tokens (default 512 here).")
+    ] = False,
+    pooling: Annotated[
+        str, typer.Option(help="With --embeddings: auto (the model's own, mean if it has none), mean, cls, "
+                          "last.")
+    ] = "auto",
     log_level: Annotated[str, typer.Option(help="debug, info, warning, error.")] = "info",
 ) -> None:
     """Serve a GGUF model on one replica (SageMaker / OpenAI / TGI APIs)."""
     # imported here: they load llama.cpp, which `llmhost bench` does not need
     from llmhost.engine import EngineConfig
+    from llmhost.engine.embedder import EmbedderConfig
     from llmhost.server import ServerSettings
     from llmhost.server.settings import DEFAULT_PORT, env_int
     from llmhost.store import ModelNotFoundError, resolve_model
@@ -105,7 +118,8 @@ def serve(
         engine = EngineConfig(
             max_concurrent=max_concurrent or env_int("MAX_CONCURRENT_REQUESTS", 8),
             max_queue=max_queue,
-            max_input_tokens=max_input_tokens or env_int("MAX_INPUT_LENGTH", 2048),
+            # embeddings: llama-server's limit (its 512-token physical batch); a decode holds a whole input
+            max_input_tokens=max_input_tokens or env_int("MAX_INPUT_LENGTH", 512 if embeddings else 2048),
             max_total_tokens=max_total_tokens or env_int("MAX_TOTAL_TOKENS", 4096),
             max_batch_tokens=max_batch_tokens or env_int("MAX_BATCH_TOTAL_TOKENS", 512),
             prefix_cache_tokens=prefix_cache_tokens,
@@ -121,6 +135,8 @@ def serve(
             queue_timeout_s=queue_timeout_s,
             request_timeout_s=request_timeout_s,
         )
+        if pooling != "auto" and not embeddings:
+            raise ValueError("--pooling applies to --embeddings only")
         settings = ServerSettings(
             model_path=model_path,
             engine=engine,
@@ -128,13 +144,16 @@ def serve(
             port=port or env_int("SAGEMAKER_BIND_TO_PORT", DEFAULT_PORT),
             served_model_name=served_model_name,
             chat_template=chat_template.read_text() if chat_template else None,
+            tool_parser=tool_parser,
+            embeddings=EmbedderConfig.from_engine(engine, pooling) if embeddings else None,
         )
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from exc
-    typer.echo(
-        f"llmhost: serving {model_path} on {settings.host}:{settings.port} "
-        f"({engine.threads} threads, {engine.max_concurrent} sequences x {engine.max_total_tokens} tokens)"
-    )
+    shape = f"{engine.max_concurrent} sequences x {engine.max_total_tokens} tokens"
+    if settings.embeddings is not None:
+        shape = f"embeddings only, inputs up to {settings.embeddings.max_input_tokens} tokens"
+    typer.echo(f"llmhost: serving {model_path} on {settings.host}:{settings.port} ({engine.threads} threads, "
+               f"{shape})")
     code = run_server(settings, shutdown_grace_s, log_level)
     if code:
         raise typer.Exit(code)

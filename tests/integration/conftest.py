@@ -8,7 +8,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
@@ -30,6 +30,8 @@ class Server:
     url: str
     process: subprocess.Popen[bytes]
     log: Path
+    # the /ping statuses answered while it started (503 while the model loaded), before the first 200
+    startup_pings: list[int] = field(default_factory=list)
 
     def client(self, timeout: float = 120) -> httpx.Client:
         return httpx.Client(base_url=self.url, timeout=timeout)
@@ -74,12 +76,15 @@ def start_server(tmp: Path, *args: str) -> Server:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + STARTUP_TIMEOUT_S
+    pings: list[int] = []
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise RuntimeError(f"server exited with {proc.returncode}:\n{log.read_text()}")
         try:
-            if httpx.get(f"{url}/ping", timeout=2).status_code == 200:
-                return Server(url, proc, log)
+            status = httpx.get(f"{url}/ping", timeout=2).status_code
+            if status == 200:
+                return Server(url, proc, log, pings)
+            pings.append(status)
         except httpx.TransportError:
             pass
         time.sleep(0.2)

@@ -17,8 +17,13 @@ from tests.integration.conftest import Server
 
 
 def error(r: httpx.Response) -> dict[str, object]:
-    body: dict[str, object] = r.json()["error"]
-    return body
+    """The error object of either shape: OpenAI's `{"error": {...}}` or TGI's flat
+    `{"error": message, "error_type", ...}` (TGI routes)."""
+    body = r.json()
+    if isinstance(body["error"], str):
+        return {**body, "message": body["error"]}
+    inner: dict[str, object] = body["error"]
+    return inner
 
 
 def test_invalid_json_is_400(server: Server) -> None:
@@ -154,7 +159,7 @@ def test_ping_is_503_while_loading_then_200() -> None:
             assert (await c.get("/ping")).status_code == 503
             r = await c.post("/generate", json={"inputs": "Hi"})
             assert r.status_code == 503 and r.headers["retry-after"] == "1"
-            assert "loading" in r.json()["error"]["message"]
+            assert "loading" in r.json()["error"] and r.json()["error_type"] == "overloaded"
             gate.set()
             assert await asyncio.to_thread(engine.wait_ready, 120)
             assert (await c.get("/ping")).status_code == 200

@@ -34,6 +34,7 @@ VALID: dict[str, dict[str, Any]] = {
     "/v1/completions": {"prompt": "Hello", "max_tokens": 2},
     "/v1/chat/completions": {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2},
     "/invocations": {"inputs": "Hello", "parameters": {"max_new_tokens": 2}},
+    "/": {"inputs": "Hello", "parameters": {"max_new_tokens": 2}},
     "/generate": {"inputs": "Hello", "parameters": {"max_new_tokens": 2}},
     "/generate_stream": {"inputs": "Hello", "parameters": {"max_new_tokens": 2}},
     "/tokenize": {"content": "Hello"},
@@ -43,11 +44,13 @@ FIELDS = [
     "prompt", "messages", "max_tokens", "temperature", "top_p", "top_k", "min_p", "n", "stream", "stop",
     "seed", "logit_bias", "logprobs", "top_logprobs", "echo", "presence_penalty", "frequency_penalty",
     "repetition_penalty", "ignore_eos", "stream_options", "inputs", "parameters", "content", "tokens",
-    "max_completion_tokens", "with_pieces", "add_special",
+    "max_completion_tokens", "with_pieces", "add_special", "response_format", "json_schema", "grammar",
+    "tools", "tool_choice", "parallel_tool_calls", "typical_p", "best_of",
 ]  # fmt: skip
 PARAMETERS = [
     "max_new_tokens", "temperature", "top_p", "top_k", "repetition_penalty", "do_sample", "stop", "seed",
     "details", "top_n_tokens", "return_full_text", "frequency_penalty", "truncate", "typical_p", "grammar",
+    "decoder_input_details", "best_of", "watermark",
 ]  # fmt: skip
 
 

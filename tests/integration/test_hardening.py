@@ -19,7 +19,7 @@ from tests.integration.conftest import Server, start_server, stop_server
 from tests.integration.neartie import assert_same_or_near_tie
 
 POST_ROUTES = [
-    "/v1/completions", "/v1/chat/completions", "/invocations", "/generate", "/generate_stream",
+    "/v1/completions", "/v1/chat/completions", "/invocations", "/", "/generate", "/generate_stream",
     "/tokenize", "/detokenize",
 ]  # fmt: skip
 

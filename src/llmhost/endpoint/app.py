@@ -13,6 +13,7 @@ from llmhost.asgi import RequestContextMiddleware
 from llmhost.endpoint.admin import create_admin, terminate_self
 from llmhost.endpoint.manager import EndpointManager
 from llmhost.endpoint.router import Proxy, create_router
+from llmhost.endpoint.runtime import create_runtime_router
 from llmhost.lifecycle import Lifecycle, watch
 
 # while draining, operators still see what happens (status) and probes get their 503 from /ping
@@ -55,6 +56,7 @@ def create_app(
     app = FastAPI(title=f"llmhost endpoint {manager.spec.name}", lifespan=lifespan, docs_url=None,
                   redoc_url=None)  # fmt: skip
     app.include_router(create_router(manager, proxy, lifecycle))
+    app.include_router(create_runtime_router(manager, proxy))
     app.include_router(create_admin(manager, shutdown))
     app.add_middleware(RequestContextMiddleware, lifecycle=lifecycle, open_paths=OPEN_WHILE_DRAINING)
     return app

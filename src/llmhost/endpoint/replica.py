@@ -231,6 +231,7 @@ class Replica:
             "--served-model-name", self.component,
             "--log-level", "warning",
             *self.spec.engine.serve_args(),
+            *(["--embeddings"] if self.spec.embeddings else []),
         ]  # fmt: skip
 
     def _spawn(self) -> None:

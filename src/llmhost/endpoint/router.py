@@ -20,6 +20,7 @@ from fastapi import APIRouter, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
+from llmhost import eventstream
 from llmhost.asgi import request_id
 from llmhost.endpoint.component import Component
 from llmhost.endpoint.metrics import render_metrics
@@ -38,6 +39,9 @@ DROP_RESPONSE = {"content-length", "connection", "keep-alive", "transfer-encodin
 # the request was never written to the copy: safe to send elsewhere. Anything later (a reset, a
 # closed keep-alive connection, a read error) may come after the copy read the request: not retried
 NOT_STARTED = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
+# what TGI's clients put in `model` when the user named none (huggingface_hub with a base_url: "dummy";
+# TGI's messages API: "tgi"): the header or the only component decides, as without a model
+UNNAMED_MODELS = frozenset({"tgi", "dummy"})
 
 
 class Registry(Protocol):
@@ -117,7 +121,7 @@ def by_model(registry: Registry, body: bytes, headers: Mapping[str, str]) -> Com
     except (ValueError, RecursionError):  # not JSON, or nested too deep to read: the copy says why
         data = None
     model = data.get("model") if isinstance(data, dict) else None
-    if isinstance(model, str) and model:
+    if isinstance(model, str) and model and model not in UNNAMED_MODELS:
         comp = registry.components.get(model)
         if comp is not None and not comp.removing:
             return comp
@@ -227,25 +231,10 @@ class Proxy:
             replica.outstanding -= 1
             comp.leave()
 
-        if upstream.headers.get("content-type", "").startswith("text/event-stream"):
-
-            async def chunks() -> AsyncIterator[bytes]:
-                tail = b"\n\n"
-                try:
-                    async for chunk in upstream.aiter_raw():
-                        if chunk:
-                            tail = chunk[-2:]
-                            yield chunk
-                except httpx.HTTPError as exc:
-                    comp.stream_errors += 1
-                    replica.poke()
-                    log.warning("stream from copy %s cut: %s", replica.id, exc)
-                    if tail != b"\n\n":
-                        yield b"\n\n"
-                    yield error_event(f"copy {replica.id} of inference component {comp.name!r} failed "
-                                      f"mid-stream: {type(exc).__name__}: {exc}")  # fmt: skip
-
-            return _Relay(chunks(), close, status_code=upstream.status_code, headers=out_headers), True
+        kind = upstream.headers.get("content-type", "")
+        if kind.startswith(("text/event-stream", eventstream.MEDIA_TYPE)):
+            chunks = _stream(comp, replica, upstream, framed=kind.startswith(eventstream.MEDIA_TYPE))
+            return _Relay(chunks, close, status_code=upstream.status_code, headers=out_headers), True
         try:
             content = await upstream.aread()
         except httpx.HTTPError as exc:
@@ -256,6 +245,33 @@ class Proxy:
             await upstream.aclose()
             replica.outstanding -= 1
         return Response(content, status_code=upstream.status_code, headers=out_headers), False
+
+
+async def _stream(
+    comp: Component, replica: Replica, upstream: httpx.Response, framed: bool
+) -> AsyncIterator[bytes]:
+    """The copy's stream as it comes, ending with an error in the stream's own format if the copy
+    fails mid-way: an SSE error event, or a ModelStreamError in an event stream (`framed`), which is
+    relayed in whole messages so that the error appended after the last one still decodes."""
+    chunks = eventstream.whole_messages(upstream.aiter_raw()) if framed else upstream.aiter_raw()
+    tail = b"\n\n"
+    try:
+        async for chunk in chunks:
+            if chunk:
+                tail = chunk[-2:]
+                yield chunk
+    except (httpx.HTTPError, eventstream.MalformedStream) as exc:
+        comp.stream_errors += 1
+        replica.poke()
+        log.warning("stream from copy %s cut: %s", replica.id, exc)
+        message = (f"copy {replica.id} of inference component {comp.name!r} failed mid-stream: "
+                   f"{type(exc).__name__}: {exc}")  # fmt: skip
+        if framed:
+            yield eventstream.model_stream_error(message, eventstream.STREAM_BROKEN)
+            return
+        if tail != b"\n\n":
+            yield b"\n\n"
+        yield error_event(message)
 
 
 def create_router(registry: Registry, proxy: Proxy, lifecycle: Lifecycle) -> APIRouter:
@@ -301,8 +317,9 @@ def create_router(registry: Registry, proxy: Proxy, lifecycle: Lifecycle) -> API
             return picked
         return await proxy.forward(request, picked, body)
 
-    for path in ("/invocations", "/generate", "/generate_stream", "/tokenize", "/detokenize"):
+    for path in ("/invocations", "/", "/generate", "/generate_stream", "/tokenize", "/detokenize"):
         router.add_api_route(path, route_header, methods=["POST"], include_in_schema=False)
-    for path in ("/v1/completions", "/v1/chat/completions"):
+    router.add_api_route("/info", route_header, methods=["GET"], include_in_schema=False)
+    for path in ("/v1/completions", "/v1/chat/completions", "/v1/embeddings"):
         router.add_api_route(path, route_model, methods=["POST"], include_in_schema=False)
     return router

@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -62,6 +62,9 @@ class EngineSpec(_Strict):
     max_queue: int | None = Field(default=None, ge=0)
     queue_timeout_s: float | None = Field(default=None, ge=0)
     request_timeout_s: float | None = Field(default=None, ge=0)
+    chat_template: str | None = None  # a Jinja file overriding the GGUF's chat template
+    tool_parser: Literal["auto", "hermes", "llama3", "mistral"] | None = None
+    pooling: Literal["auto", "mean", "cls", "last"] | None = None  # with the component's `embeddings`
 
     @model_validator(mode="after")
     def _check(self) -> EngineSpec:
@@ -86,6 +89,9 @@ class EngineSpec(_Strict):
             ("max-queue", self.max_queue),
             ("queue-timeout-s", self.queue_timeout_s),
             ("request-timeout-s", self.request_timeout_s),
+            ("chat-template", self.chat_template),
+            ("tool-parser", self.tool_parser),
+            ("pooling", self.pooling),
         ):
             if value is not None:
                 args += [f"--{name}", str(value)]
@@ -115,6 +121,8 @@ class ComponentSpec(_Strict):
     copies: int | None = Field(default=None, ge=0)  # None: autoscaling.min_copies, else 1
     resources: ResourcesSpec = ResourcesSpec()
     engine: EngineSpec = EngineSpec()
+    # copies serve OpenAI /v1/embeddings only (`llmhost serve --embeddings`), no text generation
+    embeddings: bool = False
     autoscaling: AutoscalingSpec | None = None
     startup_health_check_timeout_s: float = Field(default=600.0, gt=0)
     # how long a request waits for a ready copy while the component has copies (one may be restarting);

@@ -81,6 +81,17 @@ _LOAD_MODES = {
 }
 
 
+# how an embeddings context pools its token vectors into one per sequence; "auto": the model's own
+# (its GGUF's pooling_type), mean for a model that has none (a generative model)
+POOLING = {
+    "auto": lc.LLAMA_POOLING_TYPE_UNSPECIFIED,
+    "mean": lc.LLAMA_POOLING_TYPE_MEAN,
+    "cls": lc.LLAMA_POOLING_TYPE_CLS,
+    "last": lc.LLAMA_POOLING_TYPE_LAST,
+}
+_POOLING_NAMES = {value: name for name, value in POOLING.items()}
+
+
 class ModelLoadError(RuntimeError):
     """The GGUF could not be loaded or its context could not be created, with the reason."""
 
@@ -99,12 +110,17 @@ class ModelInfo:
 
 
 class LlamaModel:
-    """A GGUF model, one llama.cpp context sized for the engine's limits, and one reusable batch."""
+    """A GGUF model, one llama.cpp context sized for the engine's limits, and one reusable batch.
 
-    def __init__(self, path: str | Path, config: EngineConfig) -> None:
+    `pooling` (a POOLING name) makes it an embeddings context instead: every sequence's vectors pooled
+    into one, KV for a single decode of `max_batch_tokens` (cleared after each), `max_concurrent`
+    sequences; the model's trained context bounds `max_input_tokens` rather than `max_total_tokens`."""
+
+    def __init__(self, path: str | Path, config: EngineConfig, pooling: str | None = None) -> None:
         _init_backend()
         self.config = config
         self.path = str(path)
+        self.pooling = pooling
         mparams = lc.llama_model_default_params()
         mparams.n_gpu_layers = 0
         mparams.load_mode = _LOAD_MODES[config.load_mode]
@@ -116,11 +132,18 @@ class LlamaModel:
         self._vocab = lc.llama_model_get_vocab(model)
         self.n_vocab = int(lc.llama_vocab_n_tokens(self._vocab))
         self.n_ctx_train = int(lc.llama_model_n_ctx_train(model))
-        if config.max_total_tokens > self.n_ctx_train:
+        self.n_embd = int(lc.llama_model_n_embd_out(model))
+        # an embeddings context holds one input per sequence; a generation context, prompt + output
+        limit, value = (
+            ("max_total_tokens", config.max_total_tokens)
+            if pooling is None
+            else ("max_input_tokens", config.max_input_tokens)
+        )
+        if value > self.n_ctx_train:
             self.close()
             raise ModelLoadError(
-                f"max_total_tokens {config.max_total_tokens} exceeds the model's trained context "
-                f"{self.n_ctx_train}; lower --max-total-tokens"
+                f"{limit} {value} exceeds the model's trained context {self.n_ctx_train}; "
+                f"lower --{limit.replace('_', '-')}"
             )
         self._ctx = self._new_context(config)
         self._mem = lc.llama_get_memory(self._ctx)
@@ -145,7 +168,15 @@ class LlamaModel:
             lc.LLAMA_FLASH_ATTN_TYPE_ENABLED if config.flash_attn else lc.LLAMA_FLASH_ATTN_TYPE_DISABLED
         )
         cparams.no_perf = True
+        if self.pooling is not None:
+            self._embedding_params(cparams, config)
         ctx = lc.llama_init_from_model(self._model, cparams)
+        if not ctx and self.pooling is not None:
+            self.close()
+            raise ModelLoadError(
+                f"llama.cpp could not create an embeddings context of {config.max_batch_tokens} tokens; "
+                "lower --max-batch-tokens or --max-input-tokens"
+            )
         if not ctx:
             self.close()
             kv_mb = config.n_ctx * self._kv_bytes_per_token() / 2**20
@@ -156,6 +187,31 @@ class LlamaModel:
                 "lower --max-concurrent or --max-total-tokens"
             )
         return ctx
+
+    def _embedding_params(self, cparams: Any, config: EngineConfig) -> None:
+        cparams.embeddings = True
+        cparams.pooling_type = self._pooling_type(self.pooling or "auto")
+        # KV for one decode only (cleared after each), and that decode in one micro-batch: llama.cpp
+        # pools within a micro-batch, and a non-causal model attends over the whole sequence
+        cparams.n_ctx = config.max_batch_tokens
+        cparams.n_ubatch = config.max_batch_tokens
+
+    def _pooling_type(self, name: str) -> int:
+        """The POOLING type; "auto": the GGUF's, mean when it has none usable (NONE, or RANK: a reranker)."""
+        if name != "auto":
+            return POOLING[name]
+        arch = self._meta("general.architecture") or ""
+        raw = self._meta(f"{arch}.pooling_type") or ""
+        model_type = int(raw) if raw.lstrip("-").isdigit() else lc.LLAMA_POOLING_TYPE_NONE
+        usable = (lc.LLAMA_POOLING_TYPE_MEAN, lc.LLAMA_POOLING_TYPE_CLS, lc.LLAMA_POOLING_TYPE_LAST)
+        return model_type if model_type in usable else lc.LLAMA_POOLING_TYPE_MEAN
+
+    @property
+    def pooling_name(self) -> str:
+        """The pooling the embeddings context uses (mean, cls, last); "" for a generation context."""
+        if self.pooling is None:
+            return ""
+        return _POOLING_NAMES.get(int(lc.llama_pooling_type(self._ctx)), "unknown")
 
     def _kv_bytes_per_token(self) -> int:
         n_layer = int(lc.llama_model_n_layer(self._model))
@@ -290,6 +346,17 @@ class LlamaModel:
             lc.llama_memory_seq_rm(self._mem, seq_id, 0, -1)
             return 0
         return self.seq_len(seq_id)
+
+    def pooled(self, seq_id: int) -> npt.NDArray[np.float32]:
+        """A copy of the pooled vector (n_embd) of `seq_id` after a decode in an embeddings context."""
+        ptr = lc.llama_get_embeddings_seq(self._ctx, seq_id)
+        if not ptr:
+            raise RuntimeError(f"llama.cpp returned no pooled embedding for sequence {seq_id}")
+        return np.ctypeslib.as_array(ptr, shape=(self.n_embd,)).copy()
+
+    def clear(self) -> None:
+        """Drop every sequence's KV (an embeddings context starts each decode empty)."""
+        lc.llama_memory_clear(self._mem, True)
 
     def logits(self, batch_index: int) -> npt.NDArray[np.float32]:
         ptr = lc.llama_get_logits_ith(self._ctx, batch_index)

@@ -11,13 +11,15 @@ from fastapi import FastAPI
 from llmhost import __version__
 from llmhost.asgi import RequestContextMiddleware
 from llmhost.engine import AsyncEngine
+from llmhost.engine.embedder_loop import AsyncEmbedder
 from llmhost.lifecycle import Lifecycle
 from llmhost.server import errors
-from llmhost.server.lifecycle import watch_engine
+from llmhost.server.lifecycle import watch_embedder, watch_engine
 from llmhost.server.metrics import ServerMetrics
 from llmhost.server.middleware import BodyLimitMiddleware, CustomAttributesMiddleware
-from llmhost.server.routes import openai, ops, sagemaker, tgi
+from llmhost.server.routes import embeddings, openai, ops, runtime, sagemaker, tgi
 from llmhost.server.serving.context import ServingContext
+from llmhost.server.serving.embeddings import EmbeddingsServing
 from llmhost.server.serving.openai import OpenAIServing
 from llmhost.server.serving.tgi import TGIServing
 from llmhost.server.settings import ServerSettings
@@ -35,27 +37,32 @@ def create_app(
         engine = AsyncEngine(settings.model_path, settings.engine, observer=metrics)
     metrics.attach(engine.stats)
     lifecycle = lifecycle or Lifecycle()
+    # --embeddings: the embedder loads the model and the generation engine is never started
+    embedder = AsyncEmbedder(settings.model_path, settings.embeddings) if settings.embeddings else None
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        if owned:
-            engine.start()
-        watcher = asyncio.create_task(watch_engine(engine, lifecycle), name="llmhost watch")
+        runner = embedder if embedder is not None else (engine if owned else None)
+        if runner is not None:
+            runner.start()
+        watching = watch_embedder(embedder, lifecycle) if embedder else watch_engine(engine, lifecycle)
+        watcher = asyncio.create_task(watching, name="llmhost watch")
         try:
             yield
         finally:
             watcher.cancel()
-            if owned:
-                await asyncio.to_thread(engine.shutdown)
+            if runner is not None:
+                await asyncio.to_thread(runner.shutdown)
 
     app = FastAPI(title="llmhost", version=__version__, lifespan=lifespan)
-    ctx = ServingContext(engine, settings, metrics)
+    ctx = ServingContext(engine, settings, metrics, embedder)
     app.state.serving = ctx
     app.state.lifecycle = lifecycle
-    app.state.openai = OpenAIServing(ctx)
+    app.state.openai = OpenAIServing(ctx, settings.tool_parser)
     app.state.tgi = TGIServing(ctx)
+    app.state.embeddings = EmbeddingsServing(ctx)
     errors.install(app)
-    for module in (sagemaker, openai, tgi, ops):
+    for module in (sagemaker, runtime, openai, embeddings, tgi, ops):
         app.include_router(module.router)
     app.add_middleware(CustomAttributesMiddleware)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)

@@ -26,13 +26,20 @@ class ChatTemplate:
             self._template = env.from_string(source)
         except TemplateError as exc:
             raise ChatTemplateError(f"chat template does not parse: {exc}") from exc
+        self.source = source
         self.bos_token = bos_token
         self.eos_token = eos_token
 
-    def render(self, messages: list[dict[str, Any]], add_generation_prompt: bool = True) -> str:
+    def render(
+        self,
+        messages: list[dict[str, Any]],
+        add_generation_prompt: bool = True,
+        tools: list[dict[str, Any]] | None = None,
+    ) -> str:
         try:
             return self._template.render(
                 messages=messages,
+                tools=tools,
                 add_generation_prompt=add_generation_prompt,
                 bos_token=self.bos_token,
                 eos_token=self.eos_token,

@@ -47,8 +47,25 @@ class APIError(Exception):
             body["request_id"] = request_id
         return {"error": body}
 
-    def response(self, request_id: str = "") -> JSONResponse:
-        return JSONResponse(self.body(request_id), status_code=self.status, headers=self.headers)
+    def tgi_body(self, request_id: str = "") -> dict[str, Any]:
+        """TGI's error shape, which its clients turn into ValidationError, OverloadedError, ..."""
+        if self.status in (429, 503):
+            kind = "overloaded"
+        elif self.status >= 500:
+            kind = "generation"
+        else:
+            kind = "validation"
+        body: dict[str, Any] = {"error": self.message, "error_type": kind}
+        if self.field is not None:
+            body["field"] = self.field
+        body.update(self.extra)
+        if request_id:
+            body["request_id"] = request_id
+        return body
+
+    def response(self, request_id: str = "", style: str = "openai") -> JSONResponse:
+        body = self.tgi_body(request_id) if style == "tgi" else self.body(request_id)
+        return JSONResponse(body, status_code=self.status, headers=self.headers)
 
 
 def invalid_json(detail: str) -> APIError:
@@ -71,6 +88,10 @@ def _loc_name(loc: tuple[Any, ...] | list[Any]) -> str:
 def validation_error(errors: list[Any]) -> APIError:
     if any(e.get("type") == "json_invalid" for e in errors):
         return invalid_json(str(errors[0].get("ctx", {}).get("error", errors[0].get("msg"))))
+    unknown = [e for e in errors if e.get("type") == "extra_forbidden"]
+    if unknown:
+        field = _loc_name(unknown[0].get("loc", ()))
+        return APIError(400, f"unsupported field '{field}': llmhost does not implement it", field=field)
     first = errors[0]
     field = _loc_name(first.get("loc", ()))
     details = [
@@ -107,22 +128,34 @@ def _rid(request: Request) -> str:
     return str(getattr(request.state, "request_id", ""))
 
 
+TGI_STYLE = "tgi"
+
+
+def use_tgi_errors(request: Request) -> None:
+    """Errors of this request are answered in TGI's shape (its routes call this first)."""
+    request.state.error_style = TGI_STYLE
+
+
+def _respond(request: Request, err: APIError) -> JSONResponse:
+    return err.response(_rid(request), getattr(request.state, "error_style", "openai"))
+
+
 def install(app: FastAPI) -> None:
     @app.exception_handler(APIError)
     async def _api_error(request: Request, exc: APIError) -> JSONResponse:
-        return exc.response(_rid(request))
+        return _respond(request, exc)
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
-        return validation_error(list(exc.errors())).response(_rid(request))
+        return _respond(request, validation_error(list(exc.errors())))
 
     @app.exception_handler(ValidationError)
     async def _pydantic(request: Request, exc: ValidationError) -> JSONResponse:
-        return from_pydantic(exc).response(_rid(request))
+        return _respond(request, from_pydantic(exc))
 
     @app.exception_handler(EngineError)
     async def _engine(request: Request, exc: EngineError) -> JSONResponse:
-        return from_engine(exc).response(_rid(request))
+        return _respond(request, from_engine(exc))
 
     @app.exception_handler(ClientDisconnect)
     async def _gone(request: Request, _: ClientDisconnect) -> JSONResponse:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 
 from llmhost.engine import AsyncEngine
+from llmhost.engine.embedder_loop import AsyncEmbedder
 from llmhost.lifecycle import Lifecycle, watch
 
 log = logging.getLogger("llmhost.server")
@@ -33,3 +34,10 @@ async def watch_engine(engine: AsyncEngine, lifecycle: Lifecycle) -> None:
         return f"engine dead: {engine.error}" if engine.dead else None
 
     await watch(lifecycle, lambda: engine.in_flight, fatal, SlowStepLog(engine))
+
+
+async def watch_embedder(embedder: AsyncEmbedder, lifecycle: Lifecycle) -> None:
+    def fatal() -> str | None:
+        return f"embedder dead: {embedder.error}" if embedder.dead else None
+
+    await watch(lifecycle, lambda: embedder.in_flight, fatal)

@@ -8,12 +8,14 @@ from pathlib import Path
 
 from llmhost.asgi import RETRY_AFTER_S
 from llmhost.engine.config import EngineConfig
+from llmhost.engine.embedder import EmbedderConfig
 
 __all__ = ["DEFAULT_PORT", "MAX_BODY_BYTES", "RETRY_AFTER_S", "ServerSettings", "env_int"]
 
 # SageMaker's request payload limit for real-time endpoints
 MAX_BODY_BYTES = 6 * 1024 * 1024
 DEFAULT_PORT = 8080
+TOOL_PARSERS = ("auto", "hermes", "llama3", "mistral")
 
 
 def env_int(name: str, default: int) -> int:
@@ -36,10 +38,16 @@ class ServerSettings:
     chat_template: str | None = None  # jinja text overriding the GGUF's template
     max_body_bytes: int = MAX_BODY_BYTES
     default_max_new_tokens: int = 100  # TGI bodies without max_new_tokens
+    tool_parser: str = "auto"  # how tool calls are read from chat output: auto, hermes, llama3, mistral
+    # --embeddings: the model is loaded for /v1/embeddings only, no generation engine (llama-server's mode)
+    embeddings: EmbedderConfig | None = None
 
     def __post_init__(self) -> None:
         if not 0 < self.port < 65536:
             raise ValueError(f"port must be in 1..65535, got {self.port}")
+        if self.tool_parser not in TOOL_PARSERS:
+            known = ", ".join(TOOL_PARSERS)
+            raise ValueError(f"tool_parser must be one of {known}, got {self.tool_parser!r}")
         if self.max_body_bytes < 1:
             raise ValueError(f"max_body_bytes must be >= 1, got {self.max_body_bytes}")
 

@@ -12,19 +12,39 @@ from llmhost.server.protocol.limits import MAX_LOGIT_BIAS, MAX_STOP_CHARS, MAX_S
 StopString = Annotated[str, Field(max_length=MAX_STOP_CHARS)]
 
 
-class StreamOptions(BaseModel):
+MAX_CHOICES = 16
+MAX_PROMPTS = 64
+
+
+class Strict(BaseModel):
+    """A body part where a field llmhost does not implement is refused (400 naming it), not ignored."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class StreamOptions(Strict):
     include_usage: bool = False
 
 
-class SamplingFields(BaseModel):
-    """Fields both OpenAI endpoints share; the last group are llama-server/vLLM extensions."""
+class JSONSchemaFormat(Strict):
+    name: Annotated[str, Field(max_length=64)] = "response"
+    description: str | None = None
+    schema_: Annotated[dict[str, Any], Field(alias="schema")] = Field(default_factory=dict)
+    strict: bool | None = None
 
-    model_config = ConfigDict(extra="ignore")
+
+class ResponseFormat(Strict):
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JSONSchemaFormat | None = None
+
+
+class SamplingFields(Strict):
+    """Fields both OpenAI endpoints share; the last group are llama-server/vLLM extensions."""
 
     model: str | None = None
     temperature: Annotated[float, Field(ge=0.0, le=2.0)] = 1.0
     top_p: Annotated[float, Field(gt=0.0, le=1.0)] = 1.0
-    n: Annotated[int, Field(ge=1, le=1)] = 1
+    n: Annotated[int, Field(ge=1, le=MAX_CHOICES)] = 1
     stream: bool = False
     stream_options: StreamOptions | None = None
     stop: StopString | Annotated[list[StopString], Field(max_length=MAX_STOP_SEQUENCES)] | None = None
@@ -36,10 +56,15 @@ class SamplingFields(BaseModel):
         | None
     ) = None
     user: str | None = None
+    response_format: ResponseFormat | None = None
+    service_tier: Literal["auto", "default"] | None = None
     top_k: Annotated[int, Field(ge=0, le=INT32_MAX)] = 0
     min_p: Annotated[float, Field(ge=0.0, le=1.0)] = 0.0
     repetition_penalty: Annotated[float, Field(gt=0.0)] = 1.0
     ignore_eos: bool = False
+    typical_p: Annotated[float, Field(gt=0.0, le=1.0)] = 1.0
+    grammar: Annotated[str, Field(min_length=1)] | None = None  # llama-server: a GBNF grammar
+    json_schema: dict[str, Any] | None = None  # llama-server: a JSON schema
 
     def stop_list(self) -> list[str]:
         if self.stop is None:
@@ -47,23 +72,51 @@ class SamplingFields(BaseModel):
         return [self.stop] if isinstance(self.stop, str) else list(self.stop)
 
 
+TokenIds = Annotated[list[Annotated[int, Field(ge=0, le=INT32_MAX)]], Field(min_length=1)]
+PromptList = Annotated[list[str], Field(min_length=1, max_length=MAX_PROMPTS)]
+TokenIdLists = Annotated[list[TokenIds], Field(min_length=1, max_length=MAX_PROMPTS)]
+
+
 class CompletionRequest(SamplingFields):
-    prompt: str | list[int]
+    prompt: str | TokenIds | PromptList | TokenIdLists
     max_tokens: Annotated[int, Field(ge=1)] | None = 16
     logprobs: Annotated[int, Field(ge=0, le=MAX_LOGPROBS)] | None = None
     echo: bool = False
+    best_of: Annotated[int, Field(ge=1, le=MAX_CHOICES)] | None = None
+    suffix: Annotated[str, Field(max_length=0)] | None = None
+
+    def prompts(self) -> list[str | list[int]]:
+        """The prompts, each a text or token ids."""
+        p = self.prompt
+        if isinstance(p, str):
+            return [p]
+        if all(isinstance(x, int) for x in p):
+            return [[int(x) for x in p]]  # type: ignore[arg-type]
+        return list(p)  # type: ignore[arg-type]
 
 
-class TextPart(BaseModel):
+class TextPart(Strict):
     type: Literal["text"]
     text: str
 
 
-class ChatMessage(BaseModel):
-    model_config = ConfigDict(extra="allow")
+class FunctionCall(Strict):
+    name: str
+    arguments: str  # JSON text, as OpenAI sends it
 
+
+class ToolCall(Strict):
+    id: str
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
+class ChatMessage(Strict):
     role: Literal["system", "user", "assistant", "tool", "developer"]
     content: str | list[TextPart] | None = None
+    name: str | None = None
+    tool_calls: list[ToolCall] | None = None
+    tool_call_id: str | None = None
 
     def text(self) -> str:
         if self.content is None:
@@ -73,12 +126,36 @@ class ChatMessage(BaseModel):
         return "".join(p.text for p in self.content)
 
 
+class FunctionDef(Strict):
+    name: Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$")]
+    description: str | None = None
+    parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object", "properties": {}})
+    strict: bool | None = None
+
+
+class Tool(Strict):
+    type: Literal["function"]
+    function: FunctionDef
+
+
+class NamedFunction(Strict):
+    name: str
+
+
+class NamedToolChoice(Strict):
+    type: Literal["function"]
+    function: NamedFunction
+
+
 class ChatCompletionRequest(SamplingFields):
     messages: Annotated[list[ChatMessage], Field(min_length=1)]
     max_tokens: Annotated[int, Field(ge=1)] | None = None
     max_completion_tokens: Annotated[int, Field(ge=1)] | None = None
     logprobs: bool = False
     top_logprobs: Annotated[int, Field(ge=0, le=MAX_LOGPROBS)] | None = None
+    tools: Annotated[list[Tool], Field(max_length=128)] | None = None
+    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
+    parallel_tool_calls: bool = True
 
 
 # -- /v1/models response (completions are built as dicts by the serving layer) ---------------------

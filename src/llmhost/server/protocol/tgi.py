@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -10,35 +10,59 @@ from llmhost.engine.request import INT32_MAX
 from llmhost.server.protocol.limits import MAX_STOP_SEQUENCES
 from llmhost.server.protocol.openai import StopString
 
+# TGI's own bound on top_n_tokens
+MAX_TOP_N_TOKENS = 5
+
+
+class Grammar(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["json", "regex"]
+    value: Any
+
 
 class TGIParameters(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    """TGI's `parameters`; a field llmhost does not implement is refused with 400, never ignored."""
+
+    model_config = ConfigDict(extra="forbid")
 
     max_new_tokens: Annotated[int, Field(ge=1)] | None = None
     temperature: Annotated[float, Field(gt=0.0)] | None = None
     top_p: Annotated[float, Field(gt=0.0, lt=1.0)] | None = None
     top_k: Annotated[int, Field(gt=0, le=INT32_MAX)] | None = None
+    typical_p: Annotated[float, Field(gt=0.0, lt=1.0)] | None = None
     repetition_penalty: Annotated[float, Field(gt=0.0)] | None = None
     frequency_penalty: float | None = None
     do_sample: bool = False
     return_full_text: bool = False
     stop: Annotated[list[StopString], Field(max_length=MAX_STOP_SEQUENCES)] = Field(default_factory=list)
-    seed: int | None = None
+    seed: Annotated[int, Field(ge=0)] | None = None
     details: bool = False
     decoder_input_details: bool = False
-    top_n_tokens: Annotated[int, Field(ge=0, le=5)] | None = None
+    top_n_tokens: Annotated[int, Field(ge=0, le=MAX_TOP_N_TOKENS)] | None = None
+    truncate: Annotated[int, Field(ge=1)] | None = None
+    grammar: Grammar | None = None
+    # accepted at their neutral values only (clients send them); anything else is refused
+    best_of: Literal[1] | None = None
+    watermark: Literal[False] = False
+    adapter_id: None = None
 
     @property
     def sampling(self) -> bool:
         """TGI samples when asked to, or when any warper is set."""
         return self.do_sample or any(
             v is not None and v != neutral
-            for v, neutral in ((self.temperature, 1.0), (self.top_p, 1.0), (self.top_k, 0))
+            for v, neutral in (
+                (self.temperature, 1.0),
+                (self.top_p, 1.0),
+                (self.top_k, 0),
+                (self.typical_p, 1.0),
+            )
         )
 
 
 class TGIRequest(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="forbid")
 
     inputs: Annotated[str, Field(min_length=1)]
     parameters: TGIParameters = Field(default_factory=TGIParameters)

@@ -10,6 +10,7 @@ from llmhost.lifecycle import Lifecycle
 from llmhost.server.errors import APIError
 from llmhost.server.protocol.limits import parse_json
 from llmhost.server.serving.context import ServingContext
+from llmhost.server.serving.embeddings import EmbeddingsServing
 from llmhost.server.serving.openai import OpenAIServing
 from llmhost.server.serving.tgi import TGIServing
 
@@ -31,6 +32,11 @@ def openai(request: Request) -> OpenAIServing:
 
 def tgi(request: Request) -> TGIServing:
     serving: TGIServing = request.app.state.tgi
+    return serving
+
+
+def embeddings(request: Request) -> EmbeddingsServing:
+    serving: EmbeddingsServing = request.app.state.embeddings
     return serving
 
 

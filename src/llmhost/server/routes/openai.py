@@ -25,8 +25,8 @@ async def chat_completions(request: Request) -> Response:
 async def models(request: Request) -> ModelList:
     ctx = deps.context(request)
     meta = None
-    if ctx.engine.ready:
-        info = ctx.engine.info
+    if ctx.model.ready:
+        info = ctx.model.info
         meta = {
             "n_ctx_train": info.n_ctx_train,
             "n_vocab": info.n_vocab,

@@ -17,7 +17,7 @@ router = APIRouter()
 
 @router.get("/health")
 async def health(request: Request) -> Response:
-    engine = deps.context(request).engine
+    engine = deps.context(request).model  # the embedder with --embeddings
     phase = deps.lifecycle(request).phase
     status = 200 if engine.ready and phase is Phase.SERVING else 503
     body = {"status": engine.state.value, "phase": phase.value, "error": engine.error}
@@ -36,7 +36,7 @@ async def tokenize(request: Request) -> dict[str, Any]:
     ctx = deps.context(request)
     tokens = await asyncio.to_thread(ctx.tokenize, body.content, body.add_special)
     if body.with_pieces:
-        return {"tokens": [{"id": t, "piece": ctx.engine.token_text(t)} for t in tokens]}
+        return {"tokens": [{"id": t, "piece": ctx.model.token_text(t)} for t in tokens]}
     return {"tokens": tokens}
 
 
@@ -45,4 +45,4 @@ async def detokenize(request: Request) -> dict[str, Any]:
     body = DetokenizeRequest.model_validate(await deps.json_body(request))
     ctx = deps.context(request)
     tokens = ctx.check_tokens(body.tokens, "tokens")
-    return {"content": await asyncio.to_thread(ctx.engine.detokenize, tokens)}
+    return {"content": await asyncio.to_thread(ctx.model.detokenize, tokens)}

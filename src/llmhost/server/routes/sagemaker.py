@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi import APIRouter, Request
 from starlette.responses import JSONResponse, Response
 
-from llmhost.server.errors import APIError
+from llmhost.server.errors import APIError, use_tgi_errors
+from llmhost.server.protocol.embeddings import EmbeddingRequest
 from llmhost.server.protocol.openai import ChatCompletionRequest, CompletionRequest
 from llmhost.server.protocol.tgi import TGIRequest
 from llmhost.server.routes import deps
@@ -16,27 +19,36 @@ router = APIRouter()
 @router.get("/ping")
 async def ping(request: Request) -> Response:
     ctx = deps.context(request)
-    if ctx.engine.ready and deps.lifecycle(request).accepting:
+    if ctx.model.ready and deps.lifecycle(request).accepting:
         return Response(status_code=200)
     return Response(status_code=503, headers={"Retry-After": "1"})
 
 
 @router.post("/invocations")
 async def invocations(request: Request) -> Response:
-    body = await deps.json_body(request)
+    return await invoke(request, await deps.json_body(request))
+
+
+async def invoke(request: Request, body: dict[str, Any]) -> Response:
+    """What /invocations answers for `body` (the SageMaker Runtime paths answer the same)."""
     if "messages" in body:
         chat = ChatCompletionRequest.model_validate(body)
         return await deps.openai(request).chat(chat, request)
     if "prompt" in body:
         completion = CompletionRequest.model_validate(body)
         return await deps.openai(request).completion(completion, request)
-    if "inputs" in body:
+    if "input" in body:  # OpenAI embeddings (a server started with --embeddings)
+        deps.embeddings(request).embedder()
+        return await deps.embeddings(request).create(EmbeddingRequest.model_validate(body), request)
+    if "inputs" in body:  # as SageMaker's TGI containers do, answered (errors too) in TGI's shapes
+        use_tgi_errors(request)
         tgi = TGIRequest.model_validate(body)
         if tgi.stream:
             return await deps.tgi(request).generate_stream(tgi)
         return JSONResponse([await deps.tgi(request).generate(tgi, request)])
     raise APIError(
         422,
-        "body must have 'inputs' (TGI), 'messages' (OpenAI chat) or 'prompt' (OpenAI completion)",
+        "body must have 'inputs' (TGI), 'messages' (OpenAI chat), 'prompt' (OpenAI completion) or "
+        "'input' (OpenAI embeddings)",
         field="inputs",
     )

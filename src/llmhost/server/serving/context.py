@@ -8,6 +8,7 @@ import logging
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
+from dataclasses import replace
 from typing import Any
 
 from starlette.requests import Request
@@ -16,12 +17,15 @@ from starlette.types import Receive, Scope, Send
 
 from llmhost.engine import (
     AsyncEngine,
+    Constraint,
     EngineError,
     FinishReason,
     GenerationEvent,
     GenerationRequest,
+    InvalidRequestError,
     SamplingParams,
 )
+from llmhost.engine.embedder_loop import AsyncEmbedder
 from llmhost.engine.loop import RequestStream
 from llmhost.server.chat_template import ChatTemplate, ChatTemplateError
 from llmhost.server.errors import APIError, from_engine, model_loading, unavailable
@@ -41,21 +45,45 @@ def sse(data: Any, prefix: str = "data: ") -> str:
 
 
 class ServingContext:
-    def __init__(self, engine: AsyncEngine, settings: ServerSettings, metrics: ServerMetrics) -> None:
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        settings: ServerSettings,
+        metrics: ServerMetrics,
+        embedder: AsyncEmbedder | None = None,
+    ) -> None:
+        """`embedder`: the --embeddings mode, where it holds the model and `engine` is never started."""
         self.engine = engine
+        self.embedder = embedder
         self.settings = settings
         self.metrics = metrics
         self._chat_template: ChatTemplate | None = None
         self.started_at = int(time.time())
 
     # -- model -------------------------------------------------------------------------------------
+    @property
+    def model(self) -> AsyncEngine | AsyncEmbedder:
+        """What holds the model (readiness, vocabulary, info): with --embeddings the embedder, else the
+        engine."""
+        return self.embedder if self.embedder is not None else self.engine
+
+    def require_model(self) -> None:
+        if not self.model.ready:
+            raise model_loading(self.model.error or "the model is still loading")
+
     def require_ready(self) -> None:
-        if not self.engine.ready:
-            raise model_loading(self.engine.error or "the model is still loading")
+        """The generation engine is ready; with --embeddings there is none: a 400 saying so."""
+        if self.embedder is not None:
+            raise APIError(
+                400,
+                "this server was started with --embeddings: it serves /v1/embeddings (and /tokenize, "
+                "/detokenize), not text generation; start it without --embeddings to generate",
+            )
+        self.require_model()
 
     def tokenize(self, text: str, add_special: bool = True) -> list[int]:
-        self.require_ready()
-        return self.engine.tokenize(text, add_special=add_special)
+        self.require_model()
+        return self.model.tokenize(text, add_special=add_special)
 
     def check_capacity(self) -> None:
         """429 now if the request would be refused anyway: asked before any expensive work."""
@@ -72,8 +100,8 @@ class ServingContext:
         return await asyncio.to_thread(self.tokenize, text, add_special)
 
     def check_tokens(self, tokens: list[int], field: str) -> list[int]:
-        self.require_ready()
-        n_vocab = self.engine.info.n_vocab
+        self.require_model()
+        n_vocab = self.model.info.n_vocab
         for t in tokens:
             if not 0 <= t < n_vocab:
                 raise APIError(
@@ -99,31 +127,67 @@ class ServingContext:
             self._chat_template = ChatTemplate(source, info.bos_token, info.eos_token)
         return self._chat_template
 
-    async def chat_prompt_tokens(self, messages: list[dict[str, Any]]) -> list[int]:
+    async def chat_prompt_tokens(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None
+    ) -> list[int]:
         """Capacity first, then the template and the tokenizer on a worker thread."""
         self.check_capacity()
-        return await asyncio.to_thread(self._render_and_tokenize, messages)
+        return await asyncio.to_thread(self._render_and_tokenize, messages, tools)
 
-    def _render_and_tokenize(self, messages: list[dict[str, Any]]) -> list[int]:
+    def _render_and_tokenize(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None
+    ) -> list[int]:
         template = self.chat_template()
         try:
-            text = template.render(messages)
+            text = template.render(messages, tools=tools)
         except ChatTemplateError as exc:
             raise APIError(400, str(exc), field="messages") from exc
         # templates usually write the BOS token themselves: don't add a second one
         has_bos = bool(template.bos_token) and text.startswith(template.bos_token)
         return self.tokenize(text, add_special=not has_bos)
 
+    async def check_constraint(self, constraint: Constraint | None) -> None:
+        """A grammar the engine cannot use is a 400 naming the construct (checked on a worker thread:
+        the first check waits for the vocabulary index)."""
+        if constraint is None:
+            return
+        self.require_ready()
+        try:
+            await asyncio.to_thread(self.engine.check_constraint, constraint)
+        except InvalidRequestError as exc:
+            raise APIError(400, str(exc), field=exc.field_name) from exc
+
     def remaining(self, n_prompt: int) -> int:
         return max(1, self.settings.engine.max_total_tokens - n_prompt)
 
     # -- requests ----------------------------------------------------------------------------------
-    def submit(self, request_id: str, prompt: list[int], params: SamplingParams, api: str) -> RequestStream:
+    def submit(
+        self, request_id: str, prompt: list[int], params: SamplingParams, api: str, group: str = ""
+    ) -> RequestStream:
         self.require_ready()
         try:
-            return self.engine.submit(GenerationRequest(request_id, prompt, params))
+            return self.engine.submit(GenerationRequest(request_id, prompt, params, group=group))
         except EngineError as exc:
             raise self._refused(exc) from exc
+
+    def submit_choices(
+        self, request_id: str, prompts: list[list[int]], params: list[SamplingParams], n: int, api: str
+    ) -> list[RequestStream]:
+        """`n` choices per prompt, index prompt * n + choice; the choices of one prompt share its KV.
+        All or nothing: if one is refused, those already queued are aborted."""
+        streams: list[RequestStream] = []
+        try:
+            for p, (prompt, p_params) in enumerate(zip(prompts, params, strict=True)):
+                for i in range(n):
+                    seed = p_params.seed
+                    choice = p_params if seed is None or i == 0 else replace(p_params, seed=seed + i)
+                    group = f"{request_id}/{p}" if n > 1 else ""
+                    streams.append(self.submit(f"{request_id}/{p * n + i}", prompt, choice, api, group))
+        except BaseException:
+            for s in streams:
+                s.abort()
+            raise
+        return streams
 
     def _refused(self, exc: EngineError) -> APIError:
         err = from_engine(exc)
@@ -135,17 +199,26 @@ class ServingContext:
 
     async def collect(self, stream: RequestStream, request: Request) -> list[GenerationEvent]:
         """All events of a non-streamed request; a client that goes away aborts it."""
-        collector = asyncio.ensure_future(stream.collect())
-        watcher = asyncio.ensure_future(_wait_disconnect(request))
+        return (await self.collect_all([stream], request))[0]
+
+    async def collect_all(
+        self, streams: list[RequestStream], request: Request
+    ) -> list[list[GenerationEvent]]:
+        """All events of every stream of one request; a client that goes away aborts them all."""
+        collector: asyncio.Future[Any] = asyncio.ensure_future(
+            asyncio.gather(*(s.collect() for s in streams))
+        )
+        watcher: asyncio.Future[Any] = asyncio.ensure_future(_wait_disconnect(request))
         try:
-            done, _ = await asyncio.wait({collector, watcher}, return_when=asyncio.FIRST_COMPLETED)
+            done, _ = await asyncio.wait([collector, watcher], return_when=asyncio.FIRST_COMPLETED)
         finally:
             watcher.cancel()
         if collector not in done:
-            stream.abort()
+            for s in streams:
+                s.abort()
             collector.cancel()
             raise APIError(499, "client disconnected", "client_closed")
-        return collector.result()
+        return list(collector.result())
 
 
 def openai_error_event(message: str, type_: str = "server_error", code: int = 500) -> str:
@@ -170,17 +243,18 @@ class EventStreamResponse(StreamingResponse):
     def __init__(
         self,
         content: AsyncIterator[str],
-        stream: RequestStream,
+        stream: RequestStream | list[RequestStream],
         on_error: Callable[[str], str] = openai_error_event,
     ) -> None:
         super().__init__(_guarded(content, on_error), media_type="text/event-stream")
-        self._stream = stream
+        self._streams = stream if isinstance(stream, list) else [stream]
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
             await super().__call__(scope, receive, send)
         finally:
-            self._stream.abort()
+            for stream in self._streams:
+                stream.abort()
 
 
 async def _wait_disconnect(request: Request) -> None:
@@ -195,6 +269,31 @@ def raise_if_failed(event: GenerationEvent) -> None:
         raise unavailable(f"request timed out: {event.error}")
     if event.error is not None:
         raise APIError(500, f"generation failed: {event.error}", "server_error")
+
+
+async def merge(streams: list[RequestStream]) -> AsyncIterator[tuple[int, GenerationEvent]]:
+    """The events of several streams as they come, with the index of their stream."""
+    queue: asyncio.Queue[tuple[int, GenerationEvent | None]] = asyncio.Queue()
+
+    async def pump(i: int, stream: RequestStream) -> None:
+        try:
+            async for event in stream:
+                await queue.put((i, event))
+        finally:
+            await queue.put((i, None))
+
+    tasks = [asyncio.create_task(pump(i, s)) for i, s in enumerate(streams)]
+    try:
+        open_streams = len(streams)
+        while open_streams:
+            i, event = await queue.get()
+            if event is None:
+                open_streams -= 1
+            else:
+                yield i, event
+    finally:
+        for t in tasks:
+            t.cancel()
 
 
 def build_params(**fields: Any) -> SamplingParams:

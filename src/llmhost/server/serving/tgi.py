@@ -1,4 +1,4 @@
-"""Text Generation Inference's /generate and /generate_stream over the engine."""
+"""Text Generation Inference's generate, generate_stream and /info over the engine."""
 
 from __future__ import annotations
 
@@ -8,9 +8,12 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import StreamingResponse
 
-from llmhost.engine import GenerationEvent, SamplingParams
+from llmhost import __version__
+from llmhost.engine import GenerationEvent, SamplingParams, TokenLogprob
 from llmhost.engine.loop import RequestStream
-from llmhost.server.protocol.tgi import TGIParameters, TGIRequest
+from llmhost.server.errors import APIError
+from llmhost.server.protocol.limits import MAX_STOP_SEQUENCES
+from llmhost.server.protocol.tgi import MAX_TOP_N_TOKENS, TGIParameters, TGIRequest
 from llmhost.server.serving.context import (
     EventStreamResponse,
     ServingContext,
@@ -19,6 +22,7 @@ from llmhost.server.serving.context import (
     raise_if_failed,
     sse,
 )
+from llmhost.server.serving.structured import tgi_constraint
 
 
 def tgi_error_event(message: str) -> str:
@@ -27,17 +31,21 @@ def tgi_error_event(message: str) -> str:
 
 def sampling_params(p: TGIParameters, max_new_tokens: int) -> SamplingParams:
     sampling = p.sampling
+    wants_logprobs = p.details or p.decoder_input_details or bool(p.top_n_tokens)
     return build_params(
         max_tokens=max_new_tokens,
         temperature=(p.temperature or 1.0) if sampling else 0.0,
         top_k=p.top_k or 0,
         top_p=p.top_p or 1.0,
+        typical_p=p.typical_p or 1.0,
         repetition_penalty=p.repetition_penalty or 1.0,
         frequency_penalty=p.frequency_penalty or 0.0,
         seed=p.seed,
         stop=list(p.stop),
-        # TGI reports a logprob per token in details and in streamed tokens
-        logprobs=(p.top_n_tokens or 0) if p.details else None,
+        # TGI reports a logprob per token in details and in streamed tokens, `top_n_tokens` alternatives
+        logprobs=(p.top_n_tokens or 0) if wants_logprobs else None,
+        prompt_logprobs=p.decoder_input_details,
+        constraint=tgi_constraint(p.grammar.type, p.grammar.value) if p.grammar else None,
     )
 
 
@@ -45,41 +53,92 @@ class TGIServing:
     def __init__(self, ctx: ServingContext) -> None:
         self.ctx = ctx
 
-    async def _start(self, body: TGIRequest) -> tuple[RequestStream, list[int]]:
+    def info(self) -> dict[str, Any]:
+        """TGI's GET /info: the model and the limits the router enforces."""
         ctx = self.ctx
-        prompt = await ctx.prompt_tokens(body.inputs)
-        default = min(ctx.settings.default_max_new_tokens, ctx.remaining(len(prompt)))
-        max_new = body.parameters.max_new_tokens or default
-        return ctx.submit(new_id("tgi"), prompt, sampling_params(body.parameters, max_new), "tgi"), prompt
+        engine = ctx.settings.engine
+        return {
+            "model_id": ctx.settings.model_name,
+            "model_sha": None,
+            "model_pipeline_tag": "text-generation",
+            "model_dtype": "gguf",
+            "model_device_type": "cpu",
+            "max_concurrent_requests": engine.max_concurrent + engine.max_queue,
+            "max_best_of": 1,
+            "max_stop_sequences": MAX_STOP_SEQUENCES,
+            "max_input_tokens": engine.max_input_tokens,
+            "max_input_length": engine.max_input_tokens,
+            "max_total_tokens": engine.max_total_tokens,
+            "max_batch_total_tokens": engine.max_batch_tokens,
+            "max_batch_size": engine.max_concurrent,
+            "max_client_batch_size": 1,
+            "max_top_n_tokens": MAX_TOP_N_TOKENS,
+            "waiting_served_ratio": None,
+            "max_waiting_tokens": None,
+            "validation_workers": 1,
+            "router": "llmhost",
+            "version": __version__,
+            "sha": None,
+            "docker_label": None,
+        }
 
-    def _token(self, token: int, text: str, logprob: float | None) -> dict[str, Any]:
+    async def _start(self, body: TGIRequest, stream: bool) -> tuple[RequestStream, list[int]]:
+        ctx = self.ctx
+        p = body.parameters
+        if stream and p.decoder_input_details:
+            raise APIError(422, "decoder_input_details is not supported when streaming",
+                           field="parameters.decoder_input_details")  # fmt: skip
+        params = sampling_params(p, 1)  # validates before tokenizing; max_new_tokens set below
+        await ctx.check_constraint(params.constraint)
+        prompt = await ctx.prompt_tokens(body.inputs)
+        if p.truncate is not None and len(prompt) > p.truncate:
+            prompt = prompt[-p.truncate :]  # TGI keeps the end of the input
+        params.max_tokens = p.max_new_tokens or min(
+            ctx.settings.default_max_new_tokens, ctx.remaining(len(prompt))
+        )
+        return ctx.submit(new_id("tgi"), prompt, params, "tgi"), prompt
+
+    def _token(self, lp: TokenLogprob | None, token: int, text: str | None = None) -> dict[str, Any]:
         return {
             "id": token,
-            "text": text,
-            "logprob": logprob,
+            "text": self.ctx.engine.token_text(token) if text is None else text,
+            "logprob": lp.logprob if lp is not None else None,
             "special": token >= 0 and self.ctx.engine.is_special(token),
         }
 
-    def _details(self, body: TGIRequest, events: list[GenerationEvent], full: bool) -> dict[str, Any]:
+    def _top(self, lp: TokenLogprob) -> list[dict[str, Any]]:
+        return [self._token(TokenLogprob(t, v, ()), t) for t, v in lp.top]
+
+    def _prefill(self, events: list[GenerationEvent], prompt: list[int]) -> list[dict[str, Any]]:
+        lps = [lp for e in events for lp in e.prompt_logprobs]
+        if not lps:
+            return []
+        first = {"id": prompt[0], "text": self.ctx.engine.token_text(prompt[0]), "logprob": None}
+        return [first] + [{"id": lp.token, "text": self.ctx.engine.token_text(lp.token),
+                           "logprob": lp.logprob} for lp in lps]  # fmt: skip
+
+    def _details(
+        self, body: TGIRequest, events: list[GenerationEvent], prompt: list[int] | None = None
+    ) -> dict[str, Any]:
         last = events[-1]
+        p = body.parameters
         details: dict[str, Any] = {
             "finish_reason": last.finish_reason.value if last.finish_reason else None,
             "generated_tokens": last.completion_tokens,
-            "seed": body.parameters.seed,
+            "seed": p.seed,
         }
-        if full:
-            details["prefill"] = []
-            details["tokens"] = [
-                self._token(lp.token, self.ctx.engine.token_text(lp.token), lp.logprob)
-                for e in events
-                for lp in e.logprobs
-            ]
+        if prompt is not None:  # the full details of a generate call
+            lps = [lp for e in events for lp in e.logprobs]
+            details["prefill"] = self._prefill(events, prompt)
+            details["tokens"] = [self._token(lp, lp.token) for lp in lps]
+            if p.top_n_tokens:
+                details["top_tokens"] = [self._top(lp) for lp in lps]
         if last.timings is not None:
             details["timings"] = last.timings.as_dict()
         return details
 
     async def generate(self, body: TGIRequest, request: Request) -> dict[str, Any]:
-        stream, _ = await self._start(body)
+        stream, prompt = await self._start(body, stream=False)
         events = await self.ctx.collect(stream, request)
         last = events[-1]
         raise_if_failed(last)
@@ -89,11 +148,12 @@ class TGIServing:
             "generated_text": (body.inputs + text) if body.parameters.return_full_text else text
         }
         if body.parameters.details:
-            out["details"] = self._details(body, events, full=True)
+            out["details"] = self._details(body, events, prompt)
+            out["details"]["best_of_sequences"] = None
         return out
 
     async def generate_stream(self, body: TGIRequest) -> StreamingResponse:
-        stream, _ = await self._start(body)
+        stream, _ = await self._start(body, stream=True)
         return EventStreamResponse(self._stream(body, stream), stream, tgi_error_event)
 
     async def _stream(self, body: TGIRequest, stream: RequestStream) -> AsyncIterator[str]:
@@ -106,19 +166,20 @@ class TGIServing:
             pieces.append(event.text)
             token_ids = event.token_ids or [-1]
             for i, token in enumerate(token_ids):
-                lp = event.logprobs[i].logprob if i < len(event.logprobs) else None
+                lp = event.logprobs[i] if i < len(event.logprobs) else None
                 index += 1
+                last = i == len(token_ids) - 1
                 msg: dict[str, Any] = {
                     "index": index,
-                    "token": self._token(token, event.text if i == len(token_ids) - 1 else "", lp),
-                    "top_tokens": None,
+                    "token": self._token(lp, token, event.text if last else ""),
+                    "top_tokens": self._top(lp) if lp is not None and body.parameters.top_n_tokens else None,
                     "generated_text": None,
                     "details": None,
                 }
-                if event.finished and i == len(token_ids) - 1:
+                if event.finished and last:
                     text = "".join(pieces)
                     msg["generated_text"] = (body.inputs + text) if body.parameters.return_full_text else text
                     if body.parameters.details:
-                        msg["details"] = self._details(body, [event], full=False)
+                        msg["details"] = self._details(body, [event])
                     self.ctx.finished("tgi", event)
                 yield sse(msg, prefix="data:")

@@ -1,0 +1,49 @@
+"""SageMaker Runtime's paths on the endpoint (any endpoint name): X-Amzn-SageMaker-Inference-Component
+picks the component (optional with one), its copy answers on the same path in the runtime's shapes and
+the router relays that answer; the router's own refusals take the same shapes, so that boto3 raises
+ValidationError, ServiceUnavailable or ModelError for them as for the copy's."""
+
+from __future__ import annotations
+
+import json
+
+from fastapi import APIRouter, Request
+from starlette.responses import Response
+
+from llmhost import sagemaker_runtime as wire
+from llmhost.asgi import request_id
+from llmhost.endpoint.router import COPY_HEADER, Proxy, Registry, by_header
+
+
+def refusal(response: Response, endpoint: str, component: str, rid: str) -> Response:
+    """A refusal of the router (its JSON error) in the runtime's shape."""
+    original = bytes(response.body).decode(errors="replace")
+    try:
+        message = str(json.loads(original)["error"]["message"])
+    except (ValueError, KeyError, TypeError):
+        message = original
+    status = response.status_code
+    if status in (429, 503):
+        return wire.service_unavailable(message, rid, response.headers.get("retry-after"))
+    if status < 500:  # no such component, or several and none named
+        return wire.validation_error(message, rid)
+    # the copy failed after the request reached it: the model's failure, not retried
+    return wire.model_error(status, original, wire.log_stream(endpoint, component, rid), rid)
+
+
+def create_runtime_router(registry: Registry, proxy: Proxy) -> APIRouter:
+    router = APIRouter()
+
+    async def invoke(name: str, request: Request) -> Response:
+        rid = request_id(request.scope)
+        picked = by_header(registry, request.headers)
+        if isinstance(picked, Response):
+            return refusal(picked, name, request.headers.get(wire.COMPONENT, ""), rid)
+        response = await proxy.forward(request, picked, await request.body())
+        if response.status_code >= 400 and COPY_HEADER not in response.headers:
+            return refusal(response, name, picked.name, rid)
+        return response
+
+    for path in (wire.INVOKE_PATH, wire.STREAM_PATH):
+        router.add_api_route(path, invoke, methods=["POST"], include_in_schema=False)
+    return router

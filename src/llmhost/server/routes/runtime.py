@@ -1,0 +1,28 @@
+"""SageMaker Runtime's paths, so that boto3's `sagemaker-runtime` client can call this server: POST
+/endpoints/{name}/invocations and /endpoints/{name}/invocations-response-stream (any name)."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+from starlette.responses import Response
+
+from llmhost import sagemaker_runtime as wire
+from llmhost.server.routes import deps
+from llmhost.server.routes.sagemaker import invoke
+from llmhost.server.serving.runtime import Runtime
+
+router = APIRouter()
+
+
+def _runtime(request: Request) -> Runtime:
+    return Runtime(deps.context(request).settings.model_name, deps.json_body, invoke)
+
+
+@router.post(wire.INVOKE_PATH)
+async def invoke_endpoint(name: str, request: Request) -> Response:
+    return await _runtime(request).invoke(request, name, stream=False)
+
+
+@router.post(wire.STREAM_PATH)
+async def invoke_endpoint_with_response_stream(name: str, request: Request) -> Response:
+    return await _runtime(request).invoke(request, name, stream=True)

@@ -1,0 +1,146 @@
+"""SageMaker Runtime (InvokeEndpoint, InvokeEndpointWithResponseStream) over what /invocations answers.
+
+The runtime's headers are checked, the body runs as /invocations runs it, and the answer takes the
+runtime's shapes: the model's refusals and failures become ModelError (424, carrying the original
+status and body), overload and loading ServiceUnavailable (503); a stream is sent as event-stream
+PayloadParts (the SSE bytes as they come) and a generation failing mid-way as a ModelStreamError.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import TypeAdapter, ValidationError
+from starlette.datastructures import Headers
+from starlette.requests import Request
+from starlette.responses import AsyncContentStream, Response, StreamingResponse
+
+from llmhost import eventstream
+from llmhost import sagemaker_runtime as wire
+from llmhost.asgi import request_id
+from llmhost.engine.request import EngineError
+from llmhost.server.errors import APIError, from_engine, from_pydantic
+
+Reader = Callable[[Request], Awaitable[dict[str, Any]]]
+Dispatch = Callable[[Request, dict[str, Any]], Awaitable[Response]]
+# the bodies that can stream (TGI `inputs`, OpenAI `messages` and `prompt`); others answer one JSON
+STREAMING_KEYS = ("inputs", "messages", "prompt")
+_FLAG = TypeAdapter(bool)
+
+
+def streams(body: dict[str, Any]) -> bool:
+    """Whether the body asks for SSE, read as the request models read `stream` (they refuse an
+    invalid one)."""
+    try:
+        return _FLAG.validate_python(body.get("stream", False))
+    except ValidationError:
+        return False
+
+
+def api_error(exc: APIError | ValidationError | EngineError) -> APIError:
+    """The error /invocations would have answered for `exc`."""
+    if isinstance(exc, ValidationError):
+        return from_pydantic(exc)
+    if isinstance(exc, EngineError):
+        return from_engine(exc)
+    return exc
+
+
+@dataclass(frozen=True, slots=True)
+class Runtime:
+    model: str  # the served model: the only inference component a single server has
+    read: Reader  # the body as /invocations reads it
+    dispatch: Dispatch  # what /invocations answers for a body
+
+    async def invoke(self, request: Request, endpoint: str, stream: bool) -> Response:
+        rid = request_id(request.scope)
+        problem = self.header_problem(request.headers)
+        if problem is not None:
+            return wire.validation_error(problem, rid)
+        try:
+            body = await self.read(request)
+            if stream and any(key in body for key in STREAMING_KEYS):
+                body = {**body, "stream": True}
+            accept = request.headers.get(wire.STREAM_ACCEPT if stream else "accept")
+            problem = wire.accept_problem(accept, wire.SSE if streams(body) else wire.JSON)
+            if problem is not None:
+                return wire.validation_error(problem, rid)
+            response = await self.dispatch(request, body)
+        except (APIError, ValidationError, EngineError) as exc:
+            err = api_error(exc)
+            return self.failure(err.status, json.dumps(err.body(rid)), err.message, endpoint, rid,
+                                err.headers.get("Retry-After"))  # fmt: skip
+        # a stream's status is 200 whatever happens later; its errors travel in the stream
+        if response.status_code >= 400 and not isinstance(response, StreamingResponse):
+            original = bytes(response.body).decode(errors="replace")
+            return self.failure(response.status_code, original, original, endpoint, rid,
+                                response.headers.get("retry-after"))  # fmt: skip
+        response.headers[wire.INVOKED_VARIANT] = wire.VARIANT
+        response.headers[wire.REQUEST_ID] = rid
+        return framed(response) if stream else response
+
+    def header_problem(self, headers: Headers) -> str | None:
+        problem = wire.content_type_problem(headers.get("content-type"))
+        component = headers.get(wire.COMPONENT)
+        if problem is None and component and component != self.model:
+            problem = (f"InferenceComponentName {component!r} is not served here: the only inference "
+                       f"component is {self.model!r} (header {wire.COMPONENT})")  # fmt: skip
+        return problem
+
+    def failure(self, status: int, original: str, message: str, endpoint: str, rid: str,
+                retry_after: str | None) -> Response:  # fmt: skip
+        """The model refused or failed with `status` and the body `original`."""
+        if status in (429, 503):  # full queue, loading, draining: retrying later helps
+            return wire.service_unavailable(message, rid, retry_after)
+        return wire.model_error(status, original, wire.log_stream(endpoint, self.model, rid), rid)
+
+
+def framed(response: Response) -> Response:
+    """The answer as an event stream of PayloadParts. A streaming answer keeps its own sending (it
+    aborts the generation however the client leaves); only its chunks and media type change."""
+    inner = response.headers.get("content-type", wire.SSE)
+    if isinstance(response, StreamingResponse):
+        response.body_iterator = _parts(response.body_iterator)
+        response.headers["content-type"] = eventstream.MEDIA_TYPE
+        response.headers[wire.STREAM_CONTENT_TYPE] = inner
+        return response
+    headers = {k: v for k, v in response.headers.items() if k not in ("content-type", "content-length")}
+    headers[wire.STREAM_CONTENT_TYPE] = inner
+    return Response(eventstream.payload_part(bytes(response.body)), status_code=response.status_code,
+                    headers=headers, media_type=eventstream.MEDIA_TYPE)  # fmt: skip
+
+
+async def _parts(chunks: AsyncContentStream) -> AsyncIterator[bytes]:
+    async for chunk in chunks:
+        data = chunk.encode() if isinstance(chunk, str) else bytes(chunk)
+        if not data:
+            continue
+        failure = sse_error(data)
+        if failure is not None:
+            yield eventstream.model_stream_error(*failure)
+            return
+        yield eventstream.payload_part(data)
+
+
+def sse_error(event: bytes) -> tuple[str, str] | None:
+    """The message and ModelStreamError code of an SSE error event of the TGI or OpenAI stream
+    (`data: {"error": ...}`), or None for any other event."""
+    if b'"error"' not in event:  # most events: skip parsing
+        return None
+    text = event.decode(errors="replace").strip()
+    if not text.startswith("data:"):
+        return None
+    try:
+        payload = json.loads(text[len("data:") :])
+    except ValueError:
+        return None
+    if not isinstance(payload, dict) or "error" not in payload:
+        return None
+    error = payload["error"]
+    if isinstance(error, dict):  # OpenAI's {"message", "type", "code"}
+        timeout = error.get("type") == "timeout"
+        return str(error.get("message", "")), eventstream.TIMEOUT if timeout else eventstream.STREAM_BROKEN
+    return str(error), eventstream.STREAM_BROKEN  # TGI's {"error": message, "error_type": ...}

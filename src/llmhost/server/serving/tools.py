@@ -1,0 +1,253 @@
+"""OpenAI tool calls: what the template is told, how a call is forced, and how calls are read back.
+
+`tool_choice` "required" or a named function: the output is constrained to JSON calls, so even a base
+model returns a valid call. "auto": the model writes calls in its chat template's format, read back by
+the parser of that format (Hermes/Qwen `<tool_call>`, Llama 3.x JSON, Mistral `[TOOL_CALLS]`).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from llmhost.engine import Constraint, ConstraintKind
+from llmhost.server.errors import APIError
+from llmhost.server.protocol.openai import ChatCompletionRequest, ChatMessage, NamedToolChoice, Tool
+
+
+@dataclass(slots=True, frozen=True)
+class ParsedCall:
+    name: str
+    arguments: str  # JSON text
+
+    def as_openai(self, index: int) -> dict[str, Any]:
+        return {
+            "index": index,
+            "id": f"call_{uuid.uuid4().hex[:24]}",
+            "type": "function",
+            "function": {"name": self.name, "arguments": self.arguments},
+        }
+
+
+class ToolParser(Protocol):
+    """Reads tool calls out of a model's text; what is not a call stays content."""
+
+    def parse(self, text: str) -> tuple[str | None, list[ParsedCall]]: ...
+
+    def hold_from(self, text: str) -> int:
+        """Where a call may begin in `text` (so far): content before it can be streamed."""
+        ...
+
+
+def _hold_from(text: str, marker: str) -> int:
+    """The marker's index, else where a partial marker ends the text, else len(text)."""
+    found = text.find(marker)
+    if found >= 0:
+        return found
+    for k in range(min(len(marker) - 1, len(text)), 0, -1):
+        if text.endswith(marker[:k]):
+            return len(text) - k
+    return len(text)
+
+
+def _call(obj: Any) -> ParsedCall | None:
+    if not isinstance(obj, dict) or not isinstance(obj.get("name"), str):
+        return None
+    args = obj.get("arguments", obj.get("parameters", {}))
+    return ParsedCall(obj["name"], args if isinstance(args, str) else json.dumps(args))
+
+
+def _calls(value: Any) -> list[ParsedCall] | None:
+    items = value if isinstance(value, list) else [value]
+    calls = [_call(x) for x in items]
+    return None if not calls or None in calls else [c for c in calls if c is not None]
+
+
+def _loads(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        return None
+
+
+class HermesParser:
+    """Hermes / Qwen 2.5+: `<tool_call>{"name": ..., "arguments": {...}}</tool_call>`, one per call."""
+
+    _block = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.DOTALL)
+
+    def parse(self, text: str) -> tuple[str | None, list[ParsedCall]]:
+        start = text.find("<tool_call>")
+        if start < 0:
+            return text, []
+        calls = [_call(_loads(m.group(1))) for m in self._block.finditer(text[start:])]
+        if None in calls:
+            return text, []
+        return (text[:start].strip() or None), [c for c in calls if c is not None]
+
+    def hold_from(self, text: str) -> int:
+        return _hold_from(text, "<tool_call>")
+
+
+class Llama3JsonParser:
+    """Llama 3.x: `{"name": ..., "parameters": {...}}` (after `<|python_tag|>` or alone), `;`-separated."""
+
+    def parse(self, text: str) -> tuple[str | None, list[ParsedCall]]:
+        body = text.split("<|python_tag|>", 1)[-1].strip()
+        if not body.startswith("{"):
+            return text, []
+        calls = [_call(_loads(part)) for part in re.split(r"\s*;\s*(?=\{)", body)]
+        if None in calls:
+            return text, []
+        return None, [c for c in calls if c is not None]
+
+    def hold_from(self, text: str) -> int:
+        # a call is the whole output: hold while it could still start like one
+        head = text.lstrip()
+        tag = "<|python_tag|>"
+        return 0 if not head or head.startswith(("{", tag)) or tag.startswith(head) else len(text)
+
+
+class MistralParser:
+    """Mistral: `[TOOL_CALLS][{"name": ..., "arguments": {...}}, ...]`."""
+
+    def parse(self, text: str) -> tuple[str | None, list[ParsedCall]]:
+        head, sep, tail = text.partition("[TOOL_CALLS]")
+        calls = _calls(_loads(tail.strip())) if sep else None
+        if not calls:
+            return text, []
+        return (head.strip() or None), calls
+
+    def hold_from(self, text: str) -> int:
+        return _hold_from(text, "[TOOL_CALLS]")
+
+
+PARSERS: dict[str, ToolParser] = {
+    "hermes": HermesParser(),
+    "llama3": Llama3JsonParser(),
+    "mistral": MistralParser(),
+}
+
+
+def parser_for(name: str, template_source: str) -> ToolParser:
+    """`name` from --tool-parser; "auto" picks by the markers the chat template writes."""
+    if name != "auto":
+        return PARSERS[name]
+    if "[TOOL_CALLS]" in template_source:
+        return PARSERS["mistral"]
+    if "<|python_tag|>" in template_source or "ipython" in template_source:
+        return PARSERS["llama3"]
+    return PARSERS["hermes"]
+
+
+# -- forcing calls -----------------------------------------------------------------------------------
+def _arguments_schema(parameters: dict[str, Any]) -> dict[str, Any]:
+    """The declared parameters and no others (OpenAI's strict function calling): a base model would
+    otherwise keep inventing arguments until max_tokens."""
+    if parameters.get("type") == "object" and "additionalProperties" not in parameters:
+        return {**parameters, "additionalProperties": False}
+    return parameters
+
+
+def _call_schema(tool: Tool) -> dict[str, Any]:
+    f = tool.function
+    return {
+        "type": "object",
+        "properties": {"name": {"const": f.name}, "arguments": _arguments_schema(f.parameters)},
+        "required": ["name", "arguments"],
+        "additionalProperties": False,
+    }
+
+
+def forced_constraint(body: ChatCompletionRequest) -> Constraint | None:
+    """For "required" or a named function: JSON calls (an array of them) the output must be."""
+    tools, choice = body.tools or [], body.tool_choice
+    if isinstance(choice, NamedToolChoice):
+        named = [t for t in tools if t.function.name == choice.function.name]
+        if not named:
+            known = ", ".join(t.function.name for t in tools) or "(none)"
+            raise APIError(400, f"tool_choice names {choice.function.name!r}, which is not in tools: {known}",
+                           field="tool_choice")  # fmt: skip
+        schema: dict[str, Any] = {"type": "array", "items": _call_schema(named[0]), "minItems": 1,
+                                  "maxItems": 1}  # fmt: skip
+    elif choice == "required":
+        if not tools:
+            raise APIError(400, "tool_choice 'required' needs tools", field="tool_choice")
+        schema = {"type": "array", "items": {"anyOf": [_call_schema(t) for t in tools]}, "minItems": 1}
+        if not body.parallel_tool_calls:
+            schema["maxItems"] = 1
+    else:
+        return None
+    return Constraint(ConstraintKind.JSON_SCHEMA, json.dumps(schema), "tool_choice")
+
+
+def forced_calls(text: str) -> list[ParsedCall]:
+    """The calls of an output produced under `forced_constraint`; none if it was cut short (the
+    choice then ends with finish_reason "length" and the partial text as content)."""
+    return _calls(_loads(text)) or []
+
+
+def mode(body: ChatCompletionRequest) -> str:
+    """ "none" (no tools), "auto" (parse the model's own format) or "forced"."""
+    if not body.tools or body.tool_choice == "none":
+        if body.tool_choice not in (None, "none", "auto"):
+            raise APIError(400, "tool_choice needs tools", field="tool_choice")
+        return "none"
+    return "auto" if body.tool_choice in (None, "auto") else "forced"
+
+
+# -- what the template sees --------------------------------------------------------------------------
+def template_message(m: ChatMessage) -> dict[str, Any]:
+    """A message as chat templates expect it (Hugging Face's convention: arguments as a mapping)."""
+    out: dict[str, Any] = {"role": m.role, "content": m.text()}
+    if m.name is not None:
+        out["name"] = m.name
+    if m.tool_call_id is not None:
+        out["tool_call_id"] = m.tool_call_id
+    if m.tool_calls:
+        out["tool_calls"] = [
+            {"id": c.id, "type": "function",
+             "function": {"name": c.function.name, "arguments": _loads(c.function.arguments) or {}}}
+            for c in m.tool_calls
+        ]  # fmt: skip
+    return out
+
+
+def template_tools(body: ChatCompletionRequest) -> list[dict[str, Any]] | None:
+    if mode(body) == "none":
+        return None
+    return [t.model_dump(exclude_none=True) for t in body.tools or []]
+
+
+class StreamedChoice:
+    """One streamed choice while tools are offered: content goes out as soon as it cannot be the start
+    of a call; calls go out when the choice ends."""
+
+    def __init__(self, tool_mode: str, parser: ToolParser | None) -> None:
+        self.forced = tool_mode == "forced"
+        self.parser = parser
+        self.text = ""
+        self.sent = 0
+
+    def feed(self, piece: str) -> str:
+        """Content that can be sent now."""
+        self.text += piece
+        if self.forced or self.parser is None:
+            return ""
+        cut = self.parser.hold_from(self.text)
+        out = self.text[self.sent : cut] if cut > self.sent else ""
+        self.sent = max(self.sent, cut)
+        return out
+
+    def finish(self) -> tuple[str, list[ParsedCall]]:
+        """The content not sent yet, and the calls."""
+        if self.forced:
+            calls = forced_calls(self.text)
+            return ("" if calls else self.text), calls
+        if self.parser is None:
+            return self.text[self.sent :], []
+        _, calls = self.parser.parse(self.text)
+        end = self.parser.hold_from(self.text) if calls else len(self.text)
+        return self.text[self.sent : end], calls

@@ -1,0 +1,120 @@
+"""Tool-call parsing and forcing: pure logic over the formats of the common chat templates."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from llmhost.server.errors import APIError
+from llmhost.server.protocol.openai import ChatCompletionRequest
+from llmhost.server.serving import tools
+
+WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {
+    "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}  # fmt: skip
+
+
+def body(**kw: object) -> ChatCompletionRequest:
+    return ChatCompletionRequest.model_validate({"messages": [{"role": "user", "content": "hi"}], **kw})
+
+
+def test_hermes_calls_and_leading_content() -> None:
+    text = 'Let me check.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
+    content, calls = tools.HermesParser().parse(text)
+    assert content == "Let me check."
+    assert calls == [tools.ParsedCall("get_weather", '{"city": "Paris"}')]
+
+
+def test_hermes_without_a_call_or_with_broken_json_is_content() -> None:
+    assert tools.HermesParser().parse("plain answer") == ("plain answer", [])
+    broken = "<tool_call>{not json</tool_call>"
+    assert tools.HermesParser().parse(broken) == (broken, [])
+
+
+def test_llama3_json_and_python_tag() -> None:
+    content, calls = tools.Llama3JsonParser().parse('{"name": "f", "parameters": {"x": 1}}; {"name": "g"}')
+    assert (
+        content is None
+        and [c.name for c in calls] == ["f", "g"]
+        and json.loads(calls[0].arguments) == {"x": 1}
+    )
+    _, tagged = tools.Llama3JsonParser().parse('<|python_tag|>{"name": "f", "parameters": {}}')
+    assert [c.name for c in tagged] == ["f"]
+    assert tools.Llama3JsonParser().parse("Hello") == ("Hello", [])
+
+
+def test_mistral_tool_calls_list() -> None:
+    content, calls = tools.MistralParser().parse(
+        '[TOOL_CALLS][{"name": "a", "arguments": {}}, {"name": "b"}]'
+    )
+    assert content is None and [c.name for c in calls] == ["a", "b"]
+
+
+def test_parser_picked_from_template_markers() -> None:
+    assert isinstance(tools.parser_for("auto", "... [TOOL_CALLS] ..."), tools.MistralParser)
+    assert isinstance(tools.parser_for("auto", "<|python_tag|>"), tools.Llama3JsonParser)
+    assert isinstance(tools.parser_for("auto", "<tool_call>"), tools.HermesParser)
+    assert isinstance(tools.parser_for("mistral", "<tool_call>"), tools.MistralParser)
+
+
+def test_modes() -> None:
+    assert tools.mode(body()) == "none"
+    assert tools.mode(body(tools=[WEATHER])) == "auto"
+    assert tools.mode(body(tools=[WEATHER], tool_choice="none")) == "none"
+    assert tools.mode(body(tools=[WEATHER], tool_choice="required")) == "forced"
+    with pytest.raises(APIError) as err:
+        tools.mode(body(tool_choice="required"))
+    assert err.value.field == "tool_choice"
+
+
+def test_forced_schema_names_the_function_and_closes_arguments() -> None:
+    named = body(tools=[WEATHER], tool_choice={"type": "function", "function": {"name": "get_weather"}})
+    constraint = tools.forced_constraint(named)
+    assert constraint is not None
+    schema = json.loads(constraint.value)
+    item = schema["items"]
+    assert schema["maxItems"] == 1 and item["properties"]["name"] == {"const": "get_weather"}
+    assert item["properties"]["arguments"]["additionalProperties"] is False
+    single = json.loads(tools.forced_constraint(body(tools=[WEATHER], tool_choice="required",
+                                                     parallel_tool_calls=False)).value)  # type: ignore[union-attr]  # fmt: skip
+    assert single["maxItems"] == 1
+    with pytest.raises(APIError):
+        tools.forced_constraint(
+            body(tools=[WEATHER], tool_choice={"type": "function", "function": {"name": "x"}})
+        )
+
+
+def test_forced_output_read_back_and_cut_output_is_no_call() -> None:
+    assert tools.forced_calls('[{"name": "f", "arguments": {"a": 1}}]') == [tools.ParsedCall("f", '{"a": 1}')]
+    assert tools.forced_calls('[{"name": "f", "argu') == []
+
+
+def test_template_message_turns_arguments_into_a_mapping() -> None:
+    req = body(messages=[{"role": "assistant", "content": None, "tool_calls": [
+        {"id": "call_1", "type": "function", "function": {"name": "f", "arguments": '{"a": 1}'}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "42"}])  # fmt: skip
+    out = [tools.template_message(m) for m in req.messages]
+    assert out[0]["tool_calls"][0]["function"]["arguments"] == {"a": 1}
+    assert out[1] == {"role": "tool", "content": "42", "tool_call_id": "call_1"}
+
+
+def test_streamed_auto_choice_sends_content_until_a_call_may_start() -> None:
+    s = tools.StreamedChoice("auto", tools.HermesParser())
+    assert s.feed("Sure, ") == "Sure, "
+    assert s.feed("checking <tool") == "checking "  # a partial marker is held
+    assert s.feed('_call>{"name": "f", "arguments": {}}') == ""
+    rest, calls = s.finish()
+    assert rest == "" and [c.name for c in calls] == ["f"]
+
+
+def test_streamed_auto_choice_without_a_call_releases_held_text() -> None:
+    s = tools.StreamedChoice("auto", tools.HermesParser())
+    assert s.feed("a < b and <tool") == "a < b and "
+    assert s.finish() == ("<tool", [])
+
+
+def test_streamed_forced_choice_holds_everything() -> None:
+    s = tools.StreamedChoice("forced", None)
+    assert s.feed('[{"name": "f", ') == ""
+    s.feed('"arguments": {}}]')
+    assert s.finish() == ("", [tools.ParsedCall("f", "{}")])

@@ -69,6 +69,12 @@ def serve(
         str, typer.Option(help="Format of tool calls in chat output: auto (from the template), hermes, "
                           "llama3, mistral.")
     ] = "auto",
+    api_key: Annotated[
+        list[str] | None,
+        typer.Option(help="Require this API key (repeatable; also $LLMHOST_API_KEYS, comma-separated); "
+                     "/ping and /health stay open.", show_default=False),
+    ] = None,
+    api_key_file: Annotated[Path | None, typer.Option(help="File of API keys, one per line.")] = None,
     queue_timeout_s: Annotated[
         float, typer.Option(help="Seconds a request may wait for a sequence slot; then 503. 0: no limit.")
     ] = 0.0,
@@ -90,6 +96,7 @@ def serve(
 ) -> None:
     """Serve a GGUF model on one replica (SageMaker / OpenAI / TGI APIs)."""
     # imported here: they load llama.cpp, which `llmhost bench` does not need
+    from llmhost.auth import load_keys
     from llmhost.engine import EngineConfig
     from llmhost.engine.embedder import EmbedderConfig
     from llmhost.server import ServerSettings
@@ -145,9 +152,10 @@ def serve(
             served_model_name=served_model_name,
             chat_template=chat_template.read_text() if chat_template else None,
             tool_parser=tool_parser,
+            api_keys=load_keys(api_key or [], api_key_file),
             embeddings=EmbedderConfig.from_engine(engine, pooling) if embeddings else None,
         )
-    except ValueError as exc:
+    except (ValueError, OSError) as exc:
         raise typer.BadParameter(str(exc)) from exc
     shape = f"{engine.max_concurrent} sequences x {engine.max_total_tokens} tokens"
     if settings.embeddings is not None:

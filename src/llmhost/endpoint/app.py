@@ -10,6 +10,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from llmhost.asgi import RequestContextMiddleware
+from llmhost.auth import ApiKeyMiddleware, ApiKeys
 from llmhost.endpoint.admin import create_admin, terminate_self
 from llmhost.endpoint.manager import EndpointManager
 from llmhost.endpoint.router import Proxy, create_router
@@ -26,6 +27,7 @@ def create_app(
     manager: EndpointManager,
     shutdown: Callable[[], None] = terminate_self,
     lifecycle: Lifecycle | None = None,
+    keys: ApiKeys | None = None,
 ) -> FastAPI:
     """`lifecycle` is shared with the process runner: SIGTERM drains the router's requests, then the
     copies are drained and stopped."""
@@ -58,5 +60,7 @@ def create_app(
     app.include_router(create_router(manager, proxy, lifecycle))
     app.include_router(create_runtime_router(manager, proxy))
     app.include_router(create_admin(manager, shutdown))
+    if keys is not None and keys.enabled:  # the router and its admin API alike
+        app.add_middleware(ApiKeyMiddleware, keys=keys)
     app.add_middleware(RequestContextMiddleware, lifecycle=lifecycle, open_paths=OPEN_WHILE_DRAINING)
     return app

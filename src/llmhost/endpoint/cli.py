@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -14,6 +15,14 @@ app = typer.Typer(help="Endpoints: several models and copies behind one port, wi
 
 DEFAULT_PORT = 8080
 PortOpt = Annotated[int, typer.Option(help="The endpoint's port.")]
+ApiKeyOpt = Annotated[
+    list[str] | None,
+    typer.Option(help="Require this API key (repeatable; also $LLMHOST_API_KEYS, comma-separated).",
+                 show_default=False),
+]
+ApiKeyFileOpt = Annotated[Path | None, typer.Option(help="File of API keys, one per line.")]
+# the key the admin commands (status, scale, ...) send to an endpoint that requires one
+CLIENT_KEY_ENV = "LLMHOST_API_KEY"
 HostOpt = Annotated[str, typer.Option(help="The endpoint's address (the admin API answers local clients).")]
 
 
@@ -38,10 +47,13 @@ def up(
         int, typer.Option(help="Missed /ping answers in a row after which a copy is hung: restarted.")
     ] = 3,
     log_level: Annotated[str, typer.Option(help="debug, info, warning, error.")] = "info",
+    api_key: ApiKeyOpt = None,
+    api_key_file: ApiKeyFileOpt = None,
 ) -> None:
     """Start an endpoint: place every component, start its copies, route on PORT. SIGTERM drains."""
     import uvicorn
 
+    from llmhost.auth import load_keys
     from llmhost.endpoint.app import create_app
     from llmhost.endpoint.manager import ComponentError, EndpointManager, ManagerTiming
     from llmhost.endpoint.placement import InsufficientCapacityError
@@ -53,7 +65,8 @@ def up(
     logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per proxied request otherwise
     try:
         spec = load_endpoint(file)
-    except SpecError as exc:
+        keys = load_keys(api_key or [], api_key_file)
+    except (SpecError, ValueError, OSError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
     replica_timing = ReplicaTiming(ping_interval_s=health_interval, ping_timeout_s=health_timeout,
@@ -74,7 +87,7 @@ def up(
         f"copy logs in {manager.log_dir}"
     )
     lifecycle = Lifecycle(grace_s=drain_timeout)
-    config = uvicorn.Config(create_app(manager, lifecycle=lifecycle), host=host, port=port,
+    config = uvicorn.Config(create_app(manager, lifecycle=lifecycle, keys=keys), host=host, port=port,
                             log_level=log_level.lower(), timeout_graceful_shutdown=5)  # fmt: skip
     GracefulServer(config, lifecycle).run()
     if lifecycle.exit_code:
@@ -82,7 +95,10 @@ def up(
 
 
 def _client(host: str, port: int) -> httpx.Client:
-    return httpx.Client(base_url=f"http://{host}:{port}", timeout=httpx.Timeout(10.0, read=None))
+    key = os.environ.get(CLIENT_KEY_ENV, "")
+    headers = {"Authorization": f"Bearer {key}"} if key else None
+    return httpx.Client(base_url=f"http://{host}:{port}", timeout=httpx.Timeout(10.0, read=None),
+                        headers=headers)  # fmt: skip
 
 
 def _call(host: str, port: int, method: str, path: str, **kw: Any) -> Any:

@@ -26,6 +26,7 @@ from typing import Any
 import httpx
 import psutil
 
+from llmhost.auth import ENV_KEYS
 from llmhost.endpoint.memlimit import MemoryLimit, memory_limit
 from llmhost.endpoint.placement import Allocation
 from llmhost.endpoint.spec import ComponentSpec
@@ -245,6 +246,8 @@ class Replica:
             procs = self._memory.procs_file
         cmd = self._command()
         env = {**os.environ, "PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false"}
+        # a copy listens on a private port reached only by the router, which checks the keys itself
+        env.pop(ENV_KEYS, None)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with self.log_path.open("ab") as out:
             out.write(f"\n=== {time.strftime('%H:%M:%S')} start: {' '.join(cmd)}\n".encode())

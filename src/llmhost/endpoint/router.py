@@ -34,6 +34,8 @@ COPY_HEADER = "X-Llmhost-Copy"
 HOP_BY_HOP = {
     "host", "content-length", "connection", "keep-alive", "transfer-encoding", "te", "trailer",
     "upgrade", "proxy-authorization", "proxy-authenticate", "accept-encoding",
+    # credentials stop at the router: copies on private ports never see a client's key
+    "authorization", "x-api-key",
 }  # fmt: skip
 DROP_RESPONSE = {"content-length", "connection", "keep-alive", "transfer-encoding", "date", "server"}
 # the request was never written to the copy: safe to send elsewhere. Anything later (a reset, a

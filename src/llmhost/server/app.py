@@ -10,6 +10,7 @@ from fastapi import FastAPI
 
 from llmhost import __version__
 from llmhost.asgi import RequestContextMiddleware
+from llmhost.auth import ApiKeyMiddleware
 from llmhost.engine import AsyncEngine
 from llmhost.engine.embedder_loop import AsyncEmbedder
 from llmhost.lifecycle import Lifecycle
@@ -66,5 +67,7 @@ def create_app(
         app.include_router(module.router)
     app.add_middleware(CustomAttributesMiddleware)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
+    if settings.api_keys.enabled:  # before the body is read; inside the request id
+        app.add_middleware(ApiKeyMiddleware, keys=settings.api_keys)
     app.add_middleware(RequestContextMiddleware, lifecycle=lifecycle)  # added last: outermost
     return app

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from llmhost.asgi import RETRY_AFTER_S
+from llmhost.auth import ApiKeys
 from llmhost.engine.config import EngineConfig
 from llmhost.engine.embedder import EmbedderConfig
 
@@ -41,6 +42,7 @@ class ServerSettings:
     tool_parser: str = "auto"  # how tool calls are read from chat output: auto, hermes, llama3, mistral
     # --embeddings: the model is loaded for /v1/embeddings only, no generation engine (llama-server's mode)
     embeddings: EmbedderConfig | None = None
+    api_keys: ApiKeys = field(default_factory=ApiKeys)  # none: no authentication
 
     def __post_init__(self) -> None:
         if not 0 < self.port < 65536:

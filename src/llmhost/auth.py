@@ -1,0 +1,105 @@
+"""API keys, shared by the replica server and the endpoint router (with its admin API).
+
+A request must carry one of the configured keys as `Authorization: Bearer KEY` or `x-api-key: KEY`;
+the probes SageMaker and load balancers send without credentials (`/ping`, `/health`) stay open.
+Keys are compared as SHA-256 digests with `hmac.compare_digest` against every configured key, so the
+time taken says nothing about how much of a key matched, nor which key; they are never logged.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import logging
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from llmhost.asgi import request_id, send_json
+
+log = logging.getLogger("llmhost")
+
+ENV_KEYS = "LLMHOST_API_KEYS"
+OPEN_PATHS = frozenset({"/ping", "/health"})
+
+
+def _digest(key: str) -> bytes:
+    return hashlib.sha256(key.encode()).digest()
+
+
+@dataclass(frozen=True, slots=True)
+class ApiKeys:
+    """The accepted keys, kept only as digests. Empty: authentication is off."""
+
+    digests: tuple[bytes, ...] = ()
+
+    @classmethod
+    def of(cls, keys: Iterable[str]) -> ApiKeys:
+        cleaned = [k.strip() for k in keys]
+        if any(not k for k in cleaned):
+            raise ValueError("an API key is empty")
+        if any(any(c.isspace() for c in k) for k in cleaned):
+            raise ValueError("an API key contains whitespace")
+        return cls(tuple(_digest(k) for k in cleaned))
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.digests)
+
+    def accepts(self, presented: str) -> bool:
+        candidate = _digest(presented)
+        found = False
+        for digest in self.digests:  # every key compared: no early exit
+            found |= hmac.compare_digest(candidate, digest)
+        return found
+
+
+def load_keys(flags: list[str], file: Path | None, env: dict[str, str] | None = None) -> ApiKeys:
+    """Keys from `--api-key` (repeatable), `--api-key-file` (one per line, `#` comments) and
+    $LLMHOST_API_KEYS (comma-separated), all of them accepted."""
+    keys = list(flags)
+    if file is not None:
+        for line in file.read_text().splitlines():
+            line = line.strip()
+            if line and not line.startswith("#"):
+                keys.append(line)
+    raw = (env if env is not None else dict(os.environ)).get(ENV_KEYS, "")
+    keys += [k for k in raw.split(",") if k.strip()]
+    return ApiKeys.of(keys)
+
+
+def presented_key(headers: dict[bytes, bytes]) -> str:
+    """The key a request carries: `Authorization: Bearer KEY`, else `x-api-key`."""
+    auth = headers.get(b"authorization", b"").decode("latin-1").strip()
+    scheme, _, value = auth.partition(" ")
+    if scheme.lower() == "bearer" and value.strip():
+        return value.strip()
+    return headers.get(b"x-api-key", b"").decode("latin-1").strip()
+
+
+class ApiKeyMiddleware:
+    """401 JSON for a request without an accepted key, except on the open probe paths."""
+
+    def __init__(self, app: ASGIApp, keys: ApiKeys, open_paths: frozenset[str] = OPEN_PATHS) -> None:
+        self.app = app
+        self.keys = keys
+        self.open_paths = open_paths
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"] in self.open_paths:
+            await self.app(scope, receive, send)
+            return
+        key = presented_key(dict(scope.get("headers", [])))
+        if key and self.keys.accepts(key):
+            await self.app(scope, receive, send)
+            return
+        rid = request_id(scope)
+        log.info("request %s (%s %s) refused: %s API key", rid, scope.get("method"), scope.get("path"),
+                 "an unknown" if key else "no")  # fmt: skip
+        message = "invalid API key" if key else "an API key is required (Authorization: Bearer, or x-api-key)"
+        body = {"error": {"message": message, "type": "authentication_error", "param": None, "code": 401,
+                          "request_id": rid}}  # fmt: skip
+        await send_json(send, 401, body, [(b"www-authenticate", b'Bearer realm="llmhost"')])

@@ -31,7 +31,7 @@ from llmhost.engine.request import (
     TokenLogprob,
     check_token_ids,
 )
-from llmhost.engine.sampling import Sampler, plain_greedy, token_logprob
+from llmhost.engine.sampling import Sampler, plain_greedy, prompt_logprobs
 from llmhost.engine.scheduler import BatchItem, Scheduler, StepPlan
 from llmhost.engine.sequence import SeqStatus, Sequence
 from llmhost.engine.speculative import NgramIndex
@@ -278,12 +278,11 @@ class Engine:
         return sampled
 
     def _prompt_logprobs(self, active: Active, item: BatchItem, idx: int) -> None:
-        prompt, top_n = item.seq.prompt, active.params.logprobs or 0
-        for j in range(len(item.tokens)):
-            pos = item.start_pos + j + 1
-            if pos < len(prompt):
-                row = self.model.logits(idx + j)
-                active.prompt_logprobs.append(token_logprob(row, prompt[pos], top_n))
+        """Each position of this prompt chunk predicts the next prompt token: its logprob."""
+        following = item.seq.prompt[item.start_pos + 1 : item.start_pos + 1 + len(item.tokens)]
+        if following:
+            rows = self.model.logits_rows(idx, len(item.tokens))
+            active.prompt_logprobs += prompt_logprobs(rows, following, active.params.logprobs or 0)
 
     def _sample_one(self, active: Active, idx: int, draft: tuple[int, ...]) -> None:
         assert active.sampler is not None

@@ -362,6 +362,12 @@ class LlamaModel:
         ptr = lc.llama_get_logits_ith(self._ctx, batch_index)
         return np.ctypeslib.as_array(ptr, shape=(self.n_vocab,))
 
+    def logits_rows(self, batch_index: int, n: int) -> npt.NDArray[np.float32]:
+        """The logits of `n` consecutive batch positions that all requested logits: llama.cpp stores
+        output rows in batch order, so they are one (n, n_vocab) block."""
+        ptr = lc.llama_get_logits_ith(self._ctx, batch_index)
+        return np.ctypeslib.as_array(ptr, shape=(n, self.n_vocab))
+
     def close(self) -> None:
         if getattr(self, "_batch", None) is not None:
             lc.llama_batch_free(self._batch)

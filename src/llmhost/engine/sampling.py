@@ -132,3 +132,19 @@ def token_logprob(row: npt.NDArray[np.float32], token: int, top_n: int) -> Token
         idx = idx[np.argsort(-logits[idx])]
         top = tuple((int(i), float(logits[i] - log_z)) for i in idx)
     return TokenLogprob(token=token, logprob=float(logits[token] - log_z), top=top)
+
+
+def prompt_logprobs(rows: npt.NDArray[np.float32], tokens: list[int], top_n: int) -> list[TokenLogprob]:
+    """Row i's log-softmax at tokens[i] (and its `top_n` best), for a block of rows at once: a prompt
+    chunk's worth in one pass instead of one float64 pass per position."""
+    rows = rows[: len(tokens)]
+    m = rows.max(axis=1, keepdims=True)
+    log_z = (m + np.log(np.exp(rows - m).sum(axis=1, keepdims=True, dtype=np.float64))).ravel()
+    picked = rows[np.arange(len(tokens)), tokens] - log_z
+    tops: list[tuple[tuple[int, float], ...]] = [()] * len(tokens)
+    if top_n > 0:
+        idx = np.argpartition(-rows, top_n, axis=1)[:, :top_n]
+        for i, row_idx in enumerate(idx):
+            best = row_idx[np.argsort(-rows[i, row_idx])]
+            tops[i] = tuple((int(t), float(rows[i, t] - log_z[i])) for t in best)
+    return [TokenLogprob(int(t), float(v), top) for t, v, top in zip(tokens, picked, tops, strict=True)]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -33,7 +34,8 @@ def serve(
     model: Annotated[
         str | None,
         typer.Argument(
-            help="A .gguf file, a directory holding one, or 'default'. "
+            help="A .gguf file, a directory holding one, s3://bucket/prefix/, s3://bucket/model.tar.gz "
+            "(downloaded once into ~/.cache/llmhost/models, or $LLMHOST_CACHE), or 'default'. "
             "Unset: $SM_MODEL_DIR, /opt/ml/model if present, else the bundled Gemma 3 270M."
         ),
     ] = None,
@@ -93,6 +95,10 @@ def serve(
                           "last.")
     ] = "auto",
     log_level: Annotated[str, typer.Option(help="debug, info, warning, error.")] = "info",
+    s3_endpoint_url: Annotated[
+        str, typer.Option(help="S3-compatible endpoint for s3:// models (MinIO, Ceph...); env "
+                          "LLMHOST_S3_ENDPOINT_URL or AWS_ENDPOINT_URL.")
+    ] = "",
 ) -> None:
     """Serve a GGUF model on one replica (SageMaker / OpenAI / TGI APIs)."""
     # imported here: they load llama.cpp, which `llmhost bench` does not need
@@ -100,10 +106,14 @@ def serve(
     from llmhost.engine import EngineConfig
     from llmhost.engine.embedder import EmbedderConfig
     from llmhost.server import ServerSettings
+    from llmhost.server.custom_code import find_script
     from llmhost.server.settings import DEFAULT_PORT, env_int
     from llmhost.store import ModelNotFoundError, resolve_model
 
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if s3_endpoint_url:
+        # through the environment: the store's S3 client reads it there, as for `endpoint up`
+        os.environ["LLMHOST_S3_ENDPOINT_URL"] = s3_endpoint_url
     try:
         model_path = resolve_model(model)
         draft_path = str(resolve_model(draft_model)) if draft_model else ""
@@ -154,6 +164,7 @@ def serve(
             tool_parser=tool_parser,
             api_keys=load_keys(api_key or [], api_key_file),
             embeddings=EmbedderConfig.from_engine(engine, pooling) if embeddings else None,
+            inference_script=find_script(model, model_path),
         )
     except (ValueError, OSError) as exc:
         raise typer.BadParameter(str(exc)) from exc
@@ -173,13 +184,19 @@ def run_server(settings: ServerSettings, grace_s: float, log_level: str) -> int:
 
     from llmhost.lifecycle import GracefulServer, Lifecycle
     from llmhost.server import create_app
+    from llmhost.server.custom_code import CustomCodeError
 
     try:
         lifecycle = Lifecycle(grace_s)
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from exc
+    try:
+        asgi_app = create_app(settings, lifecycle=lifecycle)
+    except CustomCodeError as exc:
+        typer.echo(f"llmhost: cannot start: {exc}", err=True)
+        return 1
     config = uvicorn.Config(
-        create_app(settings, lifecycle=lifecycle),
+        asgi_app,
         host=settings.host,
         port=settings.port,
         log_level=log_level.lower(),
@@ -193,6 +210,17 @@ def run_server(settings: ServerSettings, grace_s: float, log_level: str) -> int:
 def main() -> None:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     app()
+
+
+def sagemaker_serve() -> None:
+    """The `serve` executable SageMaker runs in a bring-your-own container (`docker run IMAGE serve`):
+    `llmhost serve` of $SM_MODEL_DIR or /opt/ml/model on $SAGEMAKER_BIND_TO_PORT or 8080; any
+    arguments are `llmhost serve`'s."""
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    # an app of one command: its usage line reads `serve [OPTIONS] [MODEL]`, not `serve serve`
+    single = typer.Typer(add_completion=False)
+    single.command(help=serve.__doc__)(serve)
+    single(sys.argv[1:], prog_name="serve")
 
 
 if __name__ == "__main__":

@@ -76,7 +76,6 @@ def create_admin(manager: EndpointManager, shutdown: Callable[[], None] = termin
             return r
         try:
             specs = parse_components(await body(request), "components")
-            manager.check(specs)
             await manager.add(specs)
             return JSONResponse({"added": [s.name for s in specs]}, status_code=201)
         except (ComponentError, InsufficientCapacityError, SpecError) as exc:

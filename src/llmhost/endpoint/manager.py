@@ -66,10 +66,16 @@ class EndpointManager:
     def check(self, specs: list[ComponentSpec] | None = None) -> None:
         """Models resolve and every component's initial copies fit; raises before anything starts."""
         specs = self.spec.components if specs is None else specs
+        self._check_names(specs)
+        self._models.update({s.name: resolve(s) for s in specs})
+        self._check_capacity(specs)
+
+    def _check_names(self, specs: list[ComponentSpec]) -> None:
         for s in specs:
             if s.name in self.components:
                 raise ComponentError(f"component {s.name!r} already exists")
-            self._models[s.name] = resolve(s)
+
+    def _check_capacity(self, specs: list[ComponentSpec]) -> None:
         reason = can_place(self.ledger, [(s.name, s.resources, s.initial_copies) for s in specs])
         if reason is not None:
             raise InsufficientCapacityError(reason)
@@ -88,7 +94,13 @@ class EndpointManager:
         return task
 
     async def add(self, specs: list[ComponentSpec]) -> None:
-        self.check(specs)  # again: capacity may have changed since
+        """Resolve the models, check capacity (again: it may have changed since `check`), start copies."""
+        self._check_names(specs)
+        # an s3:// model may take minutes to download: off the event loop, which keeps routing
+        models = await asyncio.to_thread(lambda: {s.name: resolve(s) for s in specs})
+        self._check_names(specs)  # and again: an add beside this one may have taken a name meanwhile
+        self._models.update(models)
+        self._check_capacity(specs)
         comps = []
         for s in specs:
             comp = Component(s, self._models[s.name])

@@ -117,7 +117,8 @@ class AutoscalingSpec(_Strict):
 
 class ComponentSpec(_Strict):
     name: str = Field(pattern=NAME_PATTERN)
-    model: str = "default"  # default | ./model.gguf | a directory holding one
+    # default | ./model.gguf | a directory holding one | s3://bucket/prefix/ | s3://bucket/model.tar.gz
+    model: str = "default"
     copies: int | None = Field(default=None, ge=0)  # None: autoscaling.min_copies, else 1
     resources: ResourcesSpec = ResourcesSpec()
     engine: EngineSpec = EngineSpec()
@@ -131,11 +132,6 @@ class ComponentSpec(_Strict):
 
     @model_validator(mode="after")
     def _check(self) -> ComponentSpec:
-        if self.model.startswith("s3://"):
-            raise ValueError(
-                f"model {self.model!r}: s3:// models are not supported yet; "
-                "download the .gguf and give its local path"
-            )
         a = self.autoscaling
         if a is not None and self.copies is not None and not a.min_copies <= self.copies <= a.max_copies:
             raise ValueError(

@@ -101,7 +101,9 @@ def convert(
 
 @app.command("eval")
 def eval_(
-    model: Annotated[str, typer.Argument(help="GGUF to evaluate, a directory holding one, or 'default'.")],
+    model: Annotated[
+        str, typer.Argument(help="GGUF to evaluate, a directory holding one, s3://..., or 'default'.")
+    ],
     out: Annotated[Path, typer.Option("--out", "-o", help="quality.json to write.")] = Path("quality.json"),
     base: Annotated[str | None, typer.Option(help="Base model for greedy agreement (same forms).")] = None,
     window: Annotated[int, typer.Option(help="Perplexity window, tokens.")] = 256,
@@ -128,7 +130,7 @@ def eval_(
 
 @app.command()
 def artifact(
-    model: Annotated[str, typer.Argument(help="Source GGUF, or 'default'.")],
+    model: Annotated[str, typer.Argument(help="Source GGUF, an s3:// reference, or 'default'.")],
     out: Annotated[Path, typer.Option("--out", "-o", help="Artifact directory.")],
     quantize: Annotated[str | None, typer.Option("--quantize", help="Quantization type to apply.")] = None,
     allow_requantize: Annotated[bool, typer.Option(help="Allow re-quantizing a quantized source.")] = False,

@@ -20,6 +20,7 @@ from llmhost.server.metrics import ServerMetrics
 from llmhost.server.middleware import BodyLimitMiddleware, CustomAttributesMiddleware
 from llmhost.server.routes import embeddings, openai, ops, runtime, sagemaker, tgi
 from llmhost.server.serving.context import ServingContext
+from llmhost.server.serving.custom import CustomInference
 from llmhost.server.serving.embeddings import EmbeddingsServing
 from llmhost.server.serving.openai import OpenAIServing
 from llmhost.server.serving.tgi import TGIServing
@@ -48,6 +49,13 @@ def create_app(
             runner.start()
         watching = watch_embedder(embedder, lifecycle) if embedder else watch_engine(engine, lifecycle)
         watcher = asyncio.create_task(watching, name="llmhost watch")
+        if custom is not None:
+            try:
+                await custom.start()
+            except Exception as exc:  # model_fn failed: exit non-zero, as SageMaker's toolkit does
+                lifecycle.exit(1, f"inference.py: {exc}")
+                watcher.cancel()
+                raise
         try:
             yield
         finally:
@@ -62,6 +70,9 @@ def create_app(
     app.state.openai = OpenAIServing(ctx, settings.tool_parser)
     app.state.tgi = TGIServing(ctx)
     app.state.embeddings = EmbeddingsServing(ctx)
+    # imported now, before serving: a broken inference.py stops the server from starting
+    custom = CustomInference.load(settings.inference_script, ctx) if settings.inference_script else None
+    app.state.custom = custom
     errors.install(app)
     for module in (sagemaker, runtime, openai, embeddings, tgi, ops):
         app.include_router(module.router)

@@ -43,6 +43,8 @@ class ServerSettings:
     # --embeddings: the model is loaded for /v1/embeddings only, no generation engine (llama-server's mode)
     embeddings: EmbedderConfig | None = None
     api_keys: ApiKeys = field(default_factory=ApiKeys)  # none: no authentication
+    # the model directory's code/inference.py (SageMaker inference toolkit hooks for /invocations)
+    inference_script: Path | None = None
 
     def __post_init__(self) -> None:
         if not 0 < self.port < 65536:

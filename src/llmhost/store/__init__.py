@@ -1,4 +1,4 @@
-"""Model references: a local `.gguf` path, a model directory, or the bundled default model."""
+"""Model references: a local `.gguf` path, a model directory, the bundled default model, or s3:// (cached)."""
 
 from llmhost.store.resolve import DEFAULT_MODEL_REF, ModelNotFoundError, resolve_model
 

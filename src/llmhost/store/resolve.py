@@ -1,4 +1,5 @@
 """Resolve a model reference to a local GGUF file."""
+# s3:// references are handled in llmhost.store.s3, imported only when one is given (it needs boto3)
 
 from __future__ import annotations
 
@@ -42,9 +43,15 @@ def resolve_model(ref: str | None = None) -> Path:
         return default_model_path()
     if ref == DEFAULT_MODEL_REF:
         return default_model_path()
+    if ref.startswith("s3://"):
+        from llmhost.store.s3 import resolve_s3
+
+        return resolve_s3(ref)
     path = Path(ref).expanduser()
     if path.is_dir():
         return first_gguf(path)
     if path.is_file():
         return path
-    raise ModelNotFoundError(f"model reference {ref!r} is neither a .gguf file, a directory nor 'default'")
+    raise ModelNotFoundError(
+        f"model reference {ref!r} is neither a .gguf file, a directory, an s3:// URI nor 'default'"
+    )

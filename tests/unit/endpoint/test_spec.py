@@ -78,7 +78,6 @@ def test_unknown_key_names_its_path() -> None:
         (comp(copies=5, autoscaling={"min_copies": 1, "max_copies": 4}), "copies (5) must lie between"),
         (comp(autoscaling={"min_copies": 3, "max_copies": 2}), "min_copies (3) exceeds max_copies (2)"),
         (comp(copies=0), "copies: 0 needs autoscaling"),
-        (comp(model="s3://bucket/prefix/"), "s3:// models are not supported yet"),
         (comp(engine={"max_input_tokens": 512, "max_total_tokens": 512}), "must be below max_total_tokens"),
         (comp(name="no spaces"), "components[0](no spaces).name: String should match pattern"),
         (comp(autoscaling={"target_concurrent_per_copy": 0}), "target_concurrent_per_copy"),
@@ -87,6 +86,11 @@ def test_unknown_key_names_its_path() -> None:
 )
 def test_impossible_values_are_refused(component: dict[str, Any], expected: str) -> None:
     assert expected in error_of(endpoint(component))
+
+
+def test_s3_models_are_accepted() -> None:
+    spec = parse_endpoint(endpoint(comp(model="s3://bucket/prefix/"), comp(name="b", model="s3://b/m.tar.gz")))
+    assert [c.model for c in spec.components] == ["s3://bucket/prefix/", "s3://b/m.tar.gz"]
 
 
 def test_endpoint_level_errors() -> None:

@@ -10,6 +10,7 @@ from llmhost.lifecycle import Lifecycle
 from llmhost.server.errors import APIError
 from llmhost.server.protocol.limits import parse_json
 from llmhost.server.serving.context import ServingContext
+from llmhost.server.serving.custom import CustomInference
 from llmhost.server.serving.embeddings import EmbeddingsServing
 from llmhost.server.serving.openai import OpenAIServing
 from llmhost.server.serving.tgi import TGIServing
@@ -23,6 +24,12 @@ def context(request: Request) -> ServingContext:
 def lifecycle(request: Request) -> Lifecycle:
     state: Lifecycle = request.app.state.lifecycle
     return state
+
+
+def custom(request: Request) -> CustomInference | None:
+    """The model directory's inference.py, if it has one."""
+    handlers: CustomInference | None = getattr(request.app.state, "custom", None)
+    return handlers
 
 
 def openai(request: Request) -> OpenAIServing:

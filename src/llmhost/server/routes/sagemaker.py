@@ -26,6 +26,9 @@ async def ping(request: Request) -> Response:
 
 @router.post("/invocations")
 async def invocations(request: Request) -> Response:
+    custom = deps.custom(request)
+    if custom is not None:  # inference.py's input_fn / predict_fn / output_fn, defaults as below
+        return await custom.invoke(request, invoke)
     return await invoke(request, await deps.json_body(request))
 
 

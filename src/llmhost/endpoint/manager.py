@@ -84,7 +84,10 @@ class EndpointManager:
 
     async def start(self) -> None:
         """Start every component's copies one after another, then the autoscaler."""
-        await self.add(self.spec.components)
+        # resolved here, on the loop, before anything is served: the components exist (and the
+        # router knows them) from the first request on, even while their copies start
+        self.check()
+        await self._start_components(self._register(self.spec.components))
         self._autoscaler = asyncio.create_task(self._autoscale_loop(), name="autoscaler")
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
@@ -94,18 +97,21 @@ class EndpointManager:
         return task
 
     async def add(self, specs: list[ComponentSpec]) -> None:
-        """Resolve the models, check capacity (again: it may have changed since `check`), start copies."""
+        """Components added to a running endpoint: resolve the models, check capacity, start copies."""
         self._check_names(specs)
         # an s3:// model may take minutes to download: off the event loop, which keeps routing
         models = await asyncio.to_thread(lambda: {s.name: resolve(s) for s in specs})
-        self._check_names(specs)  # and again: an add beside this one may have taken a name meanwhile
+        self._check_names(specs)  # again: an add beside this one may have taken a name meanwhile
         self._models.update(models)
-        self._check_capacity(specs)
-        comps = []
-        for s in specs:
-            comp = Component(s, self._models[s.name])
-            self.components[s.name] = comp
-            comps.append(comp)
+        await self._start_components(self._register(specs))
+
+    def _register(self, specs: list[ComponentSpec]) -> list[Component]:
+        self._check_capacity(specs)  # again: capacity may have changed since `check`
+        comps = [Component(s, self._models[s.name]) for s in specs]
+        self.components.update((c.spec.name, c) for c in comps)
+        return comps
+
+    async def _start_components(self, comps: list[Component]) -> None:
         for comp in comps:
             async with comp.lock:
                 await self._grow(comp, comp.spec.initial_copies)

@@ -209,7 +209,8 @@ def measure(url: str, prompts: Path, conc: int, new_tokens: int) -> dict[str, An
         "errors": level.errors,
         "output_tokens_per_s": round(level.output_tokens_per_s, 2),
         "ttft_ms_p50": _ms(level.get("ttft_s_p50")),
-        "itl_ms_p50": _ms(level.get("itl_s_p50")),
+        "tpot_ms_p50": _ms(level.get("tpot_s_p50")),  # per token (vLLM's TPOT)
+        "itl_ms_p50": _ms(level.get("itl_s_p50")),  # per gap between stream events (vLLM's ITL)
     }
 
 

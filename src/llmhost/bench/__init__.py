@@ -23,16 +23,20 @@ from llmhost.bench.cost import (
 from llmhost.bench.metrics import LevelSummary, RequestRecord
 from llmhost.bench.results import BenchResults, ConfigResult, Recommendation, load_results
 from llmhost.bench.runner import BenchConfig, arun_benchmark, run_benchmark
+from llmhost.bench.saturation import SaturationRule
+from llmhost.bench.slo import GoodputSLO
 from llmhost.bench.sweep import SweepSpec, arun_sweep, run_sweep
 
 __all__ = [
     "BenchConfig",
     "BenchResults",
     "ConfigResult",
+    "GoodputSLO",
     "LevelSummary",
     "Ratio",
     "Recommendation",
     "RequestRecord",
+    "SaturationRule",
     "SweepSpec",
     "arun_benchmark",
     "arun_sweep",

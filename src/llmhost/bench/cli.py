@@ -18,6 +18,9 @@ from llmhost.bench.loadgen import LevelState
 from llmhost.bench.metrics import LevelSummary
 from llmhost.bench.results import BenchResults, load_results
 from llmhost.bench.runner import BenchConfig, run_benchmark
+from llmhost.bench.server_metrics import SHOWN
+from llmhost.bench.slo import HELP as GOODPUT_HELP
+from llmhost.bench.slo import parse_goodput
 from llmhost.bench.sweep import SweepSpec, run_sweep
 from llmhost.bench.targets import APIS
 
@@ -43,6 +46,15 @@ def _floats(text: str | None, what: str) -> list[float] | None:
         return [float(x) for x in text.replace(" ", "").split(",") if x]
     except ValueError as exc:
         raise typer.BadParameter(f"{what}: a comma-separated list of numbers, got {text!r}") from exc
+
+
+def _goodput(items: list[str] | None) -> dict[str, float] | None:
+    if not items:
+        return None
+    try:
+        return parse_goodput(items)
+    except ValueError as exc:
+        raise typer.BadParameter(f"--goodput: {exc}") from exc
 
 
 def _default_out() -> Path:
@@ -88,7 +100,9 @@ class LiveProgress:
         self.console.print(
             f"  {summary.config} {summary.level}: {summary.requests} requests, "
             f"{summary.success_pct:.1f}% ok, {summary.output_tokens_per_s:.1f} output tok/s, "
-            f"p50 TTFT {_ms(summary.get('ttft_s_p50'))} ms, p50 ITL {_ms(summary.get('itl_s_p50'))} ms"
+            f"p50 TTFT {_ms(summary.get('ttft_s_p50'))} ms, p50 TPOT {_ms(summary.get('tpot_s_p50'))} ms, "
+            f"p50 ITL {_ms(summary.get('itl_s_p50'))} ms"
+            + (f", goodput {summary.goodput_rps:.2f} req/s" if summary.goodput_rps is not None else "")
         )
 
     def __rich__(self) -> Group:
@@ -115,8 +129,9 @@ class LiveProgress:
 def levels_table(results: BenchResults) -> Table:
     t = Table(title="llmhost bench", show_lines=False)
     for col in (
-        "config", "level", "req", "ok %", "req/s", "out tok/s", "TTFT p50 ms", "TTFT p99 ms",
-        "ITL p50 ms", "ms/token p50", "E2E p50 s", "min/1M", "$/1M", "blended $/1M", "errors",
+        "config", "level", "req", "ok %", "req/s", "goodput req/s", "out tok/s", "TTFT p50 ms",
+        "TTFT p99 ms", "TPOT p50 ms", "ITL p50 ms", "ms/token p50", "E2E p50 s", "min/1M", "$/1M",
+        "blended $/1M", "errors",
     ):  # fmt: skip
         t.add_column(col, justify="left" if col in ("config", "level", "errors") else "right")
     for lv in results.levels():
@@ -125,14 +140,29 @@ def levels_table(results: BenchResults) -> Table:
             errs = f"{errs} (stopped: {lv.stopped})".strip()
         t.add_row(
             lv.config, lv.level, str(lv.requests), f"{lv.success_pct:.1f}", _num(lv.requests_per_s, ".2f"),
-            _num(lv.output_tokens_per_s), _ms(lv.get("ttft_s_p50")), _ms(lv.get("ttft_s_p99")),
-            _ms(lv.get("itl_s_p50")), _num(lv.get("ms_per_token_p50")), _num(lv.get("e2e_s_p50"), ".3f"),
+            _num(lv.goodput_rps, ".2f"), _num(lv.output_tokens_per_s), _ms(lv.get("ttft_s_p50")),
+            _ms(lv.get("ttft_s_p99")), _ms(lv.get("tpot_s_p50")), _ms(lv.get("itl_s_p50")),
+            _num(lv.get("ms_per_token_p50")), _num(lv.get("e2e_s_p50"), ".3f"),
             _num(lv.minutes_per_1m_tokens), _num(lv.cost_per_1m_tokens_usd, ".3f"),
             _num(lv.blended_price_per_1m_tokens_usd, ".3f"), errs or "–",
         )  # fmt: skip
     for c in results.configs:
         if c.error:
-            t.add_row(c.name, "–", *["" for _ in range(12)], f"failed: {c.error.splitlines()[0][:60]}")
+            t.add_row(c.name, "–", *["" for _ in range(14)], f"failed: {c.error.splitlines()[0][:60]}")
+    return t
+
+
+def server_table(results: BenchResults) -> Table | None:
+    """Server-side figures of the levels whose target exposed /metrics."""
+    levels = [lv for lv in results.levels() if lv.server_figures]
+    shown = [(k, label, fmt) for k, label, fmt in SHOWN if any(k in lv.server_figures for lv in levels)]
+    if not shown:
+        return None
+    t = Table(title="Server metrics (/metrics)")
+    for col in ("config", "level", *(label for _, label, _ in shown)):
+        t.add_column(col, justify="left" if col in ("config", "level") else "right")
+    for lv in levels:
+        t.add_row(lv.config, lv.level, *(_num(lv.server_figures.get(k), fmt) for k, _, fmt in shown))
     return t
 
 
@@ -152,6 +182,14 @@ def recommendations_table(results: BenchResults) -> Table:
 
 def _print_final(results: BenchResults, out: Path | None) -> None:
     console.print(levels_table(results))
+    server = server_table(results)
+    if server is not None:
+        console.print(server)
+    for c in results.configs:
+        if c.stopped:
+            console.print(f"[yellow]{c.name}: load stopped ({c.stopped}): {c.stop_detail}[/yellow]")
+        elif c.saturated_at:
+            console.print(f"[yellow]{c.name}: saturated at {c.saturated_at}[/yellow]")
     if len(results.configs) > 1 or any(r.goal == "slo" for r in results.recommendations):
         console.print(recommendations_table(results))
     if results.interrupted:
@@ -166,8 +204,15 @@ def run(
     api: Annotated[str, typer.Option(help=f"API to drive: {', '.join(APIS)}.")] = "openai",
     concurrency: Annotated[str, typer.Option(help="Closed-loop levels: concurrent users, e.g. 1,4,8.")] = "1",
     rate: Annotated[
-        str | None, typer.Option(help="Open-loop levels instead: Poisson request rates (req/s), e.g. 1,2,4.")
+        str | None, typer.Option(help="Open-loop levels instead: request rates (req/s), e.g. 1,2,4.")
     ] = None,
+    burstiness: Annotated[
+        float,
+        typer.Option(
+            help="Open loop: gamma shape of the gaps between arrivals, as vLLM's --burstiness "
+            "(1: Poisson; below 1: burstier; above 1: more even). Mean rate unchanged."
+        ),
+    ] = 1.0,
     duration: Annotated[
         float | None, typer.Option(help="Seconds per level (default 30 without --requests).")
     ] = None,
@@ -206,6 +251,21 @@ def run(
     ] = None,
     slo_ms_per_token: Annotated[float | None, typer.Option(help="SLO: p50 ms per token.")] = None,
     slo_ttft_ms: Annotated[float | None, typer.Option(help="SLO: p50 TTFT in ms.")] = None,
+    goodput: Annotated[list[str] | None, typer.Option(help=GOODPUT_HELP)] = None,
+    stop_at_saturation: Annotated[
+        bool,
+        typer.Option(
+            help="Stop raising the load once output tok/s grows less than --saturation-gain over the "
+            "best earlier level while p50 E2E grows at least that much."
+        ),
+    ] = True,
+    saturation_gain: Annotated[float, typer.Option(help="Saturation threshold, a fraction.")] = 0.05,
+    server_metrics: Annotated[
+        bool, typer.Option(help="Scrape the target's Prometheus /metrics around and during each level.")
+    ] = True,
+    metrics_interval: Annotated[
+        float, typer.Option(help="Seconds between /metrics scrapes during a level (0: before/after only).")
+    ] = 1.0,
     seed: Annotated[int, typer.Option(help="Seed of the open-loop arrivals.")] = 0,
     live: Annotated[bool, typer.Option(help="Live progress display.")] = True,
 ) -> None:
@@ -225,7 +285,9 @@ def run(
         builtin_prompts=builtin_prompts, num_prompts=num_prompts, tokenize=tokenize,
         price_per_hour=price_per_hour, discount=discount, model=model, component=component,
         ignore_eos=ignore_eos, temperature=temperature, headers=headers, name=name, seed=seed,
-        slo_ms_per_token=slo_ms_per_token, slo_ttft_ms=slo_ttft_ms,
+        slo_ms_per_token=slo_ms_per_token, slo_ttft_ms=slo_ttft_ms, burstiness=burstiness,
+        goodput=_goodput(goodput), saturation_gain=saturation_gain if stop_at_saturation else None,
+        server_metrics=server_metrics, metrics_interval_s=metrics_interval,
     )  # fmt: skip
     try:
         cfg.validate()
@@ -260,6 +322,7 @@ def sweep(
         typer.Option(help="Load at which 'most cost-effective' is chosen (default: highest common)."),
     ] = None,
     price_per_hour: Annotated[float | None, typer.Option(help="Override the file's price per hour.")] = None,
+    goodput: Annotated[list[str] | None, typer.Option(help=GOODPUT_HELP + " Overrides the file's.")] = None,
     live: Annotated[bool, typer.Option(help="Live progress display.")] = True,
 ) -> None:
     """Start each configuration of SPEC_FILE, measure every level, stop it; recommend one."""
@@ -275,6 +338,8 @@ def sweep(
         spec.at_concurrency = at_concurrency
     if price_per_hour is not None:
         spec.price_per_hour = price_per_hour
+    if goodput:
+        spec.goodput = _goodput(goodput)
     out_dir = out or _default_out()
     results = _with_progress(live, lambda p: run_sweep(spec, out_dir, p))
     _print_final(results, out_dir)
@@ -289,6 +354,11 @@ def compare(
 ) -> None:
     """Print B / A for each level both result directories measured."""
     ra, rb = load_results(a), load_results(b)
+    if ra.format != rb.format:
+        console.print(
+            f"[yellow]A is {ra.format or 'unversioned'}, B is {rb.format or 'unversioned'}: in "
+            "llmhost-bench/1 itl_s was the per-request TPOT (now tpot_s) and req/s counted failures.[/yellow]"
+        )
     rows = compare_results(ra, rb)
     if not rows:
         console.print("[yellow]No level in common (match is by configuration name and level).[/yellow]")

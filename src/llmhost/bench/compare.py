@@ -13,9 +13,11 @@ COMPARED = (
     "success_pct",
     "ttft_s_p50",
     "ttft_s_p99",
+    "tpot_s_p50",
     "itl_s_p50",
     "ms_per_token_p50",
     "e2e_s_p50",
+    "goodput_rps",
     "cost_per_1m_tokens_usd",
 )
 

@@ -4,7 +4,10 @@
 - Cost per 1M tokens = price per hour × that time / 60.
 - Blended price per 1M tokens, input:output 3:1 =
   (1 − discount) × price per hour ÷ (total tokens per s × 3600 ÷ 1e6) ÷ 4,
-  where total tokens per s = concurrency ÷ p50 inter-token latency.
+  where total tokens per s = concurrency ÷ p50 TPOT (time per output token after the first).
+
+TPOT, not the gap between streamed events (ITL), sets the per-user token rate: a server that sends
+several tokens per event (speculative decoding) has longer gaps but more tokens per gap.
 """
 
 from __future__ import annotations
@@ -20,10 +23,10 @@ def cost_per_1m_tokens(output_tokens_per_s: float, price_per_hour: float) -> flo
     return price_per_hour * minutes_per_1m_tokens(output_tokens_per_s) / 60.0
 
 
-def total_tokens_per_s(concurrency: float, p50_itl_s: float) -> float:
-    if p50_itl_s <= 0:
-        raise ValueError("inter-token latency must be positive")
-    return concurrency / p50_itl_s
+def total_tokens_per_s(concurrency: float, p50_tpot_s: float) -> float:
+    if p50_tpot_s <= 0:
+        raise ValueError("time per output token must be positive")
+    return concurrency / p50_tpot_s
 
 
 def blended_price_per_1m_tokens(

@@ -1,5 +1,6 @@
 """The load generator: closed loop (N users, each sending its next request when the last one ended)
-and open loop (Poisson arrivals at a rate), over keep-alive connections of :mod:`llmhost.bench.http`.
+and open loop (arrivals at a rate: Poisson, or gamma-distributed gaps with a burstiness factor, see
+:mod:`llmhost.bench.arrivals`), over keep-alive connections of :mod:`llmhost.bench.http`.
 
 A request never raises: every failure becomes a :class:`RequestRecord` with an error kind. A level
 ends when its duration or request count is reached (requests in flight are completed, bounded by the
@@ -11,10 +12,11 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from llmhost.bench import metrics as m
+from llmhost.bench.arrivals import Arrivals
 from llmhost.bench.http import Connection, Endpoint, HttpClientError
 from llmhost.bench.sse import SSEDecoder
 from llmhost.bench.targets import StreamError, Target
@@ -38,6 +40,7 @@ class LoadSettings:
     min_requests_for_error_rate: int = 10
     max_in_flight: int = 1024  # open loop: arrivals wait beyond this many requests in flight
     seed: int = 0
+    burstiness: float = 1.0  # open loop: gamma shape of the inter-arrival gaps (1.0: Poisson)
 
     def __post_init__(self) -> None:
         if self.duration_s is None and self.requests is None:
@@ -48,6 +51,8 @@ class LoadSettings:
             raise ValueError("requests must be at least 1")
         if self.timeout_s <= 0:
             raise ValueError("timeout must be positive")
+        if self.burstiness <= 0:
+            raise ValueError("burstiness must be positive (1.0: Poisson arrivals)")
 
 
 class LevelState:
@@ -109,22 +114,24 @@ async def send_one(
             rec.error_detail = body[:300].decode("utf-8", "replace")
             return
         decoder = SSEDecoder()
-        first: float | None = None
+        # arrival of each event carrying generated text, however many tokens it holds (one ITL gap
+        # per event, as vLLM); events of one network read share the time that read returned
+        token_times: list[float] = []
         feed = stream.feed
         while (chunk := await resp.read_chunk()) is not None:
             now = time.perf_counter()
             for payload in decoder.feed(chunk):
-                if feed(payload) and first is None:
-                    first = now
+                if feed(payload):
+                    token_times.append(now - t0)
         end = time.perf_counter()
         for payload in decoder.finish():
-            if feed(payload) and first is None:
-                first = end
+            if feed(payload):
+                token_times.append(end - t0)
         conn.release(resp)
         stream.check_complete()
-        if first is None:
+        if not token_times:
             raise StreamError(m.MALFORMED_STREAM, "stream carried no generated token")
-        rec.finish_ok(first - t0, end - t0, stream.output_tokens)
+        rec.finish_ok(token_times, end - t0, stream.output_tokens)
         rec.tokens_counted_by = stream.counted_by
         if stream.reported_prompt_tokens is not None:
             rec.prompt_tokens = stream.reported_prompt_tokens
@@ -254,6 +261,7 @@ async def run_open_phase(
     rng: random.Random,
 ) -> None:
     timeout_s = phase.settings.timeout_s
+    arrivals = Arrivals(rate_rps, phase.settings.burstiness)
     config, level = phase.state.config, phase.state.level
     idle: list[Connection] = []
     in_flight: set[asyncio.Task[None]] = set()
@@ -283,7 +291,7 @@ async def run_open_phase(
             task = asyncio.create_task(one(i, conn))
             in_flight.add(task)
             task.add_done_callback(in_flight.discard)
-            next_t += rng.expovariate(rate_rps)
+            next_t += arrivals.gap_s(rng)
         if in_flight:
             await asyncio.gather(*in_flight)
     finally:
@@ -310,8 +318,10 @@ async def run_level(
     *,
     concurrency: int | None = None,
     rate_rps: float | None = None,
+    before_measured: Callable[[], Awaitable[None]] | None = None,
 ) -> LevelOutcome:
-    """Run one level: warm-up requests first (excluded), then the measured phase."""
+    """Run one level: warm-up requests first (excluded), then the measured phase.
+    ``before_measured`` is awaited between the two (a scrape of the server's counters)."""
     if not requests:
         raise ValueError("no requests to send")
     if (concurrency is None) == (rate_rps is None):
@@ -328,6 +338,8 @@ async def run_level(
                 assert rate_rps is not None
                 await run_open_phase(endpoint, target, requests, rate_rps, warm, run_t0, rng)
             state.warmup = False
+        if before_measured is not None:
+            await before_measured()
         state.started_at = time.perf_counter()
         phase = _Phase(state, settings, sink, False, settings.requests, settings.duration_s, settings.warmup)
         if concurrency is not None:

@@ -5,6 +5,7 @@
 - Best throughput: highest output tokens/s at any level.
 - Best latency: lowest p50 ms per token at the lowest concurrency measured.
 - SLO: the cheapest level of any configuration whose p50 ms/token and/or p50 TTFT meet the bounds.
+- Best goodput (when a goodput SLO was given): most successful requests/s meeting it, at any level.
 
 Only levels whose success rate reaches ``min_success_pct`` compete. Without prices, "cheapest"
 falls back to "highest throughput" (the same order when every configuration costs the same per hour).
@@ -23,7 +24,9 @@ def _figures(lv: LevelSummary) -> dict[str, float | None]:
         "output_tokens_per_s": lv.output_tokens_per_s,
         "ms_per_token_p50": lv.get("ms_per_token_p50"),
         "ttft_s_p50": lv.get("ttft_s_p50"),
+        "tpot_s_p50": lv.get("tpot_s_p50"),
         "itl_s_p50": lv.get("itl_s_p50"),
+        "goodput_rps": lv.goodput_rps,
         "success_pct": lv.success_pct,
         "price_per_hour": lv.price_per_hour,
         "cost_per_1m_tokens_usd": lv.cost_per_1m_tokens_usd,
@@ -119,4 +122,17 @@ def recommend(
         text = " and ".join(bounds)
         note = f"cheapest meeting {text}" if pick else f"no configuration meets {text}"
         recs.append(_rec("slo", f"Cheapest meeting SLO ({text})", pick, note))
+
+    # Most requests/s meeting every per-request bound of the goodput SLO.
+    with_goodput = [lv for lv in levels if lv.goodput_rps is not None]
+    if with_goodput:
+        best_gp = max(with_goodput, key=lambda lv: (lv.goodput_rps or 0.0, lv.output_tokens_per_s))
+        recs.append(
+            _rec(
+                "best_goodput",
+                "Best goodput",
+                (best_gp, "goodput_rps", float(best_gp.goodput_rps or 0.0)),
+                "most successful requests/s meeting the goodput SLO at any level",
+            )
+        )
     return recs

@@ -11,21 +11,23 @@ import json
 from pathlib import Path
 from typing import IO, Any
 
-from llmhost.bench.metrics import ERROR_KINDS, RequestRecord
+from llmhost.bench.metrics import DISTRIBUTIONS, ERROR_KINDS, STATS, RequestRecord
 from llmhost.bench.results import REPORT_HTML, REQUESTS_JSONL, SUMMARY_CSV, SUMMARY_JSON, BenchResults
+from llmhost.bench.server_metrics import SHOWN
 
 COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#7f7f7f")
 
 CSV_COLUMNS = [
     "config", "level", "mode", "concurrency", "rate_rps", "requests", "successes", "success_pct",
-    "wall_s", "requests_per_s", "output_tokens_per_s", "input_tokens_per_s", "output_tokens",
-    "input_tokens", "mean_in_flight",
-    "ttft_s_p50", "ttft_s_p90", "ttft_s_p99", "itl_s_p50", "itl_s_p90", "itl_s_p99",
-    "ms_per_token_p50", "ms_per_token_p90", "ms_per_token_p99", "e2e_s_p50", "e2e_s_p90", "e2e_s_p99",
+    "wall_s", "requests_per_s", "good_requests", "goodput_rps", "output_tokens_per_s",
+    "input_tokens_per_s", "output_tokens", "input_tokens", "mean_in_flight",
+    *[f"{name}_{stat}" for name in DISTRIBUTIONS for stat in STATS],
     "price_per_hour", "minutes_per_1m_tokens", "cost_per_1m_tokens_usd", "total_tokens_per_s_blended",
     "blended_price_per_1m_tokens_usd", "discount", "stopped",
+    *[key for key, _, _ in SHOWN],
     *[f"errors_{k}" for k in ERROR_KINDS],
 ]  # fmt: skip
+CONFIG_HEADERS = ["name", "url", "api", "parameters", "$/h", "workload", "error", "load stopped / saturated"]
 
 
 class ResultsWriter:
@@ -301,10 +303,13 @@ def render_html(results: BenchResults) -> str:
                 str(lv.requests),
                 f"{lv.success_pct:.1f}",
                 _fmt(lv.requests_per_s),
+                _fmt(lv.goodput_rps),
                 _fmt(lv.output_tokens_per_s),
                 _fmt(lv.get("ttft_s_p50"), 4),
                 _fmt(lv.get("ttft_s_p99"), 4),
+                _fmt(lv.get("tpot_s_p50"), 4),
                 _fmt(lv.get("itl_s_p50"), 4),
+                _fmt(lv.get("itl_s_p99"), 4),
                 _fmt(lv.get("ms_per_token_p50")),
                 _fmt(lv.get("e2e_s_p50"), 4),
                 _fmt(lv.minutes_per_1m_tokens),
@@ -331,6 +336,7 @@ def render_html(results: BenchResults) -> str:
                     else "–"
                 ),
                 html.escape(c.error or ""),
+                html.escape(f"{c.stopped}: {c.stop_detail}" if c.stopped else c.saturated_at or "–"),
             ]
         )
     settings = html.escape(json.dumps(results.settings, sort_keys=True))
@@ -345,8 +351,10 @@ def render_html(results: BenchResults) -> str:
 <body>
 <h1>llmhost bench report</h1>
 <p class="note">Started {html.escape(results.started_at)}, finished {html.escape(results.finished_at)}.
-Definitions (TTFT: sent → first token; ITL: (E2E − TTFT)/(tokens − 1); ms/token: E2E/tokens;
-throughput: output tokens of successful requests / wall time of the level).</p>
+Definitions, as vLLM's: TTFT: sent → first token event; TPOT: (last token event − first)/(tokens − 1),
+per request; ITL: gap between consecutive token events, over all gaps; ms/token: E2E/tokens; E2E: sent
+→ last byte; throughput, req/s and goodput: successful requests (goodput: those meeting the SLO) / wall
+time of the level. Server figures come from the target's /metrics.</p>
 {warn}
 <h2>Recommendations</h2>
 {
@@ -378,10 +386,13 @@ throughput: output tokens of successful requests / wall time of the level).</p>
                 "requests",
                 "success %",
                 "req/s",
+                "goodput req/s",
                 "output tok/s",
                 "TTFT p50 s",
                 "TTFT p99 s",
+                "TPOT p50 s",
                 "ITL p50 s",
+                "ITL p99 s",
                 "ms/token p50",
                 "E2E p50 s",
                 "min per 1M",
@@ -393,12 +404,28 @@ throughput: output tokens of successful requests / wall time of the level).</p>
             "levels",
         )
     }
+{server_section(results)}
 <h2>Configurations</h2>
-{_table(["name", "url", "api", "parameters", "$/h", "workload", "error"], config_rows, "configs")}
+{_table(CONFIG_HEADERS, config_rows, "configs")}
 <p class="note">Settings: <code>{settings}</code></p>
 <script>{_PAGE_SCRIPT}</script>
 </body></html>
 """
+
+
+def server_section(results: BenchResults) -> str:
+    """The table of server-side figures (from the targets' /metrics), empty when none had any."""
+    levels = [lv for lv in results.levels() if lv.server_figures]
+    if not levels:
+        return ""
+    shown = [(k, label) for k, label, _ in SHOWN if any(k in lv.server_figures for lv in levels)]
+    rows = [
+        [html.escape(lv.config), html.escape(lv.level)]
+        + [_fmt(lv.server_figures.get(k), 4) for k, _ in shown]
+        for lv in levels
+    ]
+    headers = ["configuration", "level", *(h for _, h in shown)]
+    return f"<h2>Server metrics</h2>\n{_table(headers, rows, 'levels')}"
 
 
 def records_from_jsonl(path: str | Path) -> list[dict[str, Any]]:

@@ -13,6 +13,9 @@ SUMMARY_JSON = "summary.json"
 SUMMARY_CSV = "summary.csv"
 REQUESTS_JSONL = "requests.jsonl"
 REPORT_HTML = "report.html"
+# 2: itl_s is over gaps between token events (was per-request TPOT, now tpot_s); requests_per_s
+# counts successful requests only; goodput, server figures and saturation added
+FORMAT = "llmhost-bench/2"
 
 
 @dataclass
@@ -27,6 +30,11 @@ class ConfigResult:
     workload: dict[str, Any] = field(default_factory=dict)
     levels: list[LevelSummary] = field(default_factory=list)
     error: str | None = None  # why it produced no figures (failed to start, ...)
+    # why its levels ended before the last one: "saturated", "error_rate" or "interrupted"
+    stopped: str | None = None
+    stop_detail: str = ""
+    skipped_levels: list[str] = field(default_factory=list)  # levels not run after a stop
+    saturated_at: str | None = None  # first level showing saturation (even when it was the last)
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
@@ -67,13 +75,14 @@ class BenchResults:
     started_at: str = ""
     finished_at: str = ""
     out_dir: str | None = None
+    format: str = FORMAT  # of the summary.json read (compare warns when two differ)
 
     def levels(self) -> list[LevelSummary]:
         return [lv for c in self.configs for lv in c.levels]
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "format": "llmhost-bench/1",
+            "format": FORMAT,
             "started_at": self.started_at,
             "finished_at": self.finished_at,
             "interrupted": self.interrupted,
@@ -92,6 +101,7 @@ class BenchResults:
             started_at=obj.get("started_at", ""),
             finished_at=obj.get("finished_at", ""),
             out_dir=out_dir,
+            format=str(obj.get("format", "")),
         )
 
 

@@ -10,12 +10,16 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Protocol
 
+from llmhost.bench.arrivals import Arrivals
 from llmhost.bench.http import Endpoint, encode_request, simple_request
 from llmhost.bench.loadgen import LevelState, LoadSettings, PreparedRequest, run_level
 from llmhost.bench.metrics import LevelSummary, RequestRecord, summarize_level
 from llmhost.bench.recommend import recommend
 from llmhost.bench.report import ResultsWriter
 from llmhost.bench.results import BenchResults, ConfigResult
+from llmhost.bench.saturation import SaturationRule
+from llmhost.bench.server_metrics import MetricsProbe, metrics_path
+from llmhost.bench.slo import GoodputSLO
 from llmhost.bench.targets import Target
 from llmhost.bench.workload import (
     Tokenizer,
@@ -34,7 +38,8 @@ class BenchConfig:
     url: str
     api: str = "openai"  # openai | chat | sagemaker | tgi
     concurrency: list[int] = field(default_factory=lambda: [1])  # closed-loop levels
-    rates: list[float] | None = None  # open-loop levels (Poisson req/s); replaces concurrency
+    rates: list[float] | None = None  # open-loop levels (req/s); replaces concurrency
+    burstiness: float = 1.0  # open loop: gamma shape of inter-arrival gaps (1.0: Poisson), as vLLM
     duration_s: float | None = None  # per level; with neither this nor requests: 30 s
     requests: int | None = None  # per level
     warmup: int = 0  # requests per level, excluded
@@ -59,6 +64,10 @@ class BenchConfig:
     at_concurrency: float | None = None  # recommendations: load for "most cost-effective"
     slo_ms_per_token: float | None = None
     slo_ttft_ms: float | None = None
+    goodput: dict[str, float] | None = None  # per-request SLO in ms: ttft, tpot, itl, e2e
+    saturation_gain: float | None = 0.05  # stop raising load below this throughput gain; None: never
+    server_metrics: bool = True  # scrape the target's /metrics around and during each level
+    metrics_interval_s: float = 1.0  # scrapes during a level (0: before and after only)
 
     def load_settings(self) -> LoadSettings:
         duration = self.duration_s
@@ -72,7 +81,14 @@ class BenchConfig:
             max_error_rate=self.max_error_rate,
             max_in_flight=self.max_in_flight,
             seed=self.seed,
+            burstiness=self.burstiness,
         )
+
+    def slo(self) -> GoodputSLO | None:
+        return GoodputSLO.from_mapping(self.goodput) if self.goodput else None
+
+    def saturation(self) -> SaturationRule | None:
+        return SaturationRule(self.saturation_gain) if self.saturation_gain is not None else None
 
     def levels(self) -> list[tuple[str, int | None, float | None]]:
         if self.rates:
@@ -85,8 +101,12 @@ class BenchConfig:
         self.load_settings()
         if not self.rates and (not self.concurrency or min(self.concurrency) < 1):
             raise ValueError("concurrency levels must be at least 1")
-        if self.rates and min(self.rates) <= 0:
-            raise ValueError("rates must be positive")
+        for rate in self.rates or []:
+            Arrivals(rate, self.burstiness)  # checks the rate and the burstiness
+        self.slo()
+        self.saturation()
+        if self.metrics_interval_s < 0:
+            raise ValueError("the metrics interval must be >= 0")
         if not 0.0 <= self.discount < 1.0:
             raise ValueError("discount is a rate in [0, 1)")
         if self.max_new_tokens < 1:
@@ -159,6 +179,19 @@ def prepare_requests(
     return out
 
 
+@dataclass
+class _Run:
+    """What every level of one configuration shares."""
+
+    cfg: BenchConfig
+    endpoint: Endpoint
+    target: Target
+    sink: Any
+    progress: Progress
+    run_t0: float
+    probe: MetricsProbe | None
+
+
 async def measure_config(
     cfg: BenchConfig,
     result: ConfigResult,
@@ -167,8 +200,39 @@ async def measure_config(
     run_t0: float,
 ) -> bool:
     """Measure every level of ``cfg`` into ``result.levels``; False when the run must stop
-    (error-rate bound passed). On cancellation the level in progress is summarised first."""
+    (error-rate bound passed). Levels stop early at saturation (recorded in ``result``). On
+    cancellation the level in progress is summarised first."""
     endpoint = Endpoint.parse(cfg.url)
+    target, requests = await _prepare(cfg, endpoint, result, progress)
+    probe = None
+    if cfg.server_metrics:
+        path = metrics_path(endpoint, target.path)
+        probe = MetricsProbe(endpoint, path, cfg.headers, cfg.metrics_interval_s)
+    run = _Run(cfg, endpoint, target, sink, progress, run_t0, probe)
+    levels = cfg.levels()
+    rule = cfg.saturation()
+    for i, (label, conc, rate) in enumerate(levels):
+        summary, sent = await _measure_level(run, result, requests, label, conc, rate)
+        requests = rotate(requests, sent)
+        if summary.stopped == "error_rate":
+            detail = f"error rate above {cfg.max_error_rate:g} at {label}"
+            _stop(result, "error_rate", detail, levels[i + 1 :])
+            progress.message(f"{cfg.name}: {detail}; stopping")
+            return False
+        why = rule.check(result.levels) if rule is not None else None
+        if why is not None:
+            result.saturated_at = result.saturated_at or label
+            if i + 1 < len(levels):
+                _stop(result, "saturated", why, levels[i + 1 :])
+                progress.message(f"{cfg.name}: saturated ({why}); not raising the load further")
+                return True
+    return True
+
+
+async def _prepare(
+    cfg: BenchConfig, endpoint: Endpoint, result: ConfigResult, progress: Progress
+) -> tuple[Target, list[PreparedRequest]]:
+    """The target (its model discovered when not given) and the encoded requests of the workload."""
     model = cfg.model
     if model is None and cfg.api in ("openai", "chat"):
         model = await discover_model(endpoint)
@@ -185,36 +249,55 @@ async def measure_config(
     result.workload = workload.describe()
     if model:
         result.params.setdefault("model_name", model)
-    requests = prepare_requests(endpoint, target, workload, cfg.max_new_tokens)
+    return target, prepare_requests(endpoint, target, workload, cfg.max_new_tokens)
+
+
+def _stop(result: ConfigResult, reason: str, detail: str, rest: list[tuple[str, Any, Any]]) -> None:
+    result.stopped = reason
+    result.skipped_levels = [label for label, _, _ in rest]
+    result.stop_detail = detail + (f"; skipped {', '.join(result.skipped_levels)}" if rest else "")
+
+
+async def _measure_level(
+    run: _Run,
+    result: ConfigResult,
+    requests: list[PreparedRequest],
+    label: str,
+    conc: int | None,
+    rate: float | None,
+) -> tuple[LevelSummary, int]:
+    """One level, summarised into ``result.levels``; returns it and how many requests were sent."""
+    cfg = run.cfg
+    records: list[RequestRecord] = []
+
+    def collect(rec: RequestRecord) -> None:
+        records.append(rec)
+        run.sink(rec)
+
     settings = cfg.load_settings()
-    for label, conc, rate in cfg.levels():
-        records: list[RequestRecord] = []
-
-        def collect(rec: RequestRecord, records: list[RequestRecord] = records) -> None:
-            records.append(rec)
-            sink(rec)
-
-        state = LevelState(cfg.name, label, settings)
-        progress.level_started(state)
-        stopped: str | None
-        try:
-            outcome = await run_level(
-                endpoint, target, requests, settings, state, collect, run_t0, concurrency=conc, rate_rps=rate
-            )
-            wall, stopped = outcome.wall_s, outcome.stopped
-        except asyncio.CancelledError:
-            wall, stopped = time.perf_counter() - state.started_at, "interrupted"
+    state = LevelState(cfg.name, label, settings)
+    run.progress.level_started(state)
+    probe = run.probe
+    try:
+        outcome = await run_level(
+            run.endpoint, run.target, requests, settings, state, collect, run.run_t0,
+            concurrency=conc, rate_rps=rate, before_measured=probe.begin if probe else None,
+        )  # fmt: skip
+    except BaseException as exc:
+        if probe is not None:
+            await probe.stop()
+        if isinstance(exc, asyncio.CancelledError):
+            wall = time.perf_counter() - state.started_at
             if any(not r.warmup for r in records):
-                result.levels.append(_summary(cfg, label, conc, rate, records, wall, stopped))
-            raise
-        summary = _summary(cfg, label, conc, rate, records, wall, stopped)
-        result.levels.append(summary)
-        requests = rotate(requests, len(records))
-        progress.level_finished(summary)
-        if stopped == "error_rate":
-            progress.message(f"{cfg.name}: error rate above {cfg.max_error_rate:g} at {label}; stopping")
-            return False
-    return True
+                result.levels.append(_summary(cfg, label, conc, rate, records, wall, "interrupted"))
+            result.stopped = "interrupted"
+        raise
+    summary = _summary(cfg, label, conc, rate, records, outcome.wall_s, outcome.stopped)
+    if probe is not None:
+        summary.server_figures, summary.server_metrics = await probe.end()
+    result.levels.append(summary)
+    run.progress.level_finished(summary)
+    return summary, len(records)
 
 
 def rotate(requests: list[PreparedRequest], sent: int) -> list[PreparedRequest]:
@@ -244,6 +327,7 @@ def _summary(
         price_per_hour=cfg.price_per_hour,
         discount=cfg.discount,
         stopped=stopped,
+        slo=cfg.slo(),
     )
 
 

@@ -13,8 +13,9 @@ A configuration is one of:
 Example::
 
     api: openai
-    concurrency: [1, 2, 4]
+    concurrency: [1, 2, 4]                      # stops rising at saturation (saturation_gain: null: never)
     duration_s: 30
+    goodput: {ttft: 500, tpot: 50}              # per-request SLO in ms (ttft, tpot, itl, e2e/e2el)
     prompt_tokens: 128
     max_new_tokens: 64
     price_per_hour: 0.0832
@@ -43,12 +44,14 @@ from pathlib import Path
 from typing import IO, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from llmhost.bench.http import simple_request
 from llmhost.bench.report import ResultsWriter
 from llmhost.bench.results import BenchResults, ConfigResult
 from llmhost.bench.runner import BenchConfig, NullProgress, Progress, _now, finish_results, measure_config
+from llmhost.bench.saturation import SaturationRule
+from llmhost.bench.slo import GoodputSLO
 
 HOST = "127.0.0.1"
 
@@ -99,6 +102,7 @@ class SweepSpec(BaseModel):
     api: Literal["openai", "chat", "sagemaker", "tgi"] = "openai"
     concurrency: list[int] = Field(default_factory=lambda: [1, 2, 4])
     rates: list[float] | None = None
+    burstiness: float = Field(default=1.0, gt=0)  # open loop: gamma shape of arrival gaps (1: Poisson)
     duration_s: float | None = None
     requests: int | None = None
     warmup: int = 1
@@ -117,7 +121,23 @@ class SweepSpec(BaseModel):
     at_concurrency: float | None = None
     slo_ms_per_token: float | None = None
     slo_ttft_ms: float | None = None
+    goodput: dict[str, float] | None = None  # per-request SLO, ms: ttft, tpot, itl, e2e (or e2el)
+    saturation_gain: float | None = 0.05  # stop raising the load below this throughput gain; null: never
+    server_metrics: bool = True  # scrape each configuration's /metrics around and during each level
+    metrics_interval_s: float = Field(default=1.0, ge=0)
     configurations: list[ConfigSpec]
+
+    @field_validator("goodput")
+    @classmethod
+    def _goodput(cls, v: dict[str, float] | None) -> dict[str, float] | None:
+        return GoodputSLO.from_mapping(v).to_json() if v else None
+
+    @field_validator("saturation_gain")
+    @classmethod
+    def _saturation(cls, v: float | None) -> float | None:
+        if v is not None:
+            SaturationRule(v)
+        return v
 
     @classmethod
     def load(cls, path: str | Path) -> SweepSpec:
@@ -320,6 +340,7 @@ def bench_config_for(spec: SweepSpec, launch: Launch, url: str) -> BenchConfig:
         api=c.api or spec.api,
         concurrency=list(spec.concurrency),
         rates=spec.rates,
+        burstiness=spec.burstiness,
         duration_s=spec.duration_s,
         requests=spec.requests,
         warmup=spec.warmup,
@@ -337,6 +358,10 @@ def bench_config_for(spec: SweepSpec, launch: Launch, url: str) -> BenchConfig:
         component=c.component,
         headers=dict(c.headers),
         name=launch.name,
+        goodput=spec.goodput,
+        saturation_gain=spec.saturation_gain,
+        server_metrics=spec.server_metrics,
+        metrics_interval_s=spec.metrics_interval_s,
     )
 
 

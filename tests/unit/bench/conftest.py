@@ -20,3 +20,17 @@ def fake_url() -> Iterator[str]:
 def fake_url_no_tokenizer() -> Iterator[str]:
     with fake_server("--ttft", "0.01", "--itl", "0.002", "--no-tokenizer") as url:
         yield url
+
+
+@pytest.fixture(scope="session")
+def fake_url_metrics() -> Iterator[str]:
+    """A fake server exposing /metrics with llmhost's names (see fake_server.py)."""
+    with fake_server("--ttft", "0.05", "--itl", "0.01", "--metrics") as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
+def fake_url_serial() -> Iterator[str]:
+    """A fake server that streams one answer at a time (others wait): it saturates at concurrency 1."""
+    with fake_server("--ttft", "0.05", "--itl", "0.02", "--max-concurrent", "1") as url:
+        yield url

@@ -6,7 +6,17 @@ jitter does not accumulate). Speaks OpenAI completions/chat SSE, TGI ``/generate
 word) and ``/ping``.
 
 Behaviour per request can be changed with headers: ``X-Fake-Mode`` (ok | 429 | 500 | 400 | malformed |
-error_event | truncated | hang), ``X-Fake-TTFT`` and ``X-Fake-ITL`` (seconds).
+error_event | truncated | hang), ``X-Fake-TTFT`` and ``X-Fake-ITL`` (seconds), and for the OpenAI APIs
+``X-Fake-Tokens-Per-Event`` (k tokens in each event, as a server flushing a speculative draft does:
+event ``j`` is sent at ``start + ttft + j * itl``; ``usage`` reports the real token count).
+
+With ``--max-concurrent N`` at most N streams run at once and the others wait their turn (a server
+that saturates: throughput stops growing with concurrency while latency does).
+
+With ``--metrics`` it serves ``/metrics`` through llmhost's own ``ServerMetrics`` (the names a real
+``llmhost serve`` exposes), fed by the fake's state: per request one prefix-cache lookup (every second
+lookup a hit), 4 speculative tokens proposed and 3 accepted, its tokens as generated tokens; requests
+in flight beyond 2 count as waiting, KV use is 10 cells per request in flight out of 100.
 
 Run standalone: ``python fake_server.py --port 8123 --ttft 0.05 --itl 0.02``.
 """
@@ -44,11 +54,44 @@ class Vocab:
         return " ".join(self.words[t] for t in tokens)
 
 
+class FakeEngine:
+    """The counters and gauges the fake's /metrics reports (module docstring)."""
+
+    def __init__(self) -> None:
+        self.in_flight = 0
+        self.lookups = 0
+        self.drafts = 0
+
+    def stats(self) -> Any:
+        from llmhost.engine.engine import EngineStats
+
+        return EngineStats(
+            running=min(self.in_flight, 2), waiting=max(self.in_flight - 2, 0),
+            kv_tokens_used=10 * self.in_flight, kv_tokens_capacity=100, steps=0,
+            prefix_cache_lookups=self.lookups, prefix_cache_hits=self.lookups // 2,
+            prefix_cache_reused_tokens=0, prompt_tokens_prefilled=0,
+            draft_tokens=4 * self.drafts, draft_tokens_accepted=3 * self.drafts,
+        )  # fmt: skip
+
+
 def make_app(
-    ttft_s: float = 0.05, itl_s: float = 0.02, tokenizer: bool = True, default_mode: str = "ok"
+    ttft_s: float = 0.05,
+    itl_s: float = 0.02,
+    tokenizer: bool = True,
+    default_mode: str = "ok",
+    metrics: bool = False,
+    max_concurrent: int | None = None,
 ) -> Starlette:
     vocab = Vocab()
     stats = {"requests": 0}
+    engine = FakeEngine()
+    slots = asyncio.Semaphore(max_concurrent) if max_concurrent else None
+    server_metrics: Any = None
+    if metrics:
+        from llmhost.server.metrics import ServerMetrics
+
+        server_metrics = ServerMetrics()
+        server_metrics.attach(engine.stats)
 
     def params(request: Request) -> tuple[str, float, float]:
         mode = request.headers.get("x-fake-mode", default_mode)
@@ -56,7 +99,9 @@ def make_app(
         itl = float(request.headers.get("x-fake-itl", itl_s))
         return mode, ttft, itl
 
-    async def schedule(start: float, n: int, ttft: float, itl: float) -> AsyncIterator[int]:
+    async def schedule(start: float | None, n: int, ttft: float, itl: float) -> AsyncIterator[int]:
+        # None: the clock starts now (a request that waited for a slot starts when it got one)
+        start = time.perf_counter() if start is None else start
         for i in range(n):
             delay = start + ttft + i * itl - time.perf_counter()
             if delay > 0:
@@ -64,35 +109,39 @@ def make_app(
             yield i
 
     async def openai_stream(
-        start: float, body: dict[str, Any], chat: bool, mode: str, ttft: float, itl: float
+        start: float | None, body: dict[str, Any], chat: bool, mode: str, ttft: float, itl: float, k: int
     ) -> AsyncIterator[bytes]:
         n = int(body.get("max_tokens") or 16)
         prompt = body.get("prompt") or " ".join(m["content"] for m in body.get("messages", []))
+        events = -(-n // k)
         if chat:
             yield b'data: {"choices":[{"index":0,"delta":{"role":"assistant"}}]}\n\n'
-        async for i in schedule(start, n, ttft, itl):
+        async for i in schedule(start, events, ttft, itl):
             if mode == "malformed" and i == 1:
                 yield b"data: {this is not json\n\n"
                 return
             if mode == "error_event" and i == 1:
                 yield b'data: {"error":{"message":"boom","type":"server_error"}}\n\n'
                 return
-            if mode == "truncated" and i == n - 1:
+            if mode == "truncated" and i == events - 1:
                 return
-            finish = "length" if i == n - 1 else None
+            finish = "length" if i == events - 1 else None
+            text = "".join(f" w{t}" for t in range(i * k, min((i + 1) * k, n)))
             choice: dict[str, Any] = {"index": 0, "finish_reason": finish}
             if chat:
-                choice["delta"] = {"content": f" w{i}"}
+                choice["delta"] = {"content": text}
             else:
-                choice["text"] = f" w{i}"
+                choice["text"] = text
             yield b"data: " + json.dumps({"choices": [choice]}).encode() + b"\n\n"
+        if server_metrics is not None:
+            server_metrics.generation_tokens.inc(n)
         if (body.get("stream_options") or {}).get("include_usage"):
             usage = {"prompt_tokens": len(str(prompt).split()), "completion_tokens": n, "total_tokens": n}
             yield b"data: " + json.dumps({"choices": [], "usage": usage}).encode() + b"\n\n"
         yield b"data: [DONE]\n\n"
 
     async def tgi_stream(
-        start: float, body: dict[str, Any], mode: str, ttft: float, itl: float
+        start: float | None, body: dict[str, Any], mode: str, ttft: float, itl: float
     ) -> AsyncIterator[bytes]:
         n = int((body.get("parameters") or {}).get("max_new_tokens") or 16)
         text = ""
@@ -131,11 +180,33 @@ def make_app(
         if mode == "hang":
             await asyncio.sleep(3600)
         body = await request.json()
+        k = int(request.headers.get("x-fake-tokens-per-event", "1"))
+        begin = None if slots is not None else start
         if kind in ("openai", "chat"):
-            gen = openai_stream(start, body, kind == "chat", mode, ttft, itl)
+            gen = openai_stream(begin, body, kind == "chat", mode, ttft, itl, k)
         else:
-            gen = tgi_stream(start, body, mode, ttft, itl)
-        return StreamingResponse(gen, media_type="text/event-stream")
+            gen = tgi_stream(begin, body, mode, ttft, itl)
+        return StreamingResponse(tracked(gen), media_type="text/event-stream")
+
+    async def tracked(gen: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+        engine.in_flight += 1
+        engine.lookups += 1
+        engine.drafts += 1
+        try:
+            if slots is None:
+                async for part in gen:
+                    yield part
+                return
+            async with slots:
+                async for part in gen:
+                    yield part
+        finally:
+            engine.in_flight -= 1
+
+    async def metrics_route(request: Request) -> Response:
+        if server_metrics is None:
+            return JSONResponse({"error": "not found"}, status_code=404)
+        return Response(server_metrics.render(), media_type="text/plain; version=0.0.4")
 
     async def completions(request: Request) -> Response:
         return await generate(request, "openai")
@@ -183,6 +254,7 @@ def make_app(
             Route("/ping", ping),
             Route("/v1/models", models),
             Route("/stats", stats_route),
+            Route("/metrics", metrics_route),
         ]
     )
 
@@ -196,10 +268,15 @@ def main() -> None:
     ap.add_argument("--itl", type=float, default=0.02)
     ap.add_argument("--no-tokenizer", action="store_true")
     ap.add_argument("--startup-delay", type=float, default=0.0)
+    ap.add_argument("--metrics", action="store_true", help="serve /metrics (llmhost's names)")
+    ap.add_argument("--max-concurrent", type=int, default=None, help="streams at once; others wait")
     args = ap.parse_args()
     if args.startup_delay:
         time.sleep(args.startup_delay)
-    app = make_app(args.ttft, args.itl, tokenizer=not args.no_tokenizer)
+    app = make_app(
+        args.ttft, args.itl, tokenizer=not args.no_tokenizer, metrics=args.metrics,
+        max_concurrent=args.max_concurrent,
+    )  # fmt: skip
     uvicorn.run(
         app,
         host="127.0.0.1",

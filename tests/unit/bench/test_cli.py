@@ -21,7 +21,7 @@ def test_run_and_compare(fake_url: str, tmp_path: Path) -> None:
              "--prompt-tokens", "16", "--max-new-tokens", "8", "--price-per-hour", "1.52",
              "--discount", "0.25",
              "--warmup", "1", "--header", "X-Fake-TTFT: 0.01", "--header", f"X-Fake-ITL: {itl}",
-             "--out", str(out), "--no-live"],
+             "--goodput", "ttft:5000 tpot:1000", "--goodput", "e2el:0.001", "--out", str(out), "--no-live"],
         )  # fmt: skip
         assert result.exit_code == 0, result.output
         assert "c=2" in result.output
@@ -32,6 +32,9 @@ def test_run_and_compare(fake_url: str, tmp_path: Path) -> None:
         lv = summary["configs"][0]["levels"][1]
         assert lv["successes"] == 4 and lv["cost_per_1m_tokens_usd"] > 0
         assert lv["blended_price_per_1m_tokens_usd"] > 0 and lv["discount"] == 0.25
+        # vLLM's e2el bound of 1 µs: no request meets it, so goodput is 0 while req/s is not
+        assert summary["settings"]["goodput"] == {"ttft": 5000, "tpot": 1000, "e2e": 0.001}
+        assert lv["good_requests"] == 0 and lv["goodput_rps"] == 0.0 and lv["requests_per_s"] > 0
     result = runner.invoke(app, ["compare", str(outs[0]), str(outs[1])])
     assert result.exit_code == 0, result.output
     assert "output_tokens_per_s" in result.output and "B / A" in result.output
@@ -43,3 +46,8 @@ def test_bad_arguments(tmp_path: Path) -> None:
     assert result.exit_code != 0
     result = runner.invoke(app, ["run", "--url", "http://127.0.0.1:9", "--concurrency", "x", "--no-live"])
     assert result.exit_code != 0
+    for bad in ("ttft=200", "tbt:20", "ttft:-1"):
+        result = runner.invoke(app, ["run", "--url", "http://127.0.0.1:9", "--goodput", bad, "--no-live"])
+        assert result.exit_code != 0 and "goodput" in result.output
+    result = runner.invoke(app, ["run", "--url", "http://127.0.0.1:9", "--rate", "1", "--burstiness", "0"])
+    assert result.exit_code != 0 and "burstiness" in result.output

@@ -28,7 +28,7 @@ def _level(config: str, conc: int, ttft: float, itl: float, tokens: int, n: int,
     e2e = ttft + itl * (tokens - 1)
     for i in range(n):
         r = RequestRecord(config, f"c={conc}", i, 0.0, False, prompt_tokens=32)
-        r.finish_ok(ttft, e2e, tokens)
+        r.finish_ok([ttft + itl * k for k in range(tokens)], e2e, tokens)
         recs.append(r)
     return summarize_level(
         recs, config=config, level=f"c={conc}", mode="closed", concurrency=conc, rate_rps=None,

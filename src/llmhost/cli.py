@@ -13,6 +13,7 @@ import typer
 from llmhost.bench.cli import app as bench_app
 from llmhost.endpoint.cli import app as endpoint_app
 from llmhost.optimize.cli import app as optimize_app
+from llmhost.tune_cli import tune
 
 if TYPE_CHECKING:
     from llmhost.server import ServerSettings
@@ -21,6 +22,7 @@ app = typer.Typer(help="Self-hosted, CPU-first LLM endpoints over llama.cpp.", n
 app.add_typer(bench_app, name="bench")
 app.add_typer(endpoint_app, name="endpoint")
 app.add_typer(optimize_app, name="optimize")
+app.command()(tune)  # its heavy modules (the tuner, matplotlib, llama.cpp's quantizer) load inside
 
 
 @app.callback()

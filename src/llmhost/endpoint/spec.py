@@ -65,6 +65,12 @@ class EngineSpec(_Strict):
     chat_template: str | None = None  # a Jinja file overriding the GGUF's chat template
     tool_parser: Literal["auto", "hermes", "llama3", "mistral"] | None = None
     pooling: Literal["auto", "mean", "cls", "last"] | None = None  # with the component's `embeddings`
+    # speculative decoding, as `llmhost serve --speculative`: drafts from the prompt's n-grams, or from
+    # a small draft model sharing the vocabulary (a reference each copy resolves, s3:// included)
+    speculative: Literal["ngram", "draft"] | None = None
+    draft_tokens: int | None = Field(default=None, ge=1)
+    draft_model: str | None = None
+    ngram_size: int | None = Field(default=None, ge=1)
 
     @model_validator(mode="after")
     def _check(self) -> EngineSpec:
@@ -77,6 +83,10 @@ class EngineSpec(_Strict):
                 f"max_input_tokens ({self.max_input_tokens}) must be below "
                 f"max_total_tokens ({self.max_total_tokens})"
             )
+        if self.speculative == "draft" and not self.draft_model:
+            raise ValueError("speculative: draft needs a draft_model")
+        if self.draft_model and self.speculative == "ngram":
+            raise ValueError("draft_model is for speculative: draft, not ngram")
         return self
 
     def serve_args(self) -> list[str]:
@@ -92,6 +102,10 @@ class EngineSpec(_Strict):
             ("chat-template", self.chat_template),
             ("tool-parser", self.tool_parser),
             ("pooling", self.pooling),
+            ("speculative", self.speculative),
+            ("draft-tokens", self.draft_tokens),
+            ("draft-model", self.draft_model),
+            ("ngram-size", self.ngram_size),
         ):
             if value is not None:
                 args += [f"--{name}", str(value)]

@@ -51,6 +51,14 @@ def test_design_example_loads(tmp_path: Path) -> None:
     assert c.autoscaling is not None and c.autoscaling.max_copies == 4
 
 
+def test_speculative_settings_reach_the_copies() -> None:
+    engine = {"speculative": "ngram", "draft_tokens": 8, "ngram_size": 4}
+    [c] = parse_endpoint(endpoint(comp(engine=engine))).components
+    assert c.engine.serve_args() == ["--speculative", "ngram", "--draft-tokens", "8", "--ngram-size", "4"]
+    draft = parse_endpoint(endpoint(comp(engine={"speculative": "draft", "draft_model": "s3://b/d.gguf"})))
+    assert draft.components[0].engine.serve_args() == ["--speculative", "draft", "--draft-model", "s3://b/d.gguf"]
+
+
 def test_defaults_and_fractional_cpus() -> None:
     spec = parse_endpoint(endpoint(comp(resources={"num_cpus": 0.5})))
     [c] = spec.components
@@ -79,6 +87,9 @@ def test_unknown_key_names_its_path() -> None:
         (comp(autoscaling={"min_copies": 3, "max_copies": 2}), "min_copies (3) exceeds max_copies (2)"),
         (comp(copies=0), "copies: 0 needs autoscaling"),
         (comp(engine={"max_input_tokens": 512, "max_total_tokens": 512}), "must be below max_total_tokens"),
+        (comp(engine={"speculative": "draft"}), "speculative: draft needs a draft_model"),
+        (comp(engine={"speculative": "ngram", "draft_model": "d.gguf"}), "draft_model is for speculative"),
+        (comp(engine={"speculative": "eagle"}), "speculative: Input should be 'ngram' or 'draft'"),
         (comp(name="no spaces"), "components[0](no spaces).name: String should match pattern"),
         (comp(autoscaling={"target_concurrent_per_copy": 0}), "target_concurrent_per_copy"),
         (comp(startup_health_check_timeout_s=-1), "startup_health_check_timeout_s"),

@@ -1,0 +1,194 @@
+"""Measure candidates one after another with `llmhost bench sweep`'s machinery, within a budget.
+
+Every candidate is a one-configuration sweep: `llmhost serve` for one copy, `llmhost endpoint up`
+on a generated endpoint file for several (sweep.py starts, waits for and stops them), the same
+workload at the same rising concurrency levels, up to saturation. Each candidate's bench results
+directory is kept under ``OUT/candidates/NAME``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from llmhost.bench.results import BenchResults
+from llmhost.bench.runner import NullProgress, Progress
+from llmhost.bench.sweep import ConfigSpec, ServeSpec, SweepSpec, arun_sweep
+from llmhost.bench.tune.search import Search
+from llmhost.bench.tune.slo import TuneSLO, judge
+from llmhost.bench.tune.space import Candidate, SearchSpace
+from llmhost.bench.tune.state import CandidateRecord, CandidateState
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What every candidate is sent: the built-in prompts, a prompts file, or synthetic prompts."""
+
+    prompts_file: str | None = None
+    prompt_tokens: int | None = None  # synthetic prompts of this length; None: built-in prompts
+    max_new_tokens: int = 64
+    num_prompts: int = 32
+    concurrency: tuple[int, ...] = (1, 2, 4, 8)
+    requests: int = 16  # measured requests per level
+    warmup: int = 1
+
+    def __post_init__(self) -> None:
+        if self.prompts_file and self.prompt_tokens is not None:
+            raise ValueError("give a prompts file or synthetic prompt tokens, not both")
+        if self.max_new_tokens < 1 or self.requests < 1 or self.warmup < 0 or self.num_prompts < 1:
+            raise ValueError("max_new_tokens, requests and num_prompts must be >= 1, warmup >= 0")
+        if not self.concurrency or min(self.concurrency) < 1:
+            raise ValueError("concurrency levels must be at least 1")
+
+
+@dataclass(frozen=True)
+class TuneSettings:
+    models: dict[str | None, str]  # quantization type (None: as given) → GGUF path
+    space: SearchSpace
+    slo: TuneSLO
+    price_per_hour: float
+    out_dir: Path
+    workload: Workload = field(default_factory=Workload)
+    max_minutes: float = 30.0
+    saturation_gain: float = 0.05
+    startup_timeout_s: float = 600.0
+    prune_ratio: float = 0.8
+
+    def __post_init__(self) -> None:
+        if self.max_minutes <= 0:
+            raise ValueError("--max-minutes must be positive")
+        if self.price_per_hour < 0:
+            raise ValueError("the price per hour must be >= 0")
+        missing = [q for q in self.space.quants if q not in self.models]
+        if missing or None not in self.models:
+            raise ValueError(f"no model file for quantization {missing or [None]}")
+
+
+def sweep_spec(s: TuneSettings, cand: Candidate) -> SweepSpec:
+    """The one-configuration sweep measuring ``cand``."""
+    w = s.workload
+    serve = ServeSpec(
+        model=s.models[cand.quant],
+        threads=cand.threads,
+        max_concurrent=cand.max_concurrent,
+        max_batch_tokens=cand.max_batch_tokens,
+        copies=cand.copies,
+        extra_args=["--speculative", "ngram"] if cand.speculative else [],
+    )
+    return SweepSpec(
+        name=cand.name,
+        api="openai",
+        concurrency=list(w.concurrency),
+        requests=w.requests,
+        warmup=w.warmup,
+        prompt_tokens=w.prompt_tokens or 128,
+        max_new_tokens=w.max_new_tokens,
+        temperature=0.0,  # greedy for every candidate: speculation drafts greedy requests only
+        prompts_file=w.prompts_file,
+        builtin_prompts=not w.prompts_file and w.prompt_tokens is None,
+        num_prompts=w.num_prompts,
+        price_per_hour=s.price_per_hour,
+        goodput=s.slo.goodput(),
+        saturation_gain=s.saturation_gain,
+        startup_timeout_s=s.startup_timeout_s,
+        configurations=[ConfigSpec(serve=serve)],
+    )
+
+
+def initial_records(space: SearchSpace) -> list[CandidateRecord]:
+    """The baseline first, then the grid, with what does not fit the host marked so."""
+    out = [CandidateRecord(Candidate(baseline=True), phase="baseline")]
+    for cand in space.grid():
+        why = space.unfit_reason(cand)
+        state = CandidateState.UNFIT if why else CandidateState.PENDING
+        out.append(CandidateRecord(cand, state, why or ""))
+    return out
+
+
+class Tuner:
+    """Runs the search; ``on_update`` is called with the records after every change worth saving."""
+
+    def __init__(
+        self,
+        settings: TuneSettings,
+        on_update: Callable[[list[CandidateRecord]], None],
+        progress: Progress | None = None,
+    ) -> None:
+        self.settings = settings
+        self.records = initial_records(settings.space)
+        self.search = Search(settings.space.axes(), settings.slo, settings.prune_ratio)
+        self.on_update = on_update
+        self.progress = progress or NullProgress()
+        self.deadline = time.monotonic() + settings.max_minutes * 60.0
+        self.stopped_by = "the time budget ran out"  # what a candidate left unmeasured is told
+
+    async def run(self) -> list[CandidateRecord]:
+        """Baseline, then the search, until it is done or the budget is spent; cancellation (Ctrl-C)
+        keeps what was measured."""
+        try:
+            async with asyncio.timeout_at(asyncio.get_running_loop().time() + self.remaining()):
+                await self.measure(self.records[0])
+                while (step := self.search.next(self.records)) is not None:
+                    record, phase = step
+                    if not self.affordable():
+                        break
+                    record.phase = phase
+                    await self.measure(record)
+        except TimeoutError:
+            self.progress.message("time budget spent; writing what was measured")
+        except asyncio.CancelledError:
+            self.stopped_by = "the tuner was interrupted"
+            raise
+        finally:
+            self.close_out()
+        return self.records
+
+    def remaining(self) -> float:
+        return max(0.0, self.deadline - time.monotonic())
+
+    def affordable(self) -> bool:
+        """Whether a typical measurement so far still fits the time left."""
+        spent = [r.seconds for r in self.records if r.measured]
+        return not spent or self.remaining() >= sum(spent) / len(spent)
+
+    async def measure(self, record: CandidateRecord) -> None:
+        cand = record.candidate
+        out = self.settings.out_dir / "candidates" / cand.name
+        record.state, record.results_dir = CandidateState.MEASURING, str(out)
+        self.progress.message(f"{cand.name}: measuring ({record.phase})")
+        results, t0 = BenchResults(), time.monotonic()
+        try:
+            await arun_sweep(sweep_spec(self.settings, cand), out, self.progress, results)
+        finally:
+            record.seconds = time.monotonic() - t0
+            self.collect(record, results)
+            self.on_update(self.records)
+
+    def collect(self, record: CandidateRecord, results: BenchResults) -> None:
+        cr = results.configs[0] if results.configs else None
+        levels = cr.levels if cr is not None else []
+        record.levels = [judge(lv, self.settings.slo) for lv in levels]
+        if cr is not None and cr.error:
+            record.state, record.reason = CandidateState.FAILED, cr.error.splitlines()[0]
+        elif results.interrupted or (cr is not None and cr.stopped == "interrupted"):
+            record.state, record.reason = CandidateState.INTERRUPTED, "stopped mid-measurement"
+        else:
+            record.state = CandidateState.MEASURED
+            met = record.meeting()
+            record.reason = (
+                f"met the SLO at {', '.join(lv.level for lv in met)}"
+                if met
+                else "missed the SLO at every level: "
+                + "; ".join(f"{lv.level}: {lv.why}" for lv in record.levels)
+            )
+
+    def close_out(self) -> None:
+        for r in self.records:
+            if r.state is CandidateState.PENDING:
+                r.state, r.reason = CandidateState.OUT_OF_TIME, f"not measured: {self.stopped_by}"
+            elif r.state is CandidateState.MEASURING:
+                r.state, r.reason = CandidateState.INTERRUPTED, "stopped mid-measurement"
+        self.on_update(self.records)

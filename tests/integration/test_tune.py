@@ -1,0 +1,108 @@
+"""`llmhost tune` end to end on the default model: real servers started by the tuner, a tiny
+workload and search space, the endpoint file it writes started with `llmhost endpoint up`, and what
+is kept when the budget runs out or the run is interrupted. No timing is asserted."""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import yaml
+
+from llmhost.endpoint.spec import parse_endpoint
+from tests.integration.endpoint_helpers import start_endpoint, stop_endpoint
+
+STATES = {"measured", "failed", "pruned", "out_of_time", "interrupted", "unfit"}
+
+
+def tune_cmd(out: Path, *extra: str) -> list[str]:
+    # one engine thread per candidate: the tuner's load generator shares the 2 cores of a CI host
+    return [
+        sys.executable, "-m", "llmhost.cli", "tune", "default", "--slo-ttft-ms", "60000",
+        "--slo-itl-ms", "10000", "--price-per-hour", "0.5", "--out", str(out), "--requests", "2",
+        "--warmup", "1", "--max-new-tokens", "6", "--concurrency", "1,2", "--threads", "1",
+        "--max-concurrent", "2", "--max-batch-tokens", "256", *extra,
+    ]  # fmt: skip
+
+
+def test_tune_writes_an_endpoint_file_that_endpoint_up_serves(tmp_path: Path) -> None:
+    out = tmp_path / "tune"
+    extra = ("--quantize", "q4_0", "--allow-requantize", "--speculative", "--max-minutes", "8")
+    done = subprocess.run(tune_cmd(out, *extra), capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    doc = json.loads((out / "tune.json").read_text())
+    cands = {c["name"]: c for c in doc["candidates"]}
+    assert doc["candidates"][0]["name"] == "baseline" and doc["candidates"][0]["levels"]
+    assert set(cands) == {"baseline", "x1-t1-mc2-b256", "x1-t1-mc2-b256-q40", "x1-t1-mc2-b256-ngram",
+                          "x1-t1-mc2-b256-q40-ngram"}  # fmt: skip
+    assert all(c["state"] == "measured" and c["levels"] for c in cands.values()), done.stdout[-3000:]
+    assert (out / "model-q4_0.gguf").exists()
+    chosen = doc["answer"]["chosen"]
+    [lv] = [lv for lv in cands[chosen["name"]]["levels"] if lv["level"] == chosen["level"]]
+    assert lv["meets_slo"] and lv["goodput_rps"] == chosen["goodput_rps"]
+    assert f"highest goodput: {chosen['name']} at {chosen['level']}" in done.stdout
+    html = (out / "report.html").read_text()
+    assert f'data-chosen="{chosen["name"]}" data-chosen-level="{chosen["level"]}"' in html
+    row = re.search(r'<tr class="chosen">(.*?)</tr>', html, re.S)
+    assert (
+        row is not None and chosen["name"] in row.group(1) and f"{chosen['goodput_rps']:.2f}" in row.group(1)
+    )
+    text = (out / "endpoint.yaml").read_text()
+    [component] = parse_endpoint(yaml.safe_load(text)).components
+    # the chosen settings are what the copies get, speculation included
+    settings = cands[chosen["name"]]["settings"]
+    assert component.engine.speculative == ("ngram" if settings["speculative"] else None)
+    assert component.engine.max_concurrent == settings["max_concurrent"]
+    ep = start_endpoint(tmp_path, text)
+    try:
+        assert httpx.get(f"{ep.url}/ping", timeout=10).status_code == 200
+        body = {"model": "model", "prompt": "Hello", "max_tokens": 4, "temperature": 0}
+        r = httpx.post(f"{ep.url}/v1/completions", json=body, timeout=120)
+        assert r.status_code == 200, r.text
+        assert r.json()["usage"]["completion_tokens"] >= 1
+    finally:
+        stop_endpoint(ep)
+    assert ep.process.returncode == 0
+
+
+def _check_kept(out: Path) -> dict:  # type: ignore[type-arg]
+    doc = json.loads((out / "tune.json").read_text())
+    assert doc["candidates"][0]["name"] == "baseline"
+    assert {c["state"] for c in doc["candidates"]} <= STATES  # nothing left pending or measuring
+    if doc["answer"]["chosen"] is None:
+        assert not (out / "endpoint.yaml").exists()
+    return doc  # type: ignore[no-any-return]
+
+
+def test_tune_keeps_what_it_measured_when_the_budget_runs_out(tmp_path: Path) -> None:
+    out = tmp_path / "tune"
+    cmd = tune_cmd(out, "--max-minutes", "0.05", "--max-concurrent", "1,2,4")  # 3 s for 4 servers
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert done.returncode in (0, 1), done.stdout[-3000:] + done.stderr[-3000:]
+    doc = _check_kept(out)
+    assert any(c["state"] in ("out_of_time", "interrupted") for c in doc["candidates"])
+
+
+def test_tune_keeps_what_it_measured_on_ctrl_c(tmp_path: Path) -> None:
+    out = tmp_path / "tune"
+    proc = subprocess.Popen(tune_cmd(out, "--max-concurrent", "1,2,4"), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 240
+        while not (out / "tune.json").exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)  # written once the baseline is measured
+        proc.send_signal(signal.SIGINT)
+        output, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, output[-3000:]
+    doc = _check_kept(out)
+    assert doc["candidates"][0]["state"] == "measured" and doc["candidates"][0]["levels"]
+    assert "interrupted" in output

@@ -1,0 +1,102 @@
+"""The tuner's loop with the sweep replaced by a fake: baseline first, corners, outputs after every
+candidate, and what is kept on a budget timeout or a cancellation (Ctrl-C). No servers, no timing."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from llmhost.bench.metrics import RequestRecord, summarize_level
+from llmhost.bench.results import BenchResults, ConfigResult
+from llmhost.bench.slo import GoodputSLO
+from llmhost.bench.tune import SearchSpace, Tuner, TuneSettings, TuneSLO
+from llmhost.bench.tune.state import CandidateRecord, CandidateState
+
+SLO = TuneSLO(ttft_ms=500, itl_ms=50)
+
+
+def _level(tpot: float) -> Any:
+    recs = []
+    for i in range(4):
+        r = RequestRecord("c", "c=1", i, 0.0, False, prompt_tokens=8)
+        r.finish_ok([0.1 + tpot * k for k in range(5)], 0.1 + tpot * 4, 5)
+        recs.append(r)
+    return summarize_level(
+        recs, config="c", level="c=1", mode="closed", concurrency=1, rate_rps=None, wall_s=2.0,
+        price_per_hour=1.0, slo=GoodputSLO.from_mapping(SLO.goodput()),
+    )  # fmt: skip
+
+
+class FakeSweep:
+    """Stands in for arun_sweep: one level per candidate; ``hang`` candidates never finish."""
+
+    def __init__(self, hang: set[str] | None = None, cancel: set[str] | None = None) -> None:
+        self.started: list[str] = []
+        self.hang, self.cancel = hang or set(), cancel or set()
+
+    async def __call__(self, spec: Any, out: Path, progress: Any, results: BenchResults) -> BenchResults:
+        serve = spec.configurations[0].serve
+        name = f"t{serve.threads}-mc{serve.max_concurrent}"
+        self.started.append(name)
+        cr = ConfigResult(name, "http://127.0.0.1:1", "openai")
+        results.configs.append(cr)
+        cr.levels.append(_level(0.03 if serve.max_concurrent != 1 else 0.08))
+        try:
+            if name in self.cancel:
+                raise asyncio.CancelledError
+            if name in self.hang:
+                await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            results.interrupted = True  # as arun_sweep: the server is stopped, the levels kept
+            raise
+        return results
+
+
+def tuner(tmp_path: Path, fake: FakeSweep, monkeypatch: pytest.MonkeyPatch, minutes: float = 5.0) -> Any:
+    monkeypatch.setattr("llmhost.bench.tune.runner.arun_sweep", fake)
+    space = SearchSpace(host_cpus=2, threads=(1, 2), max_concurrent=(1, 4))
+    s = TuneSettings(models={None: "default"}, space=space, slo=SLO, price_per_hour=1.0, out_dir=tmp_path,
+                     max_minutes=minutes)  # fmt: skip
+    saves: list[list[str]] = []
+
+    def save(records: list[CandidateRecord]) -> None:
+        saves.append([r.state.value for r in records])
+
+    return Tuner(s, save, None), saves
+
+
+def test_baseline_first_then_corners_and_saved_after_each(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake = FakeSweep()
+    t, saves = tuner(tmp_path, fake, monkeypatch)
+    records = asyncio.run(t.run())
+    assert fake.started[0] == "tNone-mcNone"  # the baseline: `llmhost serve` defaults
+    assert [r.phase for r in records] == ["baseline", "corner", "corner", "corner", "corner"]
+    assert all(r.state is CandidateState.MEASURED for r in records)
+    assert len(saves) == 6  # after each of the 5 candidates, and on the way out
+    assert "met the SLO" in records[2].reason and "missed the SLO" in records[1].reason
+
+
+def test_budget_timeout_keeps_what_was_measured(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = FakeSweep(hang={"t1-mc1"})
+    t, saves = tuner(tmp_path, fake, monkeypatch, minutes=0.01)
+    records = asyncio.run(t.run())
+    states = [r.state for r in records]
+    assert states[0] is CandidateState.MEASURED and states[1] is CandidateState.INTERRUPTED
+    assert records[1].levels  # its level measured before the budget ran out is kept
+    assert set(states[2:]) == {CandidateState.OUT_OF_TIME}
+    assert "time budget" in records[2].reason and saves[-1][2] == "out_of_time"
+
+
+def test_cancellation_keeps_what_was_measured(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = FakeSweep(cancel={"t1-mc1"})
+    t, saves = tuner(tmp_path, fake, monkeypatch)
+    with pytest.raises(asyncio.CancelledError):
+        asyncio.run(t.run())
+    assert t.records[1].state is CandidateState.INTERRUPTED and t.records[1].levels
+    assert {r.state for r in t.records[2:]} == {CandidateState.OUT_OF_TIME}
+    assert "interrupted" in t.records[2].reason and saves[-1][1] == "interrupted"

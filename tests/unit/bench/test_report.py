@@ -82,10 +82,12 @@ def test_report_renders_charts_offline(tmp_path: Path) -> None:
     drawn = int(re.search(r'data-charts-drawn="(\d+)"', body.group(0)).group(1))  # type: ignore[union-attr]
     assert charts == 5 and drawn == charts  # throughput, 3 latency charts, cost per configuration
     assert dom.count('<svg class="chart"') == 5
-    assert dom.count('class="series"') == 4 * 3  # 4 line charts × 3 configurations
-    assert dom.count('class="bar"') == 3
+    assert dom.count('id="series-') == 4 * 3  # 4 line charts × 3 configurations
+    assert dom.count('id="bar-') == 3
     assert "Most cost-effective" in dom and "Cheapest meeting SLO" in dom
-    assert "http://" not in re.sub(r"http://127\.0\.0\.1:1|http://www\.w3\.org/2000/svg", "", dom)
+    assert "http://" not in re.sub(
+        r"http://127\.0\.0\.1:1|http://www\.w3\.org/(2000/svg|1999/xlink)", "", dom
+    )
 
 
 def test_results_files_round_trip(tmp_path: Path) -> None:
@@ -122,3 +124,43 @@ def test_compare_ratio(tmp_path: Path) -> None:
     rows = {(r.config, r.level, r.metric): r for r in compare_results(a, b)}
     assert rows[("fast", "c=1", "output_tokens_per_s")].ratio == pytest.approx(2.0)
     assert rows[("fast", "c=1", "ttft_s_p50")].ratio == pytest.approx(1.0)
+
+
+def test_report_escapes_hostile_names(tmp_path: Path) -> None:
+    res = make_results()
+    hostile = '<script>alert("x")</script>&$x$'
+    res.configs[0].name = hostile
+    for lv in res.configs[0].levels:
+        lv.config = hostile
+    res.configs[1].error = "<img src=x onerror=alert(1)>"
+    write_summary(res, tmp_path)
+    page = (tmp_path / "report.html").read_text()
+    assert "<script>alert" not in page and "<img src=x" not in page
+    assert page.count("<script>") == 1  # the page's own chart check only
+    assert "&lt;script&gt;alert(" in page  # in the tables, and in the chart legends (SVG text)
+    assert "&lt;img src=x onerror=alert(1)&gt;" in page
+
+
+def test_report_has_every_chart_and_section(tmp_path: Path) -> None:
+    res = make_results()
+    write_summary(res, tmp_path)
+    page = (tmp_path / "report.html").read_text()
+    for section in ("Recommendations", "Charts", "Levels", "Configurations"):
+        assert f"<h2>{section}</h2>" in page
+    for title in (
+        "Output throughput", "Latency: p50 ms per token", "Latency: p50 TTFT", "Latency: p50 inter-token",
+        "Cost per 1M output tokens",
+    ):  # fmt: skip
+        assert f'<svg class="chart" role="img" aria-label="{title}"' in page
+    for chart in ("throughput", "ms-per-token", "ttft", "itl"):
+        assert [page.count(f'id="series-{chart}-{i}"') for i in range(3)] == [1, 1, 1]
+    assert "<h2>Server metrics</h2>" not in page  # no level has server figures
+    res.configs[0].levels[0].server_figures = {"server_queue_depth_mean": 1.5}
+    write_summary(res, tmp_path)
+    assert "<h2>Server metrics</h2>" in (tmp_path / "report.html").read_text()
+
+
+def test_report_is_deterministic(tmp_path: Path) -> None:
+    write_summary(make_results(), tmp_path / "a")
+    write_summary(make_results(), tmp_path / "b")
+    assert (tmp_path / "a" / "report.html").read_bytes() == (tmp_path / "b" / "report.html").read_bytes()

@@ -23,6 +23,8 @@ EVENTS = TOKENS // PER_EVENT
 TPOT = (EVENTS - 1) * GAP / (TOKENS - 1)
 E2E = TTFT + (EVENTS - 1) * GAP
 SLACK = 0.15  # what a loaded 2-core machine may add to one timing
+# asyncio runs a timer up to its clock resolution early, so a server's sleeps may end a hair short
+EARLY = 0.98
 HEADERS = {"X-Fake-TTFT": str(TTFT), "X-Fake-ITL": str(GAP), "X-Fake-Tokens-Per-Event": str(PER_EVENT)}
 
 
@@ -42,8 +44,8 @@ def test_per_request_figures(measured: tuple[list[RequestRecord], float]) -> Non
     for r in records:
         assert r.output_tokens == TOKENS and r.tokens_counted_by == "server"  # usage, not events
         assert r.token_events == EVENTS and len(r.itl_gaps_s) == EVENTS - 1  # one gap per event
-        assert r.ttft_s is not None and TTFT <= r.ttft_s < TTFT + SLACK
-        assert r.e2e_s is not None and E2E <= r.e2e_s < E2E + SLACK
+        assert r.ttft_s is not None and EARLY * TTFT <= r.ttft_s < TTFT + SLACK
+        assert r.e2e_s is not None and EARLY * E2E <= r.e2e_s < E2E + SLACK
         # the gaps add up to last − first event, which TPOT spreads over tokens − 1
         assert sum(r.itl_gaps_s) == pytest.approx((r.tpot_s or 0) * (TOKENS - 1), abs=1e-5)
         assert r.tpot_s is not None and TPOT - 0.01 < r.tpot_s < TPOT + SLACK / (TOKENS - 1)

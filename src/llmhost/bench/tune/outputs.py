@@ -27,7 +27,7 @@ FORMAT = "llmhost-tune/1"
 
 def endpoint_doc(cand: Candidate, model: str, host_cpus: int, price_per_hour: float) -> dict[str, Any]:
     """The endpoint file deploying ``cand``, checked by the endpoint's own parser."""
-    engine = {
+    engine: dict[str, Any] = {
         k: v
         for k, v in (("max_concurrent", cand.max_concurrent), ("max_batch_tokens", cand.max_batch_tokens))
         if v is not None

@@ -5,10 +5,14 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import httpx
 import typer
+
+if TYPE_CHECKING:
+    from llmhost.auth import ApiKeys
+    from llmhost.endpoint.spec import EndpointSpec
 
 app = typer.Typer(help="Endpoints: several models and copies behind one port, with autoscaling.",
                   no_args_is_help=True)  # fmt: skip
@@ -49,6 +53,22 @@ def up(
     log_level: Annotated[str, typer.Option(help="debug, info, warning, error.")] = "info",
     api_key: ApiKeyOpt = None,
     api_key_file: ApiKeyFileOpt = None,
+    ray: Annotated[
+        bool, typer.Option("--ray", help="Run the file as a Ray Serve application across the hosts of a Ray "
+                           "cluster (needs `pip install 'llmhost[ray]'`).")
+    ] = False,
+    ray_address: Annotated[
+        str | None, typer.Option(help="With --ray: the cluster to deploy onto (auto, HOST:PORT, "
+                                 "ray://HOST:PORT); unset: start a local Ray.")
+    ] = None,
+    autoscale_window: Annotated[
+        float, typer.Option(help="With --ray: seconds of load averaged per autoscaling decision "
+                            "(Ray Serve's look_back_period_s).")
+    ] = 30.0,
+    placement_timeout: Annotated[
+        float, typer.Option(help="With --ray: seconds `up` and `scale` wait for a copy Ray cannot place "
+                            "for lack of room (one that fits on no node is refused at once).")
+    ] = 60.0,
 ) -> None:
     """Start an endpoint: place every component, start its copies, route on PORT. SIGTERM drains."""
     import uvicorn
@@ -69,6 +89,13 @@ def up(
     except (SpecError, ValueError, OSError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
+    if ray:
+        ray_timing = dict(health_check_period_s=health_interval, health_check_timeout_s=health_timeout,
+                          drain_timeout_s=drain_timeout, metrics_interval_s=autoscale_interval,
+                          look_back_period_s=autoscale_window,
+                          placement_timeout_s=placement_timeout)  # fmt: skip
+        _up_ray(spec, host, port, ray_address or None, ray_timing, keys)
+        return
     replica_timing = ReplicaTiming(ping_interval_s=health_interval, ping_timeout_s=health_timeout,
                                    ping_misses=health_misses)  # fmt: skip
     timing = ManagerTiming(autoscale_interval_s=autoscale_interval, drain_timeout_s=drain_timeout,
@@ -92,6 +119,37 @@ def up(
     GracefulServer(config, lifecycle).run()
     if lifecycle.exit_code:
         raise typer.Exit(lifecycle.exit_code)
+
+
+def _up_ray(spec: EndpointSpec, host: str, port: int, address: str | None, timing: dict[str, float],
+            keys: ApiKeys) -> None:  # fmt: skip
+    import importlib.util
+
+    if importlib.util.find_spec("ray") is None:
+        typer.echo("error: --ray needs Ray Serve: pip install 'llmhost[ray]'", err=True)
+        raise typer.Exit(2)
+    from llmhost.endpoint.rayserve.options import RayTiming
+    from llmhost.endpoint.rayserve.serveapi import ServeApiError
+    from llmhost.endpoint.rayserve.up import RayEndpointError, RayUp, run
+
+    try:
+        up = RayUp(address, host, port, RayTiming(**timing), keys)
+    except ValueError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    for c in spec.components:
+        if c.resources.max_memory_mb is not None:  # placement and limits are Ray's
+            typer.echo(f"warning: component {c.name!r}: max_memory_mb is not enforced on Ray (Ray's memory "
+                       "monitor kills workers when a node runs low on memory)", err=True)  # fmt: skip
+    where = f"the Ray cluster at {address}" if address else "a local Ray instance"
+    typer.echo(f"llmhost endpoint {spec.name}: {len(spec.components)} component(s) on {where}, "
+               f"{host}:{port}")  # fmt: skip
+    try:
+        why = run(spec, up)
+    except (RayEndpointError, ServeApiError, ValueError, OSError) as exc:
+        typer.echo(f"error: endpoint {spec.name!r} refused: {exc}", err=True)
+        raise typer.Exit(1) from None
+    typer.echo(f"llmhost endpoint {spec.name}: stopped ({why})")
 
 
 def _client(host: str, port: int) -> httpx.Client:
@@ -135,6 +193,9 @@ def status(
     if json_out:
         typer.echo(json.dumps(data, indent=2))
         return
+    if data.get("backend") == "ray":
+        Console(width=max(Console().width, 160)).print(_ray_table(data))
+        return
     cpus = ",".join(map(str, data["cpus"]))
     reserved = f"{data['memory_reserved_mb']}/{data['memory_mb']} MB reserved"
     table = Table(title=f"endpoint {data['name']} ({reserved}, CPUs {cpus})")
@@ -151,6 +212,24 @@ def status(
                           mem, str(r["outstanding"]), str(r["served"]), str(r["restarts"]),
                           r["last_reason"] or "")  # fmt: skip
     Console(width=max(Console().width, 160)).print(table)
+
+
+def _ray_table(data: dict[str, Any]) -> Any:
+    from rich.table import Table
+
+    says = f"{data['status']}: {data['message']}" if data["message"] else data["status"]
+    table = Table(title=f"endpoint {data['name']} on Ray Serve ({says})")
+    for col in ("component", "copy", "state", "node", "pid", "CPUs", "memory MB", "copies (ready/target)",
+                "in flight", "Ray says"):  # fmt: skip
+        table.add_column(col)
+    for c in data["components"]:
+        common = (str(c["num_cpus"]), str(c["memory_mb"]), f"{c['ready']}/{c['copies']}", str(c["in_flight"]))
+        if not c["replicas"]:
+            table.add_row(c["name"], "-", "no copies", "", "", *common, c["message"])
+        for r in c["replicas"]:
+            node = f"{r['node_ip']} {r['node_id'][:8]}"
+            table.add_row(c["name"], r["copy"], r["state"], node, str(r["pid"] or "-"), *common, c["message"])
+    return table
 
 
 @app.command()

@@ -9,41 +9,42 @@ gets a 502 naming what happened, and a stream cut by a dying copy ends with an e
 
 from __future__ import annotations
 
-import json
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator
 from typing import Any, Protocol
 
 import httpx
 from fastapi import APIRouter, Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
-from starlette.types import Receive, Scope, Send
+from starlette.responses import Response
 
 from llmhost import eventstream
 from llmhost.asgi import request_id
+from llmhost.endpoint import routing
 from llmhost.endpoint.component import Component
 from llmhost.endpoint.metrics import render_metrics
 from llmhost.endpoint.replica import Replica
+from llmhost.endpoint.routing import (
+    COMPONENT_HEADER,
+    COPY_HEADER,
+    by_header,
+    by_model,
+    error,
+    error_event,
+    known,
+)
 from llmhost.lifecycle import Lifecycle
 
 log = logging.getLogger("llmhost.endpoint")
 
-COMPONENT_HEADER = "X-Amzn-SageMaker-Inference-Component"
-COPY_HEADER = "X-Llmhost-Copy"
-HOP_BY_HOP = {
-    "host", "content-length", "connection", "keep-alive", "transfer-encoding", "te", "trailer",
-    "upgrade", "proxy-authorization", "proxy-authenticate", "accept-encoding",
-    # credentials stop at the router: copies on private ports never see a client's key
-    "authorization", "x-api-key",
-}  # fmt: skip
-DROP_RESPONSE = {"content-length", "connection", "keep-alive", "transfer-encoding", "date", "server"}
 # the request was never written to the copy: safe to send elsewhere. Anything later (a reset, a
 # closed keep-alive connection, a read error) may come after the copy read the request: not retried
 NOT_STARTED = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
-# what TGI's clients put in `model` when the user named none (huggingface_hub with a base_url: "dummy";
-# TGI's messages API: "tgi"): the header or the only component decides, as without a model
-UNNAMED_MODELS = frozenset({"tgi", "dummy"})
+
+__all__ = [
+    "COMPONENT_HEADER", "COPY_HEADER", "Proxy", "Registry", "by_header", "by_model", "create_router",
+    "error", "error_event", "known",
+]  # fmt: skip
 
 
 class Registry(Protocol):
@@ -54,82 +55,6 @@ class Registry(Protocol):
 
     def wait_timeout_s(self, component: Component) -> float:
         """How long a request may wait for a ready copy."""
-
-
-def error(status: int, message: str, type_: str = "invalid_request_error", field: str | None = None,
-          **extra: Any) -> JSONResponse:  # fmt: skip
-    body: dict[str, Any] = {"message": message, "type": type_, "param": field, "code": status}
-    if field is not None:
-        body["field"] = field
-    body.update(extra)
-    headers = {"Retry-After": "1"} if status in (429, 503) else None
-    return JSONResponse({"error": body}, status_code=status, headers=headers)
-
-
-def error_event(message: str, status: int = 502) -> bytes:
-    body = {"error": {"message": message, "type": "upstream_error", "param": None, "code": status}}
-    return f"data: {json.dumps(body)}\n\n".encode()
-
-
-class _Relay(StreamingResponse):
-    """A streaming response that always runs `on_close`, even when the client left before the body."""
-
-    def __init__(
-        self, body: AsyncIterator[bytes], on_close: Callable[[], Awaitable[None]], **kw: Any
-    ) -> None:
-        super().__init__(body, **kw)
-        self._on_close = on_close
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        try:
-            await super().__call__(scope, receive, send)
-        finally:
-            await self._on_close()
-
-
-def known(registry: Registry) -> str:
-    names = sorted(n for n, c in registry.components.items() if not c.removing)
-    return ", ".join(names) or "(none)"
-
-
-def _unknown(registry: Registry, name: str, field: str) -> JSONResponse:
-    return error(404, f"unknown inference component {name!r}; known components: {known(registry)}",
-                 "not_found_error", field=field)  # fmt: skip
-
-
-def _only(registry: Registry) -> Component | None:
-    live = [c for c in registry.components.values() if not c.removing]
-    return live[0] if len(live) == 1 else None
-
-
-def by_header(registry: Registry, headers: Mapping[str, str]) -> Component | JSONResponse:
-    name = headers.get(COMPONENT_HEADER)
-    if name:
-        comp = registry.components.get(name)
-        if comp is None or comp.removing:
-            return _unknown(registry, name, COMPONENT_HEADER)
-        return comp
-    only = _only(registry)
-    if only is not None:
-        return only
-    return error(400, f"several inference components are deployed; name one in the {COMPONENT_HEADER} "
-                 f"header: {known(registry)}", field=COMPONENT_HEADER)  # fmt: skip
-
-
-def by_model(registry: Registry, body: bytes, headers: Mapping[str, str]) -> Component | JSONResponse:
-    """The body's `model` names the component; else the header; else the only component."""
-    try:
-        data = json.loads(body) if body else None
-    except (ValueError, RecursionError):  # not JSON, or nested too deep to read: the copy says why
-        data = None
-    model = data.get("model") if isinstance(data, dict) else None
-    if isinstance(model, str) and model and model not in UNNAMED_MODELS:
-        comp = registry.components.get(model)
-        if comp is not None and not comp.removing:
-            return comp
-        if not headers.get(COMPONENT_HEADER):
-            return _unknown(registry, model, "model")
-    return by_header(registry, headers)
 
 
 class Proxy:
@@ -171,9 +96,7 @@ class Proxy:
                 comp.leave()
 
     async def _forward(self, request: Request, comp: Component, body: bytes) -> tuple[Response, bool]:
-        headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP}
-        # the copy logs and echoes the same id as the router
-        headers["x-request-id"] = request_id(request.scope) or headers.get("x-request-id", "")
+        headers = routing.forwarded_headers(request.headers.items(), request_id(request.scope))
         path = request.url.path + (f"?{request.url.query}" if request.url.query else "")
         timeout = self.registry.wait_timeout_s(comp)
         deadline = time.monotonic() + timeout
@@ -220,8 +143,7 @@ class Proxy:
     async def _relay(
         self, comp: Component, replica: Replica, upstream: httpx.Response
     ) -> tuple[Response, bool]:
-        out_headers = {k: v for k, v in upstream.headers.items() if k.lower() not in DROP_RESPONSE}
-        out_headers[COPY_HEADER] = replica.id
+        out_headers = routing.relayed_headers(upstream.headers.items(), replica.id)
         closed = False
 
         async def close() -> None:
@@ -233,10 +155,10 @@ class Proxy:
             replica.outstanding -= 1
             comp.leave()
 
-        kind = upstream.headers.get("content-type", "")
-        if kind.startswith(("text/event-stream", eventstream.MEDIA_TYPE)):
-            chunks = _stream(comp, replica, upstream, framed=kind.startswith(eventstream.MEDIA_TYPE))
-            return _Relay(chunks, close, status_code=upstream.status_code, headers=out_headers), True
+        streamed, framed = routing.stream_kind(upstream.headers.get("content-type", ""))
+        if streamed:
+            chunks = _stream(comp, replica, upstream, framed=framed)
+            return routing.Relay(chunks, close, status_code=upstream.status_code, headers=out_headers), True
         try:
             content = await upstream.aread()
         except httpx.HTTPError as exc:
@@ -268,12 +190,8 @@ async def _stream(
         log.warning("stream from copy %s cut: %s", replica.id, exc)
         message = (f"copy {replica.id} of inference component {comp.name!r} failed mid-stream: "
                    f"{type(exc).__name__}: {exc}")  # fmt: skip
-        if framed:
-            yield eventstream.model_stream_error(message, eventstream.STREAM_BROKEN)
-            return
-        if tail != b"\n\n":
-            yield b"\n\n"
-        yield error_event(message)
+        for part in routing.stream_cut(message, framed, tail):
+            yield part
 
 
 def create_router(registry: Registry, proxy: Proxy, lifecycle: Lifecycle) -> APIRouter:
@@ -281,24 +199,15 @@ def create_router(registry: Registry, proxy: Proxy, lifecycle: Lifecycle) -> API
 
     @router.get("/ping")
     async def ping() -> Response:
-        if not lifecycle.accepting:
-            return error(503, "endpoint shutting down", "service_unavailable")
-        comps = [c for c in registry.components.values() if not c.removing]
-        waiting = [c.name for c in comps if not c.serving]
-        if comps and not waiting:
-            return Response(status_code=200)
-        why = f"no ready copy of {', '.join(waiting)}" if comps else "no inference component"
-        return error(503, f"endpoint not ready: {why}", "service_unavailable")
+        serving = {c.name: c.serving for c in registry.components.values() if not c.removing}
+        return routing.ping(lifecycle.accepting, serving)
 
     @router.get("/v1/models")
     async def models() -> dict[str, Any]:
         return {
             "object": "list",
-            "data": [
-                {"id": name, "object": "model", "owned_by": "llmhost", "created": 0,
-                 "copies": len(c.capacity()), "ready": len(c.ready())}
-                for name, c in registry.components.items() if not c.removing
-            ],
+            "data": [routing.model_entry(name, len(c.capacity()), len(c.ready()))
+                     for name, c in registry.components.items() if not c.removing],
         }  # fmt: skip
 
     @router.get("/metrics")
@@ -306,22 +215,5 @@ def create_router(registry: Registry, proxy: Proxy, lifecycle: Lifecycle) -> API
         text = await render_metrics(list(registry.components.values()), proxy.client)
         return Response(text, media_type="text/plain; version=0.0.4; charset=utf-8")
 
-    async def route_header(request: Request) -> Response:
-        picked = by_header(registry, request.headers)
-        if isinstance(picked, Response):
-            return picked
-        return await proxy.forward(request, picked, await request.body())
-
-    async def route_model(request: Request) -> Response:
-        body = await request.body()
-        picked = by_model(registry, body, request.headers)
-        if isinstance(picked, Response):
-            return picked
-        return await proxy.forward(request, picked, body)
-
-    for path in ("/invocations", "/", "/generate", "/generate_stream", "/tokenize", "/detokenize"):
-        router.add_api_route(path, route_header, methods=["POST"], include_in_schema=False)
-    router.add_api_route("/info", route_header, methods=["GET"], include_in_schema=False)
-    for path in ("/v1/completions", "/v1/chat/completions", "/v1/embeddings"):
-        router.add_api_route(path, route_model, methods=["POST"], include_in_schema=False)
+    router.include_router(routing.data_routes(registry, proxy))
     return router

@@ -12,7 +12,7 @@ from starlette.responses import Response
 
 from llmhost import sagemaker_runtime as wire
 from llmhost.asgi import request_id
-from llmhost.endpoint.router import COPY_HEADER, Proxy, Registry, by_header
+from llmhost.endpoint.routing import COPY_HEADER, C, Components, Forwarder, by_header
 
 
 def refusal(response: Response, endpoint: str, component: str, rid: str) -> Response:
@@ -31,7 +31,7 @@ def refusal(response: Response, endpoint: str, component: str, rid: str) -> Resp
     return wire.model_error(status, original, wire.log_stream(endpoint, component, rid), rid)
 
 
-def create_runtime_router(registry: Registry, proxy: Proxy) -> APIRouter:
+def create_runtime_router(registry: Components[C], proxy: Forwarder[C]) -> APIRouter:
     router = APIRouter()
 
     async def invoke(name: str, request: Request) -> Response:

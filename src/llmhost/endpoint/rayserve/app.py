@@ -1,0 +1,29 @@
+"""The Ray Serve application builder, named by the deploy config's import path: every node imports it
+from its own llmhost installation, and the config's args are the endpoint file."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from llmhost.endpoint.rayserve.options import AppArgs, RayTiming, component_options, ingress_options
+from llmhost.endpoint.spec import EndpointSpec
+
+
+def build(args: dict[str, Any]) -> Any:
+    """One deployment per component (each replica an llmhost engine + server), and the ingress."""
+    from ray import serve
+
+    from llmhost.endpoint.rayserve.ingress import Ingress
+    from llmhost.endpoint.rayserve.server import ComponentServer
+
+    app_args = AppArgs(**args)
+    spec = EndpointSpec.model_validate(app_args.endpoint)
+    timing = RayTiming(**app_args.timing)
+    handles = {
+        c.name: serve.deployment(ComponentServer, **component_options(c, timing)).bind(
+            c.model_dump(), app_args.chat_templates.get(c.name)
+        )
+        for c in spec.components
+    }
+    ingress = serve.deployment(serve.ingress()(Ingress), **ingress_options(timing))
+    return ingress.bind(handles, args)

@@ -1,0 +1,106 @@
+"""The Ray endpoint's ingress: one Ray Serve replica on the head node, behind Ray Serve's HTTP proxy on
+the endpoint's port, with the single-host router's contract (the same routing decisions and error
+bodies, from `llmhost.endpoint.routing`) and its admin API. It relays; it never loads a model."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import APIRouter, FastAPI
+from starlette.responses import Response
+
+from llmhost.asgi import RequestContextMiddleware
+from llmhost.auth import ApiKeyMiddleware, ApiKeys
+from llmhost.endpoint import routing
+from llmhost.endpoint.rayserve import status
+from llmhost.endpoint.rayserve.admin import RayAdmin, create_ray_admin
+from llmhost.endpoint.rayserve.metrics import CopyMetrics, render_ray_metrics
+from llmhost.endpoint.rayserve.options import AppArgs, RayTiming
+from llmhost.endpoint.rayserve.relay import RayComponent, RayRelay
+from llmhost.endpoint.rayserve.serveapi import ServeApi, ServeApiError
+from llmhost.endpoint.runtime import create_runtime_router
+from llmhost.endpoint.spec import EndpointSpec
+from llmhost.lifecycle import Lifecycle
+
+log = logging.getLogger("llmhost.endpoint")
+POLL_S = 1.0  # how often Ray Serve's view of the copies is read (for /ping, /v1/models, waits)
+
+
+class Ingress:
+    """The ingress deployment's class (`serve.ingress()` turns it into an ASGI deployment)."""
+
+    def __init__(self, handles: dict[str, Any], args: dict[str, Any]) -> None:
+        self.args = AppArgs(**args)
+        self.spec = EndpointSpec.model_validate(self.args.endpoint)
+        self.components = {c.name: RayComponent(c, handles[c.name]) for c in self.spec.components}
+        self.api = ServeApi(self.args.dashboard_url)
+        self.relay = RayRelay()
+        self.copy_metrics = CopyMetrics()
+
+    def report_metrics(self, component: str, copy: str, text: str) -> None:
+        """A copy's /metrics (copies push them: a handle cannot address one)."""
+        self.copy_metrics.report(component, copy, text)
+
+    async def refresh(self) -> dict[str, Any]:
+        details = await self.api.details()
+        for comp in self.components.values():
+            comp.view = status.deployment_view(details, self.spec.name, comp.name)
+        return details
+
+    async def _poll(self) -> None:
+        while True:
+            try:
+                await self.refresh()
+            except ServeApiError as exc:
+                log.warning("reading Ray Serve's status failed: %s", exc)
+            await asyncio.sleep(POLL_S)
+
+    def _routes(self) -> APIRouter:
+        router = APIRouter()
+
+        @router.get("/ping")
+        async def ping() -> Response:
+            return routing.ping(True, {c.name: c.serving for c in self.components.values()})
+
+        @router.get("/v1/models")
+        async def models() -> dict[str, Any]:
+            comps = self.components.values()
+            data = [routing.model_entry(c.name, c.view.target, c.view.running) for c in comps]
+            return {"object": "list", "data": data}
+
+        @router.get("/metrics")
+        async def metrics() -> Response:
+            text = await render_ray_metrics(list(self.components.values()), self.copy_metrics)
+            return Response(text, media_type="text/plain; version=0.0.4; charset=utf-8")
+
+        router.include_router(routing.data_routes(self, self.relay))
+        return router
+
+    def __serve_build_asgi_app__(self) -> FastAPI:
+        @asynccontextmanager
+        async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+            with contextlib.suppress(ServeApiError):
+                await self.refresh()  # /ping is right from the first request on
+            poller = asyncio.create_task(self._poll(), name="ray serve status")
+            try:
+                yield
+            finally:
+                poller.cancel()
+
+        app = FastAPI(title=f"llmhost endpoint {self.spec.name} (Ray)", lifespan=lifespan, docs_url=None,
+                      redoc_url=None)  # fmt: skip
+        app.include_router(self._routes())
+        app.include_router(create_runtime_router(self, self.relay))
+        admin = RayAdmin(self.spec, self.components, self.api, self.refresh, RayTiming(**self.args.timing))
+        app.include_router(create_ray_admin(admin))
+        keys = ApiKeys(tuple(bytes.fromhex(k) for k in self.args.keys))
+        if keys.enabled:
+            app.add_middleware(ApiKeyMiddleware, keys=keys)
+        # Ray Serve drains the ingress itself (graceful shutdown): this lifecycle never drains
+        app.add_middleware(RequestContextMiddleware, lifecycle=Lifecycle())
+        return app

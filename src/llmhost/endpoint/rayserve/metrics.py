@@ -1,0 +1,121 @@
+"""`/metrics` of a Ray endpoint: the ingress's own families (labelled by component, as the single-host
+router's), every copy's llmhost metrics relabelled with `component` and `copy` (as the single-host
+router's), then Ray Serve's `ray_serve_*` families as each node's Ray metrics agent exports them."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+import httpx
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.registry import Collector
+
+from llmhost.endpoint.metrics import relabel
+from llmhost.endpoint.rayserve.relay import RayComponent
+
+RAY_PREFIX = "ray_serve_"
+SCRAPE_TIMEOUT_S = 3.0
+STALE_S = 20.0  # a copy silent this long has gone (its pushes come every few seconds)
+
+
+@dataclass
+class CopyMetrics:
+    """The last /metrics each copy pushed, by copy."""
+
+    latest: dict[str, tuple[str, str, float]] = field(default_factory=dict)  # copy → component, text, when
+
+    def report(self, component: str, copy: str, text: str) -> None:
+        self.latest[copy] = (component, text, time.monotonic())
+
+    def families(self, live: set[str]) -> list[Metric]:
+        """Those of copies Ray Serve still runs, fresh ones only, relabelled, merged by family."""
+        now = time.monotonic()
+        for copy in [c for c, (_, _, at) in self.latest.items() if c not in live or now - at > STALE_S]:
+            del self.latest[copy]
+        merged: dict[str, Metric] = {}
+        for copy, (component, text, _) in sorted(self.latest.items()):
+            try:
+                families = list(text_string_to_metric_families(text))
+            except ValueError:  # not the exposition format
+                continue
+            relabel(families, {"component": component, "copy": copy}, merged)
+        return list(merged.values())
+
+
+def ingress_families(components: Sequence[RayComponent]) -> list[Metric]:
+    copies = GaugeMetricFamily("llmhost_endpoint_copies", "Copies of each component by Ray Serve replica "
+                               "state", labels=["component", "state"])  # fmt: skip
+    target = GaugeMetricFamily("llmhost_endpoint_copies_target", "Copies Ray Serve drives each component "
+                               "towards", labels=["component"])  # fmt: skip
+    in_flight = GaugeMetricFamily("llmhost_endpoint_in_flight", "Requests at the ingress, waiting ones "
+                                  "included", labels=["component"])  # fmt: skip
+    answered = CounterMetricFamily("llmhost_endpoint_requests", "Requests answered by the ingress, by status",
+                                   labels=["component", "code"])  # fmt: skip
+    retries = CounterMetricFamily("llmhost_endpoint_retries", "Requests sent again because no copy had taken "
+                                  "them", labels=["component"])  # fmt: skip
+    cut = CounterMetricFamily("llmhost_endpoint_stream_errors", "Streams cut by a failing copy",
+                              labels=["component"])  # fmt: skip
+    for c in components:
+        states = sorted({r.state for r in c.view.replicas} | {"RUNNING"})
+        for state in states:
+            copies.add_metric([c.name, state], sum(1 for r in c.view.replicas if r.state == state))
+        target.add_metric([c.name], c.view.target)
+        in_flight.add_metric([c.name], c.in_flight)
+        for code, n in sorted(c.requests.items()):
+            answered.add_metric([c.name, str(code)], n)
+        retries.add_metric([c.name], c.retries)
+        cut.add_metric([c.name], c.stream_errors)
+    return [copies, target, in_flight, answered, retries, cut]
+
+
+def node_metric_urls() -> list[str]:
+    """Each alive node's Ray metrics agent (Prometheus text)."""
+    import ray
+
+    return [f"http://{n['NodeManagerAddress']}:{n['MetricsExportPort']}/metrics"
+            for n in ray.nodes() if n.get("Alive") and n.get("MetricsExportPort")]  # fmt: skip
+
+
+async def _scrape(client: httpx.AsyncClient, url: str) -> list[Metric]:
+    try:
+        resp = await client.get(url, timeout=SCRAPE_TIMEOUT_S)
+        families = list(text_string_to_metric_families(resp.text)) if resp.status_code == 200 else []
+    except (httpx.HTTPError, ValueError):  # a node going away, or not the exposition format
+        return []
+    return [f for f in families if f.name.startswith(RAY_PREFIX)]
+
+
+def merge(families: Iterable[Metric], into: dict[str, Metric]) -> None:
+    """Families of the same name from several nodes become one family with all their samples."""
+    for family in families:
+        merged = into.get(family.name)
+        if merged is None:
+            merged = into[family.name] = Metric(family.name, family.documentation, family.type, family.unit)
+        merged.samples.extend(family.samples)
+
+
+class _Snapshot(Collector):
+    def __init__(self, families: list[Metric]) -> None:
+        self._families = families
+
+    def collect(self) -> Iterable[Metric]:
+        return self._families
+
+
+async def render_ray_metrics(components: Sequence[RayComponent], copies: CopyMetrics) -> bytes:
+    urls = await asyncio.to_thread(node_metric_urls)
+    async with httpx.AsyncClient() as client:
+        scraped = await asyncio.gather(*(_scrape(client, u) for u in urls))
+    ray_families: dict[str, Metric] = {}
+    for families in scraped:
+        merge(families, ray_families)
+    registry = CollectorRegistry(auto_describe=False)
+    live = {r.copy for c in components for r in c.view.replicas}
+    ours = ingress_families(components) + copies.families(live)
+    registry.register(_Snapshot(ours + list(ray_families.values())))
+    return generate_latest(registry)

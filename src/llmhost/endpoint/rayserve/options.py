@@ -1,0 +1,113 @@
+"""The endpoint file in Ray Serve's terms: one deployment per component, an ingress, and the application
+config that Ray Serve's REST API deploys. Pure data, no Ray: what is mapped to what lives here.
+
+The application is deployed declaratively (`PUT /api/serve/applications/`, what `serve deploy` does), so
+that `endpoint scale` is a config change Ray applies in place: a `serve.run` would give every
+deployment a new version and restart every copy.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from llmhost.endpoint.spec import ComponentSpec, EndpointSpec
+
+IMPORT_PATH = "llmhost.endpoint.rayserve.app:build"
+INGRESS = "ingress"  # the ingress deployment's name; a component may not take it
+# Ray's own resource on the head node: the ingress runs beside the HTTP proxy and the dashboard
+HEAD_NODE_RESOURCE = "node:__internal_head__"
+DEFAULT_MAX_CONCURRENT, DEFAULT_MAX_QUEUE = 8, 64  # `llmhost serve`'s defaults
+
+
+@dataclass(frozen=True)
+class RayTiming:
+    # a copy's health check (`--health-interval`, `--health-timeout`)
+    health_check_period_s: float = 2.0
+    health_check_timeout_s: float = 5.0
+    # a stopping copy waits this long for its requests (`--drain-timeout`)
+    drain_timeout_s: float = 120.0
+    # autoscaling: how often load is reported (`--autoscale-interval`) and the window averaged
+    # (`--autoscale-window`: Ray Serve's look_back_period_s)
+    metrics_interval_s: float = 1.0
+    look_back_period_s: float = 30.0
+    # how long `up`/`scale` wait for a copy Ray cannot place for lack of room (`--placement-timeout`);
+    # one that fits on no node at all is refused as soon as Ray reports it
+    placement_timeout_s: float = 60.0
+
+    def __post_init__(self) -> None:
+        for name, value in asdict(self).items():
+            if not value > 0:
+                raise ValueError(f"{name} must be > 0, got {value}")
+
+
+@dataclass(frozen=True)
+class AppArgs:
+    """What the application builder gets: Ray Serve hashes it into the code version, so it is fixed
+    for the application's life (scaling changes the config's deployment overrides instead)."""
+
+    endpoint: dict[str, Any]  # the EndpointSpec, models made absolute
+    chat_templates: dict[str, str]  # component → template text, read where `up` ran
+    timing: dict[str, float]
+    dashboard_url: str  # Ray Serve's REST API, for the ingress's admin routes
+    keys: list[str]  # API key digests the ingress accepts; none: no authentication
+
+
+def copies_options(spec: ComponentSpec, timing: RayTiming) -> dict[str, Any]:
+    """`copies` → num_replicas; `autoscaling` → Ray Serve's autoscaling_config."""
+    a = spec.autoscaling
+    if a is None:
+        return {"num_replicas": spec.initial_copies, "autoscaling_config": None}
+    return {"num_replicas": None, "autoscaling_config": {
+        "min_replicas": a.min_copies, "max_replicas": a.max_copies, "initial_replicas": spec.initial_copies,
+        "target_ongoing_requests": a.target_concurrent_per_copy,
+        "upscale_delay_s": a.scale_out_cooldown_s, "downscale_delay_s": a.scale_in_cooldown_s,
+        "metrics_interval_s": timing.metrics_interval_s, "look_back_period_s": timing.look_back_period_s,
+    }}  # fmt: skip
+
+
+def component_options(spec: ComponentSpec, timing: RayTiming) -> dict[str, Any]:
+    engine = spec.engine
+    concurrent = engine.max_concurrent or DEFAULT_MAX_CONCURRENT
+    queue = DEFAULT_MAX_QUEUE if engine.max_queue is None else engine.max_queue
+    return {
+        "name": spec.name,
+        **copies_options(spec, timing),
+        # placement is Ray's: CPUs and memory are reserved on whichever node has them
+        "ray_actor_options": {"num_cpus": spec.resources.num_cpus,
+                              "memory": spec.resources.memory_mb * 2**20},
+        # the copy's own engine queues and refuses (429) beyond its limits, as with `llmhost serve`
+        "max_ongoing_requests": concurrent + queue,
+        "health_check_period_s": timing.health_check_period_s,
+        "health_check_timeout_s": timing.health_check_timeout_s,
+        "graceful_shutdown_timeout_s": timing.drain_timeout_s,
+        "graceful_shutdown_wait_loop_s": 1.0,
+    }  # fmt: skip
+
+
+def ingress_options(timing: RayTiming) -> dict[str, Any]:
+    return {
+        "name": INGRESS,
+        "num_replicas": 1,
+        "ray_actor_options": {"num_cpus": 0, "resources": {HEAD_NODE_RESOURCE: 0.001}},
+        "max_ongoing_requests": 10_000,  # it only relays; the copies bound the work
+        "graceful_shutdown_timeout_s": timing.drain_timeout_s,
+        "graceful_shutdown_wait_loop_s": 1.0,
+    }
+
+
+def scale_override(spec: ComponentSpec, copies: int) -> dict[str, Any]:
+    """`endpoint scale` on Ray: a fixed number of copies, replacing the component's autoscaling."""
+    return {"name": spec.name, "num_replicas": copies, "autoscaling_config": None}
+
+
+def app_config(spec: EndpointSpec, args: AppArgs, overrides: list[dict[str, Any]]) -> dict[str, Any]:
+    """One application of Ray Serve's deploy config (`ServeApplicationSchema`)."""
+    return {"name": spec.name, "route_prefix": "/", "import_path": IMPORT_PATH, "args": asdict(args),
+            "deployments": overrides}  # fmt: skip
+
+
+def check_names(spec: EndpointSpec) -> None:
+    for c in spec.components:
+        if c.name == INGRESS:
+            raise ValueError(f"component name {INGRESS!r} is taken by the Ray endpoint's ingress")

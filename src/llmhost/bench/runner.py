@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from llmhost.bench.arrivals import Arrivals
-from llmhost.bench.http import Endpoint, encode_request, simple_request
+from llmhost.bench.http import Endpoint, prepare, simple_request
 from llmhost.bench.loadgen import LevelState, LoadSettings, PreparedRequest, run_level
 from llmhost.bench.metrics import LevelSummary, RequestRecord, summarize_level
 from llmhost.bench.recommend import recommend
@@ -20,6 +20,8 @@ from llmhost.bench.results import BenchResults, ConfigResult
 from llmhost.bench.saturation import SaturationRule
 from llmhost.bench.server_metrics import MetricsProbe, metrics_path
 from llmhost.bench.slo import GoodputSLO
+from llmhost.bench.slostop import STOPPED as SLO_MISSED
+from llmhost.bench.slostop import SloStop
 from llmhost.bench.targets import Target
 from llmhost.bench.workload import (
     Tokenizer,
@@ -65,6 +67,7 @@ class BenchConfig:
     slo_ms_per_token: float | None = None
     slo_ttft_ms: float | None = None
     goodput: dict[str, float] | None = None  # per-request SLO in ms: ttft, tpot, itl, e2e
+    slo_stop: float | None = None  # percentile: stop a level that can no longer meet goodput's ttft/tpot
     saturation_gain: float | None = 0.05  # stop raising load below this throughput gain; None: never
     server_metrics: bool = True  # scrape the target's /metrics around and during each level
     metrics_interval_s: float = 1.0  # scrapes during a level (0: before and after only)
@@ -82,7 +85,22 @@ class BenchConfig:
             max_in_flight=self.max_in_flight,
             seed=self.seed,
             burstiness=self.burstiness,
+            slo_stop=self.slo_stop_rule(),
         )
+
+    def slo_stop_rule(self) -> SloStop | None:
+        """The SLO a level is stopped on (``slo_stop``: its percentile over goodput's ttft/tpot)."""
+        if self.slo_stop is None:
+            return None
+        slo = self.slo()
+        if slo is None or (slo.ttft_ms is None and slo.tpot_ms is None):
+            raise ValueError("stopping on an SLO needs goodput ttft and/or tpot bounds")
+        if self.requests is None:
+            raise ValueError("stopping on an SLO needs a request count per level (--requests)")
+        ms = 1000.0
+        ttft = slo.ttft_ms / ms if slo.ttft_ms is not None else None
+        tpot = slo.tpot_ms / ms if slo.tpot_ms is not None else None
+        return SloStop(self.slo_stop, self.requests, ttft, tpot)
 
     def slo(self) -> GoodputSLO | None:
         return GoodputSLO.from_mapping(self.goodput) if self.goodput else None
@@ -175,7 +193,7 @@ def prepare_requests(
     out = []
     for p in workload.prompts:
         body = json.dumps(target.body(p.text, p.max_new_tokens or max_new_tokens)).encode()
-        out.append(PreparedRequest(encode_request(endpoint, "POST", path, body, headers), p.tokens))
+        out.append(PreparedRequest(prepare(endpoint, "POST", path, body, headers), p.tokens))
     return out
 
 
@@ -219,6 +237,11 @@ async def measure_config(
             _stop(result, "error_rate", detail, levels[i + 1 :])
             progress.message(f"{cfg.name}: {detail}; stopping")
             return False
+        if summary.stopped == SLO_MISSED:
+            detail = f"{label} cannot meet the SLO ({summary.stop_detail})"
+            _stop(result, SLO_MISSED, detail, levels[i + 1 :])
+            progress.message(f"{cfg.name}: {detail}; not raising the load further")
+            return True
         why = rule.check(result.levels) if rule is not None else None
         if why is not None:
             result.saturated_at = result.saturated_at or label
@@ -280,7 +303,7 @@ async def _measure_level(
     probe = run.probe
     try:
         outcome = await run_level(
-            run.endpoint, run.target, requests, settings, state, collect, run.run_t0,
+            run.target, requests, settings, state, collect, run.run_t0,
             concurrency=conc, rate_rps=rate, before_measured=probe.begin if probe else None,
         )  # fmt: skip
     except BaseException as exc:
@@ -293,6 +316,7 @@ async def _measure_level(
             result.stopped = "interrupted"
         raise
     summary = _summary(cfg, label, conc, rate, records, outcome.wall_s, outcome.stopped)
+    summary.stop_detail = outcome.stop_detail
     if probe is not None:
         summary.server_figures, summary.server_metrics = await probe.end()
     result.levels.append(summary)

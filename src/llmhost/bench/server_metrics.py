@@ -33,7 +33,7 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from llmhost.bench.http import Connection, Endpoint, HttpClientError, encode_request
+from llmhost.bench.http import Endpoint, HttpClientError, simple_request
 
 SCRAPE_TIMEOUT_S = 5.0
 MAX_BODY = 8 << 20
@@ -183,20 +183,14 @@ def metrics_path(endpoint: Endpoint, api_path: str) -> str:
 
 async def fetch_text(endpoint: Endpoint, path: str, headers: dict[str, str]) -> str | None:
     """The body of ``GET path`` when it answers 200, else ``None`` (never raises on failures)."""
-    conn = Connection(Endpoint(endpoint.scheme, endpoint.host, endpoint.port, ""))
-    head = {**headers, "Accept": "text/plain", "Connection": "close"}
-
-    async def go() -> str | None:
-        resp = await conn.request(encode_request(endpoint, "GET", path, None, head))
-        body = await resp.read_all(MAX_BODY)
-        return body.decode("utf-8", "replace") if resp.status == 200 else None
-
+    url = f"{endpoint.origin}{path}"
     try:
-        return await asyncio.wait_for(go(), SCRAPE_TIMEOUT_S)
+        status, body = await simple_request(
+            url, "GET", None, SCRAPE_TIMEOUT_S, {**headers, "Accept": "text/plain"}, MAX_BODY
+        )
+        return body.decode("utf-8", "replace") if status == 200 else None
     except (HttpClientError, asyncio.TimeoutError, OSError, UnicodeError):
         return None  # scraping is best effort: the level's own figures never depend on it
-    finally:
-        conn.close()
 
 
 class MetricsProbe:

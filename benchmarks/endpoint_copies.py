@@ -6,7 +6,12 @@ tokens/s and p50 ms/token. Then the router's added latency: one copy with 1 thre
 through the router, one request at a time, p50 end-to-end and TTFT in ms (median of three interleaved
 rounds).
 The load generator runs on the same CPUs as the copies, the same way for every configuration.
-Prints one JSON object.
+
+Where the time goes: for each configuration, the CPU seconds spent by the router (the `endpoint up`
+process), by every copy and by the load generator (this process) while the level ran, per request
+and as a share of the host's CPUs; and two copies called directly (the load generator splits the
+users between them, no router) to show what the router itself costs.
+Prints one JSON object (and writes it to benchmarks/results/endpoint_copies.json).
 
     python benchmarks/endpoint_copies.py [--requests 32] [--concurrency 8] [--max-new-tokens 64]
 """
@@ -27,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import psutil
 
 from llmhost.bench import BenchConfig, run_benchmark
 
@@ -72,9 +78,17 @@ class Endpoint:
         self.close()
         raise RuntimeError(f"endpoint not ready:\n{self.log.read_text()}")
 
-    def copy_urls(self) -> list[str]:
+    def replicas(self) -> list[dict[str, Any]]:
         status = httpx.get(f"{self.url}/admin/status", timeout=10).json()
-        return [f"http://127.0.0.1:{r['port']}" for c in status["components"] for r in c["replicas"]]
+        return [r for c in status["components"] for r in c["replicas"]]
+
+    def copy_urls(self) -> list[str]:
+        return [f"http://127.0.0.1:{r['port']}" for r in self.replicas()]
+
+    def processes(self) -> dict[str, psutil.Process]:
+        procs = {"router": psutil.Process(self.proc.pid)}
+        procs.update({f"copy{i}": psutil.Process(r["pid"]) for i, r in enumerate(self.replicas())})
+        return procs
 
     def close(self) -> None:
         self.proc.send_signal(signal.SIGTERM)
@@ -106,6 +120,52 @@ def bench(
     }
 
 
+def cpu_seconds(p: psutil.Process) -> float:
+    t = p.cpu_times()
+    return float(t.user + t.system)
+
+
+def accounted(ep: Endpoint, run: Any) -> dict[str, Any]:
+    """``run()``'s figures with the CPU each process spent meanwhile (this process: the load generator)."""
+    procs = ep.processes()
+    before = {n: cpu_seconds(p) for n, p in procs.items()}
+    own0, wall0 = time.process_time(), time.monotonic()
+    figures: dict[str, Any] = run()
+    wall = time.monotonic() - wall0
+    spent = {n: cpu_seconds(p) - before[n] for n, p in procs.items()}
+    spent["load_generator"] = time.process_time() - own0
+    ok = max(1, figures["successes"])
+    figures["cpu_s"] = {n: round(v, 3) for n, v in spent.items()}
+    figures["cpu_ms_per_request"] = {n: round(v * 1000 / ok, 2) for n, v in spent.items()}
+    host = len(os.sched_getaffinity(0)) * wall
+    figures["share_of_host_cpu"] = {n: round(v / host, 3) for n, v in spent.items()}
+    figures["wall_s"] = round(wall, 2)
+    return figures
+
+
+def split_bench(urls: list[str], concurrency: int, requests: int, prompt_tokens: int,
+                max_new_tokens: int) -> dict[str, Any]:
+    """The users split evenly between ``urls`` (one load generator thread per copy), no router."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    n = len(urls)
+    with ThreadPoolExecutor(n) as pool:
+        parts = list(pool.map(lambda u: bench(u, concurrency // n, requests // n, prompt_tokens,
+                                              max_new_tokens), urls))  # fmt: skip
+    errors: dict[str, int] = {}
+    for p in parts:
+        for k, v in p["errors"].items():
+            errors[k] = errors.get(k, 0) + v
+    return {
+        "output_tokens_per_s": round(sum(p["output_tokens_per_s"] for p in parts), 2),
+        "ms_per_token_p50": round(statistics.median(p["ms_per_token_p50"] for p in parts), 2),
+        "ttft_ms_p50": statistics.median(p["ttft_ms_p50"] for p in parts),
+        "e2e_ms_p50": statistics.median(p["e2e_ms_p50"] for p in parts),
+        "successes": sum(p["successes"] for p in parts),
+        "errors": errors,
+    }
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--concurrency", type=int, default=8)
@@ -129,12 +189,14 @@ def main() -> None:
         work = (args.concurrency, args.requests, args.prompt_tokens, args.max_new_tokens)
         ep = Endpoint(tmp, copies=1, num_cpus=cpus)
         try:
-            out[f"one_copy_x_{cpus}_threads"] = bench(ep.url, *work)
+            out[f"one_copy_x_{cpus}_threads"] = accounted(ep, lambda: bench(ep.url, *work))
         finally:
             ep.close()
         ep = Endpoint(tmp, copies=cpus, num_cpus=1)
         try:
-            out[f"{cpus}_copies_x_1_thread"] = bench(ep.url, *work)
+            out[f"{cpus}_copies_x_1_thread"] = accounted(ep, lambda: bench(ep.url, *work))
+            urls = ep.copy_urls()
+            out[f"{cpus}_copies_x_1_thread_direct"] = accounted(ep, lambda: split_bench(urls, *work))
         finally:
             ep.close()
         ep = Endpoint(tmp, copies=1, num_cpus=1)
@@ -162,7 +224,9 @@ def main() -> None:
         "added_ttft_ms_p50": round(med("router", "ttft_ms_p50") - med("direct", "ttft_ms_p50"), 2),
         "rounds": rounds,
     }
-    print(json.dumps(out, indent=2))
+    text = json.dumps(out, indent=2)
+    print(text)
+    (Path(__file__).parent / "results" / "endpoint_copies.json").write_text(text + "\n")
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -122,7 +123,9 @@ def tune(
     ] = None,
     prompt_tokens: Annotated[int | None, typer.Option(help="Synthetic prompts of this many tokens.")] = None,
     max_new_tokens: Annotated[int, typer.Option(help="Tokens generated per request.")] = 64,
-    num_prompts: Annotated[int, typer.Option(help="Distinct synthetic prompts.")] = 32,
+    num_prompts: Annotated[
+        int | None, typer.Option(help="Distinct synthetic prompts (with --prompt-tokens; default 32).")
+    ] = None,
     requests: Annotated[int, typer.Option(help="Measured requests per load level.")] = 16,
     warmup: Annotated[int, typer.Option(help="Warm-up requests per level, not measured.")] = 1,
     concurrency: Annotated[str, typer.Option(help="Load levels, rising; stops at saturation.")] = "1,2,4,8",
@@ -137,7 +140,13 @@ def tune(
     ] = None,
     allow_requantize: Annotated[bool, typer.Option(help="Allow quantizing a quantized model.")] = False,
     speculative: Annotated[bool, typer.Option(help="Also try `--speculative ngram` (single copy).")] = False,
-    router_cpus: Annotated[int, typer.Option(help="CPUs kept for the endpoint router when copies > 1.")] = 1,
+    router_cpus: Annotated[
+        int,
+        typer.Option(
+            help="CPUs kept for the endpoint router when copies > 1 (its endpoint file's router.num_cpus; "
+            "0: the router shares the copies' CPUs, its cost measured inside each candidate's figures)."
+        ),
+    ] = 0,
     saturation_gain: Annotated[float, typer.Option(help="Stop raising the load below this gain.")] = 0.05,
     prune_ratio: Annotated[
         float, typer.Option(help="Prune regions below this share of the best goodput.")
@@ -150,7 +159,10 @@ def tune(
     tune.json and report.html into --out."""
     from llmhost.bench.tune import SearchSpace, TuneSettings, TuneSLO, Workload
 
+    started = time.monotonic()  # the budget counts from here: quantizing candidates is part of it
     try:
+        if num_prompts is not None and prompt_tokens is None:
+            raise ValueError("--num-prompts applies to synthetic prompts: give --prompt-tokens too")
         space = SearchSpace(
             host_cpus=len(os.sched_getaffinity(0)),
             copies=_ints(copies, "--copies"),
@@ -165,7 +177,7 @@ def tune(
             prompts_file=str(prompts_file) if prompts_file else None,
             prompt_tokens=prompt_tokens,
             max_new_tokens=max_new_tokens,
-            num_prompts=num_prompts,
+            num_prompts=num_prompts or 32,
             concurrency=_ints(concurrency, "--concurrency"),
             requests=requests,
             warmup=warmup,
@@ -176,7 +188,7 @@ def tune(
         settings = TuneSettings(
             models=models, space=space, slo=slo, price_per_hour=price_per_hour, out_dir=out,
             workload=workload, max_minutes=max_minutes, saturation_gain=saturation_gain,
-            prune_ratio=prune_ratio,
+            prune_ratio=prune_ratio, started_at=started,
         )  # fmt: skip
     except (ValueError, FileNotFoundError) as exc:
         typer.secho(f"error: {exc}", fg=typer.colors.RED, err=True)

@@ -122,6 +122,31 @@ def test_over_capacity_file_is_refused_before_anything_starts(tmp_path: Path) ->
     assert done.returncode == 2 and "components[0](x).resources.num_cpu: unknown key" in done.stderr
 
 
+def test_router_cpus_keep_copies_off_the_routers_cpu(tmp_path: Path) -> None:
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        pytest.skip("needs two CPUs: one for the router, one for a copy")
+    yaml_text = (f"name: pinned\nrouter: {{num_cpus: 1}}\ncomponents:\n  - name: x\n"
+                 f"    resources: {{num_cpus: 1, memory_mb: 600}}\n    engine: {ENGINE}\n")  # fmt: skip
+    pinned = start_endpoint(tmp_path, yaml_text)
+    try:
+        status = pinned.status()
+        assert status["router_cpus"] == cpus[-1:] and cpus[-1] not in status["cpus"]
+        assert cpus_allowed(pinned.process.pid) == str(cpus[-1])  # the router runs only there
+        [copy] = pinned.replicas("x")
+        assert str(cpus[-1]) not in cpus_allowed(copy["pid"]).split(",")
+        r = httpx.post(f"{pinned.url}/v1/completions", json=completion("x", 4), timeout=60)
+        assert r.status_code == 200, r.text
+    finally:
+        stop_endpoint(pinned)
+    file = tmp_path / "full.yaml"  # every CPU for copies and one for the router: refused up front
+    file.write_text(f"name: full\nrouter: {{num_cpus: 1}}\ncomponents:\n  - name: x\n"
+                    f"    copies: {len(cpus)}\n    resources: {{num_cpus: 1, memory_mb: 100}}\n")  # fmt: skip
+    done = subprocess.run(up_command(file, free_port(), tmp_path / "c2"), capture_output=True, text=True,
+                          timeout=60)  # fmt: skip
+    assert done.returncode == 1 and "insufficient capacity" in done.stderr
+
+
 async def test_kill_a_copy_under_load(ep: Endpoint) -> None:
     victim = ep.replicas("a")[0]
     async with httpx.AsyncClient(base_url=ep.url, timeout=90) as c:

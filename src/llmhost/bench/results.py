@@ -35,6 +35,9 @@ class ConfigResult:
     stop_detail: str = ""
     skipped_levels: list[str] = field(default_factory=list)  # levels not run after a stop
     saturated_at: str | None = None  # first level showing saturation (even when it was the last)
+    # CPU and memory of the server process started for it and of its children over the levels
+    # (sweeps; see llmhost.bench.procstats); None for a server it did not start
+    processes: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)

@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import json
 import os
 import re
 import shlex
@@ -47,6 +48,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from llmhost.bench.http import simple_request
+from llmhost.bench.procstats import ProcessUsage
 from llmhost.bench.report import ResultsWriter
 from llmhost.bench.results import BenchResults, ConfigResult
 from llmhost.bench.runner import BenchConfig, NullProgress, Progress, _now, finish_results, measure_config
@@ -64,6 +66,7 @@ class ServeSpec(BaseModel):
     max_concurrent: int | list[int] | None = None
     max_batch_tokens: int | list[int] | None = None
     copies: int | list[int] = 1
+    router_cpus: int = Field(default=0, ge=0)  # copies > 1: the endpoint file's router.num_cpus
     extra_args: list[str] = Field(default_factory=list)
 
 
@@ -122,6 +125,7 @@ class SweepSpec(BaseModel):
     slo_ms_per_token: float | None = None
     slo_ttft_ms: float | None = None
     goodput: dict[str, float] | None = None  # per-request SLO, ms: ttft, tpot, itl, e2e (or e2el)
+    slo_stop: float | None = Field(default=None, gt=0, lt=100)  # see `llmhost bench run --slo-stop`
     saturation_gain: float | None = 0.05  # stop raising the load below this throughput gain; null: never
     server_metrics: bool = True  # scrape each configuration's /metrics around and during each level
     metrics_interval_s: float = Field(default=1.0, ge=0)
@@ -181,13 +185,20 @@ ENDPOINT_COPY_MEMORY_MB = 1024
 
 
 def endpoint_file(
-    name: str, model: str, copies: int, threads: int | None, conc: int | None, batch: int | None
+    name: str,
+    model: str,
+    copies: int,
+    threads: int | None,
+    conc: int | None,
+    batch: int | None,
+    router_cpus: int = 0,
 ) -> Path:
-    """An endpoint file with one component of `copies` fixed copies, `threads` CPUs each."""
+    """An endpoint file with one component of `copies` fixed copies, `threads` CPUs each, and
+    `router_cpus` CPUs kept for its router."""
     if threads is None:
-        threads = max(1, len(os.sched_getaffinity(0)) // copies)
+        threads = max(1, (len(os.sched_getaffinity(0)) - router_cpus) // copies)
     engine = {k: v for k, v in (("max_concurrent", conc), ("max_batch_tokens", batch)) if v is not None}
-    doc = {
+    doc: dict[str, Any] = {
         "name": re.sub(r"[^a-z0-9-]", "-", name.lower()),
         "components": [
             {
@@ -199,6 +210,8 @@ def endpoint_file(
             }
         ],
     }
+    if router_cpus:
+        doc["router"] = {"num_cpus": router_cpus}
     path = Path(tempfile.mkdtemp(prefix="llmhost-sweep-")) / f"{doc['name']}.yaml"
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     return path
@@ -231,7 +244,9 @@ def expand(spec: SweepSpec) -> list[Launch]:
                         raise ValueError("extra_args apply to single `llmhost serve` configurations only")
                     params["copies"] = copies
                     parts.append(f"x{copies}")
-                    path = endpoint_file("-".join(parts), str(model), copies, threads, conc, batch)
+                    path = endpoint_file(
+                        "-".join(parts), str(model), copies, threads, conc, batch, s.router_cpus
+                    )
                     argv = [
                         *llmhost_command(),
                         "endpoint",
@@ -320,6 +335,23 @@ class ServerProcess:
                 raise RuntimeError(f"server not ready within {timeout_s:g} s:\n{self.log_tail()}")
             await asyncio.sleep(0.25)
 
+    async def wait_all_copies(self, base_url: str, timeout_s: float) -> None:
+        """An endpoint answers /ping once one copy of each component is ready; a measurement of
+        several copies waits for all of them (``/v1/models``: ``ready`` = ``copies``)."""
+        deadline = time.monotonic() + timeout_s
+        seen = ""
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"endpoint exited with code {self.proc.returncode}:\n{self.log_tail()}")
+            with contextlib.suppress(Exception):
+                status, body = await simple_request(f"{base_url}/v1/models", "GET", None, 2.0)
+                models = json.loads(body).get("data", []) if status == 200 else []
+                seen = ", ".join(f"{m['id']} {m.get('ready')}/{m.get('copies')}" for m in models)
+                if models and all(m.get("ready") == m.get("copies") for m in models):
+                    return
+            await asyncio.sleep(0.25)
+        raise RuntimeError(f"not every copy was ready within {timeout_s:g} s ({seen}):\n{self.log_tail()}")
+
     def stop(self, grace_s: float = 15.0) -> None:
         if self.proc.poll() is None:
             with contextlib.suppress(ProcessLookupError):
@@ -359,6 +391,7 @@ def bench_config_for(spec: SweepSpec, launch: Launch, url: str) -> BenchConfig:
         headers=dict(c.headers),
         name=launch.name,
         goodput=spec.goodput,
+        slo_stop=spec.slo_stop,
         saturation_gain=spec.saturation_gain,
         server_metrics=spec.server_metrics,
         metrics_interval_s=spec.metrics_interval_s,
@@ -395,13 +428,18 @@ async def arun_sweep(
                     progress.message(f"{launch.name}: starting {' '.join(argv)}")
                     proc = ServerProcess(argv, launch.spec.env, out / "logs" / f"{launch.name}.log")
                     ready = launch.spec.ready_path or spec.ready_path
-                    await proc.wait_ready(
-                        url + ready, launch.spec.startup_timeout_s or spec.startup_timeout_s
-                    )
+                    startup_s = launch.spec.startup_timeout_s or spec.startup_timeout_s
+                    await proc.wait_ready(url + ready, startup_s)
+                    if launch.params.get("copies", 1) > 1:
+                        await proc.wait_all_copies(url, startup_s)
                 cfg = bench_config_for(spec, launch, url)
                 cr.price_per_hour = cfg.price_per_hour
                 cfg.validate()
-                await measure_config(cfg, cr, writer.record, progress, run_t0)
+                usage = ProcessUsage.start(proc.proc.pid) if proc is not None else None
+                try:
+                    await measure_config(cfg, cr, writer.record, progress, run_t0)
+                finally:
+                    cr.processes = usage.finish() if usage is not None else None
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # one configuration failing does not end the sweep

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import tempfile
 import time
 from collections.abc import Coroutine
@@ -14,7 +15,14 @@ from typing import Any
 
 from llmhost.endpoint.autoscaler import Observation, ScalerState, decide
 from llmhost.endpoint.component import Component
-from llmhost.endpoint.placement import InsufficientCapacityError, Ledger, can_place, place, release
+from llmhost.endpoint.placement import (
+    InsufficientCapacityError,
+    Ledger,
+    can_place,
+    place,
+    release,
+    router_cpu_ids,
+)
 from llmhost.endpoint.replica import Replica, ReplicaState, ReplicaTiming
 from llmhost.endpoint.spec import ComponentSpec, EndpointSpec
 
@@ -50,7 +58,8 @@ class EndpointManager:
         timing: ManagerTiming | None = None,
     ) -> None:
         self.spec = spec
-        self.ledger = ledger or Ledger.from_host()
+        self.router_cpus: list[int] = []  # set by check()
+        self.ledger = ledger or Ledger.from_host(spec.router.num_cpus)
         self.log_dir = log_dir or Path(tempfile.mkdtemp(prefix=f"llmhost-endpoint-{spec.name}-"))
         self.timing = timing or ManagerTiming()
         self.components: dict[str, Component] = {}
@@ -66,6 +75,7 @@ class EndpointManager:
     def check(self, specs: list[ComponentSpec] | None = None) -> None:
         """Models resolve and every component's initial copies fit; raises before anything starts."""
         specs = self.spec.components if specs is None else specs
+        self.router_cpus = router_cpu_ids(self.spec.router.num_cpus)
         self._check_names(specs)
         self._models.update({s.name: resolve(s) for s in specs})
         self._check_capacity(specs)
@@ -87,6 +97,9 @@ class EndpointManager:
         # resolved here, on the loop, before anything is served: the components exist (and the
         # router knows them) from the first request on, even while their copies start
         self.check()
+        if self.router_cpus:  # before any copy starts: each is then pinned to its own CPUs
+            os.sched_setaffinity(0, self.router_cpus)
+            log.info("router pinned to CPU(s) %s", ",".join(map(str, self.router_cpus)))
         await self._start_components(self._register(self.spec.components))
         self._autoscaler = asyncio.create_task(self._autoscale_loop(), name="autoscaler")
 
@@ -260,6 +273,7 @@ class EndpointManager:
             "instance": self.spec.instance.model_dump(),
             "uptime_s": round(time.time() - self.started_at, 1),
             "cpus": self.ledger.cpus,
+            "router_cpus": self.router_cpus,
             "memory_mb": self.ledger.memory_mb,
             "memory_reserved_mb": self.ledger.reserved_mb,
             "log_dir": str(self.log_dir),

@@ -40,6 +40,17 @@ def available_cpu_ids() -> list[int]:
         return list(range(os.cpu_count() or 1))
 
 
+def router_cpu_ids(n: int) -> list[int]:
+    """The last ``n`` CPUs this process may use, kept for the router; refused when none is left."""
+    cpus = available_cpu_ids()
+    if n >= len(cpus):
+        raise InsufficientCapacityError(
+            f"insufficient capacity: router.num_cpus {n} leaves none of the {len(cpus)} CPUs "
+            f"({','.join(map(str, cpus))}) for copies"
+        )
+    return cpus[len(cpus) - n :] if n else []
+
+
 def mem_available_mb(meminfo: str = "/proc/meminfo") -> int:
     """MemAvailable, or MemFree + Cached where the kernel is too old to report it."""
     values: dict[str, int] = {}
@@ -65,8 +76,10 @@ class Ledger:
     reserved_mb: int = 0
 
     @classmethod
-    def from_host(cls) -> Ledger:
-        return cls(cpus=available_cpu_ids(), memory_mb=mem_available_mb())
+    def from_host(cls, router_cpus: int = 0) -> Ledger:
+        """This process's CPUs less the last ``router_cpus`` (see :func:`router_cpu_ids`)."""
+        cpus = available_cpu_ids()
+        return cls(cpus=cpus[: len(cpus) - router_cpus], memory_mb=mem_available_mb())
 
     def free_cpus(self) -> list[int]:
         return [c for c in self.cpus if self.used.get(c, 0.0) <= EPS]

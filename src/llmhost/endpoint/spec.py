@@ -171,9 +171,17 @@ def _unique_names(components: list[ComponentSpec]) -> None:
         seen.add(c.name)
 
 
+class RouterSpec(_Strict):
+    # CPUs kept for the router alone: the last ones this process may use; copies are never placed
+    # there and the router runs only there. 0: the router floats over every CPU, the copies' too
+    # (its cost — a few ms of CPU per streamed request — is then taken from them)
+    num_cpus: int = Field(default=0, ge=0)
+
+
 class EndpointSpec(_Strict):
     name: str = Field(pattern=NAME_PATTERN)
     instance: InstanceSpec = InstanceSpec()
+    router: RouterSpec = RouterSpec()
     components: list[ComponentSpec] = Field(min_length=1)
 
     @model_validator(mode="after")

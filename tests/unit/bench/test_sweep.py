@@ -57,6 +57,12 @@ def test_sweep_starts_measures_stops_and_recommends(tmp_path: Path, fake_url: st
         assert by_name[name].error is None, by_name[name].error
         assert [lv.level for lv in by_name[name].levels] == ["c=1", "c=2"]
         assert all(lv.successes == 4 for lv in by_name[name].levels)
+    # where the CPU time went: the server started for each configuration, and the load generator
+    for name in ("fast", "slow", "mid"):
+        usage = by_name[name].processes
+        assert usage is not None and usage["server"]["cpu_s"] > 0 and usage["server"]["rss_mb"] > 0
+        assert usage["load_generator"]["cpu_s"] > 0 and usage["children"] == [] and usage["wall_s"] > 0
+    assert by_name["running"].processes is None  # not started by the sweep: nothing to account
     recs = {r.goal: r for r in results.recommendations}
     assert (recs["most_cost_effective"].config, recs["most_cost_effective"].level) == ("slow", "c=2")
     assert recs["best_throughput"].config == "fast"

@@ -13,6 +13,7 @@ import yaml
 import tests.unit.bench.test_report as bench_report
 from llmhost.bench.metrics import RequestRecord, summarize_level
 from llmhost.bench.slo import GoodputSLO
+from llmhost.bench.sweep import ENDPOINT_COPY_MEMORY_MB
 from llmhost.bench.tune import Candidate, SearchSpace, TuneSettings, TuneSLO
 from llmhost.bench.tune.outputs import ENDPOINT_YAML, TUNE_JSON, TUNE_REPORT, endpoint_doc, write_outputs
 from llmhost.bench.tune.report import pareto
@@ -39,15 +40,15 @@ def rec(cand: Candidate, *levels: LevelOutcome) -> CandidateRecord:
 
 
 def test_space_fits_cpus_and_keeps_cpus_for_the_router() -> None:
-    space = SearchSpace(host_cpus=4, copies=(1, 2), threads=(1, 2, 4), max_concurrent=(4,))
+    space = SearchSpace(host_cpus=4, copies=(1, 2), threads=(1, 2, 4), max_concurrent=(4,), router_cpus=1)
     assert len(space.grid()) == 6
     fits = {c.name: space.unfit_reason(c) for c in space.grid()}
     assert fits["x1-t4-mc4-b512"] is None  # one copy: `llmhost serve`, no router
     assert fits["x2-t1-mc4-b512"] is None  # 2 × 1 + 1 for the router ≤ 4
     assert "router" in (fits["x2-t2-mc4-b512"] or "")  # 2 × 2 + 1 > 4
     assert "exceed" in (fits["x2-t4-mc4-b512"] or "")
-    no_router = SearchSpace(host_cpus=4, copies=(2,), threads=(2,), router_cpus=0)
-    assert no_router.unfit_reason(no_router.grid()[0]) is None
+    shared = SearchSpace(host_cpus=4, copies=(2,), threads=(2,))  # default: the router shares CPUs
+    assert shared.router_cpus == 0 and shared.unfit_reason(shared.grid()[0]) is None
     assert SearchSpace(host_cpus=6).axes()["threads"] == (1, 2, 4, 6)
     spec = SearchSpace(host_cpus=4, copies=(2,), threads=(1,), speculative=(True,))
     assert "speculation" in (spec.unfit_reason(spec.grid()[0]) or "")
@@ -97,7 +98,8 @@ def test_a_candidate_missing_the_slo_is_never_chosen() -> None:
 def test_search_measures_corners_first_then_refines_near_the_best() -> None:
     space = SearchSpace(host_cpus=4, threads=(1, 2, 4), max_concurrent=(1, 4, 8))
     grid = space.grid()
-    assert len(corners(grid)) == 4 and corners(grid)[0].name == "x1-t1-mc1-b512"
+    # the candidates using the most CPUs and sequences first: the likeliest answers under a budget
+    assert len(corners(grid)) == 4 and corners(grid)[0].name == "x1-t4-mc8-b512"
     search = Search(space.axes(), SLO, prune_ratio=0.5)
     records = initial_records(space)
     assert records[0].candidate.baseline and len(records) == 10
@@ -108,7 +110,7 @@ def test_search_measures_corners_first_then_refines_near_the_best() -> None:
         seen.append(r.candidate.name)
         r.state = CandidateState.MEASURED
         r.levels = [level(r.candidate.name, 4.0 if r.candidate.threads == 4 else 1.0, True)]
-    assert seen == ["x1-t1-mc1-b512", "x1-t1-mc8-b512", "x1-t4-mc1-b512", "x1-t4-mc8-b512"]
+    assert seen == ["x1-t4-mc8-b512", "x1-t4-mc1-b512", "x1-t1-mc8-b512", "x1-t1-mc1-b512"]
     # t1 corners reach 1.0 < 0.5 × 4.0: the t1 line between mc1 and mc8 is dominated
     assert by_name["x1-t1-mc4-b512"].state is CandidateState.PRUNED
     assert "50%" in by_name["x1-t1-mc4-b512"].reason
@@ -179,10 +181,17 @@ def test_ratios_against_a_baseline_that_missed_the_slo(tmp_path: Path) -> None:
 
 
 def test_endpoint_doc_for_copies_and_baseline() -> None:
-    doc = endpoint_doc(Candidate(2, 3, 8, 256), "default", 8, 1.5)
-    assert parse_endpoint(doc).components[0].resources.threads == 3
-    base = endpoint_doc(Candidate(baseline=True), "default", 8, 1.5)
+    copies = CandidateRecord(Candidate(2, 3, 8, 256))
+    copies.processes = {"server": {"rss_mb": 90.0}, "children": [{"rss_mb": 300.0}, {"rss_mb": 410.0}]}
+    doc = endpoint_doc(copies, "default", 8, 1.5, router_cpus=1)
+    spec = parse_endpoint(doc)
+    assert spec.components[0].resources.threads == 3 and spec.router.num_cpus == 1
+    # the largest copy's measured resident size and a quarter more, in 64 MB steps
+    assert spec.components[0].resources.memory_mb == 576
+    base = endpoint_doc(CandidateRecord(Candidate(baseline=True)), "default", 8, 1.5, router_cpus=1)
     assert base["components"][0]["resources"]["num_cpus"] == 8 and base["components"][0]["engine"] == {}
+    assert "router" not in base  # one copy: nothing to keep a router's CPUs for
+    assert base["components"][0]["resources"]["memory_mb"] == ENDPOINT_COPY_MEMORY_MB  # not measured
 
 
 def test_pareto_keeps_the_undominated_points() -> None:

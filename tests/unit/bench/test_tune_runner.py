@@ -75,28 +75,51 @@ def test_baseline_first_then_corners_and_saved_after_each(
     t, saves = tuner(tmp_path, fake, monkeypatch)
     records = asyncio.run(t.run())
     assert fake.started[0] == "tNone-mcNone"  # the baseline: `llmhost serve` defaults
+    # then the corners, the most CPUs and sequences first
+    assert fake.started[1:] == ["t2-mc4", "t2-mc1", "t1-mc4", "t1-mc1"]
     assert [r.phase for r in records] == ["baseline", "corner", "corner", "corner", "corner"]
     assert all(r.state is CandidateState.MEASURED for r in records)
     assert len(saves) == 6  # after each of the 5 candidates, and on the way out
-    assert "met the SLO" in records[2].reason and "missed the SLO" in records[1].reason
+    by_name = {r.candidate.name: r for r in records}
+    assert "met the SLO" in by_name["x1-t1-mc4-b512"].reason
+    assert "missed the SLO" in by_name["x1-t1-mc1-b512"].reason
+
+
+def test_the_baseline_settings_are_measured_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for var in ("MAX_CONCURRENT_REQUESTS", "MAX_BATCH_TOTAL_TOKENS", "LLMHOST_THREADS"):
+        monkeypatch.delenv(var, raising=False)
+    fake = FakeSweep()
+    monkeypatch.setattr("llmhost.bench.tune.runner.arun_sweep", fake)
+    # on 2 CPUs, x1-t2-mc8-b512 is what `llmhost serve` runs with no flags
+    space = SearchSpace(host_cpus=2, threads=(2,), max_concurrent=(4, 8))
+    s = TuneSettings(models={None: "default"}, space=space, slo=SLO, price_per_hour=1.0, out_dir=tmp_path)
+    records = asyncio.run(Tuner(s, lambda _: None, None).run())
+    assert fake.started == ["tNone-mcNone", "t2-mc4"]
+    twin = next(r for r in records if r.candidate.name == "x1-t2-mc8-b512")
+    assert twin.state is CandidateState.MEASURED and twin.levels == records[0].levels
+    assert twin.phase == "baseline" and "measured once as the baseline" in twin.reason
+    monkeypatch.setenv("MAX_CONCURRENT_REQUESTS", "4")  # the baseline is no longer that candidate
+    fake.started.clear()
+    asyncio.run(Tuner(s, lambda _: None, None).run())
+    assert fake.started == ["tNone-mcNone", "t2-mc8", "t2-mc4"]
 
 
 def test_budget_timeout_keeps_what_was_measured(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    fake = FakeSweep(hang={"t1-mc1"})
+    fake = FakeSweep(hang={"t2-mc4"})  # the first corner measured
     t, saves = tuner(tmp_path, fake, monkeypatch, minutes=0.01)
     records = asyncio.run(t.run())
     states = [r.state for r in records]
-    assert states[0] is CandidateState.MEASURED and states[1] is CandidateState.INTERRUPTED
-    assert records[1].levels  # its level measured before the budget ran out is kept
-    assert set(states[2:]) == {CandidateState.OUT_OF_TIME}
-    assert "time budget" in records[2].reason and saves[-1][2] == "out_of_time"
+    assert states[0] is CandidateState.MEASURED and states[4] is CandidateState.INTERRUPTED
+    assert records[4].levels  # its level measured before the budget ran out is kept
+    assert set(states[1:4]) == {CandidateState.OUT_OF_TIME}
+    assert "time budget" in records[1].reason and saves[-1][1] == "out_of_time"
 
 
 def test_cancellation_keeps_what_was_measured(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    fake = FakeSweep(cancel={"t1-mc1"})
+    fake = FakeSweep(cancel={"t2-mc4"})  # the first corner measured
     t, saves = tuner(tmp_path, fake, monkeypatch)
     with pytest.raises(asyncio.CancelledError):
         asyncio.run(t.run())
-    assert t.records[1].state is CandidateState.INTERRUPTED and t.records[1].levels
-    assert {r.state for r in t.records[2:]} == {CandidateState.OUT_OF_TIME}
-    assert "interrupted" in t.records[2].reason and saves[-1][1] == "interrupted"
+    assert t.records[4].state is CandidateState.INTERRUPTED and t.records[4].levels
+    assert {r.state for r in t.records[1:4]} == {CandidateState.OUT_OF_TIME}
+    assert "interrupted" in t.records[1].reason and saves[-1][4] == "interrupted"

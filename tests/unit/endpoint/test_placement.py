@@ -7,10 +7,12 @@ import pytest
 from llmhost.endpoint.placement import (
     InsufficientCapacityError,
     Ledger,
+    available_cpu_ids,
     can_place,
     mem_available_mb,
     place,
     release,
+    router_cpu_ids,
 )
 from llmhost.endpoint.spec import ResourcesSpec
 
@@ -78,3 +80,16 @@ def test_host_ledger_reads_affinity_and_meminfo() -> None:
     ledger = Ledger.from_host()
     assert ledger.cpus and ledger.memory_mb > 0
     assert mem_available_mb("/nonexistent") == 0
+
+
+def test_router_cpus_are_the_last_ones_and_never_given_to_copies() -> None:
+    cpus = available_cpu_ids()
+    assert router_cpu_ids(0) == [] and Ledger.from_host(0).cpus == cpus
+    if len(cpus) > 1:
+        assert router_cpu_ids(1) == cpus[-1:]
+        ledger = Ledger.from_host(1)
+        assert ledger.cpus == cpus[:-1]
+        wanted = [("x", res(1), len(cpus))]  # a copy per CPU: one too many once the router keeps one
+        assert "insufficient capacity" in (can_place(ledger, wanted) or "")
+    with pytest.raises(InsufficientCapacityError, match=r"router\.num_cpus"):
+        router_cpu_ids(len(cpus))  # nothing left for copies

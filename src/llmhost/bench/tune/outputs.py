@@ -5,6 +5,7 @@ run stopped by its budget or Ctrl-C keeps what it measured."""
 from __future__ import annotations
 
 import json
+import math
 import os
 from dataclasses import asdict
 from datetime import datetime, timezone
@@ -15,7 +16,6 @@ import yaml
 
 from llmhost.bench.sweep import ENDPOINT_COPY_MEMORY_MB
 from llmhost.bench.tune.runner import TuneSettings
-from llmhost.bench.tune.space import Candidate
 from llmhost.bench.tune.state import CandidateRecord, Pick, best_goodput, cheapest
 from llmhost.endpoint.spec import parse_endpoint
 
@@ -25,8 +25,24 @@ TUNE_REPORT = "report.html"
 FORMAT = "llmhost-tune/1"
 
 
-def endpoint_doc(cand: Candidate, model: str, host_cpus: int, price_per_hour: float) -> dict[str, Any]:
-    """The endpoint file deploying ``cand``, checked by the endpoint's own parser."""
+def copy_memory_mb(rec: CandidateRecord) -> int:
+    """Memory to reserve per copy: the largest resident size its copies reached while measured, plus
+    a quarter for longer contexts than the workload's, in 64 MB steps; the sweep's own figure when
+    nothing was measured."""
+    p = rec.processes or {}
+    copies = p.get("children") or ([p["server"]] if p.get("server") else [])
+    rss = max((c["rss_mb"] for c in copies), default=None)
+    if rss is None:
+        return ENDPOINT_COPY_MEMORY_MB
+    return int(math.ceil(rss * 1.25 / 64.0) * 64)
+
+
+def endpoint_doc(
+    rec: CandidateRecord, model: str, host_cpus: int, price_per_hour: float, router_cpus: int = 0
+) -> dict[str, Any]:
+    """The endpoint file deploying ``rec``'s candidate as it was measured, checked by the endpoint's
+    own parser."""
+    cand = rec.candidate
     engine: dict[str, Any] = {
         k: v
         for k, v in (("max_concurrent", cand.max_concurrent), ("max_batch_tokens", cand.max_batch_tokens))
@@ -42,11 +58,13 @@ def endpoint_doc(cand: Candidate, model: str, host_cpus: int, price_per_hour: fl
                 "name": "model",
                 "model": str(Path(model).resolve()) if Path(model).exists() else model,  # cwd-proof
                 "copies": cand.copies,
-                "resources": {"num_cpus": cand.threads or host_cpus, "memory_mb": ENDPOINT_COPY_MEMORY_MB},
+                "resources": {"num_cpus": cand.threads or host_cpus, "memory_mb": copy_memory_mb(rec)},
                 "engine": engine,
             }
         ],
     }
+    if cand.copies > 1 and router_cpus:
+        doc["router"] = {"num_cpus": router_cpus}
     parse_endpoint(doc, f"endpoint file for {cand.name}")
     return doc
 
@@ -119,8 +137,8 @@ def write_outputs(settings: TuneSettings, records: list[CandidateRecord], starte
     chosen = doc["answer"]["chosen"]
     if chosen is not None:
         rec = next(r for r in records if r.candidate.name == chosen["name"])
-        c = rec.candidate
-        ep = endpoint_doc(c, settings.models[c.quant], settings.space.host_cpus, settings.price_per_hour)
+        sp, model = settings.space, settings.models[rec.candidate.quant]
+        ep = endpoint_doc(rec, model, sp.host_cpus, settings.price_per_hour, sp.router_cpus)
         _atomic_write(out / ENDPOINT_YAML, yaml.safe_dump(ep, sort_keys=False))
         doc["endpoint_file"] = str(out / ENDPOINT_YAML)
     else:

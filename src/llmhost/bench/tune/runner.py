@@ -9,6 +9,7 @@ directory is kept under ``OUT/candidates/NAME``.
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -21,6 +22,11 @@ from llmhost.bench.tune.search import Search
 from llmhost.bench.tune.slo import TuneSLO, judge
 from llmhost.bench.tune.space import Candidate, SearchSpace
 from llmhost.bench.tune.state import CandidateRecord, CandidateState
+from llmhost.engine.config import EngineConfig
+
+# `llmhost serve` reads these when its flags are not given: set, they change what the baseline runs
+SERVE_ENV = ("MAX_CONCURRENT_REQUESTS", "MAX_BATCH_TOTAL_TOKENS", "LLMHOST_THREADS")
+IDLE_LOAD = 0.5  # a 1-minute load average at or above this is reported: the figures may suffer
 
 
 @dataclass(frozen=True)
@@ -56,6 +62,8 @@ class TuneSettings:
     saturation_gain: float = 0.05
     startup_timeout_s: float = 600.0
     prune_ratio: float = 0.8
+    # when the budget started (time.monotonic()): quantizing candidates before the search counts too
+    started_at: float = field(default_factory=time.monotonic)
 
     def __post_init__(self) -> None:
         if self.max_minutes <= 0:
@@ -76,6 +84,7 @@ def sweep_spec(s: TuneSettings, cand: Candidate) -> SweepSpec:
         max_concurrent=cand.max_concurrent,
         max_batch_tokens=cand.max_batch_tokens,
         copies=cand.copies,
+        router_cpus=s.space.router_cpus if cand.copies > 1 else 0,
         extra_args=["--speculative", "ngram"] if cand.speculative else [],
     )
     return SweepSpec(
@@ -92,6 +101,8 @@ def sweep_spec(s: TuneSettings, cand: Candidate) -> SweepSpec:
         num_prompts=w.num_prompts,
         price_per_hour=s.price_per_hour,
         goodput=s.slo.goodput(),
+        # a level that can no longer meet the SLO stops, and so does the candidate's rising load
+        slo_stop=float(s.slo.percentile),
         saturation_gain=s.saturation_gain,
         startup_timeout_s=s.startup_timeout_s,
         configurations=[ConfigSpec(serve=serve)],
@@ -122,7 +133,7 @@ class Tuner:
         self.search = Search(settings.space.axes(), settings.slo, settings.prune_ratio)
         self.on_update = on_update
         self.progress = progress or NullProgress()
-        self.deadline = time.monotonic() + settings.max_minutes * 60.0
+        self.deadline = settings.started_at + settings.max_minutes * 60.0
         self.stopped_by = "the time budget ran out"  # what a candidate left unmeasured is told
 
     async def run(self) -> list[CandidateRecord]:
@@ -131,6 +142,7 @@ class Tuner:
         try:
             async with asyncio.timeout_at(asyncio.get_running_loop().time() + self.remaining()):
                 await self.measure(self.records[0])
+                self.share_baseline()
                 while (step := self.search.next(self.records)) is not None:
                     record, phase = step
                     if not self.affordable():
@@ -146,6 +158,22 @@ class Tuner:
             self.close_out()
         return self.records
 
+    def share_baseline(self) -> None:
+        """The grid candidate with the baseline's own settings is not measured twice."""
+        if any(os.environ.get(v) for v in SERVE_ENV):
+            return  # the baseline's defaults were changed by the environment: not that candidate
+        defaults = EngineConfig()
+        twin = self.settings.space.baseline_twin(
+            Candidate(max_concurrent=defaults.max_concurrent, max_batch_tokens=defaults.max_batch_tokens)
+        )
+        base = self.records[0]
+        for r in self.records[1:]:
+            if r.candidate == twin and r.state is CandidateState.PENDING:
+                r.state, r.phase, r.levels = base.state, "baseline", list(base.levels)
+                r.results_dir, r.processes = base.results_dir, base.processes
+                r.reason = f"the baseline's settings, measured once as the baseline: {base.reason}"
+                self.on_update(self.records)
+
     def remaining(self) -> float:
         return max(0.0, self.deadline - time.monotonic())
 
@@ -158,7 +186,9 @@ class Tuner:
         cand = record.candidate
         out = self.settings.out_dir / "candidates" / cand.name
         record.state, record.results_dir = CandidateState.MEASURING, str(out)
-        self.progress.message(f"{cand.name}: measuring ({record.phase})")
+        load = os.getloadavg()[0]
+        busy = f"; the host is not idle (1-minute load {load:.2f})" if load >= IDLE_LOAD else ""
+        self.progress.message(f"{cand.name}: measuring ({record.phase}){busy}")
         results, t0 = BenchResults(), time.monotonic()
         try:
             await arun_sweep(sweep_spec(self.settings, cand), out, self.progress, results)
@@ -171,6 +201,7 @@ class Tuner:
         cr = results.configs[0] if results.configs else None
         levels = cr.levels if cr is not None else []
         record.levels = [judge(lv, self.settings.slo) for lv in levels]
+        record.processes = cr.processes if cr is not None else None
         if cr is not None and cr.error:
             record.state, record.reason = CandidateState.FAILED, cr.error.splitlines()[0]
         elif results.interrupted or (cr is not None and cr.stopped == "interrupted"):

@@ -2,7 +2,9 @@
 
 1. Corners: for each group of copies × quantization × speculation, the candidates whose threads,
    max_concurrent and max_batch_tokens are each at the smallest or largest value of their axis,
-   fewest CPUs first. They bound what the group can do.
+   most CPUs and most concurrent sequences first: goodput grows with what a candidate may use, so
+   those are the likeliest answers, measured before a tight budget runs out; the small corners
+   then bound the group from below.
 2. Pruning, before each measurement: a candidate lying on one axis between two measured ones that
    agree on every other setting is dropped when both missed the SLO at every level (the SLO cannot be
    met in between), or when neither reached ``prune_ratio`` of the best goodput so far (the region
@@ -29,7 +31,7 @@ def _group(c: Candidate) -> tuple[object, ...]:
 
 
 def corners(cands: list[Candidate]) -> list[Candidate]:
-    """Candidates at the corners of their group's box, fewest CPUs first."""
+    """Candidates at the corners of their group's box, most CPUs (then sequences) first."""
     out = []
     for c in cands:
         peers = [p for p in cands if _group(p) == _group(c)]
@@ -38,7 +40,7 @@ def corners(cands: list[Candidate]) -> list[Candidate]:
             for a in NUMERIC
         ):
             out.append(c)
-    return sorted(out, key=lambda c: (c.copies * (c.threads or 0), c.max_concurrent or 0, c.name))
+    return sorted(out, key=lambda c: (-c.copies * (c.threads or 0), -(c.max_concurrent or 0), c.name))
 
 
 @dataclass(frozen=True)

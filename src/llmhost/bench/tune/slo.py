@@ -7,7 +7,9 @@ tokens per event has long gaps but a short time per token. The per-gap ITL is st
 
 A level meets the SLO when its P-th percentile TTFT ≤ the TTFT bound, its P-th percentile TPOT ≤ the
 ITL bound, and at least P% of its requests succeeded (a failed request is a miss, whatever its
-figures). Goodput is the bench's: successful requests/s meeting both bounds per request.
+figures). A level that did not run to its end never meets it: one stopped because it could no longer
+(``slo_missed``, see llmhost.bench.slostop) or cut short (``interrupted``) has too few requests to
+judge. Goodput is the bench's: successful requests/s meeting both bounds per request.
 """
 
 from __future__ import annotations
@@ -16,9 +18,11 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from llmhost.bench.metrics import LevelSummary
+from llmhost.bench.slostop import STOPPED as SLO_MISSED
 
 # the percentiles every level reports (llmhost.bench.metrics.PERCENTILES)
 PERCENTILES = (50, 90, 99)
+UNFINISHED = (SLO_MISSED, "interrupted")  # LevelSummary.stopped of a level that did not run to its end
 
 
 @dataclass(frozen=True)
@@ -92,6 +96,8 @@ def judge(summary: LevelSummary, slo: TuneSLO) -> LevelOutcome:
         misses.append(f"p{p} TTFT {ttft:.0f} ms > {slo.ttft_ms:g}")
     if tpot is not None and tpot > slo.itl_ms:
         misses.append(f"p{p} TPOT {tpot:.1f} ms > {slo.itl_ms:g}")
+    if summary.stopped in UNFINISHED:
+        misses.append(f"stopped early ({summary.stop_detail or summary.stopped})")
     return LevelOutcome(
         level=summary.level,
         concurrency=summary.concurrency,

@@ -6,11 +6,14 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass, field
 
-# CPUs kept for the endpoint router when a candidate has several copies. The router is one Python
-# process that parses and relays every streamed event of every copy; on the copies' cores it would
-# take decode time from them and the measurement would flatter nothing. One whole CPU is what it
-# uses at a few hundred streamed tokens per second; 0 packs copies onto every CPU.
-DEFAULT_ROUTER_CPUS = 1
+# CPUs kept for the endpoint router when a candidate has several copies (the endpoint file's
+# router.num_cpus: copies never run there, the router only there). By default none: the router
+# shares the copies' CPUs and what it takes from them is inside every figure measured, since each
+# candidate is measured through its router. Measured (benchmarks/endpoint_copies.py, 2 copies × 1
+# thread, 64-token answers): 35 ms of router CPU per request, 1.9% of a 2-CPU host at 93 tok/s; two
+# copies without the router reached 93.5 tok/s against 92.6 through it. Keep one where the copies
+# run several threads each, so that the router never preempts one thread of a decode step.
+DEFAULT_ROUTER_CPUS = 0
 
 
 @dataclass(frozen=True)
@@ -86,6 +89,12 @@ class SearchSpace:
             Candidate(c, t, mc, b, q, s)  # type: ignore[arg-type]
             for c, t, mc, b, q, s in itertools.product(*a.values())
         ]
+
+    def baseline_twin(self, defaults: Candidate) -> Candidate | None:
+        """The grid candidate with the settings the baseline runs with (``defaults``: `llmhost serve`'s
+        max_concurrent and max_batch_tokens, every CPU), if the grid has it."""
+        twin = Candidate(1, self.host_cpus, defaults.max_concurrent, defaults.max_batch_tokens)
+        return twin if twin in self.grid() else None
 
     def unfit_reason(self, cand: Candidate) -> str | None:
         """Why ``cand`` cannot run on this host, or ``None`` when it fits."""

@@ -30,6 +30,8 @@ class CandidateRecord:
     levels: list[LevelOutcome] = field(default_factory=list)
     seconds: float = 0.0  # start to stop, server start-up included
     results_dir: str | None = None  # its `llmhost bench` results directory
+    # CPU and memory of its server, copies and the load generator over its levels (bench.procstats)
+    processes: dict[str, Any] | None = None
 
     @property
     def measured(self) -> bool:
@@ -66,6 +68,7 @@ class CandidateRecord:
             "best_goodput_rps": self.best_goodput(),
             "seconds": round(self.seconds, 2),
             "results_dir": self.results_dir,
+            "processes": self.processes,
             "levels": [lv.to_json() for lv in self.levels],
         }
 

@@ -1,0 +1,72 @@
+"""Where a measured configuration's CPU time went: the server process it started (the router of an
+endpoint, or a single `llmhost serve`), each of its children (an endpoint's copies) and the load
+generator itself, over the measured levels, with each one's resident memory at the end.
+
+This is what tells a router's cost from the copies' work, and what `llmhost tune` sizes an endpoint
+file's ``memory_mb`` on; psutil reads it from the kernel.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import psutil
+
+
+def _cpu_s(p: psutil.Process) -> float:
+    t = p.cpu_times()
+    return float(t.user + t.system)
+
+
+def _tree(root: psutil.Process) -> list[psutil.Process]:
+    try:
+        return [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return []
+
+
+@dataclass
+class ProcessUsage:
+    """CPU seconds of a process tree and of this process since :meth:`start`."""
+
+    root: psutil.Process
+    started_cpu: dict[int, float] = field(default_factory=dict)  # pid → CPU seconds at start
+    own_cpu0: float = 0.0
+    wall0: float = 0.0
+
+    @classmethod
+    def start(cls, pid: int) -> ProcessUsage:
+        usage = cls(psutil.Process(pid), own_cpu0=time.process_time(), wall0=time.monotonic())
+        for p in _tree(usage.root):
+            try:
+                usage.started_cpu[p.pid] = _cpu_s(p)
+            except psutil.Error:
+                continue
+        return usage
+
+    def _entry(self, p: psutil.Process, wall: float) -> dict[str, Any] | None:
+        try:
+            cpu = _cpu_s(p) - self.started_cpu.get(p.pid, 0.0)  # a process started since: all of it
+            rss = p.memory_info().rss / 2**20
+        except psutil.Error:
+            return None
+        return {"pid": p.pid, "cpu_s": round(cpu, 3), "cpus": round(cpu / wall, 3), "rss_mb": round(rss, 1)}
+
+    def finish(self) -> dict[str, Any]:
+        """``server`` (the root), ``children`` and ``load_generator``: CPU seconds, CPUs used on
+        average (``cpus``), resident MiB; with the wall time, the host's CPUs and its load average."""
+        wall = max(time.monotonic() - self.wall0, 1e-9)
+        entries = [self._entry(p, wall) for p in _tree(self.root)]
+        server, *children = entries or [None]
+        own = time.process_time() - self.own_cpu0
+        return {
+            "wall_s": round(wall, 2),
+            "host_cpus": len(os.sched_getaffinity(0)),
+            "loadavg_1m": round(os.getloadavg()[0], 2),
+            "server": server,
+            "children": [c for c in children if c is not None],
+            "load_generator": {"cpu_s": round(own, 3), "cpus": round(own / wall, 3)},
+        }

@@ -165,7 +165,7 @@ async def send_with_timeout(
 ) -> None:
     try:
         await asyncio.wait_for(send_one(conn, target, prep, rec, run_t0), timeout_s)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         conn.close()
         rec.ok = False
         rec.error = m.TIMEOUT

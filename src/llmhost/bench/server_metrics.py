@@ -193,7 +193,7 @@ async def fetch_text(endpoint: Endpoint, path: str, headers: dict[str, str]) -> 
 
     try:
         return await asyncio.wait_for(go(), SCRAPE_TIMEOUT_S)
-    except (HttpClientError, asyncio.TimeoutError, OSError, UnicodeError):
+    except (TimeoutError, HttpClientError, OSError, UnicodeError):
         return None  # scraping is best effort: the level's own figures never depend on it
     finally:
         conn.close()

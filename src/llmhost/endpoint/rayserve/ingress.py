@@ -36,6 +36,7 @@ class Ingress:
 
     def __init__(self, handles: dict[str, Any], args: dict[str, Any]) -> None:
         self.args = AppArgs(**args)
+        logging.getLogger("llmhost").setLevel(self.args.log_level.upper())
         self.spec = EndpointSpec.model_validate(self.args.endpoint)
         self.components = {c.name: RayComponent(c, handles[c.name]) for c in self.spec.components}
         self.api = ServeApi(self.args.dashboard_url)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import signal
 import time
 from dataclasses import asdict, dataclass, field
@@ -16,6 +17,7 @@ from llmhost.auth import ApiKeys
 from llmhost.endpoint.rayserve import nodes, options, status
 from llmhost.endpoint.rayserve.serveapi import ServeApi, retrying
 from llmhost.endpoint.spec import EndpointSpec
+from llmhost.serve_settings import LIMIT_ENV, LOG_LEVELS
 
 log = logging.getLogger("llmhost.endpoint")
 POLL_S = 1.0
@@ -33,10 +35,13 @@ class RayUp:
     port: int = 8080
     timing: options.RayTiming = field(default_factory=options.RayTiming)
     keys: ApiKeys = field(default_factory=ApiKeys)
+    log_level: str = "info"
 
     def __post_init__(self) -> None:
         if not 0 < self.port < 65536:
             raise ValueError(f"port must be in 1..65535, got {self.port}")
+        if self.log_level.lower() not in LOG_LEVELS:
+            raise ValueError(f"log level must be one of {', '.join(LOG_LEVELS)}, got {self.log_level!r}")
 
 
 def connect(address: str | None) -> str:
@@ -55,9 +60,11 @@ def connect(address: str | None) -> str:
 
 
 def app_args(spec: EndpointSpec, up: RayUp, dashboard_url: str) -> options.AppArgs:
+    env = {k: os.environ[k] for k in LIMIT_ENV if k in os.environ}
     return options.AppArgs(endpoint=spec.model_dump(), chat_templates=nodes.chat_templates(spec),
                            timing=asdict(up.timing), dashboard_url=dashboard_url,
-                           keys=[d.hex() for d in up.keys.digests])  # fmt: skip
+                           keys=[d.hex() for d in up.keys.digests], env=env,
+                           log_level=up.log_level)  # fmt: skip
 
 
 async def placement_failure(views: dict[str, status.DeploymentView], spec: EndpointSpec,

@@ -1,11 +1,13 @@
 """The same endpoint file through llmhost's own router (`endpoint up`) and through Ray Serve
-(`endpoint up --ray`, a local Ray on this host), one copy and two copies, same run.
+(`endpoint up --ray`, a local Ray on this host), one copy of 2 threads and two copies of 1 thread
+(2 CPUs either way), same run.
 
 For each: output tokens/s and TTFT p50/p99 under load (closed loop, `--concurrency` users), then the
 latency each adds over calling the server directly: one copy with 1 thread against a plain
 `llmhost serve --threads 1` (the same server app Ray's replicas run in-process), one request at a
 time, p50 end-to-end and TTFT (median of three rounds). One system runs at a time; the load generator
-shares the host's CPUs with it, the same way for all.
+shares the host's CPUs with it, the same way for all. A run with any failed request stops the benchmark
+(no figures are written from it).
 Writes benchmarks/results/ray_vs_router.json and prints it.
 
     .venv/bin/python benchmarks/ray_vs_router.py [--requests 32] [--concurrency 8]
@@ -34,6 +36,7 @@ RESULTS = Path(__file__).parent / "results" / "ray_vs_router.json"
 # Ray keeps every process on loopback only with multi-host clusters off (read when Ray is imported)
 RAY_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S": "60"}
 STARTUP_TIMEOUT_S = 300
+COPIES = 2  # the two-copy configuration; the one-copy one gets as many threads
 
 
 class System:
@@ -91,6 +94,10 @@ class System:
             self.proc.kill()
 
 
+class FailedRun(RuntimeError):
+    """A measured run had failed requests: its figures would not describe the system."""
+
+
 def measure(url: str, concurrency: int, requests: int, prompt_tokens: int, new_tokens: int) -> dict[str, Any]:
     from llmhost.bench import BenchConfig, run_benchmark
 
@@ -103,6 +110,9 @@ def measure(url: str, concurrency: int, requests: int, prompt_tokens: int, new_t
         v = level.get(key)
         return round(v * 1000, 2) if v is not None else None
 
+    if level.errors or level.successes != requests:
+        errors = dict(level.errors)
+        raise FailedRun(f"{url}: {level.successes} of {requests} requests succeeded; errors: {errors}")
     return {
         "output_tokens_per_s": round(level.output_tokens_per_s, 2),
         "ttft_ms_p50": ms("ttft_s_p50"), "ttft_ms_p99": ms("ttft_s_p99"),
@@ -115,6 +125,9 @@ def under_load(tmp: Path, kind: str, copies: int, num_cpus: int, args: argparse.
     system = System(tmp, kind, copies, num_cpus)
     try:
         return measure(system.url, args.concurrency, args.requests, args.prompt_tokens, args.max_new_tokens)
+    except FailedRun as exc:
+        what, log = f"{kind}, {copies} copies x {num_cpus} threads", system.log.read_text()[-3000:]
+        raise FailedRun(f"{what}: {exc}; its log ends:\n{log}") from None
     finally:
         system.close()
 
@@ -123,6 +136,8 @@ def latency(tmp: Path, kind: str, args: argparse.Namespace) -> list[dict[str, An
     system = System(tmp, kind, 1, 1)
     try:
         return [measure(system.url, 1, args.latency_requests, 32, 16) for _ in range(3)]
+    except FailedRun as exc:
+        raise FailedRun(f"{kind}, latency: {exc}; its log ends:\n{system.log.read_text()[-3000:]}") from None
     finally:
         system.close()
 
@@ -136,12 +151,14 @@ def main() -> None:
     ap.add_argument("--latency-requests", type=int, default=16)
     args = ap.parse_args()
     cpus = len(os.sched_getaffinity(0))
+    if cpus < COPIES:
+        raise SystemExit(f"{COPIES} copies of one thread need {COPIES} CPUs; this process may use {cpus}")
     out: dict[str, Any] = {"host_cpus": cpus, "settings": vars(args), "under_load": {}, "latency": {}}
     with tempfile.TemporaryDirectory(prefix="ray-vs-router-") as tmp_name:
         tmp = Path(tmp_name)
         for kind in ("router", "ray"):
-            out["under_load"][f"{kind}_1_copy_x_{cpus}_threads"] = under_load(tmp, kind, 1, cpus, args)
-            out["under_load"][f"{kind}_{cpus}_copies_x_1_thread"] = under_load(tmp, kind, cpus, 1, args)
+            out["under_load"][f"{kind}_1_copy_x_{COPIES}_threads"] = under_load(tmp, kind, 1, COPIES, args)
+            out["under_load"][f"{kind}_{COPIES}_copies_x_1_thread"] = under_load(tmp, kind, COPIES, 1, args)
         rounds = {kind: latency(tmp, kind, args) for kind in ("direct", "router", "ray")}
 
     def med(kind: str, key: str) -> float:

@@ -105,76 +105,38 @@ def serve(
     """Serve a GGUF model on one replica (SageMaker / OpenAI / TGI APIs)."""
     # imported here: they load llama.cpp, which `llmhost bench` does not need
     from llmhost.auth import load_keys
-    from llmhost.engine import EngineConfig
-    from llmhost.engine.embedder import EmbedderConfig
-    from llmhost.server import ServerSettings
-    from llmhost.server.custom_code import find_script
-    from llmhost.server.settings import DEFAULT_PORT, env_int
-    from llmhost.store import ModelNotFoundError, resolve_model
+    from llmhost.serve_settings import ServeOptions, build
 
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if s3_endpoint_url:
         # through the environment: the store's S3 client reads it there, as for `endpoint up`
         os.environ["LLMHOST_S3_ENDPOINT_URL"] = s3_endpoint_url
+    sources = {k: ctx.get_parameter_source(k) for k in ctx.params}
+    given = frozenset(k for k, src in sources.items() if src is not None and src.name != "DEFAULT")
     try:
-        model_path = resolve_model(model)
-        draft_path = str(resolve_model(draft_model)) if draft_model else ""
-    except ModelNotFoundError as exc:
-        raise typer.BadParameter(str(exc)) from exc
-    # an `llmhost optimize artifact` directory: its measured load mode and saved system-prompt state
-    from llmhost.optimize.artifact import SERVING_KEYS, serving_hints
-
-    hints = serving_hints(model, flash_attn) if model and Path(model).is_dir() else None
-    if hints is not None and hints.reason:
-        typer.echo(f"llmhost: artifact's saved system-prompt state not used: {hints.reason}")
-    # the artifact recipe's serving settings (speculative decoding), unless given as flags
-    sources = {k: ctx.get_parameter_source(k) for k in SERVING_KEYS}
-    explicit = {k for k, src in sources.items() if src is not None and src.name != "DEFAULT"}
-    recipe_serving = hints.engine_overrides(explicit) if hints is not None else {}
-    if recipe_serving:
-        typer.echo(f"llmhost: serving settings from the artifact's recipe: {recipe_serving}")
-    try:
-        engine = EngineConfig(
-            max_concurrent=max_concurrent or env_int("MAX_CONCURRENT_REQUESTS", 8),
-            max_queue=max_queue,
-            # embeddings: llama-server's limit (its 512-token physical batch); a decode holds a whole input
-            max_input_tokens=max_input_tokens or env_int("MAX_INPUT_LENGTH", 512 if embeddings else 2048),
-            max_total_tokens=max_total_tokens or env_int("MAX_TOTAL_TOKENS", 4096),
-            max_batch_tokens=max_batch_tokens or env_int("MAX_BATCH_TOTAL_TOKENS", 512),
-            prefix_cache_tokens=prefix_cache_tokens,
-            n_threads=threads or env_int("LLMHOST_THREADS", 0),
-            flash_attn=flash_attn,
-            speculative="draft" if draft_model else recipe_serving.get("speculative", speculative),
-            draft_model=draft_path,
-            draft_tokens=recipe_serving.get("draft_tokens", draft_tokens),
-            ngram_size=recipe_serving.get("ngram_size", ngram_size),
-            load_mode=hints.load_mode if hints else "auto",
-            repack=hints.repack if hints else True,
-            prefix_state_path=hints.prefix_state_path if hints else "",
-            queue_timeout_s=queue_timeout_s,
-            request_timeout_s=request_timeout_s,
-        )
-        if pooling != "auto" and not embeddings:
-            raise ValueError("--pooling applies to --embeddings only")
-        settings = ServerSettings(
-            model_path=model_path,
-            engine=engine,
-            host=host,
-            port=port or env_int("SAGEMAKER_BIND_TO_PORT", DEFAULT_PORT),
-            served_model_name=served_model_name,
+        opts = ServeOptions(
+            model=model, host=host, port=port, threads=threads, max_concurrent=max_concurrent,
+            max_queue=max_queue, max_input_tokens=max_input_tokens, max_total_tokens=max_total_tokens,
+            max_batch_tokens=max_batch_tokens, prefix_cache_tokens=prefix_cache_tokens,
+            flash_attn=flash_attn, speculative=speculative, draft_tokens=draft_tokens,
+            draft_model=draft_model, ngram_size=ngram_size,
             chat_template=chat_template.read_text() if chat_template else None,
-            tool_parser=tool_parser,
-            api_keys=load_keys(api_key or [], api_key_file),
-            embeddings=EmbedderConfig.from_engine(engine, pooling) if embeddings else None,
-            inference_script=find_script(model, model_path),
-        )
-    except (ValueError, OSError) as exc:
+            served_model_name=served_model_name, tool_parser=tool_parser, queue_timeout_s=queue_timeout_s,
+            request_timeout_s=request_timeout_s, embeddings=embeddings, pooling=pooling,
+            api_keys=load_keys(api_key or [], api_key_file), explicit=given,
+        )  # fmt: skip
+        built = build(opts)
+    except (ValueError, OSError) as exc:  # a model not found is an OSError (FileNotFoundError)
         raise typer.BadParameter(str(exc)) from exc
+    for note in built.notes:
+        typer.echo(f"llmhost: {note}")
+    settings = built.settings
+    engine = settings.engine
     shape = f"{engine.max_concurrent} sequences x {engine.max_total_tokens} tokens"
     if settings.embeddings is not None:
         shape = f"embeddings only, inputs up to {settings.embeddings.max_input_tokens} tokens"
-    typer.echo(f"llmhost: serving {model_path} on {settings.host}:{settings.port} ({engine.threads} threads, "
-               f"{shape})")
+    typer.echo(f"llmhost: serving {settings.model_path} on {settings.host}:{settings.port} "
+               f"({engine.threads} threads, {shape})")
     code = run_server(settings, shutdown_grace_s, log_level)
     if code:
         raise typer.Exit(code)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -84,7 +84,7 @@ def run_tune(settings: TuneSettings) -> int:
     from llmhost.bench.tune import Tuner
     from llmhost.bench.tune.outputs import TUNE_JSON, write_outputs
 
-    started = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    started = datetime.now(UTC).isoformat(timespec="seconds")
     last: dict[str, Any] = {}
 
     def save(records: list[CandidateRecord]) -> None:

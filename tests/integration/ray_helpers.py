@@ -33,6 +33,7 @@ class RayCluster:
     cluster: Any  # ray.cluster_utils.Cluster
     address: str
     node_ids: set[str]
+    dashboard_url: str  # Ray Serve's REST API
 
     def shutdown(self) -> None:
         self.cluster.shutdown()
@@ -42,14 +43,15 @@ def start_cluster() -> RayCluster:
     from ray.cluster_utils import Cluster
 
     common = {"num_cpus": 1, "node_ip_address": "127.0.0.1", "env_vars": RAYLET_ENV}
+    dashboard_port = free_port()
     cluster = Cluster(initialize_head=True, head_node_args={
-        **common, "include_dashboard": True, "dashboard_host": "127.0.0.1", "dashboard_port": free_port(),
+        **common, "include_dashboard": True, "dashboard_host": "127.0.0.1", "dashboard_port": dashboard_port,
         "gcs_server_port": free_port(),
     })  # fmt: skip
     cluster.add_node(**common)
     cluster.wait_for_nodes()
     nodes = {n.node_id for n in cluster.list_all_nodes()}
-    return RayCluster(cluster, cluster.address, nodes)
+    return RayCluster(cluster, cluster.address, nodes, f"http://127.0.0.1:{dashboard_port}")
 
 
 def ray_up_command(file: Path, port: int, address: str, *extra: str) -> list[str]:
@@ -62,8 +64,8 @@ def ray_up_command(file: Path, port: int, address: str, *extra: str) -> list[str
     ]  # fmt: skip
 
 
-def start_ray_endpoint(tmp: Path, yaml_text: str, address: str, *extra: str, port: int = 0) -> Endpoint:
-    """`endpoint up --ray` in a subprocess, returned once it says it runs and /ping answers 200."""
+def launch_ray_endpoint(tmp: Path, yaml_text: str, address: str, *extra: str, port: int = 0) -> Endpoint:
+    """`endpoint up --ray` in a subprocess, its output in tmp/endpoint.log; not waited for."""
     file = tmp / "endpoint.yaml"
     file.write_text(yaml_text)
     port = port or free_port()
@@ -72,7 +74,12 @@ def start_ray_endpoint(tmp: Path, yaml_text: str, address: str, *extra: str, por
         env = {**os.environ, **LOOPBACK_ONLY, "PYTHONUNBUFFERED": "1"}
         proc = subprocess.Popen(ray_up_command(file, port, address, *extra), stdout=out,
                                 stderr=subprocess.STDOUT, env=env)  # fmt: skip
-    ep = Endpoint(f"http://127.0.0.1:{port}", port, proc, log, tmp)
+    return Endpoint(f"http://127.0.0.1:{port}", port, proc, log, tmp)
+
+
+def start_ray_endpoint(tmp: Path, yaml_text: str, address: str, *extra: str, port: int = 0) -> Endpoint:
+    """`endpoint up --ray` in a subprocess, returned once it says it runs and /ping answers 200."""
+    ep = launch_ray_endpoint(tmp, yaml_text, address, *extra, port=port)
     try:
         _wait_ready(ep)
     except BaseException:

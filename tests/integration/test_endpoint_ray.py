@@ -1,6 +1,7 @@
 """`llmhost endpoint up --ray` on a two-node Ray cluster on this host (two raylets, one CPU each), with
-real copies of the default model. The tests of each endpoint share it and run in order: routing across
-nodes, scaling, a copy killed under load, `endpoint down`; then autoscaling on a second endpoint."""
+real copies of the default model. The tests run in order: a SIGTERM while an endpoint starts; then the
+tests of one endpoint sharing it: routing across nodes, scaling, a copy killed under load, `endpoint
+down`; then autoscaling on a second endpoint."""
 
 from __future__ import annotations
 
@@ -10,13 +11,16 @@ import os
 import signal
 import subprocess
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from llmhost.endpoint.rayserve.serveapi import ServeApi
 from llmhost.endpoint.routing import COMPONENT_HEADER, COPY_HEADER
 from tests.integration.conftest import free_port
 from tests.integration.endpoint_helpers import ENGINE, Endpoint, Outcome, call, stop_endpoint
@@ -24,13 +28,16 @@ from tests.integration.ray_helpers import (
     LOOPBACK_ONLY,
     RayCluster,
     component,
+    launch_ray_endpoint,
     ray_up_command,
     start_cluster,
     start_ray_endpoint,
 )
+from tests.integration.test_sagemaker_runtime import TGI, runtime, streamed
 
 os.environ.update(LOOPBACK_ONLY)  # before Ray is imported, here and in the endpoint's process
-pytest.importorskip("ray.serve")
+import ray.serve  # noqa: F401  (`make test` installs the ray extra: missing, these tests fail)
+
 # a module fixture's setup (a Ray cluster, an endpoint loading two copies) counts in its first test
 pytestmark = pytest.mark.timeout(600)
 
@@ -60,10 +67,50 @@ def cluster() -> Iterator[RayCluster]:
 
 
 @pytest.fixture(scope="module")
-def ep(cluster: RayCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Endpoint]:
-    endpoint = start_ray_endpoint(tmp_path_factory.mktemp("ray-endpoint"), ENDPOINT, cluster.address)
+def port() -> int:
+    """Ray Serve's HTTP port on this cluster: the first endpoint deployed starts its proxy there."""
+    return free_port()
+
+
+@pytest.fixture(scope="module")
+def ep(cluster: RayCluster, port: int, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Endpoint]:
+    endpoint = start_ray_endpoint(tmp_path_factory.mktemp("ray-endpoint"), ENDPOINT, cluster.address,
+                                  port=port)  # fmt: skip
     yield endpoint
     stop_endpoint(endpoint)
+
+
+def applications(cluster: RayCluster) -> dict[str, Any]:
+    """Ray Serve's applications, as its REST API lists them."""
+    return dict(asyncio.run(ServeApi(cluster.dashboard_url).details()).get("applications", {}))
+
+
+# three copies of a whole CPU on two nodes of one CPU: they never all run, `up` waits for them
+NEVER_READY = f"""
+name: starting
+components:
+  - name: s
+    copies: 3
+    resources: {{num_cpus: 1, memory_mb: 600}}
+    engine: {ENGINE}
+"""
+
+
+def test_sigterm_while_starting_leaves_no_application(cluster: RayCluster, port: int, tmp_path: Path) -> None:
+    starting = launch_ray_endpoint(tmp_path, NEVER_READY, cluster.address, "--placement-timeout", "600",
+                                   port=port)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while "starting" not in applications(cluster):
+            assert starting.process.poll() is None, starting.log.read_text()[-3000:]
+            assert time.monotonic() < deadline, "the application was not deployed within 120 s"
+            time.sleep(0.2)
+        starting.process.send_signal(signal.SIGTERM)
+        assert starting.process.wait(timeout=120) == 0, starting.log.read_text()[-3000:]
+    finally:
+        stop_endpoint(starting)
+    assert "stopped (signalled while starting)" in starting.log.read_text()
+    assert "starting" not in applications(cluster)
 
 
 def completion(model: str, tokens: int = 4, stream: bool = False) -> dict[str, object]:
@@ -128,12 +175,30 @@ def test_streams_pass_through_unbuffered(ep: Endpoint) -> None:
     assert len(chunks) > 1  # relayed as generated, not as one buffered body
 
 
+def test_tgi_routes_and_the_sagemaker_response_stream(ep: Endpoint) -> None:
+    header = {COMPONENT_HEADER: "a"}
+    with httpx.Client(base_url=ep.url, timeout=120) as c:
+        r = c.post("/generate", json=TGI, headers=header)
+        assert r.status_code == 200 and r.json()["generated_text"] and r.headers[COPY_HEADER].startswith("a-")
+        with c.stream("POST", "/generate_stream", json=TGI, headers=header) as s:
+            assert s.status_code == 200 and s.headers["content-type"].startswith("text/event-stream")
+            tgi_stream = s.read().decode()
+    events = [e for e in tgi_stream.split("\n\n") if e.strip()]
+    assert len(events) == TGI["parameters"]["max_new_tokens"]  # type: ignore[index]
+    assert all(e.startswith("data:") for e in events) and '"generated_text":"' in events[-1].replace(" ", "")
+    # boto3's client through the ingress: AWS event-stream framing relayed whole, the same tokens
+    text, r = streamed(runtime(ep.url), TGI, InferenceComponentName="a")
+    assert text == tgi_stream and r["InvokedProductionVariant"] == "AllTraffic"
+
+
 def test_scale_changes_the_deployment_in_place(ep: Endpoint) -> None:
     (first,) = component(ep.status(), "a")["replicas"]
     (other,) = component(ep.status(), "b")["replicas"]
     out = ep.cli("scale", "a", "2", timeout=300)
     assert out.returncode == 0 and "2 ready of 2 copies" in out.stdout, out.stderr
-    replicas = component(ep.status(), "a")["replicas"]
+    a = component(ep.status(), "a")
+    assert a["pinned_copies"] == 2 and a["autoscaling"] is None
+    replicas = a["replicas"]
     assert first["pid"] in {r["pid"] for r in replicas}  # a config change: the first copy kept running
     assert component(ep.status(), "b")["replicas"] == [other]  # and the other component's
     assert len({r["node_id"] for r in replicas}) == 1  # the other node has no half CPU left
@@ -208,8 +273,9 @@ components:
 def test_a_component_fitting_no_node_is_refused(ep: Endpoint, cluster: RayCluster, tmp_path: Path) -> None:
     file = tmp_path / "endpoint.yaml"
     file.write_text(TOO_BIG)
-    up = subprocess.run(ray_up_command(file, ep.port, cluster.address), capture_output=True, text=True,
-                        timeout=240, env={**os.environ, **LOOPBACK_ONLY})  # fmt: skip
+    command = ray_up_command(file, ep.port, cluster.address, "--ray-dashboard", cluster.dashboard_url)
+    up = subprocess.run(command, capture_output=True, text=True, timeout=240,
+                        env={**os.environ, **LOOPBACK_ONLY})  # fmt: skip
     assert up.returncode == 1, up.stderr
     # our word first, then Ray's own report
     assert "component 'big' (2 CPUs, 600 MB per copy) does not fit on the Ray cluster: no node" in up.stderr
@@ -218,13 +284,26 @@ def test_a_component_fitting_no_node_is_refused(ep: Endpoint, cluster: RayCluste
 
 def test_a_local_model_missing_on_a_node_is_refused_naming_it(cluster: RayCluster, tmp_path: Path) -> None:
     file = tmp_path / "endpoint.yaml"
-    file.write_text(f"name: m\ncomponents:\n  - {{name: m, model: {tmp_path}/absent.gguf}}\n")
+    file.write_text(f"name: m\ncomponents:\n  - {{name: m, model: {tmp_path}/absent.gguf}}\n"
+                    f"  - {{name: d, engine: {{draft_model: {tmp_path}/no-draft.gguf}}}}\n")  # fmt: skip
     up = subprocess.run(ray_up_command(file, free_port(), cluster.address), capture_output=True, text=True,
                         timeout=240, env={**os.environ, **LOOPBACK_ONLY})  # fmt: skip
     assert up.returncode == 1, up.stderr
     assert "a local model must exist on every node" in up.stderr
-    assert up.stderr.count(f"component(s) m: model reference '{tmp_path}/absent.gguf'") == 2  # both nodes
+    assert up.stderr.count(f"component m: model reference '{tmp_path}/absent.gguf'") == 2  # both nodes
+    assert up.stderr.count(f"component d's draft_model: model reference '{tmp_path}/no-draft.gguf'") == 2
     assert " (127.0.0.1): " in up.stderr  # each line names its node: id (address)
+
+
+def test_a_dashboard_up_cannot_reach_is_named(ep: Endpoint, cluster: RayCluster, tmp_path: Path) -> None:
+    file = tmp_path / "endpoint.yaml"
+    file.write_text("name: d\ncomponents:\n  - {name: d}\n")
+    nowhere = f"http://127.0.0.1:{free_port()}"
+    command = ray_up_command(file, ep.port, cluster.address, "--ray-dashboard", nowhere)
+    up = subprocess.run(command, capture_output=True, text=True, timeout=120,
+                        env={**os.environ, **LOOPBACK_ONLY})  # fmt: skip
+    assert up.returncode == 1, up.stderr
+    assert f"Ray Serve's REST API at {nowhere}: reading the applications failed: ConnectError" in up.stderr
 
 
 AUTOSCALED = f"""
@@ -245,10 +324,13 @@ components:
 
 
 def test_serve_keeps_one_http_port_per_cluster(ep: Endpoint, cluster: RayCluster, tmp_path: Path) -> None:
+    """Joined with `--ray-address auto` (the cluster named by RAY_ADDRESS, as `ray start` sets it up)."""
     file = tmp_path / "endpoint.yaml"
     file.write_text(AUTOSCALED)
-    other = subprocess.run(ray_up_command(file, ep.port + 1, cluster.address), capture_output=True, text=True,
-                           timeout=120, env={**os.environ, **LOOPBACK_ONLY})  # fmt: skip
+    env = {**os.environ, **LOOPBACK_ONLY, "RAY_ADDRESS": cluster.address}
+    other = subprocess.run(ray_up_command(file, ep.port + 1, "auto"), capture_output=True, text=True,
+                           timeout=120, env=env)  # fmt: skip
+    assert "on the Ray cluster at auto" in other.stdout, other.stdout
     assert other.returncode == 1 and f"use --port {ep.port}" in other.stderr, other.stderr
 
 

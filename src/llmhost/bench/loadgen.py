@@ -177,7 +177,7 @@ async def send_with_timeout(
 ) -> None:
     try:
         await asyncio.wait_for(send_one(session, target, prep, rec, run_t0), timeout_s)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         rec.ok = False
         rec.error = m.TIMEOUT
         rec.error_detail = f"no complete answer within {timeout_s:g} s"

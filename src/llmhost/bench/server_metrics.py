@@ -189,7 +189,7 @@ async def fetch_text(endpoint: Endpoint, path: str, headers: dict[str, str]) -> 
             url, "GET", None, SCRAPE_TIMEOUT_S, {**headers, "Accept": "text/plain"}, MAX_BODY
         )
         return body.decode("utf-8", "replace") if status == 200 else None
-    except (HttpClientError, asyncio.TimeoutError, OSError, UnicodeError):
+    except (TimeoutError, HttpClientError, OSError, UnicodeError):
         return None  # scraping is best effort: the level's own figures never depend on it
 
 

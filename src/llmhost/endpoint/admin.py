@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from fastapi import APIRouter, Request
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.background import BackgroundTask
 from starlette.responses import JSONResponse, Response
 
@@ -18,6 +19,43 @@ from llmhost.endpoint.router import error
 from llmhost.endpoint.spec import SpecError, parse_components
 
 LOOPBACK = {"127.0.0.1", "::1", "localhost", "testclient"}
+
+
+class BadBody(ValueError):
+    """A request body the admin API refuses (422); `field` names what is wrong."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+class ScaleRequest(BaseModel):
+    """`POST /admin/scale`, as the single-host endpoint and the Ray one take it: strict, so that
+    "false" is no boolean and true no number."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+    component: str
+    copies: int = Field(ge=0)
+    wait: bool = True
+
+
+async def json_body(request: Request) -> Any:
+    try:
+        return await request.json()
+    except ValueError as exc:
+        raise BadBody("body", f"request body is not valid JSON: {exc}") from None
+
+
+def scale_request(data: Any) -> ScaleRequest:
+    if not isinstance(data, dict):
+        raise BadBody("body", 'body must be {"component": NAME, "copies": N, "wait": true|false}')
+    try:
+        return ScaleRequest.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        field = ".".join(str(part) for part in err["loc"]) or "body"
+        msg = "unknown field" if err["type"] == "extra_forbidden" else str(err["msg"])
+        raise BadBody(field, f"{field}: {msg}, got {err.get('input')!r}") from None
 
 
 def terminate_self() -> None:
@@ -35,9 +73,9 @@ def create_admin(manager: EndpointManager, shutdown: Callable[[], None] = termin
 
     async def body(request: Request) -> Any:
         try:
-            return await request.json()
-        except ValueError as exc:
-            raise SpecError(f"request body is not valid JSON: {exc}") from None
+            return await json_body(request)
+        except BadBody as exc:
+            raise SpecError(str(exc)) from None
 
     def failure(exc: Exception) -> Response:
         if isinstance(exc, ComponentError):
@@ -45,7 +83,7 @@ def create_admin(manager: EndpointManager, shutdown: Callable[[], None] = termin
             return error(status, str(exc), "not_found_error" if status == 404 else "conflict_error")
         if isinstance(exc, InsufficientCapacityError):
             return error(409, str(exc), "insufficient_capacity")
-        return error(422, str(exc))
+        return error(422, str(exc), field=exc.field if isinstance(exc, BadBody) else None)
 
     @router.get("/status")
     async def status(request: Request) -> Response:
@@ -56,18 +94,13 @@ def create_admin(manager: EndpointManager, shutdown: Callable[[], None] = termin
         if (r := refused(request)) is not None:
             return r
         try:
-            data = await body(request)
-            if not isinstance(data, dict) or not isinstance(data.get("component"), str):
-                raise SpecError('body must be {"component": NAME, "copies": N}')
-            copies = data.get("copies")
-            if not isinstance(copies, int) or isinstance(copies, bool) or copies < 0:
-                raise SpecError(f"copies must be a whole number >= 0, got {copies!r}")
-            task = asyncio.ensure_future(manager.scale(data["component"], copies))
-            if not data.get("wait", True):
+            req = scale_request(await json_body(request))
+            task = asyncio.ensure_future(manager.scale(req.component, req.copies))
+            if not req.wait:
                 task.add_done_callback(lambda t: t.exception() if not t.cancelled() else None)
                 return JSONResponse({"accepted": True}, status_code=202)
             return JSONResponse(await task)
-        except (ComponentError, InsufficientCapacityError, SpecError, ValueError) as exc:
+        except (ComponentError, InsufficientCapacityError, ValueError) as exc:
             return failure(exc)
 
     @router.post("/components")

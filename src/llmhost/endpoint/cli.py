@@ -30,13 +30,20 @@ CLIENT_KEY_ENV = "LLMHOST_API_KEY"
 HostOpt = Annotated[str, typer.Option(help="The endpoint's address (the admin API answers local clients).")]
 
 
+# options that apply in one mode only: given (other than at their default) in the other, they are refused
+SINGLE_HOST_ONLY = ("log_dir", "health_misses")
+RAY_ONLY = ("ray_address", "ray_dashboard", "autoscale_window", "placement_timeout")
+
+
 @app.command()
 def up(
+    ctx: typer.Context,
     file: Annotated[Path, typer.Argument(help="Endpoint file (YAML; see the README).")],
     port: PortOpt = DEFAULT_PORT,
     host: Annotated[str, typer.Option(help="Address to bind.")] = "0.0.0.0",
     log_dir: Annotated[
-        Path | None, typer.Option(help="Copies' logs; default a new temporary folder.")
+        Path | None, typer.Option(help="Copies' logs; default a new temporary folder. Not with --ray "
+                                  "(Ray keeps the logs).")
     ] = None,
     autoscale_interval: Annotated[float, typer.Option(help="Seconds between autoscaling decisions.")] = 1.0,
     drain_timeout: Annotated[
@@ -48,9 +55,11 @@ def up(
     ] = 2.0,
     health_timeout: Annotated[float, typer.Option(help="Seconds a copy has to answer /ping.")] = 5.0,
     health_misses: Annotated[
-        int, typer.Option(help="Missed /ping answers in a row after which a copy is hung: restarted.")
+        int, typer.Option(help="Missed /ping answers in a row after which a copy is hung: restarted. Not "
+                          "with --ray (one failed health check does).")
     ] = 3,
-    log_level: Annotated[str, typer.Option(help="debug, info, warning, error.")] = "info",
+    log_level: Annotated[str, typer.Option(help="debug, info, warning, error (with --ray: in the ingress "
+                                           "and the copies too).")] = "info",
     api_key: ApiKeyOpt = None,
     api_key_file: ApiKeyFileOpt = None,
     ray: Annotated[
@@ -60,6 +69,10 @@ def up(
     ray_address: Annotated[
         str | None, typer.Option(help="With --ray: the cluster to deploy onto (auto, HOST:PORT, "
                                  "ray://HOST:PORT); unset: start a local Ray.")
+    ] = None,
+    ray_dashboard: Annotated[
+        str | None, typer.Option(help="With --ray: the Ray dashboard's URL (Ray Serve's REST API) as this "
+                                 "host reaches it; unset: the cluster's own (for ray://HOST:PORT, on HOST).")
     ] = None,
     autoscale_window: Annotated[
         float, typer.Option(help="With --ray: seconds of load averaged per autoscaling decision "
@@ -71,16 +84,14 @@ def up(
     ] = 60.0,
 ) -> None:
     """Start an endpoint: place every component, start its copies, route on PORT. SIGTERM drains."""
-    import uvicorn
-
     from llmhost.auth import load_keys
-    from llmhost.endpoint.app import create_app
-    from llmhost.endpoint.manager import ComponentError, EndpointManager, ManagerTiming
-    from llmhost.endpoint.placement import InsufficientCapacityError
-    from llmhost.endpoint.replica import ReplicaTiming
     from llmhost.endpoint.spec import SpecError, load_endpoint
-    from llmhost.lifecycle import GracefulServer, Lifecycle
+    from llmhost.serve_settings import LOG_LEVELS
 
+    _refuse_other_mode(ctx, ray)
+    if log_level.lower() not in LOG_LEVELS:
+        typer.echo(f"error: --log-level must be one of {', '.join(LOG_LEVELS)}, got {log_level!r}", err=True)
+        raise typer.Exit(2)
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per proxied request otherwise
     try:
@@ -94,10 +105,37 @@ def up(
                           drain_timeout_s=drain_timeout, metrics_interval_s=autoscale_interval,
                           look_back_period_s=autoscale_window,
                           placement_timeout_s=placement_timeout)  # fmt: skip
-        _up_ray(spec, host, port, ray_address or None, ray_timing, keys)
+        where = dict(address=ray_address or None, dashboard=ray_dashboard or None, host=host, port=port)
+        _up_ray(spec, where, ray_timing, keys, log_level)
         return
-    replica_timing = ReplicaTiming(ping_interval_s=health_interval, ping_timeout_s=health_timeout,
-                                   ping_misses=health_misses)  # fmt: skip
+    _up_single(spec, host, port, log_dir, autoscale_interval, drain_timeout,
+               (health_interval, health_timeout, health_misses), log_level, keys)  # fmt: skip
+
+
+def _refuse_other_mode(ctx: typer.Context, ray: bool) -> None:
+    """An option of the other mode, given other than at its default, would be silently ignored."""
+    names = SINGLE_HOST_ONLY if ray else RAY_ONLY
+    for param in ctx.command.params:
+        if param.name in names and ctx.params.get(param.name) != param.default:
+            flag = param.opts[0]
+            why = "does not apply to a Ray endpoint" if ray else "applies with --ray only"
+            typer.echo(f"error: {flag} {why}", err=True)
+            raise typer.Exit(2)
+
+
+def _up_single(spec: EndpointSpec, host: str, port: int, log_dir: Path | None, autoscale_interval: float,
+               drain_timeout: float, health: tuple[float, float, int], log_level: str,
+               keys: ApiKeys) -> None:  # fmt: skip
+    import uvicorn
+
+    from llmhost.endpoint.app import create_app
+    from llmhost.endpoint.manager import ComponentError, EndpointManager, ManagerTiming
+    from llmhost.endpoint.placement import InsufficientCapacityError
+    from llmhost.endpoint.replica import ReplicaTiming
+    from llmhost.lifecycle import GracefulServer, Lifecycle
+
+    interval, timeout, misses = health
+    replica_timing = ReplicaTiming(ping_interval_s=interval, ping_timeout_s=timeout, ping_misses=misses)
     timing = ManagerTiming(autoscale_interval_s=autoscale_interval, drain_timeout_s=drain_timeout,
                            replica=replica_timing)  # fmt: skip
     if log_dir is not None:
@@ -121,9 +159,11 @@ def up(
         raise typer.Exit(lifecycle.exit_code)
 
 
-def _up_ray(spec: EndpointSpec, host: str, port: int, address: str | None, timing: dict[str, float],
-            keys: ApiKeys) -> None:  # fmt: skip
+def _up_ray(spec: EndpointSpec, where: dict[str, Any], timing: dict[str, float], keys: ApiKeys,
+            log_level: str) -> None:  # fmt: skip
     import importlib.util
+
+    from llmhost.endpoint.spec import SpecError
 
     if importlib.util.find_spec("ray") is None:
         typer.echo("error: --ray needs Ray Serve: pip install 'llmhost[ray]'", err=True)
@@ -133,7 +173,7 @@ def _up_ray(spec: EndpointSpec, host: str, port: int, address: str | None, timin
     from llmhost.endpoint.rayserve.up import RayEndpointError, RayUp, run
 
     try:
-        up = RayUp(address, host, port, RayTiming(**timing), keys)
+        up = RayUp(timing=RayTiming(**timing), keys=keys, log_level=log_level, **where)
     except ValueError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
@@ -141,11 +181,14 @@ def _up_ray(spec: EndpointSpec, host: str, port: int, address: str | None, timin
         if c.resources.max_memory_mb is not None:  # placement and limits are Ray's
             typer.echo(f"warning: component {c.name!r}: max_memory_mb is not enforced on Ray (Ray's memory "
                        "monitor kills workers when a node runs low on memory)", err=True)  # fmt: skip
-    where = f"the Ray cluster at {address}" if address else "a local Ray instance"
-    typer.echo(f"llmhost endpoint {spec.name}: {len(spec.components)} component(s) on {where}, "
-               f"{host}:{port}")  # fmt: skip
+    place = f"the Ray cluster at {up.address}" if up.address else "a local Ray instance"
+    typer.echo(f"llmhost endpoint {spec.name}: {len(spec.components)} component(s) on {place}, "
+               f"{up.host}:{up.port}")  # fmt: skip
     try:
         why = run(spec, up)
+    except SpecError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
     except (RayEndpointError, ServeApiError, ValueError, OSError) as exc:
         typer.echo(f"error: endpoint {spec.name!r} refused: {exc}", err=True)
         raise typer.Exit(1) from None
@@ -240,7 +283,9 @@ def scale(
     host: HostOpt = "127.0.0.1",
     wait: Annotated[bool, typer.Option(help="Return once new copies are ready / old ones drained.")] = True,
 ) -> None:
-    """Set a component's copies; stopping copies drain their requests first."""
+    """Set a component's copies; stopping copies drain their requests first. On a Ray endpoint this pins
+    the component to COPIES: its autoscaling is off (`status` shows the pinned copies) until the file
+    is deployed again with `up --ray`."""
     data = _call(
         host, port, "POST", "/admin/scale", json={"component": component, "copies": copies, "wait": wait}
     )

@@ -19,7 +19,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from enum import Enum
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +36,7 @@ log = logging.getLogger("llmhost.endpoint")
 PR_SET_PDEATHSIG = 1
 
 
-class ReplicaState(str, Enum):
+class ReplicaState(StrEnum):
     # the process is launched and loading; /ping has not answered 200 yet; it gets no requests
     STARTING = "starting"
     # passed /ping; the router sends it requests

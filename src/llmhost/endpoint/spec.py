@@ -70,7 +70,7 @@ class EngineSpec(_Strict):
     speculative: Literal["ngram", "draft"] | None = None
     draft_tokens: int | None = Field(default=None, ge=1)
     draft_model: str | None = None
-    ngram_size: int | None = Field(default=None, ge=1)
+    ngram_size: int | None = Field(default=None, ge=2)  # n-grams down to 2 tokens are looked up
 
     @model_validator(mode="after")
     def _check(self) -> EngineSpec:
@@ -89,27 +89,14 @@ class EngineSpec(_Strict):
             raise ValueError("draft_model is for speculative: draft, not ngram")
         return self
 
+    def serve_options(self) -> dict[str, Any]:
+        """The `llmhost serve` options the file sets, by name (every field is one; unset ones are
+        left to serve's defaults and variables)."""
+        return {name: value for name, value in self.model_dump().items() if value is not None}
+
     def serve_args(self) -> list[str]:
-        args: list[str] = []
-        for name, value in (
-            ("max-input-tokens", self.max_input_tokens),
-            ("max-total-tokens", self.max_total_tokens),
-            ("max-batch-tokens", self.max_batch_tokens),
-            ("max-concurrent", self.max_concurrent),
-            ("max-queue", self.max_queue),
-            ("queue-timeout-s", self.queue_timeout_s),
-            ("request-timeout-s", self.request_timeout_s),
-            ("chat-template", self.chat_template),
-            ("tool-parser", self.tool_parser),
-            ("pooling", self.pooling),
-            ("speculative", self.speculative),
-            ("draft-tokens", self.draft_tokens),
-            ("draft-model", self.draft_model),
-            ("ngram-size", self.ngram_size),
-        ):
-            if value is not None:
-                args += [f"--{name}", str(value)]
-        return args
+        return [part for name, value in self.serve_options().items()
+                for part in (f"--{name.replace('_', '-')}", str(value))]  # fmt: skip
 
 
 class AutoscalingSpec(_Strict):
@@ -154,6 +141,8 @@ class ComponentSpec(_Strict):
             )
         if a is None and self.copies == 0:
             raise ValueError("copies: 0 needs autoscaling (min_copies: 0) to ever start a copy")
+        if self.engine.pooling not in (None, "auto") and not self.embeddings:
+            raise ValueError("engine.pooling applies to embeddings: true only")
         return self
 
     @property

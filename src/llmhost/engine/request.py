@@ -7,7 +7,7 @@ import math
 from dataclasses import dataclass, field
 
 
-class FinishReason(str, enum.Enum):
+class FinishReason(enum.StrEnum):
     LENGTH = "length"  # max_tokens reached
     EOS = "eos_token"  # the model ended the sequence
     STOP = "stop_sequence"  # a stop string matched
@@ -16,7 +16,7 @@ class FinishReason(str, enum.Enum):
     TIMEOUT = "timeout"  # the request's queue-wait or total deadline passed; its sequence was freed
 
 
-class ConstraintKind(str, enum.Enum):
+class ConstraintKind(enum.StrEnum):
     JSON_SCHEMA = "json_schema"  # a JSON schema (OpenAI json_schema, TGI/llama-server json)
     JSON_OBJECT = "json_object"  # any JSON object (OpenAI json_object)
     REGEX = "regex"  # a regular expression the whole output matches (TGI regex)

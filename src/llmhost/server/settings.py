@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -11,22 +10,12 @@ from llmhost.auth import ApiKeys
 from llmhost.engine.config import EngineConfig
 from llmhost.engine.embedder import EmbedderConfig
 
-__all__ = ["DEFAULT_PORT", "MAX_BODY_BYTES", "RETRY_AFTER_S", "ServerSettings", "env_int"]
+__all__ = ["DEFAULT_PORT", "MAX_BODY_BYTES", "RETRY_AFTER_S", "ServerSettings"]
 
 # SageMaker's request payload limit for real-time endpoints
 MAX_BODY_BYTES = 6 * 1024 * 1024
 DEFAULT_PORT = 8080
 TOOL_PARSERS = ("auto", "hermes", "llama3", "mistral")
-
-
-def env_int(name: str, default: int) -> int:
-    raw = os.environ.get(name)
-    if raw is None or raw == "":
-        return default
-    try:
-        return int(raw)
-    except ValueError as exc:
-        raise ValueError(f"environment variable {name}={raw!r} is not an integer") from exc
 
 
 @dataclass(slots=True, frozen=True)

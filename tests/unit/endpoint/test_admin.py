@@ -40,7 +40,9 @@ async def test_admin_refusals_and_operations(tmp_path: Path) -> None:
         r = await c.post("/admin/scale", json={"component": "zz", "copies": 1})
         assert r.status_code == 404 and "known components: a" in r.json()["error"]["message"]
         r = await c.post("/admin/scale", json={"component": "a", "copies": -1})
-        assert r.status_code == 422
+        assert r.status_code == 422 and r.json()["error"]["field"] == "copies"
+        r = await c.post("/admin/scale", json={"component": "a", "copies": 1, "wait": "false"})  # no bool
+        assert r.status_code == 422 and r.json()["error"]["field"] == "wait"
         r = await c.post("/admin/components", json={"name": "b", "resources": {"gpus": 1}})
         assert r.status_code == 422 and "resources.gpus: unknown key" in r.json()["error"]["message"]
         r = await c.post("/admin/components", json={"name": "a"})

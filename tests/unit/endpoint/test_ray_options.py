@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import inspect
 from dataclasses import asdict
-from pathlib import Path
 
 import pytest
 
 from llmhost.endpoint.rayserve import options
 from llmhost.endpoint.rayserve.options import AppArgs, RayTiming, component_options, scale_override
 from llmhost.endpoint.spec import ComponentSpec, parse_endpoint
+from llmhost.serve_settings import DEFAULT_MAX_CONCURRENT, DEFAULT_MAX_QUEUE
 
 TIMING = RayTiming(health_check_period_s=1, health_check_timeout_s=7, drain_timeout_s=30,
                    metrics_interval_s=0.5, look_back_period_s=4)  # fmt: skip
@@ -21,27 +20,29 @@ def spec(**kw: object) -> ComponentSpec:
 
 
 def test_copies_resources_and_health_map_to_deployment_options() -> None:
-    got = component_options(spec(copies=3, resources={"num_cpus": 2, "memory_mb": 1500},
-                                 engine={"max_concurrent": 4, "max_queue": 10}), TIMING)  # fmt: skip
+    engine = {"max_concurrent": 4, "max_queue": 10}
+    c = spec(copies=3, resources={"num_cpus": 2, "memory_mb": 1500}, engine=engine)
+    got = component_options(c, TIMING, {}, "debug")
     assert got == {
         "name": "c", "num_replicas": 3, "autoscaling_config": None,
         "ray_actor_options": {"num_cpus": 2.0, "memory": 1500 * 2**20},
         "max_ongoing_requests": 14, "health_check_period_s": 1, "health_check_timeout_s": 7,
         "graceful_shutdown_timeout_s": 30, "graceful_shutdown_wait_loop_s": 1.0,
+        "logging_config": {"log_level": "DEBUG"},
     }  # fmt: skip
 
 
 def test_autoscaling_maps_to_ray_serves_autoscaling_config() -> None:
     got = component_options(spec(resources={"num_cpus": 0.5}, autoscaling={
         "min_copies": 0, "max_copies": 3, "target_concurrent_per_copy": 2.5, "scale_in_cooldown_s": 20,
-        "scale_out_cooldown_s": 5}), TIMING)  # fmt: skip
+        "scale_out_cooldown_s": 5}), TIMING, {}, "info")  # fmt: skip
     assert got["num_replicas"] is None
     assert got["autoscaling_config"] == {
         "min_replicas": 0, "max_replicas": 3, "initial_replicas": 0, "target_ongoing_requests": 2.5,
         "upscale_delay_s": 5, "downscale_delay_s": 20, "metrics_interval_s": 0.5, "look_back_period_s": 4,
     }  # fmt: skip
     assert got["ray_actor_options"]["num_cpus"] == 0.5
-    assert got["max_ongoing_requests"] == options.DEFAULT_MAX_CONCURRENT + options.DEFAULT_MAX_QUEUE
+    assert got["max_ongoing_requests"] == DEFAULT_MAX_CONCURRENT + DEFAULT_MAX_QUEUE
 
 
 def test_scale_pins_copies_and_drops_autoscaling() -> None:
@@ -49,14 +50,16 @@ def test_scale_pins_copies_and_drops_autoscaling() -> None:
 
 
 def test_the_ingress_runs_on_the_head_node_and_takes_no_cpu() -> None:
-    got = options.ingress_options(TIMING)
+    got = options.ingress_options(TIMING, "warning")
     assert got["num_replicas"] == 1 and got["ray_actor_options"]["num_cpus"] == 0
+    assert got["logging_config"] == {"log_level": "WARNING"}
     assert got["ray_actor_options"]["resources"] == {options.HEAD_NODE_RESOURCE: 0.001}
 
 
 def test_app_config_names_the_builder_with_the_file_as_args() -> None:
     ep = parse_endpoint({"name": "e", "components": [{"name": "c"}]})
-    args = AppArgs(ep.model_dump(), {}, asdict(TIMING), "127.0.0.1:8265", [])
+    args = AppArgs(ep.model_dump(), {}, asdict(TIMING), "127.0.0.1:8265", [], {"MAX_TOTAL_TOKENS": "8192"},
+                   "info")
     got = options.app_config(ep, args, [{"name": "c", "num_replicas": 2}])
     assert got["name"] == "e" and got["import_path"] == "llmhost.endpoint.rayserve.app:build"
     assert got["args"]["endpoint"]["components"][0]["name"] == "c" and got["route_prefix"] == "/"
@@ -68,25 +71,3 @@ def test_the_ingress_name_is_reserved_and_timing_validated() -> None:
         options.check_names(parse_endpoint({"name": "e", "components": [{"name": "ingress"}]}))
     with pytest.raises(ValueError, match="look_back_period_s must be > 0"):
         RayTiming(look_back_period_s=0)
-
-
-def test_copy_settings_default_as_llmhost_serve_does(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A Ray copy builds its settings itself: the defaults must stay those of `llmhost serve`."""
-    from llmhost.cli import serve
-    from llmhost.endpoint.rayserve import server
-
-    for name in ("MAX_CONCURRENT_REQUESTS", "MAX_INPUT_LENGTH", "MAX_TOTAL_TOKENS", "MAX_BATCH_TOTAL_TOKENS"):
-        monkeypatch.delenv(name, raising=False)
-
-    flags = inspect.signature(serve).parameters
-    assert flags["max_queue"].default == options.DEFAULT_MAX_QUEUE
-    settings = server.server_settings(spec(resources={"num_cpus": 2}), Path("m.gguf"), None)
-    engine = e = settings.engine
-    limits = (e.max_concurrent, e.max_input_tokens, e.max_total_tokens, e.max_batch_tokens)
-    assert limits == (8, 2048, 4096, 512)  # serve's defaults when neither flag nor variable is set
-    assert engine.n_threads == 2 and engine.flash_attn == flags["flash_attn"].default
-    assert settings.served_model_name == "c" and settings.tool_parser == flags["tool_parser"].default
-    embed = server.server_settings(spec(embeddings=True), Path("m.gguf"), None)
-    assert embed.embeddings is not None and embed.engine.max_input_tokens == 512
-    monkeypatch.setenv("MAX_TOTAL_TOKENS", "8192")  # as `llmhost serve` reads it
-    assert server.server_settings(spec(), Path("m.gguf"), None).engine.max_total_tokens == 8192

@@ -4,7 +4,9 @@ routing decisions, what reached a copy and what did not, streams and their failu
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+import itertools
+import time
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import httpx
@@ -44,9 +46,10 @@ class FakeStream:
 
 
 class FakeHandle:
-    def __init__(self, *streams: FakeStream) -> None:
-        self.streams: Iterator[FakeStream] = iter(streams)
+    def __init__(self, *streams: FakeStream, then: Iterable[FakeStream] = ()) -> None:
+        self.streams: Iterator[FakeStream] = itertools.chain(streams, then)
         self.calls: list[Call] = []
+        self.times: list[float] = []
 
     def options(self, **_: Any) -> FakeHandle:
         return self
@@ -57,12 +60,13 @@ class FakeHandle:
 
     def remote(self, call: Call) -> FakeStream:
         self.calls.append(call)
+        self.times.append(time.monotonic())
         return next(self.streams)
 
 
 class Registry:
-    def __init__(self, **handles: FakeHandle) -> None:
-        spec = {n: ComponentSpec(name=n, max_wait_s=0.3) for n in handles}
+    def __init__(self, max_wait_s: float = 0.3, **handles: FakeHandle) -> None:
+        spec = {n: ComponentSpec(name=n, max_wait_s=max_wait_s) for n in handles}
         self.components = {n: RayComponent(spec[n], h) for n, h in handles.items()}
         for c in self.components.values():
             running = Replica(f"{c.name}-x", "RUNNING", "n", "ip", 1, "a")
@@ -118,13 +122,68 @@ async def test_a_request_no_copy_took_goes_to_another_one_that_reached_one_never
     assert reg.components["a"].retries == 1 and len(h.calls) == 3
 
 
+async def test_a_request_no_copy_takes_is_tried_again_with_a_growing_pause_until_one_does() -> None:
+    gone = [FakeStream(ConnectionError("replica gone")) for _ in range(3)]
+    h = FakeHandle(*gone, FakeStream(Accepted("a-9"), JSON, b"{}"))
+    reg = Registry(max_wait_s=10, a=h)
+    async with client(reg) as c:
+        r = await c.post("/v1/completions", json={"model": "a"})
+    assert r.status_code == 200 and r.headers[COPY_HEADER] == "a-9"
+    assert reg.components["a"].retries == 3 and all(s.cancelled for s in gone)
+    gaps = [b - a for a, b in itertools.pairwise(h.times)]
+    # 0.05, 0.1, 0.2 s (asyncio may wake a timer up to a clock tick early)
+    assert gaps[0] >= 0.04 and gaps[1] >= 0.09 and gaps[2] >= 0.19 and sum(gaps) < 5, gaps
+
+
+async def test_no_copy_taking_it_within_the_wait_is_a_503_naming_the_last_failure() -> None:
+    h = FakeHandle(then=(FakeStream(ConnectionError(f"replica {i} gone")) for i in itertools.count()))
+    reg = Registry(max_wait_s=0.5, a=h)
+    started = time.monotonic()
+    async with client(reg) as c:
+        r = await c.post("/v1/completions", json={"model": "a"})
+    took = time.monotonic() - started
+    assert r.status_code == 503 and r.headers["retry-after"] == "1"
+    message = r.json()["error"]["message"]
+    assert f"within 0.5 s; last failure: ConnectionError: replica {len(h.calls) - 1} gone" in message
+    assert 3 <= len(h.calls) <= 8 and reg.components["a"].retries == len(h.calls) - 1
+    assert 0.3 <= took < 3, took  # the wait, not one try per pause-less attempt
+
+
+async def test_what_a_copy_sends_is_type_checked() -> None:
+    h = FakeHandle(FakeStream(JSON), FakeStream(Accepted("a-1"), b"no head"),
+                   FakeStream(Accepted("a-1"), JSON, {"not": "bytes"}),
+                   FakeStream(Accepted("a-1"), SSE, b"data: 1\n\n", {"not": "bytes"}))  # fmt: skip
+    reg = Registry(a=h)
+    async with client(reg) as c:
+        r = await c.post("/v1/completions", json={"model": "a"})
+        assert r.status_code == 502 and "answered Head before taking the request; not retried" in r.text
+        assert len(h.calls) == 1  # whatever answered may have done something with it: not sent again
+        r = await c.post("/v1/completions", json={"model": "a"})
+        assert r.status_code == 502 and "expected the answer's head, got bytes" in r.text
+        r = await c.post("/v1/completions", json={"model": "a"})
+        assert r.status_code == 502 and "expected a chunk of the body, got dict" in r.text
+        cut = (await c.post("/v1/completions", json={"model": "a", "stream": True})).text
+    assert cut.startswith("data: 1\n\ndata: {\"error\"") and "expected a chunk of the body" in cut
+    assert reg.components["a"].stream_errors == 1 and reg.components["a"].in_flight == 0
+
+
+async def test_a_copy_failing_while_it_answers_is_a_502_naming_it() -> None:
+    died = RuntimeError("OOM\nadvice")
+    reg = Registry(a=FakeHandle(FakeStream(Accepted("a-1"), JSON, b'{"partial":', died)))
+    async with client(reg) as c:
+        r = await c.post("/v1/completions", json={"model": "a"})
+    assert r.status_code == 502
+    assert r.json()["error"]["message"] == ("copy a-1 of inference component 'a' failed while answering: "
+                                            "RuntimeError: OOM")  # fmt: skip
+
+
 async def test_no_copy_within_the_wait_is_a_503_and_the_request_is_withdrawn() -> None:
     stream = FakeStream(5.0, Accepted("a-x"))
     reg = Registry(a=FakeHandle(stream))
     async with client(reg) as c:
         r = await c.post("/v1/completions", json={"model": "a"})
     assert r.status_code == 503 and r.headers["retry-after"] == "1" and "within 0.3 s" in r.text
-    assert stream.cancelled
+    assert stream.cancelled and "last failure" not in r.text
 
 
 async def test_a_copy_silent_past_the_read_timeout_is_a_504() -> None:

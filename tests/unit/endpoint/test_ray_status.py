@@ -1,13 +1,10 @@
-"""Reading Ray Serve's details, judging placement, and Serve REST deploy bodies (no Ray needed)."""
+"""Reading Ray Serve's details and judging placement (no Ray needed)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-import pytest
-
 from llmhost.endpoint.rayserve import status
-from llmhost.endpoint.rayserve.serveapi import ServeApi, ServeApiError, retrying, transient
 from llmhost.endpoint.rayserve.status import DeploymentView, Placement, Replica
 
 WAITING = ("Deployment 'b' in application 'e' has 1 replicas that have taken more than 30s to be scheduled. "
@@ -67,42 +64,3 @@ def test_a_copy_waiting_only_for_its_worker_is_not_refused() -> None:
     # Ray's message outlives the copy it was about: no copy waiting, nothing to judge
     assert placement.verdict(waiting(replicas=[]), nodes, {}, now=100) is None
     assert placement.since is None
-
-
-def test_deploy_bodies_keep_the_clusters_other_applications() -> None:
-    d = {"proxy_location": "HeadOnly", "http_options": {"port": 9000},
-         "applications": {"mine": {"name": "mine", "deployed_app_config": {"name": "mine", "v": 1}},
-                          "theirs": {"name": "theirs", "deployed_app_config": {"name": "theirs"}},
-                          "imperative": {"name": "imperative", "deployed_app_config": None}}}  # fmt: skip
-    kept = ServeApi._declared(d, "mine")
-    assert kept == [{"name": "theirs"}]
-    body = ServeApi._deploy_body(d, [*kept, {"name": "mine", "v": 2}])
-    assert body == {"applications": [{"name": "theirs"}, {"name": "mine", "v": 2}],
-                    "proxy_location": "HeadOnly", "http_options": {"port": 9000}}  # fmt: skip
-
-
-def test_only_failures_on_the_servers_side_are_tried_again() -> None:
-    assert transient(RuntimeError("Request failed with status code 500: Traceback ... ProxyActor died"))
-    assert not transient(RuntimeError("Request failed with status code 400: 2 validation errors"))
-    assert transient(ConnectionError("refused"))
-
-
-async def test_retrying_stops_at_a_lasting_refusal() -> None:
-    calls: list[int] = []
-
-    async def flaky() -> str:
-        calls.append(1)
-        if len(calls) < 3:
-            raise ServeApiError("500", transient=True)
-        return "ok"
-
-    assert await retrying(flaky, within_s=10, pause_s=0.01) == "ok" and len(calls) == 3
-
-    async def refused() -> str:
-        calls.append(1)
-        raise ServeApiError("400", transient=False)
-
-    calls.clear()
-    with pytest.raises(ServeApiError, match="400"):
-        await retrying(refused, within_s=10, pause_s=0.01)
-    assert len(calls) == 1

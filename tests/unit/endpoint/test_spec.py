@@ -93,6 +93,8 @@ def test_unknown_key_names_its_path() -> None:
         (comp(name="no spaces"), "components[0](no spaces).name: String should match pattern"),
         (comp(autoscaling={"target_concurrent_per_copy": 0}), "target_concurrent_per_copy"),
         (comp(startup_health_check_timeout_s=-1), "startup_health_check_timeout_s"),
+        (comp(engine={"ngram_size": 1}), "ngram_size: Input should be greater than or equal to 2"),
+        (comp(engine={"pooling": "cls"}), "engine.pooling applies to embeddings: true only"),
     ],
 )
 def test_impossible_values_are_refused(component: dict[str, Any], expected: str) -> None:

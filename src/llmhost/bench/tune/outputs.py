@@ -8,7 +8,7 @@ import json
 import math
 import os
 from dataclasses import asdict
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -102,7 +102,7 @@ def tune_doc(settings: TuneSettings, records: list[CandidateRecord], started_at:
     return {
         "format": FORMAT,
         "started_at": started_at,
-        "written_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "written_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "slo": {
             "ttft_ms": s.slo.ttft_ms,
             "itl_ms": s.slo.itl_ms,

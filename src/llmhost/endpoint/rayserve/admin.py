@@ -10,10 +10,9 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from fastapi import APIRouter, Request
-from starlette.background import BackgroundTask
 from starlette.responses import JSONResponse, Response
 
-from llmhost.endpoint.admin import LOOPBACK
+from llmhost.endpoint.admin import LOOPBACK, BadBody, json_body, scale_request
 from llmhost.endpoint.rayserve import nodes, options, status
 from llmhost.endpoint.rayserve.relay import RayComponent
 from llmhost.endpoint.rayserve.serveapi import ServeApi, ServeApiError
@@ -34,13 +33,16 @@ class RayAdmin:
         self.api = api
         self.refresh = refresh  # reads Ray Serve's details and updates every component's view
 
-    def component_status(self, comp: RayComponent) -> dict[str, Any]:
+    def component_status(self, comp: RayComponent, override: dict[str, Any]) -> dict[str, Any]:
+        """`override`: the component's deployment override in the deployed config (`scale` pins its
+        copies and drops its autoscaling), or {}: the file's settings hold."""
         v, a = comp.view, comp.spec.autoscaling
+        pinned = override.get("num_replicas") if "autoscaling_config" in override else None
         return {
             "name": comp.name, "model": comp.spec.model, "num_cpus": comp.spec.resources.num_cpus,
             "memory_mb": comp.spec.resources.memory_mb, "status": v.status, "message": v.message,
             "copies": v.target, "ready": v.running, "in_flight": comp.in_flight,
-            "autoscaling": a.model_dump() if a else None,
+            "autoscaling": a.model_dump() if a and pinned is None else None, "pinned_copies": pinned,
             "requests": {str(k): n for k, n in sorted(comp.requests.items())}, "retries": comp.retries,
             "stream_errors": comp.stream_errors,
             "replicas": [{"copy": r.copy, "state": r.state, "node_id": r.node_id, "node_ip": r.node_ip,
@@ -50,9 +52,11 @@ class RayAdmin:
     async def status(self) -> dict[str, Any]:
         details = await self.refresh()
         app = status.application(details, self.spec.name) or {}
+        overrides = {o.get("name"): o for o in status.deployment_overrides(details, self.spec.name)}
+        comps = [self.component_status(c, overrides.get(c.name, {})) for c in self.components.values()]
         return {"name": self.spec.name, "backend": "ray", "instance": self.spec.instance.model_dump(),
                 "status": app.get("status", ""), "message": app.get("message", ""),
-                "components": [self.component_status(c) for c in self.components.values()]}  # fmt: skip
+                "components": comps}  # fmt: skip
 
     async def scale(self, name: str, copies: int, wait: bool) -> dict[str, Any]:
         comp = self.components.get(name)
@@ -95,10 +99,8 @@ class RayAdmin:
                            f"{comp.view.status} {comp.view.message}")  # fmt: skip
 
     async def down(self) -> None:
-        try:
-            await self.api.delete(self.spec.name)
-        except ServeApiError:
-            log.exception("deleting application %s failed", self.spec.name)
+        """Ray Serve took the deletion (it drains the copies, then the ingress answering this)."""
+        await self.api.delete(self.spec.name)
 
 
 def _refused(request: Request) -> Response | None:
@@ -108,42 +110,46 @@ def _refused(request: Request) -> Response | None:
     return None
 
 
-def _scale_body(data: Any) -> tuple[str, int, bool]:
-    if not isinstance(data, dict) or not isinstance(data.get("component"), str):
-        raise ValueError('body must be {"component": NAME, "copies": N}')
-    copies = data.get("copies")
-    if not isinstance(copies, int) or isinstance(copies, bool) or copies < 0:
-        raise ValueError(f"copies must be a whole number >= 0, got {copies!r}")
-    return data["component"], copies, bool(data.get("wait", True))
-
-
 def create_ray_admin(admin: RayAdmin) -> APIRouter:
     router = APIRouter(prefix="/admin")
 
     @router.get("/status")
     async def get_status(request: Request) -> Response:
-        return _refused(request) or JSONResponse(await admin.status())
+        if (r := _refused(request)) is not None:
+            return r
+        try:
+            return JSONResponse(await admin.status())
+        except ServeApiError as exc:
+            return error(502, str(exc), "upstream_error")
 
     @router.post("/scale")
     async def scale(request: Request) -> Response:
         if (r := _refused(request)) is not None:
             return r
         try:
-            name, copies, wait = _scale_body(await request.json())
-            return JSONResponse(await admin.scale(name, copies, wait), status_code=200 if wait else 202)
+            req = scale_request(await json_body(request))
+            answer = await admin.scale(req.component, req.copies, req.wait)
+            return JSONResponse(answer, status_code=200 if req.wait else 202)
+        except BadBody as exc:
+            return error(422, str(exc), field=exc.field)
         except LookupError as exc:
             return error(404, str(exc), "not_found_error")
-        except (ServeApiError, RuntimeError, TimeoutError) as exc:
+        except ServeApiError as exc:
+            return error(502, str(exc), "upstream_error")
+        except (RuntimeError, TimeoutError) as exc:  # Ray cannot place the copies, or not in time
             return error(409, str(exc), "conflict_error")
         except ValueError as exc:
-            return error(422, str(exc))
+            return error(422, str(exc), field="copies")
 
     @router.post("/down")
     async def down(request: Request) -> Response:
         if (r := _refused(request)) is not None:
             return r
-        body = {"stopping": admin.spec.name}
-        return JSONResponse(body, status_code=202, background=BackgroundTask(admin.down))
+        try:
+            await admin.down()
+        except ServeApiError as exc:
+            return error(502, f"deleting application {admin.spec.name!r} failed: {exc}", "upstream_error")
+        return JSONResponse({"stopping": admin.spec.name}, status_code=202)
 
     @router.api_route("/components", methods=["POST"])
     @router.api_route("/components/{name}", methods=["DELETE"])

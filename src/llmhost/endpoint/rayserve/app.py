@@ -19,11 +19,12 @@ def build(args: dict[str, Any]) -> Any:
     app_args = AppArgs(**args)
     spec = EndpointSpec.model_validate(app_args.endpoint)
     timing = RayTiming(**app_args.timing)
+    env, level = app_args.env, app_args.log_level
     handles = {
-        c.name: serve.deployment(ComponentServer, **component_options(c, timing)).bind(
-            c.model_dump(), app_args.chat_templates.get(c.name)
+        c.name: serve.deployment(ComponentServer, **component_options(c, timing, env, level)).bind(
+            c.model_dump(), app_args.chat_templates.get(c.name), env, level
         )
         for c in spec.components
     }
-    ingress = serve.deployment(serve.ingress()(Ingress), **ingress_options(timing))
+    ingress = serve.deployment(serve.ingress()(Ingress), **ingress_options(timing, level))
     return ingress.bind(handles, args)

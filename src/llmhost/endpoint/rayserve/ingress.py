@@ -19,7 +19,7 @@ from llmhost.auth import ApiKeyMiddleware, ApiKeys
 from llmhost.endpoint import routing
 from llmhost.endpoint.rayserve import status
 from llmhost.endpoint.rayserve.admin import RayAdmin, create_ray_admin
-from llmhost.endpoint.rayserve.metrics import CopyMetrics, render_ray_metrics
+from llmhost.endpoint.rayserve.metrics import CopyMetrics, node_metric_urls, render_ray_metrics
 from llmhost.endpoint.rayserve.options import AppArgs, RayTiming
 from llmhost.endpoint.rayserve.relay import RayComponent, RayRelay
 from llmhost.endpoint.rayserve.serveapi import ServeApi, ServeApiError
@@ -36,6 +36,7 @@ class Ingress:
 
     def __init__(self, handles: dict[str, Any], args: dict[str, Any]) -> None:
         self.args = AppArgs(**args)
+        logging.getLogger("llmhost").setLevel(self.args.log_level.upper())
         self.spec = EndpointSpec.model_validate(self.args.endpoint)
         self.components = {c.name: RayComponent(c, handles[c.name]) for c in self.spec.components}
         self.api = ServeApi(self.args.dashboard_url)
@@ -75,13 +76,19 @@ class Ingress:
 
         @router.get("/metrics")
         async def metrics() -> Response:
-            text = await render_ray_metrics(list(self.components.values()), self.copy_metrics)
+            urls = await asyncio.to_thread(node_metric_urls)
+            text = await render_ray_metrics(list(self.components.values()), self.copy_metrics, urls)
             return Response(text, media_type="text/plain; version=0.0.4; charset=utf-8")
 
         router.include_router(routing.data_routes(self, self.relay))
         return router
 
     def __serve_build_asgi_app__(self) -> FastAPI:
+        return self.asgi_app()  # the hook `serve.ingress()` calls on a class given no app
+
+    def asgi_app(self) -> FastAPI:
+        """The ingress's routes, admin API, API keys and request ids, as Serve's proxy calls them."""
+
         @asynccontextmanager
         async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
             with contextlib.suppress(ServeApiError):

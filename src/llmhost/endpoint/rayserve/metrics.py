@@ -107,9 +107,10 @@ class _Snapshot(Collector):
         return self._families
 
 
-async def render_ray_metrics(components: Sequence[RayComponent], copies: CopyMetrics) -> bytes:
-    urls = await asyncio.to_thread(node_metric_urls)
-    async with httpx.AsyncClient() as client:
+async def render_ray_metrics(components: Sequence[RayComponent], copies: CopyMetrics, urls: list[str],
+                             transport: httpx.AsyncBaseTransport | None = None) -> bytes:  # fmt: skip
+    """`urls`: the nodes' metrics agents (`node_metric_urls`); `transport`: tests answer in-process."""
+    async with httpx.AsyncClient(transport=transport) as client:
         scraped = await asyncio.gather(*(_scrape(client, u) for u in urls))
     ray_families: dict[str, Metric] = {}
     for families in scraped:

@@ -1,35 +1,65 @@
 """Models reachable from every node: what `up --ray` checks before deploying.
 
 `default` assembles on each node and s3:// references download into each node's cache when a copy
-starts there; a local path must exist on every node, so it is made absolute (as seen where `up` ran)
-and looked up on each alive node by a task pinned there.
+starts there; a local path (a component's model or its engine's draft_model) must exist on every node,
+so it is made absolute (as seen where `up` ran) and looked up on each alive node by a task pinned there.
 """
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
-from llmhost.endpoint.spec import ComponentSpec, EndpointSpec
+from llmhost.endpoint.spec import ComponentSpec, EndpointSpec, SpecError
 from llmhost.store import DEFAULT_MODEL_REF
+
+CHECK_TIMEOUT_S = 120.0
 
 
 def is_local(ref: str) -> bool:
     return ref != DEFAULT_MODEL_REF and not ref.startswith("s3://")
 
 
+def _absolute(ref: str) -> str:
+    return str(Path(ref).expanduser().resolve()) if is_local(ref) else ref
+
+
 def absolute_models(spec: EndpointSpec) -> EndpointSpec:
-    """Local model paths made absolute: a copy runs in Ray's working directory, not ours."""
-    comps = [
-        c.model_copy(update={"model": str(Path(c.model).expanduser().resolve())}) if is_local(c.model) else c
-        for c in spec.components
-    ]
+    """Local model and draft model paths made absolute: a copy runs in Ray's working directory."""
+    comps = []
+    for c in spec.components:
+        engine = c.engine
+        if engine.draft_model:
+            engine = engine.model_copy(update={"draft_model": _absolute(engine.draft_model)})
+        comps.append(c.model_copy(update={"model": _absolute(c.model), "engine": engine}))
     return spec.model_copy(update={"components": comps})
+
+
+def local_refs(components: list[ComponentSpec]) -> dict[str, list[str]]:
+    """Each local reference, with who uses it (`component a`, `component b's draft_model`)."""
+    users: dict[str, list[str]] = {}
+    for c in components:
+        if is_local(c.model):
+            users.setdefault(c.model, []).append(f"component {c.name}")
+        if c.engine.draft_model and is_local(c.engine.draft_model):
+            users.setdefault(c.engine.draft_model, []).append(f"component {c.name}'s draft_model")
+    return users
 
 
 def chat_templates(spec: EndpointSpec) -> dict[str, str]:
     """Each component's chat template file, read here: its text travels to the copies."""
-    return {c.name: Path(c.engine.chat_template).expanduser().read_text()
-            for c in spec.components if c.engine.chat_template}  # fmt: skip
+    texts = {}
+    for c in spec.components:
+        if c.engine.chat_template:
+            path = Path(c.engine.chat_template).expanduser()
+            try:
+                texts[c.name] = path.read_text()
+            except OSError as exc:
+                raise SpecError(f"components({c.name}).engine.chat_template: {path}: cannot read: "
+                                f"{exc.strerror or exc}") from None  # fmt: skip
+    return texts
 
 
 def resources() -> tuple[list[dict[str, float]], dict[str, float]]:
@@ -54,22 +84,37 @@ def _missing_here(refs: list[str]) -> list[tuple[str, str]]:
     return missing
 
 
+def collect(nodes: list[dict[str, Any]], pending: list[Any], users: dict[str, list[str]],
+            get: Callable[[Any, float], list[tuple[str, str]]], timeout_s: float) -> list[str]:  # fmt: skip
+    """One line per node and reference missing there, or per node whose check did not answer (it
+    died, or Ray could not run the check there)."""
+    from ray.exceptions import RayError
+
+    deadline = time.monotonic() + timeout_s
+    problems = []
+    for node, ref in zip(nodes, pending, strict=True):
+        where = f"node {node['NodeID']} ({node['NodeManagerAddress']})"
+        try:
+            missing = get(ref, max(0.0, deadline - time.monotonic()))
+        except RayError as exc:
+            first = (str(exc).strip().splitlines() or [""])[0][:300]
+            problems.append(f"{where}: models not checked, the node did not answer: "
+                            f"{type(exc).__name__}: {first}")
+            continue
+        problems += [f"{where}: {', '.join(users[ref_])}: {why}" for ref_, why in missing]
+    return problems
+
+
 def missing_models(components: list[ComponentSpec]) -> list[str]:
-    """What is missing where: one line per node and component whose local model is not there."""
+    """What is missing where: one line per node and reference that is not there."""
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    refs = sorted({c.model for c in components if is_local(c.model)})
-    if not refs:
+    users = local_refs(components)
+    if not users:
         return []
-    probe = ray.remote(num_cpus=0)(_missing_here)
+    probe = ray.remote(num_cpus=0, max_retries=0)(_missing_here)
     nodes = [n for n in ray.nodes() if n.get("Alive")]
     pending = [probe.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False))
-               .remote(refs) for n in nodes]  # fmt: skip
-    problems = []
-    for node, missing in zip(nodes, ray.get(pending, timeout=120), strict=True):
-        for ref, why in missing:
-            users = ", ".join(c.name for c in components if c.model == ref)
-            where = f"node {node['NodeID']} ({node['NodeManagerAddress']})"
-            problems.append(f"{where}: component(s) {users}: {why}")
-    return problems
+               .remote(sorted(users)) for n in nodes]  # fmt: skip
+    return collect(nodes, pending, users, lambda ref, timeout: ray.get(ref, timeout=timeout), CHECK_TIMEOUT_S)

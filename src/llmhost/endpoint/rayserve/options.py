@@ -12,12 +12,12 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from llmhost.endpoint.spec import ComponentSpec, EndpointSpec
+from llmhost.serve_settings import DEFAULT_MAX_QUEUE, max_concurrent
 
 IMPORT_PATH = "llmhost.endpoint.rayserve.app:build"
 INGRESS = "ingress"  # the ingress deployment's name; a component may not take it
 # Ray's own resource on the head node: the ingress runs beside the HTTP proxy and the dashboard
 HEAD_NODE_RESOURCE = "node:__internal_head__"
-DEFAULT_MAX_CONCURRENT, DEFAULT_MAX_QUEUE = 8, 64  # `llmhost serve`'s defaults
 
 
 @dataclass(frozen=True)
@@ -51,6 +51,10 @@ class AppArgs:
     timing: dict[str, float]
     dashboard_url: str  # Ray Serve's REST API, for the ingress's admin routes
     keys: list[str]  # API key digests the ingress accepts; none: no authentication
+    # the `MAX_*` variables set where `up` ran: the copies size their engines with them, as a
+    # single-host endpoint's copies inherit them (and the ingress their request limits)
+    env: dict[str, str]
+    log_level: str  # `--log-level`: llmhost's and Ray Serve's loggers in the ingress and the copies
 
 
 def copies_options(spec: ComponentSpec, timing: RayTiming) -> dict[str, Any]:
@@ -66,9 +70,16 @@ def copies_options(spec: ComponentSpec, timing: RayTiming) -> dict[str, Any]:
     }}  # fmt: skip
 
 
-def component_options(spec: ComponentSpec, timing: RayTiming) -> dict[str, Any]:
+def logging_config(log_level: str) -> dict[str, Any]:
+    """Ray Serve's own logs in a replica follow `--log-level` as llmhost's do."""
+    return {"log_level": log_level.upper()}
+
+
+def component_options(spec: ComponentSpec, timing: RayTiming, env: dict[str, str],
+                      log_level: str) -> dict[str, Any]:  # fmt: skip
     engine = spec.engine
-    concurrent = engine.max_concurrent or DEFAULT_MAX_CONCURRENT
+    # what the copy's engine admits (the same function sizes it there, with the same variables)
+    concurrent = max_concurrent(engine.max_concurrent or 0, env)
     queue = DEFAULT_MAX_QUEUE if engine.max_queue is None else engine.max_queue
     return {
         "name": spec.name,
@@ -82,10 +93,11 @@ def component_options(spec: ComponentSpec, timing: RayTiming) -> dict[str, Any]:
         "health_check_timeout_s": timing.health_check_timeout_s,
         "graceful_shutdown_timeout_s": timing.drain_timeout_s,
         "graceful_shutdown_wait_loop_s": 1.0,
+        "logging_config": logging_config(log_level),
     }  # fmt: skip
 
 
-def ingress_options(timing: RayTiming) -> dict[str, Any]:
+def ingress_options(timing: RayTiming, log_level: str) -> dict[str, Any]:
     return {
         "name": INGRESS,
         "num_replicas": 1,
@@ -93,6 +105,7 @@ def ingress_options(timing: RayTiming) -> dict[str, Any]:
         "max_ongoing_requests": 10_000,  # it only relays; the copies bound the work
         "graceful_shutdown_timeout_s": timing.drain_timeout_s,
         "graceful_shutdown_wait_loop_s": 1.0,
+        "logging_config": logging_config(log_level),
     }
 
 

@@ -63,9 +63,13 @@ class RayComponent:
 
 
 class RayRelay:
-    def __init__(self, max_attempts: int = 4, read_timeout_s: float = 600.0) -> None:
-        self.max_attempts = max_attempts
+    def __init__(self, read_timeout_s: float = 600.0, retry_pause_s: float = 0.05,
+                 retry_pause_max_s: float = 1.0) -> None:  # fmt: skip
         self.read_timeout_s = read_timeout_s  # the most a copy may stay silent, as the router's read timeout
+        # a request no copy took is sent again after this pause, doubling up to the max, until its wait
+        # is over: a copy being replaced or started comes back within it
+        self.retry_pause_s = retry_pause_s
+        self.retry_pause_max_s = retry_pause_max_s
 
     async def forward(self, request: Request, comp: RayComponent, body: bytes) -> Response:
         comp.in_flight += 1
@@ -79,33 +83,46 @@ class RayRelay:
                 comp.in_flight -= 1
 
     async def _take(self, comp: RayComponent, call: Call) -> tuple[Any, Accepted] | Response:
-        """A copy that took the request: its answer's stream, and who it is."""
+        """A copy that took the request: its answer's stream, and who it is. Until the component's wait
+        is over, a request no copy took is sent again (nothing was done with it)."""
         timeout = comp.wait_timeout_s()
         deadline = time.monotonic() + timeout
-        last = ""
-        for attempt in range(self.max_attempts):
+        last, pause = "", self.retry_pause_s
+        while True:
             stream = comp.handle.options(stream=True).handle.remote(call)
             try:
                 first = await asyncio.wait_for(anext(stream), max(0.0, deadline - time.monotonic()))
-                if not isinstance(first, Accepted):
-                    raise TypeError(f"a copy answered {type(first).__name__} before taking the request")
-                return stream, first
             except TimeoutError:
                 stream.cancel()
-                after = f"; last failure: {last}" if last else ""
-                return error(503, f"no ready copy of inference component {comp.name!r} within {timeout:g} s"
-                             f"{after}", "service_unavailable")  # fmt: skip
+                break
             except Exception as exc:  # no copy took it: nothing was done, another may take it
                 stream.cancel()
                 last = why(exc)
-                if attempt + 1 < self.max_attempts:
-                    comp.retries += 1
-                    log.info("request for %s not taken (%s); sending it again", comp.name, last)
-        msg = f"inference component {comp.name!r}: no copy took the request in {self.max_attempts} attempts"
-        return error(502, f"{msg}; last failure: {last}", "upstream_error")
+            else:
+                if isinstance(first, Accepted):
+                    return stream, first
+                stream.cancel()  # not a copy of this llmhost: what it did with the request is unknown
+                return error(502, f"a copy of inference component {comp.name!r} answered "
+                             f"{type(first).__name__} before taking the request; not retried",
+                             "upstream_error")  # fmt: skip
+            if time.monotonic() + pause >= deadline:
+                break
+            comp.retries += 1
+            log.info("request for %s not taken (%s); sending it again in %g s", comp.name, last, pause)
+            await asyncio.sleep(pause)
+            pause = min(2 * pause, self.retry_pause_max_s)
+        after = f"; last failure: {last}" if last else ""
+        return error(503, f"no ready copy of inference component {comp.name!r} took the request within "
+                     f"{timeout:g} s{after}", "service_unavailable")  # fmt: skip
 
     async def _next(self, stream: Any) -> Any:
         return await asyncio.wait_for(anext(stream), self.read_timeout_s)
+
+    async def _chunk(self, stream: Any) -> bytes:
+        chunk = await self._next(stream)
+        if not isinstance(chunk, bytes):
+            raise TypeError(f"expected a chunk of the body, got {type(chunk).__name__}")
+        return chunk
 
     async def _forward(self, request: Request, comp: RayComponent, body: bytes) -> tuple[Response, bool]:
         headers = routing.forwarded_headers(request.headers.items(), request_id(request.scope))
@@ -143,7 +160,7 @@ class RayRelay:
         content = b""
         try:
             while True:
-                content += await self._next(stream)
+                content += await self._chunk(stream)
         except StopAsyncIteration:
             return Response(content, status_code=head.status, headers=out)
         except Exception as exc:
@@ -155,7 +172,7 @@ class RayRelay:
         tail = b"\n\n"
         try:
             while True:
-                chunk = await self._next(stream)
+                chunk = await self._chunk(stream)
                 tail = chunk[-2:]
                 yield chunk
         except StopAsyncIteration:

@@ -12,21 +12,17 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from llmhost.endpoint.rayserve.inprocess import Accepted, Call, Head, Lifespan, call_app
-from llmhost.endpoint.rayserve.options import DEFAULT_MAX_CONCURRENT, DEFAULT_MAX_QUEUE, INGRESS
+from llmhost.endpoint.rayserve.options import INGRESS
 from llmhost.endpoint.spec import ComponentSpec
+from llmhost.lifecycle import Lifecycle
+from llmhost.serve_settings import Built, ServeOptions, build
 
 if TYPE_CHECKING:
-    from fastapi import FastAPI
+    from starlette.types import ASGIApp
 
-    from llmhost.server import ServerSettings
-
-# `llmhost serve`'s defaults for what the endpoint file leaves out (a unit test keeps them in step)
-DEFAULT_MAX_INPUT, DEFAULT_MAX_INPUT_EMBEDDINGS = 2048, 512
-DEFAULT_MAX_TOTAL, DEFAULT_MAX_BATCH = 4096, 512
 READY_POLL_S = 0.2
 # a copy cannot be addressed through a deployment handle (Ray picks one), so each copy sends its
 # /metrics to the ingress this often, which serves them labelled by component and copy
@@ -41,68 +37,35 @@ def node_name() -> str:
     return f"{ray.get_runtime_context().get_node_id()} ({ray.util.get_node_ip_address()})"
 
 
-def model_here(spec: ComponentSpec) -> Path:
-    """The component's model on this node; a missing one names the node."""
-    from llmhost.store import resolve_model
+def copy_options(spec: ComponentSpec, chat_template: str | None) -> ServeOptions:
+    """The options the single-host endpoint gives `llmhost serve` for a copy (`Replica._command`): the
+    file's engine settings, the component's name and threads; the chat template as its text."""
+    given = spec.engine.serve_options()
+    return ServeOptions(**{**given, "chat_template": chat_template}, model=spec.model, host="127.0.0.1",
+                        threads=spec.resources.threads, served_model_name=spec.name,
+                        embeddings=spec.embeddings, explicit=frozenset(given))  # fmt: skip
 
+
+def settings_here(spec: ComponentSpec, chat_template: str | None, env: dict[str, str]) -> Built:
+    """The copy's server settings, its model and draft model resolved on this node (`default`
+    assembles here, an s3:// reference downloads into this node's cache); a missing one names the node.
+    `env`: the `MAX_*` variables where `up` ran, as a single-host endpoint's copies inherit them."""
     try:
-        return resolve_model(spec.model)
+        return build(copy_options(spec, chat_template), env)
     except FileNotFoundError as exc:
         raise FileNotFoundError(f"component {spec.name!r} on node {node_name()}: {exc}") from None
 
 
-def server_settings(spec: ComponentSpec, model_path: Path, chat_template: str | None) -> ServerSettings:
-    """What `llmhost serve MODEL --threads N ...` builds from the flags the single-host endpoint passes."""
-    from llmhost.engine import EngineConfig
-    from llmhost.engine.embedder import EmbedderConfig
-    from llmhost.server import ServerSettings
-    from llmhost.server.custom_code import find_script
-    from llmhost.server.settings import env_int
+class InProcessServer:
+    """One copy's server app, driven in-process: started, checked through its /ping, stopped."""
 
-    e = spec.engine
-    max_input = DEFAULT_MAX_INPUT_EMBEDDINGS if spec.embeddings else DEFAULT_MAX_INPUT
-    # what the file leaves out, `llmhost serve` takes from these variables (here: the node's)
-    engine = EngineConfig(
-        max_concurrent=e.max_concurrent or env_int("MAX_CONCURRENT_REQUESTS", DEFAULT_MAX_CONCURRENT),
-        max_queue=DEFAULT_MAX_QUEUE if e.max_queue is None else e.max_queue,
-        max_input_tokens=e.max_input_tokens or env_int("MAX_INPUT_LENGTH", max_input),
-        max_total_tokens=e.max_total_tokens or env_int("MAX_TOTAL_TOKENS", DEFAULT_MAX_TOTAL),
-        max_batch_tokens=e.max_batch_tokens or env_int("MAX_BATCH_TOTAL_TOKENS", DEFAULT_MAX_BATCH),
-        n_threads=spec.resources.threads,  # engine threads = the CPUs Ray reserved for the copy
-        flash_attn=True,
-        queue_timeout_s=e.queue_timeout_s or 0.0,
-        request_timeout_s=e.request_timeout_s or 0.0,
-    )
-    embeddings = EmbedderConfig.from_engine(engine, e.pooling or "auto") if spec.embeddings else None
-    return ServerSettings(
-        model_path=model_path, engine=engine, host="127.0.0.1", served_model_name=spec.name,
-        chat_template=chat_template, tool_parser=e.tool_parser or "auto", embeddings=embeddings,
-        inference_script=find_script(spec.model, model_path),
-    )  # fmt: skip
+    def __init__(self, app: ASGIApp, lifecycle: Lifecycle, copy: str) -> None:
+        self.app = app
+        self.lifecycle = lifecycle  # the app's: says why it stopped accepting (its engine died)
+        self.copy = copy
+        self.lifespan = Lifespan(app)
 
-
-class ComponentServer:
-    """The Ray Serve deployment class of every component (one deployment per component)."""
-
-    # Ray Serve awaits an async constructor: the copy gets requests once it returns
-    async def __init__(self, component: dict[str, Any], chat_template: str | None) -> None:  # type: ignore[misc]
-        from ray import serve
-
-        from llmhost.server import create_app
-
-        spec = ComponentSpec.model_validate(component)
-        context = serve.get_replica_context()
-        self.component = spec.name
-        self.copy = f"{spec.name}-{context.replica_tag}"
-        # an s3:// model may download for minutes: off the replica's event loop
-        path = await asyncio.to_thread(model_here, spec)
-        self.app: FastAPI = create_app(server_settings(spec, path, chat_template))
-        self.lifespan = Lifespan(self.app)
-        await self.lifespan.startup()  # the model loads in the background; /ping says when it is ready
-        await self._ready(spec.startup_health_check_timeout_s)
-        self._pusher = asyncio.create_task(self._push_metrics(context.app_name), name="metrics push")
-
-    async def _get(self, path: str) -> tuple[int, str]:
+    async def get(self, path: str) -> tuple[int, str]:
         status, body = 0, b""
         async for item in call_app(self.app, Call("GET", path), self.lifespan.state):
             if isinstance(item, Head):
@@ -111,8 +74,62 @@ class ComponentServer:
                 body += item
         return status, body.decode(errors="replace")
 
-    async def _ping(self) -> tuple[int, str]:
-        return await self._get("/ping")
+    async def start(self, timeout_s: float) -> None:
+        """Startup, then until /ping answers 200; an engine that failed is stopped before raising."""
+        await self.lifespan.startup()  # the model loads in the background; /ping says when it is ready
+        try:
+            await self._ready(timeout_s)
+        except BaseException:
+            try:
+                await self.lifespan.shutdown()
+            except Exception:  # the start's own failure is the one to report
+                log.exception("copy %s: stopping the server after a failed start failed", self.copy)
+            raise
+
+    async def _ready(self, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while (await self.get("/ping"))[0] != 200:
+            if not self.lifecycle.accepting:  # the model failed to load: the server says why
+                raise RuntimeError(f"copy {self.copy} failed to start: {self.lifecycle.reason}")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"copy {self.copy} did not pass /ping within "
+                                   f"startup_health_check_timeout_s={timeout_s:g}")  # fmt: skip
+            await asyncio.sleep(READY_POLL_S)
+
+    async def check(self) -> None:
+        """Raises unless /ping answers 200 (503 once the engine died)."""
+        status, body = await self.get("/ping")
+        if status != 200:
+            raise RuntimeError(f"copy {self.copy}: /ping answered {status} {body[:200]}; "
+                               f"{self.lifecycle.reason}")  # fmt: skip
+
+    async def stop(self) -> None:
+        await self.lifespan.shutdown()
+
+
+class ComponentServer:
+    """The Ray Serve deployment class of every component (one deployment per component)."""
+
+    # Ray Serve awaits an async constructor: the copy gets requests once it returns
+    async def __init__(self, component: dict[str, Any], chat_template: str | None,  # type: ignore[misc]
+                       env: dict[str, str], log_level: str) -> None:  # fmt: skip
+        from ray import serve
+
+        from llmhost.server import create_app
+
+        logging.getLogger("llmhost").setLevel(log_level.upper())
+        spec = ComponentSpec.model_validate(component)
+        context = serve.get_replica_context()
+        self.component = spec.name
+        self.copy = f"{spec.name}-{context.replica_tag}"
+        # an s3:// model may download for minutes: off the replica's event loop
+        built = await asyncio.to_thread(settings_here, spec, chat_template, env)
+        for note in built.notes:
+            log.info("copy %s: %s", self.copy, note)
+        lifecycle = Lifecycle()
+        self.server = InProcessServer(create_app(built.settings, lifecycle=lifecycle), lifecycle, self.copy)
+        await self.server.start(spec.startup_health_check_timeout_s)
+        self._pusher = asyncio.create_task(self._push_metrics(context.app_name), name="metrics push")
 
     async def _push_metrics(self, app_name: str) -> None:
         from ray import serve
@@ -121,41 +138,26 @@ class ComponentServer:
         while True:
             await asyncio.sleep(METRICS_PUSH_S)
             try:
-                status, text = await self._get("/metrics")
+                status, text = await self.server.get("/metrics")
                 if status == 200:
                     await ingress.report_metrics.remote(self.component, self.copy, text)
             except Exception as exc:  # the ingress restarting: the next push gets through
                 log.debug("copy %s: metrics not pushed: %s", self.copy, exc)
 
-    async def _ready(self, timeout_s: float) -> None:
-        """Until /ping answers 200; Ray gets no copy (and sends it no request) before."""
-        deadline = time.monotonic() + timeout_s
-        while (await self._ping())[0] != 200:
-            lifecycle = self.app.state.lifecycle
-            if not lifecycle.accepting:  # the model failed to load: the server says why
-                raise RuntimeError(f"copy {self.copy} failed to start: {lifecycle.reason}")
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"copy {self.copy} did not pass /ping within "
-                                   f"startup_health_check_timeout_s={timeout_s:g}")  # fmt: skip
-            await asyncio.sleep(READY_POLL_S)
-
     async def handle(self, call: Call) -> AsyncIterator[Accepted | Head | bytes]:
         """The answer to one request: Accepted (nothing was done before it), the head, the body."""
         yield Accepted(self.copy)
-        async for item in call_app(self.app, call, self.lifespan.state):
+        async for item in call_app(self.server.app, call, self.server.lifespan.state):
             yield item
 
     async def check_health(self) -> None:
-        """Ray Serve's health check: the server's /ping. A dead engine answers 503 and the copy is
+        """Ray Serve's health check: the server's /ping. A dead engine fails it and the copy is
         replaced."""
-        status, body = await self._ping()
-        if status != 200:
-            raise RuntimeError(f"copy {self.copy}: /ping answered {status} {body[:200]}; "
-                               f"{self.app.state.lifecycle.reason}")  # fmt: skip
+        await self.server.check()
 
     async def __del__(self) -> None:
         # Ray Serve calls this after draining the copy's requests: stop the engine
         self._pusher.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await self._pusher
-        await self.lifespan.shutdown()
+        await self.server.stop()

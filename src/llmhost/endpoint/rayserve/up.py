@@ -1,25 +1,30 @@
 """`llmhost endpoint up FILE --ray`: deploy the endpoint file as a Ray Serve application and stay until
 SIGTERM/SIGINT or `endpoint down` (which deletes the application through the ingress), then remove the
-application and stop the Ray instance this process started (none when joining a cluster)."""
+application and stop the Ray instance this process started (none when joining a cluster). A signal
+while the application starts removes it as well."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import logging
+import os
 import signal
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
 from llmhost.auth import ApiKeys
 from llmhost.endpoint.rayserve import nodes, options, status
 from llmhost.endpoint.rayserve.serveapi import ServeApi, retrying
 from llmhost.endpoint.spec import EndpointSpec
+from llmhost.serve_settings import LIMIT_ENV, LOG_LEVELS
 
 log = logging.getLogger("llmhost.endpoint")
 POLL_S = 1.0
 DEPLOY_RETRY_S = 120.0  # how long a deploy failing transiently is tried again
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1", "0.0.0.0", "")
 
 
 class RayEndpointError(RuntimeError):
@@ -33,13 +38,39 @@ class RayUp:
     port: int = 8080
     timing: options.RayTiming = field(default_factory=options.RayTiming)
     keys: ApiKeys = field(default_factory=ApiKeys)
+    log_level: str = "info"
+    dashboard: str | None = None  # Ray Serve's REST API as `up` reaches it; None: the cluster's word
 
     def __post_init__(self) -> None:
         if not 0 < self.port < 65536:
             raise ValueError(f"port must be in 1..65535, got {self.port}")
+        if self.log_level.lower() not in LOG_LEVELS:
+            raise ValueError(f"log level must be one of {', '.join(LOG_LEVELS)}, got {self.log_level!r}")
 
 
-def connect(address: str | None) -> str:
+@dataclass(frozen=True)
+class Dashboards:
+    """Ray Serve's REST API as `up` reaches it, and as the ingress (on the head node) does."""
+
+    here: str
+    head: str
+
+
+def dashboard_for(address: str | None, head_view: str, given: str | None) -> str:
+    """Where `up` reaches the dashboard: `--ray-dashboard`, else the cluster's own word, whose loopback
+    host (the head's view of itself) means the ray:// address's host when `up` runs elsewhere."""
+    if given:
+        return given
+    if not address or not address.startswith("ray://"):
+        return head_view
+    url = urlsplit(head_view if "://" in head_view else f"http://{head_view}")
+    if url.hostname not in LOOPBACK_HOSTS:
+        return head_view
+    host = urlsplit(address).hostname or ""
+    return f"{url.scheme}://{host}:{url.port or 8265}"
+
+
+def connect(address: str | None, given: str | None) -> Dashboards:
     """Start or join Ray; the dashboard's address (Ray Serve's REST API)."""
     import ray
 
@@ -47,17 +78,20 @@ def connect(address: str | None) -> str:
         ctx = ray.init(address="local", include_dashboard=True, namespace="llmhost")
     else:
         ctx = ray.init(address=address, namespace="llmhost")
-    url = str(getattr(ctx, "dashboard_url", "") or "")
-    if not url:
+    head = str(getattr(ctx, "dashboard_url", "") or "")
+    if not head:
         raise RayEndpointError("the Ray dashboard is not running, and Ray Serve's REST API with it: "
                                "start Ray with its dashboard (`pip install 'llmhost[ray]'` installs it)")
-    return url
+    return Dashboards(dashboard_for(address, head, given), head)
 
 
-def app_args(spec: EndpointSpec, up: RayUp, dashboard_url: str) -> options.AppArgs:
-    return options.AppArgs(endpoint=spec.model_dump(), chat_templates=nodes.chat_templates(spec),
-                           timing=asdict(up.timing), dashboard_url=dashboard_url,
-                           keys=[d.hex() for d in up.keys.digests])  # fmt: skip
+def app_args(spec: EndpointSpec, up: RayUp, dashboards: Dashboards,
+             templates: dict[str, str]) -> options.AppArgs:  # fmt: skip
+    env = {k: os.environ[k] for k in LIMIT_ENV if k in os.environ}
+    return options.AppArgs(endpoint=spec.model_dump(), chat_templates=templates,
+                           timing=asdict(up.timing), dashboard_url=dashboards.head,
+                           keys=[d.hex() for d in up.keys.digests], env=env,
+                           log_level=up.log_level)  # fmt: skip
 
 
 async def placement_failure(views: dict[str, status.DeploymentView], spec: EndpointSpec,
@@ -105,59 +139,107 @@ async def wait_running(api: ServeApi, spec: EndpointSpec, timeout_s: float, pati
 
 
 async def check_http(api: ServeApi, up: RayUp) -> None:
-    """Ray Serve has one HTTP proxy port per cluster: an endpoint asking for another one would not answer."""
+    """Ray Serve has one HTTP proxy per cluster, started with the first application's host and port: an
+    endpoint asking for others would not be answered there."""
     details = await api.details()
-    running = details.get("controller_info", {}).get("node_id")
-    port = (details.get("http_options") or {}).get("port")
-    if running and port not in (None, up.port):
+    if not details.get("controller_info", {}).get("node_id"):
+        return  # Serve is not running: it starts with ours
+    http = details.get("http_options") or {}
+    port, host = http.get("port"), http.get("host")
+    if port not in (None, up.port):
         raise RayEndpointError(f"Ray Serve already runs on this cluster with its HTTP proxy on port {port}: "
                                f"use --port {port}")  # fmt: skip
+    if host not in (None, up.host):
+        raise RayEndpointError(f"Ray Serve already runs on this cluster with its HTTP proxy on host {host}: "
+                               f"use --host {host}")  # fmt: skip
 
 
-async def serve_until_stopped(api: ServeApi, spec: EndpointSpec) -> str:
-    """Until a signal (then the application is deleted here) or the application is gone (`down`)."""
+def stop_on_signals() -> asyncio.Event:
+    """Set on SIGTERM or SIGINT, from now on (the default handlers would leave the application behind)."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    return stop
+
+
+async def remove(api: ServeApi, spec: EndpointSpec, within_s: float) -> None:
+    """Delete the application and wait (up to `within_s`) for Ray to have drained and removed it."""
+    await retrying(lambda: api.delete(spec.name), DEPLOY_RETRY_S)
+    deadline = time.monotonic() + within_s
+    while await retrying(lambda: api.application(spec.name), DEPLOY_RETRY_S) is not None:
+        if time.monotonic() > deadline:
+            log.warning("application %s still listed %g s after its deletion", spec.name, within_s)
+            return
+        await asyncio.sleep(POLL_S)
+
+
+async def serve_until_stopped(api: ServeApi, spec: EndpointSpec, stop: asyncio.Event, remove_s: float) -> str:
+    """Until a signal (then the application is deleted here) or the application is gone (`down`)."""
     while not stop.is_set():
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), POLL_S)
         if not stop.is_set() and await retrying(lambda: api.application(spec.name), DEPLOY_RETRY_S) is None:
             return "the application was deleted (endpoint down)"
-    await retrying(lambda: api.delete(spec.name), DEPLOY_RETRY_S)
-    while await retrying(lambda: api.application(spec.name), DEPLOY_RETRY_S) is not None:
-        await asyncio.sleep(POLL_S)  # Ray drains the copies first
+    await remove(api, spec, remove_s)
     return "signalled"
 
 
-async def deploy_and_serve(spec: EndpointSpec, up: RayUp, dashboard_url: str) -> str:
-    api = ServeApi(dashboard_url)
-    await check_http(api, up)
-    config = options.app_config(spec, app_args(spec, up, dashboard_url), [])
+async def start(api: ServeApi, spec: EndpointSpec, up: RayUp, args: options.AppArgs,
+                deployed: asyncio.Event) -> None:  # fmt: skip
+    config = options.app_config(spec, args, [])
     http = {"host": up.host, "port": up.port}
     await retrying(lambda: api.deploy(config, http_options=http), DEPLOY_RETRY_S)
+    deployed.set()
     timeout = max(c.startup_health_check_timeout_s for c in spec.components) + up.timing.placement_timeout_s
-    try:
-        await wait_running(api, spec, timeout, up.timing.placement_timeout_s)
-    except BaseException:
-        await api.delete(spec.name)  # nothing half-deployed stays behind
-        raise
+    await wait_running(api, spec, timeout, up.timing.placement_timeout_s)
+
+
+async def deploy_and_serve(api: ServeApi, spec: EndpointSpec, up: RayUp, args: options.AppArgs,
+                           stop: asyncio.Event) -> str:  # fmt: skip
+    """Deploy, wait until it runs, serve until `stop` or `down`; why it stopped. However it ends, and
+    whenever `stop` comes, no application this call deployed stays behind."""
+    await check_http(api, up)
+    if stop.is_set():
+        return "signalled while starting"
+    deployed = asyncio.Event()
+    starting = asyncio.create_task(start(api, spec, up, args, deployed))
+    signalled = asyncio.create_task(stop.wait())
+    await asyncio.wait({starting, signalled}, return_when=asyncio.FIRST_COMPLETED)
+    signalled.cancel()
+    # Ray drains the copies before the application is gone
+    remove_s = up.timing.drain_timeout_s + DEPLOY_RETRY_S
+    if not starting.done():
+        starting.cancel()
+        await asyncio.gather(starting, return_exceptions=True)
+        await remove(api, spec, remove_s)  # a deploy in flight may have landed: nothing stays behind
+        return "signalled while starting"
+    if (failure := starting.exception()) is not None:
+        if deployed.is_set():
+            await remove(api, spec, remove_s)  # nothing half-deployed stays behind
+        raise failure
     print(f"llmhost endpoint {spec.name}: running on Ray Serve, http://{up.host}:{up.port}", flush=True)
-    return await serve_until_stopped(api, spec)
+    return await serve_until_stopped(api, spec, stop, remove_s)
+
+
+async def serve(spec: EndpointSpec, up: RayUp, dashboards: Dashboards, templates: dict[str, str]) -> str:
+    stop = stop_on_signals()  # first: a signal from here on removes what was deployed
+    api = ServeApi(dashboards.here)
+    return await deploy_and_serve(api, spec, up, app_args(spec, up, dashboards, templates), stop)
 
 
 def run(spec: EndpointSpec, up: RayUp) -> str:
     """Deploy, serve, clean up; why it stopped. Raises RayEndpointError when it could not start."""
+    options.check_names(spec)
+    templates = nodes.chat_templates(spec)  # read here, before any Ray starts: their text travels
+    spec = nodes.absolute_models(spec)
     import ray
 
-    options.check_names(spec)
-    spec = nodes.absolute_models(spec)
-    dashboard_url = connect(up.address)
     try:
+        dashboards = connect(up.address, up.dashboard)
         missing = nodes.missing_models(spec.components)
         if missing:
             raise RayEndpointError("a local model must exist on every node:\n  " + "\n  ".join(missing))
-        return asyncio.run(deploy_and_serve(spec, up, dashboard_url))
+        return asyncio.run(serve(spec, up, dashboards, templates))
     finally:
         ray.shutdown()  # stops the Ray instance this process started; only disconnects from a cluster

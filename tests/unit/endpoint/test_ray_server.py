@@ -1,0 +1,211 @@
+"""A Ray copy's server settings and its in-process server (no Ray, no model loaded): every engine setting
+of the endpoint file reaches the copy, built by the same function as `llmhost serve`'s."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi import FastAPI
+from starlette.responses import Response
+from typer.testing import CliRunner
+
+import llmhost.cli
+from llmhost.endpoint.rayserve import nodes, server
+from llmhost.endpoint.rayserve.options import RayTiming, component_options
+from llmhost.endpoint.rayserve.server import InProcessServer
+from llmhost.endpoint.spec import ComponentSpec, EngineSpec, parse_endpoint
+from llmhost.lifecycle import Lifecycle
+from llmhost.optimize.artifact import ARTIFACT_JSON, MODEL_GGUF, RECIPE_YAML, write_serving_settings
+from llmhost.serve_settings import LIMIT_ENV, ServeOptions
+from llmhost.server import ServerSettings
+
+
+@pytest.fixture(autouse=True)
+def no_serve_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in (*LIMIT_ENV, "LLMHOST_THREADS", "SAGEMAKER_BIND_TO_PORT", "LLMHOST_API_KEYS", "SM_MODEL_DIR"):
+        monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture
+def files(tmp_path: Path) -> dict[str, Path]:
+    out = {"model": tmp_path / "m.gguf", "draft": tmp_path / "d.gguf", "template": tmp_path / "t.jinja"}
+    out["model"].write_bytes(b"GGUF")
+    out["draft"].write_bytes(b"GGUF")
+    out["template"].write_text("{{ messages }}")
+    return out
+
+
+def ray_copy(component: dict[str, Any]) -> ServerSettings:
+    """What a Ray copy of `component` starts with: the file as `up` sends it, the copy's own build."""
+    spec = nodes.absolute_models(parse_endpoint({"name": "e", "components": [component]}))
+    templates = nodes.chat_templates(spec)
+    (comp,) = spec.components
+    return server.settings_here(comp, templates.get(comp.name), {}).settings
+
+
+def expectations(files: dict[str, Path]) -> dict[str, tuple[Any, Callable[[ServerSettings], Any], Any]]:
+    """Per EngineSpec field: a value for the file, where the copy's settings show it, what they show."""
+    return {
+        "max_input_tokens": (100, lambda s: s.engine.max_input_tokens, 100),
+        "max_total_tokens": (8192, lambda s: s.engine.max_total_tokens, 8192),
+        "max_batch_tokens": (64, lambda s: s.engine.max_batch_tokens, 64),
+        "max_concurrent": (3, lambda s: s.engine.max_concurrent, 3),
+        "max_queue": (5, lambda s: s.engine.max_queue, 5),
+        "queue_timeout_s": (2.5, lambda s: s.engine.queue_timeout_s, 2.5),
+        "request_timeout_s": (9.0, lambda s: s.engine.request_timeout_s, 9.0),
+        "chat_template": (str(files["template"]), lambda s: s.chat_template, "{{ messages }}"),
+        "tool_parser": ("hermes", lambda s: s.tool_parser, "hermes"),
+        "pooling": ("cls", lambda s: s.embeddings and s.embeddings.pooling, "cls"),
+        "speculative": ("ngram", lambda s: s.engine.speculative, "ngram"),
+        "draft_tokens": (5, lambda s: s.engine.draft_tokens, 5),
+        "draft_model": (str(files["draft"]), lambda s: (s.engine.speculative, s.engine.draft_model),
+                        ("draft", str(files["draft"]))),
+        "ngram_size": (4, lambda s: s.engine.ngram_size, 4),
+    }  # fmt: skip
+
+
+def test_every_engine_setting_of_the_file_reaches_a_ray_copy(files: dict[str, Path]) -> None:
+    cases = expectations(files)
+    assert set(cases) == set(EngineSpec.model_fields)  # a new field needs its case here
+    for name, (value, shown, expected) in cases.items():
+        base: dict[str, Any] = {"name": "c", "model": str(files["model"]), "embeddings": name == "pooling"}
+        before = ray_copy(base)
+        after = ray_copy({**base, "engine": {name: value}})
+        assert after != before, name
+        assert shown(after) == expected, name
+
+
+def copy_through_serve(monkeypatch: pytest.MonkeyPatch, spec: ComponentSpec) -> ServerSettings:
+    """What `llmhost serve` builds from the arguments a single-host endpoint gives a copy."""
+    seen: dict[str, ServerSettings] = {}
+
+    def fake_run_server(settings: ServerSettings, grace_s: float, log_level: str) -> int:
+        seen["settings"] = settings
+        return 0
+
+    monkeypatch.setattr(llmhost.cli, "run_server", fake_run_server)
+    args = ["serve", spec.model, "--host", "127.0.0.1", "--threads", str(spec.resources.threads),
+            "--served-model-name", spec.name, *spec.engine.serve_args(),
+            *(["--embeddings"] if spec.embeddings else [])]  # fmt: skip
+    result = CliRunner().invoke(llmhost.cli.app, args)
+    assert result.exit_code == 0, result.output
+    return seen["settings"]
+
+
+def test_a_ray_copy_gets_what_llmhost_serve_builds_from_the_same_file(
+    files: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    values = {name: value for name, (value, _, _) in expectations(files).items()}
+    ngram = {k: v for k, v in values.items() if k not in ("draft_model", "pooling")}
+    for engine, embeddings in ((ngram, False), ({"draft_model": values["draft_model"]}, False),
+                               ({"pooling": "mean"}, True), ({}, False)):  # fmt: skip
+        component = {"name": "c", "model": str(files["model"]), "engine": engine, "embeddings": embeddings,
+                     "resources": {"num_cpus": 2}}  # fmt: skip
+        spec = parse_endpoint({"name": "e", "components": [component]}).components[0]
+        assert ray_copy(component) == copy_through_serve(monkeypatch, spec), engine
+
+
+def test_serve_and_the_shared_options_default_alike() -> None:
+    flags = inspect.signature(llmhost.cli.serve).parameters
+    defaults = ServeOptions()
+    shared = [f for f in ServeOptions.__dataclass_fields__ if f in flags]
+    assert len(shared) > 15
+    for name in shared:
+        assert flags[name].default == getattr(defaults, name), name
+
+
+def test_an_artifact_directory_gives_a_ray_copy_its_recipe_unless_the_file_says(tmp_path: Path) -> None:
+    d = tmp_path / "art"
+    d.mkdir()
+    (d / MODEL_GGUF).write_bytes(b"GGUF")
+    (d / RECIPE_YAML).write_text("source: x\nsteps: []\nrecipe: {quantize: null}\n")
+    (d / ARTIFACT_JSON).write_text(json.dumps({"key": "k", "load": {"best": "read"}, "prefix_state": None}))
+    write_serving_settings(d, {"speculative": "ngram", "draft_tokens": 5, "ngram_size": 4})
+    engine = ray_copy({"name": "c", "model": str(d)}).engine
+    assert (engine.speculative, engine.draft_tokens, engine.ngram_size) == ("ngram", 5, 4)
+    assert engine.load_mode == "read"  # the artifact's measured load mode
+    engine = ray_copy({"name": "c", "model": str(d), "engine": {"draft_tokens": 7}}).engine
+    assert (engine.speculative, engine.draft_tokens) == ("ngram", 7)
+
+
+def test_the_ingress_admits_what_the_copys_engine_does(files: dict[str, Path]) -> None:
+    """max_ongoing_requests and the copy's engine read the same variables (those where `up` ran)."""
+    env = {"MAX_CONCURRENT_REQUESTS": "3"}
+    for engine in ({}, {"max_concurrent": 5, "max_queue": 2}):
+        spec = ComponentSpec.model_validate({"name": "c", "model": str(files["model"]), "engine": engine})
+        built = server.settings_here(spec, None, env).settings.engine
+        ongoing = component_options(spec, RayTiming(), env, "info")["max_ongoing_requests"]
+        assert ongoing == built.max_concurrent + built.max_queue
+    assert built.max_concurrent == 5 and ongoing == 7
+
+
+def test_a_model_missing_on_the_node_names_the_node(
+    monkeypatch: pytest.MonkeyPatch, files: dict[str, Path], tmp_path: Path
+) -> None:
+    monkeypatch.setattr(server, "node_name", lambda: "n1 (10.0.0.9)")
+    missing = {"absent.gguf": {"name": "c", "model": str(tmp_path / "absent.gguf")},
+               "no-draft.gguf": {"name": "c", "model": str(files["model"]),
+                                 "engine": {"draft_model": str(tmp_path / "no-draft.gguf")}}}  # fmt: skip
+    for file, component in missing.items():
+        with pytest.raises(FileNotFoundError, match=rf"component 'c' on node n1 \(10.0.0.9\): .*{file}"):
+            server.settings_here(ComponentSpec.model_validate(component), None, {})
+
+
+class FakeServerApp:
+    """An app like llmhost's server: a lifespan, /ping as its lifecycle and `ready` say."""
+
+    def __init__(self) -> None:
+        self.events: list[str] = []
+        self.ready = False
+        self.lifecycle = Lifecycle()
+
+        @asynccontextmanager
+        async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+            self.events.append("startup")
+            yield
+            self.events.append("shutdown")
+
+        self.app = FastAPI(lifespan=lifespan)
+
+        @self.app.get("/ping")
+        async def ping() -> Response:
+            ok = self.ready and self.lifecycle.accepting
+            return Response(status_code=200 if ok else 503, content="" if ok else "not ready")
+
+    def server(self) -> InProcessServer:
+        return InProcessServer(self.app, self.lifecycle, "c-1")
+
+
+async def test_a_copy_whose_model_failed_to_load_stops_its_engine_and_says_why() -> None:
+    fake = FakeServerApp()
+    fake.lifecycle.exit(1, "model failed to load: bad magic")
+    with pytest.raises(RuntimeError, match="copy c-1 failed to start: model failed to load: bad magic"):
+        await fake.server().start(timeout_s=5)
+    assert fake.events == ["startup", "shutdown"]  # the engine it started is not left running
+
+
+async def test_a_copy_not_ready_within_its_startup_timeout_stops_its_engine() -> None:
+    fake = FakeServerApp()
+    with pytest.raises(TimeoutError, match=r"did not pass /ping within startup_health_check_timeout_s=0\.3"):
+        await asyncio.wait_for(fake.server().start(timeout_s=0.3), 10)
+    assert fake.events == ["startup", "shutdown"]
+
+
+async def test_the_health_check_fails_once_the_engine_died() -> None:
+    fake = FakeServerApp()
+    fake.ready = True
+    copy = fake.server()
+    await copy.start(timeout_s=5)
+    await copy.check()
+    fake.lifecycle.exit(1, "engine died: step failed 3 times")
+    with pytest.raises(RuntimeError, match=r"copy c-1: /ping answered 503 not ready; engine died"):
+        await copy.check()
+    await copy.stop()
+    assert fake.events == ["startup", "shutdown"]

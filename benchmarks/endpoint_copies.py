@@ -9,8 +9,10 @@ The load generator runs on the same CPUs as the copies, the same way for every c
 
 Where the time goes: for each configuration, the CPU seconds spent by the router (the `endpoint up`
 process), by every copy and by the load generator (this process) while the level ran, per request
-and as a share of the host's CPUs; and two copies called directly (the load generator splits the
-users between them, no router) to show what the router itself costs.
+and as a share of the host's CPUs; two copies called directly (the load generator splits the
+users between them, no router) to show what the router itself costs; and one copy with one thread at
+half and at the full concurrency, which splits the one-copy-vs-two question into what a bigger batch
+gains and what a second thread per copy loses.
 Prints one JSON object (and writes it to benchmarks/results/endpoint_copies.json).
 
     python benchmarks/endpoint_copies.py [--requests 32] [--concurrency 8] [--max-new-tokens 64]
@@ -202,6 +204,9 @@ def main() -> None:
         ep = Endpoint(tmp, copies=1, num_cpus=1)
         try:
             [direct_url] = ep.copy_urls()
+            half = (max(1, args.concurrency // cpus), args.requests // cpus, *work[2:])
+            out["one_copy_x_1_thread_half_concurrency"] = accounted(ep, lambda: bench(direct_url, *half))
+            out["one_copy_x_1_thread_full_concurrency"] = accounted(ep, lambda: bench(direct_url, *work))
             rounds: dict[str, list[dict[str, Any]]] = {"direct": [], "router": []}
             lat = (1, args.latency_requests, 32, 16)
             for _ in range(3):

@@ -71,6 +71,28 @@ def test_tune_writes_an_endpoint_file_that_endpoint_up_serves(tmp_path: Path) ->
     assert ep.process.returncode == 0
 
 
+def test_tune_measures_two_copies_through_their_router(tmp_path: Path) -> None:
+    out = tmp_path / "tune"
+    cmd = tune_cmd(out, "--copies", "2", "--max-minutes", "8")
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    doc = json.loads((out / "tune.json").read_text())
+    cands = {c["name"]: c for c in doc["candidates"]}
+    two = cands["x2-t1-mc2-b256"]
+    assert two["state"] == "measured" and two["levels"], two
+    usage = two["processes"]
+    # the router (the endpoint process), both copies and the load generator were accounted for
+    assert len(usage["children"]) == 2 and all(c["rss_mb"] > 0 for c in usage["children"])
+    assert usage["server"]["cpu_s"] > 0 and usage["load_generator"]["cpu_s"] > 0
+    chosen = doc["answer"]["chosen"]
+    spec = parse_endpoint(yaml.safe_load((out / "endpoint.yaml").read_text()))
+    [component] = spec.components
+    if chosen["name"] == "x2-t1-mc2-b256":
+        assert component.copies == 2 and component.resources.num_cpus == 1
+        top = max(c["rss_mb"] for c in usage["children"])
+        assert top * 1.25 <= component.resources.memory_mb < top * 1.25 + 64  # measured, not assumed
+
+
 def _check_kept(out: Path) -> dict:  # type: ignore[type-arg]
     doc = json.loads((out / "tune.json").read_text())
     assert doc["candidates"][0]["name"] == "baseline"

@@ -54,6 +54,8 @@ def test_the_ingress_runs_on_the_head_node_and_takes_no_cpu() -> None:
     assert got["num_replicas"] == 1 and got["ray_actor_options"]["num_cpus"] == 0
     assert got["logging_config"] == {"log_level": "WARNING"}
     assert got["ray_actor_options"]["resources"] == {options.HEAD_NODE_RESOURCE: 0.001}
+    # the endpoint file's router.num_cpus: CPUs Ray reserves for the ingress, so no copy takes them
+    assert options.ingress_options(TIMING, "warning", 1)["ray_actor_options"]["num_cpus"] == 1
 
 
 def test_app_config_names_the_builder_with_the_file_as_args() -> None:

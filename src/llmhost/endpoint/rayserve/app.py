@@ -26,5 +26,6 @@ def build(args: dict[str, Any]) -> Any:
         )
         for c in spec.components
     }
-    ingress = serve.deployment(serve.ingress()(Ingress), **ingress_options(timing, level))
+    options = ingress_options(timing, level, spec.router.num_cpus)
+    ingress = serve.deployment(serve.ingress()(Ingress), **options)
     return ingress.bind(handles, args)

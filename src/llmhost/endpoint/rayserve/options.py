@@ -97,11 +97,13 @@ def component_options(spec: ComponentSpec, timing: RayTiming, env: dict[str, str
     }  # fmt: skip
 
 
-def ingress_options(timing: RayTiming, log_level: str) -> dict[str, Any]:
+def ingress_options(timing: RayTiming, log_level: str, router_cpus: int = 0) -> dict[str, Any]:
+    """The ingress: on the head node, with the endpoint file's router.num_cpus reserved for it (Ray's
+    logical CPUs: no copy is placed on them; nothing is pinned)."""
     return {
         "name": INGRESS,
         "num_replicas": 1,
-        "ray_actor_options": {"num_cpus": 0, "resources": {HEAD_NODE_RESOURCE: 0.001}},
+        "ray_actor_options": {"num_cpus": router_cpus, "resources": {HEAD_NODE_RESOURCE: 0.001}},
         "max_ongoing_requests": 10_000,  # it only relays; the copies bound the work
         "graceful_shutdown_timeout_s": timing.drain_timeout_s,
         "graceful_shutdown_wait_loop_s": 1.0,

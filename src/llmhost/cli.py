@@ -6,17 +6,21 @@ import logging
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from llmhost.bench.cli import app as bench_app
 from llmhost.endpoint.cli import app as endpoint_app
 from llmhost.optimize.cli import app as optimize_app
+from llmhost.store.options import S3EndpointOpt, use_s3_endpoint
 from llmhost.tune_cli import tune
 
 if TYPE_CHECKING:
+    from llmhost.engine import EngineConfig
+    from llmhost.optimize.artifact import ServeHints
     from llmhost.server import ServerSettings
+    from llmhost.store import ResolvedModel
 
 app = typer.Typer(help="Self-hosted, CPU-first LLM endpoints over llama.cpp.", no_args_is_help=True)
 app.add_typer(bench_app, name="bench")
@@ -97,87 +101,116 @@ def serve(
                           "last.")
     ] = "auto",
     log_level: Annotated[str, typer.Option(help="debug, info, warning, error.")] = "info",
-    s3_endpoint_url: Annotated[
-        str, typer.Option(help="S3-compatible endpoint for s3:// models (MinIO, Ceph...); env "
-                          "LLMHOST_S3_ENDPOINT_URL or AWS_ENDPOINT_URL.")
-    ] = "",
+    s3_endpoint_url: S3EndpointOpt = "",
 ) -> None:
     """Serve a GGUF model on one replica (SageMaker / OpenAI / TGI APIs)."""
-    # imported here: they load llama.cpp, which `llmhost bench` does not need
-    from llmhost.auth import load_keys
-    from llmhost.engine import EngineConfig
-    from llmhost.engine.embedder import EmbedderConfig
-    from llmhost.server import ServerSettings
-    from llmhost.server.custom_code import find_script
-    from llmhost.server.settings import DEFAULT_PORT, env_int
-    from llmhost.store import ModelNotFoundError, resolve_model
-
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    if s3_endpoint_url:
-        # through the environment: the store's S3 client reads it there, as for `endpoint up`
-        os.environ["LLMHOST_S3_ENDPOINT_URL"] = s3_endpoint_url
+    use_s3_endpoint(s3_endpoint_url)
+    resolved, draft_path = _resolve_models(model, draft_model)
+    flags = ctx.params
+    hints, recipe_serving = _artifact_settings(ctx, resolved, flash_attn)
     try:
-        model_path = resolve_model(model)
-        draft_path = str(resolve_model(draft_model)) if draft_model else ""
-    except ModelNotFoundError as exc:
-        raise typer.BadParameter(str(exc)) from exc
-    # an `llmhost optimize artifact` directory: its measured load mode and saved system-prompt state
-    from llmhost.optimize.artifact import SERVING_KEYS, serving_hints
-
-    hints = serving_hints(model, flash_attn) if model and Path(model).is_dir() else None
-    if hints is not None and hints.reason:
-        typer.echo(f"llmhost: artifact's saved system-prompt state not used: {hints.reason}")
-    # the artifact recipe's serving settings (speculative decoding), unless given as flags
-    sources = {k: ctx.get_parameter_source(k) for k in SERVING_KEYS}
-    explicit = {k for k, src in sources.items() if src is not None and src.name != "DEFAULT"}
-    recipe_serving = hints.engine_overrides(explicit) if hints is not None else {}
-    if recipe_serving:
-        typer.echo(f"llmhost: serving settings from the artifact's recipe: {recipe_serving}")
-    try:
-        engine = EngineConfig(
-            max_concurrent=max_concurrent or env_int("MAX_CONCURRENT_REQUESTS", 8),
-            max_queue=max_queue,
-            # embeddings: llama-server's limit (its 512-token physical batch); a decode holds a whole input
-            max_input_tokens=max_input_tokens or env_int("MAX_INPUT_LENGTH", 512 if embeddings else 2048),
-            max_total_tokens=max_total_tokens or env_int("MAX_TOTAL_TOKENS", 4096),
-            max_batch_tokens=max_batch_tokens or env_int("MAX_BATCH_TOTAL_TOKENS", 512),
-            prefix_cache_tokens=prefix_cache_tokens,
-            n_threads=threads or env_int("LLMHOST_THREADS", 0),
-            flash_attn=flash_attn,
-            speculative="draft" if draft_model else recipe_serving.get("speculative", speculative),
-            draft_model=draft_path,
-            draft_tokens=recipe_serving.get("draft_tokens", draft_tokens),
-            ngram_size=recipe_serving.get("ngram_size", ngram_size),
-            load_mode=hints.load_mode if hints else "auto",
-            repack=hints.repack if hints else True,
-            prefix_state_path=hints.prefix_state_path if hints else "",
-            queue_timeout_s=queue_timeout_s,
-            request_timeout_s=request_timeout_s,
-        )
-        if pooling != "auto" and not embeddings:
-            raise ValueError("--pooling applies to --embeddings only")
-        settings = ServerSettings(
-            model_path=model_path,
-            engine=engine,
-            host=host,
-            port=port or env_int("SAGEMAKER_BIND_TO_PORT", DEFAULT_PORT),
-            served_model_name=served_model_name,
-            chat_template=chat_template.read_text() if chat_template else None,
-            tool_parser=tool_parser,
-            api_keys=load_keys(api_key or [], api_key_file),
-            embeddings=EmbedderConfig.from_engine(engine, pooling) if embeddings else None,
-            inference_script=find_script(model, model_path),
-        )
+        engine = _engine_config(flags, hints, recipe_serving, draft_path)
+        settings = _server_settings(flags, engine, resolved)
     except (ValueError, OSError) as exc:
         raise typer.BadParameter(str(exc)) from exc
     shape = f"{engine.max_concurrent} sequences x {engine.max_total_tokens} tokens"
     if settings.embeddings is not None:
         shape = f"embeddings only, inputs up to {settings.embeddings.max_input_tokens} tokens"
-    typer.echo(f"llmhost: serving {model_path} on {settings.host}:{settings.port} ({engine.threads} threads, "
-               f"{shape})")
+    typer.echo(f"llmhost: serving {resolved.gguf} on {settings.host}:{settings.port} ({engine.threads} "
+               f"threads, {shape})")  # fmt: skip
     code = run_server(settings, shutdown_grace_s, log_level)
     if code:
         raise typer.Exit(code)
+
+
+def _resolve_models(model: str | None, draft_model: str) -> tuple[ResolvedModel, str]:
+    """The model (with its directory: inference.py and artifact files are found there, whatever the
+    reference's form) and the draft model's file; a reference that names nothing is a usage error."""
+    from llmhost.store import ModelNotFoundError, resolve
+
+    try:
+        resolved = resolve(model)
+        draft_path = str(resolve(draft_model).gguf) if draft_model else ""
+    except ModelNotFoundError as exc:
+        raise typer.BadParameter(str(exc)) from exc
+    return resolved, draft_path
+
+
+def _artifact_settings(
+    ctx: typer.Context, resolved: ResolvedModel, flash_attn: bool
+) -> tuple[ServeHints | None, dict[str, Any]]:
+    """An `llmhost optimize artifact` directory's measured load mode and saved system-prompt state, and
+    its recipe's serving settings (speculative decoding) that were not given as flags."""
+    from llmhost.optimize.artifact import SERVING_KEYS, serving_hints
+
+    if resolved.model_dir is None:
+        return None, {}
+    hints = serving_hints(resolved.model_dir, flash_attn)
+    if hints is None:
+        return None, {}
+    if hints.reason:
+        typer.echo(f"llmhost: artifact's saved system-prompt state not used: {hints.reason}")
+    sources = {k: ctx.get_parameter_source(k) for k in SERVING_KEYS}
+    explicit = {k for k, src in sources.items() if src is not None and src.name != "DEFAULT"}
+    recipe_serving = hints.engine_overrides(explicit)
+    if recipe_serving:
+        typer.echo(f"llmhost: serving settings from the artifact's recipe: {recipe_serving}")
+    return hints, recipe_serving
+
+
+def _engine_config(
+    f: dict[str, Any], hints: ServeHints | None, recipe: dict[str, Any], draft_path: str
+) -> EngineConfig:
+    """The engine's settings: flags, else the SageMaker / TGI environment variables, else defaults."""
+    from llmhost.engine import EngineConfig
+    from llmhost.server.settings import env_int
+
+    embeddings = f["embeddings"]
+    return EngineConfig(
+        max_concurrent=f["max_concurrent"] or env_int("MAX_CONCURRENT_REQUESTS", 8),
+        max_queue=f["max_queue"],
+        # embeddings: llama-server's limit (its 512-token physical batch); a decode holds a whole input
+        max_input_tokens=f["max_input_tokens"] or env_int("MAX_INPUT_LENGTH", 512 if embeddings else 2048),
+        max_total_tokens=f["max_total_tokens"] or env_int("MAX_TOTAL_TOKENS", 4096),
+        max_batch_tokens=f["max_batch_tokens"] or env_int("MAX_BATCH_TOTAL_TOKENS", 512),
+        prefix_cache_tokens=f["prefix_cache_tokens"],
+        n_threads=f["threads"] or env_int("LLMHOST_THREADS", 0),
+        flash_attn=f["flash_attn"],
+        speculative="draft" if f["draft_model"] else recipe.get("speculative", f["speculative"]),
+        draft_model=draft_path,
+        draft_tokens=recipe.get("draft_tokens", f["draft_tokens"]),
+        ngram_size=recipe.get("ngram_size", f["ngram_size"]),
+        load_mode=hints.load_mode if hints else "auto",
+        repack=hints.repack if hints else True,
+        prefix_state_path=hints.prefix_state_path if hints else "",
+        queue_timeout_s=f["queue_timeout_s"],
+        request_timeout_s=f["request_timeout_s"],
+    )
+
+
+def _server_settings(f: dict[str, Any], engine: EngineConfig, resolved: ResolvedModel) -> ServerSettings:
+    from llmhost.auth import load_keys
+    from llmhost.engine.embedder import EmbedderConfig
+    from llmhost.server import ServerSettings
+    from llmhost.server.custom_code import find_script
+    from llmhost.server.settings import DEFAULT_PORT, env_int
+
+    if f["pooling"] != "auto" and not f["embeddings"]:
+        raise ValueError("--pooling applies to --embeddings only")
+    chat_template: Path | None = f["chat_template"]
+    return ServerSettings(
+        model_path=resolved.gguf,
+        engine=engine,
+        host=f["host"],
+        port=f["port"] or env_int("SAGEMAKER_BIND_TO_PORT", DEFAULT_PORT),
+        served_model_name=f["served_model_name"],
+        chat_template=chat_template.read_text() if chat_template else None,
+        tool_parser=f["tool_parser"],
+        api_keys=load_keys(f["api_key"] or [], f["api_key_file"]),
+        embeddings=EmbedderConfig.from_engine(engine, f["pooling"]) if f["embeddings"] else None,
+        inference_script=find_script(resolved.model_dir),
+    )
 
 
 def run_server(settings: ServerSettings, grace_s: float, log_level: str) -> int:

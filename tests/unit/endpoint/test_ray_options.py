@@ -11,6 +11,7 @@ import pytest
 from llmhost.endpoint.rayserve import options
 from llmhost.endpoint.rayserve.options import AppArgs, RayTiming, component_options, scale_override
 from llmhost.endpoint.spec import ComponentSpec, parse_endpoint
+from llmhost.store import ResolvedModel
 
 TIMING = RayTiming(health_check_period_s=1, health_check_timeout_s=7, drain_timeout_s=30,
                    metrics_interval_s=0.5, look_back_period_s=4)  # fmt: skip
@@ -80,13 +81,13 @@ def test_copy_settings_default_as_llmhost_serve_does(monkeypatch: pytest.MonkeyP
 
     flags = inspect.signature(serve).parameters
     assert flags["max_queue"].default == options.DEFAULT_MAX_QUEUE
-    settings = server.server_settings(spec(resources={"num_cpus": 2}), Path("m.gguf"), None)
+    settings = server.server_settings(spec(resources={"num_cpus": 2}), ResolvedModel(Path("m.gguf")), None)
     engine = e = settings.engine
     limits = (e.max_concurrent, e.max_input_tokens, e.max_total_tokens, e.max_batch_tokens)
     assert limits == (8, 2048, 4096, 512)  # serve's defaults when neither flag nor variable is set
     assert engine.n_threads == 2 and engine.flash_attn == flags["flash_attn"].default
     assert settings.served_model_name == "c" and settings.tool_parser == flags["tool_parser"].default
-    embed = server.server_settings(spec(embeddings=True), Path("m.gguf"), None)
+    embed = server.server_settings(spec(embeddings=True), ResolvedModel(Path("m.gguf")), None)
     assert embed.embeddings is not None and embed.engine.max_input_tokens == 512
     monkeypatch.setenv("MAX_TOTAL_TOKENS", "8192")  # as `llmhost serve` reads it
-    assert server.server_settings(spec(), Path("m.gguf"), None).engine.max_total_tokens == 8192
+    assert server.server_settings(spec(), ResolvedModel(Path("m.gguf")), None).engine.max_total_tokens == 8192

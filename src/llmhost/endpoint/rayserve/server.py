@@ -12,7 +12,6 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from llmhost.endpoint.rayserve.inprocess import Accepted, Call, Head, Lifespan, call_app
@@ -23,6 +22,7 @@ if TYPE_CHECKING:
     from fastapi import FastAPI
 
     from llmhost.server import ServerSettings
+    from llmhost.store import ResolvedModel
 
 # `llmhost serve`'s defaults for what the endpoint file leaves out (a unit test keeps them in step)
 DEFAULT_MAX_INPUT, DEFAULT_MAX_INPUT_EMBEDDINGS = 2048, 512
@@ -41,17 +41,17 @@ def node_name() -> str:
     return f"{ray.get_runtime_context().get_node_id()} ({ray.util.get_node_ip_address()})"
 
 
-def model_here(spec: ComponentSpec) -> Path:
+def model_here(spec: ComponentSpec) -> ResolvedModel:
     """The component's model on this node; a missing one names the node."""
-    from llmhost.store import resolve_model
+    from llmhost.store import resolve
 
     try:
-        return resolve_model(spec.model)
+        return resolve(spec.model)
     except FileNotFoundError as exc:
         raise FileNotFoundError(f"component {spec.name!r} on node {node_name()}: {exc}") from None
 
 
-def server_settings(spec: ComponentSpec, model_path: Path, chat_template: str | None) -> ServerSettings:
+def server_settings(spec: ComponentSpec, model: ResolvedModel, chat_template: str | None) -> ServerSettings:
     """What `llmhost serve MODEL --threads N ...` builds from the flags the single-host endpoint passes."""
     from llmhost.engine import EngineConfig
     from llmhost.engine.embedder import EmbedderConfig
@@ -75,9 +75,9 @@ def server_settings(spec: ComponentSpec, model_path: Path, chat_template: str | 
     )
     embeddings = EmbedderConfig.from_engine(engine, e.pooling or "auto") if spec.embeddings else None
     return ServerSettings(
-        model_path=model_path, engine=engine, host="127.0.0.1", served_model_name=spec.name,
+        model_path=model.gguf, engine=engine, host="127.0.0.1", served_model_name=spec.name,
         chat_template=chat_template, tool_parser=e.tool_parser or "auto", embeddings=embeddings,
-        inference_script=find_script(spec.model, model_path),
+        inference_script=find_script(model.model_dir),
     )  # fmt: skip
 
 
@@ -95,8 +95,8 @@ class ComponentServer:
         self.component = spec.name
         self.copy = f"{spec.name}-{context.replica_tag}"
         # an s3:// model may download for minutes: off the replica's event loop
-        path = await asyncio.to_thread(model_here, spec)
-        self.app: FastAPI = create_app(server_settings(spec, path, chat_template))
+        model = await asyncio.to_thread(model_here, spec)
+        self.app: FastAPI = create_app(server_settings(spec, model, chat_template))
         self.lifespan = Lifespan(self.app)
         await self.lifespan.startup()  # the model loads in the background; /ping says when it is ready
         await self._ready(spec.startup_health_check_timeout_s)

@@ -30,6 +30,9 @@ import httpx
 
 from llmhost.bench import BenchConfig, run_benchmark
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from tests.integration.endpoint_helpers import copy_headers
+
 ENGINE = "{max_input_tokens: 256, max_total_tokens: 512, max_batch_tokens: 512, max_concurrent: 8}"
 
 
@@ -72,9 +75,11 @@ class Endpoint:
         self.close()
         raise RuntimeError(f"endpoint not ready:\n{self.log.read_text()}")
 
-    def copy_urls(self) -> list[str]:
+    def copies(self) -> list[tuple[str, dict[str, str]]]:
+        """Each copy's URL and the headers that reach it directly (the endpoint's internal key)."""
         status = httpx.get(f"{self.url}/admin/status", timeout=10).json()
-        return [f"http://127.0.0.1:{r['port']}" for c in status["components"] for r in c["replicas"]]
+        return [(f"http://127.0.0.1:{r['port']}", copy_headers(r)) for c in status["components"]
+                for r in c["replicas"]]  # fmt: skip
 
     def close(self) -> None:
         self.proc.send_signal(signal.SIGTERM)
@@ -85,11 +90,12 @@ class Endpoint:
 
 
 def bench(
-    url: str, concurrency: int, requests: int, prompt_tokens: int, max_new_tokens: int
-) -> dict[str, Any]:
+    url: str, concurrency: int, requests: int, prompt_tokens: int, max_new_tokens: int,
+    headers: dict[str, str] | None = None,
+) -> dict[str, Any]:  # fmt: skip
     cfg = BenchConfig(url=url, api="openai", model="gemma", concurrency=[concurrency], requests=requests,
                       warmup=min(concurrency, 4), prompt_tokens=prompt_tokens, max_new_tokens=max_new_tokens,
-                      temperature=0.0)  # fmt: skip
+                      temperature=0.0, headers=headers or {})  # fmt: skip
     [level] = run_benchmark(cfg, out_dir=None).levels()
 
     def ms(key: str) -> float | None:
@@ -139,11 +145,11 @@ def main() -> None:
             ep.close()
         ep = Endpoint(tmp, copies=1, num_cpus=1)
         try:
-            [direct_url] = ep.copy_urls()
+            [(direct_url, direct_headers)] = ep.copies()
             rounds: dict[str, list[dict[str, Any]]] = {"direct": [], "router": []}
             lat = (1, args.latency_requests, 32, 16)
             for _ in range(3):
-                rounds["direct"].append(bench(direct_url, *lat))
+                rounds["direct"].append(bench(direct_url, *lat, headers=direct_headers))
                 rounds["router"].append(bench(ep.url, *lat))
         finally:
             ep.close()

@@ -24,6 +24,10 @@ OUTPUT_ONLY = '''
 import json
 
 def output_fn(prediction, accept):
+    if isinstance(prediction, dict) and prediction.get("object") == "text_completion":
+        return 42  # no body a response can carry
+    if "details" in prediction[0]:
+        raise LookupError("no details here")
     # reshapes the normal prediction: TGI's [{"generated_text": ...}]
     return json.dumps({"text": prediction[0]["generated_text"], "accept": accept}), "application/json"
 '''
@@ -142,6 +146,21 @@ def test_output_fn_reshapes_the_normal_prediction(output_server: Server) -> None
         # the other APIs do not go through inference.py
         v1 = c.post("/v1/completions", json={"prompt": "Hi", "max_tokens": 2})
         assert v1.status_code == 200 and v1.json()["object"] == "text_completion"
+
+
+def test_output_fn_failures_are_json_500s_naming_it(output_server: Server) -> None:
+    with output_server.client() as c:
+        bad = c.post("/invocations", json={"prompt": "Hi", "max_tokens": 2})
+        assert bad.status_code == 500
+        err = bad.json()["error"]
+        assert err["field"] == "output_fn" and err["request_id"] == bad.headers["x-request-id"]
+        assert err["message"].startswith("output_fn raised TypeError: returned int; return bytes, str")
+        detailed = {"inputs": "Hi", "parameters": {"max_new_tokens": 2, "details": True}}
+        raised = c.post("/invocations", json=detailed)
+        assert raised.status_code == 500  # a TGI body: TGI's error shape
+        assert raised.json()["error"] == "output_fn raised LookupError: no details here"
+        assert c.post("/invocations", json=TGI).status_code == 200  # still serving
+    assert "inference.py output_fn raised" in output_server.log.read_text()
 
 
 def test_serve_entry_point_with_input_and_predict_fn(text_server: Server) -> None:

@@ -72,14 +72,15 @@ def up_command(file: Path, port: int, log_dir: Path) -> list[str]:
     ]  # fmt: skip
 
 
-def start_endpoint(tmp: Path, yaml_text: str, wait_ping: bool = True) -> Endpoint:
+def start_endpoint(tmp: Path, yaml_text: str, wait_ping: bool = True, args: tuple[str, ...] = ()) -> Endpoint:
+    """`args`: more options of `endpoint up`."""
     file = tmp / "endpoint.yaml"
     file.write_text(yaml_text)
     port = free_port()
     log, log_dir = tmp / "endpoint.log", tmp / "copies"
     with log.open("wb") as out:
-        proc = subprocess.Popen(up_command(file, port, log_dir), stdout=out, stderr=subprocess.STDOUT,
-                                env={**os.environ, "PYTHONUNBUFFERED": "1"})  # fmt: skip
+        proc = subprocess.Popen([*up_command(file, port, log_dir), *args], stdout=out,
+                                stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
     ep = Endpoint(f"http://127.0.0.1:{port}", port, proc, log, log_dir)
     deadline = time.monotonic() + STARTUP_TIMEOUT_S
     while time.monotonic() < deadline:

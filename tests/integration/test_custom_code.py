@@ -200,14 +200,27 @@ def test_user_function_errors_name_the_function(text_server: Server) -> None:
     assert "predict_fn raised" in text_server.log.read_text()
 
 
+def as_artifact(directory: Path) -> Path:
+    """Marks a model directory as an `llmhost optimize` artifact whose recipe asks for ngram speculation
+    (no saved system-prompt state): what `serve` must read from it whatever the reference's form."""
+    (directory / "artifact.json").write_text("{}")
+    (directory / "recipe.yaml").write_text("serving:\n  speculative: ngram\n  draft_tokens: 4\n")
+    return directory
+
+
+ARTIFACT_SAYS = "serving settings from the artifact's recipe: {'speculative': 'ngram', 'draft_tokens': 4}"
+
+
 def test_serve_entry_point_without_code(tmp_path: Path) -> None:
-    srv = start_serve(tmp_path, model_dir(tmp_path / "model", None))
+    # $SM_MODEL_DIR: the artifact's settings are found as for `llmhost serve DIR`
+    srv = start_serve(tmp_path, as_artifact(model_dir(tmp_path / "model", None)))
     try:
         r = httpx.post(f"{srv.url}/invocations", json=TGI, timeout=120)
         assert r.status_code == 200, r.text
         assert isinstance(r.json()[0]["generated_text"], str)
     finally:
         stop_server(srv)
+    assert ARTIFACT_SAYS in srv.log.read_text()
 
 
 def test_inference_py_that_fails_to_import_stops_the_server(tmp_path: Path) -> None:

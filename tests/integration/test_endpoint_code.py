@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from tests.integration.endpoint_helpers import ENGINE, Endpoint, copy_headers, start_endpoint, stop_endpoint
-from tests.integration.test_custom_code import model_dir
+from tests.integration.test_custom_code import ARTIFACT_SAYS, as_artifact, model_dir
 from tests.integration.test_sagemaker_runtime import runtime
 
 pytestmark = pytest.mark.integration
@@ -32,7 +32,7 @@ def output_fn(prediction, accept):
 @pytest.fixture(scope="module")
 def ep(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Endpoint]:
     tmp = tmp_path_factory.mktemp("endpoint-code")
-    directory = model_dir(tmp / "model", WRAPS)
+    directory = as_artifact(model_dir(tmp / "model", WRAPS))
     endpoint = start_endpoint(tmp, f"""
 name: code
 components:
@@ -49,6 +49,8 @@ components:
 def test_invocations_through_the_copy_go_through_output_fn(ep: Endpoint) -> None:
     [component] = ep.status()["components"]
     assert component["model_dir"] == str(ep.log.parent / "model")
+    # the copy was started on the directory: it read the artifact's settings as `serve DIR` does
+    assert ARTIFACT_SAYS in next(ep.log_dir.glob("wrapped-0.log")).read_text()
     r = httpx.post(f"{ep.url}/invocations", json=TGI, timeout=120)
     assert r.status_code == 200, r.text
     body = r.json()

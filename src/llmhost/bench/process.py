@@ -8,6 +8,7 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import IO
@@ -15,6 +16,14 @@ from typing import IO
 from llmhost.bench.http import simple_request
 
 HOST = "127.0.0.1"
+
+
+def llmhost_command() -> list[str]:
+    """How to run this installation's ``llmhost`` CLI."""
+    script = Path(sys.executable).parent / "llmhost"
+    if script.exists():
+        return [str(script)]
+    return [sys.executable, "-c", "from llmhost.cli import main; main()"]
 
 
 def free_port() -> int:

@@ -43,7 +43,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from llmhost.bench.labels import model_labels
-from llmhost.bench.process import HOST, ServerProcess, free_port
+from llmhost.bench.process import HOST, ServerProcess, free_port, llmhost_command
 from llmhost.bench.report import ResultsWriter
 from llmhost.bench.results import BenchResults, ConfigResult
 from llmhost.bench.runner import BenchConfig, NullProgress, Progress, _now, finish_results, measure_config
@@ -161,14 +161,6 @@ def _as_list(v: Any) -> list[Any]:
     if v is None:
         return [None]
     return v if isinstance(v, list) else [v]
-
-
-def llmhost_command() -> list[str]:
-    """How to run this installation's ``llmhost`` CLI."""
-    script = Path(sys.executable).parent / "llmhost"
-    if script.exists():
-        return [str(script)]
-    return [sys.executable, "-c", "from llmhost.cli import main; main()"]
 
 
 # memory reserved per copy of a swept endpoint (the default model's copy uses about 600 MB)

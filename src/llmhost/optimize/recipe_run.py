@@ -255,8 +255,7 @@ def bench_config(url: str, name: str, recipe: RunRecipe) -> Any:
 
 
 def serve_argv(target: str | Path, port: int, recipe: RunRecipe) -> list[str]:
-    from llmhost.bench.process import HOST
-    from llmhost.bench.sweep import llmhost_command
+    from llmhost.bench.process import HOST, llmhost_command
 
     argv = [*llmhost_command(), "serve", str(target), "--host", HOST, "--port", str(port)]
     argv += ["--flash-attn" if recipe.flash_attn else "--no-flash-attn"]

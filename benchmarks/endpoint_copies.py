@@ -38,6 +38,9 @@ import psutil
 
 from llmhost.bench import BenchConfig, run_benchmark
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from tests.integration.endpoint_helpers import copy_headers
+
 ENGINE = "{max_input_tokens: 256, max_total_tokens: 512, max_batch_tokens: 512, max_concurrent: 8}"
 
 
@@ -84,8 +87,9 @@ class Endpoint:
         status = httpx.get(f"{self.url}/admin/status", timeout=10).json()
         return [r for c in status["components"] for r in c["replicas"]]
 
-    def copy_urls(self) -> list[str]:
-        return [f"http://127.0.0.1:{r['port']}" for r in self.replicas()]
+    def copies(self) -> list[tuple[str, dict[str, str]]]:
+        """Each copy's URL and the headers that reach it directly (the endpoint's internal key)."""
+        return [(f"http://127.0.0.1:{r['port']}", copy_headers(r)) for r in self.replicas()]
 
     def processes(self) -> dict[str, psutil.Process]:
         procs = {"router": psutil.Process(self.proc.pid)}
@@ -101,11 +105,12 @@ class Endpoint:
 
 
 def bench(
-    url: str, concurrency: int, requests: int, prompt_tokens: int, max_new_tokens: int
-) -> dict[str, Any]:
+    url: str, concurrency: int, requests: int, prompt_tokens: int, max_new_tokens: int,
+    headers: dict[str, str] | None = None,
+) -> dict[str, Any]:  # fmt: skip
     cfg = BenchConfig(url=url, api="openai", model="gemma", concurrency=[concurrency], requests=requests,
                       warmup=min(concurrency, 4), prompt_tokens=prompt_tokens, max_new_tokens=max_new_tokens,
-                      temperature=0.0)  # fmt: skip
+                      temperature=0.0, headers=headers or {})  # fmt: skip
     [level] = run_benchmark(cfg, out_dir=None).levels()
 
     def ms(key: str) -> float | None:
@@ -145,15 +150,15 @@ def accounted(ep: Endpoint, run: Any) -> dict[str, Any]:
     return figures
 
 
-def split_bench(urls: list[str], concurrency: int, requests: int, prompt_tokens: int,
-                max_new_tokens: int) -> dict[str, Any]:
-    """The users split evenly between ``urls`` (one load generator thread per copy), no router."""
+def split_bench(copies: list[tuple[str, dict[str, str]]], concurrency: int, requests: int,
+                prompt_tokens: int, max_new_tokens: int) -> dict[str, Any]:
+    """The users split evenly between the copies (one load generator thread each), no router."""
     from concurrent.futures import ThreadPoolExecutor
 
-    n = len(urls)
+    n = len(copies)
     with ThreadPoolExecutor(n) as pool:
-        parts = list(pool.map(lambda u: bench(u, concurrency // n, requests // n, prompt_tokens,
-                                              max_new_tokens), urls))  # fmt: skip
+        parts = list(pool.map(lambda c: bench(c[0], concurrency // n, requests // n, prompt_tokens,
+                                              max_new_tokens, headers=c[1]), copies))  # fmt: skip
     errors: dict[str, int] = {}
     for p in parts:
         for k, v in p["errors"].items():
@@ -197,20 +202,24 @@ def main() -> None:
         ep = Endpoint(tmp, copies=cpus, num_cpus=1)
         try:
             out[f"{cpus}_copies_x_1_thread"] = accounted(ep, lambda: bench(ep.url, *work))
-            urls = ep.copy_urls()
-            out[f"{cpus}_copies_x_1_thread_direct"] = accounted(ep, lambda: split_bench(urls, *work))
+            copies = ep.copies()
+            out[f"{cpus}_copies_x_1_thread_direct"] = accounted(ep, lambda: split_bench(copies, *work))
         finally:
             ep.close()
         ep = Endpoint(tmp, copies=1, num_cpus=1)
         try:
-            [direct_url] = ep.copy_urls()
+            [(direct_url, direct_headers)] = ep.copies()
             half = (max(1, args.concurrency // cpus), args.requests // cpus, *work[2:])
-            out["one_copy_x_1_thread_half_concurrency"] = accounted(ep, lambda: bench(direct_url, *half))
-            out["one_copy_x_1_thread_full_concurrency"] = accounted(ep, lambda: bench(direct_url, *work))
+            out["one_copy_x_1_thread_half_concurrency"] = accounted(
+                ep, lambda: bench(direct_url, *half, headers=direct_headers)
+            )
+            out["one_copy_x_1_thread_full_concurrency"] = accounted(
+                ep, lambda: bench(direct_url, *work, headers=direct_headers)
+            )
             rounds: dict[str, list[dict[str, Any]]] = {"direct": [], "router": []}
             lat = (1, args.latency_requests, 32, 16)
             for _ in range(3):
-                rounds["direct"].append(bench(direct_url, *lat))
+                rounds["direct"].append(bench(direct_url, *lat, headers=direct_headers))
                 rounds["router"].append(bench(ep.url, *lat))
         finally:
             ep.close()

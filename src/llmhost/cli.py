@@ -13,6 +13,7 @@ import typer
 from llmhost.bench.cli import app as bench_app
 from llmhost.endpoint.cli import app as endpoint_app
 from llmhost.optimize.cli import app as optimize_app
+from llmhost.store.options import S3EndpointOpt, use_s3_endpoint
 from llmhost.tune_cli import tune
 
 if TYPE_CHECKING:
@@ -97,10 +98,7 @@ def serve(
                           "last.")
     ] = "auto",
     log_level: Annotated[str, typer.Option(help="debug, info, warning, error.")] = "info",
-    s3_endpoint_url: Annotated[
-        str, typer.Option(help="S3-compatible endpoint for s3:// models (MinIO, Ceph...); env "
-                          "LLMHOST_S3_ENDPOINT_URL or AWS_ENDPOINT_URL.")
-    ] = "",
+    s3_endpoint_url: S3EndpointOpt = "",
 ) -> None:
     """Serve a GGUF model on one replica (SageMaker / OpenAI / TGI APIs)."""
     # imported here: they load llama.cpp, which `llmhost bench` does not need
@@ -108,9 +106,7 @@ def serve(
     from llmhost.serve_settings import ServeOptions, build
 
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    if s3_endpoint_url:
-        # through the environment: the store's S3 client reads it there, as for `endpoint up`
-        os.environ["LLMHOST_S3_ENDPOINT_URL"] = s3_endpoint_url
+    use_s3_endpoint(s3_endpoint_url)
     sources = {k: ctx.get_parameter_source(k) for k in ctx.params}
     given = frozenset(k for k, src in sources.items() if src is not None and src.name != "DEFAULT")
     try:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from llmhost.auth import ApiKeys
@@ -20,6 +19,7 @@ if TYPE_CHECKING:
     from llmhost.engine import EngineConfig
     from llmhost.optimize.artifact import ServeHints
     from llmhost.server import ServerSettings
+    from llmhost.store import ResolvedModel
 
 # the variables that size the engine when an option leaves a limit unset (SageMaker's and TGI's names)
 LIMIT_ENV = ("MAX_CONCURRENT_REQUESTS", "MAX_INPUT_LENGTH", "MAX_TOTAL_TOKENS", "MAX_BATCH_TOTAL_TOKENS")
@@ -80,13 +80,17 @@ def max_concurrent(option: int, env: Mapping[str, str]) -> int:
     return option or env_int(env, "MAX_CONCURRENT_REQUESTS", DEFAULT_MAX_CONCURRENT)
 
 
-def _artifact(opts: ServeOptions) -> tuple[ServeHints | None, dict[str, Any], list[str]]:
+def _artifact(
+    opts: ServeOptions, resolved: ResolvedModel
+) -> tuple[ServeHints | None, dict[str, Any], list[str]]:
     """An `llmhost optimize artifact` directory's measured load mode and saved system-prompt state, and
-    its recipe's serving settings (speculative decoding) not given as options."""
+    its recipe's serving settings (speculative decoding) not given as options. The model's directory
+    is where they are, whatever the reference's form (a directory, an s3:// prefix or archive,
+    $SM_MODEL_DIR)."""
     from llmhost.optimize.artifact import serving_hints
 
-    model = opts.model
-    hints = serving_hints(model, opts.flash_attn) if model and Path(model).is_dir() else None
+    model_dir = resolved.model_dir
+    hints = serving_hints(model_dir, opts.flash_attn) if model_dir is not None else None
     if hints is None:
         return None, {}, []
     notes = [f"artifact's saved system-prompt state not used: {hints.reason}"] if hints.reason else []
@@ -131,21 +135,21 @@ def build(opts: ServeOptions, env: Mapping[str, str] | None = None) -> Built:
     from llmhost.server import ServerSettings
     from llmhost.server.custom_code import find_script
     from llmhost.server.settings import DEFAULT_PORT
-    from llmhost.store import resolve_model
+    from llmhost.store import resolve
 
     env = os.environ if env is None else env
-    model_path = resolve_model(opts.model)
-    draft_path = str(resolve_model(opts.draft_model)) if opts.draft_model else ""
+    resolved = resolve(opts.model)
+    draft_path = str(resolve(opts.draft_model).gguf) if opts.draft_model else ""
     if opts.pooling != "auto" and not opts.embeddings:
         raise ValueError("--pooling applies to --embeddings only")
-    hints, recipe, notes = _artifact(opts)
+    hints, recipe, notes = _artifact(opts, resolved)
     engine = engine_config(opts, env, draft_path, hints, recipe)
     settings = ServerSettings(
-        model_path=model_path, engine=engine, host=opts.host,
+        model_path=resolved.gguf, engine=engine, host=opts.host,
         port=opts.port or env_int(env, "SAGEMAKER_BIND_TO_PORT", DEFAULT_PORT),
         served_model_name=opts.served_model_name, chat_template=opts.chat_template,
         tool_parser=opts.tool_parser, api_keys=opts.api_keys,
         embeddings=EmbedderConfig.from_engine(engine, opts.pooling) if opts.embeddings else None,
-        inference_script=find_script(opts.model, model_path),
+        inference_script=find_script(resolved.model_dir),
     )  # fmt: skip
     return Built(settings, notes)

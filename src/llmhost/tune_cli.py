@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from llmhost.store.options import S3EndpointOpt, use_s3_endpoint
+
 if TYPE_CHECKING:
     from llmhost.bench.tune import TuneSettings
     from llmhost.bench.tune.state import CandidateRecord
@@ -103,7 +105,9 @@ def run_tune(settings: TuneSettings) -> int:
 
 
 def tune(
-    model: Annotated[str, typer.Argument(help="A .gguf file, a directory holding one, or 'default'.")],
+    model: Annotated[
+        str, typer.Argument(help="A .gguf file, a directory holding one, an s3:// reference, or 'default'.")
+    ],
     slo_ttft_ms: Annotated[float, typer.Option(help="SLO: time to first token bound (ms).")],
     slo_itl_ms: Annotated[
         float,
@@ -151,6 +155,7 @@ def tune(
     prune_ratio: Annotated[
         float, typer.Option(help="Prune regions below this share of the best goodput.")
     ] = 0.8,
+    s3_endpoint_url: S3EndpointOpt = "",
 ) -> None:
     """Find the deployment with the most goodput under an SLO on this host; write an endpoint file.
 
@@ -160,6 +165,7 @@ def tune(
     from llmhost.bench.tune import SearchSpace, TuneSettings, TuneSLO, Workload
 
     started = time.monotonic()  # the budget counts from here: quantizing candidates is part of it
+    use_s3_endpoint(s3_endpoint_url)  # the candidates' servers inherit it
     try:
         if num_prompts is not None and prompt_tokens is None:
             raise ValueError("--num-prompts applies to synthetic prompts: give --prompt-tokens too")

@@ -51,6 +51,18 @@ class Endpoint:
         return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
 
 
+def copy_key(pid: int) -> str:
+    """The endpoint's internal key a copy requires, read from the copy's environment (readable by its
+    own user only, like the key itself): what a test needs to call a copy directly."""
+    environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    [value] = [e.split(b"=", 1)[1] for e in environ if e.startswith(b"LLMHOST_API_KEYS=")]
+    return value.decode()
+
+
+def copy_headers(replica: dict[str, Any]) -> dict[str, str]:
+    return {"x-api-key": copy_key(int(replica["pid"]))}
+
+
 def up_command(file: Path, port: int, log_dir: Path) -> list[str]:
     return [
         sys.executable, "-m", "llmhost.cli", "endpoint", "up", str(file), "--host", "127.0.0.1",
@@ -60,14 +72,15 @@ def up_command(file: Path, port: int, log_dir: Path) -> list[str]:
     ]  # fmt: skip
 
 
-def start_endpoint(tmp: Path, yaml_text: str, wait_ping: bool = True) -> Endpoint:
+def start_endpoint(tmp: Path, yaml_text: str, wait_ping: bool = True, args: tuple[str, ...] = ()) -> Endpoint:
+    """`args`: more options of `endpoint up`."""
     file = tmp / "endpoint.yaml"
     file.write_text(yaml_text)
     port = free_port()
     log, log_dir = tmp / "endpoint.log", tmp / "copies"
     with log.open("wb") as out:
-        proc = subprocess.Popen(up_command(file, port, log_dir), stdout=out, stderr=subprocess.STDOUT,
-                                env={**os.environ, "PYTHONUNBUFFERED": "1"})  # fmt: skip
+        proc = subprocess.Popen([*up_command(file, port, log_dir), *args], stdout=out,
+                                stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
     ep = Endpoint(f"http://127.0.0.1:{port}", port, proc, log, log_dir)
     deadline = time.monotonic() + STARTUP_TIMEOUT_S
     while time.monotonic() < deadline:

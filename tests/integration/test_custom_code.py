@@ -24,6 +24,10 @@ OUTPUT_ONLY = '''
 import json
 
 def output_fn(prediction, accept):
+    if isinstance(prediction, dict) and prediction.get("object") == "text_completion":
+        return 42  # no body a response can carry
+    if "details" in prediction[0]:
+        raise LookupError("no details here")
     # reshapes the normal prediction: TGI's [{"generated_text": ...}]
     return json.dumps({"text": prediction[0]["generated_text"], "accept": accept}), "application/json"
 '''
@@ -144,6 +148,21 @@ def test_output_fn_reshapes_the_normal_prediction(output_server: Server) -> None
         assert v1.status_code == 200 and v1.json()["object"] == "text_completion"
 
 
+def test_output_fn_failures_are_json_500s_naming_it(output_server: Server) -> None:
+    with output_server.client() as c:
+        bad = c.post("/invocations", json={"prompt": "Hi", "max_tokens": 2})
+        assert bad.status_code == 500
+        err = bad.json()["error"]
+        assert err["field"] == "output_fn" and err["request_id"] == bad.headers["x-request-id"]
+        assert err["message"].startswith("output_fn raised TypeError: returned int; return bytes, str")
+        detailed = {"inputs": "Hi", "parameters": {"max_new_tokens": 2, "details": True}}
+        raised = c.post("/invocations", json=detailed)
+        assert raised.status_code == 500  # a TGI body: TGI's error shape
+        assert raised.json()["error"] == "output_fn raised LookupError: no details here"
+        assert c.post("/invocations", json=TGI).status_code == 200  # still serving
+    assert "inference.py output_fn raised" in output_server.log.read_text()
+
+
 def test_serve_entry_point_with_input_and_predict_fn(text_server: Server) -> None:
     plain = {"Content-Type": "text/plain"}
     with text_server.client() as c:
@@ -181,14 +200,27 @@ def test_user_function_errors_name_the_function(text_server: Server) -> None:
     assert "predict_fn raised" in text_server.log.read_text()
 
 
+def as_artifact(directory: Path) -> Path:
+    """Marks a model directory as an `llmhost optimize` artifact whose recipe asks for ngram speculation
+    (no saved system-prompt state): what `serve` must read from it whatever the reference's form."""
+    (directory / "artifact.json").write_text("{}")
+    (directory / "recipe.yaml").write_text("serving:\n  speculative: ngram\n  draft_tokens: 4\n")
+    return directory
+
+
+ARTIFACT_SAYS = "serving settings from the artifact's recipe: {'speculative': 'ngram', 'draft_tokens': 4}"
+
+
 def test_serve_entry_point_without_code(tmp_path: Path) -> None:
-    srv = start_serve(tmp_path, model_dir(tmp_path / "model", None))
+    # $SM_MODEL_DIR: the artifact's settings are found as for `llmhost serve DIR`
+    srv = start_serve(tmp_path, as_artifact(model_dir(tmp_path / "model", None)))
     try:
         r = httpx.post(f"{srv.url}/invocations", json=TGI, timeout=120)
         assert r.status_code == 200, r.text
         assert isinstance(r.json()[0]["generated_text"], str)
     finally:
         stop_server(srv)
+    assert ARTIFACT_SAYS in srv.log.read_text()
 
 
 def test_inference_py_that_fails_to_import_stops_the_server(tmp_path: Path) -> None:

@@ -24,6 +24,7 @@ from tests.integration.endpoint_helpers import (
     Endpoint,
     Outcome,
     call,
+    copy_headers,
     start_endpoint,
     stop_endpoint,
     up_command,
@@ -179,7 +180,7 @@ async def test_kill_a_copy_under_load(ep: Endpoint) -> None:
 
 def copy_metric(ep: Endpoint, copy: str, name: str) -> float:
     [r] = [r for c in ep.status()["components"] for r in c["replicas"] if r["copy"] == copy]
-    text = httpx.get(f"http://127.0.0.1:{r['port']}/metrics", timeout=10).text
+    text = httpx.get(f"http://127.0.0.1:{r['port']}/metrics", headers=copy_headers(r), timeout=10).text
     return sum(s.value for f in text_string_to_metric_families(text) for s in f.samples if s.name == name)
 
 

@@ -1,8 +1,12 @@
-"""`llmhost serve s3://...` end to end: the real model from a prefix and from a model.tar.gz."""
+"""`llmhost serve s3://...` and `llmhost endpoint up` of an s3:// model end to end: the real model from a
+prefix and from a model.tar.gz, served by real processes that reach moto through a counting HTTP
+proxy on 127.0.0.1 (tests/s3proxy.py), so that what crosses the wire is what is asserted."""
 
 from __future__ import annotations
 
+import math
 import tarfile
+import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -11,13 +15,18 @@ import pytest
 
 from llmhost.store import resolve_model
 from tests.integration.conftest import start_server, stop_server
-from tests.s3server import S3Server, moto_server, point_env_at
+from tests.integration.endpoint_helpers import ENGINE, start_endpoint, stop_endpoint
+from tests.integration.test_custom_code import OUTPUT_ONLY
+from tests.s3proxy import Proxy, s3_proxy
+from tests.s3server import moto_server
 
 pytestmark = pytest.mark.integration
 
+PART = 8 * 1024 * 1024  # llmhost's range size
+
 
 @pytest.fixture(scope="module")
-def s3_with_model(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
+def proxy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Proxy]:
     model = resolve_model("default")
     archive = tmp_path_factory.mktemp("s3src") / "model.tar.gz"
     # level 1: GGUF weights barely compress, and level 9 would cost the test most of its time
@@ -28,7 +37,26 @@ def s3_with_model(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server
         client.create_bucket(Bucket="models")
         client.upload_file(str(model), "models", "gemma/model.gguf")
         client.upload_file(str(archive), "models", "jobs/1/output/model.tar.gz")
-        yield server
+        # a prefix as SageMaker takes one: the weights, and code/inference.py at its root
+        client.copy_object(Bucket="models", Key="withcode/model.gguf",
+                           CopySource={"Bucket": "models", "Key": "gemma/model.gguf"})  # fmt: skip
+        client.put_object(Bucket="models", Key="withcode/code/inference.py",
+                          Body=textwrap.dedent(OUTPUT_ONLY).encode())  # fmt: skip
+        with s3_proxy(server.url) as p:
+            yield p
+
+
+@pytest.fixture
+def env(proxy: Proxy, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Proxy:
+    """Credentials in the environment; the endpoint (the proxy) on the command line; a fresh cache."""
+    for name, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+                        "AWS_DEFAULT_REGION": "us-east-1"}.items():  # fmt: skip
+        monkeypatch.setenv(name, value)
+    for name in ("AWS_ENDPOINT_URL", "LLMHOST_S3_ENDPOINT_URL", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("LLMHOST_CACHE", str(tmp_path / "cache"))
+    proxy.recorder.clear()
+    return proxy
 
 
 def _answers(url: str) -> None:
@@ -37,24 +65,68 @@ def _answers(url: str) -> None:
     assert r.json()["choices"][0]["text"]
 
 
-@pytest.mark.parametrize("ref", ["s3://models/gemma/", "s3://models/jobs/1/output/model.tar.gz"])
-def test_serve_from_s3(
-    s3_with_model: S3Server, ref: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    point_env_at(monkeypatch, s3_with_model)
-    monkeypatch.delenv("AWS_ENDPOINT_URL")  # given on the command line instead
-    monkeypatch.setenv("LLMHOST_CACHE", str(tmp_path / "cache"))
-    logs = []
+@pytest.mark.parametrize(("ref", "key"), [
+    ("s3://models/gemma/", "gemma/model.gguf"),
+    ("s3://models/jobs/1/output/model.tar.gz", "jobs/1/output/model.tar.gz"),
+])  # fmt: skip
+def test_second_start_sends_no_get_of_the_object(env: Proxy, ref: str, key: str, tmp_path: Path) -> None:
+    size = resolve_model("default").stat().st_size
+    seen = []
     for start in ("first", "second"):
         (tmp_path / start).mkdir()
-        server = start_server(tmp_path / start, "--s3-endpoint-url", s3_with_model.url, ref)
+        env.recorder.clear()
+        server = start_server(tmp_path / start, "--s3-endpoint-url", env.url, ref)
         try:
             _answers(server.url)
         finally:
             stop_server(server)
-        logs.append(server.log.read_text())
-    assert "downloading s3://models/" in logs[0] and "verified s3://models/" in logs[0]
-    # the second start finds the object's ETag and size in the cache: nothing is fetched again
-    assert "downloading" not in logs[1] and "verified" not in logs[1]
+        seen.append((len(env.recorder.object_gets(key)), env.recorder.count("HEAD"),
+                     env.recorder.count("GET", "list-type=2")))  # fmt: skip
+    (first_gets, _, _), (second_gets, heads, lists) = seen
+    assert first_gets >= math.ceil(size / PART) if ref.endswith("/") else first_gets >= 1
+    # the second start only asks what the current version is: a listing or a HEAD, never the bytes
+    assert second_gets == 0 and heads + lists >= 1
     cached = [p for p in (tmp_path / "cache").rglob("model.gguf") if p.is_file()]
-    assert cached and cached[0].stat().st_size == resolve_model("default").stat().st_size
+    assert len(cached) == 1 and cached[0].stat().st_size == size
+    # an archive is deleted once extracted: half the disk, and still nothing fetched again
+    assert not [p for p in (tmp_path / "cache").rglob("*.tar.gz") if p.is_file()]
+
+
+def test_an_s3_prefix_brings_its_inference_py(env: Proxy, tmp_path: Path) -> None:
+    server = start_server(tmp_path, "--s3-endpoint-url", env.url, "s3://models/withcode/")
+    try:
+        tgi = {"inputs": "The capital of France is", "parameters": {"max_new_tokens": 4}}
+        r = httpx.post(f"{server.url}/invocations", json=tgi, timeout=60)
+        assert r.status_code == 200, r.text
+        assert set(r.json()) == {"text", "accept"}  # output_fn's shape, not TGI's
+    finally:
+        stop_server(server)
+
+
+def test_an_endpoints_copies_share_one_download(env: Proxy, tmp_path: Path) -> None:
+    size = resolve_model("default").stat().st_size
+    ep = start_endpoint(tmp_path, f"""
+name: shared
+components:
+  - name: gemma
+    model: s3://models/gemma/
+    copies: 2
+    resources: {{num_cpus: 0.5, memory_mb: 600}}
+    engine: {ENGINE}
+    startup_health_check_timeout_s: 120
+""", args=("--s3-endpoint-url", env.url))  # fmt: skip
+    try:
+        ep.wait_for("both copies ready", lambda: [r["state"] for r in ep.replicas("gemma")] == ["ready"] * 2,
+                    timeout=120)  # fmt: skip
+        _answers(ep.url)
+        gets = env.recorder.object_gets("gemma/model.gguf")
+        # every range fetched once, for both copies; the prefix listed once (`up` checks, start reuses)
+        assert len(gets) == math.ceil(size / PART) and len({g.range for g in gets}) == len(gets)
+        assert env.recorder.count("GET", "list-type=2") == 1
+        [component] = ep.status()["components"]
+        starts = [line for p in ep.log_dir.glob("*.log") for line in p.read_text().splitlines()
+                  if "start:" in line]  # fmt: skip
+        # the copies are started on the local download, never on the s3:// reference
+        assert len(starts) == 2 and all(f"serve {component['model_dir']} " in line for line in starts)
+    finally:
+        stop_endpoint(ep)

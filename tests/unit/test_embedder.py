@@ -31,6 +31,7 @@ from llmhost.engine.loop import EngineState
 from llmhost.engine.request import InvalidRequestError, QueueFullError, RequestTooLargeError
 from llmhost.server.protocol.embeddings import EmbeddingRequest
 from llmhost.server.serving.embeddings import encode
+from llmhost.store import ResolvedModel
 
 N_VOCAB = 100
 
@@ -192,7 +193,8 @@ async def test_a_cancelled_request_skips_its_remaining_inputs() -> None:
 
 def test_an_embeddings_component_starts_its_copies_with_embeddings(tmp_path: Path) -> None:
     def command(spec: ComponentSpec) -> list[str]:
-        return Replica(spec, 0, tmp_path / "m.gguf", Allocation((0,), 1.0, 1, 100), tmp_path)._command()
+        model = ResolvedModel(tmp_path / "m.gguf")
+        return Replica(spec, 0, model, Allocation((0,), 1.0, 1, 100), tmp_path)._command()
 
     embeds = command(ComponentSpec(name="emb", embeddings=True, engine=EngineSpec(pooling="mean")))
     assert "--embeddings" in embeds and embeds[embeds.index("--pooling") + 1] == "mean"

@@ -23,6 +23,7 @@ from llmhost.bench.slo import HELP as GOODPUT_HELP
 from llmhost.bench.slo import parse_goodput
 from llmhost.bench.sweep import SweepSpec, run_sweep
 from llmhost.bench.targets import APIS
+from llmhost.store.options import S3EndpointOpt, use_s3_endpoint
 
 app = typer.Typer(
     help="Load tests: latency, throughput and cost per 1M tokens against any LLM server; sweeps.",
@@ -332,8 +333,10 @@ def sweep(
     price_per_hour: Annotated[float | None, typer.Option(help="Override the file's price per hour.")] = None,
     goodput: Annotated[list[str] | None, typer.Option(help=GOODPUT_HELP + " Overrides the file's.")] = None,
     live: Annotated[bool, typer.Option(help="Live progress display.")] = True,
+    s3_endpoint_url: S3EndpointOpt = "",
 ) -> None:
     """Start each configuration of SPEC_FILE, measure every level, stop it; recommend one."""
+    use_s3_endpoint(s3_endpoint_url)  # for `serve:` configurations of s3:// models: their servers inherit it
     try:
         spec = SweepSpec.load(spec_file)
     except Exception as exc:

@@ -29,33 +29,27 @@ Example::
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
-import json
 import os
 import re
 import shlex
-import signal
-import socket
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import IO, Any, Literal
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from llmhost.bench.http import simple_request
+from llmhost.bench.labels import model_labels
+from llmhost.bench.process import HOST, ServerProcess, free_port, llmhost_command
 from llmhost.bench.procstats import ProcessUsage
 from llmhost.bench.report import ResultsWriter
 from llmhost.bench.results import BenchResults, ConfigResult
 from llmhost.bench.runner import BenchConfig, NullProgress, Progress, _now, finish_results, measure_config
 from llmhost.bench.saturation import SaturationRule
 from llmhost.bench.slo import GoodputSLO
-
-HOST = "127.0.0.1"
 
 
 class ServeSpec(BaseModel):
@@ -172,14 +166,6 @@ def _as_list(v: Any) -> list[Any]:
     return v if isinstance(v, list) else [v]
 
 
-def llmhost_command() -> list[str]:
-    """How to run this installation's ``llmhost`` CLI."""
-    script = Path(sys.executable).parent / "llmhost"
-    if script.exists():
-        return [str(script)]
-    return [sys.executable, "-c", "from llmhost.cli import main; main()"]
-
-
 # memory reserved per copy of a swept endpoint (the default model's copy uses about 600 MB)
 ENDPOINT_COPY_MEMORY_MB = 1024
 
@@ -219,6 +205,7 @@ def endpoint_file(
 
 def expand(spec: SweepSpec) -> list[Launch]:
     launches: list[Launch] = []
+    labels = model_labels(str(m) for c in spec.configurations if c.serve for m in _as_list(c.serve.model))
     for i, cfg in enumerate(spec.configurations):
         if cfg.serve is not None:
             s = cfg.serve
@@ -228,7 +215,7 @@ def expand(spec: SweepSpec) -> list[Launch]:
             ):  # fmt: skip
                 params: dict[str, Any] = {"model": model}
                 argv = [*llmhost_command(), "serve", str(model), "--host", HOST, "--port", "{port}"]
-                parts = [Path(str(model)).stem if model != "default" else "default"]
+                parts = [labels[str(model)]]
                 for key, flag, short, value in (
                     ("threads", "--threads", "t", threads),
                     ("max_concurrent", "--max-concurrent", "mc", conc),
@@ -288,81 +275,6 @@ def fill_placeholders(arg: str, port: int) -> str:
 
         arg = arg.replace("{default_model}", str(resolve_model("default")))
     return arg
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((HOST, 0))
-        return int(s.getsockname()[1])
-
-
-class ServerProcess:
-    """A server started for one configuration, in its own process group."""
-
-    def __init__(self, argv: list[str], env: dict[str, str], log_path: Path) -> None:
-        self.argv = argv
-        self.log_path = log_path
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-        self._log: IO[bytes] = open(log_path, "wb")  # noqa: SIM115
-        self.proc = subprocess.Popen(
-            argv,
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            env={**os.environ, **env},
-            start_new_session=True,
-        )
-
-    def log_tail(self, n: int = 2000) -> str:
-        try:
-            return self.log_path.read_bytes()[-n:].decode("utf-8", "replace")
-        except OSError:
-            return ""
-
-    async def wait_ready(self, url: str, timeout_s: float) -> None:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            code = self.proc.poll()
-            if code is not None:
-                raise RuntimeError(f"server exited with code {code} before it was ready:\n{self.log_tail()}")
-            try:
-                status, _ = await simple_request(url, "GET", None, 2.0)
-                if status == 200:
-                    return
-            except Exception:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"server not ready within {timeout_s:g} s:\n{self.log_tail()}")
-            await asyncio.sleep(0.25)
-
-    async def wait_all_copies(self, base_url: str, timeout_s: float) -> None:
-        """An endpoint answers /ping once one copy of each component is ready; a measurement of
-        several copies waits for all of them (``/v1/models``: ``ready`` = ``copies``)."""
-        deadline = time.monotonic() + timeout_s
-        seen = ""
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"endpoint exited with code {self.proc.returncode}:\n{self.log_tail()}")
-            with contextlib.suppress(Exception):
-                status, body = await simple_request(f"{base_url}/v1/models", "GET", None, 2.0)
-                models = json.loads(body).get("data", []) if status == 200 else []
-                seen = ", ".join(f"{m['id']} {m.get('ready')}/{m.get('copies')}" for m in models)
-                if models and all(m.get("ready") == m.get("copies") for m in models):
-                    return
-            await asyncio.sleep(0.25)
-        raise RuntimeError(f"not every copy was ready within {timeout_s:g} s ({seen}):\n{self.log_tail()}")
-
-    def stop(self, grace_s: float = 15.0) -> None:
-        if self.proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(grace_s)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(5)
-        self._log.close()
 
 
 def bench_config_for(spec: SweepSpec, launch: Launch, url: str) -> BenchConfig:

@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.background import BackgroundTask
 from starlette.responses import JSONResponse, Response
 
-from llmhost.endpoint.manager import ComponentError, EndpointManager
+from llmhost.endpoint.manager import ComponentError, EndpointManager, ModelRefError
 from llmhost.endpoint.placement import InsufficientCapacityError
 from llmhost.endpoint.router import error
 from llmhost.endpoint.spec import SpecError, parse_components
@@ -107,10 +107,16 @@ def create_admin(manager: EndpointManager, shutdown: Callable[[], None] = termin
     async def add(request: Request) -> Response:
         if (r := refused(request)) is not None:
             return r
+        specs = []
         try:
-            specs = parse_components(await body(request), "components")
+            raw = await body(request)
+            specs = parse_components(raw, "components")
             await manager.add(specs)
             return JSONResponse({"added": [s.name for s in specs]}, status_code=201)
+        except ModelRefError as exc:  # the reference is bad, not the endpoint: the body's field says which
+            index = [s.name for s in specs].index(exc.component)
+            field = f"components[{index}].model" if "components" in raw else "model"
+            return error(422, str(exc), field=field)
         except (ComponentError, InsufficientCapacityError, SpecError) as exc:
             return failure(exc)
 

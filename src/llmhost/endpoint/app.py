@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
+from starlette.responses import JSONResponse, Response
 
 from llmhost.asgi import RequestContextMiddleware
 from llmhost.auth import ApiKeyMiddleware, ApiKeys
@@ -18,9 +19,19 @@ from llmhost.endpoint.runtime import create_runtime_router
 from llmhost.lifecycle import Lifecycle, watch
 
 # while draining, operators still see what happens (status) and probes get their 503 from /ping
-OPEN_WHILE_DRAINING = {"/ping", "/metrics", "/admin/status"}
+OPEN_WHILE_DRAINING = {"/ping", "/health", "/metrics", "/admin/status"}
 
 log = logging.getLogger("llmhost.endpoint")
+
+
+def health(manager: EndpointManager, lifecycle: Lifecycle) -> Response:
+    """As a copy's /health (the probe load balancers and TGI clients use): 200 while the endpoint takes
+    requests and every component can serve, else 503; the body says each component's ready copies."""
+    live = [c for c in manager.components.values() if not c.removing]
+    ok = lifecycle.accepting and bool(live) and all(c.serving for c in live)
+    body = {"status": "ready" if ok else "not ready", "phase": lifecycle.phase.value,
+            "components": {c.name: {"copies": len(c.capacity()), "ready": len(c.ready())} for c in live}}
+    return JSONResponse(body, status_code=200 if ok else 503)
 
 
 def create_app(
@@ -32,6 +43,7 @@ def create_app(
     """`lifecycle` is shared with the process runner: SIGTERM drains the router's requests, then the
     copies are drained and stopped."""
     proxy = Proxy(manager)
+    manager.internal_key.attach(proxy.client)  # copies refuse requests that did not come through here
     lifecycle = lifecycle or Lifecycle()
 
     @asynccontextmanager
@@ -58,6 +70,7 @@ def create_app(
     app = FastAPI(title=f"llmhost endpoint {manager.spec.name}", lifespan=lifespan, docs_url=None,
                   redoc_url=None)  # fmt: skip
     app.include_router(create_router(manager, proxy, lifecycle))
+    app.add_api_route("/health", lambda: health(manager, lifecycle), methods=["GET"])
     app.include_router(create_runtime_router(manager, proxy))
     app.include_router(create_admin(manager, shutdown))
     if keys is not None and keys.enabled:  # the router and its admin API alike

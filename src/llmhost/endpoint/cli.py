@@ -10,8 +10,11 @@ from typing import TYPE_CHECKING, Annotated, Any
 import httpx
 import typer
 
+from llmhost.store.options import S3EndpointOpt, use_s3_endpoint
+
 if TYPE_CHECKING:
     from llmhost.auth import ApiKeys
+    from llmhost.endpoint.manager import EndpointManager
     from llmhost.endpoint.spec import EndpointSpec
 
 app = typer.Typer(help="Endpoints: several models and copies behind one port, with autoscaling.",
@@ -82,6 +85,7 @@ def up(
         float, typer.Option(help="With --ray: seconds `up` and `scale` wait for a copy Ray cannot place "
                             "for lack of room (one that fits on no node is refused at once).")
     ] = 60.0,
+    s3_endpoint_url: S3EndpointOpt = "",
 ) -> None:
     """Start an endpoint: place every component, start its copies, route on PORT. SIGTERM drains."""
     from llmhost.auth import load_keys
@@ -100,6 +104,12 @@ def up(
     except (SpecError, ValueError, OSError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
+    if ray and s3_endpoint_url:
+        # the nodes resolve the models themselves: a setting of this process would not reach them
+        typer.echo("error: --s3-endpoint-url applies to a single-host endpoint; with --ray set "
+                   "LLMHOST_S3_ENDPOINT_URL on every node", err=True)  # fmt: skip
+        raise typer.Exit(2)
+    use_s3_endpoint(s3_endpoint_url)
     if ray:
         ray_timing = dict(health_check_period_s=health_interval, health_check_timeout_s=health_timeout,
                           drain_timeout_s=drain_timeout, metrics_interval_s=autoscale_interval,
@@ -129,8 +139,7 @@ def _up_single(spec: EndpointSpec, host: str, port: int, log_dir: Path | None, a
     import uvicorn
 
     from llmhost.endpoint.app import create_app
-    from llmhost.endpoint.manager import ComponentError, EndpointManager, ManagerTiming
-    from llmhost.endpoint.placement import InsufficientCapacityError
+    from llmhost.endpoint.manager import EndpointManager, ManagerTiming
     from llmhost.endpoint.replica import ReplicaTiming
     from llmhost.lifecycle import GracefulServer, Lifecycle
 
@@ -140,12 +149,7 @@ def _up_single(spec: EndpointSpec, host: str, port: int, log_dir: Path | None, a
                            replica=replica_timing)  # fmt: skip
     if log_dir is not None:
         log_dir.mkdir(parents=True, exist_ok=True)
-    manager = EndpointManager(spec, log_dir=log_dir, timing=timing)
-    try:
-        manager.check()  # nothing has started yet
-    except (InsufficientCapacityError, ComponentError) as exc:
-        typer.echo(f"error: endpoint {spec.name!r} refused: {exc}", err=True)
-        raise typer.Exit(1) from None
+    manager = _checked_manager(EndpointManager(spec, log_dir=log_dir, timing=timing))
     typer.echo(
         f"llmhost endpoint {spec.name}: {len(spec.components)} component(s) on {host}:{port}; "
         f"CPUs {','.join(map(str, manager.ledger.cpus))}, {manager.ledger.memory_mb} MB available; "
@@ -157,6 +161,23 @@ def _up_single(spec: EndpointSpec, host: str, port: int, log_dir: Path | None, a
     GracefulServer(config, lifecycle).run()
     if lifecycle.exit_code:
         raise typer.Exit(lifecycle.exit_code)
+
+
+def _checked_manager(manager: EndpointManager) -> EndpointManager:
+    """Models resolved (each once: the copies reuse it) and capacity checked before anything starts. A
+    model reference naming nothing is a usage error (2), as for `llmhost serve`; no room is 1."""
+    from llmhost.endpoint.manager import ComponentError, ModelRefError
+    from llmhost.endpoint.placement import InsufficientCapacityError
+
+    try:
+        manager.check()
+    except ModelRefError as exc:
+        typer.echo(f"error: endpoint {manager.spec.name!r} refused: {exc}", err=True)
+        raise typer.Exit(2) from None
+    except (InsufficientCapacityError, ComponentError) as exc:
+        typer.echo(f"error: endpoint {manager.spec.name!r} refused: {exc}", err=True)
+        raise typer.Exit(1) from None
+    return manager
 
 
 def _up_ray(spec: EndpointSpec, where: dict[str, Any], timing: dict[str, float], keys: ApiKeys,

@@ -6,19 +6,19 @@ import asyncio
 import contextlib
 import time
 from collections import Counter
-from pathlib import Path
 from typing import Any
 
 from llmhost.endpoint.autoscaler import ScalerState
 from llmhost.endpoint.replica import Replica, ReplicaState
 from llmhost.endpoint.spec import ComponentSpec
+from llmhost.store.resolve import ResolvedModel
 
 
 class Component:
-    def __init__(self, spec: ComponentSpec, model_path: Path) -> None:
+    def __init__(self, spec: ComponentSpec, model: ResolvedModel) -> None:
         self.spec = spec
         self.name = spec.name
-        self.model_path = model_path
+        self.model = model  # resolved once, when the component was added: copies reuse it
         self.replicas: list[Replica] = []
         self.in_flight = 0  # requests at the router for this component, waiting ones included
         self.peak = 0  # most in flight since the autoscaler last looked
@@ -95,7 +95,8 @@ class Component:
         return {
             "name": self.name,
             "model": self.spec.model,
-            "model_path": str(self.model_path),
+            "model_path": str(self.model.gguf),
+            "model_dir": str(self.model.model_dir) if self.model.model_dir is not None else None,
             "num_cpus": self.spec.resources.num_cpus,
             "memory_mb": self.spec.resources.memory_mb,
             "copies": len(self.capacity()),

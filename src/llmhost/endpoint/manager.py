@@ -15,6 +15,7 @@ from typing import Any
 
 from llmhost.endpoint.autoscaler import Observation, ScalerState, decide
 from llmhost.endpoint.component import Component
+from llmhost.endpoint.internal import InternalKey
 from llmhost.endpoint.placement import (
     InsufficientCapacityError,
     Ledger,
@@ -25,12 +26,22 @@ from llmhost.endpoint.placement import (
 )
 from llmhost.endpoint.replica import Replica, ReplicaState, ReplicaTiming
 from llmhost.endpoint.spec import ComponentSpec, EndpointSpec
+from llmhost.store.resolve import ResolvedModel
 
 log = logging.getLogger("llmhost.endpoint")
 
 
 class ComponentError(LookupError):
     """Unknown component, or a name already taken."""
+
+
+class ModelRefError(ComponentError):
+    """A component's model reference names nothing usable (missing file, S3 failure, cache not
+    writable); the message says which component and why."""
+
+    def __init__(self, component: str, message: str) -> None:
+        super().__init__(message)
+        self.component = component
 
 
 @dataclass
@@ -40,13 +51,13 @@ class ManagerTiming:
     replica: ReplicaTiming = field(default_factory=ReplicaTiming)
 
 
-def resolve(spec: ComponentSpec) -> Path:
-    from llmhost.store import resolve_model
+def resolve(spec: ComponentSpec) -> ResolvedModel:
+    from llmhost.store import resolve as resolve_ref
 
     try:
-        return resolve_model(spec.model)
-    except FileNotFoundError as exc:
-        raise ComponentError(f"component {spec.name!r}: {exc}") from None
+        return resolve_ref(spec.model)
+    except OSError as exc:  # ModelNotFoundError and the store's S3 errors among them
+        raise ModelRefError(spec.name, f"component {spec.name!r}: model {spec.model!r}: {exc}") from None
 
 
 class EndpointManager:
@@ -63,7 +74,10 @@ class EndpointManager:
         self.log_dir = log_dir or Path(tempfile.mkdtemp(prefix=f"llmhost-endpoint-{spec.name}-"))
         self.timing = timing or ManagerTiming()
         self.components: dict[str, Component] = {}
-        self._models: dict[str, Path] = {}
+        # each component's model, resolved once (an s3:// model downloaded once) for all its copies
+        self._models: dict[str, ResolvedModel] = {}
+        # copies accept only this key, which the router sends: a local user cannot go around the router
+        self.internal_key = InternalKey.generate()
         self._wake = asyncio.Event()
         self._autoscaler: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[None]] = set()
@@ -77,7 +91,8 @@ class EndpointManager:
         specs = self.spec.components if specs is None else specs
         self.router_cpus = router_cpu_ids(self.spec.router.num_cpus)
         self._check_names(specs)
-        self._models.update({s.name: resolve(s) for s in specs})
+        # `endpoint up` checks before the server starts, and start() checks again: resolved only once
+        self._models.update({s.name: resolve(s) for s in specs if s.name not in self._models})
         self._check_capacity(specs)
 
     def _check_names(self, specs: list[ComponentSpec]) -> None:
@@ -152,8 +167,9 @@ class EndpointManager:
             if self._closing or comp.removing:
                 break
             alloc = place(self.ledger, comp.name, comp.spec.resources)
-            replica = Replica(comp.spec, comp.new_index(), comp.model_path, alloc, self.log_dir,
-                              on_change=comp.notify, timing=self.timing.replica)  # fmt: skip
+            replica = Replica(comp.spec, comp.new_index(), comp.model, alloc, self.log_dir,
+                              on_change=comp.notify, timing=self.timing.replica,
+                              internal_key=self.internal_key)  # fmt: skip
             comp.replicas.append(replica)
             added += 1
             ok = await replica.start()
@@ -202,6 +218,7 @@ class EndpointManager:
         async with comp.lock:
             await asyncio.gather(*(self._stop(comp, r) for r in list(comp.replicas)))
         self.components.pop(name, None)
+        self._models.pop(name, None)  # a component added later under this name resolves its own model
 
     def get(self, name: str) -> Component:
         comp = self.components.get(name)

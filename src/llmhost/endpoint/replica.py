@@ -8,12 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
-import ctypes.util
 import logging
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -24,17 +21,16 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import psutil
 
 from llmhost.auth import ENV_KEYS
+from llmhost.endpoint.internal import InternalKey
 from llmhost.endpoint.memlimit import MemoryLimit, memory_limit
 from llmhost.endpoint.placement import Allocation
+from llmhost.endpoint.procs import cpus_allowed, exit_reason, free_port, preexec, rss_mb
 from llmhost.endpoint.spec import ComponentSpec
+from llmhost.store.resolve import ResolvedModel
 
 log = logging.getLogger("llmhost.endpoint")
-
-PR_SET_PDEATHSIG = 1
-
 
 class ReplicaState(StrEnum):
     # the process is launched and loading; /ping has not answered 200 yet; it gets no requests
@@ -47,58 +43,6 @@ class ReplicaState(StrEnum):
     STOPPED = "stopped"
     # died, missed its startup health check or exceeded max_memory_mb; restarted after a backoff
     FAILED = "failed"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def rss_mb(pid: int) -> float | None:
-    try:
-        return float(psutil.Process(pid).memory_info().rss) / 2**20
-    except psutil.Error:
-        return None
-
-
-def cpus_allowed(pid: int) -> str | None:
-    try:
-        cpus = psutil.Process(pid).cpu_affinity() or []
-    except (psutil.Error, AttributeError):  # AttributeError: no affinity on this platform
-        return None
-    return ",".join(map(str, cpus))
-
-
-def exit_reason(code: int) -> str:
-    if code < 0:
-        try:
-            return f"killed by {signal.Signals(-code).name}"
-        except ValueError:
-            return f"killed by signal {-code}"
-    return f"exited with code {code}"
-
-
-_libc: Any = None
-
-
-def _preexec(cpus: tuple[int, ...], cgroup_procs: str | None) -> Callable[[], None]:
-    global _libc
-    if _libc is None:
-        _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-    libc = _libc
-
-    def run() -> None:  # in the child, between fork and exec: no allocation-heavy work
-        os.sched_setaffinity(0, cpus)
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)  # the endpoint died: do not linger
-        if cgroup_procs is not None:
-            try:
-                with open(cgroup_procs, "w") as f:
-                    f.write(str(os.getpid()))
-            except OSError:
-                pass  # watched instead
-
-    return run
 
 
 @dataclass
@@ -127,17 +71,19 @@ class Replica:
         self,
         spec: ComponentSpec,
         index: int,
-        model_path: Path,
+        model: ResolvedModel,
         alloc: Allocation,
         log_dir: Path,
         on_change: Callable[[Replica], None] | None = None,
         timing: ReplicaTiming | None = None,
+        internal_key: InternalKey | None = None,
     ) -> None:
         self.spec = spec
         self.component = spec.name
         self.index = index
         self.id = f"{spec.name}-{index}"
-        self.model_path = model_path
+        self.model = model
+        self._internal_key = internal_key
         self.alloc = alloc
         self.log_path = log_dir / f"{self.id}.log"
         self.timing = timing or ReplicaTiming()
@@ -226,7 +172,10 @@ class Replica:
 
     def _command(self) -> list[str]:
         return [
-            sys.executable, "-m", "llmhost.cli", "serve", str(self.model_path),
+            # the local form of the resolved model: its directory when it has one, so that the copy finds
+            # code/inference.py and artifact files as `llmhost serve` of the reference would, and never
+            # downloads an s3:// model again
+            sys.executable, "-m", "llmhost.cli", "serve", self.model.serve_ref,
             "--host", "127.0.0.1", "--port", str(self.port),
             "--threads", str(self.alloc.threads),
             "--served-model-name", self.component,
@@ -246,8 +195,10 @@ class Replica:
             procs = self._memory.procs_file
         cmd = self._command()
         env = {**os.environ, "PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false"}
-        # a copy listens on a private port reached only by the router, which checks the keys itself
+        # a copy never sees the clients' keys (the router checks them): only the endpoint's internal key
         env.pop(ENV_KEYS, None)
+        if self._internal_key is not None:
+            env.update(self._internal_key.env())
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with self.log_path.open("ab") as out:
             out.write(f"\n=== {time.strftime('%H:%M:%S')} start: {' '.join(cmd)}\n".encode())
@@ -258,7 +209,7 @@ class Replica:
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 env=env,
-                preexec_fn=_preexec(self.alloc.cpus, procs),
+                preexec_fn=preexec(self.alloc.cpus, procs),
                 start_new_session=True,  # a terminal's Ctrl-C reaches the endpoint, which drains
             )
         log.info(

@@ -11,6 +11,8 @@ from typing import Annotated
 
 import typer
 
+from llmhost.store.options import S3EndpointOpt, use_s3_endpoint
+
 app = typer.Typer(
     help="Optimize GGUF models: quantize, convert, evaluate, build artifacts.", no_args_is_help=True
 )
@@ -21,10 +23,15 @@ def _fail(exc: Exception) -> typer.Exit:
     return typer.Exit(2)
 
 
-def _model(ref: str) -> Path:
-    """A model reference as `llmhost serve` takes it: a .gguf path, a directory holding one, or 'default'."""
+MODEL_FORMS = "a .gguf file, a directory holding one, an s3:// reference, or 'default'"
+
+
+def _model(ref: str, s3_endpoint_url: str = "") -> Path:
+    """The GGUF a model reference names, as `llmhost serve` takes it (MODEL_FORMS); one that names
+    nothing is a usage error (2)."""
     from llmhost.store import ModelNotFoundError, resolve_model
 
+    use_s3_endpoint(s3_endpoint_url)
     try:
         return resolve_model(ref)
     except ModelNotFoundError as exc:
@@ -33,15 +40,14 @@ def _model(ref: str) -> Path:
 
 @app.command()
 def quantize(
-    model: Annotated[
-        str, typer.Argument(help="Input GGUF (F32/F16/BF16), a directory holding one, or 'default'.")
-    ],
+    model: Annotated[str, typer.Argument(help=f"Input model (F32/F16/BF16): {MODEL_FORMS}.")],
     type_: Annotated[str, typer.Option("--type", "-t", help="q4_0, q4_K_M, q5_K_M, q8_0, f16, ...")],
     out: Annotated[Path, typer.Option("--out", "-o", help="Output GGUF.")],
     allow_requantize: Annotated[
         bool, typer.Option(help="Allow quantizing an already quantized model (loses quality).")
     ] = False,
     threads: Annotated[int, typer.Option(help="Quantizer threads; 0: all.")] = 0,
+    s3_endpoint_url: S3EndpointOpt = "",
 ) -> None:
     """Quantize a GGUF with llama.cpp's quantizer."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -49,7 +55,7 @@ def quantize(
     from llmhost.optimize.quantize import QuantizeError
     from llmhost.optimize.quantize import quantize as run
 
-    source = _model(model)
+    source = _model(model, s3_endpoint_url)
     with Progress(
         TextColumn("{task.description}"),
         BarColumn(),
@@ -101,20 +107,19 @@ def convert(
 
 @app.command("eval")
 def eval_(
-    model: Annotated[
-        str, typer.Argument(help="GGUF to evaluate, a directory holding one, s3://..., or 'default'.")
-    ],
+    model: Annotated[str, typer.Argument(help=f"Model to evaluate: {MODEL_FORMS}.")],
     out: Annotated[Path, typer.Option("--out", "-o", help="quality.json to write.")] = Path("quality.json"),
     base: Annotated[str | None, typer.Option(help="Base model for greedy agreement (same forms).")] = None,
     window: Annotated[int, typer.Option(help="Perplexity window, tokens.")] = 256,
     max_tokens: Annotated[int, typer.Option(help="Score only this many text tokens; 0: all.")] = 0,
     threads: Annotated[int, typer.Option(help="Threads; 0: the CPUs available.")] = 0,
+    s3_endpoint_url: S3EndpointOpt = "",
 ) -> None:
     """Perplexity on the shipped text sample, and greedy agreement with --base."""
     from llmhost.engine import ModelLoadError
     from llmhost.optimize.quality import evaluate, write_quality
 
-    model_path = _model(model)
+    model_path = _model(model, s3_endpoint_url)
     base_path = _model(base) if base is not None else None
     try:
         result = evaluate(model_path, base_path, window=window, max_tokens=max_tokens, threads=threads)
@@ -130,7 +135,7 @@ def eval_(
 
 @app.command()
 def artifact(
-    model: Annotated[str, typer.Argument(help="Source GGUF, an s3:// reference, or 'default'.")],
+    model: Annotated[str, typer.Argument(help=f"Source model: {MODEL_FORMS}.")],
     out: Annotated[Path, typer.Option("--out", "-o", help="Artifact directory.")],
     quantize: Annotated[str | None, typer.Option("--quantize", help="Quantization type to apply.")] = None,
     allow_requantize: Annotated[bool, typer.Option(help="Allow re-quantizing a quantized source.")] = False,
@@ -148,12 +153,12 @@ def artifact(
     ] = True,
     eval_max_tokens: Annotated[int, typer.Option(help="Perplexity tokens scored; 0: all.")] = 0,
     threads: Annotated[int, typer.Option(help="Threads; 0: the CPUs available.")] = 0,
+    s3_endpoint_url: S3EndpointOpt = "",
 ) -> None:
     """Build an ahead-of-time artifact directory, or reuse it when its key matches."""
     from llmhost.engine import ModelLoadError
     from llmhost.optimize.artifact import ArtifactError, Recipe, build_or_reuse
     from llmhost.optimize.quantize import QuantizeError
-    from llmhost.store import resolve_model
 
     recipe = Recipe(
         quantize=quantize,
@@ -165,7 +170,7 @@ def artifact(
     )
     try:
         result = build_or_reuse(
-            resolve_model(model),
+            _model(model, s3_endpoint_url),
             out,
             recipe,
             say=typer.echo,
@@ -190,8 +195,10 @@ def run_(
     requests: Annotated[int | None, typer.Option(help="Measured requests per server.")] = None,
     concurrency: Annotated[int | None, typer.Option(help="Concurrent requests.")] = None,
     price_per_hour: Annotated[float | None, typer.Option(help="Instance price, USD per hour.")] = None,
+    s3_endpoint_url: S3EndpointOpt = "",
 ) -> None:
     """Apply a recipe, then benchmark the base model against the artifact in the same run."""
+    use_s3_endpoint(s3_endpoint_url)  # the recipe's `model:` may be an s3:// reference
     from rich.console import Console
 
     from llmhost.engine import ModelLoadError

@@ -255,7 +255,7 @@ def bench_config(url: str, name: str, recipe: RunRecipe) -> Any:
 
 
 def serve_argv(target: str | Path, port: int, recipe: RunRecipe) -> list[str]:
-    from llmhost.bench.sweep import HOST, llmhost_command
+    from llmhost.bench.process import HOST, llmhost_command
 
     argv = [*llmhost_command(), "serve", str(target), "--host", HOST, "--port", str(port)]
     argv += ["--flash-attn" if recipe.flash_attn else "--no-flash-attn"]
@@ -270,7 +270,7 @@ def serve_argv(target: str | Path, port: int, recipe: RunRecipe) -> list[str]:
 async def _measure(name: str, target: str | Path, recipe: RunRecipe, logs: Path, say: Say) -> Measured:
     from llmhost.bench import arun_benchmark
     from llmhost.bench.http import simple_request
-    from llmhost.bench.sweep import HOST, ServerProcess, free_port
+    from llmhost.bench.process import HOST, ServerProcess, free_port
 
     port = free_port()
     url = f"http://{HOST}:{port}"

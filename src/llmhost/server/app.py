@@ -60,6 +60,8 @@ def create_app(
             yield
         finally:
             watcher.cancel()
+            if custom is not None:
+                custom.close()
             if runner is not None:
                 await asyncio.to_thread(runner.shutdown)
 

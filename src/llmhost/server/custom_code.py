@@ -11,14 +11,11 @@ from __future__ import annotations
 
 import importlib.util
 import inspect
-import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-from llmhost.store.resolve import SAGEMAKER_MODEL_DIR
 
 HOOKS = ("model_fn", "input_fn", "predict_fn", "output_fn")
 SCRIPT = Path("code") / "inference.py"
@@ -29,15 +26,12 @@ class CustomCodeError(RuntimeError):
     """inference.py cannot be used; the message says why."""
 
 
-def find_script(ref: str | None, model_path: Path) -> Path | None:
-    """`code/inference.py` of the model directory, if there is one. A model given as a .gguf file has
-    no directory of its own (its folder may hold anything), so only a directory reference, or none
-    ($SM_MODEL_DIR, /opt/ml/model), is looked into."""
-    if ref is not None and Path(ref).expanduser().is_file():
+def find_script(model_dir: Path | None) -> Path | None:
+    """`code/inference.py` at the model directory's root, if there is one (SageMaker looks there in
+    /opt/ml/model). A model without a directory (a .gguf file given alone, the default model) has none."""
+    if model_dir is None:
         return None
-    if ref is None and not (os.environ.get("SM_MODEL_DIR") or Path(SAGEMAKER_MODEL_DIR).is_dir()):
-        return None  # the bundled default model: not a model directory
-    script = model_path.parent / SCRIPT
+    script = model_dir / SCRIPT
     return script if script.is_file() else None
 
 

@@ -72,12 +72,13 @@ def multipart_etag(path: Path, part_size: int) -> str:
     return f"{hashlib.md5(b''.join(digests)).hexdigest()}-{len(digests)}"
 
 
-def etag_check(path: Path, etag: str, part_size: int | None) -> str:
+def etag_check(etag: str, part_size: int | None) -> str:
     """Which check `verify_etag` can make: "md5", "multipart" or "size-only".
 
     A plain 32-hex ETag is the object's MD5 only for single-part uploads without SSE-KMS; a
     "-N" ETag can be recomputed only when the upload's part size is known (`part_size`); any
-    other form (SSE-KMS, SSE-C, stores that invent ETags) leaves the size as the only check.
+    other form (stores that invent ETags) leaves the size as the only check. Whether the object is
+    encrypted (SSE-KMS, SSE-C: a 32-hex ETag that is no MD5) only its HEAD says: see store.integrity.
     """
     e = clean_etag(etag)
     if _PLAIN_MD5.match(e):
@@ -89,10 +90,29 @@ def etag_check(path: Path, etag: str, part_size: int | None) -> str:
 
 def verify_etag(path: Path, etag: str, part_size: int | None) -> tuple[bool, str]:
     """(matches, check used); a size-only check always matches here (the caller checked the size)."""
-    kind = etag_check(path, etag, part_size)
+    kind = etag_check(etag, part_size)
     if kind == "md5":
         return file_md5(path) == clean_etag(etag).lower(), kind
     if kind == "multipart":
         assert part_size is not None
         return multipart_etag(path, part_size) == clean_etag(etag).lower(), kind
     return True, kind
+
+
+def coverage_problem(ranges: list[ByteRange], done: set[int], size: int) -> str | None:
+    """Why the ranges recorded as finished do not cover the object's `size` bytes exactly, or None:
+    each range recorded, ranges back to back from byte 0 to the last, nothing recorded twice or extra."""
+    missing = sorted(r.index for r in ranges if r.index not in done)
+    if missing:
+        return f"range(s) {missing[:8]} of {len(ranges)} never recorded as finished"
+    extra = sorted(done - {r.index for r in ranges})
+    if extra:
+        return f"unknown range(s) {extra[:8]} recorded"
+    position = 0
+    for r in ranges:
+        if r.start != position or r.end < r.start:
+            return f"range {r.index} starts at byte {r.start}, expected {position}"
+        position = r.end + 1
+    if position != size:
+        return f"ranges cover {position} bytes of {size}"
+    return None

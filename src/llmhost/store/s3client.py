@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import errno
 import os
+from dataclasses import replace
 from typing import Any
 
+from llmhost.store.integrity import ObjectInfo, info_from_head
 from llmhost.store.resolve import ModelNotFoundError
 from llmhost.store.s3uri import S3Ref
 
@@ -16,6 +18,8 @@ ENDPOINT_ENV = "AWS_ENDPOINT_URL"
 # boto3 reads AWS_ENDPOINT_URL itself; this one lets an llmhost setting not affect other AWS tools
 LLMHOST_ENDPOINT_ENV = "LLMHOST_S3_ENDPOINT_URL"
 
+_NO_BUCKET = ("NoSuchBucket",)
+_NO_KEY = ("NoSuchKey", "404", "NotFound")
 _ACCESS = {"AccessDenied", "403", "InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken",
            "InvalidToken", "AllAccessDisabled"}
 
@@ -28,13 +32,27 @@ def endpoint_url() -> str | None:
     return os.environ.get(LLMHOST_ENDPOINT_ENV) or os.environ.get(ENDPOINT_ENV) or None
 
 
-def make_client(max_pool: int = 16) -> Any:
+def make_client(ref: S3Ref, max_pool: int = 16) -> Any:
     """An S3 client on the standard credential chain (env, profile, SSO, instance role...)."""
     import boto3
     from botocore.config import Config
 
     config = Config(max_pool_connections=max_pool, retries={"max_attempts": 5, "mode": "standard"})
-    return boto3.session.Session().client("s3", endpoint_url=endpoint_url(), config=config)
+    url = endpoint_url()
+    try:
+        return boto3.session.Session().client("s3", endpoint_url=url, config=config)
+    except ValueError as exc:  # botocore: "Invalid endpoint: ..."
+        raise S3ModelError(f"{ref.uri}: S3 endpoint URL {url!r} is not usable ({exc}); give a URL such as "
+                           "http://127.0.0.1:9000 (--s3-endpoint-url, $LLMHOST_S3_ENDPOINT_URL or "
+                           "$AWS_ENDPOINT_URL)") from None  # fmt: skip
+
+
+def error_code(exc: BaseException) -> str:
+    """The S3 error code of a ClientError ("NoSuchKey", "404", ...), "" for any other failure."""
+    response = getattr(exc, "response", None)
+    if not isinstance(response, dict):
+        return ""
+    return str(response.get("Error", {}).get("Code", ""))
 
 
 def translate(exc: BaseException, ref: S3Ref) -> S3ModelError:
@@ -48,10 +66,10 @@ def translate(exc: BaseException, ref: S3Ref) -> S3ModelError:
 
     where = f"s3://{ref.bucket}/{ref.key}"
     if isinstance(exc, ClientError):
-        code = str(exc.response.get("Error", {}).get("Code", ""))
-        if code == "NoSuchBucket":
+        code = error_code(exc)
+        if code in _NO_BUCKET:
             return S3ModelError(f"{where}: bucket {ref.bucket!r} does not exist")
-        if code in ("NoSuchKey", "404", "NotFound"):
+        if code in _NO_KEY:
             return S3ModelError(f"{where}: no object {ref.key!r} in bucket {ref.bucket!r}")
         if code in _ACCESS:
             return S3ModelError(
@@ -65,8 +83,21 @@ def translate(exc: BaseException, ref: S3Ref) -> S3ModelError:
         return S3ModelError(f"{where}: no usable AWS credentials found ({exc})")
     if isinstance(exc, EndpointConnectionError):
         return S3ModelError(f"{where}: cannot reach the S3 endpoint ({exc})")
-    if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
-        return S3ModelError(f"{where}: no space left on the cache disk while downloading ({exc})")
+    if isinstance(exc, OSError):
+        return _os_error(where, exc)
+    return S3ModelError(f"{where}: {type(exc).__name__}: {exc}")
+
+
+def _os_error(where: str, exc: OSError) -> S3ModelError:
+    """A local failure (cache directory, lock, rename, full disk), naming the path."""
+    path = f" ({exc.filename})" if exc.filename else ""
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return S3ModelError(f"{where}: disk full: no space left in the model cache{path} ({exc.strerror})")
+    if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        return S3ModelError(f"{where}: cannot write the model cache{path}: {exc.strerror}; set "
+                            "$LLMHOST_CACHE to a writable directory")  # fmt: skip
+    if exc.errno is not None and exc.strerror:
+        return S3ModelError(f"{where}: model cache{path}: {exc.strerror}")
     return S3ModelError(f"{where}: {type(exc).__name__}: {exc}")
 
 
@@ -78,23 +109,31 @@ def s3_failures() -> tuple[type[BaseException], ...]:
 
 
 def head(client: Any, ref: S3Ref) -> dict[str, Any]:
+    """The object's HEAD, with its additional checksum if it has one (ChecksumMode=ENABLED)."""
     try:
-        return dict(client.head_object(Bucket=ref.bucket, Key=ref.key))
+        return dict(client.head_object(Bucket=ref.bucket, Key=ref.key, ChecksumMode="ENABLED"))
     except s3_failures() as exc:
         raise _head_error(client, ref, exc) from None
 
 
 def _head_error(client: Any, ref: S3Ref, exc: BaseException) -> S3ModelError:
     # HEAD answers a bare 404 for both a missing bucket and a missing key: ask the bucket to tell apart
-    err = translate(exc, ref)
-    if "no object" in str(err):
+    if error_code(exc) in _NO_KEY:
         try:
             client.head_bucket(Bucket=ref.bucket)
         except s3_failures() as bucket_exc:
-            code = getattr(bucket_exc, "response", {}).get("Error", {}).get("Code", "")
-            if code in ("404", "NoSuchBucket", "NotFound"):
+            if error_code(bucket_exc) in (*_NO_BUCKET, *_NO_KEY):
                 return S3ModelError(f"s3://{ref.bucket}/{ref.key}: bucket {ref.bucket!r} does not exist")
-    return err
+    return translate(exc, ref)
+
+
+def describe(client: Any, ref: S3Ref, head_response: dict[str, Any] | None = None) -> ObjectInfo:
+    """What the download and its verification need to know of one object (a HEAD, and a HEAD of part 1
+    for a multipart upload: its part size)."""
+    info = info_from_head(head_response if head_response is not None else head(client, ref))
+    if info.parts or (info.checksum is not None and info.checksum.composite):
+        return replace(info, upload_part_size=part_size_of(client, ref, info.parts or 1))
+    return info
 
 
 def part_size_of(client: Any, ref: S3Ref, etag_parts: int | None) -> int | None:

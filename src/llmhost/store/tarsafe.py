@@ -55,3 +55,14 @@ def safe_extract(archive: Path, dest: Path) -> None:
             tar.extractall(root, members=members, filter="data")
         else:  # pragma: no cover - older 3.10/3.11 patch releases
             tar.extractall(root, members=members)
+    _check_sizes(members, root)
+
+
+def _check_sizes(members: list[tarfile.TarInfo], root: Path) -> None:
+    """Every regular file landed whole: the archive may be deleted once this passes."""
+    last = {m.name: m for m in members}  # a name archived twice: the later member is what landed
+    for m in last.values():
+        if m.isfile():
+            landed = (root / m.name).stat().st_size
+            if landed != m.size:
+                raise OSError(f"archive member {m.name!r}: extracted {landed} of {m.size} bytes")

@@ -152,3 +152,23 @@ def test_command_placeholders() -> None:
     assert fill_placeholders("{python} s.py --host {host} --port={port}", 8123) == (
         f"{sys.executable} s.py --host 127.0.0.1 --port=8123"
     )
+
+
+def test_configurations_are_named_after_their_models_without_collisions() -> None:
+    from llmhost.bench.labels import model_labels
+
+    models = ["default", "s3://b/jobs/7/output/model.tar.gz", "s3://a/x/gemma/", "s3://b/y/gemma/",
+              "./gemma-q4.gguf", "s3://b/one.gguf", "models/gemma", "s3://models/gemma"]  # fmt: skip
+    assert model_labels(models) == {
+        "default": "default",
+        "s3://b/jobs/7/output/model.tar.gz": "output-model",  # not "model.tar"
+        "s3://a/x/gemma/": "x-gemma",  # two prefixes ending alike
+        "s3://b/y/gemma/": "y-gemma",
+        "./gemma-q4.gguf": "gemma-q4",
+        "s3://b/one.gguf": "one",
+        "models/gemma": "models-gemma",
+        "s3://models/gemma": "s3-models-gemma",  # equal to a local path in every segment
+    }
+    spec = {"configurations": [{"serve": {"model": ["s3://a/x/gemma/", "s3://b/y/gemma/"], "threads": 1}}]}
+    names = [launch.name for launch in expand(SweepSpec.model_validate(spec))]
+    assert names == ["x-gemma-t1", "y-gemma-t1"]  # before: both "gemma-t1", refused as a duplicate

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import httpx
+import pytest
 from fastapi import FastAPI
 
 from llmhost.endpoint.admin import create_admin
@@ -12,12 +13,13 @@ from llmhost.endpoint.component import Component
 from llmhost.endpoint.manager import EndpointManager
 from llmhost.endpoint.placement import Ledger
 from llmhost.endpoint.spec import parse_endpoint
+from llmhost.store import ResolvedModel
 
 
 def setup(tmp_path: Path) -> tuple[FastAPI, EndpointManager, list[str]]:
     spec = parse_endpoint({"name": "ep", "components": [{"name": "a", "copies": 1}]})
     manager = EndpointManager(spec, ledger=Ledger(cpus=[0], memory_mb=2000), log_dir=tmp_path)
-    manager.components["a"] = Component(spec.components[0], tmp_path / "m.gguf")
+    manager.components["a"] = Component(spec.components[0], ResolvedModel(tmp_path / "m.gguf"))
     calls: list[str] = []
     app = FastAPI()
     app.include_router(create_admin(manager, lambda: calls.append("down")))
@@ -56,3 +58,45 @@ async def test_admin_refusals_and_operations(tmp_path: Path) -> None:
     assert calls == ["down"]
     async with client(app, host="10.1.2.3") as c:
         assert (await c.get("/admin/status")).status_code == 403
+
+
+async def test_a_model_that_resolves_to_nothing_is_a_422_naming_the_field(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    app, manager, _ = setup(tmp_path)
+    monkeypatch.setenv("LLMHOST_S3_ENDPOINT_URL", "localhost:9000")  # no scheme: unusable
+    async with client(app) as c:
+        r = await c.post("/admin/components", json={"name": "b", "model": str(tmp_path / "nope.gguf")})
+        assert r.status_code == 422
+        err = r.json()["error"]
+        assert err["field"] == "model" and "component 'b'" in err["message"] and "nope.gguf" in err["message"]
+        listed = {"components": [{"name": "c"}, {"name": "d", "model": "s3://bucket/m/"}]}
+        r = await c.post("/admin/components", json=listed)
+        assert r.status_code == 422
+        err = r.json()["error"]
+        assert err["field"] == "components[1].model"
+        assert "s3://bucket/m/: S3 endpoint URL 'localhost:9000' is not usable" in err["message"]
+    assert set(manager.components) == {"a"}  # nothing of either request was added
+
+
+async def test_health_and_the_internal_key(tmp_path: Path) -> None:
+    from llmhost.endpoint.app import create_app
+    from llmhost.lifecycle import Lifecycle
+
+    spec = parse_endpoint({"name": "ep", "components": [{"name": "a", "copies": 1}]})
+    manager = EndpointManager(spec, ledger=Ledger(cpus=[0], memory_mb=2000), log_dir=tmp_path)
+    manager.components["a"] = Component(spec.components[0], ResolvedModel(tmp_path / "m.gguf"))
+    lifecycle = Lifecycle()
+    app = create_app(manager, lifecycle=lifecycle)  # its lifespan (starting copies) is not run here
+    # copies get the key in their environment only; it never shows in a repr (logs, status)
+    key = manager.internal_key
+    assert key.env() == {"LLMHOST_API_KEYS": key.value} and len(key.value) >= 32
+    assert key.value not in repr(key) and key.value not in str(manager.status())
+    async with client(app) as c:
+        r = await c.get("/health")  # as /ping: no copy meant yet, none waited for (scaled to zero)
+        assert r.status_code == 200
+        assert r.json() == {"status": "ready", "phase": "serving",
+                            "components": {"a": {"copies": 0, "ready": 0}}}  # fmt: skip
+        lifecycle.drain("test")
+        r = await c.get("/health")
+        assert r.status_code == 503 and r.json()["phase"] == "draining"

@@ -21,6 +21,7 @@ from llmhost.endpoint.replica import Replica, ReplicaState
 from llmhost.endpoint.router import COMPONENT_HEADER, COPY_HEADER, Proxy, create_router
 from llmhost.endpoint.spec import ComponentSpec
 from llmhost.lifecycle import Lifecycle
+from llmhost.store import ResolvedModel
 
 Handler = Callable[[httpx.Request], Awaitable[httpx.Response]]
 
@@ -40,9 +41,9 @@ class Registry:
 
 def component(name: str, ports: list[int], tmp: Path) -> Component:
     spec = ComponentSpec(name=name)
-    comp = Component(spec, tmp / "model.gguf")
+    comp = Component(spec, ResolvedModel(tmp / "model.gguf"))
     for port in ports:
-        r = Replica(spec, comp.new_index(), tmp / "model.gguf", Allocation((0,), 1.0, 1, 100), tmp,
+        r = Replica(spec, comp.new_index(), comp.model, Allocation((0,), 1.0, 1, 100), tmp,
                     on_change=comp.notify)  # fmt: skip
         r.port = port
         r.state = ReplicaState.READY

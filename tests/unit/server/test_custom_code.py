@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from llmhost.server.custom_code import CustomCodeError, find_script, load_handlers
+from llmhost.store import resolve
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -33,17 +34,33 @@ def model_dir(tmp_path: Path, script: str | None) -> Path:
     return tmp_path
 
 
-def test_script_is_found_for_a_directory_not_for_a_gguf_file(tmp_path: Path) -> None:
-    d = model_dir(tmp_path, "def output_fn(p, a):\n    return p\n")
-    assert find_script(str(d), d / "m.gguf") == d / "code" / "inference.py"
-    assert find_script(str(d / "m.gguf"), d / "m.gguf") is None
-    assert find_script(str(model_dir(tmp_path / "plain", None)), tmp_path / "plain" / "m.gguf") is None
-
-
-def test_script_from_sm_model_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    d = model_dir(tmp_path, "def output_fn(p, a):\n    return p\n")
+def test_script_is_found_at_the_model_root_whatever_the_reference(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    d = model_dir(tmp_path / "m", "def output_fn(p, a):\n    return p\n")
+    script = d / "code" / "inference.py"
+    # one path for every form: the resolved model's directory decides
+    assert find_script(resolve(str(d)).model_dir) == script
     monkeypatch.setenv("SM_MODEL_DIR", str(d))
-    assert find_script(None, d / "m.gguf") == d / "code" / "inference.py"
+    assert find_script(resolve(None).model_dir) == script
+    # a .gguf file given alone has no model directory (its folder may hold anything)
+    assert resolve(str(d / "m.gguf")).model_dir is None and find_script(None) is None
+    assert find_script(resolve(str(model_dir(tmp_path / "plain", None))).model_dir) is None
+
+
+def test_nested_gguf_serves_with_the_code_at_the_root(tmp_path: Path) -> None:
+    # as an s3:// prefix or an archive: the weights one level down, code/ at the top
+    root = tmp_path / "model"
+    (root / "weights").mkdir(parents=True)
+    (root / "weights" / "b.gguf").write_bytes(b"GGUF")
+    (root / "weights" / "deeper").mkdir()
+    (root / "weights" / "deeper" / "a.gguf").write_bytes(b"GGUF")
+    (root / "code").mkdir()
+    (root / "code" / "inference.py").write_text("def output_fn(p, a):\n    return p\n")
+    resolved = resolve(str(root))
+    assert resolved.gguf == root / "weights" / "b.gguf"  # fewest levels first
+    assert resolved.model_dir == root and resolved.serve_ref == str(root)
+    assert find_script(resolved.model_dir) == root / "code" / "inference.py"
 
 
 def test_hooks_are_picked_and_helpers_import(tmp_path: Path) -> None:

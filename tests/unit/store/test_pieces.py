@@ -12,7 +12,16 @@ import pytest
 
 from llmhost.store.cache import key_dir, listing_version, object_version
 from llmhost.store.download import load_done, recorded_part_size, save_done
-from llmhost.store.ranges import etag_check, multipart_etag, pending_ranges, plan_ranges, verify_etag
+from llmhost.store.integrity import Checksum, file_checksum, info_from_head, planned_check
+from llmhost.store.ranges import (
+    ByteRange,
+    coverage_problem,
+    etag_check,
+    multipart_etag,
+    pending_ranges,
+    plan_ranges,
+    verify_etag,
+)
 from llmhost.store.s3uri import parse_s3_ref
 from llmhost.store.tarsafe import UnsafeArchiveError, safe_extract
 
@@ -63,8 +72,8 @@ def test_etag_rules(tmp_path: Path) -> None:
     assert verify_etag(f, multipart, 10) == (True, "multipart")
     assert verify_etag(f, multipart, 8) == (False, "multipart")
     # part size unknown, or an ETag that is no digest (SSE-KMS, other stores): only the size is checked
-    assert etag_check(f, multipart, None) == "size-only"
-    assert etag_check(f, "opaque-etag", None) == "size-only"
+    assert etag_check(multipart, None) == "size-only"
+    assert etag_check("opaque-etag", None) == "size-only"
 
 
 def test_cache_keys(tmp_path: Path) -> None:
@@ -144,3 +153,39 @@ def test_local_models_do_not_import_boto3(tmp_path: Path) -> None:
         "assert not [m for m in sys.modules if m.split('.')[0] in ('boto3', 'botocore')], 'boto3 imported'"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_coverage_of_recorded_ranges() -> None:
+    ranges = plan_ranges(20, 8)
+    assert coverage_problem(ranges, {0, 1, 2}, 20) is None
+    assert coverage_problem(ranges, {0, 2}, 20) == "range(s) [1] of 3 never recorded as finished"
+    assert coverage_problem(ranges, {0, 1, 2, 7}, 20) == "unknown range(s) [7] recorded"
+    assert coverage_problem(ranges, {0, 1, 2}, 21) == "ranges cover 20 bytes of 21"
+    gap = [ByteRange(0, 0, 7), ByteRange(1, 9, 19)]
+    assert coverage_problem(gap, {0, 1}, 20) == "range 1 starts at byte 9, expected 8"
+    assert coverage_problem([], set(), 0) is None
+
+
+def test_checksums_as_s3_computes_them(tmp_path: Path) -> None:
+    import base64
+    import zlib
+
+    data = os.urandom(25)
+    f = tmp_path / "blob"
+    f.write_bytes(data)
+    assert file_checksum(f, "SHA256", None) == base64.b64encode(hashlib.sha256(data).digest()).decode()
+    parts = [data[i:i + 10] for i in range(0, 25, 10)]
+    crcs = b"".join(zlib.crc32(p).to_bytes(4, "big") for p in parts)
+    assert file_checksum(f, "CRC32", 10) == base64.b64encode(zlib.crc32(crcs).to_bytes(4, "big")).decode()
+    head = {"ContentLength": 25, "ETag": '"' + "a" * 32 + '-3"', "ChecksumCRC32": "AAAA-3"}
+    info = info_from_head(head, upload_part_size=10)
+    assert info.checksum == Checksum("CRC32", "AAAA", composite=True)
+    assert planned_check(info) == ("multipart", "")  # the ETag first, when it can be recomputed
+    kms = info_from_head({**head, "ServerSideEncryption": "aws:kms", "ChecksumType": "COMPOSITE"}, 10)
+    assert planned_check(kms) == ("crc32", "")
+    assert planned_check(info_from_head({**head, "ServerSideEncryption": "aws:kms"})) == (
+        "size-only", "its composite CRC32 checksum needs the upload's part size, unknown")
+    full = info_from_head({"ContentLength": 25, "ETag": "opaque", "ChecksumCRC32C": "x", "ChecksumType":
+                           "FULL_OBJECT"})  # fmt: skip
+    assert full.checksum is not None and not full.checksum.composite
+    assert planned_check(full) == ("size-only", "its CRC32C checksum cannot be computed here")

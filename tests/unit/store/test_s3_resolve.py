@@ -63,8 +63,8 @@ def counter(monkeypatch: pytest.MonkeyPatch) -> GetCounter:
     c = GetCounter()
     real = store_s3.make_client
 
-    def counted_client() -> Any:
-        client = real()
+    def counted_client(ref: Any) -> Any:
+        client = real(ref)
         client.meta.events.register("before-call.s3.GetObject", c)
         return client
 
@@ -109,6 +109,10 @@ def test_tar_gz_is_extracted_once(s3: S3Server, bucket: str, counter: GetCounter
     assert path.read_bytes() == b"GGUF-in-a-tar"
     assert (path.parent / "code" / "inference.py").is_file()
     assert counter.gets == 1
+    # the archive is deleted once extracted: the version directory (its ETag and size) holding
+    # extracted/ tells the next start that nothing needs fetching
+    cache = Path(os.environ["LLMHOST_CACHE"])
+    assert not [p for p in cache.rglob("model.tar.gz") if p.is_file()]
     assert resolve_model(f"s3://{bucket}/job/output/model.tar.gz") == path
     assert counter.gets == 1
 
@@ -152,6 +156,7 @@ def test_interrupted_download_resumes_and_is_never_served(
 ) -> None:
     monkeypatch.setattr(download, "DEFAULT_PART_SIZE", MIB)
     monkeypatch.setattr(download, "DEFAULT_WORKERS", 1)  # one worker: ranges finish in order
+    monkeypatch.setattr(download, "RANGE_TRIES", 1)  # this run gives up at the first failure
     data = os.urandom(6 * MIB + 123)
     s3.client().put_object(Bucket=bucket, Key="r/model.gguf", Body=data)
     counter.fail_on = 4
@@ -207,7 +212,7 @@ def test_full_disk_is_named(s3: S3Server, bucket: str, monkeypatch: pytest.Monke
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(download.os, "pwrite", no_space)
-    with pytest.raises(S3ModelError, match=f"s3://{bucket}/d/model.gguf: no space left"):
+    with pytest.raises(S3ModelError, match=f"s3://{bucket}/d/model.gguf: disk full: no space left"):
         resolve_model(f"s3://{bucket}/d/model.gguf")
 
 
@@ -220,22 +225,6 @@ def test_endpoint_url_from_llmhost_setting(
     assert resolve_model(f"s3://{bucket}/e.gguf").read_bytes() == b"GGUF"
 
 
-def test_endpoint_manager_resolves_an_s3_model_once_for_all_copies(
-    s3: S3Server, bucket: str, counter: GetCounter, tmp_path: Path
-) -> None:
-    from llmhost.endpoint.manager import EndpointManager
-    from llmhost.endpoint.spec import parse_endpoint
-
-    s3.client().put_object(Bucket=bucket, Key="ep/model.gguf", Body=b"GGUF" * 1000)
-    comp = {"name": "a", "model": f"s3://{bucket}/ep/", "copies": 2, "resources": {"num_cpus": 0.5}}
-    manager = EndpointManager(parse_endpoint({"name": "ep", "components": [comp]}), log_dir=tmp_path)
-    manager.check()
-    # the copies are started on this local path; they never see the s3:// reference
-    local = manager._models["a"]
-    assert local.is_file() and local.read_bytes() == b"GGUF" * 1000
-    assert counter.gets == 1
-
-
 _SLOW_DOWNLOAD = """
 import sys, time
 import llmhost.store.download as download
@@ -245,8 +234,8 @@ from llmhost.store import resolve_model
 download.DEFAULT_PART_SIZE, download.DEFAULT_WORKERS = 1024 * 1024, 1
 real = store_s3.make_client
 
-def slow_client():
-    client = real()
+def slow_client(ref):
+    client = real(ref)
     # slow enough that the test can kill this process between two ranges
     client.meta.events.register("before-call.s3.GetObject", lambda **_: time.sleep(0.3))
     return client

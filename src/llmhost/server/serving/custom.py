@@ -20,7 +20,7 @@ import contextlib
 import inspect
 import json
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +28,7 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from llmhost.asgi import request_id
+from llmhost.inference import bind_engine_model
 from llmhost.server.custom_code import Handlers, load_handlers
 from llmhost.server.errors import APIError
 from llmhost.server.protocol.limits import parse_json
@@ -54,33 +55,45 @@ class CustomInference:
         return cls(load_handlers(script), ctx)
 
     async def start(self) -> None:
-        """At startup, on the event loop: the model object, then model_fn (which may take long: a
-        worker thread). Raises what model_fn raised, wrapped with its name."""
-        self.model = CustomModel(self.ctx, asyncio.get_running_loop())
+        """At startup, on the event loop: the model object (also llmhost.inference.engine_model(), so
+        that a model_fn returning its own object keeps the engine), then model_fn (which may take long:
+        a worker thread). Raises what model_fn raised, wrapped with its name."""
+        engine_model = CustomModel(self.ctx, asyncio.get_running_loop())
+        bind_engine_model(engine_model)
+        self.model = engine_model
         fn = self.handlers.model_fn
         if fn is not None:
             try:
                 self.model = await _call(fn, str(self.handlers.model_dir))
-            except Exception as exc:
+            except (Exception, SystemExit) as exc:  # sys.exit() too: the server says why it stops
                 raise RuntimeError(f"model_fn raised {type(exc).__name__}: {exc}") from exc
         log.info("inference.py %s: %s", self.handlers.path, ", ".join(self.handlers.defined()))
 
-    async def invoke(self, request: Request, dispatch: Dispatch) -> Response:
+    async def invoke(self, request: Request, dispatch: Dispatch, *, accept: str | None = None,
+                     stream: bool = False) -> Response:  # fmt: skip
+        """/invocations through the hooks. The SageMaker Runtime paths pass the Accept they carry and,
+        for InvokeEndpointWithResponseStream (`stream`), ask the default prediction to stream."""
         rid = request_id(request.scope)
         current_request_id.set(rid)  # copied into worker threads and into the model's tasks
         h = self.handlers
         body = await request.body()
         content_type = request.headers.get("content-type", JSON)
-        accept = request.headers.get("accept", JSON)
+        if accept is None and not stream:
+            accept = request.headers.get("accept")
+        accept = accept or JSON
         data = await self._run("input_fn", h.input_fn, _default_input, body, content_type)
         if h.predict_fn is None and h.output_fn is None:
-            return await dispatch(request, _body(data))
+            return await dispatch(request, _streaming(_body(data), stream))
         if h.predict_fn is None:
             prediction = await _default_predict(request, dispatch, data)
         else:
             prediction = await self._run("predict_fn", h.predict_fn, None, data, self.model)
         result = await self._run("output_fn", h.output_fn, _default_output, prediction, accept)
         return self._respond(result, accept)
+
+    def close(self) -> None:
+        """At shutdown: engine_model() no longer hands out an engine that is gone."""
+        bind_engine_model(None)
 
     async def _run(self, name: str, fn: Callable[..., Any] | None, default: Callable[..., Any] | None,
                    *args: Any) -> Any:  # fmt: skip
@@ -130,6 +143,11 @@ def _default_input(body: bytes, content_type: str) -> dict[str, Any]:
     return data
 
 
+def _streaming(body: dict[str, Any], stream: bool) -> dict[str, Any]:
+    """InvokeEndpointWithResponseStream streams what can stream, as without inference.py."""
+    return {**body, "stream": True} if stream and any(k in body for k in STREAMING_KEYS) else body
+
+
 def _body(data: Any) -> dict[str, Any]:
     """What input_fn returned, as the default predict_fn reads it: /invocations' JSON object."""
     if not isinstance(data, dict):
@@ -151,7 +169,14 @@ async def _default_predict(request: Request, dispatch: Dispatch, data: Any) -> A
 def _default_output(prediction: Any, accept: str) -> tuple[Any, str]:
     if isinstance(prediction, (Iterator, AsyncIterator)):
         return _sse(prediction), "text/event-stream"
-    return json.dumps(prediction, ensure_ascii=False), JSON
+    try:
+        return json.dumps(prediction, ensure_ascii=False), JSON
+    except (TypeError, ValueError) as exc:  # the prediction is the user's, the JSON is the default's
+        log.error("request %s: the default output_fn cannot write predict_fn's value",
+                  current_request_id.get())  # fmt: skip
+        raise APIError(500, f"predict_fn returned {type(prediction).__name__}, which the default output_fn "
+                       f"cannot write as JSON ({exc}); return JSON-able data or define output_fn",
+                       "server_error", field="output_fn") from exc  # fmt: skip
 
 
 async def _sse(items: Iterator[Any] | AsyncIterator[Any]) -> AsyncIterator[str]:
@@ -159,18 +184,31 @@ async def _sse(items: Iterator[Any] | AsyncIterator[Any]) -> AsyncIterator[str]:
     try:
         async for item in _pieces(items):
             yield f"data: {json.dumps(item, ensure_ascii=False, separators=(',', ':'))}\n\n"
-    except Exception as exc:
+    except Exception as exc:  # _pieces turns sys.exit() into a RuntimeError
         log.error("request %s: predict_fn's stream failed", current_request_id.get(), exc_info=exc)
         message = f"predict_fn's stream raised {type(exc).__name__}: {exc}"
         yield f"data: {json.dumps({'error': {'message': message, 'type': 'server_error', 'code': 500}})}\n\n"
 
 
 async def _pieces(items: Iterator[Any] | AsyncIterator[Any]) -> AsyncIterator[Any]:
-    """The items of a sync iterator are pulled on a worker thread: user generators block."""
-    if isinstance(items, AsyncIterator):
-        async for item in items:
-            yield item
-        return
+    """The items of a user's iterator. sys.exit() in it becomes a RuntimeError: a SystemExit reaching
+    the event loop would stop the server."""
+    source = items if isinstance(items, AsyncIterator) else _pulled(items)
+    try:
+        async with contextlib.aclosing(_aiter(source)) as pieces:
+            async for item in pieces:
+                yield item
+    except SystemExit as exc:
+        raise RuntimeError(f"SystemExit({exc.code}) raised by the iterator inference.py returned") from exc
+
+
+async def _aiter(items: AsyncIterator[Any]) -> AsyncGenerator[Any, None]:
+    async for item in items:
+        yield item
+
+
+async def _pulled(items: Iterator[Any]) -> AsyncIterator[Any]:
+    """A sync iterator's items, pulled on a worker thread: user generators block."""
     try:
         while (item := await asyncio.to_thread(next, items, _DONE)) is not _DONE:
             yield item

@@ -1,6 +1,8 @@
 """SageMaker Runtime (InvokeEndpoint, InvokeEndpointWithResponseStream) over what /invocations answers.
 
-The runtime's headers are checked, the body runs as /invocations runs it, and the answer takes the
+The runtime's headers are checked, the body runs as /invocations runs it (through the model directory's
+code/inference.py when there is one, as SageMaker sends InvokeEndpoint to the container's /invocations:
+its input_fn then decides which content types it reads), and the answer takes the
 runtime's shapes: the model's refusals and failures become ModelError (424, carrying the original
 status and body), overload and loading ServiceUnavailable (503); a stream is sent as event-stream
 PayloadParts (the SSE bytes as they come) and a generation failing mid-way as a ModelStreamError.
@@ -26,6 +28,8 @@ from llmhost.server.errors import APIError, from_engine, from_pydantic
 
 Reader = Callable[[Request], Awaitable[dict[str, Any]]]
 Dispatch = Callable[[Request, dict[str, Any]], Awaitable[Response]]
+# inference.py's answer: (request, the response-stream call?, the Accept the runtime carried)
+CustomCall = Callable[[Request, bool, "str | None"], Awaitable[Response]]
 # the bodies that can stream (TGI `inputs`, OpenAI `messages` and `prompt`); others answer one JSON
 STREAMING_KEYS = ("inputs", "messages", "prompt")
 _FLAG = TypeAdapter(bool)
@@ -49,11 +53,18 @@ def api_error(exc: APIError | ValidationError | EngineError) -> APIError:
     return exc
 
 
+class _Refused(Exception):
+    """The call cannot be answered as asked (a ValidationError of the runtime, not the model's)."""
+
+
 @dataclass(frozen=True, slots=True)
 class Runtime:
     model: str  # the served model: the only inference component a single server has
     read: Reader  # the body as /invocations reads it
     dispatch: Dispatch  # what /invocations answers for a body
+    # inference.py's /invocations, when the model directory has one: SageMaker's InvokeEndpoint reaches
+    # the container's /invocations, so the script answers these calls too
+    custom: CustomCall | None = None
 
     async def invoke(self, request: Request, endpoint: str, stream: bool) -> Response:
         rid = request_id(request.scope)
@@ -61,14 +72,9 @@ class Runtime:
         if problem is not None:
             return wire.validation_error(problem, rid)
         try:
-            body = await self.read(request)
-            if stream and any(key in body for key in STREAMING_KEYS):
-                body = {**body, "stream": True}
-            accept = request.headers.get(wire.STREAM_ACCEPT if stream else "accept")
-            problem = wire.accept_problem(accept, wire.SSE if streams(body) else wire.JSON)
-            if problem is not None:
-                return wire.validation_error(problem, rid)
-            response = await self.dispatch(request, body)
+            response = await self._answer(request, stream)
+        except _Refused as exc:
+            return wire.validation_error(str(exc), rid)
         except (APIError, ValidationError, EngineError) as exc:
             err = api_error(exc)
             return self.failure(err.status, json.dumps(err.body(rid)), err.message, endpoint, rid,
@@ -82,8 +88,21 @@ class Runtime:
         response.headers[wire.REQUEST_ID] = rid
         return framed(response) if stream else response
 
+    async def _answer(self, request: Request, stream: bool) -> Response:
+        accept = request.headers.get(wire.STREAM_ACCEPT if stream else "accept")
+        if self.custom is not None:  # the script reads the body and content type and answers `accept`
+            return await self.custom(request, stream, accept)
+        body = await self.read(request)
+        if stream and any(key in body for key in STREAMING_KEYS):
+            body = {**body, "stream": True}
+        problem = wire.accept_problem(accept, wire.SSE if streams(body) else wire.JSON)
+        if problem is not None:
+            raise _Refused(problem)
+        return await self.dispatch(request, body)
+
     def header_problem(self, headers: Headers) -> str | None:
-        problem = wire.content_type_problem(headers.get("content-type"))
+        # with inference.py, its input_fn decides which content types it reads (SageMaker does not check)
+        problem = None if self.custom is not None else wire.content_type_problem(headers.get("content-type"))
         component = headers.get(wire.COMPONENT)
         if problem is None and component and component != self.model:
             problem = (f"InferenceComponentName {component!r} is not served here: the only inference "

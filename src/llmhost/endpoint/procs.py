@@ -1,0 +1,68 @@
+"""Process helpers of a copy: a free port, its RSS and CPUs, why it exited, and what runs in the child
+between fork and exec (CPU pinning, dying with the endpoint, joining its memory cgroup)."""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+import signal
+import socket
+from collections.abc import Callable
+from typing import Any
+
+import psutil
+
+PR_SET_PDEATHSIG = 1
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def rss_mb(pid: int) -> float | None:
+    try:
+        return float(psutil.Process(pid).memory_info().rss) / 2**20
+    except psutil.Error:
+        return None
+
+
+def cpus_allowed(pid: int) -> str | None:
+    try:
+        cpus = psutil.Process(pid).cpu_affinity() or []
+    except (psutil.Error, AttributeError):  # AttributeError: no affinity on this platform
+        return None
+    return ",".join(map(str, cpus))
+
+
+def exit_reason(code: int) -> str:
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exited with code {code}"
+
+
+_libc: Any = None
+
+
+def preexec(cpus: tuple[int, ...], cgroup_procs: str | None) -> Callable[[], None]:
+    global _libc
+    if _libc is None:
+        _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+    libc = _libc
+
+    def run() -> None:  # in the child, between fork and exec: no allocation-heavy work
+        os.sched_setaffinity(0, cpus)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)  # the endpoint died: do not linger
+        if cgroup_procs is not None:
+            try:
+                with open(cgroup_procs, "w") as f:
+                    f.write(str(os.getpid()))
+            except OSError:
+                pass  # watched instead
+
+    return run

@@ -19,15 +19,9 @@ import llmhost.store.download as download
 from llmhost.store import resolve_model
 from llmhost.store.s3client import S3ModelError
 from tests.s3proxy import Proxy, s3_proxy
-from tests.s3server import S3Server, moto_server, point_env_at
+from tests.s3server import S3Server, point_env_at
 
 MIB = 1024 * 1024
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[S3Server]:
-    with moto_server() as s:
-        yield s
 
 
 @pytest.fixture

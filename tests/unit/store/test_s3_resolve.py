@@ -8,7 +8,6 @@ import os
 import tarfile
 import threading
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,15 +17,9 @@ import llmhost.store.download as download
 import llmhost.store.s3 as store_s3
 from llmhost.store import ModelNotFoundError, resolve_model
 from llmhost.store.s3client import S3ModelError
-from tests.s3server import S3Server, moto_server, moto_subprocess, point_env_at
+from tests.s3server import S3Server, moto_subprocess, point_env_at
 
 MIB = 1024 * 1024
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[S3Server]:
-    with moto_server() as s:
-        yield s
 
 
 @pytest.fixture

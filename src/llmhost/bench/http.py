@@ -1,12 +1,14 @@
 """HTTP for the load generator and its probes, over aiohttp.
 
-The load generator must never be the bottleneck. ``benchmarks/http_client_rate.py`` measured
-aiohttp 3.14 against the ≥ 1,000 streamed requests/s target (16 SSE token events per answer,
-concurrency 64, fake server and client pinned to separate cores of a shared 2-core machine, figures
-in ``benchmarks/results/http_client_rate.json``): aiohttp 4,519 req/s at 220 µs of client CPU per
-request, the hand-written HTTP/1.1 client this module used to be 6,078 req/s at 163 µs, httpx
-207 req/s. aiohttp reaches the target four times over, so the well-kept library is used; httpx
-cannot reach it.
+The load generator must never be the bottleneck: its target is ≥ 1,000 streamed requests/s on one
+core. ``benchmarks/http_client_rate.py`` measures this module against that target (16 SSE token
+events per answer, concurrency 64, fake server and client pinned to separate cores; figures in
+``benchmarks/results/http_client_rate.json``). On a quiet 2-core Xeon (Sapphire Rapids): this module
+6,663 req/s at 150 µs of client CPU per request, aiohttp used directly 6,475, httpx 276; the whole
+load generator (``benchmarks/loadgen_rate.py``: records, SSE parsing, closed loop) 5,015 req/s.
+aiohttp reaching the target, the hand-written HTTP/1.1 client this module used to be (6,078 req/s
+against aiohttp's 4,519 on the same benchmark, on an EPYC under load) was replaced by it; httpx
+cannot reach the target.
 
 A request is prepared once (:class:`HttpRequest`) and sent many times through a session whose
 connector keeps connections alive; the body is read chunk by chunk as it arrives, so each token
@@ -19,6 +21,7 @@ import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from urllib.parse import urlsplit
 
 import aiohttp
@@ -89,8 +92,16 @@ def prepare(
 def new_session(connections: int) -> aiohttp.ClientSession:
     """A session keeping up to ``connections`` connections alive; timeouts are the caller's."""
     connector = aiohttp.TCPConnector(limit=max(1, connections), force_close=False)
+    reuse = aiohttp.TraceConfig()
+    reuse.on_connection_reuseconn.append(_mark_reused)
     # no total timeout: each request is bounded by the load generator's own per-request timeout
-    return aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=None))
+    return aiohttp.ClientSession(
+        connector=connector, timeout=aiohttp.ClientTimeout(total=None), trace_configs=[reuse]
+    )
+
+
+async def _mark_reused(_session: aiohttp.ClientSession, ctx: SimpleNamespace, _params: object) -> None:
+    ctx.trace_request_ctx.reused = True
 
 
 def classify(exc: BaseException) -> HttpClientError:
@@ -105,14 +116,36 @@ def classify(exc: BaseException) -> HttpClientError:
     return HttpClientError("connection_error", detail)
 
 
+# what a server's closing of an idle keep-alive connection looks like to the next request sent on it
+STALE = (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError)
+
+
 @asynccontextmanager
 async def send(session: aiohttp.ClientSession, req: HttpRequest) -> AsyncIterator[aiohttp.ClientResponse]:
-    """The response to ``req`` with its body unread; failures raise :class:`HttpClientError`."""
-    try:
-        async with session.request(req.method, req.url, data=req.body, headers=req.headers) as resp:
+    """The response to ``req`` with its body unread; failures raise :class:`HttpClientError`.
+
+    A request that failed before any answer on a kept-alive connection the server had closed while
+    idle (llama-server closes them between requests) is sent once more on a new connection, as every
+    HTTP client does; one that fails on a new connection is not."""
+    for attempt in (0, 1):
+        ctx = SimpleNamespace(reused=False)
+        try:
+            resp = await session.request(
+                req.method, req.url, data=req.body, headers=req.headers, trace_request_ctx=ctx
+            )
+        except STALE as exc:
+            if attempt == 0 and ctx.reused:
+                continue
+            raise classify(exc) from exc
+        except (aiohttp.ClientError, http_exceptions.HttpProcessingError, OSError) as exc:
+            raise classify(exc) from exc
+        try:
             yield resp
-    except (aiohttp.ClientError, http_exceptions.HttpProcessingError, OSError) as exc:
-        raise classify(exc) from exc
+        except (aiohttp.ClientError, http_exceptions.HttpProcessingError, OSError) as exc:
+            raise classify(exc) from exc
+        finally:
+            resp.release()
+        return
 
 
 async def read_body(resp: aiohttp.ClientResponse, limit: int = 1 << 20) -> bytes:

@@ -149,3 +149,40 @@ async def test_server_closing_idle_keep_alive_connections_is_not_an_error() -> N
     (lv,) = results.levels()
     assert lv.successes == 6, lv.errors
     assert lv.output_tokens == 12 and served == 6
+
+
+async def test_a_request_raced_by_a_keep_alive_close_is_sent_again_on_a_new_connection() -> None:
+    # each connection answers its first request only and drops the next one unanswered (a server's
+    # keep-alive timeout firing as the request arrives, as seen with llama-server): the client must
+    # send that request again on a new connection, once, and count no error
+    events = [b'data: {"choices":[{"text":" a"}]}\n\n', b"data: [DONE]\n\n"]
+    body = b"".join(b"%x\r\n%s\r\n" % (len(e), e) for e in events) + b"0\r\n\r\n"
+    answer = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n" + body
+    answered = dropped = 0
+
+    async def read_request(reader: asyncio.StreamReader) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        await reader.readexactly(int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0]))
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal answered, dropped
+        await read_request(reader)
+        writer.write(answer)
+        await writer.drain()
+        answered += 1
+        try:
+            await read_request(reader)
+            dropped += 1
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass  # the client closed it first
+        writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    async with server:
+        cfg = BenchConfig(url=f"http://127.0.0.1:{port}", concurrency=[1], requests=5, tokenize=False,
+                          model="m", max_error_rate=None, warmup=1)  # fmt: skip
+        results = await arun_benchmark(cfg)
+    (lv,) = results.levels()
+    assert lv.successes == 5, lv.errors
+    assert answered == 6 and dropped >= 1  # the dropped ones were answered on new connections

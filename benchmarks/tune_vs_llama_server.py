@@ -145,7 +145,8 @@ def main() -> None:
             "candidates": [
                 {
                     k: c[k]
-                    for k in ("name", "settings", "state", "reason", "met_slo", "best_goodput_rps", "seconds")
+                    for k in ("name", "settings", "state", "reason", "phase", "met_slo", "best_goodput_rps",
+                              "seconds", "processes", "levels")
                 }
                 for c in tuned["candidates"]
             ],

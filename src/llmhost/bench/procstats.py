@@ -21,6 +21,12 @@ def _cpu_s(p: psutil.Process) -> float:
     return float(t.user + t.system)
 
 
+def _host_busy_s() -> float:
+    """CPU seconds the whole host has spent busy (all CPUs: neither idle nor waiting for I/O)."""
+    t = psutil.cpu_times()
+    return float(sum(t) - t.idle - getattr(t, "iowait", 0.0))
+
+
 def _tree(root: psutil.Process) -> list[psutil.Process]:
     try:
         return [root, *root.children(recursive=True)]
@@ -36,10 +42,12 @@ class ProcessUsage:
     started_cpu: dict[int, float] = field(default_factory=dict)  # pid → CPU seconds at start
     own_cpu0: float = 0.0
     wall0: float = 0.0
+    host_busy0: float = 0.0
 
     @classmethod
     def start(cls, pid: int) -> ProcessUsage:
-        usage = cls(psutil.Process(pid), own_cpu0=time.process_time(), wall0=time.monotonic())
+        usage = cls(psutil.Process(pid), own_cpu0=time.process_time(), wall0=time.monotonic(),
+                    host_busy0=_host_busy_s())  # fmt: skip
         for p in _tree(usage.root):
             try:
                 usage.started_cpu[p.pid] = _cpu_s(p)
@@ -57,15 +65,18 @@ class ProcessUsage:
 
     def finish(self) -> dict[str, Any]:
         """``server`` (the root), ``children`` and ``load_generator``: CPU seconds, CPUs used on
-        average (``cpus``), resident MiB; with the wall time, the host's CPUs and its load average."""
+        average (``cpus``), resident MiB; with the wall time, the host's CPUs, and ``other_cpus``: the
+        CPUs every other process of the host used on average meanwhile (the machine was idle or not)."""
         wall = max(time.monotonic() - self.wall0, 1e-9)
         entries = [self._entry(p, wall) for p in _tree(self.root)]
         server, *children = entries or [None]
         own = time.process_time() - self.own_cpu0
+        ours = own + sum(e["cpu_s"] for e in entries if e is not None)
+        others = max(0.0, _host_busy_s() - self.host_busy0 - ours) / wall
         return {
             "wall_s": round(wall, 2),
             "host_cpus": len(os.sched_getaffinity(0)),
-            "loadavg_1m": round(os.getloadavg()[0], 2),
+            "other_cpus": round(others, 3),
             "server": server,
             "children": [c for c in children if c is not None],
             "load_generator": {"cpu_s": round(own, 3), "cpus": round(own / wall, 3)},

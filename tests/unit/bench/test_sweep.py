@@ -62,6 +62,7 @@ def test_sweep_starts_measures_stops_and_recommends(tmp_path: Path, fake_url: st
         usage = by_name[name].processes
         assert usage is not None and usage["server"]["cpu_s"] > 0 and usage["server"]["rss_mb"] > 0
         assert usage["load_generator"]["cpu_s"] > 0 and usage["children"] == [] and usage["wall_s"] > 0
+        assert 0 <= usage["other_cpus"] <= usage["host_cpus"]  # whatever else ran meanwhile
     assert by_name["running"].processes is None  # not started by the sweep: nothing to account
     recs = {r.goal: r for r in results.recommendations}
     assert (recs["most_cost_effective"].config, recs["most_cost_effective"].level) == ("slow", "c=2")

@@ -118,6 +118,25 @@ def test_search_measures_corners_first_then_refines_near_the_best() -> None:
     assert step is not None and step[0].candidate.name == "x1-t2-mc1-b512"
 
 
+def test_search_prunes_what_cannot_reach_the_best_goodput() -> None:
+    space = SearchSpace(host_cpus=2, copies=(1, 2), threads=(1, 2), max_concurrent=(1, 4, 8))
+    search = Search(space.axes(), SLO, host_cpus=2, max_load=8)
+    records = initial_records(space)
+    alone = level("b", 0.17, True)  # concurrency 1: one request at a time, 0.17 req/s on 2 threads
+    alone.requests_per_s = 0.17
+    records[0].state, records[0].levels = CandidateState.MEASURED, [alone, level("b", 0.58, True, conc=8)]
+    by_name = {r.candidate.name: r for r in records}
+    search.next(records)
+    # one request at a time at 0.17 req/s cannot reach 0.58: pruned, with the arithmetic
+    assert by_name["x1-t2-mc1-b512"].state is CandidateState.PRUNED
+    assert "1 request(s) at once, each at most 0.170 req/s" in by_name["x1-t2-mc1-b512"].reason
+    assert by_name["x1-t2-mc4-b512"].state is CandidateState.PENDING  # 4 × 0.17 may reach it
+    # nothing is known yet of one request alone on 1 thread: those candidates stay
+    assert by_name["x1-t1-mc1-b512"].state is CandidateState.PENDING
+    assert Search(space.axes(), SLO, host_cpus=2).prune_reason(by_name["x2-t2-mc1-b512"].candidate,
+                                                                records) is None  # no load bound given
+
+
 def test_search_prunes_between_two_that_missed_the_slo() -> None:
     space = SearchSpace(host_cpus=2, threads=(2,), max_concurrent=(1, 4, 8))
     records = initial_records(space)

@@ -26,7 +26,9 @@ from llmhost.engine.config import EngineConfig
 
 # `llmhost serve` reads these when its flags are not given: set, they change what the baseline runs
 SERVE_ENV = ("MAX_CONCURRENT_REQUESTS", "MAX_BATCH_TOTAL_TOKENS", "LLMHOST_THREADS")
-IDLE_LOAD = 0.5  # a 1-minute load average at or above this is reported: the figures may suffer
+# CPUs that processes other than the candidate's and the load generator used on average while it was
+# measured (bench.procstats), at or above which its figures are said to be suspect
+BUSY_OTHER_CPUS = 0.25
 
 
 @dataclass(frozen=True)
@@ -130,7 +132,10 @@ class Tuner:
     ) -> None:
         self.settings = settings
         self.records = initial_records(settings.space)
-        self.search = Search(settings.space.axes(), settings.slo, settings.prune_ratio)
+        self.search = Search(
+            settings.space.axes(), settings.slo, settings.prune_ratio, settings.space.host_cpus,
+            max(settings.workload.concurrency),
+        )  # fmt: skip
         self.on_update = on_update
         self.progress = progress or NullProgress()
         self.deadline = settings.started_at + settings.max_minutes * 60.0
@@ -186,9 +191,7 @@ class Tuner:
         cand = record.candidate
         out = self.settings.out_dir / "candidates" / cand.name
         record.state, record.results_dir = CandidateState.MEASURING, str(out)
-        load = os.getloadavg()[0]
-        busy = f"; the host is not idle (1-minute load {load:.2f})" if load >= IDLE_LOAD else ""
-        self.progress.message(f"{cand.name}: measuring ({record.phase}){busy}")
+        self.progress.message(f"{cand.name}: measuring ({record.phase})")
         results, t0 = BenchResults(), time.monotonic()
         try:
             await arun_sweep(sweep_spec(self.settings, cand), out, self.progress, results)
@@ -202,6 +205,11 @@ class Tuner:
         levels = cr.levels if cr is not None else []
         record.levels = [judge(lv, self.settings.slo) for lv in levels]
         record.processes = cr.processes if cr is not None else None
+        others = (record.processes or {}).get("other_cpus") or 0.0
+        if others >= BUSY_OTHER_CPUS:
+            name = record.candidate.name
+            self.progress.message(f"{name}: other processes used {others:.2f} CPUs meanwhile; its "
+                                  "figures may suffer")  # fmt: skip
         if cr is not None and cr.error:
             record.state, record.reason = CandidateState.FAILED, cr.error.splitlines()[0]
         elif results.interrupted or (cr is not None and cr.stopped == "interrupted"):

@@ -8,7 +8,10 @@
 2. Pruning, before each measurement: a candidate lying on one axis between two measured ones that
    agree on every other setting is dropped when both missed the SLO at every level (the SLO cannot be
    met in between), or when neither reached ``prune_ratio`` of the best goodput so far (the region
-   is dominated).
+   is dominated). And a candidate whose goodput ceiling is below the best goodput so far is dropped:
+   it serves at most min(highest load, copies × max_concurrent) requests at once, none faster than
+   one request alone on a copy of the same threads (the requests/s of a measured candidate at
+   concurrency 1), so no more than that many times that rate.
 3. Refinement: the remaining candidates nearest on the grid (index steps summed over the axes) to
    the best one so far — highest goodput meeting the SLO, else the one closest to the SLO frontier
    (smallest figure / bound ratio) — so the budget goes where the answer is.
@@ -23,6 +26,7 @@ from llmhost.bench.tune.space import Candidate
 from llmhost.bench.tune.state import CandidateRecord, CandidateState
 
 NUMERIC = ("threads", "max_concurrent", "max_batch_tokens")
+CEILING_MARGIN = 0.1  # a goodput ceiling must miss the best by more than this share: measurement noise
 AXES = ("copies", "threads", "max_concurrent", "max_batch_tokens", "quant", "speculative")
 
 
@@ -48,6 +52,8 @@ class Search:
     axes: dict[str, tuple[object, ...]]
     slo: TuneSLO
     prune_ratio: float = 0.8
+    host_cpus: int = 1  # the threads of a candidate that leaves them unset (the baseline)
+    max_load: int | None = None  # the highest concurrency level (None: no ceiling pruning)
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.prune_ratio <= 1.0:
@@ -66,9 +72,35 @@ class Search:
             return max(feasible, key=lambda r: r.best_goodput() or 0.0)
         return min(grid, key=lambda r: r.slack(self.slo), default=None)
 
+    def single_rate(self, cand: Candidate, records: list[CandidateRecord]) -> float | None:
+        """Requests/s of one request at a time on a copy like ``cand``'s (same threads, model and
+        speculation), from a measured candidate's concurrency-1 level."""
+        def same(c: Candidate) -> bool:
+            return (c.threads or self.host_cpus, c.quant, c.speculative) == (
+                cand.threads or self.host_cpus, cand.quant, cand.speculative)  # fmt: skip
+
+        rates = [lv.requests_per_s for r in records if same(r.candidate) for lv in r.levels
+                 if lv.concurrency == 1 and lv.requests_per_s and lv.stopped is None]  # fmt: skip
+        return max(rates) if rates else None
+
+    def ceiling_reason(self, cand: Candidate, records: list[CandidateRecord], best: float) -> str | None:
+        rate = self.single_rate(cand, records)
+        if self.max_load is None or rate is None or cand.max_concurrent is None:
+            return None
+        at_once = min(self.max_load, cand.copies * cand.max_concurrent)
+        if at_once * rate * (1.0 + CEILING_MARGIN) >= best:
+            return None
+        return (
+            f"its goodput cannot reach the best so far ({best:.2f} req/s): at most {at_once} request(s) "
+            f"at once, each at most {rate:.3f} req/s (one request alone on such a copy) = "
+            f"{at_once * rate:.2f} req/s"
+        )
+
     def prune_reason(self, cand: Candidate, records: list[CandidateRecord]) -> str | None:
         measured = [r for r in records if r.measured and not r.candidate.baseline]
         best = max((r.best_goodput() or 0.0 for r in records), default=0.0)
+        if best > 0 and (why := self.ceiling_reason(cand, records, best)) is not None:
+            return why
         for ax in NUMERIC:
             line = [
                 r

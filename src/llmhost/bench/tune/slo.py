@@ -69,6 +69,7 @@ class LevelOutcome:
     meets_slo: bool
     why: str  # which bound it missed, or "" when it met the SLO
     stopped: str | None = None
+    requests_per_s: float | None = None  # successful requests / wall time
 
     def slack(self, slo: TuneSLO) -> float:
         """Largest figure / bound ratio (≤ 1: within the SLO); infinite when nothing was measured."""
@@ -113,4 +114,5 @@ def judge(summary: LevelSummary, slo: TuneSLO) -> LevelOutcome:
         meets_slo=not misses,
         why="; ".join(misses),
         stopped=summary.stopped,
+        requests_per_s=summary.requests_per_s,
     )

@@ -10,9 +10,10 @@ from dataclasses import dataclass, field
 # router.num_cpus: copies never run there, the router only there). By default none: the router
 # shares the copies' CPUs and what it takes from them is inside every figure measured, since each
 # candidate is measured through its router. Measured (benchmarks/endpoint_copies.py, 2 copies × 1
-# thread, 64-token answers): 35 ms of router CPU per request, 1.9% of a 2-CPU host at 93 tok/s; two
-# copies without the router reached 93.5 tok/s against 92.6 through it. Keep one where the copies
-# run several threads each, so that the router never preempts one thread of a decode step.
+# thread, 64-token answers): 34 ms of router CPU per request, 2% of a 2-CPU host at 97 tok/s; two
+# copies without the router served 2.3% more tokens/s. Keeping a whole CPU of two for it would cost
+# half the host. Keep one where the copies run several threads each, so that the router never
+# preempts one thread of a decode step.
 DEFAULT_ROUTER_CPUS = 0
 
 

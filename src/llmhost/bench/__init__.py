@@ -14,6 +14,7 @@ Public API::
 from __future__ import annotations
 
 from llmhost.bench.compare import Ratio, compare_results
+from llmhost.bench.config import BenchConfig
 from llmhost.bench.cost import (
     blended_price_per_1m_tokens,
     cost_per_1m_tokens,
@@ -22,7 +23,7 @@ from llmhost.bench.cost import (
 )
 from llmhost.bench.metrics import LevelSummary, RequestRecord
 from llmhost.bench.results import BenchResults, ConfigResult, Recommendation, load_results
-from llmhost.bench.runner import BenchConfig, arun_benchmark, run_benchmark
+from llmhost.bench.runner import arun_benchmark, run_benchmark
 from llmhost.bench.saturation import SaturationRule
 from llmhost.bench.slo import GoodputSLO
 from llmhost.bench.sweep import SweepSpec, arun_sweep, run_sweep

@@ -14,10 +14,11 @@ from rich.table import Table
 from rich.text import Text
 
 from llmhost.bench.compare import compare_results
+from llmhost.bench.config import BenchConfig
 from llmhost.bench.loadgen import LevelState
 from llmhost.bench.metrics import LevelSummary
 from llmhost.bench.results import BenchResults, load_results
-from llmhost.bench.runner import BenchConfig, run_benchmark
+from llmhost.bench.runner import run_benchmark
 from llmhost.bench.server_metrics import SHOWN
 from llmhost.bench.slo import HELP as GOODPUT_HELP
 from llmhost.bench.slo import parse_goodput

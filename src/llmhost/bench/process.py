@@ -1,4 +1,5 @@
-"""A server a sweep (or a recipe's benchmark) starts for one configuration."""
+"""A server a sweep (or a recipe's benchmark) starts for one configuration, and the endpoint file it
+starts one of several copies from."""
 
 from __future__ import annotations
 
@@ -6,13 +7,17 @@ import asyncio
 import contextlib
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
+
+import yaml
 
 from llmhost.bench.http import simple_request
 
@@ -100,3 +105,40 @@ class ServerProcess:
                     os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait(5)
         self._log.close()
+
+
+# memory reserved per copy of a swept endpoint (the default model's copy uses about 600 MB)
+ENDPOINT_COPY_MEMORY_MB = 1024
+
+
+def endpoint_file(
+    name: str,
+    model: str,
+    copies: int,
+    threads: int | None,
+    conc: int | None,
+    batch: int | None,
+    router_cpus: int = 0,
+) -> Path:
+    """An endpoint file with one component of `copies` fixed copies, `threads` CPUs each, and
+    `router_cpus` CPUs kept for its router."""
+    if threads is None:
+        threads = max(1, (len(os.sched_getaffinity(0)) - router_cpus) // copies)
+    engine = {k: v for k, v in (("max_concurrent", conc), ("max_batch_tokens", batch)) if v is not None}
+    doc: dict[str, Any] = {
+        "name": re.sub(r"[^a-z0-9-]", "-", name.lower()),
+        "components": [
+            {
+                "name": "model",
+                "model": model,
+                "copies": copies,
+                "resources": {"num_cpus": threads, "memory_mb": ENDPOINT_COPY_MEMORY_MB},
+                "engine": engine,
+            }
+        ],
+    }
+    if router_cpus:
+        doc["router"] = {"num_cpus": router_cpus}
+    path = Path(tempfile.mkdtemp(prefix="llmhost-sweep-")) / f"{doc['name']}.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path

@@ -19,6 +19,7 @@ import math
 from dataclasses import dataclass, field
 
 from llmhost.bench.metrics import RequestRecord
+from llmhost.bench.slo import GoodputSLO
 
 STOPPED = "slo_missed"  # LevelSummary.stopped of a level stopped this way
 
@@ -49,6 +50,18 @@ class SloStop:
     @property
     def failures_allowed(self) -> int:
         return math.floor(self.requests * (1.0 - self.percentile / 100.0) + 1e-9)
+
+
+def stop_rule(slo: GoodputSLO | None, percentile: float, requests: int | None) -> SloStop:
+    """The stop of ``llmhost bench --slo-stop P``: goodput's TTFT and TPOT bounds at P over a level's
+    request count."""
+    if slo is None or (slo.ttft_ms is None and slo.tpot_ms is None):
+        raise ValueError("stopping on an SLO needs goodput ttft and/or tpot bounds")
+    if requests is None:
+        raise ValueError("stopping on an SLO needs a request count per level (--requests)")
+    ttft = slo.ttft_ms / 1000.0 if slo.ttft_ms is not None else None
+    tpot = slo.tpot_ms / 1000.0 if slo.tpot_ms is not None else None
+    return SloStop(percentile, requests, ttft, tpot)
 
 
 @dataclass

@@ -30,24 +30,23 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import os
-import re
 import shlex
 import sys
-import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from llmhost.bench.config import BenchConfig
 from llmhost.bench.labels import model_labels
-from llmhost.bench.process import HOST, ServerProcess, free_port, llmhost_command
+from llmhost.bench.process import HOST, ServerProcess, endpoint_file, free_port, llmhost_command
 from llmhost.bench.procstats import ProcessUsage
 from llmhost.bench.report import ResultsWriter
 from llmhost.bench.results import BenchResults, ConfigResult
-from llmhost.bench.runner import BenchConfig, NullProgress, Progress, _now, finish_results, measure_config
+from llmhost.bench.runner import NullProgress, Progress, _now, finish_results, measure_config
 from llmhost.bench.saturation import SaturationRule
 from llmhost.bench.slo import GoodputSLO
 
@@ -166,43 +165,6 @@ def _as_list(v: Any) -> list[Any]:
     return v if isinstance(v, list) else [v]
 
 
-# memory reserved per copy of a swept endpoint (the default model's copy uses about 600 MB)
-ENDPOINT_COPY_MEMORY_MB = 1024
-
-
-def endpoint_file(
-    name: str,
-    model: str,
-    copies: int,
-    threads: int | None,
-    conc: int | None,
-    batch: int | None,
-    router_cpus: int = 0,
-) -> Path:
-    """An endpoint file with one component of `copies` fixed copies, `threads` CPUs each, and
-    `router_cpus` CPUs kept for its router."""
-    if threads is None:
-        threads = max(1, (len(os.sched_getaffinity(0)) - router_cpus) // copies)
-    engine = {k: v for k, v in (("max_concurrent", conc), ("max_batch_tokens", batch)) if v is not None}
-    doc: dict[str, Any] = {
-        "name": re.sub(r"[^a-z0-9-]", "-", name.lower()),
-        "components": [
-            {
-                "name": "model",
-                "model": model,
-                "copies": copies,
-                "resources": {"num_cpus": threads, "memory_mb": ENDPOINT_COPY_MEMORY_MB},
-                "engine": engine,
-            }
-        ],
-    }
-    if router_cpus:
-        doc["router"] = {"num_cpus": router_cpus}
-    path = Path(tempfile.mkdtemp(prefix="llmhost-sweep-")) / f"{doc['name']}.yaml"
-    path.write_text(yaml.safe_dump(doc, sort_keys=False))
-    return path
-
-
 def expand(spec: SweepSpec) -> list[Launch]:
     launches: list[Launch] = []
     labels = model_labels(str(m) for c in spec.configurations if c.serve for m in _as_list(c.serve.model))
@@ -310,6 +272,58 @@ def bench_config_for(spec: SweepSpec, launch: Launch, url: str) -> BenchConfig:
     )
 
 
+@dataclass
+class _Sweep:
+    """What every configuration of one sweep shares."""
+
+    spec: SweepSpec
+    out: Path
+    writer: ResultsWriter
+    progress: Progress
+    run_t0: float
+
+    async def start(self, launch: Launch, cr: ConfigResult) -> ServerProcess:
+        """The configuration's server, once it (and, for an endpoint, every copy) is ready."""
+        port = free_port()
+        argv = [fill_placeholders(a, port) for a in launch.argv]
+        cr.url = f"http://{HOST}:{port}"
+        self.progress.message(f"{launch.name}: starting {' '.join(argv)}")
+        proc = ServerProcess(argv, launch.spec.env, self.out / "logs" / f"{launch.name}.log")
+        startup_s = launch.spec.startup_timeout_s or self.spec.startup_timeout_s
+        await proc.wait_ready(cr.url + (launch.spec.ready_path or self.spec.ready_path), startup_s)
+        if launch.params.get("copies", 1) > 1:
+            await proc.wait_all_copies(cr.url, startup_s)
+        return proc
+
+    async def measure(self, launch: Launch, cr: ConfigResult, proc: ServerProcess | None) -> None:
+        cfg = bench_config_for(self.spec, launch, cr.url)
+        cr.price_per_hour = cfg.price_per_hour
+        cfg.validate()
+        usage = ProcessUsage.start(proc.proc.pid) if proc is not None else None
+        try:
+            await measure_config(cfg, cr, self.writer.record, self.progress, self.run_t0)
+        finally:
+            cr.processes = usage.finish() if usage is not None else None
+
+    async def run(self, launch: Launch, cr: ConfigResult) -> None:
+        """Start (unless it is a URL), measure and stop one configuration; a failure is recorded."""
+        proc: ServerProcess | None = None
+        try:
+            if launch.kind != "url":
+                proc = await self.start(launch, cr)
+            await self.measure(launch, cr, proc)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # one configuration failing does not end the sweep
+            cr.error = f"{type(exc).__name__}: {exc}"
+            self.progress.message(f"{launch.name}: failed: {cr.error.splitlines()[0]}")
+        finally:
+            if proc is not None:
+                self.progress.message(f"{launch.name}: stopping")
+                proc.stop()  # synchronous: must also run when the sweep is being cancelled
+            self.writer.flush()
+
+
 async def arun_sweep(
     spec: SweepSpec,
     out_dir: str | Path,
@@ -317,58 +331,25 @@ async def arun_sweep(
     results: BenchResults | None = None,
 ) -> BenchResults:
     """Async form of :func:`run_sweep`; ``results`` is filled in place."""
-    progress = progress or NullProgress()
     results = results if results is not None else BenchResults()
     launches = expand(spec)
     results.settings = spec.model_dump(mode="json")
     results.started_at = _now()
     out = Path(out_dir)
-    writer = ResultsWriter(out)
-    run_t0 = time.perf_counter()
+    sweep = _Sweep(spec, out, ResultsWriter(out), progress or NullProgress(), time.perf_counter())
     try:
         for launch in launches:
-            proc: ServerProcess | None = None
-            url = launch.url or ""
-            cr = ConfigResult(launch.name, url, launch.spec.api or spec.api, params=dict(launch.params))
+            cr = ConfigResult(launch.name, launch.url or "", launch.spec.api or spec.api,
+                              params=dict(launch.params))  # fmt: skip
             results.configs.append(cr)
-            try:
-                if launch.kind != "url":
-                    port = free_port()
-                    argv = [fill_placeholders(a, port) for a in launch.argv]
-                    url = f"http://{HOST}:{port}"
-                    cr.url = url
-                    progress.message(f"{launch.name}: starting {' '.join(argv)}")
-                    proc = ServerProcess(argv, launch.spec.env, out / "logs" / f"{launch.name}.log")
-                    ready = launch.spec.ready_path or spec.ready_path
-                    startup_s = launch.spec.startup_timeout_s or spec.startup_timeout_s
-                    await proc.wait_ready(url + ready, startup_s)
-                    if launch.params.get("copies", 1) > 1:
-                        await proc.wait_all_copies(url, startup_s)
-                cfg = bench_config_for(spec, launch, url)
-                cr.price_per_hour = cfg.price_per_hour
-                cfg.validate()
-                usage = ProcessUsage.start(proc.proc.pid) if proc is not None else None
-                try:
-                    await measure_config(cfg, cr, writer.record, progress, run_t0)
-                finally:
-                    cr.processes = usage.finish() if usage is not None else None
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # one configuration failing does not end the sweep
-                cr.error = f"{type(exc).__name__}: {exc}"
-                progress.message(f"{launch.name}: failed: {cr.error.splitlines()[0]}")
-            finally:
-                if proc is not None:
-                    progress.message(f"{launch.name}: stopping")
-                    proc.stop()  # synchronous: must also run when the sweep is being cancelled
-                writer.flush()
+            await sweep.run(launch, cr)
     except asyncio.CancelledError:
         results.interrupted = True
         raise
     finally:
         finish_results(
             results,
-            writer,
+            sweep.writer,
             at_concurrency=spec.at_concurrency,
             slo_ms_per_token=spec.slo_ms_per_token,
             slo_ttft_ms=spec.slo_ttft_ms,

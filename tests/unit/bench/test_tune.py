@@ -12,8 +12,8 @@ import yaml
 
 import tests.unit.bench.test_report as bench_report
 from llmhost.bench.metrics import RequestRecord, summarize_level
+from llmhost.bench.process import ENDPOINT_COPY_MEMORY_MB
 from llmhost.bench.slo import GoodputSLO
-from llmhost.bench.sweep import ENDPOINT_COPY_MEMORY_MB
 from llmhost.bench.tune import Candidate, SearchSpace, TuneSettings, TuneSLO
 from llmhost.bench.tune.outputs import ENDPOINT_YAML, TUNE_JSON, TUNE_REPORT, endpoint_doc, write_outputs
 from llmhost.bench.tune.report import pareto

@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from llmhost.bench.sweep import ENDPOINT_COPY_MEMORY_MB
+from llmhost.bench.process import ENDPOINT_COPY_MEMORY_MB
 from llmhost.bench.tune.runner import TuneSettings
 from llmhost.bench.tune.state import CandidateRecord, Pick, best_goodput, cheapest
 from llmhost.endpoint.spec import parse_endpoint

@@ -290,9 +290,14 @@ class _Sweep:
         self.progress.message(f"{launch.name}: starting {' '.join(argv)}")
         proc = ServerProcess(argv, launch.spec.env, self.out / "logs" / f"{launch.name}.log")
         startup_s = launch.spec.startup_timeout_s or self.spec.startup_timeout_s
-        await proc.wait_ready(cr.url + (launch.spec.ready_path or self.spec.ready_path), startup_s)
-        if launch.params.get("copies", 1) > 1:
-            await proc.wait_all_copies(cr.url, startup_s)
+        try:
+            await proc.wait_ready(cr.url + (launch.spec.ready_path or self.spec.ready_path), startup_s)
+            if launch.params.get("copies", 1) > 1:
+                await proc.wait_all_copies(cr.url, startup_s)
+        except BaseException:  # not ready, or the sweep cancelled meanwhile: nothing stays behind
+            self.progress.message(f"{launch.name}: stopping")
+            proc.stop()
+            raise
         return proc
 
     async def measure(self, launch: Launch, cr: ConfigResult, proc: ServerProcess | None) -> None:

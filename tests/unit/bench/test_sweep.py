@@ -173,3 +173,27 @@ def test_configurations_are_named_after_their_models_without_collisions() -> Non
     spec = {"configurations": [{"serve": {"model": ["s3://a/x/gemma/", "s3://b/y/gemma/"], "threads": 1}}]}
     names = [launch.name for launch in expand(SweepSpec.model_validate(spec))]
     assert names == ["x-gemma-t1", "y-gemma-t1"]  # before: both "gemma-t1", refused as a duplicate
+
+
+async def test_a_sweep_cancelled_while_a_server_starts_leaves_no_process(tmp_path: Path) -> None:
+    import asyncio
+    import os
+
+    from llmhost.bench.sweep import arun_sweep
+
+    pid_file = tmp_path / "pid"
+    never_ready = (f"{{python}} -c \"import os, time; open('{pid_file}', 'w').write(str(os.getpid())); "
+                   "time.sleep(120)\"")  # fmt: skip
+    config = {"name": "slow", "command": never_ready}
+    spec = SweepSpec.model_validate({"requests": 1, "startup_timeout_s": 60, "configurations": [config]})
+    task = asyncio.create_task(arun_sweep(spec, tmp_path / "out"))
+    for _ in range(200):  # until the server has started (bounded: 10 s)
+        if pid_file.exists() and pid_file.read_text():
+            break
+        await asyncio.sleep(0.05)
+    pid = int(pid_file.read_text())
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    with pytest.raises(ProcessLookupError):  # stopped and reaped, not left running
+        os.kill(pid, 0)

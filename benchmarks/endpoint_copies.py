@@ -36,12 +36,16 @@ from typing import Any
 import httpx
 import psutil
 
+from llmhost.auth import ENV_KEYS
 from llmhost.bench import BenchConfig, run_benchmark
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from tests.integration.endpoint_helpers import copy_headers
-
 ENGINE = "{max_input_tokens: 256, max_total_tokens: 512, max_batch_tokens: 512, max_concurrent: 8}"
+
+
+def copy_headers(replica: dict[str, Any]) -> dict[str, str]:
+    """A copy takes only the endpoint's internal key, kept in its environment (readable by its own
+    user only, like the key): what calling a copy without the router needs."""
+    return {"x-api-key": psutil.Process(int(replica["pid"])).environ()[ENV_KEYS]}
 
 
 def free_port() -> int:

@@ -32,7 +32,7 @@ import os
 import socket
 import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +63,14 @@ class Consumer:
             if payload != b"[DONE]" and json.loads(payload).get("choices"):
                 self.events += 1
 
+    @classmethod
+    async def count(cls, chunks: AsyncIterator[bytes]) -> int:
+        """The token events of a whole body, read chunk by chunk as the client hands them over."""
+        c = cls()
+        async for chunk in chunks:
+            c.feed(chunk)
+        return c.events
+
 
 async def llmhost_client(url: str, concurrency: int) -> tuple[Callable[[], Sender], Callable[[], Any]]:
     from llmhost.bench.http import Endpoint, HttpClientError, new_session, prepare, send
@@ -75,10 +83,7 @@ async def llmhost_client(url: str, concurrency: int) -> tuple[Callable[[], Sende
             async with send(session, req) as resp:
                 if resp.status != 200:
                     raise HttpClientError("status", str(resp.status))
-                c = Consumer()
-                async for chunk in resp.content.iter_any():
-                    c.feed(chunk)
-                return c.events
+                return await Consumer.count(resp.content.iter_any())
 
         return one
 
@@ -97,10 +102,7 @@ async def aiohttp_client(url: str, concurrency: int) -> tuple[Callable[[], Sende
         async def send() -> int:
             async with session.post(f"{url}/v1/completions", data=BODY, headers=headers) as resp:
                 resp.raise_for_status()
-                c = Consumer()
-                async for chunk in resp.content.iter_any():
-                    c.feed(chunk)
-                return c.events
+                return await Consumer.count(resp.content.iter_any())
 
         return send
 
@@ -118,10 +120,7 @@ async def httpx_client(url: str, concurrency: int) -> tuple[Callable[[], Sender]
         async def send() -> int:
             async with client.stream("POST", "/v1/completions", content=BODY, headers=headers) as resp:
                 resp.raise_for_status()
-                c = Consumer()
-                async for chunk in resp.aiter_raw():
-                    c.feed(chunk)
-                return c.events
+                return await Consumer.count(resp.aiter_raw())
 
         return send
 

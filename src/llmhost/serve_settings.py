@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 LIMIT_ENV = ("MAX_CONCURRENT_REQUESTS", "MAX_INPUT_LENGTH", "MAX_TOTAL_TOKENS", "MAX_BATCH_TOTAL_TOKENS")
 DEFAULT_MAX_CONCURRENT = 8
 DEFAULT_MAX_QUEUE = 64
+DEFAULT_MAX_BATCH_TOKENS = 512
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
 
@@ -111,7 +112,8 @@ def engine_config(opts: ServeOptions, env: Mapping[str, str], draft_path: str,
         max_queue=opts.max_queue,
         max_input_tokens=opts.max_input_tokens or env_int(env, "MAX_INPUT_LENGTH", max_input),
         max_total_tokens=opts.max_total_tokens or env_int(env, "MAX_TOTAL_TOKENS", 4096),
-        max_batch_tokens=opts.max_batch_tokens or env_int(env, "MAX_BATCH_TOTAL_TOKENS", 512),
+        max_batch_tokens=opts.max_batch_tokens
+        or env_int(env, "MAX_BATCH_TOTAL_TOKENS", DEFAULT_MAX_BATCH_TOKENS),
         prefix_cache_tokens=opts.prefix_cache_tokens,
         n_threads=opts.threads or env_int(env, "LLMHOST_THREADS", 0),
         flash_attn=opts.flash_attn,

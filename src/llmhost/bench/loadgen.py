@@ -222,7 +222,8 @@ class _Phase:
         return self.first_index + self.issued - 1
 
     def begin(self, rec: m.RequestRecord) -> None:
-        self.in_flight[id(rec)] = (rec, time.perf_counter())
+        if self.watch is not None:  # only an SLO stop looks at the requests in flight
+            self.in_flight[id(rec)] = (rec, time.perf_counter())
 
     def check_waiting(self) -> None:
         """Count the requests in flight that have waited past the TTFT bound (see bench.slostop)."""

@@ -71,12 +71,6 @@ def create_admin(manager: EndpointManager, shutdown: Callable[[], None] = termin
             return error(403, "the admin API answers local clients only", "permission_error")
         return None
 
-    async def body(request: Request) -> Any:
-        try:
-            return await json_body(request)
-        except BadBody as exc:
-            raise SpecError(str(exc)) from None
-
     def failure(exc: Exception) -> Response:
         if isinstance(exc, ComponentError):
             status = 409 if "already exists" in str(exc) else 404
@@ -109,7 +103,7 @@ def create_admin(manager: EndpointManager, shutdown: Callable[[], None] = termin
             return r
         specs = []
         try:
-            raw = await body(request)
+            raw = await json_body(request)
             specs = parse_components(raw, "components")
             await manager.add(specs)
             return JSONResponse({"added": [s.name for s in specs]}, status_code=201)
@@ -117,7 +111,7 @@ def create_admin(manager: EndpointManager, shutdown: Callable[[], None] = termin
             index = [s.name for s in specs].index(exc.component)
             field = f"components[{index}].model" if "components" in raw else "model"
             return error(422, str(exc), field=field)
-        except (ComponentError, InsufficientCapacityError, SpecError) as exc:
+        except (ComponentError, InsufficientCapacityError, SpecError, BadBody) as exc:
             return failure(exc)
 
     @router.delete("/components/{name}")

@@ -55,6 +55,11 @@ def _version_dir(client: Any, ref: S3Ref, root: Path) -> tuple[Path, dict[str, A
     return key_dir(root, ref.bucket, ref.key) / object_version(etag, size), info
 
 
+def _landed(path: Path, size: int) -> bool:
+    """A file the cache already holds whole (downloads publish only verified files under their name)."""
+    return path.is_file() and path.stat().st_size == size
+
+
 def _lock(version_dir: Path) -> Any:
     return file_lock(version_dir.with_name(version_dir.name + ".lock"))
 
@@ -63,11 +68,11 @@ def _resolve_object(client: Any, ref: S3Ref, root: Path) -> Path:
     version_dir, info = _version_dir(client, ref, root)
     dest = version_dir / PurePosixPath(ref.key).name
     size = int(info["ContentLength"])
-    if dest.is_file() and dest.stat().st_size == size:
+    if _landed(dest, size):
         return dest
     with _lock(version_dir):
         # another process may have finished it while this one waited for the lock
-        if not (dest.is_file() and dest.stat().st_size == size):
+        if not _landed(dest, size):
             download_object(client, ref, describe(client, ref, info), dest)
     return dest
 
@@ -81,7 +86,7 @@ def _resolve_archive(client: Any, ref: S3Ref, root: Path) -> ResolvedModel:
         with _lock(version_dir):
             if not out.is_dir():
                 archive = version_dir / PurePosixPath(ref.key).name
-                if not (archive.is_file() and archive.stat().st_size == int(info["ContentLength"])):
+                if not _landed(archive, int(info["ContentLength"])):
                     download_object(client, ref, describe(client, ref, info), archive)
                 _extract(archive, out, ref)
                 archive.unlink()  # half the disk: the extracted model is all that is served
@@ -131,7 +136,7 @@ def _download_prefix(client: Any, ref: S3Ref, entries: list[tuple[str, str, int]
     staging = final.with_name(final.name + ".partial")
     for rel, etag, size in entries:
         dest = staging / rel
-        if dest.is_file() and dest.stat().st_size == size:
+        if _landed(dest, size):
             continue
         obj = S3Ref(ref.bucket, ref.key + rel)
         info = describe(client, obj)

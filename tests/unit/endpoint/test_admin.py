@@ -45,6 +45,11 @@ async def test_admin_refusals_and_operations(tmp_path: Path) -> None:
         assert r.status_code == 422 and r.json()["error"]["field"] == "copies"
         r = await c.post("/admin/scale", json={"component": "a", "copies": 1, "wait": "false"})  # no bool
         assert r.status_code == 422 and r.json()["error"]["field"] == "wait"
+        as_json = {"content-type": "application/json"}
+        r = await c.post("/admin/components", content=b'{"name": ', headers=as_json)
+        assert r.status_code == 422 and r.json()["error"]["field"] == "body" and "not valid JSON" in r.text
+        r = await c.post("/admin/scale", content=b"[", headers=as_json)
+        assert r.status_code == 422 and r.json()["error"]["field"] == "body"
         r = await c.post("/admin/components", json={"name": "b", "resources": {"gpus": 1}})
         assert r.status_code == 422 and "resources.gpus: unknown key" in r.json()["error"]["message"]
         r = await c.post("/admin/components", json={"name": "a"})

@@ -22,7 +22,7 @@ from llmhost.bench.tune.search import Search
 from llmhost.bench.tune.slo import TuneSLO, judge
 from llmhost.bench.tune.space import Candidate, SearchSpace
 from llmhost.bench.tune.state import CandidateRecord, CandidateState
-from llmhost.engine.config import EngineConfig
+from llmhost.serve_settings import DEFAULT_MAX_BATCH_TOKENS, DEFAULT_MAX_CONCURRENT
 
 # `llmhost serve` reads these when its flags are not given: set, they change what the baseline runs
 SERVE_ENV = ("MAX_CONCURRENT_REQUESTS", "MAX_BATCH_TOTAL_TOKENS", "LLMHOST_THREADS")
@@ -167,10 +167,8 @@ class Tuner:
         """The grid candidate with the baseline's own settings is not measured twice."""
         if any(os.environ.get(v) for v in SERVE_ENV):
             return  # the baseline's defaults were changed by the environment: not that candidate
-        defaults = EngineConfig()
-        twin = self.settings.space.baseline_twin(
-            Candidate(max_concurrent=defaults.max_concurrent, max_batch_tokens=defaults.max_batch_tokens)
-        )
+        defaults = Candidate(max_concurrent=DEFAULT_MAX_CONCURRENT, max_batch_tokens=DEFAULT_MAX_BATCH_TOKENS)
+        twin = self.settings.space.baseline_twin(defaults)
         base = self.records[0]
         for r in self.records[1:]:
             if r.candidate == twin and r.state is CandidateState.PENDING:

@@ -34,7 +34,7 @@ from llmhost.server.errors import APIError
 from llmhost.server.protocol.limits import parse_json
 from llmhost.server.serving.context import ServingContext
 from llmhost.server.serving.custom_model import CustomModel, current_request_id
-from llmhost.server.serving.runtime import STREAMING_KEYS, streams
+from llmhost.server.serving.runtime import STREAMING_KEYS, streaming_body, streams
 
 log = logging.getLogger("llmhost.server")
 
@@ -83,7 +83,7 @@ class CustomInference:
         accept = accept or JSON
         data = await self._run("input_fn", h.input_fn, _default_input, body, content_type)
         if h.predict_fn is None and h.output_fn is None:
-            return await dispatch(request, _streaming(_body(data), stream))
+            return await dispatch(request, streaming_body(_body(data), stream))
         if h.predict_fn is None:
             prediction = await _default_predict(request, dispatch, data)
         else:
@@ -141,11 +141,6 @@ def _default_input(body: bytes, content_type: str) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise APIError(422, "request body must be a JSON object", field="body")
     return data
-
-
-def _streaming(body: dict[str, Any], stream: bool) -> dict[str, Any]:
-    """InvokeEndpointWithResponseStream streams what can stream, as without inference.py."""
-    return {**body, "stream": True} if stream and any(k in body for k in STREAMING_KEYS) else body
 
 
 def _body(data: Any) -> dict[str, Any]:

@@ -35,6 +35,11 @@ STREAMING_KEYS = ("inputs", "messages", "prompt")
 _FLAG = TypeAdapter(bool)
 
 
+def streaming_body(body: dict[str, Any], stream: bool) -> dict[str, Any]:
+    """For InvokeEndpointWithResponseStream (`stream`): a body that can stream asks to."""
+    return {**body, "stream": True} if stream and any(key in body for key in STREAMING_KEYS) else body
+
+
 def streams(body: dict[str, Any]) -> bool:
     """Whether the body asks for SSE, read as the request models read `stream` (they refuse an
     invalid one)."""
@@ -92,9 +97,7 @@ class Runtime:
         accept = request.headers.get(wire.STREAM_ACCEPT if stream else "accept")
         if self.custom is not None:  # the script reads the body and content type and answers `accept`
             return await self.custom(request, stream, accept)
-        body = await self.read(request)
-        if stream and any(key in body for key in STREAMING_KEYS):
-            body = {**body, "stream": True}
+        body = streaming_body(await self.read(request), stream)
         problem = wire.accept_problem(accept, wire.SSE if streams(body) else wire.JSON)
         if problem is not None:
             raise _Refused(problem)

@@ -32,7 +32,10 @@ DROP_RESPONSE = {"content-length", "connection", "keep-alive", "transfer-encodin
 UNNAMED_MODELS = frozenset({"tgi", "dummy"})
 # routes whose component comes from the header, and those whose component comes from the body's model
 HEADER_ROUTES = ("/invocations", "/", "/generate", "/generate_stream", "/tokenize", "/detokenize")
-MODEL_ROUTES = ("/v1/completions", "/v1/chat/completions", "/v1/embeddings")
+MODEL_ROUTES = (
+    "/v1/completions", "/v1/chat/completions", "/v1/embeddings", "/v1/messages", "/v1/messages/count_tokens",
+    "/v1/responses",
+)  # fmt: skip
 
 
 class Routable(Protocol):

@@ -10,6 +10,44 @@ from llmhost.engine import Constraint, ConstraintKind
 from llmhost.server.errors import APIError
 from llmhost.server.protocol.openai import ResponseFormat, SamplingFields
 
+# an object schema with any of these decides itself which undeclared properties it takes
+_OPEN_KEYWORDS = ("additionalProperties", "patternProperties", "unevaluatedProperties")
+# keywords whose value is a subschema, a list of them, or a mapping of names to them
+_SUBSCHEMA = ("items", "additionalItems", "contains", "not", "if", "then", "else", "additionalProperties")
+_SUBSCHEMA_LISTS = ("anyOf", "oneOf", "prefixItems")
+_SUBSCHEMA_MAPS = ("properties", "$defs", "definitions", "patternProperties", "dependentSchemas")
+
+
+def closed(schema: Any, in_all_of: bool = False) -> Any:
+    """`schema` with undeclared properties closed: every object schema that declares `properties`
+    and says nothing about other ones gets `additionalProperties: false`, as llama-server and vLLM
+    do (a model left free to add properties, a base model above all, keeps inventing them until
+    max_tokens). Members of an `allOf` stay open: each holds only part of the properties."""
+    if isinstance(schema, list):  # `items` as a tuple (draft 4)
+        return [closed(s) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = dict(schema)
+    for key in _SUBSCHEMA:
+        if key in out:
+            out[key] = closed(out[key])
+    for key in _SUBSCHEMA_LISTS:
+        if isinstance(out.get(key), list):
+            out[key] = [closed(s) for s in out[key]]
+    if isinstance(out.get("allOf"), list):
+        out["allOf"] = [closed(s, in_all_of=True) for s in out["allOf"]]
+    for key in _SUBSCHEMA_MAPS:
+        if isinstance(out.get(key), dict):
+            out[key] = {name: closed(s) for name, s in out[key].items()}
+    if "properties" in out and not in_all_of and not any(k in out for k in _OPEN_KEYWORDS):
+        out["additionalProperties"] = False
+    return out
+
+
+def schema_constraint(schema: Any, field: str) -> Constraint:
+    """The one way a JSON schema from a request becomes a constraint (undeclared properties closed)."""
+    return Constraint(ConstraintKind.JSON_SCHEMA, _dump(closed(schema)), field)
+
 
 def _dump(schema: Any) -> str:
     return json.dumps(schema, separators=(",", ":"))
@@ -27,7 +65,7 @@ def from_response_format(fmt: ResponseFormat) -> Constraint | None:
         raise APIError(400, "response_format of type json_schema needs json_schema.schema",
                        field="response_format.json_schema")  # fmt: skip
     # strict or not, the output follows the schema: a constraint engine has no cheaper "loose" mode
-    return Constraint(ConstraintKind.JSON_SCHEMA, _dump(fmt.json_schema.schema_), "response_format")
+    return schema_constraint(fmt.json_schema.schema_, "response_format")
 
 
 def openai_constraint(body: SamplingFields) -> Constraint | None:
@@ -40,7 +78,7 @@ def openai_constraint(body: SamplingFields) -> Constraint | None:
     if body.grammar is not None:
         found.append(Constraint(ConstraintKind.GBNF, body.grammar, "grammar"))
     if body.json_schema is not None:
-        found.append(Constraint(ConstraintKind.JSON_SCHEMA, _dump(body.json_schema), "json_schema"))
+        found.append(schema_constraint(body.json_schema, "json_schema"))
     if len(found) > 1:
         names = " and ".join(c.field for c in found)
         raise APIError(400, f"{names} both constrain the output: give one", field=found[1].field)
@@ -58,7 +96,7 @@ def tgi_constraint(kind: str, value: Any) -> Constraint:
             raise APIError(
                 422, "grammar.value of type json must be a JSON schema object", field="grammar.value"
             )
-        return Constraint(ConstraintKind.JSON_SCHEMA, _dump(schema), "grammar")
+        return schema_constraint(schema, "grammar")
     if not isinstance(value, str):
         raise APIError(422, "grammar.value of type regex must be a string", field="grammar.value")
     return Constraint(ConstraintKind.REGEX, value, "grammar")

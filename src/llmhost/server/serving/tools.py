@@ -13,9 +13,10 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from llmhost.engine import Constraint, ConstraintKind
+from llmhost.engine import Constraint
 from llmhost.server.errors import APIError
 from llmhost.server.protocol.openai import ChatCompletionRequest, ChatMessage, NamedToolChoice, Tool
+from llmhost.server.serving.structured import schema_constraint
 
 
 @dataclass(slots=True, frozen=True)
@@ -143,19 +144,13 @@ def parser_for(name: str, template_source: str) -> ToolParser:
 
 
 # -- forcing calls -----------------------------------------------------------------------------------
-def _arguments_schema(parameters: dict[str, Any]) -> dict[str, Any]:
-    """The declared parameters and no others (OpenAI's strict function calling): a base model would
-    otherwise keep inventing arguments until max_tokens."""
-    if parameters.get("type") == "object" and "additionalProperties" not in parameters:
-        return {**parameters, "additionalProperties": False}
-    return parameters
-
-
 def _call_schema(tool: Tool) -> dict[str, Any]:
+    # the arguments' undeclared properties are closed with the rest (schema_constraint), as in
+    # OpenAI's strict function calling: a base model would otherwise keep inventing arguments
     f = tool.function
     return {
         "type": "object",
-        "properties": {"name": {"const": f.name}, "arguments": _arguments_schema(f.parameters)},
+        "properties": {"name": {"const": f.name}, "arguments": f.parameters},
         "required": ["name", "arguments"],
         "additionalProperties": False,
     }
@@ -180,7 +175,7 @@ def forced_constraint(body: ChatCompletionRequest) -> Constraint | None:
             schema["maxItems"] = 1
     else:
         return None
-    return Constraint(ConstraintKind.JSON_SCHEMA, json.dumps(schema), "tool_choice")
+    return schema_constraint(schema, "tool_choice")
 
 
 def forced_calls(text: str) -> list[ParsedCall]:

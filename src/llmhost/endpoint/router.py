@@ -190,7 +190,7 @@ async def _stream(
         log.warning("stream from copy %s cut: %s", replica.id, exc)
         message = (f"copy {replica.id} of inference component {comp.name!r} failed mid-stream: "
                    f"{type(exc).__name__}: {exc}")  # fmt: skip
-        for part in routing.stream_cut(message, framed, tail):
+        for part in routing.stream_cut(message, framed, tail, upstream.request.url.path):
             yield part
 
 

@@ -17,6 +17,8 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from llmhost import eventstream
+from llmhost.server.anthropic_errors import is_anthropic
+from llmhost.server.serving.anthropic_events import error_event as anthropic_error_event
 
 COMPONENT_HEADER = "X-Amzn-SageMaker-Inference-Component"
 COPY_HEADER = "X-Llmhost-Copy"
@@ -157,13 +159,14 @@ def stream_kind(content_type: str) -> tuple[bool, bool]:
     return framed or content_type.startswith("text/event-stream"), framed
 
 
-def stream_cut(message: str, framed: bool, tail: bytes) -> list[bytes]:
+def stream_cut(message: str, framed: bool, tail: bytes, path: str = "") -> list[bytes]:
     """How a stream cut by a failing copy ends, in the stream's own format: a ModelStreamError in an
     event stream, else an SSE error event (after closing a partly sent event, `tail` being the last
-    bytes sent)."""
+    bytes sent): Anthropic's named `error` event on its routes (`path`), else OpenAI's."""
     if framed:
         return [eventstream.model_stream_error(message, eventstream.STREAM_BROKEN)]
-    return ([b"\n\n"] if tail != b"\n\n" else []) + [error_event(message)]
+    event = anthropic_error_event(message).encode() if is_anthropic(path) else error_event(message)
+    return ([b"\n\n"] if tail != b"\n\n" else []) + [event]
 
 
 def ping(accepting: bool, serving: Mapping[str, bool]) -> Response:

@@ -267,3 +267,62 @@ def test_undeclared_properties_are_closed_unless_the_schema_asks_for_them() -> N
     assert "additionalProperties" not in props["both"]["allOf"][0]
     assert out["$defs"]["d"]["additionalProperties"] is False
     assert "additionalProperties" not in schema  # the request's schema is left as it was
+
+
+def test_a_stream_cut_by_the_router_ends_in_the_streams_own_format() -> None:
+    from llmhost.endpoint.routing import stream_cut
+
+    anthropic_cut = parse_sse([b"".join(stream_cut("copy died", False, b"ta", "/v1/messages")).decode()])
+    died = {"type": "error", "error": {"type": "api_error", "message": "copy died"}}
+    assert anthropic_cut == [("error", died)]
+    openai_cut = b"".join(stream_cut("copy died", False, b"\n\n", "/v1/responses"))
+    assert openai_cut.startswith(b"data: ") and json.loads(openai_cut[6:])["error"]["message"] == "copy died"
+
+
+async def test_anthropic_routes_answer_every_layers_errors_in_anthropics_shape() -> None:
+    import httpx
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse, Response, StreamingResponse
+    from starlette.routing import Route, Router
+
+    from llmhost.asgi import RequestContextMiddleware
+    from llmhost.auth import ApiKeyMiddleware, ApiKeys
+    from llmhost.lifecycle import Lifecycle
+    from llmhost.server.anthropic_errors import AnthropicErrorsMiddleware
+    from llmhost.server.middleware import BodyLimitMiddleware
+
+    async def fails(request: Request) -> Response:
+        raise RuntimeError("boom")
+
+    async def streams(request: Request) -> Response:
+        return StreamingResponse(iter(["event: ping\ndata: {}\n\n"]), media_type="text/event-stream")
+
+    async def busy(request: Request) -> Response:
+        return JSONResponse({"error": {"message": "queue full", "type": "rate_limit_error", "code": 429}},
+                            status_code=429, headers={"Retry-After": "1"})  # fmt: skip
+
+    routes = [Route("/v1/messages", fails, methods=["POST"]), Route("/v1/messages/count_tokens", busy,
+              methods=["POST"]), Route("/v1/chat/completions", fails, methods=["POST"]),
+              Route("/v1/messages/stream", streams, methods=["POST"])]  # fmt: skip
+    app: Any = BodyLimitMiddleware(Router(routes=routes), max_bytes=100)
+    app = ApiKeyMiddleware(app, ApiKeys.of(["k"]))
+    app = AnthropicErrorsMiddleware(RequestContextMiddleware(app, Lifecycle()))
+    transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+    async with httpx.AsyncClient(transport=transport, base_url="http://t") as c:
+        key = {"x-api-key": "k"}
+        cases = [
+            (await c.post("/v1/messages"), 401, "authentication_error"),
+            (await c.post("/v1/messages", content=b"x" * 200, headers=key), 413, "request_too_large"),
+            (await c.post("/v1/messages", headers=key), 500, "api_error"),
+            (await c.post("/v1/messages/count_tokens", headers=key), 529, "overloaded_error"),
+        ]
+        for r, status, kind in cases:
+            assert r.status_code == status and r.json()["type"] == "error", r.text
+            assert r.json()["error"]["type"] == kind and r.json()["error"]["message"]
+            assert int(r.headers["content-length"]) == len(r.content)
+        assert cases[-1][0].headers["retry-after"] == "1"
+        other = await c.post("/v1/chat/completions")
+        assert other.status_code == 401 and other.json()["error"]["type"] == "authentication_error"
+        assert "type" not in other.json()  # OpenAI's shape elsewhere
+        streamed = await c.post("/v1/messages/stream", headers=key)
+        assert streamed.status_code == 200 and streamed.text == "event: ping\ndata: {}\n\n"

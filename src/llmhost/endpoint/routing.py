@@ -3,7 +3,8 @@ both answer alike: which component a request is for, which headers travel, the e
 stream cut mid-way ends.
 
 `/invocations` and the TGI / tokenizer routes name the component in `X-Amzn-SageMaker-Inference-Component`
-(optional with one component); OpenAI routes name it in the body's `model`.
+(optional with one component); OpenAI, Anthropic Messages and Responses routes name it in the body's
+`model`.
 """
 
 from __future__ import annotations

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import anthropic
@@ -379,3 +380,29 @@ def test_counted_per_api_in_metrics(smol: Server) -> None:
             )
         )
     assert (done("messages"), done("responses")) == (before[0] + 1, before[1] + 1)
+
+
+@pytest.fixture
+def one_slot(tmp_path: Path) -> Iterator[Server]:
+    srv = start_server(tmp_path, str(SMOLLM2), "--max-concurrent", "1", "--max-input-tokens", "64",
+                       "--max-total-tokens", "1024", "--queue-timeout-s", "0.5")  # fmt: skip
+    yield srv
+    stop_server(srv)
+
+
+def test_a_failure_mid_stream_is_the_apis_error_event(one_slot: Server) -> None:
+    """A stream whose request times out in the queue has already begun: it ends with Anthropic's
+    `error` event (the SDK raises) and the Responses API's `response.failed`."""
+    long = {"prompt": "Count:", "max_tokens": 900, "ignore_eos": True, "stream": True}
+    with httpx.stream("POST", f"{one_slot.url}/v1/completions", json=long, timeout=120) as running:
+        lines = running.iter_lines()  # kept: the request holds the only slot until this stream closes
+        while not next(lines).startswith("data: {"):
+            pass
+        with pytest.raises(anthropic.APIStatusError, match="queue timeout"):  # noqa: SIM117
+            with claude(one_slot.url).messages.stream(model=MODEL, max_tokens=4, messages=ASK) as stream:
+                stream.get_final_message()
+        events = list(oai(one_slot.url).responses.create(model=MODEL, input="Hi", stream=True))
+    assert [e.type for e in events] == ["response.created", "response.in_progress", "response.failed"]
+    failed = events[-1].response  # type: ignore[union-attr]
+    assert failed.status == "failed" and failed.error is not None
+    assert "queue timeout" in failed.error.message

@@ -11,6 +11,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Discriminator, Field
 
+from llmhost.engine.request import INT32_MAX
 from llmhost.server.errors import APIError
 from llmhost.server.protocol.limits import MAX_STOP_CHARS, MAX_STOP_SEQUENCES
 from llmhost.server.protocol.openai import Strict
@@ -125,7 +126,7 @@ class MessagesRequest(CountTokensRequest):
     ) = None  # fmt: skip
     temperature: Annotated[float, Field(ge=0.0, le=1.0)] = 1.0
     top_p: Annotated[float, Field(gt=0.0, le=1.0)] | None = None
-    top_k: Annotated[int, Field(ge=0)] | None = None
+    top_k: Annotated[int, Field(ge=0, le=INT32_MAX)] | None = None
     metadata: Metadata | None = None
     stream: bool = False
 

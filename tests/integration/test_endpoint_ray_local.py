@@ -45,6 +45,17 @@ def test_local_ray_serves_and_stops_with_it(tmp_path: Path, monkeypatch: pytest.
         chat = {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4}  # no model: the only one
         r = httpx.post(f"{ep.url}/v1/chat/completions", json=chat, timeout=120, headers={"x-api-key": KEY})
         assert r.status_code == 200 and r.json()["model"] == "only", r.text
+        # Anthropic's and OpenAI's agent APIs through the ingress, routed by model
+        message = {"model": "only", "max_tokens": 4, "messages": [{"role": "user", "content": "Hi"}]}
+        refused = httpx.post(f"{ep.url}/v1/messages", json=message, timeout=120)
+        assert refused.status_code == 401 and refused.json()["error"]["type"] == "authentication_error"
+        r = httpx.post(f"{ep.url}/v1/messages", json=message, timeout=120, headers={"x-api-key": KEY})
+        assert r.status_code == 200 and r.json()["type"] == "message" and r.json()["content"], r.text
+        streamed = {"model": "only", "input": "Hi", "max_output_tokens": 4, "stream": True}
+        r = httpx.post(f"{ep.url}/v1/responses", json=streamed, timeout=120, headers={"x-api-key": KEY})
+        last = r.text.rstrip().split("\n\n")[-1]
+        assert r.status_code == 200, r.text
+        assert last.startswith(("event: response.completed", "event: response.incomplete")), r.text
         monkeypatch.setenv(CLIENT_KEY_ENV, KEY)
         shown = ep.cli("status", "--json")
         assert shown.returncode == 0 and '"backend": "ray"' in shown.stdout, shown.stderr

@@ -39,19 +39,56 @@ VALID: dict[str, dict[str, Any]] = {
     "/generate_stream": {"inputs": "Hello", "parameters": {"max_new_tokens": 2}},
     "/tokenize": {"content": "Hello"},
     "/detokenize": {"tokens": [1, 2]},
+    "/v1/messages": {"model": "m", "max_tokens": 2, "messages": [{"role": "user", "content": "Hi"}]},
+    "/v1/messages/count_tokens": {"model": "m", "messages": [{"role": "user", "content": "Hi"}]},
+    "/v1/responses": {"input": "Hi", "max_output_tokens": 2},
 }
 FIELDS = [
     "prompt", "messages", "max_tokens", "temperature", "top_p", "top_k", "min_p", "n", "stream", "stop",
     "seed", "logit_bias", "logprobs", "top_logprobs", "echo", "presence_penalty", "frequency_penalty",
     "repetition_penalty", "ignore_eos", "stream_options", "inputs", "parameters", "content", "tokens",
     "max_completion_tokens", "with_pieces", "add_special", "response_format", "json_schema", "grammar",
-    "tools", "tool_choice", "parallel_tool_calls", "typical_p", "best_of",
+    "tools", "tool_choice", "parallel_tool_calls", "typical_p", "best_of", "system", "stop_sequences",
+    "metadata", "input", "instructions", "max_output_tokens", "text", "store", "previous_response_id",
 ]  # fmt: skip
 PARAMETERS = [
     "max_new_tokens", "temperature", "top_p", "top_k", "repetition_penalty", "do_sample", "stop", "seed",
     "details", "top_n_tokens", "return_full_text", "frequency_penalty", "truncate", "typical_p", "grammar",
     "decoder_input_details", "best_of", "watermark",
 ]  # fmt: skip
+
+
+# Messages blocks and Responses items: well-formed parts with a field replaced by arbitrary JSON
+BLOCKS: list[dict[str, Any]] = [
+    {"type": "text", "text": "Hi"},
+    {"type": "tool_use", "id": "t1", "name": "f", "input": {"a": 1}},
+    {"type": "tool_result", "tool_use_id": "t1", "content": "ok"},
+    {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AA"}},
+    {"type": "text", "text": "x", "cache_control": {"type": "ephemeral"}},
+]
+ITEMS: list[dict[str, Any]] = [
+    {"role": "user", "content": [{"type": "input_text", "text": "Hi"}]},
+    {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"},
+    {"type": "function_call_output", "call_id": "c1", "output": "ok"},
+    {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "x"}]},
+    {"role": "user", "content": [{"type": "input_image", "image_url": "x"}]},
+]
+NESTED = {"/v1/messages": ("messages", BLOCKS), "/v1/messages/count_tokens": ("messages", BLOCKS),
+          "/v1/responses": ("input", ITEMS)}  # fmt: skip
+
+
+@st.composite
+def nested(draw: st.DrawFn, route: str) -> list[Any]:
+    field, parts = NESTED[route]
+    chosen = draw(st.lists(st.sampled_from(parts), min_size=1, max_size=4))
+    picked = [json.loads(json.dumps(p)) for p in chosen]
+    for part in picked:
+        if draw(st.booleans()):
+            part[draw(st.sampled_from(sorted(part)))] = draw(json_values)
+    if field == "input":
+        return picked
+    role = draw(st.sampled_from(["user", "assistant"]))
+    return [{"role": "user", "content": "Hi"}, {"role": role, "content": picked}]
 
 
 @st.composite
@@ -66,6 +103,8 @@ def mutated(draw: st.DrawFn, route: str) -> bytes:
     if isinstance(body.get("parameters"), dict):
         for name in draw(st.lists(st.sampled_from(PARAMETERS), max_size=2)):
             body["parameters"][name] = draw(values)
+    if route in NESTED and draw(st.booleans()):
+        body[NESTED[route][0]] = draw(nested(route))
     n = draw(st.integers(1, 5000))
     return json.dumps(body).replace(f'"{DEEP}"', "[" * n + "]" * n).encode()
 

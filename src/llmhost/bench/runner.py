@@ -151,7 +151,7 @@ async def _prepare(
 ) -> tuple[Target, list[PreparedRequest]]:
     """The target (its model discovered when not given) and the encoded requests of the workload."""
     model = cfg.model
-    if model is None and cfg.api in ("openai", "chat"):
+    if model is None and cfg.api in ("openai", "chat", "messages", "responses"):
         model = await discover_model(endpoint)
     target = Target(
         cfg.api,

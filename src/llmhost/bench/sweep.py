@@ -75,7 +75,7 @@ class ConfigSpec(BaseModel):
     ready_path: str | None = None
     startup_timeout_s: float | None = None
     env: dict[str, str] = Field(default_factory=dict)
-    api: Literal["openai", "chat", "sagemaker", "tgi"] | None = None
+    api: Literal["openai", "chat", "messages", "responses", "sagemaker", "tgi"] | None = None
     price_per_hour: float | None = None
     model_name: str | None = None  # OpenAI "model" field to send
     component: str | None = None
@@ -95,7 +95,7 @@ class SweepSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: str = "sweep"
-    api: Literal["openai", "chat", "sagemaker", "tgi"] = "openai"
+    api: Literal["openai", "chat", "messages", "responses", "sagemaker", "tgi"] = "openai"
     concurrency: list[int] = Field(default_factory=lambda: [1, 2, 4])
     rates: list[float] | None = None
     burstiness: float = Field(default=1.0, gt=0)  # open loop: gamma shape of arrival gaps (1: Poisson)

@@ -2,8 +2,8 @@
 
 Every adapter builds a request body for a prompt and a fixed number of new tokens, and turns the
 ``data`` payloads of the server-sent events it gets back into token arrivals. Output tokens are
-counted from the server's own report when it gives one (OpenAI ``usage``, TGI ``details``), else by
-counting the stream events that carry generated text.
+counted from the server's own report when it gives one (OpenAI ``usage``, TGI ``details``, the
+Messages and Responses APIs' ``usage``), else by counting the stream events that carry generated text.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-APIS = ("openai", "chat", "sagemaker", "tgi")
+APIS = ("openai", "chat", "messages", "responses", "sagemaker", "tgi")
 COMPONENT_HEADER = "X-Amzn-SageMaker-Inference-Component"
 
 
@@ -138,13 +138,68 @@ class TGIStream(StreamState):
         return 1
 
 
+class MessagesStream(StreamState):
+    """Anthropic Messages events (``{"type": "message_start" | "content_block_delta" | ...}``), ending
+    with ``message_stop``."""
+
+    __slots__ = ()
+
+    def feed(self, payload: bytes) -> int:
+        obj = _event(payload)  # an `error` event carries an "error" object
+        kind = obj.get("type")
+        if kind == "message_start":
+            usage = (obj.get("message") or {}).get("usage") or {}
+            if isinstance(usage.get("input_tokens"), int):
+                self.reported_prompt_tokens = usage["input_tokens"]
+        elif kind == "content_block_delta":
+            delta = obj.get("delta") or {}
+            if delta.get("text") or delta.get("partial_json"):
+                self.counted_tokens += 1
+                return 1
+        elif kind == "message_delta":
+            usage = obj.get("usage") or {}
+            if isinstance(usage.get("output_tokens"), int):
+                self.reported_output_tokens = usage["output_tokens"]
+        elif kind == "message_stop":
+            self.finished = True
+        return 0
+
+
+class ResponsesStream(StreamState):
+    """OpenAI Responses events (``{"type": "response.output_text.delta", ...}``), ending with
+    ``response.completed`` or ``response.incomplete``."""
+
+    __slots__ = ()
+
+    def feed(self, payload: bytes) -> int:
+        obj = _event(payload)
+        kind = obj.get("type")
+        if kind in ("error", "response.failed"):
+            err = (obj.get("response") or {}).get("error") or obj
+            raise StreamError("stream_error", str(err.get("message") if isinstance(err, dict) else err))
+        if kind in ("response.output_text.delta", "response.function_call_arguments.delta"):
+            if obj.get("delta"):
+                self.counted_tokens += 1
+                return 1
+        elif kind in ("response.completed", "response.incomplete"):
+            self.finished = True
+            usage = (obj.get("response") or {}).get("usage") or {}
+            if isinstance(usage.get("output_tokens"), int):
+                self.reported_output_tokens = usage["output_tokens"]
+            if isinstance(usage.get("input_tokens"), int):
+                self.reported_prompt_tokens = usage["input_tokens"]
+        return 0
+
+
 @dataclass(frozen=True)
 class Target:
     """One API on one server: the route, the body and the stream parser.
 
-    ``api``: ``openai`` (``/v1/completions``), ``chat`` (``/v1/chat/completions``), ``sagemaker``
+    ``api``: ``openai`` (``/v1/completions``), ``chat`` (``/v1/chat/completions``), ``messages``
+    (Anthropic's ``/v1/messages``), ``responses`` (OpenAI's ``/v1/responses``), ``sagemaker``
     (``/invocations`` with a TGI body, ``"stream": true``, optional inference-component header) or
-    ``tgi`` (``/generate_stream``).
+    ``tgi`` (``/generate_stream``). ``ignore_eos`` applies to the OpenAI completion APIs only: the
+    others have no such field (their max tokens are a cap, and usage reports the real count).
     """
 
     api: str
@@ -163,6 +218,8 @@ class Target:
         return {
             "openai": "/v1/completions",
             "chat": "/v1/chat/completions",
+            "messages": "/v1/messages",
+            "responses": "/v1/responses",
             "sagemaker": "/invocations",
             "tgi": "/generate_stream",
         }[self.api]
@@ -175,6 +232,8 @@ class Target:
         return headers
 
     def body(self, prompt: str, max_new_tokens: int) -> dict[str, Any]:
+        if self.api in ("messages", "responses"):
+            return self._agent_body(prompt, max_new_tokens)
         if self.api in ("openai", "chat"):
             body: dict[str, Any] = {"model": self.model or "default"}
             if self.api == "chat":
@@ -204,7 +263,22 @@ class Target:
             tgi["stream"] = True
         return tgi
 
+    def _agent_body(self, prompt: str, max_new_tokens: int) -> dict[str, Any]:
+        """Messages and Responses bodies: one user turn, streamed."""
+        body: dict[str, Any] = {"model": self.model or "default", "stream": True}
+        if self.api == "messages":
+            body |= {"messages": [{"role": "user", "content": prompt}], "max_tokens": max_new_tokens}
+        else:
+            body |= {"input": prompt, "max_output_tokens": max_new_tokens}
+        if self.temperature is not None:
+            body["temperature"] = self.temperature
+        return body
+
     def new_stream(self) -> StreamState:
         if self.api in ("openai", "chat"):
             return OpenAIStream(chat=self.api == "chat")
+        if self.api == "messages":
+            return MessagesStream()
+        if self.api == "responses":
+            return ResponsesStream()
         return TGIStream()

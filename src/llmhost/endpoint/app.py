@@ -17,6 +17,7 @@ from llmhost.endpoint.manager import EndpointManager
 from llmhost.endpoint.router import Proxy, create_router
 from llmhost.endpoint.runtime import create_runtime_router
 from llmhost.lifecycle import Lifecycle, watch
+from llmhost.server.anthropic_errors import AnthropicErrorsMiddleware
 
 # while draining, operators still see what happens (status) and probes get their 503 from /ping
 OPEN_WHILE_DRAINING = {"/ping", "/health", "/metrics", "/admin/status"}
@@ -76,4 +77,5 @@ def create_app(
     if keys is not None and keys.enabled:  # the router and its admin API alike
         app.add_middleware(ApiKeyMiddleware, keys=keys)
     app.add_middleware(RequestContextMiddleware, lifecycle=lifecycle, open_paths=OPEN_WHILE_DRAINING)
+    app.add_middleware(AnthropicErrorsMiddleware)  # outermost: Anthropic's routes answer in its shape
     return app

@@ -1,10 +1,11 @@
 """The endpoint's data plane: picks a component, then its least-loaded ready copy, and relays.
 
 `/invocations` and the TGI / tokenizer routes name the component in `X-Amzn-SageMaker-Inference-Component`
-(optional with one component); OpenAI routes name it in the body's `model`. Streams pass through chunk
-by chunk. Only a request that provably never reached a copy (the connection could not be made) is sent
-to another; one that reached a copy is never sent again, since the copy may have processed it: it
-gets a 502 naming what happened, and a stream cut by a dying copy ends with an error event.
+(optional with one component); OpenAI, Anthropic Messages and Responses routes name it in the body's
+`model`. Streams pass through chunk by chunk. Only a request that provably never reached a copy (the
+connection could not be made) is sent to another; one that reached a copy is never sent again, since
+the copy may have processed it: it gets a 502 naming what happened, and a stream cut by a dying copy
+ends with an error event.
 """
 
 from __future__ import annotations
@@ -190,7 +191,7 @@ async def _stream(
         log.warning("stream from copy %s cut: %s", replica.id, exc)
         message = (f"copy {replica.id} of inference component {comp.name!r} failed mid-stream: "
                    f"{type(exc).__name__}: {exc}")  # fmt: skip
-        for part in routing.stream_cut(message, framed, tail):
+        for part in routing.stream_cut(message, framed, tail, upstream.request.url.path):
             yield part
 
 

@@ -3,7 +3,8 @@ both answer alike: which component a request is for, which headers travel, the e
 stream cut mid-way ends.
 
 `/invocations` and the TGI / tokenizer routes name the component in `X-Amzn-SageMaker-Inference-Component`
-(optional with one component); OpenAI routes name it in the body's `model`.
+(optional with one component); OpenAI, Anthropic Messages and Responses routes name it in the body's
+`model`.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from llmhost import eventstream
+from llmhost.server.anthropic_errors import is_anthropic
+from llmhost.server.serving.anthropic_events import error_event as anthropic_error_event
 
 COMPONENT_HEADER = "X-Amzn-SageMaker-Inference-Component"
 COPY_HEADER = "X-Llmhost-Copy"
@@ -32,7 +35,10 @@ DROP_RESPONSE = {"content-length", "connection", "keep-alive", "transfer-encodin
 UNNAMED_MODELS = frozenset({"tgi", "dummy"})
 # routes whose component comes from the header, and those whose component comes from the body's model
 HEADER_ROUTES = ("/invocations", "/", "/generate", "/generate_stream", "/tokenize", "/detokenize")
-MODEL_ROUTES = ("/v1/completions", "/v1/chat/completions", "/v1/embeddings")
+MODEL_ROUTES = (
+    "/v1/completions", "/v1/chat/completions", "/v1/embeddings", "/v1/messages", "/v1/messages/count_tokens",
+    "/v1/responses",
+)  # fmt: skip
 
 
 class Routable(Protocol):
@@ -154,13 +160,14 @@ def stream_kind(content_type: str) -> tuple[bool, bool]:
     return framed or content_type.startswith("text/event-stream"), framed
 
 
-def stream_cut(message: str, framed: bool, tail: bytes) -> list[bytes]:
+def stream_cut(message: str, framed: bool, tail: bytes, path: str = "") -> list[bytes]:
     """How a stream cut by a failing copy ends, in the stream's own format: a ModelStreamError in an
     event stream, else an SSE error event (after closing a partly sent event, `tail` being the last
-    bytes sent)."""
+    bytes sent): Anthropic's named `error` event on its routes (`path`), else OpenAI's."""
     if framed:
         return [eventstream.model_stream_error(message, eventstream.STREAM_BROKEN)]
-    return ([b"\n\n"] if tail != b"\n\n" else []) + [error_event(message)]
+    event = anthropic_error_event(message).encode() if is_anthropic(path) else error_event(message)
+    return ([b"\n\n"] if tail != b"\n\n" else []) + [event]
 
 
 def ping(accepting: bool, serving: Mapping[str, bool]) -> Response:

@@ -366,6 +366,7 @@ class Engine:
             seq.request_id, tokens or [], text, logprobs or [], finish, t,
             len(seq.prompt), len(seq.output), error, active.take_prompt_logprobs(), reason,
         )  # fmt: skip
+        event.stop_sequence = active.detok.stop.matched
         if finish is not FinishReason.ABORT:
             log.info("request %s finished (%s%s)\n%s", seq.request_id, finish.value,
                      f": {error}" if error else "", t.print_timings())  # fmt: skip

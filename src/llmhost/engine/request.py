@@ -211,6 +211,8 @@ class GenerationEvent:
     prompt_logprobs: list[TokenLogprob] = field(default_factory=list)
     # why an ERROR, ABORT or TIMEOUT happened, as a short label for metrics (e.g. "sampling", "queue")
     reason: str = ""
+    # with finish_reason STOP: the stop string that matched (None when a grammar completed)
+    stop_sequence: str | None = None
 
     @property
     def finished(self) -> bool:

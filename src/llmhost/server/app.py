@@ -15,14 +15,17 @@ from llmhost.engine import AsyncEngine
 from llmhost.engine.embedder_loop import AsyncEmbedder
 from llmhost.lifecycle import Lifecycle
 from llmhost.server import errors
+from llmhost.server.anthropic_errors import AnthropicErrorsMiddleware
 from llmhost.server.lifecycle import watch_embedder, watch_engine
 from llmhost.server.metrics import ServerMetrics
 from llmhost.server.middleware import BodyLimitMiddleware, CustomAttributesMiddleware
-from llmhost.server.routes import embeddings, openai, ops, runtime, sagemaker, tgi
+from llmhost.server.routes import anthropic, embeddings, openai, ops, responses, runtime, sagemaker, tgi
+from llmhost.server.serving.anthropic import AnthropicServing
 from llmhost.server.serving.context import ServingContext
 from llmhost.server.serving.custom import CustomInference
 from llmhost.server.serving.embeddings import EmbeddingsServing
 from llmhost.server.serving.openai import OpenAIServing
+from llmhost.server.serving.responses import ResponsesServing
 from llmhost.server.serving.tgi import TGIServing
 from llmhost.server.settings import ServerSettings
 
@@ -71,16 +74,19 @@ def create_app(
     app.state.lifecycle = lifecycle
     app.state.openai = OpenAIServing(ctx, settings.tool_parser)
     app.state.tgi = TGIServing(ctx)
+    app.state.anthropic = AnthropicServing(ctx, settings.tool_parser)
+    app.state.responses = ResponsesServing(ctx, settings.tool_parser)
     app.state.embeddings = EmbeddingsServing(ctx)
     # imported now, before serving: a broken inference.py stops the server from starting
     custom = CustomInference.load(settings.inference_script, ctx) if settings.inference_script else None
     app.state.custom = custom
     errors.install(app)
-    for module in (sagemaker, runtime, openai, embeddings, tgi, ops):
+    for module in (sagemaker, runtime, openai, anthropic, responses, embeddings, tgi, ops):
         app.include_router(module.router)
     app.add_middleware(CustomAttributesMiddleware)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
     if settings.api_keys.enabled:  # before the body is read; inside the request id
         app.add_middleware(ApiKeyMiddleware, keys=settings.api_keys)
-    app.add_middleware(RequestContextMiddleware, lifecycle=lifecycle)  # added last: outermost
+    app.add_middleware(RequestContextMiddleware, lifecycle=lifecycle)
+    app.add_middleware(AnthropicErrorsMiddleware)  # added last: outermost, sees every error answer
     return app

@@ -26,6 +26,7 @@ from llmhost.endpoint.rayserve.serveapi import ServeApi, ServeApiError
 from llmhost.endpoint.runtime import create_runtime_router
 from llmhost.endpoint.spec import EndpointSpec
 from llmhost.lifecycle import Lifecycle
+from llmhost.server.anthropic_errors import AnthropicErrorsMiddleware
 
 log = logging.getLogger("llmhost.endpoint")
 POLL_S = 1.0  # how often Ray Serve's view of the copies is read (for /ping, /v1/models, waits)
@@ -110,4 +111,5 @@ class Ingress:
             app.add_middleware(ApiKeyMiddleware, keys=keys)
         # Ray Serve drains the ingress itself (graceful shutdown): this lifecycle never drains
         app.add_middleware(RequestContextMiddleware, lifecycle=Lifecycle())
+        app.add_middleware(AnthropicErrorsMiddleware)  # outermost: Anthropic's routes answer in its shape
         return app

@@ -146,7 +146,7 @@ class RayRelay:
         kind = next((v for k, v in head.headers if k.lower() == "content-type"), "")
         streamed, framed = routing.stream_kind(kind)
         if streamed:
-            chunks = self._chunks(comp, accepted.copy, stream, framed)
+            chunks = self._chunks(comp, accepted.copy, stream, framed, request.url.path)
 
             async def close() -> None:
                 stream.cancel()  # the client left early: the copy stops generating
@@ -168,7 +168,9 @@ class RayRelay:
             return error(502, f"copy {copy} of inference component {comp.name!r} failed while answering: "
                          f"{why(exc)}", "upstream_error")  # fmt: skip
 
-    async def _chunks(self, comp: RayComponent, copy: str, stream: Any, framed: bool) -> AsyncIterator[bytes]:
+    async def _chunks(
+        self, comp: RayComponent, copy: str, stream: Any, framed: bool, path: str
+    ) -> AsyncIterator[bytes]:
         tail = b"\n\n"
         try:
             while True:
@@ -181,5 +183,5 @@ class RayRelay:
             comp.stream_errors += 1
             log.warning("stream from copy %s cut: %s", copy, why(exc))
             message = f"copy {copy} of inference component {comp.name!r} failed mid-stream: {why(exc)}"
-            for part in routing.stream_cut(message, framed, tail):
+            for part in routing.stream_cut(message, framed, tail, path):
                 yield part

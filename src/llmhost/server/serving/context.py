@@ -134,6 +134,13 @@ class ServingContext:
         self.check_capacity()
         return await asyncio.to_thread(self._render_and_tokenize, messages, tools)
 
+    async def count_chat_tokens(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None
+    ) -> int:
+        """The prompt's length without generating (a count is no load: no capacity check)."""
+        self.require_ready()
+        return len(await asyncio.to_thread(self._render_and_tokenize, messages, tools))
+
     def _render_and_tokenize(
         self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None
     ) -> list[int]:

@@ -5,27 +5,27 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
 from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from llmhost.engine import Constraint, FinishReason, GenerationEvent, SamplingParams, TokenLogprob
+from llmhost.engine import FinishReason, GenerationEvent, TokenLogprob
 from llmhost.engine.loop import RequestStream
 from llmhost.server.errors import APIError
 from llmhost.server.protocol.openai import ChatCompletionRequest, CompletionRequest, SamplingFields
 from llmhost.server.serving import tools
+from llmhost.server.serving.chat import ChatPlan, read_message, start_chat
 from llmhost.server.serving.context import (
     EventStreamResponse,
     ServingContext,
-    build_params,
     merge,
     new_id,
     openai_error_event,
     raise_if_failed,
     sse,
 )
+from llmhost.server.serving.params import sampling_params
 from llmhost.server.serving.structured import openai_constraint
 
 FINISH = {
@@ -36,34 +36,6 @@ FINISH = {
     FinishReason.ERROR: "error",
     FinishReason.TIMEOUT: "error",
 }
-
-
-def sampling_params(
-    body: SamplingFields, max_tokens: int, logprobs: int | None, constraint: Constraint | None
-) -> SamplingParams:
-    bias: dict[int, float] = {}
-    for key, value in (body.logit_bias or {}).items():
-        try:
-            bias[int(key)] = value
-        except ValueError as exc:
-            raise APIError(422, f"logit_bias key {key!r} is not a token id", field="logit_bias") from exc
-    return build_params(
-        max_tokens=max_tokens,
-        temperature=body.temperature,
-        top_k=body.top_k,
-        top_p=body.top_p,
-        min_p=body.min_p,
-        typical_p=body.typical_p,
-        repetition_penalty=body.repetition_penalty,
-        frequency_penalty=body.frequency_penalty,
-        presence_penalty=body.presence_penalty,
-        seed=body.seed,
-        stop=body.stop_list(),
-        ignore_eos=body.ignore_eos,
-        logit_bias=bias,
-        logprobs=logprobs,
-        constraint=constraint,
-    )
 
 
 def usage(finals: list[GenerationEvent], n: int) -> dict[str, Any]:
@@ -78,14 +50,6 @@ def usage(finals: list[GenerationEvent], n: int) -> dict[str, Any]:
         "total_tokens": prompt + completion,
         "prompt_tokens_details": {"cached_tokens": cached},
     }
-
-
-@dataclass(slots=True)
-class ChatPlan:
-    """What a chat request decided before generating: how tool calls are read back."""
-
-    tool_mode: str  # "none", "auto" or "forced"
-    parser: tools.ToolParser | None
 
 
 class OpenAIServing:
@@ -226,44 +190,19 @@ class OpenAIServing:
 
     # -- chat --------------------------------------------------------------------------------------
     async def chat(self, body: ChatCompletionRequest, request: Request) -> Response:
-        ctx = self.ctx
-        plan, constraint = self._chat_plan(body)
-        await ctx.check_constraint(constraint)
-        messages = [tools.template_message(m) for m in body.messages]
-        prompt = await ctx.chat_prompt_tokens(messages, tools.template_tools(body))
-        if plan.tool_mode == "auto":
-            plan.parser = tools.parser_for(self.tool_parser, ctx.chat_template().source)
-        max_tokens = body.max_completion_tokens or body.max_tokens or ctx.remaining(len(prompt))
-        top = body.top_logprobs or 0
-        params = sampling_params(body, max_tokens, top if body.logprobs else None, constraint)
         rid = new_id("chatcmpl")
-        streams = ctx.submit_choices(rid, [prompt], [params], body.n, "chat")
+        run = await start_chat(self.ctx, body, openai_constraint(body), rid, "chat", self.tool_parser)
+        plan, streams = run.plan, run.streams
         if body.stream:
             return EventStreamResponse(self._chat_stream(rid, body, plan, streams), streams)
-        results = await ctx.collect_all(streams, request)
+        results = await self.ctx.collect_all(streams, request)
         choices = [self._chat_choice(i, body, plan, events) for i, events in enumerate(results)]
         return JSONResponse(self._envelope(rid, "chat.completion", body, choices, [r[-1] for r in results]))
 
     @staticmethod
-    def _chat_plan(body: ChatCompletionRequest) -> tuple[ChatPlan, Constraint | None]:
-        tool_mode = tools.mode(body)
-        constraint = openai_constraint(body)
-        if tool_mode == "forced":
-            if constraint is not None:
-                raise APIError(400, f"tool_choice forces a tool call; {constraint.field} cannot also apply",
-                               field=constraint.field)  # fmt: skip
-            constraint = tools.forced_constraint(body)
-        return ChatPlan(tool_mode, None), constraint
-
-    def _message(self, plan: ChatPlan, text: str) -> tuple[dict[str, Any], bool]:
+    def _message(plan: ChatPlan, text: str) -> tuple[dict[str, Any], bool]:
         """The assistant message of a choice, and whether it holds tool calls."""
-        content: str | None = text
-        calls: list[tools.ParsedCall] = []
-        if plan.tool_mode == "forced":
-            calls = tools.forced_calls(text)
-            content = None if calls else text
-        elif plan.tool_mode == "auto" and plan.parser is not None:
-            content, calls = plan.parser.parse(text)
+        content, calls = read_message(plan, text)
         message: dict[str, Any] = {"role": "assistant", "content": content}
         if calls:
             message["tool_calls"] = [c.as_openai(i) for i, c in enumerate(calls)]

@@ -10,6 +10,55 @@ from llmhost.engine import Constraint, ConstraintKind
 from llmhost.server.errors import APIError
 from llmhost.server.protocol.openai import ResponseFormat, SamplingFields
 
+# an object schema with any of these decides itself which undeclared properties it takes
+_OPEN_KEYWORDS = ("additionalProperties", "patternProperties", "unevaluatedProperties")
+# subschemas of other instances (items, property values...): closed on their own terms
+_SUBSCHEMA = ("items", "additionalItems", "contains", "additionalProperties")
+_SUBSCHEMA_LISTS = ("prefixItems",)
+_SUBSCHEMA_MAPS = ("properties", "$defs", "definitions", "patternProperties")
+# subschemas that apply to the same instance as their parent: each may hold only part of its properties
+_PARTS = ("if", "then", "else")
+_PART_LISTS = ("allOf",)
+_PART_MAPS = ("dependentSchemas",)
+_ALTERNATIVES = ("anyOf", "oneOf")
+
+
+def closed(schema: Any, part: bool = False) -> Any:
+    """`schema` with undeclared properties closed: an object schema that declares `properties` and
+    says nothing about other ones gets `additionalProperties: false`, as llama-server and vLLM do (a
+    model left free to add properties, a base model above all, keeps inventing them until max_tokens).
+
+    Left open: a `part` of its instance's schema (members of `allOf`, `if`/`then`/`else`,
+    `dependentSchemas`; alternatives of `anyOf`/`oneOf` beside the parent's own `properties`), and a
+    schema with such parts (they may add properties); `not` is left as it is."""
+    if isinstance(schema, list):  # `items` as a tuple (draft 4)
+        return [closed(s) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = dict(schema)
+    for key in _SUBSCHEMA:
+        if key in out:
+            out[key] = closed(out[key])
+    for key in _PARTS:
+        if key in out:
+            out[key] = closed(out[key], part=True)
+    for key, is_part in [*((k, False) for k in _SUBSCHEMA_LISTS), *((k, True) for k in _PART_LISTS),
+                         *((k, "properties" in out) for k in _ALTERNATIVES)]:  # fmt: skip
+        if isinstance(out.get(key), list):
+            out[key] = [closed(s, part=is_part) for s in out[key]]
+    for key in (*_SUBSCHEMA_MAPS, *_PART_MAPS):
+        if isinstance(out.get(key), dict):
+            out[key] = {name: closed(s, part=key in _PART_MAPS) for name, s in out[key].items()}
+    has_parts = any(k in out for k in (*_PARTS, *_PART_LISTS, *_PART_MAPS, *_ALTERNATIVES))
+    if "properties" in out and not part and not has_parts and not any(k in out for k in _OPEN_KEYWORDS):
+        out["additionalProperties"] = False
+    return out
+
+
+def schema_constraint(schema: Any, field: str) -> Constraint:
+    """The one way a JSON schema from a request becomes a constraint (undeclared properties closed)."""
+    return Constraint(ConstraintKind.JSON_SCHEMA, _dump(closed(schema)), field)
+
 
 def _dump(schema: Any) -> str:
     return json.dumps(schema, separators=(",", ":"))
@@ -27,7 +76,7 @@ def from_response_format(fmt: ResponseFormat) -> Constraint | None:
         raise APIError(400, "response_format of type json_schema needs json_schema.schema",
                        field="response_format.json_schema")  # fmt: skip
     # strict or not, the output follows the schema: a constraint engine has no cheaper "loose" mode
-    return Constraint(ConstraintKind.JSON_SCHEMA, _dump(fmt.json_schema.schema_), "response_format")
+    return schema_constraint(fmt.json_schema.schema_, "response_format")
 
 
 def openai_constraint(body: SamplingFields) -> Constraint | None:
@@ -40,7 +89,7 @@ def openai_constraint(body: SamplingFields) -> Constraint | None:
     if body.grammar is not None:
         found.append(Constraint(ConstraintKind.GBNF, body.grammar, "grammar"))
     if body.json_schema is not None:
-        found.append(Constraint(ConstraintKind.JSON_SCHEMA, _dump(body.json_schema), "json_schema"))
+        found.append(schema_constraint(body.json_schema, "json_schema"))
     if len(found) > 1:
         names = " and ".join(c.field for c in found)
         raise APIError(400, f"{names} both constrain the output: give one", field=found[1].field)
@@ -58,7 +107,7 @@ def tgi_constraint(kind: str, value: Any) -> Constraint:
             raise APIError(
                 422, "grammar.value of type json must be a JSON schema object", field="grammar.value"
             )
-        return Constraint(ConstraintKind.JSON_SCHEMA, _dump(schema), "grammar")
+        return schema_constraint(schema, "grammar")
     if not isinstance(value, str):
         raise APIError(422, "grammar.value of type regex must be a string", field="grammar.value")
     return Constraint(ConstraintKind.REGEX, value, "grammar")

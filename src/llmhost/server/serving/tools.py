@@ -13,9 +13,10 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from llmhost.engine import Constraint, ConstraintKind
+from llmhost.engine import Constraint
 from llmhost.server.errors import APIError
 from llmhost.server.protocol.openai import ChatCompletionRequest, ChatMessage, NamedToolChoice, Tool
+from llmhost.server.serving.structured import schema_constraint
 
 
 @dataclass(slots=True, frozen=True)
@@ -145,7 +146,8 @@ def parser_for(name: str, template_source: str) -> ToolParser:
 # -- forcing calls -----------------------------------------------------------------------------------
 def _arguments_schema(parameters: dict[str, Any]) -> dict[str, Any]:
     """The declared parameters and no others (OpenAI's strict function calling): a base model would
-    otherwise keep inventing arguments until max_tokens."""
+    otherwise keep inventing arguments until max_tokens. An object of no declared properties takes
+    none here (nested objects are closed with the rest of the schema: schema_constraint)."""
     if parameters.get("type") == "object" and "additionalProperties" not in parameters:
         return {**parameters, "additionalProperties": False}
     return parameters
@@ -180,7 +182,7 @@ def forced_constraint(body: ChatCompletionRequest) -> Constraint | None:
             schema["maxItems"] = 1
     else:
         return None
-    return Constraint(ConstraintKind.JSON_SCHEMA, json.dumps(schema), "tool_choice")
+    return schema_constraint(schema, "tool_choice")
 
 
 def forced_calls(text: str) -> list[ParsedCall]:

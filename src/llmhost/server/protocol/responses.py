@@ -1,0 +1,133 @@
+"""OpenAI's Responses API (`POST /v1/responses`), stateless: the request body.
+
+Input items: messages (text parts), `function_call` and `function_call_output`. Any other field or
+item type is a 400 naming it.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import Discriminator, Field, Tag
+
+from llmhost.server.errors import APIError
+from llmhost.server.protocol.openai import Strict
+
+ITEM_TYPES = ("message", "function_call", "function_call_output")
+PART_TYPES = ("input_text", "output_text")
+ItemId = Annotated[str, Field(max_length=256)]
+
+
+class TextPart(Strict):
+    type: Literal["input_text", "output_text"]
+    text: str
+    # what an earlier response's output_text carries, sent back as is by clients that replay output
+    annotations: list[Any] | None = None
+    logprobs: list[Any] | None = None
+
+
+class MessageItem(Strict):
+    type: Literal["message"] = "message"
+    role: Literal["user", "assistant", "system", "developer"]
+    content: str | list[TextPart]
+    id: ItemId | None = None
+    status: str | None = None
+
+    def text(self) -> str:
+        return self.content if isinstance(self.content, str) else "".join(p.text for p in self.content)
+
+
+class FunctionCallItem(Strict):
+    type: Literal["function_call"]
+    call_id: Annotated[str, Field(min_length=1, max_length=256)]
+    name: Annotated[str, Field(min_length=1, max_length=64)]
+    arguments: str
+    id: ItemId | None = None
+    status: str | None = None
+
+
+class FunctionCallOutputItem(Strict):
+    type: Literal["function_call_output"]
+    call_id: Annotated[str, Field(min_length=1, max_length=256)]
+    output: str
+    id: ItemId | None = None
+    status: str | None = None
+
+
+def _item_kind(value: Any) -> str:
+    kind = value.get("type", "message") if isinstance(value, dict) else getattr(value, "type", "message")
+    return str(kind)
+
+
+Item = Annotated[
+    Annotated[MessageItem, Tag("message")]
+    | Annotated[FunctionCallItem, Tag("function_call")]
+    | Annotated[FunctionCallOutputItem, Tag("function_call_output")],
+    Discriminator(_item_kind),
+]
+
+
+class FunctionTool(Strict):
+    type: Literal["function"]
+    name: Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$")]
+    description: str | None = None
+    parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object", "properties": {}})
+    strict: bool | None = None
+
+
+class FunctionChoice(Strict):
+    type: Literal["function"]
+    name: str
+
+
+class TextFormat(Strict):
+    type: Literal["text", "json_object", "json_schema"]
+    name: Annotated[str, Field(max_length=64)] | None = None
+    description: str | None = None
+    schema_: Annotated[dict[str, Any] | None, Field(alias="schema")] = None
+    strict: bool | None = None
+
+
+class TextConfig(Strict):
+    format: TextFormat | None = None
+
+
+class ResponsesRequest(Strict):
+    model: str | None = None
+    input: str | Annotated[list[Item], Field(min_length=1)]
+    instructions: str | None = None
+    max_output_tokens: Annotated[int, Field(ge=1)] | None = None
+    temperature: Annotated[float, Field(ge=0.0, le=2.0)] | None = None
+    top_p: Annotated[float, Field(gt=0.0, le=1.0)] | None = None
+    tools: Annotated[list[FunctionTool], Field(max_length=128)] | None = None
+    tool_choice: Literal["none", "auto", "required"] | FunctionChoice | None = None
+    parallel_tool_calls: bool | None = None
+    text: TextConfig | None = None
+    stream: bool = False
+    store: bool | None = None
+    previous_response_id: str | None = None
+    metadata: Annotated[dict[str, Annotated[str, Field(max_length=512)]], Field(max_length=16)] | None = None
+    user: str | None = None
+    truncation: Literal["disabled"] | None = None
+
+
+def check_items(body: Any) -> None:
+    """Item and content types llmhost cannot read are a 400 naming them, before validation."""
+    if not isinstance(body, dict) or not isinstance(body.get("input"), list):
+        return
+    for i, item in enumerate(body["input"]):
+        if not isinstance(item, dict):
+            continue
+        kind = item.get("type", "message")
+        if isinstance(kind, str) and kind not in ITEM_TYPES:
+            raise APIError(400, f"input items of type {kind!r} are not supported: llmhost reads "
+                           f"{', '.join(ITEM_TYPES)} items", field=f"input.{i}.type")  # fmt: skip
+        parts = item.get("content")
+        for j, part in enumerate(parts if isinstance(parts, list) else []):
+            ptype = part.get("type") if isinstance(part, dict) else None
+            if isinstance(ptype, str) and ptype not in PART_TYPES:
+                media = ptype in ("input_image", "input_file")
+                what = "images and files are" if media else f"{ptype!r} parts are"
+                raise APIError(400, f"{what} not supported: llmhost serves text models and reads "
+                               f"{', '.join(PART_TYPES)} parts",
+                               field=f"input.{i}.content.{j}.type")  # fmt: skip

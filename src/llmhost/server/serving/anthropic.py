@@ -1,0 +1,204 @@
+"""Anthropic's Messages API over the chat serving layer: a request is put in OpenAI chat terms (same
+template, tools, constraints and engine as /v1/chat/completions), the answer in Anthropic's blocks
+and named SSE events."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from llmhost.engine import FinishReason, GenerationEvent
+from llmhost.server.errors import APIError
+from llmhost.server.protocol import anthropic as proto
+from llmhost.server.protocol.openai import (
+    ChatCompletionRequest,
+    ChatMessage,
+    FunctionCall,
+    FunctionDef,
+    NamedFunction,
+    NamedToolChoice,
+    Tool,
+    ToolCall,
+)
+from llmhost.server.serving import tools
+from llmhost.server.serving.anthropic_events import MessageEvents, error_event
+from llmhost.server.serving.chat import ChatRun, StreamedOutput, read_message, start_chat
+from llmhost.server.serving.context import EventStreamResponse, ServingContext, raise_if_failed
+
+API = "messages"
+
+
+def message_id() -> str:
+    return f"msg_{uuid.uuid4().hex[:24]}"
+
+
+def _messages(body: proto.CountTokensRequest) -> list[ChatMessage]:
+    out: list[ChatMessage] = []
+    system = body.system_text()
+    if system is not None:
+        out.append(ChatMessage(role="system", content=system))
+    last = len(body.messages) - 1
+    for i, m in enumerate(body.messages):
+        blocks = m.blocks()
+        text = "".join(b.text for b in blocks if isinstance(b, proto.TextBlock))
+        if m.role == "user":
+            out += [ChatMessage(role="tool", tool_call_id=b.tool_use_id, content=b.text())
+                    for b in blocks if isinstance(b, proto.ToolResultBlock)]  # fmt: skip
+            if text or not any(isinstance(b, proto.ToolResultBlock) for b in blocks):
+                out.append(ChatMessage(role="user", content=text))
+            continue
+        if i == last:
+            raise APIError(400, "a final assistant message (a prefill to continue) is not supported: end "
+                           "with a user message", field=f"messages.{i}")  # fmt: skip
+        if any(isinstance(b, proto.ToolResultBlock) for b in blocks):
+            raise APIError(400, "tool_result blocks belong in user messages", field=f"messages.{i}.content")
+        calls = [ToolCall(id=b.id, function=FunctionCall(name=b.name, arguments=json.dumps(b.input)))
+                 for b in blocks if isinstance(b, proto.ToolUseBlock)]  # fmt: skip
+        out.append(ChatMessage(role="assistant", content=text or None, tool_calls=calls or None))
+    return out
+
+
+def _tool_choice(choice: proto.ToolChoice | None) -> tuple[Any, bool]:
+    """OpenAI's tool_choice for Anthropic's, and whether calls may come in parallel."""
+    if choice is None:
+        return None, True
+    if isinstance(choice, proto.ToolChoiceNone):
+        return "none", True
+    parallel = not choice.disable_parallel_tool_use
+    if isinstance(choice, proto.ToolChoiceAny):
+        return "required", parallel
+    if isinstance(choice, proto.ToolChoiceTool):
+        return NamedToolChoice(type="function", function=NamedFunction(name=choice.name)), parallel
+    return "auto", parallel
+
+
+def to_chat(body: proto.CountTokensRequest) -> ChatCompletionRequest:
+    """The request in OpenAI chat terms; sampling fields only for a MessagesRequest."""
+    choice, parallel = _tool_choice(body.tool_choice)
+    chat_tools = [Tool(type="function", function=FunctionDef(name=t.name, description=t.description,
+                                                             parameters=t.input_schema))
+                  for t in body.tools or []]  # fmt: skip
+    chat = ChatCompletionRequest(messages=_messages(body), tools=chat_tools or None, tool_choice=choice,
+                                 parallel_tool_calls=parallel, model=body.model)  # fmt: skip
+    if isinstance(body, proto.MessagesRequest):
+        chat.max_tokens = body.max_tokens
+        chat.temperature = body.temperature
+        chat.top_p = 1.0 if body.top_p is None else body.top_p
+        chat.top_k = body.top_k or 0
+        chat.stop = body.stop_sequences
+    return chat
+
+
+def stop_reason(event: GenerationEvent, called: bool) -> tuple[str, str | None]:
+    """Anthropic's stop_reason (and stop_sequence) of a finished generation."""
+    if called:
+        return "tool_use", None
+    if event.finish_reason is FinishReason.LENGTH:
+        return "max_tokens", None
+    if event.finish_reason is FinishReason.STOP and event.stop_sequence is not None:
+        return "stop_sequence", event.stop_sequence
+    return "end_turn", None
+
+
+def tool_uses(calls: list[tools.ParsedCall]) -> list[dict[str, Any]] | None:
+    """tool_use blocks, or None if a call's arguments are not a JSON object (then the output is text)."""
+    blocks = []
+    for call in calls:
+        try:
+            arguments = json.loads(call.arguments)
+        except ValueError:
+            return None
+        if not isinstance(arguments, dict):
+            return None
+        blocks.append({"type": "tool_use", "id": f"toolu_{uuid.uuid4().hex[:24]}", "name": call.name,
+                       "input": arguments})  # fmt: skip
+    return blocks
+
+
+def renamed(exc: APIError) -> APIError:
+    """An error naming a chat field, renamed to the Messages field it came from."""
+    names = {"prompt": "messages", "stop": "stop_sequences"}
+    if exc.field in names:
+        exc.field = names[exc.field]
+    return exc
+
+
+class AnthropicServing:
+    def __init__(self, ctx: ServingContext, tool_parser: str = "auto") -> None:
+        self.ctx = ctx
+        self.tool_parser = tool_parser
+
+    async def messages(self, body: proto.MessagesRequest, request: Request) -> Response:
+        rid = message_id()
+        try:
+            run = await start_chat(self.ctx, to_chat(body), None, rid, API, self.tool_parser)
+        except APIError as exc:
+            raise renamed(exc) from exc
+        if body.stream:
+            events = MessageEvents(rid, body.model, run.prompt_tokens)
+            return EventStreamResponse(self._stream(run, events), run.streams, on_error=error_event)
+        events_of = (await self.ctx.collect_all(run.streams, request))[0]
+        last = events_of[-1]
+        raise_if_failed(last)
+        self.ctx.finished(API, last)
+        return JSONResponse(self._message(rid, body, run, events_of))
+
+    def _message(
+        self, rid: str, body: proto.MessagesRequest, run: ChatRun, events: list[GenerationEvent]
+    ) -> dict[str, Any]:
+        last = events[-1]
+        text = "".join(e.text for e in events)
+        content, calls = read_message(run.plan, text)
+        uses = tool_uses(calls)
+        if uses is None:
+            content, uses = text, []
+        blocks: list[dict[str, Any]] = [{"type": "text", "text": content}] if content else []
+        reason, sequence = stop_reason(last, bool(uses))
+        return {
+            "id": rid,
+            "type": "message",
+            "role": "assistant",
+            "model": body.model,
+            "content": blocks + uses,
+            "stop_reason": reason,
+            "stop_sequence": sequence,
+            "usage": {"input_tokens": last.prompt_tokens, "output_tokens": last.completion_tokens},
+        }
+
+    async def _stream(self, run: ChatRun, events: MessageEvents) -> AsyncIterator[str]:
+        output = StreamedOutput(run.plan)
+        whole, sent = "", 0
+        yield events.start()
+        async for event in run.streams[0]:
+            if event.error is not None:
+                timeout = event.finish_reason is FinishReason.TIMEOUT
+                yield error_event(event.error, "timeout_error" if timeout else "api_error")
+                return
+            whole += event.text
+            text, calls = output.feed(event.text, event.finished)
+            sent += len(text)
+            uses = tool_uses(calls) if event.finished else []
+            if uses is None:  # not calls after all: what was held back is text
+                text, uses = text + whole[sent:], []
+            for line in events.text(text):
+                yield line
+            if event.finished:
+                self.ctx.finished(API, event)
+                reason, sequence = stop_reason(event, bool(uses))
+                for line in events.finish(uses, reason, sequence, event.completion_tokens):
+                    yield line
+
+    async def count_tokens(self, body: proto.CountTokensRequest) -> dict[str, Any]:
+        chat = to_chat(body)
+        try:
+            tools.mode(chat)
+            messages = [tools.template_message(m) for m in chat.messages]
+            n = await self.ctx.count_chat_tokens(messages, tools.template_tools(chat))
+        except APIError as exc:
+            raise renamed(exc) from exc
+        return {"input_tokens": n}

@@ -1,0 +1,82 @@
+"""Anthropic's streaming events, in their documented order: message_start, ping, per content block
+content_block_start / content_block_delta* / content_block_stop, then message_delta and
+message_stop; an error mid-stream is an `error` event."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+
+def event(name: str, data: dict[str, Any]) -> str:
+    return f"event: {name}\ndata: {json.dumps(data, separators=(',', ':'), ensure_ascii=False)}\n\n"
+
+
+def error_body(message: str, type_: str = "api_error") -> dict[str, Any]:
+    return {"type": "error", "error": {"type": type_, "message": message}}
+
+
+def error_event(message: str, type_: str = "api_error") -> str:
+    return event("error", error_body(message, type_))
+
+
+class MessageEvents:
+    """The events of one streamed message; text opens a text block, which stays open until the
+    message ends or a tool_use block follows."""
+
+    def __init__(self, message_id: str, model: str, input_tokens: int) -> None:
+        self.message_id = message_id
+        self.model = model
+        self.input_tokens = input_tokens
+        self.index = 0
+        self.text_open = False
+
+    def start(self) -> str:
+        message: dict[str, Any] = {
+            "id": self.message_id, "type": "message", "role": "assistant", "model": self.model,
+            "content": [], "stop_reason": None, "stop_sequence": None,
+            "usage": {"input_tokens": self.input_tokens, "output_tokens": 0},
+        }  # fmt: skip
+        return event("message_start", {"type": "message_start", "message": message}) + event(
+            "ping", {"type": "ping"}
+        )
+
+    def text(self, piece: str) -> Iterator[str]:
+        if not piece:
+            return
+        if not self.text_open:
+            self.text_open = True
+            yield event("content_block_start", {"type": "content_block_start", "index": self.index,
+                                                "content_block": {"type": "text", "text": ""}})  # fmt: skip
+        yield event("content_block_delta", {"type": "content_block_delta", "index": self.index,
+                                            "delta": {"type": "text_delta", "text": piece}})  # fmt: skip
+
+    def _close_text(self) -> Iterator[str]:
+        if self.text_open:
+            self.text_open = False
+            yield event("content_block_stop", {"type": "content_block_stop", "index": self.index})
+            self.index += 1
+
+    def tool_use(self, block: dict[str, Any]) -> Iterator[str]:
+        yield from self._close_text()
+        start = {**block, "input": {}}
+        yield event("content_block_start", {"type": "content_block_start", "index": self.index,
+                                            "content_block": start})  # fmt: skip
+        partial = json.dumps(block["input"], separators=(",", ":"), ensure_ascii=False)
+        delta = {"type": "input_json_delta", "partial_json": partial}
+        yield event("content_block_delta", {"type": "content_block_delta", "index": self.index,
+                                            "delta": delta})  # fmt: skip
+        yield event("content_block_stop", {"type": "content_block_stop", "index": self.index})
+        self.index += 1
+
+    def finish(
+        self, uses: list[dict[str, Any]], stop_reason: str, stop_sequence: str | None, output_tokens: int
+    ) -> Iterator[str]:
+        yield from self._close_text()
+        for block in uses:
+            yield from self.tool_use(block)
+        delta = {"stop_reason": stop_reason, "stop_sequence": stop_sequence}
+        yield event("message_delta", {"type": "message_delta", "delta": delta,
+                                      "usage": {"output_tokens": output_tokens}})  # fmt: skip
+        yield event("message_stop", {"type": "message_stop"})

@@ -1,0 +1,155 @@
+"""The Responses API's output: the response object, its output items, and its streaming events in the
+documented order, each with a `sequence_number`:
+
+response.created, response.in_progress; per message item response.output_item.added,
+response.content_part.added, response.output_text.delta*, response.output_text.done,
+response.content_part.done, response.output_item.done; per function call response.output_item.added,
+response.function_call_arguments.delta, response.function_call_arguments.done,
+response.output_item.done; then response.completed (or response.incomplete when cut by
+max_output_tokens, response.failed when generation failed; `error` for an unexpected failure).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+from llmhost.server.serving.tools import ParsedCall
+
+
+def item_id(prefix: str) -> str:
+    return f"{prefix}_{uuid.uuid4().hex[:24]}"
+
+
+def text_part(text: str) -> dict[str, Any]:
+    return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+
+
+def message_item(mid: str, text: str, status: str) -> dict[str, Any]:
+    content = [text_part(text)] if status != "in_progress" else []
+    return {"id": mid, "type": "message", "status": status, "role": "assistant", "content": content}
+
+
+def call_item(call: ParsedCall, status: str = "completed") -> dict[str, Any]:
+    return {"id": item_id("fc"), "type": "function_call", "status": status, "call_id": item_id("call"),
+            "name": call.name, "arguments": call.arguments}  # fmt: skip
+
+
+def usage(prompt: int, completion: int, cached: int) -> dict[str, Any]:
+    return {
+        "input_tokens": prompt,
+        "input_tokens_details": {"cached_tokens": cached},
+        "output_tokens": completion,
+        "output_tokens_details": {"reasoning_tokens": 0},
+        "total_tokens": prompt + completion,
+    }
+
+
+class ResponseShape:
+    """The response object's fields that echo the request, shared by every snapshot of it."""
+
+    def __init__(self, rid: str, echo: dict[str, Any]) -> None:
+        self.rid = rid
+        self.echo = echo
+        self.created_at = int(time.time())
+
+    def object(
+        self,
+        status: str,
+        output: list[dict[str, Any]],
+        use: dict[str, Any] | None = None,
+        incomplete: str | None = None,
+        error: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        return {
+            "id": self.rid, "object": "response", "created_at": self.created_at, "status": status,
+            "error": error, "incomplete_details": {"reason": incomplete} if incomplete else None,
+            **self.echo, "output": output, "usage": use,
+        }  # fmt: skip
+
+
+def sse(name: str, data: dict[str, Any]) -> str:
+    return f"event: {name}\ndata: {json.dumps(data, separators=(',', ':'), ensure_ascii=False)}\n\n"
+
+
+class ResponseEvents:
+    """The events of one streamed response. Text opens a message item (output_index 0); function
+    calls follow it as their own items."""
+
+    def __init__(self, shape: ResponseShape) -> None:
+        self.shape = shape
+        self.seq = 0
+        self.output: list[dict[str, Any]] = []
+        self.message_id = item_id("msg")
+        self.text_so_far: str | None = None  # None until the message item is open
+
+    def _event(self, kind: str, /, **fields: Any) -> str:
+        data = {"type": kind, "sequence_number": self.seq, **fields}
+        self.seq += 1
+        return sse(kind, data)
+
+    def start(self) -> Iterator[str]:
+        snapshot = self.shape.object("in_progress", [])
+        yield self._event("response.created", response=snapshot)
+        yield self._event("response.in_progress", response=snapshot)
+
+    def _where(self) -> dict[str, Any]:
+        return {"item_id": self.message_id, "output_index": 0, "content_index": 0}
+
+    def text(self, piece: str) -> Iterator[str]:
+        if not piece:
+            return
+        if self.text_so_far is None:
+            self.text_so_far = ""
+            yield self._event("response.output_item.added", output_index=0,
+                              item=message_item(self.message_id, "", "in_progress"))  # fmt: skip
+            yield self._event("response.content_part.added", **self._where(), part=text_part(""))
+        self.text_so_far += piece
+        yield self._event("response.output_text.delta", **self._where(), delta=piece, logprobs=[])
+
+    def _close_message(self, status: str) -> Iterator[str]:
+        if self.text_so_far is None:
+            return
+        text = self.text_so_far
+        yield self._event("response.output_text.done", **self._where(), text=text, logprobs=[])
+        yield self._event("response.content_part.done", **self._where(), part=text_part(text))
+        item = message_item(self.message_id, text, status)
+        self.output.append(item)
+        yield self._event("response.output_item.done", output_index=0, item=item)
+
+    def call(self, call: ParsedCall) -> Iterator[str]:
+        index = len(self.output)
+        item = call_item(call)
+        yield self._event("response.output_item.added", output_index=index,
+                          item={**item, "status": "in_progress", "arguments": ""})  # fmt: skip
+        where = {"item_id": item["id"], "output_index": index}
+        yield self._event("response.function_call_arguments.delta", **where, delta=call.arguments)
+        yield self._event("response.function_call_arguments.done", **where, name=call.name,
+                          arguments=call.arguments)  # fmt: skip
+        self.output.append(item)
+        yield self._event("response.output_item.done", output_index=index, item=item)
+
+    def finish(self, calls: list[ParsedCall], incomplete: bool, use: dict[str, Any]) -> Iterator[str]:
+        if self.text_so_far is None and not calls:
+            self.text_so_far = ""  # an empty answer is still one (empty) message
+            yield self._event("response.output_item.added", output_index=0,
+                              item=message_item(self.message_id, "", "in_progress"))  # fmt: skip
+            yield self._event("response.content_part.added", **self._where(), part=text_part(""))
+        status = "incomplete" if incomplete and not calls else "completed"
+        yield from self._close_message(status)
+        for call in calls:
+            yield from self.call(call)
+        reason = "max_output_tokens" if status == "incomplete" else None
+        final = self.shape.object(status, self.output, use, reason)
+        yield self._event(f"response.{status}", response=final)
+
+    def failed(self, message: str, code: str = "server_error") -> str:
+        error = {"code": code, "message": message}
+        return self._event("response.failed", response=self.shape.object("failed", self.output, error=error))
+
+    def error(self, message: str) -> str:
+        """An unexpected failure while streaming (EventStreamResponse's on_error)."""
+        return self._event("error", code="server_error", message=message, param=None)

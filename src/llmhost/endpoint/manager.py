@@ -26,7 +26,7 @@ from llmhost.endpoint.placement import (
 )
 from llmhost.endpoint.replica import Replica, ReplicaState, ReplicaTiming
 from llmhost.endpoint.spec import ComponentSpec, EndpointSpec
-from llmhost.store.resolve import ResolvedModel
+from llmhost.store.model import ResolvedModel
 
 log = logging.getLogger("llmhost.endpoint")
 

@@ -28,7 +28,7 @@ from llmhost.endpoint.memlimit import MemoryLimit, memory_limit
 from llmhost.endpoint.placement import Allocation
 from llmhost.endpoint.procs import cpus_allowed, exit_reason, free_port, preexec, rss_mb
 from llmhost.endpoint.spec import ComponentSpec
-from llmhost.store.resolve import ResolvedModel
+from llmhost.store.model import ResolvedModel
 
 log = logging.getLogger("llmhost.endpoint")
 

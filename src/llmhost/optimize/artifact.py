@@ -301,7 +301,7 @@ def measure_load(gguf: Path, threads: int = 0, repeats: int = 3) -> dict[str, An
 
 def system_prompt_tokens(model: Any, recipe: Recipe) -> list[int]:
     """The tokens a request carrying the system prompt starts with."""
-    from llmhost.server.chat_template import ChatTemplate
+    from llmhost.chat_template import ChatTemplate
 
     assert recipe.system_prompt is not None
     info = model.info

@@ -15,6 +15,7 @@ from starlette.requests import Request
 from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
+from llmhost.chat_template import ChatTemplate, ChatTemplateError
 from llmhost.engine import (
     AsyncEngine,
     Constraint,
@@ -27,7 +28,6 @@ from llmhost.engine import (
 )
 from llmhost.engine.embedder_loop import AsyncEmbedder
 from llmhost.engine.loop import RequestStream
-from llmhost.server.chat_template import ChatTemplate, ChatTemplateError
 from llmhost.server.errors import APIError, from_engine, model_loading, unavailable
 from llmhost.server.metrics import ServerMetrics
 from llmhost.server.settings import ServerSettings

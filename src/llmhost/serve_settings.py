@@ -17,9 +17,9 @@ from llmhost.auth import ApiKeys
 
 if TYPE_CHECKING:
     from llmhost.engine import EngineConfig
-    from llmhost.optimize.artifact import ServeHints
     from llmhost.server import ServerSettings
     from llmhost.store import ResolvedModel
+    from llmhost.store.artifact import ServeHints
 
 # the variables that size the engine when an option leaves a limit unset (SageMaker's and TGI's names)
 LIMIT_ENV = ("MAX_CONCURRENT_REQUESTS", "MAX_INPUT_LENGTH", "MAX_TOTAL_TOKENS", "MAX_BATCH_TOTAL_TOKENS")
@@ -88,7 +88,7 @@ def _artifact(
     its recipe's serving settings (speculative decoding) not given as options. The model's directory
     is where they are, whatever the reference's form (a directory, an s3:// prefix or archive,
     $SM_MODEL_DIR)."""
-    from llmhost.optimize.artifact import serving_hints
+    from llmhost.store.artifact import serving_hints
 
     model_dir = resolved.model_dir
     hints = serving_hints(model_dir, opts.flash_attn) if model_dir is not None else None

@@ -22,9 +22,10 @@ from llmhost.endpoint.rayserve.options import RayTiming, component_options
 from llmhost.endpoint.rayserve.server import InProcessServer
 from llmhost.endpoint.spec import ComponentSpec, EngineSpec, parse_endpoint
 from llmhost.lifecycle import Lifecycle
-from llmhost.optimize.artifact import ARTIFACT_JSON, MODEL_GGUF, RECIPE_YAML, write_serving_settings
+from llmhost.optimize.artifact import write_serving_settings
 from llmhost.serve_settings import LIMIT_ENV, ServeOptions
 from llmhost.server import ServerSettings
+from llmhost.store.artifact import ARTIFACT_JSON, MODEL_GGUF, RECIPE_YAML
 
 
 @pytest.fixture(autouse=True)

@@ -12,11 +12,6 @@ from typer.testing import CliRunner
 from llmhost.bench.metrics import LevelSummary
 from llmhost.cli import app
 from llmhost.optimize.artifact import (
-    ARTIFACT_JSON,
-    MODEL_GGUF,
-    RECIPE_YAML,
-    serving_hints,
-    serving_settings,
     write_serving_settings,
 )
 from llmhost.optimize.recipe_run import (
@@ -27,6 +22,13 @@ from llmhost.optimize.recipe_run import (
     load_recipe,
     parse_recipe,
     serve_argv,
+)
+from llmhost.store.artifact import (
+    ARTIFACT_JSON,
+    MODEL_GGUF,
+    RECIPE_YAML,
+    serving_hints,
+    serving_settings,
 )
 
 

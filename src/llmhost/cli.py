@@ -14,7 +14,7 @@ from llmhost.bench.cli import app as bench_app
 from llmhost.endpoint.cli import app as endpoint_app
 from llmhost.optimize.cli import app as optimize_app
 from llmhost.store.options import S3EndpointOpt, use_s3_endpoint
-from llmhost.tune_cli import tune
+from llmhost.tune.cli import tune
 
 if TYPE_CHECKING:
     from llmhost.server import ServerSettings

@@ -18,11 +18,11 @@ from pathlib import Path
 from llmhost.bench.results import BenchResults
 from llmhost.bench.runner import NullProgress, Progress
 from llmhost.bench.sweep import ConfigSpec, ServeSpec, SweepSpec, arun_sweep
-from llmhost.bench.tune.search import Search
-from llmhost.bench.tune.slo import TuneSLO, judge
-from llmhost.bench.tune.space import Candidate, SearchSpace
-from llmhost.bench.tune.state import CandidateRecord, CandidateState
 from llmhost.serve_settings import DEFAULT_MAX_BATCH_TOKENS, DEFAULT_MAX_CONCURRENT
+from llmhost.tune.search import Search
+from llmhost.tune.slo import TuneSLO, judge
+from llmhost.tune.space import Candidate, SearchSpace
+from llmhost.tune.state import CandidateRecord, CandidateState
 
 # `llmhost serve` reads these when its flags are not given: set, they change what the baseline runs
 SERVE_ENV = ("MAX_CONCURRENT_REQUESTS", "MAX_BATCH_TOTAL_TOKENS", "LLMHOST_THREADS")

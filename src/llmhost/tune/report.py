@@ -95,7 +95,7 @@ def chart_svg(doc: dict[str, Any]) -> str:
 
 def _env() -> jinja2.Environment:
     return jinja2.Environment(
-        loader=jinja2.PackageLoader("llmhost.bench.tune", "templates"),
+        loader=jinja2.PackageLoader("llmhost.tune", "templates"),
         autoescape=True,
         undefined=jinja2.StrictUndefined,
         trim_blocks=True,

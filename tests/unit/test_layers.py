@@ -108,3 +108,33 @@ def test_the_checker_sees_an_upward_import(tmp_path: Path) -> None:
     path.write_text("def f():\n    from llmhost.server import app\n    from .. import cli\n")
     found = list(imports("llmhost.engine.engine_mod", path))
     assert "llmhost.server" in found and any(layer_of(t) < layer_of("llmhost.engine") for t in found)
+
+
+def test_no_import_cycles_between_modules() -> None:
+    """Package `__init__` re-exports aside: a cycle (store's resolve -> s3 -> download -> s3client ->
+    resolve was one) means two modules share something that belongs in a third."""
+    packages = {name for name, path in MODULES.items() if path.name == "__init__.py"}
+    graph: dict[str, set[str]] = {}
+    for name, path in MODULES.items():
+        if name in packages:
+            continue
+        targets = set()
+        for target in imports(name, path):
+            while target and target not in MODULES:
+                target = target.rpartition(".")[0]
+            if target and target != name and target not in packages:
+                targets.add(target)
+        graph[name] = targets
+    done: set[str] = set()
+
+    def visit(node: str, path: list[str]) -> None:
+        if node in path:
+            raise AssertionError("import cycle: " + " -> ".join([*path[path.index(node):], node]))
+        if node in done:
+            return
+        for nxt in sorted(graph.get(node, ())):
+            visit(nxt, [*path, node])
+        done.add(node)
+
+    for name in sorted(graph):
+        visit(name, [])

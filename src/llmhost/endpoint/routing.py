@@ -17,6 +17,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from llmhost import eventstream
+from llmhost.asgi import error_body, retry_after
 
 COMPONENT_HEADER = "X-Amzn-SageMaker-Inference-Component"
 COPY_HEADER = "X-Llmhost-Copy"
@@ -75,17 +76,13 @@ class Relay(StreamingResponse):
 
 def error(status: int, message: str, type_: str = "invalid_request_error", field: str | None = None,
           **extra: Any) -> JSONResponse:  # fmt: skip
-    body: dict[str, Any] = {"message": message, "type": type_, "param": field, "code": status}
-    if field is not None:
-        body["field"] = field
-    body.update(extra)
-    headers = {"Retry-After": "1"} if status in (429, 503) else None
-    return JSONResponse({"error": body}, status_code=status, headers=headers)
+    headers = retry_after() if status in (429, 503) else None
+    return JSONResponse(error_body(status, message, type_, field=field, **extra), status_code=status,
+                        headers=headers)  # fmt: skip
 
 
 def error_event(message: str, status: int = 502) -> bytes:
-    body = {"error": {"message": message, "type": "upstream_error", "param": None, "code": status}}
-    return f"data: {json.dumps(body)}\n\n".encode()
+    return f"data: {json.dumps(error_body(status, message, 'upstream_error'))}\n\n".encode()
 
 
 def known(registry: Components[Routable]) -> str:

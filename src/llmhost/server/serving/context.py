@@ -15,6 +15,7 @@ from starlette.requests import Request
 from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
+from llmhost.asgi import error_body
 from llmhost.chat_template import ChatTemplate, ChatTemplateError
 from llmhost.engine import (
     AsyncEngine,
@@ -222,7 +223,7 @@ class ServingContext:
 
 
 def openai_error_event(message: str, type_: str = "server_error", code: int = 500) -> str:
-    return sse({"error": {"message": message, "type": type_, "code": code}})
+    return sse(error_body(code, message, type_))
 
 
 async def _guarded(content: AsyncIterator[str], on_error: Callable[[str], str]) -> AsyncIterator[str]:

@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.background import BackgroundTask
 from starlette.responses import JSONResponse, Response
 
-from llmhost.endpoint.manager import ComponentError, EndpointManager, ModelRefError
+from llmhost.endpoint.manager import ComponentError, ComponentExistsError, EndpointManager, ModelRefError
 from llmhost.endpoint.placement import InsufficientCapacityError
 from llmhost.endpoint.router import error
 from llmhost.endpoint.spec import SpecError, parse_components
@@ -72,9 +72,10 @@ def create_admin(manager: EndpointManager, shutdown: Callable[[], None] = termin
         return None
 
     def failure(exc: Exception) -> Response:
+        if isinstance(exc, ComponentExistsError):
+            return error(409, str(exc), "conflict_error")
         if isinstance(exc, ComponentError):
-            status = 409 if "already exists" in str(exc) else 404
-            return error(status, str(exc), "not_found_error" if status == 404 else "conflict_error")
+            return error(404, str(exc), "not_found_error")
         if isinstance(exc, InsufficientCapacityError):
             return error(409, str(exc), "insufficient_capacity")
         return error(422, str(exc), field=exc.field if isinstance(exc, BadBody) else None)

@@ -29,6 +29,7 @@ from llmhost.engine import (
 )
 from llmhost.engine.embedder_loop import AsyncEmbedder
 from llmhost.engine.loop import RequestStream
+from llmhost.engine.request import ParamError
 from llmhost.server.errors import APIError, from_engine, model_loading, unavailable
 from llmhost.server.metrics import ServerMetrics
 from llmhost.server.settings import ServerSettings
@@ -301,6 +302,7 @@ def build_params(**fields: Any) -> SamplingParams:
     """SamplingParams, with a value the engine refuses answered as a 422 naming its field."""
     try:
         return SamplingParams(**fields)
+    except ParamError as exc:
+        raise APIError(422, str(exc), field=exc.field_name if exc.field_name in fields else None) from exc
     except ValueError as exc:
-        name = str(exc).split(" ", 1)[0]
-        raise APIError(422, str(exc), field=name if name in fields else None) from exc
+        raise APIError(422, str(exc)) from exc

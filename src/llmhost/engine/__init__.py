@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from llmhost.engine.config import EngineConfig, available_cpus
     from llmhost.engine.engine import Engine, EngineObserver, EngineStats
     from llmhost.engine.llama import LlamaModel, ModelInfo, ModelLoadError
-    from llmhost.engine.loop import AsyncEngine, EngineState, RequestStream
+    from llmhost.engine.loop import AsyncEngine, RequestStream
     from llmhost.engine.request import (
         Constraint,
         ConstraintKind,
@@ -30,13 +30,14 @@ if TYPE_CHECKING:
         Timings,
         TokenLogprob,
     )
+    from llmhost.engine.worker import EngineState
 
 # name → the module defining it, imported on first use
 _HOMES = {
     "EngineConfig": "config", "available_cpus": "config",
     "Engine": "engine", "EngineObserver": "engine", "EngineStats": "engine",
     "LlamaModel": "llama", "ModelInfo": "llama", "ModelLoadError": "llama",
-    "AsyncEngine": "loop", "EngineState": "loop", "RequestStream": "loop",
+    "AsyncEngine": "loop", "EngineState": "worker", "RequestStream": "loop",
     **dict.fromkeys((
         "Constraint", "ConstraintKind", "EngineError", "EngineUnavailableError", "FinishReason",
         "GenerationEvent", "GenerationRequest", "InvalidRequestError", "QueueFullError",

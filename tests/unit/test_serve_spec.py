@@ -15,7 +15,8 @@ import typer
 from typer.testing import CliRunner
 
 import llmhost.serve_settings
-from llmhost.bench.sweep import ConfigSpec, SweepSpec, expand, serve_model
+from llmhost.bench.serve_config import serve_model
+from llmhost.bench.sweep import ConfigSpec, SweepSpec, expand
 from llmhost.cli import serve_command
 from llmhost.endpoint.rayserve.server import copy_options
 from llmhost.endpoint.replica import copy_command

@@ -35,10 +35,10 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from llmhost.bench.config import BenchConfig
 from llmhost.bench.labels import model_labels
@@ -48,51 +48,8 @@ from llmhost.bench.report import ResultsWriter
 from llmhost.bench.results import BenchResults, ConfigResult
 from llmhost.bench.runner import NullProgress, Progress, _now, finish_results, measure_config
 from llmhost.bench.saturation import SaturationRule
+from llmhost.bench.serve_config import ServeSpec, as_list, endpoint_engine, label
 from llmhost.bench.slo import GoodputSLO
-from llmhost.serve_spec import SERVE_SPEC, Setting, SettingsSpec
-
-
-class _ServeBase(BaseModel):
-    """A ``serve:`` configuration: the model, copies, and any `llmhost serve` setting (but host and port,
-    which the sweep picks), each a value or a list; the configuration expands to their product. Its
-    setting keys are generated from the settings spec (``serve_model``)."""
-
-    model_config = ConfigDict(extra="forbid")
-    settings: ClassVar[SettingsSpec] = SERVE_SPEC
-
-    model: str | list[str] = "default"
-    copies: int | list[int] = 1
-    router_cpus: int = Field(default=0, ge=0)  # copies > 1: the endpoint file's router.num_cpus
-    extra_args: list[str] = Field(default_factory=list)
-
-    def given(self) -> dict[str, list[Any]]:
-        """The settings this configuration sets, each as its list of values, in the spec's order."""
-        values = {s.name: getattr(self, s.name) for s in _sweepable(self.settings)}
-        return {name: _as_list(v) for name, v in values.items() if v is not None}
-
-
-def _sweepable(settings: SettingsSpec) -> list[Setting]:
-    return [s for s in settings.built() if s.name not in ("host", "port")]
-
-
-def serve_model(settings: SettingsSpec) -> type[_ServeBase]:
-    """The ``serve:`` model: one optional key per setting, a value or a list of values."""
-    keys: dict[str, Any] = {}
-    for s in _sweepable(settings):
-        kind: Any = str if s.type is Path else s.type
-        keys[s.name] = (kind | list[kind] | None, None)
-    model = create_model("ServeSpec", __base__=_ServeBase, __module__=__name__, **keys)
-    model.settings = settings
-    return model
-
-
-if TYPE_CHECKING:
-
-    class ServeSpec(_ServeBase):
-        def __init__(self, **values: Any) -> None: ...
-
-else:
-    ServeSpec = serve_model(SERVE_SPEC)
 
 
 class ConfigSpec(BaseModel):
@@ -191,31 +148,17 @@ class Launch(BaseModel):
     spec: ConfigSpec
 
 
-def _as_list(v: Any) -> list[Any]:
-    if v is None:
-        return [None]
-    return v if isinstance(v, list) else [v]
-
-
-def _label(setting: Setting, value: Any, varied: bool) -> str | None:
-    """A setting's part of a configuration's name: always for those with a short label (t2, mc4, b512),
-    else only when the configuration lists several values."""
-    if setting.label:
-        return f"{setting.label}{value}"
-    return f"{setting.name}{value}" if varied else None
-
-
 def _serve_launches(cfg: ConfigSpec, labels: dict[str, str]) -> list[Launch]:
     """One launch per combination: `llmhost serve`, or `llmhost endpoint up` for several copies."""
     s = cfg.serve
     assert s is not None
     settings, swept = s.settings, s.given()
     launches = []
-    for model, *values, copies in itertools.product(_as_list(s.model), *swept.values(), _as_list(s.copies)):
+    for model, *values, copies in itertools.product(as_list(s.model), *swept.values(), as_list(s.copies)):
         given = dict(zip(swept, values, strict=True))
         params: dict[str, Any] = {"model": model, **given}
         parts = [labels[str(model)]]
-        parts += [p for n, v in given.items() if (p := _label(settings[n], v, len(swept[n]) > 1))]
+        parts += [p for n, v in given.items() if (p := label(settings[n], v, len(swept[n]) > 1))]
         argv = [*llmhost_command(), "serve", str(model),
                 *settings.argv({"host": HOST, "port": "{port}", **given}), *s.extra_args]  # fmt: skip
         if copies not in (None, 1):
@@ -223,7 +166,7 @@ def _serve_launches(cfg: ConfigSpec, labels: dict[str, str]) -> list[Launch]:
                 raise ValueError("extra_args apply to single `llmhost serve` configurations only")
             params["copies"] = copies
             parts.append(f"x{copies}")
-            path = endpoint_file("-".join(parts), str(model), copies, _endpoint_engine(settings, given),
+            path = endpoint_file("-".join(parts), str(model), copies, endpoint_engine(settings, given),
                                  given.get("threads"), s.router_cpus)  # fmt: skip
             argv = [*llmhost_command(), "endpoint", "up", str(path), "--host", HOST, "--port", "{port}"]
         name = "-".join(parts)
@@ -232,18 +175,9 @@ def _serve_launches(cfg: ConfigSpec, labels: dict[str, str]) -> list[Launch]:
     return launches
 
 
-def _endpoint_engine(settings: SettingsSpec, given: dict[str, Any]) -> dict[str, Any]:
-    """The endpoint file's `engine:` for the given settings (threads are the copies' CPUs)."""
-    engine = {n: v for n, v in given.items() if n != "threads"}
-    refused = [n for n in engine if not settings[n].endpoint]
-    if refused:
-        raise ValueError(f"{', '.join(refused)}: not a setting of an endpoint file, so not for copies > 1")
-    return engine
-
-
 def expand(spec: SweepSpec) -> list[Launch]:
     launches: list[Launch] = []
-    labels = model_labels(str(m) for c in spec.configurations if c.serve for m in _as_list(c.serve.model))
+    labels = model_labels(str(m) for c in spec.configurations if c.serve for m in as_list(c.serve.model))
     for i, cfg in enumerate(spec.configurations):
         if cfg.serve is not None:
             launches += _serve_launches(cfg, labels)

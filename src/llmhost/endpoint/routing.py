@@ -9,6 +9,8 @@ stream cut mid-way ends.
 from __future__ import annotations
 
 import json
+import time
+from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from typing import Any, Protocol, TypeVar
 
@@ -56,6 +58,61 @@ class Forwarder(Protocol[C_contra]):
     ingress's relay over deployment handles."""
 
     async def forward(self, request: Request, comp: C_contra, body: bytes) -> Response: ...
+
+
+class Counted(Protocol):
+    requests: Counter[int]  # answers by HTTP status
+
+    def enter(self) -> None: ...
+
+    def leave(self) -> None: ...
+
+
+async def counted(comp: Counted, forward: Callable[[], Awaitable[tuple[Response, bool]]]) -> Response:
+    """The one accounting of a forwarded request, the router's and the Ray relay's: in the component's
+    in-flight count until answered, or until the body it relays ends (`forward` says which), and its
+    status counted."""
+    comp.enter()
+    release_later = False
+    try:
+        response, release_later = await forward()
+        comp.requests[response.status_code] += 1
+        return response
+    finally:
+        if not release_later:
+            comp.leave()
+
+
+class NotTaken:
+    """The one retry rule of the router and the Ray relay. A request no copy took (nothing was done with
+    it) is sent again, to a copy that may take it, until the component's wait is over; one a copy took
+    and then failed is never sent again (it may have been processed): `taken_then_failed`."""
+
+    def __init__(self, component: str, wait_s: float) -> None:
+        self.component = component
+        self.wait_s = wait_s
+        self.deadline = time.monotonic() + wait_s
+        self.last = ""  # why the last attempt was not taken
+
+    def left_s(self) -> float:
+        return max(0.0, self.deadline - time.monotonic())
+
+    def missed(self, why: str) -> None:
+        self.last = why
+
+    def given_up(self, what: str = "") -> Response:
+        """The 503 once the wait is over; `what`: how no copy answered (" took the request")."""
+        after = f"; last failure: {self.last}" if self.last else ""
+        return error(503, f"no ready copy of inference component {self.component!r}{what} within "
+                     f"{self.wait_s:g} s{after}", "service_unavailable")  # fmt: skip
+
+
+
+def taken_then_failed(component: str, copy: str, why: str, timed_out: bool) -> Response:
+    """A copy took the request, then failed: never sent again (it may have been processed)."""
+    message = (f"copy {copy} of inference component {component!r} failed after the request reached it "
+               f"({why}); not retried, it may have been processed")  # fmt: skip
+    return error(504 if timed_out else 502, message, "upstream_error")
 
 
 class Relay(StreamingResponse):

@@ -127,10 +127,8 @@ def build(opts: ServeOptions, env: Mapping[str, str] | None = None) -> Built:
     hints, recipe, notes = _artifact(opts, resolved)
     engine = engine_config(opts, env, draft_path, hints, recipe)
     settings = ServerSettings(
-        model_path=resolved.gguf, engine=engine, host=opts.host,
-        port=opts.resolved("port", env),
-        served_model_name=opts.served_model_name, chat_template=opts.chat_template,
-        tool_parser=opts.tool_parser, api_keys=opts.api_keys,
+        model_path=resolved.gguf, engine=engine, api_keys=opts.api_keys,
+        **{s.server: opts.resolved(s.name, env) for s in opts.spec if s.server},
         embeddings=EmbedderConfig.from_engine(engine, opts.pooling) if opts.embeddings else None,
         inference_script=find_script(resolved.model_dir),
     )  # fmt: skip

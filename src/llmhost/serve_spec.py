@@ -38,6 +38,7 @@ class Setting:
     choices: tuple[str, ...] = ()  # the values an endpoint file may set (`llmhost serve` checks later)
     endpoint: bool = False  # an endpoint file's `engine:` may set it
     engine: str = ""  # the EngineConfig field it sets
+    server: str = ""  # the ServerSettings field it sets
     label: str = ""  # its short name in a sweep's configuration names (`t2-mc4`)
     switch: bool = False  # a flag given alone (`--embeddings`), not `--x/--no-x`
     repeatable: bool = False  # a list: the option given once per value
@@ -145,9 +146,9 @@ def _limit(name: str, help: str, env: str, **kw: Any) -> Setting:
 
 
 SERVE_SETTINGS: tuple[Setting, ...] = (
-    Setting("host", str, "0.0.0.0", "Address to bind.", metavar="H"),
+    Setting("host", str, "0.0.0.0", "Address to bind.", server="host", metavar="H"),
     Setting("port", int, 0, "Port; env SAGEMAKER_BIND_TO_PORT.", env="SAGEMAKER_BIND_TO_PORT",
-            fallback=DEFAULT_PORT, metavar="P"),
+            fallback=DEFAULT_PORT, server="port", metavar="P"),
     Setting("threads", int, 0, "Engine threads; 0: the CPUs this process may run on.",
             env="LLMHOST_THREADS", engine="n_threads", label="t", metavar="N"),
     _limit("max_concurrent", "Sequences decoding together; env MAX_CONCURRENT_REQUESTS.",
@@ -173,11 +174,12 @@ SERVE_SETTINGS: tuple[Setting, ...] = (
     Setting("ngram_size", int, _ENGINE["ngram_size"], "Longest n-gram looked up for drafts.", ge=2,
             endpoint=True, engine="ngram_size", metavar="N"),
     Setting("chat_template", Path, None, "Jinja chat template file overriding the GGUF's.", endpoint=True,
-            metavar="FILE"),
-    Setting("served_model_name", str, "", "Model name in API responses.", metavar="NAME"),
+            server="chat_template", metavar="FILE"),
+    Setting("served_model_name", str, "", "Model name in API responses.", server="served_model_name",
+            metavar="NAME"),
     Setting("tool_parser", str, "auto",
             "Format of tool calls in chat output: auto (from the template), hermes, llama3, mistral.",
-            choices=("auto", "hermes", "llama3", "mistral"), endpoint=True,
+            choices=("auto", "hermes", "llama3", "mistral"), endpoint=True, server="tool_parser",
             metavar="auto|hermes|llama3|mistral"),
     Setting("api_key", str, None,
             "Require this API key (repeatable; also $LLMHOST_API_KEYS, comma-separated); /ping and "

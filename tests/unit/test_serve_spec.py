@@ -117,3 +117,15 @@ def test_the_choices_the_spec_declares_are_those_the_engine_and_server_take() ->
 
     assert set(SERVE_SPEC["pooling"].choices) == set(POOLING)
     assert {"", *SERVE_SPEC["speculative"].choices} == set(SPECULATIVE_MODES)
+
+
+def test_the_fields_the_spec_names_exist() -> None:
+    from dataclasses import fields
+
+    from llmhost.engine.config import EngineConfig
+    from llmhost.server.settings import ServerSettings
+
+    engine, server = {f.name for f in fields(EngineConfig)}, {f.name for f in fields(ServerSettings)}
+    for s in SERVE_SPEC:
+        assert not s.engine or s.engine in engine, s.name
+        assert not s.server or s.server in server, s.name

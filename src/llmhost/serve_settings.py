@@ -22,10 +22,6 @@ if TYPE_CHECKING:
     from llmhost.store import ResolvedModel
     from llmhost.store.artifact import ServeHints
 
-# embeddings: llama-server's input limit (its 512-token physical batch); a decode holds a whole input
-EMBEDDINGS_MAX_INPUT_TOKENS = 512
-
-
 class ServeOptions:
     """`llmhost serve`'s options as `build` takes them: every setting of the spec but the serving
     process's own, by name (`opts.max_queue`); API keys come loaded, the chat template as its text. A 0
@@ -95,8 +91,10 @@ def engine_config(opts: ServeOptions, env: Mapping[str, str], draft_path: str,
     """Every setting the spec maps to an EngineConfig field, in effect (option, variable or default),
     then the artifact's recipe (settings not given as options) and its measured load mode."""
     from llmhost.engine import EngineConfig
+    from llmhost.engine.embedder import EmbedderConfig
 
-    fallbacks = {"max_input_tokens": EMBEDDINGS_MAX_INPUT_TOKENS} if opts.embeddings else {}
+    # embeddings: the embedder's own input limit (llama-server's: a decode holds a whole input)
+    fallbacks = {"max_input_tokens": EmbedderConfig().max_input_tokens} if opts.embeddings else {}
     values = {s.engine: opts.resolved(s.name, env, fallbacks.get(s.name)) for s in opts.spec if s.engine}
     values.update(recipe)
     if draft_path:

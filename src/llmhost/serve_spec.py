@@ -113,9 +113,6 @@ class SettingsSpec:
     def endpoint_settings(self) -> list[Setting]:
         return [s for s in self.settings if s.endpoint]
 
-    def defaults(self) -> dict[str, Any]:
-        return {s.name: s.default for s in self.settings}
-
     def argv(self, values: Mapping[str, Any]) -> list[str]:
         """The `llmhost serve` arguments giving these settings (None: left out), in the spec's order."""
         unknown = set(values) - set(self.names())

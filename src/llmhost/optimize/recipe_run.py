@@ -42,6 +42,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from llmhost.bench.metrics import LevelSummary
 from llmhost.optimize.artifact import Artifact, Recipe, build_or_reuse, write_serving_settings
+from llmhost.serve_spec import SERVE_SPEC
 
 BENCHMARK_JSON = "benchmark.json"
 BENCHMARK_FORMAT = "llmhost-optimize-benchmark/1"
@@ -257,14 +258,10 @@ def bench_config(url: str, name: str, recipe: RunRecipe) -> Any:
 def serve_argv(target: str | Path, port: int, recipe: RunRecipe) -> list[str]:
     from llmhost.bench.process import HOST, llmhost_command
 
-    argv = [*llmhost_command(), "serve", str(target), "--host", HOST, "--port", str(port)]
-    argv += ["--flash-attn" if recipe.flash_attn else "--no-flash-attn"]
-    argv += ["--max-concurrent", str(max(recipe.benchmark.concurrency, 1))]
-    if recipe.threads:
-        argv += ["--threads", str(recipe.threads)]
-    if recipe.chat_template_file:
-        argv += ["--chat-template", recipe.chat_template_file]
-    return argv
+    given = {"host": HOST, "port": port, "flash_attn": recipe.flash_attn,
+             "max_concurrent": max(recipe.benchmark.concurrency, 1), "threads": recipe.threads or None,
+             "chat_template": recipe.chat_template_file or None}  # fmt: skip
+    return [*llmhost_command(), "serve", str(target), *SERVE_SPEC.argv(given)]
 
 
 async def _measure(name: str, target: str | Path, recipe: RunRecipe, logs: Path, say: Say) -> Measured:

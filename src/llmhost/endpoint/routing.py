@@ -10,6 +10,8 @@ stream cut mid-way ends.
 from __future__ import annotations
 
 import json
+import time
+from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from typing import Any, Protocol, TypeVar
 
@@ -18,6 +20,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from llmhost import eventstream
+from llmhost.asgi import error_body, retry_after
 from llmhost.server.anthropic_errors import is_anthropic
 from llmhost.server.serving.anthropic_events import error_event as anthropic_error_event
 
@@ -63,6 +66,61 @@ class Forwarder(Protocol[C_contra]):
     async def forward(self, request: Request, comp: C_contra, body: bytes) -> Response: ...
 
 
+class Counted(Protocol):
+    requests: Counter[int]  # answers by HTTP status
+
+    def enter(self) -> None: ...
+
+    def leave(self) -> None: ...
+
+
+async def counted(comp: Counted, forward: Callable[[], Awaitable[tuple[Response, bool]]]) -> Response:
+    """The one accounting of a forwarded request, the router's and the Ray relay's: in the component's
+    in-flight count until answered, or until the body it relays ends (`forward` says which), and its
+    status counted."""
+    comp.enter()
+    release_later = False
+    try:
+        response, release_later = await forward()
+        comp.requests[response.status_code] += 1
+        return response
+    finally:
+        if not release_later:
+            comp.leave()
+
+
+class NotTaken:
+    """The one retry rule of the router and the Ray relay. A request no copy took (nothing was done with
+    it) is sent again, to a copy that may take it, until the component's wait is over; one a copy took
+    and then failed is never sent again (it may have been processed): `taken_then_failed`."""
+
+    def __init__(self, component: str, wait_s: float) -> None:
+        self.component = component
+        self.wait_s = wait_s
+        self.deadline = time.monotonic() + wait_s
+        self.last = ""  # why the last attempt was not taken
+
+    def left_s(self) -> float:
+        return max(0.0, self.deadline - time.monotonic())
+
+    def missed(self, why: str) -> None:
+        self.last = why
+
+    def given_up(self, what: str = "") -> Response:
+        """The 503 once the wait is over; `what`: how no copy answered (" took the request")."""
+        after = f"; last failure: {self.last}" if self.last else ""
+        return error(503, f"no ready copy of inference component {self.component!r}{what} within "
+                     f"{self.wait_s:g} s{after}", "service_unavailable")  # fmt: skip
+
+
+
+def taken_then_failed(component: str, copy: str, why: str, timed_out: bool) -> Response:
+    """A copy took the request, then failed: never sent again (it may have been processed)."""
+    message = (f"copy {copy} of inference component {component!r} failed after the request reached it "
+               f"({why}); not retried, it may have been processed")  # fmt: skip
+    return error(504 if timed_out else 502, message, "upstream_error")
+
+
 class Relay(StreamingResponse):
     """A streaming response that always runs `on_close`, even when the client left before the body."""
 
@@ -81,17 +139,13 @@ class Relay(StreamingResponse):
 
 def error(status: int, message: str, type_: str = "invalid_request_error", field: str | None = None,
           **extra: Any) -> JSONResponse:  # fmt: skip
-    body: dict[str, Any] = {"message": message, "type": type_, "param": field, "code": status}
-    if field is not None:
-        body["field"] = field
-    body.update(extra)
-    headers = {"Retry-After": "1"} if status in (429, 503) else None
-    return JSONResponse({"error": body}, status_code=status, headers=headers)
+    headers = retry_after() if status in (429, 503) else None
+    return JSONResponse(error_body(status, message, type_, field=field, **extra), status_code=status,
+                        headers=headers)  # fmt: skip
 
 
 def error_event(message: str, status: int = 502) -> bytes:
-    body = {"error": {"message": message, "type": "upstream_error", "param": None, "code": status}}
-    return f"data: {json.dumps(body)}\n\n".encode()
+    return f"data: {json.dumps(error_body(status, message, 'upstream_error'))}\n\n".encode()
 
 
 def known(registry: Components[Routable]) -> str:

@@ -13,6 +13,10 @@ import pytest
 from tests.integration.conftest import Server
 
 PROMPT = "The capital of France is Paris"
+# a prompt scored alone is scored the same each time (flash attention: to 3.2e-8 whatever else the KV cache
+# holds); batched beside other prompts, llama.cpp moves a token's logprob by up to 2.0 nats on this model
+ALONE = 1e-5
+BATCHED = 2.5
 WIDE = "Café au lait, 서울 and 😀 emoji"
 
 
@@ -52,7 +56,7 @@ def test_echo_with_logprobs_scores_every_prompt_token_then_the_generated_ones(se
     assert zero["usage"]["completion_tokens"] == 0 and zero["usage"]["prompt_tokens"] == n_prompt
     assert scored["logprobs"]["tokens"] == lp["tokens"][:-1]
     assert scored["logprobs"]["text_offset"] == lp["text_offset"][:-1]
-    assert scored["logprobs"]["token_logprobs"][1:] == pytest.approx(lp["token_logprobs"][1:-1], abs=1e-5)
+    assert scored["logprobs"]["token_logprobs"][1:] == pytest.approx(lp["token_logprobs"][1:-1], abs=ALONE)
 
 
 def test_offsets_with_multibyte_characters_and_without_echo(server: Server) -> None:
@@ -95,7 +99,7 @@ def test_each_choice_of_each_prompt_scores_its_prompt(server: Server) -> None:
         n = len(ref["tokens"])
         assert ch["text"].startswith(prompts[ch["index"] // 2])
         assert ch["logprobs"]["tokens"][:n] == ref["tokens"] and len(ch["logprobs"]["tokens"]) == n + 2
-        assert ch["logprobs"]["token_logprobs"][1:n] == pytest.approx(ref["token_logprobs"][1:], abs=0.7)
+        assert ch["logprobs"]["token_logprobs"][1:n] == pytest.approx(ref["token_logprobs"][1:], abs=BATCHED)
         assert_offsets_index_the_text(ch)
 
 
@@ -118,7 +122,7 @@ def test_streamed_echo_with_logprobs_matches_the_whole_answer(server: Server) ->
     assert "".join(ch["text"] for ch in chunks) == want["text"]
     assert merged["tokens"] == want["logprobs"]["tokens"]
     assert merged["text_offset"] == want["logprobs"]["text_offset"]
-    assert merged["token_logprobs"][1:] == pytest.approx(want["logprobs"]["token_logprobs"][1:], abs=1e-4)
+    assert merged["token_logprobs"][1:] == pytest.approx(want["logprobs"]["token_logprobs"][1:], abs=ALONE)
 
 
 BAD: list[tuple[dict[str, Any], int, str]] = [
@@ -148,7 +152,7 @@ def test_bad_scoring_requests_are_refused_naming_the_field_next_to_good_ones(ser
         assert ok.status_code == 200
         lp = ok.json()["choices"][0]["logprobs"]
         assert lp["tokens"] == alone["tokens"] and lp["text_offset"] == alone["text_offset"]
-        assert lp["token_logprobs"][1:] == pytest.approx(alone["token_logprobs"][1:], abs=0.7)
+        assert lp["token_logprobs"][1:] == pytest.approx(alone["token_logprobs"][1:], abs=BATCHED)
 
 
 def test_tokenizer_endpoints_in_vllm_and_llama_server_shapes(server: Server) -> None:

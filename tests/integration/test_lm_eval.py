@@ -31,7 +31,7 @@ ROOT = Path(__file__).parents[2]
 TASKS = ROOT / "tests" / "fixtures" / "lmeval"
 TOLERANCE = 1e-5  # nats per choice: 300x the largest difference measured (3.2e-8)
 LM_EVAL = Path(sys.executable).parent / "lm_eval"
-GGUF_DOCS = 8  # the gguf backend scores the first 8 documents (--limit), to keep the test short
+GGUF_DOCS = 8  # the gguf backend scores the first 8 documents (--limit; the first 4 have multi-byte text)
 
 
 def docs() -> list[dict[str, Any]]:
@@ -107,5 +107,6 @@ def test_lm_eval_backends_score_as_llama_cpp_does(
                 run.kill()
     assert len(remote_samples) == len(docs()) == 24 and len(gguf_samples) == GGUF_DOCS
     gguf_acc, remote_acc = check(gguf_samples, want_gguf), check(remote_samples, want_remote)
-    # the task is not trivial for this model: some answers right, some wrong
-    assert 0 < gguf_acc < 1 and 0 < remote_acc < 1
+    # the task is not trivial for this model (without BOS, as lm-eval's remote tokenizer sends the
+    # prompts): some answers right, some wrong
+    assert gguf_acc > 0 and 0 < remote_acc < 1

@@ -2,9 +2,10 @@
 both answer alike: which component a request is for, which headers travel, the error bodies, and how a
 stream cut mid-way ends.
 
-`/invocations` and the TGI / tokenizer routes name the component in `X-Amzn-SageMaker-Inference-Component`
-(optional with one component); OpenAI, Anthropic Messages and Responses routes name it in the body's
-`model`.
+`/invocations` and the TGI routes name the component in `X-Amzn-SageMaker-Inference-Component` (optional
+with one component); OpenAI, Anthropic Messages, Responses and tokenizer routes name it in the body's
+`model` (vLLM's /tokenize and /detokenize carry one), else the header; GET /tokenizer_info in the query's
+`model`, else the header.
 """
 
 from __future__ import annotations
@@ -37,11 +38,13 @@ DROP_RESPONSE = {"content-length", "connection", "keep-alive", "transfer-encodin
 # TGI's messages API: "tgi"): the header or the only component decides, as without a model
 UNNAMED_MODELS = frozenset({"tgi", "dummy"})
 # routes whose component comes from the header, and those whose component comes from the body's model
-HEADER_ROUTES = ("/invocations", "/", "/generate", "/generate_stream", "/tokenize", "/detokenize")
+HEADER_ROUTES = ("/invocations", "/", "/generate", "/generate_stream")
 MODEL_ROUTES = (
     "/v1/completions", "/v1/chat/completions", "/v1/embeddings", "/v1/messages", "/v1/messages/count_tokens",
-    "/v1/responses",
+    "/v1/responses", "/tokenize", "/detokenize",
 )  # fmt: skip
+# GET routes whose component is named in the query (`?model=`)
+QUERY_ROUTES = ("/tokenizer_info",)
 
 
 class Routable(Protocol):
@@ -193,6 +196,22 @@ def by_model(registry: Components[C], body: bytes, headers: Mapping[str, str]) -
     return by_header(registry, headers)
 
 
+def by_query(
+    registry: Components[C], query: Mapping[str, str], headers: Mapping[str, str]
+) -> C | JSONResponse:
+    """A GET's component: the query's `model`, else the header, else the only component."""
+    model = query.get("model")
+    if model:
+        comp = registry.components.get(model)
+        if comp is None or comp.removing:
+            return _unknown(registry, model, "model")
+        return comp
+    if not headers.get(COMPONENT_HEADER) and _only(registry) is None:
+        return error(400, f"several inference components are deployed; name one in the query (?model=NAME) "
+                     f"or the {COMPONENT_HEADER} header: {known(registry)}", field="model")  # fmt: skip
+    return by_header(registry, headers)
+
+
 def forwarded_headers(headers: Iterable[tuple[str, str]], rid: str) -> dict[str, str]:
     """What a copy gets of the client's headers: no hop-by-hop ones, no credentials, and the router's
     request id, so that the copy logs and echoes the same id."""
@@ -257,9 +276,17 @@ def data_routes(registry: Components[C], proxy: Forwarder[C]) -> APIRouter:
             return picked
         return await proxy.forward(request, picked, body)
 
+    async def route_query(request: Request) -> Response:
+        picked = by_query(registry, request.query_params, request.headers)
+        if isinstance(picked, Response):
+            return picked
+        return await proxy.forward(request, picked, b"")
+
     for path in HEADER_ROUTES:
         router.add_api_route(path, route_header, methods=["POST"], include_in_schema=False)
     router.add_api_route("/info", route_header, methods=["GET"], include_in_schema=False)
     for path in MODEL_ROUTES:
         router.add_api_route(path, route_model, methods=["POST"], include_in_schema=False)
+    for path in QUERY_ROUTES:
+        router.add_api_route(path, route_query, methods=["GET"], include_in_schema=False)
     return router

@@ -40,6 +40,8 @@ class Constraint:
 
 @dataclass(slots=True)
 class SamplingParams:
+    # 0: prefill only: the request ends right after its prompt is computed (scoring a prompt with
+    # `prompt_logprobs`), nothing is sampled
     max_tokens: int = 16
     temperature: float = 1.0  # <= 0: greedy
     top_k: int = 0  # 0: off
@@ -59,8 +61,8 @@ class SamplingParams:
     prompt_logprobs: bool = False  # also return the logprob of every prompt token after the first
 
     def __post_init__(self) -> None:
-        if self.max_tokens < 1:
-            raise ParamError("max_tokens", f"must be >= 1, got {self.max_tokens}")
+        if self.max_tokens < 0:
+            raise ParamError("max_tokens", f"must be >= 0, got {self.max_tokens}")
         if self.temperature < 0:
             raise ParamError("temperature", f"must be >= 0, got {self.temperature}")
         if not 0 <= self.top_k <= INT32_MAX:

@@ -96,6 +96,10 @@ class ModelWorker(Generic[M]):
     def token_text(self, token: int) -> str:
         return self._require().model.piece(token, special=True).decode("utf-8", "replace")
 
+    def token_bytes(self, token: int) -> bytes:
+        """The bytes a token adds to detokenized text (special tokens add none)."""
+        return self._require().model.piece(token)
+
     # -- the worker thread ---------------------------------------------------------------------------
     def _main(self) -> None:
         try:

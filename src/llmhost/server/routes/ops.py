@@ -1,8 +1,7 @@
-"""Liveness, metrics and llama-server's tokenizer endpoints."""
+"""Liveness, metrics and the tokenizer endpoints (llama-server's and vLLM's shapes)."""
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -11,6 +10,7 @@ from starlette.responses import JSONResponse, Response
 from llmhost.lifecycle import Phase
 from llmhost.server.protocol.llama import DetokenizeRequest, TokenizeRequest
 from llmhost.server.routes import deps
+from llmhost.server.serving import tokenizer
 
 router = APIRouter()
 
@@ -33,16 +33,15 @@ async def metrics(request: Request) -> Response:
 @router.post("/tokenize")
 async def tokenize(request: Request) -> dict[str, Any]:
     body = TokenizeRequest.model_validate(await deps.json_body(request))
-    ctx = deps.context(request)
-    tokens = await asyncio.to_thread(ctx.tokenize, body.content, body.add_special)
-    if body.with_pieces:
-        return {"tokens": [{"id": t, "piece": ctx.model.token_text(t)} for t in tokens]}
-    return {"tokens": tokens}
+    return await tokenizer.tokenize(deps.context(request), body)
 
 
 @router.post("/detokenize")
 async def detokenize(request: Request) -> dict[str, Any]:
     body = DetokenizeRequest.model_validate(await deps.json_body(request))
-    ctx = deps.context(request)
-    tokens = ctx.check_tokens(body.tokens, "tokens")
-    return {"content": await asyncio.to_thread(ctx.model.detokenize, tokens)}
+    return await tokenizer.detokenize(deps.context(request), body)
+
+
+@router.get("/tokenizer_info")
+async def tokenizer_info(request: Request) -> dict[str, Any]:
+    return tokenizer.tokenizer_info(deps.context(request))

@@ -36,11 +36,13 @@ DOCS_PAGES: dict[tuple[str, ...], tuple[str, str]] = {
 
 
 def docs_line(path: tuple[str, ...]) -> str:
-    """`Docs: docs/PAGE.md ("TITLE" in the site)` for a command path, e.g. ("llmhost", "serve")."""
+    """The docs line of a command path, e.g. ("llmhost", "serve"): its page's title, source and built
+    file (the site is built with use_directory_urls off: it opens from disk)."""
     while path not in DOCS_PAGES:
         path = path[:-1]
     page, title = DOCS_PAGES[path]
-    return f'Docs: docs/{page} ("{title}" in the docs site; make docs builds it)'
+    html = page.removesuffix(".md") + ".html"
+    return f'Docs: "{title}", docs/{page} (the site\'s site/{html} once `make docs` built it)'
 
 
 def _link_group(group: typer.Typer, path: tuple[str, ...]) -> None:

@@ -1,8 +1,9 @@
 """The runner of the docs' examples (convention: docs/contributing/docs.md).
 
-A page's fenced blocks run in order, in a working directory of the page's own (with `tests/` linked
-into it, so repository paths such as tests/fixtures/gemma_chat.jinja work), against real servers the
-blocks themselves start. Info strings:
+A page's fenced blocks run in order, in one working directory shared by every page (as a user following
+the pages in one shell would; `tests/` is linked into it, so repository paths such as
+tests/fixtures/gemma_chat.jinja work), against real servers the blocks themselves start. A server block
+whose text and port match a running one reuses it: pages share the servers they declare alike. Info strings:
 
     ```bash / ```sh          run with bash -euo pipefail; curl fails on an HTTP error (a .curlrc)
     ```bash server           a long-running server: started in the background, ready on /ping 200
@@ -135,9 +136,8 @@ class Runner:
         return {**os.environ, **SMALL_LIMITS, "PATH": path, "CURL_HOME": str(curl), "PYTHONUNBUFFERED": "1",
                 "SAGEMAKER_BIND_TO_PORT": str(self.port(8080))}  # fmt: skip
 
-    def workdir(self, page: Path) -> Path:
-        name = str(page.relative_to(ROOT).with_suffix("")).replace("/", "-")
-        work = self.tmp / name
+    def workdir(self) -> Path:
+        work = self.tmp / "work"
         if not work.exists():
             work.mkdir(parents=True)
             (work / "tests").symlink_to(ROOT / "tests")
@@ -148,7 +148,7 @@ class Runner:
         done = 0
         for block in blocks(page):
             if block.runs:
-                self.run(block, self.workdir(page))
+                self.run(block, self.workdir())
                 done += 1
         return done
 
@@ -217,10 +217,6 @@ class Runner:
         server.stop()
         raise AssertionError(f"{block.where}: no /ping 200 within {READY_TIMEOUT_S} s:\n"
                              f"{server.log.read_text()[-4000:]}")
-
-    def stop_all_but(self, documented: int) -> None:
-        for port in [p for p in self.servers if p != documented]:
-            self.servers.pop(port).stop()
 
     def close(self) -> None:
         for server in self.servers.values():

@@ -13,6 +13,8 @@ from pathlib import Path
 
 from tests.docs.runner import ROOT
 
+LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")
+
 REMOTE_LOAD = re.compile(r"""<(?:script|link|img|iframe)\b[^>]*\b(?:src|href)=["']?(?:https?:)?//""", re.I)
 CSS_REMOTE = re.compile(r"""(?:@import|url\()\s*["']?(?:https?:)?//""", re.I)
 
@@ -34,5 +36,14 @@ def test_the_site_builds_strict_and_offline(tmp_path: Path) -> None:
     index = json.loads((site / "search" / "search_index.json").read_text())
     titles = {d["title"] for d in index["docs"]}
     assert {"Serve a model", "Command line", "Endpoint file"} <= titles
-    cli = (site / "reference" / "cli" / "index.html").read_text()
+    cli = (site / "reference" / "cli.html").read_text()
     assert "--max-concurrent" in cli and "llmhost endpoint up" in cli
+
+
+def test_the_readme_is_short_and_its_links_resolve() -> None:
+    text = (ROOT / "README.md").read_text()
+    assert len(text.splitlines()) <= 150
+    links = [t for t in LINK.findall(text) if "://" not in t]
+    assert links
+    missing = [t for t in links if not (ROOT / t).exists()]
+    assert not missing, f"README links to files that do not exist: {missing}"

@@ -7,7 +7,7 @@ whose text and port match a running one reuses it: pages share the servers they 
 
     ```bash / ```sh          run with bash -euo pipefail; curl fails on an HTTP error (a .curlrc)
     ```bash server           a long-running server: started in the background, ready on /ping 200
-    ```python                run with the project's Python
+    ```python                run with the project's Python (in the test's process, fresh globals)
     ```LANG notest           not run; syntax checked (bash -n, compile(), yaml.safe_load)
     ```python file=PATH      written to PATH (compiled, not run); ```yaml file=PATH likewise (parsed)
     ```yaml                  parsed
@@ -20,6 +20,8 @@ a free port of the test's own, and `llmhost serve` without --port listens on 808
 from __future__ import annotations
 
 import ast
+import contextlib
+import io
 import os
 import re
 import shlex
@@ -173,7 +175,23 @@ class Runner:
         elif lang == "bash":
             self._check(["bash", "-euo", "pipefail"], block, cwd, code)
         else:
-            self._check([sys.executable, "-"], block, cwd, code)
+            self._exec(block, cwd, code)
+
+    def _exec(self, block: Block, cwd: Path, code: str) -> None:
+        """A Python block runs as a script would (`__main__`, fresh globals, the working directory),
+        in this process as doctest and sybil run theirs: the client libraries are imported once, not
+        once per block, which keeps the examples within make test's budget on 2 cores."""
+        out = io.StringIO()
+        here = Path.cwd()
+        os.chdir(cwd)
+        try:
+            with contextlib.redirect_stdout(out):
+                exec(compile(code, block.where, "exec"), {"__name__": "__main__"})
+        except BaseException as exc:  # an example's failure of any kind is the test's
+            raise AssertionError(f"{block.where}: {type(exc).__name__}: {exc}\n--- block\n{code}\n"
+                                 f"--- stdout\n{out.getvalue()[-3000:]}") from exc
+        finally:
+            os.chdir(here)
 
     def _check(self, argv: list[str], block: Block, cwd: Path, code: str) -> None:
         try:

@@ -45,7 +45,7 @@ docs-serve: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve
 
 typecheck: $(STAMP)
-	$(BIN)/mypy --strict src
+	$(BIN)/mypy --strict src docsgen
 
 unit: $(STAMP)
 	$(BIN)/pytest -q tests/unit
@@ -55,7 +55,7 @@ integration: $(STAMP)
 
 test: $(STAMP) $(CHROMIUM_STAMP)
 	$(BIN)/ruff check src tests benchmarks docsgen
-	$(BIN)/mypy --strict src
+	$(BIN)/mypy --strict src docsgen
 	$(BIN)/pytest -q tests
 
 clean:

@@ -37,7 +37,7 @@ def _resolve(schema: dict[str, Any]) -> dict[str, Any]:
 
 def _type(schema: dict[str, Any]) -> str:
     if "$ref" in schema:
-        return schema["$ref"].rsplit("/", 1)[-1]
+        return str(schema["$ref"]).rsplit("/", 1)[-1]
     for key in ("anyOf", "oneOf"):
         if key in schema:
             return " | ".join(_type(s) for s in schema[key])

@@ -45,14 +45,10 @@ def flags(cmd: Command) -> list[str]:
 
 
 def _default(p: Any) -> str:
-    spec = {s.name: s for s in SERVE_SPEC}
-    if p.name in spec:
-        return spec[p.name].shown_default
+    """The option's own default (serve's spec options are in the spec's table, with theirs)."""
     d = p.default
     if d is None or d == "" or callable(d) or (isinstance(d, (list, tuple)) and not d):
         return ""
-    if isinstance(p, TyperOption) and p.is_flag and p.secondary_opts:
-        return "on" if d else "off"
     if isinstance(p, TyperOption) and p.is_flag:
         return "on" if d else "off"
     return str(d.value if hasattr(d, "value") else d)
@@ -62,7 +58,9 @@ def _type(p: Any, ctx: typer.Context) -> str:
     if isinstance(p, TyperOption) and p.is_flag:
         return "flag"
     name = p.display_type(ctx).strip("<>")
-    return f"{name} (repeatable)" if getattr(p, "multiple", False) else str(name)
+    if getattr(p, "multiple", False):
+        return f"{name.removeprefix('list[').removesuffix(']')} (repeatable)"
+    return str(name)
 
 
 def _param_rows(cmd: Command, skip: set[str]) -> list[list[str]]:

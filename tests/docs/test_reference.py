@@ -162,3 +162,16 @@ def test_every_reference_page_is_generated() -> None:
         assert f"<!-- gen: {name} -->" in (DOCS / "reference" / f"{name}.md").read_text()
     assert "<!-- gen: performance -->" in (DOCS / "explanations" / "performance.md").read_text()
     assert yaml.safe_load(Path(ROOT / "mkdocs.yml").read_text())["hooks"] == ["docsgen/hooks.py"]
+
+
+def test_every_benchmark_result_is_on_the_performance_page_with_its_charts() -> None:
+    from docsgen import perf
+
+    text = expand((DOCS / "explanations" / "performance.md").read_text())
+    results = sorted(perf.RESULTS.glob("*.json"))
+    assert results
+    for path in results:
+        assert f"### `{path.stem}`" in text, path.name
+    for charts in perf.CHARTS.values():
+        for title, _, _ in charts:
+            assert f'aria-label="{title}"' in text.replace("&#x27;", "'"), title

@@ -19,12 +19,10 @@ a free port of the test's own, and `llmhost serve` without --port listens on 808
 
 from __future__ import annotations
 
-import ast
 import contextlib
 import io
 import os
 import re
-import shlex
 import signal
 import socket
 import subprocess
@@ -244,24 +242,3 @@ class Runner:
 def pages() -> list[Path]:
     """README.md, then every page under docs/, in the site's file order."""
     return [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
-
-
-def shell_words(code: str) -> list[list[str]]:
-    """The commands of a shell block (comments and continuation lines joined), split as bash would."""
-    out = []
-    for line in code.replace("\\\n", " ").splitlines():
-        line = line.split(" #", 1)[0].strip()
-        if line and not line.startswith("#"):
-            try:
-                out.append(shlex.split(line))
-            except ValueError:
-                continue
-    return out
-
-
-def python_compiles(code: str) -> bool:
-    try:
-        ast.parse(code)
-    except SyntaxError:
-        return False
-    return True

@@ -11,7 +11,7 @@ ifeq ($(shell uname -m),x86_64)
 NO_AMX := -mno-amx-tile -mno-amx-int8 -mno-amx-bf16
 endif
 
-.PHONY: serve test lint typecheck unit integration setup clean
+.PHONY: serve test lint typecheck unit integration setup clean docs docs-serve
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -34,10 +34,18 @@ serve: $(STAMP)
 	$(BIN)/llmhost serve
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/ruff check src tests benchmarks docsgen
+
+# the docs site into site/ (offline: open site/index.html, or `make docs-serve`); the reference pages are
+# generated from the code at build time (docsgen/hooks.py); tests/docs/ builds it with --strict in `make test`
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
+docs-serve: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve
 
 typecheck: $(STAMP)
-	$(BIN)/mypy --strict src
+	$(BIN)/mypy --strict src docsgen
 
 unit: $(STAMP)
 	$(BIN)/pytest -q tests/unit
@@ -46,9 +54,9 @@ integration: $(STAMP)
 	$(BIN)/pytest -q tests/integration
 
 test: $(STAMP) $(CHROMIUM_STAMP)
-	$(BIN)/ruff check src tests benchmarks
-	$(BIN)/mypy --strict src
+	$(BIN)/ruff check src tests benchmarks docsgen
+	$(BIN)/mypy --strict src docsgen
 	$(BIN)/pytest -q tests
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) build site *.egg-info

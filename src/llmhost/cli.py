@@ -22,11 +22,42 @@ from llmhost.tune.cli import tune
 if TYPE_CHECKING:
     from llmhost.server import ServerSettings
 
-app = typer.Typer(help="Self-hosted, CPU-first LLM endpoints over llama.cpp.", no_args_is_help=True)
-app.add_typer(bench_app, name="bench")
-app.add_typer(endpoint_app, name="endpoint")
-app.add_typer(optimize_app, name="optimize")
-app.command()(tune)  # its heavy modules (the tuner, matplotlib, llama.cpp's quantizer) load inside
+# each command's page of the docs site (docs/ in the repository, `make docs` builds it): the last line of
+# its --help; a subcommand has its group's page. tests/docs/ checks that each page exists with this title
+DOCS_PAGES: dict[tuple[str, ...], tuple[str, str]] = {
+    ("llmhost",): ("getting-started.md", "Getting started"),
+    ("llmhost", "serve"): ("guides/serve.md", "Serve a model"),
+    ("llmhost", "bench"): ("guides/bench.md", "Benchmark and cost"),
+    ("llmhost", "endpoint"): ("guides/endpoints.md", "Endpoints of many models and copies"),
+    ("llmhost", "optimize"): ("guides/optimize.md", "Optimize a model"),
+    ("llmhost", "tune"): ("guides/tune.md", "Tune a deployment"),
+    ("serve",): ("guides/sagemaker.md", "SageMaker: the container, inference.py and the Runtime API"),
+}
+
+
+def docs_line(path: tuple[str, ...]) -> str:
+    """The docs line of a command path, e.g. ("llmhost", "serve"): its page's title, source and built
+    file (the site is built with use_directory_urls off: it opens from disk)."""
+    while path not in DOCS_PAGES:
+        path = path[:-1]
+    page, title = DOCS_PAGES[path]
+    html = page.removesuffix(".md") + ".html"
+    return f'Docs: "{title}", docs/{page} (the site\'s site/{html} once `make docs` built it)'
+
+
+def _link_group(group: typer.Typer, path: tuple[str, ...]) -> None:
+    """Each command of a group ends its help with the group's page."""
+    for command in group.registered_commands:
+        command.epilog = command.epilog or docs_line(path)
+
+
+app = typer.Typer(help="Self-hosted, CPU-first LLM endpoints over llama.cpp.", no_args_is_help=True,
+                  epilog=docs_line(("llmhost",)))  # fmt: skip
+for _name, _group in (("bench", bench_app), ("endpoint", endpoint_app), ("optimize", optimize_app)):
+    _link_group(_group, ("llmhost", _name))
+    app.add_typer(_group, name=_name, epilog=docs_line(("llmhost", _name)))
+# its heavy modules (the tuner, matplotlib, llama.cpp's quantizer) load inside
+app.command(epilog=docs_line(("llmhost", "tune")))(tune)
 
 
 @app.callback()
@@ -108,7 +139,7 @@ def _serve(spec: SettingsSpec, given: dict[str, Any], explicit: frozenset[str]) 
         raise typer.Exit(code)
 
 
-serve = app.command(name="serve")(serve_command(SERVE_SPEC))
+serve = app.command(name="serve", epilog=docs_line(("llmhost", "serve")))(serve_command(SERVE_SPEC))
 
 
 def run_server(settings: ServerSettings, grace_s: float, log_level: str) -> int:
@@ -150,10 +181,14 @@ def sagemaker_serve() -> None:
     `llmhost serve` of $SM_MODEL_DIR or /opt/ml/model on $SAGEMAKER_BIND_TO_PORT or 8080; any
     arguments are `llmhost serve`'s."""
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    # an app of one command: its usage line reads `serve [OPTIONS] [MODEL]`, not `serve serve`
+    sagemaker_app()(sys.argv[1:], prog_name="serve")
+
+
+def sagemaker_app() -> typer.Typer:
+    """An app of one command: its usage line reads `serve [OPTIONS] [MODEL]`, not `serve serve`."""
     single = typer.Typer(add_completion=False)
-    single.command(help=serve.__doc__)(serve)
-    single(sys.argv[1:], prog_name="serve")
+    single.command(help=serve.__doc__, epilog=docs_line(("serve",)))(serve)
+    return single
 
 
 if __name__ == "__main__":

@@ -4,7 +4,8 @@ A `Setting` is one field: its type, default, bounds, help, the environment varia
 left unset, and whether an endpoint file's `engine:` may set it. From `SERVE_SPEC`, and only from it,
 come `llmhost serve`'s options (cli.py), the endpoint file's `engine:` keys and their validation
 (endpoint/spec.py), the command line an endpoint copy, a Ray copy, a sweep and the tuner run, and the
-README's table of serve options. The engine's limits default to `EngineConfig`'s own defaults.
+docs' table of serve options (docs/reference/cli.md). The engine's limits default to `EngineConfig`'s
+own defaults.
 
 Light on purpose (no llama.cpp, no server): the router, bench and the tuner read defaults here.
 """
@@ -44,7 +45,7 @@ class Setting:
     repeatable: bool = False  # a list: the option given once per value
     # a setting of the serving process itself (keys, logs, shutdown), not of the server it builds
     process: bool = False
-    metavar: str = ""  # its value in the README's table
+    metavar: str = ""  # its value in the docs' table
 
     @property
     def flag(self) -> str:
@@ -76,7 +77,7 @@ class Setting:
 
     @property
     def shown_default(self) -> str:
-        """Its default as the README's table shows it."""
+        """Its default as the docs' table shows it."""
         if self.env:
             fb = self.default if self.fallback is None else self.fallback
             return f"{fb} (`{self.env}`)" if fb not in ("", None) else f"`{self.env}`"
@@ -125,7 +126,7 @@ class SettingsSpec:
         return replace(self, settings=(*self.settings, setting))
 
     def table(self) -> str:
-        """The README's table of serve options."""
+        """The docs' table of serve options (docs/reference/cli.md)."""
         rows = ["| option | default | endpoint `engine:` | meaning |", "|---|---|---|---|"]
         for s in self.settings:
             option = f"{s.flag}/--no-{s.flag[2:]}" if s.type is bool and not s.switch else s.flag

@@ -1,15 +1,15 @@
 """EleutherAI's lm-eval against a real `llmhost serve`: a local multiple-choice task (tests/fixtures/lmeval)
 through lm-eval's `gguf` backend and through `local-completions` with the remote tokenizer, each run as
-the README's command. Every choice's log-likelihood must equal llama-cpp-python's on the same GGUF with
-the same settings (flash attention on, as `llmhost serve` runs by default), and the chosen answers must
-be the same.
+the command of docs/guides/lm-eval.md. Every choice's log-likelihood must equal llama-cpp-python's on the
+same GGUF with the same settings (flash attention on, as `llmhost serve` runs by default), and the chosen
+answers must be the same.
 
 Tolerance, measured on the default model (Gemma 3 270M Q4_K_M, one thread): a prompt evaluated alone
 agrees with llama-cpp-python to 3.2e-8 nats per choice (160 choices, flash attention on both sides,
 whatever other prompts the server's KV cache holds). Both backends here send one prompt at a time, each
 to a server of its own, so every prompt is evaluated alone. Batched with other prompts (lm-eval's
 batch_size / num_concurrent), llama.cpp itself moves a token's logprob by up to 2.0 nats on this model
-(flash attention on; the README has the figures), enough to change an answer: not compared here.
+(flash attention on; docs/guides/scoring.md has the figures), enough to change an answer: not compared here.
 """
 
 from __future__ import annotations
@@ -44,7 +44,8 @@ def pairs(n_docs: int | None = None) -> list[tuple[str, str]]:
 
 
 def lm_eval(model: str, model_args: str, out: Path, *extra: str) -> subprocess.Popen[str]:
-    """The README's command, run from the repository root (the task's data path is relative to it)."""
+    """The command of docs/guides/lm-eval.md, run from the repository root (the task's data path is
+    relative to it)."""
     cmd = [str(LM_EVAL), "--model", model, "--model_args", model_args, "--tasks", "llmhost_mc",
            "--include_path", "tests/fixtures/lmeval", "--output_path", str(out), "--log_samples",
            *extra]  # fmt: skip

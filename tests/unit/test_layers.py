@@ -1,6 +1,6 @@
-"""Dependencies point one way (README, "How it works"): a module imports its own layer and those below,
-never one above; bench and endpoint never import each other; llama.cpp and Ray are imported only where
-they are used. Every import counts, those inside functions and under TYPE_CHECKING too."""
+"""Dependencies point one way (docs/explanations/how-it-works.md): a module imports its own layer and
+those below, never one above; bench and endpoint never import each other; llama.cpp and Ray are imported
+only where they are used. Every import counts, those inside functions and under TYPE_CHECKING too."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
 """The settings spec is the one declaration of `llmhost serve`'s settings: a setting added to a copy of it
-reaches `llmhost serve`, an endpoint copy, a Ray copy and a sweep with no other edit; the README's table
-is the spec's; importing it never loads llama.cpp."""
+reaches `llmhost serve`, an endpoint copy, a Ray copy and a sweep with no other edit; the docs' table of
+serve options (docs/reference/cli.md, generated when the site is built) is the spec's; importing it never
+loads llama.cpp."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ from llmhost.endpoint.spec import ComponentSpec, EngineSpec, ResourcesSpec, engi
 from llmhost.serve_settings import ServeOptions
 from llmhost.serve_spec import SERVE_SPEC, Setting
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+CLI_PAGE = Path(__file__).resolve().parents[2] / "docs" / "reference" / "cli.md"
 KNOB = Setting("new_knob", int, 5, "A new knob.", ge=1, endpoint=True, metavar="N")
 SPEC = SERVE_SPEC.with_setting(KNOB)
 
@@ -38,11 +39,13 @@ def test_importing_the_spec_and_its_readers_never_loads_llama_cpp() -> None:
     assert out.stdout.strip() == "False"
 
 
-def test_the_readme_table_is_the_spec() -> None:
-    text = README.read_text()
+def test_the_docs_table_is_the_spec() -> None:
+    from docsgen.hooks import expand
+
+    text = expand(CLI_PAGE.read_text())
     table = re.search(r"<!-- serve-options:start -->\n(.*?)\n<!-- serve-options:end -->", text, re.S)
     assert table is not None
-    assert table.group(1) == SERVE_SPEC.table(), "README's serve options differ from serve_spec.py"
+    assert table.group(1) == SERVE_SPEC.table(), "the docs' serve options differ from serve_spec.py"
 
 
 def test_every_setting_is_a_serve_option_with_its_help() -> None:

@@ -41,7 +41,7 @@ RAY_ONLY = ("ray_address", "ray_dashboard", "autoscale_window", "placement_timeo
 @app.command()
 def up(
     ctx: typer.Context,
-    file: Annotated[Path, typer.Argument(help="Endpoint file (YAML; see the README).")],
+    file: Annotated[Path, typer.Argument(help="Endpoint file (YAML; docs/reference/endpoint-file.md).")],
     port: PortOpt = DEFAULT_PORT,
     host: Annotated[str, typer.Option(help="Address to bind.")] = "0.0.0.0",
     log_dir: Annotated[

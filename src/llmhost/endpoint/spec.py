@@ -27,7 +27,7 @@ class _Strict(BaseModel):
 
 
 class InstanceSpec(_Strict):
-    type: str = "local"
+    type: str = "local"  # the host's instance type, shown in reports (e.g. c7g.8xlarge)
     price_per_hour: float = Field(default=0.0, ge=0)  # for cost reports
 
 
@@ -111,8 +111,8 @@ else:
 
 
 class AutoscalingSpec(_Strict):
-    min_copies: int = Field(default=1, ge=0)
-    max_copies: int = Field(default=1, ge=1)
+    min_copies: int = Field(default=1, ge=0)  # 0: scale to zero; the first request waits for a copy
+    max_copies: int = Field(default=1, ge=1)  # the most copies target tracking starts
     # target tracking: concurrent requests (running + waiting at the router) per copy
     target_concurrent_per_copy: float = Field(default=4.0, gt=0)
     # scale in only after the load stayed low this long and as long since the last scaling
@@ -128,15 +128,17 @@ class AutoscalingSpec(_Strict):
 
 
 class ComponentSpec(_Strict):
+    # what requests name: the OpenAI `model`, X-Amzn-SageMaker-Inference-Component
     name: str = Field(pattern=NAME_PATTERN)
     # default | ./model.gguf | a directory holding one | s3://bucket/prefix/ | s3://bucket/model.tar.gz
     model: str = "default"
     copies: int | None = Field(default=None, ge=0)  # None: autoscaling.min_copies, else 1
-    resources: ResourcesSpec = ResourcesSpec()
-    engine: EngineSpec = EngineSpec()
+    resources: ResourcesSpec = ResourcesSpec()  # each copy's CPUs and memory
+    engine: EngineSpec = EngineSpec()  # each copy's `llmhost serve` settings
     # copies serve OpenAI /v1/embeddings only (`llmhost serve --embeddings`), no text generation
     embeddings: bool = False
-    autoscaling: AutoscalingSpec | None = None
+    autoscaling: AutoscalingSpec | None = None  # None: a fixed number of copies
+    # seconds a starting copy has to answer /ping with 200 before it is restarted
     startup_health_check_timeout_s: float = Field(default=600.0, gt=0)
     # how long a request waits for a ready copy while the component has copies (one may be restarting);
     # with none (scaled to zero) it waits for the first to start, up to startup_health_check_timeout_s
@@ -179,10 +181,10 @@ class RouterSpec(_Strict):
 
 
 class EndpointSpec(_Strict):
-    name: str = Field(pattern=NAME_PATTERN)
-    instance: InstanceSpec = InstanceSpec()
-    router: RouterSpec = RouterSpec()
-    components: list[ComponentSpec] = Field(min_length=1)
+    name: str = Field(pattern=NAME_PATTERN)  # the endpoint's name (logs, status, reports)
+    instance: InstanceSpec = InstanceSpec()  # the host it runs on, for cost reports
+    router: RouterSpec = RouterSpec()  # the router's own CPUs
+    components: list[ComponentSpec] = Field(min_length=1)  # the models served, each its copies
 
     @model_validator(mode="after")
     def _check(self) -> EndpointSpec:

@@ -1,0 +1,57 @@
+"""The `/metrics` families of `llmhost serve` and of an endpoint's router, from the registries they
+define (prometheus_client objects: names, types, help and label names)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from prometheus_client.metrics import MetricWrapperBase
+
+from docsgen.md import table
+from llmhost.endpoint.metrics import router_families
+from llmhost.engine.engine import EngineStats
+from llmhost.server.metrics import ServerMetrics
+
+SUFFIXES = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count"), "gauge": ("",)}
+
+
+def _labels(metric: object) -> tuple[str, ...]:
+    # prometheus_client keeps label names on the objects it describes, in this attribute
+    return tuple(getattr(metric, "_labelnames", ()))
+
+
+def server_families() -> Iterator[tuple[str, str, str, tuple[str, ...]]]:
+    """(name, type, help, labels) of `llmhost serve`'s /metrics."""
+    metrics = ServerMetrics()
+    declared = {m._name: m for m in vars(metrics).values() if isinstance(m, MetricWrapperBase)}
+    metrics.attach(lambda: EngineStats(0, 0, 0, 1, 0, 0, 0, 0, 0))
+    for family in metrics.registry.collect():
+        yield family.name, family.type, family.documentation, _labels(declared.get(family.name))
+
+
+def router_families_() -> Iterator[tuple[str, str, str, tuple[str, ...]]]:
+    for family in router_families([]):
+        yield family.name, family.type, family.documentation, _labels(family)
+
+
+def series(name: str, kind: str) -> list[str]:
+    return [name + s for s in SUFFIXES.get(kind, ("",))]
+
+
+def names() -> set[str]:
+    return {s for fam in (server_families(), router_families_()) for n, k, *_ in fam for s in series(n, k)}
+
+
+def _table(families: Iterator[tuple[str, str, str, tuple[str, ...]]]) -> str:
+    rows = [[", ".join(f"`{s}`" for s in series(n, k)), k, ", ".join(f"`{lab}`" for lab in labels), h]
+            for n, k, h, labels in families]  # fmt: skip
+    return table(["series", "type", "labels", "meaning"], rows)
+
+
+def render() -> str:
+    return "\n".join([
+        "### `llmhost serve`", "", _table(server_families()), "",
+        "### An endpoint's router (`llmhost endpoint up`)", "",
+        "The router's own families, then every copy's families above with the labels `component` and "
+        "`copy` added first:", "", _table(router_families_()), "",
+    ])  # fmt: skip

@@ -4,18 +4,18 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
 from llmhost.engine.request import INT32_MAX
 from llmhost.server.protocol.limits import MAX_STOP_SEQUENCES
-from llmhost.server.protocol.openai import StopString
+from llmhost.server.protocol.openai import STRICT, StopString
 
 # TGI's own bound on top_n_tokens
 MAX_TOP_N_TOKENS = 5
 
 
 class Grammar(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = STRICT
 
     type: Literal["json", "regex"]
     value: Any
@@ -24,7 +24,7 @@ class Grammar(BaseModel):
 class TGIParameters(BaseModel):
     """TGI's `parameters`; a field llmhost does not implement is refused with 400, never ignored."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = STRICT
 
     max_new_tokens: Annotated[int, Field(ge=1)] | None = None
     temperature: Annotated[float, Field(gt=0.0)] | None = None
@@ -62,7 +62,7 @@ class TGIParameters(BaseModel):
 
 
 class TGIRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = STRICT
 
     inputs: Annotated[str, Field(min_length=1)]
     parameters: TGIParameters = Field(default_factory=TGIParameters)

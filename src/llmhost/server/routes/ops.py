@@ -9,13 +9,17 @@ from fastapi import APIRouter, Request
 from starlette.responses import JSONResponse, Response
 
 from llmhost.lifecycle import Phase
+from llmhost.server.apidoc import BODY, errors, operation
 from llmhost.server.protocol.llama import DetokenizeRequest, TokenizeRequest
+from llmhost.server.protocol.outputs import Detokenized, Health, Tokens
 from llmhost.server.routes import deps
 
 router = APIRouter()
 
 
-@router.get("/health")
+@router.get("/health", openapi_extra=operation(
+    "Health: 200 once the model serves, else 503 with the same body", success=Health,
+    errors={500: ("openai",), 503: (Health,)}))  # fmt: skip
 async def health(request: Request) -> Response:
     engine = deps.context(request).model  # the embedder with --embeddings
     phase = deps.lifecycle(request).phase
@@ -24,13 +28,16 @@ async def health(request: Request) -> Response:
     return JSONResponse(body, status_code=status)
 
 
-@router.get("/metrics")
+@router.get("/metrics", openapi_extra=operation(
+    "Prometheus metrics", media={"text/plain": "Prometheus text exposition format 0.0.4"},
+    errors=errors(401, 500)))  # fmt: skip
 async def metrics(request: Request) -> Response:
     body = deps.context(request).metrics.render()
     return Response(body, media_type="text/plain; version=0.0.4; charset=utf-8")
 
 
-@router.post("/tokenize")
+@router.post("/tokenize", openapi_extra=operation(
+    "llama-server's tokenizer", body=[TokenizeRequest], success=Tokens, errors=BODY))  # fmt: skip
 async def tokenize(request: Request) -> dict[str, Any]:
     body = TokenizeRequest.model_validate(await deps.json_body(request))
     ctx = deps.context(request)
@@ -40,7 +47,8 @@ async def tokenize(request: Request) -> dict[str, Any]:
     return {"tokens": tokens}
 
 
-@router.post("/detokenize")
+@router.post("/detokenize", openapi_extra=operation(
+    "llama-server's detokenizer", body=[DetokenizeRequest], success=Detokenized, errors=BODY))  # fmt: skip
 async def detokenize(request: Request) -> dict[str, Any]:
     body = DetokenizeRequest.model_validate(await deps.json_body(request))
     ctx = deps.context(request)

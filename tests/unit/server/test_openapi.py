@@ -177,6 +177,15 @@ CASES: list[tuple[str, str, Any, int]] = [
     ("/endpoints/ep/invocations", {"inputs": ""}, 424),  # the model's refusal: ModelError
     ("/endpoints/ep/invocations", {"inputs": "x"}, 503),
     ("/endpoints/ep/invocations-response-stream", {"prompt": 3}, 424),
+    # schemathesis's findings (negative_data_rejection): values of another JSON type were converted
+    ("/v1/completions", {"prompt": "x", "echo": 0}, 422),
+    ("/tokenize", {"content": "x", "with_pieces": 0}, 422),
+    ("/v1/messages/count_tokens", {"model": "m", "messages": MESSAGE["messages"],
+                                   "tool_choice": {"type": "auto", "disable_parallel_tool_use": 0}}, 400),
+    ("/v1/responses", {"input": "x", "store": 0}, 422),
+    ("/generate", {"inputs": "x", "parameters": {"watermark": 0}}, 422),
+    ("/generate", {"inputs": "x", "parameters": {"best_of": True}}, 422),
+    ("/endpoints/ep/invocations-response-stream", {"inputs": "x", "stream": {}}, 424),
 ]
 
 

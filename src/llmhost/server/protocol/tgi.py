@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, BeforeValidator, Field
+from pydantic_core import PydanticCustomError
 
 from llmhost.engine.request import INT32_MAX
 from llmhost.server.protocol.limits import MAX_STOP_SEQUENCES
@@ -12,6 +13,19 @@ from llmhost.server.protocol.openai import STRICT, StopString
 
 # TGI's own bound on top_n_tokens
 MAX_TOP_N_TOKENS = 5
+JSON_TYPES = {bool: "a valid boolean", int: "a valid integer"}
+
+
+def json_type(kind: type) -> BeforeValidator:
+    """The value's JSON type before a Literal compares it: Literal[False] would take 0 and Literal[1]
+    true (Python finds them equal), even in strict mode."""
+
+    def check(value: Any) -> Any:
+        if value is not None and type(value) is not kind:
+            raise PydanticCustomError(f"{kind.__name__}_type", f"Input should be {JSON_TYPES[kind]}")
+        return value
+
+    return BeforeValidator(check)
 
 
 class Grammar(BaseModel):
@@ -43,8 +57,8 @@ class TGIParameters(BaseModel):
     truncate: Annotated[int, Field(ge=1)] | None = None
     grammar: Grammar | None = None
     # accepted at their neutral values only (clients send them); anything else is refused
-    best_of: Literal[1] | None = None
-    watermark: Literal[False] = False
+    best_of: Annotated[Literal[1] | None, json_type(int)] = None
+    watermark: Annotated[Literal[False], json_type(bool)] = False
     adapter_id: None = None
 
     @property

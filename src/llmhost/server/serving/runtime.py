@@ -36,7 +36,10 @@ _FLAG = TypeAdapter(StrictBool)
 
 
 def streaming_body(body: dict[str, Any], stream: bool) -> dict[str, Any]:
-    """For InvokeEndpointWithResponseStream (`stream`): a body that can stream asks to."""
+    """For InvokeEndpointWithResponseStream (`stream`): a body that can stream asks to. A `stream` that is
+    no boolean stays as sent, for the request model to refuse (a 422, the runtime's ModelError)."""
+    if "stream" in body and not isinstance(body["stream"], bool):
+        return body
     return {**body, "stream": True} if stream and any(key in body for key in STREAMING_KEYS) else body
 
 

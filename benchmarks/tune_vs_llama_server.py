@@ -29,11 +29,11 @@ from pathlib import Path
 from typing import Any
 
 from llmhost.bench.sweep import ConfigSpec, run_sweep
-from llmhost.bench.tune import Candidate, SearchSpace, TuneSettings, TuneSLO, Workload
-from llmhost.bench.tune.runner import sweep_spec
-from llmhost.bench.tune.slo import LevelOutcome, judge
-from llmhost.bench.tune.state import CandidateRecord, best_goodput, cheapest
 from llmhost.store import resolve_model
+from llmhost.tune import Candidate, SearchSpace, TuneSettings, TuneSLO, Workload
+from llmhost.tune.runner import sweep_spec
+from llmhost.tune.slo import LevelOutcome, judge
+from llmhost.tune.state import CandidateRecord, best_goodput, cheapest
 
 RESULTS = Path(__file__).parent / "results" / "tune_vs_llama_server.json"
 

@@ -61,9 +61,9 @@ class RequestContextMiddleware:
         scope.setdefault("state", {})["request_id"] = rid
         id_header = (REQUEST_ID, rid.encode())
         if not self.lifecycle.accepting and scope["path"] not in self.open_paths:
-            await send_json(send, 503, _error(503, "the server is shutting down; retry on another replica",
-                                              "service_unavailable", rid),
-                            [id_header, (b"retry-after", str(RETRY_AFTER_S).encode())])  # fmt: skip
+            body = error_body(503, "the server is shutting down; retry on another replica",
+                              "service_unavailable", request_id=rid)
+            await send_json(send, 503, body, [id_header, (b"retry-after", str(RETRY_AFTER_S).encode())])
             return
         started = False
 
@@ -80,8 +80,23 @@ class RequestContextMiddleware:
             log.exception("request %s (%s %s) failed", rid, scope.get("method"), scope.get("path"))
             if not started:  # once a response began, its stream reports errors in its own format
                 message = f"internal server error ({type(exc).__name__}); request id {rid}"
-                await send_json(send, 500, _error(500, message, "server_error", rid), [id_header])
+                body = error_body(500, message, "server_error", request_id=rid)
+                await send_json(send, 500, body, [id_header])
 
 
-def _error(status: int, message: str, type_: str, rid: str) -> dict[str, Any]:
-    return {"error": {"message": message, "type": type_, "param": None, "code": status, "request_id": rid}}
+def error_body(status: int, message: str, type_: str = "invalid_request_error", *, field: str | None = None,
+               request_id: str = "", **extra: Any) -> dict[str, Any]:  # fmt: skip
+    """The one OpenAI-style error body of every llmhost refusal: `{"error": {message, type, param, code}}`,
+    plus `field` (the parameter at fault), any facts that explain it (`limit`...) and the request id."""
+    body: dict[str, Any] = {"message": message, "type": type_, "param": field, "code": status}
+    if field is not None:
+        body["field"] = field
+    body.update(extra)
+    if request_id:
+        body["request_id"] = request_id
+    return {"error": body}
+
+
+def retry_after() -> dict[str, str]:
+    """The Retry-After header of a 429 or 503."""
+    return {"Retry-After": str(RETRY_AFTER_S)}

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from llmhost.asgi import request_id, send_json
+from llmhost.asgi import error_body, request_id, send_json
 
 log = logging.getLogger("llmhost")
 
@@ -100,6 +100,5 @@ class ApiKeyMiddleware:
         log.info("request %s (%s %s) refused: %s API key", rid, scope.get("method"), scope.get("path"),
                  "an unknown" if key else "no")  # fmt: skip
         message = "invalid API key" if key else "an API key is required (Authorization: Bearer, or x-api-key)"
-        body = {"error": {"message": message, "type": "authentication_error", "param": None, "code": 401,
-                          "request_id": rid}}  # fmt: skip
+        body = error_body(401, message, "authentication_error", request_id=rid)
         await send_json(send, 401, body, [(b"www-authenticate", b'Bearer realm="llmhost"')])

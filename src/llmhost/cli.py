@@ -2,19 +2,22 @@
 
 from __future__ import annotations
 
+import inspect
 import logging
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from llmhost.bench.cli import app as bench_app
 from llmhost.endpoint.cli import app as endpoint_app
 from llmhost.optimize.cli import app as optimize_app
+from llmhost.serve_spec import SERVE_SPEC, Setting, SettingsSpec
 from llmhost.store.options import S3EndpointOpt, use_s3_endpoint
-from llmhost.tune_cli import tune
+from llmhost.tune.cli import tune
 
 if TYPE_CHECKING:
     from llmhost.server import ServerSettings
@@ -31,97 +34,64 @@ def _main() -> None:
     """llmhost: serve GGUF models with SageMaker, OpenAI and TGI APIs."""
 
 
-@app.command()
-def serve(
-    ctx: typer.Context,
-    model: Annotated[
-        str | None,
-        typer.Argument(
-            help="A .gguf file, a directory holding one, s3://bucket/prefix/, s3://bucket/model.tar.gz "
-            "(downloaded once into ~/.cache/llmhost/models, or $LLMHOST_CACHE), or 'default'. "
-            "Unset: $SM_MODEL_DIR, /opt/ml/model if present, else the bundled Gemma 3 270M."
-        ),
-    ] = None,
-    host: Annotated[str, typer.Option(help="Address to bind.")] = "0.0.0.0",
-    port: Annotated[int, typer.Option(help="Port; env SAGEMAKER_BIND_TO_PORT.")] = 0,
-    threads: Annotated[int, typer.Option(help="Engine threads; 0: the CPUs this process may run on.")] = 0,
-    max_concurrent: Annotated[
-        int, typer.Option(help="Sequences decoding together; env MAX_CONCURRENT_REQUESTS.")
-    ] = 0,
-    max_queue: Annotated[int, typer.Option(help="Requests that may wait beyond those; more get 429.")] = 64,
-    max_input_tokens: Annotated[int, typer.Option(help="Prompt token limit; env MAX_INPUT_LENGTH.")] = 0,
-    max_total_tokens: Annotated[
-        int, typer.Option(help="Prompt + new tokens limit; env MAX_TOTAL_TOKENS.")
-    ] = 0,
-    max_batch_tokens: Annotated[
-        int, typer.Option(help="Tokens per decode step; env MAX_BATCH_TOTAL_TOKENS.")
-    ] = 0,
-    prefix_cache_tokens: Annotated[int, typer.Option(help="KV tokens kept for idle cached prefixes.")] = 4096,
-    flash_attn: Annotated[bool, typer.Option(help="llama.cpp flash attention.")] = True,
-    speculative: Annotated[
-        str, typer.Option(help="Speculative decoding of greedy requests: 'ngram' (prompt lookup) or ''.")
-    ] = "",
-    draft_tokens: Annotated[int, typer.Option(help="Speculative tokens verified per step.")] = 12,
-    draft_model: Annotated[
-        str, typer.Option(help="Draft GGUF sharing the model's vocabulary (implies --speculative draft).")
-    ] = "",
-    ngram_size: Annotated[int, typer.Option(help="Longest n-gram looked up for drafts.")] = 3,
-    chat_template: Annotated[
-        Path | None, typer.Option(help="Jinja chat template file overriding the GGUF's.")
-    ] = None,
-    served_model_name: Annotated[str, typer.Option(help="Model name in API responses.")] = "",
-    tool_parser: Annotated[
-        str, typer.Option(help="Format of tool calls in chat output: auto (from the template), hermes, "
-                          "llama3, mistral.")
-    ] = "auto",
-    api_key: Annotated[
-        list[str] | None,
-        typer.Option(help="Require this API key (repeatable; also $LLMHOST_API_KEYS, comma-separated); "
-                     "/ping and /health stay open.", show_default=False),
-    ] = None,
-    api_key_file: Annotated[Path | None, typer.Option(help="File of API keys, one per line.")] = None,
-    queue_timeout_s: Annotated[
-        float, typer.Option(help="Seconds a request may wait for a sequence slot; then 503. 0: no limit.")
-    ] = 0.0,
-    request_timeout_s: Annotated[
-        float, typer.Option(help="Seconds a request may take in all; then 503 / an error event. 0: no limit.")
-    ] = 0.0,
-    shutdown_grace_s: Annotated[
-        float, typer.Option(help="On SIGTERM, seconds requests in flight get to finish before exit.")
-    ] = 25.0,
-    embeddings: Annotated[
-        bool, typer.Option("--embeddings", help="Load the model for OpenAI /v1/embeddings only (no text "
-                           "generation); inputs up to --max-input-tokens (default 512 here).")
-    ] = False,
-    pooling: Annotated[
-        str, typer.Option(help="With --embeddings: auto (the model's own, mean if it has none), mean, cls, "
-                          "last.")
-    ] = "auto",
-    log_level: Annotated[str, typer.Option(help="debug, info, warning, error.")] = "info",
-    s3_endpoint_url: S3EndpointOpt = "",
-) -> None:
-    """Serve a GGUF model on one replica (SageMaker / OpenAI / TGI APIs)."""
+MODEL_HELP = (
+    "A .gguf file, a directory holding one, s3://bucket/prefix/, s3://bucket/model.tar.gz (downloaded once "
+    "into ~/.cache/llmhost/models, or $LLMHOST_CACHE), or 'default'. Unset: $SM_MODEL_DIR, /opt/ml/model if "
+    "present, else the bundled Gemma 3 270M."
+)
+
+
+def _option(s: Setting) -> inspect.Parameter:
+    """A setting as a typer option: `--name-with-dashes`, its help and default."""
+    kind: Any = s.type
+    decls: list[str] = [s.flag] if s.switch else []
+    extra: dict[str, Any] = {"show_default": False} if s.repeatable else {}
+    if s.repeatable:
+        kind = list[s.type] | None  # type: ignore[name-defined]
+    elif s.default is None:
+        kind = s.type | None
+    option = typer.Option(*decls, help=s.help, **extra)
+    return inspect.Parameter(s.name, inspect.Parameter.KEYWORD_ONLY, default=s.default,
+                             annotation=Annotated[kind, option])  # fmt: skip
+
+
+def serve_command(spec: SettingsSpec) -> Callable[..., None]:
+    """`llmhost serve` with one option per setting of `spec`."""
+
+    def serve(ctx: typer.Context, **given: Any) -> None:
+        """Serve a GGUF model on one replica (SageMaker / OpenAI / TGI APIs)."""
+        sources = {k: ctx.get_parameter_source(k) for k in ctx.params}
+        explicit = frozenset(k for k, src in sources.items() if src is not None and src.name != "DEFAULT")
+        _serve(spec, given, explicit)
+
+    params = [
+        inspect.Parameter("ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=typer.Context),
+        inspect.Parameter("model", inspect.Parameter.KEYWORD_ONLY, default=None,
+                          annotation=Annotated[str | None, typer.Argument(help=MODEL_HELP)]),
+        *(_option(s) for s in spec),
+        inspect.Parameter("s3_endpoint_url", inspect.Parameter.KEYWORD_ONLY, default="",
+                          annotation=S3EndpointOpt),
+    ]  # fmt: skip
+    serve.__signature__ = inspect.Signature(params, return_annotation=None)  # type: ignore[attr-defined]
+    serve.__annotations__ = {p.name: p.annotation for p in params} | {"return": None}
+    return serve
+
+
+def _serve(spec: SettingsSpec, given: dict[str, Any], explicit: frozenset[str]) -> None:
     # imported here: they load llama.cpp, which `llmhost bench` does not need
     from llmhost.auth import load_keys
     from llmhost.serve_settings import ServeOptions, build
 
+    process = {s.name: given.pop(s.name) for s in spec if s.process}
+    log_level = str(process["log_level"])
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    use_s3_endpoint(s3_endpoint_url)
-    sources = {k: ctx.get_parameter_source(k) for k in ctx.params}
-    given = frozenset(k for k, src in sources.items() if src is not None and src.name != "DEFAULT")
+    use_s3_endpoint(given.pop("s3_endpoint_url"))
+    model = given.pop("model")
     try:
-        opts = ServeOptions(
-            model=model, host=host, port=port, threads=threads, max_concurrent=max_concurrent,
-            max_queue=max_queue, max_input_tokens=max_input_tokens, max_total_tokens=max_total_tokens,
-            max_batch_tokens=max_batch_tokens, prefix_cache_tokens=prefix_cache_tokens,
-            flash_attn=flash_attn, speculative=speculative, draft_tokens=draft_tokens,
-            draft_model=draft_model, ngram_size=ngram_size,
-            chat_template=chat_template.read_text() if chat_template else None,
-            served_model_name=served_model_name, tool_parser=tool_parser, queue_timeout_s=queue_timeout_s,
-            request_timeout_s=request_timeout_s, embeddings=embeddings, pooling=pooling,
-            api_keys=load_keys(api_key or [], api_key_file), explicit=given,
-        )  # fmt: skip
-        built = build(opts)
+        # a file setting's value is the file's text (the chat template)
+        values = {k: v.read_text() if isinstance(v, Path) else v for k, v in given.items()}
+        keys = load_keys(process["api_key"] or [], process["api_key_file"])
+        built = build(ServeOptions(model, api_keys=keys, explicit=explicit, spec=spec, **values))
     except (ValueError, OSError) as exc:  # a model not found is an OSError (FileNotFoundError)
         raise typer.BadParameter(str(exc)) from exc
     for note in built.notes:
@@ -133,9 +103,12 @@ def serve(
         shape = f"embeddings only, inputs up to {settings.embeddings.max_input_tokens} tokens"
     typer.echo(f"llmhost: serving {settings.model_path} on {settings.host}:{settings.port} "
                f"({engine.threads} threads, {shape})")
-    code = run_server(settings, shutdown_grace_s, log_level)
+    code = run_server(settings, float(process["shutdown_grace_s"]), log_level)
     if code:
         raise typer.Exit(code)
+
+
+serve = app.command(name="serve")(serve_command(SERVE_SPEC))
 
 
 def run_server(settings: ServerSettings, grace_s: float, log_level: str) -> int:

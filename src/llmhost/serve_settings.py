@@ -2,83 +2,68 @@
 used by `llmhost serve` itself and by a copy of an endpoint on Ray (which runs the same server app
 in-process), so that both get the same engine from the same inputs.
 
-Light on purpose (llama.cpp loads only inside `build`): the Ray ingress sizes its copies' request
-limits with `max_concurrent` and must not load a model.
+The options themselves are declared in `llmhost.serve_spec`; this module maps them to the server's
+settings (llama.cpp loads only inside `build`).
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from llmhost.auth import ApiKeys
+from llmhost.serve_spec import SERVE_SPEC, SettingsSpec
 
 if TYPE_CHECKING:
     from llmhost.engine import EngineConfig
-    from llmhost.optimize.artifact import ServeHints
     from llmhost.server import ServerSettings
     from llmhost.store import ResolvedModel
+    from llmhost.store.artifact import ServeHints
 
-# the variables that size the engine when an option leaves a limit unset (SageMaker's and TGI's names)
-LIMIT_ENV = ("MAX_CONCURRENT_REQUESTS", "MAX_INPUT_LENGTH", "MAX_TOTAL_TOKENS", "MAX_BATCH_TOTAL_TOKENS")
-DEFAULT_MAX_CONCURRENT = 8
-DEFAULT_MAX_QUEUE = 64
-DEFAULT_MAX_BATCH_TOKENS = 512
-LOG_LEVELS = ("debug", "info", "warning", "error")
-
-
-def env_int(env: Mapping[str, str], name: str, default: int) -> int:
-    raw = env.get(name)
-    if raw is None or raw == "":
-        return default
-    try:
-        return int(raw)
-    except ValueError as exc:
-        raise ValueError(f"environment variable {name}={raw!r} is not an integer") from exc
-
-
-@dataclass(frozen=True)
 class ServeOptions:
-    """`llmhost serve`'s options; a 0 or "" limit is unset: taken from LIMIT_ENV, else the default."""
+    """`llmhost serve`'s options as `build` takes them: every setting of the spec but the serving
+    process's own, by name (`opts.max_queue`); API keys come loaded, the chat template as its text. A 0
+    or "" limit is unset: taken from its variable, else its default."""
 
-    model: str | None = None  # None: $SM_MODEL_DIR, /opt/ml/model, else the bundled model
-    host: str = "0.0.0.0"
-    port: int = 0  # 0: $SAGEMAKER_BIND_TO_PORT, else 8080
-    threads: int = 0
-    max_concurrent: int = 0
-    max_queue: int = DEFAULT_MAX_QUEUE
-    max_input_tokens: int = 0
-    max_total_tokens: int = 0
-    max_batch_tokens: int = 0
-    prefix_cache_tokens: int = 4096
-    flash_attn: bool = True
-    speculative: str = ""
-    draft_tokens: int = 12
-    draft_model: str = ""
-    ngram_size: int = 3
-    chat_template: str | None = None  # the template's text
-    served_model_name: str = ""
-    tool_parser: str = "auto"
-    queue_timeout_s: float = 0.0
-    request_timeout_s: float = 0.0
-    embeddings: bool = False
-    pooling: str = "auto"
-    api_keys: ApiKeys = field(default_factory=ApiKeys)
-    # options given rather than defaulted: an optimize artifact's recipe does not override them
-    explicit: frozenset[str] = frozenset()
+    def __init__(self, model: str | None = None, *, api_keys: ApiKeys | None = None,
+                 explicit: frozenset[str] = frozenset(), spec: SettingsSpec = SERVE_SPEC,
+                 **values: Any) -> None:  # fmt: skip
+        names = [s.name for s in spec.built()]
+        unknown = set(values) - set(names)
+        if unknown:
+            raise TypeError(f"not a serve option: {', '.join(sorted(unknown))}")
+        self.model = model  # None: $SM_MODEL_DIR, /opt/ml/model, else the bundled model
+        self.api_keys = api_keys if api_keys is not None else ApiKeys()
+        # options given rather than defaulted: an optimize artifact's recipe does not override them
+        self.explicit = explicit
+        self.spec = spec
+        self.values: dict[str, Any] = {n: values.get(n, spec[n].default) for n in names}
+
+    def __getattr__(self, name: str) -> Any:
+        values = self.__dict__.get("values", {})
+        if name in values:
+            return values[name]
+        raise AttributeError(f"{type(self).__name__!r} has no attribute {name!r}")
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ServeOptions) and vars(self) == vars(other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"ServeOptions(model={self.model!r}, {self.values!r}, explicit={sorted(self.explicit)})"
+
+    def resolved(self, name: str, env: Mapping[str, str], fallback: Any = None) -> Any:
+        """The setting in effect: the option, else its variable, else its default."""
+        return self.spec[name].resolve(self.values[name], env, fallback)
 
 
 @dataclass(frozen=True)
 class Built:
     settings: ServerSettings
     notes: list[str]  # what the caller tells the user (an artifact's settings used, or why not)
-
-
-def max_concurrent(option: int, env: Mapping[str, str]) -> int:
-    """Sequences decoding together: the option, else $MAX_CONCURRENT_REQUESTS, else the default."""
-    return option or env_int(env, "MAX_CONCURRENT_REQUESTS", DEFAULT_MAX_CONCURRENT)
 
 
 def _artifact(
@@ -88,7 +73,7 @@ def _artifact(
     its recipe's serving settings (speculative decoding) not given as options. The model's directory
     is where they are, whatever the reference's form (a directory, an s3:// prefix or archive,
     $SM_MODEL_DIR)."""
-    from llmhost.optimize.artifact import serving_hints
+    from llmhost.store.artifact import serving_hints
 
     model_dir = resolved.model_dir
     hints = serving_hints(model_dir, opts.flash_attn) if model_dir is not None else None
@@ -103,29 +88,23 @@ def _artifact(
 
 def engine_config(opts: ServeOptions, env: Mapping[str, str], draft_path: str,
                   hints: ServeHints | None, recipe: dict[str, Any]) -> EngineConfig:  # fmt: skip
+    """Every setting the spec maps to an EngineConfig field, in effect (option, variable or default),
+    then the artifact's recipe (settings not given as options) and its measured load mode."""
     from llmhost.engine import EngineConfig
+    from llmhost.engine.embedder import EmbedderConfig
 
-    # embeddings: llama-server's limit (its 512-token physical batch); a decode holds a whole input
-    max_input = 512 if opts.embeddings else 2048
+    # embeddings: the embedder's own input limit (llama-server's: a decode holds a whole input)
+    fallbacks = {"max_input_tokens": EmbedderConfig().max_input_tokens} if opts.embeddings else {}
+    values = {s.engine: opts.resolved(s.name, env, fallbacks.get(s.name)) for s in opts.spec if s.engine}
+    values.update(recipe)
+    if draft_path:
+        values["speculative"] = "draft"
     return EngineConfig(
-        max_concurrent=max_concurrent(opts.max_concurrent, env),
-        max_queue=opts.max_queue,
-        max_input_tokens=opts.max_input_tokens or env_int(env, "MAX_INPUT_LENGTH", max_input),
-        max_total_tokens=opts.max_total_tokens or env_int(env, "MAX_TOTAL_TOKENS", 4096),
-        max_batch_tokens=opts.max_batch_tokens
-        or env_int(env, "MAX_BATCH_TOTAL_TOKENS", DEFAULT_MAX_BATCH_TOKENS),
-        prefix_cache_tokens=opts.prefix_cache_tokens,
-        n_threads=opts.threads or env_int(env, "LLMHOST_THREADS", 0),
-        flash_attn=opts.flash_attn,
-        speculative="draft" if draft_path else recipe.get("speculative", opts.speculative),
+        **values,
         draft_model=draft_path,
-        draft_tokens=recipe.get("draft_tokens", opts.draft_tokens),
-        ngram_size=recipe.get("ngram_size", opts.ngram_size),
         load_mode=hints.load_mode if hints else "auto",
         repack=hints.repack if hints else True,
         prefix_state_path=hints.prefix_state_path if hints else "",
-        queue_timeout_s=opts.queue_timeout_s,
-        request_timeout_s=opts.request_timeout_s,
     )
 
 
@@ -136,7 +115,6 @@ def build(opts: ServeOptions, env: Mapping[str, str] | None = None) -> Built:
     from llmhost.engine.embedder import EmbedderConfig
     from llmhost.server import ServerSettings
     from llmhost.server.custom_code import find_script
-    from llmhost.server.settings import DEFAULT_PORT
     from llmhost.store import resolve
 
     env = os.environ if env is None else env
@@ -147,10 +125,8 @@ def build(opts: ServeOptions, env: Mapping[str, str] | None = None) -> Built:
     hints, recipe, notes = _artifact(opts, resolved)
     engine = engine_config(opts, env, draft_path, hints, recipe)
     settings = ServerSettings(
-        model_path=resolved.gguf, engine=engine, host=opts.host,
-        port=opts.port or env_int(env, "SAGEMAKER_BIND_TO_PORT", DEFAULT_PORT),
-        served_model_name=opts.served_model_name, chat_template=opts.chat_template,
-        tool_parser=opts.tool_parser, api_keys=opts.api_keys,
+        model_path=resolved.gguf, engine=engine, api_keys=opts.api_keys,
+        **{s.server: opts.resolved(s.name, env) for s in opts.spec if s.server},
         embeddings=EmbedderConfig.from_engine(engine, opts.pooling) if opts.embeddings else None,
         inference_script=find_script(resolved.model_dir),
     )  # fmt: skip

@@ -29,6 +29,7 @@ from tests.integration.endpoint_helpers import (
     stop_endpoint,
     up_command,
 )
+from tests.integration.scoring_helpers import assert_scoring_routes
 
 ENDPOINT = f"""
 name: it
@@ -82,6 +83,11 @@ def test_two_components_answer_under_their_own_names(ep: Endpoint) -> None:
     answered = [s for s in metrics["llmhost_endpoint_requests"].samples
                 if s.name == "llmhost_endpoint_requests_total" and s.labels == b_ok]  # fmt: skip
     assert [s.value for s in answered] == [2.0]
+
+
+def test_scoring_and_tokenizer_routes_pick_their_component(ep: Endpoint) -> None:
+    with httpx.Client(base_url=ep.url, timeout=120) as c:
+        assert_scoring_routes(c)
 
 
 def cpus_allowed(pid: int) -> str:

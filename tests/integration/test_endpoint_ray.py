@@ -33,6 +33,7 @@ from tests.integration.ray_helpers import (
     start_cluster,
     start_ray_endpoint,
 )
+from tests.integration.scoring_helpers import assert_scoring_routes
 from tests.integration.test_sagemaker_runtime import TGI, runtime, streamed
 
 os.environ.update(LOOPBACK_ONLY)  # before Ray is imported, here and in the endpoint's process
@@ -162,6 +163,11 @@ def test_routing_by_header_and_by_model(ep: Endpoint) -> None:
         return running is not None and {s.labels["component"] for s in running.samples} == {"a", "b"}
 
     ep.wait_for("the copies' metrics", copies_metrics, timeout=60)
+
+
+def test_scoring_and_tokenizer_routes_pick_their_component(ep: Endpoint) -> None:
+    with httpx.Client(base_url=ep.url, timeout=120) as c:
+        assert_scoring_routes(c)
 
 
 def test_streams_pass_through_unbuffered(ep: Endpoint) -> None:

@@ -77,6 +77,9 @@ class FakeModel:
         row[(token + 1) % CYCLE] = 10.0
         return row
 
+    def logits_rows(self, batch_index: int, n: int) -> npt.NDArray[np.float32]:
+        return np.stack([self.logits(batch_index + i) for i in range(n)])
+
     def close(self) -> None:
         pass
 

@@ -29,7 +29,7 @@ def test_context_fits_every_sequence_plus_prefix_cache() -> None:
 
 @pytest.mark.parametrize(
     ("kwargs", "field"),
-    [({"max_tokens": 0}, "max_tokens"), ({"top_p": 0.0}, "top_p"), ({"temperature": -1}, "temperature")],
+    [({"max_tokens": -1}, "max_tokens"), ({"top_p": 0.0}, "top_p"), ({"temperature": -1}, "temperature")],
 )
 def test_sampling_params_validate(kwargs: dict[str, float], field: str) -> None:
     with pytest.raises(ValueError, match=field):

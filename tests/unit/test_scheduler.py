@@ -175,3 +175,27 @@ def test_unrelated_short_prompts_do_not_wait() -> None:
     s.add(seq("a", [1, 2, 3]))
     s.add(seq("b", [1, 2, 3]))
     assert len(s.schedule(0.0).items) == 2
+
+
+def test_max_tokens_zero_prefills_without_sampling_then_is_done() -> None:
+    s = Scheduler(config(max_batch_tokens=4))
+    a = seq("a", list(range(6)), max_tokens=0)
+    s.add(a)
+    plan = s.schedule(0.0)
+    s.postprocess(plan, {}, 1.0)
+    assert not a.prefilled_only
+    plan = s.schedule(0.0)
+    assert [(i.tokens, i.sample) for i in plan.items] == [([4, 5], False)]  # the last chunk samples nothing
+    s.postprocess(plan, {}, 2.0)
+    assert a.prefilled_only and a.output == [] and a.first_token_s == 2.0
+
+
+def test_prompt_logprobs_sequences_do_not_wait_for_a_prefix_they_cannot_reuse() -> None:
+    s = Scheduler(config(max_batch_tokens=4))
+    a, b = seq("a", list(range(10))), seq("b", list(range(10)))
+    a.group = b.group = "r"
+    b.prompt_logprobs = True
+    s.add(a)
+    s.add(b)
+    plan = s.schedule(0.0)
+    assert [i.seq.request_id for i in plan.items] == ["a"] and b in s.running

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import inspect
 import time
 from datetime import datetime
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, get_type_hints
 
 import typer
 from rich.console import Console, Group
@@ -23,7 +24,6 @@ from llmhost.bench.server_metrics import SHOWN
 from llmhost.bench.slo import HELP as GOODPUT_HELP
 from llmhost.bench.slo import parse_goodput
 from llmhost.bench.sweep import SweepSpec, run_sweep
-from llmhost.bench.targets import APIS
 from llmhost.store.options import S3EndpointOpt, use_s3_endpoint
 
 app = typer.Typer(
@@ -39,24 +39,6 @@ def _make_console() -> Console:
 
 
 console = _make_console()
-
-
-def _floats(text: str | None, what: str) -> list[float] | None:
-    if text is None or not text.strip():
-        return None
-    try:
-        return [float(x) for x in text.replace(" ", "").split(",") if x]
-    except ValueError as exc:
-        raise typer.BadParameter(f"{what}: a comma-separated list of numbers, got {text!r}") from exc
-
-
-def _goodput(items: list[str] | None) -> dict[str, float] | None:
-    if not items:
-        return None
-    try:
-        return parse_goodput(items)
-    except ValueError as exc:
-        raise typer.BadParameter(f"--goodput: {exc}") from exc
 
 
 def _default_out() -> Path:
@@ -200,106 +182,38 @@ def _print_final(results: BenchResults, out: Path | None) -> None:
         console.print(f"Results: {out}/ (requests.jsonl, summary.json, summary.csv, report.html)")
 
 
-@app.command()
-def run(
-    url: Annotated[str, typer.Option(help="Server base URL, e.g. http://127.0.0.1:8080.")],
-    api: Annotated[str, typer.Option(help=f"API to drive: {', '.join(APIS)}.")] = "openai",
-    concurrency: Annotated[str, typer.Option(help="Closed-loop levels: concurrent users, e.g. 1,4,8.")] = "1",
-    rate: Annotated[
-        str | None, typer.Option(help="Open-loop levels instead: request rates (req/s), e.g. 1,2,4.")
-    ] = None,
-    burstiness: Annotated[
-        float,
-        typer.Option(
-            help="Open loop: gamma shape of the gaps between arrivals, as vLLM's --burstiness "
-            "(1: Poisson; below 1: burstier; above 1: more even). Mean rate unchanged."
-        ),
-    ] = 1.0,
-    duration: Annotated[
-        float | None, typer.Option(help="Seconds per level (default 30 without --requests).")
-    ] = None,
-    requests: Annotated[int | None, typer.Option(help="Requests per level.")] = None,
-    prompt_tokens: Annotated[int, typer.Option(help="Synthetic prompt length in tokens.")] = 128,
-    max_new_tokens: Annotated[int, typer.Option(help="Tokens to generate per request (EOS ignored).")] = 64,
-    price_per_hour: Annotated[float | None, typer.Option(help="Instance price, USD per hour.")] = None,
-    discount: Annotated[float, typer.Option(help="Discount rate for the blended price, 0..1.")] = 0.0,
-    out: Annotated[
-        Path | None, typer.Option(help="Results directory (default bench-results/<time>).")
-    ] = None,
-    warmup: Annotated[int, typer.Option(help="Warm-up requests per level, excluded.")] = 0,
-    timeout: Annotated[float, typer.Option(help="Per-request timeout, seconds.")] = 120.0,
-    max_error_rate: Annotated[
-        float, typer.Option(help="Stop when the error fraction passes this (1: never).")
-    ] = 0.5,
-    prompts_file: Annotated[
-        Path | None, typer.Option(help='JSONL of prompts ({"prompt": ...} per line).')
-    ] = None,
-    builtin_prompts: Annotated[bool, typer.Option(help="Use the built-in realistic prompts.")] = False,
-    num_prompts: Annotated[int, typer.Option(help="Distinct synthetic prompts.")] = 32,
-    component: Annotated[str | None, typer.Option(help="SageMaker inference component (header).")] = None,
-    model: Annotated[
-        str | None, typer.Option(help="OpenAI 'model' field (default: first of /v1/models).")
-    ] = None,
-    name: Annotated[str, typer.Option(help="Name of this configuration in the results.")] = "run",
-    header: Annotated[
-        list[str] | None, typer.Option(help="Extra request header 'Name: value' (repeatable).")
-    ] = None,
-    tokenize: Annotated[
-        bool, typer.Option(help="Use the target's /tokenize for exact prompt lengths.")
-    ] = True,
-    ignore_eos: Annotated[bool, typer.Option(help="Ask the server to ignore EOS (OpenAI APIs).")] = True,
-    temperature: Annotated[
-        float | None, typer.Option(help="Sampling temperature sent with each request (0: greedy).")
-    ] = None,
-    slo_ms_per_token: Annotated[float | None, typer.Option(help="SLO: p50 ms per token.")] = None,
-    slo_ttft_ms: Annotated[float | None, typer.Option(help="SLO: p50 TTFT in ms.")] = None,
-    goodput: Annotated[list[str] | None, typer.Option(help=GOODPUT_HELP)] = None,
-    slo_stop: Annotated[
-        float | None,
-        typer.Option(
-            help="Percentile P: stop a level (and raise the load no further) as soon as its P-th "
-            "percentile TTFT or TPOT can no longer meet the --goodput ttft/tpot bounds, or fewer "
-            "than P% of its requests can succeed. Needs --requests."
-        ),
-    ] = None,
-    stop_at_saturation: Annotated[
-        bool,
-        typer.Option(
-            help="Stop raising the load once output tok/s grows less than --saturation-gain over the "
-            "best earlier level while p50 E2E grows at least that much."
-        ),
-    ] = True,
-    saturation_gain: Annotated[float, typer.Option(help="Saturation threshold, a fraction.")] = 0.05,
-    server_metrics: Annotated[
-        bool, typer.Option(help="Scrape the target's Prometheus /metrics around and during each level.")
-    ] = True,
-    metrics_interval: Annotated[
-        float, typer.Option(help="Seconds between /metrics scrapes during a level (0: before/after only).")
-    ] = 1.0,
-    seed: Annotated[int, typer.Option(help="Seed of the open-loop arrivals.")] = 0,
-    live: Annotated[bool, typer.Option(help="Live progress display.")] = True,
-) -> None:
+def _run_parameters() -> list[inspect.Parameter]:
+    """`bench run`'s options: BenchConfig's fields' (RunOption), then the run's own."""
+    params: list[inspect.Parameter] = []
+    types = get_type_hints(BenchConfig)
+    for name, option, default in BenchConfig.run_options():
+        kind = option.kind if option.kind is not None else types[name]
+        params.append(inspect.Parameter(option.flag or name, inspect.Parameter.KEYWORD_ONLY,
+                                        default=inspect.Parameter.empty if name == "url" else default,
+                                        annotation=Annotated[kind, typer.Option(help=option.help)]))
+    # the run's own options, each before the option named (None: last)
+    own: list[tuple[str, Any, Any, str, str | None]] = [
+        ("out", Path | None, None, "Results directory (default bench-results/<time>).", "warmup"),
+        ("stop_at_saturation", bool, True, "Stop raising the load once output tok/s grows less than "
+         "--saturation-gain over the best earlier level while p50 E2E grows at least that much.",
+         "saturation_gain"),
+        ("live", bool, True, "Live progress display.", None),
+    ]  # fmt: skip
+    for name, kind, default, help, before in own:
+        param = inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default,
+                                  annotation=Annotated[kind, typer.Option(help=help)])  # fmt: skip
+        at = next((i for i, p in enumerate(params) if p.name == before), len(params))
+        params.insert(at, param)
+    return params
+
+
+def run(**given: Any) -> None:
     """Load-test one server at each level; write requests.jsonl, summary.json/.csv and report.html."""
-    headers: dict[str, str] = {}
-    for h in header or []:
-        k, sep, v = h.partition(":")
-        if not sep:
-            raise typer.BadParameter(f"header {h!r}: expected 'Name: value'")
-        headers[k.strip()] = v.strip()
-    conc = _floats(concurrency, "--concurrency") or [1.0]
-    cfg = BenchConfig(
-        url=url, api=api, concurrency=[int(c) for c in conc], rates=_floats(rate, "--rate"),
-        duration_s=duration, requests=requests, warmup=warmup, timeout_s=timeout,
-        max_error_rate=None if max_error_rate >= 1 else max_error_rate, prompt_tokens=prompt_tokens,
-        max_new_tokens=max_new_tokens, prompts_file=str(prompts_file) if prompts_file else None,
-        builtin_prompts=builtin_prompts, num_prompts=num_prompts, tokenize=tokenize,
-        price_per_hour=price_per_hour, discount=discount, model=model, component=component,
-        ignore_eos=ignore_eos, temperature=temperature, headers=headers, name=name, seed=seed,
-        slo_ms_per_token=slo_ms_per_token, slo_ttft_ms=slo_ttft_ms, burstiness=burstiness,
-        goodput=_goodput(goodput), saturation_gain=saturation_gain if stop_at_saturation else None,
-        server_metrics=server_metrics, metrics_interval_s=metrics_interval, slo_stop=slo_stop,
-    )  # fmt: skip
+    out, live, stop_at_saturation = given.pop("out"), given.pop("live"), given.pop("stop_at_saturation")
     try:
+        cfg = BenchConfig.from_run_options(given)
+        if not stop_at_saturation:
+            cfg.saturation_gain = None
         cfg.validate()
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from exc
@@ -308,6 +222,12 @@ def run(
     _print_final(results, out_dir)
     if results.interrupted:
         raise typer.Exit(130)
+
+
+_params = _run_parameters()
+run.__signature__ = inspect.Signature(_params, return_annotation=None)  # type: ignore[attr-defined]
+run.__annotations__ = {p.name: p.annotation for p in _params} | {"return": None}
+app.command()(run)
 
 
 def _with_progress(live: bool, fn: Any) -> BenchResults:
@@ -351,7 +271,10 @@ def sweep(
     if price_per_hour is not None:
         spec.price_per_hour = price_per_hour
     if goodput:
-        spec.goodput = _goodput(goodput)
+        try:
+            spec.goodput = parse_goodput(goodput)
+        except ValueError as exc:
+            raise typer.BadParameter(f"--goodput: {exc}") from exc
     out_dir = out or _default_out()
     results = _with_progress(live, lambda p: run_sweep(spec, out_dir, p))
     _print_final(results, out_dir)

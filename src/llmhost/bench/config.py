@@ -3,56 +3,169 @@ prices. Defaults are those of ``llmhost bench run``."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable
+from dataclasses import MISSING, asdict, dataclass, field, fields
+from pathlib import Path
 from typing import Any
 
 from llmhost.bench.arrivals import Arrivals
 from llmhost.bench.http import Endpoint
 from llmhost.bench.loadgen import LoadSettings
 from llmhost.bench.saturation import SaturationRule
-from llmhost.bench.slo import GoodputSLO
+from llmhost.bench.slo import HELP as GOODPUT_HELP
+from llmhost.bench.slo import GoodputSLO, parse_goodput
 from llmhost.bench.slostop import SloStop, stop_rule
-from llmhost.bench.targets import Target
+from llmhost.bench.targets import APIS, Target
+
+AS_FIELD: Any = object()  # a RunOption shows the field's own default
+
+
+@dataclass(frozen=True)
+class RunOption:
+    """A BenchConfig field as an ``llmhost bench run`` option."""
+
+    help: str
+    flag: str = ""  # the option's name (--flag); "": the field's
+    kind: Any = None  # its type on the command line; None: the field's
+    shown: Any = AS_FIELD  # its default on the command line
+    parse: Callable[[Any], Any] | None = None  # command line → field (a ValueError names the option)
+
+
+def opt(help: str, **kw: Any) -> dict[str, Any]:
+    return {"run_option": RunOption(help, **kw)}
+
+
+def parse_numbers(flag: str) -> Callable[[str | None], list[float] | None]:
+    def parse(text: str | None) -> list[float] | None:
+        if text is None or not text.strip():
+            return None
+        try:
+            return [float(x) for x in text.replace(" ", "").split(",") if x]
+        except ValueError as exc:
+            raise ValueError(f"{flag}: a comma-separated list of numbers, got {text!r}") from exc
+
+    return parse
+
+
+def _levels(text: str) -> list[int]:
+    return [int(c) for c in parse_numbers("--concurrency")(text) or [1.0]]
+
+
+def _headers(items: list[str] | None) -> dict[str, str]:
+    headers: dict[str, str] = {}
+    for h in items or []:
+        k, sep, v = h.partition(":")
+        if not sep:
+            raise ValueError(f"header {h!r}: expected 'Name: value'")
+        headers[k.strip()] = v.strip()
+    return headers
+
+
+def _goodput(items: list[str] | None) -> dict[str, float] | None:
+    if not items:
+        return None
+    try:
+        return parse_goodput(items)
+    except ValueError as exc:
+        raise ValueError(f"--goodput: {exc}") from exc
 
 
 @dataclass
 class BenchConfig:
-    """Everything about measuring one target. Defaults are those of ``llmhost bench run``."""
+    """Everything about measuring one target. Defaults are those of ``llmhost bench run``, whose options
+    are these fields' (``run_options``)."""
 
-    url: str
-    api: str = "openai"  # openai | chat | sagemaker | tgi
-    concurrency: list[int] = field(default_factory=lambda: [1])  # closed-loop levels
-    rates: list[float] | None = None  # open-loop levels (req/s); replaces concurrency
-    burstiness: float = 1.0  # open loop: gamma shape of inter-arrival gaps (1.0: Poisson), as vLLM
-    duration_s: float | None = None  # per level; with neither this nor requests: 30 s
-    requests: int | None = None  # per level
-    warmup: int = 0  # requests per level, excluded
-    timeout_s: float = 120.0
-    max_error_rate: float | None = 0.5
-    prompt_tokens: int = 128
-    max_new_tokens: int = 64
-    prompts_file: str | None = None
-    builtin_prompts: bool = False
-    num_prompts: int = 32  # distinct synthetic prompts
-    tokenize: bool = True  # use the target's /tokenize for exact lengths when it has one
-    price_per_hour: float | None = None
-    discount: float = 0.0
-    model: str | None = None  # OpenAI "model"; default: the first of GET /v1/models, else "default"
-    component: str | None = None  # SageMaker inference component header
-    ignore_eos: bool = True
-    temperature: float | None = None  # None: the server's default
-    headers: dict[str, str] = field(default_factory=dict)
-    name: str = "run"
-    seed: int = 0
+    url: str = field(metadata=opt("Server base URL, e.g. http://127.0.0.1:8080."))
+    api: str = field(default="openai", metadata=opt(f"API to drive: {', '.join(APIS)}."))
+    # closed-loop levels
+    concurrency: list[int] = field(default_factory=lambda: [1], metadata=opt(
+        "Closed-loop levels: concurrent users, e.g. 1,4,8.", kind=str, shown="1", parse=_levels))
+    # open-loop levels (req/s); replaces concurrency
+    rates: list[float] | None = field(default=None, metadata=opt(
+        "Open-loop levels instead: request rates (req/s), e.g. 1,2,4.", flag="rate", kind=str | None,
+        parse=parse_numbers("--rate")))
+    # open loop: gamma shape of inter-arrival gaps (1.0: Poisson), as vLLM
+    burstiness: float = field(default=1.0, metadata=opt(
+        "Open loop: gamma shape of the gaps between arrivals, as vLLM's --burstiness (1: Poisson; below "
+        "1: burstier; above 1: more even). Mean rate unchanged."))
+    # per level; with neither this nor requests: 30 s
+    duration_s: float | None = field(default=None, metadata=opt(
+        "Seconds per level (default 30 without --requests).", flag="duration"))
+    requests: int | None = field(default=None, metadata=opt("Requests per level."))  # per level
+    prompt_tokens: int = field(default=128, metadata=opt("Synthetic prompt length in tokens."))
+    max_new_tokens: int = field(default=64, metadata=opt("Tokens to generate per request (EOS ignored)."))
+    price_per_hour: float | None = field(default=None, metadata=opt("Instance price, USD per hour."))
+    discount: float = field(default=0.0, metadata=opt("Discount rate for the blended price, 0..1."))
+    # requests per level, excluded
+    warmup: int = field(default=0, metadata=opt("Warm-up requests per level, excluded."))
+    timeout_s: float = field(default=120.0, metadata=opt("Per-request timeout, seconds.", flag="timeout"))
+    max_error_rate: float | None = field(default=0.5, metadata=opt(
+        "Stop when the error fraction passes this (1: never).", kind=float,
+        parse=lambda v: None if v >= 1 else v))
+    prompts_file: str | None = field(default=None, metadata=opt(
+        'JSONL of prompts ({"prompt": ...} per line).', kind=Path | None,
+        parse=lambda p: str(p) if p else None))
+    builtin_prompts: bool = field(default=False, metadata=opt("Use the built-in realistic prompts."))
+    num_prompts: int = field(default=32, metadata=opt("Distinct synthetic prompts."))  # distinct synthetic
+    # SageMaker inference component header
+    component: str | None = field(default=None, metadata=opt("SageMaker inference component (header)."))
+    # OpenAI "model"; default: the first of GET /v1/models, else "default"
+    model: str | None = field(default=None, metadata=opt(
+        "OpenAI 'model' field (default: first of /v1/models)."))
+    name: str = field(default="run", metadata=opt("Name of this configuration in the results."))
+    headers: dict[str, str] = field(default_factory=dict, metadata=opt(
+        "Extra request header 'Name: value' (repeatable).", flag="header", kind=list[str] | None, shown=None,
+        parse=_headers))
+    # use the target's /tokenize for exact lengths when it has one
+    tokenize: bool = field(default=True, metadata=opt("Use the target's /tokenize for exact prompt lengths."))
+    ignore_eos: bool = field(default=True, metadata=opt("Ask the server to ignore EOS (OpenAI APIs)."))
+    # None: the server's default
+    temperature: float | None = field(default=None, metadata=opt(
+        "Sampling temperature sent with each request (0: greedy)."))
+    slo_ms_per_token: float | None = field(default=None, metadata=opt("SLO: p50 ms per token."))
+    slo_ttft_ms: float | None = field(default=None, metadata=opt("SLO: p50 TTFT in ms."))
+    # per-request SLO in ms: ttft, tpot, itl, e2e
+    goodput: dict[str, float] | None = field(default=None, metadata=opt(
+        GOODPUT_HELP, kind=list[str] | None, parse=_goodput))
+    # percentile: stop a level that can no longer meet goodput's ttft/tpot
+    slo_stop: float | None = field(default=None, metadata=opt(
+        "Percentile P: stop a level (and raise the load no further) as soon as its P-th percentile TTFT "
+        "or TPOT can no longer meet the --goodput ttft/tpot bounds, or fewer than P% of its requests can "
+        "succeed. Needs --requests."))
+    # stop raising load below this throughput gain; None: never (`bench run --no-stop-at-saturation`)
+    saturation_gain: float | None = field(default=0.05, metadata=opt(
+        "Saturation threshold, a fraction.", kind=float))
+    # scrape the target's /metrics around and during each level
+    server_metrics: bool = field(default=True, metadata=opt(
+        "Scrape the target's Prometheus /metrics around and during each level."))
+    # scrapes during a level (0: before and after only)
+    metrics_interval_s: float = field(default=1.0, metadata=opt(
+        "Seconds between /metrics scrapes during a level (0: before/after only).", flag="metrics_interval"))
+    seed: int = field(default=0, metadata=opt("Seed of the open-loop arrivals."))
     max_in_flight: int = 1024
     at_concurrency: float | None = None  # recommendations: load for "most cost-effective"
-    slo_ms_per_token: float | None = None
-    slo_ttft_ms: float | None = None
-    goodput: dict[str, float] | None = None  # per-request SLO in ms: ttft, tpot, itl, e2e
-    slo_stop: float | None = None  # percentile: stop a level that can no longer meet goodput's ttft/tpot
-    saturation_gain: float | None = 0.05  # stop raising load below this throughput gain; None: never
-    server_metrics: bool = True  # scrape the target's /metrics around and during each level
-    metrics_interval_s: float = 1.0  # scrapes during a level (0: before and after only)
+
+    @classmethod
+    def run_options(cls) -> list[tuple[str, RunOption, Any]]:
+        """Each field's option: the field's name, its RunOption, and the default the option shows."""
+        out = []
+        for f in fields(cls):
+            option = f.metadata.get("run_option")
+            if option is None:
+                continue
+            default = f.default_factory() if f.default_factory is not MISSING else f.default
+            out.append((f.name, option, default if option.shown is AS_FIELD else option.shown))
+        return out
+
+    @classmethod
+    def from_run_options(cls, given: dict[str, Any]) -> BenchConfig:
+        """The configuration `llmhost bench run`'s options give, by option name; ValueError names the
+        option that is wrong."""
+        values = {}
+        for name, option, _ in cls.run_options():
+            raw = given[option.flag or name]
+            values[name] = option.parse(raw) if option.parse is not None else raw
+        return cls(**values)
 
     def load_settings(self) -> LoadSettings:
         duration = self.duration_s

@@ -115,16 +115,15 @@ def endpoint_file(
     name: str,
     model: str,
     copies: int,
-    threads: int | None,
-    conc: int | None,
-    batch: int | None,
+    engine: dict[str, Any],
+    threads: int | None = None,
     router_cpus: int = 0,
 ) -> Path:
-    """An endpoint file with one component of `copies` fixed copies, `threads` CPUs each, and
-    `router_cpus` CPUs kept for its router."""
+    """An endpoint file with one component of `copies` fixed copies, `threads` CPUs each (None: the CPUs
+    left after the router's, shared), these `engine:` settings, and `router_cpus` CPUs kept for its
+    router."""
     if threads is None:
         threads = max(1, (len(os.sched_getaffinity(0)) - router_cpus) // copies)
-    engine = {k: v for k, v in (("max_concurrent", conc), ("max_batch_tokens", batch)) if v is not None}
     doc: dict[str, Any] = {
         "name": re.sub(r"[^a-z0-9-]", "-", name.lower()),
         "components": [

@@ -63,9 +63,19 @@ def recommend(
     levels = [
         lv for c in configs for lv in c.levels if lv.successes > 0 and lv.success_pct >= min_success_pct
     ]
-    recs: list[Recommendation] = []
+    recs = [_most_cost_effective(configs, levels, at_concurrency), _best_throughput(levels),
+            _best_latency(levels)]  # fmt: skip
+    if slo_ms_per_token is not None or slo_ttft_ms is not None:
+        recs.append(_cheapest_meeting_slo(levels, slo_ms_per_token, slo_ttft_ms))
+    goodput = _best_goodput(levels)
+    if goodput is not None:
+        recs.append(goodput)
+    return recs
 
-    # Most cost-effective at the chosen load.
+
+def _most_cost_effective(configs: list[ConfigResult], levels: list[LevelSummary],
+                         at_concurrency: float | None) -> Recommendation:  # fmt: skip
+    """Most cost-effective at the chosen load (default: the highest load every configuration ran)."""
     if at_concurrency is None:
         per_config = [{lv.load for lv in c.levels} for c in configs if c.levels]
         common = set.intersection(*per_config) if per_config else set()
@@ -75,64 +85,58 @@ def recommend(
     note = f"at load {at_concurrency:g}" if at_concurrency is not None else "no load level common to all"
     if pick is not None and pick[1] != "cost_per_1m_tokens_usd":
         note += "; no price per hour for every configuration, ranked by throughput"
-    recs.append(_rec("most_cost_effective", "Most cost-effective", pick, note))
+    return _rec("most_cost_effective", "Most cost-effective", pick, note)
 
-    # Best throughput anywhere.
+
+def _best_throughput(levels: list[LevelSummary]) -> Recommendation:
     best_tp = max(levels, key=lambda lv: lv.output_tokens_per_s, default=None)
-    recs.append(
-        _rec(
-            "best_throughput",
-            "Best throughput",
-            (best_tp, "output_tokens_per_s", best_tp.output_tokens_per_s) if best_tp else None,
-            "highest output tokens/s at any level",
-        )
+    return _rec(
+        "best_throughput",
+        "Best throughput",
+        (best_tp, "output_tokens_per_s", best_tp.output_tokens_per_s) if best_tp else None,
+        "highest output tokens/s at any level",
     )
 
-    # Best latency at the lowest load.
+
+def _best_latency(levels: list[LevelSummary]) -> Recommendation:
+    """Best latency at the lowest load."""
     low = min((lv.load for lv in levels), default=None)
     lat_levels = [lv for lv in levels if lv.load == low and lv.get("ms_per_token_p50") is not None]
     best_lat = min(lat_levels, key=lambda lv: lv.get("ms_per_token_p50") or 0.0, default=None)
-    recs.append(
-        _rec(
-            "best_latency",
-            "Best latency",
-            (best_lat, "ms_per_token_p50", float(best_lat.get("ms_per_token_p50") or 0.0))
-            if best_lat
-            else None,
-            f"lowest p50 ms/token at load {low:g}" if low is not None else "",
-        )
+    return _rec(
+        "best_latency",
+        "Best latency",
+        (best_lat, "ms_per_token_p50", float(best_lat.get("ms_per_token_p50") or 0.0)) if best_lat else None,
+        f"lowest p50 ms/token at load {low:g}" if low is not None else "",
     )
 
-    # Cheapest meeting the SLO.
-    if slo_ms_per_token is not None or slo_ttft_ms is not None:
-        bounds = []
-        if slo_ms_per_token is not None:
-            bounds.append(f"p50 ms/token ≤ {slo_ms_per_token:g}")
-        if slo_ttft_ms is not None:
-            bounds.append(f"p50 TTFT ≤ {slo_ttft_ms:g} ms")
 
-        def meets(lv: LevelSummary) -> bool:
-            mpt = lv.get("ms_per_token_p50")
-            ttft = lv.get("ttft_s_p50")
-            if slo_ms_per_token is not None and (mpt is None or mpt > slo_ms_per_token):
-                return False
-            return not (slo_ttft_ms is not None and (ttft is None or ttft * 1000.0 > slo_ttft_ms))
+def _cheapest_meeting_slo(levels: list[LevelSummary], slo_ms_per_token: float | None,
+                          slo_ttft_ms: float | None) -> Recommendation:  # fmt: skip
+    bounds = []
+    if slo_ms_per_token is not None:
+        bounds.append(f"p50 ms/token ≤ {slo_ms_per_token:g}")
+    if slo_ttft_ms is not None:
+        bounds.append(f"p50 TTFT ≤ {slo_ttft_ms:g} ms")
 
-        pick = _cheapest([lv for lv in levels if meets(lv)])
-        text = " and ".join(bounds)
-        note = f"cheapest meeting {text}" if pick else f"no configuration meets {text}"
-        recs.append(_rec("slo", f"Cheapest meeting SLO ({text})", pick, note))
+    def meets(lv: LevelSummary) -> bool:
+        mpt = lv.get("ms_per_token_p50")
+        ttft = lv.get("ttft_s_p50")
+        if slo_ms_per_token is not None and (mpt is None or mpt > slo_ms_per_token):
+            return False
+        return not (slo_ttft_ms is not None and (ttft is None or ttft * 1000.0 > slo_ttft_ms))
 
-    # Most requests/s meeting every per-request bound of the goodput SLO.
+    pick = _cheapest([lv for lv in levels if meets(lv)])
+    text = " and ".join(bounds)
+    note = f"cheapest meeting {text}" if pick else f"no configuration meets {text}"
+    return _rec("slo", f"Cheapest meeting SLO ({text})", pick, note)
+
+
+def _best_goodput(levels: list[LevelSummary]) -> Recommendation | None:
+    """Most requests/s meeting every per-request bound of the goodput SLO; None without one."""
     with_goodput = [lv for lv in levels if lv.goodput_rps is not None]
-    if with_goodput:
-        best_gp = max(with_goodput, key=lambda lv: (lv.goodput_rps or 0.0, lv.output_tokens_per_s))
-        recs.append(
-            _rec(
-                "best_goodput",
-                "Best goodput",
-                (best_gp, "goodput_rps", float(best_gp.goodput_rps or 0.0)),
-                "most successful requests/s meeting the goodput SLO at any level",
-            )
-        )
-    return recs
+    if not with_goodput:
+        return None
+    best_gp = max(with_goodput, key=lambda lv: (lv.goodput_rps or 0.0, lv.output_tokens_per_s))
+    return _rec("best_goodput", "Best goodput", (best_gp, "goodput_rps", float(best_gp.goodput_rps or 0.0)),
+                "most successful requests/s meeting the goodput SLO at any level")  # fmt: skip

@@ -105,10 +105,11 @@ LEVEL_HEADERS = [
 
 
 @functools.cache
-def _env() -> jinja2.Environment:
+def template_env(package: str = "llmhost.bench") -> jinja2.Environment:
+    """The Jinja environment of a package's HTML reports (`templates/` beside its modules)."""
     # autoescape: configuration names, URLs, errors and notes come from the user or the target
     return jinja2.Environment(
-        loader=jinja2.PackageLoader("llmhost.bench", "templates"),
+        loader=jinja2.PackageLoader(package, "templates"),
         autoescape=True,
         undefined=jinja2.StrictUndefined,
         trim_blocks=True,
@@ -121,7 +122,7 @@ def render_html(results: BenchResults) -> str:
     server_headers, server_rows = server_table(results)
     cost_rec = next((r for r in results.recommendations if r.goal == "most_cost_effective"), None)
     return (
-        _env()
+        template_env()
         .get_template("report.html.jinja")
         .render(
             results=results,

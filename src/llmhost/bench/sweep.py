@@ -3,9 +3,9 @@ recommend one.
 
 A configuration is one of:
 
-- ``serve:`` — ``llmhost serve MODEL --host 127.0.0.1 --port P --threads T --max-concurrent C
-  --max-batch-tokens B``; any of ``model``, ``threads``, ``max_concurrent``, ``max_batch_tokens`` may be
-  a list, and the configuration expands to their product;
+- ``serve:`` — ``llmhost serve MODEL --host 127.0.0.1 --port P`` with any of its settings (``threads``,
+  ``max_concurrent``, ``max_batch_tokens``... as the settings spec declares them); the model, the copies
+  and each setting may be a list, and the configuration expands to their product;
 - ``command:`` — any server command (a peer such as ``llama-server``), with ``{port}``, ``{host}``,
   ``{python}`` and ``{default_model}`` placeholders; readiness is ``GET ready_path`` answering 200;
 - ``url:`` — a server that is already running.
@@ -48,19 +48,8 @@ from llmhost.bench.report import ResultsWriter
 from llmhost.bench.results import BenchResults, ConfigResult
 from llmhost.bench.runner import NullProgress, Progress, _now, finish_results, measure_config
 from llmhost.bench.saturation import SaturationRule
+from llmhost.bench.serve_config import ServeSpec, as_list, endpoint_engine, label
 from llmhost.bench.slo import GoodputSLO
-
-
-class ServeSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    model: str | list[str] = "default"
-    threads: int | list[int] | None = None
-    max_concurrent: int | list[int] | None = None
-    max_batch_tokens: int | list[int] | None = None
-    copies: int | list[int] = 1
-    router_cpus: int = Field(default=0, ge=0)  # copies > 1: the endpoint file's router.num_cpus
-    extra_args: list[str] = Field(default_factory=list)
 
 
 class ConfigSpec(BaseModel):
@@ -159,57 +148,39 @@ class Launch(BaseModel):
     spec: ConfigSpec
 
 
-def _as_list(v: Any) -> list[Any]:
-    if v is None:
-        return [None]
-    return v if isinstance(v, list) else [v]
+def _serve_launches(cfg: ConfigSpec, labels: dict[str, str]) -> list[Launch]:
+    """One launch per combination: `llmhost serve`, or `llmhost endpoint up` for several copies."""
+    s = cfg.serve
+    assert s is not None
+    settings, swept = s.settings, s.given()
+    launches = []
+    for model, *values, copies in itertools.product(as_list(s.model), *swept.values(), as_list(s.copies)):
+        given = dict(zip(swept, values, strict=True))
+        params: dict[str, Any] = {"model": model, **given}
+        parts = [labels[str(model)]]
+        parts += [p for n, v in given.items() if (p := label(settings[n], v, len(swept[n]) > 1))]
+        argv = [*llmhost_command(), "serve", str(model),
+                *settings.argv({"host": HOST, "port": "{port}", **given}), *s.extra_args]  # fmt: skip
+        if copies not in (None, 1):
+            if s.extra_args:
+                raise ValueError("extra_args apply to single `llmhost serve` configurations only")
+            params["copies"] = copies
+            parts.append(f"x{copies}")
+            path = endpoint_file("-".join(parts), str(model), copies, endpoint_engine(settings, given),
+                                 given.get("threads"), s.router_cpus)  # fmt: skip
+            argv = [*llmhost_command(), "endpoint", "up", str(path), "--host", HOST, "--port", "{port}"]
+        name = "-".join(parts)
+        launches.append(Launch(name=f"{cfg.name}-{name}" if cfg.name else name, kind="serve", argv=argv,
+                               params=params, spec=cfg))  # fmt: skip
+    return launches
 
 
 def expand(spec: SweepSpec) -> list[Launch]:
     launches: list[Launch] = []
-    labels = model_labels(str(m) for c in spec.configurations if c.serve for m in _as_list(c.serve.model))
+    labels = model_labels(str(m) for c in spec.configurations if c.serve for m in as_list(c.serve.model))
     for i, cfg in enumerate(spec.configurations):
         if cfg.serve is not None:
-            s = cfg.serve
-            for model, threads, conc, batch, copies in itertools.product(
-                _as_list(s.model), _as_list(s.threads), _as_list(s.max_concurrent),
-                _as_list(s.max_batch_tokens), _as_list(s.copies),
-            ):  # fmt: skip
-                params: dict[str, Any] = {"model": model}
-                argv = [*llmhost_command(), "serve", str(model), "--host", HOST, "--port", "{port}"]
-                parts = [labels[str(model)]]
-                for key, flag, short, value in (
-                    ("threads", "--threads", "t", threads),
-                    ("max_concurrent", "--max-concurrent", "mc", conc),
-                    ("max_batch_tokens", "--max-batch-tokens", "b", batch),
-                ):
-                    if value is not None:
-                        params[key] = value
-                        argv += [flag, str(value)]
-                        parts.append(f"{short}{value}")
-                argv += s.extra_args
-                if copies not in (None, 1):
-                    if s.extra_args:
-                        raise ValueError("extra_args apply to single `llmhost serve` configurations only")
-                    params["copies"] = copies
-                    parts.append(f"x{copies}")
-                    path = endpoint_file(
-                        "-".join(parts), str(model), copies, threads, conc, batch, s.router_cpus
-                    )
-                    argv = [
-                        *llmhost_command(),
-                        "endpoint",
-                        "up",
-                        str(path),
-                        "--host",
-                        HOST,
-                        "--port",
-                        "{port}",
-                    ]
-                name = "-".join(parts)
-                if cfg.name:
-                    name = f"{cfg.name}-{name}"
-                launches.append(Launch(name=name, kind="serve", argv=argv, params=params, spec=cfg))
+            launches += _serve_launches(cfg, labels)
         elif cfg.command is not None:
             argv = shlex.split(cfg.command) if isinstance(cfg.command, str) else list(cfg.command)
             launches.append(

@@ -1,22 +1,24 @@
-"""Admin API used by `llmhost endpoint status|scale|add|remove|down`; answers loopback clients only."""
+"""Admin API used by `llmhost endpoint status|scale|add|remove|down`; answers loopback clients only.
+One router over a backend: the single-host endpoint's manager or a Ray endpoint's Ray Serve."""
 
 from __future__ import annotations
 
 import asyncio
 import os
 import signal
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Coroutine
+from typing import Any, Protocol
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Depends, Request
+from fastapi.routing import APIRoute
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.background import BackgroundTask
 from starlette.responses import JSONResponse, Response
 
-from llmhost.endpoint.manager import ComponentError, EndpointManager, ModelRefError
+from llmhost.endpoint.manager import ComponentExistsError, EndpointManager, ModelRefError
 from llmhost.endpoint.placement import InsufficientCapacityError
 from llmhost.endpoint.router import error
-from llmhost.endpoint.spec import SpecError, parse_components
+from llmhost.endpoint.spec import parse_components
 
 LOOPBACK = {"127.0.0.1", "::1", "localhost", "testclient"}
 
@@ -62,74 +64,157 @@ def terminate_self() -> None:
     os.kill(os.getpid(), signal.SIGTERM)  # the server's SIGTERM path: drain, stop copies, exit
 
 
-def create_admin(manager: EndpointManager, shutdown: Callable[[], None] = terminate_self) -> APIRouter:
-    router = APIRouter(prefix="/admin")
+class AdminRefused(Exception):
+    """The admin API answers local clients only (403)."""
 
-    def refused(request: Request) -> Response | None:
-        host = request.client.host if request.client else ""
-        if host not in LOOPBACK:
-            return error(403, "the admin API answers local clients only", "permission_error")
-        return None
 
-    def failure(exc: Exception) -> Response:
-        if isinstance(exc, ComponentError):
-            status = 409 if "already exists" in str(exc) else 404
-            return error(status, str(exc), "not_found_error" if status == 404 else "conflict_error")
-        if isinstance(exc, InsufficientCapacityError):
-            return error(409, str(exc), "insufficient_capacity")
-        return error(422, str(exc), field=exc.field if isinstance(exc, BadBody) else None)
+class NotSupported(Exception):
+    """This endpoint's backend cannot do that (501)."""
 
-    @router.get("/status")
-    async def status(request: Request) -> Response:
-        return refused(request) or JSONResponse(manager.status())
 
-    @router.post("/scale")
-    async def scale(request: Request) -> Response:
-        if (r := refused(request)) is not None:
-            return r
+class Conflict(RuntimeError):
+    """The change cannot be made as things stand, e.g. copies that do not fit (409)."""
+
+
+class UpstreamError(RuntimeError):
+    """What carries the change out failed or could not be reached (502)."""
+
+
+class AdminBackend(Protocol):
+    """What carries out the admin API: the single-host manager (`LocalAdmin`) or Ray Serve
+    (`rayserve.admin.RayAdmin`). Refusals are raised as the exceptions `failure` maps."""
+
+    @property
+    def name(self) -> str: ...  # the endpoint's
+
+    # why components cannot be added or removed here; None: they can
+    components_fixed: str | None
+
+    async def status(self) -> dict[str, Any]: ...
+
+    async def scale(self, component: str, copies: int, wait: bool) -> dict[str, Any]: ...
+
+    async def add(self, raw: Any) -> dict[str, Any]: ...
+
+    async def remove(self, name: str) -> dict[str, Any]: ...
+
+    async def down(self) -> Callable[[], None] | None:
+        """Stop the endpoint, or return what stops it once the answer is sent."""
+        ...
+
+
+class LocalAdmin:
+    """The single-host endpoint's admin: its manager, and the process's own shutdown."""
+
+    components_fixed: str | None = None
+
+    def __init__(self, manager: EndpointManager, shutdown: Callable[[], None] = terminate_self) -> None:
+        self.manager = manager
+        self.shutdown = shutdown
+
+    @property
+    def name(self) -> str:
+        return self.manager.spec.name
+
+    async def status(self) -> dict[str, Any]:
+        return self.manager.status()
+
+    async def scale(self, component: str, copies: int, wait: bool) -> dict[str, Any]:
+        task = asyncio.ensure_future(self.manager.scale(component, copies))
+        if not wait:
+            task.add_done_callback(lambda t: t.exception() if not t.cancelled() else None)
+            return {"accepted": True}
+        return await task
+
+    async def add(self, raw: Any) -> dict[str, Any]:
+        specs = parse_components(raw, "components")
         try:
-            req = scale_request(await json_body(request))
-            task = asyncio.ensure_future(manager.scale(req.component, req.copies))
-            if not req.wait:
-                task.add_done_callback(lambda t: t.exception() if not t.cancelled() else None)
-                return JSONResponse({"accepted": True}, status_code=202)
-            return JSONResponse(await task)
-        except (ComponentError, InsufficientCapacityError, ValueError) as exc:
-            return failure(exc)
-
-    @router.post("/components")
-    async def add(request: Request) -> Response:
-        if (r := refused(request)) is not None:
-            return r
-        specs = []
-        try:
-            raw = await json_body(request)
-            specs = parse_components(raw, "components")
-            await manager.add(specs)
-            return JSONResponse({"added": [s.name for s in specs]}, status_code=201)
+            await self.manager.add(specs)
         except ModelRefError as exc:  # the reference is bad, not the endpoint: the body's field says which
             index = [s.name for s in specs].index(exc.component)
             field = f"components[{index}].model" if "components" in raw else "model"
-            return error(422, str(exc), field=field)
-        except (ComponentError, InsufficientCapacityError, SpecError, BadBody) as exc:
-            return failure(exc)
+            raise BadBody(field, str(exc)) from None
+        return {"added": [s.name for s in specs]}
+
+    async def remove(self, name: str) -> dict[str, Any]:
+        await self.manager.remove(name)
+        return {"removed": name}
+
+    async def down(self) -> Callable[[], None]:
+        return self.shutdown
+
+
+def failure(exc: Exception) -> Response:
+    """An admin refusal as its JSON error; anything else is not one (the middleware's 500)."""
+    if isinstance(exc, AdminRefused):
+        return error(403, "the admin API answers local clients only", "permission_error")
+    if isinstance(exc, NotSupported):
+        return error(501, str(exc), "not_implemented")
+    if isinstance(exc, BadBody):
+        return error(422, str(exc), field=exc.field)
+    if isinstance(exc, InsufficientCapacityError):
+        return error(409, str(exc), "insufficient_capacity")
+    if isinstance(exc, ComponentExistsError | Conflict):
+        return error(409, str(exc), "conflict_error")
+    if isinstance(exc, LookupError):
+        return error(404, str(exc), "not_found_error")
+    if isinstance(exc, UpstreamError):
+        return error(502, str(exc), "upstream_error")
+    if isinstance(exc, ValueError):
+        return error(422, str(exc))
+    raise exc
+
+
+class _AdminRoute(APIRoute):
+    """Every admin route answers its refusals (the local-only dependency's included) through `failure`."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+
+        async def answer(request: Request) -> Response:
+            try:
+                return await handler(request)
+            except (AdminRefused, NotSupported, LookupError, ValueError, RuntimeError) as exc:
+                return failure(exc)
+
+        return answer
+
+
+def local_only(request: Request) -> None:
+    if (request.client.host if request.client else "") not in LOOPBACK:
+        raise AdminRefused
+
+
+def create_admin(backend: AdminBackend) -> APIRouter:
+    """The admin API (the same paths and bodies whatever the backend), for local clients only."""
+    router = APIRouter(prefix="/admin", dependencies=[Depends(local_only)], route_class=_AdminRoute)
+
+    @router.get("/status")
+    async def status() -> Response:
+        return JSONResponse(await backend.status())
+
+    @router.post("/scale")
+    async def scale(request: Request) -> Response:
+        req = scale_request(await json_body(request))
+        answer = await backend.scale(req.component, req.copies, req.wait)
+        return JSONResponse(answer, status_code=200 if req.wait else 202)
+
+    @router.post("/components")
+    async def add(request: Request) -> Response:
+        if backend.components_fixed:
+            raise NotSupported(backend.components_fixed)
+        return JSONResponse(await backend.add(await json_body(request)), status_code=201)
 
     @router.delete("/components/{name}")
-    async def remove(request: Request, name: str) -> Response:
-        if (r := refused(request)) is not None:
-            return r
-        try:
-            await manager.remove(name)
-        except ComponentError as exc:
-            return failure(exc)
-        return JSONResponse({"removed": name})
+    async def remove(name: str) -> Response:
+        if backend.components_fixed:
+            raise NotSupported(backend.components_fixed)
+        return JSONResponse(await backend.remove(name))
 
     @router.post("/down")
-    async def down(request: Request) -> Response:
-        if (r := refused(request)) is not None:
-            return r
-        return JSONResponse(
-            {"stopping": manager.spec.name}, status_code=202, background=BackgroundTask(shutdown)
-        )
+    async def down() -> Response:
+        after = await backend.down()
+        return JSONResponse({"stopping": backend.name}, status_code=202,
+                            background=BackgroundTask(after) if after is not None else None)  # fmt: skip
 
     return router

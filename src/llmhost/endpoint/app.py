@@ -12,7 +12,7 @@ from starlette.responses import JSONResponse, Response
 
 from llmhost.asgi import RequestContextMiddleware
 from llmhost.auth import ApiKeyMiddleware, ApiKeys
-from llmhost.endpoint.admin import create_admin, terminate_self
+from llmhost.endpoint.admin import LocalAdmin, create_admin, terminate_self
 from llmhost.endpoint.manager import EndpointManager
 from llmhost.endpoint.router import Proxy, create_router
 from llmhost.endpoint.runtime import create_runtime_router
@@ -73,7 +73,7 @@ def create_app(
     app.include_router(create_router(manager, proxy, lifecycle))
     app.add_api_route("/health", lambda: health(manager, lifecycle), methods=["GET"])
     app.include_router(create_runtime_router(manager, proxy))
-    app.include_router(create_admin(manager, shutdown))
+    app.include_router(create_admin(LocalAdmin(manager, shutdown)))
     if keys is not None and keys.enabled:  # the router and its admin API alike
         app.add_middleware(ApiKeyMiddleware, keys=keys)
     app.add_middleware(RequestContextMiddleware, lifecycle=lifecycle, open_paths=OPEN_WHILE_DRAINING)

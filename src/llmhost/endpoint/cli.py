@@ -90,7 +90,7 @@ def up(
     """Start an endpoint: place every component, start its copies, route on PORT. SIGTERM drains."""
     from llmhost.auth import load_keys
     from llmhost.endpoint.spec import SpecError, load_endpoint
-    from llmhost.serve_settings import LOG_LEVELS
+    from llmhost.serve_spec import LOG_LEVELS
 
     _refuse_other_mode(ctx, ray)
     if log_level.lower() not in LOG_LEVELS:

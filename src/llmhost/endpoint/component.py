@@ -11,7 +11,7 @@ from typing import Any
 from llmhost.endpoint.autoscaler import ScalerState
 from llmhost.endpoint.replica import Replica, ReplicaState
 from llmhost.endpoint.spec import ComponentSpec
-from llmhost.store.resolve import ResolvedModel
+from llmhost.store.model import ResolvedModel
 
 
 class Component:

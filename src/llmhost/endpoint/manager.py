@@ -26,13 +26,21 @@ from llmhost.endpoint.placement import (
 )
 from llmhost.endpoint.replica import Replica, ReplicaState, ReplicaTiming
 from llmhost.endpoint.spec import ComponentSpec, EndpointSpec
-from llmhost.store.resolve import ResolvedModel
+from llmhost.store.model import ResolvedModel
 
 log = logging.getLogger("llmhost.endpoint")
 
 
 class ComponentError(LookupError):
     """Unknown component, or a name already taken."""
+
+
+class UnknownComponentError(ComponentError):
+    """No component has that name (HTTP 404)."""
+
+
+class ComponentExistsError(ComponentError):
+    """A component of that name is already there (HTTP 409)."""
 
 
 class ModelRefError(ComponentError):
@@ -98,7 +106,7 @@ class EndpointManager:
     def _check_names(self, specs: list[ComponentSpec]) -> None:
         for s in specs:
             if s.name in self.components:
-                raise ComponentError(f"component {s.name!r} already exists")
+                raise ComponentExistsError(f"component {s.name!r} already exists")
 
     def _check_capacity(self, specs: list[ComponentSpec]) -> None:
         reason = can_place(self.ledger, [(s.name, s.resources, s.initial_copies) for s in specs])
@@ -224,7 +232,7 @@ class EndpointManager:
         comp = self.components.get(name)
         if comp is None or comp.removing:
             known = ", ".join(sorted(self.components)) or "(none)"
-            raise ComponentError(f"unknown inference component {name!r}; known components: {known}")
+            raise UnknownComponentError(f"unknown inference component {name!r}; known components: {known}")
         return comp
 
     # --- autoscaling -----------------------------------------------------------------------------

@@ -28,9 +28,19 @@ from llmhost.endpoint.memlimit import MemoryLimit, memory_limit
 from llmhost.endpoint.placement import Allocation
 from llmhost.endpoint.procs import cpus_allowed, exit_reason, free_port, preexec, rss_mb
 from llmhost.endpoint.spec import ComponentSpec
-from llmhost.store.resolve import ResolvedModel
+from llmhost.store.model import ResolvedModel
 
 log = logging.getLogger("llmhost.endpoint")
+
+
+def copy_command(spec: ComponentSpec, model_ref: str, port: int, threads: int) -> list[str]:
+    """`llmhost serve` for one copy of `spec`: the file's engine settings, the component's name, its
+    CPUs' threads, on loopback (the router is the endpoint's only way in)."""
+    given = {"host": "127.0.0.1", "port": port, "threads": threads, "served_model_name": spec.name,
+             "log_level": "warning", "embeddings": spec.embeddings,
+             **spec.engine.serve_options()}  # fmt: skip
+    return [sys.executable, "-m", "llmhost.cli", "serve", model_ref, *spec.engine.settings.argv(given)]
+
 
 class ReplicaState(StrEnum):
     # the process is launched and loading; /ping has not answered 200 yet; it gets no requests
@@ -171,18 +181,10 @@ class Replica:
         self._wake.set()
 
     def _command(self) -> list[str]:
-        return [
-            # the local form of the resolved model: its directory when it has one, so that the copy finds
-            # code/inference.py and artifact files as `llmhost serve` of the reference would, and never
-            # downloads an s3:// model again
-            sys.executable, "-m", "llmhost.cli", "serve", self.model.serve_ref,
-            "--host", "127.0.0.1", "--port", str(self.port),
-            "--threads", str(self.alloc.threads),
-            "--served-model-name", self.component,
-            "--log-level", "warning",
-            *self.spec.engine.serve_args(),
-            *(["--embeddings"] if self.spec.embeddings else []),
-        ]  # fmt: skip
+        # the local form of the resolved model: its directory when it has one, so that the copy finds
+        # code/inference.py and artifact files as `llmhost serve` of the reference would, and never
+        # downloads an s3:// model again
+        return copy_command(self.spec, self.model.serve_ref, self.port, self.alloc.threads)
 
     def _spawn(self) -> None:
         self.port = free_port()

@@ -86,29 +86,17 @@ class Proxy:
         return replica
 
     async def forward(self, request: Request, comp: Component, body: bytes) -> Response:
-        comp.enter()
-        release_later = False
-        try:
-            response, release_later = await self._forward(request, comp, body)
-            comp.requests[response.status_code] += 1
-            return response
-        finally:
-            if not release_later:
-                comp.leave()
+        return await routing.counted(comp, lambda: self._forward(request, comp, body))
 
     async def _forward(self, request: Request, comp: Component, body: bytes) -> tuple[Response, bool]:
         headers = routing.forwarded_headers(request.headers.items(), request_id(request.scope))
         path = request.url.path + (f"?{request.url.query}" if request.url.query else "")
-        timeout = self.registry.wait_timeout_s(comp)
-        deadline = time.monotonic() + timeout
+        retry = routing.NotTaken(comp.name, self.registry.wait_timeout_s(comp))
         tried: set[str] = set()
-        last_error = ""
         for attempt in range(self.max_attempts):
-            replica = await self._choose(comp, tried, deadline)
+            replica = await self._choose(comp, tried, retry.deadline)
             if replica is None:
-                why = f"; last failure: {last_error}" if last_error else ""
-                return error(503, f"no ready copy of inference component {comp.name!r} within {timeout:g} s"
-                             f"{why}", "service_unavailable"), False  # fmt: skip
+                return retry.given_up(), False
             replica.outstanding += 1
             replica.served += 1
             upstream_req = self.client.build_request(request.method, replica.url + path, content=body,
@@ -119,7 +107,7 @@ class Proxy:
                 replica.outstanding -= 1
                 replica.poke()
                 tried.add(replica.key)
-                last_error = f"copy {replica.id}: {type(exc).__name__}: {exc}"
+                retry.missed(f"copy {replica.id}: {type(exc).__name__}: {exc}")
                 if attempt + 1 < self.max_attempts:
                     comp.retries += 1
                     log.info("request to %s not started (%s); retrying on another copy", replica.id, exc)
@@ -127,17 +115,16 @@ class Proxy:
             except httpx.HTTPError as exc:  # reached the copy, then failed: never replayed
                 replica.outstanding -= 1
                 replica.poke()
-                status = 504 if isinstance(exc, httpx.TimeoutException) else 502
-                msg = (f"copy {replica.id} of inference component {comp.name!r} failed after the request "
-                       f"reached it ({type(exc).__name__}: {exc}); not retried, it may have been processed")
-                return error(status, msg, "upstream_error"), False  # fmt: skip
+                timed_out = isinstance(exc, httpx.TimeoutException)
+                why = f"{type(exc).__name__}: {exc}"
+                return routing.taken_then_failed(comp.name, replica.id, why, timed_out), False
             except BaseException:
                 replica.outstanding -= 1
                 raise
             return await self._relay(comp, replica, upstream)
         msg = (
             f"inference component {comp.name!r}: no copy accepted the request after "
-            f"{self.max_attempts} attempts; last failure: {last_error}"
+            f"{self.max_attempts} attempts; last failure: {retry.last}"
         )
         return error(502, msg, "upstream_error"), False
 

@@ -2,14 +2,17 @@
 both answer alike: which component a request is for, which headers travel, the error bodies, and how a
 stream cut mid-way ends.
 
-`/invocations` and the TGI / tokenizer routes name the component in `X-Amzn-SageMaker-Inference-Component`
-(optional with one component); OpenAI, Anthropic Messages and Responses routes name it in the body's
-`model`.
+`/invocations` and the TGI routes name the component in `X-Amzn-SageMaker-Inference-Component` (optional
+with one component); OpenAI, Anthropic Messages, Responses and tokenizer routes name it in the body's
+`model` (vLLM's /tokenize and /detokenize carry one), else the header; GET /tokenizer_info in the query's
+`model`, else the header.
 """
 
 from __future__ import annotations
 
 import json
+import time
+from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from typing import Any, Protocol, TypeVar
 
@@ -18,6 +21,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from llmhost import eventstream
+from llmhost.asgi import error_body, retry_after
 from llmhost.server.anthropic_errors import is_anthropic
 from llmhost.server.serving.anthropic_events import error_event as anthropic_error_event
 
@@ -34,11 +38,13 @@ DROP_RESPONSE = {"content-length", "connection", "keep-alive", "transfer-encodin
 # TGI's messages API: "tgi"): the header or the only component decides, as without a model
 UNNAMED_MODELS = frozenset({"tgi", "dummy"})
 # routes whose component comes from the header, and those whose component comes from the body's model
-HEADER_ROUTES = ("/invocations", "/", "/generate", "/generate_stream", "/tokenize", "/detokenize")
+HEADER_ROUTES = ("/invocations", "/", "/generate", "/generate_stream")
 MODEL_ROUTES = (
     "/v1/completions", "/v1/chat/completions", "/v1/embeddings", "/v1/messages", "/v1/messages/count_tokens",
-    "/v1/responses",
+    "/v1/responses", "/tokenize", "/detokenize",
 )  # fmt: skip
+# GET routes whose component is named in the query (`?model=`)
+QUERY_ROUTES = ("/tokenizer_info",)
 
 
 class Routable(Protocol):
@@ -63,6 +69,61 @@ class Forwarder(Protocol[C_contra]):
     async def forward(self, request: Request, comp: C_contra, body: bytes) -> Response: ...
 
 
+class Counted(Protocol):
+    requests: Counter[int]  # answers by HTTP status
+
+    def enter(self) -> None: ...
+
+    def leave(self) -> None: ...
+
+
+async def counted(comp: Counted, forward: Callable[[], Awaitable[tuple[Response, bool]]]) -> Response:
+    """The one accounting of a forwarded request, the router's and the Ray relay's: in the component's
+    in-flight count until answered, or until the body it relays ends (`forward` says which), and its
+    status counted."""
+    comp.enter()
+    release_later = False
+    try:
+        response, release_later = await forward()
+        comp.requests[response.status_code] += 1
+        return response
+    finally:
+        if not release_later:
+            comp.leave()
+
+
+class NotTaken:
+    """The one retry rule of the router and the Ray relay. A request no copy took (nothing was done with
+    it) is sent again, to a copy that may take it, until the component's wait is over; one a copy took
+    and then failed is never sent again (it may have been processed): `taken_then_failed`."""
+
+    def __init__(self, component: str, wait_s: float) -> None:
+        self.component = component
+        self.wait_s = wait_s
+        self.deadline = time.monotonic() + wait_s
+        self.last = ""  # why the last attempt was not taken
+
+    def left_s(self) -> float:
+        return max(0.0, self.deadline - time.monotonic())
+
+    def missed(self, why: str) -> None:
+        self.last = why
+
+    def given_up(self, what: str = "") -> Response:
+        """The 503 once the wait is over; `what`: how no copy answered (" took the request")."""
+        after = f"; last failure: {self.last}" if self.last else ""
+        return error(503, f"no ready copy of inference component {self.component!r}{what} within "
+                     f"{self.wait_s:g} s{after}", "service_unavailable")  # fmt: skip
+
+
+
+def taken_then_failed(component: str, copy: str, why: str, timed_out: bool) -> Response:
+    """A copy took the request, then failed: never sent again (it may have been processed)."""
+    message = (f"copy {copy} of inference component {component!r} failed after the request reached it "
+               f"({why}); not retried, it may have been processed")  # fmt: skip
+    return error(504 if timed_out else 502, message, "upstream_error")
+
+
 class Relay(StreamingResponse):
     """A streaming response that always runs `on_close`, even when the client left before the body."""
 
@@ -81,17 +142,13 @@ class Relay(StreamingResponse):
 
 def error(status: int, message: str, type_: str = "invalid_request_error", field: str | None = None,
           **extra: Any) -> JSONResponse:  # fmt: skip
-    body: dict[str, Any] = {"message": message, "type": type_, "param": field, "code": status}
-    if field is not None:
-        body["field"] = field
-    body.update(extra)
-    headers = {"Retry-After": "1"} if status in (429, 503) else None
-    return JSONResponse({"error": body}, status_code=status, headers=headers)
+    headers = retry_after() if status in (429, 503) else None
+    return JSONResponse(error_body(status, message, type_, field=field, **extra), status_code=status,
+                        headers=headers)  # fmt: skip
 
 
 def error_event(message: str, status: int = 502) -> bytes:
-    body = {"error": {"message": message, "type": "upstream_error", "param": None, "code": status}}
-    return f"data: {json.dumps(body)}\n\n".encode()
+    return f"data: {json.dumps(error_body(status, message, 'upstream_error'))}\n\n".encode()
 
 
 def known(registry: Components[Routable]) -> str:
@@ -136,6 +193,22 @@ def by_model(registry: Components[C], body: bytes, headers: Mapping[str, str]) -
             return comp
         if not headers.get(COMPONENT_HEADER):
             return _unknown(registry, model, "model")
+    return by_header(registry, headers)
+
+
+def by_query(
+    registry: Components[C], query: Mapping[str, str], headers: Mapping[str, str]
+) -> C | JSONResponse:
+    """A GET's component: the query's `model`, else the header, else the only component."""
+    model = query.get("model")
+    if model:
+        comp = registry.components.get(model)
+        if comp is None or comp.removing:
+            return _unknown(registry, model, "model")
+        return comp
+    if not headers.get(COMPONENT_HEADER) and _only(registry) is None:
+        return error(400, f"several inference components are deployed; name one in the query (?model=NAME) "
+                     f"or the {COMPONENT_HEADER} header: {known(registry)}", field="model")  # fmt: skip
     return by_header(registry, headers)
 
 
@@ -203,9 +276,17 @@ def data_routes(registry: Components[C], proxy: Forwarder[C]) -> APIRouter:
             return picked
         return await proxy.forward(request, picked, body)
 
+    async def route_query(request: Request) -> Response:
+        picked = by_query(registry, request.query_params, request.headers)
+        if isinstance(picked, Response):
+            return picked
+        return await proxy.forward(request, picked, b"")
+
     for path in HEADER_ROUTES:
         router.add_api_route(path, route_header, methods=["POST"], include_in_schema=False)
     router.add_api_route("/info", route_header, methods=["GET"], include_in_schema=False)
     for path in MODEL_ROUTES:
         router.add_api_route(path, route_model, methods=["POST"], include_in_schema=False)
+    for path in QUERY_ROUTES:
+        router.add_api_route(path, route_query, methods=["GET"], include_in_schema=False)
     return router

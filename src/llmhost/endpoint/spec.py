@@ -8,10 +8,12 @@ from __future__ import annotations
 import math
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, model_validator
+
+from llmhost.serve_spec import SERVE_SPEC, Setting, SettingsSpec
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$"
 
@@ -54,38 +56,21 @@ class ResourcesSpec(_Strict):
         return max(1, math.floor(self.num_cpus))
 
 
-class EngineSpec(_Strict):
-    max_input_tokens: int | None = Field(default=None, ge=1)
-    max_total_tokens: int | None = Field(default=None, ge=2)
-    max_batch_tokens: int | None = Field(default=None, ge=1)
-    max_concurrent: int | None = Field(default=None, ge=1)
-    max_queue: int | None = Field(default=None, ge=0)
-    queue_timeout_s: float | None = Field(default=None, ge=0)
-    request_timeout_s: float | None = Field(default=None, ge=0)
-    chat_template: str | None = None  # a Jinja file overriding the GGUF's chat template
-    tool_parser: Literal["auto", "hermes", "llama3", "mistral"] | None = None
-    pooling: Literal["auto", "mean", "cls", "last"] | None = None  # with the component's `embeddings`
-    # speculative decoding, as `llmhost serve --speculative`: drafts from the prompt's n-grams, or from
-    # a small draft model sharing the vocabulary (a reference each copy resolves, s3:// included)
-    speculative: Literal["ngram", "draft"] | None = None
-    draft_tokens: int | None = Field(default=None, ge=1)
-    draft_model: str | None = None
-    ngram_size: int | None = Field(default=None, ge=2)  # n-grams down to 2 tokens are looked up
+class _EngineBase(_Strict):
+    """An endpoint file's `engine:` section: a component's copies' `llmhost serve` settings. Its keys are
+    generated from the settings spec (`engine_model`): every setting an endpoint file may set."""
+
+    settings: ClassVar[SettingsSpec] = SERVE_SPEC
 
     @model_validator(mode="after")
-    def _check(self) -> EngineSpec:
-        if (
-            self.max_input_tokens is not None
-            and self.max_total_tokens is not None
-            and self.max_input_tokens >= self.max_total_tokens
-        ):
-            raise ValueError(
-                f"max_input_tokens ({self.max_input_tokens}) must be below "
-                f"max_total_tokens ({self.max_total_tokens})"
-            )
-        if self.speculative == "draft" and not self.draft_model:
+    def _check(self) -> _EngineBase:
+        given = self.serve_options()
+        max_input, max_total = given.get("max_input_tokens"), given.get("max_total_tokens")
+        if max_input is not None and max_total is not None and max_input >= max_total:
+            raise ValueError(f"max_input_tokens ({max_input}) must be below max_total_tokens ({max_total})")
+        if given.get("speculative") == "draft" and not given.get("draft_model"):
             raise ValueError("speculative: draft needs a draft_model")
-        if self.draft_model and self.speculative == "ngram":
+        if given.get("draft_model") and given.get("speculative") == "ngram":
             raise ValueError("draft_model is for speculative: draft, not ngram")
         return self
 
@@ -95,8 +80,34 @@ class EngineSpec(_Strict):
         return {name: value for name, value in self.model_dump().items() if value is not None}
 
     def serve_args(self) -> list[str]:
-        return [part for name, value in self.serve_options().items()
-                for part in (f"--{name.replace('_', '-')}", str(value))]  # fmt: skip
+        return self.settings.argv(self.serve_options())
+
+
+def _key_type(s: Setting) -> Any:
+    """A setting's type in the file: its choices, else its type (a file as its path); None: unset."""
+    if s.choices:
+        return Literal[s.choices] | None
+    return (str if s.type is Path else s.type) | None
+
+
+def engine_model(settings: SettingsSpec) -> type[_EngineBase]:
+    """The `engine:` section's model: one optional key per setting an endpoint file may set, bounded
+    as the spec says; any other key is refused (naming it)."""
+    keys: dict[str, Any] = {
+        s.name: (_key_type(s), Field(default=None, ge=s.ge)) for s in settings.endpoint_settings()
+    }
+    model = create_model("EngineSpec", __base__=_EngineBase, __module__=__name__, **keys)
+    model.settings = settings
+    return model
+
+
+if TYPE_CHECKING:
+
+    class EngineSpec(_EngineBase):
+        def __getattr__(self, name: str) -> Any: ...
+
+else:
+    EngineSpec = engine_model(SERVE_SPEC)
 
 
 class AutoscalingSpec(_Strict):

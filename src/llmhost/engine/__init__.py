@@ -1,24 +1,49 @@
-"""llama.cpp model + continuous-batching scheduler, sampling, prefix cache."""
+"""llama.cpp model + continuous-batching scheduler, sampling, prefix cache.
 
-from llmhost.engine.config import EngineConfig, available_cpus
-from llmhost.engine.engine import Engine, EngineObserver, EngineStats
-from llmhost.engine.llama import LlamaModel, ModelInfo, ModelLoadError
-from llmhost.engine.loop import AsyncEngine, EngineState, RequestStream
-from llmhost.engine.request import (
-    Constraint,
-    ConstraintKind,
-    EngineError,
-    EngineUnavailableError,
-    FinishReason,
-    GenerationEvent,
-    GenerationRequest,
-    InvalidRequestError,
-    QueueFullError,
-    RequestTooLargeError,
-    SamplingParams,
-    Timings,
-    TokenLogprob,
-)
+The package import is light: llama.cpp loads with the first name that needs it (`Engine`,
+`LlamaModel`, ...), so `llmhost.engine.config` (the engine's limits and their defaults) can be read by
+the router, bench and the tuner without loading a model library.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from llmhost.engine.config import EngineConfig, available_cpus
+    from llmhost.engine.engine import Engine, EngineObserver, EngineStats
+    from llmhost.engine.llama import LlamaModel, ModelInfo, ModelLoadError
+    from llmhost.engine.loop import AsyncEngine, RequestStream
+    from llmhost.engine.request import (
+        Constraint,
+        ConstraintKind,
+        EngineError,
+        EngineUnavailableError,
+        FinishReason,
+        GenerationEvent,
+        GenerationRequest,
+        InvalidRequestError,
+        QueueFullError,
+        RequestTooLargeError,
+        SamplingParams,
+        Timings,
+        TokenLogprob,
+    )
+    from llmhost.engine.worker import EngineState
+
+# name → the module defining it, imported on first use
+_HOMES = {
+    "EngineConfig": "config", "available_cpus": "config",
+    "Engine": "engine", "EngineObserver": "engine", "EngineStats": "engine",
+    "LlamaModel": "llama", "ModelInfo": "llama", "ModelLoadError": "llama",
+    "AsyncEngine": "loop", "EngineState": "worker", "RequestStream": "loop",
+    **dict.fromkeys((
+        "Constraint", "ConstraintKind", "EngineError", "EngineUnavailableError", "FinishReason",
+        "GenerationEvent", "GenerationRequest", "InvalidRequestError", "QueueFullError",
+        "RequestTooLargeError", "SamplingParams", "Timings", "TokenLogprob",
+    ), "request"),
+}  # fmt: skip
 
 __all__ = [
     "AsyncEngine",
@@ -46,3 +71,12 @@ __all__ = [
     "TokenLogprob",
     "available_cpus",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{home}"), name)
+    globals()[name] = value
+    return value

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import threading
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -26,9 +25,8 @@ from llmhost.engine.embedder import (
     check_inputs,
     load_embedder,
 )
-from llmhost.engine.llama import ModelInfo
-from llmhost.engine.loop import EngineState
 from llmhost.engine.request import EngineUnavailableError, QueueFullError
+from llmhost.engine.worker import EngineState, ModelWorker
 
 log = logging.getLogger(__name__)
 
@@ -63,77 +61,27 @@ class EmbedderDeadError(RuntimeError):
     """Decodes kept failing; the process should be replaced."""
 
 
-class AsyncEmbedder:
+class AsyncEmbedder(ModelWorker[Embedder]):
+    kind = "embedder"
+    dead_error = EmbedderDeadError
+
     def __init__(
         self, model_path: str | Path, config: EmbedderConfig, load: Callable[[], Embedder] | None = None
     ) -> None:
         """`load` builds the Embedder on the worker thread; default: load `model_path` with llama.cpp."""
+        super().__init__(load or (lambda: load_embedder(self.model_path, config)))
         self.model_path = str(model_path)
         self.config = config
-        self._load = load or (lambda: load_embedder(self.model_path, config))
-        self.state = EngineState.LOADING
-        self.error: str | None = None
-        self._embedder: Embedder | None = None
-        self._cond = threading.Condition()
         self._jobs: deque[_Job] = deque()  # accepted and not settled, oldest first
-        self._thread: threading.Thread | None = None
-        self._loaded = threading.Event()
-
-    # -- lifecycle -----------------------------------------------------------------------------------
-    def start(self) -> None:
-        """Load the model and start serving, on a background thread."""
-        self._thread = threading.Thread(target=self._main, name="llmhost-embedder", daemon=True)
-        self._thread.start()
-
-    def wait_ready(self, timeout: float | None = None) -> bool:
-        self._loaded.wait(timeout)
-        return self.ready
-
-    @property
-    def ready(self) -> bool:
-        return self.state is EngineState.READY
-
-    @property
-    def dead(self) -> bool:
-        return self.state is EngineState.DEAD
 
     @property
     def in_flight(self) -> int:
         return len(self._jobs)
 
-    def shutdown(self) -> None:
-        with self._cond:
-            if self.state in (EngineState.READY, EngineState.LOADING):
-                self.state = EngineState.STOPPED
-            self._cond.notify()
-        if self._thread is not None:
-            self._thread.join(timeout=30)
-
-    # -- the model -----------------------------------------------------------------------------------
-    def _require(self) -> Embedder:
-        if self._embedder is None or self.state is not EngineState.READY:
-            raise EngineUnavailableError(
-                f"embedder is {self.state.value}" + (f": {self.error}" if self.error else "")
-            )
-        return self._embedder
-
-    @property
-    def info(self) -> ModelInfo:
-        return self._require().model.info
-
     @property
     def n_embd(self) -> int:
         """Dimensions of every vector."""
         return self._require().model.n_embd
-
-    def tokenize(self, text: str, add_special: bool = True) -> list[int]:
-        return self._require().model.tokenize(text, add_special=add_special)
-
-    def detokenize(self, tokens: list[int]) -> str:
-        return self._require().model.detokenize(tokens)
-
-    def token_text(self, token: int) -> str:
-        return self._require().model.piece(token, special=True).decode("utf-8", "replace")
 
     # -- requests ------------------------------------------------------------------------------------
     async def embed(self, inputs: list[list[int]]) -> list[Vector]:
@@ -157,27 +105,9 @@ class AsyncEmbedder:
             raise
 
     # -- the worker thread ---------------------------------------------------------------------------
-    def _main(self) -> None:
-        try:
-            embedder = self._load()
-        except Exception as exc:
-            self.error = str(exc)
-            self.state = EngineState.FAILED
-            log.error("model load failed: %s", exc)
-            self._loaded.set()
-            return
-        with self._cond:
-            self._embedder = embedder
-            if self.state is EngineState.LOADING:  # not shut down meanwhile
-                self.state = EngineState.READY
-        self._loaded.set()
+    def _serve(self, embedder: Embedder) -> None:
         try:
             self._run(embedder)
-        except EmbedderDeadError as exc:
-            self._die(str(exc))
-        except BaseException as exc:  # a bug: every accepted request must still hear about it
-            self._die(f"embedder thread died: {type(exc).__name__}: {exc}")
-            raise
         finally:
             embedder.close()
 

@@ -310,7 +310,9 @@ class Engine:
                 self._guard(seq, "draft model", self._settle, self.drafter, item, sampled[seq.request_id])
             if item.start_pos < len(seq.prompt):
                 self.prompt_tokens_prefilled += len(item.tokens)
-            if item.sample and not seq.finished:
+            if seq.prefilled_only:
+                self._finish(self._active[seq.request_id], FinishReason.LENGTH)
+            elif item.sample and not seq.finished:
                 self._guard(seq, "detokenize", self._emit_tokens, self._active[seq.request_id])
 
     @staticmethod

@@ -127,6 +127,9 @@ class ModelInfo:
     chat_template: str | None
     bos_token: str
     eos_token: str
+    pad_token: str | None = None  # None: the vocabulary has none
+    add_bos: bool = False  # tokenizing text with special tokens starts it with BOS
+
 
 
 class LlamaModel:
@@ -261,7 +264,13 @@ class LlamaModel:
             eos_token=self.piece(int(lc.llama_vocab_eos(self._vocab)), special=True).decode(
                 "utf-8", "replace"
             ),
+            pad_token=self._special_text(int(lc.llama_vocab_pad(self._vocab))),
+            add_bos=bool(lc.llama_vocab_get_add_bos(self._vocab)),
         )
+
+    def _special_text(self, token: int) -> str | None:
+        """A special token's text; None for llama.cpp's "no such token" (-1)."""
+        return self.piece(token, special=True).decode("utf-8", "replace") if token >= 0 else None
 
     # -- vocabulary ----------------------------------------------------------------------------------
     def tokenize(self, text: str, add_special: bool = True, parse_special: bool = True) -> list[int]:

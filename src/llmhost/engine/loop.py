@@ -7,9 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import enum
 import logging
-import threading
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -17,7 +15,7 @@ from pathlib import Path
 from llmhost.engine.config import EngineConfig
 from llmhost.engine.drafter import Drafter
 from llmhost.engine.engine import Engine, EngineObserver, EngineStats, check_limits
-from llmhost.engine.llama import LlamaModel, ModelInfo
+from llmhost.engine.llama import LlamaModel
 from llmhost.engine.prefix_state import load_prefix_state
 from llmhost.engine.request import (
     Constraint,
@@ -29,16 +27,9 @@ from llmhost.engine.request import (
     QueueFullError,
     check_token_ids,
 )
+from llmhost.engine.worker import EngineState, ModelWorker
 
 log = logging.getLogger(__name__)
-
-
-class EngineState(enum.Enum):
-    LOADING = "loading"  # model file being read, context being created
-    READY = "ready"  # serving requests
-    FAILED = "failed"  # load failed; `error` says why
-    DEAD = "dead"  # the engine thread died or its steps kept failing: replace this process
-    STOPPED = "stopped"  # shut down
 
 
 class RequestStream:
@@ -114,7 +105,10 @@ class EngineDeadError(RuntimeError):
     """The engine's steps kept failing; the process should be replaced."""
 
 
-class AsyncEngine:
+class AsyncEngine(ModelWorker[Engine]):
+    kind = "engine"
+    dead_error = EngineDeadError
+
     def __init__(
         self,
         model_path: str | Path,
@@ -123,68 +117,14 @@ class AsyncEngine:
         load: Callable[[], Engine] | None = None,
     ):
         """`load` builds the Engine on the engine thread; default: load `model_path` with llama.cpp."""
+        super().__init__(load or (lambda: load_engine(self.model_path, config, observer)))
         self.model_path = str(model_path)
         self.config = config
         self.observer = observer
-        self._load_engine = load or (lambda: load_engine(self.model_path, config, observer))
-        self.state = EngineState.LOADING
-        self.error: str | None = None
-        self._engine: Engine | None = None
-        self._cond = threading.Condition()
         self._inbox: list[tuple[GenerationRequest, RequestStream, float]] = []
         self._aborts: list[tuple[str, str]] = []
         # every accepted request until its last event: what is failed if the engine dies
         self._streams: dict[str, RequestStream] = {}
-        self._thread: threading.Thread | None = None
-        self._loaded = threading.Event()
-
-    # -- lifecycle -----------------------------------------------------------------------------------
-    def start(self) -> None:
-        """Load the model and start stepping, on a background thread."""
-        self._thread = threading.Thread(target=self._main, name="llmhost-engine", daemon=True)
-        self._thread.start()
-
-    def wait_ready(self, timeout: float | None = None) -> bool:
-        self._loaded.wait(timeout)
-        return self.state is EngineState.READY
-
-    @property
-    def ready(self) -> bool:
-        return self.state is EngineState.READY
-
-    @property
-    def dead(self) -> bool:
-        return self.state is EngineState.DEAD
-
-    @property
-    def info(self) -> ModelInfo:
-        return self._require().model.info
-
-    def _require(self) -> Engine:
-        if self._engine is None or self.state is not EngineState.READY:
-            raise EngineUnavailableError(
-                f"engine is {self.state.value}" + (f": {self.error}" if self.error else "")
-            )
-        return self._engine
-
-    def _main(self) -> None:
-        try:
-            self._engine = self._load_engine()
-            self.state = EngineState.READY
-        except Exception as exc:
-            self.error = str(exc)
-            self.state = EngineState.FAILED
-            log.error("model load failed: %s", exc)
-            return
-        finally:
-            self._loaded.set()
-        try:
-            self._run(self._engine)
-        except EngineDeadError as exc:
-            self._die(str(exc))
-        except BaseException as exc:  # a bug: everything accepted must still hear about it
-            self._die(f"engine thread died: {type(exc).__name__}: {exc}")
-            raise
 
     def _die(self, reason: str) -> None:
         """Fail every accepted request at once and refuse new ones; the server exits on DEAD."""
@@ -198,7 +138,7 @@ class AsyncEngine:
         for stream in streams:
             stream.put(GenerationEvent.failure(stream.request_id, message, "engine_dead"))
 
-    def _run(self, engine: Engine) -> None:
+    def _serve(self, engine: Engine) -> None:
         failures = 0
         while True:
             with self._cond:
@@ -246,24 +186,7 @@ class AsyncEngine:
 
         return emit
 
-    def shutdown(self) -> None:
-        with self._cond:
-            if self.state in (EngineState.READY, EngineState.LOADING):
-                self.state = EngineState.STOPPED
-            self._cond.notify()
-        if self._thread is not None:
-            self._thread.join(timeout=30)
-
     # -- requests ------------------------------------------------------------------------------------
-    def tokenize(self, text: str, add_special: bool = True) -> list[int]:
-        return self._require().model.tokenize(text, add_special=add_special)
-
-    def detokenize(self, tokens: list[int]) -> str:
-        return self._require().model.detokenize(tokens)
-
-    def token_text(self, token: int) -> str:
-        return self._require().model.piece(token, special=True).decode("utf-8", "replace")
-
     def is_special(self, token: int) -> bool:
         return self._require().model.is_eog(token)
 
@@ -307,11 +230,11 @@ class AsyncEngine:
 
     def stats(self) -> EngineStats | None:
         """The figures the engine thread published after its last step (never read mid-step)."""
-        return self._engine.snapshot if self._engine is not None else None
+        return self._model.snapshot if self._model is not None else None
 
     def slow_step(self) -> tuple[float, str] | None:
         """(seconds, what it holds) of a step running longer than `slow_step_s`, else None."""
-        engine = self._engine
+        engine = self._model
         if engine is None or self.state is not EngineState.READY:
             return None
         running = time.perf_counter() - engine.step_started_s

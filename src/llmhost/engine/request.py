@@ -40,6 +40,8 @@ class Constraint:
 
 @dataclass(slots=True)
 class SamplingParams:
+    # 0: prefill only: the request ends right after its prompt is computed (scoring a prompt with
+    # `prompt_logprobs`), nothing is sampled
     max_tokens: int = 16
     temperature: float = 1.0  # <= 0: greedy
     top_k: int = 0  # 0: off
@@ -59,30 +61,30 @@ class SamplingParams:
     prompt_logprobs: bool = False  # also return the logprob of every prompt token after the first
 
     def __post_init__(self) -> None:
-        if self.max_tokens < 1:
-            raise ValueError(f"max_tokens must be >= 1, got {self.max_tokens}")
+        if self.max_tokens < 0:
+            raise ParamError("max_tokens", f"must be >= 0, got {self.max_tokens}")
         if self.temperature < 0:
-            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+            raise ParamError("temperature", f"must be >= 0, got {self.temperature}")
         if not 0 <= self.top_k <= INT32_MAX:
-            raise ValueError(f"top_k must be in [0, {INT32_MAX}], got {self.top_k}")
+            raise ParamError("top_k", f"must be in [0, {INT32_MAX}], got {self.top_k}")
         if not 0 <= self.penalty_last_n <= INT32_MAX:
-            raise ValueError(f"penalty_last_n must be in [0, {INT32_MAX}], got {self.penalty_last_n}")
+            raise ParamError("penalty_last_n", f"must be in [0, {INT32_MAX}], got {self.penalty_last_n}")
         for name in ("temperature", "top_p", "min_p", "typical_p", "repetition_penalty", "frequency_penalty",
                      "presence_penalty"):  # fmt: skip
             if not math.isfinite(getattr(self, name)):
-                raise ValueError(f"{name} must be a finite number, got {getattr(self, name)}")
+                raise ParamError(name, f"must be a finite number, got {getattr(self, name)}")
         if not all(math.isfinite(v) or v == -math.inf for v in self.logit_bias.values()):
-            raise ValueError("logit_bias values must be finite numbers (or -inf to ban a token)")
+            raise ParamError("logit_bias", "values must be finite numbers (or -inf to ban a token)")
         if not 0.0 < self.top_p <= 1.0:
-            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+            raise ParamError("top_p", f"must be in (0, 1], got {self.top_p}")
         if not 0.0 < self.typical_p <= 1.0:
-            raise ValueError(f"typical_p must be in (0, 1], got {self.typical_p}")
+            raise ParamError("typical_p", f"must be in (0, 1], got {self.typical_p}")
         if not 0.0 <= self.min_p <= 1.0:
-            raise ValueError(f"min_p must be in [0, 1], got {self.min_p}")
+            raise ParamError("min_p", f"must be in [0, 1], got {self.min_p}")
         if self.repetition_penalty <= 0:
-            raise ValueError(f"repetition_penalty must be > 0, got {self.repetition_penalty}")
+            raise ParamError("repetition_penalty", f"must be > 0, got {self.repetition_penalty}")
         if self.logprobs is not None and not 0 <= self.logprobs <= MAX_LOGPROBS:
-            raise ValueError(f"logprobs must be in [0, {MAX_LOGPROBS}], got {self.logprobs}")
+            raise ParamError("logprobs", f"must be in [0, {MAX_LOGPROBS}], got {self.logprobs}")
 
     @property
     def greedy(self) -> bool:
@@ -222,6 +224,14 @@ class GenerationEvent:
     def failure(cls, request_id: str, error: str, reason: str) -> GenerationEvent:
         """The last event of a request that failed before producing anything."""
         return cls(request_id, [], "", finish_reason=FinishReason.ERROR, error=error, reason=reason)
+
+
+class ParamError(ValueError):
+    """A sampling parameter out of its range; names the request field (HTTP 422)."""
+
+    def __init__(self, field_name: str, problem: str) -> None:
+        super().__init__(f"{field_name} {problem}")
+        self.field_name = field_name
 
 
 class EngineError(RuntimeError):

@@ -78,6 +78,8 @@ class Scheduler:
 
     def _should_wait_for_prefix(self, seq: Sequence) -> bool:
         """True if a prompt being prefilled will soon hold a longer shared prefix than any cache now."""
+        if seq.prompt_logprobs:
+            return False  # it computes every prompt position itself: no prefix to wait for
         running = [(s.kv_seq, s.computed_tokens) for s in self.running]
         _, available, _ = self.cache.best_match(seq.prompt, running)
         for other in self.running:
@@ -117,7 +119,7 @@ class Scheduler:
             if seq.status is SeqStatus.PREFILL:
                 chunk = seq.prompt[seq.n_computed : seq.n_computed + budget]
                 done = seq.n_computed + len(chunk) == len(seq.prompt)
-                plan.items.append(BatchItem(seq, chunk, seq.n_computed, sample=done))
+                plan.items.append(BatchItem(seq, chunk, seq.n_computed, sample=done and seq.max_tokens > 0))
                 budget -= len(chunk)
         return plan
 
@@ -149,6 +151,8 @@ class Scheduler:
                 continue
             if not item.sample:
                 seq.n_computed += len(item.tokens)
+                if seq.prefilled_only:  # its prompt's end is its "first token": prompt time counted
+                    seq.first_token_s = seq.last_token_s = now_s
                 continue
             tokens = sampled[seq.request_id]
             if item.draft:

@@ -51,6 +51,11 @@ class Sequence:
         return self.status is SeqStatus.FINISHED
 
     @property
+    def prefilled_only(self) -> bool:
+        """Nothing is to be generated (max_tokens 0) and the prompt is computed: the request is done."""
+        return self.max_tokens == 0 and self.n_computed >= len(self.prompt)
+
+    @property
     def tokens(self) -> list[int]:
         return self.prompt + self.output
 

@@ -204,7 +204,8 @@ def run_(
     from llmhost.engine import ModelLoadError
     from llmhost.optimize.artifact import ArtifactError
     from llmhost.optimize.quantize import QuantizeError
-    from llmhost.optimize.recipe_run import RecipeError, default_out, load_recipe, parse_recipe, run_recipe
+    from llmhost.optimize.recipe_file import RecipeError, default_out, load_recipe, parse_recipe
+    from llmhost.optimize.recipe_run import run_recipe
     from llmhost.optimize.recipe_run import table as result_table
     from llmhost.store import ModelNotFoundError
 

@@ -309,6 +309,30 @@ def convert_hf(
         raise ConvertError(f"{src} holds no *.safetensors weights")
     vocab = read_vocab(src, hp)
     warnings: list[str] = []
+    tensors = _llama_tensors(files, hp, outtype)
+    if "output.weight" not in tensors and not hp.tie_embeddings:
+        warnings.append("no lm_head.weight: llama.cpp will tie the output to the token embeddings")
+
+    writer = gguf.GGUFWriter(str(out), gguf.MODEL_ARCH_NAMES[gguf.MODEL_ARCH.LLAMA])
+    _write_metadata(writer, src.name, hp, vocab, outtype)
+    total = len(tensors)
+    n_params = 0
+    for i, (name, arr) in enumerate(tensors.items()):
+        writer.add_tensor(name, arr)
+        n_params += int(arr.size)
+        if progress is not None:
+            progress(i + 1, total, name)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return ConvertResult(out, total, n_params, vocab.model, warnings)
+
+
+def _llama_tensors(files: list[Path], hp: LlamaHParams, outtype: str) -> dict[str, npt.NDArray[Any]]:
+    """The checkpoint's tensors under their GGUF names, q/k permuted as llama.cpp lays them out."""
+    import gguf
 
     names = gguf.get_tensor_name_map(gguf.MODEL_ARCH.LLAMA, hp.n_layer)
     tensors: dict[str, npt.NDArray[Any]] = {}
@@ -327,11 +351,14 @@ def convert_hf(
             tensors[new] = arr.astype(np.float32 if keep_f32 else np.float16)
     if "token_embd.weight" not in tensors:
         raise ConvertError("the checkpoint has no model.embed_tokens.weight")
-    if "output.weight" not in tensors and not hp.tie_embeddings:
-        warnings.append("no lm_head.weight: llama.cpp will tie the output to the token embeddings")
+    return tensors
 
-    writer = gguf.GGUFWriter(str(out), gguf.MODEL_ARCH_NAMES[gguf.MODEL_ARCH.LLAMA])
-    writer.add_name(src.name)
+
+def _write_metadata(writer: Any, name: str, hp: LlamaHParams, vocab: Vocab, outtype: str) -> None:
+    """The model's hyperparameters and tokenizer as GGUF keys."""
+    import gguf
+
+    writer.add_name(name)
     writer.add_context_length(hp.n_ctx)
     writer.add_embedding_length(hp.n_embd)
     writer.add_block_count(hp.n_layer)
@@ -360,17 +387,3 @@ def convert_hf(
     writer.add_add_bos_token(vocab.add_bos)
     if vocab.chat_template:
         writer.add_chat_template(vocab.chat_template)
-
-    total = len(tensors)
-    n_params = 0
-    for i, (name, arr) in enumerate(tensors.items()):
-        writer.add_tensor(name, arr)
-        n_params += int(arr.size)
-        if progress is not None:
-            progress(i + 1, total, name)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    return ConvertResult(out, total, n_params, vocab.model, warnings)

@@ -11,8 +11,8 @@ from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
+from llmhost.asgi import error_body, retry_after
 from llmhost.engine.request import EngineError, InvalidRequestError, QueueFullError, RequestTooLargeError
-from llmhost.server.settings import RETRY_AFTER_S
 
 
 class APIError(Exception):
@@ -34,18 +34,8 @@ class APIError(Exception):
         self.headers = headers or {}
 
     def body(self, request_id: str = "") -> dict[str, Any]:
-        body: dict[str, Any] = {
-            "message": self.message,
-            "type": self.type,
-            "param": self.field,
-            "code": self.status,
-        }
-        if self.field is not None:
-            body["field"] = self.field
-        body.update(self.extra)
-        if request_id:
-            body["request_id"] = request_id
-        return {"error": body}
+        return error_body(self.status, self.message, self.type, field=self.field, request_id=request_id,
+                          **self.extra)
 
     def tgi_body(self, request_id: str = "") -> dict[str, Any]:
         """TGI's error shape, which its clients turn into ValidationError, OverloadedError, ..."""
@@ -77,7 +67,7 @@ def model_loading(reason: str) -> APIError:
 
 
 def unavailable(message: str) -> APIError:
-    return APIError(503, message, "service_unavailable", headers={"Retry-After": str(RETRY_AFTER_S)})
+    return APIError(503, message, "service_unavailable", headers=retry_after())
 
 
 def _loc_name(loc: tuple[Any, ...] | list[Any]) -> str:
@@ -114,7 +104,7 @@ def from_engine(exc: EngineError) -> APIError:
             str(exc),
             "rate_limit_error",
             extra={"limit": exc.limit, "in_flight": exc.in_flight},
-            headers={"Retry-After": str(RETRY_AFTER_S)},
+            headers=retry_after(),
         )
     if isinstance(exc, RequestTooLargeError):
         return APIError(422, str(exc), field=exc.field_name, extra={"value": exc.value, "limit": exc.limit})

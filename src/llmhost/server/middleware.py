@@ -7,7 +7,7 @@ from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from llmhost.asgi import send_json
+from llmhost.asgi import error_body, send_json
 
 CUSTOM_ATTRIBUTES = b"x-amzn-sagemaker-custom-attributes"
 
@@ -18,16 +18,7 @@ class _TooLarge(Exception):
 
 def _too_large_body(limit: int, size: int | None) -> dict[str, Any]:
     got = f"{size} bytes" if size is not None else f"more than {limit} bytes"
-    return {
-        "error": {
-            "message": f"request body is {got}; the limit is {limit} bytes",
-            "type": "invalid_request_error",
-            "param": "body",
-            "code": 413,
-            "field": "body",
-            "limit": limit,
-        }
-    }
+    return error_body(413, f"request body is {got}; the limit is {limit} bytes", field="body", limit=limit)
 
 
 class BodyLimitMiddleware:

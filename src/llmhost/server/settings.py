@@ -5,17 +5,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from llmhost.asgi import RETRY_AFTER_S
 from llmhost.auth import ApiKeys
 from llmhost.engine.config import EngineConfig
 from llmhost.engine.embedder import EmbedderConfig
+from llmhost.serve_spec import DEFAULT_PORT, SERVE_SPEC
 
-__all__ = ["DEFAULT_PORT", "MAX_BODY_BYTES", "RETRY_AFTER_S", "ServerSettings"]
+__all__ = ["DEFAULT_PORT", "MAX_BODY_BYTES", "ServerSettings"]
 
 # SageMaker's request payload limit for real-time endpoints
 MAX_BODY_BYTES = 6 * 1024 * 1024
-DEFAULT_PORT = 8080
-TOOL_PARSERS = ("auto", "hermes", "llama3", "mistral")
+TOOL_PARSERS = SERVE_SPEC["tool_parser"].choices
 
 
 @dataclass(slots=True, frozen=True)

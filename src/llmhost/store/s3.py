@@ -17,8 +17,8 @@ from typing import Any
 
 from llmhost.store.cache import cache_root, file_lock, key_dir, listing_version, object_version
 from llmhost.store.download import download_object
+from llmhost.store.model import ModelNotFoundError, ResolvedModel, in_directory
 from llmhost.store.ranges import clean_etag
-from llmhost.store.resolve import ModelNotFoundError, ResolvedModel, in_directory
 from llmhost.store.s3client import S3ModelError, describe, head, list_prefix, make_client, translate
 from llmhost.store.s3uri import S3Ref, parse_s3_ref
 from llmhost.store.tarsafe import UnsafeArchiveError, safe_extract

@@ -11,7 +11,7 @@ from dataclasses import replace
 from typing import Any
 
 from llmhost.store.integrity import ObjectInfo, info_from_head
-from llmhost.store.resolve import ModelNotFoundError
+from llmhost.store.model import ModelNotFoundError
 from llmhost.store.s3uri import S3Ref
 
 ENDPOINT_ENV = "AWS_ENDPOINT_URL"

@@ -51,3 +51,14 @@ def test_bad_arguments(tmp_path: Path) -> None:
         assert result.exit_code != 0 and "goodput" in result.output
     result = runner.invoke(app, ["run", "--url", "http://127.0.0.1:9", "--rate", "1", "--burstiness", "0"])
     assert result.exit_code != 0 and "burstiness" in result.output
+
+
+def test_bench_run_options_are_bench_configs_fields() -> None:
+    """`bench run` takes its options from BenchConfig: unset, they give BenchConfig's defaults."""
+    from llmhost.bench.config import BenchConfig
+
+    given = {option.flag or name: default for name, option, default in BenchConfig.run_options()}
+    assert BenchConfig.from_run_options({**given, "url": "http://x"}) == BenchConfig(url="http://x")
+    help_text = CliRunner().invoke(app, ["run", "--help"], env={"COLUMNS": "300"}).output
+    for name, option, _ in BenchConfig.run_options():
+        assert "--" + (option.flag or name).replace("_", "-") in help_text, name

@@ -8,7 +8,7 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
-from llmhost.endpoint.admin import create_admin
+from llmhost.endpoint.admin import LocalAdmin, create_admin
 from llmhost.endpoint.component import Component
 from llmhost.endpoint.manager import EndpointManager
 from llmhost.endpoint.placement import Ledger
@@ -22,7 +22,7 @@ def setup(tmp_path: Path) -> tuple[FastAPI, EndpointManager, list[str]]:
     manager.components["a"] = Component(spec.components[0], ResolvedModel(tmp_path / "m.gguf"))
     calls: list[str] = []
     app = FastAPI()
-    app.include_router(create_admin(manager, lambda: calls.append("down")))
+    app.include_router(create_admin(LocalAdmin(manager, lambda: calls.append("down"))))
     return app, manager, calls
 
 

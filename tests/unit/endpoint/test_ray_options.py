@@ -9,7 +9,7 @@ import pytest
 from llmhost.endpoint.rayserve import options
 from llmhost.endpoint.rayserve.options import AppArgs, RayTiming, component_options, scale_override
 from llmhost.endpoint.spec import ComponentSpec, parse_endpoint
-from llmhost.serve_settings import DEFAULT_MAX_CONCURRENT, DEFAULT_MAX_QUEUE
+from llmhost.serve_spec import default_value
 
 TIMING = RayTiming(health_check_period_s=1, health_check_timeout_s=7, drain_timeout_s=30,
                    metrics_interval_s=0.5, look_back_period_s=4)  # fmt: skip
@@ -42,7 +42,7 @@ def test_autoscaling_maps_to_ray_serves_autoscaling_config() -> None:
         "upscale_delay_s": 5, "downscale_delay_s": 20, "metrics_interval_s": 0.5, "look_back_period_s": 4,
     }  # fmt: skip
     assert got["ray_actor_options"]["num_cpus"] == 0.5
-    assert got["max_ongoing_requests"] == DEFAULT_MAX_CONCURRENT + DEFAULT_MAX_QUEUE
+    assert got["max_ongoing_requests"] == default_value("max_concurrent", {}) + default_value("max_queue", {})
 
 
 def test_scale_pins_copies_and_drops_autoscaling() -> None:

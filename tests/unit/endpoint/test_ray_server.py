@@ -22,9 +22,11 @@ from llmhost.endpoint.rayserve.options import RayTiming, component_options
 from llmhost.endpoint.rayserve.server import InProcessServer
 from llmhost.endpoint.spec import ComponentSpec, EngineSpec, parse_endpoint
 from llmhost.lifecycle import Lifecycle
-from llmhost.optimize.artifact import ARTIFACT_JSON, MODEL_GGUF, RECIPE_YAML, write_serving_settings
-from llmhost.serve_settings import LIMIT_ENV, ServeOptions
+from llmhost.optimize.artifact import write_serving_settings
+from llmhost.serve_settings import ServeOptions
+from llmhost.serve_spec import LIMIT_ENV
 from llmhost.server import ServerSettings
+from llmhost.store.artifact import ARTIFACT_JSON, MODEL_GGUF, RECIPE_YAML
 
 
 @pytest.fixture(autouse=True)
@@ -115,7 +117,7 @@ def test_a_ray_copy_gets_what_llmhost_serve_builds_from_the_same_file(
 def test_serve_and_the_shared_options_default_alike() -> None:
     flags = inspect.signature(llmhost.cli.serve).parameters
     defaults = ServeOptions()
-    shared = [f for f in ServeOptions.__dataclass_fields__ if f in flags]
+    shared = [f for f in defaults.values if f in flags]
     assert len(shared) > 15
     for name in shared:
         assert flags[name].default == getattr(defaults, name), name

@@ -129,6 +129,35 @@ async def test_routes_by_header_model_or_only_component(tmp_path: Path) -> None:
         assert (await c.post("/v1/completions", json={"prompt": "no model"})).json()["port"] == 3001
 
 
+async def test_tokenizer_routes_pick_by_body_model_query_header_or_only_component(tmp_path: Path) -> None:
+    seen: list[tuple[int, str, Any]] = []
+    reg = Registry(component("a", [1001], tmp_path), component("b", [2001], tmp_path))
+    app, _ = app_for(reg, fake_copies({}, seen))
+    async with client(app) as c:
+        r = await c.get("/tokenizer_info", params={"model": "b"})
+        assert r.json() == {"port": 2001, "path": "/tokenizer_info"}
+        r = await c.get("/tokenizer_info", headers={COMPONENT_HEADER: "a"})
+        assert r.json()["port"] == 1001
+        r = await c.get("/tokenizer_info")
+        assert r.status_code == 400 and r.json()["error"]["field"] == "model"
+        assert "?model=" in r.json()["error"]["message"] and "a, b" in r.json()["error"]["message"]
+        r = await c.get("/tokenizer_info", params={"model": "zz"})
+        assert r.status_code == 404 and r.json()["error"]["field"] == "model"
+        # vLLM's /tokenize and /detokenize carry `model`; llama-server's callers name it in the header
+        r = await c.post("/tokenize", json={"prompt": "x", "model": "b"})
+        assert r.json() == {"port": 2001, "path": "/tokenize"}
+        r = await c.post("/detokenize", headers={COMPONENT_HEADER: "a"}, json={"tokens": [1]})
+        assert r.json() == {"port": 1001, "path": "/detokenize"}
+        r = await c.post("/tokenize", json={"content": "x"})
+        assert r.status_code == 400 and COMPONENT_HEADER in r.json()["error"]["message"]
+    assert seen[0] == (2001, "/tokenizer_info", None)
+    only = Registry(component("solo", [3001], tmp_path))
+    app, _ = app_for(only, fake_copies({}, seen))
+    async with client(app) as c:
+        assert (await c.get("/tokenizer_info")).json()["port"] == 3001
+        assert (await c.post("/tokenize", json={"prompt": "x"})).json()["port"] == 3001
+
+
 def test_least_outstanding_requests(tmp_path: Path) -> None:
     comp = component("a", [1, 2, 3], tmp_path)
     r0, r1, r2 = comp.replicas

@@ -44,9 +44,9 @@ def test_design_example_loads(tmp_path: Path) -> None:
     [c] = spec.components
     assert spec.instance.price_per_hour == 1.16
     assert c.initial_copies == 2 and c.resources.threads == 1
-    assert c.engine.serve_args() == [
-        "--max-input-tokens", "2048", "--max-total-tokens", "4096",
-        "--max-batch-tokens", "512", "--max-concurrent", "8",
+    assert c.engine.serve_args() == [  # in the settings spec's order
+        "--max-concurrent", "8", "--max-input-tokens", "2048", "--max-total-tokens", "4096",
+        "--max-batch-tokens", "512",
     ]  # fmt: skip
     assert c.autoscaling is not None and c.autoscaling.max_copies == 4
 

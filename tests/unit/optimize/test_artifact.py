@@ -17,15 +17,17 @@ from llmhost.engine import (
 )
 from llmhost.engine.prefix_state import load_prefix_state
 from llmhost.optimize.artifact import (
+    ArtifactError,
+    Recipe,
+    artifact_key,
+    build_or_reuse,
+)
+from llmhost.store.artifact import (
     ARTIFACT_JSON,
     MODEL_GGUF,
     QUALITY_JSON,
     RECIPE_YAML,
     STATE_BIN,
-    ArtifactError,
-    Recipe,
-    artifact_key,
-    build_or_reuse,
     environment,
     serving_hints,
 )

@@ -12,21 +12,16 @@ from typer.testing import CliRunner
 from llmhost.bench.metrics import LevelSummary
 from llmhost.cli import app
 from llmhost.optimize.artifact import (
+    write_serving_settings,
+)
+from llmhost.optimize.recipe_file import RecipeError, default_out, load_recipe, parse_recipe
+from llmhost.optimize.recipe_run import _ratios, _spec_counters, serve_argv
+from llmhost.store.artifact import (
     ARTIFACT_JSON,
     MODEL_GGUF,
     RECIPE_YAML,
     serving_hints,
     serving_settings,
-    write_serving_settings,
-)
-from llmhost.optimize.recipe_run import (
-    RecipeError,
-    _ratios,
-    _spec_counters,
-    default_out,
-    load_recipe,
-    parse_recipe,
-    serve_argv,
 )
 
 

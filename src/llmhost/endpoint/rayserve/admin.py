@@ -9,14 +9,11 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from fastapi import APIRouter, Request
-from starlette.responses import JSONResponse, Response
-
-from llmhost.endpoint.admin import LOOPBACK, BadBody, json_body, scale_request
+from llmhost.endpoint.admin import BadBody, Conflict, NotSupported, UpstreamError
 from llmhost.endpoint.rayserve import nodes, options, status
 from llmhost.endpoint.rayserve.relay import RayComponent
 from llmhost.endpoint.rayserve.serveapi import ServeApi, ServeApiError
-from llmhost.endpoint.routing import error, known
+from llmhost.endpoint.routing import known
 from llmhost.endpoint.spec import EndpointSpec
 
 log = logging.getLogger("llmhost.endpoint")
@@ -24,6 +21,11 @@ SCALE_POLL_S = 0.5
 
 
 class RayAdmin:
+    """The admin API's backend on Ray: status from, and scaling through, Ray Serve's REST API."""
+
+    components_fixed: str | None = ("a Ray endpoint runs the components of its file: change the file and run "
+                                    "`llmhost endpoint up --ray` again")  # fmt: skip
+
     def __init__(self, spec: EndpointSpec, components: dict[str, RayComponent], api: ServeApi,
                  refresh: Callable[[], Awaitable[dict[str, Any]]],
                  timing: options.RayTiming) -> None:  # fmt: skip
@@ -49,8 +51,15 @@ class RayAdmin:
                           "pid": r.pid, "actor_id": r.actor_id} for r in v.replicas],
         }  # fmt: skip
 
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
     async def status(self) -> dict[str, Any]:
-        details = await self.refresh()
+        try:
+            details = await self.refresh()
+        except ServeApiError as exc:
+            raise UpstreamError(str(exc)) from exc
         app = status.application(details, self.spec.name) or {}
         overrides = {o.get("name"): o for o in status.deployment_overrides(details, self.spec.name)}
         comps = [self.component_status(c, overrides.get(c.name, {})) for c in self.components.values()]
@@ -63,8 +72,17 @@ class RayAdmin:
         if comp is None:
             raise LookupError(f"unknown inference component {name!r}; known components: {known(self)}")
         if copies < 1:  # Ray Serve's config takes num_replicas >= 1; zero is its autoscaler's to reach
-            raise ValueError("a Ray endpoint scales a component to zero only through autoscaling "
-                             "(min_copies: 0 in the endpoint file); scale to 1 or more copies")  # fmt: skip
+            raise BadBody("copies", "a Ray endpoint scales a component to zero only through autoscaling "
+                          "(min_copies: 0 in the endpoint file); scale to 1 or more copies")  # fmt: skip
+        try:
+            return await self._scale(comp, copies, wait)
+        except ServeApiError as exc:
+            raise UpstreamError(str(exc)) from exc
+        except (RuntimeError, TimeoutError) as exc:  # Ray cannot place the copies, or not in time
+            raise Conflict(str(exc)) from exc
+
+    async def _scale(self, comp: RayComponent, copies: int, wait: bool) -> dict[str, Any]:
+        name = comp.name
         details = await self.api.details()
         app = status.application(details, self.spec.name)
         if app is None or not app.get("deployed_app_config"):
@@ -98,63 +116,15 @@ class RayAdmin:
         raise TimeoutError(f"component {comp.name!r} did not reach {copies} copies; Ray says: "
                            f"{comp.view.status} {comp.view.message}")  # fmt: skip
 
+    async def add(self, raw: Any) -> dict[str, Any]:
+        raise NotSupported(self.components_fixed)
+
+    async def remove(self, name: str) -> dict[str, Any]:
+        raise NotSupported(self.components_fixed)
+
     async def down(self) -> None:
         """Ray Serve took the deletion (it drains the copies, then the ingress answering this)."""
-        await self.api.delete(self.spec.name)
-
-
-def _refused(request: Request) -> Response | None:
-    host = request.client.host if request.client else ""
-    if host not in LOOPBACK:
-        return error(403, "the admin API answers local clients only", "permission_error")
-    return None
-
-
-def create_ray_admin(admin: RayAdmin) -> APIRouter:
-    router = APIRouter(prefix="/admin")
-
-    @router.get("/status")
-    async def get_status(request: Request) -> Response:
-        if (r := _refused(request)) is not None:
-            return r
         try:
-            return JSONResponse(await admin.status())
+            await self.api.delete(self.spec.name)
         except ServeApiError as exc:
-            return error(502, str(exc), "upstream_error")
-
-    @router.post("/scale")
-    async def scale(request: Request) -> Response:
-        if (r := _refused(request)) is not None:
-            return r
-        try:
-            req = scale_request(await json_body(request))
-            answer = await admin.scale(req.component, req.copies, req.wait)
-            return JSONResponse(answer, status_code=200 if req.wait else 202)
-        except BadBody as exc:
-            return error(422, str(exc), field=exc.field)
-        except LookupError as exc:
-            return error(404, str(exc), "not_found_error")
-        except ServeApiError as exc:
-            return error(502, str(exc), "upstream_error")
-        except (RuntimeError, TimeoutError) as exc:  # Ray cannot place the copies, or not in time
-            return error(409, str(exc), "conflict_error")
-        except ValueError as exc:
-            return error(422, str(exc), field="copies")
-
-    @router.post("/down")
-    async def down(request: Request) -> Response:
-        if (r := _refused(request)) is not None:
-            return r
-        try:
-            await admin.down()
-        except ServeApiError as exc:
-            return error(502, f"deleting application {admin.spec.name!r} failed: {exc}", "upstream_error")
-        return JSONResponse({"stopping": admin.spec.name}, status_code=202)
-
-    @router.api_route("/components", methods=["POST"])
-    @router.api_route("/components/{name}", methods=["DELETE"])
-    async def unsupported(request: Request) -> Response:
-        return _refused(request) or error(501, "a Ray endpoint runs the components of its file: change the "
-                                          "file and run `llmhost endpoint up --ray` again", "not_implemented")
-
-    return router
+            raise UpstreamError(f"deleting application {self.spec.name!r} failed: {exc}") from exc

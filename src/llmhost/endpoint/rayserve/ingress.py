@@ -17,8 +17,9 @@ from starlette.responses import Response
 from llmhost.asgi import RequestContextMiddleware
 from llmhost.auth import ApiKeyMiddleware, ApiKeys
 from llmhost.endpoint import routing
+from llmhost.endpoint.admin import create_admin
 from llmhost.endpoint.rayserve import status
-from llmhost.endpoint.rayserve.admin import RayAdmin, create_ray_admin
+from llmhost.endpoint.rayserve.admin import RayAdmin
 from llmhost.endpoint.rayserve.metrics import CopyMetrics, node_metric_urls, render_ray_metrics
 from llmhost.endpoint.rayserve.options import AppArgs, RayTiming
 from llmhost.endpoint.rayserve.relay import RayComponent, RayRelay
@@ -105,7 +106,7 @@ class Ingress:
         app.include_router(self._routes())
         app.include_router(create_runtime_router(self, self.relay))
         admin = RayAdmin(self.spec, self.components, self.api, self.refresh, RayTiming(**self.args.timing))
-        app.include_router(create_ray_admin(admin))
+        app.include_router(create_admin(admin))
         keys = ApiKeys(tuple(bytes.fromhex(k) for k in self.args.keys))
         if keys.enabled:
             app.add_middleware(ApiKeyMiddleware, keys=keys)

@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from llmhost.endpoint.spec import ComponentSpec, EndpointSpec
-from llmhost.serve_settings import DEFAULT_MAX_QUEUE, max_concurrent
+from llmhost.serve_spec import SERVE_SPEC
 
 IMPORT_PATH = "llmhost.endpoint.rayserve.app:build"
 INGRESS = "ingress"  # the ingress deployment's name; a component may not take it
@@ -79,8 +79,8 @@ def component_options(spec: ComponentSpec, timing: RayTiming, env: dict[str, str
                       log_level: str) -> dict[str, Any]:  # fmt: skip
     engine = spec.engine
     # what the copy's engine admits (the same function sizes it there, with the same variables)
-    concurrent = max_concurrent(engine.max_concurrent or 0, env)
-    queue = DEFAULT_MAX_QUEUE if engine.max_queue is None else engine.max_queue
+    concurrent = SERVE_SPEC["max_concurrent"].resolve(engine.max_concurrent or 0, env)
+    queue = SERVE_SPEC["max_queue"].default if engine.max_queue is None else engine.max_queue
     return {
         "name": spec.name,
         **copies_options(spec, timing),

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections import Counter
 from collections.abc import AsyncIterator
 from typing import Any
@@ -49,6 +48,12 @@ class RayComponent:
         self.retries = 0  # requests sent again because no copy had taken them
         self.stream_errors = 0
 
+    def enter(self) -> None:
+        self.in_flight += 1
+
+    def leave(self) -> None:
+        self.in_flight -= 1
+
     @property
     def serving(self) -> bool:
         """Has a running copy, or is meant to have none (scaled to zero)."""
@@ -72,32 +77,23 @@ class RayRelay:
         self.retry_pause_max_s = retry_pause_max_s
 
     async def forward(self, request: Request, comp: RayComponent, body: bytes) -> Response:
-        comp.in_flight += 1
-        release_later = False
-        try:
-            response, release_later = await self._forward(request, comp, body)
-            comp.requests[response.status_code] += 1
-            return response
-        finally:
-            if not release_later:
-                comp.in_flight -= 1
+        return await routing.counted(comp, lambda: self._forward(request, comp, body))
 
     async def _take(self, comp: RayComponent, call: Call) -> tuple[Any, Accepted] | Response:
         """A copy that took the request: its answer's stream, and who it is. Until the component's wait
         is over, a request no copy took is sent again (nothing was done with it)."""
-        timeout = comp.wait_timeout_s()
-        deadline = time.monotonic() + timeout
-        last, pause = "", self.retry_pause_s
+        retry = routing.NotTaken(comp.name, comp.wait_timeout_s())
+        pause = self.retry_pause_s
         while True:
             stream = comp.handle.options(stream=True).handle.remote(call)
             try:
-                first = await asyncio.wait_for(anext(stream), max(0.0, deadline - time.monotonic()))
+                first = await asyncio.wait_for(anext(stream), retry.left_s())
             except TimeoutError:
                 stream.cancel()
                 break
             except Exception as exc:  # no copy took it: nothing was done, another may take it
                 stream.cancel()
-                last = why(exc)
+                retry.missed(why(exc))
             else:
                 if isinstance(first, Accepted):
                     return stream, first
@@ -105,15 +101,13 @@ class RayRelay:
                 return error(502, f"a copy of inference component {comp.name!r} answered "
                              f"{type(first).__name__} before taking the request; not retried",
                              "upstream_error")  # fmt: skip
-            if time.monotonic() + pause >= deadline:
+            if pause >= retry.left_s():
                 break
             comp.retries += 1
-            log.info("request for %s not taken (%s); sending it again in %g s", comp.name, last, pause)
+            log.info("request for %s not taken (%s); sending it again in %g s", comp.name, retry.last, pause)
             await asyncio.sleep(pause)
             pause = min(2 * pause, self.retry_pause_max_s)
-        after = f"; last failure: {last}" if last else ""
-        return error(503, f"no ready copy of inference component {comp.name!r} took the request within "
-                     f"{timeout:g} s{after}", "service_unavailable")  # fmt: skip
+        return retry.given_up(" took the request")
 
     async def _next(self, stream: Any) -> Any:
         return await asyncio.wait_for(anext(stream), self.read_timeout_s)
@@ -138,10 +132,8 @@ class RayRelay:
                 raise TypeError(f"expected the answer's head, got {type(head).__name__}")
         except Exception as exc:  # reached the copy, then failed: never sent again
             stream.cancel()
-            status = 504 if isinstance(exc, TimeoutError) else 502
-            msg = (f"copy {accepted.copy} of inference component {comp.name!r} failed after the request "
-                   f"reached it ({why(exc)}); not retried, it may have been processed")
-            return error(status, msg, "upstream_error"), False
+            timed_out = isinstance(exc, TimeoutError)
+            return routing.taken_then_failed(comp.name, accepted.copy, why(exc), timed_out), False
         out = routing.relayed_headers(head.headers, accepted.copy)
         kind = next((v for k, v in head.headers if k.lower() == "content-type"), "")
         streamed, framed = routing.stream_kind(kind)
@@ -150,7 +142,7 @@ class RayRelay:
 
             async def close() -> None:
                 stream.cancel()  # the client left early: the copy stops generating
-                comp.in_flight -= 1
+                comp.leave()
 
             return routing.Relay(chunks, close, status_code=head.status, headers=out), True
         return await self._whole(comp, accepted.copy, stream, head, out), False

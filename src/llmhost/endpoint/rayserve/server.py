@@ -41,9 +41,9 @@ def copy_options(spec: ComponentSpec, chat_template: str | None) -> ServeOptions
     """The options the single-host endpoint gives `llmhost serve` for a copy (`Replica._command`): the
     file's engine settings, the component's name and threads; the chat template as its text."""
     given = spec.engine.serve_options()
-    return ServeOptions(**{**given, "chat_template": chat_template}, model=spec.model, host="127.0.0.1",
-                        threads=spec.resources.threads, served_model_name=spec.name,
-                        embeddings=spec.embeddings, explicit=frozenset(given))  # fmt: skip
+    return ServeOptions(spec.model, spec=spec.engine.settings, explicit=frozenset(given), **{
+        **given, "chat_template": chat_template, "host": "127.0.0.1", "threads": spec.resources.threads,
+        "served_model_name": spec.name, "embeddings": spec.embeddings})  # fmt: skip
 
 
 def settings_here(spec: ComponentSpec, chat_template: str | None, env: dict[str, str]) -> Built:

@@ -19,7 +19,7 @@ from llmhost.auth import ApiKeys
 from llmhost.endpoint.rayserve import nodes, options, status
 from llmhost.endpoint.rayserve.serveapi import ServeApi, retrying
 from llmhost.endpoint.spec import EndpointSpec
-from llmhost.serve_settings import LIMIT_ENV, LOG_LEVELS
+from llmhost.serve_spec import LIMIT_ENV, LOG_LEVELS
 
 log = logging.getLogger("llmhost.endpoint")
 POLL_S = 1.0

@@ -85,7 +85,8 @@ TokenIdLists = Annotated[list[TokenIds], Field(min_length=1, max_length=MAX_PROM
 
 class CompletionRequest(SamplingFields):
     prompt: str | TokenIds | PromptList | TokenIdLists
-    max_tokens: Annotated[int, Field(ge=1)] | None = 16
+    # 0 with echo: the prompt is scored (with logprobs), nothing generated (OpenAI's legacy behaviour)
+    max_tokens: Annotated[int, Field(ge=0)] | None = 16
     logprobs: Annotated[int, Field(ge=0, le=MAX_LOGPROBS)] | None = None
     echo: bool = False
     best_of: Annotated[int, Field(ge=1, le=MAX_CHOICES)] | None = None

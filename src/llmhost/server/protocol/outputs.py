@@ -27,7 +27,7 @@ class CompletionChoice(Open):
     index: int
     text: str
     logprobs: dict[str, Any] | None
-    finish_reason: Literal["stop", "length"] | None
+    finish_reason: Literal["stop", "length", "abort", "error"] | None
 
 
 class CompletionResponse(Open):
@@ -52,7 +52,7 @@ class ChatChoice(Open):
     index: int
     message: AssistantMessage
     logprobs: dict[str, Any] | None
-    finish_reason: Literal["stop", "length", "tool_calls"] | None
+    finish_reason: Literal["stop", "length", "tool_calls", "abort", "error"] | None
 
 
 class ChatCompletionResponse(Open):
@@ -136,13 +136,21 @@ class TokenPiece(Open):
 
 
 class Tokens(Open):
-    """The prompt's token ids (with `with_pieces: true`: each id with its text)."""
+    """The prompt's token ids (with `with_pieces: true`: each id with its text); for vLLM's body also
+    `count`, `max_model_len` and `token_strs`."""
 
     tokens: list[int] | list[TokenPiece]
 
 
 class Detokenized(Open):
     content: str
+
+
+class TokenizerInfo(Open):
+    tokenizer_class: str
+    model: str
+    model_max_length: int
+    vocab_size: int
 
 
 class Health(Open):

@@ -1,18 +1,18 @@
-"""Liveness, metrics and llama-server's tokenizer endpoints."""
+"""Liveness, metrics and the tokenizer endpoints (llama-server's and vLLM's shapes)."""
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 from fastapi import APIRouter, Request
 from starlette.responses import JSONResponse, Response
 
 from llmhost.lifecycle import Phase
-from llmhost.server.apidoc import BODY, errors, operation
+from llmhost.server.apidoc import BODY, COMMON, errors, operation
 from llmhost.server.protocol.llama import DetokenizeRequest, TokenizeRequest
-from llmhost.server.protocol.outputs import Detokenized, Health, Tokens
+from llmhost.server.protocol.outputs import Detokenized, Health, TokenizerInfo, Tokens
 from llmhost.server.routes import deps
+from llmhost.server.serving import tokenizer
 
 router = APIRouter()
 
@@ -37,20 +37,23 @@ async def metrics(request: Request) -> Response:
 
 
 @router.post("/tokenize", openapi_extra=operation(
-    "llama-server's tokenizer", body=[TokenizeRequest], success=Tokens, errors=BODY))  # fmt: skip
+    "Tokenize: llama-server's body (`content`) or vLLM's (`prompt`), answered in its shape",
+    body=[TokenizeRequest], success=Tokens, errors=BODY))  # fmt: skip
 async def tokenize(request: Request) -> dict[str, Any]:
     body = TokenizeRequest.model_validate(await deps.json_body(request))
-    ctx = deps.context(request)
-    tokens = await asyncio.to_thread(ctx.tokenize, body.content, body.add_special)
-    if body.with_pieces:
-        return {"tokens": [{"id": t, "piece": ctx.model.token_text(t)} for t in tokens]}
-    return {"tokens": tokens}
+    return await tokenizer.tokenize(deps.context(request), body)
 
 
 @router.post("/detokenize", openapi_extra=operation(
-    "llama-server's detokenizer", body=[DetokenizeRequest], success=Detokenized, errors=BODY))  # fmt: skip
+    "Detokenize (the text as llama-server's `content` and vLLM's `prompt`)", body=[DetokenizeRequest],
+    success=Detokenized, errors=BODY))  # fmt: skip
 async def detokenize(request: Request) -> dict[str, Any]:
     body = DetokenizeRequest.model_validate(await deps.json_body(request))
-    ctx = deps.context(request)
-    tokens = ctx.check_tokens(body.tokens, "tokens")
-    return {"content": await asyncio.to_thread(ctx.model.detokenize, tokens)}
+    return await tokenizer.detokenize(deps.context(request), body)
+
+
+@router.get("/tokenizer_info", openapi_extra=operation(
+    "vLLM's tokenizer info (what lm-eval's remote tokenizer reads)", success=TokenizerInfo,
+    errors=COMMON))  # fmt: skip
+async def tokenizer_info(request: Request) -> dict[str, Any]:
+    return tokenizer.tokenizer_info(deps.context(request))

@@ -7,6 +7,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from starlette.responses import JSONResponse, Response
 
+from llmhost.asgi import retry_after
 from llmhost.server.apidoc import GENERATE, errors, merge, operation
 from llmhost.server.errors import APIError, use_tgi_errors
 from llmhost.server.protocol.embeddings import EmbeddingRequest
@@ -41,7 +42,7 @@ async def ping(request: Request) -> Response:
     ctx = deps.context(request)
     if ctx.model.ready and deps.lifecycle(request).accepting:
         return Response(status_code=200)
-    return Response(status_code=503, headers={"Retry-After": "1"})
+    return Response(status_code=503, headers=retry_after())
 
 
 @router.post("/invocations", openapi_extra=operation(

@@ -15,6 +15,8 @@ from starlette.requests import Request
 from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
+from llmhost.asgi import error_body
+from llmhost.chat_template import ChatTemplate, ChatTemplateError
 from llmhost.engine import (
     AsyncEngine,
     Constraint,
@@ -27,7 +29,7 @@ from llmhost.engine import (
 )
 from llmhost.engine.embedder_loop import AsyncEmbedder
 from llmhost.engine.loop import RequestStream
-from llmhost.server.chat_template import ChatTemplate, ChatTemplateError
+from llmhost.engine.request import ParamError
 from llmhost.server.errors import APIError, from_engine, model_loading, unavailable
 from llmhost.server.metrics import ServerMetrics
 from llmhost.server.settings import ServerSettings
@@ -229,7 +231,7 @@ class ServingContext:
 
 
 def openai_error_event(message: str, type_: str = "server_error", code: int = 500) -> str:
-    return sse({"error": {"message": message, "type": type_, "code": code}})
+    return sse(error_body(code, message, type_))
 
 
 async def _guarded(content: AsyncIterator[str], on_error: Callable[[str], str]) -> AsyncIterator[str]:
@@ -307,6 +309,7 @@ def build_params(**fields: Any) -> SamplingParams:
     """SamplingParams, with a value the engine refuses answered as a 422 naming its field."""
     try:
         return SamplingParams(**fields)
+    except ParamError as exc:
+        raise APIError(422, str(exc), field=exc.field_name if exc.field_name in fields else None) from exc
     except ValueError as exc:
-        name = str(exc).split(" ", 1)[0]
-        raise APIError(422, str(exc), field=name if name in fields else None) from exc
+        raise APIError(422, str(exc)) from exc

@@ -10,11 +10,11 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from llmhost.engine import FinishReason, GenerationEvent, TokenLogprob
+from llmhost.engine import Constraint, FinishReason, GenerationEvent, SamplingParams, TokenLogprob
 from llmhost.engine.loop import RequestStream
 from llmhost.server.errors import APIError
 from llmhost.server.protocol.openai import ChatCompletionRequest, CompletionRequest, SamplingFields
-from llmhost.server.serving import tools
+from llmhost.server.serving import scoring, tools
 from llmhost.server.serving.chat import ChatPlan, read_message, start_chat
 from llmhost.server.serving.context import (
     EventStreamResponse,
@@ -36,6 +36,16 @@ FINISH = {
     FinishReason.ERROR: "error",
     FinishReason.TIMEOUT: "error",
 }
+
+
+def check_completion(body: CompletionRequest) -> None:
+    """A 400 naming the fields of a combination that cannot be served as asked."""
+    if body.best_of is not None and body.best_of != body.n:
+        raise APIError(400, f"best_of ({body.best_of}) other than n ({body.n}) is not supported",
+                       field="best_of")  # fmt: skip
+    if body.max_tokens == 0 and not body.echo:
+        raise APIError(400, "max_tokens 0 generates nothing: it scores a prompt, with echo true (and "
+                       "logprobs for the prompt's log-probabilities)", field="max_tokens")  # fmt: skip
 
 
 def usage(finals: list[GenerationEvent], n: int) -> dict[str, Any]:
@@ -80,16 +90,13 @@ class OpenAIServing:
     # -- completions -------------------------------------------------------------------------------
     async def completion(self, body: CompletionRequest, request: Request) -> Response:
         ctx = self.ctx
-        if body.best_of is not None and body.best_of != body.n:
-            raise APIError(400, f"best_of ({body.best_of}) other than n ({body.n}) is not supported",
-                           field="best_of")  # fmt: skip
+        check_completion(body)
         constraint = openai_constraint(body)
         await ctx.check_constraint(constraint)
         prompts = [await self._prompt(p) for p in body.prompts()]
-        params = [
-            sampling_params(body, body.max_tokens or ctx.remaining(len(p)), body.logprobs, constraint)
-            for p in prompts
-        ]
+        # echo with logprobs scores the prompt: every prompt token's logprob (no prefix-cache reuse)
+        scored = body.echo and body.logprobs is not None
+        params = [self._params(body, len(p), constraint, scored) for p in prompts]
         rid = new_id("cmpl")
         streams = ctx.submit_choices(rid, prompts, params, body.n, "completions")
         echoes = [self._echo(body, p, raw) for p, raw in zip(prompts, body.prompts(), strict=True)]
@@ -100,54 +107,79 @@ class OpenAIServing:
                    enumerate(results)]  # fmt: skip
         return JSONResponse(self._envelope(rid, "text_completion", body, choices, [r[-1] for r in results]))
 
+    def _params(
+        self, body: CompletionRequest, n_prompt: int, constraint: Constraint | None, scored: bool
+    ) -> SamplingParams:
+        max_tokens = body.max_tokens if body.max_tokens is not None else self.ctx.remaining(n_prompt)
+        params = sampling_params(body, max_tokens, body.logprobs, constraint)
+        params.prompt_logprobs = scored
+        return params
+
     async def _prompt(self, prompt: str | list[int]) -> list[int]:
         if isinstance(prompt, str):
             return await self.ctx.prompt_tokens(prompt)
+        # token ids are the prompt as given: no BOS is added (a scorer that tokenized it decides)
         return self.ctx.check_tokens(list(prompt), "prompt")
 
-    def _echo(self, body: CompletionRequest, tokens: list[int], raw: str | list[int]) -> str:
+    def _echo(self, body: CompletionRequest, tokens: list[int], raw: str | list[int]) -> scoring.Echo:
         if not body.echo:
-            return ""
-        return raw if isinstance(raw, str) else self.ctx.engine.detokenize(tokens)
+            return scoring.Echo()
+        pieces = [self.ctx.engine.token_bytes(t) for t in tokens]
+        return scoring.echo_prompt(tokens, pieces, raw if isinstance(raw, str) else None)
 
     def _completion_choice(
-        self, index: int, body: CompletionRequest, events: list[GenerationEvent], echo: str
+        self, index: int, body: CompletionRequest, events: list[GenerationEvent], echo: scoring.Echo
     ) -> dict[str, Any]:
         last = events[-1]
         raise_if_failed(last)
         self.ctx.finished("completions", last)
+        logprobs = None
+        if body.logprobs is not None:
+            logprobs = self._completion_logprobs(events, echo if body.echo else None, len(echo.text))
         return {
             "index": index,
-            "text": echo + "".join(e.text for e in events),
-            "logprobs": self._completion_logprobs(events) if body.logprobs is not None else None,
+            "text": echo.text + "".join(e.text for e in events),
+            "logprobs": logprobs,
             "finish_reason": FINISH[last.finish_reason or FinishReason.LENGTH],
         }
 
-    def _completion_logprobs(self, events: list[GenerationEvent]) -> dict[str, Any]:
-        lps = [lp for e in events for lp in e.logprobs]
-        text = self.ctx.engine.token_text
-        return {
-            "tokens": [text(lp.token) for lp in lps],
-            "token_logprobs": [lp.logprob for lp in lps],
-            "top_logprobs": [{text(t): v for t, v in lp.top} for lp in lps],
-            "text_offset": [],
-        }
+    def _completion_logprobs(
+        self, events: list[GenerationEvent], echo: scoring.Echo | None, offsets: scoring.Offsets | int
+    ) -> dict[str, Any]:
+        """The generated tokens' logprobs, after the echoed prompt's when `echo` is given; `offsets`
+        counts on the choice's text (or starts at that many characters)."""
+        engine = self.ctx.engine
+        builder = scoring.LogprobsBuilder(engine.token_text, engine.token_bytes)
+        counter = offsets if isinstance(offsets, scoring.Offsets) else scoring.Offsets(offsets)
+        out = builder.generated([lp for e in events for lp in e.logprobs], counter)
+        if echo is None:
+            return out
+        return scoring.concat(builder.prompt(echo, [lp for e in events for lp in e.prompt_logprobs]), out)
 
     async def _completion_stream(
-        self, rid: str, body: CompletionRequest, streams: list[RequestStream], echoes: list[str]
+        self, rid: str, body: CompletionRequest, streams: list[RequestStream], echoes: list[scoring.Echo]
     ) -> AsyncIterator[str]:
+        # echo with logprobs: each choice's first chunk holds the prompt and its logprobs, which come
+        # with the choice's first event; a plain echo is sent at once
+        scored = body.echo and body.logprobs is not None
+        counters = [scoring.Offsets(len(echoes[i // body.n].text)) for i in range(len(streams))]
+        started: set[int] = set()
+
         def choice(index: int, event: GenerationEvent, finish: str | None) -> dict[str, Any] | None:
-            if not event.text and not finish:
+            echo = echoes[index // body.n] if scored and index not in started else None
+            started.add(index)
+            text = (echo.text if echo else "") + event.text
+            if not text and not finish and echo is None:
                 return None
-            c = {"index": index, "text": event.text, "logprobs": None, "finish_reason": finish}
-            if body.logprobs is not None and event.logprobs:
-                c["logprobs"] = self._completion_logprobs([event])
+            c = {"index": index, "text": text, "logprobs": None, "finish_reason": finish}
+            if body.logprobs is not None and (event.logprobs or echo is not None):
+                c["logprobs"] = self._completion_logprobs([event], echo, counters[index])
             return c
 
         first = [
-            {"index": i, "text": echoes[i // body.n], "logprobs": None, "finish_reason": None}
+            {"index": i, "text": echoes[i // body.n].text, "logprobs": None, "finish_reason": None}
             for i in range(len(streams))
-            if echoes[i // body.n]
+            if echoes[i // body.n].text and not scored
         ]
         async for line in self._stream(rid, body, streams, "completions", "text_completion", first, choice):
             yield line

@@ -14,14 +14,14 @@ import tests.unit.bench.test_report as bench_report
 from llmhost.bench.metrics import RequestRecord, summarize_level
 from llmhost.bench.process import ENDPOINT_COPY_MEMORY_MB
 from llmhost.bench.slo import GoodputSLO
-from llmhost.bench.tune import Candidate, SearchSpace, TuneSettings, TuneSLO
-from llmhost.bench.tune.outputs import ENDPOINT_YAML, TUNE_JSON, TUNE_REPORT, endpoint_doc, write_outputs
-from llmhost.bench.tune.report import pareto
-from llmhost.bench.tune.runner import initial_records
-from llmhost.bench.tune.search import Search, corners
-from llmhost.bench.tune.slo import LevelOutcome, judge
-from llmhost.bench.tune.state import CandidateRecord, CandidateState, best_goodput, cheapest
 from llmhost.endpoint.spec import parse_endpoint
+from llmhost.tune import Candidate, SearchSpace, TuneSettings, TuneSLO
+from llmhost.tune.outputs import ENDPOINT_YAML, TUNE_JSON, TUNE_REPORT, endpoint_doc, write_outputs
+from llmhost.tune.report import pareto
+from llmhost.tune.runner import initial_records
+from llmhost.tune.search import Search, corners
+from llmhost.tune.slo import LevelOutcome, judge
+from llmhost.tune.state import CandidateRecord, CandidateState, best_goodput, cheapest
 
 SLO = TuneSLO(ttft_ms=500, itl_ms=50, percentile=90)
 
@@ -234,7 +234,7 @@ def test_tune_report_renders_offline_with_the_pareto_chart(tmp_path: Path) -> No
 
 
 def test_cli_answer_exit_status(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from llmhost.tune_cli import print_answer
+    from llmhost.tune.cli import print_answer
 
     s = settings(tmp_path)
     assert print_answer(write_outputs(s, fabricated(s), "t0")) == 0

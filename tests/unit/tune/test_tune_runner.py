@@ -12,8 +12,8 @@ import pytest
 from llmhost.bench.metrics import RequestRecord, summarize_level
 from llmhost.bench.results import BenchResults, ConfigResult
 from llmhost.bench.slo import GoodputSLO
-from llmhost.bench.tune import SearchSpace, Tuner, TuneSettings, TuneSLO
-from llmhost.bench.tune.state import CandidateRecord, CandidateState
+from llmhost.tune import SearchSpace, Tuner, TuneSettings, TuneSLO
+from llmhost.tune.state import CandidateRecord, CandidateState
 
 SLO = TuneSLO(ttft_ms=500, itl_ms=50)
 
@@ -56,7 +56,7 @@ class FakeSweep:
 
 
 def tuner(tmp_path: Path, fake: FakeSweep, monkeypatch: pytest.MonkeyPatch, minutes: float = 5.0) -> Any:
-    monkeypatch.setattr("llmhost.bench.tune.runner.arun_sweep", fake)
+    monkeypatch.setattr("llmhost.tune.runner.arun_sweep", fake)
     space = SearchSpace(host_cpus=2, threads=(1, 2), max_concurrent=(1, 4))
     s = TuneSettings(models={None: "default"}, space=space, slo=SLO, price_per_hour=1.0, out_dir=tmp_path,
                      max_minutes=minutes)  # fmt: skip
@@ -89,7 +89,7 @@ def test_the_baseline_settings_are_measured_once(tmp_path: Path, monkeypatch: py
     for var in ("MAX_CONCURRENT_REQUESTS", "MAX_BATCH_TOTAL_TOKENS", "LLMHOST_THREADS"):
         monkeypatch.delenv(var, raising=False)
     fake = FakeSweep()
-    monkeypatch.setattr("llmhost.bench.tune.runner.arun_sweep", fake)
+    monkeypatch.setattr("llmhost.tune.runner.arun_sweep", fake)
     # on 2 CPUs, x1-t2-mc8-b512 is what `llmhost serve` runs with no flags
     space = SearchSpace(host_cpus=2, threads=(2,), max_concurrent=(4, 8))
     s = TuneSettings(models={None: "default"}, space=space, slo=SLO, price_per_hour=1.0, out_dir=tmp_path)

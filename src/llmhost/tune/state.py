@@ -6,8 +6,8 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any
 
-from llmhost.bench.tune.slo import LevelOutcome, TuneSLO
-from llmhost.bench.tune.space import Candidate
+from llmhost.tune.slo import LevelOutcome, TuneSLO
+from llmhost.tune.space import Candidate
 
 
 class CandidateState(enum.Enum):

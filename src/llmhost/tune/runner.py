@@ -17,15 +17,16 @@ from pathlib import Path
 
 from llmhost.bench.results import BenchResults
 from llmhost.bench.runner import NullProgress, Progress
-from llmhost.bench.sweep import ConfigSpec, ServeSpec, SweepSpec, arun_sweep
-from llmhost.bench.tune.search import Search
-from llmhost.bench.tune.slo import TuneSLO, judge
-from llmhost.bench.tune.space import Candidate, SearchSpace
-from llmhost.bench.tune.state import CandidateRecord, CandidateState
-from llmhost.serve_settings import DEFAULT_MAX_BATCH_TOKENS, DEFAULT_MAX_CONCURRENT
+from llmhost.bench.serve_config import ServeSpec
+from llmhost.bench.sweep import ConfigSpec, SweepSpec, arun_sweep
+from llmhost.serve_spec import SERVE_SPEC, default_value
+from llmhost.tune.search import Search
+from llmhost.tune.slo import TuneSLO, judge
+from llmhost.tune.space import Candidate, SearchSpace
+from llmhost.tune.state import CandidateRecord, CandidateState
 
 # `llmhost serve` reads these when its flags are not given: set, they change what the baseline runs
-SERVE_ENV = ("MAX_CONCURRENT_REQUESTS", "MAX_BATCH_TOTAL_TOKENS", "LLMHOST_THREADS")
+SERVE_ENV = tuple(SERVE_SPEC[n].env for n in ("max_concurrent", "max_batch_tokens", "threads"))
 # CPUs that processes other than the candidate's and the load generator used on average while it was
 # measured (bench.procstats), at or above which its figures are said to be suspect
 BUSY_OTHER_CPUS = 0.25
@@ -87,7 +88,7 @@ def sweep_spec(s: TuneSettings, cand: Candidate) -> SweepSpec:
         max_batch_tokens=cand.max_batch_tokens,
         copies=cand.copies,
         router_cpus=s.space.router_cpus if cand.copies > 1 else 0,
-        extra_args=["--speculative", "ngram"] if cand.speculative else [],
+        speculative="ngram" if cand.speculative else None,
     )
     return SweepSpec(
         name=cand.name,
@@ -167,7 +168,8 @@ class Tuner:
         """The grid candidate with the baseline's own settings is not measured twice."""
         if any(os.environ.get(v) for v in SERVE_ENV):
             return  # the baseline's defaults were changed by the environment: not that candidate
-        defaults = Candidate(max_concurrent=DEFAULT_MAX_CONCURRENT, max_batch_tokens=DEFAULT_MAX_BATCH_TOKENS)
+        defaults = Candidate(max_concurrent=default_value("max_concurrent", {}),
+                             max_batch_tokens=default_value("max_batch_tokens", {}))  # fmt: skip
         twin = self.settings.space.baseline_twin(defaults)
         base = self.records[0]
         for r in self.records[1:]:

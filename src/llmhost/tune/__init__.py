@@ -6,8 +6,8 @@ Modules: ``space`` (candidates, what fits the host), ``slo`` (the SLO and each l
 (measuring over HTTP with the sweep machinery, the time budget), ``outputs`` and ``report``.
 """
 
-from llmhost.bench.tune.runner import Tuner, TuneSettings, Workload
-from llmhost.bench.tune.slo import TuneSLO
-from llmhost.bench.tune.space import DEFAULT_ROUTER_CPUS, Candidate, SearchSpace
+from llmhost.tune.runner import Tuner, TuneSettings, Workload
+from llmhost.tune.slo import TuneSLO
+from llmhost.tune.space import DEFAULT_ROUTER_CPUS, Candidate, SearchSpace
 
 __all__ = ["DEFAULT_ROUTER_CPUS", "Candidate", "SearchSpace", "TuneSLO", "TuneSettings", "Tuner", "Workload"]

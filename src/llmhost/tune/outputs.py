@@ -15,9 +15,9 @@ from typing import Any
 import yaml
 
 from llmhost.bench.process import ENDPOINT_COPY_MEMORY_MB
-from llmhost.bench.tune.runner import TuneSettings
-from llmhost.bench.tune.state import CandidateRecord, Pick, best_goodput, cheapest
 from llmhost.endpoint.spec import parse_endpoint
+from llmhost.tune.runner import TuneSettings
+from llmhost.tune.state import CandidateRecord, Pick, best_goodput, cheapest
 
 TUNE_JSON = "tune.json"
 ENDPOINT_YAML = "endpoint.yaml"
@@ -129,7 +129,7 @@ def _atomic_write(path: Path, text: str) -> None:
 
 def write_outputs(settings: TuneSettings, records: list[CandidateRecord], started_at: str) -> dict[str, Any]:
     """Write tune.json, endpoint.yaml (when a candidate met the SLO) and report.html."""
-    from llmhost.bench.tune.report import render_report  # matplotlib loads only when writing
+    from llmhost.tune.report import render_report  # matplotlib loads only when writing
 
     out = settings.out_dir
     out.mkdir(parents=True, exist_ok=True)

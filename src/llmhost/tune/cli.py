@@ -1,4 +1,4 @@
-"""`llmhost tune`: the command line of :mod:`llmhost.bench.tune`.
+"""`llmhost tune`: its command line.
 
 It lives at the CLI layer because quantized candidates are made with :mod:`llmhost.optimize`
 (llama.cpp); the tuner itself measures over HTTP only. Heavy modules are imported inside.
@@ -18,8 +18,8 @@ import typer
 from llmhost.store.options import S3EndpointOpt, use_s3_endpoint
 
 if TYPE_CHECKING:
-    from llmhost.bench.tune import TuneSettings
-    from llmhost.bench.tune.state import CandidateRecord
+    from llmhost.tune import TuneSettings
+    from llmhost.tune.state import CandidateRecord
 
 
 def _ints(text: str, flag: str) -> tuple[int, ...]:
@@ -83,8 +83,8 @@ def run_tune(settings: TuneSettings) -> int:
     from rich.console import Console
 
     from llmhost.bench.cli import LiveProgress
-    from llmhost.bench.tune import Tuner
-    from llmhost.bench.tune.outputs import TUNE_JSON, write_outputs
+    from llmhost.tune import Tuner
+    from llmhost.tune.outputs import TUNE_JSON, write_outputs
 
     started = datetime.now(UTC).isoformat(timespec="seconds")
     last: dict[str, Any] = {}
@@ -162,7 +162,7 @@ def tune(
     Searches copies × threads × max_concurrent × max_batch_tokens (and quantization, speculation),
     measuring each candidate with `llmhost bench` on servers it starts; writes endpoint.yaml,
     tune.json and report.html into --out."""
-    from llmhost.bench.tune import SearchSpace, TuneSettings, TuneSLO, Workload
+    from llmhost.tune import SearchSpace, TuneSettings, TuneSLO, Workload
 
     started = time.monotonic()  # the budget counts from here: quantizing candidates is part of it
     use_s3_endpoint(s3_endpoint_url)  # the candidates' servers inherit it

@@ -21,9 +21,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from llmhost.bench.tune.slo import TuneSLO
-from llmhost.bench.tune.space import Candidate
-from llmhost.bench.tune.state import CandidateRecord, CandidateState
+from llmhost.tune.slo import TuneSLO
+from llmhost.tune.space import Candidate
+from llmhost.tune.state import CandidateRecord, CandidateState
 
 NUMERIC = ("threads", "max_concurrent", "max_batch_tokens")
 CEILING_MARGIN = 0.1  # a goodput ceiling must miss the best by more than this share: measurement noise

@@ -7,8 +7,9 @@ import io
 import re
 from typing import Any
 
-import jinja2
 from matplotlib.figure import Figure
+
+from llmhost.bench.report import template_env
 
 CHART_ID = "pareto-chart"
 
@@ -93,22 +94,12 @@ def chart_svg(doc: dict[str, Any]) -> str:
     return svg[svg.index("<svg") :]  # the XML prolog and doctype do not belong inside HTML
 
 
-def _env() -> jinja2.Environment:
-    return jinja2.Environment(
-        loader=jinja2.PackageLoader("llmhost.bench.tune", "templates"),
-        autoescape=True,
-        undefined=jinja2.StrictUndefined,
-        trim_blocks=True,
-        lstrip_blocks=True,
-    )
-
-
 def _fmt(v: Any, spec: str = ".2f") -> str:
     return "–" if v is None else format(v, spec)
 
 
 def render_report(doc: dict[str, Any]) -> str:
-    env = _env()
+    env = template_env("llmhost.tune")
     env.filters["fmt"] = _fmt
     svg = re.sub(r"^<svg ", f'<svg id="{CHART_ID}-svg" ', chart_svg(doc), count=1)
     return env.get_template("report.html.jinja").render(doc=doc, chart=svg, chart_id=CHART_ID)

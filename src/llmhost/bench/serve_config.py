@@ -1,0 +1,77 @@
+"""A sweep's ``serve:`` configuration: the model, copies, and any `llmhost serve` setting (but host and
+port, which the sweep picks), each a value or a list. Its keys come from the settings spec."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict, Field, create_model
+
+from llmhost.serve_spec import SERVE_SPEC, Setting, SettingsSpec
+
+
+def as_list(v: Any) -> list[Any]:
+    if v is None:
+        return [None]
+    return v if isinstance(v, list) else [v]
+
+
+class _ServeBase(BaseModel):
+    """A ``serve:`` configuration: the model, copies, and any `llmhost serve` setting (but host and port,
+    which the sweep picks), each a value or a list; the configuration expands to their product. Its
+    setting keys are generated from the settings spec (``serve_model``)."""
+
+    model_config = ConfigDict(extra="forbid")
+    settings: ClassVar[SettingsSpec] = SERVE_SPEC
+
+    model: str | list[str] = "default"
+    copies: int | list[int] = 1
+    router_cpus: int = Field(default=0, ge=0)  # copies > 1: the endpoint file's router.num_cpus
+    extra_args: list[str] = Field(default_factory=list)
+
+    def given(self) -> dict[str, list[Any]]:
+        """The settings this configuration sets, each as its list of values, in the spec's order."""
+        values = {s.name: getattr(self, s.name) for s in _sweepable(self.settings)}
+        return {name: as_list(v) for name, v in values.items() if v is not None}
+
+
+def _sweepable(settings: SettingsSpec) -> list[Setting]:
+    return [s for s in settings.built() if s.name not in ("host", "port")]
+
+
+def serve_model(settings: SettingsSpec) -> type[_ServeBase]:
+    """The ``serve:`` model: one optional key per setting, a value or a list of values."""
+    keys: dict[str, Any] = {}
+    for s in _sweepable(settings):
+        kind: Any = str if s.type is Path else s.type
+        keys[s.name] = (kind | list[kind] | None, None)
+    model = create_model("ServeSpec", __base__=_ServeBase, __module__=__name__, **keys)
+    model.settings = settings
+    return model
+
+
+if TYPE_CHECKING:
+
+    class ServeSpec(_ServeBase):
+        def __init__(self, **values: Any) -> None: ...
+
+else:
+    ServeSpec = serve_model(SERVE_SPEC)
+
+
+def label(setting: Setting, value: Any, varied: bool) -> str | None:
+    """A setting's part of a configuration's name: always for those with a short label (t2, mc4, b512),
+    else only when the configuration lists several values."""
+    if setting.label:
+        return f"{setting.label}{value}"
+    return f"{setting.name}{value}" if varied else None
+
+
+def endpoint_engine(settings: SettingsSpec, given: dict[str, Any]) -> dict[str, Any]:
+    """The endpoint file's `engine:` for the given settings (threads are the copies' CPUs)."""
+    engine = {n: v for n, v in given.items() if n != "threads"}
+    refused = [n for n in engine if not settings[n].endpoint]
+    if refused:
+        raise ValueError(f"{', '.join(refused)}: not a setting of an endpoint file, so not for copies > 1")
+    return engine

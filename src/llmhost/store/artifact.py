@@ -1,0 +1,148 @@
+"""An optimize artifact's files, as serving reads them: their names, the digests and environment a saved
+state is checked against, the recipe's serving settings, and what `llmhost serve DIR` takes from them
+(`ServeHints`). Neutral on purpose: serving reads artifacts without importing the optimize toolkit,
+which writes them (`llmhost.optimize.artifact`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from llmhost import __version__
+
+ARTIFACT_JSON = "artifact.json"
+RECIPE_YAML = "recipe.yaml"
+QUALITY_JSON = "quality.json"
+MODEL_GGUF = "model.gguf"
+STATE_BIN = "state.bin"
+
+# serving settings a recipe may record in recipe.yaml's `serving:` section (`llmhost optimize run`)
+SERVING_KEYS = ("speculative", "draft_tokens", "ngram_size")
+
+
+def sha256_file(path: str | Path, chunk: int = 1 << 22) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def cpu_features() -> list[str]:
+    """This CPU's feature flags (/proc/cpuinfo `flags` or `Features`), sorted; [] where unknown."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return []
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() in ("flags", "Features"):
+            return sorted(set(value.split()))
+    return []
+
+
+def engine_versions() -> dict[str, str]:
+    try:
+        lcp = metadata.version("llama-cpp-python")
+    except metadata.PackageNotFoundError:
+        lcp = "unknown"
+    return {"llmhost": __version__, "llama_cpp_python": lcp}
+
+
+def environment() -> dict[str, Any]:
+    feats = cpu_features()
+    return {
+        "cpu_features_sha256": hashlib.sha256(" ".join(feats).encode()).hexdigest(),
+        "engine": engine_versions(),
+    }
+
+
+def read_info(directory: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads((directory / ARTIFACT_JSON).read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def gguf_matches(directory: Path, info: dict[str, Any]) -> bool:
+    """The GGUF is the one recorded: size + mtime when untouched, else its sha256."""
+    rec = info.get("gguf", {})
+    path = directory / MODEL_GGUF
+    try:
+        st = path.stat()
+    except OSError:
+        return False
+    if st.st_size != rec.get("size"):
+        return False
+    if st.st_mtime_ns == rec.get("mtime_ns"):
+        return True
+    return bool(sha256_file(path) == rec.get("sha256"))
+
+
+def serving_settings(directory: str | Path) -> dict[str, Any]:
+    """The `serving:` section of an artifact's recipe.yaml; {} when there is none."""
+    try:
+        doc = yaml.safe_load((Path(directory) / RECIPE_YAML).read_text())
+    except (OSError, yaml.YAMLError):
+        return {}
+    serving = doc.get("serving") if isinstance(doc, dict) else None
+    return {k: serving[k] for k in SERVING_KEYS if k in serving} if isinstance(serving, dict) else {}
+
+
+@dataclass(slots=True, frozen=True)
+class ServeHints:
+    load_mode: str = "auto"
+    repack: bool = True
+    prefix_state_path: str = ""
+    reason: str = ""  # why no state is used, when none is
+    serving: dict[str, Any] = field(default_factory=dict)  # recipe.yaml's serving settings
+
+    def engine_overrides(self, explicit: set[str]) -> dict[str, Any]:
+        """The recipe's serving settings (speculative, draft_tokens, ngram_size) not given as flags."""
+        return {k: v for k, v in self.serving.items() if k not in explicit}
+
+
+def serving_hints(directory: str | Path, flash_attn: bool) -> ServeHints | None:
+    """What `llmhost serve DIR` takes from an artifact; None when DIR is not an artifact."""
+    d = Path(directory)
+    info = read_info(d)
+    if info is None:
+        return None
+    load_mode = str(info.get("load", {}).get("best", "auto"))
+    repack = bool(info.get("load", {}).get("repack", True))
+    if load_mode not in ("auto", "mmap", "read"):
+        load_mode = "auto"
+    serving = serving_settings(d)
+
+    def without(reason: str) -> ServeHints:
+        return ServeHints(load_mode=load_mode, repack=repack, reason=reason, serving=serving)
+
+    state = info.get("prefix_state")
+    if not state:
+        return without("the artifact has no saved system-prompt state")
+    if info.get("key_parts", {}).get("engine") != engine_versions():
+        return without("it was made by another engine version")
+    env = environment()
+    if info.get("key_parts", {}).get("cpu_features_sha256") != env["cpu_features_sha256"]:
+        return without("it was made on a CPU with other features")
+    if bool(state.get("flash_attn")) != flash_attn:
+        return without(f"it was saved for flash_attn={state.get('flash_attn')}, serving with {flash_attn}")
+    if not gguf_matches(d, info):
+        return without(f"{MODEL_GGUF} is not the file the state was made from")
+    path = d / str(state.get("file", STATE_BIN))
+    if not path.is_file() or sha256_file(path) != state.get("sha256"):
+        return without(f"{path.name} is missing or altered")
+    return ServeHints(load_mode=load_mode, repack=repack, prefix_state_path=str(path), serving=serving)
+
+
+def is_artifact(directory: str | Path) -> bool:
+    return os.path.isfile(os.path.join(directory, ARTIFACT_JSON))

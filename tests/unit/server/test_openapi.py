@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import jsonschema
 import pytest
 from fastapi import FastAPI
 from fastapi.routing import APIRoute
@@ -29,8 +28,8 @@ from llmhost.server.protocol.openai import ChatCompletionRequest, CompletionRequ
 from llmhost.server.protocol.tgi import TGIRequest
 from llmhost.server.routes import anthropic, embeddings, openai, ops, responses, runtime, sagemaker, tgi
 from tests.unit.engine_fakes import FakeModel, config, engine_factory
+from tests.unit.openapi_checks import app_routes, assert_every_operation_documented, check_documented
 
-METHODS_WITH_BODY = {"post", "put", "patch"}
 ROUTE_MODULES = (sagemaker, runtime, openai, anthropic, responses, embeddings, tgi, ops)
 
 
@@ -46,38 +45,15 @@ def doc() -> dict[str, Any]:
     return make_app().openapi()
 
 
-def operations(doc: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:
-    return [(m, p, op) for p, item in doc["paths"].items() for m, op in item.items()]
-
-
 def test_document_is_valid_openapi_31(doc: dict[str, Any]) -> None:
     validate(doc)
     assert doc["openapi"].startswith("3.1")
 
 
-def routes() -> list[APIRoute]:
-    """Every route of the app's routers (what create_app includes)."""
-    found = [r for m in ROUTE_MODULES for r in m.router.routes]
-    return [r for r in found if isinstance(r, APIRoute) and r.include_in_schema]
-
-
 def test_every_route_is_declared_and_documented(doc: dict[str, Any]) -> None:
-    undeclared = [r.path for r in routes() if not r.openapi_extra or DOC_KEY not in r.openapi_extra]
-    assert undeclared == []
-    assert len(operations(doc)) == sum(len(r.methods) for r in routes()) >= 19
-    for method, path, op in operations(doc):
-        where = f"{method.upper()} {path}"
-        # FastAPI's placeholders are gone: a route added without a declaration would keep them
-        assert DOC_KEY not in op and op.get("summary"), where
-        assert "Successful Response" not in json.dumps(op) and "HTTPValidationError" not in json.dumps(op)
-        if method in METHODS_WITH_BODY:
-            body = op.get("requestBody", {}).get("content", {}).get("application/json", {}).get("schema")
-            assert body, f"{where}: no request body"
-        statuses = [int(s) for s in op["responses"]]
-        assert any(200 <= s < 300 for s in statuses), f"{where}: no success response"
-        assert any(s >= 400 for s in statuses), f"{where}: no error response"
-        for status, response in op["responses"].items():
-            assert response.get("description"), (where, status)
+    app = make_app()
+    assert len(app_routes(app)) >= 19
+    assert_every_operation_documented(app, doc)
 
 
 def ref(doc: dict[str, Any], method: str, path: str) -> Any:
@@ -134,19 +110,6 @@ def test_streams_and_probes_have_their_real_content_types(doc: dict[str, Any]) -
 async def call(app: FastAPI, method: str, path: str, **kw: Any) -> httpx.Response:
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://s") as c:
         return await c.request(method, path, **kw)
-
-
-def check_documented(doc: dict[str, Any], method: str, path: str, r: httpx.Response) -> None:
-    """The answer's status is documented for the operation, and its body matches that status's schema."""
-    responses = doc["paths"][path][method]["responses"]
-    assert str(r.status_code) in responses, (path, r.status_code, r.text)
-    content = responses[str(r.status_code)].get("content", {})
-    media = r.headers.get("content-type", "").split(";")[0]
-    assert media in content, (path, r.status_code, media)
-    schema = {**content[media]["schema"], "components": doc["components"]}
-    jsonschema.validate(r.json(), schema, cls=jsonschema.Draft202012Validator)
-    for header in responses[str(r.status_code)].get("headers", {}):
-        assert header.lower() in r.headers, (path, r.status_code, header)
 
 
 CHAT = {"messages": [{"role": "user", "content": "hi"}]}
@@ -237,7 +200,8 @@ def test_api_keys_are_documented_as_security() -> None:
 
 
 def test_every_declaration_is_used_once() -> None:
-    keys = [r.openapi_extra[DOC_KEY] for r in routes() if r.openapi_extra and DOC_KEY in r.openapi_extra]
+    found = [r for m in ROUTE_MODULES for r in m.router.routes if isinstance(r, APIRoute)]
+    keys = [r.openapi_extra[DOC_KEY] for r in found if r.openapi_extra and DOC_KEY in r.openapi_extra]
     assert len(keys) == len(set(keys)) and set(keys) <= set(DECLARED)
 
 
@@ -253,3 +217,15 @@ async def test_docs_page_loads_swagger_ui_from_the_package() -> None:
         assert r.status_code == 200 and media in r.headers["content-type"] and len(r.content) > 10_000
     r = await call(app, "GET", "/openapi.json")
     assert r.status_code == 200 and r.json()["paths"]
+
+
+async def test_docs_and_document_open_without_a_key() -> None:
+    """A browser opening /docs sends no key: the page, its assets and the document answer without one
+    (they hold no data of the server's); every operation still needs one."""
+    app = make_app(api_keys=ApiKeys.of(["k1"]))
+    for path in ("/docs", "/docs/static/swagger-ui.css", "/openapi.json"):
+        r = await call(app, "GET", path)
+        assert r.status_code == 200, path
+    for path in ("/v1/models", "/docs-x", "/openapi.json/x", "/metrics"):
+        r = await call(app, "GET", path)
+        assert r.status_code == 401, path

@@ -129,7 +129,7 @@ class LocalAdmin:
         return await task
 
     async def add(self, raw: Any) -> dict[str, Any]:
-        specs = parse_components(raw, "components")
+        specs = parse_components(raw, "components", strict=True)
         try:
             await self.manager.add(specs)
         except ModelRefError as exc:  # the reference is bad, not the endpoint: the body's field says which

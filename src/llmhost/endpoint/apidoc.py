@@ -97,7 +97,13 @@ class Scaled(Open):
 
 
 class Accepted(Open):
-    """The scaling under way (`wait: false`)."""
+    """The scaling under way (`wait: false`): `{"accepted": true}` on a single host; on Ray the
+    component, its target `copies` and the copies `ready` so far."""
+
+    accepted: bool = True
+    component: str | None = None
+    copies: int | None = None
+    ready: int | None = None
 
 
 class Added(Open):

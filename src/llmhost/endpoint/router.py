@@ -34,7 +34,7 @@ from llmhost.endpoint.routing import (
     error_event,
     known,
 )
-from llmhost.lifecycle import Lifecycle
+from llmhost.lifecycle import KEEP_ALIVE_S, Lifecycle
 
 log = logging.getLogger("llmhost.endpoint")
 
@@ -58,6 +58,14 @@ class Registry(Protocol):
         """How long a request may wait for a ready copy."""
 
 
+# idle connections to copies dropped well before a copy closes them (KEEP_ALIVE_S): at equal timeouts
+# (httpx's and uvicorn's default, 5 s) a request sent on a connection the copy is closing fails with
+# "Server disconnected" and, possibly processed, is not retried: a 502 (found by schemathesis)
+POOL_LIMITS = httpx.Limits(
+    max_connections=None, max_keepalive_connections=64, keepalive_expiry=KEEP_ALIVE_S / 2
+)
+
+
 class Proxy:
     def __init__(
         self, registry: Registry, client: httpx.AsyncClient | None = None, max_attempts: int = 4
@@ -65,7 +73,7 @@ class Proxy:
         self.registry = registry
         self.client = client or httpx.AsyncClient(
             timeout=httpx.Timeout(connect=5.0, read=600.0, write=60.0, pool=None),
-            limits=httpx.Limits(max_connections=None, max_keepalive_connections=64),
+            limits=POOL_LIMITS,
         )
         self.max_attempts = max_attempts
 

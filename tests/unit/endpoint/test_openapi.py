@@ -168,7 +168,8 @@ async def test_401_and_403_match_the_documented_schema(tmp_path: Path) -> None:
     app = make_app(tmp_path, keys=ApiKeys.of(["k1"]))
     doc = app.openapi()
     for method, path in (("post", "/v1/chat/completions"), ("post", "/v1/messages"), ("get", "/admin/status"),
-                         ("get", "/metrics"), ("post", "/endpoints/{name}/invocations")):  # fmt: skip
+                         ("get", "/metrics"), ("post", "/endpoints/{name}/invocations"),
+                         ("post", "/admin/down"), ("post", "/admin/scale")):  # fmt: skip
         r = await call(app, method.upper(), path.replace("{name}", "ep"), json=CHAT)
         assert r.status_code == 401, (path, r.text)
         check_documented(doc, method, path, r)

@@ -301,3 +301,13 @@ async def test_bodies_the_router_cannot_read_go_to_the_copy(tmp_path: Path) -> N
         for raw in (deep, b"not json", b"\xff"):
             r = await c.post("/v1/completions", content=raw, headers={"content-type": "application/json"})
             assert r.status_code != 500, r.text
+
+
+def test_idle_connections_to_copies_are_dropped_before_the_copy_closes_them() -> None:
+    """Schemathesis found 502s ("Server disconnected without sending a response") on a quiet router: the
+    pool (httpx's default expiry, 5 s) reused connections the copy (uvicorn's default keep-alive, 5 s) was
+    closing at the same moment. The pool now drops them at half the copy's keep-alive."""
+    from llmhost.endpoint.router import POOL_LIMITS
+    from llmhost.lifecycle import KEEP_ALIVE_S
+
+    assert POOL_LIMITS.keepalive_expiry is not None and POOL_LIMITS.keepalive_expiry <= KEEP_ALIVE_S / 2

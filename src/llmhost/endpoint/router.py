@@ -60,7 +60,7 @@ class Registry(Protocol):
 
 # idle connections to copies dropped well before a copy closes them (KEEP_ALIVE_S): at equal timeouts
 # (httpx's and uvicorn's default, 5 s) a request sent on a connection the copy is closing fails with
-# "Server disconnected" and, possibly processed, is not retried: a 502 (found by schemathesis)
+# "Server disconnected" and, possibly processed, is not retried: a 502
 POOL_LIMITS = httpx.Limits(
     max_connections=None, max_keepalive_connections=64, keepalive_expiry=KEEP_ALIVE_S / 2
 )

@@ -304,9 +304,9 @@ async def test_bodies_the_router_cannot_read_go_to_the_copy(tmp_path: Path) -> N
 
 
 def test_idle_connections_to_copies_are_dropped_before_the_copy_closes_them() -> None:
-    """Schemathesis found 502s ("Server disconnected without sending a response") on a quiet router: the
-    pool (httpx's default expiry, 5 s) reused connections the copy (uvicorn's default keep-alive, 5 s) was
-    closing at the same moment. The pool now drops them at half the copy's keep-alive."""
+    """At equal timeouts (httpx's default expiry and uvicorn's default keep-alive, both 5 s) the pool could
+    reuse a connection the copy was closing at that moment: a 502 ("Server disconnected without sending a
+    response"), not retried. The pool drops idle connections at half the copies' keep-alive."""
     from llmhost.endpoint.router import POOL_LIMITS
     from llmhost.lifecycle import KEEP_ALIVE_S
 

@@ -26,7 +26,7 @@ CHECKS = [
     "not_a_server_error", "status_code_conformance", "content_type_conformance",
     "response_schema_conformance", "negative_data_rejection",
 ]  # fmt: skip
-FUZZ_EXAMPLES = 12
+FUZZ_EXAMPLES = 6
 KEY = "fuzz-key"
 
 

@@ -1,7 +1,9 @@
 """API keys, shared by the replica server and the endpoint router (with its admin API).
 
 A request must carry one of the configured keys as `Authorization: Bearer KEY` or `x-api-key: KEY`;
-the probes SageMaker and load balancers send without credentials (`/ping`, `/health`) stay open.
+the probes SageMaker and load balancers send without credentials (`/ping`, `/health`) stay open, and so
+does the API's description (/openapi.json, /docs and its assets: no data of the server's), which a
+browser opens without a key.
 Keys are compared as SHA-256 digests with `hmac.compare_digest` against every configured key, so the
 time taken says nothing about how much of a key matched, nor which key; they are never logged.
 """
@@ -24,6 +26,13 @@ log = logging.getLogger("llmhost")
 
 ENV_KEYS = "LLMHOST_API_KEYS"
 OPEN_PATHS = frozenset({"/ping", "/health"})
+DOC_PATHS = frozenset({"/openapi.json", "/docs"})
+DOC_ASSETS = "/docs/static/"
+
+
+def is_open(path: str, open_paths: frozenset[str] = OPEN_PATHS) -> bool:
+    """Whether `path` is answered without a key."""
+    return path in open_paths or path in DOC_PATHS or path.startswith(DOC_ASSETS)
 
 
 def _digest(key: str) -> bytes:
@@ -89,7 +98,7 @@ class ApiKeyMiddleware:
         self.open_paths = open_paths
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["path"] in self.open_paths:
+        if scope["type"] != "http" or is_open(scope["path"], self.open_paths):
             await self.app(scope, receive, send)
             return
         key = presented_key(dict(scope.get("headers", [])))

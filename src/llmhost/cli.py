@@ -146,7 +146,7 @@ def run_server(settings: ServerSettings, grace_s: float, log_level: str) -> int:
     """Serve until drained after SIGTERM (0) or until the engine dies (1); returns the exit status."""
     import uvicorn
 
-    from llmhost.lifecycle import GracefulServer, Lifecycle
+    from llmhost.lifecycle import KEEP_ALIVE_S, GracefulServer, Lifecycle
     from llmhost.server import create_app
     from llmhost.server.custom_code import CustomCodeError
 
@@ -164,6 +164,7 @@ def run_server(settings: ServerSettings, grace_s: float, log_level: str) -> int:
         host=settings.host,
         port=settings.port,
         log_level=log_level.lower(),
+        timeout_keep_alive=KEEP_ALIVE_S,
         # requests were drained already; this bounds the wait for responses still being written
         timeout_graceful_shutdown=5,
     )

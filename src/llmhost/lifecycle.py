@@ -25,6 +25,9 @@ log = logging.getLogger("llmhost.server")
 # SageMaker kills the container 30 s after SIGTERM: finish before that
 DEFAULT_GRACE_S = 25.0
 WATCH_INTERVAL_S = 0.2
+# how long `llmhost serve` keeps an idle connection open (uvicorn's timeout_keep_alive); a client pooling
+# connections to it (the endpoint router) must drop them sooner, or it reuses one the server is closing
+KEEP_ALIVE_S = 5
 
 
 class Phase(enum.Enum):

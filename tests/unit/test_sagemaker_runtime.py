@@ -9,7 +9,7 @@ from starlette.responses import JSONResponse
 
 from llmhost import eventstream
 from llmhost import sagemaker_runtime as wire
-from llmhost.server.serving.runtime import sse_error, streams
+from llmhost.server.serving.runtime import sse_error, streaming_body, streams
 from tests.unit.boto_runtime import STREAM, parse
 
 
@@ -81,5 +81,14 @@ def test_sse_error_events_become_model_stream_errors() -> None:
 
 
 def test_stream_flag_is_read_as_the_request_models_read_it() -> None:
-    assert streams({"stream": True}) and streams({"stream": "true"}) and streams({"stream": 1})
+    assert streams({"stream": True})
     assert not streams({}) and not streams({"stream": False}) and not streams({"stream": "maybe"})
+    # strict, as the request models: "true" and 1 are no booleans (the model refuses them with a 422)
+    assert not streams({"stream": "true"}) and not streams({"stream": 1})
+
+
+def test_the_stream_call_keeps_a_stream_that_is_no_boolean_for_the_model_to_refuse() -> None:
+    assert streaming_body({"inputs": "x"}, True) == {"inputs": "x", "stream": True}
+    assert streaming_body({"inputs": "x", "stream": False}, True) == {"inputs": "x", "stream": True}
+    assert streaming_body({"inputs": "x", "stream": {}}, True) == {"inputs": "x", "stream": {}}
+    assert streaming_body({"input": "x"}, True) == {"input": "x"}

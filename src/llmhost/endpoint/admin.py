@@ -15,10 +15,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.background import BackgroundTask
 from starlette.responses import JSONResponse, Response
 
+from llmhost.endpoint.apidoc import ADMIN, Accepted, Added, EndpointStatus, Removed, Scaled, Stopping
 from llmhost.endpoint.manager import ComponentExistsError, EndpointManager, ModelRefError
 from llmhost.endpoint.placement import InsufficientCapacityError
 from llmhost.endpoint.router import error
-from llmhost.endpoint.spec import parse_components
+from llmhost.endpoint.spec import ComponentList, ComponentSpec, parse_components
+from llmhost.server.apidoc import errors, merge, operation
 
 LOOPBACK = {"127.0.0.1", "::1", "localhost", "testclient"}
 
@@ -127,7 +129,7 @@ class LocalAdmin:
         return await task
 
     async def add(self, raw: Any) -> dict[str, Any]:
-        specs = parse_components(raw, "components")
+        specs = parse_components(raw, "components", strict=True)
         try:
             await self.manager.add(specs)
         except ModelRefError as exc:  # the reference is bad, not the endpoint: the body's field says which
@@ -189,29 +191,37 @@ def create_admin(backend: AdminBackend) -> APIRouter:
     """The admin API (the same paths and bodies whatever the backend), for local clients only."""
     router = APIRouter(prefix="/admin", dependencies=[Depends(local_only)], route_class=_AdminRoute)
 
-    @router.get("/status")
+    @router.get("/status", openapi_extra=operation(
+        "The endpoint's components and copies", success=EndpointStatus, errors=ADMIN))
     async def status() -> Response:
         return JSONResponse(await backend.status())
 
-    @router.post("/scale")
+    @router.post("/scale", openapi_extra=operation(
+        "Scale a component to `copies` (202 at once with `wait: false`)", body=[ScaleRequest],
+        success=Scaled, errors=merge(ADMIN, errors(202, style=Accepted), errors(404, 409, 422))))
     async def scale(request: Request) -> Response:
         req = scale_request(await json_body(request))
         answer = await backend.scale(req.component, req.copies, req.wait)
         return JSONResponse(answer, status_code=200 if req.wait else 202)
 
-    @router.post("/components")
+    @router.post("/components", openapi_extra=operation(
+        "Add components (one component, or `components: [...]` as in the endpoint file)",
+        body=[ComponentList, ComponentSpec], success=Added, status=201,
+        errors=merge(ADMIN, errors(409, 422))))  # fmt: skip
     async def add(request: Request) -> Response:
         if backend.components_fixed:
             raise NotSupported(backend.components_fixed)
         return JSONResponse(await backend.add(await json_body(request)), status_code=201)
 
-    @router.delete("/components/{name}")
+    @router.delete("/components/{name}", openapi_extra=operation(
+        "Remove a component (its copies drained)", success=Removed, errors=merge(ADMIN, errors(404))))
     async def remove(name: str) -> Response:
         if backend.components_fixed:
             raise NotSupported(backend.components_fixed)
         return JSONResponse(await backend.remove(name))
 
-    @router.post("/down")
+    @router.post("/down", openapi_extra=operation(
+        "Stop the endpoint: drain the router, then the copies", success=Stopping, status=202, errors=ADMIN))
     async def down() -> Response:
         after = await backend.down()
         return JSONResponse({"stopping": backend.name}, status_code=202,

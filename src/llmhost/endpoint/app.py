@@ -11,13 +11,15 @@ from fastapi import FastAPI
 from starlette.responses import JSONResponse, Response
 
 from llmhost.asgi import RequestContextMiddleware
-from llmhost.auth import ApiKeyMiddleware, ApiKeys
+from llmhost.auth import OPEN_PATHS, ApiKeyMiddleware, ApiKeys
+from llmhost.endpoint import apidoc
 from llmhost.endpoint.admin import LocalAdmin, create_admin, terminate_self
 from llmhost.endpoint.manager import EndpointManager
 from llmhost.endpoint.router import Proxy, create_router
 from llmhost.endpoint.runtime import create_runtime_router
 from llmhost.lifecycle import Lifecycle, watch
 from llmhost.server.anthropic_errors import AnthropicErrorsMiddleware
+from llmhost.server.apidoc import install as install_doc
 
 # while draining, operators still see what happens (status) and probes get their 503 from /ping
 OPEN_WHILE_DRAINING = {"/ping", "/health", "/metrics", "/admin/status"}
@@ -71,9 +73,12 @@ def create_app(
     app = FastAPI(title=f"llmhost endpoint {manager.spec.name}", lifespan=lifespan, docs_url=None,
                   redoc_url=None)  # fmt: skip
     app.include_router(create_router(manager, proxy, lifecycle))
-    app.add_api_route("/health", lambda: health(manager, lifecycle), methods=["GET"])
+    app.add_api_route("/health", lambda: health(manager, lifecycle), methods=["GET"],
+                      openapi_extra=apidoc.HEALTH)  # fmt: skip
     app.include_router(create_runtime_router(manager, proxy))
     app.include_router(create_admin(LocalAdmin(manager, shutdown)))
+    secured = keys is not None and keys.enabled
+    install_doc(app, apidoc.DESCRIPTION, secured=secured, open_paths=OPEN_PATHS)
     if keys is not None and keys.enabled:  # the router and its admin API alike
         app.add_middleware(ApiKeyMiddleware, keys=keys)
     app.add_middleware(RequestContextMiddleware, lifecycle=lifecycle, open_paths=OPEN_WHILE_DRAINING)

@@ -21,7 +21,7 @@ from starlette.responses import Response
 
 from llmhost import eventstream
 from llmhost.asgi import request_id
-from llmhost.endpoint import routing
+from llmhost.endpoint import apidoc, routing
 from llmhost.endpoint.component import Component
 from llmhost.endpoint.metrics import render_metrics
 from llmhost.endpoint.replica import Replica
@@ -34,7 +34,7 @@ from llmhost.endpoint.routing import (
     error_event,
     known,
 )
-from llmhost.lifecycle import Lifecycle
+from llmhost.lifecycle import KEEP_ALIVE_S, Lifecycle
 
 log = logging.getLogger("llmhost.endpoint")
 
@@ -58,6 +58,14 @@ class Registry(Protocol):
         """How long a request may wait for a ready copy."""
 
 
+# idle connections to copies dropped well before a copy closes them (KEEP_ALIVE_S): at equal timeouts
+# (httpx's and uvicorn's default, 5 s) a request sent on a connection the copy is closing fails with
+# "Server disconnected" and, possibly processed, is not retried: a 502
+POOL_LIMITS = httpx.Limits(
+    max_connections=None, max_keepalive_connections=64, keepalive_expiry=KEEP_ALIVE_S / 2
+)
+
+
 class Proxy:
     def __init__(
         self, registry: Registry, client: httpx.AsyncClient | None = None, max_attempts: int = 4
@@ -65,7 +73,7 @@ class Proxy:
         self.registry = registry
         self.client = client or httpx.AsyncClient(
             timeout=httpx.Timeout(connect=5.0, read=600.0, write=60.0, pool=None),
-            limits=httpx.Limits(max_connections=None, max_keepalive_connections=64),
+            limits=POOL_LIMITS,
         )
         self.max_attempts = max_attempts
 
@@ -185,12 +193,12 @@ async def _stream(
 def create_router(registry: Registry, proxy: Proxy, lifecycle: Lifecycle) -> APIRouter:
     router = APIRouter()
 
-    @router.get("/ping")
+    @router.get("/ping", openapi_extra=apidoc.PING)
     async def ping() -> Response:
         serving = {c.name: c.serving for c in registry.components.values() if not c.removing}
         return routing.ping(lifecycle.accepting, serving)
 
-    @router.get("/v1/models")
+    @router.get("/v1/models", openapi_extra=apidoc.MODELS)
     async def models() -> dict[str, Any]:
         return {
             "object": "list",
@@ -198,7 +206,7 @@ def create_router(registry: Registry, proxy: Proxy, lifecycle: Lifecycle) -> API
                      for name, c in registry.components.items() if not c.removing],
         }  # fmt: skip
 
-    @router.get("/metrics")
+    @router.get("/metrics", openapi_extra=apidoc.METRICS)
     async def metrics() -> Response:
         text = await render_metrics(list(registry.components.values()), proxy.client)
         return Response(text, media_type="text/plain; version=0.0.4; charset=utf-8")

@@ -22,6 +22,7 @@ from starlette.types import Receive, Scope, Send
 
 from llmhost import eventstream
 from llmhost.asgi import error_body, retry_after
+from llmhost.endpoint.apidoc import relay_doc
 from llmhost.server.anthropic_errors import is_anthropic
 from llmhost.server.serving.anthropic_events import error_event as anthropic_error_event
 
@@ -282,11 +283,14 @@ def data_routes(registry: Components[C], proxy: Forwarder[C]) -> APIRouter:
             return picked
         return await proxy.forward(request, picked, b"")
 
+    def add(path: str, method: str, route: Callable[[Request], Awaitable[Response]], how: str) -> None:
+        router.add_api_route(path, route, methods=[method], openapi_extra=relay_doc(method, path, how))
+
     for path in HEADER_ROUTES:
-        router.add_api_route(path, route_header, methods=["POST"], include_in_schema=False)
-    router.add_api_route("/info", route_header, methods=["GET"], include_in_schema=False)
+        add(path, "POST", route_header, "header")
+    add("/info", "GET", route_header, "header")
     for path in MODEL_ROUTES:
-        router.add_api_route(path, route_model, methods=["POST"], include_in_schema=False)
+        add(path, "POST", route_model, "model")
     for path in QUERY_ROUTES:
-        router.add_api_route(path, route_query, methods=["GET"], include_in_schema=False)
+        add(path, "GET", route_query, "query")
     return router

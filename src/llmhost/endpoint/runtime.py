@@ -12,6 +12,7 @@ from starlette.responses import Response
 
 from llmhost import sagemaker_runtime as wire
 from llmhost.asgi import request_id
+from llmhost.endpoint.apidoc import relay_doc
 from llmhost.endpoint.routing import COPY_HEADER, C, Components, Forwarder, by_header
 
 
@@ -45,5 +46,5 @@ def create_runtime_router(registry: Components[C], proxy: Forwarder[C]) -> APIRo
         return response
 
     for path in (wire.INVOKE_PATH, wire.STREAM_PATH):
-        router.add_api_route(path, invoke, methods=["POST"], include_in_schema=False)
+        router.add_api_route(path, invoke, methods=["POST"], openapi_extra=relay_doc("POST", path, "header"))
     return router

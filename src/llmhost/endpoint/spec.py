@@ -247,14 +247,15 @@ def parse_endpoint(data: Any, source: str = "endpoint file") -> EndpointSpec:
         raise SpecError(f"{source}: {format_errors(exc, data)}") from None
 
 
-def parse_components(data: Any, source: str = "component file") -> list[ComponentSpec]:
-    """A file with `components: [...]`, or one component mapping."""
+def parse_components(data: Any, source: str = "component file", strict: bool = False) -> list[ComponentSpec]:
+    """A file with `components: [...]`, or one component mapping. `strict`: JSON's types as they are
+    (the admin API's body, as the other APIs' request models), so `false` is no number and "2" none."""
     if not isinstance(data, dict):
         raise SpecError(f"{source}: expected a mapping at the top level, got {type(data).__name__}")
     try:
         if "components" in data:
-            return list(ComponentList.model_validate(data).components)
-        return [ComponentSpec.model_validate(data)]
+            return list(ComponentList.model_validate(data, strict=strict).components)
+        return [ComponentSpec.model_validate(data, strict=strict)]
     except ValidationError as exc:
         raise SpecError(f"{source}: {format_errors(exc, data)}") from None
 

@@ -10,11 +10,11 @@ from fastapi import FastAPI
 
 from llmhost import __version__
 from llmhost.asgi import RequestContextMiddleware
-from llmhost.auth import ApiKeyMiddleware
+from llmhost.auth import OPEN_PATHS, ApiKeyMiddleware
 from llmhost.engine import AsyncEngine
 from llmhost.engine.embedder_loop import AsyncEmbedder
 from llmhost.lifecycle import Lifecycle
-from llmhost.server import errors
+from llmhost.server import apidoc, errors
 from llmhost.server.anthropic_errors import AnthropicErrorsMiddleware
 from llmhost.server.lifecycle import watch_embedder, watch_engine
 from llmhost.server.metrics import ServerMetrics
@@ -28,6 +28,12 @@ from llmhost.server.serving.openai import OpenAIServing
 from llmhost.server.serving.responses import ResponsesServing
 from llmhost.server.serving.tgi import TGIServing
 from llmhost.server.settings import ServerSettings
+
+DESCRIPTION = (
+    "One model behind SageMaker's container contract, the OpenAI, Anthropic Messages and TGI APIs. "
+    "Request bodies are validated by the schemas below: an unknown field is a 400 naming it, a value out "
+    "of range a 422 naming the field and the limit."
+)
 
 
 def create_app(
@@ -68,7 +74,7 @@ def create_app(
             if runner is not None:
                 await asyncio.to_thread(runner.shutdown)
 
-    app = FastAPI(title="llmhost", version=__version__, lifespan=lifespan)
+    app = FastAPI(title="llmhost", version=__version__, lifespan=lifespan, docs_url=None, redoc_url=None)
     ctx = ServingContext(engine, settings, metrics, embedder)
     app.state.serving = ctx
     app.state.lifecycle = lifecycle
@@ -83,6 +89,7 @@ def create_app(
     errors.install(app)
     for module in (sagemaker, runtime, openai, anthropic, responses, embeddings, tgi, ops):
         app.include_router(module.router)
+    apidoc.install(app, DESCRIPTION, secured=settings.api_keys.enabled, open_paths=OPEN_PATHS)
     app.add_middleware(CustomAttributesMiddleware)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
     if settings.api_keys.enabled:  # before the body is read; inside the request id

@@ -84,6 +84,20 @@ async def test_a_model_that_resolves_to_nothing_is_a_422_naming_the_field(
     assert set(manager.components) == {"a"}  # nothing of either request was added
 
 
+async def test_a_component_body_takes_json_types_as_they_are(tmp_path: Path) -> None:
+    """Schemathesis's negative_data_rejection: `false` for a number was taken as 0 (pydantic's lax mode)
+    and the component added; the admin API's body is strict JSON, as the other APIs' request models."""
+    app, manager, _ = setup(tmp_path)
+    async with client(app) as c:
+        for bad, where in (({"scale_out_cooldown_s": False}, "autoscaling.scale_out_cooldown_s"),
+                           ({"max_copies": "2"}, "autoscaling.max_copies")):  # fmt: skip
+            r = await c.post("/admin/components", json={"name": "b", "autoscaling": bad})
+            assert r.status_code == 422 and where in r.json()["error"]["message"], r.text
+        r = await c.post("/admin/components", json={"components": [{"name": "b", "copies": True}]})
+        assert r.status_code == 422 and "copies" in r.json()["error"]["message"], r.text
+    assert set(manager.components) == {"a"}
+
+
 async def test_health_and_the_internal_key(tmp_path: Path) -> None:
     from llmhost.endpoint.app import create_app
     from llmhost.lifecycle import Lifecycle

@@ -301,3 +301,13 @@ async def test_bodies_the_router_cannot_read_go_to_the_copy(tmp_path: Path) -> N
         for raw in (deep, b"not json", b"\xff"):
             r = await c.post("/v1/completions", content=raw, headers={"content-type": "application/json"})
             assert r.status_code != 500, r.text
+
+
+def test_idle_connections_to_copies_are_dropped_before_the_copy_closes_them() -> None:
+    """At equal timeouts (httpx's default expiry and uvicorn's default keep-alive, both 5 s) the pool could
+    reuse a connection the copy was closing at that moment: a 502 ("Server disconnected without sending a
+    response"), not retried. The pool drops idle connections at half the copies' keep-alive."""
+    from llmhost.endpoint.router import POOL_LIMITS
+    from llmhost.lifecycle import KEEP_ALIVE_S
+
+    assert POOL_LIMITS.keepalive_expiry is not None and POOL_LIMITS.keepalive_expiry <= KEEP_ALIVE_S / 2

@@ -15,8 +15,8 @@ from fastapi import APIRouter, FastAPI
 from starlette.responses import Response
 
 from llmhost.asgi import RequestContextMiddleware
-from llmhost.auth import ApiKeyMiddleware, ApiKeys
-from llmhost.endpoint import routing
+from llmhost.auth import OPEN_PATHS, ApiKeyMiddleware, ApiKeys
+from llmhost.endpoint import apidoc, routing
 from llmhost.endpoint.admin import create_admin
 from llmhost.endpoint.rayserve import status
 from llmhost.endpoint.rayserve.admin import RayAdmin
@@ -28,6 +28,7 @@ from llmhost.endpoint.runtime import create_runtime_router
 from llmhost.endpoint.spec import EndpointSpec
 from llmhost.lifecycle import Lifecycle
 from llmhost.server.anthropic_errors import AnthropicErrorsMiddleware
+from llmhost.server.apidoc import install as install_doc
 
 log = logging.getLogger("llmhost.endpoint")
 POLL_S = 1.0  # how often Ray Serve's view of the copies is read (for /ping, /v1/models, waits)
@@ -66,17 +67,17 @@ class Ingress:
     def _routes(self) -> APIRouter:
         router = APIRouter()
 
-        @router.get("/ping")
+        @router.get("/ping", openapi_extra=apidoc.PING)
         async def ping() -> Response:
             return routing.ping(True, {c.name: c.serving for c in self.components.values()})
 
-        @router.get("/v1/models")
+        @router.get("/v1/models", openapi_extra=apidoc.MODELS)
         async def models() -> dict[str, Any]:
             comps = self.components.values()
             data = [routing.model_entry(c.name, c.view.target, c.view.running) for c in comps]
             return {"object": "list", "data": data}
 
-        @router.get("/metrics")
+        @router.get("/metrics", openapi_extra=apidoc.METRICS)
         async def metrics() -> Response:
             urls = await asyncio.to_thread(node_metric_urls)
             text = await render_ray_metrics(list(self.components.values()), self.copy_metrics, urls)
@@ -108,6 +109,7 @@ class Ingress:
         admin = RayAdmin(self.spec, self.components, self.api, self.refresh, RayTiming(**self.args.timing))
         app.include_router(create_admin(admin))
         keys = ApiKeys(tuple(bytes.fromhex(k) for k in self.args.keys))
+        install_doc(app, apidoc.DESCRIPTION, secured=keys.enabled, open_paths=OPEN_PATHS)
         if keys.enabled:
             app.add_middleware(ApiKeyMiddleware, keys=keys)
         # Ray Serve drains the ingress itself (graceful shutdown): this lifecycle never drains

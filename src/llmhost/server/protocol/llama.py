@@ -10,7 +10,7 @@ class TokenizeRequest(BaseModel):
     """llama-server's body (`content`, `add_special`, `with_pieces`) or vLLM's (`prompt`,
     `add_special_tokens`, `return_token_strs`, `model`): the answer has the shape of the one sent."""
 
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", strict=True)
 
     content: str | None = None
     add_special: bool = False
@@ -22,7 +22,7 @@ class TokenizeRequest(BaseModel):
 
 
 class DetokenizeRequest(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", strict=True)
 
     tokens: list[int]
     model: str | None = None

@@ -16,10 +16,16 @@ MAX_CHOICES = 16
 MAX_PROMPTS = 64
 
 
-class Strict(BaseModel):
-    """A body part where a field llmhost does not implement is refused (400 naming it), not ignored."""
+# JSON types as the document states them: "stream": 0 is no boolean, "5" no integer (a 422 naming the
+# field), as OpenAI and Anthropic answer; pydantic's lax mode would read both
+STRICT = ConfigDict(extra="forbid", strict=True)
 
-    model_config = ConfigDict(extra="forbid")
+
+class Strict(BaseModel):
+    """A body part where a field llmhost does not implement is refused (400 naming it), not ignored,
+    and a value of another JSON type than documented is refused (422), not converted."""
+
+    model_config = STRICT
 
 
 class StreamOptions(Strict):

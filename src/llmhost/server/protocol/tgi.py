@@ -4,18 +4,32 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, Field
+from pydantic_core import PydanticCustomError
 
 from llmhost.engine.request import INT32_MAX
 from llmhost.server.protocol.limits import MAX_STOP_SEQUENCES
-from llmhost.server.protocol.openai import StopString
+from llmhost.server.protocol.openai import STRICT, StopString
 
 # TGI's own bound on top_n_tokens
 MAX_TOP_N_TOKENS = 5
+JSON_TYPES = {bool: "a valid boolean", int: "a valid integer"}
+
+
+def json_type(kind: type) -> BeforeValidator:
+    """The value's JSON type before a Literal compares it: Literal[False] would take 0 and Literal[1]
+    true (Python finds them equal), even in strict mode."""
+
+    def check(value: Any) -> Any:
+        if value is not None and type(value) is not kind:
+            raise PydanticCustomError(f"{kind.__name__}_type", f"Input should be {JSON_TYPES[kind]}")
+        return value
+
+    return BeforeValidator(check)
 
 
 class Grammar(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = STRICT
 
     type: Literal["json", "regex"]
     value: Any
@@ -24,7 +38,7 @@ class Grammar(BaseModel):
 class TGIParameters(BaseModel):
     """TGI's `parameters`; a field llmhost does not implement is refused with 400, never ignored."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = STRICT
 
     max_new_tokens: Annotated[int, Field(ge=1)] | None = None
     temperature: Annotated[float, Field(gt=0.0)] | None = None
@@ -43,8 +57,8 @@ class TGIParameters(BaseModel):
     truncate: Annotated[int, Field(ge=1)] | None = None
     grammar: Grammar | None = None
     # accepted at their neutral values only (clients send them); anything else is refused
-    best_of: Literal[1] | None = None
-    watermark: Literal[False] = False
+    best_of: Annotated[Literal[1] | None, json_type(int)] = None
+    watermark: Annotated[Literal[False], json_type(bool)] = False
     adapter_id: None = None
 
     @property
@@ -62,7 +76,7 @@ class TGIParameters(BaseModel):
 
 
 class TGIRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = STRICT
 
     inputs: Annotated[str, Field(min_length=1)]
     parameters: TGIParameters = Field(default_factory=TGIParameters)

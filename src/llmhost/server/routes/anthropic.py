@@ -8,11 +8,15 @@ from typing import Any
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
+from llmhost.server.apidoc import errors, operation
 from llmhost.server.protocol.anthropic import CountTokensRequest, MessagesRequest, check_blocks
+from llmhost.server.protocol.outputs import AnthropicMessage, TokenCount
 from llmhost.server.routes import deps
 from llmhost.server.serving.anthropic import AnthropicServing
 
 router = APIRouter()
+# every error in Anthropic's shape (server/anthropic_errors.py): a validation error is a 400, load a 529
+ERRORS = errors(400, 401, 413, 500, 529, style="anthropic")
 
 
 def serving(request: Request) -> AnthropicServing:
@@ -20,14 +24,18 @@ def serving(request: Request) -> AnthropicServing:
     return found
 
 
-@router.post("/v1/messages")
+@router.post("/v1/messages", openapi_extra=operation(
+    "Anthropic Messages", body=[MessagesRequest], success=AnthropicMessage, stream=True, errors=ERRORS,
+    description="Token limits of this server are not in the schema: a prompt or max_tokens over them is a "
+                "400 naming the field and the limit."))  # fmt: skip
 async def messages(request: Request) -> Response:
     raw = await deps.json_body(request)
     check_blocks(raw)
     return await serving(request).messages(MessagesRequest.model_validate(raw), request)
 
 
-@router.post("/v1/messages/count_tokens")
+@router.post("/v1/messages/count_tokens", openapi_extra=operation(
+    "Anthropic token count", body=[CountTokensRequest], success=TokenCount, errors=ERRORS))  # fmt: skip
 async def count_tokens(request: Request) -> dict[str, Any]:
     raw = await deps.json_body(request)
     check_blocks(raw)

@@ -5,13 +5,17 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
+from llmhost.server.apidoc import GENERATE, operation
 from llmhost.server.protocol.embeddings import EmbeddingRequest
+from llmhost.server.protocol.outputs import EmbeddingsResponse
 from llmhost.server.routes import deps
 
 router = APIRouter()
 
 
-@router.post("/v1/embeddings")
+@router.post("/v1/embeddings", openapi_extra=operation(
+    "OpenAI embeddings", body=[EmbeddingRequest], success=EmbeddingsResponse, errors=GENERATE,
+    description="A server started with --embeddings; otherwise a 400."))  # fmt: skip
 async def embeddings(request: Request) -> Response:
     serving = deps.embeddings(request)
     serving.embedder()  # the mode first: without --embeddings, that is the answer whatever the body

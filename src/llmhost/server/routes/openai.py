@@ -3,25 +3,35 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
+from llmhost.server.apidoc import COMMON, GENERATE, operation
 from llmhost.server.protocol.openai import ChatCompletionRequest, CompletionRequest, ModelCard, ModelList
+from llmhost.server.protocol.outputs import ChatCompletionResponse, CompletionResponse
 from llmhost.server.routes import deps
 
 router = APIRouter()
 
 
-@router.post("/v1/completions")
+TOKEN_LIMITS = ("Token limits of this server (--max-input-tokens, --max-total-tokens) are not in the schema: "
+                "a prompt or max_tokens over them is a 422 naming the field and the limit.")
+
+
+@router.post("/v1/completions", openapi_extra=operation(
+    "OpenAI completions", body=[CompletionRequest], success=CompletionResponse, stream=True, errors=GENERATE,
+    description=TOKEN_LIMITS))  # fmt: skip
 async def completions(request: Request) -> Response:
     body = CompletionRequest.model_validate(await deps.json_body(request))
     return await deps.openai(request).completion(body, request)
 
 
-@router.post("/v1/chat/completions")
+@router.post("/v1/chat/completions", openapi_extra=operation(
+    "OpenAI chat completions", body=[ChatCompletionRequest], success=ChatCompletionResponse, stream=True,
+    errors=GENERATE, description=TOKEN_LIMITS))  # fmt: skip
 async def chat_completions(request: Request) -> Response:
     body = ChatCompletionRequest.model_validate(await deps.json_body(request))
     return await deps.openai(request).chat(body, request)
 
 
-@router.get("/v1/models")
+@router.get("/v1/models", openapi_extra=operation("The served model", success=ModelList, errors=COMMON))
 async def models(request: Request) -> ModelList:
     ctx = deps.context(request)
     meta = None

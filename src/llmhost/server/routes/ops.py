@@ -8,14 +8,18 @@ from fastapi import APIRouter, Request
 from starlette.responses import JSONResponse, Response
 
 from llmhost.lifecycle import Phase
+from llmhost.server.apidoc import BODY, COMMON, errors, operation
 from llmhost.server.protocol.llama import DetokenizeRequest, TokenizeRequest
+from llmhost.server.protocol.outputs import Detokenized, Health, TokenizerInfo, Tokens
 from llmhost.server.routes import deps
 from llmhost.server.serving import tokenizer
 
 router = APIRouter()
 
 
-@router.get("/health")
+@router.get("/health", openapi_extra=operation(
+    "Health: 200 once the model serves, else 503 with the same body", success=Health,
+    errors={500: ("openai",), 503: (Health,)}))  # fmt: skip
 async def health(request: Request) -> Response:
     engine = deps.context(request).model  # the embedder with --embeddings
     phase = deps.lifecycle(request).phase
@@ -24,24 +28,32 @@ async def health(request: Request) -> Response:
     return JSONResponse(body, status_code=status)
 
 
-@router.get("/metrics")
+@router.get("/metrics", openapi_extra=operation(
+    "Prometheus metrics", media={"text/plain": "Prometheus text exposition format 0.0.4"},
+    errors=errors(401, 500)))  # fmt: skip
 async def metrics(request: Request) -> Response:
     body = deps.context(request).metrics.render()
     return Response(body, media_type="text/plain; version=0.0.4; charset=utf-8")
 
 
-@router.post("/tokenize")
+@router.post("/tokenize", openapi_extra=operation(
+    "Tokenize: llama-server's body (`content`) or vLLM's (`prompt`), answered in its shape",
+    body=[TokenizeRequest], success=Tokens, errors=BODY))  # fmt: skip
 async def tokenize(request: Request) -> dict[str, Any]:
     body = TokenizeRequest.model_validate(await deps.json_body(request))
     return await tokenizer.tokenize(deps.context(request), body)
 
 
-@router.post("/detokenize")
+@router.post("/detokenize", openapi_extra=operation(
+    "Detokenize (the text as llama-server's `content` and vLLM's `prompt`)", body=[DetokenizeRequest],
+    success=Detokenized, errors=BODY))  # fmt: skip
 async def detokenize(request: Request) -> dict[str, Any]:
     body = DetokenizeRequest.model_validate(await deps.json_body(request))
     return await tokenizer.detokenize(deps.context(request), body)
 
 
-@router.get("/tokenizer_info")
+@router.get("/tokenizer_info", openapi_extra=operation(
+    "vLLM's tokenizer info (what lm-eval's remote tokenizer reads)", success=TokenizerInfo,
+    errors=COMMON))  # fmt: skip
 async def tokenizer_info(request: Request) -> dict[str, Any]:
     return tokenizer.tokenizer_info(deps.context(request))

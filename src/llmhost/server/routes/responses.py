@@ -5,6 +5,8 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
+from llmhost.server.apidoc import GENERATE, operation
+from llmhost.server.protocol.outputs import ResponseObject
 from llmhost.server.protocol.responses import ResponsesRequest, check_items
 from llmhost.server.routes import deps
 from llmhost.server.serving.responses import ResponsesServing
@@ -17,7 +19,9 @@ def serving(request: Request) -> ResponsesServing:
     return found
 
 
-@router.post("/v1/responses")
+@router.post("/v1/responses", openapi_extra=operation(
+    "OpenAI Responses (stateless)", body=[ResponsesRequest], success=ResponseObject, stream=True,
+    errors=GENERATE))  # fmt: skip
 async def create(request: Request) -> Response:
     raw = await deps.json_body(request)
     check_items(raw)

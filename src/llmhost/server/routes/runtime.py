@@ -7,12 +7,17 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
+from llmhost import eventstream
 from llmhost import sagemaker_runtime as wire
+from llmhost.server.apidoc import COMMON, errors, merge, operation
 from llmhost.server.routes import deps
-from llmhost.server.routes.sagemaker import invoke
+from llmhost.server.routes.sagemaker import ANSWERS, BODIES, INVOCATIONS, invoke
 from llmhost.server.serving.runtime import CustomCall, Runtime
 
 router = APIRouter()
+# the runtime's own shapes (ValidationError, ModelError carrying the model's refusal, ServiceUnavailable);
+# the API-key check, the body limit and a crash answer OpenAI's
+ERRORS = merge(errors(400, 424, 503, style="sagemaker"), COMMON, errors(413))
 
 
 def _runtime(request: Request) -> Runtime:
@@ -26,11 +31,16 @@ def _runtime(request: Request) -> Runtime:
     return Runtime(deps.context(request).settings.model_name, deps.json_body, invoke, call)
 
 
-@router.post(wire.INVOKE_PATH)
+@router.post(wire.INVOKE_PATH, openapi_extra=operation(
+    "SageMaker Runtime InvokeEndpoint", body=BODIES, success=ANSWERS, errors=ERRORS,
+    description=INVOCATIONS + " Content-Type must be application/json."))  # fmt: skip
 async def invoke_endpoint(name: str, request: Request) -> Response:
     return await _runtime(request).invoke(request, name, stream=False)
 
 
-@router.post(wire.STREAM_PATH)
+@router.post(wire.STREAM_PATH, openapi_extra=operation(
+    "SageMaker Runtime InvokeEndpointWithResponseStream", body=BODIES, errors=ERRORS,
+    media={eventstream.MEDIA_TYPE: "PayloadPart events carrying the SSE bytes"},
+    description=INVOCATIONS + " Content-Type must be application/json."))  # fmt: skip
 async def invoke_endpoint_with_response_stream(name: str, request: Request) -> Response:
     return await _runtime(request).invoke(request, name, stream=True)

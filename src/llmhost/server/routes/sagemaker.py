@@ -8,16 +8,36 @@ from fastapi import APIRouter, Request
 from starlette.responses import JSONResponse, Response
 
 from llmhost.asgi import retry_after
+from llmhost.server.apidoc import GENERATE, errors, merge, operation
 from llmhost.server.errors import APIError, use_tgi_errors
 from llmhost.server.protocol.embeddings import EmbeddingRequest
 from llmhost.server.protocol.openai import ChatCompletionRequest, CompletionRequest
+from llmhost.server.protocol.outputs import (
+    ChatCompletionResponse,
+    CompletionResponse,
+    EmbeddingsResponse,
+    Generations,
+)
 from llmhost.server.protocol.tgi import TGIRequest
 from llmhost.server.routes import deps
 
 router = APIRouter()
+# what /invocations reads, by the member the body has: `messages`, `prompt`, `input` or `inputs`
+BODIES = [ChatCompletionRequest, CompletionRequest, EmbeddingRequest, TGIRequest]
+ANSWERS = [ChatCompletionResponse, CompletionResponse, EmbeddingsResponse, Generations]
+# TGI bodies are answered in TGI's error shape
+ERRORS = merge(GENERATE, errors(400, 422, 429, 500, 503, style="tgi"))
+INVOCATIONS = (
+    "The body decides the API: `messages` (OpenAI chat), `prompt` (OpenAI completion), `input` (OpenAI "
+    "embeddings, with --embeddings) or `inputs` (TGI, answered and refused in TGI's shapes). A model "
+    "directory with code/inference.py answers with its input_fn / predict_fn / output_fn instead, reading "
+    "the content types its input_fn accepts."
+)
 
 
-@router.get("/ping")
+@router.get("/ping", openapi_extra=operation(
+    "SageMaker's health check: 200 (no body) once the model serves, else 503", errors=merge(
+        errors(503, style="none"), errors(500))))  # fmt: skip
 async def ping(request: Request) -> Response:
     ctx = deps.context(request)
     if ctx.model.ready and deps.lifecycle(request).accepting:
@@ -25,7 +45,9 @@ async def ping(request: Request) -> Response:
     return Response(status_code=503, headers=retry_after())
 
 
-@router.post("/invocations")
+@router.post("/invocations", openapi_extra=operation(
+    "SageMaker's inference call", body=BODIES, success=ANSWERS, stream=True, errors=ERRORS,
+    description=INVOCATIONS))  # fmt: skip
 async def invocations(request: Request) -> Response:
     custom = deps.custom(request)
     if custom is not None:  # inference.py's input_fn / predict_fn / output_fn, defaults as below

@@ -2,16 +2,23 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from fastapi import APIRouter, Request
 from starlette.responses import JSONResponse, Response
 
+from llmhost.server.apidoc import COMMON, Shape, errors, merge, operation
 from llmhost.server.errors import use_tgi_errors
+from llmhost.server.protocol.outputs import Generation, Generations, Info
 from llmhost.server.protocol.tgi import TGIRequest
 from llmhost.server.routes import deps
 
 router = APIRouter()
+# TGI's shape from the route on; the API-key check, the body limit, draining and a crash answer OpenAI's
+ERRORS: dict[int, Sequence[Shape]] = merge(
+    errors(400, 422, 429, 500, 503, style="tgi"), COMMON, errors(413)
+)
 
 
 async def _body(request: Request) -> TGIRequest:
@@ -19,7 +26,9 @@ async def _body(request: Request) -> TGIRequest:
     return TGIRequest.model_validate(await deps.json_body(request))
 
 
-@router.post("/")
+@router.post("/", openapi_extra=operation(
+    "TGI generate: a list of one generation, or a stream with `stream: true`", body=[TGIRequest],
+    success=Generations, stream=True, errors=ERRORS))  # fmt: skip
 async def compat_generate(request: Request) -> Response:
     body = await _body(request)
     if body.stream:
@@ -28,18 +37,20 @@ async def compat_generate(request: Request) -> Response:
     return JSONResponse([await deps.tgi(request).generate(body, request)])
 
 
-@router.post("/generate")
+@router.post("/generate", openapi_extra=operation(
+    "TGI generate", body=[TGIRequest], success=Generation, errors=ERRORS))  # fmt: skip
 async def generate(request: Request) -> dict[str, Any]:
     body = await _body(request)
     return await deps.tgi(request).generate(body, request)
 
 
-@router.post("/generate_stream")
+@router.post("/generate_stream", openapi_extra=operation(
+    "TGI generate, streamed", body=[TGIRequest], stream=True, errors=ERRORS))  # fmt: skip
 async def generate_stream(request: Request) -> Response:
     body = await _body(request)
     return await deps.tgi(request).generate_stream(body)
 
 
-@router.get("/info")
+@router.get("/info", openapi_extra=operation("TGI model info", success=Info, errors=COMMON))
 async def info(request: Request) -> dict[str, Any]:
     return deps.tgi(request).info()

@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import TypeAdapter, ValidationError
+from pydantic import StrictBool, TypeAdapter, ValidationError
 from starlette.datastructures import Headers
 from starlette.requests import Request
 from starlette.responses import AsyncContentStream, Response, StreamingResponse
@@ -32,11 +32,14 @@ Dispatch = Callable[[Request, dict[str, Any]], Awaitable[Response]]
 CustomCall = Callable[[Request, bool, "str | None"], Awaitable[Response]]
 # the bodies that can stream (TGI `inputs`, OpenAI `messages` and `prompt`); others answer one JSON
 STREAMING_KEYS = ("inputs", "messages", "prompt")
-_FLAG = TypeAdapter(bool)
+_FLAG = TypeAdapter(StrictBool)
 
 
 def streaming_body(body: dict[str, Any], stream: bool) -> dict[str, Any]:
-    """For InvokeEndpointWithResponseStream (`stream`): a body that can stream asks to."""
+    """For InvokeEndpointWithResponseStream (`stream`): a body that can stream asks to. A `stream` that is
+    no boolean stays as sent, for the request model to refuse (a 422, the runtime's ModelError)."""
+    if "stream" in body and not isinstance(body["stream"], bool):
+        return body
     return {**body, "stream": True} if stream and any(key in body for key in STREAMING_KEYS) else body
 
 
@@ -74,6 +77,11 @@ class Runtime:
     async def invoke(self, request: Request, endpoint: str, stream: bool) -> Response:
         rid = request_id(request.scope)
         problem = self.header_problem(request.headers)
+        if problem is None and not await request.body():
+            # the runtime's own check, as AWS's (Body is a required member): the caller's mistake, not
+            # the model's, so a ValidationError rather than the container's refusal as a ModelError
+            problem = ("1 validation error detected: Value at 'body' failed to satisfy constraint: "
+                       "Member must not be null")
         if problem is not None:
             return wire.validation_error(problem, rid)
         try:

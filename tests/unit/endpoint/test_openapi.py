@@ -1,0 +1,242 @@
+"""The endpoint router's OpenAPI document: valid, every operation of the app (relayed routes, probes, admin
+API) documented, a relayed route documenting the copy's own request model plus the router's refusals,
+and every refusal and admin answer matching the documented schema of its status. No copy is started:
+the relayed answers come from fake copies behind an injected transport (httpx.MockTransport)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from fastapi import FastAPI
+from openapi_spec_validator import validate
+
+from llmhost.auth import ApiKeys
+from llmhost.endpoint.app import create_app
+from llmhost.endpoint.component import Component
+from llmhost.endpoint.manager import EndpointManager
+from llmhost.endpoint.placement import Ledger
+from llmhost.endpoint.rayserve.ingress import Ingress
+from llmhost.endpoint.rayserve.options import AppArgs, RayTiming
+from llmhost.endpoint.router import COMPONENT_HEADER
+from llmhost.endpoint.runtime import create_runtime_router
+from llmhost.endpoint.spec import parse_endpoint
+from llmhost.lifecycle import Lifecycle
+from llmhost.server.anthropic_errors import AnthropicErrorsMiddleware
+from llmhost.server.protocol.openai import ChatCompletionRequest
+from llmhost.store import ResolvedModel
+from tests.unit.endpoint.ray_fakes import URL, FakeServe, deployment, replica
+from tests.unit.endpoint.test_router import Registry, app_for, component
+from tests.unit.openapi_checks import assert_every_operation_documented, check_documented
+
+CHAT = {"messages": [{"role": "user", "content": "hi"}]}
+MESSAGE = {"max_tokens": 4, "messages": [{"role": "user", "content": "hi"}]}
+
+
+def make_app(
+    tmp_path: Path,
+    names: tuple[str, ...] = ("a",),
+    keys: ApiKeys | None = None,
+    lifecycle: Lifecycle | None = None,
+) -> FastAPI:
+    spec = parse_endpoint({"name": "ep", "components": [{"name": n, "copies": 1} for n in names]})
+    manager = EndpointManager(spec, ledger=Ledger(cpus=[0], memory_mb=2000), log_dir=tmp_path)
+    for comp in spec.components:
+        manager.components[comp.name] = Component(comp, ResolvedModel(tmp_path / "m.gguf"))
+    # its lifespan (starting copies) is not run here; /admin/down must not stop the test process
+    return create_app(manager, shutdown=lambda: None, lifecycle=lifecycle or Lifecycle(), keys=keys)
+
+
+@pytest.fixture
+def doc(tmp_path: Path) -> dict[str, Any]:
+    return make_app(tmp_path).openapi()
+
+
+def test_document_is_valid_and_every_operation_documented(tmp_path: Path, doc: dict[str, Any]) -> None:
+    validate(doc)
+    app = make_app(tmp_path)
+    expected = {"/v1/chat/completions", "/v1/messages", "/generate", "/invocations", "/tokenizer_info",
+                "/info",
+                "/endpoints/{name}/invocations", "/ping", "/health", "/metrics", "/v1/models",
+                "/admin/status", "/admin/scale", "/admin/components", "/admin/components/{name}",
+                "/admin/down"}  # fmt: skip
+    assert expected <= set(doc["paths"])
+    assert_every_operation_documented(app, doc, no_body=frozenset({"/admin/down"}))
+
+
+def test_an_undeclared_route_fails_the_walk(tmp_path: Path) -> None:
+    app = make_app(tmp_path)
+    app.add_api_route("/extra", lambda: {}, methods=["POST"])
+    with pytest.raises(AssertionError):
+        assert_every_operation_documented(app, app.openapi())
+
+
+def test_relayed_routes_document_the_copys_model_and_the_routers_refusals(doc: dict[str, Any]) -> None:
+    chat = doc["paths"]["/v1/chat/completions"]["post"]
+    schema = chat["requestBody"]["content"]["application/json"]["schema"]
+    assert schema == {"$ref": f"#/components/schemas/{ChatCompletionRequest.__name__}"}
+    assert doc["components"]["schemas"]["ChatCompletionRequest"]["additionalProperties"] is False
+    assert {"400", "401", "404", "413", "422", "429", "502", "503", "504"} <= set(chat["responses"])
+    assert set(chat["responses"]["200"]["content"]) == {"application/json", "text/event-stream"}
+    assert "`model`" in chat["description"]
+    messages = doc["paths"]["/v1/messages"]["post"]["responses"]
+    assert "529" in messages and "503" not in messages
+    runtime = doc["paths"]["/endpoints/{name}/invocations"]["post"]["responses"]
+    assert {"400", "424", "503"} <= set(runtime)
+    admin = doc["paths"]["/admin/scale"]["post"]
+    assert admin["requestBody"]["content"]["application/json"]["schema"]["$ref"].endswith("ScaleRequest")
+    assert {"200", "202", "403", "404", "409", "422"} <= set(admin["responses"])
+    assert set(doc["paths"]["/metrics"]["get"]["responses"]["200"]["content"]) == {"text/plain"}
+
+
+def test_api_keys_are_documented_as_security(tmp_path: Path) -> None:
+    doc = make_app(tmp_path, keys=ApiKeys.of(["k1"])).openapi()
+    validate(doc)
+    assert set(doc["components"]["securitySchemes"]) == {"bearer", "apiKey"}
+    assert doc["paths"]["/ping"]["get"]["security"] == []
+    assert "security" not in doc["paths"]["/admin/status"]["get"]
+
+
+async def call(app: FastAPI, method: str, path: str, client: str = "127.0.0.1", **kw: Any) -> httpx.Response:
+    transport = httpx.ASGITransport(app=app, client=(client, 5000))
+    async with httpx.AsyncClient(transport=transport, base_url="http://s") as c:
+        return await c.request(method, path, **kw)
+
+
+ROUTER_CASES: list[tuple[str, str, Any, int]] = [
+    # (method, path, body, status) against the whole app: its own refusals and admin answers
+    ("post", "/v1/chat/completions", {"model": "zzz", **CHAT}, 404),
+    ("post", "/v1/messages", {"model": "zzz", **MESSAGE}, 404),
+    ("post", "/generate", {"inputs": "x"}, 400),  # two components, none named
+    ("post", "/endpoints/{name}/invocations", {"inputs": "x"}, 400),
+    ("post", "/v1/messages", MESSAGE, 400),
+    ("get", "/tokenizer_info", None, 400),
+    ("get", "/info", None, 400),
+    ("post", "/admin/scale", {"component": "a", "copies": "2"}, 422),
+    ("post", "/admin/scale", b"{", 422),
+    ("post", "/admin/scale", {"component": "zzz", "copies": 1}, 404),
+    ("post", "/admin/scale", {"component": "a", "copies": 0}, 200),  # no copy running: nothing to do
+    ("post", "/admin/scale", {"component": "a", "copies": 0, "wait": False}, 202),
+    ("post", "/admin/components", {"name": "a"}, 409),
+    ("post", "/admin/components", {"components": []}, 422),
+    ("delete", "/admin/components/{name}", None, 404),
+    ("delete", "/admin/components/b", None, 200),
+    ("post", "/admin/down", None, 202),
+    ("get", "/ping", None, 200),  # no copy running, none wanted (scaled to zero): can serve
+    ("get", "/health", None, 200),
+    ("get", "/v1/models", None, 200),
+    ("get", "/admin/status", None, 200),
+]
+
+
+def template(path: str) -> str:
+    return "/admin/components/{name}" if path.startswith("/admin/components/") else path
+
+
+@pytest.mark.parametrize(("method", "path", "body", "status"), ROUTER_CASES)
+async def test_the_routers_answers_match_the_documented_schema(
+    tmp_path: Path, method: str, path: str, body: Any, status: int
+) -> None:
+    app = make_app(tmp_path, ("a", "b"))
+    doc = app.openapi()
+    kw: dict[str, Any] = {}
+    if isinstance(body, bytes):
+        kw = {"content": body, "headers": {"content-type": "application/json"}}
+    elif body is not None:
+        kw = {"json": body}
+    r = await call(app, method.upper(), path.replace("{name}", "zzz"), **kw)
+    assert r.status_code == status, r.text
+    check_documented(doc, method, template(path), r)
+
+
+async def test_a_draining_endpoints_probes_match_the_documented_schema(tmp_path: Path) -> None:
+    lifecycle = Lifecycle()
+    lifecycle.drain("test")
+    app = make_app(tmp_path, lifecycle=lifecycle)
+    doc = app.openapi()
+    for path in ("/ping", "/health"):
+        r = await call(app, "GET", path)
+        assert r.status_code == 503, (path, r.text)
+        check_documented(doc, "get", path, r)
+
+
+async def test_401_and_403_match_the_documented_schema(tmp_path: Path) -> None:
+    app = make_app(tmp_path, keys=ApiKeys.of(["k1"]))
+    doc = app.openapi()
+    for method, path in (("post", "/v1/chat/completions"), ("post", "/v1/messages"), ("get", "/admin/status"),
+                         ("get", "/metrics"), ("post", "/endpoints/{name}/invocations"),
+                         ("post", "/admin/down"), ("post", "/admin/scale")):  # fmt: skip
+        r = await call(app, method.upper(), path.replace("{name}", "ep"), json=CHAT)
+        assert r.status_code == 401, (path, r.text)
+        check_documented(doc, method, path, r)
+    r = await call(app, "GET", "/admin/status", client="10.1.2.3", headers={"x-api-key": "k1"})
+    assert r.status_code == 403
+    check_documented(doc, "get", "/admin/status", r)
+
+
+def failing_copies(kind: str) -> Any:
+    """Fake copies that fail as `kind` says: `refuse` connections (never taken: 503 once the wait is
+    over), `reset` after reading the request (502), or time out reading the answer (504)."""
+
+    async def handle(request: httpx.Request) -> httpx.Response:
+        if kind == "refuse":
+            raise httpx.ConnectError("connection refused", request=request)
+        if kind == "reset":
+            raise httpx.RemoteProtocolError("Server disconnected without a response.", request=request)
+        raise httpx.ReadTimeout("timed out", request=request)
+
+    return handle
+
+
+RELAY_CASES = [
+    ("refuse", "/v1/chat/completions", 503), ("reset", "/v1/chat/completions", 502),
+    ("timeout", "/generate", 504), ("reset", "/v1/messages", 502), ("refuse", "/v1/messages", 529),
+    ("reset", "/endpoints/{name}/invocations", 424), ("refuse", "/endpoints/{name}/invocations", 503),
+    ("timeout", "/endpoints/{name}/invocations-response-stream", 424),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("kind", "path", "status"), RELAY_CASES)
+async def test_relay_failures_match_the_documented_schema(
+    tmp_path: Path, kind: str, path: str, status: int
+) -> None:
+    doc = make_app(tmp_path).openapi()
+    registry = Registry(component("a", [1001], tmp_path), wait_s=0.2)
+    app, proxy = app_for(registry, failing_copies(kind))
+    app.include_router(create_runtime_router(registry, proxy))
+    app.add_middleware(AnthropicErrorsMiddleware)
+    body = {"model": "a", **MESSAGE} if path == "/v1/messages" else {"inputs": "x", **CHAT}
+    r = await call(app, "POST", path.replace("{name}", "ep"), content=json.dumps(body).encode(),
+                   headers={"content-type": "application/json", COMPONENT_HEADER: "a"})  # fmt: skip
+    assert r.status_code == status, r.text
+    check_documented(doc, "post", path, r)
+    await proxy.aclose()
+
+
+# -- the Ray ingress: the same routes and document (Ray Serve's REST API faked in-process) ----------------
+async def test_the_ray_ingress_documents_every_operation_and_answers_as_documented() -> None:
+    serve = FakeServe()
+    serve.app("e", deployments={"a": deployment(replica("a0"))})
+    spec = parse_endpoint({"name": "e", "components": [{"name": "a", "copies": 1}]})
+    args = AppArgs(spec.model_dump(), {}, asdict(RayTiming(placement_timeout_s=0.3)), URL, [], {}, "info")
+    ingress = Ingress({"a": None}, asdict(args))
+    ingress.api = serve.api()
+    app = ingress.asgi_app()
+    doc = app.openapi()
+    validate(doc)
+    assert_every_operation_documented(app, doc, no_body=frozenset({"/admin/down"}))
+    cases = [
+        ("get", "/admin/status", None, 200),
+        ("post", "/admin/scale", {"component": "a", "copies": 2, "wait": False}, 202),
+        ("post", "/admin/scale", {"component": "a", "copies": 0}, 422),
+        ("post", "/admin/components", {"name": "b"}, 501),  # a Ray endpoint's components are fixed
+        ("post", "/v1/completions", {"model": "zzz", "prompt": "x"}, 404),
+    ]
+    for method, path, body, status in cases:
+        r = await call(app, method.upper(), path, **({"json": body} if body is not None else {}))
+        assert r.status_code == status, (path, r.text)
+        check_documented(doc, method, path, r)

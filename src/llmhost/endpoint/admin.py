@@ -10,12 +10,13 @@ from collections.abc import Callable, Coroutine
 from typing import Any, Protocol
 
 from fastapi import APIRouter, Depends, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.background import BackgroundTask
 from starlette.responses import JSONResponse, Response
 
-from llmhost.endpoint.manager import ComponentExistsError, EndpointManager, ModelRefError
+from llmhost.endpoint.manager import ComponentExistsError, EndpointManager, ModelLoadError, ModelRefError
 from llmhost.endpoint.placement import InsufficientCapacityError
 from llmhost.endpoint.router import error
 from llmhost.endpoint.spec import parse_components
@@ -39,6 +40,30 @@ class ScaleRequest(BaseModel):
     component: str
     copies: int = Field(ge=0)
     wait: bool = True
+
+
+class LoadRequest(BaseModel):
+    """`POST /admin/models/load`: load an on-demand model as a request for it would (making room)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+    model: str = Field(description="The on-demand model's name (its component).")
+    wait: bool = Field(default=True, description="Answer once it is loaded (200), else at once (202).")
+
+
+class UnloadRequest(BaseModel):
+    """`POST /admin/models/unload`: drain an on-demand model's copy and stop it (pinned ones too)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+    model: str = Field(description="The on-demand model's name (its component).")
+
+
+def invalid(exc: RequestValidationError) -> BadBody:
+    """FastAPI's refusal of a request model, as the admin API's 422 naming the field."""
+    err = exc.errors()[0]
+    loc = [str(part) for part in err.get("loc", ()) if part != "body"]
+    field = ".".join(loc) or "body"
+    msg = "unknown field" if err.get("type") == "extra_forbidden" else str(err.get("msg"))
+    return BadBody(field, f"{field}: {msg}, got {err.get('input')!r}")
 
 
 async def json_body(request: Request) -> Any:
@@ -98,6 +123,12 @@ class AdminBackend(Protocol):
 
     async def remove(self, name: str) -> dict[str, Any]: ...
 
+    async def load(self, model: str, wait: bool) -> dict[str, Any]: ...
+
+    async def unload(self, model: str) -> dict[str, Any]: ...
+
+    async def reload(self) -> dict[str, Any]: ...
+
     async def down(self) -> Callable[[], None] | None:
         """Stop the endpoint, or return what stops it once the answer is sent."""
         ...
@@ -140,6 +171,20 @@ class LocalAdmin:
         await self.manager.remove(name)
         return {"removed": name}
 
+    async def load(self, model: str, wait: bool) -> dict[str, Any]:
+        if wait:
+            return await self.manager.load(model)
+        self.manager.on_demand(model)  # an unknown name or a declared component: refused now
+        task = asyncio.ensure_future(self.manager.load(model))
+        task.add_done_callback(lambda t: t.exception() if not t.cancelled() else None)
+        return {"accepted": True}
+
+    async def unload(self, model: str) -> dict[str, Any]:
+        return await self.manager.unload(model)
+
+    async def reload(self) -> dict[str, Any]:
+        return dict(await self.manager.reload())
+
     async def down(self) -> Callable[[], None]:
         return self.shutdown
 
@@ -152,6 +197,8 @@ def failure(exc: Exception) -> Response:
         return error(501, str(exc), "not_implemented")
     if isinstance(exc, BadBody):
         return error(422, str(exc), field=exc.field)
+    if isinstance(exc, ModelLoadError):
+        return error(503, str(exc), "service_unavailable")
     if isinstance(exc, InsufficientCapacityError):
         return error(409, str(exc), "insufficient_capacity")
     if isinstance(exc, ComponentExistsError | Conflict):
@@ -174,6 +221,8 @@ class _AdminRoute(APIRoute):
         async def answer(request: Request) -> Response:
             try:
                 return await handler(request)
+            except RequestValidationError as exc:
+                return failure(invalid(exc))
             except (AdminRefused, NotSupported, LookupError, ValueError, RuntimeError) as exc:
                 return failure(exc)
 
@@ -210,6 +259,20 @@ def create_admin(backend: AdminBackend) -> APIRouter:
         if backend.components_fixed:
             raise NotSupported(backend.components_fixed)
         return JSONResponse(await backend.remove(name))
+
+    @router.post("/models/load")
+    async def load(req: LoadRequest) -> Response:
+        answer = await backend.load(req.model, req.wait)
+        return JSONResponse(answer, status_code=200 if req.wait else 202)
+
+    @router.post("/models/unload")
+    async def unload(req: UnloadRequest) -> Response:
+        return JSONResponse(await backend.unload(req.model))
+
+    @router.post("/models/reload")
+    async def reload() -> Response:
+        """Scan the models_dir again: new models appear (unloaded), removed ones are drained and go."""
+        return JSONResponse(await backend.reload())
 
     @router.post("/down")
     async def down() -> Response:

@@ -92,13 +92,14 @@ class ModelPool:
         return f"model {comp.name!r} can never be loaded here: {short}, with no other on-demand model loaded"
 
     def _evictable(self, comp: Component) -> list[Component]:
-        """Idle, unpinned, loaded models, least recently used first."""
+        """Idle, unpinned models holding room, least recently used first: loaded, or restarting after a
+        crash or missed pings with no request waiting (a load under way holds the lock)."""
         idle = [c for c in self._holding(comp)
                 if c.demand is not None and not c.demand.spec.pinned and c.in_flight == 0
-                and c.state == ModelState.LOADED and not c.lock.locked()]  # fmt: skip
+                and c.capacity() and not c.lock.locked()]  # fmt: skip
         return sorted(idle, key=lambda c: c.demand.last_used if c.demand else 0.0)
 
-    def _plan(self, comp: Component) -> tuple[list[Component], Shortage | None]:
+    def plan(self, comp: Component) -> tuple[list[Component], Shortage | None]:
         """The models to unload so that `comp` fits (LRU first), or what keeps it out."""
         victims: list[Component] = []
         candidates = self._evictable(comp)
@@ -109,7 +110,7 @@ class ModelPool:
                 return victims, shortage
             victims.append(candidates.pop(0))
 
-    def _busy(self, comp: Component, shortage: Shortage) -> str:
+    def waiting_reason(self, comp: Component, shortage: Shortage) -> str:
         busy = [f"{c.name} ({'pinned' if c.demand and c.demand.spec.pinned else f'{c.in_flight} in flight'})"
                 for c in self._holding(comp)]  # fmt: skip
         held = f"; holding the room: {', '.join(busy)}" if busy else ""
@@ -160,7 +161,7 @@ class ModelPool:
         """Evict what must go and start the copy, or wait for room until `deadline` (then refuse)."""
         while True:
             async with self._room:
-                victims, shortage = self._plan(comp)
+                victims, shortage = self.plan(comp)
                 if shortage is None:
                     kind = self._short(comp, self.host.ledger, self._holding(comp))
                     await asyncio.gather(*(self.unload(v, "evicted", hold=False) for v in victims))
@@ -168,7 +169,7 @@ class ModelPool:
                         if v.demand is not None and kind is not None:
                             v.demand.evictions[kind.kind] += 1
                     return self.host.start_copy(comp)
-                why = self._busy(comp, shortage)
+                why = self.waiting_reason(comp, shortage)
             left = deadline - time.monotonic()
             if left <= 0:
                 self._refuse(comp, Refusal(503, f"{why}; gave up after max_wait_s={comp.spec.max_wait_s:g}",

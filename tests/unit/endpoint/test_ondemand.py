@@ -150,13 +150,13 @@ async def test_pool_unloads_least_recently_used_idle_unpinned(tmp_path: Path) ->
     a = model(host, tmp_path, "a", loaded_at=1.0)
     b = model(host, tmp_path, "b", loaded_at=2.0)
     c = model(host, tmp_path, "c", loaded_at=None)
-    assert pool._plan(c) == ([a], None)
+    assert pool.plan(c) == ([a], None)
     a.in_flight = 1  # busy: not taken
-    assert pool._plan(c) == ([b], None)
+    assert pool.plan(c) == ([b], None)
     b.in_flight = 1
-    victims, short = pool._plan(c)
+    victims, short = pool.plan(c)
     assert victims == [] and short is not None and short.kind == "max_loaded"
-    assert "holding the room: a (1 in flight), b (1 in flight)" in pool._busy(c, short)
+    assert "holding the room: a (1 in flight), b (1 in flight)" in pool.waiting_reason(c, short)
     assert pool.never_fits(c) is None
 
 
@@ -166,7 +166,7 @@ async def test_pool_never_takes_a_pinned_model_and_refuses_what_never_fits(tmp_p
     model(host, tmp_path, "p", loaded_at=1.0, pinned=True)
     b = model(host, tmp_path, "b", loaded_at=2.0)
     c = model(host, tmp_path, "c", loaded_at=None, memory_mb=600)
-    victims, short = pool._plan(c)
+    victims, short = pool.plan(c)
     assert victims == [b] and short is None
     huge = model(host, tmp_path, "huge", loaded_at=None, memory_mb=5000)
     assert pool.never_fits(huge) == (

@@ -202,3 +202,44 @@ async def test_admin_load_unload_bodies(tmp_path: Path) -> None:
         assert r.status_code == 422 and "no models_dir" in r.json()["error"]["message"]
         r = await c.post("/admin/scale", json={"component": "m", "copies": 2})
         assert r.status_code == 422 and "loaded on demand" in r.json()["error"]["message"]
+
+
+async def test_pool_takes_an_idle_model_whose_copy_restarts(tmp_path: Path) -> None:
+    host = Host(Ledger(cpus=[0, 1], memory_mb=4000))
+    pool = ModelPool(host, OnDemandPolicy(max_loaded=2))
+    a = model(host, tmp_path, "a", loaded_at=1.0)
+    b = model(host, tmp_path, "b", loaded_at=2.0)
+    c = model(host, tmp_path, "c", loaded_at=None)
+    b.replicas[0].state = ReplicaState.FAILED  # missed its pings: restarting, holding its room
+    a.demand.last_used = 3.0  # type: ignore[union-attr]
+    assert pool.plan(c) == ([b], None)
+    b.in_flight = 1  # a request waits for the restarted copy: kept
+    assert pool.plan(c) == ([a], None)
+
+
+def test_keep_alive_expiry(tmp_path: Path) -> None:
+    host = Host(Ledger(cpus=[0, 1], memory_mb=4000))
+    pool = ModelPool(host, OnDemandPolicy())
+    spec = {"num_cpus": 0.5, "memory_mb": 100}
+    comps = {}
+    for name, on_demand in (("default", {}), ("never", {"keep_alive": -1}), ("now", {"keep_alive": 0}),
+                            ("pinned", {"pinned": True, "keep_alive": 0})):  # fmt: skip
+        s = ComponentSpec(name=name, resources=spec, on_demand=on_demand)  # type: ignore[arg-type]
+        comp = Component(s, ResolvedModel(tmp_path / f"{name}.gguf"))
+        r = Replica(s, 0, comp.model, place(host.ledger, name, s.resources), tmp_path)
+        r.state = ReplicaState.READY
+        comp.replicas.append(r)
+        assert comp.demand is not None
+        comp.demand.last_used = 1000.0
+        host.components[name] = comp
+        comps[name] = comp
+    assert {c.name for c in pool.expired(1000.0)} == {"now"}
+    assert {c.name for c in pool.expired(1299.0)} == {"now"}
+    assert {c.name for c in pool.expired(1300.0)} == {"now", "default"}  # 300 s by default
+    comps["now"].in_flight = 1  # busy: never idle
+    comps["default"].demand.request_keep_alive = -1  # type: ignore[union-attr]  # a request said never
+    assert pool.expired(10**9) == []
+    comps["never"].demand.request_keep_alive = 5  # type: ignore[union-attr]  # a request shortened it
+    assert [c.name for c in pool.expired(1005.0)] == ["never"]
+    comps["never"].replicas[0].state = ReplicaState.DRAINING  # already unloading: not again
+    assert pool.expired(1005.0) == []

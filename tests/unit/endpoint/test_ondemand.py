@@ -243,3 +243,26 @@ def test_keep_alive_expiry(tmp_path: Path) -> None:
     assert [c.name for c in pool.expired(1005.0)] == ["never"]
     comps["never"].replicas[0].state = ReplicaState.DRAINING  # already unloading: not again
     assert pool.expired(1005.0) == []
+
+
+def test_command_line_options_over_an_endpoint_file(tmp_path: Path) -> None:
+    from llmhost.endpoint.cli import endpoint_spec
+
+    none: dict[str, Any] = dict(models_dir=None, max_loaded=None, memory_budget_mb=None, keep_alive=None,
+                                client_keep_alive=None, preload=None)  # fmt: skip
+    spec = endpoint_spec(None, {**none, "models_dir": tmp_path, "keep_alive": 0, "max_loaded": 2,
+                                "preload": ["a"]})  # fmt: skip
+    assert spec.models_dir is not None and spec.models_dir.path == str(tmp_path)
+    assert spec.models_dir.defaults == {"on_demand": {"keep_alive": 0}}
+    assert (spec.on_demand.max_loaded, spec.on_demand.preload) == (2, ["a"])
+    file = tmp_path / "ep.yaml"
+    file.write_text("name: e\nmodels_dir: {path: models, defaults: {max_wait_s: 5}}\n"
+                    "on_demand: {memory_budget_mb: 900, client_keep_alive: any}\n")  # fmt: skip
+    spec = endpoint_spec(file, {**none, "memory_budget_mb": 800})
+    assert spec.models_dir is not None and spec.models_dir.path == str(tmp_path / "models")  # beside the file
+    assert spec.models_dir.defaults == {"max_wait_s": 5}
+    assert (spec.on_demand.memory_budget_mb, spec.on_demand.client_keep_alive) == (800, "any")
+    with pytest.raises(SpecError, match="give an endpoint file, or --models-dir DIR"):
+        endpoint_spec(None, none)
+    with pytest.raises(SpecError, match="client_keep_alive"):
+        endpoint_spec(None, {**none, "models_dir": tmp_path, "client_keep_alive": "sometimes"})

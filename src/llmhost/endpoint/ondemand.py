@@ -131,7 +131,7 @@ class ModelPool:
             comp.notify()
             return
         d.refusal = None
-        d.loading = asyncio.ensure_future(self.load(comp))
+        d.loading = self.host.spawn(self.load(comp))  # tracked: shutdown cancels it
 
     async def load(self, comp: Component) -> None:
         """Make room, start the copy, wait for it; a failure is set as the waiting requests' answer."""

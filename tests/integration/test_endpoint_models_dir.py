@@ -154,6 +154,19 @@ def test_a_pinned_model_is_never_chosen_and_no_room_in_time_is_a_503(empty: Endp
     assert states(ep)["hurried"] == "unloaded"
 
 
+def test_eight_simultaneous_requests_cause_one_load(empty: Endpoint) -> None:
+    ep = empty
+    before = demand(ep, "gemma")["loads"]
+
+    async def burst() -> list[int]:
+        async with httpx.AsyncClient(base_url=ep.url, timeout=180) as c:
+            outcomes = await asyncio.gather(*(call(c, "/v1/completions", body("gemma")) for _ in range(8)))
+        return [o.status for o in outcomes]
+
+    assert asyncio.run(burst()) == [200] * 8
+    assert demand(ep, "gemma")["loads"] == before + 1
+
+
 def test_a_model_too_large_is_a_400_naming_what_it_needs(ep: Endpoint) -> None:
     r = complete(ep, "huge")
     assert r.status_code == 400, r.text

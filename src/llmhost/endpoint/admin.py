@@ -7,16 +7,28 @@ import asyncio
 import os
 import signal
 from collections.abc import Callable, Coroutine
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from fastapi import APIRouter, Depends, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.background import BackgroundTask
 from starlette.responses import JSONResponse, Response
 
-from llmhost.endpoint.apidoc import ADMIN, Accepted, Added, EndpointStatus, Removed, Scaled, Stopping
-from llmhost.endpoint.manager import ComponentExistsError, EndpointManager, ModelRefError
+from llmhost.endpoint.apidoc import (
+    ADMIN,
+    Accepted,
+    Added,
+    ComponentStatus,
+    EndpointStatus,
+    Removed,
+    Rescanned,
+    Scaled,
+    Stopping,
+    Unloaded,
+)
+from llmhost.endpoint.manager import ComponentExistsError, EndpointManager, ModelLoadError, ModelRefError
 from llmhost.endpoint.placement import InsufficientCapacityError
 from llmhost.endpoint.router import error
 from llmhost.endpoint.spec import ComponentList, ComponentSpec, parse_components
@@ -43,6 +55,33 @@ class ScaleRequest(BaseModel):
     wait: bool = True
 
 
+class LoadRequest(BaseModel):
+    """`POST /admin/models/load`: load an on-demand model as a request for it would (making room)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+    model: str = Field(description="The on-demand model's name (its component).")
+    wait: bool = Field(default=True, description="Answer once it is loaded (200), else at once (202).")
+
+
+class UnloadRequest(BaseModel):
+    """`POST /admin/models/unload`: drain an on-demand model's copy and stop it (pinned ones too)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+    model: str = Field(description="The on-demand model's name (its component).")
+
+
+B = TypeVar("B", bound=BaseModel)
+
+
+def invalid(exc: RequestValidationError) -> BadBody:
+    """FastAPI's refusal of a request model, as the admin API's 422 naming the field."""
+    err = exc.errors()[0]
+    loc = [str(part) for part in err.get("loc", ()) if part != "body"]
+    field = ".".join(loc) or "body"
+    msg = "unknown field" if err.get("type") == "extra_forbidden" else str(err.get("msg"))
+    return BadBody(field, f"{field}: {msg}, got {err.get('input')!r}")
+
+
 async def json_body(request: Request) -> Any:
     try:
         return await request.json()
@@ -50,16 +89,21 @@ async def json_body(request: Request) -> Any:
         raise BadBody("body", f"request body is not valid JSON: {exc}") from None
 
 
-def scale_request(data: Any) -> ScaleRequest:
+def parse_body(model: type[B], data: Any, shape: str) -> B:
+    """An admin body validated strictly by its model, refused as a 422 naming the field."""
     if not isinstance(data, dict):
-        raise BadBody("body", 'body must be {"component": NAME, "copies": N, "wait": true|false}')
+        raise BadBody("body", f"body must be {shape}")
     try:
-        return ScaleRequest.model_validate(data)
+        return model.model_validate(data)
     except ValidationError as exc:
         err = exc.errors()[0]
         field = ".".join(str(part) for part in err["loc"]) or "body"
         msg = "unknown field" if err["type"] == "extra_forbidden" else str(err["msg"])
         raise BadBody(field, f"{field}: {msg}, got {err.get('input')!r}") from None
+
+
+def scale_request(data: Any) -> ScaleRequest:
+    return parse_body(ScaleRequest, data, '{"component": NAME, "copies": N, "wait": true|false}')
 
 
 def terminate_self() -> None:
@@ -99,6 +143,12 @@ class AdminBackend(Protocol):
     async def add(self, raw: Any) -> dict[str, Any]: ...
 
     async def remove(self, name: str) -> dict[str, Any]: ...
+
+    async def load(self, model: str, wait: bool) -> dict[str, Any]: ...
+
+    async def unload(self, model: str) -> dict[str, Any]: ...
+
+    async def reload(self) -> dict[str, Any]: ...
 
     async def down(self) -> Callable[[], None] | None:
         """Stop the endpoint, or return what stops it once the answer is sent."""
@@ -142,6 +192,20 @@ class LocalAdmin:
         await self.manager.remove(name)
         return {"removed": name}
 
+    async def load(self, model: str, wait: bool) -> dict[str, Any]:
+        if wait:
+            return await self.manager.load(model)
+        self.manager.on_demand(model)  # an unknown name or a declared component: refused now
+        task = asyncio.ensure_future(self.manager.load(model))
+        task.add_done_callback(lambda t: t.exception() if not t.cancelled() else None)
+        return {"accepted": True}
+
+    async def unload(self, model: str) -> dict[str, Any]:
+        return await self.manager.unload(model)
+
+    async def reload(self) -> dict[str, Any]:
+        return dict(await self.manager.reload())
+
     async def down(self) -> Callable[[], None]:
         return self.shutdown
 
@@ -154,6 +218,8 @@ def failure(exc: Exception) -> Response:
         return error(501, str(exc), "not_implemented")
     if isinstance(exc, BadBody):
         return error(422, str(exc), field=exc.field)
+    if isinstance(exc, ModelLoadError):
+        return error(503, str(exc), "service_unavailable")
     if isinstance(exc, InsufficientCapacityError):
         return error(409, str(exc), "insufficient_capacity")
     if isinstance(exc, ComponentExistsError | Conflict):
@@ -176,6 +242,8 @@ class _AdminRoute(APIRoute):
         async def answer(request: Request) -> Response:
             try:
                 return await handler(request)
+            except RequestValidationError as exc:
+                return failure(invalid(exc))
             except (AdminRefused, NotSupported, LookupError, ValueError, RuntimeError) as exc:
                 return failure(exc)
 
@@ -219,6 +287,28 @@ def create_admin(backend: AdminBackend) -> APIRouter:
         if backend.components_fixed:
             raise NotSupported(backend.components_fixed)
         return JSONResponse(await backend.remove(name))
+
+    @router.post("/models/load", openapi_extra=operation(
+        "Load an on-demand model as a request for it would, making room (202 at once with `wait: false`)",
+        body=[LoadRequest], success=ComponentStatus,
+        errors=merge(ADMIN, errors(202, style=Accepted), errors(404, 409, 422, 503))))  # fmt: skip
+    async def load(request: Request) -> Response:
+        req = parse_body(LoadRequest, await json_body(request), '{"model": NAME, "wait": true|false}')
+        answer = await backend.load(req.model, req.wait)
+        return JSONResponse(answer, status_code=200 if req.wait else 202)
+
+    @router.post("/models/unload", openapi_extra=operation(
+        "Drain an on-demand model's copy and stop it (a pinned one too)", body=[UnloadRequest],
+        success=Unloaded, errors=merge(ADMIN, errors(404, 422))))  # fmt: skip
+    async def unload(request: Request) -> Response:
+        req = parse_body(UnloadRequest, await json_body(request), '{"model": NAME}')
+        return JSONResponse(await backend.unload(req.model))
+
+    @router.post("/models/reload", openapi_extra=operation(
+        "Scan the models_dir again: new models appear (unloaded), removed ones are drained and go",
+        success=Rescanned, errors=merge(ADMIN, errors(409, 422))))  # fmt: skip
+    async def reload() -> Response:
+        return JSONResponse(await backend.reload())
 
     @router.post("/down", openapi_extra=operation(
         "Stop the endpoint: drain the router, then the copies", success=Stopping, status=202, errors=ADMIN))

@@ -114,6 +114,21 @@ class Removed(Open):
     removed: str
 
 
+class Unloaded(Open):
+    """The on-demand model unloaded (`unloaded`: its name, null when it was not loaded) and its state."""
+
+    unloaded: str | None
+    state: str
+
+
+class Rescanned(Open):
+    """The models_dir scanned again: models added, removed, and those whose settings changed."""
+
+    added: list[str]
+    removed: list[str]
+    changed: list[str]
+
+
 class Stopping(Open):
     """The endpoint stopping (its name)."""
 

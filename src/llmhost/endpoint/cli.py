@@ -41,7 +41,35 @@ RAY_ONLY = ("ray_address", "ray_dashboard", "autoscale_window", "placement_timeo
 @app.command()
 def up(
     ctx: typer.Context,
-    file: Annotated[Path, typer.Argument(help="Endpoint file (YAML; docs/reference/endpoint-file.md).")],
+    file: Annotated[
+        Path | None,
+        typer.Argument(help="Endpoint file (YAML; docs/reference/endpoint-file.md); optional with "
+                       "--models-dir."),
+    ] = None,
+    models_dir: Annotated[
+        Path | None, typer.Option(help="A folder of models (NAME.gguf, model directories NAME/, NAME.yaml "
+                                  "beside one for its settings): one on-demand model each, loaded when "
+                                  "asked.")
+    ] = None,
+    max_loaded: Annotated[
+        int | None, typer.Option(help="On-demand models loaded at once (on_demand.max_loaded).")
+    ] = None,
+    memory_budget_mb: Annotated[
+        int | None, typer.Option(help="Memory on-demand models may reserve together, MB "
+                                 "(on_demand.memory_budget_mb; default: what declared components leave).")
+    ] = None,
+    keep_alive: Annotated[
+        float | None, typer.Option(help="Seconds a folder's idle model stays loaded (-1 never, 0 unload "
+                                   "after each request; default 300).")
+    ] = None,
+    client_keep_alive: Annotated[
+        str | None, typer.Option(help="Who may set keep_alive per request: none, shorten, any "
+                                 "(on_demand.client_keep_alive).")
+    ] = None,
+    preload: Annotated[
+        list[str] | None,
+        typer.Option(help="On-demand model loaded at start (repeatable).", show_default=False),
+    ] = None,
     port: PortOpt = DEFAULT_PORT,
     host: Annotated[str, typer.Option(help="Address to bind.")] = "0.0.0.0",
     log_dir: Annotated[
@@ -89,7 +117,7 @@ def up(
 ) -> None:
     """Start an endpoint: place every component, start its copies, route on PORT. SIGTERM drains."""
     from llmhost.auth import load_keys
-    from llmhost.endpoint.spec import SpecError, load_endpoint
+    from llmhost.endpoint.spec import SpecError
     from llmhost.serve_spec import LOG_LEVELS
 
     _refuse_other_mode(ctx, ray)
@@ -98,12 +126,19 @@ def up(
         raise typer.Exit(2)
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per proxied request otherwise
+    folder_options = dict(models_dir=models_dir, max_loaded=max_loaded, memory_budget_mb=memory_budget_mb,
+                          keep_alive=keep_alive, client_keep_alive=client_keep_alive, preload=preload)
     try:
-        spec = load_endpoint(file)
+        spec = endpoint_spec(file, folder_options)
         keys = load_keys(api_key or [], api_key_file)
     except (SpecError, ValueError, OSError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
+    if ray and (spec.models_dir is not None or any(c.on_demand for c in spec.components)):
+        typer.echo("error: on-demand models (--models-dir, models_dir:, on_demand:) run on a single-host "
+                   "endpoint only, not with --ray (see docs/guides/models-on-demand.md)",
+                   err=True)  # fmt: skip
+        raise typer.Exit(2)
     if ray and s3_endpoint_url:
         # the nodes resolve the models themselves: a setting of this process would not reach them
         typer.echo("error: --s3-endpoint-url applies to a single-host endpoint; with --ray set "
@@ -120,6 +155,31 @@ def up(
         return
     _up_single(spec, host, port, log_dir, autoscale_interval, drain_timeout,
                (health_interval, health_timeout, health_misses), log_level, keys)  # fmt: skip
+
+
+def endpoint_spec(file: Path | None, options: dict[str, Any]) -> EndpointSpec:
+    """The endpoint file with the command line's on-demand options over it (or those alone)."""
+    from llmhost.endpoint.spec import SpecError, load_endpoint, parse_endpoint
+
+    data: dict[str, Any] = {"name": "models"}
+    if file is not None:
+        data = load_endpoint(file).model_dump(exclude_unset=True)
+    elif options["models_dir"] is None:
+        raise SpecError("give an endpoint file, or --models-dir DIR")
+    if options["models_dir"] is not None:
+        data["models_dir"] = {**data.get("models_dir", {}), "path": str(options["models_dir"])}
+    if options["keep_alive"] is not None:
+        if "models_dir" not in data:
+            raise SpecError("--keep-alive sets the keep_alive of a models_dir's models: give --models-dir")
+        folder = data["models_dir"]
+        defaults = folder.setdefault("defaults", {})
+        defaults["on_demand"] = {**defaults.get("on_demand", {}), "keep_alive": options["keep_alive"]}
+    policy = dict(data.get("on_demand", {}))
+    for key in ("max_loaded", "memory_budget_mb", "client_keep_alive", "preload"):
+        if options[key] is not None:
+            policy[key] = options[key]
+    data["on_demand"] = policy
+    return parse_endpoint(data, str(file) if file is not None else "command line")
 
 
 def _refuse_other_mode(ctx: typer.Context, ray: bool) -> None:
@@ -150,8 +210,11 @@ def _up_single(spec: EndpointSpec, host: str, port: int, log_dir: Path | None, a
     if log_dir is not None:
         log_dir.mkdir(parents=True, exist_ok=True)
     manager = _checked_manager(EndpointManager(spec, log_dir=log_dir, timing=timing))
+    folder = ""
+    if spec.models_dir is not None:
+        folder = f" and {len(manager.folder)} on-demand model(s) of {spec.models_dir.path}"
     typer.echo(
-        f"llmhost endpoint {spec.name}: {len(spec.components)} component(s) on {host}:{port}; "
+        f"llmhost endpoint {spec.name}: {len(spec.components)} component(s){folder} on {host}:{port}; "
         f"CPUs {','.join(map(str, manager.ledger.cpus))}, {manager.ledger.memory_mb} MB available; "
         f"copy logs in {manager.log_dir}"
     )
@@ -168,10 +231,11 @@ def _checked_manager(manager: EndpointManager) -> EndpointManager:
     model reference naming nothing is a usage error (2), as for `llmhost serve`; no room is 1."""
     from llmhost.endpoint.manager import ComponentError, ModelRefError
     from llmhost.endpoint.placement import InsufficientCapacityError
+    from llmhost.endpoint.spec import SpecError
 
     try:
         manager.check()
-    except ModelRefError as exc:
+    except (ModelRefError, SpecError) as exc:
         typer.echo(f"error: endpoint {manager.spec.name!r} refused: {exc}", err=True)
         raise typer.Exit(2) from None
     except (InsufficientCapacityError, ComponentError) as exc:
@@ -268,14 +332,44 @@ def status(
         table.add_column(col)
     for comp in data["components"]:
         if not comp["replicas"]:
-            table.add_row(comp["name"], "-", "no copies", "", "", "", "", str(comp["in_flight"]), "", "", "")
+            what = f"{comp['on_demand']['state']}" if comp.get("on_demand") else "no copies"
+            table.add_row(comp["name"], "-", what, "", "", "", "", str(comp["in_flight"]), "", "", "")
         for r in comp["replicas"]:
             cpus = ",".join(map(str, r["cpus"])) + (f" ({r['cpu_share']:g})" if r["cpu_share"] < 1 else "")
             mem = f"{r['rss_mb'] or '-'}/{r['memory_mb']}/{r['max_memory_mb'] or '-'}"
             table.add_row(comp["name"], r["copy"], r["state"], str(r["pid"] or "-"), cpus, str(r["threads"]),
                           mem, str(r["outstanding"]), str(r["served"]), str(r["restarts"]),
                           r["last_reason"] or "")  # fmt: skip
-    Console(width=max(Console().width, 160)).print(table)
+    console = Console(width=max(Console().width, 160))
+    console.print(table)
+    if any(c.get("on_demand") for c in data["components"]):
+        console.print(_on_demand_table(data))
+
+
+def _on_demand_table(data: dict[str, Any]) -> Any:
+    from rich.table import Table
+
+    policy = data["on_demand"]
+    limits = ", ".join(f"{k}={policy[k]}" for k in ("max_loaded", "memory_budget_mb")
+                       if policy[k] is not None)  # fmt: skip
+    table = Table(title=f"on-demand models{f' ({limits})' if limits else ''}")
+    for col in ("model", "state", "pinned", "keep_alive s", "idle s", "CPUs", "memory MB", "loads",
+                "load s (last/total)", "unloads", "evictions"):  # fmt: skip
+        table.add_column(col)
+    for c in data["components"]:
+        d = c.get("on_demand")
+        if not d:
+            continue
+        last = f"{d['last_load_s']:.2f}" if d["last_load_s"] is not None else "-"
+        table.add_row(c["name"], d["state"], "yes" if d["pinned"] else "", f"{d['keep_alive']:g}",
+                      f"{d['idle_s']:g}", f"{c['num_cpus']:g}", str(c["memory_mb"]), str(d["loads"]),
+                      f"{last}/{d['load_seconds']:.2f}", _counts(d["unloads"]),
+                      _counts(d["evictions"]))  # fmt: skip
+    return table
+
+
+def _counts(counts: dict[str, int]) -> str:
+    return ", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "-"
 
 
 def _ray_table(data: dict[str, Any]) -> Any:
@@ -344,6 +438,42 @@ def remove(
     """Remove a component: new requests are refused, those in flight finish, its copies stop."""
     _call(host, port, "DELETE", f"/admin/components/{component}")
     typer.echo(f"removed {component}")
+
+
+@app.command()
+def load(
+    model: Annotated[str, typer.Argument(help="On-demand model name.")],
+    port: PortOpt = DEFAULT_PORT,
+    host: HostOpt = "127.0.0.1",
+    wait: Annotated[bool, typer.Option(help="Return once it is loaded.")] = True,
+) -> None:
+    """Load an on-demand model now, unloading least recently used idle ones if it needs the room."""
+    data = _call(host, port, "POST", "/admin/models/load", json={"model": model, "wait": wait})
+    if wait:
+        d = data["on_demand"]
+        took = f" (loaded in {d['last_load_s']:.2f} s)" if d["last_load_s"] is not None else ""
+        typer.echo(f"{model}: {d['state']}{took}")
+    else:
+        typer.echo(f"{model}: loading")
+
+
+@app.command()
+def unload(
+    model: Annotated[str, typer.Argument(help="On-demand model name.")],
+    port: PortOpt = DEFAULT_PORT,
+    host: HostOpt = "127.0.0.1",
+) -> None:
+    """Unload an on-demand model (pinned ones too): its requests in flight finish, then its copy stops."""
+    data = _call(host, port, "POST", "/admin/models/unload", json={"model": model})
+    typer.echo(f"{model}: unloaded" if data["unloaded"] else f"{model}: was not loaded ({data['state']})")
+
+
+@app.command()
+def reload(port: PortOpt = DEFAULT_PORT, host: HostOpt = "127.0.0.1") -> None:
+    """Scan the endpoint's models_dir again: new models appear, removed ones are drained and go."""
+    data = _call(host, port, "POST", "/admin/models/reload")
+    for key in ("added", "removed", "changed"):
+        typer.echo(f"{key}: {', '.join(data[key]) or '-'}")
 
 
 @app.command()

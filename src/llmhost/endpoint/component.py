@@ -6,12 +6,56 @@ import asyncio
 import contextlib
 import time
 from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
 from llmhost.endpoint.autoscaler import ScalerState
 from llmhost.endpoint.replica import Replica, ReplicaState
-from llmhost.endpoint.spec import ComponentSpec
+from llmhost.endpoint.spec import ComponentSpec, OnDemandSpec
 from llmhost.store.model import ResolvedModel
+
+
+class ModelState(StrEnum):
+    # no copy: the room it takes when loaded is free for others
+    UNLOADED = "unloaded"
+    # a load is under way: waiting for room, or its copy starting (or restarting after a crash)
+    LOADING = "loading"
+    # its copy is ready
+    LOADED = "loaded"
+    # its copy drains (no new requests; those in flight finish), then stops
+    UNLOADING = "unloading"
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """Why the last load of an on-demand model failed: the answer the requests waiting for it get."""
+
+    status: int
+    message: str
+    type: str
+
+
+@dataclass
+class Demand:
+    """An on-demand component's lifecycle figures (see `ondemand.ModelPool`)."""
+
+    spec: OnDemandSpec
+    last_used: float = field(default_factory=time.monotonic)
+    # the keep_alive the last request asked for (None: the component's)
+    request_keep_alive: float | None = None
+    loading: asyncio.Task[None] | None = None  # the one load under way
+    refusal: Refusal | None = None
+    loads: int = 0
+    load_seconds: float = 0.0  # summed over loads: a copy's start until it passed /ping
+    last_load_s: float | None = None
+    unloads: Counter[str] = field(default_factory=Counter)  # by reason: idle, evicted, admin, removed
+    evictions: Counter[str] = field(default_factory=Counter)  # by what was short: max_loaded, memory, cpus
+
+    @property
+    def keep_alive(self) -> float:
+        return self.spec.keep_alive if self.request_keep_alive is None else self.request_keep_alive
 
 
 class Component:
@@ -31,6 +75,8 @@ class Component:
         self.lock = asyncio.Lock()  # one scaling operation at a time
         self._next_index = 0
         self._changed = asyncio.Event()
+        self.demand = Demand(spec.on_demand) if spec.on_demand is not None else None
+        self.on_leave: Callable[[], None] | None = None  # a request left: room or idleness may follow
 
     def new_index(self) -> int:
         i = self._next_index
@@ -69,7 +115,7 @@ class Component:
         deadline = time.monotonic() + timeout_s
         while True:
             replica = self.pick(exclude)
-            if replica is not None or self.removing:
+            if replica is not None or self.removing or self.refusal is not None:
                 return replica
             left = deadline - time.monotonic()
             if left <= 0:
@@ -77,14 +123,42 @@ class Component:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._changed.wait(), min(left, 1.0))
 
+    @property
+    def refusal(self) -> Refusal | None:
+        """Why the last load failed (on-demand components), for the requests that waited for it."""
+        return self.demand.refusal if self.demand is not None else None
+
+    @property
+    def state(self) -> ModelState:
+        if self.ready():
+            return ModelState.LOADED
+        task = self.demand.loading if self.demand is not None else None
+        if (task is not None and not task.done()) or self.capacity():
+            return ModelState.LOADING
+        if self.replicas:
+            return ModelState.UNLOADING
+        return ModelState.UNLOADED
+
+    def idle_for(self, now: float) -> float:
+        """Seconds since its last request ended (0 with requests in flight)."""
+        if self.in_flight or self.demand is None:
+            return 0.0
+        return now - self.demand.last_used
+
     # --- load ------------------------------------------------------------------------------------
 
     def enter(self) -> None:
         self.in_flight += 1
         self.peak = max(self.peak, self.in_flight)
+        if self.demand is not None:
+            self.demand.last_used = time.monotonic()
 
     def leave(self) -> None:
         self.in_flight -= 1
+        if self.demand is not None:
+            self.demand.last_used = time.monotonic()
+        if self.on_leave is not None:
+            self.on_leave()
 
     def take_peak(self) -> int:
         peak, self.peak = self.peak, self.in_flight
@@ -108,4 +182,19 @@ class Component:
             "retries": self.retries,
             "removing": self.removing,
             "replicas": [r.status() for r in self.replicas],
+            "on_demand": self.demand_status(),
         }
+
+    def demand_status(self) -> dict[str, Any] | None:
+        d = self.demand
+        if d is None:
+            return None
+        return {
+            "state": self.state.value, "pinned": d.spec.pinned, "keep_alive": d.spec.keep_alive,
+            "request_keep_alive": d.request_keep_alive,
+            "idle_s": round(self.idle_for(time.monotonic()), 1), "loads": d.loads,
+            "load_seconds": round(d.load_seconds, 3),
+            "last_load_s": round(d.last_load_s, 3) if d.last_load_s is not None else None,
+            "unloads": dict(d.unloads), "evictions": dict(d.evictions),
+            "last_refusal": d.refusal.message if d.refusal else None,
+        }  # fmt: skip

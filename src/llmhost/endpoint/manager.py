@@ -16,6 +16,8 @@ from typing import Any
 from llmhost.endpoint.autoscaler import Observation, ScalerState, decide
 from llmhost.endpoint.component import Component
 from llmhost.endpoint.internal import InternalKey
+from llmhost.endpoint.modelsdir import scan
+from llmhost.endpoint.ondemand import ModelPool
 from llmhost.endpoint.placement import (
     InsufficientCapacityError,
     Ledger,
@@ -25,7 +27,7 @@ from llmhost.endpoint.placement import (
     router_cpu_ids,
 )
 from llmhost.endpoint.replica import Replica, ReplicaState, ReplicaTiming
-from llmhost.endpoint.spec import ComponentSpec, EndpointSpec
+from llmhost.endpoint.spec import ClientKeepAlive, ComponentSpec, EndpointSpec
 from llmhost.store.model import ResolvedModel
 
 log = logging.getLogger("llmhost.endpoint")
@@ -41,6 +43,10 @@ class UnknownComponentError(ComponentError):
 
 class ComponentExistsError(ComponentError):
     """A component of that name is already there (HTTP 409)."""
+
+
+class ModelLoadError(RuntimeError):
+    """An on-demand model could not be loaded (no room in time, or its copy failed to start)."""
 
 
 class ModelRefError(ComponentError):
@@ -91,17 +97,36 @@ class EndpointManager:
         self._tasks: set[asyncio.Task[None]] = set()
         self._closing = False
         self.started_at = time.time()
+        self.pool = ModelPool(self, spec.on_demand)
+        self.folder: list[ComponentSpec] = []  # the models_dir's components, as last scanned
 
     # --- checks before anything starts -----------------------------------------------------------
 
     def check(self, specs: list[ComponentSpec] | None = None) -> None:
         """Models resolve and every component's initial copies fit; raises before anything starts."""
-        specs = self.spec.components if specs is None else specs
+        if specs is None:
+            self.folder = self.scan_folder()
+            specs = [*self.spec.components, *self.folder]
+            self._check_preload(specs)
         self.router_cpus = router_cpu_ids(self.spec.router.num_cpus)
         self._check_names(specs)
         # `endpoint up` checks before the server starts, and start() checks again: resolved only once
         self._models.update({s.name: resolve(s) for s in specs if s.name not in self._models})
         self._check_capacity(specs)
+
+    def scan_folder(self) -> list[ComponentSpec]:
+        """The models_dir's components (none without one); a SpecError names what is wrong."""
+        if self.spec.models_dir is None:
+            return []
+        return scan(self.spec.models_dir, {c.name for c in self.spec.components})
+
+    def _check_preload(self, specs: list[ComponentSpec]) -> None:
+        on_demand = {s.name for s in specs if s.on_demand is not None}
+        for name in self.spec.on_demand.preload:
+            if name not in on_demand:
+                known = ", ".join(sorted(on_demand)) or "(none)"
+                raise UnknownComponentError(f"on_demand.preload: {name!r} is no on-demand model; "
+                                            f"on-demand models: {known}")  # fmt: skip
 
     def _check_names(self, specs: list[ComponentSpec]) -> None:
         for s in specs:
@@ -123,10 +148,12 @@ class EndpointManager:
         if self.router_cpus:  # before any copy starts: each is then pinned to its own CPUs
             os.sched_setaffinity(0, self.router_cpus)
             log.info("router pinned to CPU(s) %s", ",".join(map(str, self.router_cpus)))
-        await self._start_components(self._register(self.spec.components))
+        await self._start_components(self._register([*self.spec.components, *self.folder]))
         self._autoscaler = asyncio.create_task(self._autoscale_loop(), name="autoscaler")
+        for name in self.spec.on_demand.preload:
+            await self.load(name)
 
-    def _spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+    def spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
         task = asyncio.create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -144,8 +171,15 @@ class EndpointManager:
     def _register(self, specs: list[ComponentSpec]) -> list[Component]:
         self._check_capacity(specs)  # again: capacity may have changed since `check`
         comps = [Component(s, self._models[s.name]) for s in specs]
+        for c in comps:
+            c.on_leave = self._left
         self.components.update((c.spec.name, c) for c in comps)
         return comps
+
+    def _left(self) -> None:
+        """A request ended: an on-demand model may be idle (keep_alive 0), room may be free."""
+        self.pool.freed()
+        self._wake.set()
 
     async def _start_components(self, comps: list[Component]) -> None:
         for comp in comps:
@@ -160,7 +194,7 @@ class EndpointManager:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._autoscaler
         await asyncio.gather(
-            *(self._stop(c, r) for c in self.components.values() for r in list(c.replicas)),
+            *(self.stop_copy(c, r) for c in self.components.values() for r in list(c.replicas)),
             return_exceptions=True,
         )
         for task in list(self._tasks):
@@ -174,24 +208,30 @@ class EndpointManager:
         for _ in range(n):
             if self._closing or comp.removing:
                 break
-            alloc = place(self.ledger, comp.name, comp.spec.resources)
-            replica = Replica(comp.spec, comp.new_index(), comp.model, alloc, self.log_dir,
-                              on_change=comp.notify, timing=self.timing.replica,
-                              internal_key=self.internal_key)  # fmt: skip
-            comp.replicas.append(replica)
+            first = self.start_copy(comp)
             added += 1
-            ok = await replica.start()
-            if not ok:
-                log.warning("copy %s failed its first start (%s); it keeps restarting", replica.id,
-                            replica.last_reason)  # fmt: skip
+            if not await first:
+                log.warning("copy %s failed its first start (%s); it keeps restarting", comp.replicas[-1].id,
+                            comp.replicas[-1].last_reason)  # fmt: skip
         return added
 
-    async def _stop(self, comp: Component, replica: Replica) -> None:
+    def start_copy(self, comp: Component) -> asyncio.Future[bool]:
+        """Place one more copy of `comp` (InsufficientCapacityError if it does not fit) and start it; the
+        future says whether its first start passed /ping."""
+        alloc = place(self.ledger, comp.name, comp.spec.resources)
+        replica = Replica(comp.spec, comp.new_index(), comp.model, alloc, self.log_dir,
+                          on_change=comp.notify, timing=self.timing.replica,
+                          internal_key=self.internal_key)  # fmt: skip
+        comp.replicas.append(replica)
+        return replica.start()
+
+    async def stop_copy(self, comp: Component, replica: Replica) -> None:
         await replica.stop(self.timing.drain_timeout_s)
         release(self.ledger, replica.alloc)
         if replica in comp.replicas:
             comp.replicas.remove(replica)
         comp.notify()
+        self.pool.freed()
 
     async def _shrink(self, comp: Component, n: int) -> None:
         """Drain and stop n copies: failed ones first, then starting, then the least loaded."""
@@ -199,12 +239,15 @@ class EndpointManager:
         victims = sorted(comp.capacity(), key=lambda r: (order[r.state], r.outstanding, -r.index))[:n]
         for r in victims:
             r.state = ReplicaState.DRAINING  # out of routing at once; stop() drains
-        await asyncio.gather(*(self._stop(comp, r) for r in victims))
+        await asyncio.gather(*(self.stop_copy(comp, r) for r in victims))
 
     async def scale(self, name: str, copies: int) -> dict[str, Any]:
         comp = self.get(name)
         if copies < 0:
             raise ValueError(f"copies must be >= 0, got {copies}")
+        if comp.demand is not None:
+            raise ValueError(f"component {name!r} is loaded on demand (one copy): use "
+                             "`llmhost endpoint load` or `unload`")  # fmt: skip
         async with comp.lock:
             current = len(comp.capacity())
             if copies > current:
@@ -224,9 +267,62 @@ class EndpointManager:
         comp.removing = True
         comp.notify()
         async with comp.lock:
-            await asyncio.gather(*(self._stop(comp, r) for r in list(comp.replicas)))
+            await asyncio.gather(*(self.stop_copy(comp, r) for r in list(comp.replicas)))
         self.components.pop(name, None)
         self._models.pop(name, None)  # a component added later under this name resolves its own model
+        self.pool.freed()
+
+    # --- on-demand models ------------------------------------------------------------------------
+
+    def on_demand(self, name: str) -> Component:
+        comp = self.get(name)
+        if comp.demand is None:
+            raise ValueError(f"component {name!r} has copies of its own, it is not loaded on demand: use "
+                             "`llmhost endpoint scale`")  # fmt: skip
+        return comp
+
+    async def load(self, name: str) -> dict[str, Any]:
+        """Load an on-demand model as a request would (making room), and wait for it."""
+        comp = self.on_demand(name)
+        never = self.pool.never_fits(comp)
+        if never is not None:
+            raise InsufficientCapacityError(never)
+        self.pool.want(comp)
+        demand = comp.demand
+        assert demand is not None
+        if demand.loading is not None:
+            await asyncio.shield(demand.loading)
+        if demand.refusal is not None and not comp.ready():
+            raise ModelLoadError(demand.refusal.message)
+        return comp.status()
+
+    async def unload(self, name: str) -> dict[str, Any]:
+        """Drain and stop an on-demand model's copy (a pinned one too)."""
+        comp = self.on_demand(name)
+        unloaded = await self.pool.unload(comp, "admin")
+        return {"unloaded": name if unloaded else None, "state": comp.state.value}
+
+    async def reload(self) -> dict[str, list[str]]:
+        """Scan the models_dir again: new models are added (unloaded), those gone removed (drained), and
+        those whose settings changed replaced."""
+        if self.spec.models_dir is None:
+            raise ValueError("this endpoint has no models_dir to scan")
+        folder = await asyncio.to_thread(self.scan_folder)
+        old = {s.name: s for s in self.folder}
+        new = {s.name: s for s in folder}
+        gone = [n for n in old if n not in new or new[n] != old[n]]
+        self._check_names([s for s in folder if s.name not in old])  # e.g. a component added by `add`
+        for name in gone:
+            if name in self.components:
+                await self.remove(name)
+        added = [s for s in folder if s.name not in old or old[s.name] != s]
+        models = await asyncio.to_thread(lambda: {s.name: resolve(s) for s in added})
+        self._models.update(models)
+        self._register(added)
+        self.folder = folder
+        changed = sorted(n for n in gone if n in new)
+        return {"added": sorted(s.name for s in added if s.name not in changed),
+                "removed": sorted(n for n in gone if n not in new), "changed": changed}  # fmt: skip
 
     def get(self, name: str) -> Component:
         comp = self.components.get(name)
@@ -237,12 +333,22 @@ class EndpointManager:
 
     # --- autoscaling -----------------------------------------------------------------------------
 
+    @property
+    def client_keep_alive(self) -> ClientKeepAlive:
+        return self.spec.on_demand.client_keep_alive
+
     def copy_wanted(self, component: Component) -> None:
-        self._wake.set()
+        if component.demand is not None:
+            self.pool.want(component)
+        else:
+            self._wake.set()
 
     def wait_timeout_s(self, component: Component) -> float:
         if not component.capacity():  # scaled to zero: the first copy has to start
-            return component.spec.startup_health_check_timeout_s
+            spec = component.spec
+            # an on-demand model may first wait for room (up to max_wait_s, then refused)
+            room = spec.max_wait_s if component.demand is not None else 0.0
+            return spec.startup_health_check_timeout_s + room
         return component.spec.max_wait_s
 
     async def _autoscale_loop(self) -> None:
@@ -250,6 +356,7 @@ class EndpointManager:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), self.timing.autoscale_interval_s)
             self._wake.clear()
+            self.pool.tick()
             for comp in list(self.components.values()):
                 try:
                     self._autoscale(comp)
@@ -272,7 +379,7 @@ class EndpointManager:
                 log.warning("autoscaling %s to %d copies refused: %s", comp.name, decision.desired, reason)
                 return
         log.info("autoscaling %s: %d -> %d copies (%s)", comp.name, copies, decision.desired, decision.reason)
-        self._spawn(self._apply(comp, decision.desired))
+        self.spawn(self._apply(comp, decision.desired))
 
     async def _apply(self, comp: Component, desired: int) -> None:
         async with comp.lock:
@@ -302,5 +409,7 @@ class EndpointManager:
             "memory_mb": self.ledger.memory_mb,
             "memory_reserved_mb": self.ledger.reserved_mb,
             "log_dir": str(self.log_dir),
+            "models_dir": self.spec.models_dir.path if self.spec.models_dir else None,
+            "on_demand": self.spec.on_demand.model_dump(),
             "components": [c.status() for c in self.components.values()],
         }

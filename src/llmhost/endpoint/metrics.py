@@ -10,10 +10,11 @@ from typing import TYPE_CHECKING
 
 import httpx
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric, SummaryMetricFamily
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
+from llmhost.endpoint.component import ModelState
 from llmhost.endpoint.replica import ReplicaState
 
 if TYPE_CHECKING:
@@ -59,7 +60,36 @@ def router_families(components: Sequence[Component]) -> list[Metric]:
         for r in c.replicas:
             outstanding.add_metric([c.name, r.id], r.outstanding)
             restarts.add_metric([c.name, r.id], r.restarts)
-    return [copies, in_flight, waiting, outstanding, answered, retries, cut, restarts]
+    return [copies, in_flight, waiting, outstanding, answered, retries, cut, restarts,
+            *on_demand_families(components)]  # fmt: skip
+
+
+def on_demand_families(components: Sequence[Component]) -> list[Metric]:
+    """Loads, unloads, evictions and load seconds of the on-demand models."""
+    state = GaugeMetricFamily("llmhost_endpoint_model_state", "On-demand models by state (1: in it)",
+                              labels=["component", "state"])  # fmt: skip
+    loads = CounterMetricFamily("llmhost_endpoint_model_loads", "Loads of each on-demand model",
+                                labels=["component"])  # fmt: skip
+    seconds = SummaryMetricFamily("llmhost_endpoint_model_load_seconds", "Seconds from a load's copy start "
+                                  "to its first passed /ping", labels=["component"])  # fmt: skip
+    unloads = CounterMetricFamily("llmhost_endpoint_model_unloads", "Unloads of each on-demand model by "
+                                  "reason: idle, evicted, admin", labels=["component", "reason"])  # fmt: skip
+    evictions = CounterMetricFamily("llmhost_endpoint_model_evictions", "Unloads to make room for another "
+                                    "model, by what was short: max_loaded, memory, cpus",
+                                    labels=["component", "reason"])  # fmt: skip
+    for c in components:
+        d = c.demand
+        if d is None:
+            continue
+        for s in ModelState:
+            state.add_metric([c.name, s.value], 1.0 if c.state == s else 0.0)
+        loads.add_metric([c.name], d.loads)
+        seconds.add_metric([c.name], count_value=d.loads, sum_value=d.load_seconds)
+        for reason, n in sorted(d.unloads.items()):
+            unloads.add_metric([c.name, reason], n)
+        for reason, n in sorted(d.evictions.items()):
+            evictions.add_metric([c.name, reason], n)
+    return [state, loads, seconds, unloads, evictions]
 
 
 class _Snapshot(Collector):

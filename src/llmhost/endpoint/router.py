@@ -21,7 +21,7 @@ from starlette.responses import Response
 
 from llmhost import eventstream
 from llmhost.asgi import request_id
-from llmhost.endpoint import apidoc, routing
+from llmhost.endpoint import apidoc, keepalive, routing
 from llmhost.endpoint.component import Component
 from llmhost.endpoint.metrics import render_metrics
 from llmhost.endpoint.replica import Replica
@@ -34,6 +34,7 @@ from llmhost.endpoint.routing import (
     error_event,
     known,
 )
+from llmhost.endpoint.spec import ClientKeepAlive
 from llmhost.lifecycle import KEEP_ALIVE_S, Lifecycle
 
 log = logging.getLogger("llmhost.endpoint")
@@ -56,6 +57,10 @@ class Registry(Protocol):
 
     def wait_timeout_s(self, component: Component) -> float:
         """How long a request may wait for a ready copy."""
+
+    @property
+    def client_keep_alive(self) -> ClientKeepAlive:
+        """Who may set an on-demand model's keep_alive per request."""
 
 
 # idle connections to copies dropped well before a copy closes them (KEEP_ALIVE_S): at equal timeouts
@@ -87,13 +92,21 @@ class Proxy:
         comp.waiting += 1
         self.registry.copy_wanted(comp)
         try:
-            while replica is None and time.monotonic() < deadline and not comp.removing:
+            while (replica is None and time.monotonic() < deadline and not comp.removing
+                   and comp.refusal is None):  # fmt: skip
                 replica = await comp.wait_for_copy(deadline - time.monotonic(), tried)
         finally:
             comp.waiting -= 1
         return replica
 
     async def forward(self, request: Request, comp: Component, body: bytes) -> Response:
+        if comp.demand is not None:
+            try:
+                policy = self.registry.client_keep_alive
+                body, asked = keepalive.check(body, policy, comp.demand.spec.keep_alive, comp.name)
+            except keepalive.KeepAliveError as exc:
+                return error(400, str(exc), field=keepalive.FIELD)
+            comp.demand.request_keep_alive = asked
         return await routing.counted(comp, lambda: self._forward(request, comp, body))
 
     async def _forward(self, request: Request, comp: Component, body: bytes) -> tuple[Response, bool]:
@@ -104,6 +117,9 @@ class Proxy:
         for attempt in range(self.max_attempts):
             replica = await self._choose(comp, tried, retry.deadline)
             if replica is None:
+                refusal = comp.refusal
+                if refusal is not None:  # its load failed: why, for every request that waited
+                    return error(refusal.status, refusal.message, refusal.type, field="model"), False
                 return retry.given_up(), False
             replica.outstanding += 1
             replica.served += 1
@@ -190,6 +206,16 @@ async def _stream(
             yield part
 
 
+def _on_demand(comp: Component) -> dict[str, Any]:
+    """What /v1/models adds for an on-demand model: its state and the room it takes when loaded."""
+    d = comp.demand
+    if d is None:
+        return {}
+    res = comp.spec.resources
+    return {"state": comp.state.value, "pinned": d.spec.pinned, "keep_alive": d.keep_alive,
+            "resources": {"num_cpus": res.num_cpus, "memory_mb": res.memory_mb}}  # fmt: skip
+
+
 def create_router(registry: Registry, proxy: Proxy, lifecycle: Lifecycle) -> APIRouter:
     router = APIRouter()
 
@@ -202,7 +228,7 @@ def create_router(registry: Registry, proxy: Proxy, lifecycle: Lifecycle) -> API
     async def models() -> dict[str, Any]:
         return {
             "object": "list",
-            "data": [routing.model_entry(name, len(c.capacity()), len(c.ready()))
+            "data": [{**routing.model_entry(name, len(c.capacity()), len(c.ready())), **_on_demand(c)}
                      for name, c in registry.components.items() if not c.removing],
         }  # fmt: skip
 

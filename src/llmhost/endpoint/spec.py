@@ -127,6 +127,22 @@ class AutoscalingSpec(_Strict):
         return self
 
 
+class OnDemandSpec(_Strict):
+    """A component loaded when a request names it, unloaded when idle or when another needs the room:
+    at most one copy, reserved only while loaded (from the room declared components leave)."""
+
+    # seconds an idle model stays loaded after its last request: -1 never, 0 right after the request
+    keep_alive: float = Field(default=300.0, ge=-1)
+    # never unloaded when idle nor to make room (`llmhost endpoint unload` still unloads it)
+    pinned: bool = False
+
+    @model_validator(mode="after")
+    def _check(self) -> OnDemandSpec:
+        if -1 < self.keep_alive < 0:
+            raise ValueError(f"keep_alive must be -1 (never unload) or >= 0 seconds, got {self.keep_alive}")
+        return self
+
+
 class ComponentSpec(_Strict):
     # what requests name: the OpenAI `model`, X-Amzn-SageMaker-Inference-Component
     name: str = Field(pattern=NAME_PATTERN)
@@ -143,9 +159,13 @@ class ComponentSpec(_Strict):
     # how long a request waits for a ready copy while the component has copies (one may be restarting);
     # with none (scaled to zero) it waits for the first to start, up to startup_health_check_timeout_s
     max_wait_s: float = Field(default=30.0, gt=0)
+    # loaded on demand (see OnDemandSpec); None: the copies above, reserved from the start
+    on_demand: OnDemandSpec | None = None
 
     @model_validator(mode="after")
     def _check(self) -> ComponentSpec:
+        if self.on_demand is not None and (self.copies is not None or self.autoscaling is not None):
+            raise ValueError("on_demand loads one copy when asked: copies and autoscaling do not apply")
         a = self.autoscaling
         if a is not None and self.copies is not None and not a.min_copies <= self.copies <= a.max_copies:
             raise ValueError(
@@ -160,6 +180,8 @@ class ComponentSpec(_Strict):
 
     @property
     def initial_copies(self) -> int:
+        if self.on_demand is not None:
+            return 0
         if self.copies is not None:
             return self.copies
         return self.autoscaling.min_copies if self.autoscaling else 1
@@ -180,14 +202,53 @@ class RouterSpec(_Strict):
     num_cpus: int = Field(default=0, ge=0)
 
 
+# who may set a request's `keep_alive` (Ollama's body field): nobody (a 400 naming the field), a value
+# no longer than the model's own, or any value
+ClientKeepAlive = Literal["none", "shorten", "any"]
+
+
+class OnDemandPolicy(_Strict):
+    """The room on-demand components share (what declared components leave of the host's CPUs and memory,
+    within these limits), who may set keep_alive per request, and what loads at start."""
+
+    max_loaded: int | None = Field(default=None, ge=1)  # on-demand models loaded at once; None: no limit
+    memory_budget_mb: int | None = Field(default=None, ge=1)  # their memory_mb together; None: the host's
+    client_keep_alive: ClientKeepAlive = "none"
+    preload: list[str] = []  # on-demand models loaded at start
+
+
+class ModelsDirSpec(_Strict):
+    """A folder of models, one on-demand component each: NAME.gguf, or a model directory NAME/; a
+    NAME.yaml beside one gives its component settings (an endpoint file's component keys but name,
+    model, copies and autoscaling), over `defaults`."""
+
+    path: str
+    defaults: dict[str, Any] = {}
+
+    @model_validator(mode="after")
+    def _check(self) -> ModelsDirSpec:
+        for key in ("name", "model", "copies", "autoscaling"):
+            if key in self.defaults:
+                raise ValueError(f"defaults.{key}: not a setting of a folder's model")
+        try:  # checked now, as the component every model of the folder starts from
+            ComponentSpec.model_validate({**self.defaults, "name": "defaults", "on_demand": {}})
+        except ValidationError as exc:
+            raise ValueError(f"defaults: {format_errors(exc, self.defaults)}") from None
+        return self
+
+
 class EndpointSpec(_Strict):
     name: str = Field(pattern=NAME_PATTERN)  # the endpoint's name (logs, status, reports)
     instance: InstanceSpec = InstanceSpec()  # the host it runs on, for cost reports
     router: RouterSpec = RouterSpec()  # the router's own CPUs
-    components: list[ComponentSpec] = Field(min_length=1)  # the models served, each its copies
+    components: list[ComponentSpec] = []  # the models served, each its copies (none: a models_dir only)
+    models_dir: ModelsDirSpec | None = None  # a folder of models, each an on-demand component
+    on_demand: OnDemandPolicy = OnDemandPolicy()  # how the folder's models are loaded and unloaded
 
     @model_validator(mode="after")
     def _check(self) -> EndpointSpec:
+        if not self.components and self.models_dir is None:
+            raise ValueError("components: List should have at least 1 item (or give models_dir)")
         _unique_names(self.components)
         return self
 
@@ -270,4 +331,9 @@ def read_yaml(path: Path) -> Any:
 
 
 def load_endpoint(path: Path) -> EndpointSpec:
-    return parse_endpoint(read_yaml(path), str(path))
+    spec = parse_endpoint(read_yaml(path), str(path))
+    folder = spec.models_dir
+    if folder is not None and not Path(folder.path).expanduser().is_absolute():  # relative to the file
+        models_dir = folder.model_copy(update={"path": str(path.parent / Path(folder.path).expanduser())})
+        spec = spec.model_copy(update={"models_dir": models_dir})
+    return spec

@@ -18,6 +18,8 @@ from llmhost.endpoint.spec import EndpointSpec
 
 log = logging.getLogger("llmhost.endpoint")
 SCALE_POLL_S = 0.5
+NO_ON_DEMAND = ("a Ray endpoint has no on-demand models (models_dir and on_demand are single-host only): "
+                "Ray Serve scales each component's deployment itself")  # fmt: skip
 
 
 class RayAdmin:
@@ -121,6 +123,15 @@ class RayAdmin:
 
     async def remove(self, name: str) -> dict[str, Any]:
         raise NotSupported(self.components_fixed)
+
+    async def load(self, model: str, wait: bool) -> dict[str, Any]:
+        raise NotSupported(NO_ON_DEMAND)
+
+    async def unload(self, model: str) -> dict[str, Any]:
+        raise NotSupported(NO_ON_DEMAND)
+
+    async def reload(self) -> dict[str, Any]:
+        raise NotSupported(NO_ON_DEMAND)
 
     async def down(self) -> None:
         """Ray Serve took the deletion (it drains the copies, then the ingress answering this)."""

@@ -1,0 +1,117 @@
+"""A folder of models as on-demand components: each `NAME.gguf` file and each model directory `NAME/`
+(a directory holding a GGUF, as `llmhost serve` resolves it) is the component NAME; a `NAME.yaml` beside
+it gives its component settings over the folder's `defaults`. Scanned at start and on `endpoint reload`.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Collection
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from llmhost.endpoint.spec import (
+    NAME_PATTERN,
+    ComponentSpec,
+    ModelsDirSpec,
+    SpecError,
+    format_errors,
+    read_yaml,
+)
+from llmhost.store.model import ModelNotFoundError, model_in
+
+# what a loaded copy takes beyond its GGUF's pages when no memory_mb is given: the Python process,
+# the server and a small KV cache (measured: about 200 MB for the default model with short contexts)
+PROCESS_OVERHEAD_MB = 300
+
+
+def estimated_memory_mb(gguf: Path) -> int:
+    """memory_mb of a model that sets none: its file's size plus the process's overhead."""
+    return math.ceil(gguf.stat().st_size / 2**20) + PROCESS_OVERHEAD_MB
+
+
+def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def _candidates(folder: Path) -> dict[str, list[Path]]:
+    """Model paths by the name they give (several: a clash)."""
+    found: dict[str, list[Path]] = {}
+    for entry in sorted(folder.iterdir()):
+        if entry.name.startswith("."):
+            continue
+        if entry.is_file() and entry.suffix == ".gguf":
+            found.setdefault(entry.stem, []).append(entry)
+        elif entry.is_dir():
+            try:
+                model_in(entry)
+            except ModelNotFoundError:
+                continue  # a folder without a GGUF is not a model
+            found.setdefault(entry.name, []).append(entry)
+    return found
+
+
+def _settings(model: Path, defaults: dict[str, Any]) -> dict[str, Any]:
+    """The folder's defaults with the model's own NAME.yaml over them."""
+    side = model.with_name(model.stem + ".yaml") if model.is_file() else model.with_suffix(".yaml")
+    if not side.is_file():
+        return dict(defaults)
+    own = read_yaml(side)
+    if own is None:
+        return dict(defaults)
+    if not isinstance(own, dict):
+        raise SpecError(f"{side}: expected a mapping of component settings, got {type(own).__name__}")
+    for key in ("name", "model", "copies", "autoscaling"):
+        if key in own:
+            raise SpecError(f"{side}: {key}: not a setting of a folder's model (the file names the model)")
+    return _merge(defaults, own)
+
+
+def _component(name: str, model: Path, folder: ModelsDirSpec) -> ComponentSpec:
+    if not re.match(NAME_PATTERN, name):
+        raise SpecError(f"{model}: {name!r} is not a component name (letters, digits, '.', '_', '-'; "
+                        "at most 63): rename the file")  # fmt: skip
+    raw = _settings(model, folder.defaults)
+    raw.setdefault("on_demand", {})
+    resources = dict(raw.get("resources") or {})
+    if "memory_mb" not in resources:
+        gguf = model if model.is_file() else model_in(model)
+        resources["memory_mb"] = estimated_memory_mb(gguf)
+        if resources.get("max_memory_mb") is not None:
+            resources["memory_mb"] = min(resources["memory_mb"], resources["max_memory_mb"])
+    raw["resources"] = resources
+    try:
+        return ComponentSpec.model_validate({**raw, "name": name, "model": str(model)})
+    except ValidationError as exc:
+        raise SpecError(f"model {name!r} ({model}): {format_errors(exc, raw)}") from None
+
+
+def scan(folder: ModelsDirSpec, declared: Collection[str] = ()) -> list[ComponentSpec]:
+    """One on-demand component per model in the folder, by name; a name two models give (or a declared
+    component has) is an error naming both."""
+    path = Path(folder.path).expanduser()
+    if not path.is_dir():
+        raise SpecError(f"models_dir {path}: not a directory")
+    try:
+        found = _candidates(path)
+    except OSError as exc:
+        raise SpecError(f"models_dir {path}: cannot read: {exc.strerror or exc}") from None
+    specs = []
+    for name, paths in found.items():
+        if len(paths) > 1:
+            raise SpecError(f"models_dir {path}: name clash: {' and '.join(p.name for p in paths)} "
+                            f"both give the model name {name!r}; rename one")  # fmt: skip
+        if name in declared:
+            raise SpecError(f"models_dir {path}: name clash: {paths[0].name} gives the model name {name!r}, "
+                            "which a declared component has; rename one")  # fmt: skip
+        specs.append(_component(name, paths[0], folder))
+    return specs

@@ -78,7 +78,9 @@ async def _scrape(client: httpx.AsyncClient, url: str) -> str:
         return ""
 
 
-async def render_metrics(components: Sequence[Component], client: httpx.AsyncClient) -> bytes:
+async def render_metrics(components: Sequence[Component], client: httpx.AsyncClient,
+                         extra: Sequence[Metric] = ()) -> bytes:
+    """`extra`: more families of the router's own (the console's figures)."""
     targets = [
         (c.name, r) for c in components for r in c.replicas
         if r.state in (ReplicaState.READY, ReplicaState.DRAINING)
@@ -92,5 +94,5 @@ async def render_metrics(components: Sequence[Component], client: httpx.AsyncCli
             continue
         relabel(families, {"component": name, "copy": r.id}, merged)
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(_Snapshot(router_families(components) + list(merged.values())))
+    registry.register(_Snapshot(router_families(components) + list(extra) + list(merged.values())))
     return generate_latest(registry)

@@ -21,6 +21,8 @@ from starlette.responses import Response
 
 from llmhost import eventstream
 from llmhost.asgi import request_id
+from llmhost.console.front import console_families
+from llmhost.console.timeseries import SeriesStore
 from llmhost.endpoint import routing
 from llmhost.endpoint.component import Component
 from llmhost.endpoint.metrics import render_metrics
@@ -93,14 +95,17 @@ class Proxy:
         path = request.url.path + (f"?{request.url.query}" if request.url.query else "")
         retry = routing.NotTaken(comp.name, self.registry.wait_timeout_s(comp))
         tried: set[str] = set()
+        started = time.monotonic()
         for attempt in range(self.max_attempts):
             replica = await self._choose(comp, tried, retry.deadline)
             if replica is None:
+                comp.no_capacity += 1
                 return retry.given_up(), False
             replica.outstanding += 1
             replica.served += 1
             upstream_req = self.client.build_request(request.method, replica.url + path, content=body,
                                                      headers=headers)  # fmt: skip
+            sent = time.monotonic()
             try:
                 upstream = await self.client.send(upstream_req, stream=True)
             except NOT_STARTED as exc:
@@ -121,7 +126,7 @@ class Proxy:
             except BaseException:
                 replica.outstanding -= 1
                 raise
-            return await self._relay(comp, replica, upstream)
+            return await self._relay(comp, replica, upstream, (started, sent))
         msg = (
             f"inference component {comp.name!r}: no copy accepted the request after "
             f"{self.max_attempts} attempts; last failure: {retry.last}"
@@ -129,10 +134,12 @@ class Proxy:
         return error(502, msg, "upstream_error"), False
 
     async def _relay(
-        self, comp: Component, replica: Replica, upstream: httpx.Response
+        self, comp: Component, replica: Replica, upstream: httpx.Response, times: tuple[float, float]
     ) -> tuple[Response, bool]:
+        """`times`: when the request arrived and when it was sent to the copy (for the latencies)."""
         out_headers = routing.relayed_headers(upstream.headers.items(), replica.id)
         closed = False
+        started, sent = times
 
         async def close() -> None:
             nonlocal closed
@@ -142,6 +149,8 @@ class Proxy:
             await upstream.aclose()
             replica.outstanding -= 1
             comp.leave()
+            now = time.monotonic()
+            comp.timed_answer(now - started, now - sent)
 
         streamed, framed = routing.stream_kind(upstream.headers.get("content-type", ""))
         if streamed:
@@ -156,6 +165,8 @@ class Proxy:
         finally:
             await upstream.aclose()
             replica.outstanding -= 1
+        now = time.monotonic()
+        comp.timed_answer(now - started, now - sent)
         return Response(content, status_code=upstream.status_code, headers=out_headers), False
 
 
@@ -182,7 +193,9 @@ async def _stream(
             yield part
 
 
-def create_router(registry: Registry, proxy: Proxy, lifecycle: Lifecycle) -> APIRouter:
+def create_router(registry: Registry, proxy: Proxy, lifecycle: Lifecycle,
+                  store: SeriesStore | None = None) -> APIRouter:
+    """`store`: the console's series, whose last figures /metrics shows too."""
     router = APIRouter()
 
     @router.get("/ping")
@@ -200,7 +213,8 @@ def create_router(registry: Registry, proxy: Proxy, lifecycle: Lifecycle) -> API
 
     @router.get("/metrics")
     async def metrics() -> Response:
-        text = await render_metrics(list(registry.components.values()), proxy.client)
+        extra = list(console_families(store)) if store is not None else []
+        text = await render_metrics(list(registry.components.values()), proxy.client, extra)
         return Response(text, media_type="text/plain; version=0.0.4; charset=utf-8")
 
     router.include_router(routing.data_routes(registry, proxy))

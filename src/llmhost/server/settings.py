@@ -33,8 +33,14 @@ class ServerSettings:
     api_keys: ApiKeys = field(default_factory=ApiKeys)  # none: no authentication
     # the model directory's code/inference.py (SageMaker inference toolkit hooks for /invocations)
     inference_script: Path | None = None
+    reports: str = ""  # the console's reports folder (bench / tune results); "": none
+    console_period_s: float = 5.0  # seconds between the console's points
 
     def __post_init__(self) -> None:
+        if not 0.05 <= self.console_period_s <= 300:
+            raise ValueError(f"console_period_s must be in [0.05, 300], got {self.console_period_s}")
+        if self.reports and not Path(self.reports).is_dir():
+            raise ValueError(f"--reports {self.reports}: not a folder")
         if not 0 < self.port < 65536:
             raise ValueError(f"port must be in 1..65535, got {self.port}")
         if self.tool_parser not in TOOL_PARSERS:

@@ -200,7 +200,7 @@ SERVE_SETTINGS: tuple[Setting, ...] = (
             metavar="LEVEL"),
     Setting("reports", str, "", "A folder of `llmhost bench` / `llmhost tune` results, listed in the console "
             "(GET /console).", server="reports", metavar="DIR"),
-    Setting("console_period_s", float, 5.0, "Seconds between the console's points (15 minutes are kept).",
+    Setting("console_period", float, 5.0, "Seconds between the console's points (15 minutes are kept).",
             server="console_period_s", metavar="S"),
 )  # fmt: skip
 

@@ -56,6 +56,8 @@ class ConsoleSettings:
             raise ValueError(f"console period must be in [0.05, 300] seconds, got {self.period_s}")
         if self.retention_s < self.period_s:
             raise ValueError(f"console retention must be >= its period, got {self.retention_s}")
+        if self.reports_dir is not None and not self.reports_dir.is_dir():
+            raise ValueError(f"reports {self.reports_dir}: not a folder")
 
     def store(self) -> SeriesStore:
         return SeriesStore(self.period_s, self.retention_s)

@@ -132,11 +132,8 @@ def up(
     try:
         console = ConsoleSettings(period_s=console_period, reports_dir=reports)
     except ValueError as exc:
-        typer.echo(f"error: --console-period: {exc}", err=True)
+        typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
-    if reports is not None and not reports.is_dir():
-        typer.echo(f"error: --reports {reports}: not a folder", err=True)
-        raise typer.Exit(2)
     _up_single(spec, host, port, log_dir, autoscale_interval, drain_timeout,
                (health_interval, health_timeout, health_misses), log_level, keys, console)  # fmt: skip
 

@@ -19,7 +19,7 @@ from llmhost.engine.embedder_loop import AsyncEmbedder
 from llmhost.lifecycle import Lifecycle
 from llmhost.server import errors
 from llmhost.server.anthropic_errors import AnthropicErrorsMiddleware
-from llmhost.server.console import ServerConsole, console_settings
+from llmhost.server.console import ServerConsole
 from llmhost.server.lifecycle import watch_embedder, watch_engine
 from llmhost.server.metrics import ServerMetrics
 from llmhost.server.middleware import BodyLimitMiddleware, CustomAttributesMiddleware
@@ -52,7 +52,7 @@ def create_app(
     ctx = ServingContext(engine, settings, metrics, embedder)
     tally = FrontTally()
     console_source = ServerConsole(ctx, tally)
-    console = console_settings(settings.console_period_s, settings.reports)
+    console = settings.console()
     store = console.store()
     metrics.registry.register(ConsoleCollector(store))
 

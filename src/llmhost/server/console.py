@@ -6,23 +6,17 @@ from __future__ import annotations
 
 import os
 import time
-from pathlib import Path
 from typing import Any
 
 import psutil
 from fastapi import Request
 
 from llmhost import __version__
-from llmhost.console.api import ConsoleSettings
 from llmhost.console.front import FrontTally
 from llmhost.console.readings import ComponentReading, CopyReading, engine_reading
 from llmhost.server.serving.context import ServingContext
 
 COPY = "self"
-
-
-def console_settings(period_s: float, reports: str) -> ConsoleSettings:
-    return ConsoleSettings(period_s=period_s, reports_dir=Path(reports) if reports else None)
 
 
 class ServerConsole:

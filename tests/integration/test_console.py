@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -15,19 +14,16 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import httpx
 import pytest
 
 from llmhost.bench.report import write_summary
+from tests.integration.console_helpers import WAIT_MS, Watched, chromium, needs_chromium
 from tests.integration.endpoint_helpers import ENGINE, Endpoint, start_endpoint, stop_endpoint
 from tests.unit.bench.test_report import make_results
 
-playwright_api = pytest.importorskip("playwright.sync_api")
-CHROMIUM = shutil.which("chromium")
-pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (make test "
-                                "installs it)")  # fmt: skip
+pytestmark = needs_chromium
 
 KEY = "console-test-key"
 ENDPOINT = f"""
@@ -44,8 +40,6 @@ components:
     engine: {ENGINE}
     startup_health_check_timeout_s: 90
 """
-WAIT_MS = 90_000
-# page.wait_for_function is given functions, never expressions: the page's CSP forbids eval, which polls them
 
 
 @pytest.fixture(scope="module")
@@ -70,50 +64,16 @@ def ep(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Endpoint]:
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    with playwright_api.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=["--disable-gpu", "--no-first-run"])
-        yield b
-        b.close()
-
-
-class Watched:
-    """A page whose console errors and requests are recorded; requests leaving 127.0.0.1 are refused."""
-
-    def __init__(self, browser: Any, with_key: bool) -> None:
-        self.context = browser.new_context(viewport={"width": 1400, "height": 1000})
-        if with_key:  # as after the prompt: the key in this tab's session storage
-            # the top page only: a report's sandboxed frame has no storage
-            self.context.add_init_script(f"if (window === window.top) "
-                                         f"sessionStorage.setItem('llmhost-console-key', {json.dumps(KEY)})")
-        self.requests: list[str] = []
-        self.outside: list[str] = []
-        self.errors: list[str] = []
-        self.context.route("**/*", self._route)
-        self.page = self.context.new_page()
-        self.page.on("console", lambda m: self.errors.append(m.text) if m.type == "error" else None)
-        self.page.on("pageerror", lambda e: self.errors.append(str(e)))
-
-    def _route(self, route: Any) -> None:
-        url = route.request.url
-        self.requests.append(url)
-        if urlsplit(url).hostname != "127.0.0.1":
-            self.outside.append(url)
-            route.abort()
-        else:
-            route.continue_()
-
-    def close(self) -> None:
-        self.context.close()
+    yield from chromium()
 
 
 @pytest.fixture
 def page(browser: Any, ep: Endpoint) -> Iterator[Watched]:
-    w = Watched(browser, with_key=True)
+    w = Watched(browser, KEY)
     w.page.goto(f"{ep.url}/console")
     w.page.wait_for_selector('tr[data-copy="a-0"]', timeout=WAIT_MS)
     yield w
-    assert w.outside == [], f"requests left 127.0.0.1: {w.outside}"
-    assert w.errors == [], f"console errors: {w.errors}"
+    w.check_clean()
     w.close()
 
 
@@ -127,7 +87,7 @@ def status(ep: Endpoint) -> dict[str, Any]:
 
 
 def test_without_a_key_the_page_asks_for_one_then_works(browser: Any, ep: Endpoint, artifacts: Path) -> None:
-    w = Watched(browser, with_key=False)
+    w = Watched(browser, None)
     w.page.goto(f"{ep.url}/console")
     w.page.wait_for_selector("#keybox:not([hidden])", timeout=WAIT_MS)
     assert w.page.is_hidden("#main")

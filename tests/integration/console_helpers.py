@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import shutil
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -17,6 +18,15 @@ needs_chromium = pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium 
                                     "installs it)")  # fmt: skip
 WAIT_MS = 90_000
 # page.wait_for_function is given functions, never expressions: the page's CSP forbids eval, which polls them
+
+
+# screenshots are kept where pytest's rotating temporary folders do not reach (build/ is git-ignored)
+ARTIFACTS = Path(__file__).resolve().parents[2] / "build" / "test-artifacts" / "console"
+
+
+def artifacts_dir() -> Path:
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    return ARTIFACTS
 
 
 def chromium() -> Iterator[Any]:

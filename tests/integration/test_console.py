@@ -1,7 +1,7 @@
 """The console in a real browser (Debian's headless Chromium driven by Playwright; no browser download)
 against a real `llmhost endpoint up` with two components and API keys on. One endpoint serves every test,
 in order: the key prompt, a clean offline load, charts under load, the playground, a copy killed with
-kill -9, scaling from the page, a report opened. Screenshots go to the folder the first test prints."""
+kill -9, scaling from the page, a report opened. Screenshots go to build/test-artifacts/console/."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ import httpx
 import pytest
 
 from llmhost.bench.report import write_summary
-from tests.integration.console_helpers import WAIT_MS, Watched, chromium, needs_chromium
+from tests.integration.console_helpers import WAIT_MS, Watched, artifacts_dir, chromium, needs_chromium
 from tests.integration.endpoint_helpers import ENGINE, Endpoint, start_endpoint, stop_endpoint
 from tests.unit.bench.test_report import make_results
 
@@ -43,10 +43,8 @@ components:
 
 
 @pytest.fixture(scope="module")
-def artifacts(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("console-artifacts")
-    print(f"\nconsole screenshots in {path}")
-    return path
+def artifacts() -> Path:
+    return artifacts_dir()
 
 
 @pytest.fixture(scope="module")

@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
 from tests.integration.conftest import Server, start_server, stop_server
-from tests.integration.console_helpers import WAIT_MS, Watched, chromium, needs_chromium
+from tests.integration.console_helpers import WAIT_MS, Watched, artifacts_dir, chromium, needs_chromium
 
 KEY = "serve-console-key"
 AUTH = {"Authorization": f"Bearer {KEY}"}
@@ -84,8 +83,7 @@ def browser() -> Iterator[Any]:
 
 
 @needs_chromium
-def test_the_one_component_page(srv: Server, browser: Any, tmp_path_factory: pytest.TempPathFactory) -> None:
-    shots: Path = tmp_path_factory.mktemp("serve-console-artifacts")
+def test_the_one_component_page(srv: Server, browser: Any) -> None:
     w = Watched(browser, KEY)
     p = w.page
     p.goto(f"{srv.url}/console")
@@ -96,6 +94,6 @@ def test_the_one_component_page(srv: Server, browser: Any, tmp_path_factory: pyt
     assert p.is_hidden("#add-box") and p.is_visible("#pg-send")
     p.wait_for_function("() => Number(document.getElementById('chart-mem').dataset.points) > 1",
                         timeout=WAIT_MS)  # fmt: skip
-    p.screenshot(path=str(shots / "serve-console.png"), full_page=True)
+    p.screenshot(path=str(artifacts_dir() / "serve-console.png"), full_page=True)
     w.check_clean()
     w.close()

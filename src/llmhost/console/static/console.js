@@ -247,13 +247,13 @@
       $("charts").replaceChildren();
       state.chartComps = comps;
     }
-    const width = Math.max(360, Math.min(640, ($("charts").clientWidth || 900) / 2 - 24));
     for (const [id, title, metrics] of CHARTS) {
       const { comps: names, cols } = chartData(metrics);
       let ch = state.charts[id];
       if (!ch) {
         const box = el("div", { class: "chart", id: "chart-" + id, "data-points": "0" }, el("h3", {}, title));
         $("charts").append(box);
+        const width = chartWidth(box);
         const series = [{}];
         names.forEach((c, ci) => metrics.forEach(([m, label], mi) => series.push({
           label: c + (label ? " " + label : ""), stroke: COLORS[ci % COLORS.length], width: 1.5,
@@ -269,6 +269,12 @@
       ch.box.setAttribute("data-last", last.length ? String(Math.max(...last)) : "");
     }
   }
+
+  // a chart fills its grid cell, and follows it when the window is resized
+  const chartWidth = (box) => Math.max(280, box.clientWidth - 4);
+  window.addEventListener("resize", () => {
+    for (const ch of Object.values(state.charts)) ch.plot.setSize({ width: chartWidth(ch.box), height: 180 });
+  });
 
   // ---- polling ----------------------------------------------------------------------------------
   async function refresh() {

@@ -18,6 +18,8 @@ from llmhost.console.timeseries import METRICS, SeriesStore
 # requests that are not invocations: the console's own, probes and scrapes
 NOT_INVOCATIONS = frozenset({"/ping", "/health", "/metrics"})
 CONSOLE_PREFIX = "/console"
+# the console's families in /metrics
+FAMILY = "llmhost_console"
 
 
 def is_invocation(path: str) -> bool:
@@ -89,7 +91,7 @@ def console_families(store: SeriesStore) -> Iterable[Metric]:
     """The last period's figures, one gauge per CloudWatch-named series, by component."""
     latest = store.latest()
     family = GaugeMetricFamily(
-        "llmhost_console", "The console's figures of the last sampling period, named as CloudWatch names "
+        FAMILY, "The console's figures of the last sampling period, named as CloudWatch names "
         "them (Invocations, ModelLatency, ...; unit in the label)", labels=["component", "name", "unit"],
     )  # fmt: skip
     for component, figures in sorted(latest.items()):
@@ -97,6 +99,6 @@ def console_families(store: SeriesStore) -> Iterable[Metric]:
             value = figures[m.name]
             if value is not None:
                 family.add_metric([component, m.name, m.unit], value)
-    period = GaugeMetricFamily("llmhost_console_period_seconds", "Seconds one console point covers",
+    period = GaugeMetricFamily(f"{FAMILY}_period_seconds", "Seconds one console point covers",
                                value=store.period_s)  # fmt: skip
     return [family, period]

@@ -14,6 +14,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
+from llmhost.console.front import FAMILY as CONSOLE_FAMILY
 from llmhost.endpoint.replica import ReplicaState
 
 if TYPE_CHECKING:
@@ -92,7 +93,9 @@ async def render_metrics(components: Sequence[Component], client: httpx.AsyncCli
             families = list(text_string_to_metric_families(text))
         except ValueError:  # a copy answering something else than the exposition format
             continue
-        relabel(families, {"component": name, "copy": r.id}, merged)
+        # a copy is a server with its own console: the endpoint's console families are the ones shown
+        own = [f for f in families if not f.name.startswith(CONSOLE_FAMILY)]
+        relabel(own, {"component": name, "copy": r.id}, merged)
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_Snapshot(router_families(components) + list(extra) + list(merged.values())))
     return generate_latest(registry)

@@ -14,6 +14,7 @@ from fastapi import FastAPI
 from prometheus_client.core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
+from llmhost.console.timeseries import Point, SeriesStore
 from llmhost.endpoint.component import Component
 from llmhost.endpoint.metrics import relabel
 from llmhost.endpoint.placement import Allocation
@@ -301,3 +302,31 @@ async def test_bodies_the_router_cannot_read_go_to_the_copy(tmp_path: Path) -> N
         for raw in (deep, b"not json", b"\xff"):
             r = await c.post("/v1/completions", content=raw, headers={"content-type": "application/json"})
             assert r.status_code != 500, r.text
+
+
+async def test_metrics_show_the_endpoints_console_figures_not_the_copies(tmp_path: Path) -> None:
+    """A copy is a server with its own console: its console families are left out, the router's shown once."""
+    copy_text = (
+        '# HELP llmhost_console c\n# TYPE llmhost_console gauge\n'
+        'llmhost_console{component="m",name="Invocations",unit="Count"} 99.0\n'
+        '# HELP llmhost_requests_total Requests\n# TYPE llmhost_requests_total counter\n'
+        'llmhost_requests_total{api="openai"} 3.0\n'
+    )  # fmt: skip
+
+    async def handle(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, text=copy_text)
+
+    reg = Registry(component("a", [1001], tmp_path))
+    store = SeriesStore(period_s=5)
+    store.record("a", Point(t=1.0, period_s=5, copies=1, invocations=7))
+    proxy = Proxy(reg, httpx.AsyncClient(transport=httpx.MockTransport(handle)))
+    app = FastAPI()
+    app.include_router(create_router(reg, proxy, Lifecycle(), store))
+    async with client(app) as c:
+        text = (await c.get("/metrics")).text
+    assert text.count("# TYPE llmhost_console gauge") == 1
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    invocations = [s for s in families["llmhost_console"].samples if s.labels["name"] == "Invocations"]
+    assert [(s.labels, s.value) for s in invocations] == [
+        ({"component": "a", "name": "Invocations", "unit": "Count"}, 7.0)]
+    assert [s.labels["copy"] for s in families["llmhost_requests"].samples] == ["a-0"]

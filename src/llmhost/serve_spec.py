@@ -199,6 +199,10 @@ SERVE_SETTINGS: tuple[Setting, ...] = (
             choices=("auto", "mean", "cls", "last"), endpoint=True, metavar="auto|mean|cls|last"),
     Setting("log_level", str, "info", "debug, info, warning, error.", choices=LOG_LEVELS, process=True,
             metavar="LEVEL"),
+    Setting("reports", str, "", "A folder of `llmhost bench` / `llmhost tune` results, listed in the console "
+            "(GET /console).", server="reports", metavar="DIR"),
+    Setting("console_period", float, 5.0, "Seconds between the console's points (15 minutes are kept).",
+            server="console_period_s", metavar="S"),
 )  # fmt: skip
 
 SERVE_SPEC = SettingsSpec(SERVE_SETTINGS)

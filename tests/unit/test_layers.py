@@ -18,7 +18,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("llmhost.bench", "llmhost.endpoint"),
     ("llmhost.server", "llmhost.serve_settings"),
     ("llmhost.asgi", "llmhost.auth", "llmhost.lifecycle", "llmhost.inference", "llmhost.sagemaker_runtime",
-     "llmhost.eventstream"),
+     "llmhost.eventstream", "llmhost.console"),
     ("llmhost.serve_spec", "llmhost.chat_template"),
     ("llmhost.engine", "llmhost.store", "llmhost"),
 ]  # fmt: skip

@@ -9,6 +9,7 @@ import signal
 from collections.abc import Callable, Coroutine
 from typing import Any, Protocol, TypeVar
 
+import yaml
 from fastapi import APIRouter, Depends, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
@@ -82,11 +83,24 @@ def invalid(exc: RequestValidationError) -> BadBody:
     return BadBody(field, f"{field}: {msg}, got {err.get('input')!r}")
 
 
+YAML_TYPES = ("application/yaml", "application/x-yaml", "text/yaml")
+
+
 async def json_body(request: Request) -> Any:
     try:
         return await request.json()
     except ValueError as exc:
         raise BadBody("body", f"request body is not valid JSON: {exc}") from None
+
+
+async def json_or_yaml_body(request: Request) -> Any:
+    """JSON, or YAML when the content type says so (what the console sends from a pasted file)."""
+    if request.headers.get("content-type", "").split(";")[0].strip().lower() not in YAML_TYPES:
+        return await json_body(request)
+    try:
+        return yaml.safe_load(await request.body())
+    except yaml.YAMLError as exc:
+        raise BadBody("body", f"request body is not valid YAML: {exc}") from None
 
 
 def parse_body(model: type[B], data: Any, shape: str) -> B:
@@ -279,7 +293,7 @@ def create_admin(backend: AdminBackend) -> APIRouter:
     async def add(request: Request) -> Response:
         if backend.components_fixed:
             raise NotSupported(backend.components_fixed)
-        return JSONResponse(await backend.add(await json_body(request)), status_code=201)
+        return JSONResponse(await backend.add(await json_or_yaml_body(request)), status_code=201)
 
     @router.delete("/components/{name}", openapi_extra=operation(
         "Remove a component (its copies drained)", success=Removed, errors=merge(ADMIN, errors(404))))

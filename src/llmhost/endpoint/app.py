@@ -12,8 +12,11 @@ from starlette.responses import JSONResponse, Response
 
 from llmhost.asgi import RequestContextMiddleware
 from llmhost.auth import OPEN_PATHS, ApiKeyMiddleware, ApiKeys
+from llmhost.console.api import PUBLIC_PATHS, ConsoleSettings, create_console
+from llmhost.console.sampler import Sampler
 from llmhost.endpoint import apidoc
 from llmhost.endpoint.admin import LocalAdmin, create_admin, terminate_self
+from llmhost.endpoint.console import EndpointConsole
 from llmhost.endpoint.manager import EndpointManager
 from llmhost.endpoint.router import Proxy, create_router
 from llmhost.endpoint.runtime import create_runtime_router
@@ -21,8 +24,9 @@ from llmhost.lifecycle import Lifecycle, watch
 from llmhost.server.anthropic_errors import AnthropicErrorsMiddleware
 from llmhost.server.apidoc import install as install_doc
 
-# while draining, operators still see what happens (status) and probes get their 503 from /ping
-OPEN_WHILE_DRAINING = {"/ping", "/health", "/metrics", "/admin/status"}
+# while draining, operators still see what happens (status, the console) and probes get their 503
+OPEN_WHILE_DRAINING = {"/ping", "/health", "/metrics", "/admin/status", *PUBLIC_PATHS,
+                       "/console/api/overview", "/console/api/series", "/console/api/metrics"}  # fmt: skip
 
 log = logging.getLogger("llmhost.endpoint")
 
@@ -42,12 +46,17 @@ def create_app(
     shutdown: Callable[[], None] = terminate_self,
     lifecycle: Lifecycle | None = None,
     keys: ApiKeys | None = None,
+    console: ConsoleSettings | None = None,
 ) -> FastAPI:
     """`lifecycle` is shared with the process runner: SIGTERM drains the router's requests, then the
-    copies are drained and stopped."""
+    copies are drained and stopped. `console`: the console's sampling and reports folder."""
     proxy = Proxy(manager)
     manager.internal_key.attach(proxy.client)  # copies refuse requests that did not come through here
     lifecycle = lifecycle or Lifecycle()
+    console = console or ConsoleSettings()
+    store = console.store()
+    source = EndpointConsole(manager, proxy.client, auth=keys is not None and keys.enabled)
+    sampler = Sampler(store, source.read)
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
@@ -60,10 +69,12 @@ def create_app(
 
         starting = asyncio.create_task(start(), name="endpoint start")
         watcher = asyncio.create_task(watch(lifecycle, lambda: manager.in_flight), name="endpoint watch")
+        sampling = asyncio.create_task(sampler.run(), name="console sampler")
         try:
             yield
         finally:
             log.info("endpoint %s: draining and stopping copies", manager.spec.name)
+            sampling.cancel()
             watcher.cancel()
             starting.cancel()
             await manager.shutdown()
@@ -72,15 +83,16 @@ def create_app(
 
     app = FastAPI(title=f"llmhost endpoint {manager.spec.name}", lifespan=lifespan, docs_url=None,
                   redoc_url=None)  # fmt: skip
-    app.include_router(create_router(manager, proxy, lifecycle))
+    app.include_router(create_router(manager, proxy, lifecycle, store))
     app.add_api_route("/health", lambda: health(manager, lifecycle), methods=["GET"],
                       openapi_extra=apidoc.HEALTH)  # fmt: skip
     app.include_router(create_runtime_router(manager, proxy))
     app.include_router(create_admin(LocalAdmin(manager, shutdown)))
+    app.include_router(create_console(store, console, source.overview))
     secured = keys is not None and keys.enabled
-    install_doc(app, apidoc.DESCRIPTION, secured=secured, open_paths=OPEN_PATHS)
-    if keys is not None and keys.enabled:  # the router and its admin API alike
-        app.add_middleware(ApiKeyMiddleware, keys=keys)
+    install_doc(app, apidoc.DESCRIPTION, secured=secured, open_paths=OPEN_PATHS | PUBLIC_PATHS)
+    if keys is not None and keys.enabled:  # the router, its admin API and the console's API alike
+        app.add_middleware(ApiKeyMiddleware, keys=keys, open_paths=OPEN_PATHS | PUBLIC_PATHS)
     app.add_middleware(RequestContextMiddleware, lifecycle=lifecycle, open_paths=OPEN_WHILE_DRAINING)
     app.add_middleware(AnthropicErrorsMiddleware)  # outermost: Anthropic's routes answer in its shape
     return app

@@ -14,6 +14,7 @@ from llmhost.store.options import S3EndpointOpt, use_s3_endpoint
 
 if TYPE_CHECKING:
     from llmhost.auth import ApiKeys
+    from llmhost.console.api import ConsoleSettings
     from llmhost.endpoint.manager import EndpointManager
     from llmhost.endpoint.spec import EndpointSpec
 
@@ -34,7 +35,7 @@ HostOpt = Annotated[str, typer.Option(help="The endpoint's address (the admin AP
 
 
 # options that apply in one mode only: given (other than at their default) in the other, they are refused
-SINGLE_HOST_ONLY = ("log_dir", "health_misses")
+SINGLE_HOST_ONLY = ("log_dir", "health_misses", "reports", "console_period")
 RAY_ONLY = ("ray_address", "ray_dashboard", "autoscale_window", "placement_timeout")
 
 
@@ -114,9 +115,19 @@ def up(
                             "for lack of room (one that fits on no node is refused at once).")
     ] = 60.0,
     s3_endpoint_url: S3EndpointOpt = "",
+    reports: Annotated[
+        Path | None, typer.Option(help="A folder of `llmhost bench` / `llmhost tune` results, listed and "
+                                  "opened in the console (GET /console). Not with --ray.")
+    ] = None,
+    console_period: Annotated[
+        float, typer.Option(help="Seconds between the console's points (15 minutes are kept). Not with "
+                            "--ray.")
+    ] = 5.0,
 ) -> None:
-    """Start an endpoint: place every component, start its copies, route on PORT. SIGTERM drains."""
+    """Start an endpoint: place every component, start its copies, route on PORT. SIGTERM drains. The
+    console is at http://HOST:PORT/console."""
     from llmhost.auth import load_keys
+    from llmhost.console.api import ConsoleSettings
     from llmhost.endpoint.spec import SpecError
     from llmhost.serve_spec import LOG_LEVELS
 
@@ -153,8 +164,13 @@ def up(
         where = dict(address=ray_address or None, dashboard=ray_dashboard or None, host=host, port=port)
         _up_ray(spec, where, ray_timing, keys, log_level)
         return
+    try:
+        console = ConsoleSettings(period_s=console_period, reports_dir=reports)
+    except ValueError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
     _up_single(spec, host, port, log_dir, autoscale_interval, drain_timeout,
-               (health_interval, health_timeout, health_misses), log_level, keys)  # fmt: skip
+               (health_interval, health_timeout, health_misses), log_level, keys, console)  # fmt: skip
 
 
 def endpoint_spec(file: Path | None, options: dict[str, Any]) -> EndpointSpec:
@@ -195,7 +211,7 @@ def _refuse_other_mode(ctx: typer.Context, ray: bool) -> None:
 
 def _up_single(spec: EndpointSpec, host: str, port: int, log_dir: Path | None, autoscale_interval: float,
                drain_timeout: float, health: tuple[float, float, int], log_level: str,
-               keys: ApiKeys) -> None:  # fmt: skip
+               keys: ApiKeys, console: ConsoleSettings) -> None:  # fmt: skip
     import uvicorn
 
     from llmhost.endpoint.app import create_app
@@ -219,8 +235,9 @@ def _up_single(spec: EndpointSpec, host: str, port: int, log_dir: Path | None, a
         f"copy logs in {manager.log_dir}"
     )
     lifecycle = Lifecycle(grace_s=drain_timeout)
-    config = uvicorn.Config(create_app(manager, lifecycle=lifecycle, keys=keys), host=host, port=port,
-                            log_level=log_level.lower(), timeout_graceful_shutdown=5)  # fmt: skip
+    asgi_app = create_app(manager, lifecycle=lifecycle, keys=keys, console=console)
+    config = uvicorn.Config(asgi_app, host=host, port=port, log_level=log_level.lower(),
+                            timeout_graceful_shutdown=5)  # fmt: skip
     GracefulServer(config, lifecycle).run()
     if lifecycle.exit_code:
         raise typer.Exit(lifecycle.exit_code)

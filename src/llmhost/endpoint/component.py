@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -70,7 +70,15 @@ class Component:
         self.requests: Counter[int] = Counter()  # by HTTP status the router answered
         self.retries = 0  # requests re-sent to another copy after a connection failure
         self.stream_errors = 0  # streams cut by a failing copy
+        # answers the router timed (the console's ModelLatency and OverheadLatency): arrival to last byte,
+        # and sent to the copy until its last byte
+        self.timed = 0
+        self.latency_s = 0.0
+        self.model_latency_s = 0.0
+        self.no_capacity = 0  # requests refused because no copy was ready within the wait
         self.scaler = ScalerState()
+        # the autoscaler's last decisions that changed something or held a change back, newest last
+        self.decisions: deque[dict[str, Any]] = deque(maxlen=20)
         self.removing = False
         self.lock = asyncio.Lock()  # one scaling operation at a time
         self._next_index = 0
@@ -160,6 +168,11 @@ class Component:
         if self.on_leave is not None:
             self.on_leave()
 
+    def timed_answer(self, total_s: float, model_s: float) -> None:
+        self.timed += 1
+        self.latency_s += total_s
+        self.model_latency_s += model_s
+
     def take_peak(self) -> int:
         peak, self.peak = self.peak, self.in_flight
         return peak
@@ -181,6 +194,7 @@ class Component:
             "requests": {str(k): v for k, v in sorted(self.requests.items())},
             "retries": self.retries,
             "removing": self.removing,
+            "decisions": list(self.decisions),
             "replicas": [r.status() for r in self.replicas],
             "on_demand": self.demand_status(),
         }

@@ -74,6 +74,18 @@ def resolve(spec: ComponentSpec) -> ResolvedModel:
         raise ModelRefError(spec.name, f"component {spec.name!r}: model {spec.model!r}: {exc}") from None
 
 
+def record_decision(comp: Component, copies: int, desired: int, reason: str) -> None:
+    """Keep a decision that changes the copies or holds a change back (a cooldown); "on target" is kept
+    once per run of it, not at every look."""
+    last = comp.decisions[-1] if comp.decisions else None
+    entry = {"copies": copies, "desired": desired, "reason": reason}
+    if last is not None and all(last[k] == v for k, v in entry.items()):
+        return
+    if desired == copies and reason == "on target" and last is None:
+        return  # nothing has happened yet
+    comp.decisions.append({"at": round(time.time(), 3), **entry})
+
+
 class EndpointManager:
     def __init__(
         self,
@@ -371,6 +383,7 @@ class EndpointManager:
         obs = Observation(time.monotonic(), copies, comp.take_peak(), comp.waiting)
         decision = decide(policy, obs, comp.scaler)
         comp.scaler = decision.state
+        record_decision(comp, copies, decision.desired, decision.reason)
         if decision.desired == copies:
             return
         if decision.desired > copies:

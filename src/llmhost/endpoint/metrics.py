@@ -14,6 +14,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
+from llmhost.console.front import FAMILY as CONSOLE_FAMILY
 from llmhost.endpoint.component import ModelState
 from llmhost.endpoint.replica import ReplicaState
 
@@ -108,7 +109,9 @@ async def _scrape(client: httpx.AsyncClient, url: str) -> str:
         return ""
 
 
-async def render_metrics(components: Sequence[Component], client: httpx.AsyncClient) -> bytes:
+async def render_metrics(components: Sequence[Component], client: httpx.AsyncClient,
+                         extra: Sequence[Metric] = ()) -> bytes:
+    """`extra`: more families of the router's own (the console's figures)."""
     targets = [
         (c.name, r) for c in components for r in c.replicas
         if r.state in (ReplicaState.READY, ReplicaState.DRAINING)
@@ -120,7 +123,9 @@ async def render_metrics(components: Sequence[Component], client: httpx.AsyncCli
             families = list(text_string_to_metric_families(text))
         except ValueError:  # a copy answering something else than the exposition format
             continue
-        relabel(families, {"component": name, "copy": r.id}, merged)
+        # a copy is a server with its own console: the endpoint's console families are the ones shown
+        own = [f for f in families if not f.name.startswith(CONSOLE_FAMILY)]
+        relabel(own, {"component": name, "copy": r.id}, merged)
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(_Snapshot(router_families(components) + list(merged.values())))
+    registry.register(_Snapshot(router_families(components) + list(extra) + list(merged.values())))
     return generate_latest(registry)

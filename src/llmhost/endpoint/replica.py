@@ -153,6 +153,7 @@ class Replica:
             "served": self.served,
             "restarts": self.restarts,
             "last_reason": self.last_reason,
+            "ready_for_s": round(time.monotonic() - self.ready_at, 1) if self.ready_at is not None else None,
             "log": str(self.log_path),
         }
 

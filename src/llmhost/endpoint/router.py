@@ -21,6 +21,8 @@ from starlette.responses import Response
 
 from llmhost import eventstream
 from llmhost.asgi import request_id
+from llmhost.console.front import console_families
+from llmhost.console.timeseries import SeriesStore
 from llmhost.endpoint import apidoc, keepalive, routing
 from llmhost.endpoint.component import Component
 from llmhost.endpoint.metrics import render_metrics
@@ -114,17 +116,20 @@ class Proxy:
         path = request.url.path + (f"?{request.url.query}" if request.url.query else "")
         retry = routing.NotTaken(comp.name, self.registry.wait_timeout_s(comp))
         tried: set[str] = set()
+        started = time.monotonic()
         for attempt in range(self.max_attempts):
             replica = await self._choose(comp, tried, retry.deadline)
             if replica is None:
                 refusal = comp.refusal
                 if refusal is not None:  # its load failed: why, for every request that waited
                     return error(refusal.status, refusal.message, refusal.type, field="model"), False
+                comp.no_capacity += 1
                 return retry.given_up(), False
             replica.outstanding += 1
             replica.served += 1
             upstream_req = self.client.build_request(request.method, replica.url + path, content=body,
                                                      headers=headers)  # fmt: skip
+            sent = time.monotonic()
             try:
                 upstream = await self.client.send(upstream_req, stream=True)
             except NOT_STARTED as exc:
@@ -145,7 +150,7 @@ class Proxy:
             except BaseException:
                 replica.outstanding -= 1
                 raise
-            return await self._relay(comp, replica, upstream)
+            return await self._relay(comp, replica, upstream, (started, sent))
         msg = (
             f"inference component {comp.name!r}: no copy accepted the request after "
             f"{self.max_attempts} attempts; last failure: {retry.last}"
@@ -153,10 +158,12 @@ class Proxy:
         return error(502, msg, "upstream_error"), False
 
     async def _relay(
-        self, comp: Component, replica: Replica, upstream: httpx.Response
+        self, comp: Component, replica: Replica, upstream: httpx.Response, times: tuple[float, float]
     ) -> tuple[Response, bool]:
+        """`times`: when the request arrived and when it was sent to the copy (for the latencies)."""
         out_headers = routing.relayed_headers(upstream.headers.items(), replica.id)
         closed = False
+        started, sent = times
 
         async def close() -> None:
             nonlocal closed
@@ -166,6 +173,8 @@ class Proxy:
             await upstream.aclose()
             replica.outstanding -= 1
             comp.leave()
+            now = time.monotonic()
+            comp.timed_answer(now - started, now - sent)
 
         streamed, framed = routing.stream_kind(upstream.headers.get("content-type", ""))
         if streamed:
@@ -180,6 +189,8 @@ class Proxy:
         finally:
             await upstream.aclose()
             replica.outstanding -= 1
+        now = time.monotonic()
+        comp.timed_answer(now - started, now - sent)
         return Response(content, status_code=upstream.status_code, headers=out_headers), False
 
 
@@ -216,7 +227,9 @@ def _on_demand(comp: Component) -> dict[str, Any]:
             "resources": {"num_cpus": res.num_cpus, "memory_mb": res.memory_mb}}  # fmt: skip
 
 
-def create_router(registry: Registry, proxy: Proxy, lifecycle: Lifecycle) -> APIRouter:
+def create_router(registry: Registry, proxy: Proxy, lifecycle: Lifecycle,
+                  store: SeriesStore | None = None) -> APIRouter:
+    """`store`: the console's series, whose last figures /metrics shows too."""
     router = APIRouter()
 
     @router.get("/ping", openapi_extra=apidoc.PING)
@@ -234,7 +247,8 @@ def create_router(registry: Registry, proxy: Proxy, lifecycle: Lifecycle) -> API
 
     @router.get("/metrics", openapi_extra=apidoc.METRICS)
     async def metrics() -> Response:
-        text = await render_metrics(list(registry.components.values()), proxy.client)
+        extra = list(console_families(store)) if store is not None else []
+        text = await render_metrics(list(registry.components.values()), proxy.client, extra)
         return Response(text, media_type="text/plain; version=0.0.4; charset=utf-8")
 
     router.include_router(routing.data_routes(registry, proxy))

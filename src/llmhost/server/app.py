@@ -11,11 +11,15 @@ from fastapi import FastAPI
 from llmhost import __version__
 from llmhost.asgi import RequestContextMiddleware
 from llmhost.auth import OPEN_PATHS, ApiKeyMiddleware
+from llmhost.console.api import PUBLIC_PATHS, create_console
+from llmhost.console.front import ConsoleCollector, FrontCounter, FrontTally
+from llmhost.console.sampler import Sampler
 from llmhost.engine import AsyncEngine
 from llmhost.engine.embedder_loop import AsyncEmbedder
 from llmhost.lifecycle import Lifecycle
 from llmhost.server import apidoc, errors
 from llmhost.server.anthropic_errors import AnthropicErrorsMiddleware
+from llmhost.server.console import ServerConsole
 from llmhost.server.lifecycle import watch_embedder, watch_engine
 from llmhost.server.metrics import ServerMetrics
 from llmhost.server.middleware import BodyLimitMiddleware, CustomAttributesMiddleware
@@ -51,6 +55,13 @@ def create_app(
     # --embeddings: the embedder loads the model and the generation engine is never started
     embedder = AsyncEmbedder(settings.model_path, settings.embeddings) if settings.embeddings else None
 
+    ctx = ServingContext(engine, settings, metrics, embedder)
+    tally = FrontTally()
+    console_source = ServerConsole(ctx, tally)
+    console = settings.console()
+    store = console.store()
+    metrics.registry.register(ConsoleCollector(store))
+
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         runner = embedder if embedder is not None else (engine if owned else None)
@@ -58,6 +69,7 @@ def create_app(
             runner.start()
         watching = watch_embedder(embedder, lifecycle) if embedder else watch_engine(engine, lifecycle)
         watcher = asyncio.create_task(watching, name="llmhost watch")
+        sampling = asyncio.create_task(Sampler(store, console_source.read).run(), name="console sampler")
         if custom is not None:
             try:
                 await custom.start()
@@ -68,6 +80,7 @@ def create_app(
         try:
             yield
         finally:
+            sampling.cancel()
             watcher.cancel()
             if custom is not None:
                 custom.close()
@@ -75,7 +88,6 @@ def create_app(
                 await asyncio.to_thread(runner.shutdown)
 
     app = FastAPI(title="llmhost", version=__version__, lifespan=lifespan, docs_url=None, redoc_url=None)
-    ctx = ServingContext(engine, settings, metrics, embedder)
     app.state.serving = ctx
     app.state.lifecycle = lifecycle
     app.state.openai = OpenAIServing(ctx, settings.tool_parser)
@@ -89,11 +101,13 @@ def create_app(
     errors.install(app)
     for module in (sagemaker, runtime, openai, anthropic, responses, embeddings, tgi, ops):
         app.include_router(module.router)
-    apidoc.install(app, DESCRIPTION, secured=settings.api_keys.enabled, open_paths=OPEN_PATHS)
+    app.include_router(create_console(store, console, console_source.overview))
+    apidoc.install(app, DESCRIPTION, secured=settings.api_keys.enabled, open_paths=OPEN_PATHS | PUBLIC_PATHS)
     app.add_middleware(CustomAttributesMiddleware)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
     if settings.api_keys.enabled:  # before the body is read; inside the request id
-        app.add_middleware(ApiKeyMiddleware, keys=settings.api_keys)
+        app.add_middleware(ApiKeyMiddleware, keys=settings.api_keys, open_paths=OPEN_PATHS | PUBLIC_PATHS)
+    app.add_middleware(FrontCounter, tally=tally)  # outside the key check: refusals count as 4xx
     app.add_middleware(RequestContextMiddleware, lifecycle=lifecycle)
     app.add_middleware(AnthropicErrorsMiddleware)  # added last: outermost, sees every error answer
     return app

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from llmhost.auth import ApiKeys
+from llmhost.console.api import ConsoleSettings
 from llmhost.engine.config import EngineConfig
 from llmhost.engine.embedder import EmbedderConfig
 from llmhost.serve_spec import DEFAULT_PORT, SERVE_SPEC
@@ -33,8 +34,15 @@ class ServerSettings:
     api_keys: ApiKeys = field(default_factory=ApiKeys)  # none: no authentication
     # the model directory's code/inference.py (SageMaker inference toolkit hooks for /invocations)
     inference_script: Path | None = None
+    reports: str = ""  # the console's reports folder (bench / tune results); "": none
+    console_period_s: float = 5.0  # seconds between the console's points
+
+    def console(self) -> ConsoleSettings:
+        reports = Path(self.reports) if self.reports else None
+        return ConsoleSettings(period_s=self.console_period_s, reports_dir=reports)
 
     def __post_init__(self) -> None:
+        self.console()  # its own checks: the period's range, the reports folder
         if not 0 < self.port < 65536:
             raise ValueError(f"port must be in 1..65535, got {self.port}")
         if self.tool_parser not in TOOL_PARSERS:

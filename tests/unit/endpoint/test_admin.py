@@ -119,3 +119,17 @@ async def test_health_and_the_internal_key(tmp_path: Path) -> None:
         lifecycle.drain("test")
         r = await c.get("/health")
         assert r.status_code == 503 and r.json()["phase"] == "draining"
+
+
+async def test_components_from_yaml_as_the_console_sends_them(tmp_path: Path) -> None:
+    """The console posts a pasted YAML file as is: parsed as the JSON body would be, refused the same way."""
+    app, _, _ = setup(tmp_path)
+    as_yaml = {"content-type": "application/yaml"}
+    async with client(app) as c:
+        r = await c.post("/admin/components", content=b"name: [", headers=as_yaml)
+        assert r.status_code == 422 and r.json()["error"]["field"] == "body" and "not valid YAML" in r.text
+        r = await c.post("/admin/components", content=b"name: a\ncopies: 1\n", headers=as_yaml)
+        assert r.status_code == 409 and "already exists" in r.json()["error"]["message"]
+        listed = b"components:\n  - name: b\n    resources: {gpus: 1}\n"
+        r = await c.post("/admin/components", content=listed, headers=as_yaml)
+        assert r.status_code == 422 and "resources.gpus: unknown key" in r.json()["error"]["message"]

@@ -14,6 +14,7 @@ from fastapi import FastAPI
 from prometheus_client.core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
+from llmhost.console.timeseries import Point, SeriesStore
 from llmhost.endpoint.component import Component
 from llmhost.endpoint.metrics import relabel
 from llmhost.endpoint.placement import Allocation
@@ -311,3 +312,31 @@ def test_idle_connections_to_copies_are_dropped_before_the_copy_closes_them() ->
     from llmhost.lifecycle import KEEP_ALIVE_S
 
     assert POOL_LIMITS.keepalive_expiry is not None and POOL_LIMITS.keepalive_expiry <= KEEP_ALIVE_S / 2
+
+
+async def test_metrics_show_the_endpoints_console_figures_not_the_copies(tmp_path: Path) -> None:
+    """A copy is a server with its own console: its console families are left out, the router's shown once."""
+    copy_text = (
+        '# HELP llmhost_console c\n# TYPE llmhost_console gauge\n'
+        'llmhost_console{component="m",name="Invocations",unit="Count"} 99.0\n'
+        '# HELP llmhost_requests_total Requests\n# TYPE llmhost_requests_total counter\n'
+        'llmhost_requests_total{api="openai"} 3.0\n'
+    )  # fmt: skip
+
+    async def handle(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, text=copy_text)
+
+    reg = Registry(component("a", [1001], tmp_path))
+    store = SeriesStore(period_s=5)
+    store.record("a", Point(t=1.0, period_s=5, copies=1, invocations=7))
+    proxy = Proxy(reg, httpx.AsyncClient(transport=httpx.MockTransport(handle)))
+    app = FastAPI()
+    app.include_router(create_router(reg, proxy, Lifecycle(), store))
+    async with client(app) as c:
+        text = (await c.get("/metrics")).text
+    assert text.count("# TYPE llmhost_console gauge") == 1
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    invocations = [s for s in families["llmhost_console"].samples if s.labels["name"] == "Invocations"]
+    assert [(s.labels, s.value) for s in invocations] == [
+        ({"component": "a", "name": "Invocations", "unit": "Count"}, 7.0)]
+    assert [s.labels["copy"] for s in families["llmhost_requests"].samples] == ["a-0"]

@@ -9,7 +9,8 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from llmhost.engine.config import EngineConfig
-from llmhost.engine.prefix_cache import KvOp, KvTrim, PrefixCache, common_prefix_len
+from llmhost.engine.host_cache import HostCache, HostMatch, StateKey
+from llmhost.engine.prefix_cache import KvOp, KvRestore, KvTrim, PrefixCache, common_prefix_len
 from llmhost.engine.sequence import SeqStatus, Sequence
 
 
@@ -46,7 +47,11 @@ class StepPlan:
 
 
 class Scheduler:
-    def __init__(self, config: EngineConfig) -> None:
+    """`host`: the host-memory cache tier (None: off), whose states are valid under `state_key`."""
+
+    def __init__(
+        self, config: EngineConfig, host: HostCache | None = None, state_key: StateKey | None = None
+    ) -> None:
         if config.max_batch_tokens < config.max_concurrent:
             raise ValueError(
                 f"max_batch_tokens ({config.max_batch_tokens}) must be >= max_concurrent "
@@ -55,7 +60,12 @@ class Scheduler:
         self.config = config
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
-        self.cache = PrefixCache(config.n_seq_max, config.prefix_cache_seqs, config.prefix_cache_tokens)
+        self.host = host
+        self.state_key = state_key or StateKey("")
+        spill = host.min_tokens if host is not None else 0
+        self.cache = PrefixCache(
+            config.n_seq_max, config.prefix_cache_seqs, config.prefix_cache_tokens, spill
+        )
         self._pending_ops: list[KvOp] = []
 
     # -- admission -------------------------------------------------------------------------------
@@ -66,15 +76,44 @@ class Scheduler:
         return len(self.running) < self.config.max_concurrent and self.cache.can_acquire()
 
     def admit(self, seq: Sequence, now_s: float) -> list[KvOp]:
+        """Give `seq` a KV sequence holding the longest prefix of its prompt at hand: shared from the
+        context, else restored from host memory where that spares more prefill."""
         running = [(s.kv_seq, s.computed_tokens) for s in self.running]
-        match = self.cache.acquire(seq.prompt, running, reuse=not seq.prompt_logprobs)
+        reuse = not seq.prompt_logprobs
+        saved = self._host_match(seq.prompt, running) if reuse else None
+        match = self.cache.acquire(seq.prompt, running, reuse=reuse and saved is None)
+        ops = list(match.ops)
+        n_reused = match.n_reused
+        if saved is not None and self.host is not None:
+            n_reused = min(saved.n_tokens, len(seq.prompt) - 1)
+            data = self.host.restore(saved, n_reused)
+            ops.append(KvRestore(match.kv_seq, n_reused, data, saved.n_state_tokens))
         seq.kv_seq = match.kv_seq
-        seq.n_computed = match.n_reused
-        seq.n_reused = match.n_reused
+        seq.n_computed = seq.n_reused = n_reused
         seq.status = SeqStatus.PREFILL
         seq.admitted_s = now_s
         self.running.append(seq)
-        return list(match.ops)
+        return ops
+
+    def _host_match(self, prompt: list[int], running: list[tuple[int, list[int]]]) -> HostMatch | None:
+        """A saved state worth restoring: it spares at least `min_tokens` more prefill than the
+        longest prefix still in the context (the last prompt token is always decoded)."""
+        if self.host is None:
+            return None
+        saved = self.host.lookup(self.state_key, prompt)
+        if saved is None:
+            return None
+        _, in_context, _ = self.cache.best_match(prompt, running)
+        gain = min(saved.n_tokens, len(prompt) - 1) - min(in_context, len(prompt) - 1)
+        return saved if gain >= self.host.min_tokens else None
+
+    def restore_failed(self, kv_seq: int) -> Sequence | None:
+        """llama.cpp refused a planned restore into `kv_seq`: its sequence prefills its whole prompt."""
+        for seq in self.running:
+            if seq.kv_seq == kv_seq:
+                seq.n_computed = seq.n_reused = 0
+                return seq
+        return None
 
     def _should_wait_for_prefix(self, seq: Sequence) -> bool:
         """True if a prompt being prefilled will soon hold a longer shared prefix than any cache now."""
@@ -82,6 +121,8 @@ class Scheduler:
             return False  # it computes every prompt position itself: no prefix to wait for
         running = [(s.kv_seq, s.computed_tokens) for s in self.running]
         _, available, _ = self.cache.best_match(seq.prompt, running)
+        saved = self.host.lookup(self.state_key, seq.prompt) if self.host is not None else None
+        available = max(available, saved.n_tokens if saved is not None else 0)
         for other in self.running:
             if other.status is not SeqStatus.PREFILL:
                 continue
@@ -131,7 +172,10 @@ class Scheduler:
         """n-gram guesses for `seq`."""
         if seq.ngrams is None:
             return []
-        return seq.ngrams.propose(self._draft_room(seq, budget))
+        room = self._draft_room(seq, budget)
+        if seq.draft_length is not None:
+            room = min(room, seq.draft_length.limit)
+        return seq.ngrams.propose(room)
 
     def expired(self, now_s: float) -> list[tuple[Sequence, str]]:
         """Sequences past a deadline, with which one: "queue" (still waiting) or "request"."""
@@ -155,8 +199,8 @@ class Scheduler:
                     seq.first_token_s = seq.last_token_s = now_s
                 continue
             tokens = sampled[seq.request_id]
+            accepted = len(tokens) - 1 if item.draft else 0  # the last one is the model's own next token
             if item.draft:
-                accepted = len(tokens) - 1  # the last one is the model's own next token
                 seq.draft_n += len(item.draft)
                 seq.draft_accepted += accepted
                 seq.n_computed += 1 + accepted
@@ -164,6 +208,8 @@ class Scheduler:
                     self._pending_ops.append(KvTrim(seq.kv_seq, seq.n_computed))
             else:
                 seq.n_computed += len(item.tokens)
+            if seq.draft_length is not None and seq.status is SeqStatus.DECODE:
+                seq.draft_length.record(len(item.draft), accepted)
             seq.output.extend(tokens)
             if seq.ngrams is not None:
                 seq.ngrams.extend(tokens)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
-from llmhost.engine.speculative import NgramIndex
+from llmhost.engine.speculative import DraftLength, NgramIndex
 
 
 class SeqStatus(enum.Enum):
@@ -40,6 +40,8 @@ class Sequence:
     last_token_s: float = 0.0
     # speculative decoding: n-grams of prompt + output, and what the drafts achieved
     ngrams: NgramIndex | None = None
+    # n-gram speculation with an adaptive length: how many guesses it verifies next (None: fixed)
+    draft_length: DraftLength | None = None
     # draft-model speculation: this sequence speculates, and how many of its tokens the draft's KV holds
     drafted: bool = False
     draft_pos: int = 0

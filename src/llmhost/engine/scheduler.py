@@ -46,6 +46,30 @@ class StepPlan:
         return not self.items and not self.kv_ops
 
 
+# share of a step's prefill budget the longest-waiting prefill always gets, however many shorter
+# prompts arrive after it: shortest-first ordering never starves it
+OLDEST_PREFILL_SHARE = 4
+
+
+def prefill_shares(prefilling: list[Sequence], budget: int) -> list[tuple[Sequence, int]]:
+    """Prompt tokens each prefilling sequence (in admission order) computes this step, shortest
+    remaining prompt first, so a turn whose prefix was at hand (a few new tokens) is not held behind
+    another's cold prefill of thousands; the oldest keeps 1/`OLDEST_PREFILL_SHARE` of the budget."""
+    if budget <= 0 or not prefilling:
+        return []
+    left = {id(s): len(s.prompt) - s.n_computed for s in prefilling}
+    oldest = prefilling[0]
+    give = {id(oldest): min(left[id(oldest)], budget // OLDEST_PREFILL_SHARE)}
+    budget -= give[id(oldest)]
+    out = []
+    for seq in sorted(prefilling, key=lambda s: left[id(s)]):
+        n = give.get(id(seq), 0) + min(budget, left[id(seq)] - give.get(id(seq), 0))
+        budget -= n - give.get(id(seq), 0)
+        if n > 0:
+            out.append((seq, n))
+    return out
+
+
 class Scheduler:
     """`host`: the host-memory cache tier (None: off), whose states are valid under `state_key`."""
 
@@ -154,14 +178,10 @@ class Scheduler:
             draft = self._draft(seq, budget)
             budget -= len(draft)
             plan.items.append(BatchItem(seq, [seq.output[-1], *draft], seq.n_computed, True, tuple(draft)))
-        for seq in self.running:
-            if budget <= 0:
-                break
-            if seq.status is SeqStatus.PREFILL:
-                chunk = seq.prompt[seq.n_computed : seq.n_computed + budget]
-                done = seq.n_computed + len(chunk) == len(seq.prompt)
-                plan.items.append(BatchItem(seq, chunk, seq.n_computed, sample=done and seq.max_tokens > 0))
-                budget -= len(chunk)
+        for seq, n in prefill_shares([s for s in self.running if s.status is SeqStatus.PREFILL], budget):
+            chunk = seq.prompt[seq.n_computed : seq.n_computed + n]
+            done = seq.n_computed + len(chunk) == len(seq.prompt)
+            plan.items.append(BatchItem(seq, chunk, seq.n_computed, sample=done and seq.max_tokens > 0))
         return plan
 
     def _draft_room(self, seq: Sequence, budget: int) -> int:

@@ -139,6 +139,36 @@ class Scheduler:
                 return seq
         return None
 
+    def _next_admission(self) -> Sequence | None:
+        """The waiting sequence with the fewest prompt tokens left to compute (its prefix in the context
+        or in host memory), earliest first among equals, so a conversation's next turn is not queued
+        behind cold prompts; one passed over `max_concurrent` times goes first whatever it costs.
+        Sequences about to share a prefix still being computed are left waiting for it."""
+        running = [(s.kv_seq, s.computed_tokens) for s in self.running]
+        best: Sequence | None = None
+        best_left = 0
+        ready = [seq for seq in self.waiting if not self._should_wait_for_prefix(seq)]
+        for seq in ready:
+            if seq.passed_over >= self.config.max_concurrent:
+                best = seq
+                break
+            left = self._prompt_left(seq, running)
+            if best is None or left < best_left:
+                best, best_left = seq, left
+        for seq in ready:
+            if seq is best:
+                break
+            seq.passed_over += 1
+        return best
+
+    def _prompt_left(self, seq: Sequence, running: list[tuple[int, list[int]]]) -> int:
+        """Prompt tokens `seq` would compute if admitted now."""
+        if seq.prompt_logprobs:
+            return len(seq.prompt)
+        _, shared, _ = self.cache.best_match(seq.prompt, running)
+        saved = self.host.lookup(self.state_key, seq.prompt) if self.host is not None else None
+        return len(seq.prompt) - max(shared, saved.n_tokens if saved is not None else 0)
+
     def _should_wait_for_prefix(self, seq: Sequence) -> bool:
         """True if a prompt being prefilled will soon hold a longer shared prefix than any cache now."""
         if seq.prompt_logprobs:
@@ -162,9 +192,10 @@ class Scheduler:
         plan = StepPlan(kv_ops=self._pending_ops)
         self._pending_ops = []
         while self.waiting and self.can_admit():
-            if self._should_wait_for_prefix(self.waiting[0]):
-                break  # FCFS: what is behind it likely shares the same prefix too
-            seq = self.waiting.popleft()
+            seq = self._next_admission()
+            if seq is None:
+                break
+            self.waiting.remove(seq)
             plan.kv_ops.extend(self.admit(seq, now_s))
             plan.admitted.append(seq)
         decoding = [seq for seq in self.running if seq.status is SeqStatus.DECODE]

@@ -23,6 +23,8 @@ class Sequence:
     arrival_s: float
     # sequences of one request with several choices share a group: they compute the prompt once
     group: str = ""
+    # admissions that went to a later sequence with less prompt left to compute (bounded: see scheduler)
+    passed_over: int = 0
     # the logits of every prompt position are needed (prompt logprobs): no prefix reuse
     prompt_logprobs: bool = False
     status: SeqStatus = SeqStatus.WAITING

@@ -147,36 +147,38 @@ class Scheduler:
         running = [(s.kv_seq, s.computed_tokens) for s in self.running]
         best: Sequence | None = None
         best_left = 0
-        ready = [seq for seq in self.waiting if not self._should_wait_for_prefix(seq)]
-        for seq in ready:
+        passed: list[Sequence] = []
+        for seq in self.waiting:
+            at_hand = self._prefix_at_hand(seq, running)
+            if self._should_wait_for_prefix(seq, at_hand):
+                continue
             if seq.passed_over >= self.config.max_concurrent:
                 best = seq
                 break
-            left = self._prompt_left(seq, running)
+            left = len(seq.prompt) - at_hand
             if best is None or left < best_left:
                 best, best_left = seq, left
-        for seq in ready:
+            passed.append(seq)
+        for seq in passed:
             if seq is best:
                 break
             seq.passed_over += 1
         return best
 
-    def _prompt_left(self, seq: Sequence, running: list[tuple[int, list[int]]]) -> int:
-        """Prompt tokens `seq` would compute if admitted now."""
+    def _prefix_at_hand(self, seq: Sequence, running: list[tuple[int, list[int]]]) -> int:
+        """Leading prompt tokens `seq` would not compute if admitted now: held in the context or in
+        host memory (none for a sequence needing every prompt position's logits)."""
         if seq.prompt_logprobs:
-            return len(seq.prompt)
+            return 0
         _, shared, _ = self.cache.best_match(seq.prompt, running)
         saved = self.host.lookup(self.state_key, seq.prompt) if self.host is not None else None
-        return len(seq.prompt) - max(shared, saved.n_tokens if saved is not None else 0)
+        return max(shared, saved.n_tokens if saved is not None else 0)
 
-    def _should_wait_for_prefix(self, seq: Sequence) -> bool:
-        """True if a prompt being prefilled will soon hold a longer shared prefix than any cache now."""
+    def _should_wait_for_prefix(self, seq: Sequence, available: int) -> bool:
+        """True if a prompt being prefilled will soon hold a longer shared prefix than the `available`
+        one (in the context or in host memory)."""
         if seq.prompt_logprobs:
             return False  # it computes every prompt position itself: no prefix to wait for
-        running = [(s.kv_seq, s.computed_tokens) for s in self.running]
-        _, available, _ = self.cache.best_match(seq.prompt, running)
-        saved = self.host.lookup(self.state_key, seq.prompt) if self.host is not None else None
-        available = max(available, saved.n_tokens if saved is not None else 0)
         for other in self.running:
             if other.status is not SeqStatus.PREFILL:
                 continue

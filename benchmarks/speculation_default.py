@@ -17,6 +17,7 @@ import argparse
 import json
 import platform
 import statistics
+import sys
 import time
 from typing import Any
 
@@ -79,7 +80,13 @@ def run(mode: str, prompts: list[str], threads: int, concurrency: int) -> dict[s
 
 
 def compare(prompts: list[str], threads: int, concurrency: int) -> dict[str, Any]:
-    runs = {mode: run(mode, prompts, threads, concurrency) for mode in MODES}
+    runs = {}
+    for mode in MODES:
+        runs[mode] = r = run(mode, prompts, threads, concurrency)
+        # progress on stderr: a long run cut short still says what it measured
+        rates = f"eval {r['eval_per_s']:.2f} tok/s, output {r['output_per_s']:.2f} tok/s"
+        print(f"c={concurrency} {mode}: {rates}, drafted {r['draft_n']}, accepted {r['accepted']}",
+              file=sys.stderr, flush=True)  # fmt: skip
     off = runs["off"]
     out: dict[str, Any] = {}
     for mode, r in runs.items():

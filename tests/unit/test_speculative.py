@@ -71,6 +71,11 @@ def test_rests_double_while_probes_keep_failing_and_reset_on_success() -> None:
     d.record(1, 1)
     misses(d, MISSES_TO_REST)
     assert d.rest == REST_STEPS, "a success resets the rest"
+    long = DraftLength(64)
+    misses(long, MISSES_TO_REST)
+    while long.limit == 0:
+        long.record(0, 0)
+    assert long.limit == 1, "the probe is one token whatever the maximum"
     with pytest.raises(ValueError):
         DraftLength(0)
 

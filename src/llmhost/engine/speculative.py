@@ -88,5 +88,6 @@ class DraftLength:
         self.length = max(1, self.length // 2)
         if self.misses >= MISSES_TO_REST:
             self.misses = 0
+            self.length = 1  # the probe after the rest
             self.rest = self._next_rest
             self._next_rest = min(MAX_REST_STEPS, self._next_rest * 2)

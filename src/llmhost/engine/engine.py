@@ -17,12 +17,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-import psutil
-
 from llmhost.engine.config import EngineConfig
 from llmhost.engine.constraint import ConstraintCompiler, grammar_of
 from llmhost.engine.drafter import Drafter
-from llmhost.engine.host_cache import HostCache, auto_budget_mb
+from llmhost.engine.host_cache import host_cache
 from llmhost.engine.llama import LlamaModel
 from llmhost.engine.output import Active, Emit, process_tokens, timings
 from llmhost.engine.prefix_cache import KvOp, KvRestore, KvSave, KvTrim
@@ -97,19 +95,6 @@ def check_limits(config: EngineConfig, n_prompt: int, max_tokens: int) -> None:
 
 class KvOpError(RuntimeError):
     """A KV cache operation failed; it is retried at the next step."""
-
-
-def host_cache(config: EngineConfig) -> HostCache | None:
-    """The host-memory cache tier `config` asks for (None: off), its budget logged."""
-    mb = config.prompt_cache_mb
-    if mb == -1:
-        available = psutil.virtual_memory().available
-        mb = auto_budget_mb(available)
-        log.info("prompt cache (host memory tier): %d MiB, sized from %d MiB available "
-                 "(--prompt-cache-mb sets it, 0 turns it off)", mb, available // 2**20)  # fmt: skip
-    elif mb:
-        log.info("prompt cache (host memory tier): %d MiB", mb)
-    return HostCache(mb * 2**20) if mb > 0 else None
 
 
 def _deadline(start: float, *timeouts: float | None) -> float:
@@ -528,23 +513,8 @@ class Engine:
             prompt_tokens_prefilled=self.prompt_tokens_prefilled,
             draft_tokens=self.draft_tokens,
             draft_tokens_accepted=self.draft_tokens_accepted,
-            **self._host_stats(),
+            **(self.scheduler.host.figures() if self.scheduler.host is not None else {}),
         )
-
-    def _host_stats(self) -> dict[str, int]:
-        host = self.scheduler.host
-        if host is None:
-            return {}
-        return {
-            "prompt_cache_hits": host.hits,
-            "prompt_cache_restored_tokens": host.restored_tokens,
-            "prompt_cache_stores": host.stores,
-            "prompt_cache_evictions": host.evictions,
-            "prompt_cache_restore_failures": host.restore_failures,
-            "prompt_cache_entries": len(host),
-            "prompt_cache_bytes": host.bytes,
-            "prompt_cache_capacity_bytes": host.budget_bytes,
-        }
 
     def close(self) -> None:
         for request_id in list(self._active):

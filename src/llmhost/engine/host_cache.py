@@ -12,10 +12,16 @@ are LRU within a byte budget; a state is only ever served under the `StateKey` i
 
 from __future__ import annotations
 
+import logging
 from collections import OrderedDict
 from dataclasses import dataclass
 
+import psutil
+
+from llmhost.engine.config import EngineConfig
 from llmhost.engine.prefix_cache import common_prefix_len
+
+log = logging.getLogger(__name__)
 
 # a state must spare at least this many prompt tokens of prefill to be stored or restored: below it,
 # moving the whole state costs more than it saves
@@ -58,6 +64,19 @@ def auto_budget_mb(available_bytes: int) -> int:
     return max(0, min(AUTO_CAP_MB, int(available_bytes * AUTO_SHARE) // 2**20))
 
 
+def host_cache(config: EngineConfig) -> HostCache | None:
+    """The host-memory cache tier `config` asks for (None: off), its budget logged."""
+    mb = config.prompt_cache_mb
+    if mb == -1:
+        available = psutil.virtual_memory().available
+        mb = auto_budget_mb(available)
+        log.info("prompt cache (host memory tier): %d MiB, sized from %d MiB available "
+                 "(--prompt-cache-mb sets it, 0 turns it off)", mb, available // 2**20)  # fmt: skip
+    elif mb:
+        log.info("prompt cache (host memory tier): %d MiB", mb)
+    return HostCache(mb * 2**20) if mb > 0 else None
+
+
 class HostCache:
     """Saved sequence states by token prefix, LRU within `budget_bytes`."""
 
@@ -76,6 +95,19 @@ class HostCache:
 
     def __len__(self) -> int:
         return len(self._entries)
+
+    def figures(self) -> dict[str, int]:
+        """Its counters and sizes, named as the engine's stats name them."""
+        return {
+            "prompt_cache_hits": self.hits,
+            "prompt_cache_restored_tokens": self.restored_tokens,
+            "prompt_cache_stores": self.stores,
+            "prompt_cache_evictions": self.evictions,
+            "prompt_cache_restore_failures": self.restore_failures,
+            "prompt_cache_entries": len(self),
+            "prompt_cache_bytes": self.bytes,
+            "prompt_cache_capacity_bytes": self.budget_bytes,
+        }
 
     # -- serving a prompt ------------------------------------------------------------------------------
     def lookup(self, key: StateKey, prompt: list[int]) -> HostMatch | None:

@@ -160,12 +160,20 @@ SERVE_SETTINGS: tuple[Setting, ...] = (
            "MAX_BATCH_TOTAL_TOKENS", label="b"),
     Setting("prefix_cache_tokens", int, _ENGINE["prefix_cache_tokens"],
             "KV tokens kept for idle cached prefixes.", engine="prefix_cache_tokens", metavar="N"),
+    Setting("prompt_cache_mb", int, _ENGINE["prompt_cache_mb"],
+            "MiB of host memory keeping the KV state of sequences that left the context, restored for "
+            "prompts that extend them; -1: a quarter of the memory available at start (at most 8192), "
+            "0: off.", ge=-1, endpoint=True, engine="prompt_cache_mb", metavar="MB"),
     Setting("flash_attn", bool, True, "llama.cpp flash attention.", engine="flash_attn"),
     Setting("speculative", str, _ENGINE["speculative"],
             "Speculative decoding of greedy requests: 'ngram' (prompt lookup) or ''.",
             choices=("ngram", "draft"), endpoint=True, engine="speculative", metavar="ngram"),
     Setting("draft_tokens", int, _ENGINE["draft_tokens"], "Speculative tokens verified per step.", ge=1,
             endpoint=True, engine="draft_tokens", metavar="N"),
+    Setting("adaptive_draft", bool, _ENGINE["adaptive_draft"],
+            "With --speculative ngram: each sequence's draft length follows its recent acceptance "
+            "(none while guesses keep failing); off: always --draft-tokens.", endpoint=True,
+            engine="adaptive_draft"),
     Setting("draft_model", str, "",
             "Draft GGUF sharing the model's vocabulary (implies --speculative draft).", endpoint=True,
             metavar="SMALL.gguf"),

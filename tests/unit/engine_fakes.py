@@ -12,7 +12,8 @@ import numpy as np
 import numpy.typing as npt
 
 from llmhost.engine import Engine, EngineConfig
-from llmhost.engine.prefix_cache import KvOp
+from llmhost.engine.host_cache import StateKey
+from llmhost.engine.prefix_cache import KvCopy, KvOp, KvTrim
 
 N_VOCAB = 64
 CYCLE = 50  # outputs cycle below the EOG token
@@ -40,6 +41,10 @@ class FakeModel:
         self.fail_op: KvOp | None = None  # the first apply of this op raises
         self.always_fail = False
         self._rows: dict[int, int] = {}  # batch index -> the token whose logits it holds
+        # what each sequence's KV holds, position by position (saved and restored as its "state")
+        self.kv: dict[int, list[int]] = {}
+        self.refuse_restore = False  # state_seq_load fails, as llama.cpp's does with no room
+        self.state_key = StateKey("fake-model")
 
     # vocabulary
     def piece(self, token: int, special: bool = False) -> bytes:
@@ -54,13 +59,31 @@ class FakeModel:
             self.fail_op = None
             raise RuntimeError(f"injected failure of {op}")
         self.applied.append(op)
+        if isinstance(op, KvCopy):
+            self.kv[op.dst] = list(self.kv.get(op.src, [])[: op.n_tokens])
+        elif isinstance(op, KvTrim):
+            self.kv[op.seq] = self.kv.get(op.seq, [])[: op.keep]
+
+    def state_seq_size(self, seq_id: int) -> int:
+        return 4 * len(self.kv.get(seq_id, []))
+
+    def state_seq_save(self, seq_id: int) -> bytes:
+        return np.asarray(self.kv.get(seq_id, []), dtype="<i4").tobytes()
+
+    def state_seq_load(self, seq_id: int, data: bytes) -> int:
+        if self.refuse_restore:
+            self.kv[seq_id] = []
+            return 0
+        self.kv[seq_id] = np.frombuffer(data, dtype="<i4").astype(int).tolist()
+        return len(self.kv[seq_id])
 
     def decode(self, items: list[tuple[list[int], int, int, int]]) -> list[int]:
         if self.always_fail or any(POISON in tokens for tokens, _, _, _ in items):
             raise RuntimeError("llama_decode failed with code -1")
         self.decodes.append(items)
         self._rows, out_idx, n = {}, [], 0
-        for tokens, _, _, n_logits in items:
+        for tokens, start, seq_id, n_logits in items:
+            self.kv[seq_id] = self.kv.get(seq_id, [])[:start] + list(tokens)
             first = n + len(tokens) - n_logits
             for j, tok in enumerate(tokens):
                 if n + j >= first:
@@ -87,7 +110,7 @@ class FakeModel:
 def config(**kw: Any) -> EngineConfig:
     base: dict[str, Any] = dict(
         max_concurrent=4, max_queue=8, max_input_tokens=64, max_total_tokens=128, max_batch_tokens=64,
-        prefix_cache_seqs=0, prefix_cache_tokens=0,
+        prefix_cache_seqs=0, prefix_cache_tokens=0, prompt_cache_mb=0,
     )  # fmt: skip
     return EngineConfig(**(base | kw))
 

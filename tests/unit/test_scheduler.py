@@ -199,3 +199,48 @@ def test_prompt_logprobs_sequences_do_not_wait_for_a_prefix_they_cannot_reuse() 
     s.add(b)
     plan = s.schedule(0.0)
     assert [i.seq.request_id for i in plan.items] == ["a"] and b in s.running
+
+
+def test_a_short_prefill_is_not_held_behind_a_long_cold_one_which_still_advances() -> None:
+    s = Scheduler(config(max_concurrent=3, max_batch_tokens=16, max_input_tokens=200, max_total_tokens=256))
+    cold = seq("cold", list(range(100, 200)))
+    s.add(cold)
+    run_step(s)  # the cold prompt takes the whole budget while it is alone
+    assert cold.n_computed == 16
+    warm = seq("warm", list(range(300, 306)))  # a turn with few tokens left to compute
+    s.add(warm)
+    plan = s.schedule(0.0)
+    # shortest remaining first; the oldest prefill keeps a quarter of the budget and the rest
+    assert [(i.seq.request_id, len(i.tokens)) for i in plan.items] == [("warm", 6), ("cold", 10)]
+    assert plan.items[0].sample, "the short turn finishes its prompt in this step"
+    s.postprocess(plan, {"warm": [7]}, 0.0)
+    # a stream of short prompts never starves the oldest prefill
+    for k in range(3):
+        s.add(seq(f"short{k}", list(range(400 + 20 * k, 416 + 20 * k))))
+        before = cold.n_computed
+        plan = s.schedule(0.0)
+        s.postprocess(plan, {i.seq.request_id: [7] for i in plan.items if i.sample}, 0.0)
+        assert cold.n_computed - before >= (16 - 1) // 4, "the decode takes one token, the cold one a quarter"
+        s.finish(next(q for q in s.running if q.request_id == f"short{k}"))
+
+
+def test_a_turn_whose_prefix_is_cached_is_admitted_before_earlier_cold_prompts_within_a_bound() -> None:
+    s = Scheduler(config(max_concurrent=1, max_batch_tokens=64, prefix_cache_seqs=2, prefix_cache_tokens=100))
+    turn1 = list(range(100, 140))
+    a = seq("a", turn1, max_tokens=1)
+    s.add(a)
+    run_step(s)
+    s.finish(a)  # turn 1's KV stays idle in the context
+    cold = [seq(f"cold{k}", list(range(200 + 50 * k, 240 + 50 * k))) for k in range(2)]
+    for c in cold:
+        s.add(c)
+    s.add(warm := seq("turn2", [*turn1, 99, 7, 7]))
+    plan = s.schedule(0.0)
+    assert plan.admitted == [warm], "3 prompt tokens to compute against 40"
+    assert warm.n_reused == 40 and [c.passed_over for c in cold] == [1, 1]
+    s.finish(warm)
+    s.add(seq("turn2b", [*turn1, 98, 8]))
+    for _ in range(2):  # the cold ones go first once passed over max_concurrent (1) time
+        plan = s.schedule(0.0)
+        s.finish(plan.admitted[0])
+    assert [q.request_id for q in s.waiting] == ["turn2b"]

@@ -1,6 +1,9 @@
 import pytest
 
-from llmhost.engine.speculative import NgramIndex
+from llmhost.engine.config import EngineConfig
+from llmhost.engine.scheduler import Scheduler
+from llmhost.engine.sequence import Sequence
+from llmhost.engine.speculative import MISSES_TO_REST, REST_STEPS, DraftLength, NgramIndex
 
 
 def test_proposes_what_followed_the_latest_occurrence_of_the_suffix() -> None:
@@ -18,3 +21,80 @@ def test_nothing_to_propose_without_a_repeat() -> None:
     assert ix.propose(0) == []
     with pytest.raises(ValueError):
         NgramIndex(max_n=1, min_n=2)
+
+
+# -- the adaptive draft length ----------------------------------------------------------------------
+def misses(d: DraftLength, n: int) -> None:
+    for _ in range(n):
+        d.record(max(1, d.limit), 0)
+
+
+def test_draft_length_grows_on_success_and_tracks_partial_acceptance() -> None:
+    d = DraftLength(12)
+    assert d.limit == 12
+    d.record(12, 3)  # 3 confirmed, then a miss: next time 4 guesses
+    assert d.limit == 4
+    d.record(4, 4)
+    assert d.limit == 8
+    d.record(8, 8)
+    assert d.limit == 12, "never beyond max_len"
+    d.record(0, 0)  # a step with nothing to propose changes nothing
+    assert d.limit == 12
+
+
+def test_failing_drafts_shrink_to_none_then_a_probe_follows_a_rest() -> None:
+    d = DraftLength(12)
+    d.record(12, 0)
+    assert d.limit == 6
+    d.record(6, 0)
+    assert d.limit == 3
+    d.record(3, 0)
+    assert d.limit == 0, f"{MISSES_TO_REST} misses in a row: resting"
+    for _ in range(REST_STEPS - 1):
+        d.record(0, 0)
+        assert d.limit == 0
+    d.record(0, 0)
+    assert d.limit == 1, "after the rest, a one-token probe"
+    d.record(1, 1)
+    assert d.limit == 2, "a confirmed probe grows again"
+
+
+def test_rests_double_while_probes_keep_failing_and_reset_on_success() -> None:
+    d = DraftLength(4)
+    rests = []
+    for _ in range(8):
+        misses(d, MISSES_TO_REST)
+        rests.append(d.rest)
+        while d.limit == 0:
+            d.record(0, 0)
+    assert rests == [8, 16, 32, 64, 128, 256, 256, 256]
+    d.record(1, 1)
+    misses(d, MISSES_TO_REST)
+    assert d.rest == REST_STEPS, "a success resets the rest"
+    long = DraftLength(64)
+    misses(long, MISSES_TO_REST)
+    while long.limit == 0:
+        long.record(0, 0)
+    assert long.limit == 1, "the probe is one token whatever the maximum"
+    with pytest.raises(ValueError):
+        DraftLength(0)
+
+
+def test_the_scheduler_stops_drafting_for_a_sequence_whose_guesses_fail() -> None:
+    s = Scheduler(EngineConfig(max_concurrent=1, max_batch_tokens=32, draft_tokens=4))
+    a = Sequence(request_id="a", prompt=[1, 2, 3], max_tokens=200, arrival_s=0.0)
+    a.draft_length = DraftLength(4)
+    s.add(a)
+    plan = s.schedule(0.0)
+    s.postprocess(plan, {"a": [40]}, 0.0)
+    drafted = []
+    for step in range(3 + REST_STEPS + 1):
+        # an index whose suffix "1 2" always has a long continuation at hand
+        a.ngrams = NgramIndex(3)
+        a.ngrams.extend([1, 2, 3, 4, 5, 6, 7, 8, 9, 1, 2])
+        plan = s.schedule(0.0)
+        [item] = plan.items
+        drafted.append(len(item.draft))
+        s.postprocess(plan, {"a": [50 + step]}, 0.0)  # every guess refused: the model's own token
+    assert drafted[:3] == [4, 2, 1] and drafted[3 : 3 + REST_STEPS] == [0] * REST_STEPS
+    assert drafted[-1] == 1, "a probe after the rest"

@@ -36,6 +36,9 @@ class EngineConfig:
     # `draft_tokens` guesses verified per step, looked up by n-grams of `ngram_size` down to 2 tokens
     speculative: str = ""
     draft_tokens: int = 12
+    # "ngram": each sequence's draft length follows its recent acceptance, up to `draft_tokens`
+    # (none while its guesses keep failing); off: always up to `draft_tokens`
+    adaptive_draft: bool = True
     # "draft": a smaller GGUF with the same vocabulary proposes the tokens
     draft_model: str = ""
     ngram_size: int = 3
@@ -55,6 +58,9 @@ class EngineConfig:
     slow_step_s: float = 30.0
     # a saved prefix KV state (`engine.prefix_state` file) restored at load into the prefix cache
     prefix_state_path: str = ""
+    # MiB of host memory for KV states of sequences that left the context (the second cache tier):
+    # -1 sizes it from the memory available at start, 0 turns it off
+    prompt_cache_mb: int = -1
 
     def __post_init__(self) -> None:
         if self.speculative not in SPECULATIVE_MODES:
@@ -91,6 +97,10 @@ class EngineConfig:
         for name, bound in non_negative.items():
             if not bound >= 0:
                 raise ValueError(f"{name} must be >= 0, got {bound}")
+        if self.prompt_cache_mb < -1:
+            raise ValueError(
+                f"prompt_cache_mb must be >= -1 (-1: sized from free memory), got {self.prompt_cache_mb}"
+            )
         if self.max_step_failures < 1 or not self.slow_step_s > 0:
             raise ValueError(
                 f"max_step_failures must be >= 1 and slow_step_s > 0, got {self.max_step_failures}, "

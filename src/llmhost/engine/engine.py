@@ -20,9 +20,10 @@ from typing import Any, Protocol
 from llmhost.engine.config import EngineConfig
 from llmhost.engine.constraint import ConstraintCompiler, grammar_of
 from llmhost.engine.drafter import Drafter
+from llmhost.engine.host_cache import host_cache
 from llmhost.engine.llama import LlamaModel
 from llmhost.engine.output import Active, Emit, process_tokens, timings
-from llmhost.engine.prefix_cache import KvOp, KvTrim
+from llmhost.engine.prefix_cache import KvOp, KvRestore, KvSave, KvTrim
 from llmhost.engine.request import (
     FinishReason,
     GenerationEvent,
@@ -34,7 +35,7 @@ from llmhost.engine.request import (
 from llmhost.engine.sampling import Sampler, plain_greedy, prompt_logprobs
 from llmhost.engine.scheduler import BatchItem, Scheduler, StepPlan
 from llmhost.engine.sequence import SeqStatus, Sequence
-from llmhost.engine.speculative import NgramIndex
+from llmhost.engine.speculative import DraftLength, NgramIndex
 from llmhost.engine.text import IncrementalDetokenizer
 
 log = logging.getLogger(__name__)
@@ -59,6 +60,16 @@ class EngineStats:
     prompt_tokens_prefilled: int
     draft_tokens: int = 0
     draft_tokens_accepted: int = 0
+    # the host-memory tier: states restored, prompt tokens they spared, states kept and evicted,
+    # restores llama.cpp refused, and the bytes held against the budget
+    prompt_cache_hits: int = 0
+    prompt_cache_restored_tokens: int = 0
+    prompt_cache_stores: int = 0
+    prompt_cache_evictions: int = 0
+    prompt_cache_restore_failures: int = 0
+    prompt_cache_entries: int = 0
+    prompt_cache_bytes: int = 0
+    prompt_cache_capacity_bytes: int = 0
 
 
 def check_limits(config: EngineConfig, n_prompt: int, max_tokens: int) -> None:
@@ -106,7 +117,8 @@ class Engine:
         self.model = model
         self.drafter = drafter
         self.config = config
-        self.scheduler = Scheduler(config)
+        host = host_cache(config)
+        self.scheduler = Scheduler(config, host, model.state_key if host is not None else None)
         self.observer = observer
         self.clock = clock
         self._active: dict[str, Active] = {}
@@ -152,6 +164,8 @@ class Engine:
             # verification compares argmaxes, so only plain greedy sequences speculate
             seq.ngrams = NgramIndex(self.config.ngram_size)
             seq.ngrams.extend(seq.prompt)
+            if self.config.adaptive_draft:
+                seq.draft_length = DraftLength(self.config.draft_tokens)
         detok = IncrementalDetokenizer(self.model.piece, request.params.stop)
         self._active[request.request_id] = Active(seq, request.params, emit, detok)
         self.scheduler.add(seq)
@@ -182,22 +196,65 @@ class Engine:
     def _run(self, plan: StepPlan) -> dict[str, list[int]]:
         for seq in plan.admitted:
             self._guard(seq, "sampler", self._start, seq)
-        self._apply(plan.kv_ops)
-        plan.items = [i for i in plan.items if i.seq.status is not SeqStatus.FINISHED]
+        refused = self._apply(plan.kv_ops)
+        plan.items = [
+            i for i in plan.items if i.seq.status is not SeqStatus.FINISHED and i.seq.kv_seq not in refused
+        ]
         if self.drafter is not None and plan.items:
             plan.items = self._with_drafts(self.drafter, plan.items)
         return self._decode_and_sample(plan.items) if plan.items else {}
 
-    def _apply(self, ops: list[KvOp]) -> None:
-        """Perform KV operations; if one fails, it and those after it are kept for the next step, and
-        this step decodes nothing (no sequence is at fault: none is failed)."""
+    def _apply(self, ops: list[KvOp]) -> set[int]:
+        """Perform KV operations; if an edit fails, it and those after it are kept for the next step,
+        and this step decodes nothing (no sequence is at fault: none is failed). Returns the KV
+        sequences whose restore from host memory was refused: they prefill from scratch next step."""
+        refused: set[int] = set()
         for i, op in enumerate(ops):
+            if isinstance(op, KvSave):
+                self._save(op)
+                continue
+            if isinstance(op, KvRestore):
+                if not self._restore(op):
+                    refused.add(op.seq)
+                continue
             try:
                 self.model.apply(op)
             except Exception as exc:
                 self.scheduler.restore_ops(ops[i:])
                 self._plan = None
                 raise KvOpError(f"{op} failed: {exc}") from exc
+        return refused
+
+    def _save(self, op: KvSave) -> None:
+        """Keep the state of KV about to leave the context in host memory; a failure loses the copy
+        only (its tokens are prefilled again when next needed)."""
+        host, key = self.scheduler.host, self.scheduler.state_key
+        tokens = list(op.tokens)
+        if host is None:
+            return
+        try:
+            if host.can_store(key, tokens, self.model.state_seq_size(op.seq)):
+                host.store(key, tokens, self.model.state_seq_save(op.seq))
+        except Exception:
+            log.exception("saving the KV state of sequence %d (%d tokens) failed", op.seq, len(tokens))
+
+    def _restore(self, op: KvRestore) -> bool:
+        """Load a state from host memory into its (empty) sequence, trimmed to what the prompt shares.
+        False if llama.cpp refused it (e.g. no contiguous cells free): the sequence is then emptied."""
+        try:
+            loaded = self.model.state_seq_load(op.seq, op.data)
+            if loaded >= op.keep:
+                if loaded > op.keep:
+                    self.model.apply(KvTrim(op.seq, op.keep))
+                return True
+            log.warning("restoring %d tokens into sequence %d failed: it holds %d", op.keep, op.seq, loaded)
+        except Exception:
+            log.exception("restoring %d tokens into sequence %d failed", op.keep, op.seq)
+        self.model.apply(KvTrim(op.seq, 0))
+        if self.scheduler.host is not None:
+            self.scheduler.host.restore_failed(op.keep)
+        self.scheduler.restore_failed(op.seq)
+        return False
 
     def _start(self, seq: Sequence) -> None:
         active = self._active[seq.request_id]
@@ -456,6 +513,7 @@ class Engine:
             prompt_tokens_prefilled=self.prompt_tokens_prefilled,
             draft_tokens=self.draft_tokens,
             draft_tokens_accepted=self.draft_tokens_accepted,
+            **(self.scheduler.host.figures() if self.scheduler.host is not None else {}),
         )
 
     def close(self) -> None:

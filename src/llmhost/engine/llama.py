@@ -18,7 +18,8 @@ import numpy as np
 import numpy.typing as npt
 
 from llmhost.engine.config import EngineConfig
-from llmhost.engine.prefix_cache import KvCopy, KvOp
+from llmhost.engine.host_cache import StateKey
+from llmhost.engine.prefix_cache import KvCopy, KvEdit
 
 log = logging.getLogger(__name__)
 
@@ -307,7 +308,7 @@ class LlamaModel:
         return self._ctx
 
     # -- KV ------------------------------------------------------------------------------------------
-    def apply(self, op: KvOp) -> None:
+    def apply(self, op: KvEdit) -> None:
         if isinstance(op, KvCopy):
             lc.llama_memory_seq_cp(self._mem, op.src, op.dst, 0, op.n_tokens)
         elif not lc.llama_memory_seq_rm(self._mem, op.seq, op.keep, -1):
@@ -358,6 +359,18 @@ class LlamaModel:
     def seq_len(self, seq_id: int) -> int:
         """Positions held by `seq_id` (max position + 1; 0 when empty)."""
         return int(lc.llama_memory_seq_pos_max(self._mem, seq_id)) + 1
+
+    def state_seq_size(self, seq_id: int) -> int:
+        """Bytes `state_seq_save(seq_id)` would return."""
+        return int(lc.llama_state_seq_get_size(self._ctx, seq_id))
+
+    @property
+    def state_key(self) -> StateKey:
+        """What a saved sequence state of this context is valid for: these weights, no adapters, f16 K
+        and V, V transposed unless flash attention is on, every SWA position kept."""
+        info = self.info
+        kv = f"f16/f16 flash_attn={int(self.config.flash_attn)} swa_full=1"
+        return StateKey(f"{info.path}:{info.size_bytes}:{info.description}", adapters="", kv=kv)
 
     def state_seq_save(self, seq_id: int) -> bytes:
         """The KV state of one sequence (llama_state_seq_get_data), to restore with state_seq_load."""

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass(slots=True, frozen=True)
@@ -27,15 +27,44 @@ class KvTrim:
     keep: int
 
 
-KvOp = KvCopy | KvTrim
+@dataclass(slots=True, frozen=True)
+class KvSave:
+    """`seq`'s KV holding `tokens` is about to be dropped or trimmed: keep its state in host memory
+    (the engine's host cache tier) first. Only planned when that tier is on."""
+
+    seq: int
+    tokens: tuple[int, ...]
+
+
+@dataclass(slots=True, frozen=True)
+class KvRestore:
+    """Load a state saved in host memory into `seq` (empty), keeping its first `keep` positions."""
+
+    seq: int
+    keep: int
+    data: bytes = field(repr=False)
+    n_state_tokens: int = 0  # positions the state holds (>= keep)
+
+
+# what llama.cpp performs on the context
+KvEdit = KvCopy | KvTrim
+# what a step plans: edits, and states moved between the context and host memory
+KvOp = KvCopy | KvTrim | KvSave | KvRestore
 
 
 def common_prefix_len(a: list[int], b: list[int]) -> int:
-    n = min(len(a), len(b))
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i
+    """Leading tokens `a` and `b` share: bisection over slice comparisons (done in C), since prompts
+    of thousands of tokens are compared against every cached sequence at each admission."""
+    lo, hi = 0, min(len(a), len(b))
+    if a[:hi] == b[:hi]:
+        return hi
+    while lo < hi:  # a[:lo] == b[:lo] and a[:hi+1] != b[:hi+1]
+        mid = (lo + hi + 1) // 2
+        if a[lo:mid] == b[lo:mid]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
 
 
 @dataclass(slots=True, frozen=True)
@@ -48,11 +77,16 @@ class PrefixMatch:
 class PrefixCache:
     """Idle KV sequences kept for reuse, LRU-evicted beyond `max_tokens` or when ids run out."""
 
-    def __init__(self, n_seq_ids: int, max_idle_seqs: int, max_tokens: int) -> None:
+    def __init__(
+        self, n_seq_ids: int, max_idle_seqs: int, max_tokens: int, spill_min_tokens: int = 0
+    ) -> None:
+        """`spill_min_tokens` > 0: KV of at least that many tokens about to be dropped is first saved
+        (`KvSave`) to the host cache tier."""
         self._free: list[int] = list(range(n_seq_ids - 1, -1, -1))
         self._idle: OrderedDict[int, list[int]] = OrderedDict()
         self._max_idle_seqs = max_idle_seqs
         self._max_tokens = max_tokens
+        self._spill_min = spill_min_tokens
         self.lookups = 0
         self.hits = 0
         self.reused_tokens = 0
@@ -98,8 +132,7 @@ class PrefixCache:
             self.hits += 1
             self.reused_tokens += shared
         if is_idle and shared > 0:
-            del self._idle[src]
-            return PrefixMatch(src, shared, (KvTrim(src, shared),))
+            return PrefixMatch(src, shared, tuple(self._drop_tail(src, self._idle.pop(src), shared)))
         ops: list[KvOp] = []
         dst = self._take_id(ops)
         if shared > 0:
@@ -119,7 +152,7 @@ class PrefixCache:
         self._idle[kv_seq] = list(tokens)
         return kv_seq
 
-    def drop(self, kv_seq: int) -> list[KvOp]:
+    def drop(self, kv_seq: int) -> list[KvTrim]:
         """Forget an idle sequence (e.g. one whose adopted KV failed to restore) and free its id."""
         if self._idle.pop(kv_seq, None) is None:
             return []
@@ -129,19 +162,30 @@ class PrefixCache:
     def _take_id(self, ops: list[KvOp]) -> int:
         if self._free:
             return self._free.pop()
-        victim, _ = self._idle.popitem(last=False)
-        ops.append(KvTrim(victim, 0))
+        victim, tokens = self._idle.popitem(last=False)
+        ops.extend(self._drop_tail(victim, tokens, 0))
         return victim
+
+    def _drop_tail(self, kv_seq: int, tokens: list[int], keep: int) -> list[KvOp]:
+        """Forget positions >= `keep` of `kv_seq`, saving its state to the host tier first if what is
+        lost is worth it."""
+        trim = KvTrim(kv_seq, keep)
+        if self._spill_min and len(tokens) - keep >= self._spill_min:
+            return [KvSave(kv_seq, tuple(tokens)), trim]
+        return [trim]
 
     def release(self, kv_seq: int, tokens: list[int], reusable: bool) -> list[KvOp]:
         """A sequence finished: keep its KV for reuse (if `reusable`), evicting LRU beyond the limits."""
-        if not reusable or not tokens or self._max_idle_seqs == 0 or len(tokens) > self._max_tokens:
+        if not reusable or not tokens:
             self._free.append(kv_seq)
             return [KvTrim(kv_seq, 0)]
+        if self._max_idle_seqs == 0 or len(tokens) > self._max_tokens:
+            self._free.append(kv_seq)
+            return self._drop_tail(kv_seq, tokens, 0)
         self._idle[kv_seq] = tokens
         ops: list[KvOp] = []
         while len(self._idle) > self._max_idle_seqs or self.idle_tokens > self._max_tokens:
-            victim, _ = self._idle.popitem(last=False)
-            ops.append(KvTrim(victim, 0))
+            victim, victim_tokens = self._idle.popitem(last=False)
+            ops.extend(self._drop_tail(victim, victim_tokens, 0))
             self._free.append(victim)
         return ops

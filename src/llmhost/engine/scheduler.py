@@ -9,7 +9,8 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from llmhost.engine.config import EngineConfig
-from llmhost.engine.prefix_cache import KvOp, KvTrim, PrefixCache, common_prefix_len
+from llmhost.engine.host_cache import HostCache, HostMatch, StateKey
+from llmhost.engine.prefix_cache import KvOp, KvRestore, KvTrim, PrefixCache, common_prefix_len
 from llmhost.engine.sequence import SeqStatus, Sequence
 
 
@@ -45,8 +46,36 @@ class StepPlan:
         return not self.items and not self.kv_ops
 
 
+# share of a step's prefill budget the longest-waiting prefill always gets, however many shorter
+# prompts arrive after it: shortest-first ordering never starves it
+OLDEST_PREFILL_SHARE = 4
+
+
+def prefill_shares(prefilling: list[Sequence], budget: int) -> list[tuple[Sequence, int]]:
+    """Prompt tokens each prefilling sequence (in admission order) computes this step, shortest
+    remaining prompt first, so a turn whose prefix was at hand (a few new tokens) is not held behind
+    another's cold prefill of thousands; the oldest keeps 1/`OLDEST_PREFILL_SHARE` of the budget."""
+    if budget <= 0 or not prefilling:
+        return []
+    left = {id(s): len(s.prompt) - s.n_computed for s in prefilling}
+    oldest = prefilling[0]
+    give = {id(oldest): min(left[id(oldest)], budget // OLDEST_PREFILL_SHARE)}
+    budget -= give[id(oldest)]
+    out = []
+    for seq in sorted(prefilling, key=lambda s: left[id(s)]):
+        n = give.get(id(seq), 0) + min(budget, left[id(seq)] - give.get(id(seq), 0))
+        budget -= n - give.get(id(seq), 0)
+        if n > 0:
+            out.append((seq, n))
+    return out
+
+
 class Scheduler:
-    def __init__(self, config: EngineConfig) -> None:
+    """`host`: the host-memory cache tier (None: off), whose states are valid under `state_key`."""
+
+    def __init__(
+        self, config: EngineConfig, host: HostCache | None = None, state_key: StateKey | None = None
+    ) -> None:
         if config.max_batch_tokens < config.max_concurrent:
             raise ValueError(
                 f"max_batch_tokens ({config.max_batch_tokens}) must be >= max_concurrent "
@@ -55,7 +84,12 @@ class Scheduler:
         self.config = config
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
-        self.cache = PrefixCache(config.n_seq_max, config.prefix_cache_seqs, config.prefix_cache_tokens)
+        self.host = host
+        self.state_key = state_key or StateKey("")
+        spill = host.min_tokens if host is not None else 0
+        self.cache = PrefixCache(
+            config.n_seq_max, config.prefix_cache_seqs, config.prefix_cache_tokens, spill
+        )
         self._pending_ops: list[KvOp] = []
 
     # -- admission -------------------------------------------------------------------------------
@@ -66,22 +100,85 @@ class Scheduler:
         return len(self.running) < self.config.max_concurrent and self.cache.can_acquire()
 
     def admit(self, seq: Sequence, now_s: float) -> list[KvOp]:
+        """Give `seq` a KV sequence holding the longest prefix of its prompt at hand: shared from the
+        context, else restored from host memory where that spares more prefill."""
         running = [(s.kv_seq, s.computed_tokens) for s in self.running]
-        match = self.cache.acquire(seq.prompt, running, reuse=not seq.prompt_logprobs)
+        reuse = not seq.prompt_logprobs
+        saved = self._host_match(seq.prompt, running) if reuse else None
+        match = self.cache.acquire(seq.prompt, running, reuse=reuse and saved is None)
+        ops = list(match.ops)
+        n_reused = match.n_reused
+        if saved is not None and self.host is not None:
+            n_reused = min(saved.n_tokens, len(seq.prompt) - 1)
+            data = self.host.restore(saved, n_reused)
+            ops.append(KvRestore(match.kv_seq, n_reused, data, saved.n_state_tokens))
         seq.kv_seq = match.kv_seq
-        seq.n_computed = match.n_reused
-        seq.n_reused = match.n_reused
+        seq.n_computed = seq.n_reused = n_reused
         seq.status = SeqStatus.PREFILL
         seq.admitted_s = now_s
         self.running.append(seq)
-        return list(match.ops)
+        return ops
 
-    def _should_wait_for_prefix(self, seq: Sequence) -> bool:
-        """True if a prompt being prefilled will soon hold a longer shared prefix than any cache now."""
+    def _host_match(self, prompt: list[int], running: list[tuple[int, list[int]]]) -> HostMatch | None:
+        """A saved state worth restoring: it spares at least `min_tokens` more prefill than the
+        longest prefix still in the context (the last prompt token is always decoded)."""
+        if self.host is None:
+            return None
+        saved = self.host.lookup(self.state_key, prompt)
+        if saved is None:
+            return None
+        _, in_context, _ = self.cache.best_match(prompt, running)
+        gain = min(saved.n_tokens, len(prompt) - 1) - min(in_context, len(prompt) - 1)
+        return saved if gain >= self.host.min_tokens else None
+
+    def restore_failed(self, kv_seq: int) -> Sequence | None:
+        """llama.cpp refused a planned restore into `kv_seq`: its sequence prefills its whole prompt."""
+        for seq in self.running:
+            if seq.kv_seq == kv_seq:
+                seq.n_computed = seq.n_reused = 0
+                return seq
+        return None
+
+    def _next_admission(self) -> Sequence | None:
+        """The waiting sequence with the fewest prompt tokens left to compute (its prefix in the context
+        or in host memory), earliest first among equals, so a conversation's next turn is not queued
+        behind cold prompts; one passed over `max_concurrent` times goes first whatever it costs.
+        Sequences about to share a prefix still being computed are left waiting for it."""
+        running = [(s.kv_seq, s.computed_tokens) for s in self.running]
+        best: Sequence | None = None
+        best_left = 0
+        passed: list[Sequence] = []
+        for seq in self.waiting:
+            at_hand = self._prefix_at_hand(seq, running)
+            if self._should_wait_for_prefix(seq, at_hand):
+                continue
+            if seq.passed_over >= self.config.max_concurrent:
+                best = seq
+                break
+            left = len(seq.prompt) - at_hand
+            if best is None or left < best_left:
+                best, best_left = seq, left
+            passed.append(seq)
+        for seq in passed:
+            if seq is best:
+                break
+            seq.passed_over += 1
+        return best
+
+    def _prefix_at_hand(self, seq: Sequence, running: list[tuple[int, list[int]]]) -> int:
+        """Leading prompt tokens `seq` would not compute if admitted now: held in the context or in
+        host memory (none for a sequence needing every prompt position's logits)."""
+        if seq.prompt_logprobs:
+            return 0
+        _, shared, _ = self.cache.best_match(seq.prompt, running)
+        saved = self.host.lookup(self.state_key, seq.prompt) if self.host is not None else None
+        return max(shared, saved.n_tokens if saved is not None else 0)
+
+    def _should_wait_for_prefix(self, seq: Sequence, available: int) -> bool:
+        """True if a prompt being prefilled will soon hold a longer shared prefix than the `available`
+        one (in the context or in host memory)."""
         if seq.prompt_logprobs:
             return False  # it computes every prompt position itself: no prefix to wait for
-        running = [(s.kv_seq, s.computed_tokens) for s in self.running]
-        _, available, _ = self.cache.best_match(seq.prompt, running)
         for other in self.running:
             if other.status is not SeqStatus.PREFILL:
                 continue
@@ -97,9 +194,10 @@ class Scheduler:
         plan = StepPlan(kv_ops=self._pending_ops)
         self._pending_ops = []
         while self.waiting and self.can_admit():
-            if self._should_wait_for_prefix(self.waiting[0]):
-                break  # FCFS: what is behind it likely shares the same prefix too
-            seq = self.waiting.popleft()
+            seq = self._next_admission()
+            if seq is None:
+                break
+            self.waiting.remove(seq)
             plan.kv_ops.extend(self.admit(seq, now_s))
             plan.admitted.append(seq)
         decoding = [seq for seq in self.running if seq.status is SeqStatus.DECODE]
@@ -113,14 +211,10 @@ class Scheduler:
             draft = self._draft(seq, budget)
             budget -= len(draft)
             plan.items.append(BatchItem(seq, [seq.output[-1], *draft], seq.n_computed, True, tuple(draft)))
-        for seq in self.running:
-            if budget <= 0:
-                break
-            if seq.status is SeqStatus.PREFILL:
-                chunk = seq.prompt[seq.n_computed : seq.n_computed + budget]
-                done = seq.n_computed + len(chunk) == len(seq.prompt)
-                plan.items.append(BatchItem(seq, chunk, seq.n_computed, sample=done and seq.max_tokens > 0))
-                budget -= len(chunk)
+        for seq, n in prefill_shares([s for s in self.running if s.status is SeqStatus.PREFILL], budget):
+            chunk = seq.prompt[seq.n_computed : seq.n_computed + n]
+            done = seq.n_computed + len(chunk) == len(seq.prompt)
+            plan.items.append(BatchItem(seq, chunk, seq.n_computed, sample=done and seq.max_tokens > 0))
         return plan
 
     def _draft_room(self, seq: Sequence, budget: int) -> int:
@@ -131,7 +225,10 @@ class Scheduler:
         """n-gram guesses for `seq`."""
         if seq.ngrams is None:
             return []
-        return seq.ngrams.propose(self._draft_room(seq, budget))
+        room = self._draft_room(seq, budget)
+        if seq.draft_length is not None:
+            room = min(room, seq.draft_length.limit)
+        return seq.ngrams.propose(room)
 
     def expired(self, now_s: float) -> list[tuple[Sequence, str]]:
         """Sequences past a deadline, with which one: "queue" (still waiting) or "request"."""
@@ -155,8 +252,8 @@ class Scheduler:
                     seq.first_token_s = seq.last_token_s = now_s
                 continue
             tokens = sampled[seq.request_id]
+            accepted = len(tokens) - 1 if item.draft else 0  # the last one is the model's own next token
             if item.draft:
-                accepted = len(tokens) - 1  # the last one is the model's own next token
                 seq.draft_n += len(item.draft)
                 seq.draft_accepted += accepted
                 seq.n_computed += 1 + accepted
@@ -164,6 +261,8 @@ class Scheduler:
                     self._pending_ops.append(KvTrim(seq.kv_seq, seq.n_computed))
             else:
                 seq.n_computed += len(item.tokens)
+            if seq.draft_length is not None and seq.status is SeqStatus.DECODE:
+                seq.draft_length.record(len(item.draft), accepted)
             seq.output.extend(tokens)
             if seq.ngrams is not None:
                 seq.ngrams.extend(tokens)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
-from llmhost.engine.speculative import NgramIndex
+from llmhost.engine.speculative import DraftLength, NgramIndex
 
 
 class SeqStatus(enum.Enum):
@@ -23,6 +23,8 @@ class Sequence:
     arrival_s: float
     # sequences of one request with several choices share a group: they compute the prompt once
     group: str = ""
+    # admissions that went to a later sequence with less prompt left to compute (bounded: see scheduler)
+    passed_over: int = 0
     # the logits of every prompt position are needed (prompt logprobs): no prefix reuse
     prompt_logprobs: bool = False
     status: SeqStatus = SeqStatus.WAITING
@@ -40,6 +42,8 @@ class Sequence:
     last_token_s: float = 0.0
     # speculative decoding: n-grams of prompt + output, and what the drafts achieved
     ngrams: NgramIndex | None = None
+    # n-gram speculation with an adaptive length: how many guesses it verifies next (None: fixed)
+    draft_length: DraftLength | None = None
     # draft-model speculation: this sequence speculates, and how many of its tokens the draft's KV holds
     drafted: bool = False
     draft_pos: int = 0

@@ -40,3 +40,54 @@ class NgramIndex:
             if start is not None:
                 return self.tokens[start : start + k]
         return []
+
+
+# drafts that accepted nothing, in a row, before a sequence stops drafting for a while
+MISSES_TO_REST = 3
+# decode steps without drafts after such a run of misses: doubled after each failed probe, up to the max
+REST_STEPS = 8
+MAX_REST_STEPS = 256
+
+
+class DraftLength:
+    """How many n-gram guesses one sequence verifies next, adapted from how its last ones fared.
+
+    A failed guess costs a wider decode and buys nothing, so the length halves on a draft that
+    accepted nothing and drops to 0 (no drafting) after `MISSES_TO_REST` such drafts in a row; a
+    rest of `REST_STEPS` decode steps later, one short probe tries again (rests double while probes
+    keep failing). A fully accepted draft doubles the length, up to `max_len`; a partly accepted one
+    sets it to what was accepted plus one. Verification is unchanged: greedy output is the same.
+    """
+
+    def __init__(self, max_len: int) -> None:
+        if max_len < 1:
+            raise ValueError(f"max_len must be >= 1, got {max_len}")
+        self.max_len = max_len
+        self.length = max_len
+        self.misses = 0
+        self.rest = 0  # decode steps left without drafting
+        self._next_rest = REST_STEPS
+
+    @property
+    def limit(self) -> int:
+        """Guesses this sequence may verify in its next step (0: resting)."""
+        return 0 if self.rest else self.length
+
+    def record(self, drafted: int, accepted: int) -> None:
+        """One decode step of the sequence: `drafted` guesses verified, `accepted` of them confirmed."""
+        if drafted == 0:
+            self.rest = max(0, self.rest - 1)
+            return
+        if accepted:
+            self.misses = 0
+            self._next_rest = REST_STEPS
+            full = accepted >= drafted
+            self.length = min(self.max_len, self.length * 2 if full else accepted + 1)
+            return
+        self.misses += 1
+        self.length = max(1, self.length // 2)
+        if self.misses >= MISSES_TO_REST:
+            self.misses = 0
+            self.length = 1  # the probe after the rest
+            self.rest = self._next_rest
+            self._next_rest = min(MAX_REST_STEPS, self._next_rest * 2)

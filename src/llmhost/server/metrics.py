@@ -67,10 +67,33 @@ class _EngineCollector(Collector):
         yield CounterMetricFamily(
             "llmhost_prompt_tokens_prefilled", "Prompt tokens actually decoded", s.prompt_tokens_prefilled
         )
+        yield from _prompt_cache_metrics(s)
         yield CounterMetricFamily("llmhost_spec_draft_tokens", "Speculative tokens proposed", s.draft_tokens)
         yield CounterMetricFamily(
             "llmhost_spec_accepted_tokens", "Speculative tokens the model confirmed", s.draft_tokens_accepted
         )
+
+
+def _prompt_cache_metrics(s: EngineStats) -> Iterable[Metric]:
+    """The host-memory cache tier (`--prompt-cache-mb`)."""
+    counters = (
+        ("hits", "Prompts whose KV was restored from host memory", s.prompt_cache_hits),
+        ("restored_tokens", "Prompt tokens restored from host memory instead of prefilled",
+         s.prompt_cache_restored_tokens),
+        ("stores", "KV states saved to host memory as they left the context", s.prompt_cache_stores),
+        ("evictions", "Saved KV states dropped to stay within the budget", s.prompt_cache_evictions),
+        ("restore_failures", "Restores llama.cpp refused (the prompt was prefilled instead)",
+         s.prompt_cache_restore_failures),
+    )  # fmt: skip
+    for name, help_text, value in counters:
+        yield CounterMetricFamily(f"llmhost_prompt_cache_{name}", help_text, value)
+    gauges = (
+        ("entries", "KV states held in host memory", s.prompt_cache_entries),
+        ("bytes", "Bytes of KV states held in host memory", s.prompt_cache_bytes),
+        ("capacity_bytes", "Host memory budget for KV states", s.prompt_cache_capacity_bytes),
+    )
+    for name, help_text, value in gauges:
+        yield GaugeMetricFamily(f"llmhost_prompt_cache_{name}", help_text, value)
 
 
 class ServerMetrics:

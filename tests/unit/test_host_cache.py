@@ -1,0 +1,203 @@
+"""The host-memory cache tier: its bookkeeping alone, the prefix cache's spills into it, and the engine
+restoring from it (a stand-in model whose "state" is the list of tokens its KV holds)."""
+
+from __future__ import annotations
+
+import pytest
+
+from llmhost.engine import GenerationEvent, GenerationRequest, SamplingParams
+from llmhost.engine.host_cache import HostCache, StateKey, auto_budget_mb
+from llmhost.engine.prefix_cache import KvSave, KvTrim, PrefixCache
+from tests.unit.engine_fakes import FakeModel, config, engine_factory, expected
+
+KEY = StateKey("model-a", kv="f16")
+
+
+def toks(start: int, n: int) -> list[int]:
+    return list(range(start, start + n))
+
+
+def state(n_bytes: int) -> bytes:
+    return bytes(n_bytes)
+
+
+def test_a_stored_state_serves_a_prompt_that_extends_it() -> None:
+    cache = HostCache(1000, min_tokens=4)
+    saved = toks(0, 20)
+    assert cache.can_store(KEY, saved, 80)
+    cache.store(KEY, saved, state(80))
+    match = cache.lookup(KEY, [*saved, 7, 7, 7])
+    assert match is not None and match.n_tokens == 20 and match.n_state_tokens == 20
+    assert (cache.hits, cache.restored_tokens) == (0, 0), "lookup is a check: nothing counted"
+    assert cache.restore(match, 20) == state(80)
+    assert (cache.hits, cache.restored_tokens, cache.stores, cache.bytes) == (1, 20, 1, 80)
+    assert len(cache) == 1, "a restored state stays for other prompts sharing it"
+
+
+def test_a_partial_prefix_is_served_and_too_short_a_one_is_not() -> None:
+    cache = HostCache(1000, min_tokens=8)
+    cache.store(KEY, toks(0, 30), state(120))
+    match = cache.lookup(KEY, [*toks(0, 12), 99, 98])
+    assert match is not None and match.n_tokens == 12 and match.n_state_tokens == 30
+    assert cache.lookup(KEY, [*toks(0, 7), 99]) is None, "7 shared tokens < min_tokens"
+    assert cache.lookup(KEY, toks(0, 10)) is not None, "a prompt shorter than the state"
+    with pytest.raises(ValueError):
+        cache.restore(match, 13)  # more than the prompt shares
+
+
+def test_the_longest_shared_prefix_wins() -> None:
+    cache = HostCache(1000, min_tokens=4)
+    cache.store(KEY, [*toks(0, 10), 50, 51, 52, 53], state(56))
+    cache.store(KEY, [*toks(0, 10), 60, 61, 62, 63, 64], state(60))
+    match = cache.lookup(KEY, [*toks(0, 10), 60, 61, 62, 70])
+    assert match is not None and match.n_tokens == 13 and match.n_state_tokens == 15
+
+
+def test_least_recently_used_states_are_evicted_first() -> None:
+    cache = HostCache(300, min_tokens=4)
+    a, b, c = toks(0, 10), toks(100, 10), toks(200, 10)
+    cache.store(KEY, a, state(100))
+    cache.store(KEY, b, state(100))
+    cache.store(KEY, c, state(100))
+    hit = cache.lookup(KEY, a)
+    assert hit is not None
+    cache.restore(hit, 10)  # a becomes the most recently used: b is now the oldest
+    cache.store(KEY, toks(300, 10), state(100))
+    assert cache.lookup(KEY, b) is None
+    assert cache.lookup(KEY, a) is not None and cache.lookup(KEY, c) is not None
+    assert (cache.evictions, cache.bytes, len(cache)) == (1, 300, 3)
+
+
+def test_the_budget_bounds_the_bytes_held() -> None:
+    cache = HostCache(250, min_tokens=4)
+    assert not cache.can_store(KEY, toks(0, 10), 251), "a state larger than the whole budget"
+    cache.store(KEY, toks(0, 10), state(200))
+    cache.store(KEY, toks(100, 10), state(200))  # the first goes to make room
+    assert cache.bytes == 200 and cache.evictions == 1 and len(cache) == 1
+    assert not cache.can_store(KEY, toks(0, 3), 12), "shorter than min_tokens"
+    with pytest.raises(ValueError):
+        cache.store(KEY, toks(0, 10), state(251))
+    off = HostCache(0)
+    assert not off.can_store(KEY, toks(0, 100), 1)
+
+
+def test_a_state_is_never_served_under_another_model_adapter_or_kv_setting() -> None:
+    cache = HostCache(1000, min_tokens=4)
+    cache.store(KEY, toks(0, 20), state(80))
+    prompt = toks(0, 25)
+    assert cache.lookup(StateKey("model-b", kv="f16"), prompt) is None
+    assert cache.lookup(StateKey("model-a", adapters="lora.gguf:1.0", kv="f16"), prompt) is None
+    assert cache.lookup(StateKey("model-a", kv="q8_0"), prompt) is None
+    assert cache.lookup(KEY, prompt) is not None
+    # the same tokens under another key are a separate state
+    assert cache.can_store(StateKey("model-b"), toks(0, 20), 80)
+
+
+def test_a_longer_state_replaces_the_ones_it_extends_and_a_covered_one_is_not_kept() -> None:
+    cache = HostCache(1000, min_tokens=4)
+    cache.store(KEY, toks(0, 10), state(40))
+    cache.store(KEY, toks(0, 20), state(80))
+    assert len(cache) == 1 and cache.bytes == 80
+    assert not cache.can_store(KEY, toks(0, 15), 60), "the stored 20-token state already serves it"
+    assert cache.can_store(KEY, [*toks(0, 15), 99], 64)
+
+
+def test_the_default_budget_is_a_capped_share_of_available_memory() -> None:
+    assert auto_budget_mb(4 * 2**30) == 1024
+    assert auto_budget_mb(256 * 2**30) == 8192
+    assert auto_budget_mb(0) == 0
+
+
+# -- the prefix cache spills what it drops ------------------------------------------------------------
+def test_the_prefix_cache_saves_evicted_and_trimmed_kv_before_dropping_it() -> None:
+    cache = PrefixCache(n_seq_ids=2, max_idle_seqs=2, max_tokens=100, spill_min_tokens=4)
+    a = cache.acquire(toks(0, 30), [])
+    assert cache.release(a.kv_seq, toks(0, 30), reusable=True) == []
+    # another prompt shares 20 tokens: it takes over the idle sequence, whose 10-token tail is saved
+    b = cache.acquire([*toks(0, 20), 99, 98], [])
+    assert b.ops == (KvSave(a.kv_seq, tuple(toks(0, 30))), KvTrim(a.kv_seq, 20))
+    # a failed sequence's KV may be half-written: dropped, never saved
+    assert cache.release(b.kv_seq, toks(0, 22), reusable=False) == [KvTrim(b.kv_seq, 0)]
+    # over the token limit: saved, then dropped
+    c = cache.acquire(toks(500, 120), [])
+    assert cache.release(c.kv_seq, toks(500, 120), reusable=True) == [
+        KvSave(c.kv_seq, tuple(toks(500, 120))), KvTrim(c.kv_seq, 0)
+    ]
+
+
+def test_without_a_host_tier_nothing_is_saved() -> None:
+    cache = PrefixCache(n_seq_ids=1, max_idle_seqs=1, max_tokens=100)
+    a = cache.acquire(toks(0, 30), [])
+    cache.release(a.kv_seq, toks(0, 30), reusable=True)
+    b = cache.acquire(toks(300, 5), [])  # evicts the idle sequence
+    assert b.ops == (KvTrim(a.kv_seq, 0),)
+
+
+# -- the engine restores from it ---------------------------------------------------------------------
+def run(engine, rid: str, prompt: list[int], n: int) -> list[GenerationEvent]:  # type: ignore[no-untyped-def]
+    events: list[GenerationEvent] = []
+    engine.add(GenerationRequest(rid, prompt, SamplingParams(max_tokens=n, temperature=0.0)), events.append)
+    while engine.has_work:
+        engine.step()
+    return events
+
+
+def tokens_of(events: list[GenerationEvent]) -> list[int]:
+    return [t for ev in events for t in ev.token_ids]
+
+
+def host_engine(model: FakeModel):  # type: ignore[no-untyped-def]
+    # one idle sequence of at most 40 tokens in the context; 1 MiB of host memory behind it
+    cfg = config(prefix_cache_seqs=1, prefix_cache_tokens=40, prompt_cache_mb=1)
+    return engine_factory(model, cfg)
+
+
+def test_an_evicted_conversation_is_restored_and_only_its_new_turn_prefilled() -> None:
+    model = FakeModel()
+    engine = host_engine(model)
+    turn1 = [1, *toks(2, 24)]
+    out1 = tokens_of(run(engine, "a1", turn1, 6))
+    assert out1 == expected(turn1, 6)
+    run(engine, "b1", toks(30, 20), 4)  # another conversation evicts the first from the context
+    stats = engine.stats()
+    assert stats.prompt_cache_stores == 1 and stats.prompt_cache_entries == 1
+    turn2 = [*turn1, *out1, 40, 41, 42, 43]
+    events = run(engine, "a2", turn2, 5)
+    assert tokens_of(events) == expected(turn2, 5)
+    timings = events[-1].timings
+    assert timings is not None
+    # the saved state held turn 1 and all but its last answer token (never decoded)
+    restored = len(turn1) + len(out1) - 1
+    assert (timings.cache_n, timings.prompt_n) == (restored, len(turn2) - restored)
+    stats = engine.stats()
+    assert (stats.prompt_cache_hits, stats.prompt_cache_restored_tokens) == (1, restored)
+    # turn 1's state, and b1's (20 + 3 tokens), saved when turn 2 took the context's idle place
+    assert stats.prompt_cache_bytes == 4 * (restored + 23) and stats.prompt_cache_capacity_bytes == 2**20
+    assert any(kv[: len(turn2)] == turn2 for kv in model.kv.values()), "KV is the conversation, in order"
+
+
+def test_a_restore_llama_cpp_refuses_falls_back_to_a_full_prefill() -> None:
+    model = FakeModel()
+    engine = host_engine(model)
+    turn1 = toks(2, 24)
+    out1 = tokens_of(run(engine, "a1", turn1, 6))
+    run(engine, "b1", toks(30, 20), 4)
+    model.refuse_restore = True
+    turn2 = [*turn1, *out1, 40, 41]
+    events = run(engine, "a2", turn2, 5)
+    assert tokens_of(events) == expected(turn2, 5)
+    timings = events[-1].timings
+    assert timings is not None and (timings.cache_n, timings.prompt_n) == (0, len(turn2))
+    stats = engine.stats()
+    assert (stats.prompt_cache_hits, stats.prompt_cache_restore_failures) == (0, 1)
+
+
+def test_no_restore_where_the_context_still_holds_as_much() -> None:
+    model = FakeModel()
+    engine = host_engine(model)
+    turn1 = toks(2, 24)
+    out1 = tokens_of(run(engine, "a1", turn1, 6))
+    events = run(engine, "a2", [*turn1, *out1, 40, 41], 3)  # still idle in the context: shared there
+    timings = events[-1].timings
+    assert timings is not None and timings.cache_n == len(turn1) + len(out1) - 1
+    assert engine.stats().prompt_cache_hits == 0

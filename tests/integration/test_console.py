@@ -146,9 +146,9 @@ def test_charts_gain_points_while_a_load_runs(page: Watched, ep: Endpoint, artif
     assert points(p, "invocations") > before
     p.screenshot(path=str(artifacts / "4-under-load.png"), full_page=True)
     series = httpx.get(f"{ep.url}/console/api/metrics", params={"window": 60},
-                       headers={"x-api-key": KEY}).json()["components"]  # fmt: skip
+                       headers={"x-api-key": KEY}, timeout=60).json()["components"]  # fmt: skip
     assert series["a"]["figures"]["Invocations"] > 0 and series["b"]["figures"]["OutputTokensPerSecond"] > 0
-    metrics = httpx.get(f"{ep.url}/metrics", headers={"x-api-key": KEY}).text
+    metrics = httpx.get(f"{ep.url}/metrics", headers={"x-api-key": KEY}, timeout=60).text
     assert 'llmhost_console{component="a",name="Invocations",unit="Count"}' in metrics
 
 

@@ -47,10 +47,10 @@ def wait(what: str, check: Any, timeout: float = 90) -> None:
 
 
 def test_the_api_needs_the_key_and_the_page_does_not(srv: Server) -> None:
-    assert httpx.get(f"{srv.url}/console").status_code == 200
+    assert httpx.get(f"{srv.url}/console", timeout=60).status_code == 200
     for path in ("/console/api/overview", "/console/api/series", "/console/api/metrics"):
-        assert httpx.get(f"{srv.url}{path}").status_code == 401, path
-    overview = httpx.get(f"{srv.url}/console/api/overview", headers=AUTH).json()
+        assert httpx.get(f"{srv.url}{path}", timeout=60).status_code == 401, path
+    overview = httpx.get(f"{srv.url}/console/api/overview", headers=AUTH, timeout=60).json()
     assert overview["kind"] == "server" and overview["auth"] is True and overview["admin"]["allowed"] is False
     [comp] = overview["components"]
     assert comp["name"] == "solo" and [r["copy"] for r in comp["replicas"]] == ["self"]
@@ -69,11 +69,11 @@ def test_only_invocations_count(srv: Server) -> None:
     assert after["Invocation4XXErrors"] >= 1 and after["OutputTokensPerSecond"] > 0
     # the console's own calls, probes and scrapes, then two more points: still four invocations
     for path in ("/console", "/console/api/overview", "/console/api/series", "/ping", "/metrics"):
-        httpx.get(f"{srv.url}{path}", headers=AUTH)
+        httpx.get(f"{srv.url}{path}", headers=AUTH, timeout=60)
     seen = points(srv)
     wait("two more points", lambda: points(srv) >= seen + 2)
     assert figures(srv)["Invocations"] == before + 4
-    metrics = httpx.get(f"{srv.url}/metrics", headers=AUTH).text
+    metrics = httpx.get(f"{srv.url}/metrics", headers=AUTH, timeout=60).text
     assert 'llmhost_console{component="solo",name="CPUUtilizationNormalized",unit="Percent"}' in metrics
 
 

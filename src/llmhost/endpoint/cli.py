@@ -85,6 +85,11 @@ def up(
         float, typer.Option(help="With --ray: seconds `up` and `scale` wait for a copy Ray cannot place "
                             "for lack of room (one that fits on no node is refused at once).")
     ] = 60.0,
+    routing: Annotated[
+        str | None, typer.Option(help="How requests pick a copy, for every component (overrides the file's "
+                                 "routing.policy): least_outstanding, or prefix (the copy holding the "
+                                 "prompt's prefix, within a load bound).")
+    ] = None,
     s3_endpoint_url: S3EndpointOpt = "",
 ) -> None:
     """Start an endpoint: place every component, start its copies, route on PORT. SIGTERM drains."""
@@ -99,7 +104,7 @@ def up(
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per proxied request otherwise
     try:
-        spec = load_endpoint(file)
+        spec = with_routing(load_endpoint(file), routing)
         keys = load_keys(api_key or [], api_key_file)
     except (SpecError, ValueError, OSError) as exc:
         typer.echo(f"error: {exc}", err=True)
@@ -120,6 +125,19 @@ def up(
         return
     _up_single(spec, host, port, log_dir, autoscale_interval, drain_timeout,
                (health_interval, health_timeout, health_misses), log_level, keys)  # fmt: skip
+
+
+def with_routing(spec: EndpointSpec, policy: str | None) -> EndpointSpec:
+    """`spec` with every component's routing policy set to `policy` (None: as the file says)."""
+    from llmhost.endpoint.spec import SpecError
+
+    if policy is None:
+        return spec
+    if policy not in ("least_outstanding", "prefix"):
+        raise SpecError(f"--routing: least_outstanding or prefix, got {policy!r}")
+    comps = [c.model_copy(update={"routing": c.routing.model_copy(update={"policy": policy})})
+             for c in spec.components]  # fmt: skip
+    return spec.model_copy(update={"components": comps})
 
 
 def _refuse_other_mode(ctx: typer.Context, ray: bool) -> None:

@@ -32,7 +32,8 @@ def test_bench_conversations_against_llmhost_serve(server: Server, tmp_path: Pat
     assert config["workload"]["conversations"] == 3 and config["workload"]["system_prompts"] == 2
     [level] = config["levels"]
     assert level["level"] == "users=3"
-    assert level["conversations"] == {"users": 3, "turns_planned": 6, "completed": 3, "cut": 0, "unfinished": 0}
+    counts = {"users": 3, "turns_planned": 6, "completed": 3, "cut": 0, "unfinished": 0}
+    assert level["conversations"] == counts
     assert level["successes"] == level["requests"] == 6
     dist = level["distributions"]
     for key in ("turn1_ttft_s_p50", "turn2_ttft_s_p50", "later_turn_ttft_s_p90"):
@@ -42,7 +43,7 @@ def test_bench_conversations_against_llmhost_serve(server: Server, tmp_path: Pat
     records = [json.loads(line) for line in (out / "requests.jsonl").read_text().splitlines()]
     by_user: dict[int, dict[int, int]] = {}
     for r in records:
-        by_user.setdefault(r["index"], {})[r["turn"]] = r["prompt_tokens"]
+        by_user.setdefault(r["user"], {})[r["turn"]] = r["prompt_tokens"]
     assert len(by_user) == 3
     for turns in by_user.values():  # the answer (6 tokens) and the next message are in turn 2's prompt
         assert turns[2] > turns[1] + 6
@@ -54,7 +55,7 @@ instance: {{type: local, price_per_hour: 0.1}}
 components:
   - name: a
     copies: 2
-    resources: {{num_cpus: 0.5, memory_mb: 600, max_memory_mb: 4096}}
+    resources: {{num_cpus: 1, memory_mb: 600}}
     engine: {ENGINE}
     startup_health_check_timeout_s: 90
     routing: {{policy: prefix, block_chars: 64}}
@@ -63,7 +64,16 @@ components:
 
 @pytest.fixture(scope="module")
 def routed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Endpoint]:
-    endpoint = start_endpoint(tmp_path_factory.mktemp("routed"), ROUTED)
+    # a copy busy on a shared machine is slow to answer /ping, not hung
+    endpoint = start_endpoint(tmp_path_factory.mktemp("routed"), ROUTED,
+                              args=("--health-timeout", "10", "--health-misses", "6"))  # fmt: skip
+    try:  # both copies ready before the first turn: where a cold conversation goes is then known
+        ready = ["ready"] * 2
+        endpoint.wait_for("two ready copies", lambda: [r["state"] for r in endpoint.replicas("a")] == ready,
+                          timeout=180)  # fmt: skip
+    except BaseException:
+        stop_endpoint(endpoint)
+        raise
     yield endpoint
     stop_endpoint(endpoint)
 
@@ -79,8 +89,10 @@ def _counters(ep: Endpoint) -> dict[str, float]:
 
 
 def test_prefix_routing_keeps_each_conversation_on_one_copy(routed: Endpoint) -> None:
-    systems = ["You are a ship's navigator who answers in short sentences about the sea and stars.",
-               "You are a baker who explains recipes for bread, cakes and pastries step by step."]  # fmt: skip
+    systems = [
+        "You are a ship's navigator who answers in short sentences about the sea and stars.",
+        "You are a baker who explains recipes for bread, cakes and pastries step by step.",
+    ]
     transcripts = list(systems)
     copies: dict[int, list[str]] = {0: [], 1: []}
     with httpx.Client(base_url=routed.url, timeout=120) as client:

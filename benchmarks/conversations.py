@@ -156,7 +156,7 @@ def figures(lv: LevelSummary, turns: int) -> dict[str, Any]:
         "cut": conv.get("cut", 0),
         "unfinished": conv.get("unfinished", 0),
         "output_tokens_per_s": round(lv.output_tokens_per_s, 3),
-        "goodput_rps": lv.goodput_rps,
+        "goodput_rps": None if lv.goodput_rps is None else round(lv.goodput_rps, 4),
         "later_turn_ttft_ms_p50": _ms(lv.get("later_turn_ttft_s_p50")),
         "later_turn_ttft_ms_p90": _ms(lv.get("later_turn_ttft_s_p90")),
         "later_turn_ttft_ms_p99": _ms(lv.get("later_turn_ttft_s_p99")),

@@ -150,6 +150,29 @@ def server_table(results: BenchResults) -> Table | None:
     return t
 
 
+def conversations_table(results: BenchResults) -> Table | None:
+    """Conversations: TTFT by turn, the later turns', goodput and the server's prefix reuse."""
+    levels = [lv for lv in results.levels() if lv.conversations is not None]
+    if not levels:
+        return None
+    turns = sorted({int(k[4:].split("_", 1)[0]) for lv in levels for k in lv.distributions
+                    if k.startswith("turn") and k.endswith("_p50")})  # fmt: skip
+    t = Table(title="Conversations (TTFT ms by turn: p50 / p90 / p99)")
+    for col in ("config", "level", "done / cut / unfinished", *(f"turn {n}" for n in turns),
+                "later turns p50 / p90", "goodput req/s", "prefix reuse"):  # fmt: skip
+        t.add_column(col, justify="left" if col in ("config", "level") else "right")
+    for lv in levels:
+        c = lv.conversations or {}
+        by_turn = [" / ".join(_ms(lv.get(f"turn{n}_ttft_s_{q}")) for q in ("p50", "p90", "p99"))
+                   for n in turns]  # fmt: skip
+        later = " / ".join(_ms(lv.get(f"later_turn_ttft_s_{q}")) for q in ("p50", "p90"))
+        counts = f"{c.get('completed', 0)} / {c.get('cut', 0)} / {c.get('unfinished', 0)}"
+        t.add_row(lv.config, lv.level, counts,
+                  *by_turn, later, _num(lv.goodput_rps, ".2f"),
+                  _num(lv.server_figures.get("server_prefix_reuse"), ".3f"))  # fmt: skip
+    return t
+
+
 def recommendations_table(results: BenchResults) -> Table:
     t = Table(title="Recommendations")
     for col in ("goal", "configuration", "level", "out tok/s", "ms/token p50", "TTFT p50 ms", "$/1M", "why"):
@@ -166,9 +189,9 @@ def recommendations_table(results: BenchResults) -> Table:
 
 def _print_final(results: BenchResults, out: Path | None) -> None:
     console.print(levels_table(results))
-    server = server_table(results)
-    if server is not None:
-        console.print(server)
+    for extra in (conversations_table(results), server_table(results)):
+        if extra is not None:
+            console.print(extra)
     for c in results.configs:
         if c.stopped:
             console.print(f"[yellow]{c.name}: load stopped ({c.stopped}): {c.stop_detail}[/yellow]")

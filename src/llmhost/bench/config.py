@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from llmhost.bench.arrivals import Arrivals
+from llmhost.bench.conversations import ConversationSettings, parse_think_time
 from llmhost.bench.http import Endpoint
 from llmhost.bench.loadgen import LoadSettings
 from llmhost.bench.saturation import SaturationRule
@@ -61,6 +62,10 @@ def _headers(items: list[str] | None) -> dict[str, str]:
     return headers
 
 
+WORKLOADS = ("prompts", "conversations")
+CONVERSATIONS = ConversationSettings()  # the conversation options' defaults
+
+
 def _goodput(items: list[str] | None) -> dict[str, float] | None:
     if not items:
         return None
@@ -106,6 +111,23 @@ class BenchConfig:
         'JSONL of prompts ({"prompt": ...} per line).', kind=Path | None,
         parse=lambda p: str(p) if p else None))
     builtin_prompts: bool = field(default=False, metadata=opt("Use the built-in realistic prompts."))
+    workload: str = field(default="prompts", metadata=opt(
+        "prompts: independent requests; conversations: each user (the --concurrency levels count users) "
+        "holds a conversation of --turns turns with think time, the whole conversation resent each turn "
+        "(openai and chat APIs)."))
+    conversations_file: str | None = field(default=None, metadata=opt(
+        'Conversations: JSONL of conversations ({"system"?, "turns": [...], "think_s"?, "max_tokens"?} '
+        "per line) instead of generated ones.", kind=Path | None, parse=lambda p: str(p) if p else None))
+    turns: int = field(default=CONVERSATIONS.turns, metadata=opt("Conversations: turns per user."))
+    system_prompts: int = field(default=CONVERSATIONS.system_prompts, metadata=opt(
+        "Conversations: distinct system prompts, shared by groups of users (user u has u mod N)."))
+    system_prompt_tokens: int = field(default=CONVERSATIONS.system_prompt_tokens, metadata=opt(
+        "Conversations: approximate tokens of each system prompt (0: none)."))
+    user_tokens: int = field(default=CONVERSATIONS.user_tokens, metadata=opt(
+        "Conversations: approximate tokens of each user message."))
+    think_time_s: tuple[float, float] = field(default=CONVERSATIONS.think_time_s, metadata=opt(
+        "Conversations: think time before each turn, uniform in MIN,MAX seconds.", flag="think_time",
+        kind=str, shown=",".join(f"{v:g}" for v in CONVERSATIONS.think_time_s), parse=parse_think_time))
     num_prompts: int = field(default=32, metadata=opt("Distinct synthetic prompts."))  # distinct synthetic
     # SageMaker inference component header
     component: str | None = field(default=None, metadata=opt("SageMaker inference component (header)."))
@@ -141,7 +163,7 @@ class BenchConfig:
     # scrapes during a level (0: before and after only)
     metrics_interval_s: float = field(default=1.0, metadata=opt(
         "Seconds between /metrics scrapes during a level (0: before/after only).", flag="metrics_interval"))
-    seed: int = field(default=0, metadata=opt("Seed of the open-loop arrivals."))
+    seed: int = field(default=0, metadata=opt("Seed of the open-loop arrivals and generated conversations."))
     max_in_flight: int = 1024
     at_concurrency: float | None = None  # recommendations: load for "most cost-effective"
 
@@ -167,13 +189,28 @@ class BenchConfig:
             values[name] = option.parse(raw) if option.parse is not None else raw
         return cls(**values)
 
-    def load_settings(self) -> LoadSettings:
+    @property
+    def holds_conversations(self) -> bool:
+        return self.workload == "conversations"
+
+    def conversation_settings(self) -> ConversationSettings:
+        return ConversationSettings(
+            turns=self.turns, system_prompts=self.system_prompts,
+            system_prompt_tokens=self.system_prompt_tokens,
+            user_tokens=self.user_tokens, think_time_s=(self.think_time_s[0], self.think_time_s[1]),
+            file=self.conversations_file, seed=self.seed,
+        )  # fmt: skip
+
+    def load_settings(self, requests: int | None = None) -> LoadSettings:
+        """A level's settings; ``requests``: its request count where the workload fixes it (a level of
+        conversations sends every turn of its users', unless --duration ends it first)."""
+        requests = self.requests if requests is None else requests
         duration = self.duration_s
-        if duration is None and self.requests is None:
+        if duration is None and requests is None:
             duration = 30.0
         return LoadSettings(
             duration_s=duration,
-            requests=self.requests,
+            requests=requests,
             warmup=self.warmup,
             timeout_s=self.timeout_s,
             max_error_rate=self.max_error_rate,
@@ -196,12 +233,29 @@ class BenchConfig:
     def levels(self) -> list[tuple[str, int | None, float | None]]:
         if self.rates:
             return [(f"rate={r:g}", None, float(r)) for r in self.rates]
-        return [(f"c={c}", int(c), None) for c in self.concurrency]
+        unit = "users" if self.holds_conversations else "c"
+        return [(f"{unit}={c}", int(c), None) for c in self.concurrency]
+
+    def _validate_conversations(self) -> None:
+        if self.workload not in WORKLOADS:
+            raise ValueError(f"--workload: one of {', '.join(WORKLOADS)}, got {self.workload!r}")
+        if not self.holds_conversations:
+            return
+        self.conversation_settings()  # checks its values
+        if self.api not in ("openai", "chat"):
+            raise ValueError("--workload conversations drives the openai and chat APIs")
+        for flag, given in (("--rate", self.rates), ("--requests", self.requests), ("--warmup", self.warmup),
+                            ("--slo-stop", self.slo_stop), ("--prompts-file", self.prompts_file),
+                            ("--builtin-prompts", self.builtin_prompts)):  # fmt: skip
+            if given:
+                raise ValueError(f"{flag} applies to the prompts workload: a level of conversations is "
+                                 "its users (--concurrency), each holding --turns turns")  # fmt: skip
 
     def validate(self) -> None:
         Target(self.api)  # checks the api name
         Endpoint.parse(self.url)
-        self.load_settings()
+        self._validate_conversations()
+        self.load_settings(self.turns if self.holds_conversations else None)
         if not self.rates and (not self.concurrency or min(self.concurrency) < 1):
             raise ValueError("concurrency levels must be at least 1")
         for rate in self.rates or []:

@@ -23,7 +23,7 @@ from llmhost.bench.http import HttpClientError, HttpRequest, classify, new_sessi
 from llmhost.bench.slostop import STOPPED as SLO_MISSED
 from llmhost.bench.slostop import SloStop, SloWatch
 from llmhost.bench.sse import SSEDecoder
-from llmhost.bench.targets import StreamError, Target
+from llmhost.bench.targets import StreamError, StreamState, Target
 
 
 @dataclass(frozen=True)
@@ -106,8 +106,9 @@ async def send_one(
     prep: PreparedRequest,
     rec: m.RequestRecord,
     run_t0: float,
-) -> None:
-    """Send one request through ``session`` and fill ``rec``; never raises (except on cancellation)."""
+) -> StreamState | None:
+    """Send one request through ``session`` and fill ``rec``; never raises (except on cancellation).
+    Returns what the answer's stream said when it succeeded (its text, for a conversation's next turn)."""
     t0 = time.perf_counter()
     rec.start_s = t0 - run_t0
     rec.prompt_tokens = prep.prompt_tokens
@@ -119,8 +120,8 @@ async def send_one(
                 rec.e2e_s = time.perf_counter() - t0
                 rec.error = m.error_kind_for_status(resp.status)
                 rec.error_detail = body[:300].decode("utf-8", "replace")
-                return
-            await _read_stream(resp, target, rec, t0)
+                return None
+            return await _read_stream(resp, target, rec, t0)
     except HttpClientError as exc:
         rec.error = m.MALFORMED_STREAM if exc.kind == "malformed_response" else exc.kind
         rec.error_detail = exc.detail
@@ -135,9 +136,12 @@ async def send_one(
         rec.error = m.OTHER
         rec.error_detail = f"{type(exc).__name__}: {exc}"
         rec.e2e_s = time.perf_counter() - t0
+    return None
 
 
-async def _read_stream(resp: aiohttp.ClientResponse, target: Target, rec: m.RequestRecord, t0: float) -> None:
+async def _read_stream(
+    resp: aiohttp.ClientResponse, target: Target, rec: m.RequestRecord, t0: float
+) -> StreamState:
     stream = target.new_stream()
     decoder = SSEDecoder()
     # arrival of each event carrying generated text, however many tokens it holds (one ITL gap
@@ -165,6 +169,7 @@ async def _read_stream(resp: aiohttp.ClientResponse, target: Target, rec: m.Requ
     rec.tokens_counted_by = stream.counted_by
     if stream.reported_prompt_tokens is not None:
         rec.prompt_tokens = stream.reported_prompt_tokens
+    return stream
 
 
 async def send_with_timeout(
@@ -174,17 +179,18 @@ async def send_with_timeout(
     rec: m.RequestRecord,
     run_t0: float,
     timeout_s: float,
-) -> None:
+) -> StreamState | None:
     try:
-        await asyncio.wait_for(send_one(session, target, prep, rec, run_t0), timeout_s)
+        return await asyncio.wait_for(send_one(session, target, prep, rec, run_t0), timeout_s)
     except TimeoutError:
         rec.ok = False
         rec.error = m.TIMEOUT
         rec.error_detail = f"no complete answer within {timeout_s:g} s"
         rec.e2e_s = timeout_s
+        return None
 
 
-class _Phase:
+class Phase:
     """Shared bookkeeping of one phase (warm-up or measured) of a level."""
 
     def __init__(
@@ -268,7 +274,7 @@ async def run_closed_phase(
     target: Target,
     requests: list[PreparedRequest],
     concurrency: int,
-    phase: _Phase,
+    phase: Phase,
     run_t0: float,
 ) -> None:
     timeout_s = phase.settings.timeout_s
@@ -289,7 +295,7 @@ async def run_open_phase(
     target: Target,
     requests: list[PreparedRequest],
     rate_rps: float,
-    phase: _Phase,
+    phase: Phase,
     run_t0: float,
     rng: random.Random,
 ) -> None:
@@ -356,7 +362,7 @@ async def run_level(
         raise ValueError("a level is either a concurrency (closed loop) or a rate (open loop)")
     rng = random.Random(settings.seed)
 
-    async def run_phase(session: aiohttp.ClientSession, phase: _Phase) -> None:
+    async def run_phase(session: aiohttp.ClientSession, phase: Phase) -> None:
         if concurrency is not None:
             await run_closed_phase(session, target, requests, concurrency, phase, run_t0)
         else:
@@ -366,12 +372,12 @@ async def run_level(
     async with new_session(concurrency or settings.max_in_flight) as session:
         if settings.warmup > 0:
             state.warmup = True
-            await run_phase(session, _Phase(state, settings, sink, True, settings.warmup, None))
+            await run_phase(session, Phase(state, settings, sink, True, settings.warmup, None))
             state.warmup = False
         if before_measured is not None:
             await before_measured()
         state.started_at = time.perf_counter()
-        phase = _Phase(state, settings, sink, False, settings.requests, settings.duration_s, settings.warmup)
+        phase = Phase(state, settings, sink, False, settings.requests, settings.duration_s, settings.warmup)
         watchdog = asyncio.create_task(_watch_waiting(phase)) if phase.watch is not None else None
         try:
             await run_phase(session, phase)
@@ -381,7 +387,7 @@ async def run_level(
         return LevelOutcome(time.perf_counter() - state.started_at, state.stopped, state.stop_detail)
 
 
-async def _watch_waiting(phase: _Phase, every_s: float = 0.1) -> None:
+async def _watch_waiting(phase: Phase, every_s: float = 0.1) -> None:
     while not phase.state.stop:
         await asyncio.sleep(every_s)
         phase.check_waiting()

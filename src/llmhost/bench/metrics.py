@@ -41,6 +41,7 @@ REQUESTS_PER_S = "requests_per_s"
 PERCENTILES = (50, 90, 99)
 DISTRIBUTIONS = (TTFT_S, TPOT_S, ITL_S, MS_PER_TOKEN, E2E_S)
 STATS = ("mean", *(f"p{q}" for q in PERCENTILES))  # suffixes of each distribution's figures
+LATER_TURN_TTFT_S = "later_turn_ttft_s"  # conversations: TTFT of turns 2 and on
 
 # Failure kinds. A request fails with exactly one of these; nothing else is counted as an error.
 CONNECTION_REFUSED = "connection_refused"
@@ -95,6 +96,7 @@ class RequestRecord:
     tokens_counted_by: str | None = None  # "server" (usage/details) or "events"
     token_events: int = 0  # stream events that carried generated text
     itl_gaps_s: list[float] = field(default_factory=list)  # between consecutive token events
+    turn: int | None = None  # conversations: the turn this request was (1: the first)
 
     def finish_ok(self, token_times_s: list[float], e2e_s: float, output_tokens: int) -> None:
         """Fill the figures of a successful request from the arrival times of its token events
@@ -144,6 +146,24 @@ def distributions(ok: list[RequestRecord]) -> dict[str, float | None]:
     for name in DISTRIBUTIONS:
         for stat, value in describe(series[name]).items():
             out[f"{name}_{stat}"] = value
+    out.update(turn_figures(ok))
+    return out
+
+
+def turn_figures(ok: list[RequestRecord]) -> dict[str, float | None]:
+    """Conversations: TTFT by turn (``turn2_ttft_s_p90``) and over the later turns, the second on
+    (``later_turn_ttft_s_p50``): those that resend a conversation a server may still hold. None for
+    requests without turns."""
+    turns = sorted({r.turn for r in ok if r.turn is not None})
+    out: dict[str, float | None] = {}
+    for turn in turns:
+        of_turn = [r.ttft_s for r in ok if r.turn == turn and r.ttft_s is not None]
+        for stat, value in describe(of_turn).items():
+            out[f"turn{turn}_{TTFT_S}_{stat}"] = value
+    if turns:
+        later = [r.ttft_s for r in ok if r.turn is not None and r.turn >= 2 and r.ttft_s is not None]
+        for stat, value in describe(later).items():
+            out[f"{LATER_TURN_TTFT_S}_{stat}"] = value
     return out
 
 
@@ -180,6 +200,7 @@ class LevelSummary:
     goodput_rps: float | None = None  # good_requests / wall time
     server_figures: dict[str, float] = field(default_factory=dict)  # "server_queue_depth_max" → value
     server_metrics: dict[str, Any] = field(default_factory=dict)  # raw /metrics deltas and gauges
+    conversations: dict[str, Any] | None = None  # the conversation workload's counts (bench.convload)
 
     def get(self, key: str) -> float | None:
         """A figure by its flat name (``ttft_s_p50``, ``output_tokens_per_s``, ``server_...``)."""
@@ -202,7 +223,7 @@ class LevelSummary:
 
     def flat(self) -> dict[str, Any]:
         """One CSV row (raw server metrics stay in summary.json)."""
-        nested = ("errors", "distributions", "server_figures", "server_metrics")
+        nested = ("errors", "distributions", "server_figures", "server_metrics", "conversations")
         row = {k: v for k, v in asdict(self).items() if k not in nested}
         row.update(self.distributions)
         row.update(self.server_figures)

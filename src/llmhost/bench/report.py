@@ -120,6 +120,7 @@ def template_env(package: str = "llmhost.bench") -> jinja2.Environment:
 def render_html(results: BenchResults) -> str:
     """``report.html``: one self-contained page (inline SVG charts, no external resources)."""
     server_headers, server_rows = server_table(results)
+    conversation_headers, conversation_rows = conversation_table(results)
     cost_rec = next((r for r in results.recommendations if r.goal == "most_cost_effective"), None)
     return (
         template_env()
@@ -134,6 +135,8 @@ def render_html(results: BenchResults) -> str:
             level_rows=[_level_row(lv) for lv in results.levels()],
             server_headers=server_headers,
             server_rows=server_rows,
+            conversation_headers=conversation_headers,
+            conversation_rows=conversation_rows,
             config_headers=CONFIG_HEADERS,
             config_rows=[_config_row(c) for c in results.configs],
             settings=json.dumps(results.settings, sort_keys=True),
@@ -234,6 +237,26 @@ def server_table(results: BenchResults) -> tuple[list[str], list[list[str]]]:
     shown = [(k, label) for k, label, _ in SHOWN if any(k in lv.server_figures for lv in levels)]
     rows = [[lv.config, lv.level] + [fmt(lv.server_figures.get(k), 4) for k, _ in shown] for lv in levels]
     return ["configuration", "level", *(h for _, h in shown)], rows
+
+
+def conversation_table(results: BenchResults) -> tuple[list[str], list[list[str]]]:
+    """Conversations: TTFT (s) by turn, the later turns', goodput and prefix reuse; no rows without."""
+    levels = [lv for lv in results.levels() if lv.conversations is not None]
+    turns = sorted({int(k[4:].split("_", 1)[0]) for lv in levels for k in lv.distributions
+                    if k.startswith("turn") and k.endswith("_p50")})  # fmt: skip
+    headers = ["configuration", "level", "completed", "cut", "unfinished",
+               *(f"turn {n} TTFT p50 / p90 / p99 s" for n in turns), "later turns TTFT p50 s",
+               "later turns TTFT p90 s", "goodput req/s", "prefix reuse"]  # fmt: skip
+    rows = []
+    for lv in levels:
+        c = lv.conversations or {}
+        by_turn = [" / ".join(fmt(lv.get(f"turn{n}_ttft_s_{q}"), 3) for q in ("p50", "p90", "p99"))
+                   for n in turns]  # fmt: skip
+        rows.append([lv.config, lv.level, str(c.get("completed", 0)), str(c.get("cut", 0)),
+                     str(c.get("unfinished", 0)), *by_turn, fmt(lv.get("later_turn_ttft_s_p50"), 4),
+                     fmt(lv.get("later_turn_ttft_s_p90"), 4), fmt(lv.goodput_rps),
+                     fmt(lv.server_figures.get("server_prefix_reuse"), 4)])  # fmt: skip
+    return headers, rows
 
 
 def records_from_jsonl(path: str | Path) -> list[dict[str, Any]]:

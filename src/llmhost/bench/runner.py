@@ -11,6 +11,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from llmhost.bench.config import BenchConfig
+from llmhost.bench.conversations import describe as describe_conversations
+from llmhost.bench.convload import ConversationLoad
 from llmhost.bench.http import Endpoint, prepare, simple_request
 from llmhost.bench.loadgen import LevelState, PreparedRequest, run_level
 from llmhost.bench.metrics import LevelSummary, RequestRecord, summarize_level
@@ -79,10 +81,15 @@ async def build_workload(cfg: BenchConfig, endpoint: Endpoint) -> Workload:
     return await synthetic_workload(cfg.prompt_tokens, cfg.num_prompts, tokenizer)
 
 
+def api_path(endpoint: Endpoint, target: Target) -> str:
+    """The API route under the URL's prefix (unless the URL already names it)."""
+    return endpoint.prefix if endpoint.prefix.endswith(target.path) else endpoint.prefix + target.path
+
+
 def prepare_requests(
     endpoint: Endpoint, target: Target, workload: Workload, max_new_tokens: int
 ) -> list[PreparedRequest]:
-    path = endpoint.prefix if endpoint.prefix.endswith(target.path) else endpoint.prefix + target.path
+    path = api_path(endpoint, target)
     headers = target.headers()
     out = []
     for p in workload.prompts:
@@ -125,7 +132,8 @@ async def measure_config(
     rule = cfg.saturation()
     for i, (label, conc, rate) in enumerate(levels):
         summary, sent = await _measure_level(run, result, requests, label, conc, rate)
-        requests = rotate(requests, sent)
+        if not isinstance(requests, ConversationLoad):
+            requests = rotate(requests, sent)
         if summary.stopped == "error_rate":
             detail = f"error rate above {cfg.max_error_rate:g} at {label}"
             _stop(result, "error_rate", detail, levels[i + 1 :])
@@ -146,10 +154,14 @@ async def measure_config(
     return True
 
 
+Load = list[PreparedRequest] | ConversationLoad  # what a configuration's levels send
+
+
 async def _prepare(
     cfg: BenchConfig, endpoint: Endpoint, result: ConfigResult, progress: Progress
-) -> tuple[Target, list[PreparedRequest]]:
-    """The target (its model discovered when not given) and the encoded requests of the workload."""
+) -> tuple[Target, Load]:
+    """The target (its model discovered when not given) and the encoded requests of the workload, or
+    its conversations."""
     model = cfg.model
     if model is None and cfg.api in ("openai", "chat", "messages", "responses"):
         model = await discover_model(endpoint)
@@ -161,11 +173,17 @@ async def _prepare(
         temperature=cfg.temperature,
         extra_headers=tuple(cfg.headers.items()),
     )
+    if model:
+        result.params.setdefault("model_name", model)
+    if cfg.holds_conversations:
+        settings = cfg.conversation_settings()
+        load = ConversationLoad(endpoint, target, api_path(endpoint, target), settings, cfg.max_new_tokens)
+        result.workload = describe_conversations(settings, load.next_level(max(cfg.concurrency)))
+        load.next_user = 0
+        return target, load
     progress.message(f"{cfg.name}: preparing prompts")
     workload = await build_workload(cfg, endpoint)
     result.workload = workload.describe()
-    if model:
-        result.params.setdefault("model_name", model)
     return target, prepare_requests(endpoint, target, workload, cfg.max_new_tokens)
 
 
@@ -178,7 +196,7 @@ def _stop(result: ConfigResult, reason: str, detail: str, rest: list[tuple[str, 
 async def _measure_level(
     run: _Run,
     result: ConfigResult,
-    requests: list[PreparedRequest],
+    requests: Load,
     label: str,
     conc: int | None,
     rate: float | None,
@@ -191,15 +209,22 @@ async def _measure_level(
         records.append(rec)
         run.sink(rec)
 
-    settings = cfg.load_settings()
+    if isinstance(requests, ConversationLoad):
+        assert conc is not None  # validated: conversations are closed-loop users
+        convs = requests.next_level(conc)
+        settings = cfg.load_settings(sum(len(c.messages) for c in convs))
+    else:
+        settings = cfg.load_settings()
     state = LevelState(cfg.name, label, settings)
     run.progress.level_started(state)
     probe = run.probe
+    before = probe.begin if probe else None
     try:
-        outcome = await run_level(
-            run.target, requests, settings, state, collect, run.run_t0,
-            concurrency=conc, rate_rps=rate, before_measured=probe.begin if probe else None,
-        )  # fmt: skip
+        if isinstance(requests, ConversationLoad):
+            outcome = await requests.run_level(convs, settings, state, collect, run.run_t0, before)
+        else:
+            outcome = await run_level(run.target, requests, settings, state, collect, run.run_t0,
+                                      concurrency=conc, rate_rps=rate, before_measured=before)  # fmt: skip
     except BaseException as exc:
         if probe is not None:
             await probe.stop()
@@ -211,6 +236,8 @@ async def _measure_level(
         raise
     summary = _summary(cfg, label, conc, rate, records, outcome.wall_s, outcome.stopped)
     summary.stop_detail = outcome.stop_detail
+    if isinstance(requests, ConversationLoad):
+        summary.conversations = dict(requests.counts)
     if probe is not None:
         summary.server_figures, summary.server_metrics = await probe.end()
     result.levels.append(summary)

@@ -13,6 +13,10 @@ Derived figures, from whichever server's names are present (llmhost, llama-serve
 
 - ``server_prefix_cache_hit_rate``: hits / lookups over the level, as the server counts them
   (llmhost: prompts; vLLM: tokens); llama-server has no such counter;
+- ``server_prefix_reuse``: prompt tokens the prefix cache spared / prompt tokens (llmhost's reused and
+  prefilled token counters), and ``server_prefix_reused_tokens``: those tokens;
+- ``server_routed_by_prefix``: an endpoint with prefix-aware routing: requests sent to the copy holding
+  their prefix / requests routed by prefix (the rest went elsewhere for the load bound);
 - ``server_spec_acceptance_rate``: accepted / proposed speculative tokens (llmhost, vLLM);
 - ``server_queue_depth_mean``/``_max``: requests waiting (llmhost engine and endpoint router queues,
   llama-server's deferred requests, vLLM's waiting);
@@ -48,6 +52,9 @@ ACCEPTANCE_RATES = (
     ("llmhost_spec_accepted_tokens_total", "llmhost_spec_draft_tokens_total"),
     ("vllm:spec_decode_num_accepted_tokens_total", "vllm:spec_decode_num_draft_tokens_total"),
 )
+PREFIX_REUSED = "llmhost_prefix_cache_reused_tokens_total"
+PREFILLED = "llmhost_prompt_tokens_prefilled_total"
+ROUTED = ("llmhost_endpoint_routed_prefix_total", "llmhost_endpoint_routed_spilled_total")
 GENERATION_TOKENS = (
     "llmhost_generation_tokens_total",
     "llamacpp:tokens_predicted_total",
@@ -65,6 +72,8 @@ KV_TOKENS = ("llmhost_kv_cache_used_tokens", "llmhost_kv_cache_capacity_tokens")
 # what the report and the terminal show, in this order: (key, label, format)
 SHOWN = (
     ("server_prefix_cache_hit_rate", "prefix cache hit rate", ".3f"),
+    ("server_prefix_reuse", "prefix reuse (tokens)", ".3f"),
+    ("server_routed_by_prefix", "routed to prefix copy", ".3f"),
     ("server_spec_acceptance_rate", "speculative acceptance", ".3f"),
     ("server_queue_depth_mean", "queue mean", ".2f"),
     ("server_queue_depth_max", "queue max", ".0f"),
@@ -141,11 +150,25 @@ def derive(delta: dict[str, float], samples: list[Scrape]) -> dict[str, float]:
     ):
         if value is not None:
             out[key] = value
+    out.update(_reuse(delta))
     for key, fn in (("queue_depth", _queued), ("running", _running), ("kv_usage", _kv_usage)):
         series = [v for s in samples if (v := fn(s.gauges)) is not None]
         if series:
             out[f"server_{key}_mean"] = sum(series) / len(series)
             out[f"server_{key}_max"] = max(series)
+    return out
+
+
+def _reuse(delta: dict[str, float]) -> dict[str, float]:
+    """Prefix reuse over the level, and the share of prefix-routed requests that reached their copy."""
+    out: dict[str, float] = {}
+    reused, prefilled = delta.get(PREFIX_REUSED), delta.get(PREFILLED)
+    if reused is not None and prefilled is not None and reused + prefilled > 0:
+        out["server_prefix_reused_tokens"] = reused
+        out["server_prefix_reuse"] = reused / (reused + prefilled)
+    routed, spilled = (delta.get(name) for name in ROUTED)
+    if routed is not None and spilled is not None and routed + spilled > 0:
+        out["server_routed_by_prefix"] = routed / (routed + spilled)
     return out
 
 

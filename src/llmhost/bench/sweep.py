@@ -40,7 +40,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from llmhost.bench.config import BenchConfig
+from llmhost.bench.config import CONVERSATIONS, BenchConfig
 from llmhost.bench.labels import model_labels
 from llmhost.bench.process import HOST, ServerProcess, endpoint_file, free_port, llmhost_command
 from llmhost.bench.procstats import ProcessUsage
@@ -99,6 +99,15 @@ class SweepSpec(BaseModel):
     prompts_file: str | None = None
     builtin_prompts: bool = False
     num_prompts: int = 32
+    # conversations (`llmhost bench run --workload conversations`): users = the concurrency levels
+    workload: Literal["prompts", "conversations"] = "prompts"
+    conversations_file: str | None = None
+    turns: int = CONVERSATIONS.turns
+    system_prompts: int = CONVERSATIONS.system_prompts
+    system_prompt_tokens: int = CONVERSATIONS.system_prompt_tokens
+    user_tokens: int = CONVERSATIONS.user_tokens
+    think_time_s: tuple[float, float] = CONVERSATIONS.think_time_s
+    seed: int = 0
     price_per_hour: float | None = None
     discount: float = 0.0
     ready_path: str = "/ping"
@@ -134,6 +143,8 @@ class SweepSpec(BaseModel):
         base = Path(path).resolve().parent
         if spec.prompts_file and not Path(spec.prompts_file).is_absolute():
             spec.prompts_file = str(base / spec.prompts_file)
+        if spec.conversations_file and not Path(spec.conversations_file).is_absolute():
+            spec.conversations_file = str(base / spec.conversations_file)
         return spec
 
 
@@ -229,6 +240,14 @@ def bench_config_for(spec: SweepSpec, launch: Launch, url: str) -> BenchConfig:
         prompts_file=spec.prompts_file,
         builtin_prompts=spec.builtin_prompts,
         num_prompts=spec.num_prompts,
+        workload=spec.workload,
+        conversations_file=spec.conversations_file,
+        turns=spec.turns,
+        system_prompts=spec.system_prompts,
+        system_prompt_tokens=spec.system_prompt_tokens,
+        user_tokens=spec.user_tokens,
+        think_time_s=spec.think_time_s,
+        seed=spec.seed,
         price_per_hour=c.price_per_hour if c.price_per_hour is not None else spec.price_per_hour,
         discount=spec.discount,
         model=c.model_name,

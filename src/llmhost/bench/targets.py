@@ -83,11 +83,16 @@ def _event(payload: bytes) -> dict[str, Any]:
 class OpenAIStream(StreamState):
     """OpenAI completion / chat chunks, ending with ``data: [DONE]``."""
 
-    __slots__ = ("_chat",)
+    __slots__ = ("_chat", "parts")
 
     def __init__(self, chat: bool) -> None:
         super().__init__()
         self._chat = chat
+        self.parts: list[str] = []  # the generated text, as it came (a conversation's next turn has it)
+
+    @property
+    def text(self) -> str:
+        return "".join(self.parts)
 
     def feed(self, payload: bytes) -> int:
         if payload.startswith(b"[DONE]"):
@@ -111,10 +116,15 @@ class OpenAIStream(StreamState):
                 raise StreamError("malformed_stream", "choice is not an object")
             if self._chat:
                 delta = choice.get("delta") or {}
-                if delta.get("content") or delta.get("reasoning_content"):
+                content = delta.get("content")
+                if content or delta.get("reasoning_content"):
                     n += 1
-            elif choice.get("text"):
+                    if isinstance(content, str):
+                        self.parts.append(content)
+            elif text := choice.get("text"):
                 n += 1
+                if isinstance(text, str):
+                    self.parts.append(text)
         self.counted_tokens += n
         return n
 
@@ -231,13 +241,18 @@ class Target:
         headers.update(dict(self.extra_headers))
         return headers
 
-    def body(self, prompt: str, max_new_tokens: int) -> dict[str, Any]:
+    def body(self, prompt: str | list[dict[str, str]], max_new_tokens: int) -> dict[str, Any]:
+        """The request for ``prompt``: a text, or (chat only) the messages of a conversation."""
+        if isinstance(prompt, list) and self.api != "chat":
+            raise ValueError("messages are sent to the chat API only")
         if self.api in ("messages", "responses"):
+            assert isinstance(prompt, str)
             return self._agent_body(prompt, max_new_tokens)
         if self.api in ("openai", "chat"):
             body: dict[str, Any] = {"model": self.model or "default"}
             if self.api == "chat":
-                body["messages"] = [{"role": "user", "content": prompt}]
+                alone = [{"role": "user", "content": prompt}]
+                body["messages"] = prompt if isinstance(prompt, list) else alone
             else:
                 body["prompt"] = prompt
             body.update(
@@ -253,6 +268,7 @@ class Target:
                 body["temperature"] = self.temperature
             return body
         # TGI has no ignore_eos: max_new_tokens is a cap, and details report the real count.
+        assert isinstance(prompt, str)
         tgi: dict[str, Any] = {
             "inputs": prompt,
             "parameters": {"max_new_tokens": max_new_tokens, "details": True},

@@ -114,6 +114,11 @@ def up(
         float, typer.Option(help="With --ray: seconds `up` and `scale` wait for a copy Ray cannot place "
                             "for lack of room (one that fits on no node is refused at once).")
     ] = 60.0,
+    routing: Annotated[
+        str | None, typer.Option(help="How requests pick a copy, for every component (overrides the file's "
+                                 "routing.policy): least_outstanding, or prefix (the copy holding the "
+                                 "prompt's prefix, within a load bound).")
+    ] = None,
     s3_endpoint_url: S3EndpointOpt = "",
     reports: Annotated[
         Path | None, typer.Option(help="A folder of `llmhost bench` / `llmhost tune` results, listed and "
@@ -140,7 +145,7 @@ def up(
     folder_options = dict(models_dir=models_dir, max_loaded=max_loaded, memory_budget_mb=memory_budget_mb,
                           keep_alive=keep_alive, client_keep_alive=client_keep_alive, preload=preload)
     try:
-        spec = endpoint_spec(file, folder_options)
+        spec = with_routing(endpoint_spec(file, folder_options), routing)
         keys = load_keys(api_key or [], api_key_file)
     except (SpecError, ValueError, OSError) as exc:
         typer.echo(f"error: {exc}", err=True)
@@ -196,6 +201,19 @@ def endpoint_spec(file: Path | None, options: dict[str, Any]) -> EndpointSpec:
             policy[key] = options[key]
     data["on_demand"] = policy
     return parse_endpoint(data, str(file) if file is not None else "command line")
+
+
+def with_routing(spec: EndpointSpec, policy: str | None) -> EndpointSpec:
+    """`spec` with every component's routing policy set to `policy` (None: as the file says)."""
+    from llmhost.endpoint.spec import SpecError
+
+    if policy is None:
+        return spec
+    if policy not in ("least_outstanding", "prefix"):
+        raise SpecError(f"--routing: least_outstanding or prefix, got {policy!r}")
+    comps = [c.model_copy(update={"routing": c.routing.model_copy(update={"policy": policy})})
+             for c in spec.components]  # fmt: skip
+    return spec.model_copy(update={"components": comps})
 
 
 def _refuse_other_mode(ctx: typer.Context, ray: bool) -> None:

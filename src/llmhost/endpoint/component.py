@@ -6,11 +6,12 @@ import asyncio
 import contextlib
 import time
 from collections import Counter, deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from llmhost.endpoint.affinity import Affinity, Policy
 from llmhost.endpoint.autoscaler import ScalerState
 from llmhost.endpoint.replica import Replica, ReplicaState
 from llmhost.endpoint.spec import ComponentSpec, OnDemandSpec
@@ -58,6 +59,10 @@ class Demand:
         return self.spec.keep_alive if self.request_keep_alive is None else self.request_keep_alive
 
 
+def least_outstanding(ready: Sequence[Replica]) -> Replica:
+    return min(ready, key=lambda r: (r.outstanding, r.served, r.index))
+
+
 class Component:
     def __init__(self, spec: ComponentSpec, model: ResolvedModel) -> None:
         self.spec = spec
@@ -79,6 +84,10 @@ class Component:
         self.scaler = ScalerState()
         # the autoscaler's last decisions that changed something or held a change back, newest last
         self.decisions: deque[dict[str, Any]] = deque(maxlen=20)
+        routing = spec.routing
+        # prefix-aware routing's index and counts; None: least outstanding
+        self.affinity = (Affinity(routing.block_chars, routing.load_factor)
+                         if routing.policy == Policy.PREFIX.value else None)  # fmt: skip
         self.removing = False
         self.lock = asyncio.Lock()  # one scaling operation at a time
         self._next_index = 0
@@ -109,20 +118,30 @@ class Component:
         event, self._changed = self._changed, asyncio.Event()
         event.set()
 
-    def pick(self, exclude: set[str] | frozenset[str] = frozenset()) -> Replica | None:
-        """Least outstanding requests among ready copies not in `exclude` (by `Replica.key`, so a copy
-        that failed and restarted is eligible again); ties go to the one that served fewer."""
+    def prefix_hashes(self, body: bytes) -> list[bytes]:
+        """What prefix-aware routing keys a request on (nothing with least-outstanding routing)."""
+        return self.affinity.hashes(body) if self.affinity is not None else []
+
+    def pick(
+        self, exclude: set[str] | frozenset[str] = frozenset(), prefix: Sequence[bytes] = ()
+    ) -> Replica | None:
+        """A ready copy not in `exclude` (by `Replica.key`, so a copy that failed and restarted is
+        eligible again): with prefix-aware routing, the one holding the longest part of `prefix`
+        within the load bound (`llmhost.endpoint.affinity`); else least outstanding requests, ties to
+        the one that served fewer."""
         ready = [r for r in self.ready() if r.key not in exclude]
         if not ready:
             return None
-        return min(ready, key=lambda r: (r.outstanding, r.served, r.index))
+        if self.affinity is None:
+            return least_outstanding(ready)
+        return self.affinity.pick(prefix, ready, lambda r: r.key, lambda r: r.outstanding, least_outstanding)
 
     async def wait_for_copy(
-        self, timeout_s: float, exclude: set[str] | frozenset[str] = frozenset()
+        self, timeout_s: float, exclude: set[str] | frozenset[str] = frozenset(), prefix: Sequence[bytes] = ()
     ) -> Replica | None:
         deadline = time.monotonic() + timeout_s
         while True:
-            replica = self.pick(exclude)
+            replica = self.pick(exclude, prefix)
             if replica is not None or self.removing or self.refusal is not None:
                 return replica
             left = deadline - time.monotonic()
@@ -193,6 +212,8 @@ class Component:
             "autoscaling": a.model_dump() if a else None,
             "requests": {str(k): v for k, v in sorted(self.requests.items())},
             "retries": self.retries,
+            "routing": self.spec.routing.policy,
+            "routing_decisions": dict(self.affinity.decisions) if self.affinity is not None else None,
             "removing": self.removing,
             "decisions": list(self.decisions),
             "replicas": [r.status() for r in self.replicas],

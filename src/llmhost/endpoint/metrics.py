@@ -15,6 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
 from llmhost.console.front import FAMILY as CONSOLE_FAMILY
+from llmhost.endpoint.affinity import Affinity, Decision
 from llmhost.endpoint.component import ModelState
 from llmhost.endpoint.replica import ReplicaState
 
@@ -61,8 +62,9 @@ def router_families(components: Sequence[Component]) -> list[Metric]:
         for r in c.replicas:
             outstanding.add_metric([c.name, r.id], r.outstanding)
             restarts.add_metric([c.name, r.id], r.restarts)
+    routing = routing_families([(c.name, c.spec.routing.policy, c.affinity) for c in components])
     return [copies, in_flight, waiting, outstanding, answered, retries, cut, restarts,
-            *on_demand_families(components)]  # fmt: skip
+            *on_demand_families(components), *routing]  # fmt: skip
 
 
 def on_demand_families(components: Sequence[Component]) -> list[Metric]:
@@ -91,6 +93,27 @@ def on_demand_families(components: Sequence[Component]) -> list[Metric]:
         for reason, n in sorted(d.evictions.items()):
             evictions.add_metric([c.name, reason], n)
     return [state, loads, seconds, unloads, evictions]
+
+
+def routing_families(components: Sequence[tuple[str, str, Affinity | None]]) -> list[Metric]:
+    """Each component's routing policy, and with prefix-aware routing its decisions (`affinity.Decision`):
+    prefix / (prefix + spilled) is the share of requests that reached the copy holding their prefix."""
+    policy = GaugeMetricFamily("llmhost_endpoint_routing_policy", "How the router picks a copy (1 for the "
+                               "policy in use)", labels=["component", "policy"])  # fmt: skip
+    helps = {
+        Decision.PREFIX: "Requests sent to the copy holding the longest prefix of their prompt",
+        Decision.SPILLED: "Requests whose prefix's copy was over the load bound or unavailable: sent "
+        "elsewhere",
+        Decision.COLD: "Requests whose prompt no copy was known to hold: sent to the least outstanding copy",
+    }
+    counts = {d: CounterMetricFamily(f"llmhost_endpoint_routed_{d.value}", help, labels=["component"])
+              for d, help in helps.items()}  # fmt: skip
+    for name, used, affinity in components:
+        policy.add_metric([name, used], 1)
+        if affinity is not None:
+            for d, family in counts.items():
+                family.add_metric([name], affinity.decisions[d])
+    return [policy, *counts.values()]
 
 
 class _Snapshot(Collector):

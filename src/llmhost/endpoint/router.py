@@ -1,4 +1,5 @@
-"""The endpoint's data plane: picks a component, then its least-loaded ready copy, and relays.
+"""The endpoint's data plane: picks a component, then one of its ready copies (the least loaded, or with
+prefix-aware routing the one holding the prompt's prefix: `llmhost.endpoint.affinity`), and relays.
 
 `/invocations` and the TGI / tokenizer routes name the component in `X-Amzn-SageMaker-Inference-Component`
 (optional with one component); OpenAI, Anthropic Messages and Responses routes name it in the body's
@@ -87,8 +88,10 @@ class Proxy:
     async def aclose(self) -> None:
         await self.client.aclose()
 
-    async def _choose(self, comp: Component, tried: set[str], deadline: float) -> Replica | None:
-        replica = comp.pick(tried)
+    async def _choose(
+        self, comp: Component, tried: set[str], deadline: float, prefix: list[bytes]
+    ) -> Replica | None:
+        replica = comp.pick(tried, prefix)
         if replica is not None:
             return replica
         comp.waiting += 1
@@ -96,7 +99,7 @@ class Proxy:
         try:
             while (replica is None and time.monotonic() < deadline and not comp.removing
                    and comp.refusal is None):  # fmt: skip
-                replica = await comp.wait_for_copy(deadline - time.monotonic(), tried)
+                replica = await comp.wait_for_copy(deadline - time.monotonic(), tried, prefix)
         finally:
             comp.waiting -= 1
         return replica
@@ -117,8 +120,9 @@ class Proxy:
         retry = routing.NotTaken(comp.name, self.registry.wait_timeout_s(comp))
         tried: set[str] = set()
         started = time.monotonic()
+        prefix = comp.prefix_hashes(body)
         for attempt in range(self.max_attempts):
-            replica = await self._choose(comp, tried, retry.deadline)
+            replica = await self._choose(comp, tried, retry.deadline, prefix)
             if replica is None:
                 refusal = comp.refusal
                 if refusal is not None:  # its load failed: why, for every request that waited

@@ -143,6 +143,19 @@ class OnDemandSpec(_Strict):
         return self
 
 
+class RoutingSpec(_Strict):
+    """How the router picks one of a component's copies (`llmhost.endpoint.affinity`)."""
+
+    # least_outstanding: the copy with the fewest requests in flight; prefix: the copy most likely to
+    # hold the prompt's prefix (a conversation's earlier turns, a shared system prompt), within a load bound
+    policy: Literal["least_outstanding", "prefix"] = "least_outstanding"
+    # prefix: the prompt is hashed in blocks of this many characters (a prompt shorter than one block is
+    # routed by load alone)
+    block_chars: int = Field(default=256, ge=16)
+    # prefix: a copy is skipped while its outstanding requests exceed (1 + load_factor) × the mean + 1
+    load_factor: float = Field(default=0.25, ge=0)
+
+
 class ComponentSpec(_Strict):
     # what requests name: the OpenAI `model`, X-Amzn-SageMaker-Inference-Component
     name: str = Field(pattern=NAME_PATTERN)
@@ -154,6 +167,7 @@ class ComponentSpec(_Strict):
     # copies serve OpenAI /v1/embeddings only (`llmhost serve --embeddings`), no text generation
     embeddings: bool = False
     autoscaling: AutoscalingSpec | None = None  # None: a fixed number of copies
+    routing: RoutingSpec = RoutingSpec()  # how the router picks a copy
     # seconds a starting copy has to answer /ping with 200 before it is restarted
     startup_health_check_timeout_s: float = Field(default=600.0, gt=0)
     # how long a request waits for a ready copy while the component has copies (one may be restarting);

@@ -15,7 +15,11 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from llmhost.bench.conversations import ConversationSettings, parse_think_time
 from llmhost.store.options import S3EndpointOpt, use_s3_endpoint
+
+CONVERSATIONS = ConversationSettings()  # the conversation options' defaults
+THINK_TIME = "{:g},{:g}".format(*CONVERSATIONS.think_time_s)
 
 if TYPE_CHECKING:
     from llmhost.tune import TuneSettings
@@ -130,8 +134,34 @@ def tune(
     num_prompts: Annotated[
         int | None, typer.Option(help="Distinct synthetic prompts (with --prompt-tokens; default 32).")
     ] = None,
-    requests: Annotated[int, typer.Option(help="Measured requests per load level.")] = 16,
-    warmup: Annotated[int, typer.Option(help="Warm-up requests per level, not measured.")] = 1,
+    requests: Annotated[
+        int | None, typer.Option(help="Measured requests per load level (prompts workload; default 16).")
+    ] = None,
+    warmup: Annotated[
+        int | None,
+        typer.Option(help="Warm-up requests per level, not measured (prompts workload; default 1)."),
+    ] = None,
+    workload: Annotated[
+        str, typer.Option(help="prompts, or conversations: each --concurrency level counts users holding "
+                          "multi-turn conversations (see `llmhost bench run --help`).")
+    ] = "prompts",
+    conversations_file: Annotated[
+        Path | None, typer.Option(exists=True, dir_okay=False, help="Conversations: JSONL conversations "
+                                  "instead of generated ones.")
+    ] = None,
+    turns: Annotated[int, typer.Option(help="Conversations: turns per user.")] = CONVERSATIONS.turns,
+    think_time: Annotated[
+        str, typer.Option(help="Conversations: think time before each turn, uniform in MIN,MAX seconds.")
+    ] = THINK_TIME,
+    system_prompts: Annotated[
+        int, typer.Option(help="Conversations: distinct system prompts shared by groups of users.")
+    ] = CONVERSATIONS.system_prompts,
+    system_prompt_tokens: Annotated[
+        int, typer.Option(help="Conversations: approximate tokens of each system prompt.")
+    ] = CONVERSATIONS.system_prompt_tokens,
+    user_tokens: Annotated[
+        int, typer.Option(help="Conversations: approximate tokens of each user message.")
+    ] = CONVERSATIONS.user_tokens,
     concurrency: Annotated[str, typer.Option(help="Load levels, rising; stops at saturation.")] = "1,2,4,8",
     copies: Annotated[str, typer.Option(help="Copies to try (more than 1: an endpoint).")] = "1",
     threads: Annotated[
@@ -179,21 +209,34 @@ def tune(
             speculative=(False, True) if speculative else (False,),
             router_cpus=router_cpus,
         )
-        workload = Workload(
+        talk = None
+        if workload == "conversations":
+            if requests is not None or warmup is not None:
+                raise ValueError("--requests and --warmup apply to the prompts workload: a level of "
+                                 "conversations is its users' turns")  # fmt: skip
+            talk = ConversationSettings(
+                turns=turns, system_prompts=system_prompts, system_prompt_tokens=system_prompt_tokens,
+                user_tokens=user_tokens, think_time_s=parse_think_time(think_time),
+                file=str(conversations_file) if conversations_file else None,
+            )  # fmt: skip
+        elif workload != "prompts":
+            raise ValueError(f"--workload: prompts or conversations, got {workload!r}")
+        workload_ = Workload(
             prompts_file=str(prompts_file) if prompts_file else None,
             prompt_tokens=prompt_tokens,
             max_new_tokens=max_new_tokens,
             num_prompts=num_prompts or 32,
             concurrency=_ints(concurrency, "--concurrency"),
-            requests=requests,
-            warmup=warmup,
+            requests=16 if requests is None else requests,
+            warmup=1 if warmup is None else warmup,
+            conversations=talk,
         )
         slo = TuneSLO(slo_ttft_ms, slo_itl_ms, slo_percentile)
         out.mkdir(parents=True, exist_ok=True)
         models = quantized_models(model, quantize or [], out, allow_requantize)
         settings = TuneSettings(
             models=models, space=space, slo=slo, price_per_hour=price_per_hour, out_dir=out,
-            workload=workload, max_minutes=max_minutes, saturation_gain=saturation_gain,
+            workload=workload_, max_minutes=max_minutes, saturation_gain=saturation_gain,
             prune_ratio=prune_ratio, started_at=started,
         )  # fmt: skip
     except (ValueError, FileNotFoundError) as exc:

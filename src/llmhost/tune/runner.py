@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from llmhost.bench.conversations import ConversationSettings
 from llmhost.bench.results import BenchResults
 from llmhost.bench.runner import NullProgress, Progress
 from llmhost.bench.serve_config import ServeSpec
@@ -34,7 +35,8 @@ BUSY_OTHER_CPUS = 0.25
 
 @dataclass(frozen=True)
 class Workload:
-    """What every candidate is sent: the built-in prompts, a prompts file, or synthetic prompts."""
+    """What every candidate is sent: the built-in prompts, a prompts file, synthetic prompts, or
+    conversations (each concurrency level then counts users, each holding its conversation's turns)."""
 
     prompts_file: str | None = None
     prompt_tokens: int | None = None  # synthetic prompts of this length; None: built-in prompts
@@ -43,10 +45,13 @@ class Workload:
     concurrency: tuple[int, ...] = (1, 2, 4, 8)
     requests: int = 16  # measured requests per level
     warmup: int = 1
+    conversations: ConversationSettings | None = None
 
     def __post_init__(self) -> None:
         if self.prompts_file and self.prompt_tokens is not None:
             raise ValueError("give a prompts file or synthetic prompt tokens, not both")
+        if self.conversations is not None and (self.prompts_file or self.prompt_tokens is not None):
+            raise ValueError("the conversation workload has no prompts file or synthetic prompt tokens")
         if self.max_new_tokens < 1 or self.requests < 1 or self.warmup < 0 or self.num_prompts < 1:
             raise ValueError("max_new_tokens, requests and num_prompts must be >= 1, warmup >= 0")
         if not self.concurrency or min(self.concurrency) < 1:
@@ -90,7 +95,15 @@ def sweep_spec(s: TuneSettings, cand: Candidate) -> SweepSpec:
         router_cpus=s.space.router_cpus if cand.copies > 1 else 0,
         speculative="ngram" if cand.speculative else None,
     )
-    return SweepSpec(
+    conv = w.conversations
+    talk = {} if conv is None else {
+        "workload": "conversations", "conversations_file": conv.file, "turns": conv.turns,
+        "system_prompts": conv.system_prompts, "system_prompt_tokens": conv.system_prompt_tokens,
+        "user_tokens": conv.user_tokens, "think_time_s": conv.think_time_s, "seed": conv.seed,
+        # a level is its users' turns: no request count, no warm-up, no early SLO stop over a count
+        "requests": None, "warmup": 0, "slo_stop": None, "builtin_prompts": False,
+    }  # fmt: skip
+    spec = SweepSpec(
         name=cand.name,
         api="openai",
         concurrency=list(w.concurrency),
@@ -110,6 +123,7 @@ def sweep_spec(s: TuneSettings, cand: Candidate) -> SweepSpec:
         startup_timeout_s=s.startup_timeout_s,
         configurations=[ConfigSpec(serve=serve)],
     )
+    return spec.model_copy(update=talk)
 
 
 def initial_records(space: SearchSpace) -> list[CandidateRecord]:

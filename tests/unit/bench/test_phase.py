@@ -1,11 +1,11 @@
-from llmhost.bench.loadgen import LevelState, LoadSettings, _Phase
+from llmhost.bench.loadgen import LevelState, LoadSettings, Phase
 
 
 def test_measured_phase_continues_after_the_warmup_prompts() -> None:
     settings = LoadSettings(requests=3, warmup=2)
     state = LevelState("cfg", "c=1", settings)
-    warm = _Phase(state, settings, lambda rec: None, True, settings.warmup, None)
-    measured = _Phase(state, settings, lambda rec: None, False, settings.requests, None, settings.warmup)
+    warm = Phase(state, settings, lambda rec: None, True, settings.warmup, None)
+    measured = Phase(state, settings, lambda rec: None, False, settings.requests, None, settings.warmup)
     assert [warm.take(), warm.take(), warm.take()] == [0, 1, None]
     assert [measured.take() for _ in range(4)] == [2, 3, 4, None]
 

@@ -73,3 +73,13 @@ def test_the_ingress_name_is_reserved_and_timing_validated() -> None:
         options.check_names(parse_endpoint({"name": "e", "components": [{"name": "ingress"}]}))
     with pytest.raises(ValueError, match="look_back_period_s must be > 0"):
         RayTiming(look_back_period_s=0)
+
+
+def test_prefix_routing_names_llmhosts_request_router() -> None:
+    from ray.serve.config import RequestRouterConfig
+
+    assert options.router_options(spec()) == {}  # least outstanding: Ray Serve's own router
+    got = options.router_options(spec(routing={"policy": "prefix", "block_chars": 128, "load_factor": 0.5}))
+    config = RequestRouterConfig(**got["request_router_config"])  # Ray accepts it, and imports the class
+    assert config.request_router_kwargs == {"component": "c", "block_chars": 128, "load_factor": 0.5}
+    assert config.get_request_router_class().__name__ == "PrefixRequestRouter"

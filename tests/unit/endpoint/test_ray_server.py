@@ -70,6 +70,8 @@ def expectations(files: dict[str, Path]) -> dict[str, tuple[Any, Callable[[Serve
         "draft_model": (str(files["draft"]), lambda s: (s.engine.speculative, s.engine.draft_model),
                         ("draft", str(files["draft"]))),
         "ngram_size": (4, lambda s: s.engine.ngram_size, 4),
+        "prompt_cache_mb": (256, lambda s: s.engine.prompt_cache_mb, 256),
+        "adaptive_draft": (False, lambda s: s.engine.adaptive_draft, False),
     }  # fmt: skip
 
 

@@ -123,3 +123,24 @@ def test_cancellation_keeps_what_was_measured(tmp_path: Path, monkeypatch: pytes
     assert t.records[4].state is CandidateState.INTERRUPTED and t.records[4].levels
     assert {r.state for r in t.records[1:4]} == {CandidateState.OUT_OF_TIME}
     assert "interrupted" in t.records[1].reason and saves[-1][4] == "interrupted"
+
+
+def test_a_conversations_workload_reaches_every_candidates_bench(tmp_path: Path) -> None:
+    from llmhost.bench.conversations import ConversationSettings
+    from llmhost.bench.sweep import bench_config_for, expand
+    from llmhost.tune.runner import Workload, sweep_spec
+    from llmhost.tune.space import Candidate
+
+    talk = ConversationSettings(turns=3, system_prompts=2, system_prompt_tokens=100, think_time_s=(0.5, 1.0))
+    with pytest.raises(ValueError, match="conversation workload"):
+        Workload(prompt_tokens=64, conversations=talk)
+    space = SearchSpace(host_cpus=2, threads=(1,), max_concurrent=(4,))
+    s = TuneSettings(models={None: "default"}, space=space, slo=SLO, price_per_hour=1.0, out_dir=tmp_path,
+                     workload=Workload(concurrency=(2, 4), conversations=talk))  # fmt: skip
+    spec = sweep_spec(s, Candidate(1, 1, 4, 512))
+    assert spec.workload == "conversations" and spec.requests is None and spec.warmup == 0
+    [launch] = expand(spec)
+    cfg = bench_config_for(spec, launch, "http://127.0.0.1:1")
+    cfg.validate()
+    assert cfg.conversation_settings() == talk
+    assert [label for label, _, _ in cfg.levels()] == ["users=2", "users=4"]

@@ -15,7 +15,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
-from llmhost.endpoint.metrics import relabel
+from llmhost.endpoint.affinity import RAY_ROUTERS
+from llmhost.endpoint.metrics import relabel, routing_families
 from llmhost.endpoint.rayserve.relay import RayComponent
 
 RAY_PREFIX = "ray_serve_"
@@ -70,7 +71,8 @@ def ingress_families(components: Sequence[RayComponent]) -> list[Metric]:
             answered.add_metric([c.name, str(code)], n)
         retries.add_metric([c.name], c.retries)
         cut.add_metric([c.name], c.stream_errors)
-    return [copies, target, in_flight, answered, retries, cut]
+    routing = routing_families([(c.name, c.spec.routing.policy, RAY_ROUTERS.get(c.name)) for c in components])
+    return [copies, target, in_flight, answered, retries, cut, *routing]
 
 
 def node_metric_urls() -> list[str]:

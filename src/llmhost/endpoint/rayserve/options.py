@@ -15,6 +15,8 @@ from llmhost.endpoint.spec import ComponentSpec, EndpointSpec
 from llmhost.serve_spec import SERVE_SPEC
 
 IMPORT_PATH = "llmhost.endpoint.rayserve.app:build"
+# a component with prefix-aware routing: its deployment's request router (imported by Ray, in the ingress)
+PREFIX_ROUTER = "llmhost.endpoint.rayserve.prefixroute:PrefixRequestRouter"
 INGRESS = "ingress"  # the ingress deployment's name; a component may not take it
 # Ray's own resource on the head node: the ingress runs beside the HTTP proxy and the dashboard
 HEAD_NODE_RESOURCE = "node:__internal_head__"
@@ -94,7 +96,18 @@ def component_options(spec: ComponentSpec, timing: RayTiming, env: dict[str, str
         "graceful_shutdown_timeout_s": timing.drain_timeout_s,
         "graceful_shutdown_wait_loop_s": 1.0,
         "logging_config": logging_config(log_level),
+        **router_options(spec),
     }  # fmt: skip
+
+
+def router_options(spec: ComponentSpec) -> dict[str, Any]:
+    """Prefix-aware routing: Ray's handles route the component's requests with llmhost's request router;
+    least outstanding: Ray Serve's own (power of two choices over queue lengths)."""
+    r = spec.routing
+    if r.policy != "prefix":
+        return {}
+    kwargs = {"component": spec.name, "block_chars": r.block_chars, "load_factor": r.load_factor}
+    return {"request_router_config": {"request_router_class": PREFIX_ROUTER, "request_router_kwargs": kwargs}}
 
 
 def ingress_options(timing: RayTiming, log_level: str, router_cpus: int = 0) -> dict[str, Any]:

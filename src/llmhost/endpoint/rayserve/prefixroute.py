@@ -1,0 +1,58 @@
+"""Prefix-aware routing on a Ray endpoint: a Ray Serve request router for a component's deployment
+(its `request_router_config`), choosing as the single-host router does (`llmhost.endpoint.affinity`).
+A deployment handle cannot address one copy, so the choice is made where Ray makes it: in the handle's
+router, inside the ingress. The load of a copy is its queue length as Ray's router last saw it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ray.serve.request_router import FIFOMixin, PendingRequest, ReplicaID, RequestRouter, RunningReplica
+
+from llmhost.endpoint.affinity import RAY_ROUTERS, Affinity, Decision
+
+PENDING_MAX = 10_000  # requests cancelled before Ray routed them are forgotten beyond this many
+
+
+class PrefixRequestRouter(FIFOMixin, RequestRouter):  # type: ignore[misc]
+    def initialize_state(self, component: str = "", block_chars: int = 256, load_factor: float = 0.25,
+                         **_: Any) -> None:  # fmt: skip
+        self.affinity = Affinity(block_chars, load_factor)
+        RAY_ROUTERS[component] = self.affinity
+        # request id → its prompt's block hashes and the decision made, until Ray says where it went
+        self.pending: dict[str, tuple[list[bytes], str, Decision]] = {}
+
+    def _load(self, replica: RunningReplica) -> float:
+        queued = self.replica_queue_len_cache.get(replica.replica_id)
+        return float(queued or 0)
+
+    async def choose_replicas(
+        self, candidate_replicas: list[RunningReplica], pending_request: PendingRequest | None = None
+    ) -> list[list[RunningReplica]]:
+        """The chosen copy first; the others after it, should it refuse (its queue full)."""
+        if not candidate_replicas:
+            return []
+        call = pending_request.args[0] if pending_request is not None and pending_request.args else None
+        body = getattr(call, "body", b"")
+        hashes = self.affinity.hashes(body) if isinstance(body, bytes) else []
+        chosen, decision = self.affinity.decide(
+            hashes, candidate_replicas, _key, self._load, lambda cs: min(cs, key=self._load)
+        )
+        if pending_request is not None:
+            self.pending[pending_request.metadata.internal_request_id] = (hashes, _key(chosen), decision)
+            while len(self.pending) > PENDING_MAX:
+                del self.pending[next(iter(self.pending))]
+        return [[chosen], [r for r in candidate_replicas if r is not chosen]]
+
+    def on_request_routed(self, pending_request: PendingRequest, replica_id: ReplicaID, result: Any) -> None:
+        hashes, chosen, decision = self.pending.pop(
+            pending_request.metadata.internal_request_id, ([], "", Decision.COLD)
+        )
+        copy = replica_id.unique_id
+        if copy != chosen and decision == Decision.PREFIX:
+            decision = Decision.SPILLED  # the copy chosen refused it (queue full)
+        self.affinity.routed(hashes, copy, decision)
+
+
+def _key(replica: RunningReplica) -> str:
+    return str(replica.replica_id.unique_id)

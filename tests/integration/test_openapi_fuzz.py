@@ -115,7 +115,7 @@ def endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Endpoint]:
 # router's own operations. The admin operations that change the endpoint run last, /admin/down (which
 # stops it) alone at the end: a component they added would make every request naming none a 400.
 CHANGES = "^/admin/(scale|components|down)"
-OWN = "^/(ping|health|metrics|v1/models|admin/(status|scale|components))"
+OWN = "^/(ping|health|metrics|v1/models|admin/(status|scale|components)|console/api/)"
 ROUTER_FUZZ_EXAMPLES = 2
 
 

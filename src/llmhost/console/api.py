@@ -18,9 +18,12 @@ from pathlib import Path
 from typing import Any
 
 from fastapi import APIRouter, Request
+from pydantic import ValidationError
 from starlette.responses import JSONResponse, Response
 
 from llmhost.asgi import error_body
+from llmhost.console import apidoc as doc
+from llmhost.console.reports import MEDIA as REPORT_MEDIA
 from llmhost.console.reports import ReportError, list_reports, read_report
 from llmhost.console.timeseries import METRICS, NAMES, SeriesStore, refusals, summarize
 
@@ -99,24 +102,58 @@ def series_body(store: SeriesStore, since: float) -> dict[str, Any]:
     return {"now": time.time(), "period_s": store.period_s, "components": out}
 
 
+def _query(name: str, description: str, **schema: Any) -> dict[str, Any]:
+    return {"name": name, "in": "query", "required": False, "description": description,
+            "schema": {"type": "number", **schema}}  # fmt: skip
+
+
+def _declarations(store: SeriesStore) -> dict[str, dict[str, Any]]:
+    """The API's `openapi_extra`, by route: what each takes and answers (the page and its assets are for
+    browsers and stay out of the document)."""
+    # imported here: llmhost.server imports this module, and the console comes before the server
+    from llmhost.server.apidoc import BODY, COMMON, errors, merge, operation
+
+    bad = merge(COMMON, errors(422))
+    window = _query("window", f"Seconds (default 300), at most the retention ({store.retention_s:g})",
+                    exclusiveMinimum=0, maximum=store.retention_s)  # fmt: skip
+    since = _query("since", "Only the points after this Unix time (default: all of them)")
+    files = {m.split(";")[0]: "A file of a report, as it is" for m in REPORT_MEDIA.values()}
+    files.pop("application/json")  # a JSON file: any JSON value (ReportJSON)
+    return {
+        "overview": operation("The server or endpoint, its host and components, the console's settings",
+                              success=doc.ConsoleOverview, errors=COMMON),
+        "series": operation("Each component's time series", success=doc.ConsoleSeries, errors=bad,
+                            params=[since]),
+        "metrics": operation("Each component's figures over a window", success=doc.ConsoleMetrics,
+                             errors=bad, params=[window]),
+        "reports": operation("The bench and tune results in the reports folder (--reports DIR)",
+                             success=doc.ConsoleReports, errors=COMMON),
+        "report": operation("A file of a report (404 without --reports, 422: not a file a report shows)",
+                            success=doc.ReportJSON, media=files, errors=merge(COMMON, errors(404, 422))),
+        "open": operation("A one-time URL opening a report file without the key (in the page's frame)",
+                          body=[doc.OpenReport], success=doc.Ticket, errors=merge(BODY, errors(404))),
+    }  # fmt: skip
+
+
 def create_console(store: SeriesStore, settings: ConsoleSettings, overview: Overview) -> APIRouter:
     """The page, its assets and its API; `overview` says what the page shows beside the charts."""
-    router = APIRouter(prefix=PREFIX, include_in_schema=False)
+    router = APIRouter(prefix=PREFIX)
     page = _asset("console.html")
+    docs = _declarations(store)
 
-    @router.get("")
-    @router.get("/")
+    @router.get("", include_in_schema=False)
+    @router.get("/", include_in_schema=False)
     async def console_page() -> Response:
         headers = {"Content-Security-Policy": PAGE_CSP, "Cache-Control": "no-store"}
         return Response(page, media_type="text/html; charset=utf-8", headers=headers)
 
-    @router.get("/assets/{name}")
+    @router.get("/assets/{name}", include_in_schema=False)
     async def asset(name: str) -> Response:
         if name not in ASSETS:
             return JSONResponse(error_body(404, f"no console asset {name!r}", "not_found_error"), 404)
         return Response(_asset(name), media_type=ASSETS[name], headers={"Cache-Control": "max-age=3600"})
 
-    @router.get("/api/overview")
+    @router.get("/api/overview", openapi_extra=docs["overview"])
     async def overview_route(request: Request) -> Response:
         body = await overview(request)
         body["console"] = {"period_s": store.period_s, "retention_s": store.retention_s,
@@ -124,12 +161,12 @@ def create_console(store: SeriesStore, settings: ConsoleSettings, overview: Over
                            "metrics": [vars(m) for m in METRICS]}  # fmt: skip
         return JSONResponse(body)
 
-    @router.get("/api/series")
+    @router.get("/api/series", openapi_extra=docs["series"])
     async def series(request: Request) -> Response:
         since = _number(request, "since", -math.inf)
         return since if isinstance(since, JSONResponse) else JSONResponse(series_body(store, since))
 
-    @router.get("/api/metrics")
+    @router.get("/api/metrics", openapi_extra=docs["metrics"])
     async def window(request: Request) -> Response:
         seconds = _number(request, "window", 300.0)
         if isinstance(seconds, JSONResponse):
@@ -143,30 +180,30 @@ def create_console(store: SeriesStore, settings: ConsoleSettings, overview: Over
         return JSONResponse({"window_s": seconds, "now": now, "units": {m.name: m.unit for m in METRICS},
                              "components": comps})  # fmt: skip
 
-    @router.get("/api/reports")
+    @router.get("/api/reports", openapi_extra=docs["reports"])
     async def reports() -> Response:
         if settings.reports_dir is None:
             return JSONResponse({"dir": None, "reports": []})
         return JSONResponse({"dir": str(settings.reports_dir), "reports": list_reports(settings.reports_dir)})
 
-    @router.get("/api/reports/{path:path}")
+    @router.get("/api/reports/{path:path}", openapi_extra=docs["report"])
     async def report(path: str) -> Response:
         """A report's file, for a client that sends its key (the page opens reports by ticket)."""
         return _report_file(settings.reports_dir, path)
 
-    @router.post("/api/reports/open")
+    @router.post("/api/reports/open", openapi_extra=docs["open"])
     async def open_report(request: Request) -> Response:
         """A one-time ticket that opens one report file in a frame, which cannot send the key."""
         try:
-            path = (await request.json())["path"]
-        except (ValueError, KeyError, TypeError):
+            path = doc.OpenReport.model_validate(await request.json()).path
+        except (ValueError, ValidationError):  # not JSON, or not {"path": "..."} (strictly)
             return _bad("path", 'body must be {"path": "RUN/report.html"}')
-        checked = _report_file(settings.reports_dir, str(path))
+        checked = _report_file(settings.reports_dir, path)
         if checked.status_code != 200:
             return checked
-        return JSONResponse({"url": f"{VIEW}?ticket={tickets.issue(str(path))}"})
+        return JSONResponse({"url": f"{VIEW}?ticket={tickets.issue(path)}"})
 
-    @router.get("/view")
+    @router.get("/view", include_in_schema=False)
     async def view(ticket: str = "") -> Response:
         path = tickets.take(ticket)
         if path is None:

@@ -51,6 +51,13 @@ def list_reports(root: Path) -> list[dict[str, Any]]:
 
 def read_report(root: Path, rel: str) -> tuple[bytes, str]:
     """A file of a report under `root`: its bytes and media type."""
+    try:
+        return _read(root, rel)
+    except (OSError, ValueError):  # a name no file can have (a NUL byte, too long): none such
+        raise ReportError(404, f"no report file {rel!r} in the reports folder") from None
+
+
+def _read(root: Path, rel: str) -> tuple[bytes, str]:
     base = root.resolve()
     path = (base / rel).resolve()
     if not path.is_relative_to(base) or path == base:

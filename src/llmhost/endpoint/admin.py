@@ -288,7 +288,7 @@ def create_admin(backend: AdminBackend) -> APIRouter:
 
     @router.post("/components", openapi_extra=operation(
         "Add components (one component, or `components: [...]` as in the endpoint file)",
-        body=[ComponentList, ComponentSpec], success=Added, status=201,
+        body=[ComponentList, ComponentSpec], body_media=YAML_TYPES, success=Added, status=201,
         errors=merge(ADMIN, errors(409, 422))))  # fmt: skip
     async def add(request: Request) -> Response:
         if backend.components_fixed:

@@ -124,6 +124,8 @@ class Operation:
     media: dict[str, str] = field(default_factory=dict)  # other success content: media type -> text
     errors: dict[int, Sequence[Shape]] = field(default_factory=dict)  # status -> the shapes sent
     description: str = ""
+    params: Sequence[dict[str, Any]] = ()  # the query parameters the route reads itself (OpenAPI objects)
+    body_media: Sequence[str] = ()  # media types the body may come in besides JSON (the same schema)
 
     def extra(self) -> dict[str, Any]:
         """The route's `openapi_extra`: a key to this declaration (FastAPI writes it into the operation,
@@ -236,7 +238,8 @@ def _success(op: Operation, reg: Registry) -> dict[str, Any]:
 def _request_body(op: Operation, reg: Registry) -> dict[str, Any]:
     refs = [reg.ref(m) for m in op.body]
     schema = refs[0] if len(refs) == 1 else {"oneOf": refs}
-    return {"required": True, "content": {"application/json": {"schema": schema}}}
+    media = ("application/json", *op.body_media)
+    return {"required": True, "content": {m: {"schema": schema} for m in media}}
 
 
 def fill(operation_doc: dict[str, Any], op: Operation, reg: Registry) -> None:
@@ -247,6 +250,8 @@ def fill(operation_doc: dict[str, Any], op: Operation, reg: Registry) -> None:
         operation_doc["description"] = op.description
     if op.body:
         operation_doc["requestBody"] = _request_body(op, reg)
+    if op.params:
+        operation_doc["parameters"] = [*operation_doc.get("parameters", ()), *op.params]
     responses: dict[str, Any] = {str(op.status): _success(op, reg)}
     for status, shapes in sorted(op.errors.items()):
         responses[str(status)] = _error_response(status, shapes, reg)

@@ -16,6 +16,7 @@ from fastapi import FastAPI
 from openapi_spec_validator import validate
 
 from llmhost.auth import ApiKeys
+from llmhost.endpoint.admin import YAML_TYPES
 from llmhost.endpoint.app import create_app
 from llmhost.endpoint.component import Component
 from llmhost.endpoint.manager import EndpointManager
@@ -130,10 +131,23 @@ ROUTER_CASES: list[tuple[str, str, Any, int]] = [
     ("get", "/health", None, 200),
     ("get", "/v1/models", None, 200),
     ("get", "/admin/status", None, 200),
+    # the console's JSON API (no reports folder)
+    ("get", "/console/api/overview", None, 200),
+    ("get", "/console/api/series?since=12", None, 200),
+    ("get", "/console/api/series?since=x", None, 422),
+    ("get", "/console/api/metrics?window=30", None, 200),
+    ("get", "/console/api/metrics?window=-1", None, 422),
+    ("get", "/console/api/reports", None, 200),
+    ("get", "/console/api/reports/{path}", None, 404),
+    ("post", "/console/api/reports/open", {"path": "a/report.html"}, 404),
+    ("post", "/console/api/reports/open", {"path": ["a"]}, 422),
 ]
 
 
 def template(path: str) -> str:
+    path = path.split("?")[0]
+    if path.startswith("/console/api/reports/") and not path.endswith("/open"):
+        return "/console/api/reports/{path}"
     return "/admin/components/{name}" if path.startswith("/admin/components/") else path
 
 
@@ -148,9 +162,22 @@ async def test_the_routers_answers_match_the_documented_schema(
         kw = {"content": body, "headers": {"content-type": "application/json"}}
     elif body is not None:
         kw = {"json": body}
-    r = await call(app, method.upper(), path.replace("{name}", "zzz"), **kw)
+    r = await call(app, method.upper(), path.replace("{name}", "zzz").replace("{path}", "a/b.json"), **kw)
     assert r.status_code == status, r.text
     check_documented(doc, method, template(path), r)
+
+
+async def test_components_are_added_from_yaml_as_documented(tmp_path: Path) -> None:
+    app = make_app(tmp_path)
+    doc = app.openapi()
+    body = doc["paths"]["/admin/components"]["post"]["requestBody"]["content"]
+    assert set(body) == {"application/json", *YAML_TYPES}
+    assert body["application/yaml"] == body["application/json"]
+    for text, status in (("name: a\ncopies: 1\n", 409), ("name: [a\n", 422), ("- 1\n", 422)):
+        r = await call(app, "POST", "/admin/components", content=text.encode(),
+                       headers={"content-type": "application/yaml"})  # fmt: skip
+        assert r.status_code == status, r.text
+        check_documented(doc, "post", "/admin/components", r)
 
 
 async def test_a_draining_endpoints_probes_match_the_documented_schema(tmp_path: Path) -> None:
@@ -169,7 +196,8 @@ async def test_401_and_403_match_the_documented_schema(tmp_path: Path) -> None:
     doc = app.openapi()
     for method, path in (("post", "/v1/chat/completions"), ("post", "/v1/messages"), ("get", "/admin/status"),
                          ("get", "/metrics"), ("post", "/endpoints/{name}/invocations"),
-                         ("post", "/admin/down"), ("post", "/admin/scale")):  # fmt: skip
+                         ("post", "/admin/down"), ("post", "/admin/scale"), ("get", "/console/api/overview"),
+                         ("get", "/console/api/metrics"), ("post", "/console/api/reports/open")):  # fmt: skip
         r = await call(app, method.upper(), path.replace("{name}", "ep"), json=CHAT)
         assert r.status_code == 401, (path, r.text)
         check_documented(doc, method, path, r)

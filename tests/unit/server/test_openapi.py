@@ -19,6 +19,7 @@ from fastapi.routing import APIRoute
 from openapi_spec_validator import validate
 
 from llmhost.auth import ApiKeys
+from llmhost.console.apidoc import OpenReport
 from llmhost.engine import AsyncEngine
 from llmhost.lifecycle import Lifecycle
 from llmhost.server import ServerSettings, create_app
@@ -229,3 +230,100 @@ async def test_docs_and_document_open_without_a_key() -> None:
     for path in ("/v1/models", "/docs-x", "/openapi.json/x", "/metrics"):
         r = await call(app, "GET", path)
         assert r.status_code == 401, path
+
+
+# -- the console's JSON API ------------------------------------------------------------------------------
+@pytest.fixture
+def reports(tmp_path: Path) -> Path:
+    run = tmp_path / "run-1"
+    run.mkdir()
+    (run / "summary.json").write_text(json.dumps({"requests": 3}))
+    (run / "report.html").write_text("<html>report</html>")
+    return tmp_path
+
+
+CONSOLE_CASES: list[tuple[str, str, Any, int]] = [
+    # (method, path, body, status): real answers of `llmhost serve`'s console API, a reports folder open
+    ("get", "/console/api/overview", None, 200),
+    ("get", "/console/api/series", None, 200),
+    ("get", "/console/api/series?since=0", None, 200),
+    ("get", "/console/api/series?since=soon", None, 422),
+    ("get", "/console/api/series?since=nan", None, 422),
+    ("get", "/console/api/metrics", None, 200),
+    ("get", "/console/api/metrics?window=60", None, 200),
+    ("get", "/console/api/metrics?window=0", None, 422),
+    ("get", "/console/api/metrics?window=1e9", None, 422),
+    ("get", "/console/api/reports", None, 200),
+    ("get", "/console/api/reports/run-1/summary.json", None, 200),
+    ("get", "/console/api/reports/run-1/report.html", None, 200),
+    ("get", "/console/api/reports/run-1/nothing.csv", None, 404),
+    ("get", "/console/api/reports/run-1/x.exe", None, 422),
+    ("get", "/console/api/reports/" + "x" * 300 + ".html", None, 404),  # schemathesis: was a 500
+    ("get", "/console/api/reports/a%00b.html", None, 404),  # schemathesis: was a 500
+    ("post", "/console/api/reports/open", {"path": "run-1/report.html"}, 200),
+    ("post", "/console/api/reports/open", {"path": "../secret.json"}, 404),
+    ("post", "/console/api/reports/open", {}, 422),
+    ("post", "/console/api/reports/open", {"path": 5}, 422),
+    ("post", "/console/api/reports/open", {"path": "run-1/report.html", "more": 1}, 422),
+    ("post", "/console/api/reports/open", b"{", 422),
+    ("post", "/console/api/reports/open", [], 422),
+]
+
+
+def console_template(path: str) -> str:
+    path = path.split("?")[0]
+    reports = "/console/api/reports/"
+    return reports + "{path}" if path.startswith(reports) and path != reports + "open" else path
+
+
+@pytest.mark.parametrize(("method", "path", "body", "status"), CONSOLE_CASES)
+async def test_console_answers_match_the_documented_schema(
+    doc: dict[str, Any], reports: Path, method: str, path: str, body: Any, status: int
+) -> None:
+    raw = body if isinstance(body, bytes) else json.dumps(body).encode()
+    kw: dict[str, Any] = {}
+    if body is not None:
+        kw = {"content": raw, "headers": {"content-type": "application/json"}}
+    r = await call(make_app(reports=str(reports)), method.upper(), path, **kw)
+    assert r.status_code == status, r.text
+    if status == 422:
+        param = path.split("?")[1].split("=")[0] if "?" in path else "path"
+        assert r.json()["error"]["field"] == param
+    check_documented(doc, method, console_template(path), r)
+
+
+async def test_console_refusals_match_the_documented_schema(doc: dict[str, Any]) -> None:
+    """Without a reports folder (404), without a key (401), and draining (503)."""
+    r = await call(make_app(), "GET", "/console/api/reports")
+    assert r.status_code == 200 and r.json() == {"dir": None, "reports": []}
+    check_documented(doc, "get", "/console/api/reports", r)
+    r = await call(make_app(), "POST", "/console/api/reports/open", json={"path": "a/report.html"})
+    assert r.status_code == 404
+    check_documented(doc, "post", "/console/api/reports/open", r)
+    keyed = make_app(api_keys=ApiKeys.of(["k1"]))
+    lifecycle = Lifecycle()
+    lifecycle.drain("test")
+    draining = make_app(lifecycle=lifecycle)
+    for app, status in ((keyed, 401), (draining, 503)):
+        for method, path in (("get", "/console/api/overview"), ("get", "/console/api/series"),
+                             ("get", "/console/api/metrics"), ("get", "/console/api/reports"),
+                             ("get", "/console/api/reports/{path}"), ("post", "/console/api/reports/open")):
+            r = await call(app, method.upper(), path.replace("{path}", "a/b.json"), json={"path": "a"})
+            assert r.status_code == status, (path, r.text)
+            check_documented(doc, method, path, r)
+
+
+def test_console_api_is_documented_the_page_is_not(doc: dict[str, Any]) -> None:
+    paths = doc["paths"]
+    assert {"/console/api/overview", "/console/api/series", "/console/api/metrics", "/console/api/reports",
+            "/console/api/reports/{path}", "/console/api/reports/open"} <= set(paths)
+    assert not {"/console", "/console/", "/console/view", "/console/assets/{name}"} & set(paths)
+    window = paths["/console/api/metrics"]["get"]["parameters"]
+    assert [(w["name"], w["in"], w["required"], w["schema"]) for w in window] == [
+        ("window", "query", False, {"type": "number", "exclusiveMinimum": 0, "maximum": 900.0})
+    ]
+    assert paths["/console/api/series"]["get"]["parameters"][0]["name"] == "since"
+    body = paths["/console/api/reports/open"]["post"]["requestBody"]["content"]["application/json"]["schema"]
+    assert body == component(OpenReport)
+    assert doc["components"]["schemas"]["OpenReport"]["additionalProperties"] is False
+    assert {"401", "422", "500", "503"} <= set(paths["/console/api/metrics"]["get"]["responses"])

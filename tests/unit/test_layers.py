@@ -16,9 +16,10 @@ LAYERS: list[tuple[str, ...]] = [
     ("llmhost.tune",),
     ("llmhost.optimize",),
     ("llmhost.bench", "llmhost.endpoint"),
-    ("llmhost.server", "llmhost.serve_settings"),
+    # the console documents its API with the server's OpenAPI helpers; both serve it
+    ("llmhost.server", "llmhost.serve_settings", "llmhost.console"),
     ("llmhost.asgi", "llmhost.auth", "llmhost.lifecycle", "llmhost.inference", "llmhost.sagemaker_runtime",
-     "llmhost.eventstream", "llmhost.console"),
+     "llmhost.eventstream"),
     ("llmhost.serve_spec", "llmhost.chat_template"),
     ("llmhost.engine", "llmhost.store", "llmhost"),
 ]  # fmt: skip

@@ -155,6 +155,13 @@ class Tuner:
         self.progress = progress or NullProgress()
         self.deadline = settings.started_at + settings.max_minutes * 60.0
         self.stopped_by = "the time budget ran out"  # what a candidate left unmeasured is told
+        self.interrupted = False  # set by `interrupt`: no further candidate is measured
+
+    def interrupt(self) -> None:
+        """Ctrl-C: stop at the latest before the next candidate. The caller also cancels the run; this
+        holds even where a library swallowed that cancellation (Python 3.11's wait_for can)."""
+        self.interrupted = True
+        self.stopped_by = "the tuner was interrupted"
 
     async def run(self) -> list[CandidateRecord]:
         """Baseline, then the search, until it is done or the budget is spent; cancellation (Ctrl-C)
@@ -165,7 +172,7 @@ class Tuner:
                 self.share_baseline()
                 while (step := self.search.next(self.records)) is not None:
                     record, phase = step
-                    if not self.affordable():
+                    if self.interrupted or not self.affordable():
                         break
                     record.phase = phase
                     await self.measure(record)

@@ -30,6 +30,7 @@ from llmhost.bench.workload import (
     load_prompts_file,
     synthetic_workload,
 )
+from llmhost.interrupt import run_interruptible
 
 
 class Progress(Protocol):
@@ -337,8 +338,6 @@ def run_benchmark(
     """Measure ``cfg.url`` at each level of ``cfg``; write the results directory when ``out_dir`` is
     given. Ctrl-C stops the run: what was measured is written and returned with ``interrupted``."""
     results = BenchResults()
-    try:
-        return asyncio.run(arun_benchmark(cfg, out_dir, progress, results))
-    except KeyboardInterrupt:
-        results.interrupted = True
-        return results
+    _, stopped = run_interruptible(arun_benchmark(cfg, out_dir, progress, results))
+    results.interrupted = results.interrupted or stopped
+    return results

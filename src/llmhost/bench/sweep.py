@@ -50,6 +50,7 @@ from llmhost.bench.runner import NullProgress, Progress, _now, finish_results, m
 from llmhost.bench.saturation import SaturationRule
 from llmhost.bench.serve_config import ServeSpec, as_list, endpoint_engine, label
 from llmhost.bench.slo import GoodputSLO
+from llmhost.interrupt import run_interruptible
 
 
 class ConfigSpec(BaseModel):
@@ -355,8 +356,6 @@ async def arun_sweep(
 def run_sweep(spec: SweepSpec, out_dir: str | Path, progress: Progress | None = None) -> BenchResults:
     """Run a sweep and write its results directory; Ctrl-C writes what was measured and returns."""
     results = BenchResults()
-    try:
-        return asyncio.run(arun_sweep(spec, out_dir, progress, results))
-    except KeyboardInterrupt:
-        results.interrupted = True
-        return results
+    _, stopped = run_interruptible(arun_sweep(spec, out_dir, progress, results))
+    results.interrupted = results.interrupted or stopped
+    return results

@@ -6,9 +6,7 @@ It lives at the CLI layer because quantized candidates are made with :mod:`llmho
 
 from __future__ import annotations
 
-import asyncio
 import os
-import signal
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -17,13 +15,14 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from llmhost.bench.conversations import ConversationSettings, parse_think_time
+from llmhost.interrupt import run_interruptible
 from llmhost.store.options import S3EndpointOpt, use_s3_endpoint
 
 CONVERSATIONS = ConversationSettings()  # the conversation options' defaults
 THINK_TIME = "{:g},{:g}".format(*CONVERSATIONS.think_time_s)
 
 if TYPE_CHECKING:
-    from llmhost.tune import Tuner, TuneSettings
+    from llmhost.tune import TuneSettings
     from llmhost.tune.state import CandidateRecord
 
 
@@ -99,34 +98,15 @@ def run_tune(settings: TuneSettings) -> int:
 
     with LiveProgress(Console(stderr=True)) as progress:
         tuner = Tuner(settings, save, progress)
-        try:
-            asyncio.run(run_until_interrupted(tuner))
-        except (KeyboardInterrupt, asyncio.CancelledError):
-            tuner.interrupt()
+        # Ctrl-C marks the tuner interrupted as well as cancelling it: it stops before the next
+        # candidate even where a library swallowed the cancellation
+        run_interruptible(tuner.run(), tuner.interrupt)
         if tuner.interrupted:
             typer.echo(f"interrupted: what was measured is in {settings.out_dir / TUNE_JSON}")
             if last:
                 print_answer(last)
             return 130  # as a shell reports a command ended by Ctrl-C
     return print_answer(last) if last else 1
-
-
-async def run_until_interrupted(tuner: Tuner) -> None:
-    """Ctrl-C cancels the run and marks the tuner interrupted, so that it stops even if the cancellation
-    is lost on its way (a run that ended normally after a Ctrl-C still reports it, exit 130)."""
-    loop = asyncio.get_running_loop()
-    task = asyncio.current_task()
-    assert task is not None
-
-    def on_sigint() -> None:
-        tuner.interrupt()
-        task.cancel()
-
-    loop.add_signal_handler(signal.SIGINT, on_sigint)
-    try:
-        await tuner.run()
-    finally:
-        loop.remove_signal_handler(signal.SIGINT)
 
 
 def tune(

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, Protocol, TypeVar
 
 import yaml
@@ -74,13 +74,18 @@ class UnloadRequest(BaseModel):
 B = TypeVar("B", bound=BaseModel)
 
 
-def invalid(exc: RequestValidationError) -> BadBody:
-    """FastAPI's refusal of a request model, as the admin API's 422 naming the field."""
-    err = exc.errors()[0]
+def first_error(errors: Sequence[Any]) -> BadBody:
+    """The first of pydantic's errors, as the admin API's 422 naming the field and the value refused."""
+    err = errors[0]
     loc = [str(part) for part in err.get("loc", ()) if part != "body"]
     field = ".".join(loc) or "body"
     msg = "unknown field" if err.get("type") == "extra_forbidden" else str(err.get("msg"))
     return BadBody(field, f"{field}: {msg}, got {err.get('input')!r}")
+
+
+def invalid(exc: RequestValidationError) -> BadBody:
+    """FastAPI's refusal of a request model, as the admin API's 422 naming the field."""
+    return first_error(exc.errors())
 
 
 YAML_TYPES = ("application/yaml", "application/x-yaml", "text/yaml")
@@ -110,10 +115,7 @@ def parse_body(model: type[B], data: Any, shape: str) -> B:
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        field = ".".join(str(part) for part in err["loc"]) or "body"
-        msg = "unknown field" if err["type"] == "extra_forbidden" else str(err["msg"])
-        raise BadBody(field, f"{field}: {msg}, got {err.get('input')!r}") from None
+        raise first_error(exc.errors()) from None
 
 
 def scale_request(data: Any) -> ScaleRequest:

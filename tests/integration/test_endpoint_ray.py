@@ -24,7 +24,7 @@ from llmhost.bench.report import write_summary
 from llmhost.endpoint.rayserve.serveapi import ServeApi
 from llmhost.endpoint.routing import COMPONENT_HEADER, COPY_HEADER
 from tests.integration.conftest import free_port
-from tests.integration.console_helpers import WAIT_MS, Watched, chromium, needs_chromium
+from tests.integration.console_helpers import WAIT_MS, Watched, artifacts_dir, chromium, needs_chromium
 from tests.integration.endpoint_helpers import ENGINE, Endpoint, Outcome, call, stop_endpoint
 from tests.integration.ray_helpers import (
     LOOPBACK_ONLY,
@@ -197,6 +197,8 @@ def test_the_console_under_ray_counts_invocations_not_its_own_requests(ep: Endpo
             (copy,) = comp["replicas"]
             assert copy["state"] == "ready" and copy["ray_state"] == "RUNNING" and copy["restarts"] is None
         assert [r["name"] for r in c.get("/console/api/reports").json()["reports"]] == ["bench-run"]
+        report = c.get("/console/api/reports/bench-run/summary.json")  # read by the ingress, on the head
+        assert report.status_code == 200 and report.json()
         before = answered(c, "a")
         for _ in range(3):
             assert c.post("/v1/completions", json=completion("a", 8)).status_code == 200
@@ -232,12 +234,19 @@ def test_the_console_page_under_ray_offers_what_ray_allows(ep: Endpoint, browser
         assert p.is_hidden("#add-box") and p.query_selector(".remove-btn") is None  # the file's components
         assert p.get_attribute('input.scale-input[data-component="a"]', "min") == "1"
         assert p.query_selector("#down-btn") is not None
+        row = '.comp[data-component="a"] tr[data-state="ready"]'
+        assert " on 127.0.0.1" in p.inner_text(f"{row} td:nth-child(1)")  # its node
+        assert p.inner_text(f"{row} td:nth-child(9)") == "–"  # restarts: Ray does not count them
+        p.wait_for_function("() => document.querySelectorAll('.chart canvas').length >= 10", timeout=WAIT_MS)
+        p.screenshot(path=str(artifacts_dir() / "ray-1-loaded.png"), full_page=True)
         p.fill('input.scale-input[data-component="a"]', "2")
         p.click('button.scale-btn[data-component="a"]')
         p.wait_for_selector("#confirm[open]")
         p.click("#confirm-ok")
         ep.wait_for("a at 2 copies", lambda: component(ep.status(), "a")["copies"] == 2)
         assert component(ep.status(), "a")["pinned_copies"] == 2
+        p.wait_for_selector('.comp[data-component="a"] tr:nth-child(2)', timeout=WAIT_MS)  # the new copy
+        p.screenshot(path=str(artifacts_dir() / "ray-2-scaled.png"), full_page=True)
         w.check_clean()
     finally:
         w.close()

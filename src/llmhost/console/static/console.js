@@ -126,9 +126,10 @@
       (r.memory_limit ? " (" + r.memory_limit + ")" : "");
     const cpus = (r.cpus || []).join(",") + (r.cpu_share < 1 ? " (" + r.cpu_share + ")" : "");
     return el("tr", { "data-copy": r.copy, "data-state": shown },
-      el("td", {}, r.copy), el("td", { class: "state state-" + shown, title: r.last_reason || "" }, shown),
+      el("td", { title: r.node_id || "" }, r.copy + (r.node_ip ? " on " + r.node_ip : "")),  // Ray: its node
+      el("td", { class: "state state-" + shown, title: r.last_reason || "" }, shown),
       el("td", {}, r.pid ?? "–"), el("td", {}, cpus), el("td", {}, r.threads ?? "–"), el("td", {}, mem),
-      el("td", {}, r.outstanding ?? 0), el("td", {}, r.served ?? "–"), el("td", {}, r.restarts),
+      el("td", {}, r.outstanding ?? "–"), el("td", {}, r.served ?? "–"), el("td", {}, r.restarts ?? "–"),
       el("td", {}, r.last_reason || ""), el("td", {}, ago(r.ready_for_s)));
   }
   function componentBlock(c, o) {

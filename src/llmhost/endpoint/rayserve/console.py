@@ -39,6 +39,7 @@ STATES = {
 }  # fmt: skip
 # what a single-host endpoint's console shows and a Ray endpoint's cannot, and why
 UNKNOWN = (
+    "uptime and the 15 minutes of points: the ingress's (Ray starts it again if it dies, with no points)",
     "copies' cores: Ray reserves logical CPUs on a node and pins no copy to cores",
     "memory: Ray's `memory` resource (what copies may reserve), not the nodes' physical memory; a copy's "
     "RSS is its own report",

@@ -1,7 +1,7 @@
 """`llmhost endpoint up --ray` on a two-node Ray cluster on this host (two raylets, one CPU each), with
 real copies of the default model. The tests run in order: a SIGTERM while an endpoint starts; then the
-tests of one endpoint sharing it: routing across nodes, scaling, a copy killed under load, `endpoint
-down`; then autoscaling on a second endpoint."""
+tests of one endpoint sharing it: routing across nodes, the console, scaling, a copy killed under load,
+`endpoint down`; then autoscaling on a second endpoint."""
 
 from __future__ import annotations
 
@@ -20,9 +20,11 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from llmhost.bench.report import write_summary
 from llmhost.endpoint.rayserve.serveapi import ServeApi
 from llmhost.endpoint.routing import COMPONENT_HEADER, COPY_HEADER
 from tests.integration.conftest import free_port
+from tests.integration.console_helpers import WAIT_MS, Watched, artifacts_dir, chromium, needs_chromium
 from tests.integration.endpoint_helpers import ENGINE, Endpoint, Outcome, call, stop_endpoint
 from tests.integration.ray_helpers import (
     LOOPBACK_ONLY,
@@ -35,6 +37,7 @@ from tests.integration.ray_helpers import (
 )
 from tests.integration.scoring_helpers import assert_scoring_routes
 from tests.integration.test_sagemaker_runtime import TGI, runtime, streamed
+from tests.unit.bench.test_report import make_results
 
 os.environ.update(LOOPBACK_ONLY)  # before Ray is imported, here and in the endpoint's process
 import ray.serve  # noqa: F401  (`make test` installs the ray extra: missing, these tests fail)
@@ -75,8 +78,10 @@ def port() -> int:
 
 @pytest.fixture(scope="module")
 def ep(cluster: RayCluster, port: int, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Endpoint]:
-    endpoint = start_ray_endpoint(tmp_path_factory.mktemp("ray-endpoint"), ENDPOINT, cluster.address,
-                                  port=port)  # fmt: skip
+    tmp = tmp_path_factory.mktemp("ray-endpoint")
+    write_summary(make_results(), tmp / "results" / "bench-run")  # a report for the console to list
+    console = ("--console-period", "1", "--reports", str(tmp / "results"))
+    endpoint = start_ray_endpoint(tmp, ENDPOINT, cluster.address, *console, port=port)
     yield endpoint
     stop_endpoint(endpoint)
 
@@ -163,6 +168,90 @@ def test_routing_by_header_and_by_model(ep: Endpoint) -> None:
         return running is not None and {s.labels["component"] for s in running.samples} == {"a", "b"}
 
     ep.wait_for("the copies' metrics", copies_metrics, timeout=60)
+
+
+def console_sum(c: httpx.Client, component: str, series: str) -> float:
+    """A series summed over every point the ingress kept (the console's first reading preceded every
+    request: together they are every request answered)."""
+    comps = c.get("/console/api/series").json()["components"]
+    return sum(v or 0 for v in comps.get(component, {}).get("series", {}).get(series, []))
+
+
+def answered(c: httpx.Client, component: str) -> float:
+    """Requests the ingress answered for `component`, by its own counters in /metrics."""
+    families = {f.name: f for f in text_string_to_metric_families(c.get("/metrics").text)}
+    return sum(s.value for s in families["llmhost_endpoint_requests"].samples
+               if s.name.endswith("_total") and s.labels["component"] == component)  # fmt: skip
+
+
+def test_the_console_under_ray_counts_invocations_not_its_own_requests(ep: Endpoint) -> None:
+    with httpx.Client(base_url=ep.url, timeout=120) as c:
+        page = c.get("/console")
+        assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+        o = c.get("/console/api/overview").json()
+        assert o["backend"] == "ray" and o["console"]["period_s"] == 1 and o["console"]["reports"]
+        assert o["host"]["cpus"] == 2 and o["host"]["cpus_reserved"] == 1.5 and len(o["host"]["nodes"]) == 2
+        assert o["admin"]["allowed"] and o["admin"]["down"] and o["admin"]["scale"]
+        assert not o["admin"]["add_remove"] and not o["admin"]["scale_to_zero"] and o["unknown"]
+        for comp in o["components"]:
+            (copy,) = comp["replicas"]
+            assert copy["state"] == "ready" and copy["ray_state"] == "RUNNING" and copy["restarts"] is None
+        assert [r["name"] for r in c.get("/console/api/reports").json()["reports"]] == ["bench-run"]
+        report = c.get("/console/api/reports/bench-run/summary.json")  # read by the ingress, on the head
+        assert report.status_code == 200 and report.json()
+        before = answered(c, "a")
+        for _ in range(3):
+            assert c.post("/v1/completions", json=completion("a", 8)).status_code == 200
+        for _ in range(10):  # the console's own requests: never invocations
+            for path in ("/console", "/console/api/overview", "/console/api/series", "/console/api/metrics"):
+                assert c.get(path).status_code == 200
+        assert answered(c, "a") == before + 3
+        ep.wait_for("the console's Invocations to sum to the ingress's answers",
+                    lambda: console_sum(c, "a", "Invocations") == answered(c, "a"), timeout=30)
+        # the copies' pushes: tokens, CPU against the reservation, RSS against the reserved memory
+        ep.wait_for("the copy's figures in the console", lambda: all(
+            console_sum(c, "a", s) > 0 for s in ("OutputTokensPerSecond", "CPUUtilizationNormalized",
+                                                 "MemoryUtilizationNormalized")), timeout=30)  # fmt: skip
+        window = c.get("/console/api/metrics", params={"window": 900}).json()["components"]["a"]["figures"]
+        assert window["Invocations"] == answered(c, "a") and window["ModelLatency"] > 0
+        assert 'llmhost_console{component="a",name="Invocations",unit="Count"}' in c.get("/metrics").text
+
+
+@pytest.fixture
+def browser() -> Iterator[Any]:
+    yield from chromium()
+
+
+@needs_chromium
+def test_the_console_page_under_ray_offers_what_ray_allows(ep: Endpoint, browser: Any) -> None:
+    w = Watched(browser, None)
+    try:
+        p = w.page
+        p.goto(f"{ep.url}/console")
+        p.wait_for_selector('.comp[data-component="a"] tr[data-state="ready"]', timeout=WAIT_MS)
+        facts = p.inner_text("#facts")
+        assert "Ray Serve" in facts and "cluster CPUs" in facts and "not known here" in facts
+        assert p.is_hidden("#add-box") and p.query_selector(".remove-btn") is None  # the file's components
+        assert p.get_attribute('input.scale-input[data-component="a"]', "min") == "1"
+        assert p.query_selector("#down-btn") is not None
+        row = '.comp[data-component="a"] tr[data-state="ready"]'
+        assert " on 127.0.0.1" in p.inner_text(f"{row} td:nth-child(1)")  # its node
+        assert p.inner_text(f"{row} td:nth-child(9)") == "–"  # restarts: Ray does not count them
+        p.wait_for_function("() => document.querySelectorAll('.chart canvas').length >= 10", timeout=WAIT_MS)
+        p.screenshot(path=str(artifacts_dir() / "ray-1-loaded.png"), full_page=True)
+        p.fill('input.scale-input[data-component="a"]', "2")
+        p.click('button.scale-btn[data-component="a"]')
+        p.wait_for_selector("#confirm[open]")
+        p.click("#confirm-ok")
+        ep.wait_for("a at 2 copies", lambda: component(ep.status(), "a")["copies"] == 2)
+        assert component(ep.status(), "a")["pinned_copies"] == 2
+        p.wait_for_selector('.comp[data-component="a"] tr:nth-child(2)', timeout=WAIT_MS)  # the new copy
+        p.screenshot(path=str(artifacts_dir() / "ray-2-scaled.png"), full_page=True)
+        w.check_clean()
+    finally:
+        w.close()
+    out = ep.cli("scale", "a", "1", timeout=300)
+    assert out.returncode == 0 and "1 ready of 1 copies" in out.stdout, out.stderr
 
 
 def test_scoring_and_tokenizer_routes_pick_their_component(ep: Endpoint) -> None:

@@ -35,7 +35,7 @@ HostOpt = Annotated[str, typer.Option(help="The endpoint's address (the admin AP
 
 
 # options that apply in one mode only: given (other than at their default) in the other, they are refused
-SINGLE_HOST_ONLY = ("log_dir", "health_misses", "reports", "console_period")
+SINGLE_HOST_ONLY = ("log_dir", "health_misses")
 RAY_ONLY = ("ray_address", "ray_dashboard", "autoscale_window", "placement_timeout")
 
 
@@ -122,11 +122,10 @@ def up(
     s3_endpoint_url: S3EndpointOpt = "",
     reports: Annotated[
         Path | None, typer.Option(help="A folder of `llmhost bench` / `llmhost tune` results, listed and "
-                                  "opened in the console (GET /console). Not with --ray.")
+                                  "opened in the console (GET /console); with --ray, read on the head node.")
     ] = None,
     console_period: Annotated[
-        float, typer.Option(help="Seconds between the console's points (15 minutes are kept). Not with "
-                            "--ray.")
+        float, typer.Option(help="Seconds between the console's points (15 minutes are kept).")
     ] = 5.0,
 ) -> None:
     """Start an endpoint: place every component, start its copies, route on PORT. SIGTERM drains. The
@@ -161,19 +160,19 @@ def up(
                    "LLMHOST_S3_ENDPOINT_URL on every node", err=True)  # fmt: skip
         raise typer.Exit(2)
     use_s3_endpoint(s3_endpoint_url)
+    try:
+        console = ConsoleSettings(period_s=console_period, reports_dir=reports)
+    except ValueError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
     if ray:
         ray_timing = dict(health_check_period_s=health_interval, health_check_timeout_s=health_timeout,
                           drain_timeout_s=drain_timeout, metrics_interval_s=autoscale_interval,
                           look_back_period_s=autoscale_window,
                           placement_timeout_s=placement_timeout)  # fmt: skip
         where = dict(address=ray_address or None, dashboard=ray_dashboard or None, host=host, port=port)
-        _up_ray(spec, where, ray_timing, keys, log_level)
+        _up_ray(spec, where, ray_timing, keys, log_level, console)
         return
-    try:
-        console = ConsoleSettings(period_s=console_period, reports_dir=reports)
-    except ValueError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2) from None
     _up_single(spec, host, port, log_dir, autoscale_interval, drain_timeout,
                (health_interval, health_timeout, health_misses), log_level, keys, console)  # fmt: skip
 
@@ -280,7 +279,7 @@ def _checked_manager(manager: EndpointManager) -> EndpointManager:
 
 
 def _up_ray(spec: EndpointSpec, where: dict[str, Any], timing: dict[str, float], keys: ApiKeys,
-            log_level: str) -> None:  # fmt: skip
+            log_level: str, console: ConsoleSettings) -> None:  # fmt: skip
     import importlib.util
 
     from llmhost.endpoint.spec import SpecError
@@ -293,7 +292,7 @@ def _up_ray(spec: EndpointSpec, where: dict[str, Any], timing: dict[str, float],
     from llmhost.endpoint.rayserve.up import RayEndpointError, RayUp, run
 
     try:
-        up = RayUp(timing=RayTiming(**timing), keys=keys, log_level=log_level, **where)
+        up = RayUp(timing=RayTiming(**timing), keys=keys, log_level=log_level, console=console, **where)
     except ValueError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None

@@ -21,6 +21,7 @@ from llmhost.endpoint.app import create_app
 from llmhost.endpoint.component import Component
 from llmhost.endpoint.manager import EndpointManager
 from llmhost.endpoint.placement import Ledger
+from llmhost.endpoint.rayserve.console import ClusterFigures
 from llmhost.endpoint.rayserve.ingress import Ingress
 from llmhost.endpoint.rayserve.options import AppArgs, RayTiming
 from llmhost.endpoint.router import COMPONENT_HEADER
@@ -268,3 +269,34 @@ async def test_the_ray_ingress_documents_every_operation_and_answers_as_document
         r = await call(app, method.upper(), path, **({"json": body} if body is not None else {}))
         assert r.status_code == status, (path, r.text)
         check_documented(doc, method, path, r)
+
+
+async def test_the_ray_ingress_serves_and_documents_the_console(tmp_path: Path) -> None:
+    serve = FakeServe()
+    serve.app("e", deployments={"a": deployment(replica("a0"))})
+    spec = parse_endpoint({"name": "e", "components": [{"name": "a", "copies": 1}]})
+    args = AppArgs(spec.model_dump(), {}, asdict(RayTiming()), URL, [ApiKeys.of(["k1"]).digests[0].hex()], {},
+                   "info", console_period_s=1.0, reports_dir=str(tmp_path))  # fmt: skip
+    ingress = Ingress({"a": None}, asdict(args))
+    ingress.api = serve.api()
+    cluster = ClusterFigures([], {"CPU": 2.0, "memory": 2.0**31}, {"CPU": 1.0, "memory": 2.0**30})
+    ingress.cluster = lambda: cluster
+    app = ingress.asgi_app()
+    doc = app.openapi()
+    assert {"/console/api/overview", "/console/api/series", "/console/api/metrics"} <= set(doc["paths"])
+    assert_every_operation_documented(app, doc, no_body=frozenset({"/admin/down", "/admin/models/reload"}))
+    assert (await call(app, "GET", "/console")).status_code == 200  # the page: no key, no data
+    r = await call(app, "GET", "/console/api/overview")
+    assert r.status_code == 401
+    check_documented(doc, "get", "/console/api/overview", r)
+    key = {"x-api-key": "k1"}
+    await call(app, "GET", "/admin/status", headers=key)  # reads Ray Serve's details
+    for path in ("/console/api/overview", "/console/api/series", "/console/api/metrics",
+                 "/console/api/reports"):  # fmt: skip
+        r = await call(app, "GET", path, headers=key)
+        assert r.status_code == 200, (path, r.text)
+        check_documented(doc, "get", path, r)
+    o = (await call(app, "GET", "/console/api/overview", headers=key)).json()
+    assert o["backend"] == "ray" and o["host"]["cpus_reserved"] == 1.0 and o["console"]["period_s"] == 1.0
+    assert o["console"]["reports"] and o["admin"]["add_remove"] is False and o["unknown"]
+    assert [r["state"] for r in o["components"][0]["replicas"]] == ["ready"]

@@ -85,3 +85,31 @@ def test_the_refused_options_are_options_of_up() -> None:
 
     params = inspect.signature(cli.up).parameters
     assert set(cli.SINGLE_HOST_ONLY) | set(cli.RAY_ONLY) <= set(params)
+
+
+@pytest.mark.parametrize(("given", "said"), [
+    (("--console-period", "0"), "console period must be in [0.05, 300] seconds, got 0.0"),
+    (("--reports", "/nonexistent/results"), "reports /nonexistent/results: not a folder"),
+])  # fmt: skip
+def test_the_consoles_options_are_checked_with_ray_before_ray_starts(
+    file: Path, given: tuple[str, str], said: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import ray
+
+    monkeypatch.setattr(ray, "init", lambda *a, **kw: pytest.fail("Ray started"))
+    result = up(str(file), "--ray", *given)
+    assert result.exit_code == 2 and f"error: {said}" in result.output
+
+
+def test_the_consoles_options_reach_the_ray_application(tmp_path: Path) -> None:
+    from llmhost.console.api import ConsoleSettings
+    from llmhost.endpoint.rayserve.options import push_period_s
+    from llmhost.endpoint.rayserve.up import Dashboards, RayUp, app_args
+    from llmhost.endpoint.spec import parse_endpoint
+
+    spec = parse_endpoint({"name": "e", "components": [{"name": "a"}]})
+    up_ = RayUp(None, console=ConsoleSettings(period_s=2.0, reports_dir=tmp_path))
+    args = app_args(spec, up_, Dashboards("http://h:8265", "http://h:8265"), {})
+    assert args.console_period_s == 2.0 and args.reports_dir == str(tmp_path.resolve())
+    assert app_args(spec, RayUp(None), Dashboards("d", "d"), {}).reports_dir is None
+    assert push_period_s(2.0) == 1.0 and push_period_s(60.0) == 5.0  # twice a period, at most every 5 s

@@ -8,7 +8,13 @@ import time
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from llmhost.endpoint.rayserve.metrics import STALE_S, CopyMetrics, ingress_families, render_ray_metrics
+from llmhost.endpoint.rayserve.metrics import (
+    STALE_S,
+    CopyMetrics,
+    Pushed,
+    ingress_families,
+    render_ray_metrics,
+)
 from llmhost.endpoint.rayserve.relay import RayComponent
 from llmhost.endpoint.rayserve.status import DeploymentView, Replica
 from llmhost.endpoint.spec import ComponentSpec
@@ -41,7 +47,7 @@ def test_copies_metrics_are_those_of_live_fresh_copies_relabelled() -> None:
     copies.report("a", "a-2", COPY_TEXT)  # Ray no longer runs it
     copies.report("b", "b-1", "not the exposition format {")
     copies.report("b", "b-2", COPY_TEXT)
-    copies.latest["b-2"] = ("b", COPY_TEXT, time.monotonic() - STALE_S - 1)  # silent too long
+    copies.latest["b-2"] = Pushed("b", COPY_TEXT, time.monotonic() - STALE_S - 1)  # silent too long
     (family,) = copies.families({"a-1", "b-1", "b-2"})
     assert [(s.labels, s.value) for s in family.samples] == [({"component": "a", "copy": "a-1"}, 2.0)]
     assert set(copies.latest) == {"a-1", "b-1"}

@@ -93,7 +93,11 @@ async def test_routes_pick_the_component_and_relay_its_copys_answer() -> None:
     (call,) = a.calls
     assert call.path == "/v1/completions" and call.body == b'{"model":"a"}'
     assert "authorization" not in {k.lower() for k, _ in call.headers}  # credentials stop at the ingress
-    assert reg.components["a"].requests[200] == 1 and reg.components["a"].in_flight == 0
+    a_comp = reg.components["a"]
+    assert a_comp.requests[200] == 1 and a_comp.in_flight == 0
+    # timed for the console: arrival to last byte, of which the copy's part
+    assert a_comp.timed == 1 and a_comp.latency_s >= a_comp.model_latency_s >= 0
+    assert a_comp.no_capacity == 0 and a_comp.waiting == 0
 
 
 async def test_a_stream_passes_through_and_a_cut_ends_with_an_error_event() -> None:
@@ -108,6 +112,7 @@ async def test_a_stream_passes_through_and_a_cut_ends_with_an_error_event() -> N
     assert "failed mid-stream: RuntimeError: copy died" in cut and "more" not in cut
     assert whole == "data: 1\n\ndata: [DONE]\n\n"
     assert reg.components["a"].stream_errors == 1 and reg.components["a"].in_flight == 0
+    assert reg.components["a"].timed == 2  # a stream is timed once it ends, cut or whole
 
 
 async def test_a_request_no_copy_took_goes_to_another_one_that_reached_one_never_does() -> None:
@@ -184,6 +189,8 @@ async def test_no_copy_within_the_wait_is_a_503_and_the_request_is_withdrawn() -
         r = await c.post("/v1/completions", json={"model": "a"})
     assert r.status_code == 503 and r.headers["retry-after"] == "1" and "within 0.3 s" in r.text
     assert stream.cancelled and "last failure" not in r.text
+    a = reg.components["a"]
+    assert a.no_capacity == 1 and a.waiting == 0 and a.timed == 0  # the console's NoCapacity failures
 
 
 async def test_a_copy_silent_past_the_read_timeout_is_a_504() -> None:

@@ -94,17 +94,31 @@
     if (r.state === "failed" || (r.state === "starting" && r.restarts > 0)) return "restarting";
     return r.state;
   }
-  function renderFacts(o) {
-    const h = o.host, facts = [["uptime", ago(o.uptime_s)], ["version", o.version],
-      ["host CPUs", h.cpus], ["copies' CPUs", (h.copy_cpus || []).join(",")],
+  function hostFacts(o) {
+    const h = o.host;
+    if (o.backend === "ray") {  // a Ray cluster: logical CPUs and Ray's memory resource, nothing pinned
+      return [["backend", "Ray Serve" + (o.status ? " (" + o.status + ")" : "")],
+        ["nodes", (h.nodes || []).map((n) => n.ip + " (" + fmt(n.cpus, 2) + " CPUs)").join(", ")],
+        ["cluster CPUs", h.cpus], ["router CPUs", fmt(h.router_num_cpus, 2) + " reserved"],
+        ["Ray memory", fmt(h.memory_mb, 0) + " MB (" + fmt(h.memory_available_mb, 0) + " unreserved)"]];
+    }
+    return [["host CPUs", h.cpus], ["copies' CPUs", (h.copy_cpus || []).join(",")],
       ["router CPUs", (h.router_cpus || []).length ? h.router_cpus.join(",") : "shared"],
       ["host memory", fmt(h.memory_mb, 0) + " MB (" + fmt(h.memory_available_mb, 0) + " available)"]];
+  }
+  function renderFacts(o) {
+    const h = o.host, facts = [["uptime", ago(o.uptime_s)], ["version", o.version], ...hostFacts(o)];
     if (h.memory_reservable_mb !== undefined) {
       facts.push(["reserved", fmt(h.cpus_reserved, 2) + " CPUs, " + h.memory_reserved_mb + " of " +
         h.memory_reservable_mb + " MB"], ["free", fmt(h.cpus_free, 2) + " CPUs, " + h.memory_free_mb + " MB"]);
     }
     facts.push(["auth", o.auth ? "API keys on" : "off"], ["admin", o.admin.allowed ? "allowed here" : o.admin.why_not]);
-    $("facts").replaceChildren(...facts.map(([k, v]) => el("div", {}, el("dt", {}, k), el("dd", {}, v))));
+    const shown = facts.map(([k, v]) => el("div", {}, el("dt", {}, k), el("dd", {}, v)));
+    if (o.unknown && o.unknown.length) {  // what this backend cannot tell
+      shown.push(el("div", { class: "unknown" }, el("dt", {}, "not known here"),
+        el("dd", {}, el("ul", {}, ...o.unknown.map((u) => el("li", {}, u))))));
+    }
+    $("facts").replaceChildren(...shown);
   }
   function copyRow(r) {
     const shown = copyState(r);
@@ -112,9 +126,10 @@
       (r.memory_limit ? " (" + r.memory_limit + ")" : "");
     const cpus = (r.cpus || []).join(",") + (r.cpu_share < 1 ? " (" + r.cpu_share + ")" : "");
     return el("tr", { "data-copy": r.copy, "data-state": shown },
-      el("td", {}, r.copy), el("td", { class: "state state-" + shown, title: r.last_reason || "" }, shown),
+      el("td", { title: r.node_id || "" }, r.copy + (r.node_ip ? " on " + r.node_ip : "")),  // Ray: its node
+      el("td", { class: "state state-" + shown, title: r.last_reason || "" }, shown),
       el("td", {}, r.pid ?? "–"), el("td", {}, cpus), el("td", {}, r.threads ?? "–"), el("td", {}, mem),
-      el("td", {}, r.outstanding ?? 0), el("td", {}, r.served ?? "–"), el("td", {}, r.restarts),
+      el("td", {}, r.outstanding ?? "–"), el("td", {}, r.served ?? "–"), el("td", {}, r.restarts ?? "–"),
       el("td", {}, r.last_reason || ""), el("td", {}, ago(r.ready_for_s)));
   }
   function componentBlock(c, o) {
@@ -128,7 +143,12 @@
     const table = el("table", {}, el("thead", {}, el("tr", {}, ...["copy", "state", "pid", "CPUs", "threads",
       "memory MB (RSS / reserved / max)", "load", "served", "restarts", "last reason", "up"].map((t) => el("th", {}, t)))),
       el("tbody", {}, ...c.replicas.map(copyRow)));
+    if (c.message) head.append(el("span", { class: "muted", title: c.status || "" }, c.message));
     const block = el("div", { class: "comp", "data-component": c.name }, head, table);
+    if (c.stopped && c.stopped.length) {  // copies Ray stopped lately (it replaces a failed copy)
+      block.append(el("p", { class: "muted stopped" }, "stopped lately: " + c.stopped.map((r) =>
+        r.copy + " (pid " + (r.pid ?? "–") + ")").join(", ")));
+    }
     if (c.decisions && c.decisions.length) {
       block.append(el("ul", { class: "decisions" }, ...c.decisions.slice(-5).reverse().map((d) =>
         el("li", {}, new Date(d.at * 1000).toLocaleTimeString() + ": " + d.copies + " → " + d.desired +
@@ -171,7 +191,7 @@
     }
     const admin = o.kind === "endpoint" && o.admin.allowed;
     $("add-box").hidden = !(admin && o.admin.add_remove);
-    if (admin && !$("endpoint-actions").childElementCount) {
+    if (admin && o.admin.down && !$("endpoint-actions").childElementCount) {
       const down = el("button", { type: "button", class: "danger", id: "down-btn" }, "Drain and stop endpoint…");
       down.addEventListener("click", () => act("Drain and stop endpoint " + o.name + "? Requests in flight " +
         "finish, every copy stops, the endpoint exits.", "/admin/down", { method: "POST" }, "endpoint stopping"));

@@ -62,6 +62,10 @@ class RayAdmin:
             details = await self.refresh()
         except ServeApiError as exc:
             raise UpstreamError(str(exc)) from exc
+        return self.snapshot(details)
+
+    def snapshot(self, details: dict[str, Any]) -> dict[str, Any]:
+        """`endpoint status` from Ray Serve's `details` (the components' views already read from them)."""
         app = status.application(details, self.spec.name) or {}
         overrides = {o.get("name"): o for o in status.deployment_overrides(details, self.spec.name)}
         comps = [self.component_status(c, overrides.get(c.name, {})) for c in self.components.values()]

@@ -5,7 +5,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from llmhost.endpoint.rayserve.options import AppArgs, RayTiming, component_options, ingress_options
+from llmhost.endpoint.rayserve.options import (
+    AppArgs,
+    RayTiming,
+    component_options,
+    ingress_options,
+    push_period_s,
+)
 from llmhost.endpoint.spec import EndpointSpec
 
 
@@ -20,9 +26,10 @@ def build(args: dict[str, Any]) -> Any:
     spec = EndpointSpec.model_validate(app_args.endpoint)
     timing = RayTiming(**app_args.timing)
     env, level = app_args.env, app_args.log_level
+    push_s = push_period_s(app_args.console_period_s)
     handles = {
         c.name: serve.deployment(ComponentServer, **component_options(c, timing, env, level)).bind(
-            c.model_dump(), app_args.chat_templates.get(c.name), env, level
+            c.model_dump(), app_args.chat_templates.get(c.name), env, level, push_s
         )
         for c in spec.components
     }

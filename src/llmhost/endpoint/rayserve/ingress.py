@@ -1,14 +1,16 @@
 """The Ray endpoint's ingress: one Ray Serve replica on the head node, behind Ray Serve's HTTP proxy on
 the endpoint's port, with the single-host router's contract (the same routing decisions and error
-bodies, from `llmhost.endpoint.routing`) and its admin API. It relays; it never loads a model."""
+bodies, from `llmhost.endpoint.routing`), its admin API and its console. It relays; it never loads a
+model."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 from fastapi import APIRouter, FastAPI
@@ -16,10 +18,14 @@ from starlette.responses import Response
 
 from llmhost.asgi import RequestContextMiddleware
 from llmhost.auth import OPEN_PATHS, ApiKeyMiddleware, ApiKeys
+from llmhost.console.api import PUBLIC_PATHS, ConsoleSettings, create_console
+from llmhost.console.front import console_families
+from llmhost.console.sampler import Sampler
 from llmhost.endpoint import apidoc, routing
 from llmhost.endpoint.admin import create_admin
 from llmhost.endpoint.rayserve import status
 from llmhost.endpoint.rayserve.admin import RayAdmin
+from llmhost.endpoint.rayserve.console import ClusterFigures, RayConsole, cluster_figures
 from llmhost.endpoint.rayserve.metrics import CopyMetrics, node_metric_urls, render_ray_metrics
 from llmhost.endpoint.rayserve.options import AppArgs, RayTiming
 from llmhost.endpoint.rayserve.relay import RayComponent, RayRelay
@@ -45,15 +51,23 @@ class Ingress:
         self.api = ServeApi(self.args.dashboard_url)
         self.relay = RayRelay()
         self.copy_metrics = CopyMetrics()
+        self.details: dict[str, Any] = {}  # Ray Serve's, as last read
+        reports = Path(self.args.reports_dir) if self.args.reports_dir else None
+        self.console = ConsoleSettings(period_s=self.args.console_period_s, reports_dir=reports)
+        self.store = self.console.store()
+        self.cluster: Callable[[], ClusterFigures] = cluster_figures  # tests give a cluster of their own
 
-    def report_metrics(self, component: str, copy: str, text: str) -> None:
-        """A copy's /metrics (copies push them: a handle cannot address one)."""
-        self.copy_metrics.report(component, copy, text)
+    def report_metrics(self, component: str, copy: str, text: str, cpu_s: float | None = None,
+                       rss_mb: float | None = None) -> None:  # fmt: skip
+        """A copy's /metrics and its process's CPU seconds and RSS (copies push them: a handle cannot
+        address one)."""
+        self.copy_metrics.report(component, copy, text, cpu_s, rss_mb)
 
     async def refresh(self) -> dict[str, Any]:
         details = await self.api.details()
         for comp in self.components.values():
             comp.view = status.deployment_view(details, self.spec.name, comp.name)
+        self.details = details
         return details
 
     async def _poll(self) -> None:
@@ -80,7 +94,8 @@ class Ingress:
         @router.get("/metrics", openapi_extra=apidoc.METRICS)
         async def metrics() -> Response:
             urls = await asyncio.to_thread(node_metric_urls)
-            text = await render_ray_metrics(list(self.components.values()), self.copy_metrics, urls)
+            text = await render_ray_metrics(list(self.components.values()), self.copy_metrics, urls,
+                                            console=console_families(self.store))  # fmt: skip
             return Response(text, media_type="text/plain; version=0.0.4; charset=utf-8")
 
         router.include_router(routing.data_routes(self, self.relay))
@@ -90,28 +105,34 @@ class Ingress:
         return self.asgi_app()  # the hook `serve.ingress()` calls on a class given no app
 
     def asgi_app(self) -> FastAPI:
-        """The ingress's routes, admin API, API keys and request ids, as Serve's proxy calls them."""
+        """The ingress's routes, admin API, console, API keys and request ids, as Serve's proxy calls
+        them."""
+        keys = ApiKeys(tuple(bytes.fromhex(k) for k in self.args.keys))
+        admin = RayAdmin(self.spec, self.components, self.api, self.refresh, RayTiming(**self.args.timing))
+        console = RayConsole(admin, self.copy_metrics, lambda: self.details, self.cluster, keys.enabled)
 
         @asynccontextmanager
         async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
             with contextlib.suppress(ServeApiError):
                 await self.refresh()  # /ping is right from the first request on
             poller = asyncio.create_task(self._poll(), name="ray serve status")
+            sampling = asyncio.create_task(Sampler(self.store, console.read).run(), name="console sampler")
             try:
                 yield
             finally:
+                sampling.cancel()
                 poller.cancel()
 
         app = FastAPI(title=f"llmhost endpoint {self.spec.name} (Ray)", lifespan=lifespan, docs_url=None,
                       redoc_url=None)  # fmt: skip
         app.include_router(self._routes())
         app.include_router(create_runtime_router(self, self.relay))
-        admin = RayAdmin(self.spec, self.components, self.api, self.refresh, RayTiming(**self.args.timing))
         app.include_router(create_admin(admin))
-        keys = ApiKeys(tuple(bytes.fromhex(k) for k in self.args.keys))
-        install_doc(app, apidoc.DESCRIPTION, secured=keys.enabled, open_paths=OPEN_PATHS)
-        if keys.enabled:
-            app.add_middleware(ApiKeyMiddleware, keys=keys)
+        app.include_router(create_console(self.store, self.console, console.overview))
+        # the console's page and assets hold no data and open without a key (the page asks for one)
+        install_doc(app, apidoc.DESCRIPTION, secured=keys.enabled, open_paths=OPEN_PATHS | PUBLIC_PATHS)
+        if keys.enabled:  # the routes, the admin API and the console's API alike
+            app.add_middleware(ApiKeyMiddleware, keys=keys, open_paths=OPEN_PATHS | PUBLIC_PATHS)
         # Ray Serve drains the ingress itself (graceful shutdown): this lifecycle never drains
         app.add_middleware(RequestContextMiddleware, lifecycle=Lifecycle())
         app.add_middleware(AnthropicErrorsMiddleware)  # outermost: Anthropic's routes answer in its shape

@@ -24,27 +24,43 @@ SCRAPE_TIMEOUT_S = 3.0
 STALE_S = 20.0  # a copy silent this long has gone (its pushes come every few seconds)
 
 
+@dataclass(frozen=True)
+class Pushed:
+    """What a copy last sent the ingress: its /metrics, and its process's CPU time and RSS."""
+
+    component: str
+    text: str
+    at: float  # monotonic, here
+    cpu_s: float | None = None
+    rss_mb: float | None = None
+
+
 @dataclass
 class CopyMetrics:
-    """The last /metrics each copy pushed, by copy."""
+    """The last push of each copy, by copy."""
 
-    latest: dict[str, tuple[str, str, float]] = field(default_factory=dict)  # copy → component, text, when
+    latest: dict[str, Pushed] = field(default_factory=dict)
 
-    def report(self, component: str, copy: str, text: str) -> None:
-        self.latest[copy] = (component, text, time.monotonic())
+    def report(self, component: str, copy: str, text: str, cpu_s: float | None = None,
+               rss_mb: float | None = None) -> None:  # fmt: skip
+        self.latest[copy] = Pushed(component, text, time.monotonic(), cpu_s, rss_mb)
+
+    def fresh(self, live: set[str]) -> dict[str, Pushed]:
+        """Those of copies Ray Serve still runs, fresh ones only (the others are forgotten)."""
+        now = time.monotonic()
+        for copy in [c for c, p in self.latest.items() if c not in live or now - p.at > STALE_S]:
+            del self.latest[copy]
+        return dict(self.latest)
 
     def families(self, live: set[str]) -> list[Metric]:
         """Those of copies Ray Serve still runs, fresh ones only, relabelled, merged by family."""
-        now = time.monotonic()
-        for copy in [c for c, (_, _, at) in self.latest.items() if c not in live or now - at > STALE_S]:
-            del self.latest[copy]
         merged: dict[str, Metric] = {}
-        for copy, (component, text, _) in sorted(self.latest.items()):
+        for copy, pushed in sorted(self.fresh(live).items()):
             try:
-                families = list(text_string_to_metric_families(text))
+                families = list(text_string_to_metric_families(pushed.text))
             except ValueError:  # not the exposition format
                 continue
-            relabel(families, {"component": component, "copy": copy}, merged)
+            relabel(families, {"component": pushed.component, "copy": copy}, merged)
         return list(merged.values())
 
 
@@ -110,8 +126,10 @@ class _Snapshot(Collector):
 
 
 async def render_ray_metrics(components: Sequence[RayComponent], copies: CopyMetrics, urls: list[str],
-                             transport: httpx.AsyncBaseTransport | None = None) -> bytes:  # fmt: skip
-    """`urls`: the nodes' metrics agents (`node_metric_urls`); `transport`: tests answer in-process."""
+                             transport: httpx.AsyncBaseTransport | None = None,
+                             console: Iterable[Metric] = ()) -> bytes:  # fmt: skip
+    """`urls`: the nodes' metrics agents (`node_metric_urls`); `transport`: tests answer in-process;
+    `console`: the console's families (its last period's figures)."""
     async with httpx.AsyncClient(transport=transport) as client:
         scraped = await asyncio.gather(*(_scrape(client, u) for u in urls))
     ray_families: dict[str, Metric] = {}
@@ -119,6 +137,6 @@ async def render_ray_metrics(components: Sequence[RayComponent], copies: CopyMet
         merge(families, ray_families)
     registry = CollectorRegistry(auto_describe=False)
     live = {r.copy for c in components for r in c.view.replicas}
-    ours = ingress_families(components) + copies.families(live)
+    ours = ingress_families(components) + list(console) + copies.families(live)
     registry.register(_Snapshot(ours + list(ray_families.values())))
     return generate_latest(registry)

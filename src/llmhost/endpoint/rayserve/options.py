@@ -57,6 +57,18 @@ class AppArgs:
     # single-host endpoint's copies inherit them (and the ingress their request limits)
     env: dict[str, str]
     log_level: str  # `--log-level`: llmhost's and Ray Serve's loggers in the ingress and the copies
+    console_period_s: float = 5.0  # `--console-period`: a console point every period, in the ingress
+    reports_dir: str | None = None  # `--reports DIR` (absolute, as seen on the head node): the console's
+
+
+# how often a copy sends its /metrics and process figures to the ingress at most (a handle cannot
+# address one copy, so copies push); twice per console period when that is shorter, so that each of the
+# console's points has a fresh reading of every copy
+METRICS_PUSH_S = 5.0
+
+
+def push_period_s(console_period_s: float) -> float:
+    return min(METRICS_PUSH_S, console_period_s / 2)
 
 
 def copies_options(spec: ComponentSpec, timing: RayTiming) -> dict[str, Any]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import Counter
 from collections.abc import AsyncIterator
 from typing import Any
@@ -47,12 +48,24 @@ class RayComponent:
         self.requests: Counter[int] = Counter()  # by HTTP status the ingress answered
         self.retries = 0  # requests sent again because no copy had taken them
         self.stream_errors = 0
+        self.waiting = 0  # requests no copy has taken yet
+        self.no_capacity = 0  # requests refused because no copy took them within the wait
+        # answers timed (the console's ModelLatency and OverheadLatency), as the single-host router's:
+        # arrival to last byte, and from the call a copy took until its last byte
+        self.timed = 0
+        self.latency_s = 0.0
+        self.model_latency_s = 0.0
 
     def enter(self) -> None:
         self.in_flight += 1
 
     def leave(self) -> None:
         self.in_flight -= 1
+
+    def timed_answer(self, total_s: float, model_s: float) -> None:
+        self.timed += 1
+        self.latency_s += total_s
+        self.model_latency_s += model_s
 
     @property
     def serving(self) -> bool:
@@ -79,12 +92,26 @@ class RayRelay:
     async def forward(self, request: Request, comp: RayComponent, body: bytes) -> Response:
         return await routing.counted(comp, lambda: self._forward(request, comp, body))
 
-    async def _take(self, comp: RayComponent, call: Call) -> tuple[Any, Accepted] | Response:
-        """A copy that took the request: its answer's stream, and who it is. Until the component's wait
-        is over, a request no copy took is sent again (nothing was done with it)."""
+    async def _take(self, comp: RayComponent, call: Call) -> tuple[Any, Accepted, float] | Response:
+        """A copy that took the request: its answer's stream, who it is, and when it was sent there (the
+        model latency's start). Until the component's wait is over, a request no copy took is sent again
+        (nothing was done with it)."""
+        comp.waiting += 1
+        try:
+            taken = await self._attempts(comp, call)
+        finally:
+            comp.waiting -= 1
+        if isinstance(taken, routing.NotTaken):
+            comp.no_capacity += 1
+            return taken.given_up(" took the request")
+        return taken
+
+    async def _attempts(self, comp: RayComponent,
+                        call: Call) -> tuple[Any, Accepted, float] | Response | routing.NotTaken:  # fmt: skip
         retry = routing.NotTaken(comp.name, comp.wait_timeout_s())
         pause = self.retry_pause_s
         while True:
+            sent = time.monotonic()
             stream = comp.handle.options(stream=True).handle.remote(call)
             try:
                 first = await asyncio.wait_for(anext(stream), retry.left_s())
@@ -96,7 +123,7 @@ class RayRelay:
                 retry.missed(why(exc))
             else:
                 if isinstance(first, Accepted):
-                    return stream, first
+                    return stream, first, sent
                 stream.cancel()  # not a copy of this llmhost: what it did with the request is unknown
                 return error(502, f"a copy of inference component {comp.name!r} answered "
                              f"{type(first).__name__} before taking the request; not retried",
@@ -107,7 +134,7 @@ class RayRelay:
             log.info("request for %s not taken (%s); sending it again in %g s", comp.name, retry.last, pause)
             await asyncio.sleep(pause)
             pause = min(2 * pause, self.retry_pause_max_s)
-        return retry.given_up(" took the request")
+        return retry
 
     async def _next(self, stream: Any) -> Any:
         return await asyncio.wait_for(anext(stream), self.read_timeout_s)
@@ -122,10 +149,16 @@ class RayRelay:
         headers = routing.forwarded_headers(request.headers.items(), request_id(request.scope))
         client = (request.client.host, request.client.port) if request.client else ("", 0)
         call = Call(request.method, request.url.path, request.url.query, list(headers.items()), body, client)
+        started = time.monotonic()
         taken = await self._take(comp, call)
         if isinstance(taken, Response):
             return taken, False
-        stream, accepted = taken
+        stream, accepted, sent = taken
+
+        def timed() -> None:
+            now = time.monotonic()
+            comp.timed_answer(now - started, now - sent)
+
         try:
             head = await self._next(stream)
             if not isinstance(head, Head):
@@ -143,9 +176,12 @@ class RayRelay:
             async def close() -> None:
                 stream.cancel()  # the client left early: the copy stops generating
                 comp.leave()
+                timed()
 
             return routing.Relay(chunks, close, status_code=head.status, headers=out), True
-        return await self._whole(comp, accepted.copy, stream, head, out), False
+        answer = await self._whole(comp, accepted.copy, stream, head, out)
+        timed()
+        return answer, False
 
     async def _whole(self, comp: RayComponent, copy: str, stream: Any, head: Head,
                      out: dict[str, str]) -> Response:  # fmt: skip

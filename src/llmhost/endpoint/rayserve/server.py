@@ -14,8 +14,10 @@ import time
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
+import psutil
+
 from llmhost.endpoint.rayserve.inprocess import Accepted, Call, Head, Lifespan, call_app
-from llmhost.endpoint.rayserve.options import INGRESS
+from llmhost.endpoint.rayserve.options import INGRESS, METRICS_PUSH_S
 from llmhost.endpoint.spec import ComponentSpec
 from llmhost.lifecycle import Lifecycle
 from llmhost.serve_settings import Built, ServeOptions, build
@@ -24,9 +26,6 @@ if TYPE_CHECKING:
     from starlette.types import ASGIApp
 
 READY_POLL_S = 0.2
-# a copy cannot be addressed through a deployment handle (Ray picks one), so each copy sends its
-# /metrics to the ingress this often, which serves them labelled by component and copy
-METRICS_PUSH_S = 5.0
 
 log = logging.getLogger("llmhost.endpoint")
 
@@ -54,6 +53,13 @@ def settings_here(spec: ComponentSpec, chat_template: str | None, env: dict[str,
         return build(copy_options(spec, chat_template), env)
     except FileNotFoundError as exc:
         raise FileNotFoundError(f"component {spec.name!r} on node {node_name()}: {exc}") from None
+
+
+def process_figures(process: psutil.Process) -> tuple[float, float]:
+    """CPU seconds `process` used so far, and its RSS (MB)."""
+    with process.oneshot():
+        cpu = process.cpu_times()
+        return cpu.user + cpu.system, float(process.memory_info().rss) / 2**20
 
 
 class InProcessServer:
@@ -112,7 +118,8 @@ class ComponentServer:
 
     # Ray Serve awaits an async constructor: the copy gets requests once it returns
     async def __init__(self, component: dict[str, Any], chat_template: str | None,  # type: ignore[misc]
-                       env: dict[str, str], log_level: str) -> None:  # fmt: skip
+                       env: dict[str, str], log_level: str,
+                       push_s: float = METRICS_PUSH_S) -> None:  # fmt: skip
         from ray import serve
 
         from llmhost.server import create_app
@@ -129,18 +136,23 @@ class ComponentServer:
         lifecycle = Lifecycle()
         self.server = InProcessServer(create_app(built.settings, lifecycle=lifecycle), lifecycle, self.copy)
         await self.server.start(spec.startup_health_check_timeout_s)
-        self._pusher = asyncio.create_task(self._push_metrics(context.app_name), name="metrics push")
+        self._pusher = asyncio.create_task(self._push_metrics(context.app_name, push_s), name="metrics push")
 
-    async def _push_metrics(self, app_name: str) -> None:
+    async def _push_metrics(self, app_name: str, every_s: float) -> None:
+        """A copy cannot be addressed through a deployment handle (Ray picks one), so each copy sends the
+        ingress its /metrics (served labelled by component and copy) and its process's CPU time and RSS
+        (the console's figures), every `every_s`."""
         from ray import serve
 
         ingress = serve.get_deployment_handle(INGRESS, app_name=app_name)
+        process = psutil.Process()
         while True:
-            await asyncio.sleep(METRICS_PUSH_S)
+            await asyncio.sleep(every_s)
             try:
                 status, text = await self.server.get("/metrics")
                 if status == 200:
-                    await ingress.report_metrics.remote(self.component, self.copy, text)
+                    cpu_s, rss_mb = process_figures(process)
+                    await ingress.report_metrics.remote(self.component, self.copy, text, cpu_s, rss_mb)
             except Exception as exc:  # the ingress restarting: the next push gets through
                 log.debug("copy %s: metrics not pushed: %s", self.copy, exc)
 

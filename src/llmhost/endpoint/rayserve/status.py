@@ -20,12 +20,15 @@ class Replica:
     node_ip: str
     pid: int | None
     actor_id: str
+    started_at: float | None = None  # Unix time Ray started its actor
 
     @classmethod
     def of(cls, component: str, raw: dict[str, Any]) -> Replica:
+        started = raw.get("start_time_s")
         return cls(f"{component}-{raw.get('replica_id', '?')}", str(raw.get("state", "")),
                    str(raw.get("node_id") or ""), str(raw.get("node_ip") or ""), raw.get("pid"),
-                   str(raw.get("actor_id") or ""))  # fmt: skip
+                   str(raw.get("actor_id") or ""),
+                   float(started) if isinstance(started, int | float) else None)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -36,6 +39,9 @@ class DeploymentView:
     target: int = 0  # copies Ray Serve is driving towards
     replicas: tuple[Replica, ...] = field(default_factory=tuple)
     required: dict[str, float] = field(default_factory=dict)  # Ray resources one copy takes
+    dead: tuple[Replica, ...] = field(default_factory=tuple)  # copies Ray stopped lately (it keeps a few)
+    # Ray Serve's autoscaler's recent decisions, where its (experimental) detail lists them
+    decisions: tuple[dict[str, Any], ...] = field(default_factory=tuple)
 
     @property
     def running(self) -> int:
@@ -97,8 +103,12 @@ def deployment_view(details: dict[str, Any], app: str, name: str) -> DeploymentV
         return DeploymentView()
     replicas = tuple(Replica.of(name, r) for r in raw.get("replicas", []))
     required = {str(k): float(v) for k, v in (raw.get("required_resources") or {}).items()}
+    dead = tuple(Replica.of(name, r) for r in raw.get("recent_dead_replicas") or [])
+    decisions = tuple(d for d in ((raw.get("autoscaling_detail") or {}).get("decisions") or [])
+                      if isinstance(d, dict))  # fmt: skip
     return DeploymentView(True, str(raw.get("status", "")), str(raw.get("message", "")),
-                          int(raw.get("target_num_replicas") or 0), replicas, required)  # fmt: skip
+                          int(raw.get("target_num_replicas") or 0), replicas, required, dead,
+                          decisions)  # fmt: skip
 
 
 def deployment_overrides(details: dict[str, Any], app: str) -> list[dict[str, Any]]:

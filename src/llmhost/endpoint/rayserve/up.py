@@ -16,6 +16,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from llmhost.auth import ApiKeys
+from llmhost.console.api import ConsoleSettings
 from llmhost.endpoint.rayserve import nodes, options, status
 from llmhost.endpoint.rayserve.serveapi import ServeApi, retrying
 from llmhost.endpoint.spec import EndpointSpec
@@ -40,6 +41,8 @@ class RayUp:
     keys: ApiKeys = field(default_factory=ApiKeys)
     log_level: str = "info"
     dashboard: str | None = None  # Ray Serve's REST API as `up` reaches it; None: the cluster's word
+    # the console's period and reports folder (`--reports`: a path on the head node, where the ingress runs)
+    console: ConsoleSettings = field(default_factory=ConsoleSettings)
 
     def __post_init__(self) -> None:
         if not 0 < self.port < 65536:
@@ -88,10 +91,12 @@ def connect(address: str | None, given: str | None) -> Dashboards:
 def app_args(spec: EndpointSpec, up: RayUp, dashboards: Dashboards,
              templates: dict[str, str]) -> options.AppArgs:  # fmt: skip
     env = {k: os.environ[k] for k in LIMIT_ENV if k in os.environ}
+    reports = up.console.reports_dir
     return options.AppArgs(endpoint=spec.model_dump(), chat_templates=templates,
                            timing=asdict(up.timing), dashboard_url=dashboards.head,
                            keys=[d.hex() for d in up.keys.digests], env=env,
-                           log_level=up.log_level)  # fmt: skip
+                           log_level=up.log_level, console_period_s=up.console.period_s,
+                           reports_dir=str(reports.resolve()) if reports is not None else None)  # fmt: skip
 
 
 async def placement_failure(views: dict[str, status.DeploymentView], spec: EndpointSpec,

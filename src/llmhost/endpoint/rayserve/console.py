@@ -1,0 +1,206 @@
+"""The Ray endpoint's console: what the sampler reads each period (the ingress's own counters, and each
+copy's last push: its /metrics, CPU time and RSS) and what the page shows beside the charts (the
+endpoint, the Ray cluster's resources, components and copies as Ray Serve reports them).
+
+Ray reserves logical CPUs and memory and pins nothing; it replaces a failed copy with a new one rather
+than restarting it: the overview says what is not known under Ray (`unknown`) rather than guessing it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from fastapi import Request
+from prometheus_client.parser import text_string_to_metric_families
+
+from llmhost import __version__
+from llmhost.console.readings import (
+    ComponentReading,
+    CopyReading,
+    EngineReading,
+    FrontReading,
+    engine_reading,
+)
+from llmhost.endpoint.admin import LOOPBACK
+from llmhost.endpoint.rayserve import status
+from llmhost.endpoint.rayserve.admin import NO_ON_DEMAND, RayAdmin
+from llmhost.endpoint.rayserve.metrics import CopyMetrics, Pushed
+from llmhost.endpoint.rayserve.relay import RayComponent
+
+# Ray Serve's replica states in the console's words (the page colours these); Ray's own word stays in
+# `ray_state`
+STATES = {
+    "STARTING": "starting", "UPDATING": "starting", "RECOVERING": "restarting", "RUNNING": "ready",
+    "STOPPING": "draining", "PENDING_MIGRATION": "draining", "STOPPED": "stopped",
+}  # fmt: skip
+# what a single-host endpoint's console shows and a Ray endpoint's cannot, and why
+UNKNOWN = (
+    "uptime and the 15 minutes of points: the ingress's (Ray starts it again if it dies, with no points)",
+    "copies' cores: Ray reserves logical CPUs on a node and pins no copy to cores",
+    "memory: Ray's `memory` resource (what copies may reserve), not the nodes' physical memory; a copy's "
+    "RSS is its own report",
+    "restarts: Ray replaces a failed copy with a new one (a new id) and does not say why; the copies it "
+    "stopped lately are listed under `stopped`",
+    "per-copy load: Ray Serve's handles pick the copy, the ingress counts per component",
+    "memory limits: max_memory_mb is not enforced (Ray's memory monitor kills workers on a node low on "
+    "memory)",
+)
+SCALE_TO_ZERO = ("a Ray endpoint scales a component to zero only through autoscaling (min_copies: 0 in the "
+                 "endpoint file)")  # fmt: skip
+
+
+@dataclass(frozen=True)
+class ClusterFigures:
+    """The Ray cluster's alive nodes and its resources, total and unreserved."""
+
+    nodes: list[dict[str, Any]] = field(default_factory=list)
+    total: dict[str, float] = field(default_factory=dict)
+    free: dict[str, float] = field(default_factory=dict)
+
+
+def cluster_figures() -> ClusterFigures:
+    """From Ray's GCS (blocking: call it off the event loop)."""
+    import ray
+
+    nodes = [{"node_id": n.get("NodeID", ""), "ip": n.get("NodeManagerAddress", ""),
+              "cpus": float(n.get("Resources", {}).get("CPU", 0.0)),
+              "memory_mb": int(n.get("Resources", {}).get("memory", 0.0) // 2**20)}
+             for n in ray.nodes() if n.get("Alive")]  # fmt: skip
+    total = {str(k): float(v) for k, v in ray.cluster_resources().items()}
+    return ClusterFigures(nodes, total, {str(k): float(v) for k, v in ray.available_resources().items()})
+
+
+def _engine(pushed: Pushed | None) -> EngineReading | None:
+    if pushed is None:
+        return None
+    try:
+        return engine_reading(text_string_to_metric_families(pushed.text))
+    except ValueError:  # not the exposition format
+        return None
+
+
+def front(comp: RayComponent) -> FrontReading:
+    return FrontReading(responses=dict(comp.requests), no_capacity=comp.no_capacity, timed=comp.timed,
+                        latency_s=comp.latency_s, model_latency_s=comp.model_latency_s,
+                        in_flight=comp.in_flight, waiting=comp.waiting)  # fmt: skip
+
+
+def readings(components: Mapping[str, RayComponent],
+             pushed: Mapping[str, Pushed]) -> dict[str, ComponentReading]:  # fmt: skip
+    """Each component's reading: the ingress's counters, and each copy Ray runs with its last push."""
+    out = {}
+    for comp in components.values():
+        res = comp.spec.resources
+        copies = []
+        for r in comp.view.replicas:
+            p = pushed.get(r.copy)
+            copies.append(CopyReading(r.copy, _engine(p), p.cpu_s if p else None, p.rss_mb if p else None,
+                                      res.num_cpus, float(res.memory_mb)))  # fmt: skip
+        out[comp.name] = ComponentReading(front(comp), tuple(copies), comp.view.running)
+    return out
+
+
+def host(cluster: ClusterFigures, router_num_cpus: float) -> dict[str, Any]:
+    """The cluster in the console's host figures: Ray's logical CPUs and `memory` resource."""
+    cpus, free_cpus = cluster.total.get("CPU", 0.0), cluster.free.get("CPU", 0.0)
+    mb = int(cluster.total.get("memory", 0.0) // 2**20)
+    free_mb = int(cluster.free.get("memory", 0.0) // 2**20)
+    return {
+        "cpus": int(cpus), "copy_cpus": [], "router_cpus": [], "router_num_cpus": router_num_cpus,
+        "memory_mb": mb, "memory_available_mb": free_mb,
+        "cpus_reserved": round(cpus - free_cpus, 3), "cpus_free": round(free_cpus, 3),
+        "memory_reservable_mb": mb, "memory_reserved_mb": mb - free_mb, "memory_free_mb": free_mb,
+        "nodes": cluster.nodes,
+    }  # fmt: skip
+
+
+def _age(started_at: float | None, now: float) -> float | None:
+    return round(now - started_at, 1) if started_at is not None else None
+
+
+def replica_row(comp: RayComponent, r: status.Replica, pushed: Pushed | None, now: float) -> dict[str, Any]:
+    res = comp.spec.resources
+    return {
+        "copy": r.copy, "component": comp.name, "state": STATES.get(r.state, r.state.lower()),
+        "ray_state": r.state, "node_id": r.node_id, "node_ip": r.node_ip, "pid": r.pid,
+        "actor_id": r.actor_id, "cpus": None, "cpu_share": res.num_cpus, "threads": res.threads,
+        "memory_mb": res.memory_mb, "max_memory_mb": None, "memory_limit": None,
+        "rss_mb": round(pushed.rss_mb, 1) if pushed and pushed.rss_mb is not None else None,
+        "outstanding": None, "served": None, "restarts": None, "last_reason": None,
+        "ready_for_s": _age(r.started_at, now),
+    }  # fmt: skip
+
+
+def decision(raw: dict[str, Any]) -> dict[str, Any]:
+    """One of Ray Serve's autoscaling decisions, as the console shows the single-host autoscaler's."""
+    return {"at": raw.get("timestamp_s"), "copies": raw.get("prev_num_replicas"),
+            "desired": raw.get("curr_num_replicas"), "reason": raw.get("reason", "")}  # fmt: skip
+
+
+def component_block(comp: RayComponent, entry: dict[str, Any], pushed: Mapping[str, Pushed],
+                    now: float) -> dict[str, Any]:  # fmt: skip
+    """`entry`: the component's `endpoint status` entry, with what the page shows beside it."""
+    v = comp.view
+    stopped = [{"copy": r.copy, "ray_state": r.state, "node_id": r.node_id, "pid": r.pid,
+                "started_at": r.started_at} for r in v.dead]  # fmt: skip
+    return {
+        **entry, "waiting": comp.waiting, "no_capacity": comp.no_capacity,
+        "embeddings": comp.spec.embeddings, "decisions": [decision(d) for d in v.decisions],
+        "stopped": stopped,
+        "replicas": [replica_row(comp, r, pushed.get(r.copy), now) for r in v.replicas],
+    }  # fmt: skip
+
+
+def admin_block(local: bool) -> dict[str, Any]:
+    """The admin API's rules under Ray: local clients only, scale to one or more copies, `down`; the
+    components are the file's (no add or remove) and there are no on-demand models."""
+    return {
+        "allowed": local, "why_not": None if local else "the admin API answers local clients only",
+        "scale": True, "scale_to_zero": False, "scale_to_zero_why": SCALE_TO_ZERO,
+        "add_remove": False, "add_remove_why": RayAdmin.components_fixed, "down": True,
+        "on_demand_why": NO_ON_DEMAND,
+    }  # fmt: skip
+
+
+class RayConsole:
+    """`details`: Ray Serve's last details the ingress read (its poller reads them every second);
+    `cluster`: the cluster's figures (blocking, called off the event loop)."""
+
+    def __init__(self, admin: RayAdmin, copy_metrics: CopyMetrics, details: Callable[[], dict[str, Any]],
+                 cluster: Callable[[], ClusterFigures], auth: bool) -> None:  # fmt: skip
+        self.admin = admin
+        self.copy_metrics = copy_metrics
+        self.details = details
+        self.cluster = cluster
+        self.auth = auth
+        self.started_at = time.time()
+
+    def _pushed(self) -> dict[str, Pushed]:
+        live = {r.copy for c in self.admin.components.values() for r in c.view.replicas}
+        return self.copy_metrics.fresh(live)
+
+    async def read(self) -> dict[str, ComponentReading]:
+        return readings(self.admin.components, self._pushed())
+
+    async def overview(self, request: Request) -> dict[str, Any]:
+        cluster = await asyncio.to_thread(self.cluster)
+        details = self.details()
+        spec = self.admin.spec
+        app = status.application(details, spec.name) or {}
+        now = time.time()
+        pushed = self._pushed()
+        entries = self.admin.snapshot(details)["components"]
+        comps = [component_block(c, entry, pushed, now)
+                 for c, entry in zip(self.admin.components.values(), entries, strict=True)]  # fmt: skip
+        local = (request.client.host if request.client else "") in LOOPBACK
+        return {
+            "kind": "endpoint", "name": spec.name, "version": __version__, "backend": "ray",
+            "status": app.get("status", ""), "message": app.get("message", ""),
+            "uptime_s": round(now - self.started_at, 1), "auth": self.auth,
+            "host": host(cluster, spec.router.num_cpus), "admin": admin_block(local),
+            "components": comps, "on_demand": None, "unknown": list(UNKNOWN),
+        }  # fmt: skip

@@ -56,7 +56,8 @@ integration: $(STAMP)
 test: $(STAMP) $(CHROMIUM_STAMP)
 	$(BIN)/ruff check src tests benchmarks docsgen
 	$(BIN)/mypy --strict src docsgen
-	$(BIN)/pytest -q tests
+	# three files at once (tests/conftest.py keeps a file on one worker): the suite mostly waits on real servers
+	$(BIN)/pytest -q -n 3 tests
 
 clean:
 	rm -rf $(VENV) build site *.egg-info

@@ -51,6 +51,9 @@ components:
 @pytest.fixture(scope="module")
 def ep(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Endpoint]:
     endpoint = start_endpoint(tmp_path_factory.mktemp("endpoint"), ENDPOINT)
+    # /ping answers once one copy is ready; the tests count on all three
+    endpoint.wait_for("every copy ready", lambda: all(c["ready"] == c["copies"] == len(c["replicas"])
+                                                      for c in endpoint.status()["components"]), timeout=180)
     yield endpoint
     stop_endpoint(endpoint)
 
@@ -207,7 +210,8 @@ async def test_killing_the_only_copy_fails_its_streams_fast_and_replays_none(ep:
         results = await load
     for outcome, ended in results:
         assert outcome.explicit_error and not outcome.done, outcome.text[-300:]
-        assert ended - killed_at < 10, "a request to the dead copy was left waiting"
+        # not left waiting for the client's 120 s timeout (the bound is loose: other tests share the CPUs)
+        assert ended - killed_at < 45, "a request to the dead copy was left waiting"
     ep.wait_for("b back", lambda: ep.replicas("b")[0]["state"] == "ready" and ep.replicas("b")[0]["pid"]
                 != victim["pid"], timeout=90)  # fmt: skip
     r = httpx.post(f"{ep.url}/v1/completions", json=completion("b", 4), timeout=60)
@@ -224,7 +228,7 @@ async def test_a_hung_copy_is_detected_and_restarted(ep: Endpoint) -> None:
     os.kill(victim["pid"], signal.SIGSTOP)
     try:
         ep.wait_for("the hung copy to be restarted",
-                    lambda: ep.replicas("b")[0]["pid"] not in (None, victim["pid"]), timeout=30)  # fmt: skip
+                    lambda: ep.replicas("b")[0]["pid"] not in (None, victim["pid"]), timeout=60)  # fmt: skip
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.kill(victim["pid"], signal.SIGCONT)

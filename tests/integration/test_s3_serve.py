@@ -126,7 +126,8 @@ components:
         [component] = ep.status()["components"]
         starts = [line for p in ep.log_dir.glob("*.log") for line in p.read_text().splitlines()
                   if "start:" in line]  # fmt: skip
-        # the copies are started on the local download, never on the s3:// reference
-        assert len(starts) == 2 and all(f"serve {component['model_dir']} " in line for line in starts)
+        # the copies are started (and restarted, if a busy machine made one miss its health checks) on the
+        # local download, never on the s3:// reference
+        assert len(starts) >= 2 and all(f"serve {component['model_dir']} " in line for line in starts)
     finally:
         stop_endpoint(ep)

@@ -103,5 +103,7 @@ class EndpointConsole:
                       "why_not": None if local else "the admin API answers local clients only",
                       "add_remove": True, "scale_to_zero": True, "down": True},
             "components": status["components"],
-            "on_demand": None,  # this host keeps every component loaded: nothing is evicted
+            # the loading policy when some component is loaded on demand (each one's state is in its entry)
+            "on_demand": (status["on_demand"] | {"models_dir": status["models_dir"]}
+                          if any(c["on_demand"] for c in status["components"]) else None),
         }  # fmt: skip

@@ -112,6 +112,12 @@
       facts.push(["reserved", fmt(h.cpus_reserved, 2) + " CPUs, " + h.memory_reserved_mb + " of " +
         h.memory_reservable_mb + " MB"], ["free", fmt(h.cpus_free, 2) + " CPUs, " + h.memory_free_mb + " MB"]);
     }
+    if (o.on_demand) {  // models loaded when first asked for, unloaded when idle or to make room
+      const d = o.on_demand;
+      facts.push(["on demand", "at most " + (d.max_loaded ?? "any number of") + " loaded, memory budget " +
+        (d.memory_budget_mb != null ? d.memory_budget_mb + " MB" : "the host's") +
+        (d.models_dir ? ", models from " + d.models_dir : "")]);
+    }
     facts.push(["auth", o.auth ? "API keys on" : "off"], ["admin", o.admin.allowed ? "allowed here" : o.admin.why_not]);
     const shown = facts.map(([k, v]) => el("div", {}, el("dt", {}, k), el("dd", {}, v)));
     if (o.unknown && o.unknown.length) {  // what this backend cannot tell
@@ -149,6 +155,7 @@
       block.append(el("p", { class: "muted stopped" }, "stopped lately: " + c.stopped.map((r) =>
         r.copy + " (pid " + (r.pid ?? "–") + ")").join(", ")));
     }
+    if (c.on_demand) block.append(onDemandLine(c.on_demand));
     if (c.decisions && c.decisions.length) {
       block.append(el("ul", { class: "decisions" }, ...c.decisions.slice(-5).reverse().map((d) =>
         el("li", {}, new Date(d.at * 1000).toLocaleTimeString() + ": " + d.copies + " → " + d.desired +
@@ -156,6 +163,16 @@
     }
     if (o.kind === "endpoint" && o.admin.allowed) block.append(componentActions(c, o));
     return block;
+  }
+  const counts = (m) => Object.entries(m || {}).map(([k, n]) => k + " " + n).join(", ") || "none";
+  function onDemandLine(d) {
+    const keep = d.request_keep_alive ?? d.keep_alive;
+    const idle = d.state === "loaded" ? ", idle " + ago(d.idle_s) + (d.pinned ? "" : keep < 0 ?
+      " (never unloaded)" : " (keep-alive " + fmt(keep, 0) + " s)") : "";
+    return el("p", { class: "on-demand", "data-state": d.state }, "on demand: ",
+      el("strong", {}, d.state + (d.pinned ? ", pinned" : "")), idle + "; loads " + d.loads +
+      (d.last_load_s != null ? " (last " + fmt(d.last_load_s, 1) + " s)" : "") + "; unloads " + counts(d.unloads) +
+      "; evictions " + counts(d.evictions) + (d.last_refusal ? "; last refusal: " + d.last_refusal : ""));
   }
   function componentActions(c, o) {
     const input = el("input", { type: "number", min: o.admin.scale_to_zero ? 0 : 1, value: c.copies,

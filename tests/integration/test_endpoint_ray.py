@@ -242,8 +242,13 @@ def test_the_console_page_under_ray_offers_what_ray_allows(ep: Endpoint, browser
         p.fill('input.scale-input[data-component="a"]', "2")
         p.click('button.scale-btn[data-component="a"]')
         p.wait_for_selector("#confirm[open]")
+        assert "to 2 copies" in p.inner_text("#confirm-text")
         p.click("#confirm-ok")
-        ep.wait_for("a at 2 copies", lambda: component(ep.status(), "a")["copies"] == 2)
+        # the page says what the admin API answered: "scaling a to 2", or the refusal
+        p.wait_for_selector("#messages .msg", timeout=WAIT_MS)
+        assert p.inner_text("#messages .msg") == "scaling a to 2"
+        # Ray places and starts the copy (as long as `endpoint scale` may wait, on a busy machine)
+        ep.wait_for("a at 2 copies", lambda: component(ep.status(), "a")["copies"] == 2, timeout=300)
         assert component(ep.status(), "a")["pinned_copies"] == 2
         p.wait_for_selector('.comp[data-component="a"] tr:nth-child(2)', timeout=WAIT_MS)  # the new copy
         p.screenshot(path=str(artifacts_dir() / "ray-2-scaled.png"), full_page=True)

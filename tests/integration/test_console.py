@@ -195,6 +195,11 @@ def test_scaling_from_the_page_changes_endpoint_status(page: Watched, ep: Endpoi
     p.wait_for_selector("#confirm[open]")
     assert "Scale a from 1 to 2 copies?" in p.inner_text("#confirm-text")
     p.click("#confirm-ok")
+    # the page says what the admin API answered; waiting on the page also lets Playwright pass the page's
+    # POST through the context's route (sync Playwright handles a route only inside one of its calls: a
+    # plain sleep here held the request until the test gave up, once under make test's three workers)
+    p.wait_for_selector("#messages .msg", timeout=WAIT_MS)
+    assert p.inner_text("#messages .msg") == "scaling a to 2"
     ep.wait_for("a at 2 copies",
                 lambda: [c["copies"] for c in status(ep)["components"] if c["name"] == "a"] == [2])
     p.wait_for_selector('tr[data-copy="a-1"][data-state="ready"]', timeout=WAIT_MS)

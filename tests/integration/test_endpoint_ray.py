@@ -163,7 +163,8 @@ def test_routing_by_header_and_by_model(ep: Endpoint) -> None:
     assert "ray_serve_" in metrics  # Ray's own, from each node's metrics agent
 
     def copies_metrics() -> bool:  # each copy's llmhost metrics, labelled by component and copy
-        families = {f.name: f for f in text_string_to_metric_families(httpx.get(f"{ep.url}/metrics").text)}
+        text = httpx.get(f"{ep.url}/metrics", timeout=30).text  # the ingress scrapes every node's agent
+        families = {f.name: f for f in text_string_to_metric_families(text)}
         running = families.get("llmhost_num_requests_running")
         return running is not None and {s.labels["component"] for s in running.samples} == {"a", "b"}
 

@@ -84,9 +84,11 @@ def test_goodput_on_measured_requests(
 
 
 def test_saturation_stops_rising_load(fake_url_serial: str, tmp_path: Path) -> None:
-    # one stream at a time: concurrency 2 doubles latency for the same throughput
+    # one stream at a time: concurrency 2 doubles latency for the same throughput. Answers of 30 tokens
+    # (0.65 s each): the client's gap between two requests at c=1, which c=2 hides, stays well under the
+    # 20 % gain on a loaded machine (with 10-token answers, 0.25 s each, it did not once under make test)
     cfg = BenchConfig(url=fake_url_serial, concurrency=[1, 2, 4, 8], requests=4, prompt_tokens=4,
-                      max_new_tokens=10, saturation_gain=0.2, server_metrics=False)  # fmt: skip
+                      max_new_tokens=30, saturation_gain=0.2, server_metrics=False)  # fmt: skip
     results = run_benchmark(cfg, tmp_path)
     [config] = results.configs
     assert [lv.level for lv in config.levels] == ["c=1", "c=2"]

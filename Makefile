@@ -16,7 +16,7 @@ endif
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip wheel
-	# pip compiles the packages' bytecode here on purpose: with PYTHONDONTWRITEBYTECODE set (as on the CI host)
+	# pip compiles the packages' bytecode here on purpose: with PYTHONDONTWRITEBYTECODE set (as on this CI host)
 	# a module without a .pyc is compiled again by every process that imports it; --no-compile halved this
 	# step (168 s -> 81 s) and cost make test ~600 CPU-seconds more (measured from a fresh clone)
 	CFLAGS="$(NO_AMX)" CXXFLAGS="$(NO_AMX)" CMAKE_BUILD_PARALLEL_LEVEL=$(NPROC) \

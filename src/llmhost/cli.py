@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import importlib
 import inspect
 import logging
@@ -59,6 +60,7 @@ LAZY_COMMANDS = {
 }
 
 
+@functools.cache  # help asks for every command, once per listing and once per line: build each once
 def _load_command(name: str) -> click.Command:
     module, attr = LAZY_COMMANDS[name]
     target = getattr(importlib.import_module(module), attr)

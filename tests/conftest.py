@@ -26,14 +26,15 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
             path = super()._split_scope(nodeid)
             return SHARED_SCOPES.get(PurePath(path).name, path)
 
+    # keep the order of LONGEST_FIRST below: xdist's default (--loadscope-reorder) sorts the files by their
+    # number of tests instead, which ran the Ray, tune and S3 files (few tests, minutes each) last, on one
+    # worker while the others had finished
+    config.option.loadscopereorder = False
     return FileScheduling(config, log)
 
 
 # the longest files first (measured under `make test`: each over a minute of a worker's time), so that no
-# worker starts one of them while the others have run out of files; the rest keep their order. Caveat,
-# found after the fact: under -n, pytest-xdist's scope scheduler then orders the files by their number of
-# tests (its --loadscope-reorder default), so this order only breaks ties there (the Ray, tune and S3
-# files run last); switching the reorder off has not yet been tried under make test's timings
+# worker starts one of them while the others have run out of files; the rest keep their order
 LONGEST_FIRST = [
     "test_endpoint_ray.py", "test_endpoint_ray_local.py", "test_tune.py", "test_s3_serve.py",
     "test_openapi_fuzz.py", "test_optimize.py", "test_endpoint.py", "test_speculative.py", "test_examples.py",

@@ -6,6 +6,7 @@ Everything else in the engine works on token ids and plain data.
 from __future__ import annotations
 
 import ctypes
+import functools
 import logging
 import threading
 from collections.abc import Callable, Iterator
@@ -173,8 +174,13 @@ class LlamaModel:
         self._mem = lc.llama_get_memory(self._ctx)
         self.n_batch = config.max_batch_tokens
         self._batch = lc.llama_batch_init(self.n_batch, 0, 1)
-        self.eog_tokens = [t for t in range(self.n_vocab) if lc.llama_vocab_is_eog(self._vocab, t)]
         self.info = self._read_info()
+
+    @functools.cached_property
+    def eog_tokens(self) -> list[int]:
+        """The end-of-generation tokens, found when first needed (ignore_eos, a constraint): asking
+        llama.cpp about each of Gemma's 262k tokens takes 0.1 s, which most server starts never need."""
+        return [t for t in range(self.n_vocab) if lc.llama_vocab_is_eog(self._vocab, t)]
 
     def _new_context(self, config: EngineConfig) -> Any:
         cparams = lc.llama_context_default_params()

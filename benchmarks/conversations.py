@@ -81,10 +81,12 @@ def kv_cells(args: argparse.Namespace) -> int:
 
 
 def endpoint_yaml(model: Path, args: argparse.Namespace) -> str:
+    # 4 GiB each: a copy's default prompt cache is what its memory_mb leaves beside weights, KV and process
+    # (about 3 GiB here), as `llmhost serve` alone sizes one from the host's free memory
     engine = (f"{{max_concurrent: {args.max_concurrent}, max_total_tokens: {args.max_total_tokens}, "
               f"max_input_tokens: {args.max_total_tokens - args.max_new_tokens}}}")  # fmt: skip
     return (f"name: conv\ncomponents:\n  - name: gemma\n    model: {model}\n    copies: 2\n"
-            f"    resources: {{num_cpus: 1, memory_mb: 600}}\n    engine: {engine}\n")  # fmt: skip
+            f"    resources: {{num_cpus: 1, memory_mb: 4096}}\n    engine: {engine}\n")  # fmt: skip
 
 
 class Running:

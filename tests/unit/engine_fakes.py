@@ -35,6 +35,7 @@ class FakeModel:
         self.n_vocab = N_VOCAB
         self.n_batch = 512
         self.eog_tokens = [EOG]
+        self.weights_bytes = 0
         self.ctx: Any = None
         self.decodes: list[list[tuple[list[int], int, int, int]]] = []
         self.applied: list[KvOp] = []

@@ -3,10 +3,11 @@ restoring from it (a stand-in model whose "state" is the list of tokens its KV h
 
 from __future__ import annotations
 
+import psutil
 import pytest
 
-from llmhost.engine import GenerationEvent, GenerationRequest, SamplingParams
-from llmhost.engine.host_cache import HostCache, StateKey, auto_budget_mb
+from llmhost.engine import EngineConfig, GenerationEvent, GenerationRequest, SamplingParams
+from llmhost.engine.host_cache import HostCache, StateKey, auto_budget_mb, host_cache
 from llmhost.engine.prefix_cache import KvSave, KvTrim, PrefixCache
 from tests.unit.engine_fakes import FakeModel, config, engine_factory, expected
 
@@ -106,6 +107,20 @@ def test_the_default_budget_is_a_capped_share_of_available_memory() -> None:
     assert auto_budget_mb(4 * 2**30) == 1024
     assert auto_budget_mb(256 * 2**30) == 8192
     assert auto_budget_mb(0) == 0
+
+
+def test_the_default_budget_fits_in_the_memory_the_process_is_given() -> None:
+    """An endpoint copy's memory_mb bounds it: its weights and what the process holds come first."""
+    weights = 300 * 2**20
+    rss_mb = psutil.Process().memory_info().rss // 2**20
+    roomy = host_cache(EngineConfig(memory_mb=rss_mb + 300 + 100), weights)
+    assert roomy is not None and 90 * 2**20 <= roomy.budget_bytes <= 100 * 2**20  # the RSS may grow a little
+    assert host_cache(EngineConfig(memory_mb=rss_mb + 200), weights) is None  # no room left: off
+    unbounded = host_cache(EngineConfig(memory_mb=0), weights)
+    assert unbounded is not None and unbounded.budget_bytes > 100 * 2**20
+    assert host_cache(EngineConfig(memory_mb=1, prompt_cache_mb=64), weights) is not None  # set: kept
+    with pytest.raises(ValueError, match="memory_mb"):
+        EngineConfig(memory_mb=-1)
 
 
 # -- the prefix cache spills what it drops ------------------------------------------------------------

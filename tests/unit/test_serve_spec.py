@@ -105,6 +105,16 @@ def test_a_new_setting_is_an_endpoint_files_engine_key_and_reaches_its_copies() 
     assert ray.explicit == {"new_knob", "max_concurrent"}
 
 
+def test_a_copy_is_told_the_memory_its_component_reserves() -> None:
+    """So that its default prompt cache fits in that reservation (on one host and under Ray alike)."""
+    comp = ComponentSpec.model_construct(name="c", model="m.gguf", engine=engine_model(SERVE_SPEC)(),
+                                         resources=ResourcesSpec(num_cpus=1, memory_mb=1536))  # fmt: skip
+    argv = copy_command(comp, "m.gguf", 9000, 1)
+    assert argv[argv.index("--memory-mb") + 1] == "1536"
+    assert copy_options(comp, None).memory_mb == 1536
+    assert "memory_mb" not in engine_model(SERVE_SPEC).model_fields  # the component's resources say it
+
+
 def test_a_new_setting_can_be_swept() -> None:
     serve = serve_model(SPEC)(new_knob=[1, 2], threads=1)
     spec = SweepSpec.model_construct(configurations=[ConfigSpec.model_construct(serve=serve, name=None)])

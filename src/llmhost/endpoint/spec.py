@@ -190,6 +190,12 @@ class ComponentSpec(_Strict):
             raise ValueError("copies: 0 needs autoscaling (min_copies: 0) to ever start a copy")
         if self.engine.pooling not in (None, "auto") and not self.embeddings:
             raise ValueError("engine.pooling applies to embeddings: true only")
+        cache_mb = self.engine.prompt_cache_mb
+        if cache_mb is not None and cache_mb >= self.resources.memory_mb:
+            raise ValueError(
+                f"engine.prompt_cache_mb ({cache_mb}) must be below resources.memory_mb "
+                f"({self.resources.memory_mb}): a copy's cache alone would take the memory reserved for it"
+            )
         return self
 
     @property

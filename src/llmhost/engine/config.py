@@ -61,6 +61,9 @@ class EngineConfig:
     # MiB of host memory for KV states of sequences that left the context (the second cache tier):
     # -1 sizes it from the memory available at start, 0 turns it off
     prompt_cache_mb: int = -1
+    # MiB the whole process is meant to fit in (an endpoint copy's memory_mb): -1 above takes at most what
+    # the weights, the KV cache and the process leave of it; 0: no such bound
+    memory_mb: int = 0
 
     def __post_init__(self) -> None:
         if self.speculative not in SPECULATIVE_MODES:
@@ -93,6 +96,7 @@ class EngineConfig:
             "n_threads_batch": self.n_threads_batch,
             "queue_timeout_s": self.queue_timeout_s,
             "request_timeout_s": self.request_timeout_s,
+            "memory_mb": self.memory_mb,
         }
         for name, bound in non_negative.items():
             if not bound >= 0:

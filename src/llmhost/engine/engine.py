@@ -117,7 +117,7 @@ class Engine:
         self.model = model
         self.drafter = drafter
         self.config = config
-        host = host_cache(config)
+        host = host_cache(config, model.weights_bytes)
         self.scheduler = Scheduler(config, host, model.state_key if host is not None else None)
         self.observer = observer
         self.clock = clock

@@ -64,17 +64,33 @@ def auto_budget_mb(available_bytes: int) -> int:
     return max(0, min(AUTO_CAP_MB, int(available_bytes * AUTO_SHARE) // 2**20))
 
 
-def host_cache(config: EngineConfig) -> HostCache | None:
-    """The host-memory cache tier `config` asks for (None: off), its budget logged."""
+def host_cache(config: EngineConfig, weights_bytes: int = 0) -> HostCache | None:
+    """The host-memory cache tier `config` asks for (None: off), its budget logged. `weights_bytes`: the
+    model's weights, counted against `config.memory_mb`."""
     mb = config.prompt_cache_mb
     if mb == -1:
-        available = psutil.virtual_memory().available
-        mb = auto_budget_mb(available)
-        log.info("prompt cache (host memory tier): %d MiB, sized from %d MiB available "
-                 "(--prompt-cache-mb sets it, 0 turns it off)", mb, available // 2**20)  # fmt: skip
+        mb = _auto_mb(config.memory_mb, weights_bytes)
     elif mb:
         log.info("prompt cache (host memory tier): %d MiB", mb)
     return HostCache(mb * 2**20) if mb > 0 else None
+
+
+def _auto_mb(memory_mb: int, weights_bytes: int) -> int:
+    """The automatic budget: a share of the memory available now, and at most what `memory_mb` leaves
+    (several endpoint copies on one host each saw the same free memory: their shares over-committed it)."""
+    available = psutil.virtual_memory().available
+    mb = auto_budget_mb(available)
+    why = f"sized from {available // 2**20} MiB available"
+    if memory_mb:
+        # the process as it is now (libraries, the KV cache allocated and cleared) plus the weights counted
+        # whole, although mmap pages them in as they are used: an upper bound of all but the cache
+        used_mb = (psutil.Process().memory_info().rss + weights_bytes) // 2**20
+        room = max(0, memory_mb - used_mb)
+        if room < mb:
+            mb, why = room, f"what --memory-mb {memory_mb} leaves beside {used_mb} MiB (weights, KV, process)"
+    log.info("prompt cache (host memory tier): %d MiB, %s (--prompt-cache-mb sets it, 0 turns it off)",
+             mb, why)  # fmt: skip
+    return mb
 
 
 class HostCache:

@@ -158,6 +158,7 @@ class LlamaModel:
         self.n_vocab = int(lc.llama_vocab_n_tokens(self._vocab))
         self.n_ctx_train = int(lc.llama_model_n_ctx_train(model))
         self.n_embd = int(lc.llama_model_n_embd_out(model))
+        self.weights_bytes = int(lc.llama_model_size(model))
         # an embeddings context holds one input per sequence; a generation context, prompt + output
         limit, value = (
             ("max_total_tokens", config.max_total_tokens)

@@ -95,6 +95,7 @@ def test_unknown_key_names_its_path() -> None:
         (comp(startup_health_check_timeout_s=-1), "startup_health_check_timeout_s"),
         (comp(engine={"ngram_size": 1}), "ngram_size: Input should be greater than or equal to 2"),
         (comp(engine={"pooling": "cls"}), "engine.pooling applies to embeddings: true only"),
+        (comp(engine={"prompt_cache_mb": 1024}), "prompt_cache_mb (1024) must be below resources.memory_mb"),
     ],
 )
 def test_impossible_values_are_refused(component: dict[str, Any], expected: str) -> None:

@@ -42,7 +42,8 @@ def copy_options(spec: ComponentSpec, chat_template: str | None) -> ServeOptions
     given = spec.engine.serve_options()
     return ServeOptions(spec.model, spec=spec.engine.settings, explicit=frozenset(given), **{
         **given, "chat_template": chat_template, "host": "127.0.0.1", "threads": spec.resources.threads,
-        "served_model_name": spec.name, "embeddings": spec.embeddings})  # fmt: skip
+        "served_model_name": spec.name, "embeddings": spec.embeddings,
+        "memory_mb": spec.resources.memory_mb})  # fmt: skip
 
 
 def settings_here(spec: ComponentSpec, chat_template: str | None, env: dict[str, str]) -> Built:

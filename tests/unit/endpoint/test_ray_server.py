@@ -20,11 +20,12 @@ import llmhost.cli
 from llmhost.endpoint.rayserve import nodes, server
 from llmhost.endpoint.rayserve.options import RayTiming, component_options
 from llmhost.endpoint.rayserve.server import InProcessServer
+from llmhost.endpoint.replica import copy_command
 from llmhost.endpoint.spec import ComponentSpec, EngineSpec, parse_endpoint
 from llmhost.lifecycle import Lifecycle
 from llmhost.optimize.artifact import write_serving_settings
 from llmhost.serve_settings import ServeOptions
-from llmhost.serve_spec import LIMIT_ENV
+from llmhost.serve_spec import DEFAULT_PORT, LIMIT_ENV
 from llmhost.server import ServerSettings
 from llmhost.store.artifact import ARTIFACT_JSON, MODEL_GGUF, RECIPE_YAML
 
@@ -95,9 +96,8 @@ def copy_through_serve(monkeypatch: pytest.MonkeyPatch, spec: ComponentSpec) -> 
         return 0
 
     monkeypatch.setattr(llmhost.cli, "run_server", fake_run_server)
-    args = ["serve", spec.model, "--host", "127.0.0.1", "--threads", str(spec.resources.threads),
-            "--served-model-name", spec.name, *spec.engine.serve_args(),
-            *(["--embeddings"] if spec.embeddings else [])]  # fmt: skip
+    # the copy's command line (python -m llmhost.cli serve ...) on the port a Ray copy's settings show
+    args = copy_command(spec, spec.model, DEFAULT_PORT, spec.resources.threads)[3:]
     result = CliRunner().invoke(llmhost.cli.app, args)
     assert result.exit_code == 0, result.output
     return seen["settings"]

@@ -17,8 +17,8 @@ $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	# pip builds llama-cpp-python from source once (~6 min) and reuses its cached wheel after that (uv here
 	# revalidated the sdist on every install and built it again: 4 min each time); uv installs the ~230 other
-	# packages and compiles their bytecode on both cores: 168 s with pip alone, 30 s so (fresh clone, warm
-	# caches). The bytecode is compiled on purpose: with PYTHONDONTWRITEBYTECODE set (as on this CI host) a
+	# packages and compiles their bytecode on both cores: 168 s with pip alone, 33-35 s so (fresh clone,
+	# warm caches). The bytecode is compiled on purpose: with PYTHONDONTWRITEBYTECODE set (as on this CI host) a
 	# module without a .pyc is compiled again by every process that imports it (~600 CPU-s more in make test)
 	CFLAGS="$(NO_AMX)" CXXFLAGS="$(NO_AMX)" CMAKE_BUILD_PARALLEL_LEVEL=$(NPROC) \
 		$(BIN)/python -m pip install -q uv "$$(grep -o 'llama-cpp-python==[0-9.]*' pyproject.toml)"

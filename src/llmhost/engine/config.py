@@ -66,6 +66,12 @@ class EngineConfig:
     memory_mb: int = 0
 
     def __post_init__(self) -> None:
+        self._check_modes()
+        self._check_bounds()
+        self._check_limits_fit()
+
+    def _check_modes(self) -> None:
+        """Speculation and load mode: known values, consistent with each other."""
         if self.speculative not in SPECULATIVE_MODES:
             raise ValueError(f"speculative must be one of {SPECULATIVE_MODES}, got {self.speculative!r}")
         if (self.speculative == "draft") != bool(self.draft_model):
@@ -78,6 +84,9 @@ class EngineConfig:
             )
         if self.load_mode not in LOAD_MODES:
             raise ValueError(f"load_mode must be one of {', '.join(LOAD_MODES)}, got {self.load_mode!r}")
+
+    def _check_bounds(self) -> None:
+        """Each number within its own bound."""
         positive = {
             "max_concurrent": self.max_concurrent,
             "max_input_tokens": self.max_input_tokens,
@@ -110,6 +119,9 @@ class EngineConfig:
                 f"max_step_failures must be >= 1 and slow_step_s > 0, got {self.max_step_failures}, "
                 f"{self.slow_step_s}"
             )
+
+    def _check_limits_fit(self) -> None:
+        """The limits together: a prompt leaves room to generate, the sequences fit llama.cpp's."""
         if self.max_input_tokens >= self.max_total_tokens:
             raise ValueError(
                 f"max_input_tokens ({self.max_input_tokens}) must be < max_total_tokens "

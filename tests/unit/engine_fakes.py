@@ -65,6 +65,9 @@ class FakeModel:
         elif isinstance(op, KvTrim):
             self.kv[op.seq] = self.kv.get(op.seq, [])[: op.keep]
 
+    def seq_len(self, seq_id: int) -> int:
+        return len(self.kv.get(seq_id, []))
+
     def state_seq_size(self, seq_id: int) -> int:
         return 4 * len(self.kv.get(seq_id, []))
 

@@ -136,7 +136,8 @@ def test_the_prefix_cache_saves_evicted_and_trimmed_kv_before_dropping_it() -> N
     # over the token limit: saved, then dropped
     c = cache.acquire(toks(500, 120), [])
     assert cache.release(c.kv_seq, toks(500, 120), reusable=True) == [
-        KvSave(c.kv_seq, tuple(toks(500, 120))), KvTrim(c.kv_seq, 0)
+        KvSave(c.kv_seq, tuple(toks(500, 120))),
+        KvTrim(c.kv_seq, 0),
     ]
 
 
@@ -216,3 +217,48 @@ def test_no_restore_where_the_context_still_holds_as_much() -> None:
     timings = events[-1].timings
     assert timings is not None and timings.cache_n == len(turn1) + len(out1) - 1
     assert engine.stats().prompt_cache_hits == 0
+
+
+def test_a_prefix_copied_from_a_refused_restore_is_prefilled_again_not_taken_as_held() -> None:
+    """Two turns extending one saved conversation arrive together: the first is planned a restore, the
+    second a copy of the first's restored prefix. When llama.cpp refuses the restore, the copy has
+    nothing to copy: both sequences prefill their whole prompts (llama.cpp does not refuse a decode
+    into an empty sequence at a later position: it would compute without the prefix)."""
+    model = FakeModel()
+    engine = host_engine(model)
+    turn1 = toks(2, 24)
+    out1 = tokens_of(run(engine, "a1", turn1, 6))
+    run(engine, "b1", toks(30, 20), 4)  # evicts the conversation to host memory
+    model.refuse_restore = True
+    first, second = [*turn1, *out1, 40, 41], [*turn1, *out1, 44, 45, 46]
+    events: dict[str, list[GenerationEvent]] = {"first": [], "second": []}
+    for rid, prompt in (("first", first), ("second", second)):
+        request = GenerationRequest(rid, prompt, SamplingParams(max_tokens=3, temperature=0.0))
+        engine.add(request, events[rid].append)
+    engine.step()  # both admitted in one step
+    assert engine.stats().prompt_cache_restore_failures == 1
+    for i, rid in enumerate(("first", "second")):
+        seq = engine.scheduler.running[i]
+        assert seq.request_id == rid and model.kv.get(seq.kv_seq, []) == seq.computed_tokens, rid
+    while engine.has_work:
+        engine.step()
+    for rid, prompt in (("first", first), ("second", second)):
+        timings = events[rid][-1].timings
+        assert timings is not None and (timings.cache_n, timings.prompt_n) == (0, len(prompt)), rid
+
+
+def test_a_sequence_whose_kv_is_not_what_it_holds_is_never_decoded() -> None:
+    """Belt and braces for any such bookkeeping slip: a prompt whose KV lacks the prefix it was given is
+    prefilled from its start, since llama.cpp would decode it without that prefix and say nothing."""
+    model = FakeModel()
+    engine = host_engine(model)
+    turn1 = toks(2, 24)
+    out1 = tokens_of(run(engine, "a1", turn1, 6))
+    idle = next(iter(model.kv))
+    model.kv[idle] = []  # the cached conversation's KV is lost behind the engine's back
+    turn2 = [*turn1, *out1, 40, 41]
+    events = run(engine, "a2", turn2, 3)
+    assert tokens_of(events) == expected(turn2, 3)
+    timings = events[-1].timings
+    assert timings is not None and (timings.cache_n, timings.prompt_n) == (0, len(turn2))
+    assert any(kv[: len(turn2)] == turn2 for kv in model.kv.values())

@@ -23,7 +23,7 @@ from llmhost.engine.drafter import Drafter
 from llmhost.engine.host_cache import host_cache
 from llmhost.engine.llama import LlamaModel
 from llmhost.engine.output import Active, Emit, process_tokens, timings
-from llmhost.engine.prefix_cache import KvOp, KvRestore, KvSave, KvTrim
+from llmhost.engine.prefix_cache import KvCopy, KvOp, KvRestore, KvSave, KvTrim
 from llmhost.engine.request import (
     FinishReason,
     GenerationEvent,
@@ -198,8 +198,9 @@ class Engine:
             self._guard(seq, "sampler", self._start, seq)
         refused = self._apply(plan.kv_ops)
         plan.items = [
-            i for i in plan.items if i.seq.status is not SeqStatus.FINISHED and i.seq.kv_seq not in refused
-        ]
+            i for i in plan.items
+            if i.seq.status is not SeqStatus.FINISHED and i.seq.kv_seq not in refused and self._kv_holds(i)
+        ]  # fmt: skip
         if self.drafter is not None and plan.items:
             plan.items = self._with_drafts(self.drafter, plan.items)
         return self._decode_and_sample(plan.items) if plan.items else {}
@@ -216,6 +217,10 @@ class Engine:
             if isinstance(op, KvRestore):
                 if not self._restore(op):
                     refused.add(op.seq)
+                continue
+            if isinstance(op, KvCopy) and op.src in refused:  # nothing there to copy
+                self.scheduler.prefix_lost(op.dst)
+                refused.add(op.dst)
                 continue
             try:
                 self.model.apply(op)
@@ -253,7 +258,24 @@ class Engine:
         self.model.apply(KvTrim(op.seq, 0))
         if self.scheduler.host is not None:
             self.scheduler.host.restore_failed(op.keep)
-        self.scheduler.restore_failed(op.seq)
+        self.scheduler.prefix_lost(op.seq)
+        return False
+
+    def _kv_holds(self, item: BatchItem) -> bool:
+        """Whether `item`'s sequence holds the positions before the ones it decodes. llama.cpp decodes
+        into an empty sequence at any position without a word, so a bookkeeping slip would otherwise
+        compute a prompt without its prefix, and serve that wrong KV to later prompts sharing it. A
+        prompt in that state is prefilled again from its start; a sequence already answering fails."""
+        seq, held = item.seq, self.model.seq_len(item.seq.kv_seq)
+        if held == item.start_pos:
+            return True
+        log.error("request %s: sequence %d holds %d positions, %d expected", seq.request_id, seq.kv_seq, held,
+                  item.start_pos)  # fmt: skip
+        if seq.status is SeqStatus.PREFILL:
+            self.model.apply(KvTrim(seq.kv_seq, 0))
+            self.scheduler.prefix_lost(seq.kv_seq)
+        else:
+            self._fail(seq, "its KV cache did not hold what it had computed (see the server log)", "kv")
         return False
 
     def _start(self, seq: Sequence) -> None:

@@ -131,8 +131,9 @@ class Scheduler:
         gain = min(saved.n_tokens, len(prompt) - 1) - min(in_context, len(prompt) - 1)
         return saved if gain >= self.host.min_tokens else None
 
-    def restore_failed(self, kv_seq: int) -> Sequence | None:
-        """llama.cpp refused a planned restore into `kv_seq`: its sequence prefills its whole prompt."""
+    def prefix_lost(self, kv_seq: int) -> Sequence | None:
+        """The prefix planned for `kv_seq` is not in the context (llama.cpp refused its restore, or it was
+        to be copied from one so refused): its sequence prefills its whole prompt."""
         for seq in self.running:
             if seq.kv_seq == kv_seq:
                 seq.n_computed = seq.n_reused = 0

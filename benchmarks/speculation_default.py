@@ -83,14 +83,21 @@ def run(mode: str, prompts: list[str], threads: int, concurrency: int) -> dict[s
     }
 
 
-def compare(prompts: list[str], threads: int, concurrency: int) -> dict[str, Any]:
-    runs = {}
-    for mode in MODES:
-        runs[mode] = r = run(mode, prompts, threads, concurrency)
-        # progress on stderr: a long run cut short still says what it measured
-        rates = f"eval {r['eval_per_s']:.2f} tok/s, output {r['output_per_s']:.2f} tok/s"
-        print(f"c={concurrency} {mode}: {rates}, drafted {r['draft_n']}, accepted {r['accepted']}",
-              file=sys.stderr, flush=True)  # fmt: skip
+def compare(prompts: list[str], threads: int, concurrency: int, rounds: int) -> dict[str, Any]:
+    """Every mode once per round, rounds interleaved; rates are medians over the rounds, outputs and
+    draft counts the first round's."""
+    per_mode: dict[str, list[dict[str, Any]]] = {mode: [] for mode in MODES}
+    for _ in range(rounds):
+        for mode in MODES:
+            per_mode[mode].append(r := run(mode, prompts, threads, concurrency))
+            # progress on stderr: a long run cut short still says what it measured
+            rates = f"eval {r['eval_per_s']:.2f} tok/s, output {r['output_per_s']:.2f} tok/s"
+            print(f"c={concurrency} {mode}: {rates}, drafted {r['draft_n']}, accepted {r['accepted']}",
+                  file=sys.stderr, flush=True)  # fmt: skip
+    runs = {mode: per_mode[mode][0] for mode in MODES}
+    for mode, r in runs.items():
+        for key in ("eval_per_s", "output_per_s"):
+            r[key] = statistics.median(x[key] for x in per_mode[mode])
     off = runs["off"]
     out: dict[str, Any] = {}
     for mode, r in runs.items():
@@ -112,17 +119,19 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--prompts", type=int, default=8, help="prompts per workload and concurrency")
     ap.add_argument("--concurrency", type=int, nargs="+", default=[1, 8])
+    ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds of every mode (medians)")
     args = ap.parse_args()
     results: dict[str, Any] = {}
     for c in args.concurrency:
         n = max(args.prompts, c)
         results[f"concurrency_{c}"] = {
-            "quoting": compare(quoting(n), args.threads, c),
-            "not_quoting": compare(plain(n), args.threads, c),
+            "quoting": compare(quoting(n), args.threads, c, args.rounds),
+            "not_quoting": compare(plain(n), args.threads, c, args.rounds),
         }
     print(json.dumps({
         "machine": {"platform": platform.platform(), "threads": args.threads},
-        "workload": {"new_tokens": NEW_TOKENS, "prompts": args.prompts, "modes": list(MODES)},
+        "workload": {"new_tokens": NEW_TOKENS, "prompts": args.prompts, "modes": list(MODES),
+                     "rounds": args.rounds},
         "results": results,
     }, indent=2))  # fmt: skip
 

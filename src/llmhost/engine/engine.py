@@ -504,6 +504,8 @@ class Engine:
 
     def _count(self, plan: StepPlan, seconds: float) -> None:
         self.steps += 1
+        if plan.items and all(i.sample and i.start_pos >= len(i.seq.prompt) for i in plan.items):
+            self.scheduler.step_cost.observe(plan.num_tokens, seconds)
         if self.observer is not None:
             self.observer.on_step(plan.num_seqs, plan.num_tokens, seconds)
 

@@ -12,6 +12,7 @@ from llmhost.engine.config import EngineConfig
 from llmhost.engine.host_cache import HostCache, HostMatch, StateKey
 from llmhost.engine.prefix_cache import KvOp, KvRestore, KvTrim, PrefixCache, common_prefix_len
 from llmhost.engine.sequence import SeqStatus, Sequence
+from llmhost.engine.step_cost import StepCost
 
 
 @dataclass(slots=True, frozen=True)
@@ -44,6 +45,15 @@ class StepPlan:
     @property
     def empty(self) -> bool:
         return not self.items and not self.kv_ops
+
+
+@dataclass(slots=True)
+class StepWidth:
+    """The decode part of a step being planned: its tokens, and the tokens it is expected to produce
+    (one per sequence, plus the guesses expected to be confirmed)."""
+
+    tokens: int
+    produced: float
 
 
 # share of a step's prefill budget the longest-waiting prefill always gets, however many shorter
@@ -91,6 +101,8 @@ class Scheduler:
             config.n_seq_max, config.prefix_cache_seqs, config.prefix_cache_tokens, spill
         )
         self._pending_ops: list[KvOp] = []
+        # what a token of a decode step costs: whether a sequence's guesses pay for their place
+        self.step_cost = StepCost()
 
     # -- admission -------------------------------------------------------------------------------
     def add(self, seq: Sequence) -> None:
@@ -203,13 +215,14 @@ class Scheduler:
             plan.admitted.append(seq)
         decoding = [seq for seq in self.running if seq.status is SeqStatus.DECODE]
         budget = self.config.max_batch_tokens - len(decoding)
+        width = StepWidth(len(decoding), len(decoding))
         for seq in decoding:
             if seq.drafted:
                 room = self._draft_room(seq, budget)
                 budget -= room
                 plan.items.append(BatchItem(seq, [seq.output[-1]], seq.n_computed, True, draft_room=room))
                 continue
-            draft = self._draft(seq, budget)
+            draft = self._draft(seq, budget, width)
             budget -= len(draft)
             plan.items.append(BatchItem(seq, [seq.output[-1], *draft], seq.n_computed, True, tuple(draft)))
         for seq, n in prefill_shares([s for s in self.running if s.status is SeqStatus.PREFILL], budget):
@@ -222,14 +235,21 @@ class Scheduler:
         """How many guesses `seq` may verify this step, leaving room for the token verification adds."""
         return max(0, min(self.config.draft_tokens, seq.max_tokens - len(seq.output) - 1, budget))
 
-    def _draft(self, seq: Sequence, budget: int) -> list[int]:
-        """n-gram guesses for `seq`."""
+    def _draft(self, seq: Sequence, budget: int, width: StepWidth) -> list[int]:
+        """n-gram guesses for `seq`; with an adaptive length, only those its acceptance rate pays for in
+        a step as wide as this one (`width`, which they widen)."""
         if seq.ngrams is None:
             return []
         room = self._draft_room(seq, budget)
-        if seq.draft_length is not None:
-            room = min(room, seq.draft_length.limit)
-        return seq.ngrams.propose(room)
+        length = seq.draft_length
+        if length is None:
+            return seq.ngrams.propose(room)
+        rate = length.acceptance
+        pays = rate is None or self.step_cost.pays(rate, width.tokens, width.produced)
+        draft = seq.ngrams.propose(min(room, length.next_limit(pays)))
+        width.tokens += len(draft)
+        width.produced += len(draft) * (rate if rate is not None else 0.5)
+        return draft
 
     def expired(self, now_s: float) -> list[tuple[Sequence, str]]:
         """Sequences past a deadline, with which one: "queue" (still waiting) or "request"."""

@@ -47,6 +47,8 @@ MISSES_TO_REST = 3
 # decode steps without drafts after such a run of misses: doubled after each failed probe, up to the max
 REST_STEPS = 8
 MAX_REST_STEPS = 256
+# weight of the latest draft in a sequence's acceptance rate
+ACCEPTANCE_WEIGHT = 0.3
 
 
 class DraftLength:
@@ -67,6 +69,28 @@ class DraftLength:
         self.misses = 0
         self.rest = 0  # decode steps left without drafting
         self._next_rest = REST_STEPS
+        # share of recent guesses confirmed (recent drafts weigh more); None before the first draft
+        self.acceptance: float | None = None
+        # resting because the step cost refused its guesses: a one-token probe follows the rest
+        self._held = False
+        self._next_hold = REST_STEPS
+
+    def next_limit(self, pays: bool) -> int:
+        """Guesses to verify in the next step, where `pays` says whether guesses at this sequence's
+        acceptance rate pay for their place in a step that wide: none while resting; a one-token probe
+        after a rest the step cost imposed (its outcome keeps the rate current); else `limit` if they
+        pay, and a rest if not (rests double while they keep not paying, up to the max)."""
+        if self.rest:
+            return 0
+        if self._held:
+            self._held = False
+            return 1
+        if pays:
+            self._next_hold = REST_STEPS
+            return self.limit
+        self.rest, self._held = self._next_hold, True
+        self._next_hold = min(MAX_REST_STEPS, 2 * self._next_hold)
+        return 0
 
     @property
     def limit(self) -> int:
@@ -78,6 +102,10 @@ class DraftLength:
         if drafted == 0:
             self.rest = max(0, self.rest - 1)
             return
+        rate = min(accepted, drafted) / drafted
+        self.acceptance = rate if self.acceptance is None else (1 - ACCEPTANCE_WEIGHT) * self.acceptance + (
+            ACCEPTANCE_WEIGHT * rate
+        )
         if accepted:
             self.misses = 0
             self._next_rest = REST_STEPS

@@ -148,6 +148,14 @@ def test_the_scheduler_verifies_guesses_only_where_their_acceptance_pays_for_the
     assert drafts(8, 0.5) == [0] * 8, "beside seven others they do not"
     # there a guess must be confirmed about three times in four, however many others were added
     assert drafts(8, 0.8, 0.7) == [4, 0] * 4
+    # sequences with no drafts of their own yet are judged by everyone's recent acceptance
+    s.draft_acceptance = 0.5
+    for seq in seqs:
+        seq.draft_length = DraftLength(4)
+    s.running = seqs
+    assert [len(item.draft) for item in s.schedule(0.0).items] == [0] * 8
+    s.draft_acceptance = None
+    assert drafts(8, None) == [4] * 8, "nothing known yet: guesses are how it becomes known"  # type: ignore[arg-type]
 
 
 def test_guesses_the_step_cost_refuses_rest_then_a_one_token_probe_keeps_the_rate_current() -> None:

@@ -56,6 +56,9 @@ class StepWidth:
     produced: float
 
 
+# weight of the latest draft in the acceptance rate of all sequences together
+ENGINE_ACCEPTANCE_WEIGHT = 0.1
+
 # share of a step's prefill budget the longest-waiting prefill always gets, however many shorter
 # prompts arrive after it: shortest-first ordering never starves it
 OLDEST_PREFILL_SHARE = 4
@@ -103,6 +106,8 @@ class Scheduler:
         self._pending_ops: list[KvOp] = []
         # what a token of a decode step costs: whether a sequence's guesses pay for their place
         self.step_cost = StepCost()
+        # share of recent n-gram guesses confirmed, all sequences together (None before the first)
+        self.draft_acceptance: float | None = None
 
     # -- admission -------------------------------------------------------------------------------
     def add(self, seq: Sequence) -> None:
@@ -244,7 +249,8 @@ class Scheduler:
         length = seq.draft_length
         if length is None:
             return seq.ngrams.propose(room)
-        rate = length.acceptance
+        # a sequence with no drafts yet is judged by the others' recent acceptance
+        rate = length.acceptance if length.acceptance is not None else self.draft_acceptance
         pays = rate is None or self.step_cost.pays(rate, width.tokens, width.produced)
         draft = seq.ngrams.propose(min(room, length.next_limit(pays)))
         width.tokens += len(draft)
@@ -284,6 +290,8 @@ class Scheduler:
                 seq.n_computed += len(item.tokens)
             if seq.draft_length is not None and seq.status is SeqStatus.DECODE:
                 seq.draft_length.record(len(item.draft), accepted)
+                if item.draft:
+                    self._record_acceptance(accepted / len(item.draft))
             seq.output.extend(tokens)
             if seq.ngrams is not None:
                 seq.ngrams.extend(tokens)
@@ -291,6 +299,12 @@ class Scheduler:
                 seq.status = SeqStatus.DECODE
                 seq.first_token_s = now_s
             seq.last_token_s = now_s
+
+    def _record_acceptance(self, rate: float) -> None:
+        last = self.draft_acceptance
+        self.draft_acceptance = rate if last is None else (1 - ENGINE_ACCEPTANCE_WEIGHT) * last + (
+            ENGINE_ACCEPTANCE_WEIGHT * rate
+        )
 
     # -- leaving -------------------------------------------------------------------------------------
     def finish(self, seq: Sequence, reusable: bool = True) -> None:

@@ -68,6 +68,9 @@ class FakeModel:
     def seq_len(self, seq_id: int) -> int:
         return len(self.kv.get(seq_id, []))
 
+    def holds_context(self, seq_id: int, pos: int) -> bool:
+        return self.seq_len(seq_id) == pos
+
     def state_seq_size(self, seq_id: int) -> int:
         return 4 * len(self.kv.get(seq_id, []))
 

@@ -262,15 +262,16 @@ class Engine:
         return False
 
     def _kv_holds(self, item: BatchItem) -> bool:
-        """Whether `item`'s sequence holds the positions before the ones it decodes. llama.cpp decodes
-        into an empty sequence at any position without a word, so a bookkeeping slip would otherwise
-        compute a prompt without its prefix, and serve that wrong KV to later prompts sharing it. A
-        prompt in that state is prefilled again from its start; a sequence already answering fails."""
-        seq, held = item.seq, self.model.seq_len(item.seq.kv_seq)
-        if held == item.start_pos:
+        """Whether `item`'s sequence holds what its tokens attend to. llama.cpp decodes without a word
+        into a sequence lacking positions before the ones decoded (empty, or whose sliding-window
+        cells went to other sequences): the prompt would be computed without its prefix, and that
+        wrong KV served to later prompts sharing it. A prompt in that state is prefilled again from its
+        start; a sequence already answering fails."""
+        seq = item.seq
+        if self.model.holds_context(seq.kv_seq, item.start_pos):
             return True
-        log.error("request %s: sequence %d holds %d positions, %d expected", seq.request_id, seq.kv_seq, held,
-                  item.start_pos)  # fmt: skip
+        log.warning("request %s: sequence %d lacks positions its tokens at %d attend to (%d held)",
+                    seq.request_id, seq.kv_seq, item.start_pos, self.model.seq_len(seq.kv_seq))  # fmt: skip
         if seq.status is SeqStatus.PREFILL:
             self.model.apply(KvTrim(seq.kv_seq, 0))
             self.scheduler.prefix_lost(seq.kv_seq)

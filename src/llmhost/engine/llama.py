@@ -159,6 +159,11 @@ class LlamaModel:
         self.n_ctx_train = int(lc.llama_model_n_ctx_train(model))
         self.n_embd = int(lc.llama_model_n_embd_out(model))
         self.weights_bytes = int(lc.llama_model_size(model))
+        # positions a sliding-window layer looks back (0: no such layers): llama.cpp reuses the SWA cells
+        # of positions further back than that for other sequences, even in a full-size SWA cache
+        self.swa_window = int(lc.llama_model_n_swa(model))
+        # a KV cache of one cell per position (not a recurrent state): what holds_context checks
+        self._kv_cells = not (lc.llama_model_is_recurrent(model) or lc.llama_model_is_hybrid(model))
         # an embeddings context holds one input per sequence; a generation context, prompt + output
         limit, value = (
             ("max_total_tokens", config.max_total_tokens)
@@ -366,6 +371,19 @@ class LlamaModel:
     def seq_len(self, seq_id: int) -> int:
         """Positions held by `seq_id` (max position + 1; 0 when empty)."""
         return int(lc.llama_memory_seq_pos_max(self._mem, seq_id)) + 1
+
+    def holds_context(self, seq_id: int, pos: int) -> bool:
+        """Whether `seq_id` holds what a token at `pos` attends to: positions up to `pos` - 1, from 0 or,
+        in sliding-window layers, from a window back. A sequence that shared its cells with a longer one
+        (the same prompt start) may have lost the start of that window: llama.cpp gave those cells,
+        masked for the longer sequence, to other sequences' tokens (measured: 200 of a 900-token
+        sequence's positions gone after another sequence's 300-token prefill)."""
+        if self.seq_len(seq_id) != pos:
+            return False
+        if pos == 0 or not self._kv_cells:
+            return True
+        first = int(lc.llama_memory_seq_pos_min(self._mem, seq_id))
+        return 0 <= first <= (max(0, pos - self.swa_window + 1) if self.swa_window else 0)
 
     def state_seq_size(self, seq_id: int) -> int:
         """Bytes `state_seq_save(seq_id)` would return."""

@@ -159,7 +159,11 @@ SERVE_SETTINGS: tuple[Setting, ...] = (
     _limit("max_batch_tokens", "Tokens per decode step; env MAX_BATCH_TOTAL_TOKENS.",
            "MAX_BATCH_TOTAL_TOKENS", label="b"),
     Setting("prefix_cache_tokens", int, _ENGINE["prefix_cache_tokens"],
-            "KV tokens kept for idle cached prefixes.", engine="prefix_cache_tokens", metavar="N"),
+            "KV tokens set aside for idle cached prefixes (they may also keep KV that running requests "
+            "cannot come to need; 0: none kept).", engine="prefix_cache_tokens", metavar="N"),
+    Setting("prefix_cache_seqs", int, _ENGINE["prefix_cache_seqs"],
+            "Idle cached prefixes (finished requests' KV) kept at most, beside the running sequences.",
+            ge=0, engine="prefix_cache_seqs", metavar="N"),
     Setting("prompt_cache_mb", int, _ENGINE["prompt_cache_mb"],
             "MiB of host memory keeping the KV state of sequences that left the context, restored for "
             "prompts that extend them; -1: a quarter of the memory available at start (at most 8192), "

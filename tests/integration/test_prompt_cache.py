@@ -27,11 +27,11 @@ def complete(url: str, prompt: str, max_tokens: int) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def hot(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    # the context keeps 400 idle tokens: one conversation, not two
+    # the context keeps one idle conversation, not two
     srv = start_server(
         tmp_path_factory.mktemp("prompt-cache"),
         "--max-concurrent", "2", "--max-input-tokens", "1024", "--max-total-tokens", "1280",
-        "--prefix-cache-tokens", "400", "--prompt-cache-mb", "64",
+        "--prefix-cache-seqs", "1", "--prompt-cache-mb", "64",
     )  # fmt: skip
     yield srv
     stop_server(srv)

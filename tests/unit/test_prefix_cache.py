@@ -97,3 +97,35 @@ def test_drop_frees_an_adopted_sequence() -> None:
     assert cache.idle_seqs == 0
     assert cache.drop(kv) == []
     assert cache.acquire([5, 6, 7], running=[]).n_reused == 0
+
+
+def test_idle_prefixes_may_use_kv_no_running_sequence_can_need_and_leave_when_it_shrinks() -> None:
+    cache = PrefixCache(n_seq_ids=8, max_idle_seqs=8, max_tokens=10)
+    assert cache.set_room(30) == []
+    for i in range(3):
+        m = cache.acquire([100 * i + t for t in range(10)], [])
+        assert cache.release(m.kv_seq, [100 * i + t for t in range(10)], reusable=True) == []
+    assert cache.idle_tokens == 30, "beyond the 10 set aside, in KV nothing else can need"
+    first = 0  # LRU
+    assert cache.set_room(20) == [KvTrim(first, 0)]
+    assert cache.set_room(0) == [KvTrim(1, 0)], "never less than what is set aside"
+    assert cache.idle_tokens == 10
+
+
+def test_without_kv_set_aside_no_prefix_is_kept_whatever_the_room() -> None:
+    cache = PrefixCache(n_seq_ids=4, max_idle_seqs=4, max_tokens=0)
+    assert cache.set_room(1000) == []
+    m = cache.acquire([1, 2, 3], [])
+    assert cache.release(m.kv_seq, [1, 2, 3], reusable=True) == [KvTrim(m.kv_seq, 0)]
+
+
+def test_an_idle_sequence_sharing_only_its_start_is_copied_from_and_stays() -> None:
+    cache = PrefixCache(4, 4, 100)
+    conv = list(range(1, 11))
+    m = cache.acquire(conv, running=[])
+    cache.release(m.kv_seq, conv, reusable=True)
+    other = cache.acquire([1, 2, 3, 50, 51], running=[])  # another user, the same system prompt
+    assert other.kv_seq != m.kv_seq and other.ops == (KvCopy(m.kv_seq, other.kv_seq, 3),)
+    assert cache.idle_seqs == 1, "the conversation stays for its next turn"
+    turn2 = cache.acquire([*conv, 60, 61], running=[])
+    assert turn2.kv_seq == m.kv_seq and turn2.n_reused == 10 and cache.idle_seqs == 0

@@ -244,3 +244,23 @@ def test_a_turn_whose_prefix_is_cached_is_admitted_before_earlier_cold_prompts_w
         plan = s.schedule(0.0)
         s.finish(plan.admitted[0])
     assert [q.request_id for q in s.waiting] == ["turn2b"]
+
+
+def test_finished_conversations_stay_in_kv_their_slots_reserved_but_running_requests_cannot_need() -> None:
+    # KV of 2 x 128 + 16 cells: 16 set aside for idle prefixes, the rest reserved for running requests
+    s = Scheduler(config(max_concurrent=2, max_batch_tokens=64, prefix_cache_tokens=16, prefix_cache_seqs=4))
+    a, b = seq("a", list(range(20)), 2), seq("b", list(range(100, 120)), 2)
+    for x in (a, b):
+        s.add(x)
+    while not a.finished or not b.finished:
+        plan = s.schedule(0.0)
+        s.postprocess(plan, {i.seq.request_id: [7] for i in plan.items if i.sample}, 0.0)
+        for x in (a, b):
+            if len(x.output) >= 2 and not x.finished:
+                s.finish(x)
+    assert s.cache.idle_tokens == 2 * 21, "both kept, beyond the 16 set aside: nothing running needs KV"
+    s.add(seq("c", list(range(200, 260)), 60))  # reserves 120 of the 272 cells: both still fit
+    assert not any(isinstance(op, KvTrim) for op in s.schedule(0.0).kv_ops) and s.cache.idle_tokens == 42
+    s.add(seq("d", list(range(300, 360)), 60))  # 240 reserved: 32 left, the LRU conversation leaves
+    plan = s.schedule(0.0)
+    assert KvTrim(a.kv_seq, 0) in plan.kv_ops and s.cache.idle_tokens == 21

@@ -75,7 +75,12 @@ class PrefixMatch:
 
 
 class PrefixCache:
-    """Idle KV sequences kept for reuse, LRU-evicted beyond `max_tokens` or when ids run out."""
+    """Idle KV sequences kept for reuse, LRU-evicted beyond their token room or when ids run out.
+
+    The room is `max_tokens` (KV set aside for idle prefixes) plus what the owner says no running
+    sequence can come to need (`set_room`): KV reserved for requests but not used by them (a request of
+    1,000 tokens in a slot of 2,048) keeps conversations in the context instead of evicting them.
+    """
 
     def __init__(
         self, n_seq_ids: int, max_idle_seqs: int, max_tokens: int, spill_min_tokens: int = 0
@@ -86,6 +91,7 @@ class PrefixCache:
         self._idle: OrderedDict[int, list[int]] = OrderedDict()
         self._max_idle_seqs = max_idle_seqs
         self._max_tokens = max_tokens
+        self._room = max_tokens  # idle tokens allowed now (>= max_tokens; 0: no idle caching)
         self._spill_min = spill_min_tokens
         self.lookups = 0
         self.hits = 0
@@ -121,7 +127,9 @@ class PrefixCache:
         self, prompt: list[int], running: Iterable[tuple[int, list[int]]], reuse: bool = True
     ) -> PrefixMatch:
         """Give a new request a sequence id, reusing the longest cached prefix of its prompt (unless
-        `reuse` is off: the request needs the logits of every prompt position)."""
+        `reuse` is off: the request needs the logits of every prompt position). An idle sequence whose
+        first half or more the prompt repeats (its conversation's next turn) is taken over; one it
+        shares less of is copied from while ids are free, so it stays for its own next turn."""
         if not self.can_acquire():
             raise RuntimeError("no KV sequence id available")
         self.lookups += 1
@@ -131,8 +139,10 @@ class PrefixCache:
         if shared > 0:
             self.hits += 1
             self.reused_tokens += shared
-        if is_idle and shared > 0:
+        if is_idle and shared > 0 and (not self._free or 2 * shared > len(self._idle[src])):
             return PrefixMatch(src, shared, tuple(self._drop_tail(src, self._idle.pop(src), shared)))
+        if is_idle:  # sharing only its start (a system prompt, a BOS): keep the rest for its own next turn
+            self._idle.move_to_end(src)
         ops: list[KvOp] = []
         dst = self._take_id(ops)
         if shared > 0:
@@ -144,9 +154,9 @@ class PrefixCache:
 
         None when nothing can be kept: no free id, caching disabled, or more tokens than allowed.
         """
-        if not tokens or not self._free or self._max_idle_seqs == 0 or len(tokens) > self._max_tokens:
+        if not tokens or not self._free or self._max_idle_seqs == 0 or len(tokens) > self._room:
             return None
-        if len(self._idle) >= self._max_idle_seqs or self.idle_tokens + len(tokens) > self._max_tokens:
+        if len(self._idle) >= self._max_idle_seqs or self.idle_tokens + len(tokens) > self._room:
             return None
         kv_seq = self._free.pop()
         self._idle[kv_seq] = list(tokens)
@@ -179,12 +189,23 @@ class PrefixCache:
         if not reusable or not tokens:
             self._free.append(kv_seq)
             return [KvTrim(kv_seq, 0)]
-        if self._max_idle_seqs == 0 or len(tokens) > self._max_tokens:
+        if self._max_idle_seqs == 0 or len(tokens) > self._room:
             self._free.append(kv_seq)
             return self._drop_tail(kv_seq, tokens, 0)
         self._idle[kv_seq] = tokens
+        return self._evict_beyond_room()
+
+    def set_room(self, unneeded_tokens: int) -> list[KvOp]:
+        """Idle prefixes may also hold `unneeded_tokens` of KV: what no running sequence can come to
+        need (never less than `max_tokens`, the KV set aside for them). LRU ones beyond it leave now."""
+        if self._max_tokens == 0:
+            return []
+        self._room = max(self._max_tokens, unneeded_tokens)
+        return self._evict_beyond_room()
+
+    def _evict_beyond_room(self) -> list[KvOp]:
         ops: list[KvOp] = []
-        while len(self._idle) > self._max_idle_seqs or self.idle_tokens > self._max_tokens:
+        while len(self._idle) > self._max_idle_seqs or self.idle_tokens > self._room:
             victim, victim_tokens = self._idle.popitem(last=False)
             ops.extend(self._drop_tail(victim, victim_tokens, 0))
             self._free.append(victim)

@@ -12,6 +12,7 @@ from llmhost.engine.config import EngineConfig
 from llmhost.engine.host_cache import HostCache, HostMatch, StateKey
 from llmhost.engine.prefix_cache import KvOp, KvRestore, KvTrim, PrefixCache, common_prefix_len
 from llmhost.engine.sequence import SeqStatus, Sequence
+from llmhost.engine.speculative import blend
 from llmhost.engine.step_cost import StepCost
 
 
@@ -58,6 +59,8 @@ class StepWidth:
 
 # weight of the latest draft in the acceptance rate of all sequences together
 ENGINE_ACCEPTANCE_WEIGHT = 0.1
+# guesses expected to be confirmed, per guess, before any sequence has drafted
+PRIOR_ACCEPTANCE = 0.5
 
 # share of a step's prefill budget the longest-waiting prefill always gets, however many shorter
 # prompts arrive after it: shortest-first ordering never starves it
@@ -256,7 +259,7 @@ class Scheduler:
         pays = rate is None or self.step_cost.pays(rate, width.tokens, width.produced)
         draft = seq.ngrams.propose(min(room, length.next_limit(pays)))
         width.tokens += len(draft)
-        width.produced += len(draft) * (rate if rate is not None else 0.5)
+        width.produced += len(draft) * (rate if rate is not None else PRIOR_ACCEPTANCE)
         return draft
 
     def expired(self, now_s: float) -> list[tuple[Sequence, str]]:
@@ -293,7 +296,8 @@ class Scheduler:
             if seq.draft_length is not None and seq.status is SeqStatus.DECODE:
                 seq.draft_length.record(len(item.draft), accepted)
                 if item.draft:
-                    self._record_acceptance(accepted / len(item.draft))
+                    rate = accepted / len(item.draft)
+                    self.draft_acceptance = blend(self.draft_acceptance, rate, ENGINE_ACCEPTANCE_WEIGHT)
             seq.output.extend(tokens)
             if seq.ngrams is not None:
                 seq.ngrams.extend(tokens)
@@ -301,12 +305,6 @@ class Scheduler:
                 seq.status = SeqStatus.DECODE
                 seq.first_token_s = now_s
             seq.last_token_s = now_s
-
-    def _record_acceptance(self, rate: float) -> None:
-        last = self.draft_acceptance
-        self.draft_acceptance = rate if last is None else (1 - ENGINE_ACCEPTANCE_WEIGHT) * last + (
-            ENGINE_ACCEPTANCE_WEIGHT * rate
-        )
 
     # -- leaving -------------------------------------------------------------------------------------
     def finish(self, seq: Sequence, reusable: bool = True) -> None:

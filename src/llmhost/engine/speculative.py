@@ -51,6 +51,11 @@ MAX_REST_STEPS = 256
 ACCEPTANCE_WEIGHT = 0.3
 
 
+def blend(last: float | None, value: float, weight: float) -> float:
+    """An exponentially weighted average: `value` weighs `weight`, what came before the rest."""
+    return value if last is None else (1 - weight) * last + weight * value
+
+
 class DraftLength:
     """How many n-gram guesses one sequence verifies next, adapted from how its last ones fared.
 
@@ -102,10 +107,7 @@ class DraftLength:
         if drafted == 0:
             self.rest = max(0, self.rest - 1)
             return
-        rate = min(accepted, drafted) / drafted
-        self.acceptance = rate if self.acceptance is None else (1 - ACCEPTANCE_WEIGHT) * self.acceptance + (
-            ACCEPTANCE_WEIGHT * rate
-        )
+        self.acceptance = blend(self.acceptance, min(accepted, drafted) / drafted, ACCEPTANCE_WEIGHT)
         if accepted:
             self.misses = 0
             self._next_rest = REST_STEPS

@@ -166,7 +166,14 @@ def figures(lv: LevelSummary, turns: int) -> dict[str, Any]:
         "ttft_ms_p50_by_turn": [_ms(lv.get(f"turn{t}_ttft_s_p50")) for t in range(1, turns + 1)],
         "prefix_reuse": lv.server_figures.get("server_prefix_reuse"),
         "routed_by_prefix": lv.server_figures.get("server_routed_by_prefix"),
+        "cache_counters": cache_counters(lv),
     }
+
+
+def cache_counters(lv: LevelSummary) -> dict[str, float]:
+    """The server's prefix-cache and host-memory-tier counters over the run (llmhost only)."""
+    counters = lv.server_metrics.get("counters", {})
+    return {k.removeprefix("llmhost_"): v for k, v in counters.items() if "_cache_" in k}
 
 
 def _ms(seconds: float | None) -> float | None:

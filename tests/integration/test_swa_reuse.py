@@ -4,7 +4,7 @@ Gemma 3's sliding-window layers attend 512 positions back. llama.cpp treats a ce
 than a window behind its sequence's last one as free for other sequences' tokens (its find_slot), even
 in a full-size SWA cache, so an idle sequence of 900 tokens can lose the sliding-window KV of its first
 positions while its full-attention KV stays. A later prompt sharing those first 600 tokens must not be
-computed on what is left: the engine notices and prefills it again, and answers as a cold prefill."""
+computed on what is left: the engine does not reuse it, and answers as a cold prefill."""
 
 from __future__ import annotations
 
@@ -49,7 +49,7 @@ def logprobs(events: list[GenerationEvent]) -> dict[str, Any]:
 
 
 def test_a_prefix_whose_window_cells_went_to_another_sequence_is_prefilled_again() -> None:
-    eng = engine(prefix_cache_seqs=2)
+    eng = engine(prefix_cache_seqs=3)
     model = eng.model
     assert model.swa_window == 512
     text = model.tokenize(" ".join(t for t, _ in builtin_prompts()) * 20, add_special=False)
@@ -66,6 +66,11 @@ def test_a_prefix_whose_window_cells_went_to_another_sequence_is_prefilled_again
     warm = run(eng, "follow", follow, 12)
     timings = warm[-1].timings
     assert timings is not None and timings.cache_n == 0, "computed on a prefix missing window cells"
+    # the long sequence was not taken over for a prefix it could not serve: its own next turn, which
+    # attends only to its last window, still finds all of it
+    assert model.seq_len(long_kv) == len(long)
+    own = run(eng, "own", long + text[8000:8020])[-1].timings
+    assert own is not None and own.cache_n == len(long)
     eng.close()
     cold_engine = engine(prefix_cache_seqs=0)
     cold = run(cold_engine, "follow", follow, 12)

@@ -45,6 +45,8 @@ class FakeModel:
         # what each sequence's KV holds, position by position (saved and restored as its "state")
         self.kv: dict[int, list[int]] = {}
         self.refuse_restore = False  # state_seq_load fails, as llama.cpp's does with no room
+        # a sequence's shortest reusable prefix, where a test says llama.cpp gave its first cells away
+        self.floors: dict[int, int] = {}
         self.state_key = StateKey("fake-model")
 
     # vocabulary
@@ -64,12 +66,17 @@ class FakeModel:
             self.kv[op.dst] = list(self.kv.get(op.src, [])[: op.n_tokens])
         elif isinstance(op, KvTrim):
             self.kv[op.seq] = self.kv.get(op.seq, [])[: op.keep]
+            if op.keep == 0:
+                self.floors.pop(op.seq, None)
 
     def seq_len(self, seq_id: int) -> int:
         return len(self.kv.get(seq_id, []))
 
     def holds_context(self, seq_id: int, pos: int) -> bool:
-        return self.seq_len(seq_id) == pos
+        return self.seq_len(seq_id) == pos and (pos == 0 or pos >= self.kv_floor(seq_id))
+
+    def kv_floor(self, seq_id: int) -> int:
+        return self.floors.get(seq_id, 0)
 
     def state_seq_size(self, seq_id: int) -> int:
         return 4 * len(self.kv.get(seq_id, []))

@@ -103,6 +103,30 @@ def test_a_longer_state_replaces_the_ones_it_extends_and_a_covered_one_is_not_ke
     assert cache.can_store(KEY, [*toks(0, 15), 99], 64)
 
 
+def test_a_state_serves_only_prefixes_from_its_floor_on() -> None:
+    """A state saved from a sequence that had lost its first sliding-window cells restores only
+    prefixes whose next token's window it holds: a shorter shared start is not served by it."""
+    cache = HostCache(1000, min_tokens=4)
+    cache.store(KEY, toks(0, 30), state(120), floor=20)
+    assert cache.lookup(KEY, [*toks(0, 10), 99]) is None
+    match = cache.lookup(KEY, [*toks(0, 25), 99])
+    assert match is not None and match.n_tokens == 25
+    assert cache.lookup(KEY, toks(0, 20)) is None, "its last token is decoded: 19 positions kept, under 20"
+    assert not cache.can_store(KEY, toks(0, 15), 60, floor=16), "no prefix of it could be restored"
+
+
+def test_a_state_with_a_higher_floor_does_not_replace_one_serving_shorter_prefixes() -> None:
+    cache = HostCache(1000, min_tokens=4)
+    cache.store(KEY, toks(0, 10), state(40))  # a system prompt, whole
+    cache.store(KEY, toks(0, 30), state(120), floor=20)  # a conversation on it, its start gone
+    assert len(cache) == 2
+    match = cache.lookup(KEY, [*toks(0, 10), 99])
+    assert match is not None and match.n_state_tokens == 10
+    assert cache.can_store(KEY, toks(0, 20), 80), "the stored 30-token state does not serve 10-19"
+    cache.store(KEY, toks(0, 40), state(160))  # whole: serves all the others did
+    assert len(cache) == 1 and cache.bytes == 160
+
+
 def test_the_default_budget_is_a_capped_share_of_available_memory() -> None:
     assert auto_budget_mb(4 * 2**30) == 1024
     assert auto_budget_mb(256 * 2**30) == 8192
@@ -206,6 +230,7 @@ def test_a_restore_llama_cpp_refuses_falls_back_to_a_full_prefill() -> None:
     assert timings is not None and (timings.cache_n, timings.prompt_n) == (0, len(turn2))
     stats = engine.stats()
     assert (stats.prompt_cache_hits, stats.prompt_cache_restore_failures) == (0, 1)
+    assert (stats.prompt_cache_restored_tokens, stats.prompt_tokens_prefilled) == (0, 24 + 20 + len(turn2))
 
 
 def test_no_restore_where_the_context_still_holds_as_much() -> None:
@@ -262,3 +287,27 @@ def test_a_sequence_whose_kv_is_not_what_it_holds_is_never_decoded() -> None:
     timings = events[-1].timings
     assert timings is not None and (timings.cache_n, timings.prompt_n) == (0, len(turn2))
     assert any(kv[: len(turn2)] == turn2 for kv in model.kv.values())
+    stats = engine.stats()
+    assert (stats.prefix_cache_hits, stats.prefix_cache_reused_tokens) == (0, 0), "the lost prefix uncounted"
+
+
+def test_a_cached_sequence_lacking_its_first_window_is_not_taken_over_for_its_start() -> None:
+    """llama.cpp gave the first cells of an idle conversation to other sequences (its sliding-window
+    layers no longer needed them): a prompt sharing only its start gets nothing from it and leaves it
+    whole, so the conversation's own next turn still finds all of it."""
+    model = FakeModel()
+    engine = engine_factory(model, config(prefix_cache_seqs=2, prefix_cache_tokens=200))
+    turn1 = toks(2, 24)
+    out1 = tokens_of(run(engine, "a1", turn1, 6))
+    idle = next(s for s, kv in model.kv.items() if kv)
+    model.floors[idle] = 20
+    other = [*toks(2, 16), 45, 46]  # shares 16 tokens with it: below its floor
+    events = run(engine, "b1", other, 3)
+    assert tokens_of(events) == expected(other, 3)
+    timings = events[-1].timings
+    assert timings is not None and timings.cache_n == 0
+    assert not any(isinstance(op, KvTrim) and op.seq == idle for op in model.applied), "left whole"
+    turn2 = [*turn1, *out1, 40, 41]
+    events = run(engine, "a2", turn2, 3)
+    timings = events[-1].timings
+    assert timings is not None and timings.cache_n == len(turn1) + len(out1) - 1

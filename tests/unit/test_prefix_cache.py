@@ -129,3 +129,29 @@ def test_an_idle_sequence_sharing_only_its_start_is_copied_from_and_stays() -> N
     assert cache.idle_seqs == 1, "the conversation stays for its next turn"
     turn2 = cache.acquire([*conv, 60, 61], running=[])
     assert turn2.kv_seq == m.kv_seq and turn2.n_reused == 10 and cache.idle_seqs == 0
+
+
+def test_a_sequence_serves_only_prefixes_from_its_kv_floor_on() -> None:
+    """llama.cpp gave the first sliding-window cells of a long idle sequence away: a prompt sharing only
+    its start is not given it (nor does it take the sequence over), its own next turn still is."""
+    floors = {0: 0, 1: 0, 2: 0, 3: 0}
+    cache = PrefixCache(4, 2, 100, kv_floor=floors.__getitem__)
+    conversation = list(range(1, 31))
+    first = cache.acquire(conversation, running=[])
+    cache.release(first.kv_seq, conversation, reusable=True)
+    floors[first.kv_seq] = 20
+    other = cache.acquire([*conversation[:10], 99], running=[])
+    assert other.kv_seq != first.kv_seq and other.n_reused == 0 and other.ops == () and cache.hits == 0
+    running = [(other.kv_seq, [*conversation[:10], 99])]
+    next_turn = cache.acquire([*conversation, 40, 41], running=running)
+    assert (next_turn.kv_seq, next_turn.n_reused) == (first.kv_seq, 30)
+    assert next_turn.ops == (KvTrim(first.kv_seq, 30),), "nothing of it trimmed away"
+
+
+def test_a_lost_prefix_is_no_longer_counted_as_reused() -> None:
+    cache = PrefixCache(4, 2, 100)
+    first = cache.acquire([1, 2, 3, 4, 5], running=[])
+    cache.acquire([1, 2, 3, 9], running=[(first.kv_seq, [1, 2, 3, 4, 5])])
+    assert (cache.hits, cache.reused_tokens) == (1, 3)
+    cache.reuse_lost(3)
+    assert (cache.hits, cache.reused_tokens) == (0, 0)

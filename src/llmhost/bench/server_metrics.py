@@ -13,8 +13,10 @@ Derived figures, from whichever server's names are present (llmhost, llama-serve
 
 - ``server_prefix_cache_hit_rate``: hits / lookups over the level, as the server counts them
   (llmhost: prompts; vLLM: tokens); llama-server has no such counter;
-- ``server_prefix_reuse``: prompt tokens the prefix cache spared / prompt tokens (llmhost's reused and
-  prefilled token counters), and ``server_prefix_reused_tokens``: those tokens;
+- ``server_prefix_reuse``: prompt tokens the prefix cache spared / prompt tokens (llmhost's counters of
+  tokens reused in the context, restored from its host-memory tier and prefilled),
+  ``server_prefix_reused_tokens``: those spared tokens, and ``server_host_restored_tokens``: the part
+  restored from host memory;
 - ``server_routed_by_prefix``: an endpoint with prefix-aware routing: requests sent to the copy holding
   their prefix / requests routed by prefix (the rest went elsewhere for the load bound);
 - ``server_spec_acceptance_rate``: accepted / proposed speculative tokens (llmhost, vLLM);
@@ -53,6 +55,7 @@ ACCEPTANCE_RATES = (
     ("vllm:spec_decode_num_accepted_tokens_total", "vllm:spec_decode_num_draft_tokens_total"),
 )
 PREFIX_REUSED = "llmhost_prefix_cache_reused_tokens_total"
+HOST_RESTORED = "llmhost_prompt_cache_restored_tokens_total"
 PREFILLED = "llmhost_prompt_tokens_prefilled_total"
 ROUTED = ("llmhost_endpoint_routed_prefix_total", "llmhost_endpoint_routed_spilled_total")
 GENERATION_TOKENS = (
@@ -163,9 +166,14 @@ def _reuse(delta: dict[str, float]) -> dict[str, float]:
     """Prefix reuse over the level, and the share of prefix-routed requests that reached their copy."""
     out: dict[str, float] = {}
     reused, prefilled = delta.get(PREFIX_REUSED), delta.get(PREFILLED)
-    if reused is not None and prefilled is not None and reused + prefilled > 0:
-        out["server_prefix_reused_tokens"] = reused
-        out["server_prefix_reuse"] = reused / (reused + prefilled)
+    if reused is not None and prefilled is not None:
+        # absent from a server without the host-memory tier
+        restored = delta.get(HOST_RESTORED, 0.0)
+        reused += restored
+        if reused + prefilled > 0:
+            out["server_prefix_reused_tokens"] = reused
+            out["server_host_restored_tokens"] = restored
+            out["server_prefix_reuse"] = reused / (reused + prefilled)
     routed, spilled = (delta.get(name) for name in ROUTED)
     if routed is not None and spilled is not None and routed + spilled > 0:
         out["server_routed_by_prefix"] = routed / (routed + spilled)

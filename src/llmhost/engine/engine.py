@@ -118,7 +118,8 @@ class Engine:
         self.drafter = drafter
         self.config = config
         host = host_cache(config, model.weights_bytes)
-        self.scheduler = Scheduler(config, host, model.state_key if host is not None else None)
+        state_key = model.state_key if host is not None else None
+        self.scheduler = Scheduler(config, host, state_key, model.kv_floor)
         self.observer = observer
         self.clock = clock
         self._active: dict[str, Active] = {}
@@ -238,8 +239,9 @@ class Engine:
         if host is None:
             return
         try:
-            if host.can_store(key, tokens, self.model.state_seq_size(op.seq)):
-                host.store(key, tokens, self.model.state_seq_save(op.seq))
+            floor = self.model.kv_floor(op.seq)
+            if host.can_store(key, tokens, self.model.state_seq_size(op.seq), floor):
+                host.store(key, tokens, self.model.state_seq_save(op.seq), floor)
         except Exception:
             log.exception("saving the KV state of sequence %d (%d tokens) failed", op.seq, len(tokens))
 
@@ -257,7 +259,7 @@ class Engine:
             log.exception("restoring %d tokens into sequence %d failed", op.keep, op.seq)
         self.model.apply(KvTrim(op.seq, 0))
         if self.scheduler.host is not None:
-            self.scheduler.host.restore_failed(op.keep)
+            self.scheduler.host.refused()
         self.scheduler.prefix_lost(op.seq)
         return False
 

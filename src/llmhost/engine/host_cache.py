@@ -45,6 +45,7 @@ class _Entry:
     key: StateKey
     tokens: list[int]
     data: bytes
+    floor: int = 0  # the shortest prefix of it that can be restored (the sequence's KV floor when saved)
 
 
 @dataclass(slots=True, frozen=True)
@@ -127,7 +128,8 @@ class HostCache:
 
     # -- serving a prompt ------------------------------------------------------------------------------
     def lookup(self, key: StateKey, prompt: list[int]) -> HostMatch | None:
-        """The stored state sharing the longest prefix with `prompt` (at least `min_tokens`), or None.
+        """The stored state sharing the longest prefix with `prompt` (at least `min_tokens`, and at
+        least the state's floor once the prompt's last token, always decoded, is left out), or None.
 
         A check only: nothing is counted and the LRU order is untouched."""
         best: HostMatch | None = None
@@ -135,7 +137,8 @@ class HostCache:
             if entry.key != key:
                 continue
             n = common_prefix_len(prompt, entry.tokens)
-            if n >= self.min_tokens and (best is None or n > best.n_tokens):
+            usable = n >= self.min_tokens and min(n, len(prompt) - 1) >= entry.floor
+            if usable and (best is None or n > best.n_tokens):
                 best = HostMatch(entry, n)
         return best
 
@@ -152,29 +155,33 @@ class HostCache:
         self.restored_tokens += keep
         return entry.data
 
-    def restore_failed(self, keep: int) -> None:
-        """llama.cpp refused a restored state (e.g. no room in the context): the hit is uncounted."""
-        self.hits -= 1
-        self.restored_tokens -= keep
+    def refused(self) -> None:
+        """llama.cpp refused a restored state (e.g. no room in the context); its hit is `uncount`ed too."""
         self.restore_failures += 1
 
-    # -- keeping a state -------------------------------------------------------------------------------
-    def can_store(self, key: StateKey, tokens: list[int], n_bytes: int) -> bool:
-        """Whether a state of `tokens` taking `n_bytes` would be kept: long enough to matter, within
-        the budget, and not already held (a stored state of the same key starting with `tokens`)."""
-        if len(tokens) < self.min_tokens or n_bytes > self.budget_bytes:
-            return False
-        return not any(e.key == key and _starts_with(e.tokens, tokens) for e in self._entries.values())
+    def uncount(self, keep: int) -> None:
+        """A restored prefix of `keep` tokens was not in the context after all: it is prefilled instead."""
+        self.hits -= 1
+        self.restored_tokens -= keep
 
-    def store(self, key: StateKey, tokens: list[int], data: bytes) -> None:
-        """Keep a state: entries it extends are dropped (it serves every prompt they served), then the
+    # -- keeping a state -------------------------------------------------------------------------------
+    def can_store(self, key: StateKey, tokens: list[int], n_bytes: int, floor: int = 0) -> bool:
+        """Whether a state of `tokens` taking `n_bytes`, whose prefixes from `floor` tokens on can be
+        restored, would be kept: long enough to matter, within the budget, and not already held (a
+        stored state of the same key starting with `tokens` and serving as short prefixes)."""
+        if len(tokens) < max(self.min_tokens, floor) or n_bytes > self.budget_bytes:
+            return False
+        return not any(_covers(e, key, tokens, floor) for e in self._entries.values())
+
+    def store(self, key: StateKey, tokens: list[int], data: bytes, floor: int = 0) -> None:
+        """Keep a state: entries it covers are dropped (it serves every prompt they served), then the
         least recently used go until the budget holds."""
-        if not self.can_store(key, tokens, len(data)):
+        if not self.can_store(key, tokens, len(data), floor):
             raise ValueError("store() of a state can_store() refuses")
-        for entry_id, entry in list(self._entries.items()):
-            if entry.key == key and _starts_with(tokens, entry.tokens):
+        entry = _Entry(key, list(tokens), data, floor)
+        for entry_id, old in list(self._entries.items()):
+            if _covers(entry, old.key, old.tokens, old.floor):
                 self._remove(entry_id)
-        entry = _Entry(key, list(tokens), data)
         self._entries[id(entry)] = entry
         self.bytes += len(data)
         self.stores += 1
@@ -185,6 +192,11 @@ class HostCache:
     def _remove(self, entry_id: int) -> None:
         entry = self._entries.pop(entry_id)
         self.bytes -= len(entry.data)
+
+
+def _covers(entry: _Entry, key: StateKey, tokens: list[int], floor: int) -> bool:
+    """Whether `entry` serves every prompt a state of `tokens` with `floor` would serve."""
+    return entry.key == key and entry.floor <= floor and _starts_with(entry.tokens, tokens)
 
 
 def _starts_with(tokens: list[int], prefix: list[int]) -> bool:

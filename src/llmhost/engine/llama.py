@@ -8,6 +8,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import logging
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -162,7 +163,7 @@ class LlamaModel:
         # positions a sliding-window layer looks back (0: no such layers): llama.cpp reuses the SWA cells
         # of positions further back than that for other sequences, even in a full-size SWA cache
         self.swa_window = int(lc.llama_model_n_swa(model))
-        # a KV cache of one cell per position (not a recurrent state): what holds_context checks
+        # a KV cache of one cell per position (not a recurrent state): what kv_floor checks
         self._kv_cells = not (lc.llama_model_is_recurrent(model) or lc.llama_model_is_hybrid(model))
         # an embeddings context holds one input per sequence; a generation context, prompt + output
         limit, value = (
@@ -374,16 +375,24 @@ class LlamaModel:
 
     def holds_context(self, seq_id: int, pos: int) -> bool:
         """Whether `seq_id` holds what a token at `pos` attends to: positions up to `pos` - 1, from 0 or,
-        in sliding-window layers, from a window back. A sequence that shared its cells with a longer one
-        (the same prompt start) may have lost the start of that window: llama.cpp gave those cells,
-        masked for the longer sequence, to other sequences' tokens (measured: 200 of a 900-token
-        sequence's positions gone after another sequence's 300-token prefill)."""
-        if self.seq_len(seq_id) != pos:
-            return False
-        if pos == 0 or not self._kv_cells:
-            return True
+        in sliding-window layers, from a window back (see `kv_floor`)."""
+        return self.seq_len(seq_id) == pos and (pos == 0 or pos >= self.kv_floor(seq_id))
+
+    def kv_floor(self, seq_id: int) -> int:
+        """The shortest prefix of `seq_id`'s KV that a token can be decoded after (0: every prefix).
+
+        A sequence whose positions ran more than a sliding window past some cells may have lost them:
+        llama.cpp gives such cells, masked for it, to other sequences' tokens (measured: 200 of a
+        900-token sequence's positions gone after another sequence's 300-token prefill). Cells go
+        lowest position first, so its KV serves only prefixes long enough that their next token's
+        window starts at or above the first position still held. A cache without sliding-window
+        layers losing any position serves no prefix."""
+        if not self._kv_cells:
+            return 0
         first = int(lc.llama_memory_seq_pos_min(self._mem, seq_id))
-        return 0 <= first <= (max(0, pos - self.swa_window + 1) if self.swa_window else 0)
+        if first <= 0:  # -1: empty
+            return 0
+        return first + self.swa_window - 1 if self.swa_window else sys.maxsize
 
     def state_seq_size(self, seq_id: int) -> int:
         """Bytes `state_seq_save(seq_id)` would return."""

@@ -6,7 +6,7 @@ Pure bookkeeping: it returns the KV operations to perform; the runner performs t
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 
@@ -83,16 +83,24 @@ class PrefixCache:
     """
 
     def __init__(
-        self, n_seq_ids: int, max_idle_seqs: int, max_tokens: int, spill_min_tokens: int = 0
+        self,
+        n_seq_ids: int,
+        max_idle_seqs: int,
+        max_tokens: int,
+        spill_min_tokens: int = 0,
+        kv_floor: Callable[[int], int] | None = None,
     ) -> None:
         """`spill_min_tokens` > 0: KV of at least that many tokens about to be dropped is first saved
-        (`KvSave`) to the host cache tier."""
+        (`KvSave`) to the host cache tier. `kv_floor(kv_seq)`: the shortest prefix of a sequence's KV
+        that can be reused (llama.cpp may have given a long sequence's first sliding-window cells
+        away); None: every prefix."""
         self._free: list[int] = list(range(n_seq_ids - 1, -1, -1))
         self._idle: OrderedDict[int, list[int]] = OrderedDict()
         self._max_idle_seqs = max_idle_seqs
         self._max_tokens = max_tokens
         self._room = max_tokens  # idle tokens allowed now (>= max_tokens; 0: no idle caching)
         self._spill_min = spill_min_tokens
+        self._kv_floor = kv_floor
         self.lookups = 0
         self.hits = 0
         self.reused_tokens = 0
@@ -111,17 +119,28 @@ class PrefixCache:
     def best_match(
         self, prompt: list[int], running: Iterable[tuple[int, list[int]]]
     ) -> tuple[int, int, bool]:
-        """(kv_seq, tokens shared, is_idle) of the longest prefix among idle and running sequences."""
+        """(kv_seq, tokens shared, is_idle) of the longest prefix among idle and running sequences
+        whose KV can serve it."""
         best = (-1, 0, False)
         for seq_id, tokens in self._idle.items():
             n = common_prefix_len(prompt, tokens)
-            if n > best[1]:
+            if n > best[1] and self._serves(seq_id, n, len(prompt)):
                 best = (seq_id, n, True)
         for seq_id, tokens in running:
             n = common_prefix_len(prompt, tokens)
-            if n > best[1]:
+            if n > best[1] and self._serves(seq_id, n, len(prompt)):
                 best = (seq_id, n, False)
         return best
+
+    def _serves(self, kv_seq: int, shared: int, prompt_len: int) -> bool:
+        """Whether `kv_seq`'s first `shared` positions can be reused by a prompt of `prompt_len` tokens
+        (which decodes its last token itself)."""
+        return self._kv_floor is None or min(shared, prompt_len - 1) >= self._kv_floor(kv_seq)
+
+    def reuse_lost(self, n_tokens: int) -> None:
+        """A prefix counted as reused was not in the context after all: it is prefilled instead."""
+        self.hits -= 1
+        self.reused_tokens -= n_tokens
 
     def acquire(
         self, prompt: list[int], running: Iterable[tuple[int, list[int]]], reuse: bool = True

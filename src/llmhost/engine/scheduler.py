@@ -6,6 +6,7 @@ The scheduler returns plain data (a StepPlan); it never touches llama.cpp or HTT
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from llmhost.engine.config import EngineConfig
@@ -87,10 +88,15 @@ def prefill_shares(prefilling: list[Sequence], budget: int) -> list[tuple[Sequen
 
 
 class Scheduler:
-    """`host`: the host-memory cache tier (None: off), whose states are valid under `state_key`."""
+    """`host`: the host-memory cache tier (None: off), whose states are valid under `state_key`;
+    `kv_floor`: the shortest reusable prefix of a KV sequence (see PrefixCache)."""
 
     def __init__(
-        self, config: EngineConfig, host: HostCache | None = None, state_key: StateKey | None = None
+        self,
+        config: EngineConfig,
+        host: HostCache | None = None,
+        state_key: StateKey | None = None,
+        kv_floor: Callable[[int], int] | None = None,
     ) -> None:
         if config.max_batch_tokens < config.max_concurrent:
             raise ValueError(
@@ -104,7 +110,7 @@ class Scheduler:
         self.state_key = state_key or StateKey("")
         spill = host.min_tokens if host is not None else 0
         self.cache = PrefixCache(
-            config.n_seq_max, config.prefix_cache_seqs, config.prefix_cache_tokens, spill
+            config.n_seq_max, config.prefix_cache_seqs, config.prefix_cache_tokens, spill, kv_floor
         )
         self._pending_ops: list[KvOp] = []
         # what a token of a decode step costs: whether a sequence's guesses pay for their place
@@ -134,6 +140,7 @@ class Scheduler:
             ops.append(KvRestore(match.kv_seq, n_reused, data, saved.n_state_tokens))
         seq.kv_seq = match.kv_seq
         seq.n_computed = seq.n_reused = n_reused
+        seq.restored = saved is not None
         seq.status = SeqStatus.PREFILL
         seq.admitted_s = now_s
         self.running.append(seq)
@@ -152,11 +159,17 @@ class Scheduler:
         return saved if gain >= self.host.min_tokens else None
 
     def prefix_lost(self, kv_seq: int) -> Sequence | None:
-        """The prefix planned for `kv_seq` is not in the context (llama.cpp refused its restore, or it was
-        to be copied from one so refused): its sequence prefills its whole prompt."""
+        """The prefix planned for `kv_seq` is not in the context (llama.cpp refused its restore, it was
+        to be copied from one so refused, or its sliding-window cells went to other sequences): its
+        sequence prefills its whole prompt, and the prefix is no longer counted as reused."""
         for seq in self.running:
             if seq.kv_seq == kv_seq:
+                if seq.n_reused and seq.restored and self.host is not None:
+                    self.host.uncount(seq.n_reused)
+                elif seq.n_reused:
+                    self.cache.reuse_lost(seq.n_reused)
                 seq.n_computed = seq.n_reused = 0
+                seq.restored = False
                 return seq
         return None
 

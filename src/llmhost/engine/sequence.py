@@ -33,6 +33,8 @@ class Sequence:
     n_computed: int = 0
     # prompt tokens taken from the prefix cache instead of prefilled
     n_reused: int = 0
+    # those tokens were restored from host memory (not shared within the context)
+    restored: bool = False
     output: list[int] = field(default_factory=list)
     admitted_s: float = 0.0
     # absolute clock times after which the request is dropped: still waiting / at all (inf: never)

@@ -18,7 +18,7 @@ from llmhost.engine import (
     SamplingParams,
 )
 from llmhost.engine.drafter import Drafter
-from llmhost.engine.engine import KvOpError
+from llmhost.engine.kv_runner import KvOpError
 from llmhost.engine.prefix_cache import KvTrim
 from tests.unit.engine_fakes import BOMB, N_VOCAB, POISON, FakeModel, config, engine_factory, expected
 

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from llmhost.engine.config import EngineConfig, available_cpus
-    from llmhost.engine.engine import Engine, EngineObserver, EngineStats
+    from llmhost.engine.engine import Engine
     from llmhost.engine.llama import LlamaModel, ModelInfo, ModelLoadError
     from llmhost.engine.loop import AsyncEngine, RequestStream
     from llmhost.engine.request import (
@@ -30,12 +30,13 @@ if TYPE_CHECKING:
         Timings,
         TokenLogprob,
     )
+    from llmhost.engine.stats import EngineObserver, EngineStats
     from llmhost.engine.worker import EngineState
 
 # name → the module defining it, imported on first use
 _HOMES = {
     "EngineConfig": "config", "available_cpus": "config",
-    "Engine": "engine", "EngineObserver": "engine", "EngineStats": "engine",
+    "Engine": "engine", "EngineObserver": "stats", "EngineStats": "stats",
     "LlamaModel": "llama", "ModelInfo": "llama", "ModelLoadError": "llama",
     "AsyncEngine": "loop", "EngineState": "worker", "RequestStream": "loop",
     **dict.fromkeys((

@@ -7,6 +7,7 @@ none of the target's prefix-cache bookkeeping: a sequence's draft KV is cleared 
 from __future__ import annotations
 
 import dataclasses
+import logging
 
 import numpy as np
 
@@ -14,6 +15,8 @@ from llmhost.engine.llama import LlamaModel, ModelLoadError
 from llmhost.engine.prefix_cache import KvTrim
 from llmhost.engine.scheduler import BatchItem
 from llmhost.engine.sequence import Sequence
+
+log = logging.getLogger(__name__)
 
 
 class Drafter:
@@ -35,6 +38,22 @@ class Drafter:
         """A sequence ended: free its draft KV now rather than when its id is next admitted."""
         self.model.apply(KvTrim(seq.kv_seq, 0))
         seq.draft_pos = 0
+
+    def fill(self, items: list[BatchItem]) -> list[BatchItem]:
+        """`items`, those with room for guesses given their drafts; if the draft model fails, `items` as
+        they are (drafts only speed things up: the step goes on without them)."""
+        wanting = [item for item in items if item.draft_room > 0]
+        if not wanting:
+            return items
+        try:
+            proposed = self.propose(wanting)
+        except Exception:
+            log.exception("draft model failed; decoding without drafts this step")
+            for item in wanting:
+                self.reset(item.seq)
+            return items
+        filled = {id(old): new for old, new in zip(wanting, proposed, strict=True)}
+        return [filled.get(id(item), item) for item in items]
 
     def propose(self, items: list[BatchItem]) -> list[BatchItem]:
         """`items` with their drafts filled: up to `draft_room` greedy guesses each, one batched draft

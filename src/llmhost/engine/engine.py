@@ -14,87 +14,32 @@ import logging
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from llmhost.engine.config import EngineConfig
 from llmhost.engine.constraint import ConstraintCompiler, grammar_of
 from llmhost.engine.drafter import Drafter
 from llmhost.engine.host_cache import host_cache
+from llmhost.engine.kv_runner import KvOpError, KvRunner
 from llmhost.engine.llama import LlamaModel
 from llmhost.engine.output import Active, Emit, process_tokens, timings
-from llmhost.engine.prefix_cache import KvCopy, KvOp, KvRestore, KvSave, KvTrim
+from llmhost.engine.prefix_cache import KvTrim
 from llmhost.engine.request import (
     FinishReason,
     GenerationEvent,
     GenerationRequest,
-    RequestTooLargeError,
     TokenLogprob,
+    check_limits,
     check_token_ids,
 )
-from llmhost.engine.sampling import Sampler, plain_greedy, prompt_logprobs
+from llmhost.engine.sampling import Sampler, plain_greedy, prompt_logprobs, verify_draft
 from llmhost.engine.scheduler import BatchItem, Scheduler, StepPlan
 from llmhost.engine.sequence import SeqStatus, Sequence
 from llmhost.engine.speculative import DraftLength, NgramIndex
+from llmhost.engine.stats import EngineObserver, EngineStats
 from llmhost.engine.text import IncrementalDetokenizer
 
 log = logging.getLogger(__name__)
-
-
-class EngineObserver(Protocol):
-    def on_step(self, num_seqs: int, num_tokens: int, seconds: float) -> None: ...
-
-    def on_finish(self, event: GenerationEvent) -> None: ...
-
-
-@dataclass(slots=True, frozen=True)
-class EngineStats:
-    running: int
-    waiting: int
-    kv_tokens_used: int
-    kv_tokens_capacity: int
-    steps: int
-    prefix_cache_lookups: int
-    prefix_cache_hits: int
-    prefix_cache_reused_tokens: int
-    prompt_tokens_prefilled: int
-    draft_tokens: int = 0
-    draft_tokens_accepted: int = 0
-    # the host-memory tier: states restored, prompt tokens they spared, states kept and evicted,
-    # restores llama.cpp refused, and the bytes held against the budget
-    prompt_cache_hits: int = 0
-    prompt_cache_restored_tokens: int = 0
-    prompt_cache_stores: int = 0
-    prompt_cache_evictions: int = 0
-    prompt_cache_restore_failures: int = 0
-    prompt_cache_entries: int = 0
-    prompt_cache_bytes: int = 0
-    prompt_cache_capacity_bytes: int = 0
-
-
-def check_limits(config: EngineConfig, n_prompt: int, max_tokens: int) -> None:
-    """Raise RequestTooLargeError naming the field and both numbers."""
-    if n_prompt == 0:
-        raise RequestTooLargeError("prompt", 0, 1, "the prompt is empty: at least one token is needed")
-    if n_prompt > config.max_input_tokens:
-        raise RequestTooLargeError(
-            "prompt",
-            n_prompt,
-            config.max_input_tokens,
-            f"the prompt has {n_prompt} tokens; MAX_INPUT_LENGTH is {config.max_input_tokens}",
-        )
-    if n_prompt + max_tokens > config.max_total_tokens:
-        raise RequestTooLargeError(
-            "max_tokens",
-            n_prompt + max_tokens,
-            config.max_total_tokens,
-            f"prompt tokens ({n_prompt}) + max new tokens ({max_tokens}) = {n_prompt + max_tokens} "
-            f"exceeds MAX_TOTAL_TOKENS {config.max_total_tokens}",
-        )
-
-
-class KvOpError(RuntimeError):
-    """A KV cache operation failed; it is retried at the next step."""
 
 
 def _deadline(start: float, *timeouts: float | None) -> float:
@@ -120,6 +65,7 @@ class Engine:
         host = host_cache(config, model.weights_bytes)
         state_key = model.state_key if host is not None else None
         self.scheduler = Scheduler(config, host, state_key, model.kv_floor)
+        self.kv = KvRunner(model, self.scheduler)
         self.observer = observer
         self.clock = clock
         self._active: dict[str, Active] = {}
@@ -197,71 +143,18 @@ class Engine:
     def _run(self, plan: StepPlan) -> dict[str, list[int]]:
         for seq in plan.admitted:
             self._guard(seq, "sampler", self._start, seq)
-        refused = self._apply(plan.kv_ops)
+        try:
+            refused = self.kv.apply(plan.kv_ops)
+        except KvOpError:
+            self._plan = None  # no sequence is at fault: none is failed by `recover`
+            raise
         plan.items = [
             i for i in plan.items
             if i.seq.status is not SeqStatus.FINISHED and i.seq.kv_seq not in refused and self._kv_holds(i)
         ]  # fmt: skip
         if self.drafter is not None and plan.items:
-            plan.items = self._with_drafts(self.drafter, plan.items)
+            plan.items = self.drafter.fill(plan.items)
         return self._decode_and_sample(plan.items) if plan.items else {}
-
-    def _apply(self, ops: list[KvOp]) -> set[int]:
-        """Perform KV operations; if an edit fails, it and those after it are kept for the next step,
-        and this step decodes nothing (no sequence is at fault: none is failed). Returns the KV
-        sequences whose restore from host memory was refused: they prefill from scratch next step."""
-        refused: set[int] = set()
-        for i, op in enumerate(ops):
-            if isinstance(op, KvSave):
-                self._save(op)
-                continue
-            if isinstance(op, KvRestore):
-                if not self._restore(op):
-                    refused.add(op.seq)
-                continue
-            if isinstance(op, KvCopy) and op.src in refused:  # nothing there to copy
-                self.scheduler.prefix_lost(op.dst)
-                refused.add(op.dst)
-                continue
-            try:
-                self.model.apply(op)
-            except Exception as exc:
-                self.scheduler.restore_ops(ops[i:])
-                self._plan = None
-                raise KvOpError(f"{op} failed: {exc}") from exc
-        return refused
-
-    def _save(self, op: KvSave) -> None:
-        """Keep the state of KV about to leave the context in host memory; a failure loses the copy
-        only (its tokens are prefilled again when next needed)."""
-        host, key = self.scheduler.host, self.scheduler.state_key
-        tokens = list(op.tokens)
-        if host is None:
-            return
-        try:
-            floor = self.model.kv_floor(op.seq)
-            if host.can_store(key, tokens, self.model.state_seq_size(op.seq), floor):
-                host.store(key, tokens, self.model.state_seq_save(op.seq), floor)
-        except Exception:
-            log.exception("saving the KV state of sequence %d (%d tokens) failed", op.seq, len(tokens))
-
-    def _restore(self, op: KvRestore) -> bool:
-        """Load a state from host memory into its (empty) sequence, trimmed to what the prompt shares.
-        False if llama.cpp refused it (e.g. no contiguous cells free): the sequence is then emptied."""
-        try:
-            loaded = self.model.state_seq_load(op.seq, op.data)
-            if loaded >= op.keep:
-                if loaded > op.keep:
-                    self.model.apply(KvTrim(op.seq, op.keep))
-                return True
-            log.warning("restoring %d tokens into sequence %d failed: it holds %d", op.keep, op.seq, loaded)
-        except Exception:
-            log.exception("restoring %d tokens into sequence %d failed", op.keep, op.seq)
-        self.model.apply(KvTrim(op.seq, 0))
-        if self.scheduler.host is not None:
-            self.scheduler.host.refused()
-        self.scheduler.prefix_lost(op.seq)
-        return False
 
     def _kv_holds(self, item: BatchItem) -> bool:
         """Whether `item`'s sequence holds what its tokens attend to. llama.cpp decodes without a word
@@ -296,20 +189,6 @@ class Engine:
         except Exception as exc:
             log.exception("request %s: %s failed", seq.request_id, what)
             self._fail(seq, f"{what} failed: {type(exc).__name__}: {exc}", what)
-
-    def _with_drafts(self, drafter: Drafter, items: list[BatchItem]) -> list[BatchItem]:
-        wanting = [item for item in items if item.draft_room > 0]
-        if not wanting:
-            return items
-        try:
-            proposed = drafter.propose(wanting)
-        except Exception:  # drafts only speed things up: go on without them this step
-            log.exception("draft model failed; decoding without drafts this step")
-            for item in wanting:
-                drafter.reset(item.seq)
-            return items
-        filled = {id(old): new for old, new in zip(wanting, proposed, strict=True)}
-        return [filled.get(id(item), item) for item in items]
 
     @staticmethod
     def _prompt_logits(item: BatchItem) -> bool:
@@ -368,19 +247,7 @@ class Engine:
 
     def _sample_one(self, active: Active, idx: int, draft: tuple[int, ...]) -> None:
         assert active.sampler is not None
-        active.pending = self._verify(active.sampler, idx, draft)
-
-    @staticmethod
-    def _verify(sampler: Sampler, idx: int, draft: tuple[int, ...]) -> list[tuple[int, TokenLogprob | None]]:
-        """The model's own tokens at each drafted position, up to and including the first that differs
-        from the draft (all accepted: one more, from the last position)."""
-        out = []
-        for j in range(len(draft) + 1):
-            token, logprob = sampler.sample(idx + j)
-            out.append((token, logprob))
-            if j == len(draft) or token != draft[j]:
-                break
-        return out
+        active.pending = verify_draft(active.sampler, idx, draft)
 
     def _postprocess(self, plan: StepPlan, sampled: dict[str, list[int]]) -> None:
         self.scheduler.postprocess(plan, sampled, self.clock())
@@ -511,20 +378,6 @@ class Engine:
             self.scheduler.step_cost.observe(plan.num_tokens, seconds)
         if self.observer is not None:
             self.observer.on_step(plan.num_seqs, plan.num_tokens, seconds)
-
-    def preload_prefix(self, tokens: list[int], state: bytes) -> bool:
-        """Restore a saved KV state of `tokens` as an idle cached prefix; False if it could not be kept.
-
-        A later prompt starting with `tokens` then prefills only what follows them.
-        """
-        kv_seq = self.scheduler.cache.adopt(tokens)
-        if kv_seq is None:
-            return False
-        if self.model.state_seq_load(kv_seq, state) != len(tokens):
-            for op in self.scheduler.cache.drop(kv_seq):
-                self.model.apply(op)
-            return False
-        return True
 
     def stats(self) -> EngineStats:
         sched = self.scheduler

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from llmhost.engine.config import EngineConfig
 from llmhost.engine.drafter import Drafter
-from llmhost.engine.engine import Engine, EngineObserver, EngineStats, check_limits
+from llmhost.engine.engine import Engine
 from llmhost.engine.llama import LlamaModel
 from llmhost.engine.prefix_state import load_prefix_state
 from llmhost.engine.request import (
@@ -25,8 +25,10 @@ from llmhost.engine.request import (
     GenerationRequest,
     InvalidRequestError,
     QueueFullError,
+    check_limits,
     check_token_ids,
 )
+from llmhost.engine.stats import EngineObserver, EngineStats
 from llmhost.engine.worker import EngineState, ModelWorker
 
 log = logging.getLogger(__name__)
@@ -91,7 +93,7 @@ def _preload(engine: Engine, path: str) -> None:
     """Restore a saved prefix KV state; a state that does not fit is skipped, never fatal."""
     try:
         tokens, state = load_prefix_state(path)
-        ok = engine.preload_prefix(tokens, state)
+        ok = engine.kv.preload_prefix(tokens, state)
     except (OSError, ValueError) as exc:
         log.warning("prefix state %s not loaded: %s", path, exc)
         return

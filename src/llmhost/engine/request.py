@@ -5,6 +5,10 @@ from __future__ import annotations
 import enum
 import math
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from llmhost.engine.config import EngineConfig
 
 
 class FinishReason(enum.StrEnum):
@@ -268,3 +272,24 @@ class RequestTooLargeError(EngineError):
         self.field_name = field_name
         self.value = value
         self.limit = limit
+
+
+def check_limits(config: EngineConfig, n_prompt: int, max_tokens: int) -> None:
+    """Raise RequestTooLargeError naming the field and both numbers."""
+    if n_prompt == 0:
+        raise RequestTooLargeError("prompt", 0, 1, "the prompt is empty: at least one token is needed")
+    if n_prompt > config.max_input_tokens:
+        raise RequestTooLargeError(
+            "prompt",
+            n_prompt,
+            config.max_input_tokens,
+            f"the prompt has {n_prompt} tokens; MAX_INPUT_LENGTH is {config.max_input_tokens}",
+        )
+    if n_prompt + max_tokens > config.max_total_tokens:
+        raise RequestTooLargeError(
+            "max_tokens",
+            n_prompt + max_tokens,
+            config.max_total_tokens,
+            f"prompt tokens ({n_prompt}) + max new tokens ({max_tokens}) = {n_prompt + max_tokens} "
+            f"exceeds MAX_TOTAL_TOKENS {config.max_total_tokens}",
+        )

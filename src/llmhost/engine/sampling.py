@@ -148,3 +148,15 @@ def prompt_logprobs(rows: npt.NDArray[np.float32], tokens: list[int], top_n: int
             best = row_idx[np.argsort(-rows[i, row_idx])]
             tops[i] = tuple((int(t), float(rows[i, t] - log_z[i])) for t in best)
     return [TokenLogprob(int(t), float(v), top) for t, v, top in zip(tokens, picked, tops, strict=True)]
+
+
+def verify_draft(sampler: Sampler, idx: int, draft: tuple[int, ...]) -> list[tuple[int, TokenLogprob | None]]:
+    """The model's own tokens at each drafted position (logits rows from `idx`), up to and including the
+    first that differs from the draft (all accepted: one more, from the last position)."""
+    out = []
+    for j in range(len(draft) + 1):
+        token, logprob = sampler.sample(idx + j)
+        out.append((token, logprob))
+        if j == len(draft) or token != draft[j]:
+            break
+    return out

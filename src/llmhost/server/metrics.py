@@ -8,8 +8,8 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from llmhost.engine.engine import EngineStats
 from llmhost.engine.request import GenerationEvent
+from llmhost.engine.stats import EngineStats
 
 # metric names carry their unit
 REQUESTS_TOTAL = "llmhost_requests"  # _total added by the client library

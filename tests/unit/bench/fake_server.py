@@ -63,7 +63,7 @@ class FakeEngine:
         self.drafts = 0
 
     def stats(self) -> Any:
-        from llmhost.engine.engine import EngineStats
+        from llmhost.engine.stats import EngineStats
 
         return EngineStats(
             running=min(self.in_flight, 2), waiting=max(self.in_flight - 2, 0),

@@ -163,7 +163,7 @@ def test_preloaded_state_prefills_only_the_suffix(built: Path) -> None:
             prompt = engine.model.tokenize(SYSTEM + " the dog runs")
             assert prompt[: len(tokens)] == tokens
             if preload:
-                assert engine.preload_prefix(tokens, state)
+                assert engine.kv.preload_prefix(tokens, state)
             generated, final = run(engine, prompt)
         finally:
             engine.close()
@@ -191,7 +191,7 @@ def test_a_state_that_does_not_fit_is_refused(built: Path) -> None:
     engine = Engine(LlamaModel(built / MODEL_GGUF, config), config)
     try:
         # saved with flash attention (V not transposed): llama.cpp rejects it, the id is freed
-        assert not engine.preload_prefix(tokens, state)
+        assert not engine.kv.preload_prefix(tokens, state)
         assert engine.scheduler.cache.idle_seqs == 0
         _, final = run(engine, engine.model.tokenize(SYSTEM))
         assert final.timings is not None and final.timings.cache_n == 0

@@ -1,0 +1,97 @@
+"""The KV operations a step planned, performed on llama.cpp's context and the host-memory tier.
+
+The scheduler plans copies, trims, saves and restores as plain data (`prefix_cache.KvOp`); this runs
+them in order, and tells the scheduler what did not happen (a refused restore, a copy of nothing), so
+no sequence counts as held a prefix its KV lacks.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from llmhost.engine.llama import LlamaModel
+from llmhost.engine.prefix_cache import KvCopy, KvOp, KvRestore, KvSave, KvTrim
+from llmhost.engine.scheduler import Scheduler
+
+log = logging.getLogger(__name__)
+
+
+class KvOpError(RuntimeError):
+    """A KV cache operation failed; it is retried at the next step."""
+
+
+class KvRunner:
+    def __init__(self, model: LlamaModel, scheduler: Scheduler) -> None:
+        self.model = model
+        self.scheduler = scheduler
+
+    def apply(self, ops: list[KvOp]) -> set[int]:
+        """Perform KV operations; if an edit fails, it and those after it are kept for the next step,
+        and this step decodes nothing (no sequence is at fault: none is failed). Returns the KV
+        sequences whose restore from host memory was refused: they prefill from scratch next step."""
+        refused: set[int] = set()
+        for i, op in enumerate(ops):
+            if isinstance(op, KvSave):
+                self.save(op)
+                continue
+            if isinstance(op, KvRestore):
+                if not self.restore(op):
+                    refused.add(op.seq)
+                continue
+            if isinstance(op, KvCopy) and op.src in refused:  # nothing there to copy
+                self.scheduler.prefix_lost(op.dst)
+                refused.add(op.dst)
+                continue
+            try:
+                self.model.apply(op)
+            except Exception as exc:
+                self.scheduler.restore_ops(ops[i:])
+                raise KvOpError(f"{op} failed: {exc}") from exc
+        return refused
+
+    def save(self, op: KvSave) -> None:
+        """Keep the state of KV about to leave the context in host memory; a failure loses the copy
+        only (its tokens are prefilled again when next needed)."""
+        host, key = self.scheduler.host, self.scheduler.state_key
+        tokens = list(op.tokens)
+        if host is None:
+            return
+        try:
+            floor = self.model.kv_floor(op.seq)
+            if host.can_store(key, tokens, self.model.state_seq_size(op.seq), floor):
+                host.store(key, tokens, self.model.state_seq_save(op.seq), floor)
+        except Exception:
+            log.exception("saving the KV state of sequence %d (%d tokens) failed", op.seq, len(tokens))
+
+    def restore(self, op: KvRestore) -> bool:
+        """Load a state from host memory into its (empty) sequence, trimmed to what the prompt shares.
+        False if llama.cpp refused it (e.g. no contiguous cells free): the sequence is then emptied."""
+        try:
+            loaded = self.model.state_seq_load(op.seq, op.data)
+            if loaded >= op.keep:
+                if loaded > op.keep:
+                    self.model.apply(KvTrim(op.seq, op.keep))
+                return True
+            log.warning("restoring %d tokens into sequence %d failed: it holds %d", op.keep, op.seq, loaded)
+        except Exception:
+            log.exception("restoring %d tokens into sequence %d failed", op.keep, op.seq)
+        self.model.apply(KvTrim(op.seq, 0))
+        if self.scheduler.host is not None:
+            self.scheduler.host.refused()
+        self.scheduler.prefix_lost(op.seq)
+        return False
+
+    def preload_prefix(self, tokens: list[int], state: bytes) -> bool:
+        """Restore a saved KV state of `tokens` as an idle cached prefix; False if it could not be kept.
+
+        A later prompt starting with `tokens` then prefills only what follows them.
+        """
+        kv_seq = self.scheduler.cache.adopt(tokens)
+        if kv_seq is None:
+            return False
+        if self.model.state_seq_load(kv_seq, state) != len(tokens):
+            for op in self.scheduler.cache.drop(kv_seq):
+                self.model.apply(op)
+            return False
+        return True
+

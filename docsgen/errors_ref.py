@@ -16,8 +16,7 @@ from docsgen.md import table
 from llmhost.asgi import RequestContextMiddleware
 from llmhost.auth import ApiKeyMiddleware, load_keys
 from llmhost.engine.config import EngineConfig
-from llmhost.engine.engine import check_limits
-from llmhost.engine.request import EngineError, QueueFullError
+from llmhost.engine.request import EngineError, QueueFullError, check_limits
 from llmhost.lifecycle import Lifecycle
 from llmhost.sagemaker_runtime import log_stream, model_error, service_unavailable
 from llmhost.server import errors

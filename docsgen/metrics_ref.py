@@ -9,7 +9,7 @@ from prometheus_client.metrics import MetricWrapperBase
 
 from docsgen.md import table
 from llmhost.endpoint.metrics import router_families
-from llmhost.engine.engine import EngineStats
+from llmhost.engine.stats import EngineStats
 from llmhost.server.metrics import ServerMetrics
 
 SUFFIXES = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count"), "gauge": ("",)}

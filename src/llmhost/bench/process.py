@@ -5,9 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
-import ctypes.util
-import functools
 import json
 import os
 import re
@@ -17,28 +14,15 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
 import yaml
 
 from llmhost.bench.http import simple_request
+from llmhost.children import die_with_parent
 
 HOST = "127.0.0.1"
-PR_SET_PDEATHSIG = 1  # linux/prctl.h
-
-
-@functools.cache
-def _libc() -> Any:
-    return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-
-
-def die_with_parent() -> Callable[[], None]:
-    """What a child runs between fork and exec to get SIGTERM when the process that started it dies, so
-    a killed `llmhost tune` or `bench sweep` leaves no server behind (its own session keeps it from the
-    terminal's signals). libc is loaded here, in the parent: the child only makes the call."""
-    return functools.partial(_libc().prctl, PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def llmhost_command() -> list[str]:

@@ -3,17 +3,14 @@ between fork and exec (CPU pinning, dying with the endpoint, joining its memory 
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import os
 import signal
 import socket
 from collections.abc import Callable
-from typing import Any
 
 import psutil
 
-PR_SET_PDEATHSIG = 1
+from llmhost.children import die_with_parent
 
 
 def free_port() -> int:
@@ -46,18 +43,12 @@ def exit_reason(code: int) -> str:
     return f"exited with code {code}"
 
 
-_libc: Any = None
-
-
 def preexec(cpus: tuple[int, ...], cgroup_procs: str | None) -> Callable[[], None]:
-    global _libc
-    if _libc is None:
-        _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-    libc = _libc
+    die_with_endpoint = die_with_parent()
 
     def run() -> None:  # in the child, between fork and exec: no allocation-heavy work
         os.sched_setaffinity(0, cpus)
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)  # the endpoint died: do not linger
+        die_with_endpoint()
         if cgroup_procs is not None:
             try:
                 with open(cgroup_procs, "w") as f:

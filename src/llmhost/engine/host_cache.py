@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import psutil
 
 from llmhost.engine.config import EngineConfig
-from llmhost.engine.prefix_cache import common_prefix_len
+from llmhost.engine.prefix_cache import common_prefix_len, reusable
 
 log = logging.getLogger(__name__)
 
@@ -137,7 +137,7 @@ class HostCache:
             if entry.key != key:
                 continue
             n = common_prefix_len(prompt, entry.tokens)
-            usable = n >= self.min_tokens and min(n, len(prompt) - 1) >= entry.floor
+            usable = n >= self.min_tokens and reusable(n, prompt) >= entry.floor
             if usable and (best is None or n > best.n_tokens):
                 best = HostMatch(entry, n)
         return best

@@ -53,9 +53,9 @@ class KvRunner:
         """Keep the state of KV about to leave the context in host memory; a failure loses the copy
         only (its tokens are prefilled again when next needed)."""
         host, key = self.scheduler.host, self.scheduler.state_key
-        tokens = list(op.tokens)
         if host is None:
             return
+        tokens = list(op.tokens)
         try:
             floor = self.model.kv_floor(op.seq)
             if host.can_store(key, tokens, self.model.state_seq_size(op.seq), floor):
@@ -94,4 +94,3 @@ class KvRunner:
                 self.model.apply(op)
             return False
         return True
-

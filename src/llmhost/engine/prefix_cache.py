@@ -67,6 +67,12 @@ def common_prefix_len(a: list[int], b: list[int]) -> int:
     return lo
 
 
+def reusable(shared: int, prompt: list[int]) -> int:
+    """Of `shared` leading tokens of `prompt` held somewhere, those it can take instead of computing: all
+    but its last, which is always decoded (its logits give the first new token)."""
+    return min(shared, len(prompt) - 1)
+
+
 @dataclass(slots=True, frozen=True)
 class PrefixMatch:
     kv_seq: int  # the sequence id the new request gets
@@ -124,18 +130,17 @@ class PrefixCache:
         best = (-1, 0, False)
         for seq_id, tokens in self._idle.items():
             n = common_prefix_len(prompt, tokens)
-            if n > best[1] and self._serves(seq_id, n, len(prompt)):
+            if n > best[1] and self._serves(seq_id, reusable(n, prompt)):
                 best = (seq_id, n, True)
         for seq_id, tokens in running:
             n = common_prefix_len(prompt, tokens)
-            if n > best[1] and self._serves(seq_id, n, len(prompt)):
+            if n > best[1] and self._serves(seq_id, reusable(n, prompt)):
                 best = (seq_id, n, False)
         return best
 
-    def _serves(self, kv_seq: int, shared: int, prompt_len: int) -> bool:
-        """Whether `kv_seq`'s first `shared` positions can be reused by a prompt of `prompt_len` tokens
-        (which decodes its last token itself)."""
-        return self._kv_floor is None or min(shared, prompt_len - 1) >= self._kv_floor(kv_seq)
+    def _serves(self, kv_seq: int, n_reused: int) -> bool:
+        """Whether a prompt can take `kv_seq`'s first `n_reused` positions (at or above its KV floor)."""
+        return self._kv_floor is None or n_reused >= self._kv_floor(kv_seq)
 
     def reuse_lost(self, n_tokens: int) -> None:
         """A prefix counted as reused was not in the context after all: it is prefilled instead."""
@@ -153,8 +158,7 @@ class PrefixCache:
             raise RuntimeError("no KV sequence id available")
         self.lookups += 1
         src, shared, is_idle = self.best_match(prompt, list(running))
-        # the last prompt token is always decoded: its logits give the first new token
-        shared = min(shared, len(prompt) - 1) if reuse else 0
+        shared = reusable(shared, prompt) if reuse else 0
         if shared > 0:
             self.hits += 1
             self.reused_tokens += shared

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from llmhost.engine.config import EngineConfig
 from llmhost.engine.host_cache import HostCache, HostMatch, StateKey
-from llmhost.engine.prefix_cache import KvOp, KvRestore, KvTrim, PrefixCache, common_prefix_len
+from llmhost.engine.prefix_cache import KvOp, KvRestore, KvTrim, PrefixCache, common_prefix_len, reusable
 from llmhost.engine.sequence import SeqStatus, Sequence
 from llmhost.engine.speculative import blend
 from llmhost.engine.step_cost import StepCost
@@ -135,7 +135,7 @@ class Scheduler:
         ops = list(match.ops)
         n_reused = match.n_reused
         if saved is not None and self.host is not None:
-            n_reused = min(saved.n_tokens, len(seq.prompt) - 1)
+            n_reused = reusable(saved.n_tokens, seq.prompt)
             data = self.host.restore(saved, n_reused)
             ops.append(KvRestore(match.kv_seq, n_reused, data, saved.n_state_tokens))
         seq.kv_seq = match.kv_seq
@@ -155,7 +155,7 @@ class Scheduler:
         if saved is None:
             return None
         _, in_context, _ = self.cache.best_match(prompt, running)
-        gain = min(saved.n_tokens, len(prompt) - 1) - min(in_context, len(prompt) - 1)
+        gain = reusable(saved.n_tokens, prompt) - reusable(in_context, prompt)
         return saved if gain >= self.host.min_tokens else None
 
     def prefix_lost(self, kv_seq: int) -> Sequence | None:

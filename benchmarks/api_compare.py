@@ -2,7 +2,7 @@
 of one `llmhost serve`, in one run: does an agent API cost anything over chat completions?
 
 One server (the instruct model SmolLM2 135M unless --model, its own chat template) with the prefix
-cache off (--prefix-cache-tokens 0), so that no API is answered from the KV another one left: every
+cache off (--prefix-cache-seqs 0), so that no API is answered from the KV another one left: every
 request prefills its whole prompt. The load comes from `llmhost.bench` over HTTP (streamed, temperature
 0, the same TTFT and token accounting for every API): 16 built-in prompts as one user turn each, at
 concurrency 1 and 8. Each level measures the three APIs `--repeats` times, their order rotated every
@@ -63,7 +63,7 @@ class Server:
         self.log = Path(tempfile.mkdtemp(prefix="api-compare-")) / "serve.log"
         cmd = [sys.executable, "-m", "llmhost.cli", "serve", model, "--host", "127.0.0.1",
                "--port", str(port), "--threads", str(threads), "--max-concurrent", str(max_concurrent),
-               "--prefix-cache-tokens", "0", "--served-model-name", "bench"]  # fmt: skip
+               "--prefix-cache-seqs", "0", "--served-model-name", "bench"]  # fmt: skip
         with self.log.open("wb") as out:
             self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + STARTUP_TIMEOUT_S
@@ -165,9 +165,16 @@ def build_report(results: dict[str, Any], args: argparse.Namespace, model: str, 
         levels[level] = {"apis": summary, "ratios": ratios}
     return {
         "machine": {"cpus": len(os.sched_getaffinity(0)), "platform": platform.platform()},
-        "settings": {"model": model, "threads": args.threads, "prompts": n, "new_tokens": args.new_tokens,
-                     "repeats": args.repeats, "temperature": 0, "ignore_eos": False,
-                     "prefix_cache_tokens": 0},
+        "settings": {
+            "model": model,
+            "threads": args.threads,
+            "prompts": n,
+            "new_tokens": args.new_tokens,
+            "repeats": args.repeats,
+            "temperature": 0,
+            "ignore_eos": False,
+            "prefix_cache_seqs": 0,
+        },
         "levels": levels,
     }
 

@@ -61,7 +61,7 @@ def main() -> None:
     prompts = [p for p, _ in builtin_prompts()]
     tmp = Path("/tmp/llmhost-batch-drift")
     tmp.mkdir(exist_ok=True)
-    srv = start_server(tmp, "--threads", args.threads, "--max-concurrent", "8", "--prefix-cache-tokens", "0")
+    srv = start_server(tmp, "--threads", args.threads, "--max-concurrent", "8", "--prefix-cache-seqs", "0")
     drifts: list[float] = []
     flips: list[float] = []
     try:

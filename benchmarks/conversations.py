@@ -6,9 +6,9 @@ The load is `llmhost bench --workload conversations`: each user holds a conversa
 the next turn, streamed over /v1/completions with the whole conversation so far).
 
 Servers: the same GGUF (the default model unless --model), --threads threads, --max-concurrent
-sequences and the same KV size on both (llmhost: max_concurrent × max_total_tokens + its prefix-cache
-tokens; llama-server: -c of that many cells, -np max_concurrent, its defaults otherwise, --cache-ram
-included). Each (round, load, server) starts a fresh server, so nothing carries over; rounds are
+sequences and the same KV size on both (llmhost: (max_concurrent + its default prefix-cache sequences) ×
+max_total_tokens; llama-server: -c of that many cells, -np max_concurrent, its defaults otherwise,
+--cache-ram included). Each (round, load, server) starts a fresh server, so nothing carries over; rounds are
 interleaved (round 1: every load on every server, then round 2...) and each round draws new
 conversations (seed = round) that both servers are sent. Figures are medians over the rounds.
 
@@ -75,10 +75,11 @@ def server_command(name: str, model: Path, args: argparse.Namespace, port: int) 
 
 
 def kv_cells(args: argparse.Namespace) -> int:
-    """llmhost's KV size (its default prefix-cache tokens included), given to llama-server as -c."""
+    """llmhost's KV size (a stream of max_total_tokens for each running and each idle cached sequence, at
+    its default prefix-cache sequences), given to llama-server as -c."""
     from llmhost.engine.config import EngineConfig
 
-    return int(args.max_concurrent * args.max_total_tokens + EngineConfig().prefix_cache_tokens)
+    return int((args.max_concurrent + EngineConfig().prefix_cache_seqs) * args.max_total_tokens)
 
 
 def endpoint_yaml(model: Path, args: argparse.Namespace) -> str:
@@ -196,8 +197,12 @@ def _ratio(a: float | None, b: float | None) -> float | None:
 
 
 def ratios(ours: dict[str, Any], theirs: dict[str, Any]) -> dict[str, Any]:
-    keys = ("later_turn_ttft_ms_p50", "later_turn_ttft_ms_p90", "later_turn_ttft_ms_p99",
-            "output_tokens_per_s")
+    keys = (
+        "later_turn_ttft_ms_p50",
+        "later_turn_ttft_ms_p90",
+        "later_turn_ttft_ms_p99",
+        "output_tokens_per_s",
+    )
     return {k: _ratio(ours[k], theirs[k]) for k in keys}
 
 

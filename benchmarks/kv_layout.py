@@ -45,7 +45,7 @@ def load(unified: bool, args: argparse.Namespace) -> LlamaModel:
     n_seqs = args.seqs + args.others + 1
     cfg = EngineConfig(max_concurrent=n_seqs, max_total_tokens=args.context + 512,
                        max_input_tokens=args.context + 256, n_threads=args.threads,
-                       prefix_cache_seqs=0, prefix_cache_tokens=0, prompt_cache_mb=0)  # fmt: skip
+                       prefix_cache_seqs=0, prompt_cache_mb=0)  # fmt: skip
     create = lc.llama_init_from_model
 
     def with_layout(model: Any, cparams: Any) -> Any:

@@ -47,7 +47,7 @@ def run(speculative: str, prompts: list[str], threads: int, draft_tokens: int) -
     cfg = EngineConfig(
         max_concurrent=1, max_total_tokens=2048, max_input_tokens=1536, max_batch_tokens=512,
         n_threads=threads, flash_attn=True, speculative=speculative, draft_tokens=draft_tokens,
-        prefix_cache_tokens=0, prefix_cache_seqs=0, prompt_cache_mb=0,
+        prefix_cache_seqs=0, prompt_cache_mb=0,
     )  # fmt: skip
     model = LlamaModel(resolve_model(), cfg)
     engine = Engine(model, cfg)

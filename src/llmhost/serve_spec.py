@@ -158,11 +158,9 @@ SERVE_SETTINGS: tuple[Setting, ...] = (
            ge=2),
     _limit("max_batch_tokens", "Tokens per decode step; env MAX_BATCH_TOTAL_TOKENS.",
            "MAX_BATCH_TOTAL_TOKENS", label="b"),
-    Setting("prefix_cache_tokens", int, _ENGINE["prefix_cache_tokens"],
-            "KV tokens set aside for idle cached prefixes (they may also keep KV that running requests "
-            "cannot come to need; 0: none kept).", engine="prefix_cache_tokens", metavar="N"),
     Setting("prefix_cache_seqs", int, _ENGINE["prefix_cache_seqs"],
-            "Idle cached prefixes (finished requests' KV) kept at most, beside the running sequences.",
+            "Idle cached prefixes (finished requests' KV) kept in the context, each in a KV stream of "
+            "--max-total-tokens cells beside the running sequences'; 0: none.",
             ge=0, engine="prefix_cache_seqs", metavar="N"),
     Setting("prompt_cache_mb", int, _ENGINE["prompt_cache_mb"],
             "MiB of host memory keeping the KV state of sequences that left the context, restored for "

@@ -96,7 +96,7 @@ def test_a_cached_answer_matches_a_cold_one(server: Server, tmp_path: Path) -> N
     complete(server.url, prefix + "\nSummary:", max_tokens=2)  # caches the shared prefix
     cached = complete(server.url, prompt)
     assert cached["timings"]["cache_n"] > 300
-    cold_server = start_server(tmp_path, "--max-concurrent", "2", "--prefix-cache-tokens", "0")
+    cold_server = start_server(tmp_path, "--max-concurrent", "2", "--prefix-cache-seqs", "0")
     try:
         cold = complete(cold_server.url, prompt)
     finally:

@@ -61,7 +61,7 @@ def test_an_evicted_conversation_is_restored_from_host_memory_and_answers_as_a_c
     assert warm["usage"]["prompt_tokens_details"]["cached_tokens"] == cache_n
 
     cold_server = start_server(
-        tmp_path, "--max-concurrent", "2", "--prefix-cache-tokens", "0", "--prompt-cache-mb", "0"
+        tmp_path, "--max-concurrent", "2", "--prefix-cache-seqs", "0", "--prompt-cache-mb", "0"
     )
     try:
         cold = complete(cold_server.url, turn2, 24)

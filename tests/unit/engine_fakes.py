@@ -57,13 +57,15 @@ class FakeModel:
         return token == EOG
 
     # KV and decode
-    def apply(self, op: KvOp) -> None:
+    def apply(self, op: KvOp, copy_now: bool = False) -> None:
         if op == self.fail_op:
             self.fail_op = None
             raise RuntimeError(f"injected failure of {op}")
         self.applied.append(op)
         if isinstance(op, KvCopy):
             self.kv[op.dst] = list(self.kv.get(op.src, [])[: op.n_tokens])
+            if op.src in self.floors:  # a copy holds the cells its source does
+                self.floors[op.dst] = self.floors[op.src]
         elif isinstance(op, KvTrim):
             self.kv[op.seq] = self.kv.get(op.seq, [])[: op.keep]
             if op.keep == 0:
@@ -124,7 +126,7 @@ class FakeModel:
 def config(**kw: Any) -> EngineConfig:
     base: dict[str, Any] = dict(
         max_concurrent=4, max_queue=8, max_input_tokens=64, max_total_tokens=128, max_batch_tokens=64,
-        prefix_cache_seqs=0, prefix_cache_tokens=0, prompt_cache_mb=0,
+        prefix_cache_seqs=0, prompt_cache_mb=0,
     )  # fmt: skip
     return EngineConfig(**(base | kw))
 

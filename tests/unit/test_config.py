@@ -21,10 +21,10 @@ def test_engine_config_names_the_bad_limit(kwargs: dict[str, int], message: str)
         EngineConfig(**kwargs)  # type: ignore[arg-type]
 
 
-def test_context_fits_every_sequence_plus_prefix_cache() -> None:
-    cfg = EngineConfig(max_concurrent=4, max_total_tokens=1000, max_input_tokens=500, prefix_cache_tokens=300)
-    assert cfg.n_ctx == 4300
-    assert cfg.n_seq_max == 4 + cfg.prefix_cache_seqs
+def test_context_is_a_stream_for_every_running_and_idle_cached_sequence() -> None:
+    cfg = EngineConfig(max_concurrent=4, max_total_tokens=1000, max_input_tokens=500, prefix_cache_seqs=3)
+    assert cfg.n_seq_max == 7
+    assert cfg.n_ctx == 7000
 
 
 @pytest.mark.parametrize(

@@ -8,7 +8,7 @@ import pytest
 
 from llmhost.engine import EngineConfig, GenerationEvent, GenerationRequest, SamplingParams
 from llmhost.engine.host_cache import HostCache, StateKey, auto_budget_mb, host_cache
-from llmhost.engine.prefix_cache import KvSave, KvTrim, PrefixCache
+from llmhost.engine.prefix_cache import KvCopy, KvSave, KvTrim, PrefixCache
 from tests.unit.engine_fakes import FakeModel, config, engine_factory, expected
 
 KEY = StateKey("model-a", kv="f16")
@@ -148,29 +148,32 @@ def test_the_default_budget_fits_in_the_memory_the_process_is_given() -> None:
 
 
 # -- the prefix cache spills what it drops ------------------------------------------------------------
-def test_the_prefix_cache_saves_evicted_and_trimmed_kv_before_dropping_it() -> None:
-    cache = PrefixCache(n_seq_ids=2, max_idle_seqs=2, max_tokens=100, spill_min_tokens=4)
+def test_the_prefix_cache_saves_evicted_kv_before_dropping_it() -> None:
+    cache = PrefixCache(n_slots=1, max_idle_seqs=1, spill_min_tokens=4)
     a = cache.acquire(toks(0, 30), [])
-    assert cache.release(a.kv_seq, toks(0, 30), reusable=True) == []
-    # another prompt shares 20 tokens: it takes over the idle sequence, whose 10-token tail is saved
-    b = cache.acquire([*toks(0, 20), 99, 98], [])
-    assert b.ops == (KvSave(a.kv_seq, tuple(toks(0, 30))), KvTrim(a.kv_seq, 20))
+    assert cache.release(a.kv_seq, toks(0, 30), reusable=True) == [KvCopy(0, 1, 30), KvTrim(0, 0)]
     # a failed sequence's KV may be half-written: dropped, never saved
+    b = cache.acquire([*toks(0, 20), 99, 98], [])
     assert cache.release(b.kv_seq, toks(0, 22), reusable=False) == [KvTrim(b.kv_seq, 0)]
-    # over the token limit: saved, then dropped
-    c = cache.acquire(toks(500, 120), [])
-    assert cache.release(c.kv_seq, toks(500, 120), reusable=True) == [
-        KvSave(c.kv_seq, tuple(toks(500, 120))),
-        KvTrim(c.kv_seq, 0),
+    # another conversation takes the idle place: the one there is saved, then dropped
+    c = cache.acquire(toks(500, 3), [])
+    assert cache.release(c.kv_seq, toks(500, 3), reusable=True) == [
+        KvSave(1, tuple(toks(0, 30))),
+        KvTrim(1, 0),
+        KvCopy(0, 1, 3),
+        KvTrim(0, 0),
     ]
+    d = cache.acquire(toks(600, 5), [])  # too short to be worth saving: dropped
+    ops = cache.release(d.kv_seq, toks(600, 5), reusable=True)
+    assert ops == [KvTrim(1, 0), KvCopy(0, 1, 5), KvTrim(0, 0)]
 
 
 def test_without_a_host_tier_nothing_is_saved() -> None:
-    cache = PrefixCache(n_seq_ids=1, max_idle_seqs=1, max_tokens=100)
+    cache = PrefixCache(n_slots=1, max_idle_seqs=1)
     a = cache.acquire(toks(0, 30), [])
     cache.release(a.kv_seq, toks(0, 30), reusable=True)
-    b = cache.acquire(toks(300, 5), [])  # evicts the idle sequence
-    assert b.ops == (KvTrim(a.kv_seq, 0),)
+    b = cache.acquire(toks(300, 5), [])
+    assert cache.release(b.kv_seq, toks(300, 5), reusable=True)[0] == KvTrim(1, 0)
 
 
 # -- the engine restores from it ---------------------------------------------------------------------
@@ -187,8 +190,8 @@ def tokens_of(events: list[GenerationEvent]) -> list[int]:
 
 
 def host_engine(model: FakeModel):  # type: ignore[no-untyped-def]
-    # one idle sequence of at most 40 tokens in the context; 1 MiB of host memory behind it
-    cfg = config(prefix_cache_seqs=1, prefix_cache_tokens=40, prompt_cache_mb=1)
+    # one idle sequence in the context; 1 MiB of host memory behind it
+    cfg = config(prefix_cache_seqs=1, prompt_cache_mb=1)
     return engine_factory(model, cfg)
 
 
@@ -279,7 +282,7 @@ def test_a_sequence_whose_kv_is_not_what_it_holds_is_never_decoded() -> None:
     engine = host_engine(model)
     turn1 = toks(2, 24)
     out1 = tokens_of(run(engine, "a1", turn1, 6))
-    idle = next(iter(model.kv))
+    idle = next(s for s, kv in model.kv.items() if kv)
     model.kv[idle] = []  # the cached conversation's KV is lost behind the engine's back
     turn2 = [*turn1, *out1, 40, 41]
     events = run(engine, "a2", turn2, 3)
@@ -296,7 +299,7 @@ def test_a_cached_sequence_lacking_its_first_window_is_not_taken_over_for_its_st
     layers no longer needed them): a prompt sharing only its start gets nothing from it and leaves it
     whole, so the conversation's own next turn still finds all of it."""
     model = FakeModel()
-    engine = engine_factory(model, config(prefix_cache_seqs=2, prefix_cache_tokens=200))
+    engine = engine_factory(model, config(prefix_cache_seqs=2))
     turn1 = toks(2, 24)
     out1 = tokens_of(run(engine, "a1", turn1, 6))
     idle = next(s for s, kv in model.kv.items() if kv)

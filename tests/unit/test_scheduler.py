@@ -225,7 +225,7 @@ def test_a_short_prefill_is_not_held_behind_a_long_cold_one_which_still_advances
 
 
 def test_a_turn_whose_prefix_is_cached_is_admitted_before_earlier_cold_prompts_within_a_bound() -> None:
-    s = Scheduler(config(max_concurrent=1, max_batch_tokens=64, prefix_cache_seqs=2, prefix_cache_tokens=100))
+    s = Scheduler(config(max_concurrent=1, max_batch_tokens=64, prefix_cache_seqs=2))
     turn1 = list(range(100, 140))
     a = seq("a", turn1, max_tokens=1)
     s.add(a)
@@ -246,21 +246,27 @@ def test_a_turn_whose_prefix_is_cached_is_admitted_before_earlier_cold_prompts_w
     assert [q.request_id for q in s.waiting] == ["turn2b"]
 
 
-def test_finished_conversations_stay_in_kv_their_slots_reserved_but_running_requests_cannot_need() -> None:
-    # KV of 2 x 128 + 16 cells: 16 set aside for idle prefixes, the rest reserved for running requests
-    s = Scheduler(config(max_concurrent=2, max_batch_tokens=64, prefix_cache_tokens=16, prefix_cache_seqs=4))
-    a, b = seq("a", list(range(20)), 2), seq("b", list(range(100, 120)), 2)
-    for x in (a, b):
+def test_finished_conversations_stay_in_idle_streams_each_turn_replacing_the_previous_one() -> None:
+    s = Scheduler(config(max_concurrent=2, max_batch_tokens=64, prefix_cache_seqs=2))
+
+    def turn(request_id: str, prompt: list[int]) -> Sequence:
+        x = seq(request_id, prompt, 2)
         s.add(x)
-    while not a.finished or not b.finished:
-        plan = s.schedule(0.0)
-        s.postprocess(plan, {i.seq.request_id: [7] for i in plan.items if i.sample}, 0.0)
-        for x in (a, b):
-            if len(x.output) >= 2 and not x.finished:
-                s.finish(x)
-    assert s.cache.idle_tokens == 2 * 21, "both kept, beyond the 16 set aside: nothing running needs KV"
-    s.add(seq("c", list(range(200, 260)), 60))  # reserves 120 of the 272 cells: both still fit
-    assert not any(isinstance(op, KvTrim) for op in s.schedule(0.0).kv_ops) and s.cache.idle_tokens == 42
-    s.add(seq("d", list(range(300, 360)), 60))  # 240 reserved: 32 left, the LRU conversation leaves
-    plan = s.schedule(0.0)
-    assert KvTrim(a.kv_seq, 0) in plan.kv_ops and s.cache.idle_tokens == 21
+        while len(x.output) < 2:
+            plan = s.schedule(0.0)
+            s.postprocess(plan, {i.seq.request_id: [7] for i in plan.items if i.sample}, 0.0)
+        s.finish(x)
+        return x
+
+    a1 = turn("a1", list(range(20)))
+    assert a1.kv_seq == 0 and s.cache.idle_seqs == 1
+    released = s.schedule(0.0).kv_ops
+    assert released == [KvCopy(0, 2, 21), KvTrim(0, 0)], "kept in an idle stream (ids 2, 3), its slot emptied"
+    a2 = turn("a2", [*a1.computed_tokens, 7, 5, 6])
+    assert a2.n_reused == 21 and a2.kv_seq == 0, "copied from its previous turn into the lowest free slot"
+    ops = s.schedule(0.0).kv_ops
+    assert KvCopy(0, 2, len(a2.computed_tokens)) in ops and s.cache.idle_seqs == 1, "the turn replaces it"
+    turn("b", list(range(100, 120)))
+    turn("c", list(range(200, 220)))
+    ops = s.schedule(0.0).kv_ops
+    assert KvTrim(2, 0) in ops and s.cache.idle_seqs == 2, "beyond 2 idle streams, the LRU one leaves"

@@ -157,7 +157,8 @@ class Replica:
             "log": str(self.log_path),
         }
 
-    def _set(self, state: ReplicaState) -> None:
+    def set_state(self, state: ReplicaState) -> None:
+        """Move to `state`, logged and reported to the owner (the component, its metrics)."""
         if state != self.state:
             log.info("copy %s: %s -> %s", self.id, self.state.value, state.value)
         self.state = state
@@ -303,7 +304,7 @@ class Replica:
         backoff = self.timing.backoff_initial_s
         async with httpx.AsyncClient() as client:
             while not self._stopping:
-                self._set(ReplicaState.STARTING)
+                self.set_state(ReplicaState.STARTING)
                 try:
                     self._spawn()
                 except OSError as exc:
@@ -312,7 +313,7 @@ class Replica:
                     reason = await self._await_ready(client)
                     if reason is None and not self._stopping:
                         self.ready_at = time.monotonic()
-                        self._set(ReplicaState.READY)
+                        self.set_state(ReplicaState.READY)
                         self._resolve_first(True)
                         reason = await self._watch(client)
                 if self._stopping:
@@ -325,7 +326,7 @@ class Replica:
                 self.ready_at = None
                 log.warning("copy %s: %s; restarting in %.1f s (restart %d)",
                             self.id, reason, backoff, self.restarts)  # fmt: skip
-                self._set(ReplicaState.FAILED)
+                self.set_state(ReplicaState.FAILED)
                 self._resolve_first(False)
                 await self._sleep(backoff)
                 backoff = min(backoff * 2, self.timing.backoff_max_s)
@@ -337,7 +338,7 @@ class Replica:
             return
         self._stopping = True
         self._wake.set()
-        self._set(ReplicaState.DRAINING)
+        self.set_state(ReplicaState.DRAINING)
         deadline = time.monotonic() + drain_timeout_s
         while self.outstanding > 0 and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
@@ -356,4 +357,4 @@ class Replica:
                 await self._task
         if self._memory is not None:
             self._memory.remove()
-        self._set(ReplicaState.STOPPED)
+        self.set_state(ReplicaState.STOPPED)

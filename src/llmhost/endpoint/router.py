@@ -129,6 +129,9 @@ class Proxy:
                     return error(refusal.status, refusal.message, refusal.type, field="model"), False
                 comp.no_capacity += 1
                 return retry.given_up(), False
+            # the copy's key now: its supervisor may restart it while the connection is refused, and
+            # the new copy (a new key) must stay eligible for this request's next attempt
+            key = replica.key
             replica.outstanding += 1
             replica.served += 1
             upstream_req = self.client.build_request(request.method, replica.url + path, content=body,
@@ -139,7 +142,7 @@ class Proxy:
             except NOT_STARTED as exc:
                 replica.outstanding -= 1
                 replica.poke()
-                tried.add(replica.key)
+                tried.add(key)
                 retry.missed(f"copy {replica.id}: {type(exc).__name__}: {exc}")
                 if attempt + 1 < self.max_attempts:
                     comp.retries += 1

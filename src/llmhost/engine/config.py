@@ -26,9 +26,8 @@ class EngineConfig:
     max_total_tokens: int = 4096
     # tokens one llama_decode carries: every running sequence's next token + chunks of prompts
     max_batch_tokens: int = 512
-    # idle sequences whose KV is kept for prefix reuse, and the tokens they may hold together
+    # idle sequences whose KV is kept for prefix reuse (each a KV stream of max_total_tokens cells)
     prefix_cache_seqs: int = 8
-    prefix_cache_tokens: int = 4096
     # a waiting prompt holds back while another prompt is computing a prefix it shares (>= this many
     # tokens more than already cached), so it copies that KV instead of prefilling it again
     prefix_wait_min_tokens: int = 32
@@ -99,7 +98,6 @@ class EngineConfig:
         non_negative: dict[str, float] = {
             "max_queue": self.max_queue,
             "prefix_cache_seqs": self.prefix_cache_seqs,
-            "prefix_cache_tokens": self.prefix_cache_tokens,
             "prefix_wait_min_tokens": self.prefix_wait_min_tokens,
             "n_threads": self.n_threads,
             "n_threads_batch": self.n_threads_batch,
@@ -147,8 +145,8 @@ class EngineConfig:
 
     @property
     def n_ctx(self) -> int:
-        """KV cells: every running sequence at full length, plus the idle prefix cache."""
-        return self.max_concurrent * self.max_total_tokens + self.prefix_cache_tokens
+        """KV cells: a stream of max_total_tokens for every running and every idle cached sequence."""
+        return self.n_seq_max * self.max_total_tokens
 
 
 LOAD_MODES = ("auto", "mmap", "read")

@@ -134,7 +134,6 @@ class EmbedderConfig:
             max_total_tokens=self.max_input_tokens + 1,  # unused: nothing is generated
             max_batch_tokens=self.decode_tokens,
             prefix_cache_seqs=0,
-            prefix_cache_tokens=0,
             n_threads=self.n_threads,
             flash_attn=False,
             load_mode=self.load_mode,

@@ -43,11 +43,28 @@ class KvRunner:
                 refused.add(op.dst)
                 continue
             try:
-                self.model.apply(op)
+                if isinstance(op, KvCopy):
+                    if not self.copy(op):
+                        refused.add(op.dst)
+                else:
+                    self.model.apply(op)
             except Exception as exc:
                 self.scheduler.restore_ops(ops[i:])
                 raise KvOpError(f"{op} failed: {exc}") from exc
         return refused
+
+    def copy(self, op: KvCopy) -> bool:
+        """Copy a prefix to another sequence; False if the copy does not hold what a token after it
+        attends to (its source lost cells): the target is then emptied, and forgotten if idle, or its
+        request prefills its whole prompt."""
+        self.model.apply(op)
+        if self.model.holds_context(op.dst, op.n_tokens):
+            return True
+        log.info("copy of %d tokens of sequence %d to %d lacks positions", op.n_tokens, op.src, op.dst)
+        self.model.apply(KvTrim(op.dst, 0))
+        self.scheduler.cache.drop(op.dst)
+        self.scheduler.prefix_lost(op.dst)
+        return False
 
     def save(self, op: KvSave) -> None:
         """Keep the state of KV about to leave the context in host memory; a failure loses the copy

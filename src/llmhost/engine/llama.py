@@ -22,6 +22,7 @@ import numpy.typing as npt
 from llmhost.engine.config import EngineConfig
 from llmhost.engine.host_cache import StateKey
 from llmhost.engine.prefix_cache import KvCopy, KvEdit
+from llmhost.engine.state_format import n_streams, restream
 
 log = logging.getLogger(__name__)
 
@@ -134,7 +135,6 @@ class ModelInfo:
     add_bos: bool = False  # tokenizing text with special tokens starts it with BOS
 
 
-
 class LlamaModel:
     """A GGUF model, one llama.cpp context sized for the engine's limits, and one reusable batch.
 
@@ -179,6 +179,14 @@ class LlamaModel:
             )
         self._ctx = self._new_context(config)
         self._mem = lc.llama_get_memory(self._ctx)
+        self._unified = pooling is not None
+        self._n_streams = 1 if self._unified else config.n_seq_max
+        # streams a copy queued in llama.cpp (done at the next decode) reads from and writes to
+        self._copying_from: set[int] = set()
+        self._copying_to: set[int] = set()
+        bos = int(lc.llama_vocab_bos(self._vocab))
+        self._flush_token = bos if bos >= 0 else 0
+        self.copies_done_early = 0  # decodes made only to have queued copies done before a state op
         self.n_batch = config.max_batch_tokens
         self._batch = lc.llama_batch_init(self.n_batch, 0, 1)
         self.info = self._read_info()
@@ -197,8 +205,10 @@ class LlamaModel:
         cparams.n_seq_max = config.n_seq_max
         cparams.n_threads = config.threads
         cparams.n_threads_batch = config.threads_batch
-        # one KV buffer shared by all sequences: a prefix is shared by tagging cells, not copying them
-        cparams.kv_unified = True
+        # a KV stream per sequence: attention reads its own cells only (one buffer shared by all costs
+        # every token a scan of every sequence's: 124 vs 74 ms a decode step of 8 sequences beside 4
+        # idle ones, benchmarks/kv_layout.py); an embeddings context holds a whole input in one
+        cparams.kv_unified = self.pooling is not None
         # sliding-window layers keep every position so sequences can be trimmed and shared (Gemma 3)
         cparams.swa_full = True
         cparams.flash_attn_type = (
@@ -216,12 +226,12 @@ class LlamaModel:
             )
         if not ctx:
             self.close()
-            kv_mb = config.n_ctx * self._kv_bytes_per_token() / 2**20
+            kv_mb = config.n_ctx * self.kv_bytes_per_token() / 2**20
             raise ModelLoadError(
                 f"llama.cpp could not create a context of {config.n_ctx} tokens "
-                f"({config.max_concurrent} sequences x {config.max_total_tokens} tokens + "
-                f"{config.prefix_cache_tokens} prefix-cache tokens, about {kv_mb:.0f} MiB of KV): "
-                "lower --max-concurrent or --max-total-tokens"
+                f"({config.max_concurrent} running + {config.prefix_cache_seqs} idle cached sequences "
+                f"x {config.max_total_tokens} tokens, about {kv_mb:.0f} MiB of KV): "
+                "lower --max-concurrent, --prefix-cache-seqs or --max-total-tokens"
             )
         return ctx
 
@@ -250,10 +260,17 @@ class LlamaModel:
             return ""
         return _POOLING_NAMES.get(int(lc.llama_pooling_type(self._ctx)), "unknown")
 
-    def _kv_bytes_per_token(self) -> int:
+    def kv_bytes_per_token(self) -> int:
+        """f16 K and V of one position over all layers, from the GGUF's head sizes (else an upper bound)."""
         n_layer = int(lc.llama_model_n_layer(self._model))
-        n_embd = int(lc.llama_model_n_embd(self._model))
-        return 2 * 2 * n_layer * n_embd  # K and V, f16, upper bound (no GQA reduction)
+        arch = self._meta("general.architecture") or ""
+        try:
+            k = int(self._meta(f"{arch}.attention.key_length") or "")
+            v = int(self._meta(f"{arch}.attention.value_length") or "")
+        except ValueError:  # no such keys: every head the model's width
+            k = v = int(lc.llama_model_n_embd(self._model))
+            return 2 * n_layer * (k + v)
+        return 2 * n_layer * int(lc.llama_model_n_head_kv(self._model)) * (k + v)
 
     def _meta(self, key: str) -> str | None:
         buf = ctypes.create_string_buffer(256)
@@ -322,10 +339,29 @@ class LlamaModel:
 
     # -- KV ------------------------------------------------------------------------------------------
     def apply(self, op: KvEdit) -> None:
+        """Perform a trim, or a copy between streams: llama.cpp copies the source stream's whole buffer
+        at the next decode (its cells' bookkeeping at once), so the copy holds every cell the source
+        does; the copy is then cut to the prefix."""
         if isinstance(op, KvCopy):
-            lc.llama_memory_seq_cp(self._mem, op.src, op.dst, 0, op.n_tokens)
+            lc.llama_memory_seq_cp(self._mem, op.src, op.dst, -1, -1)
+            if not self._unified:
+                self._copying_from.add(op.src)
+                self._copying_to.add(op.dst)
+            lc.llama_memory_seq_rm(self._mem, op.dst, op.n_tokens, -1)
         elif not lc.llama_memory_seq_rm(self._mem, op.seq, op.keep, -1):
             raise RuntimeError(f"llama_memory_seq_rm({op.seq}, {op.keep}) failed")
+
+    def _finish_copies(self, seq_id: int, writing: bool) -> None:
+        """Before a state of `seq_id` is read (or written: `writing`), have llama.cpp do the stream copies
+        it queued that involve it, or the state would miss (or be overwritten by) them. llama.cpp has no
+        call for that but a decode, so one token is decoded after `seq_id`'s positions and removed."""
+        pending = seq_id in self._copying_to or (writing and seq_id in self._copying_from)
+        if not pending:
+            return
+        pos = self.seq_len(seq_id)
+        self.decode([([self._flush_token], pos, seq_id, 0)])
+        lc.llama_memory_seq_rm(self._mem, seq_id, pos, -1)
+        self.copies_done_early += 1
 
     # -- decode --------------------------------------------------------------------------------------
     def decode(self, items: list[tuple[list[int], int, int, int]]) -> list[int]:
@@ -339,8 +375,10 @@ class LlamaModel:
             raise ValueError(f"batch of {total} tokens exceeds n_batch {self.n_batch}")
         batch = self._batch
         n = 0
-        out_idx: list[int] = []
-        for tokens, start, seq_id, n_logits in items:
+        out_idx: list[int] = [-1] * len(items)
+        # llama.cpp puts streams in one micro-batch only where their sequence ids run consecutively
+        for k in sorted(range(len(items)), key=lambda k: items[k][2]):
+            tokens, start, seq_id, n_logits = items[k]
             first = n + len(tokens) - n_logits
             for j, tok in enumerate(tokens):
                 batch.token[n] = tok
@@ -349,11 +387,13 @@ class LlamaModel:
                 batch.seq_id[n][0] = seq_id
                 batch.logits[n] = 1 if n >= first else 0
                 n += 1
-            out_idx.append(first if n_logits else -1)
+            out_idx[k] = first if n_logits else -1
         batch.n_tokens = n
         rc = lc.llama_decode(self._ctx, batch)
         if rc != 0:
             raise RuntimeError(f"llama_decode failed with code {rc} on a batch of {n} tokens")
+        self._copying_from.clear()
+        self._copying_to.clear()
         return out_idx
 
     def iter_logits(
@@ -408,6 +448,7 @@ class LlamaModel:
 
     def state_seq_save(self, seq_id: int) -> bytes:
         """The KV state of one sequence (llama_state_seq_get_data), to restore with state_seq_load."""
+        self._finish_copies(seq_id, writing=False)
         size = int(lc.llama_state_seq_get_size(self._ctx, seq_id))
         buf = (ctypes.c_uint8 * size)()
         n = int(lc.llama_state_seq_get_data(self._ctx, buf, size, seq_id))
@@ -416,7 +457,12 @@ class LlamaModel:
         return bytes(buf)[:n]
 
     def state_seq_load(self, seq_id: int, data: bytes) -> int:
-        """Restore a saved sequence state into `seq_id`; returns the positions it holds, 0 on failure."""
+        """Restore a saved sequence state into `seq_id`; returns the positions it holds, 0 on failure.
+
+        A state saved with another number of KV streams is re-laid for this context's first."""
+        self._finish_copies(seq_id, writing=True)
+        if n_streams(data) != self._n_streams:
+            data = restream(data, self._n_streams) or data
         buf = (ctypes.c_uint8 * len(data)).from_buffer_copy(data)
         if int(lc.llama_state_seq_set_data(self._ctx, buf, len(data), seq_id)) == 0:
             lc.llama_memory_seq_rm(self._mem, seq_id, 0, -1)

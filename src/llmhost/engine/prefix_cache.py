@@ -1,4 +1,4 @@
-"""Which llama.cpp sequence ids are free, running or idle-with-reusable-KV.
+"""Which llama.cpp sequence ids are free, running or idle holding reusable KV.
 
 Pure bookkeeping: it returns the KV operations to perform; the runner performs them.
 """
@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 
 @dataclass(slots=True, frozen=True)
 class KvCopy:
-    """Share the first `n_tokens` of `src`'s KV with `dst` (llama_memory_seq_cp)."""
+    """Give `dst` (empty) the first `n_tokens` of `src`'s KV: each sequence has a KV stream of its own,
+    so this copies the cells (llama_memory_seq_cp of the whole stream, then a trim)."""
 
     src: int
     dst: int
@@ -81,30 +82,31 @@ class PrefixMatch:
 
 
 class PrefixCache:
-    """Idle KV sequences kept for reuse, LRU-evicted beyond their token room or when ids run out.
+    """Which llama.cpp sequence ids run, and which idle ones keep finished requests' KV for reuse.
 
-    The room is `max_tokens` (KV set aside for idle prefixes) plus what the owner says no running
-    sequence can come to need (`set_room`): KV reserved for requests but not used by them (a request of
-    1,000 tokens in a slot of 2,048) keeps conversations in the context instead of evicting them.
+    Every id has a KV stream of its own (llama.cpp's non-unified cache: attention reads only the
+    sequence's own cells, not every sequence's). Running sequences take ids 0..n_slots-1, lowest free
+    first, so a step's batch has consecutive ids: llama.cpp splits a batch of streams wherever they
+    are not. A finished sequence's KV is copied to an idle id (n_slots and up), replacing the idle
+    entry it extends (its conversation's previous turn), else a free one, else the least recently
+    used one; a new prompt's prefix is copied from the idle or running sequence holding the longest.
     """
 
     def __init__(
         self,
-        n_seq_ids: int,
+        n_slots: int,
         max_idle_seqs: int,
-        max_tokens: int,
         spill_min_tokens: int = 0,
         kv_floor: Callable[[int], int] | None = None,
     ) -> None:
         """`spill_min_tokens` > 0: KV of at least that many tokens about to be dropped is first saved
         (`KvSave`) to the host cache tier. `kv_floor(kv_seq)`: the shortest prefix of a sequence's KV
-        that can be reused (llama.cpp may have given a long sequence's first sliding-window cells
-        away); None: every prefix."""
-        self._free: list[int] = list(range(n_seq_ids - 1, -1, -1))
+        that can be reused (a long sequence may have lost its first sliding-window cells); None:
+        every prefix."""
+        self._free: list[int] = list(range(n_slots))
+        self._free_idle: list[int] = list(range(n_slots + max_idle_seqs - 1, n_slots - 1, -1))
         self._idle: OrderedDict[int, list[int]] = OrderedDict()
-        self._max_idle_seqs = max_idle_seqs
-        self._max_tokens = max_tokens
-        self._room = max_tokens  # idle tokens allowed now (>= max_tokens; 0: no idle caching)
+        self._max_idle = max_idle_seqs
         self._spill_min = spill_min_tokens
         self._kv_floor = kv_floor
         self.lookups = 0
@@ -120,7 +122,7 @@ class PrefixCache:
         return len(self._idle)
 
     def can_acquire(self) -> bool:
-        return bool(self._free or self._idle)
+        return bool(self._free)
 
     def best_match(
         self, prompt: list[int], running: Iterable[tuple[int, list[int]]]
@@ -150,38 +152,30 @@ class PrefixCache:
     def acquire(
         self, prompt: list[int], running: Iterable[tuple[int, list[int]]], reuse: bool = True
     ) -> PrefixMatch:
-        """Give a new request a sequence id, reusing the longest cached prefix of its prompt (unless
-        `reuse` is off: the request needs the logits of every prompt position). An idle sequence whose
-        first half or more the prompt repeats (its conversation's next turn) is taken over; one it
-        shares less of is copied from while ids are free, so it stays for its own next turn."""
-        if not self.can_acquire():
+        """Give a new request the lowest free running id, with a copy of the longest cached prefix of
+        its prompt (unless `reuse` is off: the request needs the logits of every prompt position)."""
+        if not self._free:
             raise RuntimeError("no KV sequence id available")
         self.lookups += 1
         src, shared, is_idle = self.best_match(prompt, list(running))
         shared = reusable(shared, prompt) if reuse else 0
-        if shared > 0:
-            self.hits += 1
-            self.reused_tokens += shared
-        if is_idle and shared > 0 and (not self._free or 2 * shared > len(self._idle[src])):
-            return PrefixMatch(src, shared, tuple(self._drop_tail(src, self._idle.pop(src), shared)))
-        if is_idle:  # sharing only its start (a system prompt, a BOS): keep the rest for its own next turn
+        dst = min(self._free)
+        self._free.remove(dst)
+        if shared <= 0:
+            return PrefixMatch(dst, 0, ())
+        self.hits += 1
+        self.reused_tokens += shared
+        if is_idle:
             self._idle.move_to_end(src)
-        ops: list[KvOp] = []
-        dst = self._take_id(ops)
-        if shared > 0:
-            ops.append(KvCopy(src, dst, shared))
-        return PrefixMatch(dst, shared, tuple(ops))
+        return PrefixMatch(dst, shared, (KvCopy(src, dst, shared),))
 
     def adopt(self, tokens: list[int]) -> int | None:
-        """Take a free sequence id and register it as idle holding `tokens` (KV restored by the caller).
+        """Take a free idle id and register it as holding `tokens` (KV restored by the caller).
 
-        None when nothing can be kept: no free id, caching disabled, or more tokens than allowed.
-        """
-        if not tokens or not self._free or self._max_idle_seqs == 0 or len(tokens) > self._room:
+        None when nothing can be kept: no idle id free (or idle caching off)."""
+        if not tokens or not self._free_idle:
             return None
-        if len(self._idle) >= self._max_idle_seqs or self.idle_tokens + len(tokens) > self._room:
-            return None
-        kv_seq = self._free.pop()
+        kv_seq = self._free_idle.pop()
         self._idle[kv_seq] = list(tokens)
         return kv_seq
 
@@ -189,47 +183,47 @@ class PrefixCache:
         """Forget an idle sequence (e.g. one whose adopted KV failed to restore) and free its id."""
         if self._idle.pop(kv_seq, None) is None:
             return []
-        self._free.append(kv_seq)
+        self._free_idle.append(kv_seq)
         return [KvTrim(kv_seq, 0)]
 
-    def _take_id(self, ops: list[KvOp]) -> int:
-        if self._free:
-            return self._free.pop()
-        victim, tokens = self._idle.popitem(last=False)
-        ops.extend(self._drop_tail(victim, tokens, 0))
+    def release(self, kv_seq: int, tokens: list[int], reusable: bool) -> list[KvOp]:
+        """A sequence finished: its id is free again, its KV kept in an idle id (if `reusable`)."""
+        self._free.append(kv_seq)
+        if not reusable or not tokens:
+            return [KvTrim(kv_seq, 0)]
+        covering = self._covering(tokens)
+        if covering is not None:  # an idle sequence already holds all of it (and more)
+            self._idle.move_to_end(covering)
+            return [KvTrim(kv_seq, 0)]
+        if self._max_idle == 0:  # idle caching off: only the host tier may keep it
+            return self._drop(kv_seq, tokens)
+        ops: list[KvOp] = []
+        idle_id = self._idle_id_for(tokens, ops)
+        self._idle[idle_id] = tokens
+        return [*ops, KvCopy(kv_seq, idle_id, len(tokens)), KvTrim(kv_seq, 0)]
+
+    def _covering(self, tokens: list[int]) -> int | None:
+        """An idle sequence whose KV starts with all of `tokens` and serves them."""
+        for seq_id, held in self._idle.items():
+            if held[: len(tokens)] == tokens and self._serves(seq_id, len(tokens) - 1):
+                return seq_id
+        return None
+
+    def _idle_id_for(self, tokens: list[int], ops: list[KvOp]) -> int:
+        """The idle id to keep `tokens` in: the entry they extend (their previous turn), else a free
+        one, else the least recently used (dropped, saved to host memory first if worth it)."""
+        for seq_id, held in self._idle.items():
+            if tokens[: len(held)] == held:
+                del self._idle[seq_id]
+                return seq_id
+        if self._free_idle:
+            return self._free_idle.pop()
+        victim, victim_tokens = self._idle.popitem(last=False)
+        ops.extend(self._drop(victim, victim_tokens))
         return victim
 
-    def _drop_tail(self, kv_seq: int, tokens: list[int], keep: int) -> list[KvOp]:
-        """Forget positions >= `keep` of `kv_seq`, saving its state to the host tier first if what is
-        lost is worth it."""
-        trim = KvTrim(kv_seq, keep)
-        if self._spill_min and len(tokens) - keep >= self._spill_min:
-            return [KvSave(kv_seq, tuple(tokens)), trim]
-        return [trim]
-
-    def release(self, kv_seq: int, tokens: list[int], reusable: bool) -> list[KvOp]:
-        """A sequence finished: keep its KV for reuse (if `reusable`), evicting LRU beyond the limits."""
-        if not reusable or not tokens:
-            self._free.append(kv_seq)
-            return [KvTrim(kv_seq, 0)]
-        if self._max_idle_seqs == 0 or len(tokens) > self._room:
-            self._free.append(kv_seq)
-            return self._drop_tail(kv_seq, tokens, 0)
-        self._idle[kv_seq] = tokens
-        return self._evict_beyond_room()
-
-    def set_room(self, unneeded_tokens: int) -> list[KvOp]:
-        """Idle prefixes may also hold `unneeded_tokens` of KV: what no running sequence can come to
-        need (never less than `max_tokens`, the KV set aside for them). LRU ones beyond it leave now."""
-        if self._max_tokens == 0:
-            return []
-        self._room = max(self._max_tokens, unneeded_tokens)
-        return self._evict_beyond_room()
-
-    def _evict_beyond_room(self) -> list[KvOp]:
-        ops: list[KvOp] = []
-        while len(self._idle) > self._max_idle_seqs or self.idle_tokens > self._room:
-            victim, victim_tokens = self._idle.popitem(last=False)
-            ops.extend(self._drop_tail(victim, victim_tokens, 0))
-            self._free.append(victim)
-        return ops
+    def _drop(self, kv_seq: int, tokens: list[int]) -> list[KvOp]:
+        """Forget `kv_seq`'s KV, saving its state to the host tier first if it is worth it."""
+        if self._spill_min and len(tokens) >= self._spill_min:
+            return [KvSave(kv_seq, tuple(tokens)), KvTrim(kv_seq, 0)]
+        return [KvTrim(kv_seq, 0)]

@@ -109,9 +109,7 @@ class Scheduler:
         self.host = host
         self.state_key = state_key or StateKey("")
         spill = host.min_tokens if host is not None else 0
-        self.cache = PrefixCache(
-            config.n_seq_max, config.prefix_cache_seqs, config.prefix_cache_tokens, spill, kv_floor
-        )
+        self.cache = PrefixCache(config.max_concurrent, config.prefix_cache_seqs, spill, kv_floor)
         self._pending_ops: list[KvOp] = []
         # what a token of a decode step costs: whether a sequence's guesses pay for their place
         self.step_cost = StepCost()
@@ -234,8 +232,6 @@ class Scheduler:
             self.waiting.remove(seq)
             plan.kv_ops.extend(self.admit(seq, now_s))
             plan.admitted.append(seq)
-        if plan.admitted:  # their reservations shrink the room of idle prefixes
-            plan.kv_ops.extend(self.cache.set_room(self._unneeded_kv()))
         decoding = [seq for seq in self.running if seq.status is SeqStatus.DECODE]
         budget = self.config.max_batch_tokens - len(decoding)
         width = StepWidth(len(decoding), len(decoding))
@@ -328,14 +324,8 @@ class Scheduler:
             self.waiting.remove(seq)
         else:
             self.running.remove(seq)
-            self._pending_ops.extend(self.cache.set_room(self._unneeded_kv()))
             self._pending_ops.extend(self.cache.release(seq.kv_seq, seq.computed_tokens, reusable))
         seq.status = SeqStatus.FINISHED
-
-    def _unneeded_kv(self) -> int:
-        """KV cells no running sequence can come to need: the context less every running sequence's
-        prompt and token limit (a prefix shared with another holder counted twice: on the safe side)."""
-        return self.config.n_ctx - sum(len(s.prompt) + s.max_tokens for s in self.running)
 
     # -- figures -------------------------------------------------------------------------------------
     @property

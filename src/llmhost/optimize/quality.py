@@ -44,7 +44,6 @@ def eval_config(window: int, threads: int = 0, batch: int = 64) -> EngineConfig:
         max_total_tokens=window,
         max_batch_tokens=batch,
         prefix_cache_seqs=0,
-        prefix_cache_tokens=0,
         n_threads=threads,
     )
 

@@ -202,6 +202,37 @@ async def test_refused_connection_is_retried_on_another_copy(tmp_path: Path) -> 
     assert [x.outstanding for x in comp.replicas] == [0, 0]
 
 
+async def test_a_copy_restarted_while_its_connect_failed_is_tried_again(tmp_path: Path) -> None:
+    """The copy died, and its supervisor restarts it (a new key) while a request's connection to it is
+    being refused: the request waits for the new copy rather than counting it as tried."""
+    comp = component("a", [1001], tmp_path)
+    copy = comp.replicas[0]
+    seen: list[tuple[int, str, Any]] = []
+    ok = fake_copies({}, seen)
+
+    async def back_on_a_new_port() -> None:
+        await asyncio.sleep(0.2)
+        copy.port = 1002
+        copy.set_state(ReplicaState.READY)
+
+    async def handle(request: httpx.Request) -> httpx.Response:
+        if request.url.port == 1001:
+            seen.append((1001, request.url.path, None))
+            copy.restarts += 1  # the watcher saw the death meanwhile
+            copy.set_state(ReplicaState.FAILED)
+            restart.append(asyncio.create_task(back_on_a_new_port()))
+            raise httpx.ConnectError("All connection attempts failed", request=request)
+        return await ok(request)
+
+    restart: list[asyncio.Task[None]] = []
+    app, _ = app_for(Registry(comp, wait_s=5), handle)
+    async with client(app) as c:
+        r = await c.post("/invocations", json={"inputs": "hi"})
+    await asyncio.gather(*restart)
+    assert r.status_code == 200 and r.json()["port"] == 1002, r.text
+    assert [p for p, _, _ in seen] == [1001, 1002] and comp.retries == 1 and copy.outstanding == 0
+
+
 async def test_every_copy_refusing_is_an_explicit_error(tmp_path: Path) -> None:
     comp = component("a", [1001, 1002], tmp_path)
     app, _ = app_for(Registry(comp, wait_s=0.5), fake_copies({1001: "refuse", 1002: "refuse"}, []))

@@ -31,7 +31,6 @@ def small_config(**kw: int) -> EngineConfig:
         "max_total_tokens": 128,
         "max_batch_tokens": 64,
         "prefix_cache_seqs": 0,
-        "prefix_cache_tokens": 0,
         "n_threads": 1,
     }
     return EngineConfig(**(base | kw))  # type: ignore[arg-type]

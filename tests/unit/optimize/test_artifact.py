@@ -105,7 +105,6 @@ def test_chat_mode_needs_a_chat_template(tiny_f32: Path, tmp_path: Path) -> None
             max_input_tokens=100,
             max_total_tokens=128,
             prefix_cache_seqs=0,
-            prefix_cache_tokens=0,
             n_threads=1,
         ),
     )
@@ -151,7 +150,6 @@ def test_preloaded_state_prefills_only_the_suffix(built: Path) -> None:
         max_input_tokens=200,
         max_total_tokens=256,
         prefix_cache_seqs=2,
-        prefix_cache_tokens=256,
         n_threads=1,
         flash_attn=True,
     )
@@ -183,7 +181,6 @@ def test_a_state_that_does_not_fit_is_refused(built: Path) -> None:
         max_input_tokens=100,
         max_total_tokens=128,
         prefix_cache_seqs=1,
-        prefix_cache_tokens=128,
         n_threads=1,
         flash_attn=False,
     )

@@ -57,7 +57,7 @@ class FakeModel:
         return token == EOG
 
     # KV and decode
-    def apply(self, op: KvOp, copy_now: bool = False) -> None:
+    def apply(self, op: KvOp) -> None:
         if op == self.fail_op:
             self.fail_op = None
             raise RuntimeError(f"injected failure of {op}")

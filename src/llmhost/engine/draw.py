@@ -75,10 +75,13 @@ BLOCK = 1024
 
 def _weights(logits: Logits, temperature: float = 1.0) -> Logits:
     """exp((logit - best) / temperature) in float32, as llama.cpp's softmax computes it."""
-    w: Logits = np.subtract(logits, logits.max(), dtype=np.float32)
-    if temperature != 1.0:
-        np.multiply(w, np.float32(1.0 / temperature), out=w)
-    return np.exp(w, out=w)
+    # a row of -inf only gives NaN (`draw` checks); others may overflow to -inf: weight 0, as meant
+    with np.errstate(over="ignore", invalid="ignore"):
+        w: Logits = np.subtract(logits, logits.max(), dtype=np.float32)
+        if temperature != 1.0:
+            # divided, not multiplied by 1/temperature: the best token stays 0 / t = 0 however small t is
+            np.divide(w, np.float32(temperature), out=w)
+        return np.exp(w, out=w)
 
 
 def _take(ids: Ids | None, logits: Logits, keep: Ids) -> tuple[Ids, Logits]:
@@ -143,6 +146,8 @@ def min_p(ids: Ids | None, logits: Logits, p: float) -> tuple[Ids | None, Logits
 def draw(logits: Logits, temperature: float, u: float) -> int:
     """The index of a token drawn with probability softmax(logits / temperature), `u` uniform in [0, 1)."""
     w = _weights(logits, temperature)
+    if not np.isfinite(w[int(np.argmax(logits))]):  # nothing to draw from (every logit -inf, or NaN)
+        return int(np.argmax(logits))
     if len(w) < 2 * BLOCK:
         cum = np.cumsum(w, dtype=np.float64)
         return min(int(np.searchsorted(cum, u * cum[-1], side="right")), len(w) - 1)

@@ -2,12 +2,12 @@
 
 llama.cpp's chain (`llama_sampler_sample`) copies the whole vocabulary into a candidate array, then its
 samplers pass over all of it: 2.1 ms per token for temperature 1 alone with Gemma 3's 262,144 tokens on
-this project's 2-core test host (0.42 ms with top-k 40 first), paid per sequence per step on the
-engine thread. At concurrency 8 with temperature 1 that made llmhost 0.86x llama-server's output
-tokens/s (62.1 vs 72.4; llama-server's defaults put top-k 40 first). Here a draw over the whole row is
-one float32 exp and a sum per block of tokens (0.35 ms), and top-k / top-p sort only a band of the best
-logits that is known to hold their answer. Same samplers, same order and the same boundaries as
-llama.cpp's: logit bias, penalties, top-k, typical-p, top-p, min-p, temperature, draw.
+this project's 2-core test host (0.42 ms with top-k 40 first), paid per sequence per step on the engine
+thread. At concurrency 8 with temperature 1 that made llmhost 0.86x llama-server's output tokens/s (62.1
+vs 72.4; llama-server's defaults put top-k 40 first). Here a draw over the whole row is one float32 exp
+and a sum per block of tokens, and top-k / top-p sort only a band of the best logits that is known to hold
+their answer: 0.52 ms a token at temperature 1, 0.18 ms with top-k 40. Same samplers, same order and the
+same boundaries as llama.cpp's: logit bias, penalties, top-k, typical-p, top-p, min-p, temperature, draw.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-# widening bands below the best logit that top-k and top-p look in first (a band 16 below the best
-# holds about 40k of Gemma 3's 262k tokens, where top-p 0.95 rarely needs more than a few hundred)
+# widening bands below the best logit that top-k and top-p look in first (in a measured Gemma 3 row,
+# 1,010 of its 262,144 tokens lie within 10 of the best and 44,252 within 20)
 BANDS = (4.0, 8.0, 16.0, 32.0)
 
 Ids = npt.NDArray[np.int64]
@@ -69,7 +69,7 @@ class Penalties:
         logits[ids] = x - counts * self.frequency - self.presence
 
 
-# a draw over this many tokens or more first picks a block of them by its sum, then a token in it
+# a draw over 2 x BLOCK tokens or more first picks a block of BLOCK by its sum, then a token in it
 BLOCK = 1024
 
 

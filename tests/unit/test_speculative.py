@@ -1,7 +1,7 @@
 import pytest
 
 from llmhost.engine.config import EngineConfig
-from llmhost.engine.scheduler import Scheduler
+from llmhost.engine.scheduler import BatchItem, Scheduler, even_drafts
 from llmhost.engine.sequence import Sequence
 from llmhost.engine.speculative import MISSES_TO_REST, REST_STEPS, DraftLength, NgramIndex
 from llmhost.engine.step_cost import StepCost
@@ -146,8 +146,10 @@ def test_the_scheduler_verifies_guesses_only_where_their_acceptance_pays_for_the
 
     assert drafts(1, 0.5) == [4], "alone, half the guesses accepted pay"
     assert drafts(8, 0.5) == [0] * 8, "beside seven others they do not"
-    # there a guess must be confirmed about three times in four, however many others were added
-    assert drafts(8, 0.8, 0.7) == [4, 0] * 4
+    # there a guess must be confirmed about three times in four: those at 0.8 would draft, those at 0.7
+    # not, and a step keeps one micro-batch: every draft is cut to the shortest (even_drafts)
+    assert drafts(8, 0.8, 0.7) == [0] * 8
+    assert drafts(8, 0.8) == [4] * 8
     # sequences with no drafts of their own yet are judged by everyone's recent acceptance
     s.draft_acceptance = 0.5
     for seq in seqs:
@@ -173,3 +175,17 @@ def test_guesses_the_step_cost_refuses_rest_then_a_one_token_probe_keeps_the_rat
     assert length.next_limit(pays=False) == 1
     assert length.next_limit(pays=True) == length.limit > 1
     assert length.next_limit(pays=False) == 0 and length.rest == REST_STEPS, "paying again resets the rests"
+
+
+def test_a_steps_drafts_are_cut_to_the_shortest_so_it_stays_one_micro_batch() -> None:
+    seqs = [Sequence(request_id=f"s{i}", prompt=[1], max_tokens=9, arrival_s=0.0) for i in range(3)]
+
+    def item(seq: Sequence, draft: tuple[int, ...]) -> BatchItem:
+        return BatchItem(seq, [7, *draft], 5, True, draft)
+
+    cut = even_drafts([item(seqs[0], (1, 2, 3)), item(seqs[1], (4, 5)), item(seqs[2], (6, 7, 8, 9))])
+    assert [i.draft for i in cut] == [(1, 2), (4, 5), (6, 7)]
+    assert [i.tokens for i in cut] == [[7, 1, 2], [7, 4, 5], [7, 6, 7]]
+    assert [i.draft for i in even_drafts([item(seqs[0], (1, 2)), item(seqs[1], ())])] == [(), ()]
+    alone = [item(seqs[0], (1, 2, 3))]
+    assert even_drafts(alone) == alone

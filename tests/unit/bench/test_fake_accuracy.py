@@ -66,16 +66,19 @@ def test_measured_figures_match_known_delays(fake_url: str, api: str, tmp_path: 
             assert json.load(resp)["component"] == "ic-a"
 
 
-def test_concurrency_scales_throughput(fake_url: str) -> None:
+def test_concurrency_scales_throughput(fake_url: str, tmp_path: Path) -> None:
     cfg = BenchConfig(
         url=fake_url, api="openai", concurrency=[4], requests=8, prompt_tokens=16, max_new_tokens=TOKENS,
         headers=DELAYS,
     )  # fmt: skip
-    (lv,) = run_benchmark(cfg).levels()
+    (lv,) = run_benchmark(cfg, tmp_path).levels()
     assert lv.successes == 8
     assert rate_of(lv.output_tokens_per_s, 4 * TOKENS / E2E)
     tpot = lv.get("tpot_s_p50")
-    assert took(tpot, ITL)
+    # bounded as the single-user test bounds it (9.80 ms measured for 10 ms in a fresh-clone run: a
+    # first token read late shortens the gaps behind it)
+    recs = [json.loads(line) for line in (tmp_path / "requests.jsonl").read_text().splitlines()]
+    assert took_after_first(tpot, recs)
     assert tpot and lv.total_tokens_per_s_blended == pytest.approx(4 / tpot)  # users / p50 TPOT
 
 

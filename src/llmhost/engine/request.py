@@ -92,7 +92,8 @@ class SamplingParams:
 
     @property
     def greedy(self) -> bool:
-        return self.temperature <= 0.0
+        # llama.cpp reads the temperature as a float32, where anything up to 2**-150 (2e-313 say) is 0
+        return self.temperature <= 2.0**-150
 
 
 MAX_LOGPROBS = 20

@@ -41,8 +41,6 @@ class Sampler:
                 bias[tok] = float("-inf")
         self._bias_ids = np.fromiter(bias.keys(), dtype=np.int64, count=len(bias))
         self._bias_values = np.fromiter(bias.values(), dtype=np.float32, count=len(bias))
-        # llama.cpp takes the temperature as a float32: one that is 0 there (2e-313) is greedy
-        self._greedy = params.greedy or float(np.float32(params.temperature)) == 0.0
         self._penalties: Penalties | None = None
         if _penalized(params):
             self._penalties = Penalties(params.penalty_last_n, params.repetition_penalty,
@@ -53,7 +51,7 @@ class Sampler:
         # only tokens ruled out (ignore_eos): a greedy pick needs a biased copy of the row (1 MiB for
         # Gemma) only when it is one of them
         self._banned = {tok for tok, value in bias.items() if value == float("-inf")}
-        self._argmax_first = self._greedy and self._penalties is None and len(self._banned) == len(bias)
+        self._argmax_first = params.greedy and self._penalties is None and len(self._banned) == len(bias)
         self._chain = Chain(params.temperature, params.top_k, params.typical_p, params.top_p, params.min_p)
         seed = params.seed if params.seed is not None else random.getrandbits(32)
         self._rng = np.random.default_rng(seed & 0xFFFFFFFF)
@@ -86,7 +84,7 @@ class Sampler:
             logits[self._bias_ids] += self._bias_values
             if self._penalties is not None:
                 self._penalties.apply(logits)
-        if self._greedy:
+        if self.params.greedy:
             return int(np.argmax(logits))
         return sample(logits, self._chain, float(self._rng.random()))
 

@@ -146,18 +146,19 @@ def min_p(ids: Ids | None, logits: Logits, p: float) -> tuple[Ids | None, Logits
 def draw(logits: Logits, temperature: float, u: float) -> int:
     """The index of a token drawn with probability softmax(logits / temperature), `u` uniform in [0, 1)."""
     w = _weights(logits, temperature)
-    if not np.isfinite(w[int(np.argmax(logits))]):  # nothing to draw from (every logit -inf, or NaN)
-        return int(np.argmax(logits))
-    if len(w) < 2 * BLOCK:
-        cum = np.cumsum(w, dtype=np.float64)
-        return min(int(np.searchsorted(cum, u * cum[-1], side="right")), len(w) - 1)
+    short = len(w) < 2 * BLOCK
     starts = np.arange(0, len(w), BLOCK)
-    block_cum = np.cumsum(np.add.reduceat(w, starts, dtype=np.float64))
-    target = u * block_cum[-1]
-    b = min(int(np.searchsorted(block_cum, target, side="right")), len(starts) - 1)
-    before = block_cum[b - 1] if b else 0.0
-    cum = before + np.cumsum(w[starts[b] : starts[b] + BLOCK], dtype=np.float64)
-    return int(starts[b]) + min(int(np.searchsorted(cum, target, side="right")), len(cum) - 1)
+    # the running sum of the weights, of every token (a short row) or of every block
+    cum = np.cumsum(w if short else np.add.reduceat(w, starts, dtype=np.float64), dtype=np.float64)
+    if not 0.0 < cum[-1] < np.inf:  # nothing to draw from (every logit -inf, or NaN)
+        return int(np.argmax(logits))
+    target = u * cum[-1]
+    if short:
+        return min(int(np.searchsorted(cum, target, side="right")), len(w) - 1)
+    b = min(int(np.searchsorted(cum, target, side="right")), len(starts) - 1)
+    before = cum[b - 1] if b else 0.0
+    within = before + np.cumsum(w[starts[b] : starts[b] + BLOCK], dtype=np.float64)
+    return int(starts[b]) + min(int(np.searchsorted(within, target, side="right")), len(within) - 1)
 
 
 def sample(row: Logits, chain: Chain, u: float) -> int:

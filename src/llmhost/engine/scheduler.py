@@ -264,7 +264,9 @@ class Scheduler:
             draft = self._draft(seq, budget, width)
             budget -= len(draft)
             plan.items.append(BatchItem(seq, [seq.output[-1], *draft], seq.n_computed, True, tuple(draft)))
+        drafted = plan.num_tokens
         plan.items = even_drafts(plan.items)
+        budget += drafted - plan.num_tokens  # guesses cut give their room back to the prompts
         for seq, n in prefill_shares([s for s in self.running if s.status is SeqStatus.PREFILL], budget):
             chunk = seq.prompt[seq.n_computed : seq.n_computed + n]
             done = seq.n_computed + len(chunk) == len(seq.prompt)

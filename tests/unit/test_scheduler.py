@@ -3,7 +3,7 @@
 import pytest
 
 from llmhost.engine.config import EngineConfig
-from llmhost.engine.prefix_cache import KvCopy, KvTrim
+from llmhost.engine.prefix_cache import KvCopy, KvMove, KvTrim
 from llmhost.engine.scheduler import Scheduler
 from llmhost.engine.sequence import SeqStatus, Sequence
 from llmhost.engine.speculative import NgramIndex
@@ -270,3 +270,41 @@ def test_finished_conversations_stay_in_idle_streams_each_turn_replacing_the_pre
     turn("c", list(range(200, 220)))
     ops = s.schedule(0.0).kv_ops
     assert KvTrim(2, 0) in ops and s.cache.idle_seqs == 2, "beyond 2 idle streams, the LRU one leaves"
+
+
+def three_running() -> tuple[Scheduler, list[Sequence]]:
+    s = Scheduler(config(max_concurrent=3, max_batch_tokens=16))
+    seqs = [seq(rid, [ord(rid)] * 3, max_tokens=8) for rid in "abc"]
+    for q in seqs:
+        s.add(q)
+    run_step(s)
+    assert [q.kv_seq for q in seqs] == [0, 1, 2]
+    return s, seqs
+
+
+def test_a_running_sequence_moves_down_into_a_free_id_so_the_batch_stays_consecutive() -> None:
+    s, (a, _, c) = three_running()
+    s.finish(a, reusable=False)
+    plan = s.schedule(0.0)
+    assert KvMove(2, 0, c.n_computed) in plan.kv_ops
+    assert plan.moved == [(c, 2)] and c.kv_seq == 0
+    assert sorted(i.seq.kv_seq for i in plan.items) == [0, 1]
+
+
+def test_a_waiting_sequence_fills_the_free_id_instead() -> None:
+    s, (a, _, c) = three_running()
+    s.finish(a, reusable=False)
+    d = seq("d", [9, 9])
+    s.add(d)
+    plan = s.schedule(0.0)
+    assert d.kv_seq == 0 and not plan.moved and c.kv_seq == 2
+
+
+def test_a_sequence_with_kv_operations_pending_is_not_moved_that_step() -> None:
+    s, (a, _, c) = three_running()
+    s.finish(a, reusable=False)
+    s.restore_ops([KvTrim(c.kv_seq, c.n_computed)])  # e.g. its rejected guesses
+    plan = s.schedule(0.0)
+    assert not plan.moved and c.kv_seq == 2
+    s.postprocess(plan, {i.seq.request_id: [5] for i in plan.items if i.sample}, 0.0)
+    assert s.schedule(0.0).moved == [(c, 2)]

@@ -12,7 +12,7 @@ import logging
 import numpy as np
 
 from llmhost.engine.llama import LlamaModel, ModelLoadError
-from llmhost.engine.prefix_cache import KvTrim
+from llmhost.engine.prefix_cache import KvCopy, KvTrim
 from llmhost.engine.scheduler import BatchItem
 from llmhost.engine.sequence import Sequence
 
@@ -38,6 +38,11 @@ class Drafter:
         """A sequence ended: free its draft KV now rather than when its id is next admitted."""
         self.model.apply(KvTrim(seq.kv_seq, 0))
         seq.draft_pos = 0
+
+    def move(self, seq: Sequence, src: int) -> None:
+        """`seq`'s KV moved from id `src` to `seq.kv_seq` in the target: its draft KV follows it."""
+        self.model.apply(KvCopy(src, seq.kv_seq, seq.draft_pos))
+        self.model.apply(KvTrim(src, 0))
 
     def fill(self, items: list[BatchItem]) -> list[BatchItem]:
         """`items`, those with room for guesses given their drafts; if the draft model fails, `items` as

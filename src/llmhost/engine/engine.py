@@ -148,6 +148,9 @@ class Engine:
         except KvOpError:
             self._plan = None  # no sequence is at fault: none is failed by `recover`
             raise
+        if self.drafter is not None:
+            for seq, src in plan.moved:
+                self._guard(seq, "draft model", self.drafter.move, seq, src)
         plan.items = [
             i for i in plan.items
             if i.seq.status is not SeqStatus.FINISHED and i.seq.kv_seq not in refused and self._kv_holds(i)

@@ -11,7 +11,15 @@ from dataclasses import dataclass, field, replace
 
 from llmhost.engine.config import EngineConfig
 from llmhost.engine.host_cache import HostCache, HostMatch, StateKey
-from llmhost.engine.prefix_cache import KvOp, KvRestore, KvTrim, PrefixCache, common_prefix_len, reusable
+from llmhost.engine.prefix_cache import (
+    KvOp,
+    KvRestore,
+    KvTrim,
+    PrefixCache,
+    common_prefix_len,
+    kv_ids,
+    reusable,
+)
 from llmhost.engine.sequence import SeqStatus, Sequence
 from llmhost.engine.speculative import blend
 from llmhost.engine.step_cost import StepCost
@@ -35,6 +43,8 @@ class StepPlan:
     kv_ops: list[KvOp] = field(default_factory=list)
     items: list[BatchItem] = field(default_factory=list)
     admitted: list[Sequence] = field(default_factory=list)
+    # running sequences moved to a lower KV id this step, with the id they left
+    moved: list[tuple[Sequence, int]] = field(default_factory=list)
 
     @property
     def num_tokens(self) -> int:
@@ -252,6 +262,7 @@ class Scheduler:
             self.waiting.remove(seq)
             plan.kv_ops.extend(self.admit(seq, now_s))
             plan.admitted.append(seq)
+        self._compact(plan)
         decoding = [seq for seq in self.running if seq.status is SeqStatus.DECODE]
         budget = self.config.max_batch_tokens - len(decoding)
         width = StepWidth(len(decoding), len(decoding))
@@ -272,6 +283,21 @@ class Scheduler:
             done = seq.n_computed + len(chunk) == len(seq.prompt)
             plan.items.append(BatchItem(seq, chunk, seq.n_computed, sample=done and seq.max_tokens > 0))
         return plan
+
+    def _compact(self, plan: StepPlan) -> None:
+        """Move running sequences down into free ids below them (those admitting could not fill), so a
+        step's streams run consecutively (see `PrefixCache.relocation`). A sequence with KV operations
+        of its own pending this step stays where it is until they are done."""
+        busy = {i for op in plan.kv_ops for i in kv_ids(op)}
+        while (gap := self.cache.relocation(s.kv_seq for s in self.running)) is not None:
+            src, dst = gap
+            if src in busy:
+                return
+            seq = next(s for s in self.running if s.kv_seq == src)
+            plan.kv_ops.append(self.cache.relocate(src, dst, seq.n_computed))
+            plan.moved.append((seq, src))
+            seq.kv_seq = dst
+            busy.add(dst)
 
     def _draft_room(self, seq: Sequence, budget: int) -> int:
         """How many guesses `seq` may verify this step, leaving room for the token verification adds."""

@@ -18,6 +18,12 @@ RESULTS = ROOT / "benchmarks" / "results"
 
 # per result file: (chart title, unit, [(bar label, dotted path in the JSON)])
 CHARTS: dict[str, list[tuple[str, str, list[tuple[str, str]]]]] = {
+    "decode_widths": [("One decode step, by sequences in it (consecutive stream ids)", "ms", [
+        (f"{n} sequence{'s' if n > 1 else ''}", f"rows.{n - 1}.consecutive_ms")
+        for n in (1, 2, 4, 5, 7, 8, 9, 12, 16)
+    ]), ("One decode step with a free stream id among its sequences", "ms", [
+        (f"{n} sequences", f"rows.{n - 1}.gap_in_middle_ms") for n in (4, 7, 8)
+    ])],
     "endpoint_copies": [("Output tokens/s, concurrency 8 (4 for the half-concurrency copy)", "tokens/s", [
         ("1 copy × 2 threads", "one_copy_x_2_threads.output_tokens_per_s"),
         ("2 copies × 1 thread (router)", "2_copies_x_1_thread.output_tokens_per_s"),

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import llama_cpp as lc
 
-from llmhost.engine.llama import add_log_listener, init_backend, remove_log_listener
+from llmhost.engine.llama_backend import add_log_listener, init_backend, remove_log_listener
 
 # user-facing type name -> llama_ftype
 QUANT_TYPES: dict[str, int] = {

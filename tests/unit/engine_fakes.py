@@ -13,7 +13,7 @@ import numpy.typing as npt
 
 from llmhost.engine import Engine, EngineConfig
 from llmhost.engine.host_cache import StateKey
-from llmhost.engine.prefix_cache import KvCopy, KvOp, KvTrim
+from llmhost.engine.prefix_cache import KvCopy, KvMove, KvOp, KvTrim
 
 N_VOCAB = 64
 CYCLE = 50  # outputs cycle below the EOG token
@@ -61,6 +61,10 @@ class FakeModel:
         if op == self.fail_op:
             self.fail_op = None
             raise RuntimeError(f"injected failure of {op}")
+        if isinstance(op, KvMove):  # as LlamaModel performs it
+            self.apply(KvCopy(op.src, op.dst, op.n_tokens))
+            self.apply(KvTrim(op.src, 0))
+            return
         self.applied.append(op)
         if isinstance(op, KvCopy):
             self.kv[op.dst] = list(self.kv.get(op.src, [])[: op.n_tokens])

@@ -12,7 +12,7 @@ import logging
 import numpy as np
 
 from llmhost.engine.llama import LlamaModel, ModelLoadError
-from llmhost.engine.prefix_cache import KvCopy, KvTrim
+from llmhost.engine.prefix_cache import KvMove, KvTrim
 from llmhost.engine.scheduler import BatchItem
 from llmhost.engine.sequence import Sequence
 
@@ -41,8 +41,7 @@ class Drafter:
 
     def move(self, seq: Sequence, src: int) -> None:
         """`seq`'s KV moved from id `src` to `seq.kv_seq` in the target: its draft KV follows it."""
-        self.model.apply(KvCopy(src, seq.kv_seq, seq.draft_pos))
-        self.model.apply(KvTrim(src, 0))
+        self.model.apply(KvMove(src, seq.kv_seq, seq.draft_pos))
 
     def fill(self, items: list[BatchItem]) -> list[BatchItem]:
         """`items`, those with room for guesses given their drafts; if the draft model fails, `items` as

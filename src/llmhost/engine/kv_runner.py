@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 
 from llmhost.engine.llama import LlamaModel
-from llmhost.engine.prefix_cache import KvCopy, KvMove, KvOp, KvRestore, KvSave, KvTrim
+from llmhost.engine.prefix_cache import KvCopy, KvOp, KvRestore, KvSave, KvTrim
 from llmhost.engine.scheduler import Scheduler
 
 log = logging.getLogger(__name__)
@@ -43,12 +43,10 @@ class KvRunner:
                 refused.add(op.dst)
                 continue
             try:
-                if isinstance(op, KvMove):
-                    self.move(op)
-                elif isinstance(op, KvCopy):
+                if isinstance(op, KvCopy):
                     if not self.copy(op):
                         refused.add(op.dst)
-                else:
+                else:  # a trim, or a running sequence's move, whose copy is checked with the step's items
                     self.model.apply(op)
             except Exception as exc:
                 self.scheduler.restore_ops(ops[i:])
@@ -67,12 +65,6 @@ class KvRunner:
         self.scheduler.cache.drop(op.dst)
         self.scheduler.prefix_lost(op.dst)
         return False
-
-    def move(self, op: KvMove) -> None:
-        """Move a running sequence's KV to a lower id. Whether the copy holds what its next tokens attend
-        to is checked with every planned item before the decode (`Engine`), as for any sequence."""
-        self.model.apply(KvCopy(op.src, op.dst, op.n_tokens))
-        self.model.apply(KvTrim(op.src, 0))
 
     def save(self, op: KvSave) -> None:
         """Keep the state of KV about to leave the context in host memory; a failure loses the copy

@@ -21,7 +21,7 @@ import numpy.typing as npt
 from llmhost.engine.config import EngineConfig
 from llmhost.engine.host_cache import StateKey
 from llmhost.engine.llama_backend import extra_buffers, init_backend
-from llmhost.engine.prefix_cache import KvCopy, KvEdit
+from llmhost.engine.prefix_cache import KvCopy, KvEdit, KvMove, KvTrim
 from llmhost.engine.state_format import n_streams, restream
 
 log = logging.getLogger(__name__)
@@ -268,10 +268,13 @@ class LlamaModel:
 
     # -- KV ------------------------------------------------------------------------------------------
     def apply(self, op: KvEdit) -> None:
-        """Perform a trim, or a copy between streams: llama.cpp copies the source stream's whole buffer
-        at the next decode (its cells' bookkeeping at once), so the copy holds every cell the source
-        does; the copy is then cut to the prefix."""
-        if isinstance(op, KvCopy):
+        """Perform a trim, a copy between streams, or a move (a copy, then the source emptied).
+        llama.cpp copies the source stream's whole buffer at the next decode (its cells' bookkeeping at
+        once), so the copy holds every cell the source does; the copy is then cut to the prefix."""
+        if isinstance(op, KvMove):
+            self.apply(KvCopy(op.src, op.dst, op.n_tokens))
+            self.apply(KvTrim(op.src, 0))
+        elif isinstance(op, KvCopy):
             lc.llama_memory_seq_cp(self._mem, op.src, op.dst, -1, -1)
             if not self._unified:
                 self._copying_from.add(op.src)

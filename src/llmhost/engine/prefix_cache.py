@@ -58,7 +58,7 @@ class KvMove:
 
 
 # what llama.cpp performs on the context
-KvEdit = KvCopy | KvTrim
+KvEdit = KvCopy | KvTrim | KvMove
 # what a step plans: edits, and states moved between the context and host memory
 KvOp = KvCopy | KvTrim | KvSave | KvRestore | KvMove
 

@@ -96,10 +96,11 @@ def prefill_shares(prefilling: list[Sequence], budget: int) -> list[tuple[Sequen
     budget -= give[id(oldest)]
     out = []
     for seq in sorted(prefilling, key=lambda s: left[id(s)]):
-        n = give.get(id(seq), 0) + min(budget, left[id(seq)] - give.get(id(seq), 0))
-        budget -= n - give.get(id(seq), 0)
-        if n > 0:
-            out.append((seq, n))
+        given = give.get(id(seq), 0)
+        more = min(budget, left[id(seq)] - given)
+        budget -= more
+        if given + more > 0:
+            out.append((seq, given + more))
     return out
 
 
@@ -297,7 +298,6 @@ class Scheduler:
             plan.kv_ops.append(self.cache.relocate(src, dst, seq.n_computed))
             plan.moved.append((seq, src))
             seq.kv_seq = dst
-            busy.add(dst)
 
     def _draft_room(self, seq: Sequence, budget: int) -> int:
         """How many guesses `seq` may verify this step, leaving room for the token verification adds."""

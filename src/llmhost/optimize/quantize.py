@@ -102,17 +102,8 @@ def type_name(ftype: int | None, quantized: bool) -> str:
     return "quantized" if quantized else "float"
 
 
-def quantize(
-    in_path: str | Path,
-    out_path: str | Path,
-    qtype: str,
-    allow_requantize: bool = False,
-    progress: Progress | None = None,
-    n_threads: int = 0,
-) -> QuantizeResult:
-    """Write `out_path`, a `qtype` copy of the GGUF `in_path`; `progress(done, total, tensor_name)`."""
-    src, dst = Path(in_path), Path(out_path)
-    ftype = resolve_qtype(qtype)
+def _checked_source(src: Path, dst: Path, allow_requantize: bool) -> str:
+    """The type of the GGUF `src` (e.g. "ftype 1"), once it may be quantized into `dst`."""
     check_gguf(src)
     try:
         src_ftype, quantized = file_type(src)
@@ -126,6 +117,21 @@ def quantize(
         )
     if src.resolve() == dst.resolve():
         raise QuantizeError("the output must not overwrite the input")
+    return source
+
+
+def quantize(
+    in_path: str | Path,
+    out_path: str | Path,
+    qtype: str,
+    allow_requantize: bool = False,
+    progress: Progress | None = None,
+    n_threads: int = 0,
+) -> QuantizeResult:
+    """Write `out_path`, a `qtype` copy of the GGUF `in_path`; `progress(done, total, tensor_name)`."""
+    src, dst = Path(in_path), Path(out_path)
+    ftype = resolve_qtype(qtype)
+    source = _checked_source(src, dst, allow_requantize)
     dst.parent.mkdir(parents=True, exist_ok=True)
 
     init_backend()

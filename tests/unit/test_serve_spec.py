@@ -126,7 +126,7 @@ def test_a_new_setting_can_be_swept() -> None:
 
 def test_the_choices_the_spec_declares_are_those_the_engine_and_server_take() -> None:
     from llmhost.engine.config import SPECULATIVE_MODES
-    from llmhost.engine.llama import POOLING
+    from llmhost.engine.gguf_meta import POOLING
 
     assert set(SERVE_SPEC["pooling"].choices) == set(POOLING)
     assert {"", *SERVE_SPEC["speculative"].choices} == set(SPECULATIVE_MODES)

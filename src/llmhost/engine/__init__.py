@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from llmhost.engine.config import EngineConfig, available_cpus
     from llmhost.engine.engine import Engine
-    from llmhost.engine.llama import LlamaModel, ModelInfo, ModelLoadError
+    from llmhost.engine.gguf_meta import ModelInfo
+    from llmhost.engine.llama import LlamaModel, ModelLoadError
     from llmhost.engine.loop import AsyncEngine, RequestStream
     from llmhost.engine.request import (
         Constraint,
@@ -37,7 +38,7 @@ if TYPE_CHECKING:
 _HOMES = {
     "EngineConfig": "config", "available_cpus": "config",
     "Engine": "engine", "EngineObserver": "stats", "EngineStats": "stats",
-    "LlamaModel": "llama", "ModelInfo": "llama", "ModelLoadError": "llama",
+    "LlamaModel": "llama", "ModelInfo": "gguf_meta", "ModelLoadError": "llama",
     "AsyncEngine": "loop", "EngineState": "worker", "RequestStream": "loop",
     **dict.fromkeys((
         "Constraint", "ConstraintKind", "EngineError", "EngineUnavailableError", "FinishReason",

@@ -11,7 +11,6 @@ Not thread-safe: `loop.AsyncEngine` drives it from a single thread.
 from __future__ import annotations
 
 import logging
-import math
 import time
 from collections.abc import Callable
 from typing import Any
@@ -32,22 +31,13 @@ from llmhost.engine.request import (
     check_limits,
     check_token_ids,
 )
-from llmhost.engine.sampling import Sampler, plain_greedy, prompt_logprobs, verify_draft
+from llmhost.engine.sampling import Sampler, prompt_logprobs, verify_draft
 from llmhost.engine.scheduler import BatchItem, Scheduler, StepPlan
-from llmhost.engine.sequence import SeqStatus, Sequence
-from llmhost.engine.speculative import DraftLength, NgramIndex
+from llmhost.engine.sequence import SeqStatus, Sequence, new_sequence
 from llmhost.engine.stats import EngineObserver, EngineStats
 from llmhost.engine.text import IncrementalDetokenizer
 
 log = logging.getLogger(__name__)
-
-
-def _deadline(start: float, *timeouts: float | None) -> float:
-    """`start` + the first timeout set (None or 0: unset); inf when none is."""
-    for t in timeouts:
-        if t:
-            return start + t
-    return math.inf
 
 
 class Engine:
@@ -95,24 +85,7 @@ class Engine:
         if request.request_id in self._active:
             raise ValueError(f"duplicate request id {request.request_id}")
         arrival = self.clock() if arrival_s is None else arrival_s
-        seq = Sequence(
-            request_id=request.request_id,
-            prompt=list(request.prompt_tokens),
-            max_tokens=request.params.max_tokens,
-            arrival_s=arrival,
-            group=request.group,
-            prompt_logprobs=request.params.prompt_logprobs,
-            queue_deadline_s=_deadline(arrival, request.queue_timeout_s, self.config.queue_timeout_s),
-            deadline_s=_deadline(arrival, request.timeout_s, self.config.request_timeout_s),
-        )
-        if self.drafter is not None and plain_greedy(request.params):
-            seq.drafted = True
-        elif self.config.speculative == "ngram" and plain_greedy(request.params):
-            # verification compares argmaxes, so only plain greedy sequences speculate
-            seq.ngrams = NgramIndex(self.config.ngram_size)
-            seq.ngrams.extend(seq.prompt)
-            if self.config.adaptive_draft:
-                seq.draft_length = DraftLength(self.config.draft_tokens)
+        seq = new_sequence(request, self.config, arrival, draft_model=self.drafter is not None)
         detok = IncrementalDetokenizer(self.model.piece, request.params.stop)
         self._active[request.request_id] = Active(seq, request.params, emit, detok)
         self.scheduler.add(seq)

@@ -10,7 +10,6 @@ import functools
 import logging
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +18,14 @@ import numpy as np
 import numpy.typing as npt
 
 from llmhost.engine.config import EngineConfig
+from llmhost.engine.gguf_meta import (
+    POOLING,
+    POOLING_NAMES,
+    gguf_pooling,
+    kv_bytes_per_token,
+    read_info,
+    token_piece,
+)
 from llmhost.engine.host_cache import StateKey
 from llmhost.engine.llama_backend import extra_buffers, init_backend
 from llmhost.engine.prefix_cache import KvCopy, KvEdit, KvMove, KvTrim
@@ -33,34 +40,8 @@ _LOAD_MODES = {
 }
 
 
-# how an embeddings context pools its token vectors into one per sequence; "auto": the model's own
-# (its GGUF's pooling_type), mean for a model that has none (a generative model)
-POOLING = {
-    "auto": lc.LLAMA_POOLING_TYPE_UNSPECIFIED,
-    "mean": lc.LLAMA_POOLING_TYPE_MEAN,
-    "cls": lc.LLAMA_POOLING_TYPE_CLS,
-    "last": lc.LLAMA_POOLING_TYPE_LAST,
-}
-_POOLING_NAMES = {value: name for name, value in POOLING.items()}
-
-
 class ModelLoadError(RuntimeError):
     """The GGUF could not be loaded or its context could not be created, with the reason."""
-
-
-@dataclass(slots=True, frozen=True)
-class ModelInfo:
-    path: str
-    description: str
-    n_ctx_train: int
-    n_vocab: int
-    n_params: int
-    size_bytes: int
-    chat_template: str | None
-    bos_token: str
-    eos_token: str
-    pad_token: str | None = None  # None: the vocabulary has none
-    add_bos: bool = False  # tokenizing text with special tokens starts it with BOS
 
 
 class LlamaModel:
@@ -93,6 +74,8 @@ class LlamaModel:
         self.swa_window = int(lc.llama_model_n_swa(model))
         # a KV cache of one cell per position (not a recurrent state): what kv_floor checks
         self._kv_cells = not (lc.llama_model_is_recurrent(model) or lc.llama_model_is_hybrid(model))
+        # f16 K and V of one position (what sizes the KV cache)
+        self.kv_bytes_per_token = kv_bytes_per_token(model)
         # an embeddings context holds one input per sequence; a generation context, prompt + output
         limit, value = (
             ("max_total_tokens", config.max_total_tokens)
@@ -118,7 +101,7 @@ class LlamaModel:
         self.copies_done_early = 0  # decodes made only to have queued copies done before a state op
         self.n_batch = config.max_batch_tokens
         self._batch = lc.llama_batch_init(self.n_batch, 0, 1)
-        self.info = self._read_info()
+        self.info = read_info(model, self._vocab, self.path)
 
     @functools.cached_property
     def eog_tokens(self) -> list[int]:
@@ -155,7 +138,7 @@ class LlamaModel:
             )
         if not ctx:
             self.close()
-            kv_mb = config.n_ctx * self.kv_bytes_per_token() / 2**20
+            kv_mb = config.n_ctx * self.kv_bytes_per_token / 2**20
             raise ModelLoadError(
                 f"llama.cpp could not create a context of {config.n_ctx} tokens "
                 f"({config.max_concurrent} running + {config.prefix_cache_seqs} idle cached sequences "
@@ -166,71 +149,19 @@ class LlamaModel:
 
     def _embedding_params(self, cparams: Any, config: EngineConfig) -> None:
         cparams.embeddings = True
-        cparams.pooling_type = self._pooling_type(self.pooling or "auto")
+        pooling = self.pooling or "auto"
+        cparams.pooling_type = gguf_pooling(self._model) if pooling == "auto" else POOLING[pooling]
         # KV for one decode only (cleared after each), and that decode in one micro-batch: llama.cpp
         # pools within a micro-batch, and a non-causal model attends over the whole sequence
         cparams.n_ctx = config.max_batch_tokens
         cparams.n_ubatch = config.max_batch_tokens
-
-    def _pooling_type(self, name: str) -> int:
-        """The POOLING type; "auto": the GGUF's, mean when it has none usable (NONE, or RANK: a reranker)."""
-        if name != "auto":
-            return POOLING[name]
-        arch = self._meta("general.architecture") or ""
-        raw = self._meta(f"{arch}.pooling_type") or ""
-        model_type = int(raw) if raw.lstrip("-").isdigit() else lc.LLAMA_POOLING_TYPE_NONE
-        usable = (lc.LLAMA_POOLING_TYPE_MEAN, lc.LLAMA_POOLING_TYPE_CLS, lc.LLAMA_POOLING_TYPE_LAST)
-        return model_type if model_type in usable else lc.LLAMA_POOLING_TYPE_MEAN
 
     @property
     def pooling_name(self) -> str:
         """The pooling the embeddings context uses (mean, cls, last); "" for a generation context."""
         if self.pooling is None:
             return ""
-        return _POOLING_NAMES.get(int(lc.llama_pooling_type(self._ctx)), "unknown")
-
-    def kv_bytes_per_token(self) -> int:
-        """f16 K and V of one position over all layers, from the GGUF's head sizes (else an upper bound)."""
-        n_layer = int(lc.llama_model_n_layer(self._model))
-        arch = self._meta("general.architecture") or ""
-        try:
-            k = int(self._meta(f"{arch}.attention.key_length") or "")
-            v = int(self._meta(f"{arch}.attention.value_length") or "")
-        except ValueError:  # no such keys: every head the model's width
-            k = v = int(lc.llama_model_n_embd(self._model))
-            return 2 * n_layer * (k + v)
-        return 2 * n_layer * int(lc.llama_model_n_head_kv(self._model)) * (k + v)
-
-    def _meta(self, key: str) -> str | None:
-        buf = ctypes.create_string_buffer(256)
-        n = lc.llama_model_meta_val_str(self._model, key.encode(), buf, len(buf))
-        return buf.value.decode("utf-8", "replace") if n >= 0 else None
-
-    def _read_info(self) -> ModelInfo:
-        desc = ctypes.create_string_buffer(256)
-        lc.llama_model_desc(self._model, desc, len(desc))
-        tmpl = lc.llama_model_chat_template(self._model, None)
-        return ModelInfo(
-            path=self.path,
-            description=desc.value.decode("utf-8", "replace"),
-            n_ctx_train=self.n_ctx_train,
-            n_vocab=self.n_vocab,
-            n_params=int(lc.llama_model_n_params(self._model)),
-            size_bytes=int(lc.llama_model_size(self._model)),
-            chat_template=tmpl.decode("utf-8") if tmpl else None,
-            bos_token=self.piece(int(lc.llama_vocab_bos(self._vocab)), special=True).decode(
-                "utf-8", "replace"
-            ),
-            eos_token=self.piece(int(lc.llama_vocab_eos(self._vocab)), special=True).decode(
-                "utf-8", "replace"
-            ),
-            pad_token=self._special_text(int(lc.llama_vocab_pad(self._vocab))),
-            add_bos=bool(lc.llama_vocab_get_add_bos(self._vocab)),
-        )
-
-    def _special_text(self, token: int) -> str | None:
-        """A special token's text; None for llama.cpp's "no such token" (-1)."""
-        return self.piece(token, special=True).decode("utf-8", "replace") if token >= 0 else None
+        return POOLING_NAMES.get(int(lc.llama_pooling_type(self._ctx)), "unknown")
 
     # -- vocabulary ----------------------------------------------------------------------------------
     def tokenize(self, text: str, add_special: bool = True, parse_special: bool = True) -> list[int]:
@@ -245,12 +176,7 @@ class LlamaModel:
         return list(buf[:n])
 
     def piece(self, token: int, special: bool = False) -> bytes:
-        buf = ctypes.create_string_buffer(64)
-        n = lc.llama_token_to_piece(self._vocab, token, buf, len(buf), 0, special)
-        if n < 0:
-            buf = ctypes.create_string_buffer(-n)
-            n = lc.llama_token_to_piece(self._vocab, token, buf, len(buf), 0, special)
-        return buf.raw[:n]
+        return token_piece(self._vocab, token, special)
 
     def detokenize(self, tokens: list[int], special: bool = False) -> str:
         return b"".join(self.piece(t, special) for t in tokens).decode("utf-8", "replace")

@@ -90,7 +90,7 @@ def load_engine(model_path: str, config: EngineConfig, observer: EngineObserver 
         "KV cache: %d streams (%d running + %d idle cached sequences) x %d tokens, %d MiB "
         "(--prefix-cache-seqs and --max-total-tokens size it)",
         config.n_seq_max, config.max_concurrent, config.prefix_cache_seqs, config.max_total_tokens,
-        config.n_ctx * model.kv_bytes_per_token() // 2**20,
+        config.n_ctx * model.kv_bytes_per_token // 2**20,
     )  # fmt: skip
     return engine
 

@@ -95,6 +95,15 @@ class SamplingParams:
         # llama.cpp reads the temperature as a float32, where anything up to 2**-150 (2e-313 say) is 0
         return self.temperature <= 2.0**-150
 
+    @property
+    def penalized(self) -> bool:
+        return self.repetition_penalty != 1.0 or self.frequency_penalty != 0.0 or self.presence_penalty != 0.0
+
+    @property
+    def plain_greedy(self) -> bool:
+        """Greedy with no penalties: the next token is the argmax of the logits, whatever came before."""
+        return self.greedy and not self.penalized and self.constraint is None
+
 
 MAX_LOGPROBS = 20
 # the C type of llama.cpp's integer sampler settings

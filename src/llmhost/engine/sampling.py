@@ -13,11 +13,6 @@ from llmhost.engine.llama import LlamaModel
 from llmhost.engine.request import SamplingParams, TokenLogprob
 
 
-def plain_greedy(params: SamplingParams) -> bool:
-    """Greedy with no penalties: the next token is the argmax of the logits, whatever came before."""
-    return params.greedy and not _penalized(params) and params.constraint is None
-
-
 class Sampler:
     """The next token of one sequence, in llama.cpp's usual order: logit bias, penalties, top-k,
     typical-p, top-p, min-p, temperature, then a seeded draw (or the argmax when greedy); see `draw`
@@ -42,7 +37,7 @@ class Sampler:
         self._bias_ids = np.fromiter(bias.keys(), dtype=np.int64, count=len(bias))
         self._bias_values = np.fromiter(bias.values(), dtype=np.float32, count=len(bias))
         self._penalties: Penalties | None = None
-        if _penalized(params):
+        if params.penalized:
             self._penalties = Penalties(params.penalty_last_n, params.repetition_penalty,
                                         params.frequency_penalty, params.presence_penalty)  # fmt: skip
             # penalties look back over the prompt too, as llama-server does
@@ -93,12 +88,6 @@ class Sampler:
 
     def close(self) -> None:
         """Nothing to free: kept so a sampler's end stays explicit where requests finish."""
-
-
-def _penalized(params: SamplingParams) -> bool:
-    return (
-        params.repetition_penalty != 1.0 or params.frequency_penalty != 0.0 or params.presence_penalty != 0.0
-    )
 
 
 def token_logprob(row: npt.NDArray[np.float32], token: int, top_n: int) -> TokenLogprob:

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import enum
+import math
 from dataclasses import dataclass, field
 
+from llmhost.engine.config import EngineConfig
+from llmhost.engine.request import GenerationRequest
 from llmhost.engine.speculative import DraftLength, NgramIndex
 
 
@@ -72,3 +75,39 @@ class Sequence:
         if n <= len(self.prompt):
             return self.prompt[:n]
         return self.prompt + self.output[: n - len(self.prompt)]
+
+
+def new_sequence(
+    request: GenerationRequest, config: EngineConfig, arrival_s: float, draft_model: bool
+) -> Sequence:
+    """The sequence of a request arriving at `arrival_s`, with its deadlines and, for a plain greedy one
+    (verification compares argmaxes), its speculation: by the draft model if there is one, else by
+    n-grams when the engine speculates so."""
+    seq = Sequence(
+        request_id=request.request_id,
+        prompt=list(request.prompt_tokens),
+        max_tokens=request.params.max_tokens,
+        arrival_s=arrival_s,
+        group=request.group,
+        prompt_logprobs=request.params.prompt_logprobs,
+        queue_deadline_s=_deadline(arrival_s, request.queue_timeout_s, config.queue_timeout_s),
+        deadline_s=_deadline(arrival_s, request.timeout_s, config.request_timeout_s),
+    )
+    if not request.params.plain_greedy:
+        return seq
+    if draft_model:
+        seq.drafted = True
+    elif config.speculative == "ngram":
+        seq.ngrams = NgramIndex(config.ngram_size)
+        seq.ngrams.extend(seq.prompt)
+        if config.adaptive_draft:
+            seq.draft_length = DraftLength(config.draft_tokens)
+    return seq
+
+
+def _deadline(start: float, *timeouts: float | None) -> float:
+    """`start` + the first timeout set (None or 0: unset); inf when none is."""
+    for t in timeouts:
+        if t:
+            return start + t
+    return math.inf

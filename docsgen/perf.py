@@ -59,6 +59,12 @@ CHARTS: dict[str, list[tuple[str, str, list[tuple[str, str]]]]] = {
          "structured.concurrency_8.llmhost_unconstrained_same_tokens.output_tokens_per_s"),
         ("llama-server json_schema", "structured.concurrency_8.llama_server_json_schema.output_tokens_per_s"),
     ])],
+    "throughput_bound": [("Output tokens/s at concurrency 8: cheapest schedule, each server", "tokens/s", [
+        (f"{w}, {who}", f"workloads.{w}.{key}")
+        for w in ("distinct", "shared_prefix")
+        for who, key in (("bound", "bound_output_tokens_per_s"), ("llmhost", "llmhost_output_tokens_per_s"),
+                         ("llama-server", "llama-server_output_tokens_per_s"))
+    ])],
     "tune_vs_llama_server": [("Goodput meeting the SLO", "req/s", [
         ("llmhost tune's answer", "tune.answer.chosen.goodput_rps"),
         ("llama-server defaults", "llama_server_defaults.best_goodput.goodput_rps"),

@@ -65,10 +65,10 @@ class LlamaModel:
             raise ModelLoadError(f"llama.cpp could not load {self.path} (not a GGUF model, or corrupt)")
         self._model = model
         self._vocab = lc.llama_model_get_vocab(model)
-        self.n_vocab = int(lc.llama_vocab_n_tokens(self._vocab))
-        self.n_ctx_train = int(lc.llama_model_n_ctx_train(model))
+        self.info = read_info(model, self._vocab, self.path)
+        self.n_vocab = self.info.n_vocab
         self.n_embd = int(lc.llama_model_n_embd_out(model))
-        self.weights_bytes = int(lc.llama_model_size(model))
+        self.weights_bytes = self.info.size_bytes
         # positions a sliding-window layer looks back (0: no such layers): llama.cpp reuses the SWA cells
         # of positions further back than that for other sequences, even in a full-size SWA cache
         self.swa_window = int(lc.llama_model_n_swa(model))
@@ -76,18 +76,7 @@ class LlamaModel:
         self._kv_cells = not (lc.llama_model_is_recurrent(model) or lc.llama_model_is_hybrid(model))
         # f16 K and V of one position (what sizes the KV cache)
         self.kv_bytes_per_token = kv_bytes_per_token(model)
-        # an embeddings context holds one input per sequence; a generation context, prompt + output
-        limit, value = (
-            ("max_total_tokens", config.max_total_tokens)
-            if pooling is None
-            else ("max_input_tokens", config.max_input_tokens)
-        )
-        if value > self.n_ctx_train:
-            self.close()
-            raise ModelLoadError(
-                f"{limit} {value} exceeds the model's trained context {self.n_ctx_train}; "
-                f"lower --{limit.replace('_', '-')}"
-            )
+        self._check_trained_context(config)
         # a KV stream per sequence, but an embeddings context holds a whole input in one buffer
         self._unified = pooling is not None
         self._ctx = self._new_context(config)
@@ -101,7 +90,21 @@ class LlamaModel:
         self.copies_done_early = 0  # decodes made only to have queued copies done before a state op
         self.n_batch = config.max_batch_tokens
         self._batch = lc.llama_batch_init(self.n_batch, 0, 1)
-        self.info = read_info(model, self._vocab, self.path)
+
+    def _check_trained_context(self, config: EngineConfig) -> None:
+        """An embeddings context holds one input per sequence; a generation context, prompt + output:
+        either must fit the context the model was trained on."""
+        limit, value = (
+            ("max_total_tokens", config.max_total_tokens)
+            if self.pooling is None
+            else ("max_input_tokens", config.max_input_tokens)
+        )
+        if value > self.info.n_ctx_train:
+            self.close()
+            raise ModelLoadError(
+                f"{limit} {value} exceeds the model's trained context {self.info.n_ctx_train}; "
+                f"lower --{limit.replace('_', '-')}"
+            )
 
     @functools.cached_property
     def eog_tokens(self) -> list[int]:

@@ -14,11 +14,20 @@ from llmhost.store import ModelNotFoundError, resolve_model
         ({"max_input_tokens": 4096, "max_total_tokens": 4096}, "max_input_tokens"),
         ({"max_queue": -1}, "max_queue"),
         ({"max_concurrent": 200, "prefix_cache_seqs": 100}, "256"),
+        ({"cache_type_k": "q9"}, "cache_type_k must be one of f16, bf16, f32, q8_0, q4_0"),
+        ({"cache_type_v": "q8_0"}, "cache_type_v q8_0 .* needs flash attention"),
+        ({"speculative": "ngram", "swa_full": False}, "needs swa_full"),
     ],
 )
 def test_engine_config_names_the_bad_limit(kwargs: dict[str, int], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         EngineConfig(**kwargs)  # type: ignore[arg-type]
+
+
+def test_quantized_kv_types_pass_with_what_they_need() -> None:
+    cfg = EngineConfig(cache_type_k="q4_0", cache_type_v="q8_0", flash_attn=True, swa_full=False)
+    assert (cfg.cache_type_k, cfg.cache_type_v, cfg.swa_full) == ("q4_0", "q8_0", False)
+    assert EngineConfig(cache_type_k="q8_0").cache_type_v == "f16"  # a quantized K alone needs no FA
 
 
 def test_context_is_a_stream_for_every_running_and_idle_cached_sequence() -> None:

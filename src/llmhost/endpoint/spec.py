@@ -73,6 +73,8 @@ class _EngineBase(_Strict):
             raise ValueError("speculative: draft needs a draft_model")
         if given.get("draft_model") and given.get("speculative") == "ngram":
             raise ValueError("draft_model is for speculative: draft, not ngram")
+        if given.get("speculative") and given.get("swa_full") is False:
+            raise ValueError("speculative needs swa_full (a rolled-back guess takes sliding-window cells)")
         return self
 
     def serve_options(self) -> dict[str, Any]:

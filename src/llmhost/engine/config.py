@@ -44,6 +44,16 @@ class EngineConfig:
     n_threads: int = 0  # 0: available_cpus()
     n_threads_batch: int = 0  # 0: same as n_threads
     flash_attn: bool = False
+    # the KV cache's element types, llama.cpp's names (--cache-type-k/-v): a quantized V needs flash
+    # attention, which reads V row by row; f16 is llama.cpp's default
+    cache_type_k: str = "f16"
+    cache_type_v: str = "f16"
+    # sliding-window layers (Gemma 3, gpt-oss, Mistral-SWA, Cohere) keep every position (True) or only
+    # their window (False, llama.cpp's default: 5 of Gemma 3's 6 layers at 1/8 of a 4,096-token stream).
+    # Windowed, a cached sequence serves only prefixes whose next token's window it still holds (its
+    # own next turn, not a shorter shared system prompt), and guesses rolled back would take cells
+    # with them, so speculative decoding needs the full cache
+    swa_full: bool = True
     # how llama.cpp reads the weights: "auto" (its default), "mmap" or "read" (no mmap)
     load_mode: str = "auto"
     # llama.cpp's extra buffer types: weights repacked at load for this CPU's kernels
@@ -83,6 +93,22 @@ class EngineConfig:
             )
         if self.load_mode not in LOAD_MODES:
             raise ValueError(f"load_mode must be one of {', '.join(LOAD_MODES)}, got {self.load_mode!r}")
+        self._check_cache_types()
+        if self.speculative and not self.swa_full:
+            raise ValueError(
+                f"speculative={self.speculative!r} needs swa_full (a rolled-back guess takes sliding-window "
+                "cells with it): drop --no-swa-full or --speculative"
+            )
+
+    def _check_cache_types(self) -> None:
+        for name, value in (("cache_type_k", self.cache_type_k), ("cache_type_v", self.cache_type_v)):
+            if value not in CACHE_TYPES:
+                raise ValueError(f"{name} must be one of {', '.join(CACHE_TYPES)}, got {value!r}")
+        if self.cache_type_v not in UNQUANTIZED_CACHE_TYPES and not self.flash_attn:
+            raise ValueError(
+                f"cache_type_v {self.cache_type_v} (a quantized V cache) needs flash attention: "
+                "turn on --flash-attn or use --cache-type-v f16"
+            )
 
     def _check_bounds(self) -> None:
         """Each number within its own bound."""
@@ -150,6 +176,9 @@ class EngineConfig:
 
 
 LOAD_MODES = ("auto", "mmap", "read")
+# llama.cpp's KV cache types (common/arg.cpp's kv_cache_types), unquantized first
+UNQUANTIZED_CACHE_TYPES = ("f16", "bf16", "f32")
+CACHE_TYPES = (*UNQUANTIZED_CACHE_TYPES, "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
 SPECULATIVE_MODES = ("", "ngram", "draft")
 
 # llama.cpp's LLAMA_MAX_SEQ

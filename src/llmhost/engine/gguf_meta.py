@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import llama_cpp as lc
+from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
 # how an embeddings context pools its token vectors into one per sequence; "auto": the model's own
 # (its GGUF's pooling_type), mean for a model that has none (a generative model)
@@ -61,17 +62,32 @@ def gguf_pooling(model: Any) -> int:
     return model_type if model_type in usable else lc.LLAMA_POOLING_TYPE_MEAN
 
 
-def kv_bytes_per_token(model: Any) -> int:
-    """f16 K and V of one position over all layers, from the GGUF's head sizes (else an upper bound)."""
+def cache_type_bytes(name: str, elements: int) -> float:
+    """Bytes of `elements` values stored as the KV cache type `name` (llama.cpp's name: f16, q8_0, …):
+    a quantized type packs blocks of 32 values with their scale (q8_0: 34 bytes a block)."""
+    block, size = GGML_QUANT_SIZES[GGMLQuantizationType[name.upper()]]
+    return elements * size / block
+
+
+def cache_ggml_type(name: str) -> int:
+    """ggml's number of the KV cache type `name`, as llama_context_params.type_k/type_v take it."""
+    return int(getattr(lc, f"GGML_TYPE_{name.upper()}"))
+
+
+def kv_bytes_per_token(model: Any, type_k: str = "f16", type_v: str = "f16") -> int:
+    """K and V of one position over all layers in the given cache types, from the GGUF's head sizes
+    (else an upper bound: every head the model's width)."""
     n_layer = int(lc.llama_model_n_layer(model))
     arch = meta(model, "general.architecture") or ""
     try:
         k = int(meta(model, f"{arch}.attention.key_length") or "")
         v = int(meta(model, f"{arch}.attention.value_length") or "")
-    except ValueError:  # no such keys: every head the model's width
+        heads = int(lc.llama_model_n_head_kv(model))
+    except ValueError:  # no such keys
         k = v = int(lc.llama_model_n_embd(model))
-        return 2 * n_layer * (k + v)
-    return 2 * n_layer * int(lc.llama_model_n_head_kv(model)) * (k + v)
+        heads = 1
+    per_layer = cache_type_bytes(type_k, heads * k) + cache_type_bytes(type_v, heads * v)
+    return round(n_layer * per_layer)
 
 
 def read_info(model: Any, vocab: Any, path: str) -> ModelInfo:

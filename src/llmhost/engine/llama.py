@@ -21,13 +21,14 @@ from llmhost.engine.config import EngineConfig
 from llmhost.engine.gguf_meta import (
     POOLING,
     POOLING_NAMES,
+    cache_ggml_type,
     gguf_pooling,
     kv_bytes_per_token,
     read_info,
     token_piece,
 )
 from llmhost.engine.host_cache import StateKey
-from llmhost.engine.llama_backend import extra_buffers, init_backend
+from llmhost.engine.llama_backend import KvBufferTally, extra_buffers, init_backend
 from llmhost.engine.prefix_cache import KvCopy, KvEdit, KvMove, KvTrim
 from llmhost.engine.state_format import n_streams, restream
 
@@ -74,8 +75,8 @@ class LlamaModel:
         self.swa_window = int(lc.llama_model_n_swa(model))
         # a KV cache of one cell per position (not a recurrent state): what kv_floor checks
         self._kv_cells = not (lc.llama_model_is_recurrent(model) or lc.llama_model_is_hybrid(model))
-        # f16 K and V of one position (what sizes the KV cache)
-        self.kv_bytes_per_token = kv_bytes_per_token(model)
+        # K and V of one position in the configured cache types (what sizes the KV cache)
+        self.kv_bytes_per_token = kv_bytes_per_token(model, config.cache_type_k, config.cache_type_v)
         self._check_trained_context(config)
         # a KV stream per sequence, but an embeddings context holds a whole input in one buffer
         self._unified = pooling is not None
@@ -124,15 +125,19 @@ class LlamaModel:
         # every token a scan of every sequence's: 124 vs 74 ms a decode step of 8 sequences beside 4
         # idle ones, benchmarks/kv_layout.py)
         cparams.kv_unified = self._unified
-        # sliding-window layers keep every position so sequences can be trimmed and shared (Gemma 3)
-        cparams.swa_full = True
+        cparams.swa_full = config.swa_full
         cparams.flash_attn_type = (
             lc.LLAMA_FLASH_ATTN_TYPE_ENABLED if config.flash_attn else lc.LLAMA_FLASH_ATTN_TYPE_DISABLED
         )
+        cparams.type_k = cache_ggml_type(config.cache_type_k)
+        cparams.type_v = cache_ggml_type(config.cache_type_v)
         cparams.no_perf = True
         if self.pooling is not None:
             self._embedding_params(cparams, config)
-        ctx = lc.llama_init_from_model(self._model, cparams)
+        with KvBufferTally() as kv:
+            ctx = lc.llama_init_from_model(self._model, cparams)
+        # what the KV cache takes: its cache types, and sliding-window layers at their window or not
+        self.kv_mib = kv.mib
         if not ctx and self.pooling is not None:
             self.close()
             raise ModelLoadError(
@@ -142,11 +147,14 @@ class LlamaModel:
         if not ctx:
             self.close()
             kv_mb = config.n_ctx * self.kv_bytes_per_token / 2**20
+            types = f"{config.cache_type_k}/{config.cache_type_v}"
             raise ModelLoadError(
                 f"llama.cpp could not create a context of {config.n_ctx} tokens "
                 f"({config.max_concurrent} running + {config.prefix_cache_seqs} idle cached sequences "
-                f"x {config.max_total_tokens} tokens, about {kv_mb:.0f} MiB of KV): "
+                f"x {config.max_total_tokens} tokens, about {kv_mb:.0f} MiB of {types} KV): "
                 "lower --max-concurrent, --prefix-cache-seqs or --max-total-tokens"
+                + ("" if types == "f16/f16" else
+                   ", or use --cache-type-k/-v f16 (a quantized type needs head sizes in blocks of 32)")
             )
         return ctx
 
@@ -301,10 +309,10 @@ class LlamaModel:
 
     @property
     def state_key(self) -> StateKey:
-        """What a saved sequence state of this context is valid for: these weights, no adapters, f16 K
-        and V, V transposed unless flash attention is on, every SWA position kept."""
-        info = self.info
-        kv = f"f16/f16 flash_attn={int(self.config.flash_attn)} swa_full=1"
+        """What a saved sequence state of this context is valid for: these weights, no adapters, its K
+        and V cache types, V transposed unless flash attention is on, SWA positions all kept or not."""
+        info, c = self.info, self.config
+        kv = f"{c.cache_type_k}/{c.cache_type_v} flash_attn={int(c.flash_attn)} swa_full={int(c.swa_full)}"
         return StateKey(f"{info.path}:{info.size_bytes}:{info.description}", adapters="", kv=kv)
 
     def state_seq_save(self, seq_id: int) -> bytes:

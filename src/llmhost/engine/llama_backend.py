@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ctypes
 import logging
+import re
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -58,6 +59,28 @@ def add_log_listener(fn: Callable[[str], None]) -> None:
 def remove_log_listener(fn: Callable[[str], None]) -> None:
     if fn in _log_listeners:
         _log_listeners.remove(fn)
+
+
+class KvBufferTally:
+    """The MiB of KV buffers llama.cpp reports allocating while it is attached (one line per cache: a
+    model with sliding-window layers has two, their sizes known only to llama.cpp)."""
+
+    _LINE = re.compile(r"KV buffer size =\s*([0-9.]+) MiB")
+
+    def __init__(self) -> None:
+        self.mib = 0.0
+
+    def __enter__(self) -> KvBufferTally:
+        add_log_listener(self._seen)
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        remove_log_listener(self._seen)
+
+    def _seen(self, text: str) -> None:
+        found = self._LINE.search(text)
+        if found:
+            self.mib += float(found.group(1))
 
 
 def _log(level: int, text: bytes, _user: Any) -> None:

@@ -18,7 +18,7 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
-from llmhost.engine.config import CACHE_TYPES, EngineConfig
+from llmhost.engine.config import CACHE_TYPES, SCHEDULE_POLICIES, EngineConfig
 
 _ENGINE = {f.name: f.default for f in fields(EngineConfig)}
 DEFAULT_PORT = 8080
@@ -158,6 +158,12 @@ SERVE_SETTINGS: tuple[Setting, ...] = (
            ge=2),
     _limit("max_batch_tokens", "Tokens per decode step; env MAX_BATCH_TOTAL_TOKENS.",
            "MAX_BATCH_TOTAL_TOKENS", label="b"),
+    Setting("schedule_policy", str, _ENGINE["schedule_policy"],
+            "Which waiting request gets a free sequence first: fewest-left (fewest prompt tokens left to "
+            "compute: a conversation's next turn before cold prompts), arrival (earliest), cached-first "
+            "(most prompt tokens cached: conversations under way before new ones).",
+            choices=SCHEDULE_POLICIES, endpoint=True, engine="schedule_policy", label="sp",
+            metavar="POLICY"),
     Setting("prefix_cache_seqs", int, _ENGINE["prefix_cache_seqs"],
             "Idle cached prefixes (finished requests' KV) kept in the context, each in a KV stream of "
             "--max-total-tokens cells beside the running sequences'; 0: none.",

@@ -246,6 +246,30 @@ def test_a_turn_whose_prefix_is_cached_is_admitted_before_earlier_cold_prompts_w
     assert [q.request_id for q in s.waiting] == ["turn2b"]
 
 
+@pytest.mark.parametrize(
+    ("policy", "first"),
+    [("fewest-left", "short"), ("arrival", "long"), ("cached-first", "turn2")],
+)
+def test_the_schedule_policy_picks_who_gets_a_free_slot(policy: str, first: str) -> None:
+    cfg = EngineConfig(max_concurrent=1, max_batch_tokens=64, max_input_tokens=64, max_total_tokens=128,
+                       prefix_cache_seqs=2, schedule_policy=policy)  # fmt: skip
+    s = Scheduler(cfg)
+    turn1 = list(range(100, 140))
+    a = seq("a", turn1, max_tokens=1)
+    s.add(a)
+    run_step(s)
+    s.finish(a)  # turn 1's KV stays idle in the context
+    s.add(seq("long", list(range(200, 240))))  # 40 tokens to compute, arrived first
+    s.add(seq("short", [300, 301]))  # 2 tokens to compute
+    s.add(seq("turn2", [*turn1, 99, 7, 7]))  # 43 tokens, 40 of them cached: 3 to compute
+    assert [q.request_id for q in s.schedule(0.0).admitted] == [first]
+
+
+def test_an_unknown_schedule_policy_is_refused() -> None:
+    with pytest.raises(ValueError, match="schedule_policy must be one of fewest-left, arrival, cached-first"):
+        EngineConfig(schedule_policy="lifo")
+
+
 def test_finished_conversations_stay_in_idle_streams_each_turn_replacing_the_previous_one() -> None:
     s = Scheduler(config(max_concurrent=2, max_batch_tokens=64, prefix_cache_seqs=2))
 

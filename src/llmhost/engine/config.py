@@ -31,6 +31,9 @@ class EngineConfig:
     # a waiting prompt holds back while another prompt is computing a prefix it shares (>= this many
     # tokens more than already cached), so it copies that KV instead of prefilling it again
     prefix_wait_min_tokens: int = 32
+    # which waiting request gets a free sequence slot first: "fewest-left" (fewest prompt tokens left to
+    # compute), "arrival" (earliest), "cached-first" (most prompt tokens already cached)
+    schedule_policy: str = "fewest-left"
     # speculative decoding of greedy requests: "" (off) or "ngram" (prompt lookup), with up to
     # `draft_tokens` guesses verified per step, looked up by n-grams of `ngram_size` down to 2 tokens
     speculative: str = ""
@@ -94,6 +97,10 @@ class EngineConfig:
         if self.load_mode not in LOAD_MODES:
             raise ValueError(f"load_mode must be one of {', '.join(LOAD_MODES)}, got {self.load_mode!r}")
         self._check_cache_types()
+        if self.schedule_policy not in SCHEDULE_POLICIES:
+            raise ValueError(
+                f"schedule_policy must be one of {', '.join(SCHEDULE_POLICIES)}, got {self.schedule_policy!r}"
+            )
         if self.speculative and not self.swa_full:
             raise ValueError(
                 f"speculative={self.speculative!r} needs swa_full (a rolled-back guess takes sliding-window "
@@ -176,6 +183,7 @@ class EngineConfig:
 
 
 LOAD_MODES = ("auto", "mmap", "read")
+SCHEDULE_POLICIES = ("fewest-left", "arrival", "cached-first")
 # llama.cpp's KV cache types (common/arg.cpp's kv_cache_types), unquantized first
 UNQUANTIZED_CACHE_TYPES = ("f16", "bf16", "f32")
 CACHE_TYPES = (*UNQUANTIZED_CACHE_TYPES, "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")

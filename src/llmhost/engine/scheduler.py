@@ -203,20 +203,24 @@ class Scheduler:
         return None
 
     def _next_admission(self) -> Sequence | None:
-        """The waiting sequence with the fewest prompt tokens left to compute (its prefix in the context
-        or in host memory), earliest first among equals, so a conversation's next turn is not queued
-        behind cold prompts; one passed over `max_concurrent` times goes first whatever it costs.
-        Sequences about to share a prefix still being computed are left waiting for it.
+        """The waiting sequence the schedule policy ranks first (earliest first among equals); one
+        passed over `max_concurrent` times goes first whatever it costs. Sequences about to share a
+        prefix still being computed are left waiting for it.
 
-        Arrival order among prompts within 64 tokens of the fewest (or all that fit one step) was
-        measured and not taken (`benchmarks/conversations.py`, 2 cores, medians of 2-3 runs per
-        variant): over capacity, 32 users, later-turn TTFT p90 fell from 17.9-18.2 to 13.9-14.2 s and
-        p50 from 13.2-13.6 to 12.8 s, but at 12 users p90 rose from 1.14-1.23 to 1.48-1.63 s and
-        first-turn p50 from 1.7 to 2.3-2.7 s, also with free slots kept for earlier prompts waiting
-        for their prefix."""
+        - fewest-left (default): the fewest prompt tokens left to compute (its prefix in the context or
+          in host memory), so a conversation's next turn is not queued behind cold prompts;
+        - arrival: the earliest;
+        - cached-first: the most prompt tokens at hand, so conversations already under way go before
+          new ones.
+
+        Measured on `benchmarks/conversations.py` (2 cores, Gemma 3 270M, over capacity at 32 users):
+        arrival order among prompts within 64 tokens of the fewest cut later-turn TTFT p90 from
+        17.9-18.2 to 13.9-14.2 s and p50 from 13.2-13.6 to 12.8 s, but at 12 users raised p90 from
+        1.14-1.23 to 1.48-1.63 s and first-turn p50 from 1.7 to 2.3-2.7 s; cached-first at 32 users
+        gave later-turn p50 7.56 s against 13.27 s for first-turn p50 10.5 s against 9.5 s."""
         running = [(s.kv_seq, s.computed_tokens) for s in self.running]
         best: Sequence | None = None
-        best_left = 0
+        best_rank = 0.0
         passed: list[Sequence] = []
         for seq in self.waiting:
             at_hand = self._prefix_at_hand(seq, running)
@@ -225,15 +229,24 @@ class Scheduler:
             if seq.passed_over >= self.config.max_concurrent:
                 best = seq
                 break
-            left = len(seq.prompt) - at_hand
-            if best is None or left < best_left:
-                best, best_left = seq, left
+            rank = self._rank(seq, at_hand)
+            if best is None or rank < best_rank:
+                best, best_rank = seq, rank
             passed.append(seq)
         for seq in passed:
             if seq is best:
                 break
             seq.passed_over += 1
         return best
+
+    def _rank(self, seq: Sequence, at_hand: int) -> float:
+        """Where the schedule policy puts `seq` (lowest first) given the prompt tokens it has at hand."""
+        policy = self.config.schedule_policy
+        if policy == "arrival":
+            return seq.arrival_s
+        if policy == "cached-first":
+            return -at_hand
+        return len(seq.prompt) - at_hand
 
     def _prefix_at_hand(self, seq: Sequence, running: list[tuple[int, list[int]]]) -> int:
         """Leading prompt tokens `seq` would not compute if admitted now: held in the context or in

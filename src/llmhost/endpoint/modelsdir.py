@@ -21,7 +21,8 @@ from llmhost.endpoint.spec import (
     format_errors,
     read_yaml,
 )
-from llmhost.store.model import ModelNotFoundError, model_in
+from llmhost.store.ggufnames import SPLIT, is_mmproj
+from llmhost.store.model import AmbiguousModelError, ModelNotFoundError, model_in, model_parts
 
 # what a loaded copy takes beyond its GGUF's pages when no memory_mb is given: the Python process,
 # the server and a small KV cache (measured: about 200 MB for the default model with short contexts)
@@ -29,8 +30,10 @@ PROCESS_OVERHEAD_MB = 300
 
 
 def estimated_memory_mb(gguf: Path) -> int:
-    """memory_mb of a model that sets none: its file's size plus the process's overhead."""
-    return math.ceil(gguf.stat().st_size / 2**20) + PROCESS_OVERHEAD_MB
+    """memory_mb of a model that sets none: its files' size (every part of a split model) plus the
+    process's overhead."""
+    size = sum(part.stat().st_size for part in model_parts(gguf))
+    return math.ceil(size / 2**20) + PROCESS_OVERHEAD_MB
 
 
 def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
@@ -50,19 +53,27 @@ def _candidates(folder: Path) -> dict[str, list[Path]]:
         if entry.name.startswith("."):
             continue
         if entry.is_file() and entry.suffix == ".gguf":
-            found.setdefault(entry.stem, []).append(entry)
+            if is_mmproj(entry.name):
+                continue  # a multimodal projector goes with a model, it is none itself
+            split = SPLIT.match(entry.name)
+            if split is None:
+                found.setdefault(entry.stem, []).append(entry)
+            elif int(split["no"]) == 1:  # a split model is its first part, named without the suffix
+                found.setdefault(split["prefix"], []).append(entry)
         elif entry.is_dir():
             try:
                 model_in(entry)
+            except AmbiguousModelError as exc:  # several models: which one is not ours to guess
+                raise SpecError(f"models_dir {folder}: {exc}") from None
             except ModelNotFoundError:
                 continue  # a folder without a GGUF is not a model
             found.setdefault(entry.name, []).append(entry)
     return found
 
 
-def _settings(model: Path, defaults: dict[str, Any]) -> dict[str, Any]:
+def _settings(name: str, model: Path, defaults: dict[str, Any]) -> dict[str, Any]:
     """The folder's defaults with the model's own NAME.yaml over them."""
-    side = model.with_name(model.stem + ".yaml") if model.is_file() else model.with_suffix(".yaml")
+    side = model.with_name(name + ".yaml")
     if not side.is_file():
         return dict(defaults)
     own = read_yaml(side)
@@ -80,7 +91,7 @@ def _component(name: str, model: Path, folder: ModelsDirSpec) -> ComponentSpec:
     if not re.match(NAME_PATTERN, name):
         raise SpecError(f"{model}: {name!r} is not a component name (letters, digits, '.', '_', '-'; "
                         "at most 63): rename the file")  # fmt: skip
-    raw = _settings(model, folder.defaults)
+    raw = _settings(name, model, folder.defaults)
     raw.setdefault("on_demand", {})
     resources = dict(raw.get("resources") or {})
     if "memory_mb" not in resources:

@@ -265,7 +265,8 @@ def download(ref: HubRef, listing: Listing, name: str, cache: Path) -> Path:
 
 
 def _hf_hub_download(ref: HubRef, commit: str, name: str, cache: Path) -> str:
-    from huggingface_hub import disable_progress_bars, hf_hub_download
+    from huggingface_hub import hf_hub_download
+    from huggingface_hub.utils.tqdm import disable_progress_bars
 
     if not sys.stderr.isatty():
         disable_progress_bars()  # redrawn bars would fill a captured log: `_progress` logs quarters

@@ -244,3 +244,20 @@ def test_serve_the_default_model_by_name_resumed_then_with_the_hub_down(
     finally:
         stop_server(server)
     assert "is unreachable" in server.log.read_text()
+
+
+def test_endpoint_components_and_optimize_take_hf_models(hub: Hub, tmp_path: Path) -> None:
+    from llmhost.endpoint.manager import ModelRefError, resolve
+    from llmhost.endpoint.spec import ComponentSpec
+
+    resolved = resolve(ComponentSpec(name="tiny", model="hf://acme/tiny-GGUF:Q8_0"))
+    assert resolved.gguf.name == "tiny-Q8_0.gguf"
+    assert resolved.serve_ref == str(resolved.gguf)  # what copies load: the cached file
+    with pytest.raises(ModelRefError, match=r"component 'x': model 'hf://acme/tiny-GGUF:Q2_K': .*matches no"):
+        resolve(ComponentSpec(name="x", model="hf://acme/tiny-GGUF:Q2_K"))
+    out = tmp_path / "tiny-q8.gguf"
+    code, text = llmhost("optimize", "quantize", "hf://acme/tiny-GGUF/tiny-Q4_K_M.gguf", "--type", "q8_0",
+                         "--out", str(out))  # fmt: skip
+    assert code == 0 and out.is_file(), text
+    code, text = llmhost("optimize", "quantize", "hf://acme/nothing:Q4_K_M", "-t", "q8_0", "-o", str(out))
+    assert code == 2 and "no repository acme/nothing on" in text, text

@@ -283,13 +283,20 @@ def _progress(storage: Path, meta: RepoFile, what: str) -> Iterator[None]:
     partials = storage / "blobs"
     stop = threading.Event()
 
+    def received() -> int:
+        try:
+            return max((p.stat().st_size for p in partials.glob(f"{meta.sha256}*.incomplete")), default=0)
+        except OSError:  # renamed into place (done) between the listing and the stat
+            return 0
+
+    seen = received()  # bytes an earlier, interrupted run left: the download resumes after them
+    advance = quarter_logger(what, meta.size, seen)
+
     def watch() -> None:
-        advance, seen = None, 0
+        nonlocal seen
         while not stop.wait(1.0):
-            size = max((p.stat().st_size for p in partials.glob(f"{meta.sha256}*.incomplete")), default=0)
-            if advance is None:
-                advance, seen = quarter_logger(what, meta.size or 0, size), size
-            elif size > seen:
+            size = received()
+            if size > seen:
                 advance(size - seen)
                 seen = size
 

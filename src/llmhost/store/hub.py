@@ -38,6 +38,7 @@ from llmhost.store.progress import quarter_logger
 log = logging.getLogger("llmhost.store")
 REVISION = "main"
 ATTEMPTS = 4  # transfers of one file, each resuming where the last was cut
+LIST_TIMEOUT_S = 10.0  # a hub that does not answer the listing: the cached snapshot is served
 # the transports' transient failures (requests' and httpx's, by name: huggingface_hub's versions use either)
 _TRANSIENT = {"ConnectionError", "Timeout", "ChunkedEncodingError", "TransportError", "TimeoutException"}
 
@@ -119,7 +120,8 @@ def list_repo(ref: HubRef) -> Listing:
 
     endpoint = hub_endpoint()
     try:
-        info = HfApi(endpoint=endpoint).model_info(ref.repo, revision=REVISION, files_metadata=True)
+        info = HfApi(endpoint=endpoint).model_info(ref.repo, revision=REVISION, files_metadata=True,
+                                                   timeout=LIST_TIMEOUT_S)  # fmt: skip
     except HfHubHTTPError as exc:
         status = exc.response.status_code if exc.response is not None else 0
         if status >= 500 or status == 429:  # the hub failing: a cached model still starts

@@ -90,6 +90,26 @@ def test_scan_refuses_a_model_folder_holding_two_models(tmp_path: Path) -> None:
         scan(spec)
 
 
+def test_scan_takes_a_model_named_by_its_yaml_alone(tmp_path: Path) -> None:
+    spec = folder(tmp_path, "a.gguf")
+    elsewhere = tmp_path.parent / f"{tmp_path.name}-weights"
+    elsewhere.mkdir()
+    folder(elsewhere, "w.gguf")
+    (tmp_path / "byref.yaml").write_text(f"model: ../{elsewhere.name}/w.gguf\non_demand: {{pinned: true}}\n")
+    (tmp_path / "plain.yaml").write_text("resources: {memory_mb: 10}\n")  # no model, no file: nothing
+    a, byref = scan(spec)
+    assert (a.name, byref.name) == ("a", "byref")
+    assert byref.model == str(tmp_path / ".." / elsewhere.name / "w.gguf")
+    assert byref.resources.memory_mb == 2 + PROCESS_OVERHEAD_MB and byref.on_demand and byref.on_demand.pinned
+    (tmp_path / "a.yaml").write_text("model: default\n")  # beside a.gguf, the file names the model
+    with pytest.raises(SpecError, match=r"a.yaml: model: not a setting of a folder's model"):
+        scan(spec)
+    (tmp_path / "a.yaml").unlink()
+    (tmp_path / "byref.yaml").write_text("model: ./missing.gguf\n")
+    with pytest.raises(SpecError, match=r"byref.yaml: model: model reference .*missing.gguf"):
+        scan(spec)
+
+
 def test_endpoint_file_with_models_dir() -> None:
     spec = parse_endpoint({"name": "ep", "models_dir": {"path": "/m"}, "on_demand": {"max_loaded": 2}})
     assert spec.components == [] and spec.on_demand.max_loaded == 2

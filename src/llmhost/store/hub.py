@@ -202,18 +202,18 @@ def choose(ref: HubRef, listing: Listing) -> GgufModel:
                                 f"of: {choices}")  # fmt: skip
         model = found
     if model.missing:
-        raise HubModelError(f"{ref.uri}: split model {model.first} lacks its parts "
-                            f"{', '.join(model.missing)} "
-                            f"({where})")  # fmt: skip
+        missing = ", ".join(model.missing)
+        raise HubModelError(f"{ref.uri}: split model {model.first} lacks its parts {missing} ({where})")
     return model
 
 
 def _no_pick(ref: HubRef, models: list[GgufModel]) -> str:
     quant = ref.quant or DEFAULT_QUANT
     hits = sum(matches_quant(m, quant) for m in models)
+    some = "several models" if hits else "no model"
     if ref.quant is None:
-        return f"no quantization named, and {'several' if hits else 'no'} {DEFAULT_QUANT} model"
-    return f"the quantization {quant!r} matches {'several' if hits else 'no'} model"
+        return f"no quantization named, and {some.replace('model', DEFAULT_QUANT + ' model')}"
+    return f"the quantization {quant!r} matches {some}"
 
 
 def _cached(ref: HubRef, commit: str, name: str, cache: Path) -> Path | None:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from llmhost.store import resolve_model
 from llmhost.store.ggufnames import GgufModel, group_models, matches_quant, model_of, pick_quant
 from llmhost.store.hubref import HubModelError, HubRef, parse_hub_ref
 from llmhost.store.model import AmbiguousModelError, ModelNotFoundError, model_in, model_parts
@@ -94,6 +95,7 @@ def test_a_directory_model_is_its_one_model_split_or_not(tmp_path: Path) -> None
     first = model_in(tmp_path / "split")
     assert first.name == "s-00001-of-00003.gguf"
     assert [p.name for p in model_parts(first)] == [f"s-0000{i}-of-00003.gguf" for i in (1, 2, 3)]
+    assert resolve_model(str(tmp_path / "split" / "s-00002-of-00003.gguf")) == first  # any part: from part 1
     _files(tmp_path / "nested", "inner/m.gguf", "inner/deeper/other.gguf")
     assert model_in(tmp_path / "nested") == tmp_path / "nested" / "inner" / "m.gguf"
     _files(tmp_path / "broken", "s-00001-of-00002.gguf")

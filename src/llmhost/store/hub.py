@@ -184,7 +184,7 @@ def cached_listing(ref: HubRef, reason: str) -> Listing:
 def choose(ref: HubRef, listing: Listing) -> GgufModel:
     """The model `ref` names among the listed files; an error listing the choices when it names none."""
     models = group_models(listing.files)
-    where = "cached" if listing.offline_reason else "in the repository"
+    where = f"in the cache: {listing.offline_reason}" if listing.offline_reason else "in the repository"
     if not models:
         raise HubModelError(f"{ref.uri}: {ref.repo} holds no GGUF model ({where})")
     choices = ", ".join(f"hf://{ref.repo}/{m.first}" for m in models)

@@ -23,6 +23,12 @@ MEANING = {
     "`--s3-endpoint-url` sets it for the processes a command starts).",
     "AWS_ENDPOINT_URL": "The S3 endpoint URL every AWS SDK reads; used when LLMHOST_S3_ENDPOINT_URL is "
     "unset.",
+    "HF_ENDPOINT": "The Hugging Face Hub (or mirror) hf:// models come from (default "
+    "https://huggingface.co); read by huggingface_hub too.",
+    "HF_HOME": "huggingface_hub's folder: hf:// models are cached in HF_HOME/hub (default "
+    "~/.cache/huggingface).",
+    "HF_HUB_CACHE": "The Hub cache hf:// models are downloaded into (default HF_HOME/hub).",
+    "HF_HUB_OFFLINE": "`1`: hf:// models are taken from the Hub cache only; the Hub is never asked.",
     "LLMHOST_API_KEYS": "API keys a server or endpoint requires, comma-separated (added to --api-key and "
     "--api-key-file).",
     "LLMHOST_API_KEY": "The key the `llmhost endpoint` admin commands (status, scale, add, remove, down) "

@@ -31,6 +31,7 @@ DOCS_PAGES: dict[tuple[str, ...], tuple[str, str]] = {
     ("llmhost", "endpoint"): ("guides/endpoints.md", "Endpoints of many models and copies"),
     ("llmhost", "optimize"): ("guides/optimize.md", "Optimize a model"),
     ("llmhost", "tune"): ("guides/tune.md", "Tune a deployment"),
+    ("llmhost", "models"): ("guides/models-by-name.md", "Models by name from the Hugging Face Hub"),
     ("serve",): ("guides/sagemaker.md", "SageMaker: the container, inference.py and the Runtime API"),
 }
 
@@ -57,6 +58,7 @@ LAZY_COMMANDS = {
     "endpoint": ("llmhost.endpoint.cli", "app"),
     "optimize": ("llmhost.optimize.cli", "app"),
     "tune": ("llmhost.tune.cli", "tune"),
+    "models": ("llmhost.store.cli", "app"),
 }
 
 
@@ -98,7 +100,8 @@ def _main() -> None:
 
 MODEL_HELP = (
     "A .gguf file, a directory holding one, s3://bucket/prefix/, s3://bucket/model.tar.gz (downloaded once "
-    "into ~/.cache/llmhost/models, or $LLMHOST_CACHE), or 'default'. Unset: $SM_MODEL_DIR, /opt/ml/model if "
+    "into ~/.cache/llmhost/models, or $LLMHOST_CACHE), hf://OWNER/REPO/FILE.gguf or hf://OWNER/REPO:QUANT "
+    "(the Hugging Face Hub, cached by huggingface_hub), or 'default'. Unset: $SM_MODEL_DIR, /opt/ml/model if "
     "present, else the bundled Gemma 3 270M."
 )
 

@@ -48,6 +48,9 @@ def test_sampling_params_validate(kwargs: dict[str, float], field: str) -> None:
 def test_resolve_model_directory_and_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / "b.gguf").write_bytes(b"x")
     (tmp_path / "a.gguf").write_bytes(b"x")
+    with pytest.raises(ModelNotFoundError, match=r"holds 2 models \(a.gguf, b.gguf\)"):  # never one by name
+        resolve_model(str(tmp_path))
+    (tmp_path / "b.gguf").unlink()
     assert resolve_model(str(tmp_path)) == tmp_path / "a.gguf"
     monkeypatch.setenv("SM_MODEL_DIR", str(tmp_path))
     assert resolve_model(None) == tmp_path / "a.gguf"

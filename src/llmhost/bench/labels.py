@@ -11,12 +11,13 @@ _SUFFIXES = (".tar.gz", ".tgz", ".gguf")
 _GENERIC = {"model"}
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
 S3 = "s3://"
+HF = "hf://"
 
 
 def _segments(ref: str) -> list[str]:
     if ref == "default":
         return ["default"]
-    body = ref[len(S3):] if ref.startswith(S3) else ref
+    body = ref.split("://", 1)[1] if ref.startswith((S3, HF)) else ref
     parts = [p for p in body.split("/") if p and p != "."]
     if parts:
         last = parts[-1]

@@ -1,6 +1,8 @@
 """A folder of models as on-demand components: each `NAME.gguf` file and each model directory `NAME/`
 (a directory holding a GGUF, as `llmhost serve` resolves it) is the component NAME; a `NAME.yaml` beside
-it gives its component settings over the folder's `defaults`. Scanned at start and on `endpoint reload`.
+it gives its component settings over the folder's `defaults`; a `NAME.yaml` alone with a `model:`
+reference (`hf://…`, `s3://…`, a path) is the component NAME too. Scanned at start and on `endpoint
+reload`.
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ from llmhost.endpoint.spec import (
     format_errors,
     read_yaml,
 )
-from llmhost.store.model import ModelNotFoundError, model_in
+from llmhost.store.ggufnames import SPLIT, is_mmproj
+from llmhost.store.model import AmbiguousModelError, ModelNotFoundError, model_in, model_parts
 
 # what a loaded copy takes beyond its GGUF's pages when no memory_mb is given: the Python process,
 # the server and a small KV cache (measured: about 200 MB for the default model with short contexts)
@@ -29,8 +32,10 @@ PROCESS_OVERHEAD_MB = 300
 
 
 def estimated_memory_mb(gguf: Path) -> int:
-    """memory_mb of a model that sets none: its file's size plus the process's overhead."""
-    return math.ceil(gguf.stat().st_size / 2**20) + PROCESS_OVERHEAD_MB
+    """memory_mb of a model that sets none: its files' size (every part of a split model) plus the
+    process's overhead."""
+    size = sum(part.stat().st_size for part in model_parts(gguf))
+    return math.ceil(size / 2**20) + PROCESS_OVERHEAD_MB
 
 
 def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
@@ -50,19 +55,36 @@ def _candidates(folder: Path) -> dict[str, list[Path]]:
         if entry.name.startswith("."):
             continue
         if entry.is_file() and entry.suffix == ".gguf":
-            found.setdefault(entry.stem, []).append(entry)
+            if is_mmproj(entry.name):
+                continue  # a multimodal projector goes with a model, it is none itself
+            split = SPLIT.match(entry.name)
+            if split is None:
+                found.setdefault(entry.stem, []).append(entry)
+            elif int(split["no"]) == 1:  # a split model is its first part, named without the suffix
+                found.setdefault(split["prefix"], []).append(entry)
         elif entry.is_dir():
             try:
                 model_in(entry)
+            except AmbiguousModelError as exc:  # several models: which one is not ours to guess
+                raise SpecError(f"models_dir {folder}: {exc}") from None
             except ModelNotFoundError:
                 continue  # a folder without a GGUF is not a model
             found.setdefault(entry.name, []).append(entry)
+    for side in sorted(folder.glob("*.yaml")):
+        if side.stem not in found and not side.name.startswith(".") and _names_a_model(side):
+            found[side.stem] = [side]  # a model by reference alone (hf://, s3://, a path elsewhere)
     return found
 
 
-def _settings(model: Path, defaults: dict[str, Any]) -> dict[str, Any]:
-    """The folder's defaults with the model's own NAME.yaml over them."""
-    side = model.with_name(model.stem + ".yaml") if model.is_file() else model.with_suffix(".yaml")
+def _names_a_model(side: Path) -> bool:
+    own = read_yaml(side)
+    return isinstance(own, dict) and "model" in own
+
+
+def _settings(name: str, model: Path, defaults: dict[str, Any]) -> dict[str, Any]:
+    """The folder's defaults with the model's own NAME.yaml over them (a NAME.yaml that is the model
+    gives its `model:` reference too)."""
+    side = model.with_name(name + ".yaml")
     if not side.is_file():
         return dict(defaults)
     own = read_yaml(side)
@@ -71,26 +93,41 @@ def _settings(model: Path, defaults: dict[str, Any]) -> dict[str, Any]:
     if not isinstance(own, dict):
         raise SpecError(f"{side}: expected a mapping of component settings, got {type(own).__name__}")
     for key in ("name", "model", "copies", "autoscaling"):
-        if key in own:
+        if key in own and not (key == "model" and side == model):
             raise SpecError(f"{side}: {key}: not a setting of a folder's model (the file names the model)")
     return _merge(defaults, own)
+
+
+def _weights(model: Path, ref: str) -> Path:
+    """The GGUF whose size estimates a model's memory: a NAME.yaml's reference resolved (an hf:// or
+    s3:// model downloaded now, once, into its cache), a folder's one model, or the file itself."""
+    if model.suffix != ".yaml":
+        return model if model.is_file() else model_in(model)
+    from llmhost.store import resolve
+
+    try:
+        return resolve(ref).gguf
+    except OSError as exc:
+        raise SpecError(f"{model}: model: {exc}") from None
 
 
 def _component(name: str, model: Path, folder: ModelsDirSpec) -> ComponentSpec:
     if not re.match(NAME_PATTERN, name):
         raise SpecError(f"{model}: {name!r} is not a component name (letters, digits, '.', '_', '-'; "
                         "at most 63): rename the file")  # fmt: skip
-    raw = _settings(model, folder.defaults)
+    raw = _settings(name, model, folder.defaults)
+    ref = str(raw.pop("model", model))
+    if model.suffix == ".yaml" and "://" not in ref and ref != "default":
+        ref = str(model.parent / Path(ref).expanduser())  # a path, from the folder (absolute stays)
     raw.setdefault("on_demand", {})
     resources = dict(raw.get("resources") or {})
     if "memory_mb" not in resources:
-        gguf = model if model.is_file() else model_in(model)
-        resources["memory_mb"] = estimated_memory_mb(gguf)
+        resources["memory_mb"] = estimated_memory_mb(_weights(model, ref))
         if resources.get("max_memory_mb") is not None:
             resources["memory_mb"] = min(resources["memory_mb"], resources["max_memory_mb"])
     raw["resources"] = resources
     try:
-        return ComponentSpec.model_validate({**raw, "name": name, "model": str(model)})
+        return ComponentSpec.model_validate({**raw, "name": name, "model": ref})
     except ValidationError as exc:
         raise SpecError(f"model {name!r} ({model}): {format_errors(exc, raw)}") from None
 

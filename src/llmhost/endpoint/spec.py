@@ -162,7 +162,8 @@ class RoutingSpec(_Strict):
 class ComponentSpec(_Strict):
     # what requests name: the OpenAI `model`, X-Amzn-SageMaker-Inference-Component
     name: str = Field(pattern=NAME_PATTERN)
-    # default | ./model.gguf | a directory holding one | s3://bucket/prefix/ | s3://bucket/model.tar.gz
+    # default | ./model.gguf | a directory holding one | s3://bucket/prefix/ | s3://bucket/model.tar.gz |
+    # hf://OWNER/REPO/FILE.gguf | hf://OWNER/REPO:QUANT
     model: str = "default"
     copies: int | None = Field(default=None, ge=0)  # None: autoscaling.min_copies, else 1
     resources: ResourcesSpec = ResourcesSpec()  # each copy's CPUs and memory

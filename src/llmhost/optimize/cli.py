@@ -23,7 +23,7 @@ def _fail(exc: Exception) -> typer.Exit:
     return typer.Exit(2)
 
 
-MODEL_FORMS = "a .gguf file, a directory holding one, an s3:// reference, or 'default'"
+MODEL_FORMS = "a .gguf file, a directory holding one, an s3:// or hf:// reference, or 'default'"
 
 
 def _model(ref: str, s3_endpoint_url: str = "") -> Path:

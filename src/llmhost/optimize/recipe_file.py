@@ -150,7 +150,7 @@ def parse_recipe(data: Any, base_dir: str | Path = ".", where: str = "recipe") -
         p = Path(value).expanduser()
         return str(p if p.is_absolute() else base / p)
 
-    if recipe.model != "default":
+    if recipe.model != "default" and "://" not in recipe.model:  # s3://, hf:// are no paths
         recipe.model = resolve(recipe.model) or recipe.model
     recipe.out = resolve(recipe.out)
     for key in ("system_prompt_file", "chat_template_file"):

@@ -10,6 +10,7 @@ from llmhost.console.api import ConsoleSettings
 from llmhost.engine.config import EngineConfig
 from llmhost.engine.embedder import EmbedderConfig
 from llmhost.serve_spec import DEFAULT_PORT, SERVE_SPEC
+from llmhost.store.ggufnames import model_stem
 
 __all__ = ["DEFAULT_PORT", "MAX_BODY_BYTES", "ServerSettings"]
 
@@ -53,4 +54,4 @@ class ServerSettings:
 
     @property
     def model_name(self) -> str:
-        return self.served_model_name or self.model_path.stem
+        return self.served_model_name or model_stem(self.model_path.name)

@@ -17,7 +17,7 @@ def download_progress(description: str, total: int, already: int = 0) -> Iterato
     log.info("downloading %s (%.1f MB, %.1f MB already here)", description, total / 1e6, already / 1e6)
     if not sys.stderr.isatty():
         # redrawn bars would fill a captured log with control characters: log quarter steps instead
-        yield _quarter_logger(description, total, already)
+        yield quarter_logger(description, total, already)
         log.info("downloaded %s", description)
         return
     from rich.console import Console
@@ -37,7 +37,7 @@ def download_progress(description: str, total: int, already: int = 0) -> Iterato
         yield lambda n: bar.advance(task, n)
 
 
-def _quarter_logger(description: str, total: int, already: int) -> Callable[[int], None]:
+def quarter_logger(description: str, total: int, already: int) -> Callable[[int], None]:
     lock = threading.Lock()
     state = {"done": already, "next": 25}
 

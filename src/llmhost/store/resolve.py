@@ -1,5 +1,6 @@
 """Resolve a model reference to a local GGUF file and, when it has one, its model directory."""
-# s3:// references are handled in llmhost.store.s3, imported only when one is given (it needs boto3)
+# s3:// references are handled in llmhost.store.s3, imported only when one is given (it needs boto3), and
+# hf:// ones in llmhost.store.hub (huggingface_hub)
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import contextlib
 import os
 from pathlib import Path
 
-from llmhost.store.model import ModelNotFoundError, ResolvedModel, in_directory
+from llmhost.store.model import ModelNotFoundError, ResolvedModel, first_part, in_directory
 
 DEFAULT_MODEL_REF = "default"
 # SageMaker mounts the model artifacts here
@@ -59,13 +60,18 @@ def resolve(ref: str | None = None) -> ResolvedModel:
         from llmhost.store.s3 import resolve_s3
 
         return resolve_s3(ref)
+    if ref.startswith("hf://"):
+        from llmhost.store.hub import resolve_hf
+
+        return resolve_hf(ref)
     path = Path(ref).expanduser()
     if path.is_dir():
         return in_directory(path)
     if path.is_file():
-        return ResolvedModel(path)
+        return ResolvedModel(first_part(path))
     raise ModelNotFoundError(
-        f"model reference {ref!r} is neither a .gguf file, a directory, an s3:// URI nor 'default'"
+        f"model reference {ref!r} is neither a .gguf file, a directory, an s3:// or hf:// URI nor "
+        "'default'"
     )
 
 

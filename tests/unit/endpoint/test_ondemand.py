@@ -73,6 +73,43 @@ def test_scan_refusals_name_the_file(tmp_path: Path) -> None:
         scan(ModelsDirSpec(path=str(tmp_path / "missing")))
 
 
+def test_scan_takes_a_split_model_once_and_no_mmproj(tmp_path: Path) -> None:
+    spec = folder(tmp_path, *(f"big-0000{i}-of-00003.gguf" for i in (1, 2, 3)), "mmproj-big-f16.gguf")
+    (tmp_path / "big.yaml").write_text("on_demand: {pinned: true}\n")
+    (big,) = scan(spec)
+    assert big.name == "big" and big.model == str(tmp_path / "big-00001-of-00003.gguf")
+    assert big.on_demand is not None and big.on_demand.pinned  # its NAME.yaml is big.yaml
+    assert big.resources.memory_mb == 4 + PROCESS_OVERHEAD_MB  # every part counts: 3 x (1 MiB + 4 bytes)
+
+
+def test_scan_refuses_a_model_folder_holding_two_models(tmp_path: Path) -> None:
+    spec = folder(tmp_path, "two/")
+    (tmp_path / "two" / "other.gguf").write_bytes(b"GGUF")
+    (tmp_path / "two" / "mmproj-x.gguf").write_bytes(b"GGUF")
+    with pytest.raises(SpecError, match=r"two holds 2 models \(other.gguf, weights.gguf\)"):
+        scan(spec)
+
+
+def test_scan_takes_a_model_named_by_its_yaml_alone(tmp_path: Path) -> None:
+    spec = folder(tmp_path, "a.gguf")
+    elsewhere = tmp_path.parent / f"{tmp_path.name}-weights"
+    elsewhere.mkdir()
+    folder(elsewhere, "w.gguf")
+    (tmp_path / "byref.yaml").write_text(f"model: ../{elsewhere.name}/w.gguf\non_demand: {{pinned: true}}\n")
+    (tmp_path / "plain.yaml").write_text("resources: {memory_mb: 10}\n")  # no model, no file: nothing
+    a, byref = scan(spec)
+    assert (a.name, byref.name) == ("a", "byref")
+    assert byref.model == str(tmp_path / ".." / elsewhere.name / "w.gguf")
+    assert byref.resources.memory_mb == 2 + PROCESS_OVERHEAD_MB and byref.on_demand and byref.on_demand.pinned
+    (tmp_path / "a.yaml").write_text("model: default\n")  # beside a.gguf, the file names the model
+    with pytest.raises(SpecError, match=r"a.yaml: model: not a setting of a folder's model"):
+        scan(spec)
+    (tmp_path / "a.yaml").unlink()
+    (tmp_path / "byref.yaml").write_text("model: ./missing.gguf\n")
+    with pytest.raises(SpecError, match=r"byref.yaml: model: model reference .*missing.gguf"):
+        scan(spec)
+
+
 def test_endpoint_file_with_models_dir() -> None:
     spec = parse_endpoint({"name": "ep", "models_dir": {"path": "/m"}, "on_demand": {"max_loaded": 2}})
     assert spec.components == [] and spec.on_demand.max_loaded == 2

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -62,25 +63,77 @@ class Tokenizer:
     pad_id: int | None
 
 
-def _field(reader: gguf.GGUFReader, key: str) -> object:
-    field = reader.get_field(key)
-    return None if field is None else field.contents()
+# GGUF value types (gguf.GGUFValueType) of a fixed size, as struct formats
+_SCALARS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
+_STRING, _ARRAY = 8, 9
+
+
+def _read_metadata(path: Path) -> dict[str, object]:
+    """A GGUF's key-value metadata, read straight from its header: gguf.GGUFReader maps every field
+    and tensor as numpy views first, 8 s for SmolLM2's 49k tokens and merges; this takes ~0.1 s."""
+    data = path.read_bytes()[: 16 << 20]  # the metadata sits at the start, well within 16 MiB
+    magic, _version, _n_tensors, n_kv = struct.unpack_from("<4sIQQ", data, 0)
+    if magic != b"GGUF":
+        raise ValueError(f"{path} is not a GGUF file")
+    pos = 24
+
+    def string() -> str:
+        nonlocal pos
+        (n,) = struct.unpack_from("<Q", data, pos)
+        pos += 8 + n
+        return data[pos - n : pos].decode("utf-8")
+
+    def value(kind: int) -> object:
+        nonlocal pos
+        if kind == _STRING:
+            return string()
+        if kind == _ARRAY:
+            elem, count = struct.unpack_from("<IQ", data, pos)
+            pos += 12
+            if elem in _SCALARS:
+                fmt = f"<{count}{_SCALARS[elem]}"
+                items = struct.unpack_from(fmt, data, pos)
+                pos += struct.calcsize(fmt)
+                return list(items)
+            return [value(elem) for _ in range(count)]
+        fmt = "<" + _SCALARS[kind]
+        (item,) = struct.unpack_from(fmt, data, pos)
+        pos += struct.calcsize(fmt)
+        return item
+
+    fields: dict[str, object] = {}
+    for _ in range(n_kv):
+        key = string()
+        (kind,) = struct.unpack_from("<I", data, pos)
+        pos += 4
+        fields[key] = value(kind)
+    return fields
+
+
+def _ints(value: object) -> tuple[int, ...]:
+    assert isinstance(value, list) and all(isinstance(v, int) for v in value)
+    return tuple(value)
+
+
+def _strs(value: object) -> tuple[str, ...]:
+    assert isinstance(value, list) and all(isinstance(v, str) for v in value)
+    return tuple(value)
 
 
 @functools.cache
 def smollm2_tokenizer() -> Tokenizer:
-    """SmolLM2's tokenizer, read once per process (reading its 49k tokens takes a moment)."""
-    reader = gguf.GGUFReader(smollm2_gguf())
-    pad = _field(reader, "tokenizer.ggml.padding_token_id")
+    """SmolLM2's tokenizer, read once per process."""
+    meta = _read_metadata(smollm2_gguf())
+    pad = meta.get("tokenizer.ggml.padding_token_id")
     return Tokenizer(
-        model=str(_field(reader, "tokenizer.ggml.model")),
-        pre=str(_field(reader, "tokenizer.ggml.pre")),
-        tokens=tuple(_field(reader, "tokenizer.ggml.tokens")),  # type: ignore[arg-type]
-        token_types=tuple(_field(reader, "tokenizer.ggml.token_type")),  # type: ignore[arg-type]
-        merges=tuple(_field(reader, "tokenizer.ggml.merges")),  # type: ignore[arg-type]
-        bos_id=int(_field(reader, "tokenizer.ggml.bos_token_id")),  # type: ignore[call-overload]
-        eos_id=int(_field(reader, "tokenizer.ggml.eos_token_id")),  # type: ignore[call-overload]
-        pad_id=None if pad is None else int(pad),  # type: ignore[call-overload]
+        model=str(meta["tokenizer.ggml.model"]),
+        pre=str(meta["tokenizer.ggml.pre"]),
+        tokens=_strs(meta["tokenizer.ggml.tokens"]),
+        token_types=_ints(meta["tokenizer.ggml.token_type"]),
+        merges=_strs(meta["tokenizer.ggml.merges"]),
+        bos_id=_ints([meta["tokenizer.ggml.bos_token_id"]])[0],
+        eos_id=_ints([meta["tokenizer.ggml.eos_token_id"]])[0],
+        pad_id=None if pad is None else _ints([pad])[0],
     )
 
 
@@ -93,14 +146,15 @@ class _Weights:
         self.tensors: dict[str, np.ndarray] = {}
 
     def add(self, name: str, ne: tuple[int, ...], *, bid: int | None = None, std: float = 0.2,
-            ones: bool = False) -> None:  # fmt: skip
-        """`ne` in llama.cpp's order (ne0 first, as its loader lists them): numpy's is reversed."""
+            ones: bool = False, f32: bool = False) -> None:  # fmt: skip
+        """`ne` in llama.cpp's order (ne0 first, as its loader lists them): numpy's is reversed.
+        `f32`: a matrix llama.cpp adds to F32 activations (not through a matmul or a row lookup)."""
         template = name.rsplit(".", 1)[0]
         assert template in self.allowed, f"{template} is not a tensor of this architecture"
         shape = tuple(reversed(ne))
         data = np.ones(shape) if ones else self.rng.normal(0.0, std, shape)
         # 1-D tensors (norms, biases) must be F32; matrices are F16, half the file
-        dtype = np.float32 if len(shape) == 1 else np.float16
+        dtype = np.float32 if len(shape) == 1 or f32 else np.float16
         key = template.format(bid=bid) + "." + name.rsplit(".", 1)[1]
         self.tensors[key] = data.astype(dtype)
 
@@ -169,8 +223,8 @@ def _decoder_weights(w: _Weights, arch: str, n_vocab: int) -> None:
 
 def _bert_weights(w: _Weights, n_vocab: int) -> None:
     w.add("token_embd.weight", (N_EMBD, n_vocab), std=1.0)
-    w.add("token_types.weight", (N_EMBD, 2))
-    w.add("position_embd.weight", (N_EMBD, N_CTX_TRAIN_BERT))
+    w.add("token_types.weight", (N_EMBD, 2), f32=True)
+    w.add("position_embd.weight", (N_EMBD, N_CTX_TRAIN_BERT), f32=True)
     w.add("token_embd_norm.weight", (N_EMBD,), ones=True)
     w.add("token_embd_norm.bias", (N_EMBD,), std=0.02)
     for i in range(N_LAYER):

@@ -1,14 +1,16 @@
-"""A model family's chat template and tool-call markers through the real server's OpenAI chat route: a
-tiny random-weight GGUF (tests/tinymodels.py) carrying Mistral Nemo's real template in its metadata and
-Mistral's control tokens (`[TOOL_CALLS]`, `[INST]` ...) in its vocabulary.
+"""Model families' chat templates and tool-call markers through the real server's OpenAI chat route: a
+tiny random-weight GGUF (tests/tinymodels.py) per family, carrying the family's real template in its
+metadata and its control tokens (Mistral's `[TOOL_CALLS]`, Granite's `<|tool_call|>`, gpt-oss's
+`<|channel|>` ...) in its vocabulary.
 
-The random weights write no valid call of their own; a logit bias makes the model write the marker,
-which shows that a control token a tool parser needs reaches it as text (llama.cpp leaves control
+The random weights write no valid call of their own; a logit bias makes the model write a call's first
+marker, which shows that a control token a tool parser needs reaches it as text (llama.cpp leaves control
 tokens out of generated text; a call after a dropped `[TOOL_CALLS]` could never be read back)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
@@ -21,19 +23,56 @@ from tests.integration.conftest import Server, start_server, stop_server
 from tests.tinymodels import build_tiny_gguf
 from tests.unit.server.test_chat_templates import CONVERSATION, TEMPLATES, WEATHER
 
-MISTRAL_TOKENS = ["<s>", "</s>", "[INST]", "[/INST]", "[TOOL_CALLS]", "[AVAILABLE_TOOLS]",
-                  "[/AVAILABLE_TOOLS]", "[TOOL_RESULTS]", "[/TOOL_RESULTS]"]  # fmt: skip
-NEMO = (TEMPLATES / "mistralai-Mistral-Nemo-Instruct-2407.jinja").read_text()
+
+@dataclass(frozen=True)
+class TinyFamily:
+    template: str  # a file of tests/fixtures/templates
+    arch: str
+    special_tokens: list[str]  # the family's control tokens
+    bos: str
+    eos: str
+    marker: str  # the control token a tool call starts with
+    # llama.cpp writes the marker out itself (it does so for gpt-oss's <|channel|>, <|message|>,
+    # <|start|> and <|constrain|>)
+    always_written: bool = False
+
+
+FAMILIES = {
+    "mistral-nemo": TinyFamily(
+        "mistralai-Mistral-Nemo-Instruct-2407.jinja", "llama",
+        ["<s>", "</s>", "[INST]", "[/INST]", "[TOOL_CALLS]", "[AVAILABLE_TOOLS]", "[/AVAILABLE_TOOLS]",
+         "[TOOL_RESULTS]", "[/TOOL_RESULTS]"], "<s>", "</s>", "[TOOL_CALLS]"),
+    "granite3.3": TinyFamily(
+        "ibm-granite-granite-3.3-2B-Instruct.jinja", "granite",
+        ["<|start_of_role|>", "<|end_of_role|>", "<|end_of_text|>", "<|tool_call|>"], "<|end_of_text|>",
+        "<|end_of_text|>", "<|tool_call|>"),
+    # gpt-oss's own architecture (openai-moe) is not among tests/tinymodels.py's: its template and
+    # tokens on a llama
+    "gpt-oss": TinyFamily(
+        "openai-gpt-oss-120b.jinja", "llama",
+        ["<|startoftext|>", "<|start|>", "<|message|>", "<|channel|>", "<|constrain|>", "<|end|>", "<|call|>",
+         "<|return|>"], "<|startoftext|>", "<|return|>", "<|channel|>", always_written=True),
+}  # fmt: skip
+
+
+@dataclass
+class Served:
+    server: Server
+    family: TinyFamily
+    source: str  # the template's text
 
 
 @pytest.fixture(scope="module")
-def mistral(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    tmp = tmp_path_factory.mktemp("tiny-mistral")
-    gguf = build_tiny_gguf(tmp / "mistral.gguf", arch="llama", chat_template=NEMO,
-                           special_tokens=MISTRAL_TOKENS, bos_token="<s>", eos_token="</s>")  # fmt: skip
-    srv = start_server(tmp, str(gguf), "--max-concurrent", "2", "--max-input-tokens", "768",
-                       "--max-total-tokens", "1024")  # fmt: skip
-    yield srv
+def served(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    family = FAMILIES[request.param]
+    tmp = tmp_path_factory.mktemp(f"tiny-{request.param}")
+    source = (TEMPLATES / family.template).read_text()
+    gguf = build_tiny_gguf(tmp / "model.gguf", arch=family.arch, chat_template=source,
+                           special_tokens=family.special_tokens, bos_token=family.bos,
+                           eos_token=family.eos)  # fmt: skip
+    srv = start_server(tmp, str(gguf), "--max-concurrent", "2", "--max-input-tokens", "1536",
+                       "--max-total-tokens", "2048")  # fmt: skip
+    yield Served(srv, family, source)
     stop_server(srv)
 
 
@@ -51,24 +90,30 @@ def token_id(server: Server, text: str) -> int:
     return tokens[0]
 
 
-def test_the_ggufs_own_template_renders_the_tool_conversation(mistral: Server) -> None:
+@pytest.mark.parametrize("served", sorted(FAMILIES), indirect=True)
+def test_the_ggufs_own_template_renders_the_tool_conversation(served: Served) -> None:
     """No --chat-template: the server renders the template from the GGUF's metadata, tools and the
     earlier call and result included, into the prompt its tokenizer reads."""
-    answer = chat(mistral, messages=CONVERSATION, tools=[WEATHER], max_tokens=1)
+    answer = chat(served.server, messages=CONVERSATION, tools=[WEATHER], max_tokens=1)
     body = ChatCompletionRequest.model_validate({"messages": CONVERSATION, "tools": [WEATHER]})
-    text = ChatTemplate(NEMO, "<s>", "</s>").render([tools.template_message(m) for m in body.messages],
-                                                   tools=tools.template_tools(body))  # fmt: skip
-    assert "[AVAILABLE_TOOLS]" in text and "[TOOL_RESULTS]" in text
-    r = httpx.post(f"{mistral.url}/tokenize", json={"content": text, "add_special": False}, timeout=10)
+    template = ChatTemplate(served.source, served.family.bos, served.family.eos)
+    messages = [tools.template_message(m) for m in body.messages]
+    text = template.render(messages, tools=tools.template_tools(body))
+    assert "get_weather" in text and "temperature_c" in text
+    add_bos = not text.startswith(served.family.bos)
+    r = httpx.post(f"{served.server.url}/tokenize", json={"content": text, "add_special": add_bos},
+                   timeout=10)  # fmt: skip
     assert answer["usage"]["prompt_tokens"] == len(r.json()["tokens"])
 
 
-def test_the_tool_call_marker_reaches_the_parser_as_text(mistral: Server) -> None:
-    marker = token_id(mistral, "[TOOL_CALLS]")
-    forced = {"messages": CONVERSATION[:2], "max_tokens": 3, "logit_bias": {str(marker): 100}}
-    with_tools = chat(mistral, tools=[WEATHER], **forced)["choices"][0]
+@pytest.mark.parametrize("served", sorted(FAMILIES), indirect=True)
+def test_the_tool_call_marker_reaches_the_parser_as_text(served: Served) -> None:
+    marker = served.family.marker
+    forced = {"messages": CONVERSATION[:2], "max_tokens": 3,
+              "logit_bias": {str(token_id(served.server, marker)): 100}}  # fmt: skip
+    with_tools = chat(served.server, tools=[WEATHER], **forced)["choices"][0]
     # three markers and no JSON after them: no call, and the text stays content, markers and all
-    assert with_tools["message"]["content"] == "[TOOL_CALLS]" * 3
+    assert with_tools["message"]["content"] == marker * 3
     assert with_tools["message"].get("tool_calls") in (None, [])
-    without_tools = chat(mistral, **forced)["choices"][0]
-    assert without_tools["message"]["content"] == "", "a control token was written out without tools"
+    without_tools = chat(served.server, **forced)["choices"][0]["message"]["content"]
+    assert without_tools == (marker * 3 if served.family.always_written else ""), "written out without tools"

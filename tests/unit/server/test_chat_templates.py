@@ -120,6 +120,21 @@ def test_gemma3_refuses_a_tool_result_and_phi35_leaves_it_out() -> None:
     assert "temperature_c" not in render("phi3.5", CONVERSATION)
 
 
+@pytest.mark.parametrize("name", ["qwen3", "mistral-nemo"])
+def test_tojson_writes_text_as_hugging_face_does(name: str) -> None:
+    """Templates are written against Hugging Face's `tojson`: keys in their order, `'<>&` as they are,
+    and text that nothing around it escapes (Jinja's own sorted keys, wrote `\\u0027`, and turned
+    Mistral's `'"' + key + '": ' + val|tojson` into `&#34;parameters&#34;`)."""
+    q = {"type": "string", "description": "it's <b> & c"}
+    function = {"name": "f", "description": "d", "parameters": {"type": "object", "properties": {"q": q}}}
+    tool = {"type": "function", "function": function}
+    body = ChatCompletionRequest.model_validate({"messages": CONVERSATION, "tools": [tool]})
+    messages = [tools.template_message(m) for m in body.messages]
+    text = template(name).render(messages, tools=tools.template_tools(body))
+    assert "it's <b> & c" in text and "&#34;" not in text
+    assert '"type": "object", "properties"' in text
+
+
 # -- tool calls as the models write them -------------------------------------------------------------
 OUTPUTS = {
     # Qwen 2.5 and Qwen 3 (after its thinking) write Hermes calls

@@ -37,6 +37,8 @@ FAMILIES = {
     "llama3.2": Family("meta-llama-Llama-3.2-3B-Instruct.jinja", "<|begin_of_text|>", "<|eot_id|>", "llama3",
                        "<|start_header_id|>assistant<|end_header_id|>\n\n"),
     "mistral-nemo": Family("mistralai-Mistral-Nemo-Instruct-2407.jinja", "<s>", "</s>", "mistral", "[/INST]"),
+    "mistral-small3.2": Family("mistralai-Mistral-Small-3.2-24B-Instruct-2506.jinja", "<s>", "</s>",
+                               "mistral", "[/INST]"),
     # Granite 3.3's template writes an assistant turn's content only, never its tool calls
     "granite3.3": Family("ibm-granite-granite-3.3-2B-Instruct.jinja", "", "<|end_of_text|>", "granite",
                          "<|start_of_role|>assistant<|end_of_role|>", renders_calls=False),
@@ -143,6 +145,7 @@ OUTPUTS = {
     "llama3.2": '{"name": "get_weather", "parameters": {"city": "Paris"}}',
     "mistral-nemo": ('[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Paris"}, '
                      '"id": "a1b2c3d4e"}]'),
+    "mistral-small3.2": '[TOOL_CALLS]get_weather[ARGS]{"city": "Paris"}',
     "granite3.3": '<|tool_call|>[{"arguments": {"city": "Paris"}, "name": "get_weather"}]',
     "gpt-oss": ("<|channel|>analysis<|message|>Need to call get_weather.<|end|><|start|>assistant"
                 "<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>"

@@ -50,6 +50,18 @@ def test_mistral_tool_calls_list() -> None:
     assert content is None and [c.name for c in calls] == ["a", "b"]
 
 
+def test_mistral_named_calls_of_small_3_2() -> None:
+    """Mistral Small 3.2's format: `[TOOL_CALLS]NAME[ARGS]{...}` per call, an id optionally between."""
+    parser = tools.MistralParser()
+    text = 'Checking. [TOOL_CALLS]get_weather[CALL_ID]a1b2c3d4e[ARGS]{"city": "Paris"}[TOOL_CALLS]now[ARGS]{}'
+    content, calls = parser.parse(text)
+    assert content == "Checking."
+    assert calls == [tools.ParsedCall("get_weather", '{"city": "Paris"}'), tools.ParsedCall("now", "{}")]
+    cut = '[TOOL_CALLS]get_weather[ARGS]{"city": '  # max_tokens reached inside the arguments
+    assert parser.parse(cut) == (cut, [])
+    assert parser.parse("[TOOL_CALLS]f[ARGS]{} and more") == ("[TOOL_CALLS]f[ARGS]{} and more", [])
+
+
 def test_granite_tool_call_list_after_its_marker() -> None:
     parser = tools.PARSERS["granite"]
     content, calls = parser.parse('<|tool_call|>[{"arguments": {"city": "Paris"}, "name": "get_weather"}]')
@@ -70,6 +82,9 @@ def test_harmony_calls_in_either_header_order_and_the_final_answer() -> None:
     assert content is None
     assert calls == [tools.ParsedCall("get_weather", '{"city": "Paris"}'),
                      tools.ParsedCall("lookup.v2", '{"q": 1}')]  # fmt: skip
+    # the address in the channel header without a content type (llama.cpp's test-chat variants)
+    bare = '<|channel|>commentary to=functions.get_weather<|message|>{"city": "Paris"}'
+    assert parser.parse(bare) == (None, [tools.ParsedCall("get_weather", '{"city": "Paris"}')])
     final = "<|channel|>analysis<|message|>Easy.<|end|><|start|>assistant<|channel|>final<|message|>Hi!"
     assert parser.parse(final) == (final, [])  # no call: the text as it is
     assert parser.parse(after.replace('{"city": "Paris"}', "{broken")) == (

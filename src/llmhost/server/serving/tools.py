@@ -73,6 +73,9 @@ def _calls(value: Any) -> list[ParsedCall] | None:
     return None if not calls or None in calls else [c for c in calls if c is not None]
 
 
+_DECODER = json.JSONDecoder()
+
+
 def _loads(text: str) -> Any:
     try:
         return json.loads(text)
@@ -139,10 +142,33 @@ class ListParser:
 
 
 class MistralParser(ListParser):
-    """Mistral: `[TOOL_CALLS][{"name": ..., "arguments": {...}}, ...]`."""
+    """Mistral: `[TOOL_CALLS][{"name": ..., "arguments": {...}}, ...]` (Nemo, Small 3.1 and before);
+    `[TOOL_CALLS]NAME[ARGS]{...}`, `[CALL_ID]ID` optionally before `[ARGS]`, once per call (Small 3.2,
+    Devstral, Magistral)."""
+
+    _named = re.compile(r"\[TOOL_CALLS\]([\w.\-]+)(?:\[CALL_ID\]\w+)?\[ARGS\]")
 
     def __init__(self) -> None:
         super().__init__("[TOOL_CALLS]")
+        self.markers = ("[TOOL_CALLS]", "[CALL_ID]", "[ARGS]")
+
+    def parse(self, text: str) -> tuple[str | None, list[ParsedCall]]:
+        start = text.find(self.marker)
+        if start < 0 or text[start + len(self.marker) :].lstrip().startswith("["):
+            return super().parse(text)
+        calls: list[ParsedCall] = []
+        pos = start
+        while pos < len(text):
+            head = self._named.match(text, pos)
+            try:
+                args, pos = _DECODER.raw_decode(text, head.end()) if head else (None, pos)
+            except ValueError:
+                args = None
+            if head is None or not isinstance(args, dict):
+                return text, []
+            calls.append(ParsedCall(head.group(1), json.dumps(args)))
+            pos += len(text[pos:]) - len(text[pos:].lstrip())
+        return (text[:start].strip() or None), calls
 
 
 class HarmonyParser:

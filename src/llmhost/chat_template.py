@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
 from typing import Any
 
@@ -17,11 +18,22 @@ def _raise(message: str) -> None:
     raise ChatTemplateError(message)
 
 
+def _tojson(value: Any, ensure_ascii: bool = False, indent: int | None = None,
+            separators: tuple[str, str] | None = None, sort_keys: bool = False) -> str:  # fmt: skip
+    """Hugging Face's `tojson` (transformers' chat templating), which templates are written against:
+    keys in their order, no HTML escaping, and plain text. Jinja's own sorts keys, writes `'` `<` `>`
+    `&` as \\u escapes, and returns Markup, which escapes the text a template adds to it (Mistral's
+    `'"' + key + '": ' + val|tojson` rendered `&#34;parameters&#34;`)."""
+    return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators,
+                      sort_keys=sort_keys)  # fmt: skip
+
+
 class ChatTemplate:
     def __init__(self, source: str, bos_token: str, eos_token: str) -> None:
         env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
         env.globals["raise_exception"] = _raise
         env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
+        env.filters["tojson"] = _tojson
         try:
             self._template = env.from_string(source)
         except TemplateError as exc:

@@ -208,9 +208,10 @@ SERVE_SETTINGS: tuple[Setting, ...] = (
     Setting("served_model_name", str, "", "Model name in API responses.", server="served_model_name",
             metavar="NAME"),
     Setting("tool_parser", str, "auto",
-            "Format of tool calls in chat output: auto (from the template), hermes, llama3, mistral.",
-            choices=("auto", "hermes", "llama3", "mistral"), endpoint=True, server="tool_parser",
-            metavar="auto|hermes|llama3|mistral"),
+            "Format of tool calls in chat output: auto (from the template), hermes, llama3, mistral, "
+            "granite, harmony (gpt-oss).",
+            choices=("auto", "hermes", "llama3", "mistral", "granite", "harmony"), endpoint=True,
+            server="tool_parser", metavar="auto|hermes|llama3|mistral|granite|harmony"),
     Setting("api_key", str, None,
             "Require this API key (repeatable; also $LLMHOST_API_KEYS, comma-separated); /ping and "
             "/health stay open.", repeatable=True, process=True, metavar="KEY"),

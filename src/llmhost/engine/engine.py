@@ -86,7 +86,9 @@ class Engine:
             raise ValueError(f"duplicate request id {request.request_id}")
         arrival = self.clock() if arrival_s is None else arrival_s
         seq = new_sequence(request, self.config, arrival, draft_model=self.drafter is not None)
-        detok = IncrementalDetokenizer(self.model.piece, request.params.stop)
+        keep, piece = request.params.render_special, self.model.piece
+        pieces = (lambda t: piece(t, t in keep)) if keep else piece
+        detok = IncrementalDetokenizer(pieces, request.params.stop)
         self._active[request.request_id] = Active(seq, request.params, emit, detok)
         self.scheduler.add(seq)
         self.snapshot = self.stats()

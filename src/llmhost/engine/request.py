@@ -63,6 +63,9 @@ class SamplingParams:
     typical_p: float = 1.0  # locally typical sampling; 1: off
     constraint: Constraint | None = None  # structured output: the tokens must follow this grammar
     prompt_logprobs: bool = False  # also return the logprob of every prompt token after the first
+    # control tokens written into the output text (a tool-call format's markers, such as Mistral's
+    # `[TOOL_CALLS]`); other control tokens are left out of it
+    render_special: frozenset[int] = frozenset()
 
     def __post_init__(self) -> None:
         if self.max_tokens < 0:

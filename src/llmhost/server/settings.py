@@ -29,7 +29,7 @@ class ServerSettings:
     chat_template: str | None = None  # jinja text overriding the GGUF's template
     max_body_bytes: int = MAX_BODY_BYTES
     default_max_new_tokens: int = 100  # TGI bodies without max_new_tokens
-    tool_parser: str = "auto"  # how tool calls are read from chat output: auto, hermes, llama3, mistral
+    tool_parser: str = "auto"  # how tool calls are read from chat output: auto or a name in tools.PARSERS
     # --embeddings: the model is loaded for /v1/embeddings only, no generation engine (llama-server's mode)
     embeddings: EmbedderConfig | None = None
     api_keys: ApiKeys = field(default_factory=ApiKeys)  # none: no authentication

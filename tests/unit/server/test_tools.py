@@ -50,11 +50,55 @@ def test_mistral_tool_calls_list() -> None:
     assert content is None and [c.name for c in calls] == ["a", "b"]
 
 
+def test_mistral_named_calls_of_small_3_2() -> None:
+    """Mistral Small 3.2's format: `[TOOL_CALLS]NAME[ARGS]{...}` per call, an id optionally between."""
+    parser = tools.MistralParser()
+    text = 'Checking. [TOOL_CALLS]get_weather[CALL_ID]a1b2c3d4e[ARGS]{"city": "Paris"}[TOOL_CALLS]now[ARGS]{}'
+    content, calls = parser.parse(text)
+    assert content == "Checking."
+    assert calls == [tools.ParsedCall("get_weather", '{"city": "Paris"}'), tools.ParsedCall("now", "{}")]
+    cut = '[TOOL_CALLS]get_weather[ARGS]{"city": '  # max_tokens reached inside the arguments
+    assert parser.parse(cut) == (cut, [])
+    assert parser.parse("[TOOL_CALLS]f[ARGS]{} and more") == ("[TOOL_CALLS]f[ARGS]{} and more", [])
+
+
+def test_granite_tool_call_list_after_its_marker() -> None:
+    parser = tools.PARSERS["granite"]
+    content, calls = parser.parse('<|tool_call|>[{"arguments": {"city": "Paris"}, "name": "get_weather"}]')
+    assert content is None and calls == [tools.ParsedCall("get_weather", '{"city": "Paris"}')]
+    assert parser.parse("It is sunny.") == ("It is sunny.", [])
+    assert parser.hold_from("Sure <|tool") == len("Sure ")
+
+
+def test_harmony_calls_in_either_header_order_and_the_final_answer() -> None:
+    """gpt-oss addresses a call after the channel (`<|channel|>commentary to=functions.f`) or before
+    it (`<|start|>assistant to=functions.f<|channel|>commentary json`); `<|call|>` ends generation,
+    so the text usually stops before it."""
+    parser = tools.HarmonyParser()
+    after = ("<|channel|>analysis<|message|>Two calls.<|end|><|start|>assistant<|channel|>commentary "
+             'to=functions.get_weather <|constrain|>json<|message|>{"city": "Paris"}<|call|>')
+    before = '<|start|>assistant to=functions.lookup.v2<|channel|>commentary json<|message|>{"q": 1}'
+    content, calls = parser.parse(after + before)
+    assert content is None
+    assert calls == [tools.ParsedCall("get_weather", '{"city": "Paris"}'),
+                     tools.ParsedCall("lookup.v2", '{"q": 1}')]  # fmt: skip
+    # the address in the channel header without a content type (llama.cpp's test-chat variants)
+    bare = '<|channel|>commentary to=functions.get_weather<|message|>{"city": "Paris"}'
+    assert parser.parse(bare) == (None, [tools.ParsedCall("get_weather", '{"city": "Paris"}')])
+    final = "<|channel|>analysis<|message|>Easy.<|end|><|start|>assistant<|channel|>final<|message|>Hi!"
+    assert parser.parse(final) == (final, [])  # no call: the text as it is
+    assert parser.parse(after.replace('{"city": "Paris"}', "{broken")) == (
+        after.replace('{"city": "Paris"}', "{broken"), [])  # fmt: skip
+    assert parser.hold_from("Plain <|chan") == len("Plain ")
+
+
 def test_parser_picked_from_template_markers() -> None:
     assert isinstance(tools.parser_for("auto", "... [TOOL_CALLS] ..."), tools.MistralParser)
     assert isinstance(tools.parser_for("auto", "<|python_tag|>"), tools.Llama3JsonParser)
     assert isinstance(tools.parser_for("auto", "<tool_call>"), tools.HermesParser)
     assert isinstance(tools.parser_for("mistral", "<tool_call>"), tools.MistralParser)
+    assert tools.parser_for("auto", "<|tool_call|>") is tools.PARSERS["granite"]
+    assert tools.parser_for("auto", "<|channel|>commentary ... <|call|>") is tools.PARSERS["harmony"]
 
 
 def test_modes() -> None:

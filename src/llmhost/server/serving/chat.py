@@ -4,7 +4,7 @@ constraint and the engine are the same for all; only the answer's shape differs.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from llmhost.engine import Constraint
 from llmhost.engine.loop import RequestStream
@@ -63,6 +63,8 @@ async def start_chat(
     max_tokens = body.max_completion_tokens or body.max_tokens or ctx.remaining(len(prompt))
     top = body.top_logprobs or 0
     params = sampling_params(body, max_tokens, top if body.logprobs else None, constraint)
+    if plan.parser is not None:
+        params = replace(params, render_special=ctx.marker_tokens(plan.parser.markers))
     streams = ctx.submit_choices(rid, [prompt], [params], body.n, api)
     return ChatRun(plan, streams, len(prompt))
 

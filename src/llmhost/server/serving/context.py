@@ -87,6 +87,12 @@ class ServingContext:
         self.require_model()
         return self.model.tokenize(text, add_special=add_special)
 
+    def marker_tokens(self, markers: tuple[str, ...]) -> frozenset[int]:
+        """The tokens that are, each alone, one of `markers` (a marker the vocabulary spells in
+        several tokens is plain text already)."""
+        ids = (self.tokenize(m, add_special=False) for m in markers)
+        return frozenset(t[0] for t in ids if len(t) == 1)
+
     def check_capacity(self) -> None:
         """429 now if the request would be refused anyway: asked before any expensive work."""
         self.require_ready()

@@ -2,7 +2,10 @@
 
 `tool_choice` "required" or a named function: the output is constrained to JSON calls, so even a base
 model returns a valid call. "auto": the model writes calls in its chat template's format, read back by
-the parser of that format (Hermes/Qwen `<tool_call>`, Llama 3.x JSON, Mistral `[TOOL_CALLS]`).
+the parser of that format (Hermes/Qwen `<tool_call>`, Llama 3.x JSON, Mistral `[TOOL_CALLS]`, Granite
+`<|tool_call|>`, gpt-oss's harmony `to=functions.NAME ... <|message|>{...}<|call|>`). A format's markers
+are often control tokens, which generated text leaves out: the parser names them (`markers`) and the
+request writes them out as text.
 """
 
 from __future__ import annotations
@@ -36,6 +39,9 @@ class ParsedCall:
 class ToolParser(Protocol):
     """Reads tool calls out of a model's text; what is not a call stays content."""
 
+    # the format's marker strings: written into the output as text even where they are control tokens
+    markers: tuple[str, ...]
+
     def parse(self, text: str) -> tuple[str | None, list[ParsedCall]]: ...
 
     def hold_from(self, text: str) -> int:
@@ -67,6 +73,9 @@ def _calls(value: Any) -> list[ParsedCall] | None:
     return None if not calls or None in calls else [c for c in calls if c is not None]
 
 
+_DECODER = json.JSONDecoder()
+
+
 def _loads(text: str) -> Any:
     try:
         return json.loads(text)
@@ -77,6 +86,7 @@ def _loads(text: str) -> Any:
 class HermesParser:
     """Hermes / Qwen 2.5+: `<tool_call>{"name": ..., "arguments": {...}}</tool_call>`, one per call."""
 
+    markers: tuple[str, ...] = ("<tool_call>", "</tool_call>")
     _block = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.DOTALL)
 
     def parse(self, text: str) -> tuple[str | None, list[ParsedCall]]:
@@ -95,6 +105,7 @@ class HermesParser:
 class Llama3JsonParser:
     """Llama 3.x: `{"name": ..., "parameters": {...}}` (after `<|python_tag|>` or alone), `;`-separated."""
 
+    markers: tuple[str, ...] = ("<|python_tag|>",)
     def parse(self, text: str) -> tuple[str | None, list[ParsedCall]]:
         body = text.split("<|python_tag|>", 1)[-1].strip()
         if not body.startswith("{"):
@@ -111,24 +122,90 @@ class Llama3JsonParser:
         return 0 if not head or head.startswith(("{", tag)) or tag.startswith(head) else len(text)
 
 
-class MistralParser:
-    """Mistral: `[TOOL_CALLS][{"name": ..., "arguments": {...}}, ...]`."""
+class ListParser:
+    """A marker, then a JSON list of `{"name": ..., "arguments": {...}}`: Mistral's `[TOOL_CALLS]`,
+    Granite 3.x's `<|tool_call|>`."""
+
+    def __init__(self, marker: str) -> None:
+        self.marker = marker
+        self.markers: tuple[str, ...] = (marker,)
 
     def parse(self, text: str) -> tuple[str | None, list[ParsedCall]]:
-        head, sep, tail = text.partition("[TOOL_CALLS]")
+        head, sep, tail = text.partition(self.marker)
         calls = _calls(_loads(tail.strip())) if sep else None
         if not calls:
             return text, []
         return (head.strip() or None), calls
 
     def hold_from(self, text: str) -> int:
-        return _hold_from(text, "[TOOL_CALLS]")
+        return _hold_from(text, self.marker)
+
+
+class MistralParser(ListParser):
+    """Mistral: `[TOOL_CALLS][{"name": ..., "arguments": {...}}, ...]` (Nemo, Small 3.1 and before);
+    `[TOOL_CALLS]NAME[ARGS]{...}`, `[CALL_ID]ID` optionally before `[ARGS]`, once per call (Small 3.2,
+    Devstral, Magistral)."""
+
+    _named = re.compile(r"\[TOOL_CALLS\]([\w.\-]+)(?:\[CALL_ID\]\w+)?\[ARGS\]")
+
+    def __init__(self) -> None:
+        super().__init__("[TOOL_CALLS]")
+        self.markers = ("[TOOL_CALLS]", "[CALL_ID]", "[ARGS]")
+
+    def parse(self, text: str) -> tuple[str | None, list[ParsedCall]]:
+        start = text.find(self.marker)
+        if start < 0 or text[start + len(self.marker) :].lstrip().startswith("["):
+            return super().parse(text)
+        calls: list[ParsedCall] = []
+        pos = start
+        while pos < len(text):
+            head = self._named.match(text, pos)
+            try:
+                args, pos = _DECODER.raw_decode(text, head.end()) if head else (None, pos)
+            except ValueError:
+                args = None
+            if head is None or not isinstance(args, dict):
+                return text, []
+            calls.append(ParsedCall(head.group(1), json.dumps(args)))
+            pos += len(text[pos:]) - len(text[pos:].lstrip())
+        return (text[:start].strip() or None), calls
+
+
+class HarmonyParser:
+    """gpt-oss (OpenAI's harmony format): a call is a message addressed `to=functions.NAME` on the
+    commentary channel, its body the arguments' JSON, ended by `<|call|>` (the end of generation, so
+    often absent); the answer is the message on the final channel."""
+
+    markers: tuple[str, ...] = (
+        "<|start|>", "<|channel|>", "<|message|>", "<|constrain|>", "<|end|>", "<|call|>", "<|return|>",
+    )  # fmt: skip
+    _call = re.compile(r"to=functions\.([\w.\-]+)[^<]*(?:<\|channel\|>[^<]*)?(?:<\|constrain\|>[^<]*)?"
+                       r"<\|message\|>(.*?)(?:<\|call\|>|$)", re.DOTALL)  # fmt: skip
+    _final = re.compile(r"<\|channel\|>final<\|message\|>(.*?)(?:<\|return\|>|<\|end\|>|$)", re.DOTALL)
+
+    def parse(self, text: str) -> tuple[str | None, list[ParsedCall]]:
+        calls = [self._read(m) for m in self._call.finditer(text)]
+        if not calls or None in calls:
+            return text, []
+        final = self._final.search(text)
+        return (final.group(1).strip() or None) if final else None, [c for c in calls if c is not None]
+
+    @staticmethod
+    def _read(match: re.Match[str]) -> ParsedCall | None:
+        args = _loads(match.group(2).strip())
+        return ParsedCall(match.group(1), json.dumps(args)) if isinstance(args, dict) else None
+
+    def hold_from(self, text: str) -> int:
+        # everything after the first marker is structure (channels, addresses), not plain content
+        return _hold_from(text, "<|")
 
 
 PARSERS: dict[str, ToolParser] = {
     "hermes": HermesParser(),
     "llama3": Llama3JsonParser(),
     "mistral": MistralParser(),
+    "granite": ListParser("<|tool_call|>"),
+    "harmony": HarmonyParser(),
 }
 
 
@@ -138,6 +215,10 @@ def parser_for(name: str, template_source: str) -> ToolParser:
         return PARSERS[name]
     if "[TOOL_CALLS]" in template_source:
         return PARSERS["mistral"]
+    if "<|tool_call|>" in template_source:
+        return PARSERS["granite"]
+    if "<|channel|>" in template_source and "<|call|>" in template_source:
+        return PARSERS["harmony"]
     if "<|python_tag|>" in template_source or "ipython" in template_source:
         return PARSERS["llama3"]
     return PARSERS["hermes"]

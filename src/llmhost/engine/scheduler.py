@@ -207,17 +207,13 @@ class Scheduler:
         passed over `max_concurrent` times goes first whatever it costs. Sequences about to share a
         prefix still being computed are left waiting for it.
 
-        - fewest-left (default): the fewest prompt tokens left to compute (its prefix in the context or
-          in host memory), so a conversation's next turn is not queued behind cold prompts;
-        - arrival: the earliest;
-        - cached-first: the most prompt tokens at hand, so conversations already under way go before
-          new ones.
-
-        Measured on `benchmarks/conversations.py` (2 cores, Gemma 3 270M, over capacity at 32 users):
-        arrival order among prompts within 64 tokens of the fewest cut later-turn TTFT p90 from
-        17.9-18.2 to 13.9-14.2 s and p50 from 13.2-13.6 to 12.8 s, but at 12 users raised p90 from
-        1.14-1.23 to 1.48-1.63 s and first-turn p50 from 1.7 to 2.3-2.7 s; cached-first at 32 users
-        gave later-turn p50 7.56 s against 13.27 s for first-turn p50 10.5 s against 9.5 s."""
+        fewest-left (default): the fewest prompt tokens left to compute (prefix in the context or in
+        host memory), so a conversation's next turn is not queued behind cold prompts; arrival: the
+        earliest; cached-first: the most prompt tokens at hand (conversations under way first).
+        Measured (`benchmarks/conversations.py`, 2 cores): arrival order at 32 users cut later-turn
+        TTFT p90 from 17.9-18.2 to 13.9-14.2 s, but at 12 users raised p90 from 1.14-1.23 to
+        1.48-1.63 s and first-turn p50 from 1.7 to 2.3-2.7 s; cached-first at 32 users gave later-turn
+        p50 7.56 s against 13.27 s for first-turn p50 10.5 s against 9.5 s."""
         running = [(s.kv_seq, s.computed_tokens) for s in self.running]
         best: Sequence | None = None
         best_rank = 0.0

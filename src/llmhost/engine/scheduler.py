@@ -20,6 +20,7 @@ from llmhost.engine.prefix_cache import (
     kv_ids,
     reusable,
 )
+from llmhost.engine.schedule_policy import admission_rank
 from llmhost.engine.sequence import SeqStatus, Sequence
 from llmhost.engine.speculative import blend
 from llmhost.engine.step_cost import StepCost
@@ -225,7 +226,7 @@ class Scheduler:
             if seq.passed_over >= self.config.max_concurrent:
                 best = seq
                 break
-            rank = self._rank(seq, at_hand)
+            rank = admission_rank(self.config.schedule_policy, seq, at_hand)
             if best is None or rank < best_rank:
                 best, best_rank = seq, rank
             passed.append(seq)
@@ -234,15 +235,6 @@ class Scheduler:
                 break
             seq.passed_over += 1
         return best
-
-    def _rank(self, seq: Sequence, at_hand: int) -> float:
-        """Where the schedule policy puts `seq` (lowest first) given the prompt tokens it has at hand."""
-        policy = self.config.schedule_policy
-        if policy == "arrival":
-            return seq.arrival_s
-        if policy == "cached-first":
-            return -at_hand
-        return len(seq.prompt) - at_hand
 
     def _prefix_at_hand(self, seq: Sequence, running: list[tuple[int, list[int]]]) -> int:
         """Leading prompt tokens `seq` would not compute if admitted now: held in the context or in

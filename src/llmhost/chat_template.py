@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from jinja2 import TemplateError
+from jinja2 import TemplateError, meta
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 
@@ -17,6 +18,10 @@ def _raise(message: str) -> None:
     raise ChatTemplateError(message)
 
 
+# the variables render() sets itself: a request's template kwargs may not replace them
+RESERVED = frozenset({"messages", "tools", "add_generation_prompt", "bos_token", "eos_token"})
+
+
 class ChatTemplate:
     def __init__(self, source: str, bos_token: str, eos_token: str) -> None:
         env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
@@ -24,6 +29,8 @@ class ChatTemplate:
         env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
         try:
             self._template = env.from_string(source)
+            # the variables it reads from its context: a kwarg it never reads would be silently ignored
+            self.variables = frozenset(meta.find_undeclared_variables(env.parse(source)))
         except TemplateError as exc:
             raise ChatTemplateError(f"chat template does not parse: {exc}") from exc
         self.source = source
@@ -35,9 +42,12 @@ class ChatTemplate:
         messages: list[dict[str, Any]],
         add_generation_prompt: bool = True,
         tools: list[dict[str, Any]] | None = None,
+        kwargs: Mapping[str, Any] | None = None,
     ) -> str:
+        """The prompt; `kwargs` are more template variables (`enable_thinking`), never the ones above."""
         try:
             return self._template.render(
+                **(kwargs or {}),
                 messages=messages,
                 tools=tools,
                 add_generation_prompt=add_generation_prompt,
@@ -48,3 +58,6 @@ class ChatTemplate:
             raise
         except TemplateError as exc:
             raise ChatTemplateError(f"chat template failed on these messages: {exc}") from exc
+
+    def uses(self, name: str) -> bool:
+        return name in self.variables

@@ -40,7 +40,7 @@ def test_the_budget_forces_the_end_tag(budget: int) -> None:
         token = forced if forced is not None else next(model)
         taken.append(token)
         tracker.accept(token)
-    assert taken == [1, 2, 3][:budget] + [END, END2]
+    assert taken == [*[1, 2, 3][:budget], END, END2]
     assert tracker.reasoning_tokens == budget
     assert tracker.forced() is None
 

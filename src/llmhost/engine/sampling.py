@@ -31,7 +31,8 @@ class Sampler:
     ) -> None:
         self.params = params
         self.matcher = matcher
-        self.thought = None if params.thinking is None else ThoughtTracker(params.thinking, matcher is not None)
+        thinking = params.thinking
+        self.thought = None if thinking is None else ThoughtTracker(thinking, matcher is not None)
         self._model = model
         bias = dict(params.logit_bias)
         if params.ignore_eos:

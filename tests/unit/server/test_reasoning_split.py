@@ -6,7 +6,8 @@ import itertools
 
 import pytest
 
-from llmhost.server.serving.reasoning import SYNTAXES, ReasoningSplitter, opened_by, split, syntax_for
+from llmhost.serve_spec import SERVE_SPEC
+from llmhost.server.serving.reasoning import FORMATS, SYNTAXES, ReasoningSplitter, opened_by, split, syntax_for
 
 THINK = SYNTAXES["deepseek"]
 
@@ -89,3 +90,7 @@ def test_a_prompt_that_opens_the_thought() -> None:
     assert opened_by("<|im_start|>assistant\n<think>\n", THINK)
     assert not opened_by("<|im_start|>assistant\n<think>\n\n</think>\n\n", THINK)
     assert not opened_by("<|im_start|>assistant\n", THINK)
+
+
+def test_the_formats_are_the_settings_choices() -> None:
+    assert FORMATS == SERVE_SPEC["reasoning_format"].choices

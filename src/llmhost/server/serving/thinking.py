@@ -43,7 +43,6 @@ class ThinkingPlan:
 
     kwargs: dict[str, Any]
     budget: int | None
-    thinks: bool  # the output may hold a thought to split off
 
 
 def plan(
@@ -61,18 +60,18 @@ def plan(
     if syntax is None:
         if enabled is not None or ask.budget is not None:
             named = ask.field if enabled is not None else ask.budget_field
-            raise APIError(400, "this model does not think: its chat template writes no thought "
-                           "(or --reasoning-format none)", field=named)  # fmt: skip
-        return ThinkingPlan(kwargs, None, False)
+            raise APIError(400, f"{named}: this model does not think (its chat template writes no thought, "
+                           "or the server runs with --reasoning-format none)", field=named)  # fmt: skip
+        return ThinkingPlan(kwargs, None)
     if budget == 0 and enabled is None and template.uses(SWITCH):
         enabled = False  # llama-server's --reasoning-budget 0: thinking off where the template can
     if enabled is not None:
         if template.uses(SWITCH):
             kwargs[SWITCH] = enabled
         elif not enabled:
-            raise APIError(400, f"this model's chat template cannot turn thinking off (it reads no "
-                           f"{SWITCH})", field=ask.field)  # fmt: skip
-    return ThinkingPlan(kwargs, budget, kwargs.get(SWITCH) is not False)
+            raise APIError(400, f"{ask.field}: this model's chat template cannot turn thinking off (it "
+                           f"reads no {SWITCH})", field=ask.field)  # fmt: skip
+    return ThinkingPlan(kwargs, budget)
 
 
 def checked_kwargs(template: ChatTemplate, kwargs: dict[str, Any]) -> dict[str, Any]:

@@ -79,7 +79,8 @@ def checked_kwargs(template: ChatTemplate, kwargs: dict[str, Any]) -> dict[str, 
     for name in kwargs:
         where = f"chat_template_kwargs.{name}"
         if name in RESERVED:
-            raise APIError(400, f"{name} is set by the request itself, not a template kwarg", field=where)
+            raise APIError(400, f"{where}: {name} is set by the request itself, not a template kwarg",
+                           field=where)  # fmt: skip
         if not template.uses(name):
-            raise APIError(400, f"the model's chat template does not read {name}", field=where)
+            raise APIError(400, f"{where}: the model's chat template does not read {name}", field=where)
     return kwargs

@@ -95,8 +95,8 @@ def test_a_json_schema_constrains_the_answer_not_the_thought(thinker: Server, st
     fmt: Any = {"type": "json_schema", "json_schema": {"name": "a", "schema": SCHEMA}}
     client = oai(thinker)
     if stream:
-        chunks = list(client.chat.completions.create(model=MODEL, messages=HI, response_format=fmt, stream=True,
-                                                     **GREEDY))  # fmt: skip
+        chunks = list(client.chat.completions.create(model=MODEL, messages=HI, response_format=fmt,
+                                                     stream=True, **GREEDY))  # fmt: skip
         deltas = [c.choices[0].delta for c in chunks if c.choices]
         thought = "".join(getattr(d, "reasoning_content", None) or "" for d in deltas)
         content = "".join(d.content or "" for d in deltas)
@@ -133,7 +133,7 @@ def test_an_earlier_turns_thought_goes_back_and_the_prefix_is_reused(thinker: Se
 
 def test_refusals_name_the_field(thinker: Server) -> None:
     client = oai(thinker)
-    with pytest.raises(openai.BadRequestError, match="chat_template_kwargs.no_such"):
+    with pytest.raises(openai.BadRequestError, match=r"chat_template_kwargs\.no_such"):
         client.chat.completions.create(model=MODEL, messages=HI, max_tokens=4,
                                        extra_body={"chat_template_kwargs": {"no_such": 1}})  # fmt: skip
     r = httpx.post(f"{thinker.url}/v1/chat/completions", timeout=30,
@@ -184,15 +184,17 @@ def test_responses_give_a_reasoning_item(thinker: Server) -> None:
     off = c.responses.create(model=MODEL, input="hi", max_output_tokens=40, extra_body=COLD,
                              reasoning={"effort": "none"})  # fmt: skip
     assert [item.type for item in off.output] == ["message"] and off.output_text == ANSWER
-    events = list(c.responses.create(model=MODEL, input="hi", max_output_tokens=40, temperature=0, stream=True))
+    events = list(c.responses.create(model=MODEL, input="hi", max_output_tokens=40, temperature=0,
+                                     stream=True))  # fmt: skip
     thought = "".join(e.delta for e in events if e.type == "response.reasoning_text.delta")
     text = "".join(e.delta for e in events if e.type == "response.output_text.delta")
     assert thought == THOUGHT and text == ANSWER
     final = events[-1].response  # type: ignore[union-attr]
     assert [item.type for item in final.output] == ["reasoning", "message"]
     # the output replayed as the next request's input: the reasoning item goes with its message
+    replay = [i.model_dump(exclude_none=True) for i in r.output]
     again = c.responses.create(model=MODEL, max_output_tokens=40, extra_body=COLD,
-                               input=[{"role": "user", "content": "hi"}, *[i.model_dump(exclude_none=True) for i in r.output],
+                               input=[{"role": "user", "content": "hi"}, *replay,
                                       {"role": "user", "content": "and?"}])  # fmt: skip
     assert again.output_text == ANSWER
 

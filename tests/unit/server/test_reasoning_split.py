@@ -7,7 +7,14 @@ import itertools
 import pytest
 
 from llmhost.serve_spec import SERVE_SPEC
-from llmhost.server.serving.reasoning import FORMATS, SYNTAXES, ReasoningSplitter, opened_by, split, syntax_for
+from llmhost.server.serving.reasoning import (
+    FORMATS,
+    SYNTAXES,
+    ReasoningSplitter,
+    opened_by,
+    split,
+    syntax_for,
+)
 
 THINK = SYNTAXES["deepseek"]
 
@@ -93,4 +100,4 @@ def test_a_prompt_that_opens_the_thought() -> None:
 
 
 def test_the_formats_are_the_settings_choices() -> None:
-    assert FORMATS == SERVE_SPEC["reasoning_format"].choices
+    assert SERVE_SPEC["reasoning_format"].choices == FORMATS

@@ -66,6 +66,13 @@ def test_a_model_that_does_not_think_refuses_naming_the_field() -> None:
     assert plan(ThinkingAsk(), PLAIN, None, {}, None, 64).budget is None
 
 
+def test_granites_switch_is_thinking() -> None:
+    source = "{% if thinking %}Think in <think></think>.{% endif %}{{ messages[0].content }}"
+    granite = ChatTemplate(source, "", "")
+    assert plan(from_effort("high", None), granite, THINK, {}, None, -1).kwargs == {"thinking": True}
+    assert plan(from_effort("none", None), granite, THINK, {}, None, -1).kwargs == {"thinking": False}
+
+
 def test_a_template_without_a_switch_cannot_turn_thinking_off() -> None:
     always = ChatTemplate("{{ messages[0].content }}<think>\n", "", "")
     with pytest.raises(APIError) as err:

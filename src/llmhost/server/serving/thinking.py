@@ -15,8 +15,8 @@ from llmhost.chat_template import RESERVED, ChatTemplate
 from llmhost.server.errors import APIError
 from llmhost.server.serving.reasoning import ThinkSyntax
 
-# the switch Qwen3, SmolLM3, Granite and DeepSeek-V3.1 templates read
-SWITCH = "enable_thinking"
+# the switches templates read: Qwen3's, SmolLM3's and DeepSeek-V3.1's; Granite 3.3's
+SWITCHES = ("enable_thinking", "thinking")
 # OpenAI's reasoning_effort levels; none and minimal turn a switchable thought off, the others on
 EFFORTS = ("none", "minimal", "low", "medium", "high")
 
@@ -63,14 +63,15 @@ def plan(
             raise APIError(400, f"{named}: this model does not think (its chat template writes no thought, "
                            "or the server runs with --reasoning-format none)", field=named)  # fmt: skip
         return ThinkingPlan(kwargs, None)
-    if budget == 0 and enabled is None and template.uses(SWITCH):
+    switch = next((name for name in SWITCHES if template.uses(name)), None)
+    if budget == 0 and enabled is None and switch is not None:
         enabled = False  # llama-server's --reasoning-budget 0: thinking off where the template can
     if enabled is not None:
-        if template.uses(SWITCH):
-            kwargs[SWITCH] = enabled
+        if switch is not None:
+            kwargs[switch] = enabled
         elif not enabled:
             raise APIError(400, f"{ask.field}: this model's chat template cannot turn thinking off (it "
-                           f"reads no {SWITCH})", field=ask.field)  # fmt: skip
+                           f"reads neither {' nor '.join(SWITCHES)})", field=ask.field)  # fmt: skip
     return ThinkingPlan(kwargs, budget)
 
 

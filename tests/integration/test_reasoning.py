@@ -153,6 +153,9 @@ def test_messages_give_thinking_blocks(thinker: Server) -> None:
     off = c.messages.create(model=MODEL, max_tokens=40, messages=HI, extra_body=COLD,
                             thinking={"type": "disabled"})  # fmt: skip
     assert [b.type for b in off.content] == ["text"] and off.content[0].text == ANSWER  # type: ignore[union-attr]
+    # counted as the template renders it: the empty thought Qwen3 writes when thinking is off
+    counted = c.messages.count_tokens(model=MODEL, messages=HI, thinking={"type": "disabled"})
+    assert counted.input_tokens == off.usage.input_tokens > m.usage.input_tokens
 
 
 def test_messages_stream_thinking_deltas(thinker: Server) -> None:

@@ -120,7 +120,8 @@ class SamplingParams:
     @property
     def plain_greedy(self) -> bool:
         """Greedy with no penalties: the next token is the argmax of the logits, whatever came before."""
-        return self.greedy and not self.penalized and self.constraint is None and self.thinking is None
+        return (self.greedy and not self.penalized and self.constraint is None
+                and (self.thinking is None or self.thinking.budget is None))  # fmt: skip
 
 
 MAX_LOGPROBS = 20

@@ -133,6 +133,8 @@ class CountTokensRequest(Strict):
     tools: Annotated[list[Tool], Field(max_length=128)] | None = None
     tool_choice: ToolChoice | None = None
     cache_control: CacheControl | None = None
+    # a thinking model's thought: on with a budget of tokens, or off (left out: the model's default)
+    thinking: ThinkingConfig | None = None
 
     def system_text(self) -> str | None:
         if self.system is None:
@@ -151,8 +153,6 @@ class MessagesRequest(CountTokensRequest):
     top_k: Annotated[int, Field(ge=0, le=INT32_MAX)] | None = None
     metadata: Metadata | None = None
     stream: bool = False
-    # a thinking model's thought: on with a budget of tokens, or off (left out: the model's default)
-    thinking: ThinkingConfig | None = None
 
 
 def check_blocks(body: Any) -> None:

@@ -27,7 +27,7 @@ from llmhost.server.protocol.openai import (
 )
 from llmhost.server.serving import thinking, tools
 from llmhost.server.serving.anthropic_events import MessageEvents, error_event
-from llmhost.server.serving.chat import ChatRun, StreamedOutput, read_message, start_chat
+from llmhost.server.serving.chat import ChatRun, StreamedOutput, read_message, start_chat, thinking_plan
 from llmhost.server.serving.context import EventStreamResponse, ServingContext, raise_if_failed
 
 API = "messages"
@@ -99,7 +99,7 @@ def to_chat(body: proto.CountTokensRequest) -> ChatCompletionRequest:
     return chat
 
 
-def thinking_ask(body: proto.MessagesRequest) -> thinking.ThinkingAsk:
+def thinking_ask(body: proto.CountTokensRequest) -> thinking.ThinkingAsk:
     """`thinking` in the terms every chat API is put in (left out: the model's own default)."""
     config = body.thinking
     field, budget_field = "thinking", "thinking.budget_tokens"
@@ -107,7 +107,7 @@ def thinking_ask(body: proto.MessagesRequest) -> thinking.ThinkingAsk:
         return thinking.ThinkingAsk(None, None, field, budget_field)
     if isinstance(config, proto.ThinkingDisabled):
         return thinking.ThinkingAsk(False, None, field, budget_field)
-    if config.budget_tokens >= body.max_tokens:
+    if isinstance(body, proto.MessagesRequest) and config.budget_tokens >= body.max_tokens:
         raise APIError(400, f"thinking.budget_tokens ({config.budget_tokens}) must be less than max_tokens "
                        f"({body.max_tokens})", field=budget_field)  # fmt: skip
     return thinking.ThinkingAsk(True, config.budget_tokens, field, budget_field)
@@ -223,7 +223,8 @@ class AnthropicServing:
         try:
             tools.mode(chat)
             messages = [tools.template_message(m) for m in chat.messages]
-            n = await self.ctx.count_chat_tokens(messages, tools.template_tools(chat))
+            _, think = thinking_plan(self.ctx, chat, thinking_ask(body))
+            n = await self.ctx.count_chat_tokens(messages, tools.template_tools(chat), think.kwargs)
         except APIError as exc:
             raise renamed(exc) from exc
         return {"input_tokens": n}

@@ -65,10 +65,7 @@ async def start_chat(
     plan, constraint = chat_plan(body, constraint)
     await ctx.check_constraint(constraint)
     template = ctx.chat_template()
-    plan.syntax = syntax_for(ctx.settings.reasoning_format, template.source)
-    ask = ask or thinking.from_effort(body.reasoning_effort, body.reasoning_budget)
-    think = thinking.plan(ask, template, plan.syntax, ctx.settings.template_kwargs(),
-                          body.chat_template_kwargs, ctx.settings.reasoning_budget)  # fmt: skip
+    plan.syntax, think = thinking_plan(ctx, body, ask)
     messages = [tools.template_message(m) for m in body.messages]
     text, prompt = await ctx.chat_prompt(messages, tools.template_tools(body), think.kwargs)
     if plan.tool_mode == "auto":
@@ -83,6 +80,18 @@ async def start_chat(
                                    plan.opened, think.budget)  # fmt: skip
     streams = ctx.submit_choices(rid, [prompt], [params], body.n, api)
     return ChatRun(plan, streams, len(prompt))
+
+
+def thinking_plan(
+    ctx: ServingContext, body: ChatCompletionRequest, ask: thinking.ThinkingAsk | None = None
+) -> tuple[ThinkSyntax | None, thinking.ThinkingPlan]:
+    """The thought's tags in this model's output, and the template kwargs and budget of the request."""
+    template = ctx.chat_template()
+    syntax = syntax_for(ctx.settings.reasoning_format, template.source)
+    ask = ask or thinking.from_effort(body.reasoning_effort, body.reasoning_budget)
+    think = thinking.plan(ask, template, syntax, ctx.settings.template_kwargs(), body.chat_template_kwargs,
+                          ctx.settings.reasoning_budget)  # fmt: skip
+    return syntax, think
 
 
 @dataclass(slots=True)

@@ -64,6 +64,7 @@ async def start_chat(
     what it asks of a thought, else read from the OpenAI fields)."""
     plan, constraint = chat_plan(body, constraint)
     await ctx.check_constraint(constraint)
+    ctx.check_capacity()  # a 429 before any work, even a template's 400
     template = ctx.chat_template()
     plan.syntax, think = thinking_plan(ctx, body, ask)
     messages = [tools.template_message(m) for m in body.messages]

@@ -195,9 +195,10 @@ SERVE_SETTINGS: tuple[Setting, ...] = (
             metavar="auto|hermes|llama3|mistral"),
     Setting("reasoning_format", str, "auto",
             "How a thinking model's thought is told from its answer: auto (the chat template's tags), none "
-            "(all is content), deepseek (<think>), magistral ([THINK]), seed (<seed:think>).",
-            choices=("auto", "none", "deepseek", "magistral", "seed"), endpoint=True,
-            server="reasoning_format", metavar="auto|none|deepseek|magistral|seed"),
+            "(all is content), deepseek (<think>), magistral ([THINK]), seed (<seed:think>), harmony "
+            "(gpt-oss's analysis and final channels).",
+            choices=("auto", "none", "deepseek", "magistral", "seed", "harmony"), endpoint=True,
+            server="reasoning_format", metavar="auto|none|deepseek|magistral|seed|harmony"),
     Setting("reasoning_budget", int, -1,
             "Most thought tokens of a thinking model's answer, then its end tag is forced (-1: no limit; 0: "
             "thinking off). A request's reasoning_budget overrides it.", ge=-1, endpoint=True,

@@ -84,6 +84,18 @@ def test_other_families() -> None:
     assert split("<seed:think>s</seed:think>t", SYNTAXES["seed"], False) == ("s", "t")
 
 
+def test_harmony_channels() -> None:
+    """gpt-oss's output as llama.cpp renders it: <|end|> is a control token, left out of the text."""
+    harmony = SYNTAXES["harmony"]
+    text = "<|channel|>analysis<|message|>Add them.<|start|>assistant<|channel|>final<|message|>4"
+    assert split(text, harmony, False) == ("Add them.", "4")
+    assert split("<|channel|>final<|message|>4", harmony, False) == (None, "4")
+    splitter = ReasoningSplitter(harmony, opened=False)
+    pieces = [splitter.feed(text[i : i + 1]) for i in range(len(text))]
+    assert "".join(t for t, _ in pieces) == "Add them." and "".join(a for _, a in pieces) == "4"
+    assert harmony.end_tokens_text.startswith("<|end|>")
+
+
 def test_format_from_the_template() -> None:
     qwen3 = "{%- if enable_thinking is false %}{{- '<think>\\n\\n</think>\\n\\n' }}{%- endif %}"
     assert syntax_for("auto", qwen3) == THINK

@@ -9,7 +9,7 @@ import pytest
 
 from llmhost.chat_template import ChatTemplate
 from llmhost.server.errors import APIError
-from llmhost.server.serving.reasoning import SYNTAXES, opened_by
+from llmhost.server.serving.reasoning import SYNTAXES, opened_by, syntax_for
 from llmhost.server.serving.thinking import ThinkingAsk, from_effort, plan
 
 QWEN3 = ChatTemplate(
@@ -56,7 +56,7 @@ def test_a_model_that_does_not_think_refuses_naming_the_field() -> None:
     for ask, field in (
         (from_effort("low", None), "reasoning_effort"),
         (from_effort(None, 5), "reasoning_budget"),
-        (ThinkingAsk(True, 10, "thinking", "thinking.budget_tokens"), "thinking"),
+        (ThinkingAsk(True, 10, field="thinking", budget_field="thinking.budget_tokens"), "thinking"),
         (from_effort("none", None, "reasoning.effort"), "reasoning.effort"),
     ):
         with pytest.raises(APIError) as err:
@@ -80,3 +80,17 @@ def test_a_template_without_a_switch_cannot_turn_thinking_off() -> None:
     assert err.value.field == "reasoning_effort"
     assert plan(from_effort("high", None), always, THINK, {}, None, -1).kwargs == {}
     assert opened_by(always.render(HI), THINK)
+
+
+def test_gpt_oss_levels_go_to_its_template_and_it_cannot_stop_thinking() -> None:
+    source = ('{{ "Reasoning: " + (reasoning_effort or "medium") }}{% for m in messages %}{% if m.thinking %}'
+              '<|start|>assistant<|channel|>analysis<|message|>{{ m.thinking }}<|end|>{% endif %}{% endfor %}'
+              "<|start|>assistant")
+    gpt_oss = ChatTemplate(source, "", "")
+    harmony = syntax_for("auto", source)
+    assert harmony == SYNTAXES["harmony"]
+    low = plan(from_effort("low", None), gpt_oss, harmony, {}, None, -1)
+    assert low.kwargs == {"reasoning_effort": "low"}
+    with pytest.raises(APIError) as err:
+        plan(from_effort("none", None), gpt_oss, harmony, {}, None, -1)
+    assert err.value.field == "reasoning_effort"

@@ -104,13 +104,13 @@ def thinking_ask(body: proto.CountTokensRequest) -> thinking.ThinkingAsk:
     config = body.thinking
     field, budget_field = "thinking", "thinking.budget_tokens"
     if config is None:
-        return thinking.ThinkingAsk(None, None, field, budget_field)
+        return thinking.ThinkingAsk(field=field, budget_field=budget_field)
     if isinstance(config, proto.ThinkingDisabled):
-        return thinking.ThinkingAsk(False, None, field, budget_field)
+        return thinking.ThinkingAsk(False, field=field, budget_field=budget_field)
     if isinstance(body, proto.MessagesRequest) and config.budget_tokens >= body.max_tokens:
         raise APIError(400, f"thinking.budget_tokens ({config.budget_tokens}) must be less than max_tokens "
                        f"({body.max_tokens})", field=budget_field)  # fmt: skip
-    return thinking.ThinkingAsk(True, config.budget_tokens, field, budget_field)
+    return thinking.ThinkingAsk(True, config.budget_tokens, field=field, budget_field=budget_field)
 
 
 def stop_reason(event: GenerationEvent, called: bool) -> tuple[str, str | None]:

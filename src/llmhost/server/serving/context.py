@@ -127,6 +127,9 @@ class ServingContext:
                     field="messages",
                 )
             self._chat_template = ChatTemplate(source, info.bos_token, info.eos_token)
+            unread = [k for k in self.settings.template_kwargs() if not self._chat_template.uses(k)]
+            if unread:  # the server's own setting: said once in its log, not refused per request
+                log.warning("--chat-template-kwargs: the chat template does not read %s", ", ".join(unread))
         return self._chat_template
 
     async def chat_prompt(

@@ -18,11 +18,19 @@ from dataclasses import dataclass
 
 @dataclass(slots=True, frozen=True)
 class ThinkSyntax:
-    """The tags a model's thought is written between."""
+    """The tags a model's thought is written between, as text; `written_end` is the end as the model
+    writes it when it holds a control token the text leaves out (gpt-oss's `<|end|>`): the engine
+    forces and recognizes those tokens."""
 
     name: str
     start: str
     end: str
+    written_end: str = ""
+    answer_start: str = ""  # what opens an answer given without a thought (dropped, as the tags are)
+
+    @property
+    def end_tokens_text(self) -> str:
+        return self.written_end or self.end
 
 
 # --reasoning-format's tag families; `auto` picks the first whose start tag the chat template writes
@@ -30,6 +38,15 @@ SYNTAXES = {
     "deepseek": ThinkSyntax("deepseek", "<think>", "</think>"),  # Qwen3, DeepSeek-R1, SmolLM3, Granite
     "magistral": ThinkSyntax("magistral", "[THINK]", "[/THINK]"),  # Mistral's Magistral
     "seed": ThinkSyntax("seed", "<seed:think>", "</seed:think>"),  # ByteDance Seed-OSS
+    # gpt-oss's harmony channels: the analysis channel is the thought, the final channel the answer
+    # (llama.cpp renders <|channel|>, <|message|> and <|start|> as text, <|end|> not)
+    "harmony": ThinkSyntax(
+        "harmony",
+        "<|channel|>analysis<|message|>",
+        "<|start|>assistant<|channel|>final<|message|>",
+        written_end="<|end|><|start|>assistant<|channel|>final<|message|>",
+        answer_start="<|channel|>final<|message|>",
+    ),
 }
 FORMATS = ("auto", "none", *SYNTAXES)
 
@@ -106,10 +123,14 @@ class ReasoningSplitter:
 
     def _start(self, buf: str) -> str:
         head = buf.lstrip()
-        if head.startswith(self.syntax.start):
+        start, answer = self.syntax.start, self.syntax.answer_start
+        if head.startswith(start):
             self._state = _State.THINKING
-            return head[len(self.syntax.start) :]
-        if self.syntax.start.startswith(head):  # whitespace, or a start tag cut short: wait
+            return head[len(start) :]
+        if answer and head.startswith(answer):
+            self._state = _State.ANSWER
+            return head[len(answer) :]
+        if start.startswith(head) or (answer and answer.startswith(head)):  # a tag cut short: wait
             self._held = buf
             return ""
         self._state = _State.ANSWER

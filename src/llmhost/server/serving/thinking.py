@@ -17,6 +17,7 @@ from llmhost.server.serving.reasoning import ThinkSyntax
 
 # the switches templates read: Qwen3's, SmolLM3's and DeepSeek-V3.1's; Granite 3.3's
 SWITCHES = ("enable_thinking", "thinking")
+LEVELS = "reasoning_effort"  # gpt-oss's template: low, medium or high
 # OpenAI's reasoning_effort levels; none and minimal turn a switchable thought off, the others on
 EFFORTS = ("none", "minimal", "low", "medium", "high")
 
@@ -27,6 +28,7 @@ class ThinkingAsk:
 
     enabled: bool | None = None  # None: the template's own default
     budget: int | None = None  # most thought tokens; None: the server's --reasoning-budget
+    effort: str | None = None  # OpenAI's level, for templates that read `reasoning_effort` (gpt-oss)
     field: str = "reasoning_effort"
     budget_field: str = "reasoning_budget"
 
@@ -34,7 +36,7 @@ class ThinkingAsk:
 def from_effort(effort: str | None, budget: int | None, field: str = "reasoning_effort") -> ThinkingAsk:
     """OpenAI's `reasoning_effort` (and llmhost's `reasoning_budget`)."""
     enabled = None if effort is None else effort not in ("none", "minimal")
-    return ThinkingAsk(enabled, budget, field)
+    return ThinkingAsk(enabled, budget, effort if enabled else None, field=field)
 
 
 @dataclass(slots=True, frozen=True)
@@ -66,6 +68,8 @@ def plan(
     switch = next((name for name in SWITCHES if template.uses(name)), None)
     if budget == 0 and enabled is None and switch is not None:
         enabled = False  # llama-server's --reasoning-budget 0: thinking off where the template can
+    if ask.effort is not None and template.uses(LEVELS):
+        kwargs[LEVELS] = ask.effort
     if enabled is not None:
         if switch is not None:
             kwargs[switch] = enabled

@@ -219,3 +219,16 @@ def test_server_budget_and_format_none(tmp_path_factory: pytest.TempPathFactory)
             client.chat.completions.create(model=MODEL, messages=HI, reasoning_effort="low", **GREEDY)
     finally:
         stop_server(raw)
+
+
+# -- raw text and SageMaker ----------------------------------------------------------------------------
+def test_raw_text_routes_keep_the_thought_and_invocations_split_it(thinker: Server) -> None:
+    with thinker.client() as c:
+        prompt = "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+        text = c.post("/v1/completions", json={"prompt": prompt, "max_tokens": 40, "temperature": 0}).json()
+        assert text["choices"][0]["text"] == f"<think>{THOUGHT}</think>\n\n{ANSWER}"
+        tgi = c.post("/generate", json={"inputs": prompt, "parameters": {"max_new_tokens": 40}}).json()
+        assert tgi["generated_text"] == f"<think>{THOUGHT}</think>\n\n{ANSWER}"
+        chat = c.post("/invocations", json={"messages": HI, **GREEDY}).json()
+        message = chat["choices"][0]["message"]
+        assert message["reasoning_content"] == THOUGHT and message["content"] == ANSWER

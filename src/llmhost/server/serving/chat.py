@@ -13,7 +13,7 @@ from llmhost.server.protocol.openai import ChatCompletionRequest
 from llmhost.server.serving import thinking, tools
 from llmhost.server.serving.context import ServingContext
 from llmhost.server.serving.params import sampling_params
-from llmhost.server.serving.reasoning import ReasoningSplitter, ThinkSyntax, opened_by, syntax_for
+from llmhost.server.serving.reasoning import ReasoningSplitter, ThinkSyntax, opened_by, split, syntax_for
 
 
 @dataclass(slots=True)
@@ -108,12 +108,9 @@ class Reply:
 
 def read_message(plan: ChatPlan, text: str) -> Reply:
     """The thought, the content and the tool calls of a whole output (calls are read in the answer)."""
-    splitter = plan.splitter()
     reasoning: str | None = None
-    if splitter is not None:
-        thought, answer = splitter.feed(text)
-        more_thought, more_answer = splitter.finish()
-        reasoning, text = (thought + more_thought) or None, answer + more_answer
+    if plan.syntax is not None:
+        reasoning, text = split(text, plan.syntax, plan.opened)
     if plan.tool_mode == "forced":
         calls = tools.forced_calls(text)
         return Reply(reasoning, None if calls else text, calls, text)

@@ -232,3 +232,30 @@ def test_raw_text_routes_keep_the_thought_and_invocations_split_it(thinker: Serv
         chat = c.post("/invocations", json={"messages": HI, **GREEDY}).json()
         message = chat["choices"][0]["message"]
         assert message["reasoning_content"] == THOUGHT and message["content"] == ANSWER
+
+
+# a template whose generation prompt opens the thought, as DeepSeek-R1's (no switch to turn it off)
+OPENING = ("{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+           "{% if add_generation_prompt %}<|im_start|>assistant\n<think>{% endif %}")  # fmt: skip
+
+
+def test_a_prompt_that_opens_the_thought(tmp_path_factory: pytest.TempPathFactory) -> None:
+    tmp = tmp_path_factory.mktemp("opening")
+    (tmp / "opening.jinja").write_text(OPENING)
+    srv = serve(tmp, "--chat-template", str(tmp / "opening.jinja"))
+    try:
+        client = oai(srv)
+        message = client.chat.completions.create(model=MODEL, messages=HI, **GREEDY).choices[0].message
+        assert message.reasoning_content == THOUGHT and message.content == ANSWER  # type: ignore[attr-defined]
+        budget = client.chat.completions.create(model=MODEL, messages=HI, **GREEDY,
+                                                extra_body={"reasoning_budget": 1}).choices[0].message  # fmt: skip
+        assert budget.reasoning_content == "I" and budget.content == ANSWER  # type: ignore[attr-defined]
+        fmt: Any = {"type": "json_schema", "json_schema": {"name": "a", "schema": SCHEMA}}
+        shaped = client.chat.completions.create(model=MODEL, messages=HI, response_format=fmt,
+                                                **GREEDY).choices[0].message  # fmt: skip
+        assert shaped.reasoning_content == THOUGHT  # type: ignore[attr-defined]
+        assert isinstance(json.loads(shaped.content or "")["answer"], int)
+        with pytest.raises(openai.BadRequestError, match="cannot turn thinking off"):
+            client.chat.completions.create(model=MODEL, messages=HI, reasoning_effort="none", **GREEDY)
+    finally:
+        stop_server(srv)

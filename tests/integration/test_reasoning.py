@@ -246,7 +246,7 @@ def test_a_prompt_that_opens_the_thought(tmp_path_factory: pytest.TempPathFactor
     try:
         client = oai(srv)
         message = client.chat.completions.create(model=MODEL, messages=HI, **GREEDY).choices[0].message
-        assert message.reasoning_content == THOUGHT and message.content == ANSWER  # type: ignore[attr-defined]
+        assert (message.reasoning_content, message.content) == (THOUGHT, ANSWER)  # type: ignore[attr-defined]
         budget = client.chat.completions.create(model=MODEL, messages=HI, **GREEDY,
                                                 extra_body={"reasoning_budget": 1}).choices[0].message  # fmt: skip
         assert budget.reasoning_content == "I" and budget.content == ANSWER  # type: ignore[attr-defined]

@@ -247,8 +247,9 @@ def test_a_prompt_that_opens_the_thought(tmp_path_factory: pytest.TempPathFactor
         client = oai(srv)
         message = client.chat.completions.create(model=MODEL, messages=HI, **GREEDY).choices[0].message
         assert (message.reasoning_content, message.content) == (THOUGHT, ANSWER)  # type: ignore[attr-defined]
-        budget = client.chat.completions.create(model=MODEL, messages=HI, **GREEDY,
-                                                extra_body={"reasoning_budget": 1}).choices[0].message  # fmt: skip
+        bounded = client.chat.completions.create(model=MODEL, messages=HI, **GREEDY,
+                                                 extra_body={"reasoning_budget": 1})  # fmt: skip
+        budget = bounded.choices[0].message
         assert budget.reasoning_content == "I" and budget.content == ANSWER  # type: ignore[attr-defined]
         fmt: Any = {"type": "json_schema", "json_schema": {"name": "a", "schema": SCHEMA}}
         shaped = client.chat.completions.create(model=MODEL, messages=HI, response_format=fmt,

@@ -94,6 +94,14 @@ def test_harmony_channels() -> None:
     pieces = [splitter.feed(text[i : i + 1]) for i in range(len(text))]
     assert "".join(t for t, _ in pieces) == "Add them." and "".join(a for _, a in pieces) == "4"
     assert harmony.end_tokens_text.startswith("<|end|>")
+    # a tool call after the thought stays in the answer, for the harmony tool parser
+    tool = "<|channel|>commentary to=functions.f <|message|>{}"
+    call = f"<|channel|>analysis<|message|>Call it.<|start|>assistant{tool}"
+    assert split(call, harmony, False) == ("Call it.", tool)
+    for cut in range(1, len(call)):
+        first, rest = ReasoningSplitter(harmony, False), call[cut:]
+        parts = [first.feed(call[:cut]), first.feed(rest), first.finish()]
+        assert ("".join(t for t, _ in parts), "".join(a for _, a in parts)) == split(call, harmony, False)
 
 
 def test_format_from_the_template() -> None:

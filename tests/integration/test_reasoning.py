@@ -14,7 +14,8 @@ import openai
 import pytest
 
 from tests.integration.conftest import Server, start_server, stop_server
-from tests.integration.thinking_model import ANSWER, THOUGHT, build_thinking_model
+from tests.integration.thinking_model import ANSWER, FIXTURES, THOUGHT, build_thinking_model
+from tests.tinymodels import build_tiny_gguf
 
 MODEL = "qwen3-tiny"
 HI: Any = [{"role": "user", "content": "hi"}]
@@ -258,5 +259,39 @@ def test_a_prompt_that_opens_the_thought(tmp_path_factory: pytest.TempPathFactor
         assert isinstance(json.loads(shaped.content or "")["answer"], int)
         with pytest.raises(openai.BadRequestError, match="cannot turn thinking off"):
             client.chat.completions.create(model=MODEL, messages=HI, reasoning_effort="none", **GREEDY)
+    finally:
+        stop_server(srv)
+
+
+# -- gpt-oss (harmony channels) ------------------------------------------------------------------------
+HARMONY_TOKENS = ["<|startoftext|>", "<|start|>", "<|message|>", "<|channel|>", "<|constrain|>", "<|end|>",
+                  "<|call|>", "<|return|>"]  # fmt: skip
+
+
+def test_gpt_oss_analysis_channel_is_the_thought(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """A tiny random gpt-oss with its real template, steered: a logit bias makes it write <|channel|>
+    (so it opens the analysis channel, whose other tokens are forced), the budget of 2 closes the thought
+    (<|end|><|start|>assistant forced), and a grammar writes the answer."""
+    tmp = tmp_path_factory.mktemp("gpt-oss")
+    template = (FIXTURES / "templates" / "openai-gpt-oss-120b.jinja").read_text()
+    model = build_tiny_gguf(tmp / "gpt-oss.gguf", "gpt-oss", chat_template=template,
+                            special_tokens=HARMONY_TOKENS, bos_token="<|startoftext|>",
+                            eos_token="<|return|>")  # fmt: skip
+    srv = start_server(tmp, str(model), "--max-input-tokens", "768", "--max-total-tokens", "1024")
+    try:
+        client = oai(srv)
+        tokenized = httpx.post(f"{srv.url}/tokenize", json={"content": "<|channel|>"}, timeout=10)
+        channel = tokenized.json()["tokens"]
+        r = client.chat.completions.create(
+            model=MODEL, messages=HI, max_tokens=20, temperature=0, reasoning_effort="low",
+            logit_bias={str(channel[0]): 100},
+            extra_body={"reasoning_budget": 2, "grammar": 'root ::= "4"'})  # fmt: skip
+        message = r.choices[0].message
+        thought = message.reasoning_content  # type: ignore[attr-defined]
+        assert message.content == "4" and thought == "<|channel|><|channel|>"
+        assert r.usage is not None and r.usage.completion_tokens_details is not None
+        assert r.usage.completion_tokens_details.reasoning_tokens == 2
+        with pytest.raises(openai.BadRequestError, match="cannot turn thinking off"):
+            client.chat.completions.create(model=MODEL, messages=HI, max_tokens=2, reasoning_effort="none")
     finally:
         stop_server(srv)

@@ -84,24 +84,25 @@ def test_other_families() -> None:
     assert split("<seed:think>s</seed:think>t", SYNTAXES["seed"], False) == ("s", "t")
 
 
-def test_harmony_channels() -> None:
-    """gpt-oss's output as llama.cpp renders it: <|end|> is a control token, left out of the text."""
+@pytest.mark.parametrize("end", ["", "<|end|>"])  # llama.cpp writes <|end|> out in some versions only
+def test_harmony_channels(end: str) -> None:
+    """gpt-oss's output as llama.cpp renders it, cut at every character."""
     harmony = SYNTAXES["harmony"]
-    text = "<|channel|>analysis<|message|>Add them.<|start|>assistant<|channel|>final<|message|>4"
-    assert split(text, harmony, False) == ("Add them.", "4")
-    assert split("<|channel|>final<|message|>4", harmony, False) == (None, "4")
-    splitter = ReasoningSplitter(harmony, opened=False)
-    pieces = [splitter.feed(text[i : i + 1]) for i in range(len(text))]
-    assert "".join(t for t, _ in pieces) == "Add them." and "".join(a for _, a in pieces) == "4"
-    assert harmony.end_tokens_text.startswith("<|end|>")
-    # a tool call after the thought stays in the answer, for the harmony tool parser
     tool = "<|channel|>commentary to=functions.f <|message|>{}"
-    call = f"<|channel|>analysis<|message|>Call it.<|start|>assistant{tool}"
-    assert split(call, harmony, False) == ("Call it.", tool)
-    for cut in range(1, len(call)):
-        first, rest = ReasoningSplitter(harmony, False), call[cut:]
-        parts = [first.feed(call[:cut]), first.feed(rest), first.finish()]
-        assert ("".join(t for t, _ in parts), "".join(a for _, a in parts)) == split(call, harmony, False)
+    final = "<|channel|>final<|message|>4"
+    cases = {  # text: (thought, answer)
+        f"<|channel|>analysis<|message|>Add them.{end}<|start|>assistant{final}": ("Add them.", "4"),
+        final: (None, "4"),
+        # a tool call after the thought stays in the answer, for the harmony tool parser
+        f"<|channel|>analysis<|message|>Call it.{end}<|start|>assistant{tool}": ("Call it.", tool),
+    }
+    for text, expected in cases.items():
+        assert split(text, harmony, False) == expected
+        for cut in range(1, len(text)):
+            splitter = ReasoningSplitter(harmony, False)
+            parts = [splitter.feed(text[:cut]), splitter.feed(text[cut:]), splitter.finish()]
+            thought, answer = "".join(t for t, _ in parts), "".join(a for _, a in parts)
+            assert (thought or None, answer) == expected, (text, cut)
 
 
 def test_format_from_the_template() -> None:

@@ -77,7 +77,7 @@ async def start_chat(
     if plan.syntax is not None:
         plan.opened = opened_by(text, plan.syntax)
         params.thinking = Thinking(tuple(ctx.tokenize(plan.syntax.start, add_special=False)),
-                                   tuple(ctx.tokenize(plan.syntax.end_tokens_text, add_special=False)),
+                                   tuple(ctx.tokenize(plan.syntax.end, add_special=False)),
                                    plan.opened, think.budget)  # fmt: skip
     streams = ctx.submit_choices(rid, [prompt], [params], body.n, api)
     return ChatRun(plan, streams, len(prompt))

@@ -18,19 +18,19 @@ from dataclasses import dataclass
 
 @dataclass(slots=True, frozen=True)
 class ThinkSyntax:
-    """The tags a model's thought is written between, as text; `written_end` is the end as the model
-    writes it when it holds a control token the text leaves out (gpt-oss's `<|end|>`): the engine
-    forces and recognizes those tokens."""
+    """The tags a model's thought is written between, as text. `end` is the end tag the model writes
+    (the engine forces and recognizes its tokens); `also_ends` are the forms the text may show it in
+    (gpt-oss's `<|end|>` is left out of the text by some llama.cpp versions)."""
 
     name: str
     start: str
     end: str
-    written_end: str = ""
+    also_ends: tuple[str, ...] = ()
     answer_start: str = ""  # what opens an answer given without a thought (dropped, as the tags are)
 
     @property
-    def end_tokens_text(self) -> str:
-        return self.written_end or self.end
+    def ends(self) -> tuple[str, ...]:
+        return (self.end, *self.also_ends)
 
 
 # --reasoning-format's tag families; `auto` picks the first whose start tag the chat template writes
@@ -40,13 +40,12 @@ SYNTAXES = {
     "seed": ThinkSyntax("seed", "<seed:think>", "</seed:think>"),  # ByteDance Seed-OSS
     # gpt-oss's harmony channels: the analysis channel is the thought; the next assistant message is
     # the answer, on the final channel (its header dropped) or a tool call on the commentary channel
-    # (kept for the tool parser). llama.cpp renders <|channel|>, <|message|> and <|start|> as text,
-    # <|end|> not.
+    # (kept for the tool parser). llama.cpp renders <|channel|>, <|message|> and <|start|> as text.
     "harmony": ThinkSyntax(
         "harmony",
         "<|channel|>analysis<|message|>",
-        "<|start|>assistant",
-        written_end="<|end|><|start|>assistant",
+        "<|end|><|start|>assistant",
+        also_ends=("<|start|>assistant",),
         answer_start="<|channel|>final<|message|>",
     ),
 }
@@ -157,11 +156,12 @@ class ReasoningSplitter:
             if not buf:
                 return "", ""
             self._thought_started = True
-        end = buf.find(self.syntax.end)
-        if end >= 0:
+        found = [(i, tag) for tag in self.syntax.ends if (i := buf.find(tag)) >= 0]
+        if found:
+            end, tag = min(found, key=lambda f: (f[0], -len(f[1])))
             self._state = _State.CLOSED
-            return buf[:end].rstrip(), buf[end + len(self.syntax.end) :]
-        keep = _partial(buf, self.syntax.end)
+            return buf[:end].rstrip(), buf[end + len(tag) :]
+        keep = max(_partial(buf, tag) for tag in self.syntax.ends)
         body = buf[: len(buf) - keep]
         # trailing whitespace waits: it is dropped if the end tag comes next
         stripped = body.rstrip()

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from jinja2 import TemplateError
+from jinja2 import TemplateError, meta
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 
@@ -26,6 +27,8 @@ def _tojson(value: Any, ensure_ascii: bool = False, indent: int | None = None,
     `'"' + key + '": ' + val|tojson` rendered `&#34;parameters&#34;`)."""
     return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators,
                       sort_keys=sort_keys)  # fmt: skip
+# the variables render() sets itself: a request's template kwargs may not replace them
+RESERVED = frozenset({"messages", "tools", "add_generation_prompt", "bos_token", "eos_token"})
 
 
 class ChatTemplate:
@@ -36,6 +39,8 @@ class ChatTemplate:
         env.filters["tojson"] = _tojson
         try:
             self._template = env.from_string(source)
+            # the variables it reads from its context: a kwarg it never reads would be silently ignored
+            self.variables = frozenset(meta.find_undeclared_variables(env.parse(source)))
         except TemplateError as exc:
             raise ChatTemplateError(f"chat template does not parse: {exc}") from exc
         self.source = source
@@ -47,9 +52,12 @@ class ChatTemplate:
         messages: list[dict[str, Any]],
         add_generation_prompt: bool = True,
         tools: list[dict[str, Any]] | None = None,
+        kwargs: Mapping[str, Any] | None = None,
     ) -> str:
+        """The prompt; `kwargs` are more template variables (`enable_thinking`), never the ones above."""
         try:
             return self._template.render(
+                **(kwargs or {}),
                 messages=messages,
                 tools=tools,
                 add_generation_prompt=add_generation_prompt,
@@ -60,3 +68,6 @@ class ChatTemplate:
             raise
         except TemplateError as exc:
             raise ChatTemplateError(f"chat template failed on these messages: {exc}") from exc
+
+    def uses(self, name: str) -> bool:
+        return name in self.variables

@@ -212,6 +212,20 @@ SERVE_SETTINGS: tuple[Setting, ...] = (
             "granite, harmony (gpt-oss).",
             choices=("auto", "hermes", "llama3", "mistral", "granite", "harmony"), endpoint=True,
             server="tool_parser", metavar="auto|hermes|llama3|mistral|granite|harmony"),
+    Setting("reasoning_format", str, "auto",
+            "How a thinking model's thought is told from its answer: auto (the chat template's tags), none "
+            "(all is content), deepseek (<think>), magistral ([THINK]), seed (<seed:think>), harmony "
+            "(gpt-oss's analysis and final channels).",
+            choices=("auto", "none", "deepseek", "magistral", "seed", "harmony"), endpoint=True,
+            server="reasoning_format", metavar="auto|none|deepseek|magistral|seed|harmony"),
+    Setting("reasoning_budget", int, -1,
+            "Most thought tokens of a thinking model's answer, then its end tag is forced (-1: no limit; 0: "
+            "thinking off). A request's reasoning_budget overrides it.", ge=-1, endpoint=True,
+            server="reasoning_budget", metavar="N"),
+    Setting("chat_template_kwargs", str, "",
+            "JSON object of variables every chat request passes to the chat template (e.g. "
+            '{"enable_thinking": false}); a request\'s chat_template_kwargs override them.', endpoint=True,
+            server="chat_template_kwargs", metavar="JSON"),
     Setting("api_key", str, None,
             "Require this API key (repeatable; also $LLMHOST_API_KEYS, comma-separated); /ping and "
             "/health stay open.", repeatable=True, process=True, metavar="KEY"),

@@ -317,7 +317,8 @@ BAD: list[tuple[str, dict[str, Any], str]] = [
     ("/v1/responses", {"input": "Hi", "max_output_tokens": 100_000}, "max_output_tokens"),
     ("/v1/responses", {"input": "Hi", "tools": [{"type": "web_search"}]}, "tools"),
     ("/v1/responses", {"input": "Hi", "text": {"format": {"type": "json_schema"}}}, "text.format.schema"),
-    ("/v1/responses", {"input": [{"type": "reasoning"}]}, "input.0.type"),
+    ("/v1/responses", {"input": [{"type": "web_search_call"}]}, "input.0.type"),
+    ("/v1/responses", {"input": [{"type": "reasoning"}]}, "input.0"),
     ("/v1/responses", {"input": "Hi", "tool_choice": "required"}, "tool_choice"),
 ]
 

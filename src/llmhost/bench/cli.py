@@ -173,6 +173,23 @@ def conversations_table(results: BenchResults) -> Table | None:
     return t
 
 
+def thinking_table(results: BenchResults) -> Table | None:
+    """Thinking models: the thought's and the answer's tokens apart, and TTFT to the first answer token
+    beside TTFT to the first token (of the thought)."""
+    levels = [lv for lv in results.levels() if lv.reasoning_tokens]
+    if not levels:
+        return None
+    t = Table(title="Thinking (thought vs answer)")
+    for col in ("config", "level", "thought tokens", "answer tokens", "TTFT p50 ms", "answer TTFT p50 ms",
+                "answer TTFT p99 ms"):  # fmt: skip
+        t.add_column(col, justify="left" if col in ("config", "level") else "right")
+    for lv in levels:
+        t.add_row(lv.config, lv.level, str(lv.reasoning_tokens), str(lv.output_tokens - lv.reasoning_tokens),
+                  _ms(lv.get("ttft_s_p50")), _ms(lv.get("answer_ttft_s_p50")),
+                  _ms(lv.get("answer_ttft_s_p99")))  # fmt: skip
+    return t
+
+
 def recommendations_table(results: BenchResults) -> Table:
     t = Table(title="Recommendations")
     for col in ("goal", "configuration", "level", "out tok/s", "ms/token p50", "TTFT p50 ms", "$/1M", "why"):
@@ -189,7 +206,7 @@ def recommendations_table(results: BenchResults) -> Table:
 
 def _print_final(results: BenchResults, out: Path | None) -> None:
     console.print(levels_table(results))
-    for extra in (conversations_table(results), server_table(results)):
+    for extra in (conversations_table(results), thinking_table(results), server_table(results)):
         if extra is not None:
             console.print(extra)
     for c in results.configs:

@@ -154,6 +154,8 @@ async def _read_stream(
             for payload in decoder.feed(chunk):
                 if feed(payload):
                     token_times.append(now - t0)
+                    if rec.answer_ttft_s is None and stream.answered:
+                        rec.answer_ttft_s = now - t0
             if rec.ttft_s is None and token_times:
                 rec.ttft_s = token_times[0]  # known before the end: see bench.slostop
     except (aiohttp.ClientError, OSError) as exc:
@@ -162,11 +164,14 @@ async def _read_stream(
     for payload in decoder.finish():
         if feed(payload):
             token_times.append(end - t0)
+            if rec.answer_ttft_s is None and stream.answered:
+                rec.answer_ttft_s = end - t0
     stream.check_complete()
     if not token_times:
         raise StreamError(m.MALFORMED_STREAM, "stream carried no generated token")
     rec.finish_ok(token_times, end - t0, stream.output_tokens)
     rec.tokens_counted_by = stream.counted_by
+    rec.reasoning_tokens = stream.reasoning_tokens
     if stream.reported_prompt_tokens is not None:
         rec.prompt_tokens = stream.reported_prompt_tokens
     return stream

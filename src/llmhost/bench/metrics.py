@@ -42,6 +42,7 @@ PERCENTILES = (50, 90, 99)
 DISTRIBUTIONS = (TTFT_S, TPOT_S, ITL_S, MS_PER_TOKEN, E2E_S)
 STATS = ("mean", *(f"p{q}" for q in PERCENTILES))  # suffixes of each distribution's figures
 LATER_TURN_TTFT_S = "later_turn_ttft_s"  # conversations: TTFT of turns 2 and on
+ANSWER_TTFT_S = "answer_ttft_s"  # thinking models: time to the first answer token (after the thought)
 
 # Failure kinds. A request fails with exactly one of these; nothing else is counted as an error.
 CONNECTION_REFUSED = "connection_refused"
@@ -97,6 +98,9 @@ class RequestRecord:
     token_events: int = 0  # stream events that carried generated text
     itl_gaps_s: list[float] = field(default_factory=list)  # between consecutive token events
     turn: int | None = None  # conversations: the turn this request was (1: the first)
+    # thinking models: the first event of the answer (after the thought), and the thought's tokens
+    answer_ttft_s: float | None = None
+    reasoning_tokens: int = 0
 
     def finish_ok(self, token_times_s: list[float], e2e_s: float, output_tokens: int) -> None:
         """Fill the figures of a successful request from the arrival times of its token events
@@ -147,7 +151,17 @@ def distributions(ok: list[RequestRecord]) -> dict[str, float | None]:
         for stat, value in describe(series[name]).items():
             out[f"{name}_{stat}"] = value
     out.update(turn_figures(ok))
+    out.update(thought_figures(ok))
     return out
+
+
+def thought_figures(ok: list[RequestRecord]) -> dict[str, float | None]:
+    """Thinking models: TTFT to the first answer token (``answer_ttft_s_p50``), beside ``ttft_s`` which
+    is to the first token of the thought. Nothing when no request thought."""
+    if not any(r.reasoning_tokens for r in ok):
+        return {}
+    answered = [r.answer_ttft_s for r in ok if r.answer_ttft_s is not None]
+    return {f"{ANSWER_TTFT_S}_{stat}": value for stat, value in describe(answered).items()}
 
 
 def turn_figures(ok: list[RequestRecord]) -> dict[str, float | None]:
@@ -187,6 +201,7 @@ class LevelSummary:
     output_tokens: int
     input_tokens: int
     mean_in_flight: float
+    reasoning_tokens: int = 0  # of output_tokens, those of thoughts (thinking models); the rest answer
     distributions: dict[str, float | None] = field(default_factory=dict)  # "ttft_s_p50" → value
     price_per_hour: float | None = None
     minutes_per_1m_tokens: float | None = None
@@ -282,6 +297,7 @@ def summarize_level(
         output_tokens=out_tokens,
         input_tokens=in_tokens,
         mean_in_flight=busy / wall,
+        reasoning_tokens=sum(r.reasoning_tokens for r in ok),
         distributions=distributions(ok),
         price_per_hour=price_per_hour,
         discount=discount,

@@ -15,7 +15,14 @@ from typing import IO, Any
 import jinja2
 from markupsafe import Markup
 
-from llmhost.bench.metrics import DISTRIBUTIONS, ERROR_KINDS, STATS, LevelSummary, RequestRecord
+from llmhost.bench.metrics import (
+    ANSWER_TTFT_S,
+    DISTRIBUTIONS,
+    ERROR_KINDS,
+    STATS,
+    LevelSummary,
+    RequestRecord,
+)
 from llmhost.bench.results import (
     REPORT_HTML,
     REQUESTS_JSONL,
@@ -30,8 +37,9 @@ from llmhost.bench.server_metrics import SHOWN
 CSV_COLUMNS = [
     "config", "level", "mode", "concurrency", "rate_rps", "requests", "successes", "success_pct",
     "wall_s", "requests_per_s", "good_requests", "goodput_rps", "output_tokens_per_s",
-    "input_tokens_per_s", "output_tokens", "input_tokens", "mean_in_flight",
+    "input_tokens_per_s", "output_tokens", "input_tokens", "mean_in_flight", "reasoning_tokens",
     *[f"{name}_{stat}" for name in DISTRIBUTIONS for stat in STATS],
+    *[f"{ANSWER_TTFT_S}_{stat}" for stat in STATS],
     "price_per_hour", "minutes_per_1m_tokens", "cost_per_1m_tokens_usd", "total_tokens_per_s_blended",
     "blended_price_per_1m_tokens_usd", "discount", "stopped",
     *[key for key, _, _ in SHOWN],

@@ -26,15 +26,37 @@ class StreamError(Exception):
 
 
 class StreamState:
-    """What one streamed response said so far. Subclasses parse one API's event payloads."""
+    """What one streamed response said so far. Subclasses parse one API's event payloads; a thinking
+    model's thought (OpenAI `reasoning_content`, Anthropic `thinking_delta`, Responses
+    `reasoning_text`) counts as generated tokens, and `answered` turns true with the first answer event."""
 
-    __slots__ = ("counted_tokens", "finished", "reported_output_tokens", "reported_prompt_tokens")
+    __slots__ = ("answered", "counted_tokens", "finished", "reported_output_tokens", "reported_prompt_tokens",
+                 "reported_reasoning_tokens", "thought_events")  # fmt: skip
 
     def __init__(self) -> None:
         self.counted_tokens = 0
         self.reported_output_tokens: int | None = None
         self.reported_prompt_tokens: int | None = None
+        self.reported_reasoning_tokens: int | None = None
+        self.thought_events = 0  # events that carried thought text
+        self.answered = False  # an event carried answer text (or a tool call)
         self.finished = False
+
+    def _count(self, thought: bool) -> int:
+        """One generated-text event: of the thought, or of the answer."""
+        self.counted_tokens += 1
+        if thought:
+            self.thought_events += 1
+        else:
+            self.answered = True
+        return 1
+
+    @property
+    def reasoning_tokens(self) -> int:
+        """The thought's tokens: the server's report, else its events."""
+        if self.reported_reasoning_tokens is not None:
+            return self.reported_reasoning_tokens
+        return self.thought_events
 
     def feed(self, payload: bytes) -> int:
         """Parse one event's data; return how many generated tokens it carried."""
@@ -104,6 +126,9 @@ class OpenAIStream(StreamState):
             out = usage.get("completion_tokens")
             if isinstance(out, int):
                 self.reported_output_tokens = out
+            details = usage.get("completion_tokens_details") or {}
+            if isinstance(details.get("reasoning_tokens"), int):
+                self.reported_reasoning_tokens = details["reasoning_tokens"]
             prompt = usage.get("prompt_tokens")
             if isinstance(prompt, int):
                 self.reported_prompt_tokens = prompt
@@ -117,15 +142,16 @@ class OpenAIStream(StreamState):
             if self._chat:
                 delta = choice.get("delta") or {}
                 content = delta.get("content")
-                if content or delta.get("reasoning_content"):
-                    n += 1
+                if content:
+                    n += self._count(thought=False)
                     if isinstance(content, str):
                         self.parts.append(content)
+                elif delta.get("reasoning_content"):
+                    n += self._count(thought=True)
             elif text := choice.get("text"):
-                n += 1
+                n += self._count(thought=False)
                 if isinstance(text, str):
                     self.parts.append(text)
-        self.counted_tokens += n
         return n
 
 
@@ -139,7 +165,7 @@ class TGIStream(StreamState):
         token = obj.get("token")
         if not isinstance(token, dict):
             raise StreamError("malformed_stream", f"event without a token: {payload[:80]!r}")
-        self.counted_tokens += 1
+        self._count(thought=False)
         if obj.get("generated_text") is not None:
             self.finished = True
             details = obj.get("details")
@@ -164,8 +190,9 @@ class MessagesStream(StreamState):
         elif kind == "content_block_delta":
             delta = obj.get("delta") or {}
             if delta.get("text") or delta.get("partial_json"):
-                self.counted_tokens += 1
-                return 1
+                return self._count(thought=False)
+            if delta.get("thinking"):
+                return self._count(thought=True)
         elif kind == "message_delta":
             usage = obj.get("usage") or {}
             if isinstance(usage.get("output_tokens"), int):
@@ -189,8 +216,10 @@ class ResponsesStream(StreamState):
             raise StreamError("stream_error", str(err.get("message") if isinstance(err, dict) else err))
         if kind in ("response.output_text.delta", "response.function_call_arguments.delta"):
             if obj.get("delta"):
-                self.counted_tokens += 1
-                return 1
+                return self._count(thought=False)
+        elif kind == "response.reasoning_text.delta":
+            if obj.get("delta"):
+                return self._count(thought=True)
         elif kind in ("response.completed", "response.incomplete"):
             self.finished = True
             usage = (obj.get("response") or {}).get("usage") or {}
@@ -198,6 +227,9 @@ class ResponsesStream(StreamState):
                 self.reported_output_tokens = usage["output_tokens"]
             if isinstance(usage.get("input_tokens"), int):
                 self.reported_prompt_tokens = usage["input_tokens"]
+            details = usage.get("output_tokens_details") or {}
+            if isinstance(details.get("reasoning_tokens"), int):
+                self.reported_reasoning_tokens = details["reasoning_tokens"]
         return 0
 
 

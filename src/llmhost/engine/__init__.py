@@ -28,6 +28,7 @@ if TYPE_CHECKING:
         QueueFullError,
         RequestTooLargeError,
         SamplingParams,
+        Thinking,
         Timings,
         TokenLogprob,
     )
@@ -43,7 +44,7 @@ _HOMES = {
     **dict.fromkeys((
         "Constraint", "ConstraintKind", "EngineError", "EngineUnavailableError", "FinishReason",
         "GenerationEvent", "GenerationRequest", "InvalidRequestError", "QueueFullError",
-        "RequestTooLargeError", "SamplingParams", "Timings", "TokenLogprob",
+        "RequestTooLargeError", "SamplingParams", "Thinking", "Timings", "TokenLogprob",
     ), "request"),
 }  # fmt: skip
 
@@ -69,6 +70,7 @@ __all__ = [
     "RequestStream",
     "RequestTooLargeError",
     "SamplingParams",
+    "Thinking",
     "Timings",
     "TokenLogprob",
     "available_cpus",

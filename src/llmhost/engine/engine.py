@@ -296,6 +296,7 @@ class Engine:
             len(seq.prompt), len(seq.output), error, active.take_prompt_logprobs(), reason,
         )  # fmt: skip
         event.stop_sequence = active.detok.stop.matched
+        event.reasoning_tokens = active.sampler.reasoning_tokens if active.sampler is not None else 0
         if finish is not FinishReason.ABORT:
             log.info("request %s finished (%s%s)\n%s", seq.request_id, finish.value,
                      f": {error}" if error else "", t.print_timings())  # fmt: skip

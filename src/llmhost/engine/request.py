@@ -42,6 +42,23 @@ class Constraint:
             raise ValueError(f"{self.field}: an empty {self.kind.value} constrains nothing")
 
 
+@dataclass(slots=True, frozen=True)
+class Thinking:
+    """A thought the output may begin with, between the chat template's tags (as token ids): the tokens
+    of its answer follow the constraint, and a budget closes it when spent."""
+
+    start: tuple[int, ...]
+    end: tuple[int, ...]
+    opened: bool = False  # the prompt already opened the thought: the output starts inside it
+    budget: int | None = None  # thought tokens (tags not counted) before the end tag is forced
+
+    def __post_init__(self) -> None:
+        if not self.start or not self.end:
+            raise ValueError("a thought's start and end tags must be tokens")
+        if self.budget is not None and self.budget < 0:
+            raise ParamError("reasoning_budget", f"must be >= 0, got {self.budget}")
+
+
 @dataclass(slots=True)
 class SamplingParams:
     # 0: prefill only: the request ends right after its prompt is computed (scoring a prompt with
@@ -66,6 +83,7 @@ class SamplingParams:
     # control tokens written into the output text (a tool-call format's markers, such as Mistral's
     # `[TOOL_CALLS]`); other control tokens are left out of it
     render_special: frozenset[int] = frozenset()
+    thinking: Thinking | None = None  # a thinking model's thought: counted, bounded, left unconstrained
 
     def __post_init__(self) -> None:
         if self.max_tokens < 0:
@@ -105,7 +123,8 @@ class SamplingParams:
     @property
     def plain_greedy(self) -> bool:
         """Greedy with no penalties: the next token is the argmax of the logits, whatever came before."""
-        return self.greedy and not self.penalized and self.constraint is None
+        return (self.greedy and not self.penalized and self.constraint is None
+                and (self.thinking is None or self.thinking.budget is None))  # fmt: skip
 
 
 MAX_LOGPROBS = 20
@@ -232,6 +251,8 @@ class GenerationEvent:
     reason: str = ""
     # with finish_reason STOP: the stop string that matched (None when a grammar completed)
     stop_sequence: str | None = None
+    # on the last event of a request with `thinking`: the output tokens of its thought (tags not counted)
+    reasoning_tokens: int = 0
 
     @property
     def finished(self) -> bool:

@@ -11,13 +11,15 @@ from llmhost.engine.constraint import TokenMatcher
 from llmhost.engine.draw import Chain, Penalties, sample
 from llmhost.engine.llama import LlamaModel
 from llmhost.engine.request import SamplingParams, TokenLogprob
+from llmhost.engine.thinking import ThoughtTracker
 
 
 class Sampler:
     """The next token of one sequence, in llama.cpp's usual order: logit bias, penalties, top-k,
     typical-p, top-p, min-p, temperature, then a seeded draw (or the argmax when greedy); see `draw`
     for why the chain runs here rather than in llama.cpp. A grammar (`matcher`) first masks the tokens
-    it does not allow, in the context's logits row.
+    it does not allow, in the context's logits row; a thinking model's thought (`thought`) is free text,
+    and its end tag is forced once its budget is spent.
     """
 
     def __init__(
@@ -29,6 +31,8 @@ class Sampler:
     ) -> None:
         self.params = params
         self.matcher = matcher
+        thinking = params.thinking
+        self.thought = None if thinking is None else ThoughtTracker(thinking, matcher is not None)
         self._model = model
         bias = dict(params.logit_bias)
         if params.ignore_eos:
@@ -52,16 +56,36 @@ class Sampler:
         self._rng = np.random.default_rng(seed & 0xFFFFFFFF)
 
     def sample(self, batch_index: int) -> tuple[int, TokenLogprob | None]:
-        if self.matcher is not None:
-            self.matcher.mask(self._model.logits(batch_index))
-        token = self._choose(batch_index)
-        if self.matcher is not None:
+        token = self.thought.forced() if self.thought is not None else None
+        if token is None:
+            self._mask(batch_index)
+            token = self._choose(batch_index)
+        answer = self.thought is None or self.thought.accept(token)
+        if self.matcher is not None and answer:
             self.matcher.accept(token)
         if self._penalties is not None:
             self._penalties.accept(token)
         if self.params.logprobs is None:
             return token, None
         return token, self._logprob(batch_index, token, self.params.logprobs)
+
+    def _mask(self, batch_index: int) -> None:
+        """The grammar's mask over the answer; before it, the thought's start tag stays allowed too."""
+        if self.matcher is None:
+            return
+        thought = self.thought
+        if thought is not None and not thought.answering and thought.may_open is None:
+            return  # inside the thought: free text
+        row = self._model.logits(batch_index)
+        opening = thought.may_open if thought is not None else None
+        kept = float(row[opening]) if opening is not None else 0.0
+        self.matcher.mask(row)
+        if opening is not None:
+            row[opening] = kept
+
+    @property
+    def reasoning_tokens(self) -> int:
+        return self.thought.reasoning_tokens if self.thought is not None else 0
 
     @property
     def done(self) -> bool:

@@ -17,6 +17,7 @@ REJECTED_TOTAL = "llmhost_rejected_requests"
 ENDED_TOTAL = "llmhost_request_failures"
 PROMPT_TOKENS_TOTAL = "llmhost_prompt_tokens"
 GENERATION_TOKENS_TOTAL = "llmhost_generation_tokens"
+REASONING_TOKENS_TOTAL = "llmhost_reasoning_tokens"
 TTFT_S = "llmhost_time_to_first_token_seconds"
 TPOT_S = "llmhost_time_per_output_token_seconds"
 E2E_S = "llmhost_e2e_request_latency_seconds"
@@ -108,6 +109,11 @@ class ServerMetrics:
         )  # fmt: skip
         self.prompt_tokens = Counter(PROMPT_TOKENS_TOTAL, "Prompt tokens of finished requests", registry=r)
         self.generation_tokens = Counter(GENERATION_TOKENS_TOTAL, "Generated tokens", registry=r)
+        self.reasoning_tokens = Counter(
+            REASONING_TOKENS_TOTAL,
+            "Generated tokens of thoughts (tags not counted; also in llmhost_generation_tokens)",
+            registry=r,
+        )  # fmt: skip
         self.ttft = Histogram(TTFT_S, "Arrival to first token", buckets=LATENCY_BUCKETS, registry=r)
         self.tpot = Histogram(
             TPOT_S, "Time per output token after the first", buckets=TPOT_BUCKETS, registry=r
@@ -138,6 +144,7 @@ class ServerMetrics:
         t = event.timings
         self.prompt_tokens.inc(event.prompt_tokens)
         self.generation_tokens.inc(event.completion_tokens)
+        self.reasoning_tokens.inc(event.reasoning_tokens)
         if t is None:
             return
         self.queue.observe(t.queue_ms / 1000)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from llmhost.auth import ApiKeys
 from llmhost.console.api import ConsoleSettings
@@ -17,6 +19,7 @@ __all__ = ["DEFAULT_PORT", "MAX_BODY_BYTES", "ServerSettings"]
 # SageMaker's request payload limit for real-time endpoints
 MAX_BODY_BYTES = 6 * 1024 * 1024
 TOOL_PARSERS = SERVE_SPEC["tool_parser"].choices
+REASONING_FORMATS = SERVE_SPEC["reasoning_format"].choices
 
 
 @dataclass(slots=True, frozen=True)
@@ -30,6 +33,9 @@ class ServerSettings:
     max_body_bytes: int = MAX_BODY_BYTES
     default_max_new_tokens: int = 100  # TGI bodies without max_new_tokens
     tool_parser: str = "auto"  # how tool calls are read from chat output: auto or a name in tools.PARSERS
+    reasoning_format: str = "auto"  # how a thought is told from the answer: auto, none, or a tag family
+    reasoning_budget: int = -1  # most thought tokens of an answer (-1: no limit, 0: thinking off)
+    chat_template_kwargs: str = ""  # a JSON object of chat template variables every request passes
     # --embeddings: the model is loaded for /v1/embeddings only, no generation engine (llama-server's mode)
     embeddings: EmbedderConfig | None = None
     api_keys: ApiKeys = field(default_factory=ApiKeys)  # none: no authentication
@@ -49,8 +55,26 @@ class ServerSettings:
         if self.tool_parser not in TOOL_PARSERS:
             known = ", ".join(TOOL_PARSERS)
             raise ValueError(f"tool_parser must be one of {known}, got {self.tool_parser!r}")
+        if self.reasoning_format not in REASONING_FORMATS:
+            known = ", ".join(REASONING_FORMATS)
+            raise ValueError(f"reasoning_format must be one of {known}, got {self.reasoning_format!r}")
+        if self.reasoning_budget < -1:
+            raise ValueError(f"reasoning_budget must be -1 (no limit) or more, got {self.reasoning_budget}")
+        self.template_kwargs()  # a JSON object, or a ValueError saying what it is instead
         if self.max_body_bytes < 1:
             raise ValueError(f"max_body_bytes must be >= 1, got {self.max_body_bytes}")
+
+    def template_kwargs(self) -> dict[str, Any]:
+        """--chat-template-kwargs as a dict."""
+        if not self.chat_template_kwargs:
+            return {}
+        try:
+            value = json.loads(self.chat_template_kwargs)
+        except ValueError as exc:
+            raise ValueError(f"chat_template_kwargs is not JSON: {exc}") from exc
+        if not isinstance(value, dict):
+            raise ValueError(f"chat_template_kwargs must be a JSON object, got {self.chat_template_kwargs!r}")
+        return value
 
     @property
     def model_name(self) -> str:

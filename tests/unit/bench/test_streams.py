@@ -93,3 +93,31 @@ def test_temperature_is_sent_only_when_set() -> None:
     assert "temperature" not in Target("tgi", temperature=0.0).body("hi", 4)["parameters"]
     params = Target("tgi", temperature=0.7).body("hi", 4)["parameters"]
     assert params["temperature"] == 0.7 and params["do_sample"] is True
+
+
+def test_each_api_tells_the_thought_from_the_answer() -> None:
+    """A thinking model's stream: thought events count as generated tokens, `answered` turns true with
+    the first answer event, and the server's reasoning_tokens report wins over the count."""
+    streams = {
+        "chat": ([{"choices": [{"delta": {"reasoning_content": "I"}}]}],
+                 [{"choices": [{"delta": {"content": "Hi"}}]}],
+                 {"choices": [], "usage": {"completion_tokens": 5,
+                                           "completion_tokens_details": {"reasoning_tokens": 3}}}),
+        "messages": ([{"type": "content_block_delta", "index": 0,
+                       "delta": {"type": "thinking_delta", "thinking": "I"}}],
+                     [{"type": "content_block_delta", "index": 1,
+                       "delta": {"type": "text_delta", "text": "Hi"}}],
+                     None),
+        "responses": ([{"type": "response.reasoning_text.delta", "delta": "I"}],
+                      [{"type": "response.output_text.delta", "delta": "Hi"}],
+                      {"type": "response.completed", "response": {"usage": {
+                          "output_tokens": 5, "output_tokens_details": {"reasoning_tokens": 3}}}}),
+    }  # fmt: skip
+    for api, (thought, answer, end) in streams.items():
+        s = Target(api).new_stream()
+        assert [s.feed(_ev(e)) for e in thought] == [1] and not s.answered, api
+        assert [s.feed(_ev(e)) for e in answer] == [1] and s.answered, api
+        assert s.reasoning_tokens == 1 and s.counted_tokens == 2, api
+        if end is not None:
+            s.feed(_ev(end))
+            assert s.reasoning_tokens == 3 and s.output_tokens == 5, api

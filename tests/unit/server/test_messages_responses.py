@@ -117,7 +117,7 @@ def test_anthropic_refuses_images_prefill_and_unknown_fields() -> None:
         aserving.to_chat(prefill)
     assert err.value.field == "messages.1"
     with pytest.raises(ValueError, match="thinking"):
-        request(thinking={"type": "enabled", "budget_tokens": 1024})
+        request(thinking={"type": "adaptive"})
 
 
 def final(reason: FinishReason, stop: str | None = None) -> GenerationEvent:
@@ -237,7 +237,7 @@ def test_responses_refuses_store_previous_id_and_images() -> None:
         rp.check_items(raw)
     assert err.value.field == "input.0.content.0.type"
     with pytest.raises(APIError) as err:
-        rp.check_items({"input": [{"type": "reasoning", "summary": []}]})
+        rp.check_items({"input": [{"type": "web_search_call", "id": "ws_1"}]})
     assert err.value.field == "input.0.type"
 
 

@@ -16,7 +16,7 @@ from llmhost.server.errors import APIError
 from llmhost.server.protocol.limits import MAX_STOP_CHARS, MAX_STOP_SEQUENCES
 from llmhost.server.protocol.openai import Strict
 
-BLOCK_TYPES = ("text", "tool_use", "tool_result")
+BLOCK_TYPES = ("text", "tool_use", "tool_result", "thinking")
 ToolName = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_-]+$")]
 
 
@@ -52,14 +52,24 @@ class ToolResultBlock(Strict):
         return f"Error: {body}" if self.is_error else body
 
 
-Block = Annotated[TextBlock | ToolUseBlock | ToolResultBlock, Discriminator("type")]
+class ThinkingBlock(Strict):
+    """An earlier turn's thought, sent back as the answer gave it (the template keeps or drops it)."""
+
+    type: Literal["thinking"]
+    thinking: str
+    signature: str | None = None
+    cache_control: CacheControl | None = None
+
+
+AnyBlock = TextBlock | ToolUseBlock | ToolResultBlock | ThinkingBlock
+Block = Annotated[AnyBlock, Discriminator("type")]
 
 
 class Message(Strict):
     role: Literal["user", "assistant"]
     content: str | list[Block]
 
-    def blocks(self) -> list[TextBlock | ToolUseBlock | ToolResultBlock]:
+    def blocks(self) -> list[AnyBlock]:
         if isinstance(self.content, str):
             return [TextBlock(type="text", text=self.content)]
         return list(self.content)
@@ -98,6 +108,18 @@ ToolChoice = Annotated[
 ]
 
 
+class ThinkingEnabled(Strict):
+    type: Literal["enabled"]
+    budget_tokens: Annotated[int, Field(ge=1)]
+
+
+class ThinkingDisabled(Strict):
+    type: Literal["disabled"]
+
+
+ThinkingConfig = Annotated[ThinkingEnabled | ThinkingDisabled, Discriminator("type")]
+
+
 class Metadata(Strict):
     user_id: Annotated[str, Field(max_length=256)] | None = None
 
@@ -111,6 +133,8 @@ class CountTokensRequest(Strict):
     tools: Annotated[list[Tool], Field(max_length=128)] | None = None
     tool_choice: ToolChoice | None = None
     cache_control: CacheControl | None = None
+    # a thinking model's thought: on with a budget of tokens, or off (left out: the model's default)
+    thinking: ThinkingConfig | None = None
 
     def system_text(self) -> str | None:
         if self.system is None:

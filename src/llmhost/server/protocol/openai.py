@@ -124,6 +124,8 @@ class ChatMessage(Strict):
     name: str | None = None
     tool_calls: list[ToolCall] | None = None
     tool_call_id: str | None = None
+    # an earlier assistant turn's thought, given back to the template (which keeps or drops it)
+    reasoning_content: str | None = None
 
     def text(self) -> str:
         if self.content is None:
@@ -163,6 +165,11 @@ class ChatCompletionRequest(SamplingFields):
     tools: Annotated[list[Tool], Field(max_length=128)] | None = None
     tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
     parallel_tool_calls: bool = True
+    # a thinking model: its thought off ("none", "minimal") or on, the most tokens it may take (then its
+    # end is forced; 0: off where the template can turn it off), and more chat template variables
+    reasoning_effort: Literal["none", "minimal", "low", "medium", "high"] | None = None
+    reasoning_budget: Annotated[int, Field(ge=0)] | None = None
+    chat_template_kwargs: dict[str, Any] | None = None
 
 
 # -- /v1/models response (completions are built as dicts by the serving layer) ---------------------

@@ -13,8 +13,8 @@ from pydantic import Discriminator, Field, Tag
 from llmhost.server.errors import APIError
 from llmhost.server.protocol.openai import Strict
 
-ITEM_TYPES = ("message", "function_call", "function_call_output")
-PART_TYPES = ("input_text", "output_text")
+ITEM_TYPES = ("message", "function_call", "function_call_output", "reasoning")
+PART_TYPES = ("input_text", "output_text", "reasoning_text")
 ItemId = Annotated[str, Field(max_length=256)]
 
 
@@ -54,6 +54,31 @@ class FunctionCallOutputItem(Strict):
     status: str | None = None
 
 
+class ReasoningText(Strict):
+    type: Literal["reasoning_text"]
+    text: str
+
+
+class SummaryText(Strict):
+    type: Literal["summary_text"]
+    text: str
+
+
+class ReasoningItem(Strict):
+    """An earlier answer's thought, replayed: it goes back to the template with the assistant turn after
+    it (which keeps or drops it)."""
+
+    type: Literal["reasoning"]
+    id: ItemId | None = None
+    summary: list[SummaryText] = Field(default_factory=list)
+    content: list[ReasoningText] | None = None
+    encrypted_content: None = None
+    status: str | None = None
+
+    def text(self) -> str:
+        return "".join(p.text for p in self.content or [])
+
+
 def _item_kind(value: Any) -> str:
     kind = value.get("type", "message") if isinstance(value, dict) else getattr(value, "type", "message")
     return str(kind)
@@ -62,7 +87,8 @@ def _item_kind(value: Any) -> str:
 Item = Annotated[
     Annotated[MessageItem, Tag("message")]
     | Annotated[FunctionCallItem, Tag("function_call")]
-    | Annotated[FunctionCallOutputItem, Tag("function_call_output")],
+    | Annotated[FunctionCallOutputItem, Tag("function_call_output")]
+    | Annotated[ReasoningItem, Tag("reasoning")],
     Discriminator(_item_kind),
 ]
 
@@ -92,6 +118,14 @@ class TextConfig(Strict):
     format: TextFormat | None = None
 
 
+class Reasoning(Strict):
+    """A thinking model's thought: off (`none`, `minimal`) or on; no summaries (the thought is given
+    whole, as `reasoning_text`)."""
+
+    effort: Literal["none", "minimal", "low", "medium", "high"] | None = None
+    summary: None = None
+
+
 class ResponsesRequest(Strict):
     model: str | None = None
     input: str | Annotated[list[Item], Field(min_length=1)]
@@ -109,6 +143,8 @@ class ResponsesRequest(Strict):
     metadata: Annotated[dict[str, Annotated[str, Field(max_length=512)]], Field(max_length=16)] | None = None
     user: str | None = None
     truncation: Literal["disabled"] | None = None
+    reasoning: Reasoning | None = None
+    reasoning_budget: Annotated[int, Field(ge=0)] | None = None  # llmhost: most thought tokens
 
 
 def check_items(body: Any) -> None:

@@ -25,9 +25,9 @@ from llmhost.server.protocol.openai import (
     Tool,
     ToolCall,
 )
-from llmhost.server.serving import tools
+from llmhost.server.serving import thinking, tools
 from llmhost.server.serving.anthropic_events import MessageEvents, error_event
-from llmhost.server.serving.chat import ChatRun, StreamedOutput, read_message, start_chat
+from llmhost.server.serving.chat import ChatRun, StreamedOutput, read_message, start_chat, thinking_plan
 from llmhost.server.serving.context import EventStreamResponse, ServingContext, raise_if_failed
 
 API = "messages"
@@ -46,7 +46,11 @@ def _messages(body: proto.CountTokensRequest) -> list[ChatMessage]:
     for i, m in enumerate(body.messages):
         blocks = m.blocks()
         text = "".join(b.text for b in blocks if isinstance(b, proto.TextBlock))
+        thought = "".join(b.thinking for b in blocks if isinstance(b, proto.ThinkingBlock)) or None
         if m.role == "user":
+            if thought is not None:
+                raise APIError(400, "thinking blocks belong in assistant messages",
+                               field=f"messages.{i}.content")  # fmt: skip
             out += [ChatMessage(role="tool", tool_call_id=b.tool_use_id, content=b.text())
                     for b in blocks if isinstance(b, proto.ToolResultBlock)]  # fmt: skip
             if text or not any(isinstance(b, proto.ToolResultBlock) for b in blocks):
@@ -59,7 +63,8 @@ def _messages(body: proto.CountTokensRequest) -> list[ChatMessage]:
             raise APIError(400, "tool_result blocks belong in user messages", field=f"messages.{i}.content")
         calls = [ToolCall(id=b.id, function=FunctionCall(name=b.name, arguments=json.dumps(b.input)))
                  for b in blocks if isinstance(b, proto.ToolUseBlock)]  # fmt: skip
-        out.append(ChatMessage(role="assistant", content=text or None, tool_calls=calls or None))
+        out.append(ChatMessage(role="assistant", content=text or None, tool_calls=calls or None,
+                               reasoning_content=thought))  # fmt: skip
     return out
 
 
@@ -92,6 +97,20 @@ def to_chat(body: proto.CountTokensRequest) -> ChatCompletionRequest:
         chat.top_k = body.top_k or 0
         chat.stop = body.stop_sequences
     return chat
+
+
+def thinking_ask(body: proto.CountTokensRequest) -> thinking.ThinkingAsk:
+    """`thinking` in the terms every chat API is put in (left out: the model's own default)."""
+    config = body.thinking
+    field, budget_field = "thinking", "thinking.budget_tokens"
+    if config is None:
+        return thinking.ThinkingAsk(field=field, budget_field=budget_field)
+    if isinstance(config, proto.ThinkingDisabled):
+        return thinking.ThinkingAsk(False, field=field, budget_field=budget_field)
+    if isinstance(body, proto.MessagesRequest) and config.budget_tokens >= body.max_tokens:
+        raise APIError(400, f"thinking.budget_tokens ({config.budget_tokens}) must be less than max_tokens "
+                       f"({body.max_tokens})", field=budget_field)  # fmt: skip
+    return thinking.ThinkingAsk(True, config.budget_tokens, field=field, budget_field=budget_field)
 
 
 def stop_reason(event: GenerationEvent, called: bool) -> tuple[str, str | None]:
@@ -136,7 +155,8 @@ class AnthropicServing:
     async def messages(self, body: proto.MessagesRequest, request: Request) -> Response:
         rid = message_id()
         try:
-            run = await start_chat(self.ctx, to_chat(body), None, rid, API, self.tool_parser)
+            ask = thinking_ask(body)
+            run = await start_chat(self.ctx, to_chat(body), None, rid, API, self.tool_parser, ask)
         except APIError as exc:
             raise renamed(exc) from exc
         if body.stream:
@@ -152,12 +172,15 @@ class AnthropicServing:
         self, rid: str, body: proto.MessagesRequest, run: ChatRun, events: list[GenerationEvent]
     ) -> dict[str, Any]:
         last = events[-1]
-        text = "".join(e.text for e in events)
-        content, calls = read_message(run.plan, text)
-        uses = tool_uses(calls)
-        if uses is None:
-            content, uses = text, []
-        blocks: list[dict[str, Any]] = [{"type": "text", "text": content}] if content else []
+        reply = read_message(run.plan, "".join(e.text for e in events))
+        content, uses = reply.content, tool_uses(reply.calls)
+        if uses is None:  # not calls after all: the answer is text
+            content, uses = reply.answer, []
+        blocks: list[dict[str, Any]] = []
+        if reply.reasoning is not None:
+            blocks.append({"type": "thinking", "thinking": reply.reasoning, "signature": ""})
+        if content:
+            blocks.append({"type": "text", "text": content})
         reason, sequence = stop_reason(last, bool(uses))
         return {
             "id": rid,
@@ -172,19 +195,21 @@ class AnthropicServing:
 
     async def _stream(self, run: ChatRun, events: MessageEvents) -> AsyncIterator[str]:
         output = StreamedOutput(run.plan)
-        whole, sent = "", 0
+        answer, sent = "", 0
         yield events.start()
         async for event in run.streams[0]:
             if event.error is not None:
                 timeout = event.finish_reason is FinishReason.TIMEOUT
                 yield error_event(event.error, "timeout_error" if timeout else "api_error")
                 return
-            whole += event.text
-            text, calls = output.feed(event.text, event.finished)
+            thought, text, calls = output.feed(event.text, event.finished)
+            answer += output.answer_fed
             sent += len(text)
             uses = tool_uses(calls) if event.finished else []
             if uses is None:  # not calls after all: what was held back is text
-                text, uses = text + whole[sent:], []
+                text, uses = text + answer[sent:], []
+            for line in events.thinking(thought):
+                yield line
             for line in events.text(text):
                 yield line
             if event.finished:
@@ -198,7 +223,8 @@ class AnthropicServing:
         try:
             tools.mode(chat)
             messages = [tools.template_message(m) for m in chat.messages]
-            n = await self.ctx.count_chat_tokens(messages, tools.template_tools(chat))
+            _, think = thinking_plan(self.ctx, chat, thinking_ask(body))
+            n = await self.ctx.count_chat_tokens(messages, tools.template_tools(chat), think.kwargs)
         except APIError as exc:
             raise renamed(exc) from exc
         return {"input_tokens": n}

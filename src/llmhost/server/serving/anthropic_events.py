@@ -17,20 +17,23 @@ def error_body(message: str, type_: str = "api_error") -> dict[str, Any]:
     return {"type": "error", "error": {"type": type_, "message": message}}
 
 
+THINKING_START = {"type": "thinking", "thinking": "", "signature": ""}
+
+
 def error_event(message: str, type_: str = "api_error") -> str:
     return event("error", error_body(message, type_))
 
 
 class MessageEvents:
-    """The events of one streamed message; text opens a text block, which stays open until the
-    message ends or a tool_use block follows."""
+    """The events of one streamed message; a thought opens a thinking block, text a text block, each
+    open until the other kind, a tool_use block or the message's end follows."""
 
     def __init__(self, message_id: str, model: str, input_tokens: int) -> None:
         self.message_id = message_id
         self.model = model
         self.input_tokens = input_tokens
         self.index = 0
-        self.text_open = False
+        self.open: str | None = None  # the kind of the block open: "thinking", "text" or None
 
     def start(self) -> str:
         message: dict[str, Any] = {
@@ -42,24 +45,37 @@ class MessageEvents:
             "ping", {"type": "ping"}
         )
 
+    def thinking(self, piece: str) -> Iterator[str]:
+        yield from self._delta("thinking", {"type": "thinking_delta", "thinking": piece}, piece)
+
     def text(self, piece: str) -> Iterator[str]:
+        yield from self._delta("text", {"type": "text_delta", "text": piece}, piece)
+
+    def _delta(self, kind: str, delta: dict[str, Any], piece: str) -> Iterator[str]:
         if not piece:
             return
-        if not self.text_open:
-            self.text_open = True
+        if self.open != kind:
+            yield from self._close()
+            self.open = kind
+            block = {"type": "text", "text": ""} if kind == "text" else THINKING_START
             yield event("content_block_start", {"type": "content_block_start", "index": self.index,
-                                                "content_block": {"type": "text", "text": ""}})  # fmt: skip
+                                                "content_block": block})  # fmt: skip
         yield event("content_block_delta", {"type": "content_block_delta", "index": self.index,
-                                            "delta": {"type": "text_delta", "text": piece}})  # fmt: skip
+                                            "delta": delta})  # fmt: skip
 
-    def _close_text(self) -> Iterator[str]:
-        if self.text_open:
-            self.text_open = False
-            yield event("content_block_stop", {"type": "content_block_stop", "index": self.index})
-            self.index += 1
+    def _close(self) -> Iterator[str]:
+        if self.open is None:
+            return
+        if self.open == "thinking":  # llmhost signs nothing: the signature is empty
+            signature = {"type": "signature_delta", "signature": ""}
+            yield event("content_block_delta", {"type": "content_block_delta", "index": self.index,
+                                                "delta": signature})  # fmt: skip
+        self.open = None
+        yield event("content_block_stop", {"type": "content_block_stop", "index": self.index})
+        self.index += 1
 
     def tool_use(self, block: dict[str, Any]) -> Iterator[str]:
-        yield from self._close_text()
+        yield from self._close()
         start = {**block, "input": {}}
         yield event("content_block_start", {"type": "content_block_start", "index": self.index,
                                             "content_block": start})  # fmt: skip
@@ -73,7 +89,7 @@ class MessageEvents:
     def finish(
         self, uses: list[dict[str, Any]], stop_reason: str, stop_sequence: str | None, output_tokens: int
     ) -> Iterator[str]:
-        yield from self._close_text()
+        yield from self._close()
         for block in uses:
             yield from self.tool_use(block)
         delta = {"stop_reason": stop_reason, "stop_sequence": stop_sequence}

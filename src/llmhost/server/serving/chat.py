@@ -6,21 +6,27 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from llmhost.engine import Constraint
+from llmhost.engine import Constraint, Thinking
 from llmhost.engine.loop import RequestStream
 from llmhost.server.errors import APIError
 from llmhost.server.protocol.openai import ChatCompletionRequest
-from llmhost.server.serving import tools
+from llmhost.server.serving import thinking, tools
 from llmhost.server.serving.context import ServingContext
 from llmhost.server.serving.params import sampling_params
+from llmhost.server.serving.reasoning import ReasoningSplitter, ThinkSyntax, opened_by, split, syntax_for
 
 
 @dataclass(slots=True)
 class ChatPlan:
-    """What a chat request decided before generating: how tool calls are read back."""
+    """What a chat request decided before generating: how the thought and tool calls are read back."""
 
     tool_mode: str  # "none", "auto" or "forced"
     parser: tools.ToolParser | None
+    syntax: ThinkSyntax | None = None  # the thought's tags (None: no thought is split off)
+    opened: bool = False  # the prompt opened the thought: the output starts inside it
+
+    def splitter(self) -> ReasoningSplitter | None:
+        return None if self.syntax is None else ReasoningSplitter(self.syntax, self.opened)
 
 
 @dataclass(slots=True)
@@ -52,45 +58,93 @@ async def start_chat(
     rid: str,
     api: str,
     tool_parser: str,
+    ask: thinking.ThinkingAsk | None = None,
 ) -> ChatRun:
-    """Render, tokenize and submit a chat request (`constraint`: its structured output, if any)."""
+    """Render, tokenize and submit a chat request (`constraint`: its structured output, if any; `ask`:
+    what it asks of a thought, else read from the OpenAI fields)."""
     plan, constraint = chat_plan(body, constraint)
     await ctx.check_constraint(constraint)
+    ctx.check_capacity()  # a 429 before any work, even a template's 400
+    template = ctx.chat_template()
+    plan.syntax, think = thinking_plan(ctx, body, ask)
     messages = [tools.template_message(m) for m in body.messages]
-    prompt = await ctx.chat_prompt_tokens(messages, tools.template_tools(body))
+    text, prompt = await ctx.chat_prompt(messages, tools.template_tools(body), think.kwargs)
     if plan.tool_mode == "auto":
-        plan.parser = tools.parser_for(tool_parser, ctx.chat_template().source)
+        plan.parser = tools.parser_for(tool_parser, template.source)
     max_tokens = body.max_completion_tokens or body.max_tokens or ctx.remaining(len(prompt))
     top = body.top_logprobs or 0
     params = sampling_params(body, max_tokens, top if body.logprobs else None, constraint)
     if plan.parser is not None:
         params = replace(params, render_special=ctx.marker_tokens(plan.parser.markers))
+    if plan.syntax is not None:
+        plan.opened = opened_by(text, plan.syntax)
+        params.thinking = Thinking(tuple(ctx.tokenize(plan.syntax.start, add_special=False)),
+                                   tuple(ctx.tokenize(plan.syntax.end, add_special=False)),
+                                   plan.opened, think.budget)  # fmt: skip
     streams = ctx.submit_choices(rid, [prompt], [params], body.n, api)
     return ChatRun(plan, streams, len(prompt))
 
 
-def read_message(plan: ChatPlan, text: str) -> tuple[str | None, list[tools.ParsedCall]]:
-    """The content and the tool calls of a whole output."""
+def thinking_plan(
+    ctx: ServingContext, body: ChatCompletionRequest, ask: thinking.ThinkingAsk | None = None
+) -> tuple[ThinkSyntax | None, thinking.ThinkingPlan]:
+    """The thought's tags in this model's output, and the template kwargs and budget of the request."""
+    template = ctx.chat_template()
+    syntax = syntax_for(ctx.settings.reasoning_format, template.source)
+    ask = ask or thinking.from_effort(body.reasoning_effort, body.reasoning_budget)
+    think = thinking.plan(ask, template, syntax, ctx.settings.template_kwargs(), body.chat_template_kwargs,
+                          ctx.settings.reasoning_budget)  # fmt: skip
+    return syntax, think
+
+
+@dataclass(slots=True)
+class Reply:
+    """A choice's output read back: its thought, its content and its tool calls (`answer`: all that
+    followed the thought, calls and all)."""
+
+    reasoning: str | None
+    content: str | None
+    calls: list[tools.ParsedCall]
+    answer: str
+
+
+def read_message(plan: ChatPlan, text: str) -> Reply:
+    """The thought, the content and the tool calls of a whole output (calls are read in the answer)."""
+    reasoning: str | None = None
+    if plan.syntax is not None:
+        reasoning, text = split(text, plan.syntax, plan.opened)
     if plan.tool_mode == "forced":
         calls = tools.forced_calls(text)
-        return (None if calls else text), calls
+        return Reply(reasoning, None if calls else text, calls, text)
     if plan.tool_mode == "auto" and plan.parser is not None:
-        return plan.parser.parse(text)
-    return text, []
+        content, calls = plan.parser.parse(text)
+        return Reply(reasoning, content, calls, text)
+    return Reply(reasoning, text, [], text)
 
 
 class StreamedOutput:
-    """One streamed choice: text as soon as it cannot start a tool call, the calls at the end."""
+    """One streamed choice: the thought as it comes, then answer text as soon as it cannot start a tool
+    call, the calls at the end."""
 
     def __init__(self, plan: ChatPlan) -> None:
         streamed = plan.tool_mode != "none"
         self._pending = tools.StreamedChoice(plan.tool_mode, plan.parser) if streamed else None
+        self._splitter = plan.splitter()
+        self.answer_fed = ""  # the answer text the last feed read (before tool calls were held back)
 
-    def feed(self, text: str, finished: bool) -> tuple[str, list[tools.ParsedCall]]:
+    def feed(self, text: str, finished: bool) -> tuple[str, str, list[tools.ParsedCall]]:
+        """(thought, answer text, calls) safe to send after `text`; calls only once `finished`."""
+        thought = ""
+        if self._splitter is not None:
+            thought, text = self._splitter.feed(text)
+            if finished:
+                more_thought, more_text = self._splitter.finish()
+                thought, text = thought + more_thought, text + more_text
+        self.answer_fed = text
         if self._pending is None:
-            return text, []
+            return thought, text, []
         out = self._pending.feed(text)
         if not finished:
-            return out, []
+            return thought, out, []
         rest, calls = self._pending.finish()
-        return out + rest, calls
+        return thought, out + rest, calls

@@ -133,33 +133,45 @@ class ServingContext:
                     field="messages",
                 )
             self._chat_template = ChatTemplate(source, info.bos_token, info.eos_token)
+            unread = [k for k in self.settings.template_kwargs() if not self._chat_template.uses(k)]
+            if unread:  # the server's own setting: said once in its log, not refused per request
+                log.warning("--chat-template-kwargs: the chat template does not read %s", ", ".join(unread))
         return self._chat_template
 
-    async def chat_prompt_tokens(
-        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None
-    ) -> list[int]:
-        """Capacity first, then the template and the tokenizer on a worker thread."""
+    async def chat_prompt(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None = None,
+        kwargs: dict[str, Any] | None = None,
+    ) -> tuple[str, list[int]]:
+        """The rendered prompt (`kwargs`: more template variables) and its tokens; capacity first."""
         self.check_capacity()
-        return await asyncio.to_thread(self._render_and_tokenize, messages, tools)
+        return await asyncio.to_thread(self._render_and_tokenize, messages, tools, kwargs)
 
     async def count_chat_tokens(
-        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None = None,
+        kwargs: dict[str, Any] | None = None,
     ) -> int:
         """The prompt's length without generating (a count is no load: no capacity check)."""
         self.require_ready()
-        return len(await asyncio.to_thread(self._render_and_tokenize, messages, tools))
+        return len((await asyncio.to_thread(self._render_and_tokenize, messages, tools, kwargs))[1])
 
     def _render_and_tokenize(
-        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None
-    ) -> list[int]:
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None,
+        kwargs: dict[str, Any] | None,
+    ) -> tuple[str, list[int]]:
         template = self.chat_template()
         try:
-            text = template.render(messages, tools=tools)
+            text = template.render(messages, tools=tools, kwargs=kwargs)
         except ChatTemplateError as exc:
             raise APIError(400, str(exc), field="messages") from exc
         # templates usually write the BOS token themselves: don't add a second one
         has_bos = bool(template.bos_token) and text.startswith(template.bos_token)
-        return self.tokenize(text, add_special=not has_bos)
+        return text, self.tokenize(text, add_special=not has_bos)
 
     async def check_constraint(self, constraint: Constraint | None) -> None:
         """A grammar the engine cannot use is a 400 naming the construct (checked on a worker thread:

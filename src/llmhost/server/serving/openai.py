@@ -14,8 +14,8 @@ from llmhost.engine import Constraint, FinishReason, GenerationEvent, SamplingPa
 from llmhost.engine.loop import RequestStream
 from llmhost.server.errors import APIError
 from llmhost.server.protocol.openai import ChatCompletionRequest, CompletionRequest, SamplingFields
-from llmhost.server.serving import scoring, tools
-from llmhost.server.serving.chat import ChatPlan, read_message, start_chat
+from llmhost.server.serving import scoring
+from llmhost.server.serving.chat import ChatPlan, StreamedOutput, read_message, start_chat
 from llmhost.server.serving.context import (
     EventStreamResponse,
     ServingContext,
@@ -59,6 +59,7 @@ def usage(finals: list[GenerationEvent], n: int) -> dict[str, Any]:
         "completion_tokens": completion,
         "total_tokens": prompt + completion,
         "prompt_tokens_details": {"cached_tokens": cached},
+        "completion_tokens_details": {"reasoning_tokens": sum(e.reasoning_tokens for e in finals)},
     }
 
 
@@ -234,8 +235,11 @@ class OpenAIServing:
     @staticmethod
     def _message(plan: ChatPlan, text: str) -> tuple[dict[str, Any], bool]:
         """The assistant message of a choice, and whether it holds tool calls."""
-        content, calls = read_message(plan, text)
+        reply = read_message(plan, text)
+        content, calls = reply.content, reply.calls
         message: dict[str, Any] = {"role": "assistant", "content": content}
+        if reply.reasoning is not None:
+            message["reasoning_content"] = reply.reasoning
         if calls:
             message["tool_calls"] = [c.as_openai(i) for i, c in enumerate(calls)]
         return message, bool(calls)
@@ -272,15 +276,12 @@ class OpenAIServing:
     async def _chat_stream(
         self, rid: str, body: ChatCompletionRequest, plan: ChatPlan, streams: list[RequestStream]
     ) -> AsyncIterator[str]:
-        pending = [tools.StreamedChoice(plan.tool_mode, plan.parser) for _ in streams]
+        outputs = [StreamedOutput(plan) for _ in streams]
 
         def choice(index: int, event: GenerationEvent, finish: str | None) -> dict[str, Any] | None:
-            if plan.tool_mode == "none":
-                delta: dict[str, Any] = {"content": event.text} if event.text else {}
-            else:
-                delta = self._tool_delta(pending[index], event)
-                if delta.get("tool_calls"):
-                    finish = "tool_calls"
+            delta = self._delta(outputs[index], event)
+            if delta.get("tool_calls"):
+                finish = "tool_calls"
             if not delta and not finish:
                 return None
             c: dict[str, Any] = {"index": index, "delta": delta, "logprobs": None, "finish_reason": finish}
@@ -301,14 +302,12 @@ class OpenAIServing:
             yield line
 
     @staticmethod
-    def _tool_delta(pending: tools.StreamedChoice, event: GenerationEvent) -> dict[str, Any]:
-        """Content as soon as it cannot start a call; at the end, what is left and the calls."""
-        content = pending.feed(event.text)
-        calls: list[tools.ParsedCall] = []
-        if event.finished:
-            rest, calls = pending.finish()
-            content += rest
-        delta: dict[str, Any] = {"content": content} if content else {}
+    def _delta(output: StreamedOutput, event: GenerationEvent) -> dict[str, Any]:
+        """The thought as it comes; content as soon as it cannot start a call; at the end, the calls."""
+        thought, content, calls = output.feed(event.text, event.finished)
+        delta: dict[str, Any] = {"reasoning_content": thought} if thought else {}
+        if content:
+            delta["content"] = content
         if calls:
             delta["tool_calls"] = [c.as_openai(i) for i, c in enumerate(calls)]
         return delta

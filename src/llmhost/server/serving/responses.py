@@ -25,6 +25,7 @@ from llmhost.server.protocol.openai import (
     Tool,
     ToolCall,
 )
+from llmhost.server.serving import thinking
 from llmhost.server.serving.chat import ChatRun, StreamedOutput, read_message, start_chat
 from llmhost.server.serving.context import EventStreamResponse, ServingContext, raise_if_failed
 from llmhost.server.serving.responses_events import (
@@ -33,6 +34,7 @@ from llmhost.server.serving.responses_events import (
     call_item,
     item_id,
     message_item,
+    reasoning_item,
     usage,
 )
 from llmhost.server.serving.structured import schema_constraint
@@ -47,20 +49,45 @@ def _messages(body: proto.ResponsesRequest) -> list[ChatMessage]:
         out.append(ChatMessage(role="system", content=body.instructions))
     if isinstance(body.input, str):
         return [*out, ChatMessage(role="user", content=body.input)]
-    for item in body.input:
+    thought: str | None = None  # a reasoning item's text, for the assistant turn that follows it
+    for i, item in enumerate(body.input):
+        if isinstance(item, proto.ReasoningItem):
+            thought = (thought or "") + item.text()
+            continue
+        if thought is not None and not _answers(item):
+            raise APIError(400, "a reasoning item must be followed by the assistant message or function call "
+                           "it led to", field=f"input.{i}")  # fmt: skip
         if isinstance(item, proto.MessageItem):
-            out.append(ChatMessage(role=ROLES[item.role], content=item.text()))  # type: ignore[arg-type]
+            out.append(ChatMessage(role=ROLES[item.role], content=item.text(),  # type: ignore[arg-type]
+                                   reasoning_content=thought))  # fmt: skip
         elif isinstance(item, proto.FunctionCallOutputItem):
             out.append(ChatMessage(role="tool", tool_call_id=item.call_id, content=item.output))
         else:
             function = FunctionCall(name=item.name, arguments=item.arguments)
             call = ToolCall(id=item.call_id, function=function)
             previous = out[-1] if out else None
-            if previous is not None and previous.role == "assistant":  # calls of one turn: one message
-                previous.tool_calls = [*(previous.tool_calls or []), call]
+            if thought is None and previous is not None and previous.role == "assistant":
+                previous.tool_calls = [*(previous.tool_calls or []), call]  # calls of one turn: one message
             else:
-                out.append(ChatMessage(role="assistant", content=None, tool_calls=[call]))
+                out.append(ChatMessage(role="assistant", content=None, tool_calls=[call],
+                                       reasoning_content=thought))  # fmt: skip
+        thought = None
+    if thought is not None:
+        raise APIError(400, "a reasoning item must be followed by the assistant message or function call it "
+                       "led to", field=f"input.{len(body.input) - 1}")  # fmt: skip
     return out
+
+
+def _answers(item: proto.Item) -> bool:
+    """The item is an assistant turn (what an earlier thought led to)."""
+    return isinstance(item, proto.FunctionCallItem) or (
+        isinstance(item, proto.MessageItem) and item.role == "assistant"
+    )
+
+
+def thinking_ask(body: proto.ResponsesRequest) -> thinking.ThinkingAsk:
+    effort = body.reasoning.effort if body.reasoning else None
+    return thinking.from_effort(effort, body.reasoning_budget, "reasoning.effort")
 
 
 def _constraint(body: proto.ResponsesRequest) -> Constraint | None:
@@ -114,7 +141,8 @@ def _echo(body: proto.ResponsesRequest, model: str) -> dict[str, Any]:
         "model": body.model or model, "instructions": body.instructions,
         "max_output_tokens": body.max_output_tokens, "metadata": body.metadata or {},
         "parallel_tool_calls": body.parallel_tool_calls is not False, "previous_response_id": None,
-        "reasoning": None, "store": False,
+        "reasoning": {"effort": body.reasoning.effort if body.reasoning else None, "summary": None},
+        "store": False,
         "temperature": 1.0 if body.temperature is None else body.temperature,
         "text": {"format": fmt},
         "tool_choice": choice.model_dump() if isinstance(choice, proto.FunctionChoice) else choice or "auto",
@@ -125,7 +153,7 @@ def _echo(body: proto.ResponsesRequest, model: str) -> dict[str, Any]:
 
 def _usage(last: GenerationEvent) -> dict[str, Any]:
     cached = last.timings.cache_n if last.timings else 0
-    return usage(last.prompt_tokens, last.completion_tokens, cached)
+    return usage(last.prompt_tokens, last.completion_tokens, cached, last.reasoning_tokens)
 
 
 class ResponsesServing:
@@ -136,7 +164,8 @@ class ResponsesServing:
     async def create(self, body: proto.ResponsesRequest, request: Request) -> Response:
         rid = item_id("resp")
         try:
-            run = await start_chat(self.ctx, to_chat(body), _constraint(body), rid, API, self.tool_parser)
+            run = await start_chat(self.ctx, to_chat(body), _constraint(body), rid, API, self.tool_parser,
+                                   thinking_ask(body))  # fmt: skip
         except APIError as exc:
             raise renamed(exc) from exc
         shape = ResponseShape(rid, _echo(body, self.ctx.settings.model_name))
@@ -147,10 +176,12 @@ class ResponsesServing:
         last = result[-1]
         raise_if_failed(last)
         self.ctx.finished(API, last)
-        content, calls = read_message(run.plan, "".join(e.text for e in result))
+        reply = read_message(run.plan, "".join(e.text for e in result))
+        content, calls = reply.content, reply.calls
         incomplete = last.finish_reason is FinishReason.LENGTH and not calls
         status = "incomplete" if incomplete else "completed"
-        output = [message_item(item_id("msg"), content or "", status)] if content or not calls else []
+        output = [reasoning_item(item_id("rs"), reply.reasoning)] if reply.reasoning is not None else []
+        output += [message_item(item_id("msg"), content or "", status)] if content or not calls else []
         output += [call_item(c) for c in calls]
         reason = "max_output_tokens" if incomplete else None
         return JSONResponse(shape.object(status, output, _usage(last), reason))
@@ -164,7 +195,9 @@ class ResponsesServing:
                 timeout = event.finish_reason is FinishReason.TIMEOUT
                 yield events.failed(event.error, "timeout" if timeout else "server_error")
                 return
-            text, calls = output.feed(event.text, event.finished)
+            thought, text, calls = output.feed(event.text, event.finished)
+            for line in events.reasoning(thought):
+                yield line
             for line in events.text(text):
                 yield line
             if event.finished:

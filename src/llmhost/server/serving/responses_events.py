@@ -1,9 +1,12 @@
 """The Responses API's output: the response object, its output items, and its streaming events in the
 documented order, each with a `sequence_number`:
 
-response.created, response.in_progress; per message item response.output_item.added,
-response.content_part.added, response.output_text.delta*, response.output_text.done,
-response.content_part.done, response.output_item.done; per function call response.output_item.added,
+response.created, response.in_progress; for a thinking model's thought, a reasoning item first:
+response.output_item.added, response.content_part.added, response.reasoning_text.delta*,
+response.reasoning_text.done, response.content_part.done, response.output_item.done; per message
+item response.output_item.added, response.content_part.added, response.output_text.delta*,
+response.output_text.done, response.content_part.done, response.output_item.done; per function call
+response.output_item.added,
 response.function_call_arguments.delta, response.function_call_arguments.done,
 response.output_item.done; then response.completed (or response.incomplete when cut by
 max_output_tokens, response.failed when generation failed; `error` for an unexpected failure).
@@ -33,17 +36,27 @@ def message_item(mid: str, text: str, status: str) -> dict[str, Any]:
     return {"id": mid, "type": "message", "status": status, "role": "assistant", "content": content}
 
 
+def reasoning_part(text: str) -> dict[str, Any]:
+    return {"type": "reasoning_text", "text": text}
+
+
+def reasoning_item(rid: str, text: str, status: str = "completed") -> dict[str, Any]:
+    """A thought, whole (no summary is written: `summary` stays empty)."""
+    content = [reasoning_part(text)] if status != "in_progress" else []
+    return {"id": rid, "type": "reasoning", "summary": [], "content": content, "status": status}
+
+
 def call_item(call: ParsedCall, status: str = "completed") -> dict[str, Any]:
     return {"id": item_id("fc"), "type": "function_call", "status": status, "call_id": item_id("call"),
             "name": call.name, "arguments": call.arguments}  # fmt: skip
 
 
-def usage(prompt: int, completion: int, cached: int) -> dict[str, Any]:
+def usage(prompt: int, completion: int, cached: int, reasoning: int = 0) -> dict[str, Any]:
     return {
         "input_tokens": prompt,
         "input_tokens_details": {"cached_tokens": cached},
         "output_tokens": completion,
-        "output_tokens_details": {"reasoning_tokens": 0},
+        "output_tokens_details": {"reasoning_tokens": reasoning},
         "total_tokens": prompt + completion,
     }
 
@@ -76,8 +89,8 @@ def sse(name: str, data: dict[str, Any]) -> str:
 
 
 class ResponseEvents:
-    """The events of one streamed response. Text opens a message item (output_index 0); function
-    calls follow it as their own items."""
+    """The events of one streamed response. A thought opens a reasoning item, text a message item
+    after it; function calls follow as their own items."""
 
     def __init__(self, shape: ResponseShape) -> None:
         self.shape = shape
@@ -85,6 +98,8 @@ class ResponseEvents:
         self.output: list[dict[str, Any]] = []
         self.message_id = item_id("msg")
         self.text_so_far: str | None = None  # None until the message item is open
+        self.reasoning_id = item_id("rs")
+        self.thought: str | None = None  # None until the reasoning item is open; closed: in `output`
 
     def _event(self, kind: str, /, **fields: Any) -> str:
         data = {"type": kind, "sequence_number": self.seq, **fields}
@@ -97,17 +112,45 @@ class ResponseEvents:
         yield self._event("response.in_progress", response=snapshot)
 
     def _where(self) -> dict[str, Any]:
-        return {"item_id": self.message_id, "output_index": 0, "content_index": 0}
+        return {"item_id": self.message_id, "output_index": len(self.output), "content_index": 0}
+
+    def _thought_where(self) -> dict[str, Any]:
+        return {"item_id": self.reasoning_id, "output_index": 0, "content_index": 0}
+
+    def reasoning(self, piece: str) -> Iterator[str]:
+        if not piece:
+            return
+        if self.thought is None:
+            self.thought = ""
+            yield self._event("response.output_item.added", output_index=0,
+                              item=reasoning_item(self.reasoning_id, "", "in_progress"))  # fmt: skip
+            yield self._event("response.content_part.added", **self._thought_where(), part=reasoning_part(""))
+        self.thought += piece
+        yield self._event("response.reasoning_text.delta", **self._thought_where(), delta=piece)
+
+    def _close_reasoning(self) -> Iterator[str]:
+        if self.thought is None or self.output:
+            return
+        text = self.thought
+        yield self._event("response.reasoning_text.done", **self._thought_where(), text=text)
+        yield self._event("response.content_part.done", **self._thought_where(), part=reasoning_part(text))
+        item = reasoning_item(self.reasoning_id, text)
+        self.output.append(item)
+        yield self._event("response.output_item.done", output_index=0, item=item)
+
+    def _open_message(self) -> Iterator[str]:
+        yield from self._close_reasoning()
+        self.text_so_far = ""
+        yield self._event("response.output_item.added", output_index=len(self.output),
+                          item=message_item(self.message_id, "", "in_progress"))  # fmt: skip
+        yield self._event("response.content_part.added", **self._where(), part=text_part(""))
 
     def text(self, piece: str) -> Iterator[str]:
         if not piece:
             return
         if self.text_so_far is None:
-            self.text_so_far = ""
-            yield self._event("response.output_item.added", output_index=0,
-                              item=message_item(self.message_id, "", "in_progress"))  # fmt: skip
-            yield self._event("response.content_part.added", **self._where(), part=text_part(""))
-        self.text_so_far += piece
+            yield from self._open_message()
+        self.text_so_far = (self.text_so_far or "") + piece
         yield self._event("response.output_text.delta", **self._where(), delta=piece, logprobs=[])
 
     def _close_message(self, status: str) -> Iterator[str]:
@@ -117,8 +160,9 @@ class ResponseEvents:
         yield self._event("response.output_text.done", **self._where(), text=text, logprobs=[])
         yield self._event("response.content_part.done", **self._where(), part=text_part(text))
         item = message_item(self.message_id, text, status)
+        index = len(self.output)
         self.output.append(item)
-        yield self._event("response.output_item.done", output_index=0, item=item)
+        yield self._event("response.output_item.done", output_index=index, item=item)
 
     def call(self, call: ParsedCall) -> Iterator[str]:
         index = len(self.output)
@@ -133,11 +177,9 @@ class ResponseEvents:
         yield self._event("response.output_item.done", output_index=index, item=item)
 
     def finish(self, calls: list[ParsedCall], incomplete: bool, use: dict[str, Any]) -> Iterator[str]:
-        if self.text_so_far is None and not calls:
-            self.text_so_far = ""  # an empty answer is still one (empty) message
-            yield self._event("response.output_item.added", output_index=0,
-                              item=message_item(self.message_id, "", "in_progress"))  # fmt: skip
-            yield self._event("response.content_part.added", **self._where(), part=text_part(""))
+        if self.text_so_far is None and not calls:  # an empty answer is still one (empty) message
+            yield from self._open_message()
+        yield from self._close_reasoning()
         status = "incomplete" if incomplete and not calls else "completed"
         yield from self._close_message(status)
         for call in calls:

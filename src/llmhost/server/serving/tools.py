@@ -289,6 +289,8 @@ def template_message(m: ChatMessage) -> dict[str, Any]:
         out["name"] = m.name
     if m.tool_call_id is not None:
         out["tool_call_id"] = m.tool_call_id
+    if m.reasoning_content is not None:  # Qwen3's name for it; gpt-oss's template reads `thinking`
+        out["reasoning_content"] = out["thinking"] = m.reasoning_content
     if m.tool_calls:
         out["tool_calls"] = [
             {"id": c.id, "type": "function",

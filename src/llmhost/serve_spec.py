@@ -172,8 +172,9 @@ SERVE_SETTINGS: tuple[Setting, ...] = (
             "leave of it. 0: no bound.", engine="memory_mb", metavar="MB"),
     Setting("flash_attn", bool, True, "llama.cpp flash attention.", engine="flash_attn"),
     Setting("speculative", str, _ENGINE["speculative"],
-            "Speculative decoding of greedy requests: 'ngram' (prompt lookup) or ''.",
-            choices=("ngram", "draft"), endpoint=True, engine="speculative", metavar="ngram"),
+            "Speculative decoding of greedy requests: 'ngram' (prompt lookup), 'draft' (a draft model: "
+            "--draft-model, which sets it) or '' (off).",
+            choices=("ngram", "draft"), endpoint=True, engine="speculative", metavar="ngram|draft"),
     Setting("draft_tokens", int, _ENGINE["draft_tokens"], "Speculative tokens verified per step.", ge=1,
             endpoint=True, engine="draft_tokens", metavar="N"),
     Setting("adaptive_draft", bool, _ENGINE["adaptive_draft"],
@@ -194,8 +195,8 @@ SERVE_SETTINGS: tuple[Setting, ...] = (
             choices=("auto", "hermes", "llama3", "mistral"), endpoint=True, server="tool_parser",
             metavar="auto|hermes|llama3|mistral"),
     Setting("api_key", str, None,
-            "Require this API key (repeatable; also $LLMHOST_API_KEYS, comma-separated); /ping and "
-            "/health stay open.", repeatable=True, process=True, metavar="KEY"),
+            "Require this API key (repeatable; also $LLMHOST_API_KEYS or $LLMHOST_API_KEY, "
+            "comma-separated); /ping and /health stay open.", repeatable=True, process=True, metavar="KEY"),
     Setting("api_key_file", Path, None, "File of API keys, one per line.", process=True, metavar="FILE"),
     Setting("queue_timeout_s", float, 0.0,
             "Seconds a request may wait for a sequence slot; then 503. 0: no limit.", ge=0, endpoint=True,

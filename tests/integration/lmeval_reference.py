@@ -50,3 +50,11 @@ class Reference:
         whole = self.tokenize(context + continuation, bos=False)
         n_context = len(self.tokenize(context, bos=False))
         return sum(self.logprobs(whole)[n_context:])
+
+    def bos(self, context: str, continuation: str) -> float:
+        """The model's true log-likelihood: the text tokenized as the model expects it, BOS first (as
+        llama.cpp, transformers and `llmhost serve` tokenize a text prompt), the continuation being what
+        follows the context's own tokens."""
+        whole = self.tokenize(context + continuation, bos=True)
+        n_context = len(self.tokenize(context, bos=True))
+        return sum(self.logprobs(whole)[n_context:])

@@ -96,6 +96,9 @@ def second_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     stop_server(srv)
 
 
+# two lm-eval runs and 192 llama-cpp-python evaluations (the true, BOS-first figures of all 24 documents:
+# the answers the remote tokenizer gets wrong are past the gguf run's first 8), on a shared 2-core host
+@pytest.mark.timeout(600)
 def test_lm_eval_backends_score_as_llama_cpp_does(
     server: Server, second_server: Server, tmp_path: Path
 ) -> None:
@@ -105,7 +108,7 @@ def test_lm_eval_backends_score_as_llama_cpp_does(
                      "tokenizer_backend=remote", remote_out)  # fmt: skip
     try:
         reference = Reference(flash_attn=True)  # llama-cpp-python's figures meanwhile
-        want_gguf = [reference.gguf(*p) for p in pairs(GGUF_DOCS)]
+        gguf_and_true = [reference.gguf_and_bos(*p) for p in pairs()]
         want_remote = [reference.remote(*p) for p in pairs()]
         gguf_samples, remote_samples = samples(gguf, gguf_out), samples(remote, remote_out)
     finally:
@@ -113,12 +116,18 @@ def test_lm_eval_backends_score_as_llama_cpp_does(
             if run.poll() is None:
                 run.kill()
     assert len(remote_samples) == len(docs()) == 24 and len(gguf_samples) == GGUF_DOCS
+    want_gguf = [g for g, _ in gguf_and_true[: 4 * GGUF_DOCS]]
     gguf_acc, remote_acc = check(gguf_samples, want_gguf), check(remote_samples, want_remote)
-    # the gguf backend scores as the model is meant to be read (BOS first); the remote tokenizer does not
-    true = [reference.bos(*p) for p in pairs()]
+    # against the model's true log-likelihoods (BOS first): the gguf backend's answers are the true ones;
+    # the remote tokenizer's (no BOS, whatever add_bos_token says) are not
+    true = [t for _, t in gguf_and_true]
+    assert max(abs(g - t) for g, t in gguf_and_true) < TOLERANCE
     assert gguf_acc == accuracy(true[: 4 * GGUF_DOCS], docs()[:GGUF_DOCS])
+    differ = sum(r != t for r, t in zip(picks(want_remote), picks(true), strict=True))
     true_acc = accuracy(true, docs())
-    assert remote_acc < true_acc, f"remote tokenizer {remote_acc:.3f}, true (BOS) {true_acc:.3f}"
+    print(f"lm-eval's remote tokenizer: {differ} of {len(docs())} answers differ from the model's true "
+          f"ones, accuracy {remote_acc:.3f} against {true_acc:.3f}")  # fmt: skip
+    assert differ > 0 and remote_acc < true_acc
 
 
 def picks(scores: list[float]) -> list[int]:
@@ -128,18 +137,3 @@ def picks(scores: list[float]) -> list[int]:
 
 def accuracy(scores: list[float], documents: list[dict[str, Any]]) -> float:
     return sum(p == d["answer"] for p, d in zip(picks(scores), documents, strict=True)) / len(documents)
-
-
-def test_the_remote_tokenizer_drops_bos_and_changes_answers_the_gguf_backend_does_not() -> None:
-    """No server, no lm-eval run: the model's true log-likelihoods (BOS first) against what each backend
-    has the server score. The gguf backend's are the true ones; the remote tokenizer's (no BOS) are not,
-    and pick other answers."""
-    reference = Reference(flash_attn=True)
-    true = [reference.bos(*p) for p in pairs()]
-    gguf = [reference.gguf(*p) for p in pairs()]
-    remote = [reference.remote(*p) for p in pairs()]
-    assert max(abs(g - t) for g, t in zip(gguf, true, strict=True)) < TOLERANCE
-    differ = sum(r != t for r, t in zip(picks(remote), picks(true), strict=True))
-    print(f"remote tokenizer: {differ} of {len(docs())} answers differ from the true ones; accuracy "
-          f"{accuracy(remote, docs()):.3f} against {accuracy(true, docs()):.3f}")  # fmt: skip
-    assert differ > 0 and accuracy(remote, docs()) < accuracy(true, docs())

@@ -160,7 +160,8 @@ class RoutingSpec(_Strict):
 class ComponentSpec(_Strict):
     # what requests name: the OpenAI `model`, X-Amzn-SageMaker-Inference-Component
     name: str = Field(pattern=NAME_PATTERN)
-    # default | ./model.gguf | a directory holding one | s3://bucket/prefix/ | s3://bucket/model.tar.gz
+    # default | ./model.gguf | a directory holding one | s3://bucket/prefix/ | s3://bucket/model.tar.gz;
+    # a relative path is read from the directory `endpoint up` runs in, not the file's
     model: str = "default"
     copies: int | None = Field(default=None, ge=0)  # None: autoscaling.min_copies, else 1
     resources: ResourcesSpec = ResourcesSpec()  # each copy's CPUs and memory
@@ -243,7 +244,7 @@ class ModelsDirSpec(_Strict):
     NAME.yaml beside one gives its component settings (an endpoint file's component keys but name,
     model, copies and autoscaling), over `defaults`."""
 
-    path: str
+    path: str  # relative to the endpoint file's directory
     defaults: dict[str, Any] = {}
 
     @model_validator(mode="after")

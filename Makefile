@@ -38,8 +38,11 @@ $(CHROMIUM_STAMP):
 
 setup: $(STAMP)
 
+# the default model is a base model without a chat template: the test fixture's template makes the chat
+# routes (OpenAI chat, Anthropic, Responses) answer instead of a 400; `make serve SERVE_ARGS=` serves it bare
+SERVE_ARGS ?= --chat-template tests/fixtures/gemma_chat.jinja
 serve: $(STAMP)
-	$(BIN)/llmhost serve
+	$(BIN)/llmhost serve $(SERVE_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks docsgen

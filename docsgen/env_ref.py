@@ -30,9 +30,9 @@ MEANING = {
     "HF_HUB_CACHE": "The Hub cache hf:// models are downloaded into (default HF_HOME/hub).",
     "HF_HUB_OFFLINE": "`1`: hf:// models are taken from the Hub cache only; the Hub is never asked.",
     "LLMHOST_API_KEYS": "API keys a server or endpoint requires, comma-separated (added to --api-key and "
-    "--api-key-file).",
+    "--api-key-file); the admin commands send its first key when LLMHOST_API_KEY is unset.",
     "LLMHOST_API_KEY": "The key the `llmhost endpoint` admin commands (status, scale, add, remove, down) "
-    "send.",
+    "send; a server or endpoint also requires it (comma-separated, added to LLMHOST_API_KEYS).",
     "RAY_AUTH_MODE": "`disabled`: no Ray token is sent to Ray Serve's REST API (`endpoint up --ray`).",
     "RAY_AUTH_TOKEN": "The Ray cluster's token, sent to Ray Serve's REST API (`endpoint up --ray`).",
     "RAY_AUTH_TOKEN_PATH": "A file holding the Ray cluster's token (else ~/.ray/auth_token).",

@@ -12,9 +12,10 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from docsgen import cli_ref, endpoint_ref, env_ref, errors_ref, http_ref, metrics_ref, perf
+from docsgen import api_compat, cli_ref, endpoint_ref, env_ref, errors_ref, http_ref, metrics_ref, perf
 
 GENERATORS: dict[str, Callable[[], str]] = {
+    "api-compatibility": api_compat.render,
     "cli": cli_ref.render,
     "endpoint-file": endpoint_ref.render,
     "environment": env_ref.render,

@@ -25,6 +25,10 @@ from llmhost.asgi import error_body, request_id, send_json
 log = logging.getLogger("llmhost")
 
 ENV_KEYS = "LLMHOST_API_KEYS"
+# the admin client's variable (`llmhost endpoint status` sends it): a server reads it too, so one
+# variable set in a shell serves both sides, whichever of the two names it is
+ENV_KEY = "LLMHOST_API_KEY"
+ENV_KEY_VARS = (ENV_KEYS, ENV_KEY)
 OPEN_PATHS = frozenset({"/ping", "/health"})
 DOC_PATHS = frozenset({"/openapi.json", "/docs"})
 DOC_ASSETS = "/docs/static/"
@@ -68,15 +72,16 @@ class ApiKeys:
 
 def load_keys(flags: list[str], file: Path | None, env: dict[str, str] | None = None) -> ApiKeys:
     """Keys from `--api-key` (repeatable), `--api-key-file` (one per line, `#` comments) and
-    $LLMHOST_API_KEYS (comma-separated), all of them accepted."""
+    $LLMHOST_API_KEYS and $LLMHOST_API_KEY (each comma-separated), all of them accepted."""
     keys = list(flags)
     if file is not None:
         for line in file.read_text().splitlines():
             line = line.strip()
             if line and not line.startswith("#"):
                 keys.append(line)
-    raw = (env if env is not None else dict(os.environ)).get(ENV_KEYS, "")
-    keys += [k for k in raw.split(",") if k.strip()]
+    environ = env if env is not None else dict(os.environ)
+    for raw in (environ.get(ENV_KEYS, ""), environ.get(ENV_KEY, "")):
+        keys += [k for k in raw.split(",") if k.strip()]
     return ApiKeys.of(keys)
 
 

@@ -167,7 +167,7 @@ SERVE_SETTINGS: tuple[Setting, ...] = (
     Setting("prefix_cache_seqs", int, _ENGINE["prefix_cache_seqs"],
             "Idle cached prefixes (finished requests' KV) kept in the context, each in a KV stream of "
             "--max-total-tokens cells beside the running sequences'; 0: none.",
-            ge=0, engine="prefix_cache_seqs", metavar="N"),
+            ge=0, endpoint=True, engine="prefix_cache_seqs", metavar="N"),
     Setting("prompt_cache_mb", int, _ENGINE["prompt_cache_mb"],
             "MiB of host memory keeping the KV state of sequences that left the context, restored for "
             "prompts that extend them; -1: a quarter of the memory available at start (at most 8192), "
@@ -190,8 +190,9 @@ SERVE_SETTINGS: tuple[Setting, ...] = (
             "conversation still serves its own next turn, not a shorter shared prefix. Speculative "
             "decoding needs it on.", endpoint=True, engine="swa_full"),
     Setting("speculative", str, _ENGINE["speculative"],
-            "Speculative decoding of greedy requests: 'ngram' (prompt lookup) or ''.",
-            choices=("ngram", "draft"), endpoint=True, engine="speculative", metavar="ngram"),
+            "Speculative decoding of greedy requests: 'ngram' (prompt lookup), 'draft' (a draft model: "
+            "--draft-model, which sets it) or '' (off).",
+            choices=("ngram", "draft"), endpoint=True, engine="speculative", metavar="ngram|draft"),
     Setting("draft_tokens", int, _ENGINE["draft_tokens"], "Speculative tokens verified per step.", ge=1,
             endpoint=True, engine="draft_tokens", metavar="N"),
     Setting("adaptive_draft", bool, _ENGINE["adaptive_draft"],
@@ -227,8 +228,8 @@ SERVE_SETTINGS: tuple[Setting, ...] = (
             '{"enable_thinking": false}); a request\'s chat_template_kwargs override them.', endpoint=True,
             server="chat_template_kwargs", metavar="JSON"),
     Setting("api_key", str, None,
-            "Require this API key (repeatable; also $LLMHOST_API_KEYS, comma-separated); /ping and "
-            "/health stay open.", repeatable=True, process=True, metavar="KEY"),
+            "Require this API key (repeatable; also $LLMHOST_API_KEYS or $LLMHOST_API_KEY, "
+            "comma-separated); /ping and /health stay open.", repeatable=True, process=True, metavar="KEY"),
     Setting("api_key_file", Path, None, "File of API keys, one per line.", process=True, metavar="FILE"),
     Setting("queue_timeout_s", float, 0.0,
             "Seconds a request may wait for a sequence slot; then 503. 0: no limit.", ge=0, endpoint=True,

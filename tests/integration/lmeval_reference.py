@@ -33,15 +33,21 @@ class Reference:
         picked = rows[np.arange(len(tokens) - 1), tokens[1:]] - log_z
         return [float("nan"), *picked.tolist()]
 
-    def gguf(self, context: str, continuation: str) -> float:
-        """lm-eval's `gguf` backend: the text is sent (the server adds BOS); the continuation is the
-        tokens whose text starts at or after the context's last character."""
+    def gguf_and_bos(self, context: str, continuation: str) -> tuple[float, float]:
+        """From one evaluation of the text with BOS first (as the server tokenizes a text prompt):
+
+        - lm-eval's `gguf` backend's figure: the text is sent, the continuation is the tokens whose
+          text starts at or after the context's last character;
+        - the model's true log-likelihood, the continuation being what follows the context's own
+          tokens (as llama.cpp and transformers split it).
+        The two differ only where a token straddles the context's end."""
         tokens = self.tokenize(context + continuation, bos=True)
         lps = self.logprobs(tokens)
+        true = sum(lps[len(self.tokenize(context, bos=True)) :])
         for i in range(len(tokens)):
             start = len(self.llm.detokenize(tokens[:i]).decode("utf-8", "ignore"))
             if start >= len(context):
-                return sum(lps[i:])
+                return sum(lps[i:]), true
         raise AssertionError(f"no token of {continuation!r} starts after the context")
 
     def remote(self, context: str, continuation: str) -> float:

@@ -1,8 +1,14 @@
 """EleutherAI's lm-eval against a real `llmhost serve`: a local multiple-choice task (tests/fixtures/lmeval)
 through lm-eval's `gguf` backend and through `local-completions` with the remote tokenizer, each run as
 the command of docs/guides/lm-eval.md. Every choice's log-likelihood must equal llama-cpp-python's on the
-same GGUF with the same settings (flash attention on, as `llmhost serve` runs by default), and the chosen
-answers must be the same.
+same GGUF with the same settings (flash attention on, as `llmhost serve` runs by default) for what each
+backend sends, and the chosen answers must be the same.
+
+What each backend sends is not the same: lm-eval's remote tokenizer asks `/tokenize` for ids without
+special tokens whatever `add_bos_token` says (lm-eval 0.4.13's RemoteTokenizer.encode), so a model that
+expects BOS (the default Gemma) is scored without it. Against the model's true log-likelihoods (BOS
+first), the `gguf` backend is exact and the remote tokenizer's answers differ: measured on this task,
+7 of 24 answers, accuracy 0.667 against a true 0.958. The tests show that difference, they do not hide it.
 
 Tolerance, measured on the default model (Gemma 3 270M Q4_K_M, one thread): a prompt evaluated alone
 agrees with llama-cpp-python to 3.2e-8 nats per choice (160 choices, flash attention on both sides,
@@ -90,6 +96,9 @@ def second_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     stop_server(srv)
 
 
+# two lm-eval runs and 192 llama-cpp-python evaluations (the true, BOS-first figures of all 24 documents:
+# the answers the remote tokenizer gets wrong are past the gguf run's first 8), on a shared 2-core host
+@pytest.mark.timeout(600)
 def test_lm_eval_backends_score_as_llama_cpp_does(
     server: Server, second_server: Server, tmp_path: Path
 ) -> None:
@@ -99,7 +108,7 @@ def test_lm_eval_backends_score_as_llama_cpp_does(
                      "tokenizer_backend=remote", remote_out)  # fmt: skip
     try:
         reference = Reference(flash_attn=True)  # llama-cpp-python's figures meanwhile
-        want_gguf = [reference.gguf(*p) for p in pairs(GGUF_DOCS)]
+        gguf_and_true = [reference.gguf_and_bos(*p) for p in pairs()]
         want_remote = [reference.remote(*p) for p in pairs()]
         gguf_samples, remote_samples = samples(gguf, gguf_out), samples(remote, remote_out)
     finally:
@@ -107,7 +116,24 @@ def test_lm_eval_backends_score_as_llama_cpp_does(
             if run.poll() is None:
                 run.kill()
     assert len(remote_samples) == len(docs()) == 24 and len(gguf_samples) == GGUF_DOCS
+    want_gguf = [g for g, _ in gguf_and_true[: 4 * GGUF_DOCS]]
     gguf_acc, remote_acc = check(gguf_samples, want_gguf), check(remote_samples, want_remote)
-    # the task is not trivial for this model (without BOS, as lm-eval's remote tokenizer sends the
-    # prompts): some answers right, some wrong
-    assert gguf_acc > 0 and 0 < remote_acc < 1
+    # against the model's true log-likelihoods (BOS first): the gguf backend's answers are the true ones;
+    # the remote tokenizer's (no BOS, whatever add_bos_token says) are not
+    true = [t for _, t in gguf_and_true]
+    assert max(abs(g - t) for g, t in gguf_and_true) < TOLERANCE
+    assert gguf_acc == accuracy(true[: 4 * GGUF_DOCS], docs()[:GGUF_DOCS])
+    differ = sum(r != t for r, t in zip(picks(want_remote), picks(true), strict=True))
+    true_acc = accuracy(true, docs())
+    print(f"lm-eval's remote tokenizer: {differ} of {len(docs())} answers differ from the model's true "
+          f"ones, accuracy {remote_acc:.3f} against {true_acc:.3f}")  # fmt: skip
+    assert differ > 0 and remote_acc < true_acc
+
+
+def picks(scores: list[float]) -> list[int]:
+    """The choice each document's four log-likelihoods pick."""
+    return [scores[i : i + 4].index(max(scores[i : i + 4])) for i in range(0, len(scores), 4)]
+
+
+def accuracy(scores: list[float], documents: list[dict[str, Any]]) -> float:
+    return sum(p == d["answer"] for p, d in zip(picks(scores), documents, strict=True)) / len(documents)

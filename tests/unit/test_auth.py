@@ -11,6 +11,7 @@ from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 
 from llmhost.auth import ApiKeyMiddleware, ApiKeys, load_keys, presented_key
+from llmhost.endpoint.cli import client_key
 
 
 def test_keys_are_kept_as_digests_and_every_one_is_accepted() -> None:
@@ -33,6 +34,16 @@ def test_sources_add_up(tmp_path: Path) -> None:
     keys = load_keys(["flag"], file, env={"LLMHOST_API_KEYS": "env1, env2"})
     assert all(keys.accepts(k) for k in ("flag", "from-file", "second", "env1", "env2"))
     assert not load_keys([], None, env={}).enabled
+
+
+def test_the_admin_clients_variable_is_a_servers_key_too() -> None:
+    """One variable in a shell serves both sides: the server reads $LLMHOST_API_KEY as well as
+    $LLMHOST_API_KEYS, and the admin commands send $LLMHOST_API_KEY, else the first of $LLMHOST_API_KEYS."""
+    keys = load_keys([], None, env={"LLMHOST_API_KEY": "single", "LLMHOST_API_KEYS": "a,b"})
+    assert all(keys.accepts(k) for k in ("single", "a", "b"))
+    assert client_key({"LLMHOST_API_KEY": "single", "LLMHOST_API_KEYS": "a,b"}) == "single"
+    assert client_key({"LLMHOST_API_KEYS": " a , b"}) == "a"
+    assert client_key({"LLMHOST_API_KEY": ""}) == ""
 
 
 def test_presented_key_forms() -> None:

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import httpx
 import typer
 
+from llmhost.auth import ENV_KEY, ENV_KEYS
 from llmhost.store.options import S3EndpointOpt, use_s3_endpoint
 
 if TYPE_CHECKING:
@@ -25,12 +26,14 @@ DEFAULT_PORT = 8080
 PortOpt = Annotated[int, typer.Option(help="The endpoint's port.")]
 ApiKeyOpt = Annotated[
     list[str] | None,
-    typer.Option(help="Require this API key (repeatable; also $LLMHOST_API_KEYS, comma-separated).",
+    typer.Option(help="Require this API key (repeatable; also $LLMHOST_API_KEYS or $LLMHOST_API_KEY, "
+                 "comma-separated).",
                  show_default=False),
 ]
 ApiKeyFileOpt = Annotated[Path | None, typer.Option(help="File of API keys, one per line.")]
-# the key the admin commands (status, scale, ...) send to an endpoint that requires one
-CLIENT_KEY_ENV = "LLMHOST_API_KEY"
+# the key the admin commands (status, scale, ...) send to an endpoint that requires one; without it, the
+# first of $LLMHOST_API_KEYS (the server's variable: one shell that started the endpoint can operate it)
+CLIENT_KEY_ENV = ENV_KEY
 HostOpt = Annotated[str, typer.Option(help="The endpoint's address (the admin API answers local clients).")]
 
 
@@ -314,8 +317,17 @@ def _up_ray(spec: EndpointSpec, where: dict[str, Any], timing: dict[str, float],
     typer.echo(f"llmhost endpoint {spec.name}: stopped ({why})")
 
 
+def client_key(environ: dict[str, str]) -> str:
+    """The key an admin command sends: $LLMHOST_API_KEY, else the first of $LLMHOST_API_KEYS."""
+    for raw in (environ.get(CLIENT_KEY_ENV, ""), environ.get(ENV_KEYS, "")):
+        keys = [k.strip() for k in raw.split(",") if k.strip()]
+        if keys:
+            return keys[0]
+    return ""
+
+
 def _client(host: str, port: int) -> httpx.Client:
-    key = os.environ.get(CLIENT_KEY_ENV, "")
+    key = client_key(dict(os.environ))
     headers = {"Authorization": f"Bearer {key}"} if key else None
     return httpx.Client(base_url=f"http://{host}:{port}", timeout=httpx.Timeout(10.0, read=None),
                         headers=headers)  # fmt: skip

@@ -22,7 +22,7 @@ from typing import Any
 
 import httpx
 
-from llmhost.auth import ENV_KEYS
+from llmhost.auth import ENV_KEY_VARS
 from llmhost.endpoint.internal import InternalKey
 from llmhost.endpoint.memlimit import MemoryLimit, memory_limit
 from llmhost.endpoint.placement import Allocation
@@ -200,7 +200,8 @@ class Replica:
         cmd = self._command()
         env = {**os.environ, "PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false"}
         # a copy never sees the clients' keys (the router checks them): only the endpoint's internal key
-        env.pop(ENV_KEYS, None)
+        for var in ENV_KEY_VARS:
+            env.pop(var, None)
         if self._internal_key is not None:
             env.update(self._internal_key.env())
         self.log_path.parent.mkdir(parents=True, exist_ok=True)

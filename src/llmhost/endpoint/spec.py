@@ -164,6 +164,7 @@ class ComponentSpec(_Strict):
     name: str = Field(pattern=NAME_PATTERN)
     # default | ./model.gguf | a directory holding one | s3://bucket/prefix/ | s3://bucket/model.tar.gz |
     # hf://OWNER/REPO/FILE.gguf | hf://OWNER/REPO:QUANT
+    # a relative path is read from the directory `endpoint up` runs in, not the file's
     model: str = "default"
     copies: int | None = Field(default=None, ge=0)  # None: autoscaling.min_copies, else 1
     resources: ResourcesSpec = ResourcesSpec()  # each copy's CPUs and memory
@@ -246,7 +247,7 @@ class ModelsDirSpec(_Strict):
     NAME.yaml beside one gives its component settings (an endpoint file's component keys but name,
     model, copies and autoscaling), over `defaults`."""
 
-    path: str
+    path: str  # relative to the endpoint file's directory
     defaults: dict[str, Any] = {}
 
     @model_validator(mode="after")

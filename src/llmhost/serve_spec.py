@@ -111,6 +111,16 @@ class SettingsSpec:
         """The settings of the server `llmhost serve` builds (all but the process's own)."""
         return [s for s in self.settings if not s.process]
 
+    def engine_config(self, values: Mapping[str, Any], env: Mapping[str, str]) -> EngineConfig:
+        """The EngineConfig these settings (by name; a missing one at its default) make, each in effect
+        (value, variable or fallback): raises ValueError naming the settings that do not go together,
+        before anything loads. A draft model turns speculation to "draft"."""
+        engine = {s.engine: s.resolve(values.get(s.name, s.default), env) for s in self.settings if s.engine}
+        draft = str(values.get("draft_model") or "")
+        if draft:
+            engine["speculative"] = "draft"
+        return EngineConfig(**engine, draft_model=draft)
+
     def endpoint_settings(self) -> list[Setting]:
         return [s for s in self.settings if s.endpoint]
 

@@ -18,6 +18,7 @@ import numpy as np
 import numpy.typing as npt
 
 from llmhost.engine.config import EngineConfig
+from llmhost.engine.gguf_check import GGUFError, check_gguf
 from llmhost.engine.gguf_meta import (
     POOLING,
     POOLING_NAMES,
@@ -60,6 +61,10 @@ class LlamaModel:
         mparams.n_gpu_layers = 0
         mparams.load_mode = _LOAD_MODES[config.load_mode]
         mparams.use_extra_bufts = extra_buffers(config.repack)
+        try:  # the file's structure first: llama.cpp's parser is no place for a crafted header
+            check_gguf(self.path)
+        except GGUFError as exc:
+            raise ModelLoadError(str(exc)) from None
         model = lc.llama_model_load_from_file(self.path.encode(), mparams)
         if not model:
             raise ModelLoadError(f"llama.cpp could not load {self.path} (not a GGUF model, or corrupt)")
@@ -115,8 +120,8 @@ class LlamaModel:
     def _new_context(self, config: EngineConfig) -> Any:
         cparams = lc.llama_context_default_params()
         cparams.n_ctx = config.n_ctx
-        cparams.n_batch = config.max_batch_tokens
-        cparams.n_ubatch = min(config.max_batch_tokens, 512)
+        cparams.n_batch = config.llama_n_batch
+        cparams.n_ubatch = min(config.llama_n_batch, 512)
         cparams.n_seq_max = config.n_seq_max
         cparams.n_threads = config.threads
         cparams.n_threads_batch = config.threads_batch

@@ -236,6 +236,18 @@ class AsyncEngine(ModelWorker[Engine]):
             self._aborts.append((request_id, reason))
             self._cond.notify()
 
+    def cut(self, message: str) -> int:
+        """End every accepted request now with a failure event (a drain's grace period is over): each
+        client hears `message` in its API's error event before its connection closes, and the engine
+        frees their sequences. Returns how many were cut. Call on the event loop."""
+        with self._cond:
+            streams, self._streams = list(self._streams.values()), {}
+            self._aborts.extend((s.request_id, "shutdown") for s in streams)
+            self._cond.notify()
+        for stream in streams:  # queued before the engine's own abort event, which nobody reads then
+            stream.put(GenerationEvent.failure(stream.request_id, message, "shutdown"))
+        return len(streams)
+
     def stats(self) -> EngineStats | None:
         """The figures the engine thread published after its last step (never read mid-step)."""
         return self._model.snapshot if self._model is not None else None

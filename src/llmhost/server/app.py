@@ -20,7 +20,7 @@ from llmhost.lifecycle import Lifecycle
 from llmhost.server import apidoc, errors
 from llmhost.server.anthropic_errors import AnthropicErrorsMiddleware
 from llmhost.server.console import ServerConsole
-from llmhost.server.lifecycle import watch_embedder, watch_engine
+from llmhost.server.lifecycle import check_template, watch_embedder, watch_engine
 from llmhost.server.metrics import ServerMetrics
 from llmhost.server.middleware import BodyLimitMiddleware, CustomAttributesMiddleware
 from llmhost.server.routes import anthropic, embeddings, openai, ops, responses, runtime, sagemaker, tgi
@@ -69,6 +69,8 @@ def create_app(
             runner.start()
         watching = watch_embedder(embedder, lifecycle) if embedder else watch_engine(engine, lifecycle)
         watcher = asyncio.create_task(watching, name="llmhost watch")
+        checking = check_template(engine, lifecycle, ctx.template_fault) if embedder is None else None
+        template_check = asyncio.create_task(checking, name="chat template check") if checking else None
         sampling = asyncio.create_task(Sampler(store, console_source.read).run(), name="console sampler")
         if custom is not None:
             try:
@@ -82,6 +84,8 @@ def create_app(
         finally:
             sampling.cancel()
             watcher.cancel()
+            if template_check is not None:
+                template_check.cancel()
             if custom is not None:
                 custom.close()
             if runner is not None:

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from collections.abc import Callable
 
 from llmhost.engine import AsyncEngine
 from llmhost.engine.embedder_loop import AsyncEmbedder
-from llmhost.lifecycle import Lifecycle, watch
+from llmhost.engine.worker import EngineState
+from llmhost.lifecycle import WATCH_INTERVAL_S, Lifecycle, watch
 
 log = logging.getLogger("llmhost.server")
 
@@ -29,15 +32,37 @@ class SlowStepLog:
             log.warning("an engine step has run %.1f s (slow_step_s=%g): %s", slow[0], limit, slow[1])
 
 
+def load_failed(path: str, error: str | None) -> str:
+    """Why the process exits: the model file and the reason."""
+    error = error or "unknown error"
+    return f"model load failed: {error if path in error else f'{path}: {error}'}"
+
+
 async def watch_engine(engine: AsyncEngine, lifecycle: Lifecycle) -> None:
     def fatal() -> str | None:
+        if engine.state is EngineState.FAILED:  # a supervisor restarts or reports a process that exits
+            return load_failed(engine.model_path, engine.error)
         return f"engine dead: {engine.error}" if engine.dead else None
 
-    await watch(lifecycle, lambda: engine.in_flight, fatal, SlowStepLog(engine))
+    await watch(lifecycle, lambda: engine.in_flight, fatal, SlowStepLog(engine), cut=engine.cut)
 
 
 async def watch_embedder(embedder: AsyncEmbedder, lifecycle: Lifecycle) -> None:
     def fatal() -> str | None:
+        if embedder.state is EngineState.FAILED:
+            return load_failed(embedder.model_path, embedder.error)
         return f"embedder dead: {embedder.error}" if embedder.dead else None
 
     await watch(lifecycle, lambda: embedder.in_flight, fatal)
+
+
+async def check_template(engine: AsyncEngine, lifecycle: Lifecycle, fault: Callable[[], str | None]) -> None:
+    """Once the model is loaded, its chat template tried on a plain conversation (on a thread: a template
+    that loops holds it up to its time limit); one that loops, writes without end or leaves its sandbox
+    stops the server, naming the file, rather than failing every chat request."""
+    while engine.state is EngineState.LOADING:
+        await asyncio.sleep(WATCH_INTERVAL_S)
+    if engine.ready:
+        reason = await asyncio.to_thread(fault)
+        if reason is not None:
+            lifecycle.exit(1, f"model {engine.model_path}: {reason}")

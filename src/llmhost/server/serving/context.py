@@ -16,7 +16,7 @@ from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from llmhost.asgi import error_body
-from llmhost.chat_template import ChatTemplate, ChatTemplateError
+from llmhost.chat_template import ChatTemplate, ChatTemplateBoundError, ChatTemplateError
 from llmhost.engine import (
     AsyncEngine,
     Constraint,
@@ -129,6 +129,21 @@ class ServingContext:
             self._chat_template = ChatTemplate(source, info.bos_token, info.eos_token)
         return self._chat_template
 
+    def template_fault(self) -> str | None:
+        """Why the chat template in use cannot serve (see ChatTemplate.probe); None: it can, or there is
+        none, or it fails to parse (each chat request then says so)."""
+        source = self.settings.chat_template or self.engine.info.chat_template
+        if not source:
+            return None
+        try:
+            template = self.chat_template()
+        except ChatTemplateBoundError as exc:
+            return f"chat template: {exc}"
+        except ChatTemplateError:
+            return None
+        fault = template.probe()
+        return None if fault is None else f"chat template: {fault}"
+
     async def chat_prompt_tokens(
         self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None
     ) -> list[int]:
@@ -149,6 +164,8 @@ class ServingContext:
         template = self.chat_template()
         try:
             text = template.render(messages, tools=tools)
+        except ChatTemplateBoundError as exc:  # the template's fault, not the messages'
+            raise APIError(500, str(exc), "server_error") from exc
         except ChatTemplateError as exc:
             raise APIError(400, str(exc), field="messages") from exc
         # templates usually write the BOS token themselves: don't add a second one
@@ -219,15 +236,25 @@ class ServingContext:
         )
         watcher: asyncio.Future[Any] = asyncio.ensure_future(_wait_disconnect(request))
         try:
-            done, _ = await asyncio.wait([collector, watcher], return_when=asyncio.FIRST_COMPLETED)
-        finally:
+            await asyncio.wait([collector, watcher], return_when=asyncio.FIRST_COMPLETED)
+        finally:  # also when this task is cancelled (a server stopping)
             watcher.cancel()
-        if collector not in done:
-            for s in streams:
-                s.abort()
-            collector.cancel()
+            gone = not collector.done()
+            if gone:
+                for s in streams:
+                    s.abort()
+                collector.cancel()
+                # a cancelled gather ends holding a CancelledError that nobody awaits: read it, or asyncio
+                # logs "_GatheringFuture exception was never retrieved"
+                collector.add_done_callback(_retrieve)
+        if gone:
             raise APIError(499, "client disconnected", "client_closed")
         return list(collector.result())
+
+
+def _retrieve(future: asyncio.Future[Any]) -> None:
+    if not future.cancelled():
+        future.exception()
 
 
 def openai_error_event(message: str, type_: str = "server_error", code: int = 500) -> str:

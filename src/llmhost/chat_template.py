@@ -150,3 +150,16 @@ class ChatTemplate:
         except ChatTemplateError:
             return None
         return None
+
+
+def template_fault(source: str, bos_token: str, eos_token: str) -> str | None:
+    """Why a model's chat template cannot serve (see ChatTemplate.probe), else None; one that does not
+    parse is left to each chat request to report, as before any check."""
+    try:
+        template = ChatTemplate(source, bos_token, eos_token)
+    except ChatTemplateBoundError as exc:
+        return f"chat template: {exc}"
+    except ChatTemplateError:
+        return None
+    fault = template.probe()
+    return None if fault is None else f"chat template: {fault}"

@@ -117,8 +117,10 @@ def _tensor_bytes(name: str, dims: tuple[int, ...], kind: int) -> int:
 
 
 def _read(r: _Reader, path: Path) -> tuple[GGUFLayout, list[tuple[str, int, int]]]:
-    if r.size < 24 or bytes(r.buf[:4]) != MAGIC:
-        raise ValueError("not a GGUF file (no GGUF magic)" if r.size >= 4 else "empty or cut short")
+    if bytes(r.buf[:4]) != MAGIC:
+        raise ValueError("not a GGUF file (no GGUF magic)")
+    if r.size < 24:
+        raise ValueError(f"cut short: {r.size} bytes, less than a GGUF header")
     r.take(4, "magic")
     version = r.unpack("<I", "version")
     if version not in VERSIONS:

@@ -15,7 +15,8 @@ from pathlib import Path
 from llmhost.engine.config import EngineConfig
 from llmhost.engine.drafter import Drafter
 from llmhost.engine.engine import Engine
-from llmhost.engine.llama import LlamaModel
+from llmhost.engine.gguf_meta import ModelInfo
+from llmhost.engine.llama import LlamaModel, ModelLoadError
 from llmhost.engine.prefix_state import load_prefix_state
 from llmhost.engine.request import (
     Constraint,
@@ -109,6 +110,14 @@ def _preload(engine: Engine, path: str) -> None:
         log.warning("prefix state %s (%d tokens) does not fit this engine; not used", path, len(tokens))
 
 
+def _vetted(engine: Engine, vet: Callable[[ModelInfo], str | None] | None, path: str) -> Engine:
+    fault = vet(engine.model.info) if vet is not None else None
+    if fault is not None:
+        engine.close()
+        raise ModelLoadError(f"{path}: {fault}")
+    return engine
+
+
 class EngineDeadError(RuntimeError):
     """The engine's steps kept failing; the process should be replaced."""
 
@@ -123,9 +132,12 @@ class AsyncEngine(ModelWorker[Engine]):
         config: EngineConfig,
         observer: EngineObserver | None = None,
         load: Callable[[], Engine] | None = None,
+        vet: Callable[[ModelInfo], str | None] | None = None,
     ):
-        """`load` builds the Engine on the engine thread; default: load `model_path` with llama.cpp."""
-        super().__init__(load or (lambda: load_engine(self.model_path, config, observer)))
+        """`load` builds the Engine on the engine thread; default: load `model_path` with llama.cpp.
+        `vet` says why a loaded model must not serve (None: it may), before it is ready."""
+        build = load or (lambda: load_engine(self.model_path, config, observer))
+        super().__init__(lambda: _vetted(build(), vet, self.model_path))
         self.model_path = str(model_path)
         self.config = config
         self.observer = observer

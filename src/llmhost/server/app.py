@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
@@ -11,16 +11,17 @@ from fastapi import FastAPI
 from llmhost import __version__
 from llmhost.asgi import RequestContextMiddleware
 from llmhost.auth import OPEN_PATHS, ApiKeyMiddleware
+from llmhost.chat_template import template_fault
 from llmhost.console.api import PUBLIC_PATHS, create_console
 from llmhost.console.front import ConsoleCollector, FrontCounter, FrontTally
 from llmhost.console.sampler import Sampler
-from llmhost.engine import AsyncEngine
+from llmhost.engine import AsyncEngine, ModelInfo
 from llmhost.engine.embedder_loop import AsyncEmbedder
 from llmhost.lifecycle import Lifecycle
 from llmhost.server import apidoc, errors
 from llmhost.server.anthropic_errors import AnthropicErrorsMiddleware
 from llmhost.server.console import ServerConsole
-from llmhost.server.lifecycle import check_template, watch_embedder, watch_engine
+from llmhost.server.lifecycle import watch_embedder, watch_engine
 from llmhost.server.metrics import ServerMetrics
 from llmhost.server.middleware import BodyLimitMiddleware, CustomAttributesMiddleware
 from llmhost.server.routes import anthropic, embeddings, openai, ops, responses, runtime, sagemaker, tgi
@@ -40,6 +41,18 @@ DESCRIPTION = (
 )
 
 
+def _template_vet(settings: ServerSettings) -> Callable[[ModelInfo], str | None]:
+    """What the engine checks once the model is loaded, before it is ready: the chat template in use,
+    tried on a plain conversation (a template that loops, writes without end or leaves its sandbox is
+    refused with the file, rather than failing every chat request)."""
+
+    def vet(info: ModelInfo) -> str | None:
+        source = settings.chat_template or info.chat_template
+        return template_fault(source, info.bos_token, info.eos_token) if source else None
+
+    return vet
+
+
 def create_app(
     settings: ServerSettings, engine: AsyncEngine | None = None, lifecycle: Lifecycle | None = None
 ) -> FastAPI:
@@ -49,7 +62,8 @@ def create_app(
     metrics = ServerMetrics()
     owned = engine is None  # an engine passed in is started and stopped by its owner
     if engine is None:
-        engine = AsyncEngine(settings.model_path, settings.engine, observer=metrics)
+        vet = _template_vet(settings)
+        engine = AsyncEngine(settings.model_path, settings.engine, observer=metrics, vet=vet)
     metrics.attach(engine.stats)
     lifecycle = lifecycle or Lifecycle()
     # --embeddings: the embedder loads the model and the generation engine is never started
@@ -69,8 +83,6 @@ def create_app(
             runner.start()
         watching = watch_embedder(embedder, lifecycle) if embedder else watch_engine(engine, lifecycle)
         watcher = asyncio.create_task(watching, name="llmhost watch")
-        checking = check_template(engine, lifecycle, ctx.template_fault) if embedder is None else None
-        template_check = asyncio.create_task(checking, name="chat template check") if checking else None
         sampling = asyncio.create_task(Sampler(store, console_source.read).run(), name="console sampler")
         if custom is not None:
             try:
@@ -84,8 +96,6 @@ def create_app(
         finally:
             sampling.cancel()
             watcher.cancel()
-            if template_check is not None:
-                template_check.cancel()
             if custom is not None:
                 custom.close()
             if runner is not None:

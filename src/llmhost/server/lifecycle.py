@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
-from collections.abc import Callable
 
 from llmhost.engine import AsyncEngine
 from llmhost.engine.embedder_loop import AsyncEmbedder
 from llmhost.engine.worker import EngineState
-from llmhost.lifecycle import WATCH_INTERVAL_S, Lifecycle, watch
+from llmhost.lifecycle import Lifecycle, watch
 
 log = logging.getLogger("llmhost.server")
 
@@ -55,14 +53,3 @@ async def watch_embedder(embedder: AsyncEmbedder, lifecycle: Lifecycle) -> None:
 
     await watch(lifecycle, lambda: embedder.in_flight, fatal)
 
-
-async def check_template(engine: AsyncEngine, lifecycle: Lifecycle, fault: Callable[[], str | None]) -> None:
-    """Once the model is loaded, its chat template tried on a plain conversation (on a thread: a template
-    that loops holds it up to its time limit); one that loops, writes without end or leaves its sandbox
-    stops the server, naming the file, rather than failing every chat request."""
-    while engine.state is EngineState.LOADING:
-        await asyncio.sleep(WATCH_INTERVAL_S)
-    if engine.ready:
-        reason = await asyncio.to_thread(fault)
-        if reason is not None:
-            lifecycle.exit(1, f"model {engine.model_path}: {reason}")

@@ -129,21 +129,6 @@ class ServingContext:
             self._chat_template = ChatTemplate(source, info.bos_token, info.eos_token)
         return self._chat_template
 
-    def template_fault(self) -> str | None:
-        """Why the chat template in use cannot serve (see ChatTemplate.probe); None: it can, or there is
-        none, or it fails to parse (each chat request then says so)."""
-        source = self.settings.chat_template or self.engine.info.chat_template
-        if not source:
-            return None
-        try:
-            template = self.chat_template()
-        except ChatTemplateBoundError as exc:
-            return f"chat template: {exc}"
-        except ChatTemplateError:
-            return None
-        fault = template.probe()
-        return None if fault is None else f"chat template: {fault}"
-
     async def chat_prompt_tokens(
         self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None
     ) -> list[int]:

@@ -29,6 +29,7 @@ from llmhost.engine.gguf_meta import (
 )
 from llmhost.engine.host_cache import StateKey
 from llmhost.engine.llama_backend import extra_buffers, init_backend
+from llmhost.engine.memory_fit import MemoryFitError, fit_memory, plan, rss_bytes
 from llmhost.engine.prefix_cache import KvCopy, KvEdit, KvMove, KvTrim
 from llmhost.engine.state_format import n_streams, restream
 
@@ -65,6 +66,7 @@ class LlamaModel:
             check_gguf(self.path)
         except GGUFError as exc:
             raise ModelLoadError(str(exc)) from None
+        rss_before = rss_bytes()
         model = lc.llama_model_load_from_file(self.path.encode(), mparams)
         if not model:
             raise ModelLoadError(f"llama.cpp could not load {self.path} (not a GGUF model, or corrupt)")
@@ -82,6 +84,8 @@ class LlamaModel:
         # f16 K and V of one position (what sizes the KV cache)
         self.kv_bytes_per_token = kv_bytes_per_token(model)
         self._check_trained_context(config)
+        if pooling is None:
+            config = self.config = self._fit_memory(config, rss_before)
         # a KV stream per sequence, but an embeddings context holds a whole input in one buffer
         self._unified = pooling is not None
         self._ctx = self._new_context(config)
@@ -110,6 +114,14 @@ class LlamaModel:
                 f"{limit} {value} exceeds the model's trained context {self.info.n_ctx_train}; "
                 f"lower --{limit.replace('_', '-')}"
             )
+
+    def _fit_memory(self, config: EngineConfig, rss_before: int) -> EngineConfig:
+        """As many idle cached sequences as --memory-mb holds beside the weights and the running ones."""
+        try:
+            return fit_memory(config, plan(config, rss_before, self.weights_bytes, self.kv_bytes_per_token))
+        except MemoryFitError as exc:
+            self.close()
+            raise ModelLoadError(f"{self.path}: {exc}") from None
 
     @functools.cached_property
     def eog_tokens(self) -> list[int]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
@@ -79,9 +80,12 @@ def load_engine(model_path: str, config: EngineConfig, observer: EngineObserver 
     """The model (and draft model) loaded with llama.cpp, and a saved prefix state restored."""
     t0 = time.perf_counter()
     model = LlamaModel(model_path, config)
+    config = model.config  # idle cached sequences as many as its memory holds
     drafter = None
     if config.draft_model:
-        drafter = Drafter(LlamaModel(config.draft_model, config), model.n_vocab)
+        # the target's streams exactly (sequence ids are shared), sized once: by the target
+        unbounded = dataclasses.replace(config, memory_mb=0)
+        drafter = Drafter(LlamaModel(config.draft_model, unbounded), model.n_vocab)
     engine = Engine(model, config, observer, drafter=drafter)
     engine.constraints  # noqa: B018 -- starts building the grammar vocabulary in the background
     if config.prefix_state_path:

@@ -177,9 +177,11 @@ SERVE_SETTINGS: tuple[Setting, ...] = (
             "prompts that extend them; -1: a quarter of the memory available at start (at most 8192), "
             "0: off.", ge=-1, endpoint=True, engine="prompt_cache_mb", metavar="MB"),
     Setting("memory_mb", int, _ENGINE["memory_mb"],
-            "MiB this server is meant to fit in (an endpoint copy gets its resources' memory_mb): "
-            "--prompt-cache-mb -1 then takes at most what the weights, the KV cache and the process "
-            "leave of it. 0: no bound.", engine="memory_mb", metavar="MB"),
+            "MiB this server is meant to fit in (an endpoint copy gets its resources' memory_mb): the "
+            "weights, the running sequences' KV cache and the process must fit (else the load is refused "
+            "naming each part), idle cached sequences are as many of --prefix-cache-seqs as fit beside "
+            "them, and --prompt-cache-mb -1 takes at most what is left. 0: no bound.",
+            engine="memory_mb", metavar="MB"),
     Setting("flash_attn", bool, True, "llama.cpp flash attention.", engine="flash_attn"),
     Setting("speculative", str, _ENGINE["speculative"],
             "Speculative decoding of greedy requests: 'ngram' (prompt lookup) or ''.",

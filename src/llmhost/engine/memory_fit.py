@@ -20,6 +20,9 @@ from llmhost.engine.config import EngineConfig
 
 log = logging.getLogger(__name__)
 MIB = 2**20
+# what the process takes after the load: the grammar vocabulary index, llama.cpp's compute and output
+# buffers as decodes touch them, request buffers (a served Gemma 3 270M: 30 MiB more RSS right after load)
+RUNTIME_MARGIN_MB = 64
 
 
 class MemoryFitError(ValueError):
@@ -38,14 +41,18 @@ class MemoryPlan:
     stream_bytes: int  # one sequence's KV: max_total_tokens positions
 
     @property
+    def fixed_bytes(self) -> int:
+        return self.process_bytes + self.weights_left_bytes + RUNTIME_MARGIN_MB * MIB
+
+    @property
     def fixed_mb(self) -> float:
-        return (self.process_bytes + self.weights_left_bytes) / MIB
+        return self.fixed_bytes / MIB
 
     def need_mb(self, streams: int) -> float:
         return self.fixed_mb + streams * self.stream_bytes / MIB
 
     def streams_that_fit(self) -> int:
-        room = self.memory_mb * MIB - self.process_bytes - self.weights_left_bytes
+        room = self.memory_mb * MIB - self.fixed_bytes
         return max(0, room // self.stream_bytes) if self.stream_bytes else 1 << 30
 
 
@@ -65,8 +72,9 @@ def fit_memory(config: EngineConfig, p: MemoryPlan) -> EngineConfig:
     if fits < config.max_concurrent:
         raise MemoryFitError(
             f"--memory-mb {config.memory_mb} cannot hold {config.max_concurrent} running sequences of "
-            f"{config.max_total_tokens} tokens: process {p.process_bytes / MIB:.0f} MiB + weights not yet "
-            f"resident {p.weights_left_bytes / MIB:.0f} MiB + KV cache {config.max_concurrent} x "
+            f"{config.max_total_tokens} tokens: process {p.process_bytes / MIB:.0f} MiB + weights not "
+            f"yet resident {p.weights_left_bytes / MIB:.0f} MiB + runtime {RUNTIME_MARGIN_MB} MiB + KV cache "
+            f"{config.max_concurrent} x "
             f"{p.stream_bytes / MIB:.1f} MiB = {p.need_mb(config.max_concurrent):.0f} MiB (room for {fits}); "
             "lower --max-concurrent or --max-total-tokens, or give it more memory"
         )

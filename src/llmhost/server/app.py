@@ -115,7 +115,7 @@ def create_app(
     errors.install(app)
     for module in (sagemaker, runtime, openai, anthropic, responses, embeddings, tgi, ops):
         app.include_router(module.router)
-    app.include_router(create_console(store, console, console_source.overview))
+    app.include_router(create_console(store, console, console_source.overview, settings.api_keys.enabled))
     apidoc.install(app, DESCRIPTION, secured=settings.api_keys.enabled, open_paths=OPEN_PATHS | PUBLIC_PATHS)
     app.add_middleware(CustomAttributesMiddleware)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)

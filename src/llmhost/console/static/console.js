@@ -306,6 +306,7 @@
       }
       const last = cols.slice(1).map((col) => col[col.length - 1]).filter((v) => v !== null && v !== undefined);
       ch.box.setAttribute("data-points", String(cols[0].length));
+      ch.box.setAttribute("data-x-span", String(ch.plot.scales.x.max - ch.plot.scales.x.min));
       ch.box.setAttribute("data-last", last.length ? String(Math.max(...last)) : "");
     }
   }
@@ -434,5 +435,6 @@
     } catch (e) { if (e instanceof NeedKey) askKey(e.message); else say("report: " + e.message, true); }
   }
 
-  start();
+  // a server with keys and none given yet: ask first rather than be refused (each 401 is a browser error)
+  if (document.body.dataset.keyRequired === "1" && !state.key) askKey("none given yet"); else start();
 })();

@@ -105,6 +105,14 @@ async def watch(
         also()
 
 
+def asyncio_tasks() -> int:
+    """Tasks alive on this thread's event loop (a soak watches it for leaks); 0 without a running loop."""
+    try:
+        return len(asyncio.all_tasks())
+    except RuntimeError:
+        return 0
+
+
 class GracefulServer(uvicorn.Server):
     """uvicorn, with the first SIGTERM/SIGINT starting a drain instead of stopping at once, and no
     re-raised signal afterwards (the exit status is the lifecycle's). A second signal stops now."""

@@ -2,7 +2,7 @@
 faults and overload, this one what a long run leaves behind).
 
 The endpoint: a component `fixed` of two copies of SmolLM2 135M, and a models_dir of three more names
-for it, loaded on demand within a memory budget that holds two (so the third evicts one). For --minutes:
+for it, loaded on demand within a budget of 1100 MB that holds two (the third evicts one). For --minutes:
 users loop over mixed APIs (OpenAI chat and completions, Anthropic Messages, Responses, TGI through
 /invocations), all streamed, a quarter of them disconnecting after their first chunks; on a timeline, a
 copy is killed (-9), another stopped (SIGSTOP) then continued, `fixed` scaled to 3 then back to 2; at the
@@ -20,6 +20,7 @@ import asyncio
 import json
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -41,6 +42,8 @@ from tests.integration.endpoint_helpers import up_command  # noqa: E402
 ENGINE = "{max_input_tokens: 256, max_total_tokens: 512, max_batch_tokens: 64, max_concurrent: 4}"
 ON_DEMAND = ("smol-a", "smol-b", "smol-c")
 PROMPT = "Write a short story about a lighthouse keeper."
+# an error event in any API's stream (a Responses object's `"error": null` is none)
+ERROR_EVENT = re.compile(r'event: (error|response\.failed)|"error":\s*[{"]')
 
 
 # per API: path, body, extra headers
@@ -77,7 +80,7 @@ class Run:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = tmp / "endpoint.log"
-        cmd = [*up_command(file, self.port, tmp / "copies"), "--memory-budget-mb", "2100"]
+        cmd = [*up_command(file, self.port, tmp / "copies"), "--memory-budget-mb", "1100"]
         with self.log.open("wb") as out:
             self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT,
                                          env={**os.environ, "PYTHONUNBUFFERED": "1"})  # fmt: skip
@@ -128,7 +131,7 @@ async def one_request(run: Run, client: httpx.AsyncClient, rng: random.Random) -
                     run.outcomes[f"{api} disconnected"] += 1
                     return
             joined = "".join(text)
-            failed = '"error"' in joined or "response.failed" in joined
+            failed = ERROR_EVENT.search(joined) is not None
             run.outcomes[f"{api} {'error event' if failed else 'ok'}"] += 1
     except httpx.HTTPError as exc:
         run.outcomes[f"{api} {type(exc).__name__}"] += 1

@@ -69,7 +69,8 @@ def test_corrupt_metadata(good: Path) -> None:
 def test_absurd_vocabulary(good: Path, tmp_path: Path) -> None:
     # the token array: element type (u32), then its count
     refused(edit(good, after(good, b"tokenizer.ggml.tokens") + 8, "<Q", 2**40), "strings, more than the file")
-    refused(write_gguf(tmp_path / "rows.gguf", tokens=3, rows=4), "vocabulary of 3 tokens")
+    refused(write_gguf(tmp_path / "rows.gguf", tokens=4, rows=3), "vocabulary of 4 tokens, but token_embd")
+    check_gguf(write_gguf(tmp_path / "padded.gguf", tokens=3, rows=4))  # rows beyond the vocabulary: padding
 
 
 def test_absurd_context(good: Path) -> None:

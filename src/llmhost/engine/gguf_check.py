@@ -180,10 +180,9 @@ def _check_metadata(layout: GGUFLayout) -> None:
         raise ValueError(f"{arch}.context_length {ctx!r} is not a context length (1 to {MAX_CONTEXT})")
     n_tokens = meta.get("tokenizer.ggml.tokens")
     embd = layout.tensors.get("token_embd.weight")
-    if isinstance(n_tokens, int) and embd is not None and len(embd[0]) > 1 and embd[0][1] != n_tokens:
-        raise ValueError(
-            f"vocabulary of {n_tokens} tokens, but token_embd.weight has {embd[0][1]} rows"
-        )
+    # a token id indexes the embedding: fewer rows than tokens reads past it (more is padding)
+    if isinstance(n_tokens, int) and embd is not None and len(embd[0]) > 1 and embd[0][1] < n_tokens:
+        raise ValueError(f"vocabulary of {n_tokens} tokens, but token_embd.weight has {embd[0][1]} rows")
 
 
 def check_file(path: str | Path) -> GGUFLayout:

@@ -299,14 +299,16 @@
           dash: mi ? [4, 3] : undefined, spanGaps: false, value: (u, v) => fmt(v, 2) })));
         const plot = new uPlot({ width, height: 180, series, legend: { live: true },
           // the retention window ending now: uPlot's own range around one point spans years
-          scales: { x: { time: true, range: () => [state.now - state.retention, state.now] } }, axes: [{}, { size: 50 }] }, cols, box);
+          scales: { x: { time: true, range: () => [state.now - state.retention, state.now] } },
+          // the span the axis shows, for the tests
+          hooks: { setScale: [(u, key) => key === "x" && box.setAttribute("data-x-span", String(u.scales.x.max - u.scales.x.min))] },
+          axes: [{}, { size: 50 }] }, cols, box);
         ch = state.charts[id] = { plot, box };
       } else {
         ch.plot.setData(cols);
       }
       const last = cols.slice(1).map((col) => col[col.length - 1]).filter((v) => v !== null && v !== undefined);
       ch.box.setAttribute("data-points", String(cols[0].length));
-      ch.box.setAttribute("data-x-span", String(ch.plot.scales.x.max - ch.plot.scales.x.min));
       ch.box.setAttribute("data-last", last.length ? String(Math.max(...last)) : "");
     }
   }

@@ -246,14 +246,16 @@ def openai_error_event(message: str, type_: str = "server_error", code: int = 50
     return sse(error_body(code, message, type_))
 
 
-async def _guarded(content: AsyncIterator[str], on_error: Callable[[str], str]) -> AsyncIterator[str]:
+async def _guarded(
+    content: AsyncIterator[str], on_error: Callable[[str], str], request_ids: str
+) -> AsyncIterator[str]:
     """An unexpected error while streaming ends the stream with an error event in the API's format
     (the status line is long gone), instead of a cut connection."""
     try:
         async for chunk in content:
             yield chunk
     except Exception as exc:
-        log.exception("stream failed")
+        log.exception("request %s: stream failed", request_ids)
         yield on_error(f"internal server error while streaming ({type(exc).__name__})")
 
 
@@ -267,8 +269,9 @@ class EventStreamResponse(StreamingResponse):
         stream: RequestStream | list[RequestStream],
         on_error: Callable[[str], str] = openai_error_event,
     ) -> None:
-        super().__init__(_guarded(content, on_error), media_type="text/event-stream")
         self._streams = stream if isinstance(stream, list) else [stream]
+        ids = ", ".join(s.request_id for s in self._streams)
+        super().__init__(_guarded(content, on_error, ids), media_type="text/event-stream")
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:

@@ -25,6 +25,8 @@ log = logging.getLogger("llmhost.server")
 # SageMaker kills the container 30 s after SIGTERM: finish before that
 DEFAULT_GRACE_S = 25.0
 WATCH_INTERVAL_S = 0.2
+# after requests are cut at the end of a drain, time for their error events to be written
+CUT_FLUSH_S = 0.5
 # how long `llmhost serve` keeps an idle connection open (uvicorn's timeout_keep_alive); a client pooling
 # connections to it (the endpoint router) must drop them sooner, or it reuses one the server is closing
 KEEP_ALIVE_S = 5
@@ -84,17 +86,31 @@ async def watch(
     in_flight: Callable[[], int],
     fatal: Callable[[], str | None] = lambda: None,
     also: Callable[[], None] = lambda: None,
+    cut: Callable[[str], int] | None = None,
 ) -> None:
     """Until cancelled: exit 1 once `fatal` names a reason, exit 0 once a drain is over; `also` runs
-    at every look (e.g. a slow-step check)."""
+    at every look (e.g. a slow-step check). `cut` ends the requests still in flight when the grace period
+    is over, each with its API's error event, before the server closes their connections."""
     while True:
         await asyncio.sleep(WATCH_INTERVAL_S)
         reason = fatal()
         if reason is not None:
             lifecycle.exit(1, reason)
         elif lifecycle.drained(in_flight()):
+            if cut is not None and in_flight():
+                cut(f"the server is shutting down: its grace period of {lifecycle.grace_s:g} s is over")
+                # let the streams write their error events before the server stops
+                await asyncio.sleep(CUT_FLUSH_S)
             lifecycle.exit(0, f"drained after {lifecycle.reason}")
         also()
+
+
+def asyncio_tasks() -> int:
+    """Tasks alive on this thread's event loop (a soak watches it for leaks); 0 without a running loop."""
+    try:
+        return len(asyncio.all_tasks())
+    except RuntimeError:
+        return 0
 
 
 class GracefulServer(uvicorn.Server):

@@ -111,6 +111,16 @@ class SettingsSpec:
         """The settings of the server `llmhost serve` builds (all but the process's own)."""
         return [s for s in self.settings if not s.process]
 
+    def engine_config(self, values: Mapping[str, Any], env: Mapping[str, str]) -> EngineConfig:
+        """The EngineConfig these settings (by name; a missing one at its default) make, each in effect
+        (value, variable or fallback): raises ValueError naming the settings that do not go together,
+        before anything loads. A draft model turns speculation to "draft"."""
+        engine = {s.engine: s.resolve(values.get(s.name, s.default), env) for s in self.settings if s.engine}
+        draft = str(values.get("draft_model") or "")
+        if draft:
+            engine["speculative"] = "draft"
+        return EngineConfig(**engine, draft_model=draft)
+
     def endpoint_settings(self) -> list[Setting]:
         return [s for s in self.settings if s.endpoint]
 
@@ -173,9 +183,11 @@ SERVE_SETTINGS: tuple[Setting, ...] = (
             "prompts that extend them; -1: a quarter of the memory available at start (at most 8192), "
             "0: off.", ge=-1, endpoint=True, engine="prompt_cache_mb", metavar="MB"),
     Setting("memory_mb", int, _ENGINE["memory_mb"],
-            "MiB this server is meant to fit in (an endpoint copy gets its resources' memory_mb): "
-            "--prompt-cache-mb -1 then takes at most what the weights, the KV cache and the process "
-            "leave of it. 0: no bound.", engine="memory_mb", metavar="MB"),
+            "MiB this server is meant to fit in (an endpoint copy gets its resources' memory_mb): the "
+            "weights, the running sequences' KV cache and the process must fit (else the load is refused "
+            "naming each part), idle cached sequences are as many of --prefix-cache-seqs as fit beside "
+            "them, and --prompt-cache-mb -1 takes at most what is left. 0: no bound.",
+            engine="memory_mb", metavar="MB"),
     Setting("flash_attn", bool, True, "llama.cpp flash attention.", engine="flash_attn"),
     Setting("cache_type_k", str, _ENGINE["cache_type_k"],
             "KV cache type of K (llama.cpp's names): q8_0 takes 53% of f16's memory, q4_0 28%.",

@@ -135,10 +135,15 @@ def _declarations(store: SeriesStore) -> dict[str, dict[str, Any]]:
     }  # fmt: skip
 
 
-def create_console(store: SeriesStore, settings: ConsoleSettings, overview: Overview) -> APIRouter:
-    """The page, its assets and its API; `overview` says what the page shows beside the charts."""
+def create_console(
+    store: SeriesStore, settings: ConsoleSettings, overview: Overview, key_required: bool = False
+) -> APIRouter:
+    """The page, its assets and its API; `overview` says what the page shows beside the charts.
+    `key_required`: the page asks for the key before its first call (a browser logs every 401)."""
     router = APIRouter(prefix=PREFIX)
     page = _asset("console.html")
+    if key_required:
+        page = page.replace(b"<body>", b'<body data-key-required="1">', 1)
     docs = _declarations(store)
 
     @router.get("", include_in_schema=False)

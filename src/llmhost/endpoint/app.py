@@ -88,8 +88,8 @@ def create_app(
                       openapi_extra=apidoc.HEALTH)  # fmt: skip
     app.include_router(create_runtime_router(manager, proxy))
     app.include_router(create_admin(LocalAdmin(manager, shutdown)))
-    app.include_router(create_console(store, console, source.overview))
     secured = keys is not None and keys.enabled
+    app.include_router(create_console(store, console, source.overview, secured))
     install_doc(app, apidoc.DESCRIPTION, secured=secured, open_paths=OPEN_PATHS | PUBLIC_PATHS)
     if keys is not None and keys.enabled:  # the router, its admin API and the console's API alike
         app.add_middleware(ApiKeyMiddleware, keys=keys, open_paths=OPEN_PATHS | PUBLIC_PATHS)

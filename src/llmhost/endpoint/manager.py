@@ -66,12 +66,19 @@ class ManagerTiming:
 
 
 def resolve(spec: ComponentSpec) -> ResolvedModel:
+    from llmhost.engine.gguf_check import GGUFError, check_gguf
     from llmhost.store import resolve as resolve_ref
 
     try:
-        return resolve_ref(spec.model)
-    except OSError as exc:  # ModelNotFoundError and the store's S3 errors among them
+        resolved = resolve_ref(spec.model)
+        # a file that is cut short or corrupt is refused before any copy hands it to llama.cpp; an
+        # on-demand model is checked by its copy when asked for, so one bad file in a models_dir leaves the
+        # others served
+        if spec.on_demand is None:
+            check_gguf(resolved.gguf)
+    except (OSError, GGUFError) as exc:  # ModelNotFoundError and the store's S3 errors among them
         raise ModelRefError(spec.name, f"component {spec.name!r}: model {spec.model!r}: {exc}") from None
+    return resolved
 
 
 def record_decision(comp: Component, copies: int, desired: int, reason: str) -> None:

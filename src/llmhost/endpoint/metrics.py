@@ -18,6 +18,7 @@ from llmhost.console.front import FAMILY as CONSOLE_FAMILY
 from llmhost.endpoint.affinity import Affinity, Decision
 from llmhost.endpoint.component import ModelState
 from llmhost.endpoint.replica import ReplicaState
+from llmhost.lifecycle import asyncio_tasks
 
 if TYPE_CHECKING:
     from llmhost.endpoint.component import Component
@@ -63,8 +64,10 @@ def router_families(components: Sequence[Component]) -> list[Metric]:
             outstanding.add_metric([c.name, r.id], r.outstanding)
             restarts.add_metric([c.name, r.id], r.restarts)
     routing = routing_families([(c.name, c.spec.routing.policy, c.affinity) for c in components])
+    tasks = GaugeMetricFamily("llmhost_endpoint_asyncio_tasks", "Tasks alive on the router's event loop",
+                              value=asyncio_tasks())  # fmt: skip
     return [copies, in_flight, waiting, outstanding, answered, retries, cut, restarts,
-            *on_demand_families(components), *routing]  # fmt: skip
+            *on_demand_families(components), *routing, tasks]  # fmt: skip
 
 
 def on_demand_families(components: Sequence[Component]) -> list[Metric]:

@@ -4,9 +4,11 @@ between fork and exec (CPU pinning, dying with the endpoint, joining its memory 
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 from collections.abc import Callable
+from pathlib import Path
 
 import psutil
 
@@ -41,6 +43,28 @@ def exit_reason(code: int) -> str:
         except ValueError:
             return f"killed by signal {-code}"
     return f"exited with code {code}"
+
+
+# how a copy's log says why it stops: the lifecycle's last line, else the command line's usage error
+_WHY = (re.compile(r"exiting \(\d+\): (?P<why>.+)$"), re.compile(r"(?P<why>Invalid value.*?)\s*[│|]?\s*$"))
+
+
+def last_words(log: Path, tail_bytes: int = 16384) -> str | None:
+    """Why a copy said it stopped, from the end of its log (None: it did not say)."""
+    try:
+        with log.open("rb") as f:
+            f.seek(max(0, f.seek(0, 2) - tail_bytes))
+            lines = f.read().decode("utf-8", "replace").splitlines()
+    except OSError:
+        return None
+    starts = [i for i, line in enumerate(lines) if line.startswith("=== ")]  # the copy's last start
+    lines = lines[starts[-1] :] if starts else lines
+    for pattern in _WHY:
+        for line in reversed(lines):
+            match = pattern.search(line.strip().strip("│").strip())
+            if match:
+                return match["why"].strip()
+    return None
 
 
 def preexec(cpus: tuple[int, ...], cgroup_procs: str | None) -> Callable[[], None]:

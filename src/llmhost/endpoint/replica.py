@@ -26,7 +26,7 @@ from llmhost.auth import ENV_KEY_VARS
 from llmhost.endpoint.internal import InternalKey
 from llmhost.endpoint.memlimit import MemoryLimit, memory_limit
 from llmhost.endpoint.placement import Allocation
-from llmhost.endpoint.procs import cpus_allowed, exit_reason, free_port, preexec, rss_mb
+from llmhost.endpoint.procs import cpus_allowed, exit_reason, free_port, last_words, preexec, rss_mb
 from llmhost.endpoint.spec import ComponentSpec
 from llmhost.store.model import ResolvedModel
 
@@ -234,6 +234,9 @@ class Replica:
         if code is None:
             return None
         reason = exit_reason(code)
+        said = last_words(self.log_path) if code > 0 else None
+        if said:
+            reason += f": {said}"
         memory = self._memory
         if memory is not None and memory.oom_kills() > self._oom_kills:
             reason += f" (kernel OOM kill, {memory.mechanism}: over max_memory_mb={memory.max_mb})"

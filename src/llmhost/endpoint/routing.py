@@ -234,14 +234,35 @@ def stream_kind(content_type: str) -> tuple[bool, bool]:
     return framed or content_type.startswith("text/event-stream"), framed
 
 
+def responses_error_event(message: str) -> bytes:
+    """The Responses API's stream `error` event."""
+    body = {"type": "error", "code": "upstream_error", "message": message, "param": None}
+    return f"event: error\ndata: {json.dumps(body)}\n\n".encode()
+
+
+def tgi_error_event(message: str) -> bytes:
+    """TGI's stream error (text-generation-inference writes `data:` without a space)."""
+    return f"data:{json.dumps({'error': message, 'error_type': 'upstream'})}\n\n".encode()
+
+
+def _cut_event(message: str, path: str) -> bytes:
+    if is_anthropic(path):
+        return anthropic_error_event(message).encode()
+    if path == "/v1/responses" or path.startswith("/v1/responses/"):
+        return responses_error_event(message)
+    if path == "/generate_stream":
+        return tgi_error_event(message)
+    return error_event(message)
+
+
 def stream_cut(message: str, framed: bool, tail: bytes, path: str = "") -> list[bytes]:
     """How a stream cut by a failing copy ends, in the stream's own format: a ModelStreamError in an
     event stream, else an SSE error event (after closing a partly sent event, `tail` being the last
-    bytes sent): Anthropic's named `error` event on its routes (`path`), else OpenAI's."""
+    bytes sent) of the route's API (`path`): Anthropic's and the Responses API's named `error` events,
+    TGI's error, else OpenAI's."""
     if framed:
         return [eventstream.model_stream_error(message, eventstream.STREAM_BROKEN)]
-    event = anthropic_error_event(message).encode() if is_anthropic(path) else error_event(message)
-    return ([b"\n\n"] if tail != b"\n\n" else []) + [event]
+    return ([b"\n\n"] if tail != b"\n\n" else []) + [_cut_event(message, path)]
 
 
 def ping(accepting: bool, serving: Mapping[str, bool]) -> Response:

@@ -195,6 +195,11 @@ class ComponentSpec(_Strict):
             raise ValueError("copies: 0 needs autoscaling (min_copies: 0) to ever start a copy")
         if self.engine.pooling not in (None, "auto") and not self.embeddings:
             raise ValueError("engine.pooling applies to embeddings: true only")
+        if not self.embeddings:  # an embeddings copy's limits are the embedder's, checked at its start
+            try:
+                self.engine.settings.engine_config(self.engine.serve_options(), {})
+            except ValueError as exc:
+                raise ValueError(f"engine: {exc}") from exc
         cache_mb = self.engine.prompt_cache_mb
         if cache_mb is not None and cache_mb >= self.resources.memory_mb:
             raise ValueError(

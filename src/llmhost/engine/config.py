@@ -158,6 +158,11 @@ class EngineConfig:
                 f"max_input_tokens ({self.max_input_tokens}) must be < max_total_tokens "
                 f"({self.max_total_tokens}) so at least one token can be generated"
             )
+        if self.max_batch_tokens < self.max_concurrent:
+            raise ValueError(
+                f"max_batch_tokens ({self.max_batch_tokens}) must be >= max_concurrent "
+                f"({self.max_concurrent}): every running sequence decodes one token per step"
+            )
         if self.max_concurrent + self.prefix_cache_seqs > LLAMA_MAX_SEQ:
             raise ValueError(
                 f"max_concurrent + prefix_cache_seqs = {self.max_concurrent + self.prefix_cache_seqs} "
@@ -175,6 +180,14 @@ class EngineConfig:
     @property
     def n_seq_max(self) -> int:
         return self.max_concurrent + self.prefix_cache_seqs
+
+    @property
+    def llama_n_batch(self) -> int:
+        """llama.cpp's batch: the engine's `max_batch_tokens`, but never fewer than its sequences. llama.cpp
+        reserves a one-token-per-sequence graph at context creation, whose outputs must fit its batch (it
+        aborts the process otherwise: `GGML_ASSERT(n_outputs_max <= cparams.n_outputs_max)`); the engine
+        still puts at most `max_batch_tokens` tokens in a decode."""
+        return max(self.max_batch_tokens, self.n_seq_max)
 
     @property
     def n_ctx(self) -> int:

@@ -18,6 +18,7 @@ import numpy as np
 import numpy.typing as npt
 
 from llmhost.engine.config import EngineConfig
+from llmhost.engine.gguf_check import GGUFError, check_gguf
 from llmhost.engine.gguf_meta import (
     POOLING,
     POOLING_NAMES,
@@ -29,6 +30,7 @@ from llmhost.engine.gguf_meta import (
 )
 from llmhost.engine.host_cache import StateKey
 from llmhost.engine.llama_backend import KvBufferTally, extra_buffers, init_backend
+from llmhost.engine.memory_fit import MemoryFitError, fit_memory, plan, rss_bytes
 from llmhost.engine.prefix_cache import KvCopy, KvEdit, KvMove, KvTrim
 from llmhost.engine.state_format import n_streams, restream
 
@@ -61,6 +63,11 @@ class LlamaModel:
         mparams.n_gpu_layers = 0
         mparams.load_mode = _LOAD_MODES[config.load_mode]
         mparams.use_extra_bufts = extra_buffers(config.repack)
+        try:  # the file's structure first: llama.cpp's parser is no place for a crafted header
+            check_gguf(self.path)
+        except GGUFError as exc:
+            raise ModelLoadError(str(exc)) from None
+        rss_before = rss_bytes()
         model = lc.llama_model_load_from_file(self.path.encode(), mparams)
         if not model:
             raise ModelLoadError(f"llama.cpp could not load {self.path} (not a GGUF model, or corrupt)")
@@ -78,6 +85,8 @@ class LlamaModel:
         # K and V of one position in the configured cache types (what sizes the KV cache)
         self.kv_bytes_per_token = kv_bytes_per_token(model, config.cache_type_k, config.cache_type_v)
         self._check_trained_context(config)
+        if pooling is None:
+            config = self.config = self._fit_memory(config, rss_before)
         # a KV stream per sequence, but an embeddings context holds a whole input in one buffer
         self._unified = pooling is not None
         self._ctx = self._new_context(config)
@@ -107,6 +116,14 @@ class LlamaModel:
                 f"lower --{limit.replace('_', '-')}"
             )
 
+    def _fit_memory(self, config: EngineConfig, rss_before: int) -> EngineConfig:
+        """As many idle cached sequences as --memory-mb holds beside the weights and the running ones."""
+        try:
+            return fit_memory(config, plan(config, rss_before, self.weights_bytes, self.kv_bytes_per_token))
+        except MemoryFitError as exc:
+            self.close()
+            raise ModelLoadError(f"{self.path}: {exc}") from None
+
     @functools.cached_property
     def eog_tokens(self) -> list[int]:
         """The end-of-generation tokens, found when first needed (ignore_eos, a constraint): asking
@@ -116,8 +133,8 @@ class LlamaModel:
     def _new_context(self, config: EngineConfig) -> Any:
         cparams = lc.llama_context_default_params()
         cparams.n_ctx = config.n_ctx
-        cparams.n_batch = config.max_batch_tokens
-        cparams.n_ubatch = min(config.max_batch_tokens, 512)
+        cparams.n_batch = config.llama_n_batch
+        cparams.n_ubatch = min(config.llama_n_batch, 512)
         cparams.n_seq_max = config.n_seq_max
         cparams.n_threads = config.threads
         cparams.n_threads_batch = config.threads_batch

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
@@ -15,7 +16,8 @@ from pathlib import Path
 from llmhost.engine.config import EngineConfig
 from llmhost.engine.drafter import Drafter
 from llmhost.engine.engine import Engine
-from llmhost.engine.llama import LlamaModel
+from llmhost.engine.gguf_meta import ModelInfo
+from llmhost.engine.llama import LlamaModel, ModelLoadError
 from llmhost.engine.prefix_state import load_prefix_state
 from llmhost.engine.request import (
     Constraint,
@@ -78,9 +80,12 @@ def load_engine(model_path: str, config: EngineConfig, observer: EngineObserver 
     """The model (and draft model) loaded with llama.cpp, and a saved prefix state restored."""
     t0 = time.perf_counter()
     model = LlamaModel(model_path, config)
+    config = model.config  # idle cached sequences as many as its memory holds
     drafter = None
     if config.draft_model:
-        drafter = Drafter(LlamaModel(config.draft_model, config), model.n_vocab)
+        # the target's streams exactly (sequence ids are shared), sized once: by the target
+        unbounded = dataclasses.replace(config, memory_mb=0)
+        drafter = Drafter(LlamaModel(config.draft_model, unbounded), model.n_vocab)
     engine = Engine(model, config, observer, drafter=drafter)
     engine.constraints  # noqa: B018 -- starts building the grammar vocabulary in the background
     if config.prefix_state_path:
@@ -111,6 +116,14 @@ def _preload(engine: Engine, path: str) -> None:
         log.warning("prefix state %s (%d tokens) does not fit this engine; not used", path, len(tokens))
 
 
+def _vetted(engine: Engine, vet: Callable[[ModelInfo], str | None] | None, path: str) -> Engine:
+    fault = vet(engine.model.info) if vet is not None else None
+    if fault is not None:
+        engine.close()
+        raise ModelLoadError(f"{path}: {fault}")
+    return engine
+
+
 class EngineDeadError(RuntimeError):
     """The engine's steps kept failing; the process should be replaced."""
 
@@ -125,9 +138,12 @@ class AsyncEngine(ModelWorker[Engine]):
         config: EngineConfig,
         observer: EngineObserver | None = None,
         load: Callable[[], Engine] | None = None,
+        vet: Callable[[ModelInfo], str | None] | None = None,
     ):
-        """`load` builds the Engine on the engine thread; default: load `model_path` with llama.cpp."""
-        super().__init__(load or (lambda: load_engine(self.model_path, config, observer)))
+        """`load` builds the Engine on the engine thread; default: load `model_path` with llama.cpp.
+        `vet` says why a loaded model must not serve (None: it may), before it is ready."""
+        build = load or (lambda: load_engine(self.model_path, config, observer))
+        super().__init__(lambda: _vetted(build(), vet, self.model_path))
         self.model_path = str(model_path)
         self.config = config
         self.observer = observer
@@ -237,6 +253,18 @@ class AsyncEngine(ModelWorker[Engine]):
         with self._cond:
             self._aborts.append((request_id, reason))
             self._cond.notify()
+
+    def cut(self, message: str) -> int:
+        """End every accepted request now with a failure event (a drain's grace period is over): each
+        client hears `message` in its API's error event before its connection closes, and the engine
+        frees their sequences. Returns how many were cut. Call on the event loop."""
+        with self._cond:
+            streams, self._streams = list(self._streams.values()), {}
+            self._aborts.extend((s.request_id, "shutdown") for s in streams)
+            self._cond.notify()
+        for stream in streams:  # queued before the engine's own abort event, which nobody reads then
+            stream.put(GenerationEvent.failure(stream.request_id, message, "shutdown"))
+        return len(streams)
 
     def stats(self) -> EngineStats | None:
         """The figures the engine thread published after its last step (never read mid-step)."""

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
@@ -11,10 +11,11 @@ from fastapi import FastAPI
 from llmhost import __version__
 from llmhost.asgi import RequestContextMiddleware
 from llmhost.auth import OPEN_PATHS, ApiKeyMiddleware
+from llmhost.chat_template import template_fault
 from llmhost.console.api import PUBLIC_PATHS, create_console
 from llmhost.console.front import ConsoleCollector, FrontCounter, FrontTally
 from llmhost.console.sampler import Sampler
-from llmhost.engine import AsyncEngine
+from llmhost.engine import AsyncEngine, ModelInfo
 from llmhost.engine.embedder_loop import AsyncEmbedder
 from llmhost.lifecycle import Lifecycle
 from llmhost.server import apidoc, errors
@@ -40,6 +41,18 @@ DESCRIPTION = (
 )
 
 
+def _template_vet(settings: ServerSettings) -> Callable[[ModelInfo], str | None]:
+    """What the engine checks once the model is loaded, before it is ready: the chat template in use,
+    tried on a plain conversation (a template that loops, writes without end or leaves its sandbox is
+    refused with the file, rather than failing every chat request)."""
+
+    def vet(info: ModelInfo) -> str | None:
+        source = settings.chat_template or info.chat_template
+        return template_fault(source, info.bos_token, info.eos_token) if source else None
+
+    return vet
+
+
 def create_app(
     settings: ServerSettings, engine: AsyncEngine | None = None, lifecycle: Lifecycle | None = None
 ) -> FastAPI:
@@ -49,7 +62,8 @@ def create_app(
     metrics = ServerMetrics()
     owned = engine is None  # an engine passed in is started and stopped by its owner
     if engine is None:
-        engine = AsyncEngine(settings.model_path, settings.engine, observer=metrics)
+        vet = _template_vet(settings)
+        engine = AsyncEngine(settings.model_path, settings.engine, observer=metrics, vet=vet)
     metrics.attach(engine.stats)
     lifecycle = lifecycle or Lifecycle()
     # --embeddings: the embedder loads the model and the generation engine is never started
@@ -101,7 +115,7 @@ def create_app(
     errors.install(app)
     for module in (sagemaker, runtime, openai, anthropic, responses, embeddings, tgi, ops):
         app.include_router(module.router)
-    app.include_router(create_console(store, console, console_source.overview))
+    app.include_router(create_console(store, console, console_source.overview, settings.api_keys.enabled))
     apidoc.install(app, DESCRIPTION, secured=settings.api_keys.enabled, open_paths=OPEN_PATHS | PUBLIC_PATHS)
     app.add_middleware(CustomAttributesMiddleware)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)

@@ -10,6 +10,7 @@ from prometheus_client.registry import Collector
 
 from llmhost.engine.request import GenerationEvent
 from llmhost.engine.stats import EngineStats
+from llmhost.lifecycle import asyncio_tasks
 
 # metric names carry their unit
 REQUESTS_TOTAL = "llmhost_requests"  # _total added by the client library
@@ -69,6 +70,8 @@ class _EngineCollector(Collector):
             "llmhost_prompt_tokens_prefilled", "Prompt tokens actually decoded", s.prompt_tokens_prefilled
         )
         yield from _prompt_cache_metrics(s)
+        tasks = asyncio_tasks()
+        yield GaugeMetricFamily("llmhost_asyncio_tasks", "Tasks alive on the server's event loop", tasks)
         yield CounterMetricFamily("llmhost_spec_draft_tokens", "Speculative tokens proposed", s.draft_tokens)
         yield CounterMetricFamily(
             "llmhost_spec_accepted_tokens", "Speculative tokens the model confirmed", s.draft_tokens_accepted

@@ -281,8 +281,13 @@ def test_a_stream_cut_by_the_router_ends_in_the_streams_own_format() -> None:
     anthropic_cut = parse_sse([b"".join(stream_cut("copy died", False, b"ta", "/v1/messages")).decode()])
     died = {"type": "error", "error": {"type": "api_error", "message": "copy died"}}
     assert anthropic_cut == [("error", died)]
-    openai_cut = b"".join(stream_cut("copy died", False, b"\n\n", "/v1/responses"))
+    responses_cut = parse_sse([b"".join(stream_cut("copy died", False, b"\n\n", "/v1/responses")).decode()])
+    assert responses_cut == [("error", {"type": "error", "code": "upstream_error", "message": "copy died",
+                                        "param": None})]  # fmt: skip
+    openai_cut = b"".join(stream_cut("copy died", False, b"\n\n", "/v1/chat/completions"))
     assert openai_cut.startswith(b"data: ") and json.loads(openai_cut[6:])["error"]["message"] == "copy died"
+    tgi_cut = b"".join(stream_cut("copy died", False, b"\n\n", "/generate_stream"))
+    assert tgi_cut.startswith(b"data:{") and json.loads(tgi_cut[5:])["error"] == "copy died"
 
 
 async def test_anthropic_routes_answer_every_layers_errors_in_anthropics_shape() -> None:

@@ -6,6 +6,7 @@
   const KEY_STORE = "llmhost-console-key";
   const $ = (id) => document.getElementById(id);
   const state = { key: sessionStorage.getItem(KEY_STORE) || "", overview: null, period: 5, retention: 900,
+    now: Date.now() / 1000,
     data: {}, lastT: -Infinity, charts: {}, chartComps: "", timer: null, units: {}, stats: {} };
 
   // ---- calls ------------------------------------------------------------------------------------
@@ -252,6 +253,7 @@
         state.lastT = Math.max(state.lastT, t);
       });
     }
+    state.now = body.now;
     const oldest = body.now - state.retention;
     for (const d of Object.values(state.data)) {
       let cut = 0;
@@ -296,7 +298,11 @@
           label: c + (label ? " " + label : ""), stroke: COLORS[ci % COLORS.length], width: 1.5,
           dash: mi ? [4, 3] : undefined, spanGaps: false, value: (u, v) => fmt(v, 2) })));
         const plot = new uPlot({ width, height: 180, series, legend: { live: true },
-          scales: { x: { time: true } }, axes: [{}, { size: 50 }] }, cols, box);
+          // the retention window ending now: uPlot's own range around one point spans years
+          scales: { x: { time: true, range: () => [state.now - state.retention, state.now] } },
+          // the span the axis shows, for the tests
+          hooks: { setScale: [(u, key) => key === "x" && box.setAttribute("data-x-span", String(u.scales.x.max - u.scales.x.min))] },
+          axes: [{}, { size: 50 }] }, cols, box);
         ch = state.charts[id] = { plot, box };
       } else {
         ch.plot.setData(cols);
@@ -431,5 +437,6 @@
     } catch (e) { if (e instanceof NeedKey) askKey(e.message); else say("report: " + e.message, true); }
   }
 
-  start();
+  // a server with keys and none given yet: ask first rather than be refused (each 401 is a browser error)
+  if (document.body.dataset.keyRequired === "1" && !state.key) askKey("none given yet"); else start();
 })();

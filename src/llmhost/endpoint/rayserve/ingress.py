@@ -128,7 +128,7 @@ class Ingress:
         app.include_router(self._routes())
         app.include_router(create_runtime_router(self, self.relay))
         app.include_router(create_admin(admin))
-        app.include_router(create_console(self.store, self.console, console.overview))
+        app.include_router(create_console(self.store, self.console, console.overview, keys.enabled))
         # the console's page and assets hold no data and open without a key (the page asks for one)
         install_doc(app, apidoc.DESCRIPTION, secured=keys.enabled, open_paths=OPEN_PATHS | PUBLIC_PATHS)
         if keys.enabled:  # the routes, the admin API and the console's API alike

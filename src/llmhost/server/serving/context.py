@@ -16,7 +16,7 @@ from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from llmhost.asgi import error_body
-from llmhost.chat_template import ChatTemplate, ChatTemplateError
+from llmhost.chat_template import ChatTemplate, ChatTemplateBoundError, ChatTemplateError
 from llmhost.engine import (
     AsyncEngine,
     Constraint,
@@ -167,6 +167,8 @@ class ServingContext:
         template = self.chat_template()
         try:
             text = template.render(messages, tools=tools, kwargs=kwargs)
+        except ChatTemplateBoundError as exc:  # the template's fault, not the messages'
+            raise APIError(500, str(exc), "server_error") from exc
         except ChatTemplateError as exc:
             raise APIError(400, str(exc), field="messages") from exc
         # templates usually write the BOS token themselves: don't add a second one
@@ -237,29 +239,41 @@ class ServingContext:
         )
         watcher: asyncio.Future[Any] = asyncio.ensure_future(_wait_disconnect(request))
         try:
-            done, _ = await asyncio.wait([collector, watcher], return_when=asyncio.FIRST_COMPLETED)
-        finally:
+            await asyncio.wait([collector, watcher], return_when=asyncio.FIRST_COMPLETED)
+        finally:  # also when this task is cancelled (a server stopping)
             watcher.cancel()
-        if collector not in done:
-            for s in streams:
-                s.abort()
-            collector.cancel()
+            gone = not collector.done()
+            if gone:
+                for s in streams:
+                    s.abort()
+                collector.cancel()
+                # a cancelled gather ends holding a CancelledError that nobody awaits: read it, or asyncio
+                # logs "_GatheringFuture exception was never retrieved"
+                collector.add_done_callback(_retrieve)
+        if gone:
             raise APIError(499, "client disconnected", "client_closed")
         return list(collector.result())
+
+
+def _retrieve(future: asyncio.Future[Any]) -> None:
+    if not future.cancelled():
+        future.exception()
 
 
 def openai_error_event(message: str, type_: str = "server_error", code: int = 500) -> str:
     return sse(error_body(code, message, type_))
 
 
-async def _guarded(content: AsyncIterator[str], on_error: Callable[[str], str]) -> AsyncIterator[str]:
+async def _guarded(
+    content: AsyncIterator[str], on_error: Callable[[str], str], request_ids: str
+) -> AsyncIterator[str]:
     """An unexpected error while streaming ends the stream with an error event in the API's format
     (the status line is long gone), instead of a cut connection."""
     try:
         async for chunk in content:
             yield chunk
     except Exception as exc:
-        log.exception("stream failed")
+        log.exception("request %s: stream failed", request_ids)
         yield on_error(f"internal server error while streaming ({type(exc).__name__})")
 
 
@@ -273,8 +287,9 @@ class EventStreamResponse(StreamingResponse):
         stream: RequestStream | list[RequestStream],
         on_error: Callable[[str], str] = openai_error_event,
     ) -> None:
-        super().__init__(_guarded(content, on_error), media_type="text/event-stream")
         self._streams = stream if isinstance(stream, list) else [stream]
+        ids = ", ".join(s.request_id for s in self._streams)
+        super().__init__(_guarded(content, on_error, ids), media_type="text/event-stream")
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:

@@ -1,0 +1,90 @@
+"""A copy's engine sized to the memory it is given (`memory_mb`, an endpoint copy's reservation): the
+weights, the KV cache of every stream and the process must fit it. Idle cached sequences are a cache:
+fewer of them are kept when they do not fit; running sequences are what the user asked for: when those
+alone do not fit, the load is refused naming each part.
+
+Counted here: the process as it is once the model is loaded (libraries, what of the weights is
+resident), the rest of the weights counted whole (mmap pages them in as they are read), and the KV cache
+of every stream (allocated by llama.cpp, filled as sequences grow). The host cache's automatic budget
+takes what is left afterwards (host_cache.py)."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from dataclasses import dataclass
+
+import psutil
+
+from llmhost.engine.config import EngineConfig
+
+log = logging.getLogger(__name__)
+MIB = 2**20
+# what the process takes after the load: the grammar vocabulary index, llama.cpp's compute and output
+# buffers as decodes touch them, request buffers (a served Gemma 3 270M: 30 MiB more RSS right after load)
+RUNTIME_MARGIN_MB = 64
+
+
+class MemoryFitError(ValueError):
+    """The running sequences, the weights and the process do not fit `memory_mb`; says what each takes."""
+
+
+def rss_bytes() -> int:
+    return int(psutil.Process().memory_info().rss)
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    memory_mb: int
+    process_bytes: int  # the process now, with what of the weights is resident
+    weights_left_bytes: int  # the weights not resident yet
+    stream_bytes: int  # one sequence's KV: max_total_tokens positions
+
+    @property
+    def fixed_bytes(self) -> int:
+        return self.process_bytes + self.weights_left_bytes + RUNTIME_MARGIN_MB * MIB
+
+    @property
+    def fixed_mb(self) -> float:
+        return self.fixed_bytes / MIB
+
+    def need_mb(self, streams: int) -> float:
+        return self.fixed_mb + streams * self.stream_bytes / MIB
+
+    def streams_that_fit(self) -> int:
+        room = self.memory_mb * MIB - self.fixed_bytes
+        return max(0, room // self.stream_bytes) if self.stream_bytes else 1 << 30
+
+
+def plan(config: EngineConfig, rss_before_load: int, weights_bytes: int, kv_per_token: int) -> MemoryPlan:
+    now = rss_bytes()
+    resident = max(0, min(weights_bytes, now - rss_before_load))
+    return MemoryPlan(config.memory_mb, now, weights_bytes - resident,
+                      config.max_total_tokens * kv_per_token)  # fmt: skip
+
+
+def fit_memory(config: EngineConfig, p: MemoryPlan) -> EngineConfig:
+    """`config` with as many idle cached sequences as `memory_mb` holds (unchanged without a bound);
+    MemoryFitError when the running sequences alone do not fit."""
+    if not config.memory_mb:
+        return config
+    fits = p.streams_that_fit()
+    if fits < config.max_concurrent:
+        raise MemoryFitError(
+            f"--memory-mb {config.memory_mb} cannot hold {config.max_concurrent} running sequences of "
+            f"{config.max_total_tokens} tokens: process {p.process_bytes / MIB:.0f} MiB + weights not "
+            f"yet resident {p.weights_left_bytes / MIB:.0f} MiB + runtime {RUNTIME_MARGIN_MB} MiB + KV cache "
+            f"{config.max_concurrent} x "
+            f"{p.stream_bytes / MIB:.1f} MiB = {p.need_mb(config.max_concurrent):.0f} MiB (room for {fits}); "
+            "lower --max-concurrent or --max-total-tokens, or give it more memory"
+        )
+    idle = min(config.prefix_cache_seqs, fits - config.max_concurrent)
+    if idle < config.prefix_cache_seqs:
+        log.warning(
+            "--memory-mb %d holds %d idle cached sequence(s), not %d: %.0f MiB with them "
+            "(each %.1f MiB of KV); give it more memory or lower --max-total-tokens to keep more",
+            config.memory_mb, idle, config.prefix_cache_seqs, p.need_mb(config.max_concurrent + idle),
+            p.stream_bytes / MIB,
+        )  # fmt: skip
+        return dataclasses.replace(config, prefix_cache_seqs=idle)
+    return config

@@ -1,0 +1,38 @@
+"""An engine sized to its memory_mb: idle cached sequences as many as fit, running ones refused naming
+each part when they alone do not fit, nothing changed without a bound."""
+
+from __future__ import annotations
+
+import pytest
+
+from llmhost.engine.config import EngineConfig
+from llmhost.engine.memory_fit import MIB, RUNTIME_MARGIN_MB, MemoryFitError, MemoryPlan, fit_memory
+
+
+def memory_plan(memory_mb: int, process_mb: int = 300, weights_left_mb: int = 0,
+                stream_mb: int = 72) -> MemoryPlan:  # fmt: skip
+    return MemoryPlan(memory_mb, process_mb * MIB, weights_left_mb * MIB, stream_mb * MIB)
+
+
+def test_without_a_bound_nothing_changes() -> None:
+    config = EngineConfig()
+    assert fit_memory(config, memory_plan(0)) is config
+
+
+def test_idle_cached_sequences_shrink_to_fit() -> None:
+    config = EngineConfig(memory_mb=1024)  # 8 running + 8 idle x 72 MiB beside 300 MiB
+    fitted = fit_memory(config, memory_plan(1024))
+    assert fitted.prefix_cache_seqs == (1024 - 300 - RUNTIME_MARGIN_MB) // 72 - 8 == 1
+    assert fitted.max_concurrent == 8 and fitted.max_total_tokens == config.max_total_tokens
+    assert fit_memory(EngineConfig(memory_mb=4096), memory_plan(4096)).prefix_cache_seqs == 8
+
+
+def test_running_sequences_that_do_not_fit_are_refused_naming_each_part() -> None:
+    with pytest.raises(MemoryFitError) as err:
+        fit_memory(EngineConfig(memory_mb=700), memory_plan(700, process_mb=345, weights_left_mb=50))
+    message = str(err.value)
+    for part in ("--memory-mb 700", "8 running sequences of 4096 tokens", "process 345 MiB",
+                 "weights not yet resident 50 MiB", "runtime 64 MiB", "KV cache 8 x 72.0 MiB", "= 1035 MiB",
+                 "room for 3",
+                 "--max-concurrent", "--max-total-tokens"):  # fmt: skip
+        assert part in message, message

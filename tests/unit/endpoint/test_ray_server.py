@@ -78,6 +78,10 @@ def expectations(files: dict[str, Path]) -> dict[str, tuple[Any, Callable[[Serve
         "prompt_cache_mb": (256, lambda s: s.engine.prompt_cache_mb, 256),
         "prefix_cache_seqs": (2, lambda s: s.engine.prefix_cache_seqs, 2),
         "adaptive_draft": (False, lambda s: s.engine.adaptive_draft, False),
+        "cache_type_k": ("q8_0", lambda s: s.engine.cache_type_k, "q8_0"),
+        "cache_type_v": ("q4_0", lambda s: s.engine.cache_type_v, "q4_0"),
+        "swa_full": (False, lambda s: s.engine.swa_full, False),
+        "schedule_policy": ("cached-first", lambda s: s.engine.schedule_policy, "cached-first"),
     }  # fmt: skip
 
 

@@ -116,9 +116,11 @@ def test_a_ray_copy_gets_what_llmhost_serve_builds_from_the_same_file(
     files: dict[str, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     values = {name: value for name, (value, _, _) in expectations(files).items()}
-    ngram = {k: v for k, v in values.items() if k not in ("draft_model", "pooling")}
+    # the sliding-window cache at its window is refused with speculation: that case apart
+    ngram = {k: v for k, v in values.items() if k not in ("draft_model", "pooling", "swa_full")}
     for engine, embeddings in ((ngram, False), ({"draft_model": values["draft_model"]}, False),
-                               ({"pooling": "mean"}, True), ({}, False)):  # fmt: skip
+                               ({"pooling": "mean"}, True), ({"swa_full": False}, False),
+                               ({}, False)):  # fmt: skip
         component = {"name": "c", "model": str(files["model"]), "engine": engine, "embeddings": embeddings,
                      "resources": {"num_cpus": 2}}  # fmt: skip
         spec = parse_endpoint({"name": "e", "components": [component]}).components[0]

@@ -23,6 +23,7 @@ from llmhost.endpoint.runtime import create_runtime_router
 from llmhost.lifecycle import Lifecycle, watch
 from llmhost.server.anthropic_errors import AnthropicErrorsMiddleware
 from llmhost.server.apidoc import install as install_doc
+from llmhost.server.ollama_errors import is_ollama, ollama_error
 
 # while draining, operators still see what happens (status, the console) and probes get their 503
 OPEN_WHILE_DRAINING = {"/ping", "/health", "/metrics", "/admin/status", *PUBLIC_PATHS,
@@ -95,4 +96,5 @@ def create_app(
         app.add_middleware(ApiKeyMiddleware, keys=keys, open_paths=OPEN_PATHS | PUBLIC_PATHS)
     app.add_middleware(RequestContextMiddleware, lifecycle=lifecycle, open_paths=OPEN_WHILE_DRAINING)
     app.add_middleware(AnthropicErrorsMiddleware)  # outermost: Anthropic's routes answer in its shape
+    app.add_middleware(AnthropicErrorsMiddleware, matches=is_ollama, convert=ollama_error)
     return app

@@ -45,6 +45,19 @@ def chat_plan(
     return ChatPlan(tool_mode, None), constraint
 
 
+async def render_chat(
+    ctx: ServingContext, body: ChatCompletionRequest, constraint: Constraint | None, tool_parser: str
+) -> tuple[ChatPlan, Constraint | None, list[int]]:
+    """What a chat request decided (its plan and constraint) and its prompt's tokens, before sampling."""
+    plan, constraint = chat_plan(body, constraint)
+    await ctx.check_constraint(constraint)
+    messages = [tools.template_message(m) for m in body.messages]
+    prompt = await ctx.chat_prompt_tokens(messages, tools.template_tools(body))
+    if plan.tool_mode == "auto":
+        plan.parser = tools.parser_for(tool_parser, ctx.chat_template().source)
+    return plan, constraint, prompt
+
+
 async def start_chat(
     ctx: ServingContext,
     body: ChatCompletionRequest,
@@ -54,12 +67,7 @@ async def start_chat(
     tool_parser: str,
 ) -> ChatRun:
     """Render, tokenize and submit a chat request (`constraint`: its structured output, if any)."""
-    plan, constraint = chat_plan(body, constraint)
-    await ctx.check_constraint(constraint)
-    messages = [tools.template_message(m) for m in body.messages]
-    prompt = await ctx.chat_prompt_tokens(messages, tools.template_tools(body))
-    if plan.tool_mode == "auto":
-        plan.parser = tools.parser_for(tool_parser, ctx.chat_template().source)
+    plan, constraint, prompt = await render_chat(ctx, body, constraint, tool_parser)
     max_tokens = body.max_completion_tokens or body.max_tokens or ctx.remaining(len(prompt))
     top = body.top_logprobs or 0
     params = sampling_params(body, max_tokens, top if body.logprobs else None, constraint)
@@ -69,9 +77,8 @@ async def start_chat(
 
 def read_message(plan: ChatPlan, text: str) -> tuple[str | None, list[tools.ParsedCall]]:
     """The content and the tool calls of a whole output."""
-    if plan.tool_mode == "forced":
-        calls = tools.forced_calls(text)
-        return (None if calls else text), calls
+    if plan.tool_mode == "forced":  # the output is call JSON: never content, cut or not
+        return None, tools.forced_calls(text)
     if plan.tool_mode == "auto" and plan.parser is not None:
         return plan.parser.parse(text)
     return text, []

@@ -254,8 +254,9 @@ class EventStreamResponse(StreamingResponse):
         content: AsyncIterator[str],
         stream: RequestStream | list[RequestStream],
         on_error: Callable[[str], str] = openai_error_event,
+        media_type: str = "text/event-stream",  # Ollama's streams are NDJSON
     ) -> None:
-        super().__init__(_guarded(content, on_error), media_type="text/event-stream")
+        super().__init__(_guarded(content, on_error), media_type=media_type)
         self._streams = stream if isinstance(stream, list) else [stream]
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:

@@ -110,16 +110,18 @@ def ollama_routes(listed: Callable[[], list[Listed]]) -> APIRouter:
     async def version() -> dict[str, Any]:
         return {"version": VERSION}
 
-    for method, path, what in (
-        ("POST", "/api/pull", "pull"),
-        ("DELETE", "/api/delete", "delete"),
-        ("POST", "/api/copy", "copy"),
+    for method, path, what, body in (
+        ("POST", "/api/pull", "pull", proto.ModelRequest),
+        ("DELETE", "/api/delete", "delete", proto.ModelRequest),
+        ("POST", "/api/copy", "copy", proto.CopyRequest),
     ):
         router.add_api_route(
             path,
             _not_here(what),
             methods=[method],
-            openapi_extra=operation(f"Ollama {what}", errors=errors(400, 401, 500, style="ollama")),
+            openapi_extra=operation(
+                f"Ollama {what}", body=[body], errors=errors(400, 401, 500, style="ollama")
+            ),
         )
 
     @router.api_route(

@@ -42,7 +42,6 @@ LOAD_OPTIONS = {
 class Options(Strict):
     """The Modelfile parameters a request may set; those llmhost maps onto its sampling and limits."""
 
-    model_config = ConfigDict(extra="forbid", strict=False)
     temperature: Annotated[float, Field(ge=0.0)] | None = None
     top_p: Annotated[float, Field(gt=0.0, le=1.0)] | None = None
     top_k: Annotated[int, Field(ge=0, le=INT32_MAX)] | None = None
@@ -65,21 +64,18 @@ class Options(Strict):
 
 
 class ToolFunctionCall(Strict):
-    model_config = ConfigDict(extra="forbid", strict=False)
     name: str
     arguments: dict[str, Any] = Field(default_factory=dict)
     index: int | None = None
 
 
 class ToolCall(Strict):
-    model_config = ConfigDict(extra="forbid", strict=False)
     id: str | None = None
     type: Literal["function"] | None = None
     function: ToolFunctionCall
 
 
 class Message(Strict):
-    model_config = ConfigDict(extra="forbid", strict=False)
     role: Literal["system", "user", "assistant", "tool"]
     content: str | None = ""
     thinking: str | None = None
@@ -90,14 +86,12 @@ class Message(Strict):
 
 
 class FunctionDef(Strict):
-    model_config = ConfigDict(extra="forbid", strict=False)
     name: Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$")]
     description: str | None = None
     parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object", "properties": {}})
 
 
 class Tool(Strict):
-    model_config = ConfigDict(extra="forbid", strict=False)
     type: Literal["function"] = "function"
     function: FunctionDef
 
@@ -109,7 +103,6 @@ KeepAlive = StrictStr | float | None
 class _Generation(Strict):
     """What /api/chat and /api/generate share."""
 
-    model_config = ConfigDict(extra="forbid", strict=False)
     model: Annotated[str, Field(min_length=1)]
     format: Format | None = None
     options: Options | None = None
@@ -134,7 +127,6 @@ class GenerateRequest(_Generation):
 
 
 class EmbedRequest(Strict):
-    model_config = ConfigDict(extra="forbid", strict=False)
     model: Annotated[str, Field(min_length=1)]
     input: StrictStr | list[StrictStr]
     truncate: bool = True
@@ -146,7 +138,6 @@ class EmbedRequest(Strict):
 class EmbeddingsRequest(Strict):
     """The older /api/embeddings: one prompt, one vector."""
 
-    model_config = ConfigDict(extra="forbid", strict=False)
     model: Annotated[str, Field(min_length=1)]
     prompt: StrictStr
     options: Options | None = None
@@ -156,7 +147,6 @@ class EmbeddingsRequest(Strict):
 class ModelRequest(Strict):
     """/api/show, /api/delete, /api/pull: one model by name (`name` is the older spelling)."""
 
-    model_config = ConfigDict(extra="forbid", strict=False)
     model: str | None = None
     name: str | None = None
     verbose: bool = False
@@ -171,7 +161,6 @@ class ModelRequest(Strict):
 
 
 class CopyRequest(Strict):
-    model_config = ConfigDict(extra="forbid", strict=False)
     source: Annotated[str, Field(min_length=1)]
     destination: Annotated[str, Field(min_length=1)]
 

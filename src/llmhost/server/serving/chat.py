@@ -4,10 +4,13 @@ constraint and the engine are the same for all; only the answer's shape differs.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from llmhost.engine import Constraint
 from llmhost.engine.loop import RequestStream
+from llmhost.engine.request import TokenLogprob
 from llmhost.server.errors import APIError
 from llmhost.server.protocol.openai import ChatCompletionRequest
 from llmhost.server.serving import tools
@@ -99,3 +102,14 @@ class StreamedOutput:
             return out, []
         rest, calls = self._pending.finish()
         return out + rest, calls
+
+
+def logprob_entries(token_text: Callable[[int], str], logprobs: list[TokenLogprob]) -> list[dict[str, Any]]:
+    """OpenAI's per-token logprobs (chat's `logprobs.content`, Responses' `output_text.logprobs`)."""
+
+    def entry(token: int, logprob: float) -> dict[str, Any]:
+        s = token_text(token)
+        return {"token": s, "logprob": logprob, "bytes": list(s.encode("utf-8"))}
+
+    return [entry(lp.token, lp.logprob) | {"top_logprobs": [entry(t, v) for t, v in lp.top]}
+            for lp in logprobs]  # fmt: skip

@@ -25,7 +25,7 @@ from llmhost.server.protocol.openai import (
     Tool,
     ToolCall,
 )
-from llmhost.server.serving.chat import ChatRun, StreamedOutput, read_message, start_chat
+from llmhost.server.serving.chat import ChatRun, StreamedOutput, logprob_entries, read_message, start_chat
 from llmhost.server.serving.context import EventStreamResponse, ServingContext, raise_if_failed
 from llmhost.server.serving.responses_events import (
     ResponseEvents,
@@ -92,7 +92,8 @@ def to_chat(body: proto.ResponsesRequest) -> ChatCompletionRequest:
         model=body.model, messages=_messages(body), max_tokens=body.max_output_tokens,
         temperature=1.0 if body.temperature is None else body.temperature,
         top_p=1.0 if body.top_p is None else body.top_p, tools=chat_tools or None, tool_choice=choice,
-        parallel_tool_calls=body.parallel_tool_calls is not False,
+        parallel_tool_calls=body.parallel_tool_calls is not False, logprobs=body.wants_logprobs(),
+        top_logprobs=body.top_logprobs,
     )  # fmt: skip
 
 
@@ -150,10 +151,16 @@ class ResponsesServing:
         content, calls = read_message(run.plan, "".join(e.text for e in result))
         incomplete = last.finish_reason is FinishReason.LENGTH and not calls
         status = "incomplete" if incomplete else "completed"
-        output = [message_item(item_id("msg"), content or "", status)] if content or not calls else []
+        message = message_item(item_id("msg"), content or "", status, self._logprobs(body, result))
+        output = [message] if content or not calls else []
         output += [call_item(c) for c in calls]
         reason = "max_output_tokens" if incomplete else None
         return JSONResponse(shape.object(status, output, _usage(last), reason))
+
+    def _logprobs(self, body: proto.ResponsesRequest, events: list[GenerationEvent]) -> list[dict[str, Any]]:
+        if not body.wants_logprobs():
+            return []
+        return logprob_entries(self.ctx.engine.token_text, [lp for e in events for lp in e.logprobs])
 
     async def _stream(self, run: ChatRun, events: ResponseEvents) -> AsyncIterator[str]:
         output = StreamedOutput(run.plan)
@@ -165,6 +172,8 @@ class ResponsesServing:
                 yield events.failed(event.error, "timeout" if timeout else "server_error")
                 return
             text, calls = output.feed(event.text, event.finished)
+            if event.logprobs:
+                events.add_logprobs(logprob_entries(self.ctx.engine.token_text, event.logprobs))
             for line in events.text(text):
                 yield line
             if event.finished:

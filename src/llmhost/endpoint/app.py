@@ -18,6 +18,7 @@ from llmhost.endpoint import apidoc
 from llmhost.endpoint.admin import LocalAdmin, create_admin, terminate_self
 from llmhost.endpoint.console import EndpointConsole
 from llmhost.endpoint.manager import EndpointManager
+from llmhost.endpoint.ollama_folder import ModelsFolder
 from llmhost.endpoint.router import Proxy, create_router
 from llmhost.endpoint.runtime import create_runtime_router
 from llmhost.lifecycle import Lifecycle, watch
@@ -84,7 +85,8 @@ def create_app(
 
     app = FastAPI(title=f"llmhost endpoint {manager.spec.name}", lifespan=lifespan, docs_url=None,
                   redoc_url=None)  # fmt: skip
-    app.include_router(create_router(manager, proxy, lifecycle, store))
+    folder = ModelsFolder(manager) if manager.spec.models_dir is not None else None
+    app.include_router(create_router(manager, proxy, lifecycle, store, folder))
     app.add_api_route("/health", lambda: health(manager, lifecycle), methods=["GET"],
                       openapi_extra=apidoc.HEALTH)  # fmt: skip
     app.include_router(create_runtime_router(manager, proxy))

@@ -14,10 +14,12 @@ from typing import Any
 from fastapi import APIRouter, Request
 from starlette.responses import PlainTextResponse, Response
 
+from llmhost.endpoint.ollama_folder import ModelsFolder
 from llmhost.endpoint.routing import error
 from llmhost.serve_spec import SERVE_SPEC
 from llmhost.server.apidoc import COMMON, errors, operation
 from llmhost.server.protocol import ollama as proto
+from llmhost.server.routes.deps import json_body
 from llmhost.server.serving.ollama_models import VERSION, model_entry, running_entry, tagged
 
 ERRORS = errors(401, 500, style="ollama")
@@ -81,8 +83,9 @@ def _not_here(what: str) -> Callable[[], Any]:
     return refuse
 
 
-def ollama_routes(listed: Callable[[], list[Listed]]) -> APIRouter:
-    """`listed`: the endpoint's components now."""
+def ollama_routes(listed: Callable[[], list[Listed]], folder: ModelsFolder | None = None) -> APIRouter:
+    """`listed`: the endpoint's components now; `folder`: its models_dir, where /api/copy and
+    /api/delete act (elsewhere they are a 400)."""
     router = APIRouter()
 
     @router.get(
@@ -110,26 +113,43 @@ def ollama_routes(listed: Callable[[], list[Listed]]) -> APIRouter:
     async def version() -> dict[str, Any]:
         return {"version": VERSION}
 
-    for method, path, what, body in (
-        ("POST", "/api/pull", "pull", proto.ModelRequest),
-        ("DELETE", "/api/delete", "delete", proto.ModelRequest),
-        ("POST", "/api/copy", "copy", proto.CopyRequest),
-    ):
-        router.add_api_route(
-            path,
-            _not_here(what),
-            methods=[method],
-            openapi_extra=operation(
-                f"Ollama {what}", body=[body], errors=errors(400, 401, 500, style="ollama")
-            ),
-        )
-
-    @router.api_route(
-        "/",
-        methods=["GET", "HEAD"],
-        # outside /api/: its refusals (a missing key) are in llmhost's usual shape
-    openapi_extra=operation("Ollama liveness", errors=COMMON, media={"text/plain": "Ollama is running"}),
+    add = router.add_api_route
+    refusals = errors(400, 401, 500, style="ollama")
+    add(
+        "/api/pull",
+        _not_here("pull"),
+        methods=["POST"],
+        openapi_extra=operation("Ollama pull", body=[proto.ModelRequest], errors=refusals),
     )
+    folder_errors = errors(400, 401, 404, 500, style="ollama")
+    delete_doc = operation(
+        "Ollama delete: a model of the models_dir", body=[proto.ModelRequest], errors=folder_errors
+    )
+    copy_doc = operation(
+        "Ollama copy: a model of the models_dir", body=[proto.CopyRequest], errors=folder_errors
+    )
+    if folder is None:
+        add("/api/delete", _not_here("delete"), methods=["DELETE"], openapi_extra=delete_doc)
+        add("/api/copy", _not_here("copy"), methods=["POST"], openapi_extra=copy_doc)
+    else:
+        owned = folder
+
+        async def delete(request: Request) -> Response:
+            body = proto.ModelRequest.model_validate(await json_body(request))
+            return await owned.delete(body.model_name())
+
+        async def copy(request: Request) -> Response:
+            body = proto.CopyRequest.model_validate(await json_body(request))
+            return await owned.copy(body.source, body.destination)
+
+        add("/api/delete", delete, methods=["DELETE"], openapi_extra=delete_doc)
+        add("/api/copy", copy, methods=["POST"], openapi_extra=copy_doc)
+
+    # outside /api/: its refusals (a missing key) are in llmhost's usual shape
+    alive_doc: dict[str, Any] = {"errors": COMMON, "media": {"text/plain": "Ollama is running"}}
+
+    @router.get("/", openapi_extra=operation("Ollama liveness", **alive_doc))
+    @router.head("/", openapi_extra=operation("Ollama liveness (HEAD)", **alive_doc))
     async def alive(_: Request) -> Response:
         return PlainTextResponse("Ollama is running")
 

@@ -28,6 +28,7 @@ from llmhost.endpoint import apidoc, keepalive, routing
 from llmhost.endpoint.component import Component
 from llmhost.endpoint.metrics import render_metrics
 from llmhost.endpoint.ollama import Listed, context_length, ollama_routes
+from llmhost.endpoint.ollama_folder import ModelsFolder
 from llmhost.endpoint.replica import Replica
 from llmhost.endpoint.routing import (
     COMPONENT_HEADER,
@@ -250,8 +251,9 @@ def _listed(registry: Registry) -> list[Listed]:
 
 
 def create_router(registry: Registry, proxy: Proxy, lifecycle: Lifecycle,
-                  store: SeriesStore | None = None) -> APIRouter:
-    """`store`: the console's series, whose last figures /metrics shows too."""
+                  store: SeriesStore | None = None, folder: ModelsFolder | None = None) -> APIRouter:
+    """`store`: the console's series, whose last figures /metrics shows too; `folder`: the models_dir,
+    where Ollama's /api/copy and /api/delete act."""
     router = APIRouter()
 
     @router.get("/ping", openapi_extra=apidoc.PING)
@@ -274,5 +276,5 @@ def create_router(registry: Registry, proxy: Proxy, lifecycle: Lifecycle,
         return Response(text, media_type="text/plain; version=0.0.4; charset=utf-8")
 
     router.include_router(routing.data_routes(registry, proxy))
-    router.include_router(ollama_routes(lambda: _listed(registry)))
+    router.include_router(ollama_routes(lambda: _listed(registry), folder))
     return router

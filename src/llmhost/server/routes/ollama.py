@@ -130,12 +130,12 @@ async def version() -> dict[str, Any]:
     return {"version": VERSION}
 
 
-@router.api_route(
-    "/",
-    methods=["GET", "HEAD"],
-    # outside /api/: its refusals (a missing key) are in llmhost's usual shape
-    openapi_extra=operation("Ollama liveness", errors=COMMON, media={"text/plain": "Ollama is running"}),
-)
+# outside /api/: its refusals (a missing key) are in llmhost's usual shape
+ALIVE = {"errors": COMMON, "media": {"text/plain": "Ollama is running"}}
+
+
+@router.get("/", openapi_extra=operation("Ollama liveness", **ALIVE))
+@router.head("/", openapi_extra=operation("Ollama liveness (HEAD)", **ALIVE))
 async def alive() -> Response:
     return PlainTextResponse("Ollama is running")
 

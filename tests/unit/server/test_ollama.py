@@ -45,6 +45,16 @@ def test_options_map_onto_sampling_with_ollamas_defaults() -> None:
     assert (params.presence_penalty, params.frequency_penalty) == (0.5, 0.25)
 
 
+def test_options_that_mean_off_are_the_only_values_taken() -> None:
+    op.sampling(proto.Options(mirostat=0, tfs_z=1.0, penalize_newline=True, num_keep=4), 4, 64, None)
+    with pytest.raises(APIError) as err:
+        op.sampling(proto.Options(penalize_newline=False), 4, 64, None)
+    assert err.value.field == "options.penalize_newline"
+    for bad in ({"mirostat": 2}, {"mirostat": False}, {"tfs_z": 0.9}):
+        with pytest.raises(ValueError):
+            proto.Options.model_validate(bad)
+
+
 def test_num_predict_and_num_ctx_bound_the_generation() -> None:
     assert op.max_tokens(None, 100, 1024) == 924
     assert op.max_tokens(proto.Options(num_predict=-1), 100, 1024) == 924

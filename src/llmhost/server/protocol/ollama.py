@@ -56,8 +56,8 @@ class Options(Strict):
     frequency_penalty: float | None = None
     num_ctx: Annotated[int, Field(ge=1)] | None = None
     num_keep: Annotated[int, Field(ge=-1)] | None = None  # what a context shift keeps: llmhost never shifts
-    penalize_newline: Literal[True] | None = None  # every token is penalized, newlines too
-    mirostat: Literal[0] | None = None
+    penalize_newline: bool | None = None  # true only: every token is penalized, newlines too
+    mirostat: Annotated[int, Field(ge=0, le=0)] | None = None  # 0 only: off
     mirostat_tau: float | None = None
     mirostat_eta: float | None = None
     tfs_z: Annotated[float, Field(ge=1.0, le=1.0)] | None = None

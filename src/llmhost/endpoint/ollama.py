@@ -83,36 +83,8 @@ def _not_here(what: str) -> Callable[[], Any]:
     return refuse
 
 
-def ollama_routes(listed: Callable[[], list[Listed]], folder: ModelsFolder | None = None) -> APIRouter:
-    """`listed`: the endpoint's components now; `folder`: its models_dir, where /api/copy and
-    /api/delete act (elsewhere they are a 400)."""
-    router = APIRouter()
-
-    @router.get(
-        "/api/tags",
-        openapi_extra=operation(
-            "Ollama models: the endpoint's components", success=proto.TagsResponse, errors=ERRORS
-        ),
-    )
-    async def tags() -> dict[str, Any]:
-        return await asyncio.to_thread(_tags, listed())
-
-    @router.get(
-        "/api/ps",
-        openapi_extra=operation(
-            "Ollama loaded models: components with a ready copy", success=proto.PsResponse, errors=ERRORS
-        ),
-    )
-    async def ps() -> dict[str, Any]:
-        return await asyncio.to_thread(_ps, listed())
-
-    @router.get(
-        "/api/version",
-        openapi_extra=operation("Ollama API version", success=proto.VersionResponse, errors=ERRORS),
-    )
-    async def version() -> dict[str, Any]:
-        return {"version": VERSION}
-
+def _model_routes(router: APIRouter, folder: ModelsFolder | None) -> None:
+    """/api/pull (a 400), and /api/delete, /api/copy: on the models_dir `folder`, else a 400."""
     add = router.add_api_route
     refusals = errors(400, 401, 500, style="ollama")
     add(
@@ -144,6 +116,39 @@ def ollama_routes(listed: Callable[[], list[Listed]], folder: ModelsFolder | Non
 
         add("/api/delete", delete, methods=["DELETE"], openapi_extra=delete_doc)
         add("/api/copy", copy, methods=["POST"], openapi_extra=copy_doc)
+
+
+def ollama_routes(listed: Callable[[], list[Listed]], folder: ModelsFolder | None = None) -> APIRouter:
+    """`listed`: the endpoint's components now; `folder`: its models_dir, where /api/copy and
+    /api/delete act (elsewhere they are a 400)."""
+    router = APIRouter()
+
+    @router.get(
+        "/api/tags",
+        openapi_extra=operation(
+            "Ollama models: the endpoint's components", success=proto.TagsResponse, errors=ERRORS
+        ),
+    )
+    async def tags() -> dict[str, Any]:
+        return await asyncio.to_thread(_tags, listed())
+
+    @router.get(
+        "/api/ps",
+        openapi_extra=operation(
+            "Ollama loaded models: components with a ready copy", success=proto.PsResponse, errors=ERRORS
+        ),
+    )
+    async def ps() -> dict[str, Any]:
+        return await asyncio.to_thread(_ps, listed())
+
+    @router.get(
+        "/api/version",
+        openapi_extra=operation("Ollama API version", success=proto.VersionResponse, errors=ERRORS),
+    )
+    async def version() -> dict[str, Any]:
+        return {"version": VERSION}
+
+    _model_routes(router, folder)
 
     # outside /api/: its refusals (a missing key) are in llmhost's usual shape
     alive_doc: dict[str, Any] = {"errors": COMMON, "media": {"text/plain": "Ollama is running"}}

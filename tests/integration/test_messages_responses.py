@@ -211,6 +211,28 @@ def test_responses_create_and_stream(url: str) -> None:
     assert text and final.output_text == text
 
 
+def test_responses_include_empty_and_logprobs(smol: Server) -> None:
+    """The OpenAI Agents SDK sends `include: []` on every call (nothing asked), and
+    `message.output_text.logprobs` when logprobs are on: served in the text part and the stream."""
+    c = oai(smol.url)
+    plain = c.responses.create(model=MODEL, input="Say hello.", max_output_tokens=6, temperature=0,
+                               include=[])  # fmt: skip
+    assert plain.output_text and plain.output[0].content[0].logprobs == []  # type: ignore[union-attr]
+    asked = c.responses.create(model=MODEL, input="Say hello.", max_output_tokens=6, temperature=0,
+                               include=["message.output_text.logprobs"], top_logprobs=2)  # fmt: skip
+    part = asked.output[0].content[0]  # type: ignore[union-attr]
+    assert asked.output_text == plain.output_text and part.logprobs  # type: ignore[union-attr]
+    assert "".join(lp.token for lp in part.logprobs) == asked.output_text  # type: ignore[union-attr]
+    assert all(lp.logprob <= 0 and len(lp.top_logprobs) == 2 for lp in part.logprobs)  # type: ignore[union-attr]
+    events = list(c.responses.create(model=MODEL, input="Say hello.", max_output_tokens=6, temperature=0,
+                                     include=["message.output_text.logprobs"], stream=True))  # fmt: skip
+    deltas = [e for e in events if e.type == "response.output_text.delta"]
+    assert sum(len(e.logprobs) for e in deltas) == len(part.logprobs)  # type: ignore[union-attr]
+    with pytest.raises(openai.BadRequestError) as err:
+        c.responses.create(model=MODEL, input="Hi", include=["file_search_call.results"])
+    assert "include" in str(err.value)
+
+
 def test_responses_function_call_and_output_round_trip(url: str) -> None:
     c = oai(url)
     tools: Any = [

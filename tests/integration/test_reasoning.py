@@ -10,6 +10,7 @@ from typing import Any
 
 import anthropic
 import httpx
+import ollama
 import openai
 import pytest
 
@@ -204,6 +205,28 @@ def test_responses_give_a_reasoning_item(thinker: Server) -> None:
 
 
 # -- server settings -----------------------------------------------------------------------------------
+# -- Ollama's API ------------------------------------------------------------------------------------
+def test_ollama_chat_and_generate_give_the_thought_as_thinking(thinker: Server) -> None:
+    client = ollama.Client(host=thinker.url, timeout=60)
+    greedy = {"temperature": 0, "num_predict": 40}
+    r = client.chat(model=MODEL, messages=HI, options=greedy)
+    assert (r.message.thinking, r.message.content) == (THOUGHT, ANSWER)
+    parts = list(client.chat(model=MODEL, messages=HI, options=greedy, think=True, stream=True))
+    assert "".join(p.message.thinking or "" for p in parts) == THOUGHT
+    assert "".join(p.message.content or "" for p in parts) == ANSWER
+    first_answer = next(i for i, p in enumerate(parts) if p.message.content)
+    assert not any(p.message.thinking for p in parts[first_answer:])  # the thought comes first
+    off = client.chat(model=MODEL, messages=HI, options=greedy, think=False)
+    assert not off.message.thinking and off.message.content
+    g = client.generate(model=MODEL, prompt="hi", options=greedy)
+    assert (g.thinking, g.response) == (THOUGHT, ANSWER)
+    # an earlier turn's thought goes back to the template (Qwen3's drops it from past turns)
+    history = [*HI, {"role": "assistant", "content": ANSWER, "thinking": THOUGHT}, *HI]
+    assert client.chat(model=MODEL, messages=history, options=greedy).message.content
+    shown = client.show(MODEL)
+    assert shown.capabilities is not None and "thinking" in shown.capabilities
+
+
 def test_server_budget_and_format_none(tmp_path_factory: pytest.TempPathFactory) -> None:
     budget = serve(tmp_path_factory.mktemp("budget"), "--reasoning-budget", "1")
     try:

@@ -12,14 +12,26 @@ from pydantic import BaseModel, ConfigDict
 
 from llmhost.server.anthropic_errors import is_anthropic
 from llmhost.server.apidoc import COMMON, Shape, declarations, errors, merge, operation, relayed
-from llmhost.server.routes import anthropic, embeddings, openai, ops, responses, runtime, sagemaker, tgi
+from llmhost.server.ollama_errors import is_ollama
+from llmhost.server.routes import (
+    anthropic,
+    embeddings,
+    ollama,
+    openai,
+    ops,
+    responses,
+    runtime,
+    sagemaker,
+    tgi,
+)
 
 REPLICA = declarations(m.router for m in (sagemaker, runtime, openai, anthropic, responses, embeddings,
-                                          tgi, ops))  # fmt: skip
+                                          tgi, ollama, ops))  # fmt: skip
 # no such component (404), several and none named (400), no ready copy in time (503), the copy failed
 # after the request reached it (502) or did not answer in time (504)
 ROUTER = merge(errors(400, 404, 502, 504), COMMON)
 ANTHROPIC = errors(400, 401, 404, 500, 502, 504, 529, style="anthropic")
+OLLAMA = errors(400, 401, 404, 500, 502, 503, 504, style="ollama")
 # the runtime's shapes: the router's refusals as ValidationError / ServiceUnavailable, a copy's failure
 # as ModelError
 RUNTIME = merge(errors(400, 424, 503, style="sagemaker"), COMMON)
@@ -41,6 +53,8 @@ def relay_doc(method: str, path: str, how: str) -> dict[str, Any]:
         more = RUNTIME
     elif is_anthropic(path):
         more = ANTHROPIC
+    elif is_ollama(path):
+        more = OLLAMA
     else:
         more = ROUTER
     return relayed(REPLICA[(method, path)], more, NOTES[how])

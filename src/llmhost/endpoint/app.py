@@ -18,11 +18,13 @@ from llmhost.endpoint import apidoc
 from llmhost.endpoint.admin import LocalAdmin, create_admin, terminate_self
 from llmhost.endpoint.console import EndpointConsole
 from llmhost.endpoint.manager import EndpointManager
+from llmhost.endpoint.ollama_folder import ModelsFolder
 from llmhost.endpoint.router import Proxy, create_router
 from llmhost.endpoint.runtime import create_runtime_router
 from llmhost.lifecycle import Lifecycle, watch
 from llmhost.server.anthropic_errors import AnthropicErrorsMiddleware
 from llmhost.server.apidoc import install as install_doc
+from llmhost.server.ollama_errors import is_ollama, ollama_error
 
 # while draining, operators still see what happens (status, the console) and probes get their 503
 OPEN_WHILE_DRAINING = {"/ping", "/health", "/metrics", "/admin/status", *PUBLIC_PATHS,
@@ -83,7 +85,8 @@ def create_app(
 
     app = FastAPI(title=f"llmhost endpoint {manager.spec.name}", lifespan=lifespan, docs_url=None,
                   redoc_url=None)  # fmt: skip
-    app.include_router(create_router(manager, proxy, lifecycle, store))
+    folder = ModelsFolder(manager) if manager.spec.models_dir is not None else None
+    app.include_router(create_router(manager, proxy, lifecycle, store, folder))
     app.add_api_route("/health", lambda: health(manager, lifecycle), methods=["GET"],
                       openapi_extra=apidoc.HEALTH)  # fmt: skip
     app.include_router(create_runtime_router(manager, proxy))
@@ -95,4 +98,5 @@ def create_app(
         app.add_middleware(ApiKeyMiddleware, keys=keys, open_paths=OPEN_PATHS | PUBLIC_PATHS)
     app.add_middleware(RequestContextMiddleware, lifecycle=lifecycle, open_paths=OPEN_WHILE_DRAINING)
     app.add_middleware(AnthropicErrorsMiddleware)  # outermost: Anthropic's routes answer in its shape
+    app.add_middleware(AnthropicErrorsMiddleware, matches=is_ollama, convert=ollama_error)
     return app

@@ -27,6 +27,8 @@ from llmhost.console.timeseries import SeriesStore
 from llmhost.endpoint import apidoc, keepalive, routing
 from llmhost.endpoint.component import Component
 from llmhost.endpoint.metrics import render_metrics
+from llmhost.endpoint.ollama import Listed, context_length, ollama_routes
+from llmhost.endpoint.ollama_folder import ModelsFolder
 from llmhost.endpoint.replica import Replica
 from llmhost.endpoint.routing import (
     COMPONENT_HEADER,
@@ -234,9 +236,24 @@ def _on_demand(comp: Component) -> dict[str, Any]:
             "resources": {"num_cpus": res.num_cpus, "memory_mb": res.memory_mb}}  # fmt: skip
 
 
+def _listed(registry: Registry) -> list[Listed]:
+    """The components as Ollama's /api/tags and /api/ps show them."""
+    now, out = time.monotonic(), []
+    for c in registry.components.values():
+        if c.removing:
+            continue
+        d = c.demand
+        forever = d is None or d.spec.pinned or d.keep_alive < 0
+        expires = None if forever or d is None else d.keep_alive - c.idle_for(now)
+        out.append(Listed(c.name, c.model.gguf, bool(c.ready()), expires,
+                          context_length(c.spec.engine.serve_options())))  # fmt: skip
+    return out
+
+
 def create_router(registry: Registry, proxy: Proxy, lifecycle: Lifecycle,
-                  store: SeriesStore | None = None) -> APIRouter:
-    """`store`: the console's series, whose last figures /metrics shows too."""
+                  store: SeriesStore | None = None, folder: ModelsFolder | None = None) -> APIRouter:
+    """`store`: the console's series, whose last figures /metrics shows too; `folder`: the models_dir,
+    where Ollama's /api/copy and /api/delete act."""
     router = APIRouter()
 
     @router.get("/ping", openapi_extra=apidoc.PING)
@@ -259,4 +276,5 @@ def create_router(registry: Registry, proxy: Proxy, lifecycle: Lifecycle,
         return Response(text, media_type="text/plain; version=0.0.4; charset=utf-8")
 
     router.include_router(routing.data_routes(registry, proxy))
+    router.include_router(ollama_routes(lambda: _listed(registry), folder))
     return router

@@ -4,8 +4,9 @@ stream cut mid-way ends.
 
 `/invocations` and the TGI routes name the component in `X-Amzn-SageMaker-Inference-Component` (optional
 with one component); OpenAI, Anthropic Messages, Responses and tokenizer routes name it in the body's
-`model` (vLLM's /tokenize and /detokenize carry one), else the header; GET /tokenizer_info in the query's
-`model`, else the header.
+`model` (vLLM's /tokenize and /detokenize carry one), else the header, as do Ollama's /api/chat,
+/api/generate, /api/embed and /api/show (`name:latest` names the component `name`); GET /tokenizer_info in
+the query's `model`, else the header.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from llmhost import eventstream
 from llmhost.asgi import error_body, retry_after
 from llmhost.endpoint.apidoc import relay_doc
 from llmhost.server.anthropic_errors import is_anthropic
+from llmhost.server.ollama_errors import is_ollama
 from llmhost.server.serving.anthropic_events import error_event as anthropic_error_event
 
 COMPONENT_HEADER = "X-Amzn-SageMaker-Inference-Component"
@@ -43,7 +45,9 @@ HEADER_ROUTES = ("/invocations", "/", "/generate", "/generate_stream")
 MODEL_ROUTES = (
     "/v1/completions", "/v1/chat/completions", "/v1/embeddings", "/v1/messages", "/v1/messages/count_tokens",
     "/v1/responses", "/tokenize", "/detokenize",
+    "/api/chat", "/api/generate", "/api/embed", "/api/embeddings", "/api/show",
 )  # fmt: skip
+NDJSON = "application/x-ndjson"  # Ollama's streams: one JSON object a line
 # GET routes whose component is named in the query (`?model=`)
 QUERY_ROUTES = ("/tokenizer_info",)
 
@@ -189,7 +193,8 @@ def by_model(registry: Components[C], body: bytes, headers: Mapping[str, str]) -
         data = None
     model = data.get("model") if isinstance(data, dict) else None
     if isinstance(model, str) and model and model not in UNNAMED_MODELS:
-        comp = registry.components.get(model)
+        # Ollama's clients name models `name:tag`, `latest` when no tag was given (/api/tags lists so)
+        comp = registry.components.get(model) or registry.components.get(model.removesuffix(":latest"))
         if comp is not None and not comp.removing:
             return comp
         if not headers.get(COMPONENT_HEADER):
@@ -231,7 +236,7 @@ def stream_kind(content_type: str) -> tuple[bool, bool]:
     """(streamed, framed): SSE and AWS event streams pass through chunk by chunk; an event stream is
     framed (relayed in whole messages)."""
     framed = content_type.startswith(eventstream.MEDIA_TYPE)
-    return framed or content_type.startswith("text/event-stream"), framed
+    return framed or content_type.startswith(("text/event-stream", NDJSON)), framed
 
 
 def responses_error_event(message: str) -> bytes:
@@ -262,6 +267,9 @@ def stream_cut(message: str, framed: bool, tail: bytes, path: str = "") -> list[
     TGI's error, else OpenAI's."""
     if framed:
         return [eventstream.model_stream_error(message, eventstream.STREAM_BROKEN)]
+    if is_ollama(path):  # NDJSON: an `error` object on a line of its own
+        line = json.dumps({"error": message}).encode() + b"\n"
+        return ([b"\n"] if not tail.endswith(b"\n") else []) + [line]
     return ([b"\n\n"] if tail != b"\n\n" else []) + [_cut_event(message, path)]
 
 

@@ -11,6 +11,7 @@ Anthropic's statuses: a validation error is a 400, and a refusal for load (429, 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -49,12 +50,22 @@ def anthropic_error(status: int, body: Any) -> tuple[int, dict[str, Any]]:
     return new_status, {"type": "error", "error": out}
 
 
+Convert = Callable[[int, Any], tuple[int, dict[str, Any]]]
+
+
 class AnthropicErrorsMiddleware:
-    def __init__(self, app: ASGIApp) -> None:
+    """Rewrites the JSON error answers of the paths `matches` takes with `convert` (Anthropic's by
+    default; Ollama's routes use it too: server/ollama_errors.py)."""
+
+    def __init__(
+        self, app: ASGIApp, matches: Callable[[str], bool] = is_anthropic, convert: Convert = anthropic_error
+    ) -> None:
         self.app = app
+        self.matches = matches
+        self.convert = convert
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not is_anthropic(scope["path"]):
+        if scope["type"] != "http" or not self.matches(scope["path"]):
             await self.app(scope, receive, send)
             return
         start: Message | None = None
@@ -72,19 +83,19 @@ class AnthropicErrorsMiddleware:
                 chunks.append(message.get("body", b""))
                 if message.get("more_body", False):
                     return
-                await _send_rewritten(send, start, b"".join(chunks))
+                await _send_rewritten(send, start, b"".join(chunks), self.convert)
                 return
             await send(message)
 
         await self.app(scope, receive, rewriting_send)
 
 
-async def _send_rewritten(send: Send, start: Message, raw: bytes) -> None:
+async def _send_rewritten(send: Send, start: Message, raw: bytes, convert: Convert) -> None:
     try:
         body = json.loads(raw)
     except ValueError:
         body = {"error": {"message": raw.decode("utf-8", "replace")}}
-    status, new = anthropic_error(start["status"], body)
+    status, new = convert(start["status"], body)
     data = json.dumps(new).encode()
     headers = [(k, v) for k, v in start.get("headers", []) if k.lower() != b"content-length"]
     headers.append((b"content-length", str(len(data)).encode()))

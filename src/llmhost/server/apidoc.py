@@ -29,7 +29,7 @@ from llmhost.auth import DOC_ASSETS
 DOC_KEY = "x-llmhost-operation"
 REF = "#/components/schemas/{model}"
 SSE = "text/event-stream"
-Style = Literal["openai", "tgi", "anthropic", "sagemaker", "none"]
+Style = Literal["openai", "tgi", "anthropic", "sagemaker", "ollama", "none"]
 # how an error status is answered: in one of llmhost's error shapes, with a model's body, "none": no body
 Shape = Style | type[BaseModel]
 
@@ -83,8 +83,17 @@ class SageMakerError(Open):
     Message: str
 
 
+class OllamaError(Open):
+    """Ollama's error shape (a validation error is a 400 there); llmhost adds `field` and `limit`."""
+
+    error: str
+    field: str | None = None
+    limit: int | float | None = None
+
+
 ERROR_MODELS: dict[str, type[BaseModel]] = {
     "openai": OpenAIError, "tgi": TGIError, "anthropic": AnthropicError, "sagemaker": SageMakerError,
+    "ollama": OllamaError,
 }  # fmt: skip
 DESCRIPTIONS = {
     202: "Accepted: the work is under way",

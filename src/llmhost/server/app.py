@@ -24,18 +24,31 @@ from llmhost.server.console import ServerConsole
 from llmhost.server.lifecycle import watch_embedder, watch_engine
 from llmhost.server.metrics import ServerMetrics
 from llmhost.server.middleware import BodyLimitMiddleware, CustomAttributesMiddleware
-from llmhost.server.routes import anthropic, embeddings, openai, ops, responses, runtime, sagemaker, tgi
+from llmhost.server.ollama_errors import is_ollama, ollama_error
+from llmhost.server.routes import (
+    anthropic,
+    embeddings,
+    ollama,
+    openai,
+    ops,
+    responses,
+    runtime,
+    sagemaker,
+    tgi,
+)
 from llmhost.server.serving.anthropic import AnthropicServing
 from llmhost.server.serving.context import ServingContext
 from llmhost.server.serving.custom import CustomInference
 from llmhost.server.serving.embeddings import EmbeddingsServing
+from llmhost.server.serving.ollama import OllamaServing
+from llmhost.server.serving.ollama_models import OllamaModels
 from llmhost.server.serving.openai import OpenAIServing
 from llmhost.server.serving.responses import ResponsesServing
 from llmhost.server.serving.tgi import TGIServing
 from llmhost.server.settings import ServerSettings
 
 DESCRIPTION = (
-    "One model behind SageMaker's container contract, the OpenAI, Anthropic Messages and TGI APIs. "
+    "One model behind SageMaker's container contract, the OpenAI, Anthropic Messages, TGI and Ollama APIs. "
     "Request bodies are validated by the schemas below: an unknown field is a 400 naming it, a value out "
     "of range a 422 naming the field and the limit."
 )
@@ -109,11 +122,13 @@ def create_app(
     app.state.anthropic = AnthropicServing(ctx, settings.tool_parser)
     app.state.responses = ResponsesServing(ctx, settings.tool_parser)
     app.state.embeddings = EmbeddingsServing(ctx)
+    app.state.ollama = OllamaServing(ctx, settings.tool_parser)
+    app.state.ollama_models = OllamaModels(ctx, app.state.embeddings)
     # imported now, before serving: a broken inference.py stops the server from starting
     custom = CustomInference.load(settings.inference_script, ctx) if settings.inference_script else None
     app.state.custom = custom
     errors.install(app)
-    for module in (sagemaker, runtime, openai, anthropic, responses, embeddings, tgi, ops):
+    for module in (sagemaker, runtime, openai, anthropic, responses, embeddings, tgi, ollama, ops):
         app.include_router(module.router)
     app.include_router(create_console(store, console, console_source.overview, settings.api_keys.enabled))
     apidoc.install(app, DESCRIPTION, secured=settings.api_keys.enabled, open_paths=OPEN_PATHS | PUBLIC_PATHS)
@@ -124,4 +139,5 @@ def create_app(
     app.add_middleware(FrontCounter, tally=tally)  # outside the key check: refusals count as 4xx
     app.add_middleware(RequestContextMiddleware, lifecycle=lifecycle)
     app.add_middleware(AnthropicErrorsMiddleware)  # added last: outermost, sees every error answer
+    app.add_middleware(AnthropicErrorsMiddleware, matches=is_ollama, convert=ollama_error)
     return app

@@ -128,9 +128,23 @@ def test_forced_schema_names_the_function_and_closes_arguments() -> None:
         )
 
 
-def test_forced_output_read_back_and_cut_output_is_no_call() -> None:
+def test_forced_output_read_back_and_a_cut_array_keeps_its_complete_calls() -> None:
     assert tools.forced_calls('[{"name": "f", "arguments": {"a": 1}}]') == [tools.ParsedCall("f", '{"a": 1}')]
     assert tools.forced_calls('[{"name": "f", "argu') == []
+    # max_tokens cut the second call: the first is whole and is returned
+    cut = '[{"name":"f","arguments":{"a":1}},{"name":"g","argu'
+    assert tools.forced_calls(cut) == [tools.ParsedCall("f", '{"a": 1}')]
+    assert tools.forced_calls('[{"name":"f","arguments":{}},') == [tools.ParsedCall("f", "{}")]
+
+
+def test_forced_calls_are_bounded_by_the_tools_offered() -> None:
+    """Parallel calls allowed: at most one per tool (a small model otherwise appends calls until
+    max_tokens cuts the array)."""
+    other = {**WEATHER, "function": {**WEATHER["function"], "name": "get_time"}}
+    both = tools.forced_constraint(body(tools=[WEATHER, other], tool_choice="required"))
+    assert both is not None and json.loads(both.value)["maxItems"] == 2
+    one = tools.forced_constraint(body(tools=[WEATHER], tool_choice="required"))
+    assert one is not None and json.loads(one.value)["maxItems"] == 1
 
 
 def test_template_message_turns_arguments_into_a_mapping() -> None:
@@ -162,3 +176,24 @@ def test_streamed_forced_choice_holds_everything() -> None:
     assert s.feed('[{"name": "f", ') == ""
     s.feed('"arguments": {}}]')
     assert s.finish() == ("", [tools.ParsedCall("f", "{}")])
+
+
+def test_integers_are_bounded_as_llama_cpp_bounds_them() -> None:
+    """16 digits either way, unless the schema bounds them itself (a small model otherwise spends its
+    max_tokens on one number)."""
+    from llmhost.server.serving.structured import INTEGER_BOUND, bounded
+
+    schema = {"type": "object", "properties": {
+        "age": {"type": "integer"}, "n": {"type": ["integer", "null"], "minimum": 0},
+        "x": {"type": "integer", "exclusiveMaximum": 5}, "s": {"type": "string"},
+        "list": {"type": "array", "items": {"type": "integer"}}},
+        "default": {"type": "integer"}}  # fmt: skip
+    out = bounded(schema)
+    props = out["properties"]
+    assert (props["age"]["minimum"], props["age"]["maximum"]) == (-INTEGER_BOUND, INTEGER_BOUND)
+    assert props["n"]["minimum"] == 0 and props["n"]["maximum"] == INTEGER_BOUND
+    assert "maximum" not in props["x"] and props["x"]["minimum"] == -INTEGER_BOUND
+    assert props["s"] == {"type": "string"} and props["list"]["items"]["maximum"] == INTEGER_BOUND
+    assert out["default"] == {"type": "integer"}  # an instance, not a schema
+    forced = tools.forced_constraint(body(tools=[WEATHER], tool_choice="required"))
+    assert forced is not None and str(INTEGER_BOUND) not in forced.value  # no integer in its schema

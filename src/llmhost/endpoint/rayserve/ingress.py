@@ -23,6 +23,7 @@ from llmhost.console.front import console_families
 from llmhost.console.sampler import Sampler
 from llmhost.endpoint import apidoc, routing
 from llmhost.endpoint.admin import create_admin
+from llmhost.endpoint.ollama import Listed, context_length, ollama_routes
 from llmhost.endpoint.rayserve import status
 from llmhost.endpoint.rayserve.admin import RayAdmin
 from llmhost.endpoint.rayserve.console import ClusterFigures, RayConsole, cluster_figures
@@ -35,6 +36,7 @@ from llmhost.endpoint.spec import EndpointSpec
 from llmhost.lifecycle import Lifecycle
 from llmhost.server.anthropic_errors import AnthropicErrorsMiddleware
 from llmhost.server.apidoc import install as install_doc
+from llmhost.server.ollama_errors import is_ollama, ollama_error
 
 log = logging.getLogger("llmhost.endpoint")
 POLL_S = 1.0  # how often Ray Serve's view of the copies is read (for /ping, /v1/models, waits)
@@ -99,7 +101,14 @@ class Ingress:
             return Response(text, media_type="text/plain; version=0.0.4; charset=utf-8")
 
         router.include_router(routing.data_routes(self, self.relay))
+        router.include_router(ollama_routes(self._listed))
         return router
+
+    def _listed(self) -> list[Listed]:
+        """The components for Ollama's /api/tags and /api/ps (their files live on the copies' nodes; a
+        copy's /api/show reads them)."""
+        return [Listed(c.name, None, c.view.running > 0, None, context_length(c.spec.engine.serve_options()))
+                for c in self.components.values()]  # fmt: skip
 
     def __serve_build_asgi_app__(self) -> FastAPI:
         return self.asgi_app()  # the hook `serve.ingress()` calls on a class given no app
@@ -136,4 +145,5 @@ class Ingress:
         # Ray Serve drains the ingress itself (graceful shutdown): this lifecycle never drains
         app.add_middleware(RequestContextMiddleware, lifecycle=Lifecycle())
         app.add_middleware(AnthropicErrorsMiddleware)  # outermost: Anthropic's routes answer in its shape
+        app.add_middleware(AnthropicErrorsMiddleware, matches=is_ollama, convert=ollama_error)
         return app

@@ -10,6 +10,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Discriminator, Field, Tag
 
+from llmhost.engine.request import MAX_LOGPROBS
 from llmhost.server.errors import APIError
 from llmhost.server.protocol.openai import Strict
 
@@ -124,6 +125,8 @@ class Reasoning(Strict):
 
     effort: Literal["none", "minimal", "low", "medium", "high"] | None = None
     summary: None = None
+LOGPROBS = "message.output_text.logprobs"
+INCLUDABLE = (LOGPROBS,)
 
 
 class ResponsesRequest(Strict):
@@ -145,6 +148,17 @@ class ResponsesRequest(Strict):
     truncation: Literal["disabled"] | None = None
     reasoning: Reasoning | None = None
     reasoning_budget: Annotated[int, Field(ge=0)] | None = None  # llmhost: most thought tokens
+    # what the answer adds: an empty list asks for nothing (the OpenAI Agents SDK sends one every time)
+    include: list[str] | None = None
+    top_logprobs: Annotated[int, Field(ge=0, le=MAX_LOGPROBS)] | None = None
+
+    def wants_logprobs(self) -> bool:
+        """Whether `include` asks for the output's logprobs; anything else it asks is a 400 naming it."""
+        for i, value in enumerate(self.include or []):
+            if value not in INCLUDABLE:
+                raise APIError(400, f"include {value!r} is not supported: llmhost can include "
+                               f"{', '.join(INCLUDABLE)}", field=f"include.{i}")  # fmt: skip
+        return LOGPROBS in (self.include or [])
 
 
 def check_items(body: Any) -> None:

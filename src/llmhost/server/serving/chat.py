@@ -4,10 +4,13 @@ constraint and the engine are the same for all; only the answer's shape differs.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import Any
 
-from llmhost.engine import Constraint, Thinking
+from llmhost.engine import Constraint, SamplingParams, Thinking
 from llmhost.engine.loop import RequestStream
+from llmhost.engine.request import TokenLogprob
 from llmhost.server.errors import APIError
 from llmhost.server.protocol.openai import ChatCompletionRequest
 from llmhost.server.serving import thinking, tools
@@ -24,6 +27,7 @@ class ChatPlan:
     parser: tools.ToolParser | None
     syntax: ThinkSyntax | None = None  # the thought's tags (None: no thought is split off)
     opened: bool = False  # the prompt opened the thought: the output starts inside it
+    budget: int | None = None  # most thought tokens (None: unbounded)
 
     def splitter(self) -> ReasoningSplitter | None:
         return None if self.syntax is None else ReasoningSplitter(self.syntax, self.opened)
@@ -51,6 +55,42 @@ def chat_plan(
     return ChatPlan(tool_mode, None), constraint
 
 
+async def render_chat(
+    ctx: ServingContext,
+    body: ChatCompletionRequest,
+    constraint: Constraint | None,
+    tool_parser: str,
+    ask: thinking.ThinkingAsk | None = None,
+) -> tuple[ChatPlan, Constraint | None, list[int]]:
+    """What a chat request decided (its plan and constraint) and its prompt's tokens, before sampling
+    (`ask`: what it asks of a thought, else read from the OpenAI fields)."""
+    plan, constraint = chat_plan(body, constraint)
+    await ctx.check_constraint(constraint)
+    ctx.check_capacity()  # a 429 before any work, even a template's 400
+    template = ctx.chat_template()
+    plan.syntax, think = thinking_plan(ctx, body, ask)
+    messages = [tools.template_message(m) for m in body.messages]
+    text, prompt = await ctx.chat_prompt(messages, tools.template_tools(body), think.kwargs)
+    if plan.tool_mode == "auto":
+        plan.parser = tools.parser_for(tool_parser, template.source)
+    if plan.syntax is not None:
+        plan.opened = opened_by(text, plan.syntax)
+        plan.budget = think.budget
+    return plan, constraint, prompt
+
+
+def planned(ctx: ServingContext, plan: ChatPlan, params: SamplingParams) -> SamplingParams:
+    """`params` with what the plan reads back from the output: the tool-call markers written out as
+    text, the thought tracked (counted, bounded, left unconstrained)."""
+    if plan.parser is not None:
+        params = replace(params, render_special=ctx.marker_tokens(plan.parser.markers))
+    if plan.syntax is not None:
+        params.thinking = Thinking(tuple(ctx.tokenize(plan.syntax.start, add_special=False)),
+                                   tuple(ctx.tokenize(plan.syntax.end, add_special=False)),
+                                   plan.opened, plan.budget)  # fmt: skip
+    return params
+
+
 async def start_chat(
     ctx: ServingContext,
     body: ChatCompletionRequest,
@@ -62,25 +102,10 @@ async def start_chat(
 ) -> ChatRun:
     """Render, tokenize and submit a chat request (`constraint`: its structured output, if any; `ask`:
     what it asks of a thought, else read from the OpenAI fields)."""
-    plan, constraint = chat_plan(body, constraint)
-    await ctx.check_constraint(constraint)
-    ctx.check_capacity()  # a 429 before any work, even a template's 400
-    template = ctx.chat_template()
-    plan.syntax, think = thinking_plan(ctx, body, ask)
-    messages = [tools.template_message(m) for m in body.messages]
-    text, prompt = await ctx.chat_prompt(messages, tools.template_tools(body), think.kwargs)
-    if plan.tool_mode == "auto":
-        plan.parser = tools.parser_for(tool_parser, template.source)
+    plan, constraint, prompt = await render_chat(ctx, body, constraint, tool_parser, ask)
     max_tokens = body.max_completion_tokens or body.max_tokens or ctx.remaining(len(prompt))
     top = body.top_logprobs or 0
-    params = sampling_params(body, max_tokens, top if body.logprobs else None, constraint)
-    if plan.parser is not None:
-        params = replace(params, render_special=ctx.marker_tokens(plan.parser.markers))
-    if plan.syntax is not None:
-        plan.opened = opened_by(text, plan.syntax)
-        params.thinking = Thinking(tuple(ctx.tokenize(plan.syntax.start, add_special=False)),
-                                   tuple(ctx.tokenize(plan.syntax.end, add_special=False)),
-                                   plan.opened, think.budget)  # fmt: skip
+    params = planned(ctx, plan, sampling_params(body, max_tokens, top if body.logprobs else None, constraint))
     streams = ctx.submit_choices(rid, [prompt], [params], body.n, api)
     return ChatRun(plan, streams, len(prompt))
 
@@ -113,9 +138,8 @@ def read_message(plan: ChatPlan, text: str) -> Reply:
     reasoning: str | None = None
     if plan.syntax is not None:
         reasoning, text = split(text, plan.syntax, plan.opened)
-    if plan.tool_mode == "forced":
-        calls = tools.forced_calls(text)
-        return Reply(reasoning, None if calls else text, calls, text)
+    if plan.tool_mode == "forced":  # the output is call JSON: never content, cut or not
+        return Reply(reasoning, None, tools.forced_calls(text), text)
     if plan.tool_mode == "auto" and plan.parser is not None:
         content, calls = plan.parser.parse(text)
         return Reply(reasoning, content, calls, text)
@@ -148,3 +172,14 @@ class StreamedOutput:
             return thought, out, []
         rest, calls = self._pending.finish()
         return thought, out + rest, calls
+
+
+def logprob_entries(token_text: Callable[[int], str], logprobs: list[TokenLogprob]) -> list[dict[str, Any]]:
+    """OpenAI's per-token logprobs (chat's `logprobs.content`, Responses' `output_text.logprobs`)."""
+
+    def entry(token: int, logprob: float) -> dict[str, Any]:
+        s = token_text(token)
+        return {"token": s, "logprob": logprob, "bytes": list(s.encode("utf-8"))}
+
+    return [entry(lp.token, lp.logprob) | {"top_logprobs": [entry(t, v) for t, v in lp.top]}
+            for lp in logprobs]  # fmt: skip

@@ -286,10 +286,11 @@ class EventStreamResponse(StreamingResponse):
         content: AsyncIterator[str],
         stream: RequestStream | list[RequestStream],
         on_error: Callable[[str], str] = openai_error_event,
+        media_type: str = "text/event-stream",  # Ollama's streams are NDJSON
     ) -> None:
         self._streams = stream if isinstance(stream, list) else [stream]
         ids = ", ".join(s.request_id for s in self._streams)
-        super().__init__(_guarded(content, on_error, ids), media_type="text/event-stream")
+        super().__init__(_guarded(content, on_error, ids), media_type=media_type)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:

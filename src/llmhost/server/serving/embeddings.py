@@ -102,9 +102,21 @@ class EmbeddingsServing:
                 field="dimensions",
                 extra={"value": body.dimensions, "supported": embedder.n_embd},
             )
-        inputs = body.inputs()
+        vectors, n_tokens = await self.vectors(body.inputs(), request, API)
+        model = body.model or self.ctx.settings.model_name
+        content = await asyncio.to_thread(render, vectors, body.encoding_format, model, n_tokens)
+        return Response(content, media_type="application/json")
+
+    async def vectors(
+        self, inputs: list[str | list[int]], request: Request, api: str, max_tokens: int | None = None
+    ) -> tuple[list[Vector], int]:
+        """The vectors of `inputs` and their tokens in all (`max_tokens`: each input's tokens cut to
+        that many first, Ollama's `truncate`)."""
+        embedder = self.embedder()
         check_texts(inputs, embedder.config.max_inputs)
         tokens = await asyncio.to_thread(self._tokenize, embedder, inputs)
+        if max_tokens is not None:
+            tokens = [t[:max_tokens] for t in tokens]
         try:
             vectors = await until_done(embedder.embed(tokens), request)
         except EngineError as exc:
@@ -114,11 +126,9 @@ class EmbeddingsServing:
         except EmbeddingError as exc:
             raise APIError(500, f"embedding failed: {exc}", "server_error") from exc
         n_tokens = sum(len(t) for t in tokens)
-        self.ctx.metrics.count(API, "stop")
+        self.ctx.metrics.count(api, "stop")
         self.ctx.metrics.prompt_tokens.inc(n_tokens)
-        model = body.model or self.ctx.settings.model_name
-        content = await asyncio.to_thread(render, vectors, body.encoding_format, model, n_tokens)
-        return Response(content, media_type="application/json")
+        return vectors, n_tokens
 
     @staticmethod
     def _tokenize(embedder: AsyncEmbedder, inputs: list[str | list[int]]) -> list[list[int]]:

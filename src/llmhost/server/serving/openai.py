@@ -10,12 +10,12 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from llmhost.engine import Constraint, FinishReason, GenerationEvent, SamplingParams, TokenLogprob
+from llmhost.engine import Constraint, FinishReason, GenerationEvent, SamplingParams
 from llmhost.engine.loop import RequestStream
 from llmhost.server.errors import APIError
 from llmhost.server.protocol.openai import ChatCompletionRequest, CompletionRequest, SamplingFields
 from llmhost.server.serving import scoring
-from llmhost.server.serving.chat import ChatPlan, StreamedOutput, read_message, start_chat
+from llmhost.server.serving.chat import ChatPlan, StreamedOutput, logprob_entries, read_message, start_chat
 from llmhost.server.serving.context import (
     EventStreamResponse,
     ServingContext,
@@ -262,16 +262,8 @@ class OpenAIServing:
         }
 
     def _chat_logprobs(self, events: list[GenerationEvent]) -> dict[str, Any]:
-        text = self.ctx.engine.token_text
-
-        def entry(token: int, logprob: float) -> dict[str, Any]:
-            s = text(token)
-            return {"token": s, "logprob": logprob, "bytes": list(s.encode("utf-8"))}
-
-        def item(lp: TokenLogprob) -> dict[str, Any]:
-            return entry(lp.token, lp.logprob) | {"top_logprobs": [entry(t, v) for t, v in lp.top]}
-
-        return {"content": [item(lp) for e in events for lp in e.logprobs]}
+        chosen = [lp for e in events for lp in e.logprobs]
+        return {"content": logprob_entries(self.ctx.engine.token_text, chosen)}
 
     async def _chat_stream(
         self, rid: str, body: ChatCompletionRequest, plan: ChatPlan, streams: list[RequestStream]

@@ -26,7 +26,7 @@ from llmhost.server.protocol.openai import (
     ToolCall,
 )
 from llmhost.server.serving import thinking
-from llmhost.server.serving.chat import ChatRun, StreamedOutput, read_message, start_chat
+from llmhost.server.serving.chat import ChatRun, StreamedOutput, logprob_entries, read_message, start_chat
 from llmhost.server.serving.context import EventStreamResponse, ServingContext, raise_if_failed
 from llmhost.server.serving.responses_events import (
     ResponseEvents,
@@ -119,7 +119,8 @@ def to_chat(body: proto.ResponsesRequest) -> ChatCompletionRequest:
         model=body.model, messages=_messages(body), max_tokens=body.max_output_tokens,
         temperature=1.0 if body.temperature is None else body.temperature,
         top_p=1.0 if body.top_p is None else body.top_p, tools=chat_tools or None, tool_choice=choice,
-        parallel_tool_calls=body.parallel_tool_calls is not False,
+        parallel_tool_calls=body.parallel_tool_calls is not False, logprobs=body.wants_logprobs(),
+        top_logprobs=body.top_logprobs,
     )  # fmt: skip
 
 
@@ -181,10 +182,16 @@ class ResponsesServing:
         incomplete = last.finish_reason is FinishReason.LENGTH and not calls
         status = "incomplete" if incomplete else "completed"
         output = [reasoning_item(item_id("rs"), reply.reasoning)] if reply.reasoning is not None else []
-        output += [message_item(item_id("msg"), content or "", status)] if content or not calls else []
+        message = message_item(item_id("msg"), content or "", status, self._logprobs(body, result))
+        output += [message] if content or not calls else []
         output += [call_item(c) for c in calls]
         reason = "max_output_tokens" if incomplete else None
         return JSONResponse(shape.object(status, output, _usage(last), reason))
+
+    def _logprobs(self, body: proto.ResponsesRequest, events: list[GenerationEvent]) -> list[dict[str, Any]]:
+        if not body.wants_logprobs():
+            return []
+        return logprob_entries(self.ctx.engine.token_text, [lp for e in events for lp in e.logprobs])
 
     async def _stream(self, run: ChatRun, events: ResponseEvents) -> AsyncIterator[str]:
         output = StreamedOutput(run.plan)
@@ -198,6 +205,8 @@ class ResponsesServing:
             thought, text, calls = output.feed(event.text, event.finished)
             for line in events.reasoning(thought):
                 yield line
+            if event.logprobs:
+                events.add_logprobs(logprob_entries(self.ctx.engine.token_text, event.logprobs))
             for line in events.text(text):
                 yield line
             if event.finished:

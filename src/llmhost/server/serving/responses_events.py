@@ -27,12 +27,14 @@ def item_id(prefix: str) -> str:
     return f"{prefix}_{uuid.uuid4().hex[:24]}"
 
 
-def text_part(text: str) -> dict[str, Any]:
-    return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+def text_part(text: str, logprobs: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    return {"type": "output_text", "text": text, "annotations": [], "logprobs": logprobs or []}
 
 
-def message_item(mid: str, text: str, status: str) -> dict[str, Any]:
-    content = [text_part(text)] if status != "in_progress" else []
+def message_item(
+    mid: str, text: str, status: str, logprobs: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    content = [text_part(text, logprobs)] if status != "in_progress" else []
     return {"id": mid, "type": "message", "status": status, "role": "assistant", "content": content}
 
 
@@ -100,6 +102,15 @@ class ResponseEvents:
         self.text_so_far: str | None = None  # None until the message item is open
         self.reasoning_id = item_id("rs")
         self.thought: str | None = None  # None until the reasoning item is open; closed: in `output`
+        # with include ["message.output_text.logprobs"]: those of the tokens not sent yet, and all
+        self.pending_logprobs: list[dict[str, Any]] = []
+        self.logprobs: list[dict[str, Any]] = []
+
+    def add_logprobs(self, entries: list[dict[str, Any]]) -> None:
+        """Token logprobs, sent with the next text delta (text held back while it may be a tool call
+        keeps its tokens' logprobs until it goes out)."""
+        self.pending_logprobs += entries
+        self.logprobs += entries
 
     def _event(self, kind: str, /, **fields: Any) -> str:
         data = {"type": kind, "sequence_number": self.seq, **fields}
@@ -151,15 +162,16 @@ class ResponseEvents:
         if self.text_so_far is None:
             yield from self._open_message()
         self.text_so_far = (self.text_so_far or "") + piece
-        yield self._event("response.output_text.delta", **self._where(), delta=piece, logprobs=[])
+        sent, self.pending_logprobs = self.pending_logprobs, []
+        yield self._event("response.output_text.delta", **self._where(), delta=piece, logprobs=sent)
 
     def _close_message(self, status: str) -> Iterator[str]:
         if self.text_so_far is None:
             return
         text = self.text_so_far
-        yield self._event("response.output_text.done", **self._where(), text=text, logprobs=[])
-        yield self._event("response.content_part.done", **self._where(), part=text_part(text))
-        item = message_item(self.message_id, text, status)
+        yield self._event("response.output_text.done", **self._where(), text=text, logprobs=self.logprobs)
+        yield self._event("response.content_part.done", **self._where(), part=text_part(text, self.logprobs))
+        item = message_item(self.message_id, text, status, self.logprobs)
         index = len(self.output)
         self.output.append(item)
         yield self._event("response.output_item.done", output_index=index, item=item)

@@ -55,9 +55,38 @@ def closed(schema: Any, part: bool = False) -> Any:
     return out
 
 
+# llama.cpp's JSON-schema grammar writes an integer in at most 16 digits ([1-9] [0-9]{0,15}): left
+# unbounded, a small model spends its whole max_tokens on one number (measured: 4 of 6 Responses answers
+# of a {name, age} schema, Gemma 3 270M, max_output_tokens 64, were cut inside `age`)
+INTEGER_BOUND = 10**16 - 1
+_DATA_KEYS = ("const", "enum", "default", "examples")  # instances, not schemas: left as they are
+
+
+def _is_integer(schema: dict[str, Any]) -> bool:
+    kind = schema.get("type")
+    return kind == "integer" or (isinstance(kind, list) and "integer" in kind)
+
+
+def bounded(schema: Any) -> Any:
+    """`schema` with each integer that sets no bound of its own bounded as llama.cpp bounds it
+    (16 digits either way), so that the digits a model may write are finite."""
+    if isinstance(schema, list):
+        return [bounded(s) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {k: (v if k in _DATA_KEYS else bounded(v)) for k, v in schema.items()}
+    if _is_integer(out):
+        if "minimum" not in out and "exclusiveMinimum" not in out:
+            out["minimum"] = -INTEGER_BOUND
+        if "maximum" not in out and "exclusiveMaximum" not in out:
+            out["maximum"] = INTEGER_BOUND
+    return out
+
+
 def schema_constraint(schema: Any, field: str) -> Constraint:
-    """The one way a JSON schema from a request becomes a constraint (undeclared properties closed)."""
-    return Constraint(ConstraintKind.JSON_SCHEMA, _dump(closed(schema)), field)
+    """The one way a JSON schema from a request becomes a constraint (undeclared properties closed,
+    integers bounded)."""
+    return Constraint(ConstraintKind.JSON_SCHEMA, _dump(bounded(closed(schema))), field)
 
 
 def _dump(schema: Any) -> str:

@@ -258,18 +258,38 @@ def forced_constraint(body: ChatCompletionRequest) -> Constraint | None:
     elif choice == "required":
         if not tools:
             raise APIError(400, "tool_choice 'required' needs tools", field="tool_choice")
-        schema = {"type": "array", "items": {"anyOf": [_call_schema(t) for t in tools]}, "minItems": 1}
-        if not body.parallel_tool_calls:
-            schema["maxItems"] = 1
+        # at most one call per tool (one in all without parallel calls): left open, a small model keeps
+        # appending calls until max_tokens cuts the array
+        limit = len(tools) if body.parallel_tool_calls else 1
+        schema = {"type": "array", "items": {"anyOf": [_call_schema(t) for t in tools]}, "minItems": 1,
+                  "maxItems": limit}  # fmt: skip
     else:
         return None
     return schema_constraint(schema, "tool_choice")
 
 
 def forced_calls(text: str) -> list[ParsedCall]:
-    """The calls of an output produced under `forced_constraint`; none if it was cut short (the
-    choice then ends with finish_reason "length" and the partial text as content)."""
-    return _calls(_loads(text)) or []
+    """The calls of an output produced under `forced_constraint`; of an array cut short (max_tokens),
+    the calls that are complete (the cut one is dropped, never returned as content)."""
+    whole = _calls(_loads(text))
+    if whole is not None:
+        return whole
+    decoder, found, pos = json.JSONDecoder(), [], 1
+    if not text.startswith("["):
+        return []
+    while pos < len(text):
+        try:
+            obj, pos = decoder.raw_decode(text, pos)
+        except ValueError:
+            break
+        call = _call(obj)
+        if call is None:
+            break
+        found.append(call)
+        if text[pos : pos + 1] != ",":
+            break
+        pos += 1
+    return found
 
 
 def mode(body: ChatCompletionRequest) -> str:
@@ -328,9 +348,8 @@ class StreamedChoice:
 
     def finish(self) -> tuple[str, list[ParsedCall]]:
         """The content not sent yet, and the calls."""
-        if self.forced:
-            calls = forced_calls(self.text)
-            return ("" if calls else self.text), calls
+        if self.forced:  # the output is call JSON: never content, cut or not
+            return "", forced_calls(self.text)
         if self.parser is None:
             return self.text[self.sent :], []
         _, calls = self.parser.parse(self.text)

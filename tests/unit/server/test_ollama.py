@@ -123,14 +123,15 @@ def test_messages_carry_calls_and_results_to_the_template() -> None:
 def test_parsed_calls_become_ollamas_tool_calls() -> None:
     plan = ChatPlan("auto", tools.PARSERS["hermes"])
     text = 'Sure.<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>'
-    content, calls = read_message(plan, text)
+    reply = read_message(plan, text)
+    calls = reply.calls
     found = tool_calls(calls)
-    assert content == "Sure." and found is not None
+    assert reply.content == "Sure." and reply.reasoning is None and found is not None
     assert found[0]["function"] == {"index": 0, "name": "get_weather", "arguments": {"city": "Paris"}}
     assert tool_calls([tools.ParsedCall("f", "[1]")]) is None  # no object: the text stays content
     streamed = StreamedOutput(plan)
-    sent, _ = streamed.feed(text[:10], False)
-    rest, streamed_calls = streamed.feed(text[10:], True)
+    _, sent, _ = streamed.feed(text[:10], False)
+    _, rest, streamed_calls = streamed.feed(text[10:], True)
     assert sent + rest == "Sure." and streamed_calls == calls
 
 

@@ -20,6 +20,8 @@ from llmhost.engine import (
     LlamaModel,
     SamplingParams,
 )
+from llmhost.engine.gguf_check import check_file
+from llmhost.engine.memory_fit import gguf_kv_bytes
 from llmhost.store import resolve_model
 from tests.integration.engine_runs import logprobs_of, run_greedy
 from tests.integration.neartie import assert_same_or_near_tie
@@ -54,6 +56,9 @@ def test_the_kv_cache_takes_what_its_types_and_window_say(
 ) -> None:
     eng = engine(cache_type_k=types[0], cache_type_v=types[1], swa_full=swa_full)
     assert eng.model.kv_mib == pytest.approx(mib, rel=1e-3)  # llama.cpp aligns buffers
+    # what an endpoint estimates from the file's header without llama.cpp is what the engine counts
+    metadata = check_file(resolve_model()).metadata
+    assert gguf_kv_bytes(metadata, *types) == eng.model.kv_bytes_per_token
     if swa_full:
         computed = eng.config.n_ctx * eng.model.kv_bytes_per_token / 2**20
         assert eng.model.kv_mib == pytest.approx(computed, rel=1e-3)

@@ -23,19 +23,35 @@ from llmhost.endpoint.spec import (
     format_errors,
     read_yaml,
 )
+from llmhost.engine.gguf_check import GGUFError, check_file
+from llmhost.engine.memory_fit import gguf_kv_bytes
+from llmhost.serve_spec import default_value
 from llmhost.store.ggufnames import SPLIT, is_mmproj
 from llmhost.store.model import AmbiguousModelError, ModelNotFoundError, model_in, model_parts
 
-# what a loaded copy takes beyond its GGUF's pages when no memory_mb is given: the Python process,
-# the server and a small KV cache (measured: about 200 MB for the default model with short contexts)
+# what a loaded copy takes beyond its GGUF's pages and its running sequences' KV: the Python process and
+# the server (measured: 135 MiB for the default model), llama.cpp's compute buffers as decodes touch them
+# and the engine's runtime margin
 PROCESS_OVERHEAD_MB = 300
 
 
-def estimated_memory_mb(gguf: Path) -> int:
-    """memory_mb of a model that sets none: its files' size (every part of a split model) plus the
-    process's overhead."""
+def estimated_memory_mb(gguf: Path, engine: dict[str, Any] | None = None) -> int:
+    """memory_mb of a model that sets none: its files' size (every part of a split model), the KV cache
+    of its running sequences (the copy's engine settings, else serve's defaults: idle cached sequences
+    are kept as far as this leaves room) and the process's overhead."""
+    engine = engine or {}
     size = sum(part.stat().st_size for part in model_parts(gguf))
-    return math.ceil(size / 2**20) + PROCESS_OVERHEAD_MB
+
+    def setting(name: str) -> Any:
+        return engine[name] if engine.get(name) is not None else default_value(name)
+
+    try:
+        metadata = check_file(model_parts(gguf)[0]).metadata
+    except GGUFError:  # its load fails and says why (the endpoint serves the other models meanwhile)
+        metadata = {}
+    per_token = gguf_kv_bytes(metadata, setting("cache_type_k"), setting("cache_type_v"))
+    kv = int(setting("max_concurrent")) * int(setting("max_total_tokens")) * per_token
+    return math.ceil((size + kv) / 2**20) + PROCESS_OVERHEAD_MB
 
 
 def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
@@ -122,7 +138,7 @@ def _component(name: str, model: Path, folder: ModelsDirSpec) -> ComponentSpec:
     raw.setdefault("on_demand", {})
     resources = dict(raw.get("resources") or {})
     if "memory_mb" not in resources:
-        resources["memory_mb"] = estimated_memory_mb(_weights(model, ref))
+        resources["memory_mb"] = estimated_memory_mb(_weights(model, ref), raw.get("engine"))
         if resources.get("max_memory_mb") is not None:
             resources["memory_mb"] = min(resources["memory_mb"], resources["max_memory_mb"])
     raw["resources"] = resources

@@ -8,7 +8,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import llama_cpp as lc
-from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
+
+from llmhost.engine.memory_fit import kv_bytes
 
 # how an embeddings context pools its token vectors into one per sequence; "auto": the model's own
 # (its GGUF's pooling_type), mean for a model that has none (a generative model)
@@ -62,13 +63,6 @@ def gguf_pooling(model: Any) -> int:
     return model_type if model_type in usable else lc.LLAMA_POOLING_TYPE_MEAN
 
 
-def cache_type_bytes(name: str, elements: int) -> float:
-    """Bytes of `elements` values stored as the KV cache type `name` (llama.cpp's name: f16, q8_0, …):
-    a quantized type packs blocks of 32 values with their scale (q8_0: 34 bytes a block)."""
-    block, size = GGML_QUANT_SIZES[GGMLQuantizationType[name.upper()]]
-    return elements * size / block
-
-
 def cache_ggml_type(name: str) -> int:
     """ggml's number of the KV cache type `name`, as llama_context_params.type_k/type_v take it."""
     return int(getattr(lc, f"GGML_TYPE_{name.upper()}"))
@@ -84,8 +78,7 @@ def kv_bytes_per_token(model: Any, type_k: str = "f16", type_v: str = "f16") -> 
     width = int(lc.llama_model_n_embd(model)) // max(1, int(lc.llama_model_n_head(model)))
     k = _int_or(meta(model, f"{arch}.attention.key_length"), width)
     v = _int_or(meta(model, f"{arch}.attention.value_length"), width)
-    heads = int(lc.llama_model_n_head_kv(model))
-    return round(n_layer * (cache_type_bytes(type_k, heads * k) + cache_type_bytes(type_v, heads * v)))
+    return kv_bytes(n_layer, int(lc.llama_model_n_head_kv(model)), k, v, type_k, type_v)
 
 
 def _int_or(text: str | None, default: int) -> int:

@@ -15,6 +15,7 @@ import logging
 from dataclasses import dataclass
 
 import psutil
+from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
 from llmhost.engine.config import EngineConfig
 
@@ -23,6 +24,39 @@ MIB = 2**20
 # what the process takes after the load: the grammar vocabulary index, llama.cpp's compute and output
 # buffers as decodes touch them, request buffers (a served Gemma 3 270M: 30 MiB more RSS right after load)
 RUNTIME_MARGIN_MB = 64
+
+
+def cache_type_bytes(name: str, elements: int) -> float:
+    """Bytes of `elements` values stored as the KV cache type `name` (llama.cpp's name: f16, q8_0, …):
+    a quantized type packs blocks of 32 values with their scale (q8_0: 34 bytes a block)."""
+    block, size = GGML_QUANT_SIZES[GGMLQuantizationType[name.upper()]]
+    return elements * size / block
+
+
+def kv_bytes(
+    layers: int, kv_heads: int, key: int, value: int, type_k: str = "f16", type_v: str = "f16"
+) -> int:
+    """K and V of one position over all layers in the given cache types."""
+    return round(
+        layers * (cache_type_bytes(type_k, kv_heads * key) + cache_type_bytes(type_v, kv_heads * value))
+    )
+
+
+def gguf_kv_bytes(metadata: dict[str, object], type_k: str = "f16", type_v: str = "f16") -> int:
+    """`kv_bytes` from a GGUF's metadata (gguf_check's reading): a head's size is the key/value length
+    when given, else the width over the heads (llama.cpp's default); a per-layer head count (an array,
+    read as its length) counts as the width's heads."""
+    arch = str(metadata.get("general.architecture", ""))
+
+    def number(key: str, default: int) -> int:
+        value = metadata.get(f"{arch}.{key}")
+        return value if isinstance(value, int) and value > 0 else default
+
+    heads = number("attention.head_count", 1)
+    width = number("embedding_length", 0) // heads
+    return kv_bytes(number("block_count", 0), number("attention.head_count_kv", heads),
+                    number("attention.key_length", width), number("attention.value_length", width),
+                    type_k, type_v)  # fmt: skip
 
 
 class MemoryFitError(ValueError):

@@ -4,6 +4,7 @@ choice of what to unload (copies built, never started)."""
 from __future__ import annotations
 
 import asyncio
+import math
 from pathlib import Path
 from typing import Any
 
@@ -303,3 +304,17 @@ def test_command_line_options_over_an_endpoint_file(tmp_path: Path) -> None:
         endpoint_spec(None, none)
     with pytest.raises(SpecError, match="client_keep_alive"):
         endpoint_spec(None, {**none, "models_dir": tmp_path, "client_keep_alive": "sometimes"})
+
+
+def test_an_estimate_counts_the_weights_and_the_running_sequences_kv() -> None:
+    from llmhost.endpoint.modelsdir import PROCESS_OVERHEAD_MB, estimated_memory_mb
+    from llmhost.store import resolve_model
+
+    gguf = resolve_model()
+    size = gguf.stat().st_size
+    # Gemma 3 270M: 18 KiB of f16 KV a position; 4 running sequences of 2,048 positions: 144 MiB
+    four = estimated_memory_mb(gguf, {"max_concurrent": 4, "max_total_tokens": 2048})
+    assert four == math.ceil((size + 144 * 2**20) / 2**20) + PROCESS_OVERHEAD_MB
+    q8 = estimated_memory_mb(gguf, {"max_concurrent": 4, "max_total_tokens": 2048,
+                                    "cache_type_k": "q8_0", "cache_type_v": "q8_0"})  # fmt: skip
+    assert q8 == math.ceil((size + 76.5 * 2**20) / 2**20) + PROCESS_OVERHEAD_MB

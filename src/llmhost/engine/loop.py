@@ -92,12 +92,12 @@ def load_engine(model_path: str, config: EngineConfig, observer: EngineObserver 
         _preload(engine, config.prefix_state_path)
     log.info("loaded %s in %.2f s", model_path, time.perf_counter() - t0)
     log.info(
-        "KV cache: %d streams (%d running + %d idle cached sequences) x %d tokens, %s/%s, %s, %d MiB "
+        "KV cache: %d streams (%d running + %d idle cached sequences) x %d tokens, %s/%s, %s, %.1f MiB "
         "(--prefix-cache-seqs, --max-total-tokens, --cache-type-k/-v and --swa-full size it)",
         config.n_seq_max, config.max_concurrent, config.prefix_cache_seqs, config.max_total_tokens,
         config.cache_type_k, config.cache_type_v,
         "sliding-window layers in full" if config.swa_full else "sliding-window layers at their window",
-        round(model.kv_mib),
+        model.kv_mib,
     )  # fmt: skip
     return engine
 

@@ -87,9 +87,9 @@ def test_adapter_output_is_llama_cpp_pythons_with_that_adapter(
 ) -> None:
     prompt = engine.model.tokenize(PROMPT)
     ours = run(engine, [("base", prompt, ()), ("a1", prompt, (("a1", 1.0),))])
-    theirs = llama_cpp_python_greedy(prompt, adapters["a1"])
-    reference = {"tokens": [str(t) for t in theirs]}
-    assert_same_or_near_tie(logprobs_of(ours["a1"]), reference)
+    for name, lora in (("a1", adapters["a1"]), ("base", None)):  # base steps ran after a1's: cleared
+        theirs = {"tokens": [str(t) for t in llama_cpp_python_greedy(prompt, lora)]}
+        assert_same_or_near_tie(logprobs_of(ours[name]), theirs)
     # the adapter changes the answer: the comparison above is not the base's against itself
     assert tokens_of(ours["a1"]) != tokens_of(ours["base"])
 
@@ -98,7 +98,8 @@ def test_a_zero_adapter_answers_as_the_base(engine: Engine) -> None:
     prompt = engine.model.tokenize("Once upon a time")
     out = run(engine, [("base", prompt, ())])
     zero = run(engine, [("zero", prompt, (("zero", 1.0),))])
-    assert tokens_of(zero["zero"]) == tokens_of(out["base"])
+    # llama.cpp adds the adapter's (zero) product in a graph of its own shape: equal up to a near tie
+    assert_same_or_near_tie(logprobs_of(out["base"]), logprobs_of(zero["zero"]))
 
 
 def test_mixed_requests_over_base_and_three_adapters_answer_as_alone(engine: Engine) -> None:

@@ -140,6 +140,8 @@ def build(opts: ServeOptions, env: Mapping[str, str] | None = None) -> Built:
     draft_path = str(resolve(opts.draft_model).gguf) if opts.draft_model else ""
     if opts.pooling != "auto" and not opts.embeddings:
         raise ValueError("--pooling applies to --embeddings only")
+    if opts.lora and opts.embeddings:
+        raise ValueError("--lora applies to text generation, not --embeddings")
     hints, recipe, notes = _artifact(opts, resolved)
     engine = engine_config(opts, env, draft_path, hints, recipe)
     settings = ServerSettings(

@@ -25,8 +25,8 @@ def adapter_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     tmp = tmp_path_factory.mktemp("lora_files")
     base = Path(resolve_model())
     return {
-        "sql": write_adapter(tmp / "sql.gguf", base, seed=1),
-        "poet": write_adapter(tmp / "poet.gguf", base, seed=2),
+        "sql": write_adapter(tmp / "sql.gguf", base, seed=1, std=0.15),
+        "poet": write_adapter(tmp / "poet.gguf", base, seed=2, std=0.15),
         "bad": write_adapter(tmp / "bad.gguf", base, seed=3, shape_off_by=3),
     }
 

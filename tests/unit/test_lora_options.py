@@ -29,3 +29,10 @@ def test_two_adapters_of_one_name_are_refused(tmp_path: Path) -> None:
     a.write_bytes(b"GGUF")
     with pytest.raises(ValueError, match="sql given twice"):
         build(ServeOptions(str(resolve_model()), lora=[f"sql={a}", f"sql={a}"]), env={})
+
+
+def test_lora_with_embeddings_is_refused(tmp_path: Path) -> None:
+    a = tmp_path / "a.gguf"
+    a.write_bytes(b"GGUF")
+    with pytest.raises(ValueError, match="--lora applies to text generation"):
+        build(ServeOptions(str(resolve_model()), lora=[f"sql={a}"], embeddings=True), env={})

@@ -15,20 +15,19 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from llmhost.engine.adapters import LoadedAdapters
 from llmhost.engine.config import EngineConfig
 from llmhost.engine.constraint import ConstraintCompiler, grammar_of
 from llmhost.engine.drafter import Drafter
 from llmhost.engine.host_cache import host_cache
 from llmhost.engine.kv_runner import KvOpError, KvRunner
-from llmhost.engine.llama import LlamaModel, ModelLoadError
-from llmhost.engine.lora import adapter_set
+from llmhost.engine.llama import LlamaModel
 from llmhost.engine.output import Active, Emit, process_tokens, timings
 from llmhost.engine.prefix_cache import KvTrim
 from llmhost.engine.request import (
     FinishReason,
     GenerationEvent,
     GenerationRequest,
-    InvalidRequestError,
     TokenLogprob,
     check_limits,
     check_token_ids,
@@ -57,14 +56,7 @@ class Engine:
         host = host_cache(config, model.weights_bytes)
         state_key = model.state_key if host is not None else None
         self.scheduler = Scheduler(config, host, state_key, model.kv_floor)
-        # LoRA adapters by name, freed with the model
-        self.adapters: dict[str, Any] = {}
-        for spec in config.adapters:
-            try:
-                self.adapters[spec.name] = model.load_adapter(spec.path)
-            except ModelLoadError as exc:
-                model.close()
-                raise ModelLoadError(f"--lora {spec.name}: {exc}") from exc
+        self.adapters = LoadedAdapters(model, config.adapters)
         self.kv = KvRunner(model, self.scheduler)
         self.observer = observer
         self.clock = clock
@@ -92,7 +84,7 @@ class Engine:
         """Queue a request; raises (and queues nothing) if it is invalid."""
         check_limits(self.config, len(request.prompt_tokens), request.params.max_tokens)
         check_token_ids(request, self.model.n_vocab)
-        self._check_adapters(request)
+        self.adapters.check(request)
         if request.request_id in self._active:
             raise ValueError(f"duplicate request id {request.request_id}")
         arrival = self.clock() if arrival_s is None else arrival_s
@@ -101,13 +93,6 @@ class Engine:
         self._active[request.request_id] = Active(seq, request.params, emit, detok)
         self.scheduler.add(seq)
         self.snapshot = self.stats()
-
-    def _check_adapters(self, request: GenerationRequest) -> None:
-        request.adapters = adapter_set(request.adapters)
-        for name, _ in request.adapters:
-            if name not in self.adapters:
-                loaded = ", ".join(self.adapters) or "none"
-                raise InvalidRequestError("lora", f"no LoRA adapter named {name!r} (loaded: {loaded})")
 
     def abort(self, request_id: str, reason: str = "client") -> None:
         active = self._active.get(request_id)
@@ -197,8 +182,7 @@ class Engine:
     def _decode_and_sample(self, items: list[BatchItem]) -> dict[str, list[int]]:
         batch = [(i.tokens, i.start_pos, i.seq.kv_seq, self._n_logits(i)) for i in items]
         try:
-            if self.adapters:  # the scheduler gives a step the sequences of one adapter set
-                self.model.use_adapters([(self.adapters[n], scale) for n, scale in items[0].seq.adapters])
+            self.adapters.apply(items[0].seq.adapters)  # a step holds the sequences of one adapter set
             out_idx = self.model.decode(batch)
         except (RuntimeError, ValueError) as exc:
             if len(items) == 1:

@@ -65,3 +65,13 @@ def adapter_set(pairs: list[tuple[str, float]] | tuple[tuple[str, float], ...]) 
 def label(adapters: AdapterSet) -> str:
     """The set as text ("" for the base model): part of a saved KV state's key."""
     return ",".join(f"{name}*{scale!r}" for name, scale in adapters)
+
+
+def next_turn(sets: set[AdapterSet], last: AdapterSet | None) -> AdapterSet:
+    """Of the adapter sets with work, the one whose turn it is after `last`: a fixed (sorted) order,
+    cyclic, so each set waits at most one step per other set."""
+    ordered = sorted(sets)
+    if not ordered:
+        return ()
+    after = [a for a in ordered if last is not None and a > last]
+    return after[0] if after else ordered[0]

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, replace
 
 from llmhost.engine.config import EngineConfig
 from llmhost.engine.host_cache import HostCache, HostMatch, StateKey
-from llmhost.engine.lora import AdapterSet, label
+from llmhost.engine.lora import AdapterSet, label, next_turn
 from llmhost.engine.prefix_cache import (
     KvOp,
     KvRestore,
@@ -312,12 +312,7 @@ class Scheduler:
         """The adapter set this step runs: llama.cpp decodes one set per call, so a step carries the
         running sequences of one set, and the sets with running sequences take turns (in a fixed
         order, the one after the last served first), so none waits more than a step per other set."""
-        sets = sorted({s.adapters for s in self.running})
-        if not sets:
-            return ()
-        last = self._last_adapters
-        after = [a for a in sets if last is not None and a > last]
-        self._last_adapters = chosen = after[0] if after else sets[0]
+        self._last_adapters = chosen = next_turn({s.adapters for s in self.running}, self._last_adapters)
         return chosen
 
     def _compact(self, plan: StepPlan) -> None:

@@ -70,6 +70,12 @@ def test_each_way_of_selecting_an_adapter_gives_its_output(lora_server: Server) 
     assert text_of(complete(lora_server, model="poet")) == text_of(
         complete(lora_server, lora=[{"id": 1, "scale": 0.5}])
     )
+    # two adapters apply together: another answer than either alone (both at these scales)
+    poet = text_of(complete(lora_server, lora=[{"id": 1, "scale": 1.0}]))
+    both = text_of(
+        complete(lora_server, lora=[{"name": "sql", "scale": 1.0}, {"name": "poet", "scale": 1.0}])
+    )
+    assert both not in (by_model, poet, base)
     # an empty list is the base model, whatever `model` says
     assert text_of(complete(lora_server, model="sql", lora=[])) == base
     tgi = lora_server.client().post(

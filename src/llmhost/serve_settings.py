@@ -18,6 +18,7 @@ from llmhost.serve_spec import SERVE_SPEC, SettingsSpec
 
 if TYPE_CHECKING:
     from llmhost.engine import EngineConfig
+    from llmhost.engine.lora import AdapterSpec
     from llmhost.server import ServerSettings
     from llmhost.store import ResolvedModel
     from llmhost.store.artifact import ServeHints
@@ -86,6 +87,22 @@ def _artifact(
     return hints, recipe, notes
 
 
+def adapter_specs(opts: ServeOptions) -> tuple[AdapterSpec, ...]:
+    """The --lora adapters, each path resolved as a model reference (an s3:// one downloaded)."""
+    from llmhost.engine.lora import AdapterSpec, parse_lora
+    from llmhost.store import ModelNotFoundError, resolve
+
+    specs = []
+    for text in opts.lora or []:
+        name, ref, scale = parse_lora(text)
+        try:
+            path = resolve(ref).gguf
+        except ModelNotFoundError as exc:
+            raise ModelNotFoundError(f"--lora {name}: {exc}") from exc
+        specs.append(AdapterSpec(name, str(path), scale))
+    return tuple(specs)
+
+
 def engine_config(opts: ServeOptions, env: Mapping[str, str], draft_path: str,
                   hints: ServeHints | None, recipe: dict[str, Any]) -> EngineConfig:  # fmt: skip
     """Every setting the spec maps to an EngineConfig field, in effect (option, variable or default),
@@ -105,6 +122,7 @@ def engine_config(opts: ServeOptions, env: Mapping[str, str], draft_path: str,
         load_mode=hints.load_mode if hints else "auto",
         repack=hints.repack if hints else True,
         prefix_state_path=hints.prefix_state_path if hints else "",
+        adapters=adapter_specs(opts),
     )
 
 
@@ -122,6 +140,8 @@ def build(opts: ServeOptions, env: Mapping[str, str] | None = None) -> Built:
     draft_path = str(resolve(opts.draft_model).gguf) if opts.draft_model else ""
     if opts.pooling != "auto" and not opts.embeddings:
         raise ValueError("--pooling applies to --embeddings only")
+    if opts.lora and opts.embeddings:
+        raise ValueError("--lora applies to text generation, not --embeddings")
     hints, recipe, notes = _artifact(opts, resolved)
     engine = engine_config(opts, env, draft_path, hints, recipe)
     settings = ServerSettings(

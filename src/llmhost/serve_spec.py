@@ -216,6 +216,10 @@ SERVE_SETTINGS: tuple[Setting, ...] = (
             metavar="SMALL.gguf"),
     Setting("ngram_size", int, _ENGINE["ngram_size"], "Longest n-gram looked up for drafts.", ge=2,
             endpoint=True, engine="ngram_size", metavar="N"),
+    Setting("lora", str, None,
+            "LoRA adapter NAME=PATH[:SCALE] (repeatable; PATH a model reference: a file, s3://...) loaded "
+            "beside the model; a request's `model` naming it, TGI's adapter_id or a `lora` list selects "
+            "it.", repeatable=True, metavar="NAME=PATH[:SCALE]"),
     Setting("chat_template", Path, None, "Jinja chat template file overriding the GGUF's.", endpoint=True,
             server="chat_template", metavar="FILE"),
     Setting("served_model_name", str, "", "Model name in API responses.", server="served_model_name",

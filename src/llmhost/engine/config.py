@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from llmhost.engine.lora import AdapterSpec, check_unique
+
 
 def available_cpus() -> int:
     """CPUs this process may run on (affinity), not the host's count."""
@@ -76,6 +78,8 @@ class EngineConfig:
     # MiB the whole process is meant to fit in (an endpoint copy's memory_mb): -1 above takes at most what
     # the weights, the KV cache and the process leave of it; 0: no such bound
     memory_mb: int = 0
+    # LoRA adapters loaded beside the model (lora.AdapterSpec), selected per request
+    adapters: tuple[AdapterSpec, ...] = ()
 
     def __post_init__(self) -> None:
         self._check_modes()
@@ -96,6 +100,7 @@ class EngineConfig:
             )
         if self.load_mode not in LOAD_MODES:
             raise ValueError(f"load_mode must be one of {', '.join(LOAD_MODES)}, got {self.load_mode!r}")
+        check_unique(self.adapters)
         self._check_cache_types()
         if self.schedule_policy not in SCHEDULE_POLICIES:
             raise ValueError(

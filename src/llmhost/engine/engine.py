@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from llmhost.engine.adapters import LoadedAdapters
 from llmhost.engine.config import EngineConfig
 from llmhost.engine.constraint import ConstraintCompiler, grammar_of
 from llmhost.engine.drafter import Drafter
@@ -55,6 +56,7 @@ class Engine:
         host = host_cache(config, model.weights_bytes)
         state_key = model.state_key if host is not None else None
         self.scheduler = Scheduler(config, host, state_key, model.kv_floor)
+        self.adapters = LoadedAdapters(model, config.adapters)
         self.kv = KvRunner(model, self.scheduler)
         self.observer = observer
         self.clock = clock
@@ -82,6 +84,7 @@ class Engine:
         """Queue a request; raises (and queues nothing) if it is invalid."""
         check_limits(self.config, len(request.prompt_tokens), request.params.max_tokens)
         check_token_ids(request, self.model.n_vocab)
+        self.adapters.check(request)
         if request.request_id in self._active:
             raise ValueError(f"duplicate request id {request.request_id}")
         arrival = self.clock() if arrival_s is None else arrival_s
@@ -181,6 +184,7 @@ class Engine:
     def _decode_and_sample(self, items: list[BatchItem]) -> dict[str, list[int]]:
         batch = [(i.tokens, i.start_pos, i.seq.kv_seq, self._n_logits(i)) for i in items]
         try:
+            self.adapters.apply(items[0].seq.adapters)  # a step holds the sequences of one adapter set
             out_idx = self.model.decode(batch)
         except (RuntimeError, ValueError) as exc:
             if len(items) == 1:

@@ -69,7 +69,7 @@ class KvRunner:
     def save(self, op: KvSave) -> None:
         """Keep the state of KV about to leave the context in host memory; a failure loses the copy
         only (its tokens are prefilled again when next needed)."""
-        host, key = self.scheduler.host, self.scheduler.state_key
+        host, key = self.scheduler.host, self.scheduler.state_key_for(op.adapters)
         if host is None:
             return
         tokens = list(op.tokens)

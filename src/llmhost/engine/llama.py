@@ -326,11 +326,37 @@ class LlamaModel:
 
     @property
     def state_key(self) -> StateKey:
-        """What a saved sequence state of this context is valid for: these weights, no adapters, its K
-        and V cache types, V transposed unless flash attention is on, SWA positions all kept or not."""
+        """What a saved sequence state of this context is valid for: these weights, its K and V cache
+        types, V transposed unless flash attention is on, SWA positions all kept or not; no adapters (the
+        scheduler sets those of each sequence)."""
         info, c = self.info, self.config
         kv = f"{c.cache_type_k}/{c.cache_type_v} flash_attn={int(c.flash_attn)} swa_full={int(c.swa_full)}"
         return StateKey(f"{info.path}:{info.size_bytes}:{info.description}", adapters="", kv=kv)
+
+    # -- LoRA adapters -------------------------------------------------------------------------------
+    def load_adapter(self, path: str) -> Any:
+        """A LoRA adapter GGUF loaded for this model; ModelLoadError where llama.cpp refuses it (not a
+        LoRA GGUF, another architecture, tensors of other shapes: its loader returns NULL)."""
+        adapter = lc.llama_adapter_lora_init(self._model, str(path).encode())
+        if not adapter:
+            raise ModelLoadError(
+                f"llama.cpp could not load the LoRA adapter {path} for {self.info.description or self.path} "
+                "(not a LoRA GGUF, or made for another model: architecture or tensor shapes differ; "
+                "the server log has llama.cpp's reason)"
+            )
+        return adapter
+
+    def free_adapter(self, adapter: Any) -> None:
+        lc.llama_adapter_lora_free(adapter)
+
+    def use_adapters(self, adapters: list[tuple[Any, float]]) -> None:
+        """Apply these (adapter, scale) pairs to the context for the decodes that follow (none: the
+        base model); llama.cpp changes nothing when they are the ones already applied."""
+        n = len(adapters)
+        handles = (lc.llama_adapter_lora_p_ctypes * max(n, 1))(*(a for a, _ in adapters))
+        scales = (ctypes.c_float * max(n, 1))(*(s for _, s in adapters))
+        if lc.llama_set_adapters_lora(self._ctx, handles, n, scales) != 0:
+            raise RuntimeError(f"llama_set_adapters_lora failed for {n} adapter(s)")
 
     def state_seq_save(self, seq_id: int) -> bytes:
         """The KV state of one sequence (llama_state_seq_get_data), to restore with state_seq_load."""

@@ -9,6 +9,8 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+from llmhost.engine.lora import AdapterSet
+
 
 @dataclass(slots=True, frozen=True)
 class KvCopy:
@@ -35,6 +37,7 @@ class KvSave:
 
     seq: int
     tokens: tuple[int, ...]
+    adapters: AdapterSet = ()  # the LoRA adapter set the KV was computed with
 
 
 @dataclass(slots=True, frozen=True)
@@ -107,6 +110,8 @@ class PrefixCache:
     are not. A finished sequence's KV is copied to an idle id (n_slots and up), replacing the idle
     entry it extends (its conversation's previous turn), else a free one, else the least recently
     used one; a new prompt's prefix is copied from the idle or running sequence holding the longest.
+    KV computed under one LoRA adapter set serves only prompts of that set (callers pass the running
+    sequences of the prompt's set; idle entries remember theirs).
     """
 
     def __init__(
@@ -123,6 +128,7 @@ class PrefixCache:
         self._free: list[int] = list(range(n_slots))
         self._free_idle: list[int] = list(range(n_slots + max_idle_seqs - 1, n_slots - 1, -1))
         self._idle: OrderedDict[int, list[int]] = OrderedDict()
+        self._idle_adapters: dict[int, AdapterSet] = {}  # of each idle id, set when it is filled
         self._max_idle = max_idle_seqs
         self._spill_min = spill_min_tokens
         self._kv_floor = kv_floor
@@ -142,12 +148,14 @@ class PrefixCache:
         return bool(self._free)
 
     def best_match(
-        self, prompt: list[int], running: Iterable[tuple[int, list[int]]]
+        self, prompt: list[int], running: Iterable[tuple[int, list[int]]], adapters: AdapterSet = ()
     ) -> tuple[int, int, bool]:
-        """(kv_seq, tokens shared, is_idle) of the longest prefix among idle and running sequences
-        whose KV can serve it."""
+        """(kv_seq, tokens shared, is_idle) of the longest prefix among idle sequences of `adapters`
+        and `running` ones whose KV can serve it."""
         best = (-1, 0, False)
         for seq_id, tokens in self._idle.items():
+            if self._idle_adapters.get(seq_id, ()) != adapters:
+                continue
             n = common_prefix_len(prompt, tokens)
             if n > best[1] and self._serves(seq_id, reusable(n, prompt)):
                 best = (seq_id, n, True)
@@ -167,14 +175,18 @@ class PrefixCache:
         self.reused_tokens -= n_tokens
 
     def acquire(
-        self, prompt: list[int], running: Iterable[tuple[int, list[int]]], reuse: bool = True
+        self,
+        prompt: list[int],
+        running: Iterable[tuple[int, list[int]]],
+        reuse: bool = True,
+        adapters: AdapterSet = (),
     ) -> PrefixMatch:
         """Give a new request the lowest free running id, with a copy of the longest cached prefix of
         its prompt (unless `reuse` is off: the request needs the logits of every prompt position)."""
         if not self._free:
             raise RuntimeError("no KV sequence id available")
         self.lookups += 1
-        src, shared, is_idle = self.best_match(prompt, list(running))
+        src, shared, is_idle = self.best_match(prompt, list(running), adapters)
         shared = reusable(shared, prompt) if reuse else 0
         dst = min(self._free)
         self._free.remove(dst)
@@ -212,6 +224,7 @@ class PrefixCache:
             return None
         kv_seq = self._free_idle.pop()
         self._idle[kv_seq] = list(tokens)
+        self._idle_adapters[kv_seq] = ()
         return kv_seq
 
     def drop(self, kv_seq: int) -> list[KvTrim]:
@@ -221,44 +234,49 @@ class PrefixCache:
         self._free_idle.append(kv_seq)
         return [KvTrim(kv_seq, 0)]
 
-    def release(self, kv_seq: int, tokens: list[int], reusable: bool) -> list[KvOp]:
-        """A sequence finished: its id is free again, its KV kept in an idle id (if `reusable`)."""
+    def release(
+        self, kv_seq: int, tokens: list[int], reusable: bool, adapters: AdapterSet = ()
+    ) -> list[KvOp]:
+        """A sequence finished: its id is free again, its KV (computed with `adapters`) kept in an
+        idle id (if `reusable`)."""
         self._free.append(kv_seq)
         if not reusable or not tokens:
             return [KvTrim(kv_seq, 0)]
-        covering = self._covering(tokens)
+        covering = self._covering(tokens, adapters)
         if covering is not None:  # an idle sequence already holds all of it (and more)
             self._idle.move_to_end(covering)
             return [KvTrim(kv_seq, 0)]
         if self._max_idle == 0:  # idle caching off: only the host tier may keep it
-            return self._drop(kv_seq, tokens)
+            return self._drop(kv_seq, tokens, adapters)
         ops: list[KvOp] = []
-        idle_id = self._idle_id_for(tokens, ops)
+        idle_id = self._idle_id_for(tokens, adapters, ops)
         self._idle[idle_id] = tokens
+        self._idle_adapters[idle_id] = adapters
         return [*ops, KvCopy(kv_seq, idle_id, len(tokens)), KvTrim(kv_seq, 0)]
 
-    def _covering(self, tokens: list[int]) -> int | None:
-        """An idle sequence whose KV starts with all of `tokens` and serves them."""
+    def _covering(self, tokens: list[int], adapters: AdapterSet) -> int | None:
+        """An idle sequence of `adapters` whose KV starts with all of `tokens` and serves them."""
         for seq_id, held in self._idle.items():
-            if held[: len(tokens)] == tokens and self._serves(seq_id, len(tokens) - 1):
+            same_set = self._idle_adapters.get(seq_id, ()) == adapters
+            if same_set and held[: len(tokens)] == tokens and self._serves(seq_id, len(tokens) - 1):
                 return seq_id
         return None
 
-    def _idle_id_for(self, tokens: list[int], ops: list[KvOp]) -> int:
+    def _idle_id_for(self, tokens: list[int], adapters: AdapterSet, ops: list[KvOp]) -> int:
         """The idle id to keep `tokens` in: the entry they extend (their previous turn), else a free
         one, else the least recently used (dropped, saved to host memory first if worth it)."""
         for seq_id, held in self._idle.items():
-            if tokens[: len(held)] == held:
+            if self._idle_adapters.get(seq_id, ()) == adapters and tokens[: len(held)] == held:
                 del self._idle[seq_id]
                 return seq_id
         if self._free_idle:
             return self._free_idle.pop()
         victim, victim_tokens = self._idle.popitem(last=False)
-        ops.extend(self._drop(victim, victim_tokens))
+        ops.extend(self._drop(victim, victim_tokens, self._idle_adapters.get(victim, ())))
         return victim
 
-    def _drop(self, kv_seq: int, tokens: list[int]) -> list[KvOp]:
+    def _drop(self, kv_seq: int, tokens: list[int], adapters: AdapterSet) -> list[KvOp]:
         """Forget `kv_seq`'s KV, saving its state to the host tier first if it is worth it."""
         if self._spill_min and len(tokens) >= self._spill_min:
-            return [KvSave(kv_seq, tuple(tokens)), KvTrim(kv_seq, 0)]
+            return [KvSave(kv_seq, tuple(tokens), adapters), KvTrim(kv_seq, 0)]
         return [KvTrim(kv_seq, 0)]

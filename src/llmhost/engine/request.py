@@ -142,6 +142,8 @@ class GenerationRequest:
     timeout_s: float | None = None
     # requests for the choices of one API request (`n` > 1): their prompt is prefilled once and shared
     group: str = ""
+    # LoRA adapters (loaded with the engine) and their scales: lora.adapter_set form; (): the base model
+    adapters: tuple[tuple[str, float], ...] = ()
 
 
 def check_token_ids(request: GenerationRequest, n_vocab: int) -> None:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field, replace
 
 from llmhost.engine.config import EngineConfig
 from llmhost.engine.host_cache import HostCache, HostMatch, StateKey
+from llmhost.engine.lora import AdapterSet, label, next_turn
 from llmhost.engine.prefix_cache import (
     KvOp,
     KvRestore,
@@ -46,6 +47,8 @@ class StepPlan:
     admitted: list[Sequence] = field(default_factory=list)
     # running sequences moved to a lower KV id this step, with the id they left
     moved: list[tuple[Sequence, int]] = field(default_factory=list)
+    # the LoRA adapter set every item's sequence runs with: llama.cpp applies one per decode call
+    adapters: AdapterSet = ()
 
     @property
     def num_tokens(self) -> int:
@@ -142,6 +145,8 @@ class Scheduler:
         self.step_cost = StepCost()
         # share of recent n-gram guesses confirmed, all sequences together (None before the first)
         self.draft_acceptance: float | None = None
+        # the adapter set the last step ran: the next step runs the next set that has work
+        self._last_adapters: AdapterSet | None = None
 
     # -- admission -------------------------------------------------------------------------------
     def add(self, seq: Sequence) -> None:
@@ -153,10 +158,10 @@ class Scheduler:
     def admit(self, seq: Sequence, now_s: float) -> list[KvOp]:
         """Give `seq` a KV sequence holding the longest prefix of its prompt at hand: shared from the
         context, else restored from host memory where that spares more prefill."""
-        running = [(s.kv_seq, s.computed_tokens) for s in self.running]
+        running = self._running_kv(seq.adapters)
         reuse = not seq.prompt_logprobs
-        saved = self._host_match(seq.prompt, running) if reuse else None
-        match = self.cache.acquire(seq.prompt, running, reuse=reuse and saved is None)
+        saved = self._host_match(seq, running) if reuse else None
+        match = self.cache.acquire(seq.prompt, running, reuse=reuse and saved is None, adapters=seq.adapters)
         ops = list(match.ops)
         n_reused = match.n_reused
         if saved is not None and self.host is not None:
@@ -171,15 +176,24 @@ class Scheduler:
         self.running.append(seq)
         return ops
 
-    def _host_match(self, prompt: list[int], running: list[tuple[int, list[int]]]) -> HostMatch | None:
+    def _running_kv(self, adapters: AdapterSet) -> list[tuple[int, list[int]]]:
+        """(kv_seq, computed tokens) of the running sequences whose KV a prompt of `adapters` may share."""
+        return [(s.kv_seq, s.computed_tokens) for s in self.running if s.adapters == adapters]
+
+    def state_key_for(self, adapters: AdapterSet) -> StateKey:
+        """What a state computed with `adapters` is saved and looked up under in host memory."""
+        return replace(self.state_key, adapters=label(adapters))
+
+    def _host_match(self, seq: Sequence, running: list[tuple[int, list[int]]]) -> HostMatch | None:
         """A saved state worth restoring: it spares at least `min_tokens` more prefill than the
         longest prefix still in the context (the last prompt token is always decoded)."""
         if self.host is None:
             return None
-        saved = self.host.lookup(self.state_key, prompt)
+        prompt = seq.prompt
+        saved = self.host.lookup(self.state_key_for(seq.adapters), prompt)
         if saved is None:
             return None
-        _, in_context, _ = self.cache.best_match(prompt, running)
+        _, in_context, _ = self.cache.best_match(prompt, running, seq.adapters)
         gain = reusable(saved.n_tokens, prompt) - reusable(in_context, prompt)
         return saved if gain >= self.host.min_tokens else None
 
@@ -210,12 +224,11 @@ class Scheduler:
         TTFT p90 from 17.9-18.2 to 13.9-14.2 s, but at 12 users raised p90 from 1.14-1.23 to
         1.48-1.63 s and first-turn p50 from 1.7 to 2.3-2.7 s; cached-first at 32 users gave later-turn
         p50 7.56 s against 13.27 s for first-turn p50 10.5 s against 9.5 s."""
-        running = [(s.kv_seq, s.computed_tokens) for s in self.running]
         best: Sequence | None = None
         best_rank = 0.0
         passed: list[Sequence] = []
         for seq in self.waiting:
-            at_hand = self._prefix_at_hand(seq, running)
+            at_hand = self._prefix_at_hand(seq, self._running_kv(seq.adapters))
             if self._should_wait_for_prefix(seq, at_hand):
                 continue
             if seq.passed_over >= self.config.max_concurrent:
@@ -236,8 +249,9 @@ class Scheduler:
         host memory (none for a sequence needing every prompt position's logits)."""
         if seq.prompt_logprobs:
             return 0
-        _, shared, _ = self.cache.best_match(seq.prompt, running)
-        saved = self.host.lookup(self.state_key, seq.prompt) if self.host is not None else None
+        _, shared, _ = self.cache.best_match(seq.prompt, running, seq.adapters)
+        host = self.host
+        saved = host.lookup(self.state_key_for(seq.adapters), seq.prompt) if host is not None else None
         return max(shared, saved.n_tokens if saved is not None else 0)
 
     def _should_wait_for_prefix(self, seq: Sequence, available: int) -> bool:
@@ -246,7 +260,7 @@ class Scheduler:
         if seq.prompt_logprobs:
             return False  # it computes every prompt position itself: no prefix to wait for
         for other in self.running:
-            if other.status is not SeqStatus.PREFILL:
+            if other.status is not SeqStatus.PREFILL or other.adapters != seq.adapters:
                 continue
             upcoming = common_prefix_len(seq.prompt, other.prompt)
             # choices of one request (`n`) always share their prompt, however short
@@ -267,7 +281,8 @@ class Scheduler:
             plan.kv_ops.extend(self.admit(seq, now_s))
             plan.admitted.append(seq)
         self._compact(plan)
-        decoding = [seq for seq in self.running if seq.status is SeqStatus.DECODE]
+        plan.adapters = adapters = self._next_adapters()
+        decoding = [s for s in self.running if s.status is SeqStatus.DECODE and s.adapters == adapters]
         budget = self.config.max_batch_tokens - len(decoding)
         width = StepWidth(len(decoding), len(decoding))
         for seq in decoding:
@@ -282,11 +297,19 @@ class Scheduler:
         drafted = plan.num_tokens
         plan.items = even_drafts(plan.items)
         budget += drafted - plan.num_tokens  # guesses cut give their room back to the prompts
-        for seq, n in prefill_shares([s for s in self.running if s.status is SeqStatus.PREFILL], budget):
+        prefilling = [s for s in self.running if s.status is SeqStatus.PREFILL and s.adapters == adapters]
+        for seq, n in prefill_shares(prefilling, budget):
             chunk = seq.prompt[seq.n_computed : seq.n_computed + n]
             done = seq.n_computed + len(chunk) == len(seq.prompt)
             plan.items.append(BatchItem(seq, chunk, seq.n_computed, sample=done and seq.max_tokens > 0))
         return plan
+
+    def _next_adapters(self) -> AdapterSet:
+        """The adapter set this step runs: llama.cpp decodes one set per call, so a step carries the
+        running sequences of one set, and the sets with running sequences take turns (in a fixed
+        order, the one after the last served first), so none waits more than a step per other set."""
+        self._last_adapters = chosen = next_turn({s.adapters for s in self.running}, self._last_adapters)
+        return chosen
 
     def _compact(self, plan: StepPlan) -> None:
         """Move running sequences down into free ids below them (those admitting could not fill), so a
@@ -376,7 +399,8 @@ class Scheduler:
             self.waiting.remove(seq)
         else:
             self.running.remove(seq)
-            self._pending_ops.extend(self.cache.release(seq.kv_seq, seq.computed_tokens, reusable))
+            released = self.cache.release(seq.kv_seq, seq.computed_tokens, reusable, seq.adapters)
+            self._pending_ops.extend(released)
         seq.status = SeqStatus.FINISHED
 
     # -- figures -------------------------------------------------------------------------------------

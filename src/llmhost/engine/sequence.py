@@ -26,6 +26,8 @@ class Sequence:
     arrival_s: float
     # sequences of one request with several choices share a group: they compute the prompt once
     group: str = ""
+    # the LoRA adapter set its tokens are computed with (lora.AdapterSet; (): the base model)
+    adapters: tuple[tuple[str, float], ...] = ()
     # admissions that went to a later sequence with less prompt left to compute (bounded: see scheduler)
     passed_over: int = 0
     # the logits of every prompt position are needed (prompt logprobs): no prefix reuse
@@ -89,6 +91,7 @@ def new_sequence(
         max_tokens=request.params.max_tokens,
         arrival_s=arrival_s,
         group=request.group,
+        adapters=request.adapters,
         prompt_logprobs=request.params.prompt_logprobs,
         queue_deadline_s=_deadline(arrival_s, request.queue_timeout_s, config.queue_timeout_s),
         deadline_s=_deadline(arrival_s, request.timeout_s, config.request_timeout_s),

@@ -44,6 +44,15 @@ class ResponseFormat(Strict):
     json_schema: JSONSchemaFormat | None = None
 
 
+class LoraRef(Strict):
+    """One adapter of llama-server's per-request `lora` list: by its place in the server's --lora
+    options (`id`) or by name, with its scale."""
+
+    id: Annotated[int, Field(ge=0)] | None = None
+    name: str | None = None
+    scale: Annotated[float, Field(allow_inf_nan=False)] = 1.0
+
+
 class SamplingFields(Strict):
     """Fields both OpenAI endpoints share; the last group are llama-server/vLLM extensions."""
 
@@ -71,6 +80,7 @@ class SamplingFields(Strict):
     typical_p: Annotated[float, Field(gt=0.0, le=1.0)] = 1.0
     grammar: Annotated[str, Field(min_length=1)] | None = None  # llama-server: a GBNF grammar
     json_schema: dict[str, Any] | None = None  # llama-server: a JSON schema
+    lora: Annotated[list[LoraRef], Field(max_length=64)] | None = None  # llama-server: adapters and scales
 
     def stop_list(self) -> list[str]:
         if self.stop is None:
@@ -179,6 +189,7 @@ class ModelCard(BaseModel):
     created: int
     owned_by: str = "llmhost"
     meta: dict[str, Any] | None = None
+    parent: str | None = None  # a LoRA adapter's base model (vLLM's field); None: a base model
 
 
 class ModelList(BaseModel):

@@ -59,7 +59,7 @@ class TGIParameters(BaseModel):
     # accepted at their neutral values only (clients send them); anything else is refused
     best_of: Annotated[Literal[1] | None, json_type(int)] = None
     watermark: Annotated[Literal[False], json_type(bool)] = False
-    adapter_id: None = None
+    adapter_id: str | None = None  # a LoRA adapter loaded with --lora
 
     @property
     def sampling(self) -> bool:

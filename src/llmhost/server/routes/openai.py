@@ -31,7 +31,8 @@ async def chat_completions(request: Request) -> Response:
     return await deps.openai(request).chat(body, request)
 
 
-@router.get("/v1/models", openapi_extra=operation("The served model", success=ModelList, errors=COMMON))
+@router.get("/v1/models", openapi_extra=operation("The served model and its LoRA adapters", success=ModelList,
+                                                  errors=COMMON))  # fmt: skip
 async def models(request: Request) -> ModelList:
     ctx = deps.context(request)
     meta = None
@@ -44,4 +45,6 @@ async def models(request: Request) -> ModelList:
             "size": info.size_bytes,
             "description": info.description,
         }
-    return ModelList(data=[ModelCard(id=ctx.settings.model_name, created=ctx.started_at, meta=meta)])
+    base = ctx.settings.model_name
+    adapters = [ModelCard(id=s.name, created=ctx.started_at, parent=base) for s in ctx.adapters.specs]
+    return ModelList(data=[ModelCard(id=base, created=ctx.started_at, meta=meta), *adapters])

@@ -106,7 +106,8 @@ async def start_chat(
     max_tokens = body.max_completion_tokens or body.max_tokens or ctx.remaining(len(prompt))
     top = body.top_logprobs or 0
     params = planned(ctx, plan, sampling_params(body, max_tokens, top if body.logprobs else None, constraint))
-    streams = ctx.submit_choices(rid, [prompt], [params], body.n, api)
+    adapters = ctx.adapters.by_model(body.model, body.lora)
+    streams = ctx.submit_choices(rid, [prompt], [params], body.n, api, adapters)
     return ChatRun(plan, streams, len(prompt))
 
 

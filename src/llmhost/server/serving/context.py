@@ -29,9 +29,11 @@ from llmhost.engine import (
 )
 from llmhost.engine.embedder_loop import AsyncEmbedder
 from llmhost.engine.loop import RequestStream
+from llmhost.engine.lora import AdapterSet
 from llmhost.engine.request import ParamError
 from llmhost.server.errors import APIError, from_engine, model_loading, unavailable
 from llmhost.server.metrics import ServerMetrics
+from llmhost.server.serving.adapters import AdapterChoice
 from llmhost.server.settings import ServerSettings
 
 log = logging.getLogger("llmhost.server")
@@ -61,6 +63,7 @@ class ServingContext:
         self.metrics = metrics
         self._chat_template: ChatTemplate | None = None
         self.started_at = int(time.time())
+        self.adapters = AdapterChoice(settings.engine.adapters)
 
     # -- model -------------------------------------------------------------------------------------
     @property
@@ -191,17 +194,21 @@ class ServingContext:
 
     # -- requests ----------------------------------------------------------------------------------
     def submit(
-        self, request_id: str, prompt: list[int], params: SamplingParams, api: str, group: str = ""
-    ) -> RequestStream:
+        self, request_id: str, prompt: list[int], params: SamplingParams, api: str, group: str = "",
+        adapters: AdapterSet = (),
+    ) -> RequestStream:  # fmt: skip
+        """`adapters`: the LoRA adapters it runs with (`self.adapters` chooses them)."""
         self.require_ready()
         try:
-            return self.engine.submit(GenerationRequest(request_id, prompt, params, group=group))
+            request = GenerationRequest(request_id, prompt, params, group=group, adapters=adapters)
+            return self.engine.submit(request)
         except EngineError as exc:
             raise self._refused(exc) from exc
 
     def submit_choices(
-        self, request_id: str, prompts: list[list[int]], params: list[SamplingParams], n: int, api: str
-    ) -> list[RequestStream]:
+        self, request_id: str, prompts: list[list[int]], params: list[SamplingParams], n: int, api: str,
+        adapters: AdapterSet = (),
+    ) -> list[RequestStream]:  # fmt: skip
         """`n` choices per prompt, index prompt * n + choice; the choices of one prompt share its KV.
         All or nothing: if one is refused, those already queued are aborted."""
         streams: list[RequestStream] = []
@@ -211,7 +218,8 @@ class ServingContext:
                     seed = p_params.seed
                     choice = p_params if seed is None or i == 0 else replace(p_params, seed=seed + i)
                     group = f"{request_id}/{p}" if n > 1 else ""
-                    streams.append(self.submit(f"{request_id}/{p * n + i}", prompt, choice, api, group))
+                    rid = f"{request_id}/{p * n + i}"
+                    streams.append(self.submit(rid, prompt, choice, api, group, adapters))
         except BaseException:
             for s in streams:
                 s.abort()

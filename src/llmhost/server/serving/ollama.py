@@ -234,7 +234,8 @@ class OllamaServing:
         n_tokens = op.max_tokens(body.options, len(run.prompt), self.n_ctx)
         params = planned(self.ctx, run.plan, op.sampling(body.options, n_tokens, self.n_ctx, constraint))
         rid = f"ollama-{uuid.uuid4().hex}"
-        streams = self.ctx.submit_choices(rid, [run.prompt], [params], 1, API)
+        adapters = self.ctx.adapters.by_model(body.model.removesuffix(":latest"))  # a LoRA adapter's name
+        streams = self.ctx.submit_choices(rid, [run.prompt], [params], 1, API, adapters)
         if body.stream:
             return EventStreamResponse(
                 self._stream(run, streams[0]), streams, on_error=error_line, media_type=NDJSON

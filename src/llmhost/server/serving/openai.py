@@ -99,7 +99,8 @@ class OpenAIServing:
         scored = body.echo and body.logprobs is not None
         params = [self._params(body, len(p), constraint, scored) for p in prompts]
         rid = new_id("cmpl")
-        streams = ctx.submit_choices(rid, prompts, params, body.n, "completions")
+        adapters = ctx.adapters.by_model(body.model, body.lora)
+        streams = ctx.submit_choices(rid, prompts, params, body.n, "completions", adapters)
         echoes = [self._echo(body, p, raw) for p, raw in zip(prompts, body.prompts(), strict=True)]
         if body.stream:
             return EventStreamResponse(self._completion_stream(rid, body, streams, echoes), streams)

@@ -89,6 +89,7 @@ class TGIServing:
             raise APIError(422, "decoder_input_details is not supported when streaming",
                            field="parameters.decoder_input_details")  # fmt: skip
         params = sampling_params(p, 1)  # validates before tokenizing; max_new_tokens set below
+        adapters = ctx.adapters.by_id(p.adapter_id)
         await ctx.check_constraint(params.constraint)
         prompt = await ctx.prompt_tokens(body.inputs)
         if p.truncate is not None and len(prompt) > p.truncate:
@@ -96,7 +97,7 @@ class TGIServing:
         params.max_tokens = p.max_new_tokens or min(
             ctx.settings.default_max_new_tokens, ctx.remaining(len(prompt))
         )
-        return ctx.submit(new_id("tgi"), prompt, params, "tgi"), prompt
+        return ctx.submit(new_id("tgi"), prompt, params, "tgi", adapters=adapters), prompt
 
     def _token(self, lp: TokenLogprob | None, token: int, text: str | None = None) -> dict[str, Any]:
         return {

@@ -1,0 +1,61 @@
+"""Which LoRA adapters (loaded with --lora) a request runs with, from the fields that select them:
+a `model` naming an adapter (vLLM's way), TGI's `adapter_id`, llama-server's `lora` list."""
+
+from __future__ import annotations
+
+from llmhost.engine.lora import AdapterSet, AdapterSpec, adapter_set
+from llmhost.server.errors import APIError
+from llmhost.server.protocol.openai import LoraRef
+
+
+class AdapterChoice:
+    """The server's adapters, in --lora order (a `lora` entry's `id` is its place there)."""
+
+    def __init__(self, specs: tuple[AdapterSpec, ...]) -> None:
+        self.specs = specs
+        self._by_name = {s.name: s for s in specs}
+
+    def names(self) -> str:
+        return ", ".join(self._by_name) or "none (start the server with --lora NAME=PATH)"
+
+    def by_model(self, model: str | None, lora: list[LoraRef] | None = None) -> AdapterSet:
+        """A `lora` list decides (adapters it leaves out are off, as in llama-server); else a `model`
+        naming an adapter selects it at its --lora scale; any other `model` is the base model."""
+        if lora is not None:
+            return self.from_list(lora)
+        spec = self._by_name.get(model or "")
+        return adapter_set([(spec.name, spec.scale)]) if spec is not None else ()
+
+    def by_id(self, adapter_id: str | None) -> AdapterSet:
+        """TGI's `adapter_id`: an adapter's name (null: the base model)."""
+        if adapter_id is None:
+            return ()
+        spec = self._by_name.get(adapter_id)
+        if spec is None:
+            raise APIError(
+                422, f"no LoRA adapter {adapter_id!r}; loaded: {self.names()}", field="parameters.adapter_id"
+            )
+        return adapter_set([(spec.name, spec.scale)])
+
+    def from_list(self, lora: list[LoraRef]) -> AdapterSet:
+        pairs: list[tuple[str, float]] = []
+        for i, ref in enumerate(lora):
+            name = self._entry_name(i, ref)
+            if any(name == seen for seen, _ in pairs):
+                raise APIError(422, f"adapter {name!r} is listed twice", field=f"lora[{i}]")
+            pairs.append((name, ref.scale))
+        return adapter_set(pairs)
+
+    def _entry_name(self, i: int, ref: LoraRef) -> str:
+        if (ref.id is None) == (ref.name is None):
+            raise APIError(422, "give an adapter's id or its name (one of them)", field=f"lora[{i}]")
+        if ref.id is not None:
+            if ref.id >= len(self.specs):
+                raise APIError(422, f"no adapter with id {ref.id}; {len(self.specs)} loaded: {self.names()}",
+                               field=f"lora[{i}].id")  # fmt: skip
+            return self.specs[ref.id].name
+        if ref.name not in self._by_name:
+            raise APIError(
+                422, f"no LoRA adapter {ref.name!r}; loaded: {self.names()}", field=f"lora[{i}].name"
+            )
+        return str(ref.name)

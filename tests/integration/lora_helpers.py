@@ -1,0 +1,59 @@
+"""LoRA adapter GGUFs made in the tests with the `gguf` package, laid out as llama.cpp's
+convert_lora_to_gguf.py writes them: `general.type = adapter`, `adapter.type = lora`,
+`adapter.lora.alpha`, and per adapted weight `<name>.lora_a` (ne = [n_in, rank]) and `<name>.lora_b`
+(ne = [rank, n_out]); numpy shapes are those reversed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import gguf
+import numpy as np
+
+
+def _attn_q_shapes(base: Path) -> dict[str, tuple[int, int]]:
+    """(n_in, n_out) of each block's attention query weight in the base GGUF."""
+    reader = gguf.GGUFReader(str(base))
+    return {
+        t.name: (int(t.shape[0]), int(t.shape[1]))
+        for t in reader.tensors
+        if t.name.endswith(".attn_q.weight")
+    }
+
+
+def base_architecture(base: Path) -> str:
+    field = gguf.GGUFReader(str(base)).fields["general.architecture"]
+    return str(field.contents())
+
+
+def write_adapter(
+    out: Path,
+    base: Path,
+    seed: int,
+    rank: int = 4,
+    std: float = 0.05,
+    zero: bool = False,
+    arch: str | None = None,
+    shape_off_by: int = 0,
+) -> Path:
+    """A random low-rank adapter over every attention query weight of `base` (all zeros with `zero`:
+    it must change nothing). `arch` / `shape_off_by` make one for another model, which llama.cpp refuses."""
+    rng = np.random.default_rng(seed)
+    writer = gguf.GGUFWriter(str(out), arch or base_architecture(base))
+    writer.add_type(gguf.GGUFType.ADAPTER)
+    writer.add_string(gguf.Keys.Adapter.TYPE, "lora")
+    writer.add_float32(gguf.Keys.Adapter.LORA_ALPHA, float(rank))  # scale alpha / rank = 1
+    for name, (n_in, n_out) in sorted(_attn_q_shapes(base).items()):
+        stem = name.removesuffix(".weight")
+        a = rng.normal(0.0, std, size=(rank, n_in + shape_off_by)).astype(np.float32)
+        b = rng.normal(0.0, std, size=(n_out, rank)).astype(np.float32)
+        if zero:
+            a[:] = 0.0
+            b[:] = 0.0
+        writer.add_tensor(f"{stem}.weight.lora_a", a)
+        writer.add_tensor(f"{stem}.weight.lora_b", b)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return out

@@ -51,12 +51,12 @@ ENDPOINT = f"""
 name: spread
 components:
   - name: a
-    resources: {{num_cpus: 0.5, memory_mb: 600}}
+    resources: {{num_cpus: 0.5, memory_mb: 900}}
     engine: {ENGINE}
     startup_health_check_timeout_s: 180
     max_wait_s: 120
   - name: b
-    resources: {{num_cpus: 1, memory_mb: 600}}
+    resources: {{num_cpus: 1, memory_mb: 900}}
     engine: {ENGINE}
     startup_health_check_timeout_s: 180
     max_wait_s: 120
@@ -97,7 +97,7 @@ name: starting
 components:
   - name: s
     copies: 3
-    resources: {{num_cpus: 1, memory_mb: 600}}
+    resources: {{num_cpus: 1, memory_mb: 900}}
     engine: {ENGINE}
 """
 
@@ -411,13 +411,13 @@ AUTOSCALED = f"""
 name: auto
 components:
   - name: grow
-    resources: {{num_cpus: 0.5, memory_mb: 600}}
+    resources: {{num_cpus: 0.5, memory_mb: 900}}
     engine: {ENGINE}
     autoscaling: {{min_copies: 1, max_copies: 2, target_concurrent_per_copy: 1, scale_in_cooldown_s: 2}}
     startup_health_check_timeout_s: 180
     max_wait_s: 120
   - name: zero
-    resources: {{num_cpus: 0.5, memory_mb: 600}}
+    resources: {{num_cpus: 0.5, memory_mb: 900}}
     engine: {ENGINE}
     autoscaling: {{min_copies: 0, max_copies: 1, target_concurrent_per_copy: 1, scale_in_cooldown_s: 2}}
     startup_health_check_timeout_s: 180

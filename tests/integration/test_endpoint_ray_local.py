@@ -27,7 +27,7 @@ ENDPOINT = f"""
 name: solo
 components:
   - name: only
-    resources: {{num_cpus: 1, memory_mb: 600}}
+    resources: {{num_cpus: 1, memory_mb: 900}}
     engine: {{max_input_tokens: 128, max_total_tokens: 256, chat_template: {CHAT_TEMPLATE}}}
     startup_health_check_timeout_s: 180
 """

@@ -120,7 +120,7 @@ NOTES: dict[str, dict[str, tuple[str, str]]] = {
     "tgi": {
         "best_of": (ONLY, "1 or null"),
         "watermark": (ONLY, "false"),
-        "adapter_id": (ONLY, "null"),
+        "adapter_id": (SUPPORTED, "a --lora adapter's name (null: the base model)"),
     },
 }
 

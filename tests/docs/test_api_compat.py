@@ -65,7 +65,6 @@ ONE_VALUE = [  # (api, field, the value accepted, a value refused) at the model
     ("responses", "truncation", "disabled", "auto"),
     ("tgi", "best_of", 1, 2),
     ("tgi", "watermark", False, True),
-    ("tgi", "adapter_id", None, "lora"),
 ]
 
 

@@ -264,14 +264,15 @@ def test_endpoint_components_and_optimize_take_hf_models(hub: Hub, tmp_path: Pat
     assert code == 2 and "no repository acme/nothing on" in text, text
 
 
-def test_a_models_dir_yaml_names_an_hf_model(hub: Hub, tmp_path: Path) -> None:
-    from llmhost.endpoint.modelsdir import PROCESS_OVERHEAD_MB, scan
+def test_a_models_dir_yaml_names_an_hf_model(hub: Hub, tmp_path: Path, files: dict[str, Path]) -> None:
+    from llmhost.endpoint.modelsdir import estimated_memory_mb, scan
     from llmhost.endpoint.spec import ModelsDirSpec, SpecError
 
     (tmp_path / "tiny.yaml").write_text("model: hf://acme/tiny-GGUF:Q8_0\n")
     (component,) = scan(ModelsDirSpec(path=str(tmp_path)))
     assert component.name == "tiny" and component.model == "hf://acme/tiny-GGUF:Q8_0"
-    assert component.resources.memory_mb == 2 + PROCESS_OVERHEAD_MB  # its size, from the download
+    # its size and its running sequences' KV, from the download (the same bytes as the file served)
+    assert component.resources.memory_mb == estimated_memory_mb(files["tiny-Q8_0.gguf"])
     assert len(hub.gets()) == 1
     (tmp_path / "tiny.yaml").write_text("model: hf://acme/tiny-GGUF:Q3_K\n")
     with pytest.raises(SpecError, match=r"tiny.yaml: model: hf://acme/tiny-GGUF:Q3_K: the quantization"):

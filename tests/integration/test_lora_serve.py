@@ -85,7 +85,7 @@ def test_each_way_of_selecting_an_adapter_gives_its_output(lora_server: Server) 
     assert tgi.json()["generated_text"] == by_model
     ollama = lora_server.client().post("/api/generate", json={
         "model": "sql:latest", "prompt": PROMPT, "raw": True, "stream": False,
-        "options": {"num_predict": N, "temperature": 0}})  # fmt: skip
+        "options": {"num_predict": N, "temperature": 0, "repeat_penalty": 1.0}})  # fmt: skip
     assert ollama.status_code == 200, ollama.text
     assert ollama.json()["response"] == by_model
 

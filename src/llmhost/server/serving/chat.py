@@ -85,9 +85,9 @@ def planned(ctx: ServingContext, plan: ChatPlan, params: SamplingParams) -> Samp
     if plan.parser is not None:
         params = replace(params, render_special=ctx.marker_tokens(plan.parser.markers))
     if plan.syntax is not None:
-        params.thinking = Thinking(tuple(ctx.tokenize(plan.syntax.start, add_special=False)),
-                                   tuple(ctx.tokenize(plan.syntax.end, add_special=False)),
-                                   plan.opened, plan.budget)  # fmt: skip
+        params = replace(params, thinking=Thinking(tuple(ctx.tokenize(plan.syntax.start, add_special=False)),
+                                                   tuple(ctx.tokenize(plan.syntax.end, add_special=False)),
+                                                   plan.opened, plan.budget))  # fmt: skip
     return params
 
 

@@ -36,8 +36,8 @@ from typing import Any
 import httpx
 import psutil
 
-from llmhost.auth import ENV_KEYS
 from llmhost.bench import BenchConfig, run_benchmark
+from llmhost.web.auth import ENV_KEYS
 
 ENGINE = "{max_input_tokens: 256, max_total_tokens: 512, max_batch_tokens: 512, max_concurrent: 8}"
 

@@ -13,14 +13,15 @@ import httpx
 from starlette.applications import Starlette
 
 from docsgen.md import table
-from llmhost.asgi import RequestContextMiddleware
-from llmhost.auth import ApiKeyMiddleware, load_keys
 from llmhost.engine.config import EngineConfig
 from llmhost.engine.request import EngineError, QueueFullError, check_limits
 from llmhost.lifecycle import Lifecycle
-from llmhost.sagemaker_runtime import log_stream, model_error, service_unavailable
-from llmhost.server import errors
-from llmhost.server.anthropic_errors import anthropic_error
+from llmhost.server.errors import from_engine
+from llmhost.web import errors
+from llmhost.web.asgi import RequestContextMiddleware
+from llmhost.web.auth import ApiKeyMiddleware, load_keys
+from llmhost.web.formats import anthropic_error, tgi_error
+from llmhost.web.sagemaker_runtime import log_stream, model_error, service_unavailable
 
 RID = "3f2b9c0e5d7a4e1f8a6b2c4d9e0f1a2b"
 
@@ -66,8 +67,8 @@ def cases() -> list[Case]:
         ("A wrong type or value", errors.validation_error(
             [{"type": "less_than_equal", "loc": ("body", "top_p"),
               "msg": "Input should be less than or equal to 1"}])),
-        ("Prompt or prompt + max tokens beyond the limits", errors.from_engine(_engine_error())),
-        ("Queue full", errors.from_engine(QueueFullError(72, 72))),
+        ("Prompt or prompt + max tokens beyond the limits", from_engine(_engine_error())),
+        ("Queue full", from_engine(QueueFullError(72, 72))),
         ("Model loading, draining, engine dead, queue timeout", errors.model_loading("loading")),
     ]  # fmt: skip
     for what, err in made:
@@ -80,7 +81,7 @@ def cases() -> list[Case]:
 def _tgi(case: Case) -> str:
     if case.error is None:
         return f"{case.status} (OpenAI shape)"
-    return f"{case.status} `{case.error.tgi_body(RID)['error_type']}`"
+    return f"{case.status} `{tgi_error(case.status, case.body)[1]['error_type']}`"
 
 
 def _anthropic(case: Case) -> str:
@@ -112,7 +113,7 @@ def render() -> str:
     status, body = anthropic_error(c.status, c.body)
     rstatus, rbody = _runtime(c)
     out += [f"The same refusal ({c.what.lower()}) in each shape:", ""]
-    shapes = [("OpenAI shape", c.status, c.body), ("TGI shape", c.status, c.error.tgi_body(RID)),
+    shapes = [("OpenAI shape", c.status, c.body), ("TGI shape", c.status, tgi_error(c.status, c.body)[1]),
               ("Anthropic shape", status, body), ("SageMaker Runtime shape", rstatus, rbody)]
     for title, code, shown in shapes:
         out += [f"{title}, status {code}:", "", "```json", json.dumps(shown, indent=2), "```", ""]

@@ -144,8 +144,8 @@ def serve_command(spec: SettingsSpec) -> Callable[..., None]:
 
 def _serve(spec: SettingsSpec, given: dict[str, Any], explicit: frozenset[str]) -> None:
     # imported here: they load llama.cpp, which `llmhost bench` does not need
-    from llmhost.auth import load_keys
     from llmhost.serve_settings import ServeOptions, build
+    from llmhost.web.auth import load_keys
 
     process = {s.name: given.pop(s.name) for s in spec if s.process}
     log_level = str(process["log_level"])

@@ -13,8 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from llmhost.auth import ApiKeys
 from llmhost.serve_spec import SERVE_SPEC, SettingsSpec
+from llmhost.web.auth import ApiKeys
 
 if TYPE_CHECKING:
     from llmhost.engine import EngineConfig

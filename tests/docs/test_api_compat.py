@@ -12,9 +12,9 @@ from pydantic import ValidationError
 from docsgen import api_compat
 from docsgen.api_compat import APIS, NOTES, REFUSED, Api
 from docsgen.hooks import expand
-from llmhost.server.errors import APIError
 from llmhost.server.protocol.responses import ResponsesRequest
 from llmhost.server.serving.responses import to_chat
+from llmhost.web.errors import APIError
 from tests.docs.runner import ROOT
 
 MINIMAL: dict[str, dict[str, Any]] = {

@@ -11,7 +11,7 @@ import jsonschema
 from fastapi import FastAPI
 from fastapi.routing import APIRoute, RouteContext, iter_route_contexts
 
-from llmhost.server.apidoc import DOC_KEY
+from llmhost.web.apidoc import DOC_KEY
 
 METHODS_WITH_BODY = {"POST", "PUT", "PATCH"}
 

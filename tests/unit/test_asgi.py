@@ -5,8 +5,8 @@ from __future__ import annotations
 import httpx
 from starlette.types import Receive, Scope, Send
 
-from llmhost.asgi import RequestContextMiddleware
 from llmhost.lifecycle import Lifecycle
+from llmhost.web.asgi import RequestContextMiddleware
 
 
 async def broken(scope: Scope, receive: Receive, send: Send) -> None:

@@ -10,8 +10,8 @@ from starlette.applications import Starlette
 from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 
-from llmhost.auth import ApiKeyMiddleware, ApiKeys, load_keys, presented_key
 from llmhost.endpoint.cli import client_key
+from llmhost.web.auth import ApiKeyMiddleware, ApiKeys, load_keys, presented_key
 
 
 def test_keys_are_kept_as_digests_and_every_one_is_accepted() -> None:

@@ -9,7 +9,7 @@ import pytest
 from botocore.eventstream import EventStreamBuffer
 from botocore.exceptions import EventStreamError
 
-from llmhost import eventstream
+from llmhost.web import eventstream
 from tests.unit.boto_runtime import events
 
 

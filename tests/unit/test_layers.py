@@ -16,10 +16,11 @@ LAYERS: list[tuple[str, ...]] = [
     ("llmhost.tune",),
     ("llmhost.optimize",),
     ("llmhost.bench", "llmhost.endpoint"),
-    # the console documents its API with the server's OpenAPI helpers; both serve it
-    ("llmhost.server", "llmhost.serve_settings", "llmhost.console"),
-    ("llmhost.asgi", "llmhost.auth", "llmhost.lifecycle", "llmhost.inference", "llmhost.sagemaker_runtime",
-     "llmhost.eventstream"),
+    ("llmhost.server", "llmhost.serve_settings"),
+    # the console's API and page, which the server and the endpoint serve
+    ("llmhost.console",),
+    # what every front end shares: ASGI middleware, auth, each API's error bodies, the OpenAPI helpers
+    ("llmhost.web", "llmhost.lifecycle", "llmhost.inference"),
     ("llmhost.serve_spec", "llmhost.chat_template"),
     ("llmhost.engine", "llmhost.store", "llmhost"),
 ]  # fmt: skip
@@ -51,7 +52,7 @@ def imports(name: str, path: Path) -> Iterator[str]:
                 up = package.split(".")[: len(package.split(".")) - node.level + 1]
                 base = ".".join([*up, base] if base else up)
             yield base
-            # `from llmhost import eventstream` imports the module llmhost.eventstream
+            # `from llmhost.web import eventstream` imports the module llmhost.web.eventstream
             yield from (f"{base}.{a.name}" for a in node.names if f"{base}.{a.name}" in MODULES)
 
 

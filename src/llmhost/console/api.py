@@ -21,11 +21,12 @@ from fastapi import APIRouter, Request
 from pydantic import ValidationError
 from starlette.responses import JSONResponse, Response
 
-from llmhost.asgi import error_body
 from llmhost.console import apidoc as doc
 from llmhost.console.reports import MEDIA as REPORT_MEDIA
 from llmhost.console.reports import ReportError, list_reports, read_report
 from llmhost.console.timeseries import METRICS, NAMES, SeriesStore, refusals, summarize
+from llmhost.web.apidoc import BODY, COMMON, errors, merge, operation
+from llmhost.web.errors import error_body
 
 PREFIX = "/console"
 # the page's files: name -> media type (anything else under /console/assets is a 404)
@@ -110,9 +111,6 @@ def _query(name: str, description: str, **schema: Any) -> dict[str, Any]:
 def _declarations(store: SeriesStore) -> dict[str, dict[str, Any]]:
     """The API's `openapi_extra`, by route: what each takes and answers (the page and its assets are for
     browsers and stay out of the document)."""
-    # imported here: llmhost.server imports this module, and the console comes before the server
-    from llmhost.server.apidoc import BODY, COMMON, errors, merge, operation
-
     bad = merge(COMMON, errors(422))
     window = _query("window", f"Seconds (default 300), at most the retention ({store.retention_s:g})",
                     exclusiveMinimum=0, maximum=store.retention_s)  # fmt: skip

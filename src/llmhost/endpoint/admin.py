@@ -33,7 +33,7 @@ from llmhost.endpoint.manager import ComponentExistsError, EndpointManager, Mode
 from llmhost.endpoint.placement import InsufficientCapacityError
 from llmhost.endpoint.router import error
 from llmhost.endpoint.spec import ComponentList, ComponentSpec, parse_components
-from llmhost.server.apidoc import errors, merge, operation
+from llmhost.web.apidoc import errors, merge, operation
 
 LOOPBACK = {"127.0.0.1", "::1", "localhost", "testclient"}
 

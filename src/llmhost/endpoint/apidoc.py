@@ -10,9 +10,6 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from llmhost.server.anthropic_errors import is_anthropic
-from llmhost.server.apidoc import COMMON, Shape, declarations, errors, merge, operation, relayed
-from llmhost.server.ollama_errors import is_ollama
 from llmhost.server.routes import (
     anthropic,
     embeddings,
@@ -24,6 +21,8 @@ from llmhost.server.routes import (
     sagemaker,
     tgi,
 )
+from llmhost.web.apidoc import COMMON, Shape, declarations, errors, merge, operation, relayed
+from llmhost.web.formats import is_anthropic, is_ollama
 
 REPLICA = declarations(m.router for m in (sagemaker, runtime, openai, anthropic, responses, embeddings,
                                           tgi, ollama, ops))  # fmt: skip

@@ -9,9 +9,8 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 from starlette.responses import JSONResponse, Response
+from starlette.types import Lifespan
 
-from llmhost.asgi import RequestContextMiddleware
-from llmhost.auth import OPEN_PATHS, ApiKeyMiddleware, ApiKeys
 from llmhost.console.api import PUBLIC_PATHS, ConsoleSettings, create_console
 from llmhost.console.sampler import Sampler
 from llmhost.endpoint import apidoc
@@ -22,9 +21,9 @@ from llmhost.endpoint.ollama_folder import ModelsFolder
 from llmhost.endpoint.router import Proxy, create_router
 from llmhost.endpoint.runtime import create_runtime_router
 from llmhost.lifecycle import Lifecycle, watch
-from llmhost.server.anthropic_errors import AnthropicErrorsMiddleware
-from llmhost.server.apidoc import install as install_doc
-from llmhost.server.ollama_errors import is_ollama, ollama_error
+from llmhost.web.apidoc import install as install_doc
+from llmhost.web.asgi import RequestContextMiddleware
+from llmhost.web.auth import OPEN_PATHS, ApiKeyMiddleware, ApiKeys
 
 # while draining, operators still see what happens (status, the console) and probes get their 503
 OPEN_WHILE_DRAINING = {"/ping", "/health", "/metrics", "/admin/status", *PUBLIC_PATHS,
@@ -57,19 +56,36 @@ def create_app(
     lifecycle = lifecycle or Lifecycle()
     console = console or ConsoleSettings()
     store = console.store()
-    source = EndpointConsole(manager, proxy.client, auth=keys is not None and keys.enabled)
-    sampler = Sampler(store, source.read)
+    secured = keys is not None and keys.enabled
+    source = EndpointConsole(manager, proxy.client, auth=secured)
+    lifespan = _lifespan(manager, proxy, lifecycle, Sampler(store, source.read))
+    app = FastAPI(title=f"llmhost endpoint {manager.spec.name}", lifespan=lifespan, docs_url=None,
+                  redoc_url=None)  # fmt: skip
+    folder = ModelsFolder(manager) if manager.spec.models_dir is not None else None
+    app.include_router(create_router(manager, proxy, lifecycle, store, folder))
+    app.add_api_route("/health", lambda: health(manager, lifecycle), methods=["GET"],
+                      openapi_extra=apidoc.HEALTH)  # fmt: skip
+    app.include_router(create_runtime_router(manager, proxy))
+    app.include_router(create_admin(LocalAdmin(manager, shutdown)))
+    app.include_router(create_console(store, console, source.overview, secured))
+    install_doc(app, apidoc.DESCRIPTION, secured=secured, open_paths=OPEN_PATHS | PUBLIC_PATHS)
+    if keys is not None and keys.enabled:  # the router, its admin API and the console's API alike
+        app.add_middleware(ApiKeyMiddleware, keys=keys, open_paths=OPEN_PATHS | PUBLIC_PATHS,
+                           routes=app.routes)  # fmt: skip
+    app.add_middleware(RequestContextMiddleware, lifecycle=lifecycle, open_paths=OPEN_WHILE_DRAINING,
+                       routes=app.routes)  # fmt: skip
+    return app
+
+
+def _lifespan(
+    manager: EndpointManager, proxy: Proxy, lifecycle: Lifecycle, sampler: Sampler
+) -> Lifespan[FastAPI]:
+    """Start the components in the background (the router answers meanwhile), the drain watcher and the
+    console's sampler; at the end drain and stop every copy."""
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
-        async def start() -> None:
-            try:
-                await manager.start()
-                log.info("endpoint %s: every component started", manager.spec.name)
-            except Exception:
-                log.exception("endpoint %s: starting failed", manager.spec.name)
-
-        starting = asyncio.create_task(start(), name="endpoint start")
+        starting = asyncio.create_task(_start(manager), name="endpoint start")
         watcher = asyncio.create_task(watch(lifecycle, lambda: manager.in_flight), name="endpoint watch")
         sampling = asyncio.create_task(sampler.run(), name="console sampler")
         try:
@@ -83,20 +99,12 @@ def create_app(
             await proxy.aclose()
             log.info("endpoint %s: every copy stopped", manager.spec.name)
 
-    app = FastAPI(title=f"llmhost endpoint {manager.spec.name}", lifespan=lifespan, docs_url=None,
-                  redoc_url=None)  # fmt: skip
-    folder = ModelsFolder(manager) if manager.spec.models_dir is not None else None
-    app.include_router(create_router(manager, proxy, lifecycle, store, folder))
-    app.add_api_route("/health", lambda: health(manager, lifecycle), methods=["GET"],
-                      openapi_extra=apidoc.HEALTH)  # fmt: skip
-    app.include_router(create_runtime_router(manager, proxy))
-    app.include_router(create_admin(LocalAdmin(manager, shutdown)))
-    secured = keys is not None and keys.enabled
-    app.include_router(create_console(store, console, source.overview, secured))
-    install_doc(app, apidoc.DESCRIPTION, secured=secured, open_paths=OPEN_PATHS | PUBLIC_PATHS)
-    if keys is not None and keys.enabled:  # the router, its admin API and the console's API alike
-        app.add_middleware(ApiKeyMiddleware, keys=keys, open_paths=OPEN_PATHS | PUBLIC_PATHS)
-    app.add_middleware(RequestContextMiddleware, lifecycle=lifecycle, open_paths=OPEN_WHILE_DRAINING)
-    app.add_middleware(AnthropicErrorsMiddleware)  # outermost: Anthropic's routes answer in its shape
-    app.add_middleware(AnthropicErrorsMiddleware, matches=is_ollama, convert=ollama_error)
-    return app
+    return lifespan
+
+
+async def _start(manager: EndpointManager) -> None:
+    try:
+        await manager.start()
+        log.info("endpoint %s: every component started", manager.spec.name)
+    except Exception:
+        log.exception("endpoint %s: starting failed", manager.spec.name)

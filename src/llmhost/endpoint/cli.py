@@ -10,14 +10,14 @@ from typing import TYPE_CHECKING, Annotated, Any
 import httpx
 import typer
 
-from llmhost.auth import ENV_KEY, ENV_KEYS
 from llmhost.store.options import S3EndpointOpt, use_s3_endpoint
+from llmhost.web.auth import ENV_KEY, ENV_KEYS
 
 if TYPE_CHECKING:
-    from llmhost.auth import ApiKeys
     from llmhost.console.api import ConsoleSettings
     from llmhost.endpoint.manager import EndpointManager
     from llmhost.endpoint.spec import EndpointSpec
+    from llmhost.web.auth import ApiKeys
 
 app = typer.Typer(help="Endpoints: several models and copies behind one port, with autoscaling.",
                   no_args_is_help=True)  # fmt: skip
@@ -133,10 +133,10 @@ def up(
 ) -> None:
     """Start an endpoint: place every component, start its copies, route on PORT. SIGTERM drains. The
     console is at http://HOST:PORT/console."""
-    from llmhost.auth import load_keys
     from llmhost.console.api import ConsoleSettings
     from llmhost.endpoint.spec import SpecError
     from llmhost.serve_spec import LOG_LEVELS
+    from llmhost.web.auth import load_keys
 
     _refuse_other_mode(ctx, ray)
     if log_level.lower() not in LOG_LEVELS:

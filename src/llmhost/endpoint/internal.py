@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import httpx
 
-from llmhost.auth import ENV_KEYS
+from llmhost.web.auth import ENV_KEYS
 
 # the copy's `llmhost serve` reads its API keys from this variable; the router sends the key as
 # x-api-key (a client's x-api-key and Authorization are dropped before relaying)

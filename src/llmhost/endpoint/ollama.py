@@ -12,15 +12,17 @@ from pathlib import Path
 from typing import Any
 
 from fastapi import APIRouter, Request
+from fastapi.routing import APIRoute
 from starlette.responses import PlainTextResponse, Response
 
 from llmhost.endpoint.ollama_folder import ModelsFolder
 from llmhost.endpoint.routing import NDJSON, error
 from llmhost.serve_spec import SERVE_SPEC
-from llmhost.server.apidoc import COMMON, errors, operation
 from llmhost.server.protocol import ollama as proto
 from llmhost.server.routes.deps import json_body
 from llmhost.server.serving.ollama_models import VERSION, model_entry, running_entry, tagged
+from llmhost.web.apidoc import COMMON, errors, operation
+from llmhost.web.formats import OllamaRoute
 
 ERRORS = errors(401, 500, style="ollama")
 _UNKNOWN = {
@@ -126,7 +128,7 @@ def _model_routes(router: APIRouter, folder: ModelsFolder | None) -> None:
 def ollama_routes(listed: Callable[[], list[Listed]], folder: ModelsFolder | None = None) -> APIRouter:
     """`listed`: the endpoint's components now; `folder`: its models_dir, where /api/copy and
     /api/delete act (elsewhere they are a 400)."""
-    router = APIRouter()
+    router = APIRouter(route_class=OllamaRoute)  # refusals in Ollama's shape
 
     @router.get(
         "/api/tags",
@@ -158,9 +160,10 @@ def ollama_routes(listed: Callable[[], list[Listed]], folder: ModelsFolder | Non
     # outside /api/: its refusals (a missing key) are in llmhost's usual shape
     alive_doc: dict[str, Any] = {"errors": COMMON, "media": {"text/plain": "Ollama is running"}}
 
-    @router.get("/", openapi_extra=operation("Ollama liveness", **alive_doc))
-    @router.head("/", openapi_extra=operation("Ollama liveness (HEAD)", **alive_doc))
     async def alive(_: Request) -> Response:
         return PlainTextResponse("Ollama is running")
 
+    for method, summary in (("GET", "Ollama liveness"), ("HEAD", "Ollama liveness (HEAD)")):
+        router.add_api_route("/", alive, methods=[method], route_class_override=APIRoute,
+                             openapi_extra=operation(summary, **alive_doc))  # fmt: skip
     return router

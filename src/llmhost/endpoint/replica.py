@@ -22,13 +22,13 @@ from typing import Any
 
 import httpx
 
-from llmhost.auth import ENV_KEY_VARS
 from llmhost.endpoint.internal import InternalKey
 from llmhost.endpoint.memlimit import MemoryLimit, memory_limit
 from llmhost.endpoint.placement import Allocation
 from llmhost.endpoint.procs import cpus_allowed, exit_reason, free_port, last_words, preexec, rss_mb
 from llmhost.endpoint.spec import ComponentSpec
 from llmhost.store.model import ResolvedModel
+from llmhost.web.auth import ENV_KEY_VARS
 
 log = logging.getLogger("llmhost.endpoint")
 

@@ -20,8 +20,6 @@ import httpx
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from llmhost import eventstream
-from llmhost.asgi import request_id
 from llmhost.console.front import console_families
 from llmhost.console.timeseries import SeriesStore
 from llmhost.endpoint import apidoc, keepalive, routing
@@ -41,6 +39,8 @@ from llmhost.endpoint.routing import (
 )
 from llmhost.endpoint.spec import ClientKeepAlive
 from llmhost.lifecycle import KEEP_ALIVE_S, Lifecycle
+from llmhost.web import eventstream
+from llmhost.web.asgi import request_id
 
 log = logging.getLogger("llmhost.endpoint")
 

@@ -18,15 +18,16 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mappin
 from typing import Any, Protocol, TypeVar
 
 from fastapi import APIRouter, Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from fastapi.routing import APIRoute
+from starlette.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
-from llmhost import eventstream
-from llmhost.asgi import error_body, retry_after
 from llmhost.endpoint.apidoc import relay_doc
-from llmhost.server.anthropic_errors import is_anthropic
-from llmhost.server.ollama_errors import is_ollama
 from llmhost.server.serving.anthropic_events import error_event as anthropic_error_event
+from llmhost.web import eventstream
+from llmhost.web.errors import APIError, error_body, retry_after
+from llmhost.web.formats import AnthropicRoute, OllamaRoute, is_anthropic, is_ollama
+from llmhost.web.responses import ErrorResponse
 
 COMPONENT_HEADER = "X-Amzn-SageMaker-Inference-Component"
 COPY_HEADER = "X-Llmhost-Copy"
@@ -146,10 +147,10 @@ class Relay(StreamingResponse):
 
 
 def error(status: int, message: str, type_: str = "invalid_request_error", field: str | None = None,
-          **extra: Any) -> JSONResponse:  # fmt: skip
+          **extra: Any) -> Response:  # fmt: skip
+    """The router's own refusal, in the error format its route declares (`relay_route`)."""
     headers = retry_after() if status in (429, 503) else None
-    return JSONResponse(error_body(status, message, type_, field=field, **extra), status_code=status,
-                        headers=headers)  # fmt: skip
+    return ErrorResponse(APIError(status, message, type_, field=field, extra=extra, headers=headers))
 
 
 def error_event(message: str, status: int = 502) -> bytes:
@@ -161,7 +162,7 @@ def known(registry: Components[Routable]) -> str:
     return ", ".join(names) or "(none)"
 
 
-def _unknown(registry: Components[Routable], name: str, field: str) -> JSONResponse:
+def _unknown(registry: Components[Routable], name: str, field: str) -> Response:
     return error(404, f"unknown inference component {name!r}; known components: {known(registry)}",
                  "not_found_error", field=field)  # fmt: skip
 
@@ -171,7 +172,7 @@ def _only(registry: Components[C]) -> C | None:
     return live[0] if len(live) == 1 else None
 
 
-def by_header(registry: Components[C], headers: Mapping[str, str]) -> C | JSONResponse:
+def by_header(registry: Components[C], headers: Mapping[str, str]) -> C | Response:
     name = headers.get(COMPONENT_HEADER)
     if name:
         comp = registry.components.get(name)
@@ -185,7 +186,7 @@ def by_header(registry: Components[C], headers: Mapping[str, str]) -> C | JSONRe
                  f"header: {known(registry)}", field=COMPONENT_HEADER)  # fmt: skip
 
 
-def by_model(registry: Components[C], body: bytes, headers: Mapping[str, str]) -> C | JSONResponse:
+def by_model(registry: Components[C], body: bytes, headers: Mapping[str, str]) -> C | Response:
     """The body's `model` names the component; else the header; else the only component."""
     try:
         data = json.loads(body) if body else None
@@ -204,7 +205,7 @@ def by_model(registry: Components[C], body: bytes, headers: Mapping[str, str]) -
 
 def by_query(
     registry: Components[C], query: Mapping[str, str], headers: Mapping[str, str]
-) -> C | JSONResponse:
+) -> C | Response:
     """A GET's component: the query's `model`, else the header, else the only component."""
     model = query.get("model")
     if model:
@@ -289,6 +290,12 @@ def model_entry(name: str, copies: int, ready: int) -> dict[str, Any]:
             "ready": ready}  # fmt: skip
 
 
+def relay_route(path: str) -> type[APIRoute]:
+    """The route class of the route relaying `path`, which declares the error format of the router's own
+    refusals there: Anthropic's and Ollama's APIs in theirs, the others (TGI's too) in OpenAI's."""
+    return AnthropicRoute if is_anthropic(path) else OllamaRoute if is_ollama(path) else APIRoute
+
+
 def data_routes(registry: Components[C], proxy: Forwarder[C]) -> APIRouter:
     """The routes relayed to a component's copy, each picking the component its own way."""
     router = APIRouter()
@@ -313,7 +320,8 @@ def data_routes(registry: Components[C], proxy: Forwarder[C]) -> APIRouter:
         return await proxy.forward(request, picked, b"")
 
     def add(path: str, method: str, route: Callable[[Request], Awaitable[Response]], how: str) -> None:
-        router.add_api_route(path, route, methods=[method], openapi_extra=relay_doc(method, path, how))
+        router.add_api_route(path, route, methods=[method], openapi_extra=relay_doc(method, path, how),
+                             route_class_override=relay_route(path))  # fmt: skip
 
     for path in HEADER_ROUTES:
         add(path, "POST", route_header, "header")

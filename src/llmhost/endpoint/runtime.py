@@ -8,21 +8,26 @@ from __future__ import annotations
 import json
 
 from fastapi import APIRouter, Request
-from starlette.responses import Response
+from starlette.responses import JSONResponse, Response
 
-from llmhost import sagemaker_runtime as wire
-from llmhost.asgi import request_id
 from llmhost.endpoint.apidoc import relay_doc
 from llmhost.endpoint.routing import COPY_HEADER, C, Components, Forwarder, by_header
+from llmhost.web import sagemaker_runtime as wire
+from llmhost.web.asgi import request_id
+from llmhost.web.responses import ErrorResponse
 
 
 def refusal(response: Response, endpoint: str, component: str, rid: str) -> Response:
-    """A refusal of the router (its JSON error) in the runtime's shape."""
-    original = bytes(response.body).decode(errors="replace")
-    try:
-        message = str(json.loads(original)["error"]["message"])
-    except (ValueError, KeyError, TypeError):
-        message = original
+    """A refusal of the router (its own, or a copy's JSON error it relays) in the runtime's shape."""
+    if isinstance(response, ErrorResponse):
+        original = bytes(JSONResponse(response.error.body()).body).decode()
+        message = response.error.message
+    else:
+        original = bytes(response.body).decode(errors="replace")
+        try:
+            message = str(json.loads(original)["error"]["message"])
+        except (ValueError, KeyError, TypeError):
+            message = original
     status = response.status_code
     if status in (429, 503):
         return wire.service_unavailable(message, rid, response.headers.get("retry-after"))

@@ -7,24 +7,21 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
+from starlette.types import Lifespan
 
 from llmhost import __version__
-from llmhost.asgi import RequestContextMiddleware
-from llmhost.auth import OPEN_PATHS, ApiKeyMiddleware
 from llmhost.chat_template import template_fault
-from llmhost.console.api import PUBLIC_PATHS, create_console
+from llmhost.console.api import PUBLIC_PATHS, ConsoleSettings, create_console
 from llmhost.console.front import ConsoleCollector, FrontCounter, FrontTally
 from llmhost.console.sampler import Sampler
+from llmhost.console.timeseries import SeriesStore
 from llmhost.engine import AsyncEngine, ModelInfo
 from llmhost.engine.embedder_loop import AsyncEmbedder
 from llmhost.lifecycle import Lifecycle
-from llmhost.server import apidoc, errors
-from llmhost.server.anthropic_errors import AnthropicErrorsMiddleware
+from llmhost.server import errors
 from llmhost.server.console import ServerConsole
 from llmhost.server.lifecycle import watch_embedder, watch_engine
 from llmhost.server.metrics import ServerMetrics
-from llmhost.server.middleware import BodyLimitMiddleware, CustomAttributesMiddleware
-from llmhost.server.ollama_errors import is_ollama, ollama_error
 from llmhost.server.routes import (
     anthropic,
     embeddings,
@@ -46,6 +43,10 @@ from llmhost.server.serving.openai import OpenAIServing
 from llmhost.server.serving.responses import ResponsesServing
 from llmhost.server.serving.tgi import TGIServing
 from llmhost.server.settings import ServerSettings
+from llmhost.web import apidoc
+from llmhost.web.asgi import RequestContextMiddleware
+from llmhost.web.auth import OPEN_PATHS, ApiKeyMiddleware
+from llmhost.web.middleware import BodyLimitMiddleware, CustomAttributesMiddleware
 
 DESCRIPTION = (
     "One model behind SageMaker's container contract, the OpenAI, Anthropic Messages, TGI and Ollama APIs. "
@@ -81,22 +82,39 @@ def create_app(
     lifecycle = lifecycle or Lifecycle()
     # --embeddings: the embedder loads the model and the generation engine is never started
     embedder = AsyncEmbedder(settings.model_path, settings.embeddings) if settings.embeddings else None
-
     ctx = ServingContext(engine, settings, metrics, embedder)
+    # imported now, before serving: a broken inference.py stops the server from starting
+    custom = CustomInference.load(settings.inference_script, ctx) if settings.inference_script else None
     tally = FrontTally()
     console_source = ServerConsole(ctx, tally)
     console = settings.console()
     store = console.store()
     metrics.registry.register(ConsoleCollector(store))
+    sampler = Sampler(store, console_source.read)
+    lifespan = _lifespan(ctx, owned, lifecycle, sampler, custom)
+    app = FastAPI(title="llmhost", version=__version__, lifespan=lifespan, docs_url=None, redoc_url=None)
+    app.state.lifecycle = lifecycle
+    _serve(app, ctx, custom)
+    _route(app, settings, console, store, console_source)
+    _middleware(app, settings, lifecycle, tally)
+    return app
+
+
+def _lifespan(
+    ctx: ServingContext, owned: bool, lifecycle: Lifecycle, sampler: Sampler, custom: CustomInference | None
+) -> Lifespan[FastAPI]:
+    """Start the engine (or the embedder), its watcher, the console's sampler and inference.py's
+    model_fn; stop them in turn."""
+    engine, embedder = ctx.engine, ctx.embedder
+    runner = embedder if embedder is not None else (engine if owned else None)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        runner = embedder if embedder is not None else (engine if owned else None)
         if runner is not None:
             runner.start()
         watching = watch_embedder(embedder, lifecycle) if embedder else watch_engine(engine, lifecycle)
         watcher = asyncio.create_task(watching, name="llmhost watch")
-        sampling = asyncio.create_task(Sampler(store, console_source.read).run(), name="console sampler")
+        sampling = asyncio.create_task(sampler.run(), name="console sampler")
         if custom is not None:
             try:
                 await custom.start()
@@ -114,30 +132,41 @@ def create_app(
             if runner is not None:
                 await asyncio.to_thread(runner.shutdown)
 
-    app = FastAPI(title="llmhost", version=__version__, lifespan=lifespan, docs_url=None, redoc_url=None)
+    return lifespan
+
+
+def _serve(app: FastAPI, ctx: ServingContext, custom: CustomInference | None) -> None:
+    """Each API's serving logic, where the routes find it (server/routes/deps.py)."""
+    parser = ctx.settings.tool_parser
     app.state.serving = ctx
-    app.state.lifecycle = lifecycle
-    app.state.openai = OpenAIServing(ctx, settings.tool_parser)
+    app.state.openai = OpenAIServing(ctx, parser)
     app.state.tgi = TGIServing(ctx)
-    app.state.anthropic = AnthropicServing(ctx, settings.tool_parser)
-    app.state.responses = ResponsesServing(ctx, settings.tool_parser)
+    app.state.anthropic = AnthropicServing(ctx, parser)
+    app.state.responses = ResponsesServing(ctx, parser)
     app.state.embeddings = EmbeddingsServing(ctx)
-    app.state.ollama = OllamaServing(ctx, settings.tool_parser)
+    app.state.ollama = OllamaServing(ctx, parser)
     app.state.ollama_models = OllamaModels(ctx, app.state.embeddings)
-    # imported now, before serving: a broken inference.py stops the server from starting
-    custom = CustomInference.load(settings.inference_script, ctx) if settings.inference_script else None
     app.state.custom = custom
+
+
+def _route(app: FastAPI, settings: ServerSettings, console: ConsoleSettings, store: SeriesStore,
+           source: ServerConsole) -> None:  # fmt: skip
+    """Every API's routes (each declares its error format), the console, the OpenAPI document."""
     errors.install(app)
     for module in (sagemaker, runtime, openai, anthropic, responses, embeddings, tgi, ollama, ops):
         app.include_router(module.router)
-    app.include_router(create_console(store, console, console_source.overview, settings.api_keys.enabled))
-    apidoc.install(app, DESCRIPTION, secured=settings.api_keys.enabled, open_paths=OPEN_PATHS | PUBLIC_PATHS)
+    secured = settings.api_keys.enabled
+    app.include_router(create_console(store, console, source.overview, secured))
+    apidoc.install(app, DESCRIPTION, secured=secured, open_paths=OPEN_PATHS | PUBLIC_PATHS)
+
+
+def _middleware(app: FastAPI, settings: ServerSettings, lifecycle: Lifecycle, tally: FrontTally) -> None:
+    """Innermost first; a refusal made here is written in the format of the route it was for."""
+    routes = app.routes
     app.add_middleware(CustomAttributesMiddleware)
-    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
+    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes, routes=routes)
     if settings.api_keys.enabled:  # before the body is read; inside the request id
-        app.add_middleware(ApiKeyMiddleware, keys=settings.api_keys, open_paths=OPEN_PATHS | PUBLIC_PATHS)
+        app.add_middleware(ApiKeyMiddleware, keys=settings.api_keys, open_paths=OPEN_PATHS | PUBLIC_PATHS,
+                           routes=routes)  # fmt: skip
     app.add_middleware(FrontCounter, tally=tally)  # outside the key check: refusals count as 4xx
-    app.add_middleware(RequestContextMiddleware, lifecycle=lifecycle)
-    app.add_middleware(AnthropicErrorsMiddleware)  # added last: outermost, sees every error answer
-    app.add_middleware(AnthropicErrorsMiddleware, matches=is_ollama, convert=ollama_error)
-    return app
+    app.add_middleware(RequestContextMiddleware, lifecycle=lifecycle, routes=routes)

@@ -7,12 +7,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from llmhost.auth import ApiKeys
 from llmhost.console.api import ConsoleSettings
 from llmhost.engine.config import EngineConfig
 from llmhost.engine.embedder import EmbedderConfig
 from llmhost.serve_spec import DEFAULT_PORT, SERVE_SPEC
 from llmhost.store.ggufnames import model_stem
+from llmhost.web.auth import ApiKeys
 
 __all__ = ["DEFAULT_PORT", "MAX_BODY_BYTES", "ServerSettings"]
 

@@ -13,10 +13,10 @@ import pytest
 from fastapi import FastAPI, Request
 from starlette.responses import JSONResponse
 
-from llmhost.auth import OPEN_PATHS, ApiKeyMiddleware, ApiKeys
 from llmhost.console.api import PUBLIC_PATHS, ConsoleSettings, create_console
 from llmhost.console.front import FrontCounter, FrontTally, console_families
 from llmhost.console.timeseries import NAMES, Point, SeriesStore
+from llmhost.web.auth import OPEN_PATHS, ApiKeyMiddleware, ApiKeys
 
 
 async def overview(_: Request) -> dict[str, Any]:

@@ -15,7 +15,6 @@ import pytest
 from fastapi import FastAPI
 from openapi_spec_validator import validate
 
-from llmhost.auth import ApiKeys
 from llmhost.endpoint.admin import YAML_TYPES
 from llmhost.endpoint.app import create_app
 from llmhost.endpoint.component import Component
@@ -28,9 +27,9 @@ from llmhost.endpoint.router import COMPONENT_HEADER
 from llmhost.endpoint.runtime import create_runtime_router
 from llmhost.endpoint.spec import parse_endpoint
 from llmhost.lifecycle import Lifecycle
-from llmhost.server.anthropic_errors import AnthropicErrorsMiddleware
 from llmhost.server.protocol.openai import ChatCompletionRequest
 from llmhost.store import ResolvedModel
+from llmhost.web.auth import ApiKeys
 from tests.unit.endpoint.ray_fakes import URL, FakeServe, deployment, replica
 from tests.unit.endpoint.test_router import Registry, app_for, component
 from tests.unit.openapi_checks import assert_every_operation_documented, check_documented
@@ -237,7 +236,6 @@ async def test_relay_failures_match_the_documented_schema(
     registry = Registry(component("a", [1001], tmp_path), wait_s=0.2)
     app, proxy = app_for(registry, failing_copies(kind))
     app.include_router(create_runtime_router(registry, proxy))
-    app.add_middleware(AnthropicErrorsMiddleware)
     body = {"model": "a", **MESSAGE} if path == "/v1/messages" else {"inputs": "x", **CHAT}
     r = await call(app, "POST", path.replace("{name}", "ep"), content=json.dumps(body).encode(),
                    headers={"content-type": "application/json", COMPONENT_HEADER: "a"})  # fmt: skip

@@ -12,11 +12,11 @@ import pytest
 from botocore.exceptions import EventStreamError
 from fastapi import FastAPI
 
-from llmhost import eventstream
-from llmhost.asgi import RequestContextMiddleware
 from llmhost.endpoint.router import COMPONENT_HEADER, COPY_HEADER, Proxy
 from llmhost.endpoint.runtime import create_runtime_router
 from llmhost.lifecycle import Lifecycle
+from llmhost.web import eventstream
+from llmhost.web.asgi import RequestContextMiddleware
 from tests.unit.boto_runtime import INVOKE, STREAM, events, parse
 from tests.unit.endpoint.test_router import Registry, client, component
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from llmhost.engine.request import ParamError, SamplingParams
-from llmhost.server.errors import APIError
 from llmhost.server.serving.context import build_params
+from llmhost.web.errors import APIError
 
 
 @pytest.mark.parametrize(("given", "field"), [({"top_p": 2.0}, "top_p"), ({"temperature": float("nan")},

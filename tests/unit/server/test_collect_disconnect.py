@@ -11,8 +11,8 @@ import pytest
 from starlette.requests import Request
 
 from llmhost.engine import RequestStream
-from llmhost.server.errors import APIError
 from llmhost.server.serving.context import ServingContext
+from llmhost.web.errors import APIError
 
 
 class Stream:

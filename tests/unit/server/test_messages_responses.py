@@ -9,8 +9,6 @@ from typing import Any
 import pytest
 
 from llmhost.engine import FinishReason, GenerationEvent
-from llmhost.server.anthropic_errors import anthropic_error, is_anthropic
-from llmhost.server.errors import APIError
 from llmhost.server.protocol import anthropic as ap
 from llmhost.server.protocol import responses as rp
 from llmhost.server.serving import anthropic as aserving
@@ -19,6 +17,8 @@ from llmhost.server.serving.anthropic_events import MessageEvents
 from llmhost.server.serving.responses_events import ResponseEvents, ResponseShape
 from llmhost.server.serving.structured import closed
 from llmhost.server.serving.tools import ParsedCall
+from llmhost.web.errors import APIError
+from llmhost.web.formats import anthropic_error, is_anthropic
 
 # Anthropic's documented stream: https://docs.anthropic.com/en/docs/build-with-claude/streaming
 ANTHROPIC_ORDER = [
@@ -291,33 +291,39 @@ def test_a_stream_cut_by_the_router_ends_in_the_streams_own_format() -> None:
 
 
 async def test_anthropic_routes_answer_every_layers_errors_in_anthropics_shape() -> None:
+    """The routes declare Anthropic's format (their route class); the API-key check, the body limit and
+    the request-id layer (a crash) refuse in it too, and so do the app's exception handlers."""
     import httpx
-    from starlette.requests import Request
-    from starlette.responses import JSONResponse, Response, StreamingResponse
-    from starlette.routing import Route, Router
+    from fastapi import APIRouter, FastAPI
+    from starlette.responses import Response, StreamingResponse
 
-    from llmhost.asgi import RequestContextMiddleware
-    from llmhost.auth import ApiKeyMiddleware, ApiKeys
     from llmhost.lifecycle import Lifecycle
-    from llmhost.server.anthropic_errors import AnthropicErrorsMiddleware
-    from llmhost.server.middleware import BodyLimitMiddleware
+    from llmhost.web import responses
+    from llmhost.web.asgi import RequestContextMiddleware
+    from llmhost.web.auth import ApiKeyMiddleware, ApiKeys
+    from llmhost.web.formats import AnthropicRoute
+    from llmhost.web.middleware import BodyLimitMiddleware
 
-    async def fails(request: Request) -> Response:
+    async def fails() -> Response:
         raise RuntimeError("boom")
 
-    async def streams(request: Request) -> Response:
+    async def busy() -> Response:
+        raise APIError(429, "queue full", "rate_limit_error", headers={"Retry-After": "1"})
+
+    async def streams() -> Response:
         return StreamingResponse(iter(["event: ping\ndata: {}\n\n"]), media_type="text/event-stream")
 
-    async def busy(request: Request) -> Response:
-        return JSONResponse({"error": {"message": "queue full", "type": "rate_limit_error", "code": 429}},
-                            status_code=429, headers={"Retry-After": "1"})  # fmt: skip
-
-    routes = [Route("/v1/messages", fails, methods=["POST"]), Route("/v1/messages/count_tokens", busy,
-              methods=["POST"]), Route("/v1/chat/completions", fails, methods=["POST"]),
-              Route("/v1/messages/stream", streams, methods=["POST"])]  # fmt: skip
-    app: Any = BodyLimitMiddleware(Router(routes=routes), max_bytes=100)
-    app = ApiKeyMiddleware(app, ApiKeys.of(["k"]))
-    app = AnthropicErrorsMiddleware(RequestContextMiddleware(app, Lifecycle()))
+    router = APIRouter(route_class=AnthropicRoute)
+    router.add_api_route("/v1/messages", fails, methods=["POST"])
+    router.add_api_route("/v1/messages/count_tokens", busy, methods=["POST"])
+    router.add_api_route("/v1/messages/stream", streams, methods=["POST"])
+    app = FastAPI()
+    app.include_router(router)
+    app.add_api_route("/v1/chat/completions", fails, methods=["POST"])
+    responses.install(app)
+    app.add_middleware(BodyLimitMiddleware, max_bytes=100, routes=app.routes)
+    app.add_middleware(ApiKeyMiddleware, keys=ApiKeys.of(["k"]), routes=app.routes)
+    app.add_middleware(RequestContextMiddleware, lifecycle=Lifecycle(), routes=app.routes)
     transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
     async with httpx.AsyncClient(transport=transport, base_url="http://t") as c:
         key = {"x-api-key": "k"}
@@ -326,12 +332,13 @@ async def test_anthropic_routes_answer_every_layers_errors_in_anthropics_shape()
             (await c.post("/v1/messages", content=b"x" * 200, headers=key), 413, "request_too_large"),
             (await c.post("/v1/messages", headers=key), 500, "api_error"),
             (await c.post("/v1/messages/count_tokens", headers=key), 529, "overloaded_error"),
+            (await c.get("/v1/messages", headers=key), 405, "invalid_request_error"),
         ]
         for r, status, kind in cases:
             assert r.status_code == status and r.json()["type"] == "error", r.text
             assert r.json()["error"]["type"] == kind and r.json()["error"]["message"]
             assert int(r.headers["content-length"]) == len(r.content)
-        assert cases[-1][0].headers["retry-after"] == "1"
+        assert cases[3][0].headers["retry-after"] == "1"
         other = await c.post("/v1/chat/completions")
         assert other.status_code == 401 and other.json()["error"]["type"] == "authentication_error"
         assert "type" not in other.json()  # OpenAI's shape elsewhere

@@ -8,14 +8,14 @@ import json
 import pytest
 
 from llmhost.engine import ConstraintKind
-from llmhost.server.errors import APIError
-from llmhost.server.ollama_errors import ollama_error
 from llmhost.server.protocol import ollama as proto
 from llmhost.server.serving import ollama_params as op
 from llmhost.server.serving import tools
 from llmhost.server.serving.chat import ChatPlan, StreamedOutput, read_message
 from llmhost.server.serving.ollama import tool_calls
 from llmhost.server.serving.ollama_models import human_count, tagged
+from llmhost.web.errors import APIError
+from llmhost.web.formats import ollama_error
 
 
 @pytest.mark.parametrize(

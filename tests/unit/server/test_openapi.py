@@ -18,16 +18,16 @@ from fastapi import FastAPI
 from fastapi.routing import APIRoute
 from openapi_spec_validator import validate
 
-from llmhost.auth import ApiKeys
 from llmhost.console.apidoc import OpenReport
 from llmhost.engine import AsyncEngine
 from llmhost.lifecycle import Lifecycle
 from llmhost.server import ServerSettings, create_app
-from llmhost.server.apidoc import DECLARED, DOC_KEY
 from llmhost.server.protocol.anthropic import MessagesRequest
 from llmhost.server.protocol.openai import ChatCompletionRequest, CompletionRequest
 from llmhost.server.protocol.tgi import TGIRequest
 from llmhost.server.routes import anthropic, embeddings, openai, ops, responses, runtime, sagemaker, tgi
+from llmhost.web.apidoc import DECLARED, DOC_KEY
+from llmhost.web.auth import ApiKeys
 from tests.unit.engine_fakes import FakeModel, config, engine_factory
 from tests.unit.openapi_checks import app_routes, assert_every_operation_documented, check_documented
 

@@ -15,8 +15,8 @@ from pydantic import BaseModel
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from llmhost.engine.request import QueueFullError
-from llmhost.server.errors import APIError
 from llmhost.server.serving.runtime import Runtime
+from llmhost.web.errors import APIError
 from tests.unit.boto_runtime import INVOKE, STREAM, events, parse
 
 TOKEN = b'data:{"token": {"text": "Hi"}}\n\n'

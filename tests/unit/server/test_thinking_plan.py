@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from llmhost.chat_template import ChatTemplate
-from llmhost.server.errors import APIError
 from llmhost.server.serving.reasoning import SYNTAXES, opened_by, syntax_for
 from llmhost.server.serving.thinking import ThinkingAsk, from_effort, plan
+from llmhost.web.errors import APIError
 
 QWEN3 = ChatTemplate(
     (Path(__file__).parents[2] / "fixtures" / "templates" / "Qwen-Qwen3-0.6B.jinja").read_text(), "", ""

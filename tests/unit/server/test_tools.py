@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from llmhost.server.errors import APIError
 from llmhost.server.protocol.openai import ChatCompletionRequest
 from llmhost.server.serving import tools
+from llmhost.web.errors import APIError
 
 WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {
     "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}  # fmt: skip

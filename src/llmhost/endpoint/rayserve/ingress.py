@@ -16,8 +16,6 @@ from typing import Any
 from fastapi import APIRouter, FastAPI
 from starlette.responses import Response
 
-from llmhost.asgi import RequestContextMiddleware
-from llmhost.auth import OPEN_PATHS, ApiKeyMiddleware, ApiKeys
 from llmhost.console.api import PUBLIC_PATHS, ConsoleSettings, create_console
 from llmhost.console.front import console_families
 from llmhost.console.sampler import Sampler
@@ -34,9 +32,9 @@ from llmhost.endpoint.rayserve.serveapi import ServeApi, ServeApiError
 from llmhost.endpoint.runtime import create_runtime_router
 from llmhost.endpoint.spec import EndpointSpec
 from llmhost.lifecycle import Lifecycle
-from llmhost.server.anthropic_errors import AnthropicErrorsMiddleware
-from llmhost.server.apidoc import install as install_doc
-from llmhost.server.ollama_errors import is_ollama, ollama_error
+from llmhost.web.apidoc import install as install_doc
+from llmhost.web.asgi import RequestContextMiddleware
+from llmhost.web.auth import OPEN_PATHS, ApiKeyMiddleware, ApiKeys
 
 log = logging.getLogger("llmhost.endpoint")
 POLL_S = 1.0  # how often Ray Serve's view of the copies is read (for /ping, /v1/models, waits)
@@ -141,9 +139,8 @@ class Ingress:
         # the console's page and assets hold no data and open without a key (the page asks for one)
         install_doc(app, apidoc.DESCRIPTION, secured=keys.enabled, open_paths=OPEN_PATHS | PUBLIC_PATHS)
         if keys.enabled:  # the routes, the admin API and the console's API alike
-            app.add_middleware(ApiKeyMiddleware, keys=keys, open_paths=OPEN_PATHS | PUBLIC_PATHS)
+            app.add_middleware(ApiKeyMiddleware, keys=keys, open_paths=OPEN_PATHS | PUBLIC_PATHS,
+                               routes=app.routes)  # fmt: skip
         # Ray Serve drains the ingress itself (graceful shutdown): this lifecycle never drains
-        app.add_middleware(RequestContextMiddleware, lifecycle=Lifecycle())
-        app.add_middleware(AnthropicErrorsMiddleware)  # outermost: Anthropic's routes answer in its shape
-        app.add_middleware(AnthropicErrorsMiddleware, matches=is_ollama, convert=ollama_error)
+        app.add_middleware(RequestContextMiddleware, lifecycle=Lifecycle(), routes=app.routes)
         return app

@@ -19,12 +19,12 @@ from typing import Any
 from fastapi import Request
 from starlette.responses import Response
 
-from llmhost.asgi import request_id
 from llmhost.endpoint import routing
 from llmhost.endpoint.rayserve.inprocess import Accepted, Call, Head
 from llmhost.endpoint.rayserve.status import DeploymentView
 from llmhost.endpoint.routing import error
 from llmhost.endpoint.spec import ComponentSpec
+from llmhost.web.asgi import request_id
 
 log = logging.getLogger("llmhost.endpoint")
 

@@ -15,12 +15,12 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
-from llmhost.auth import ApiKeys
 from llmhost.console.api import ConsoleSettings
 from llmhost.endpoint.rayserve import nodes, options, status
 from llmhost.endpoint.rayserve.serveapi import ServeApi, retrying
 from llmhost.endpoint.spec import EndpointSpec
 from llmhost.serve_spec import LIMIT_ENV, LOG_LEVELS
+from llmhost.web.auth import ApiKeys
 
 log = logging.getLogger("llmhost.endpoint")
 POLL_S = 1.0

@@ -6,7 +6,7 @@ import json
 import math
 from typing import Any
 
-from llmhost.server.errors import APIError, invalid_json
+from llmhost.web.errors import APIError, invalid_json
 
 # JSON nesting; a chat request with tool schemas stays far below this
 MAX_JSON_DEPTH = 64

@@ -10,9 +10,9 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StrictStr
 
 from llmhost.engine.request import INT32_MAX
-from llmhost.server.errors import APIError
 from llmhost.server.protocol.limits import MAX_STOP_CHARS, MAX_STOP_SEQUENCES
 from llmhost.server.protocol.openai import Strict
+from llmhost.web.errors import APIError
 
 StopString = Annotated[str, Field(max_length=MAX_STOP_CHARS)]
 ThinkLevel = Literal["low", "medium", "high", "max"]

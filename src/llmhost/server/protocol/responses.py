@@ -11,8 +11,8 @@ from typing import Annotated, Any, Literal
 from pydantic import Discriminator, Field, Tag
 
 from llmhost.engine.request import MAX_LOGPROBS
-from llmhost.server.errors import APIError
 from llmhost.server.protocol.openai import Strict
+from llmhost.web.errors import APIError
 
 ITEM_TYPES = ("message", "function_call", "function_call_output", "reasoning")
 PART_TYPES = ("input_text", "output_text", "reasoning_text")

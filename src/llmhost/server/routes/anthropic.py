@@ -1,5 +1,5 @@
 """Anthropic's Messages API: POST /v1/messages and /v1/messages/count_tokens (errors in Anthropic's
-shape: server/anthropic_errors.py)."""
+shape: web/formats.py)."""
 
 from __future__ import annotations
 
@@ -8,14 +8,15 @@ from typing import Any
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from llmhost.server.apidoc import errors, operation
 from llmhost.server.protocol.anthropic import CountTokensRequest, MessagesRequest, check_blocks
 from llmhost.server.protocol.outputs import AnthropicMessage, TokenCount
 from llmhost.server.routes import deps
 from llmhost.server.serving.anthropic import AnthropicServing
+from llmhost.web.apidoc import errors, operation
+from llmhost.web.formats import AnthropicRoute
 
-router = APIRouter()
-# every error in Anthropic's shape (server/anthropic_errors.py): a validation error is a 400, load a 529
+router = APIRouter(route_class=AnthropicRoute)  # refusals in Anthropic's shape
+# every error in Anthropic's shape (web/formats.py): a validation error is a 400, load a 529
 ERRORS = errors(400, 401, 413, 500, 529, style="anthropic")
 
 

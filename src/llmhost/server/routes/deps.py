@@ -7,13 +7,13 @@ from typing import Any
 from starlette.requests import Request
 
 from llmhost.lifecycle import Lifecycle
-from llmhost.server.errors import APIError
 from llmhost.server.protocol.limits import parse_json
 from llmhost.server.serving.context import ServingContext
 from llmhost.server.serving.custom import CustomInference
 from llmhost.server.serving.embeddings import EmbeddingsServing
 from llmhost.server.serving.openai import OpenAIServing
 from llmhost.server.serving.tgi import TGIServing
+from llmhost.web.errors import APIError
 
 
 def context(request: Request) -> ServingContext:

@@ -5,10 +5,10 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from llmhost.server.apidoc import GENERATE, operation
 from llmhost.server.protocol.embeddings import EmbeddingRequest
 from llmhost.server.protocol.outputs import EmbeddingsResponse
 from llmhost.server.routes import deps
+from llmhost.web.apidoc import GENERATE, operation
 
 router = APIRouter()
 

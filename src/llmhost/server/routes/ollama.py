@@ -7,17 +7,19 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import APIRouter, Request
+from fastapi.routing import APIRoute
 from starlette.responses import PlainTextResponse, Response
 
-from llmhost.server.apidoc import COMMON, errors, operation
-from llmhost.server.errors import APIError
 from llmhost.server.protocol import ollama as proto
 from llmhost.server.routes import deps
 from llmhost.server.serving.ollama import NDJSON, OllamaServing
 from llmhost.server.serving.ollama_models import VERSION, OllamaModels
 from llmhost.server.serving.ollama_params import check_options
+from llmhost.web.apidoc import COMMON, errors, operation
+from llmhost.web.errors import APIError
+from llmhost.web.formats import OllamaRoute
 
-router = APIRouter()
+router = APIRouter(route_class=OllamaRoute)  # refusals in Ollama's shape
 ERRORS = errors(400, 401, 413, 500, 503, style="ollama")
 GENERATE = errors(400, 401, 413, 429, 500, 503, style="ollama")
 STREAM = {NDJSON: "With stream: true (the default): one JSON object a line, the last with done: true"}
@@ -134,10 +136,13 @@ async def version() -> dict[str, Any]:
 ALIVE = {"errors": COMMON, "media": {"text/plain": "Ollama is running"}}
 
 
-@router.get("/", openapi_extra=operation("Ollama liveness", **ALIVE))
-@router.head("/", openapi_extra=operation("Ollama liveness (HEAD)", **ALIVE))
 async def alive() -> Response:
     return PlainTextResponse("Ollama is running")
+
+
+for _method, _summary in (("GET", "Ollama liveness"), ("HEAD", "Ollama liveness (HEAD)")):
+    router.add_api_route("/", alive, methods=[_method], route_class_override=APIRoute,
+                         openapi_extra=operation(_summary, **ALIVE))  # fmt: skip
 
 
 @router.post(

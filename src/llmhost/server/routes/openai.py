@@ -3,10 +3,10 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from llmhost.server.apidoc import COMMON, GENERATE, operation
 from llmhost.server.protocol.openai import ChatCompletionRequest, CompletionRequest, ModelCard, ModelList
 from llmhost.server.protocol.outputs import ChatCompletionResponse, CompletionResponse
 from llmhost.server.routes import deps
+from llmhost.web.apidoc import COMMON, GENERATE, operation
 
 router = APIRouter()
 

@@ -8,11 +8,11 @@ from fastapi import APIRouter, Request
 from starlette.responses import JSONResponse, Response
 
 from llmhost.lifecycle import Phase
-from llmhost.server.apidoc import BODY, COMMON, errors, operation
 from llmhost.server.protocol.llama import DetokenizeRequest, TokenizeRequest
 from llmhost.server.protocol.outputs import Detokenized, Health, TokenizerInfo, Tokens
 from llmhost.server.routes import deps
 from llmhost.server.serving import tokenizer
+from llmhost.web.apidoc import BODY, COMMON, errors, operation
 
 router = APIRouter()
 

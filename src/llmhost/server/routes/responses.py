@@ -5,11 +5,11 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from llmhost.server.apidoc import GENERATE, operation
 from llmhost.server.protocol.outputs import ResponseObject
 from llmhost.server.protocol.responses import ResponsesRequest, check_items
 from llmhost.server.routes import deps
 from llmhost.server.serving.responses import ResponsesServing
+from llmhost.web.apidoc import GENERATE, operation
 
 router = APIRouter()
 

@@ -7,12 +7,12 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from llmhost import eventstream
-from llmhost import sagemaker_runtime as wire
-from llmhost.server.apidoc import COMMON, errors, merge, operation
 from llmhost.server.routes import deps
 from llmhost.server.routes.sagemaker import ANSWERS, BODIES, INVOCATIONS, invoke
 from llmhost.server.serving.runtime import CustomCall, Runtime
+from llmhost.web import eventstream
+from llmhost.web import sagemaker_runtime as wire
+from llmhost.web.apidoc import COMMON, errors, merge, operation
 
 router = APIRouter()
 # the runtime's own shapes (ValidationError, ModelError carrying the model's refusal, ServiceUnavailable);

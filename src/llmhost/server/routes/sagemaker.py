@@ -7,9 +7,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from starlette.responses import JSONResponse, Response
 
-from llmhost.asgi import retry_after
-from llmhost.server.apidoc import GENERATE, errors, merge, operation
-from llmhost.server.errors import APIError, use_tgi_errors
+from llmhost.server.errors import refused_in
 from llmhost.server.protocol.embeddings import EmbeddingRequest
 from llmhost.server.protocol.openai import ChatCompletionRequest, CompletionRequest
 from llmhost.server.protocol.outputs import (
@@ -20,6 +18,9 @@ from llmhost.server.protocol.outputs import (
 )
 from llmhost.server.protocol.tgi import TGIRequest
 from llmhost.server.routes import deps
+from llmhost.web.apidoc import GENERATE, errors, merge, operation
+from llmhost.web.errors import APIError, retry_after
+from llmhost.web.formats import TGI
 
 router = APIRouter()
 # what /invocations reads, by the member the body has: `messages`, `prompt`, `input` or `inputs`
@@ -67,11 +68,11 @@ async def invoke(request: Request, body: dict[str, Any]) -> Response:
         deps.embeddings(request).embedder()
         return await deps.embeddings(request).create(EmbeddingRequest.model_validate(body), request)
     if "inputs" in body:  # as SageMaker's TGI containers do, answered (errors too) in TGI's shapes
-        use_tgi_errors(request)
-        tgi = TGIRequest.model_validate(body)
-        if tgi.stream:
-            return await deps.tgi(request).generate_stream(tgi)
-        return JSONResponse([await deps.tgi(request).generate(tgi, request)])
+        with refused_in(TGI):
+            tgi = TGIRequest.model_validate(body)
+            if tgi.stream:
+                return await deps.tgi(request).generate_stream(tgi)
+            return JSONResponse([await deps.tgi(request).generate(tgi, request)])
     raise APIError(
         422,
         "body must have 'inputs' (TGI), 'messages' (OpenAI chat), 'prompt' (OpenAI completion) or "

@@ -6,23 +6,23 @@ from collections.abc import Sequence
 from typing import Any
 
 from fastapi import APIRouter, Request
+from fastapi.routing import APIRoute
 from starlette.responses import JSONResponse, Response
 
-from llmhost.server.apidoc import COMMON, Shape, errors, merge, operation
-from llmhost.server.errors import use_tgi_errors
 from llmhost.server.protocol.outputs import Generation, Generations, Info
 from llmhost.server.protocol.tgi import TGIRequest
 from llmhost.server.routes import deps
+from llmhost.web.apidoc import COMMON, Shape, errors, merge, operation
+from llmhost.web.formats import TGIRoute
 
-router = APIRouter()
-# TGI's shape from the route on; the API-key check, the body limit, draining and a crash answer OpenAI's
+# TGI's routes refuse in TGI's shape; the API-key check, the body limit, draining and a crash answer OpenAI's
+router = APIRouter(route_class=TGIRoute)
 ERRORS: dict[int, Sequence[Shape]] = merge(
     errors(400, 422, 429, 500, 503, style="tgi"), COMMON, errors(413)
 )
 
 
 async def _body(request: Request) -> TGIRequest:
-    use_tgi_errors(request)
     return TGIRequest.model_validate(await deps.json_body(request))
 
 
@@ -51,6 +51,10 @@ async def generate_stream(request: Request) -> Response:
     return await deps.tgi(request).generate_stream(body)
 
 
-@router.get("/info", openapi_extra=operation("TGI model info", success=Info, errors=COMMON))
 async def info(request: Request) -> dict[str, Any]:
     return deps.tgi(request).info()
+
+
+# /info refuses (a missing key, a crash) in llmhost's usual shape, as TGI's own server does
+router.add_api_route("/info", info, methods=["GET"], route_class_override=APIRoute,
+                     openapi_extra=operation("TGI model info", success=Info, errors=COMMON))  # fmt: skip

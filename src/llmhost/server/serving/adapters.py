@@ -4,8 +4,8 @@ a `model` naming an adapter (vLLM's way), TGI's `adapter_id`, llama-server's `lo
 from __future__ import annotations
 
 from llmhost.engine.lora import AdapterSet, AdapterSpec, adapter_set
-from llmhost.server.errors import APIError
 from llmhost.server.protocol.openai import LoraRef
+from llmhost.web.errors import APIError
 
 
 class AdapterChoice:

@@ -13,7 +13,6 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from llmhost.engine import FinishReason, GenerationEvent
-from llmhost.server.errors import APIError
 from llmhost.server.protocol import anthropic as proto
 from llmhost.server.protocol.openai import (
     ChatCompletionRequest,
@@ -29,6 +28,7 @@ from llmhost.server.serving import thinking, tools
 from llmhost.server.serving.anthropic_events import MessageEvents, error_event
 from llmhost.server.serving.chat import ChatRun, StreamedOutput, read_message, start_chat, thinking_plan
 from llmhost.server.serving.context import EventStreamResponse, ServingContext, raise_if_failed
+from llmhost.web.errors import APIError
 
 API = "messages"
 

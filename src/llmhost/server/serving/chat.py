@@ -11,12 +11,12 @@ from typing import Any
 from llmhost.engine import Constraint, SamplingParams, Thinking
 from llmhost.engine.loop import RequestStream
 from llmhost.engine.request import TokenLogprob
-from llmhost.server.errors import APIError
 from llmhost.server.protocol.openai import ChatCompletionRequest
 from llmhost.server.serving import thinking, tools
 from llmhost.server.serving.context import ServingContext
 from llmhost.server.serving.params import sampling_params
 from llmhost.server.serving.reasoning import ReasoningSplitter, ThinkSyntax, opened_by, split, syntax_for
+from llmhost.web.errors import APIError
 
 
 @dataclass(slots=True)

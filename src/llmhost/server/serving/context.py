@@ -15,7 +15,6 @@ from starlette.requests import Request
 from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
-from llmhost.asgi import error_body
 from llmhost.chat_template import ChatTemplate, ChatTemplateBoundError, ChatTemplateError
 from llmhost.engine import (
     AsyncEngine,
@@ -31,10 +30,11 @@ from llmhost.engine.embedder_loop import AsyncEmbedder
 from llmhost.engine.loop import RequestStream
 from llmhost.engine.lora import AdapterSet
 from llmhost.engine.request import ParamError
-from llmhost.server.errors import APIError, from_engine, model_loading, unavailable
+from llmhost.server.errors import from_engine
 from llmhost.server.metrics import ServerMetrics
 from llmhost.server.serving.adapters import AdapterChoice
 from llmhost.server.settings import ServerSettings
+from llmhost.web.errors import APIError, error_body, model_loading, unavailable
 
 log = logging.getLogger("llmhost.server")
 

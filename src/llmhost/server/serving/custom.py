@@ -27,14 +27,14 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from llmhost.asgi import request_id
 from llmhost.inference import bind_engine_model
 from llmhost.server.custom_code import Handlers, load_handlers
-from llmhost.server.errors import APIError
 from llmhost.server.protocol.limits import parse_json
 from llmhost.server.serving.context import ServingContext
 from llmhost.server.serving.custom_model import CustomModel, current_request_id
 from llmhost.server.serving.runtime import STREAMING_KEYS, streaming_body, streams
+from llmhost.web.asgi import request_id
+from llmhost.web.errors import APIError
 
 log = logging.getLogger("llmhost.server")
 

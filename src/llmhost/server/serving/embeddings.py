@@ -14,9 +14,10 @@ from starlette.responses import Response
 from llmhost.engine.embedder import EmbeddingError, Vector
 from llmhost.engine.embedder_loop import AsyncEmbedder
 from llmhost.engine.request import EngineError
-from llmhost.server.errors import APIError, from_engine
+from llmhost.server.errors import from_engine
 from llmhost.server.protocol.embeddings import EmbeddingRequest
 from llmhost.server.serving.context import ServingContext
+from llmhost.web.errors import APIError
 
 T = TypeVar("T")
 API = "embeddings"

@@ -18,13 +18,13 @@ from starlette.responses import JSONResponse, Response
 
 from llmhost.engine import Constraint, FinishReason, GenerationEvent
 from llmhost.engine.loop import RequestStream
-from llmhost.server.errors import APIError
 from llmhost.server.protocol import ollama as proto
 from llmhost.server.serving import ollama_params as op
 from llmhost.server.serving import tools
 from llmhost.server.serving.chat import ChatPlan, StreamedOutput, planned, read_message, render_chat
 from llmhost.server.serving.context import EventStreamResponse, ServingContext, raise_if_failed
 from llmhost.server.serving.thinking import ThinkingAsk
+from llmhost.web.errors import APIError
 
 API = "ollama"
 NDJSON = "application/x-ndjson"

@@ -15,12 +15,12 @@ from typing import Any
 import gguf
 from starlette.requests import Request
 
-from llmhost.server.errors import APIError
 from llmhost.server.protocol import ollama as proto
 from llmhost.server.serving.context import ServingContext
 from llmhost.server.serving.embeddings import EmbeddingsServing
 from llmhost.server.serving.ollama import check_keep_alive
 from llmhost.server.serving.ollama_params import check_options, supports_thinking, supports_tools
+from llmhost.web.errors import APIError
 
 API = "ollama"
 # the Ollama release whose API this one follows (clients check /api/version for features)

@@ -7,7 +7,6 @@ import json
 from typing import Any
 
 from llmhost.engine import Constraint, ConstraintKind, SamplingParams
-from llmhost.server.errors import APIError
 from llmhost.server.protocol import ollama as proto
 from llmhost.server.protocol.openai import ChatCompletionRequest, ChatMessage, FunctionCall, FunctionDef, Tool
 from llmhost.server.protocol.openai import ToolCall as OpenAIToolCall
@@ -15,6 +14,7 @@ from llmhost.server.serving.context import build_params
 from llmhost.server.serving.reasoning import syntax_for
 from llmhost.server.serving.structured import schema_constraint
 from llmhost.server.serving.thinking import ThinkingAsk
+from llmhost.web.errors import APIError
 
 # Ollama's names -> the engine's
 _RENAMED = {"repeat_penalty": "repetition_penalty", "repeat_last_n": "penalty_last_n"}

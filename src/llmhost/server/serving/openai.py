@@ -12,7 +12,6 @@ from starlette.responses import JSONResponse, Response
 
 from llmhost.engine import Constraint, FinishReason, GenerationEvent, SamplingParams
 from llmhost.engine.loop import RequestStream
-from llmhost.server.errors import APIError
 from llmhost.server.protocol.openai import ChatCompletionRequest, CompletionRequest, SamplingFields
 from llmhost.server.serving import scoring
 from llmhost.server.serving.chat import ChatPlan, StreamedOutput, logprob_entries, read_message, start_chat
@@ -27,6 +26,7 @@ from llmhost.server.serving.context import (
 )
 from llmhost.server.serving.params import sampling_params
 from llmhost.server.serving.structured import openai_constraint
+from llmhost.web.errors import APIError
 
 FINISH = {
     FinishReason.LENGTH: "length",

@@ -4,9 +4,9 @@ those terms first)."""
 from __future__ import annotations
 
 from llmhost.engine import Constraint, SamplingParams
-from llmhost.server.errors import APIError
 from llmhost.server.protocol.openai import SamplingFields
 from llmhost.server.serving.context import build_params
+from llmhost.web.errors import APIError
 
 
 def sampling_params(

@@ -13,7 +13,6 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from llmhost.engine import Constraint, ConstraintKind, FinishReason, GenerationEvent
-from llmhost.server.errors import APIError
 from llmhost.server.protocol import responses as proto
 from llmhost.server.protocol.openai import (
     ChatCompletionRequest,
@@ -38,6 +37,7 @@ from llmhost.server.serving.responses_events import (
     usage,
 )
 from llmhost.server.serving.structured import schema_constraint
+from llmhost.web.errors import APIError
 
 API = "responses"
 ROLES = {"user": "user", "system": "system", "developer": "system", "assistant": "assistant"}

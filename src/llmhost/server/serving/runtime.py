@@ -20,11 +20,12 @@ from starlette.datastructures import Headers
 from starlette.requests import Request
 from starlette.responses import AsyncContentStream, Response, StreamingResponse
 
-from llmhost import eventstream
-from llmhost import sagemaker_runtime as wire
-from llmhost.asgi import request_id
 from llmhost.engine.request import EngineError
-from llmhost.server.errors import APIError, from_engine, from_pydantic
+from llmhost.server.errors import from_engine
+from llmhost.web import eventstream
+from llmhost.web import sagemaker_runtime as wire
+from llmhost.web.asgi import request_id
+from llmhost.web.errors import APIError, from_pydantic
 
 Reader = Callable[[Request], Awaitable[dict[str, Any]]]
 Dispatch = Callable[[Request, dict[str, Any]], Awaitable[Response]]

@@ -7,8 +7,8 @@ import json
 from typing import Any
 
 from llmhost.engine import Constraint, ConstraintKind
-from llmhost.server.errors import APIError
 from llmhost.server.protocol.openai import ResponseFormat, SamplingFields
+from llmhost.web.errors import APIError
 
 # an object schema with any of these decides itself which undeclared properties it takes
 _OPEN_KEYWORDS = ("additionalProperties", "patternProperties", "unevaluatedProperties")

@@ -11,7 +11,6 @@ from starlette.responses import StreamingResponse
 from llmhost import __version__
 from llmhost.engine import GenerationEvent, SamplingParams, TokenLogprob
 from llmhost.engine.loop import RequestStream
-from llmhost.server.errors import APIError
 from llmhost.server.protocol.limits import MAX_STOP_SEQUENCES
 from llmhost.server.protocol.tgi import MAX_TOP_N_TOKENS, TGIParameters, TGIRequest
 from llmhost.server.serving.context import (
@@ -23,6 +22,7 @@ from llmhost.server.serving.context import (
     sse,
 )
 from llmhost.server.serving.structured import tgi_constraint
+from llmhost.web.errors import APIError
 
 
 def tgi_error_event(message: str) -> str:

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from llmhost.chat_template import RESERVED, ChatTemplate
-from llmhost.server.errors import APIError
 from llmhost.server.serving.reasoning import ThinkSyntax
+from llmhost.web.errors import APIError
 
 # the switches templates read: Qwen3's, SmolLM3's and DeepSeek-V3.1's; Granite 3.3's
 SWITCHES = ("enable_thinking", "thinking")

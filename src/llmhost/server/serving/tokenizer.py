@@ -6,9 +6,9 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from llmhost.server.errors import APIError
 from llmhost.server.protocol.llama import DetokenizeRequest, TokenizeRequest
 from llmhost.server.serving.context import ServingContext
+from llmhost.web.errors import APIError
 
 
 async def tokenize(ctx: ServingContext, body: TokenizeRequest) -> dict[str, Any]:

@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from llmhost.engine import Constraint
-from llmhost.server.errors import APIError
 from llmhost.server.protocol.openai import ChatCompletionRequest, ChatMessage, NamedToolChoice, Tool
 from llmhost.server.serving.structured import schema_constraint
+from llmhost.web.errors import APIError
 
 
 @dataclass(slots=True, frozen=True)

@@ -24,7 +24,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 from starlette.staticfiles import StaticFiles
 
-from llmhost.auth import DOC_ASSETS
+from llmhost.web.auth import DOC_ASSETS
 
 DOC_KEY = "x-llmhost-operation"
 REF = "#/components/schemas/{model}"
@@ -304,7 +304,7 @@ STATIC_PATH = DOC_ASSETS.rstrip("/")  # open without an API key, as /docs and /o
 
 def swagger_assets() -> str:
     """The directory of the vendored swagger-ui-dist files (package data)."""
-    return str(resources.files("llmhost.server").joinpath(SWAGGER_DIR))
+    return str(resources.files("llmhost.web").joinpath(SWAGGER_DIR))
 
 
 def install(app: FastAPI, description: str = "", secured: bool = False,

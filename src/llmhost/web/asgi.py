@@ -7,14 +7,15 @@ import json
 import logging
 import re
 import uuid
+from collections.abc import Sequence
 from typing import Any
 
+from starlette.routing import BaseRoute
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from llmhost.lifecycle import Lifecycle
-
-# seconds a refused client is told to wait before retrying
-RETRY_AFTER_S = 1
+from llmhost.web.errors import RETRY_AFTER_S, error_body
+from llmhost.web.formats import around_format
 
 log = logging.getLogger("llmhost")
 
@@ -34,6 +35,14 @@ async def send_json(
     await send({"type": "http.response.body", "body": raw})
 
 
+async def send_error(send: Send, scope: Scope, routes: Sequence[BaseRoute], body: dict[str, Any],
+                     headers: list[tuple[bytes, bytes]]) -> None:  # fmt: skip
+    """A refusal made before the route runs (`body` in OpenAI's shape, its status its `code`), in the
+    format of the route's API (web/formats.py); `routes`: the app's, to find it."""
+    status, written = around_format(scope, routes).convert(int(body["error"]["code"]), body)
+    await send_json(send, status, written, headers)
+
+
 def request_id(scope: Scope) -> str:
     """The id the middleware gave this request (the client's X-Request-Id, else a new one)."""
     return str(scope.get("state", {}).get("request_id", ""))
@@ -43,14 +52,19 @@ class RequestContextMiddleware:
     """Outermost: gives every request an id (a valid X-Request-Id is kept, else one is made) echoed
     in the response, refuses new requests while draining (503 + Retry-After), and turns any
     exception that escaped the app into a JSON 500 naming the id, with the traceback logged: never
-    plain text, never a dropped connection."""
+    plain text, never a dropped connection. `routes`: the app's, whose API's format each refusal takes."""
 
     def __init__(
-        self, app: ASGIApp, lifecycle: Lifecycle, open_paths: set[str] = OPEN_WHILE_DRAINING
+        self,
+        app: ASGIApp,
+        lifecycle: Lifecycle,
+        open_paths: set[str] = OPEN_WHILE_DRAINING,
+        routes: Sequence[BaseRoute] = (),
     ) -> None:
         self.app = app
         self.lifecycle = lifecycle
         self.open_paths = open_paths
+        self.routes = routes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -63,7 +77,8 @@ class RequestContextMiddleware:
         if not self.lifecycle.accepting and scope["path"] not in self.open_paths:
             body = error_body(503, "the server is shutting down; retry on another replica",
                               "service_unavailable", request_id=rid)
-            await send_json(send, 503, body, [id_header, (b"retry-after", str(RETRY_AFTER_S).encode())])
+            await send_error(send, scope, self.routes, body,
+                             [id_header, (b"retry-after", str(RETRY_AFTER_S).encode())])  # fmt: skip
             return
         started = False
 
@@ -81,22 +96,4 @@ class RequestContextMiddleware:
             if not started:  # once a response began, its stream reports errors in its own format
                 message = f"internal server error ({type(exc).__name__}); request id {rid}"
                 body = error_body(500, message, "server_error", request_id=rid)
-                await send_json(send, 500, body, [id_header])
-
-
-def error_body(status: int, message: str, type_: str = "invalid_request_error", *, field: str | None = None,
-               request_id: str = "", **extra: Any) -> dict[str, Any]:  # fmt: skip
-    """The one OpenAI-style error body of every llmhost refusal: `{"error": {message, type, param, code}}`,
-    plus `field` (the parameter at fault), any facts that explain it (`limit`...) and the request id."""
-    body: dict[str, Any] = {"message": message, "type": type_, "param": field, "code": status}
-    if field is not None:
-        body["field"] = field
-    body.update(extra)
-    if request_id:
-        body["request_id"] = request_id
-    return {"error": body}
-
-
-def retry_after() -> dict[str, str]:
-    """The Retry-After header of a 429 or 503."""
-    return {"Retry-After": str(RETRY_AFTER_S)}
+                await send_error(send, scope, self.routes, body, [id_header])

@@ -1,13 +1,16 @@
 """ASGI middleware of a replica: SageMaker's 6 MB body limit and custom-attributes pass-through
-(request ids and the JSON 500 come from `llmhost.asgi`)."""
+(request ids and the JSON 500 come from `llmhost.web.asgi`)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
+from starlette.routing import BaseRoute
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from llmhost.asgi import error_body, send_json
+from llmhost.web.asgi import send_error
+from llmhost.web.errors import error_body
 
 CUSTOM_ATTRIBUTES = b"x-amzn-sagemaker-custom-attributes"
 
@@ -22,9 +25,12 @@ def _too_large_body(limit: int, size: int | None) -> dict[str, Any]:
 
 
 class BodyLimitMiddleware:
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+    """413 for a body over `max_bytes`, in the format of the route's API (`routes`: the app's)."""
+
+    def __init__(self, app: ASGIApp, max_bytes: int, routes: Sequence[BaseRoute] = ()) -> None:
         self.app = app
         self.max_bytes = max_bytes
+        self.routes = routes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -33,7 +39,7 @@ class BodyLimitMiddleware:
         headers = dict(scope.get("headers", []))
         length = headers.get(b"content-length")
         if length is not None and length.isdigit() and int(length) > self.max_bytes:
-            await self._refuse(send, int(length))
+            await self._refuse(scope, send, int(length))
             return
         received = 0
         started = False
@@ -57,10 +63,10 @@ class BodyLimitMiddleware:
             await self.app(scope, limited_receive, tracking_send)
         except _TooLarge:
             if not started:
-                await self._refuse(send, None)
+                await self._refuse(scope, send, None)
 
-    async def _refuse(self, send: Send, size: int | None) -> None:
-        await send_json(send, 413, _too_large_body(self.max_bytes, size), [])
+    async def _refuse(self, scope: Scope, send: Send, size: int | None) -> None:
+        await send_error(send, scope, self.routes, _too_large_body(self.max_bytes, size), [])
 
 
 class CustomAttributesMiddleware:

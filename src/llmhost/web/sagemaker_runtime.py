@@ -10,7 +10,7 @@ from typing import Any
 
 from starlette.responses import JSONResponse
 
-from llmhost.asgi import RETRY_AFTER_S
+from llmhost.web.errors import RETRY_AFTER_S
 
 INVOKE_PATH = "/endpoints/{name}/invocations"
 STREAM_PATH = "/endpoints/{name}/invocations-response-stream"

@@ -14,13 +14,15 @@ import hashlib
 import hmac
 import logging
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from starlette.routing import BaseRoute
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from llmhost.asgi import error_body, request_id, send_json
+from llmhost.web.asgi import request_id, send_error
+from llmhost.web.errors import error_body
 
 log = logging.getLogger("llmhost")
 
@@ -95,12 +97,20 @@ def presented_key(headers: dict[bytes, bytes]) -> str:
 
 
 class ApiKeyMiddleware:
-    """401 JSON for a request without an accepted key, except on the open probe paths."""
+    """401 JSON for a request without an accepted key, except on the open probe paths; `routes`: the
+    app's, whose API's format the refusal takes."""
 
-    def __init__(self, app: ASGIApp, keys: ApiKeys, open_paths: frozenset[str] = OPEN_PATHS) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        keys: ApiKeys,
+        open_paths: frozenset[str] = OPEN_PATHS,
+        routes: Sequence[BaseRoute] = (),
+    ) -> None:
         self.app = app
         self.keys = keys
         self.open_paths = open_paths
+        self.routes = routes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or is_open(scope["path"], self.open_paths):
@@ -115,4 +125,4 @@ class ApiKeyMiddleware:
                  "an unknown" if key else "no")  # fmt: skip
         message = "invalid API key" if key else "an API key is required (Authorization: Bearer, or x-api-key)"
         body = error_body(401, message, "authentication_error", request_id=rid)
-        await send_json(send, 401, body, [(b"www-authenticate", b'Bearer realm="llmhost"')])
+        await send_error(send, scope, self.routes, body, [(b"www-authenticate", b'Bearer realm="llmhost"')])

@@ -143,6 +143,14 @@ def create_console(
     if key_required:
         page = page.replace(b"<body>", b'<body data-key-required="1">', 1)
     docs = _declarations(store)
+    _page_routes(router, page)
+    _figure_routes(router, store, settings, overview, docs)
+    _report_routes(router, settings.reports_dir, docs)
+    return router
+
+
+def _page_routes(router: APIRouter, page: bytes) -> None:
+    """The page and its assets (for browsers: out of the OpenAPI document)."""
 
     @router.get("", include_in_schema=False)
     @router.get("/", include_in_schema=False)
@@ -155,6 +163,11 @@ def create_console(
         if name not in ASSETS:
             return JSONResponse(error_body(404, f"no console asset {name!r}", "not_found_error"), 404)
         return Response(_asset(name), media_type=ASSETS[name], headers={"Cache-Control": "max-age=3600"})
+
+
+def _figure_routes(router: APIRouter, store: SeriesStore, settings: ConsoleSettings, overview: Overview,
+                   docs: dict[str, dict[str, Any]]) -> None:  # fmt: skip
+    """/api/overview, /api/series and /api/metrics: what the page shows."""
 
     @router.get("/api/overview", openapi_extra=docs["overview"])
     async def overview_route(request: Request) -> Response:
@@ -183,16 +196,21 @@ def create_console(
         return JSONResponse({"window_s": seconds, "now": now, "units": {m.name: m.unit for m in METRICS},
                              "components": comps})  # fmt: skip
 
+
+def _report_routes(router: APIRouter, reports_dir: Path | None, docs: dict[str, dict[str, Any]]) -> None:
+    """The reports folder's runs and files (a file opens in a frame by a one-time ticket)."""
+    tickets = Tickets()
+
     @router.get("/api/reports", openapi_extra=docs["reports"])
     async def reports() -> Response:
-        if settings.reports_dir is None:
+        if reports_dir is None:
             return JSONResponse({"dir": None, "reports": []})
-        return JSONResponse({"dir": str(settings.reports_dir), "reports": list_reports(settings.reports_dir)})
+        return JSONResponse({"dir": str(reports_dir), "reports": list_reports(reports_dir)})
 
     @router.get("/api/reports/{path:path}", openapi_extra=docs["report"])
     async def report(path: str) -> Response:
         """A report's file, for a client that sends its key (the page opens reports by ticket)."""
-        return _report_file(settings.reports_dir, path)
+        return _report_file(reports_dir, path)
 
     @router.post("/api/reports/open", openapi_extra=docs["open"])
     async def open_report(request: Request) -> Response:
@@ -201,7 +219,7 @@ def create_console(
             path = doc.OpenReport.model_validate(await request.json()).path
         except (ValueError, ValidationError):  # not JSON, or not {"path": "..."} (strictly)
             return _bad("path", 'body must be {"path": "RUN/report.html"}')
-        checked = _report_file(settings.reports_dir, path)
+        checked = _report_file(reports_dir, path)
         if checked.status_code != 200:
             return checked
         return JSONResponse({"url": f"{VIEW}?ticket={tickets.issue(path)}"})
@@ -211,10 +229,7 @@ def create_console(
         path = tickets.take(ticket)
         if path is None:
             return JSONResponse(error_body(404, "unknown or expired report ticket", "not_found_error"), 404)
-        return _report_file(settings.reports_dir, path)
-
-    tickets = Tickets()
-    return router
+        return _report_file(reports_dir, path)
 
 
 class Tickets:

@@ -274,6 +274,21 @@ def local_only(request: Request) -> None:
 def create_admin(backend: AdminBackend) -> APIRouter:
     """The admin API (the same paths and bodies whatever the backend), for local clients only."""
     router = APIRouter(prefix="/admin", dependencies=[Depends(local_only)], route_class=_AdminRoute)
+    _component_routes(router, backend)
+    _model_routes(router, backend)
+
+    @router.post("/down", openapi_extra=operation(
+        "Stop the endpoint: drain the router, then the copies", success=Stopping, status=202, errors=ADMIN))
+    async def down() -> Response:
+        after = await backend.down()
+        return JSONResponse({"stopping": backend.name}, status_code=202,
+                            background=BackgroundTask(after) if after is not None else None)  # fmt: skip
+
+    return router
+
+
+def _component_routes(router: APIRouter, backend: AdminBackend) -> None:
+    """/admin/status, /admin/scale and /admin/components: the components and their copies."""
 
     @router.get("/status", openapi_extra=operation(
         "The endpoint's components and copies", success=EndpointStatus, errors=ADMIN))
@@ -304,6 +319,10 @@ def create_admin(backend: AdminBackend) -> APIRouter:
             raise NotSupported(backend.components_fixed)
         return JSONResponse(await backend.remove(name))
 
+
+def _model_routes(router: APIRouter, backend: AdminBackend) -> None:
+    """/admin/models/...: on-demand models and the models_dir."""
+
     @router.post("/models/load", openapi_extra=operation(
         "Load an on-demand model as a request for it would, making room (202 at once with `wait: false`)",
         body=[LoadRequest], success=ComponentStatus,
@@ -325,12 +344,3 @@ def create_admin(backend: AdminBackend) -> APIRouter:
         success=Rescanned, errors=merge(ADMIN, errors(409, 422))))  # fmt: skip
     async def reload() -> Response:
         return JSONResponse(await backend.reload())
-
-    @router.post("/down", openapi_extra=operation(
-        "Stop the endpoint: drain the router, then the copies", success=Stopping, status=202, errors=ADMIN))
-    async def down() -> Response:
-        after = await backend.down()
-        return JSONResponse({"stopping": backend.name}, status_code=202,
-                            background=BackgroundTask(after) if after is not None else None)  # fmt: skip
-
-    return router

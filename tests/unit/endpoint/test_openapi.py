@@ -6,6 +6,7 @@ the relayed answers come from fake copies behind an injected transport (httpx.Mo
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -241,6 +242,30 @@ async def test_relay_failures_match_the_documented_schema(
                    headers={"content-type": "application/json", COMPONENT_HEADER: "a"})  # fmt: skip
     assert r.status_code == status, r.text
     check_documented(doc, "post", path, r)
+    await proxy.aclose()
+
+
+async def test_invoke_endpoint_documents_the_stream_it_relays(tmp_path: Path, doc: dict[str, Any]) -> None:
+    """InvokeEndpoint with a body that asks to stream relays the container's server-sent events (a TGI
+    body with `stream: true`, which schemathesis found undocumented): its 200 documents them."""
+    events = b'data:{"token": {"id": 1, "text": "x"}}\n\n'
+
+    class Events(httpx.AsyncByteStream):
+        async def __aiter__(self) -> AsyncIterator[bytes]:
+            yield events
+
+    async def streaming_copy(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, headers={"content-type": "text/event-stream"}, stream=Events())
+
+    registry = Registry(component("a", [1001], tmp_path))
+    app, proxy = app_for(registry, streaming_copy)
+    app.include_router(create_runtime_router(registry, proxy))
+    r = await call(app, "POST", "/endpoints/ep/invocations", content=b'{"inputs": "x", "stream": true}',
+                   headers={"content-type": "application/json", COMPONENT_HEADER: "a"})  # fmt: skip
+    media = r.headers["content-type"].split(";")[0]
+    assert r.status_code == 200 and media == "text/event-stream" and r.content == events
+    documented = doc["paths"]["/endpoints/{name}/invocations"]["post"]["responses"]["200"]["content"]
+    assert set(documented) == {"application/json", "text/event-stream"}
     await proxy.aclose()
 
 

@@ -31,9 +31,12 @@ def _runtime(request: Request) -> Runtime:
     return Runtime(deps.context(request).settings.model_name, deps.json_body, invoke, call)
 
 
+# a body that asks to stream (`stream: true`) is answered with the container's server-sent events, as
+# SageMaker's InvokeEndpoint passes on what the container's /invocations answers
 @router.post(wire.INVOKE_PATH, openapi_extra=operation(
-    "SageMaker Runtime InvokeEndpoint", body=BODIES, success=ANSWERS, errors=ERRORS,
-    description=INVOCATIONS + " Content-Type must be application/json."))  # fmt: skip
+    "SageMaker Runtime InvokeEndpoint", body=BODIES, success=ANSWERS, stream=True, errors=ERRORS,
+    description=INVOCATIONS + " Content-Type must be application/json; a body with `stream: true` is "
+    "answered as server-sent events (text/event-stream)."))  # fmt: skip
 async def invoke_endpoint(name: str, request: Request) -> Response:
     return await _runtime(request).invoke(request, name, stream=False)
 

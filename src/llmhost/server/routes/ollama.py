@@ -1,4 +1,4 @@
-"""Ollama's native API (errors in Ollama's shape: server/ollama_errors.py): /api/chat, /api/generate
+"""Ollama's native API (errors in Ollama's shape: web/formats.py): /api/chat, /api/generate
 (NDJSON streams), /api/embed, /api/embeddings, /api/tags, /api/show, /api/ps, /api/version, `HEAD /`;
 /api/pull, /api/delete and /api/copy answer that a single server's model is fixed."""
 

@@ -35,11 +35,11 @@ async def send_json(
     await send({"type": "http.response.body", "body": raw})
 
 
-async def send_error(send: Send, scope: Scope, routes: Sequence[BaseRoute], body: dict[str, Any],
-                     headers: list[tuple[bytes, bytes]]) -> None:  # fmt: skip
-    """A refusal made before the route runs (`body` in OpenAI's shape, its status its `code`), in the
-    format of the route's API (web/formats.py); `routes`: the app's, to find it."""
-    status, written = around_format(scope, routes).convert(int(body["error"]["code"]), body)
+async def send_error(send: Send, scope: Scope, routes: Sequence[BaseRoute], status: int,
+                     body: dict[str, Any], headers: list[tuple[bytes, bytes]]) -> None:  # fmt: skip
+    """A refusal made before the route runs (`body` in OpenAI's shape), in the format of the route's API
+    (web/formats.py); `routes`: the app's, to find it."""
+    status, written = around_format(scope, routes).convert(status, body)
     await send_json(send, status, written, headers)
 
 
@@ -77,7 +77,7 @@ class RequestContextMiddleware:
         if not self.lifecycle.accepting and scope["path"] not in self.open_paths:
             body = error_body(503, "the server is shutting down; retry on another replica",
                               "service_unavailable", request_id=rid)
-            await send_error(send, scope, self.routes, body,
+            await send_error(send, scope, self.routes, 503, body,
                              [id_header, (b"retry-after", str(RETRY_AFTER_S).encode())])  # fmt: skip
             return
         started = False
@@ -96,4 +96,4 @@ class RequestContextMiddleware:
             if not started:  # once a response began, its stream reports errors in its own format
                 message = f"internal server error ({type(exc).__name__}); request id {rid}"
                 body = error_body(500, message, "server_error", request_id=rid)
-                await send_error(send, scope, self.routes, body, [id_header])
+                await send_error(send, scope, self.routes, 500, body, [id_header])

@@ -125,4 +125,5 @@ class ApiKeyMiddleware:
                  "an unknown" if key else "no")  # fmt: skip
         message = "invalid API key" if key else "an API key is required (Authorization: Bearer, or x-api-key)"
         body = error_body(401, message, "authentication_error", request_id=rid)
-        await send_error(send, scope, self.routes, body, [(b"www-authenticate", b'Bearer realm="llmhost"')])
+        challenge = (b"www-authenticate", b'Bearer realm="llmhost"')
+        await send_error(send, scope, self.routes, 401, body, [challenge])

@@ -66,7 +66,7 @@ class BodyLimitMiddleware:
                 await self._refuse(scope, send, None)
 
     async def _refuse(self, scope: Scope, send: Send, size: int | None) -> None:
-        await send_error(send, scope, self.routes, _too_large_body(self.max_bytes, size), [])
+        await send_error(send, scope, self.routes, 413, _too_large_body(self.max_bytes, size), [])
 
 
 class CustomAttributesMiddleware:

@@ -26,6 +26,7 @@ from llmhost.server.metrics import ServerMetrics
 from llmhost.server.middleware import BodyLimitMiddleware, CustomAttributesMiddleware
 from llmhost.server.ollama_errors import is_ollama, ollama_error
 from llmhost.server.routes import (
+    adapters,
     anthropic,
     embeddings,
     ollama,
@@ -36,6 +37,7 @@ from llmhost.server.routes import (
     sagemaker,
     tgi,
 )
+from llmhost.server.serving.adapter_admin import AdapterAdmin
 from llmhost.server.serving.anthropic import AnthropicServing
 from llmhost.server.serving.context import ServingContext
 from llmhost.server.serving.custom import CustomInference
@@ -122,13 +124,14 @@ def create_app(
     app.state.anthropic = AnthropicServing(ctx, settings.tool_parser)
     app.state.responses = ResponsesServing(ctx, settings.tool_parser)
     app.state.embeddings = EmbeddingsServing(ctx)
+    app.state.adapter_admin = AdapterAdmin(ctx)
     app.state.ollama = OllamaServing(ctx, settings.tool_parser)
     app.state.ollama_models = OllamaModels(ctx, app.state.embeddings)
     # imported now, before serving: a broken inference.py stops the server from starting
     custom = CustomInference.load(settings.inference_script, ctx) if settings.inference_script else None
     app.state.custom = custom
     errors.install(app)
-    for module in (sagemaker, runtime, openai, anthropic, responses, embeddings, tgi, ollama, ops):
+    for module in (sagemaker, runtime, openai, anthropic, responses, embeddings, tgi, ollama, adapters, ops):
         app.include_router(module.router)
     app.include_router(create_console(store, console, console_source.overview, settings.api_keys.enabled))
     apidoc.install(app, DESCRIPTION, secured=settings.api_keys.enabled, open_paths=OPEN_PATHS | PUBLIC_PATHS)

@@ -220,6 +220,10 @@ SERVE_SETTINGS: tuple[Setting, ...] = (
             "LoRA adapter NAME=PATH[:SCALE] (repeatable; PATH a model reference: a file, s3://...) loaded "
             "beside the model; a request's `model` naming it, TGI's adapter_id or a `lora` list selects "
             "it.", repeatable=True, metavar="NAME=PATH[:SCALE]"),
+    Setting("max_loras", int, _ENGINE["max_loras"],
+            "Most LoRA adapters kept loaded: idle ones beyond it are freed, least recently used first, and "
+            "loaded again (in milliseconds) when a request selects one; adapters running requests use are "
+            "never freed. 0: all stay loaded.", ge=0, endpoint=True, engine="max_loras", metavar="N"),
     Setting("chat_template", Path, None, "Jinja chat template file overriding the GGUF's.", endpoint=True,
             server="chat_template", metavar="FILE"),
     Setting("served_model_name", str, "", "Model name in API responses.", server="served_model_name",

@@ -5,25 +5,32 @@ convert_lora_to_gguf.py writes them: `general.type = adapter`, `adapter.type = l
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import gguf
 import numpy as np
 
 
-def _attn_q_shapes(base: Path) -> dict[str, tuple[int, int]]:
-    """(n_in, n_out) of each block's attention query weight in the base GGUF."""
+@functools.cache
+def _base_layout(base: Path) -> tuple[str, dict[str, tuple[int, int]]]:
+    """The base GGUF's architecture and (n_in, n_out) of each block's attention query weight: read once
+    per base (GGUFReader indexes every metadata string: seconds for a 262k-token vocabulary)."""
     reader = gguf.GGUFReader(str(base))
-    return {
+    shapes = {
         t.name: (int(t.shape[0]), int(t.shape[1]))
         for t in reader.tensors
         if t.name.endswith(".attn_q.weight")
     }
+    return str(reader.fields["general.architecture"].contents()), shapes
+
+
+def _attn_q_shapes(base: Path) -> dict[str, tuple[int, int]]:
+    return _base_layout(base)[1]
 
 
 def base_architecture(base: Path) -> str:
-    field = gguf.GGUFReader(str(base)).fields["general.architecture"]
-    return str(field.contents())
+    return _base_layout(base)[0]
 
 
 def write_adapter(

@@ -8,6 +8,7 @@ adapters answers as each request alone (up to a near tie, see neartie.py)."""
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -24,6 +25,7 @@ from llmhost.engine import (
     ModelLoadError,
     SamplingParams,
 )
+from llmhost.engine.adapters import AdapterInUseError
 from llmhost.engine.lora import AdapterSpec
 from llmhost.store import resolve_model
 from tests.integration.engine_runs import logprobs_of
@@ -113,6 +115,45 @@ def test_mixed_requests_over_base_and_three_adapters_answer_as_alone(engine: Eng
         assert_same_or_near_tie(logprobs_of(alone[rid]), logprobs_of(together[rid]))
     # the adapters answer differently from one another on the same prompt
     assert len({tuple(tokens_of(alone[f"r{i}"])) for i in (0, 2, 4, 6)}) > 1
+
+
+def test_a_budget_of_one_adapter_reloads_on_demand_and_answers_as_without_it(
+    engine: Engine, adapters: dict[str, Path]
+) -> None:
+    specs = tuple(AdapterSpec(n, str(p)) for n, p in adapters.items() if n != "bad")
+    cfg = replace(engine.config, adapters=specs, max_loras=1, prefix_cache_seqs=0)
+    budget = Engine(LlamaModel(resolve_model(), cfg), cfg)
+    try:
+        assert budget.adapters.loaded == 1  # all four checked against the model, one kept
+        prompt = engine.model.tokenize("Seven budgets later")  # no cached prefix in either engine
+        sets: list[tuple[tuple[str, float], ...]] = [(), (("a1", 1.0),), (("a2", 1.0),), (("a3", 0.5),)]
+        requests = [(f"b{i}", prompt, sets[i % 4]) for i in range(8)]
+        together = run(budget, requests)  # three adapters running at once: none freed while in use
+        for rid, _, chosen in requests:
+            alone = run(engine, [(rid, prompt, chosen)])[rid]
+            assert_same_or_near_tie(logprobs_of(alone), logprobs_of(together[rid]))
+        run(budget, [("next", prompt, (("a2", 1.0),))])
+        assert budget.adapters.loaded == 1  # the idle ones freed once a request arrived
+        status = {s.name: s for s in budget.adapters.status(budget.adapters_in_use())}
+        assert status["a2"].loaded and not status["a1"].loaded
+    finally:
+        budget.close()
+
+
+def test_an_adapter_is_unloaded_only_when_no_request_uses_it(engine: Engine, adapters: dict[str, Path]) -> None:
+    spec = AdapterSpec("late", str(adapters["a3"]))
+    assert engine.adapters.load(spec, set())
+    prompt = engine.model.tokenize(PROMPT)
+    engine.add(GenerationRequest("uses", prompt, SamplingParams(max_tokens=2), adapters=(("late", 1.0),)), print)
+    with pytest.raises(AdapterInUseError, match="'late' is in use"):
+        engine.adapters.unload("late", set(engine.adapters_in_use()))
+    while engine.has_work:
+        engine.step()
+    engine.adapters.unload("late", set(engine.adapters_in_use()))
+    with pytest.raises(InvalidRequestError, match="no LoRA adapter named 'late'"):
+        engine.add(GenerationRequest("after", prompt, SamplingParams(), adapters=(("late", 1.0),)), print)
+    with pytest.raises(KeyError):
+        engine.adapters.unload("late", set())
 
 
 def test_an_unknown_adapter_is_refused_naming_it(engine: Engine) -> None:

@@ -1,7 +1,9 @@
 """`llmhost serve --lora`: adapters selected over HTTP by `model` (OpenAI completions and chat, with
 the official client), TGI's `adapter_id` and llama-server's `lora` list; `/v1/models` lists them with
 their base; an unknown adapter is a 422 naming the field; an adapter for another model stops the start
-with a message naming it."""
+with a message naming it. The server keeps one adapter loaded (`--max-loras 1`): every test that
+alternates adapters also loads them again on demand. Adapters are loaded and unloaded at run time
+(`/admin/adapters`) while other requests run."""
 
 from __future__ import annotations
 
@@ -28,6 +30,7 @@ def adapter_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         "sql": write_adapter(tmp / "sql.gguf", base, seed=1, std=0.15),
         "poet": write_adapter(tmp / "poet.gguf", base, seed=2, std=0.15),
         "bad": write_adapter(tmp / "bad.gguf", base, seed=3, shape_off_by=3),
+        "third": write_adapter(tmp / "third.gguf", base, seed=4, std=0.15),
     }
 
 
@@ -38,6 +41,7 @@ def lora_server(tmp_path_factory: pytest.TempPathFactory, adapter_files: dict[st
         "--max-concurrent", "4", "--max-input-tokens", "64", "--max-total-tokens", "128",
         "--max-batch-tokens", "128", "--chat-template", str(CHAT_TEMPLATE), "--served-model-name", "gemma",
         "--lora", f"sql={adapter_files['sql']}", "--lora", f"poet={adapter_files['poet']}:0.5",
+        "--max-loras", "1",
     )  # fmt: skip
     yield srv
     stop_server(srv)
@@ -133,3 +137,101 @@ def test_an_adapter_for_another_model_stops_the_start_naming_it(
 ) -> None:
     with pytest.raises(RuntimeError, match=r"--lora bad: llama\.cpp could not load the LoRA adapter"):
         start_server(tmp_path, "--max-concurrent", "1", "--lora", f"bad={adapter_files['bad']}")
+
+
+def admin(srv: Server, action: str, **body: Any) -> Any:
+    return srv.client().post(f"/admin/adapters/{action}", json=body)
+
+
+def test_the_adapter_list_shows_the_budget_and_what_is_loaded(lora_server: Server) -> None:
+    text_of(complete(lora_server, model="poet"))  # poet used last: the one kept loaded
+    listing = lora_server.client().get("/admin/adapters").json()
+    assert listing["max_loras"] == 1
+    rows = {a["name"]: a for a in listing["data"]}
+    assert set(rows) == {"sql", "poet"} and rows["poet"]["scale"] == 0.5
+    assert rows["poet"]["loaded"] and not rows["sql"]["loaded"]
+    assert rows["sql"]["requests"] == rows["poet"]["requests"] == 0
+
+
+def test_an_adapter_loaded_at_run_time_answers_as_one_given_at_start(
+    lora_server: Server, adapter_files: dict[str, Path]
+) -> None:
+    with lora_server.client() as client, client.stream("POST", "/v1/completions", json={
+        "prompt": PROMPT, "max_tokens": 48, "temperature": 0, "ignore_eos": True, "stream": True,
+    }) as running:  # fmt: skip
+        lines = running.iter_lines()
+        assert next(line for line in lines if line.startswith("data: "))  # the stream is under way
+        loaded = admin(lora_server, "load", name="sql-again", path=str(adapter_files["sql"]))
+        assert loaded.status_code == 200, loaded.text
+        rest = [line for line in lines if line.startswith("data: ")]
+    assert rest[-1] == "data: [DONE]" and len(rest) > 2  # the running stream went on to its end
+    try:
+        # a prompt no other test sends: each answer is a fresh prefill (under an adapter, llama.cpp's
+        # logits depend on how a prompt is split into decodes, so a cached prefix may answer otherwise)
+        again = text_of(complete(lora_server, model="sql-again", prompt="Adapters loaded at run time"))
+        assert again == text_of(complete(lora_server, model="sql", prompt="Adapters loaded at run time"))
+        cards = {m["id"]: m for m in lora_server.client().get("/v1/models").json()["data"]}
+        assert cards["sql-again"]["parent"] == "gemma"
+    finally:
+        assert admin(lora_server, "unload", name="sql-again").status_code == 200
+
+
+def test_another_file_under_an_unloaded_name_is_never_served_the_old_ones_cache(
+    lora_server: Server, adapter_files: dict[str, Path]
+) -> None:
+    prompt = "One name, two files"  # sent by no other test: no cached prefix of it but this test's
+    poet = text_of(complete(lora_server, lora=[{"name": "poet", "scale": 1.0}], prompt=prompt))
+    third = admin(lora_server, "load", name="x", path=str(adapter_files["third"]))
+    assert third.status_code == 200, third.text
+    first = text_of(complete(lora_server, model="x", prompt=prompt))
+    assert admin(lora_server, "unload", name="x").status_code == 200
+    assert admin(lora_server, "load", name="x", path=str(adapter_files["poet"])).status_code == 200
+    try:
+        # the same prompt under the same name: the new file's answer, not the cached KV of the old
+        assert text_of(complete(lora_server, model="x", prompt=prompt)) == poet != first
+    finally:
+        assert admin(lora_server, "unload", name="x").status_code == 200
+
+
+def test_unloading_an_adapter_in_use_is_a_409_and_after_it_the_name_is_unknown(
+    lora_server: Server, adapter_files: dict[str, Path]
+) -> None:
+    assert admin(lora_server, "load", name="busy", path=str(adapter_files["third"])).status_code == 200
+    with lora_server.client() as client, client.stream("POST", "/v1/completions", json={
+        "model": "busy", "prompt": PROMPT, "max_tokens": 64, "ignore_eos": True, "stream": True,
+    }) as running:  # fmt: skip
+        lines = running.iter_lines()
+        assert next(line for line in lines if line.startswith("data: "))
+        refused = admin(lora_server, "unload", name="busy")
+        assert refused.status_code == 409, refused.text
+        assert "'busy' is in use" in refused.json()["error"]["message"]
+        assert refused.headers["retry-after"] == "1"
+        assert [line for line in lines if line.startswith("data: ")][-1] == "data: [DONE]"
+    assert admin(lora_server, "unload", name="busy").status_code == 200
+    gone = lora_server.client().post(
+        "/generate", json={"inputs": PROMPT, "parameters": {"max_new_tokens": 2, "adapter_id": "busy"}}
+    )
+    assert gone.status_code == 422 and "busy" in gone.text
+
+
+@pytest.mark.parametrize(
+    ("action", "body", "status", "field", "words"),
+    [
+        ("load", {"name": "wrong", "path": "bad"}, 422, "path", "could not load the LoRA adapter"),
+        ("load", {"name": "gone", "path": "/no/such.gguf"}, 404, "path", "/no/such.gguf"),
+        ("load", {"name": "sql", "path": "third"}, 409, "name", "an adapter named 'sql' is loaded"),
+        ("load", {"name": "-x", "path": "third"}, 422, "name", "pattern"),
+        ("unload", {"name": "nope"}, 404, "name", "no LoRA adapter named 'nope'"),
+    ],
+)
+def test_a_refused_load_or_unload_names_the_field_and_the_server_keeps_serving(
+    lora_server: Server, adapter_files: dict[str, Path], action: str, body: dict[str, str], status: int,
+    field: str, words: str,
+) -> None:  # fmt: skip
+    if body.get("path") in adapter_files:
+        body = {**body, "path": str(adapter_files[body["path"]])}
+    resp = admin(lora_server, action, **body)
+    assert resp.status_code == status, resp.text
+    error = resp.json()["error"]
+    assert words in error["message"] and error["param"] == field
+    assert text_of(complete(lora_server, model="sql"))

@@ -80,6 +80,9 @@ class EngineConfig:
     memory_mb: int = 0
     # LoRA adapters loaded beside the model (lora.AdapterSpec), selected per request
     adapters: tuple[AdapterSpec, ...] = ()
+    # most adapters kept loaded: idle ones beyond it are freed, least recently used first, and loaded
+    # again when a request selects them; 0: every known adapter stays loaded
+    max_loras: int = 0
 
     def __post_init__(self) -> None:
         self._check_modes()
@@ -142,6 +145,7 @@ class EngineConfig:
             "queue_timeout_s": self.queue_timeout_s,
             "request_timeout_s": self.request_timeout_s,
             "memory_mb": self.memory_mb,
+            "max_loras": self.max_loras,
         }
         for name, bound in non_negative.items():
             if not bound >= 0:

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from llmhost.engine.adapters import LoadedAdapters
+from llmhost.engine.adapters import LoadedAdapters, keys_in_use
 from llmhost.engine.config import EngineConfig
 from llmhost.engine.constraint import ConstraintCompiler, grammar_of
 from llmhost.engine.drafter import Drafter
@@ -56,7 +56,7 @@ class Engine:
         host = host_cache(config, model.weights_bytes)
         state_key = model.state_key if host is not None else None
         self.scheduler = Scheduler(config, host, state_key, model.kv_floor)
-        self.adapters = LoadedAdapters(model, config.adapters)
+        self.adapters = LoadedAdapters(model, config.adapters, config.max_loras)
         self.kv = KvRunner(model, self.scheduler)
         self.observer = observer
         self.clock = clock
@@ -84,7 +84,7 @@ class Engine:
         """Queue a request; raises (and queues nothing) if it is invalid."""
         check_limits(self.config, len(request.prompt_tokens), request.params.max_tokens)
         check_token_ids(request, self.model.n_vocab)
-        self.adapters.check(request)
+        self.adapters.check(request, set(self.adapters_in_use()))
         if request.request_id in self._active:
             raise ValueError(f"duplicate request id {request.request_id}")
         arrival = self.clock() if arrival_s is None else arrival_s
@@ -101,6 +101,10 @@ class Engine:
         if active is not None:
             self._finish(active, FinishReason.ABORT, reason=reason)
         self.snapshot = self.stats()
+
+    def adapters_in_use(self) -> list[str]:
+        """The adapter keys of the requests held, once per request."""
+        return keys_in_use(a.seq.adapters for a in self._active.values())
 
     @property
     def has_work(self) -> bool:

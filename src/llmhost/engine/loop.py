@@ -11,13 +11,17 @@ import dataclasses
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
+from concurrent.futures import Future
 from pathlib import Path
+from typing import Any, TypeVar
 
+from llmhost.engine.adapters import AdapterStatus
 from llmhost.engine.config import EngineConfig
 from llmhost.engine.drafter import Drafter
 from llmhost.engine.engine import Engine
 from llmhost.engine.gguf_meta import ModelInfo
 from llmhost.engine.llama import LlamaModel, ModelLoadError
+from llmhost.engine.lora import AdapterSpec
 from llmhost.engine.prefix_state import load_prefix_state
 from llmhost.engine.request import (
     Constraint,
@@ -34,6 +38,7 @@ from llmhost.engine.stats import EngineObserver, EngineStats
 from llmhost.engine.worker import EngineState, ModelWorker
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 class RequestStream:
@@ -124,6 +129,14 @@ def _vetted(engine: Engine, vet: Callable[[ModelInfo], str | None] | None, path:
     return engine
 
 
+def _run_calls(engine: Engine, calls: list[tuple[Callable[[Engine], Any], Future[Any]]]) -> None:
+    for fn, future in calls:
+        try:
+            future.set_result(fn(engine))
+        except Exception as exc:
+            future.set_exception(exc)
+
+
 class EngineDeadError(RuntimeError):
     """The engine's steps kept failing; the process should be replaced."""
 
@@ -149,6 +162,8 @@ class AsyncEngine(ModelWorker[Engine]):
         self.observer = observer
         self._inbox: list[tuple[GenerationRequest, RequestStream, float]] = []
         self._aborts: list[tuple[str, str]] = []
+        # work for the engine thread between two steps (adapter loads and unloads), with its outcome
+        self._calls: list[tuple[Callable[[Engine], Any], Future[Any]]] = []
         # every accepted request until its last event: what is failed if the engine dies
         self._streams: dict[str, RequestStream] = {}
 
@@ -160,7 +175,10 @@ class AsyncEngine(ModelWorker[Engine]):
             self.state = EngineState.DEAD
             streams, self._streams = list(self._streams.values()), {}
             self._inbox = []
+            calls, self._calls = self._calls, []
         message = f"the engine failed: {reason}"
+        for _, future in calls:
+            future.set_exception(EngineDeadError(message))
         for stream in streams:
             stream.put(GenerationEvent.failure(stream.request_id, message, "engine_dead"))
 
@@ -168,17 +186,21 @@ class AsyncEngine(ModelWorker[Engine]):
         failures = 0
         while True:
             with self._cond:
-                while not (self._inbox or self._aborts or engine.has_work or not self.ready):
+                while not (self._inbox or self._aborts or self._calls or engine.has_work or not self.ready):
                     self._cond.wait()
                 if self.state is not EngineState.READY:
                     break
                 inbox, self._inbox = self._inbox, []
                 aborts, self._aborts = self._aborts, []
+                calls, self._calls = self._calls, []
             for request, stream, arrival in inbox:
                 self._add(engine, request, stream, arrival)
             for request_id, reason in aborts:
                 engine.abort(request_id, reason)
+            _run_calls(engine, calls)
             failures = self._step(engine, failures)
+        for _, future in self._calls:
+            future.set_exception(EngineUnavailableError("the engine is shutting down"))
         engine.close()
 
     def _add(self, engine: Engine, request: GenerationRequest, stream: RequestStream, arrival: float) -> None:
@@ -248,6 +270,30 @@ class AsyncEngine(ModelWorker[Engine]):
             self._inbox.append((request, stream, time.perf_counter()))
             self._cond.notify()
         return stream
+
+    def call(self, fn: Callable[[Engine], T]) -> Future[T]:
+        """Run `fn` on the engine thread between two steps: its result (or exception) in the future."""
+        self._require()
+        future: Future[T] = Future()
+        with self._cond:
+            if self.state is not EngineState.READY:
+                raise EngineUnavailableError(f"engine is {self.state.value}")
+            self._calls.append((fn, future))
+            self._cond.notify()
+        return future
+
+    # -- LoRA adapters at run time (between steps, on the engine thread) ----------------------------------
+    async def load_adapter(self, spec: AdapterSpec) -> bool:
+        """Load an adapter (False: it was loaded already); ModelLoadError if the model refuses it,
+        AdapterConflictError if another file has its name."""
+        return await asyncio.wrap_future(self.call(lambda e: e.adapters.load(spec, set(e.adapters_in_use()))))
+
+    async def unload_adapter(self, name: str) -> None:
+        """KeyError for an unknown name; AdapterInUseError while requests run or wait with it."""
+        await asyncio.wrap_future(self.call(lambda e: e.adapters.unload(name, set(e.adapters_in_use()))))
+
+    async def adapter_status(self) -> list[AdapterStatus]:
+        return await asyncio.wrap_future(self.call(lambda e: e.adapters.status(e.adapters_in_use())))
 
     def abort(self, request_id: str, reason: str = "client") -> None:
         with self._cond:

@@ -23,6 +23,7 @@ from llmhost.server.console import ServerConsole
 from llmhost.server.lifecycle import watch_embedder, watch_engine
 from llmhost.server.metrics import ServerMetrics
 from llmhost.server.routes import (
+    adapters,
     anthropic,
     embeddings,
     ollama,
@@ -33,6 +34,7 @@ from llmhost.server.routes import (
     sagemaker,
     tgi,
 )
+from llmhost.server.serving.adapter_admin import AdapterAdmin
 from llmhost.server.serving.anthropic import AnthropicServing
 from llmhost.server.serving.context import ServingContext
 from llmhost.server.serving.custom import CustomInference
@@ -144,6 +146,7 @@ def _serve(app: FastAPI, ctx: ServingContext, custom: CustomInference | None) ->
     app.state.anthropic = AnthropicServing(ctx, parser)
     app.state.responses = ResponsesServing(ctx, parser)
     app.state.embeddings = EmbeddingsServing(ctx)
+    app.state.adapter_admin = AdapterAdmin(ctx)
     app.state.ollama = OllamaServing(ctx, parser)
     app.state.ollama_models = OllamaModels(ctx, app.state.embeddings)
     app.state.custom = custom
@@ -153,7 +156,7 @@ def _route(app: FastAPI, settings: ServerSettings, console: ConsoleSettings, sto
            source: ServerConsole) -> None:  # fmt: skip
     """Every API's routes (each declares its error format), the console, the OpenAPI document."""
     errors.install(app)
-    for module in (sagemaker, runtime, openai, anthropic, responses, embeddings, tgi, ollama, ops):
+    for module in (sagemaker, runtime, openai, anthropic, responses, embeddings, tgi, ollama, adapters, ops):
         app.include_router(module.router)
     secured = settings.api_keys.enabled
     app.include_router(create_console(store, console, source.overview, secured))

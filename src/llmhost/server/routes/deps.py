@@ -8,6 +8,7 @@ from starlette.requests import Request
 
 from llmhost.lifecycle import Lifecycle
 from llmhost.server.protocol.limits import parse_json
+from llmhost.server.serving.adapter_admin import AdapterAdmin
 from llmhost.server.serving.context import ServingContext
 from llmhost.server.serving.custom import CustomInference
 from llmhost.server.serving.embeddings import EmbeddingsServing
@@ -30,6 +31,11 @@ def custom(request: Request) -> CustomInference | None:
     """The model directory's inference.py, if it has one."""
     handlers: CustomInference | None = getattr(request.app.state, "custom", None)
     return handlers
+
+
+def adapter_admin(request: Request) -> AdapterAdmin:
+    admin: AdapterAdmin = request.app.state.adapter_admin
+    return admin
 
 
 def openai(request: Request) -> OpenAIServing:

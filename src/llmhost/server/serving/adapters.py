@@ -1,5 +1,5 @@
-"""Which LoRA adapters (loaded with --lora) a request runs with, from the fields that select them:
-a `model` naming an adapter (vLLM's way), TGI's `adapter_id`, llama-server's `lora` list."""
+"""Which LoRA adapters (--lora, or loaded at run time) a request runs with, from the fields that select
+them: a `model` naming an adapter (vLLM's way), TGI's `adapter_id`, llama-server's `lora` list."""
 
 from __future__ import annotations
 
@@ -9,11 +9,22 @@ from llmhost.web.errors import APIError
 
 
 class AdapterChoice:
-    """The server's adapters, in --lora order (a `lora` entry's `id` is its place there)."""
+    """The server's adapters, in --lora order then load order (a `lora` entry's `id` is its place in
+    that list, as `GET /admin/adapters` shows it)."""
 
     def __init__(self, specs: tuple[AdapterSpec, ...]) -> None:
         self.specs = specs
         self._by_name = {s.name: s for s in specs}
+
+    def add(self, spec: AdapterSpec) -> None:
+        """One more adapter (loaded in the engine at run time)."""
+        if spec.name not in self._by_name:
+            self.specs = (*self.specs, spec)
+            self._by_name[spec.name] = spec
+
+    def remove(self, name: str) -> None:
+        self.specs = tuple(s for s in self.specs if s.name != name)
+        self._by_name.pop(name, None)
 
     def names(self) -> str:
         return ", ".join(self._by_name) or "none (start the server with --lora NAME=PATH)"

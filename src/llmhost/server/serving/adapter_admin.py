@@ -1,0 +1,65 @@
+"""Loading and unloading LoRA adapters while the server runs (`POST /admin/adapters/load|unload`).
+
+The engine checks an adapter against the model as it loads it (llama.cpp refuses one made for another
+model); requests running with an adapter keep it: unloading it then is a 409.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from llmhost.engine.adapters import AdapterConflictError, AdapterInUseError
+from llmhost.engine.llama import ModelLoadError
+from llmhost.engine.lora import AdapterSpec
+from llmhost.web.errors import APIError
+from llmhost.server.protocol.adapters import (
+    AdapterInfo,
+    AdapterList,
+    LoadAdapterRequest,
+    UnloadAdapterRequest,
+)
+from llmhost.server.serving.context import ServingContext
+from llmhost.store import ModelNotFoundError, resolve
+
+
+class AdapterAdmin:
+    def __init__(self, ctx: ServingContext) -> None:
+        self.ctx = ctx
+
+    async def listing(self) -> AdapterList:
+        self.ctx.require_ready()
+        status = await self.ctx.engine.adapter_status()
+        data = [AdapterInfo(name=s.name, path=s.path, scale=s.scale, loaded=s.loaded, requests=s.requests)
+                for s in status]  # fmt: skip
+        return AdapterList(data=data, max_loras=self.ctx.settings.engine.max_loras)
+
+    async def load(self, body: LoadAdapterRequest) -> AdapterList:
+        """Resolve the reference (an s3:// or hf:// one downloaded), then load it into the engine."""
+        self.ctx.require_ready()
+        try:
+            path = await asyncio.to_thread(lambda: str(resolve(body.path).gguf))
+        except (ModelNotFoundError, ValueError) as exc:
+            status = 404 if isinstance(exc, ModelNotFoundError) else 422
+            raise APIError(status, str(exc), field="path") from exc
+        spec = AdapterSpec(body.name, path, body.scale)
+        try:
+            await self.ctx.engine.load_adapter(spec)
+        except AdapterConflictError as exc:
+            raise APIError(409, str(exc), type_="conflict", field="name") from exc
+        except (ModelLoadError, OSError) as exc:
+            raise APIError(422, f"LoRA adapter {body.name!r}: {exc}", field="path") from exc
+        self.ctx.adapters.add(spec)
+        return await self.listing()
+
+    async def unload(self, body: UnloadAdapterRequest) -> AdapterList:
+        self.ctx.require_ready()
+        try:
+            await self.ctx.engine.unload_adapter(body.name)
+        except KeyError as exc:
+            raise APIError(404, f"no LoRA adapter named {body.name!r}; loaded: {self.ctx.adapters.names()}",
+                           type_="not_found", field="name") from exc  # fmt: skip
+        except AdapterInUseError as exc:
+            raise APIError(409, str(exc), type_="conflict", field="name",
+                           headers={"Retry-After": "1"}) from exc  # fmt: skip
+        self.ctx.adapters.remove(body.name)
+        return await self.listing()

@@ -8,8 +8,8 @@ adapters answers as each request alone (up to a near tie, see neartie.py)."""
 from __future__ import annotations
 
 import itertools
-from dataclasses import replace
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -140,11 +140,14 @@ def test_a_budget_of_one_adapter_reloads_on_demand_and_answers_as_without_it(
         budget.close()
 
 
-def test_an_adapter_is_unloaded_only_when_no_request_uses_it(engine: Engine, adapters: dict[str, Path]) -> None:
+def test_an_adapter_is_unloaded_only_when_no_request_uses_it(
+    engine: Engine, adapters: dict[str, Path]
+) -> None:
     spec = AdapterSpec("late", str(adapters["a3"]))
     assert engine.adapters.load(spec, set())
     prompt = engine.model.tokenize(PROMPT)
-    engine.add(GenerationRequest("uses", prompt, SamplingParams(max_tokens=2), adapters=(("late", 1.0),)), print)
+    late = (("late", 1.0),)
+    engine.add(GenerationRequest("uses", prompt, SamplingParams(max_tokens=2), adapters=late), print)
     with pytest.raises(AdapterInUseError, match="'late' is in use"):
         engine.adapters.unload("late", set(engine.adapters_in_use()))
     while engine.has_work:

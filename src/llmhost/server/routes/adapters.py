@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request
 
-from llmhost.web.apidoc import BODY, COMMON, errors, merge, operation
 from llmhost.server.protocol.adapters import AdapterList, LoadAdapterRequest, UnloadAdapterRequest
 from llmhost.server.routes import deps
+from llmhost.web.apidoc import BODY, COMMON, errors, merge, operation
 
 router = APIRouter()
 

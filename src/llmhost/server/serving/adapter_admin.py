@@ -11,7 +11,6 @@ import asyncio
 from llmhost.engine.adapters import AdapterConflictError, AdapterInUseError
 from llmhost.engine.llama import ModelLoadError
 from llmhost.engine.lora import AdapterSpec
-from llmhost.web.errors import APIError
 from llmhost.server.protocol.adapters import (
     AdapterInfo,
     AdapterList,
@@ -20,6 +19,7 @@ from llmhost.server.protocol.adapters import (
 )
 from llmhost.server.serving.context import ServingContext
 from llmhost.store import ModelNotFoundError, resolve
+from llmhost.web.errors import APIError
 
 
 class AdapterAdmin:

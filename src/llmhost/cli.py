@@ -154,9 +154,9 @@ def _serve(spec: SettingsSpec, given: dict[str, Any], explicit: frozenset[str]) 
     model = given.pop("model")
     try:
         # a file setting's value is the file's text (the chat template)
-        values = {k: v.read_text() if isinstance(v, Path) else v for k, v in given.items()}
+        values: dict[str, Any] = {k: v.read_text() if isinstance(v, Path) else v for k, v in given.items()}
         keys = load_keys(process["api_key"] or [], process["api_key_file"])
-        built = build(ServeOptions(model, api_keys=keys, explicit=explicit, spec=spec, **values))
+        built = build(ServeOptions(model, api_keys=keys, explicit=explicit, **values))
     except (ValueError, OSError) as exc:  # a model not found is an OSError (FileNotFoundError)
         raise typer.BadParameter(str(exc)) from exc
     for note in built.notes:

@@ -117,8 +117,8 @@ class EngineConfig:
             )
         if self.speculative and not self.swa_full:
             raise ValueError(
-                f"speculative={self.speculative!r} needs swa_full (a rolled-back guess takes sliding-window "
-                "cells with it): drop --no-swa-full or --speculative"
+                f"speculative needs swa_full (a rolled-back guess of speculative={self.speculative!r} takes "
+                "sliding-window cells with it): drop --no-swa-full or --speculative"
             )
 
     def _check_cache_types(self) -> None:
@@ -170,7 +170,7 @@ class EngineConfig:
         """The limits together: a prompt leaves room to generate, the sequences fit llama.cpp's."""
         if self.max_input_tokens >= self.max_total_tokens:
             raise ValueError(
-                f"max_input_tokens ({self.max_input_tokens}) must be < max_total_tokens "
+                f"max_input_tokens ({self.max_input_tokens}) must be below max_total_tokens "
                 f"({self.max_total_tokens}) so at least one token can be generated"
             )
         if self.max_batch_tokens < self.max_concurrent:

@@ -132,3 +132,65 @@ def test_settings_that_do_not_go_together_are_refused_naming_them(
     assert result.exit_code == 2, result.output
     text = " ".join(result.output.split())  # the usage error's box wraps long lines
     assert all(n in text for n in names), text
+
+
+# on the real engine: small enough that each combination loads and answers in a fraction of a second
+ENGINE_COMBINATIONS = st.fixed_dictionaries({
+    "max_concurrent": bounded("max_concurrent", 6),
+    "max_batch_tokens": bounded("max_batch_tokens", 64),
+    "ubatch_size": st.integers(min_value=0, max_value=64),
+    "max_input_tokens": bounded("max_input_tokens", 300),
+    "max_total_tokens": bounded("max_total_tokens", 512),
+    "prefix_cache_seqs": bounded("prefix_cache_seqs", 4),
+    "speculative": st.sampled_from(["", "ngram"]),
+    "swa_full": st.booleans(),
+})  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from tests.tinymodels import build_tiny_gguf
+
+    return build_tiny_gguf(tmp_path_factory.mktemp("tiny") / "gemma3.gguf", arch="gemma3")
+
+
+@settings(max_examples=25, deadline=None, derandomize=True)
+@given(ENGINE_COMBINATIONS)
+def test_each_combination_is_refused_or_serves_on_the_real_engine(
+    tiny_model: Path, values: dict[str, Any]
+) -> None:
+    """A combination that passes the settings' checks loads, gets the batches it asked llama.cpp for, and
+    generates; one that does not is refused naming its settings (an abort would end this process)."""
+    import llama_cpp as lc
+
+    from llmhost.engine import Engine, LlamaModel
+    from tests.integration.engine_runs import run_greedy
+
+    config = check({**values, "threads": 1})
+    if isinstance(config, str):
+        assert any(name in config for name in (*NAMES, "ubatch_size", "swa_full")), config
+        return
+    engine = Engine(LlamaModel(tiny_model, config), config)
+    try:
+        assert lc.llama_n_ubatch(engine.model.ctx) == config.llama_n_ubatch
+        assert lc.llama_n_batch(engine.model.ctx) == config.llama_n_batch
+        prompt = engine.model.tokenize("The settings go together")[: config.max_input_tokens]
+        events = run_greedy(engine, "r", prompt, 3)
+        assert sum(len(e.token_ids) for e in events) == 3
+    finally:
+        engine.close()
+
+
+def test_ubatch_size_reaches_llama_cpps_context(tiny_model: Path) -> None:
+    import llama_cpp as lc
+
+    from llmhost.engine import LlamaModel
+
+    for ubatch, want in ((0, 512), (64, 64)):  # 0: llama.cpp's default, within the batch
+        config = check({"ubatch_size": ubatch, "max_batch_tokens": 512, "threads": 1})
+        assert isinstance(config, EngineConfig)
+        model = LlamaModel(tiny_model, config)
+        try:
+            assert lc.llama_n_ubatch(model.ctx) == want
+        finally:
+            model.close()

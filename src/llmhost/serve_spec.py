@@ -19,7 +19,7 @@ import os
 import types
 import typing
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
@@ -59,6 +59,8 @@ class Setting:
     # a setting of the serving process itself (keys, logs, shutdown), not of the server it builds
     process: bool = False
     metavar: str = ""  # its value in the docs' table
+    flags: tuple[str, ...] = ()  # the option's names where not --name-with-dashes alone (`--out`, `-o`)
+    required: bool = False  # no default: the option must be given
 
     @property
     def flag(self) -> str:
@@ -101,12 +103,19 @@ class Setting:
 
 def setting(default: _T, help: str, *, env: str = "", fallback: Any = None, ge: float | None = None,
             choices: tuple[str, ...] = (), endpoint: bool = False, engine: str = "", server: str = "",
-            label: str = "", switch: bool = False, metavar: str = "") -> _T:  # fmt: skip
-    """A group's field that is a serve setting: its default, and the rest of what `Setting` says (its
-    name, type, choices and whether it repeats come from the field's name and annotation)."""
+            label: str = "", switch: bool = False, metavar: str = "",
+            flags: tuple[str, ...] = ()) -> _T:  # fmt: skip
+    """A group's field that is a setting: its default, and the rest of what `Setting` says (its name,
+    type, choices and whether it repeats come from the field's name and annotation)."""
     meta = dict(help=help, env=env, fallback=fallback, ge=ge, choices=choices, endpoint=endpoint,
-                engine=engine, server=server, label=label, switch=switch, metavar=metavar)  # fmt: skip
+                engine=engine, server=server, label=label, switch=switch, metavar=metavar,
+                flags=flags)  # fmt: skip
     return field(default=default, metadata={"setting": meta})
+
+
+def required(help: str, *, flags: tuple[str, ...] = ()) -> Any:
+    """A group's field that is a setting with no default: its option must be given."""
+    return field(metadata={"setting": dict(help=help, flags=flags, choices=())})
 
 
 def type_of(hint: Any) -> tuple[type[Any], tuple[str, ...], bool]:
@@ -130,7 +139,9 @@ def _settings_of(group: type[Any], process: bool) -> list[Setting]:
             continue
         kind, choices, repeatable = type_of(hints[f.name])
         meta = {**f.metadata["setting"], "choices": f.metadata["setting"]["choices"] or choices}
-        out.append(Setting(f.name, kind, f.default, repeatable=repeatable, process=process, **meta))
+        missing = f.default is MISSING
+        out.append(Setting(f.name, kind, None if missing else f.default, repeatable=repeatable,
+                           process=process, required=missing, **meta))  # fmt: skip
     return out
 
 
@@ -370,17 +381,33 @@ class ConsoleOptions:
 
 
 @dataclass(frozen=True, kw_only=True)
-class ProcessSettings:
-    """The serving process's own: who may call it, how it logs, how long it drains."""
+class AuthOptions:
+    """Who may call the server: its API keys."""
 
     api_key: list[str] | None = setting(
         None,
         "Require this API key (repeatable; also $LLMHOST_API_KEYS or $LLMHOST_API_KEY, "
         "comma-separated); /ping and /health stay open.", metavar="KEY")
     api_key_file: Path | None = setting(None, "File of API keys, one per line.", metavar="FILE")
+
+
+@dataclass(frozen=True, kw_only=True)
+class LogOptions:
+    """How the process logs."""
+
+    log_level: LogLevel = setting("info", "debug, info, warning, error.", metavar="LEVEL")
+
+    def __post_init__(self) -> None:
+        if self.log_level.lower() not in LOG_LEVELS:
+            raise ValueError(f"--log-level must be one of {', '.join(LOG_LEVELS)}, got {self.log_level!r}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProcessSettings(AuthOptions, LogOptions):
+    """The serving process's own: who may call it, how it logs, how long it drains."""
+
     shutdown_grace_s: float = setting(25.0, "On SIGTERM, seconds requests in flight get to finish before "
                                       "exit.", metavar="S")
-    log_level: LogLevel = setting("info", "debug, info, warning, error.", metavar="LEVEL")
 
 
 # the groups of the server `llmhost serve` builds (serve_settings.ServeOptions has their fields)

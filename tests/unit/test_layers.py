@@ -20,6 +20,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("llmhost.server", "llmhost.serve_settings", "llmhost.console"),
     ("llmhost.asgi", "llmhost.auth", "llmhost.lifecycle", "llmhost.inference", "llmhost.sagemaker_runtime",
      "llmhost.eventstream"),
+    ("llmhost.cli_groups",),
     ("llmhost.serve_spec", "llmhost.chat_template"),
     ("llmhost.engine", "llmhost.store", "llmhost"),
 ]  # fmt: skip

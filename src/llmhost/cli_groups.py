@@ -17,7 +17,7 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 
-from llmhost.serve_spec import Setting, SettingsSpec
+from llmhost.setting import Setting, SettingsSpec
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 

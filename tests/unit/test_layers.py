@@ -21,7 +21,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("llmhost.asgi", "llmhost.auth", "llmhost.lifecycle", "llmhost.inference", "llmhost.sagemaker_runtime",
      "llmhost.eventstream"),
     ("llmhost.cli_groups",),
-    ("llmhost.serve_spec", "llmhost.chat_template"),
+    ("llmhost.serve_spec", "llmhost.setting", "llmhost.chat_template"),
     ("llmhost.engine", "llmhost.store", "llmhost"),
 ]  # fmt: skip
 # layers whose parts never import one another

@@ -24,7 +24,8 @@ from llmhost.endpoint.rayserve.server import copy_options
 from llmhost.endpoint.replica import copy_command
 from llmhost.endpoint.spec import ComponentSpec, EngineSpec, ResourcesSpec
 from llmhost.serve_settings import ServeOptions
-from llmhost.serve_spec import SERVE_SPEC, EngineSettings, SettingsSpec, setting
+from llmhost.serve_spec import SERVE_SPEC, EngineSettings
+from llmhost.setting import SettingsSpec, setting
 
 CLI_PAGE = Path(__file__).resolve().parents[2] / "docs" / "reference" / "cli.md"
 

@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from llmhost.serve_spec import AuthOptions, ConsoleOptions, ListenSettings, LogOptions, setting
+from llmhost.serve_spec import AuthOptions, ConsoleOptions, ListenSettings, LogOptions
+from llmhost.setting import setting
 from llmhost.store.options import use_s3_endpoint
 
 if TYPE_CHECKING:

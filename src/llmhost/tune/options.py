@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from llmhost.bench.conversations import ConversationSettings, parse_think_time
-from llmhost.serve_spec import required, setting
+from llmhost.setting import required, setting
 
 if TYPE_CHECKING:
     from llmhost.tune import SearchSpace, TuneSLO, Workload

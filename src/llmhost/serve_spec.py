@@ -63,8 +63,14 @@ def engine_fallbacks(values: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def check_together(values: Mapping[str, Any]) -> None:
-    """The rules between settings that are not the engine's own (EngineConfig checks those): what
-    applies to embeddings only, or to text generation only. Raises ValueError naming the settings."""
+    """The rules between settings that are not the engine's own (EngineConfig checks those): a draft
+    model and the speculation it implies, what applies to embeddings only or to text generation only.
+    Raises ValueError naming the settings."""
+    speculative, draft = values.get("speculative"), values.get("draft_model")
+    if speculative == "draft" and not draft:
+        raise ValueError("speculative: draft needs a draft_model")
+    if draft and speculative == "ngram":  # else the draft model would silently turn ngram off
+        raise ValueError("draft_model is for speculative: draft, not ngram")
     if not values.get("embeddings"):
         if values.get("pooling", "auto") not in ("auto", None):
             raise ValueError("--pooling applies to --embeddings only")

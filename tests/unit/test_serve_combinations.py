@@ -124,6 +124,8 @@ def test_endpoint_up_refuses_a_file_with_them_naming_the_key_path(tmp_path: Path
     (["--ubatch-size", "64", "--max-batch-tokens", "32"], ("ubatch_size (64)", "max_batch_tokens (32")),
     (["--ubatch-size", "64", "--embeddings"], ("--ubatch-size", "--embeddings")),
     (["--pooling", "mean"], ("--pooling", "--embeddings")),
+    (["--speculative", "ngram", "--draft-model", "d.gguf"], ("draft_model", "speculative", "ngram")),
+    (["--speculative", "draft"], ("speculative: draft", "draft_model")),
 ])  # fmt: skip
 def test_settings_that_do_not_go_together_are_refused_naming_them(
     args: list[str], names: tuple[str, ...]

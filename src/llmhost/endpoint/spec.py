@@ -76,7 +76,9 @@ def _key(name: str) -> Any:
 class EngineSpec(_Strict):
     """An endpoint file's `engine:` section: a component's copies' `llmhost serve` settings, each one
     the settings spec marks `endpoint=True` (checked at import: `_check_keys`), typed as its field and
-    bounded as it declares; unset ones are left to serve's defaults and variables."""
+    bounded as it declares; unset ones are left to serve's defaults and variables. The rules between
+    them are the settings' own, checked by the component (`ComponentSpec`) as `llmhost serve` checks
+    them."""
 
     max_concurrent: int | None = _key("max_concurrent")
     max_queue: int | None = _key("max_queue")
@@ -103,15 +105,6 @@ class EngineSpec(_Strict):
     reasoning_format: ReasoningFormat | None = _key("reasoning_format")
     reasoning_budget: int | None = _key("reasoning_budget")
     chat_template_kwargs: str | None = _key("chat_template_kwargs")
-
-    @model_validator(mode="after")
-    def _check(self) -> EngineSpec:
-        given = self.serve_options()
-        if given.get("speculative") == "draft" and not given.get("draft_model"):
-            raise ValueError("speculative: draft needs a draft_model")
-        if given.get("draft_model") and given.get("speculative") == "ngram":
-            raise ValueError("draft_model is for speculative: draft, not ngram")
-        return self
 
     def serve_options(self) -> dict[str, Any]:
         """The `llmhost serve` options the file sets, by name (every field is one; unset ones are

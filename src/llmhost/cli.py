@@ -16,7 +16,8 @@ import typer
 from typer import _click as click  # typer 0.29 vendors click: its groups take these types, not click's
 from typer.core import TyperGroup
 
-from llmhost.serve_spec import SERVE_SPEC, Setting, SettingsSpec
+from llmhost.cli_groups import option
+from llmhost.serve_spec import SERVE_SPEC, ProcessSettings, SettingsSpec
 from llmhost.store.options import S3EndpointOpt, use_s3_endpoint
 
 if TYPE_CHECKING:
@@ -106,20 +107,6 @@ MODEL_HELP = (
 )
 
 
-def _option(s: Setting) -> inspect.Parameter:
-    """A setting as a typer option: `--name-with-dashes`, its help and default."""
-    kind: Any = s.type
-    decls: list[str] = [s.flag] if s.switch else []
-    extra: dict[str, Any] = {"show_default": False} if s.repeatable else {}
-    if s.repeatable:
-        kind = list[s.type] | None  # type: ignore[name-defined]
-    elif s.default is None:
-        kind = s.type | None
-    option = typer.Option(*decls, help=s.help, **extra)
-    return inspect.Parameter(s.name, inspect.Parameter.KEYWORD_ONLY, default=s.default,
-                             annotation=Annotated[kind, option])  # fmt: skip
-
-
 def serve_command(spec: SettingsSpec) -> Callable[..., None]:
     """`llmhost serve` with one option per setting of `spec`."""
 
@@ -133,7 +120,7 @@ def serve_command(spec: SettingsSpec) -> Callable[..., None]:
         inspect.Parameter("ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=typer.Context),
         inspect.Parameter("model", inspect.Parameter.KEYWORD_ONLY, default=None,
                           annotation=Annotated[str | None, typer.Argument(help=MODEL_HELP)]),
-        *(_option(s) for s in spec),
+        *(option(s) for s in spec),
         inspect.Parameter("s3_endpoint_url", inspect.Parameter.KEYWORD_ONLY, default="",
                           annotation=S3EndpointOpt),
     ]  # fmt: skip
@@ -147,16 +134,19 @@ def _serve(spec: SettingsSpec, given: dict[str, Any], explicit: frozenset[str]) 
     from llmhost.serve_settings import ServeOptions, build
     from llmhost.web.auth import load_keys
 
-    process = {s.name: given.pop(s.name) for s in spec if s.process}
-    log_level = str(process["log_level"])
+    try:
+        process = ProcessSettings(**{s.name: given.pop(s.name) for s in spec if s.process})
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from exc
+    log_level = process.log_level
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     use_s3_endpoint(given.pop("s3_endpoint_url"))
     model = given.pop("model")
     try:
         # a file setting's value is the file's text (the chat template)
-        values = {k: v.read_text() if isinstance(v, Path) else v for k, v in given.items()}
-        keys = load_keys(process["api_key"] or [], process["api_key_file"])
-        built = build(ServeOptions(model, api_keys=keys, explicit=explicit, spec=spec, **values))
+        values: dict[str, Any] = {k: v.read_text() if isinstance(v, Path) else v for k, v in given.items()}
+        keys = load_keys(process.api_key or [], process.api_key_file)
+        built = build(ServeOptions(model, api_keys=keys, explicit=explicit, **values))
     except (ValueError, OSError) as exc:  # a model not found is an OSError (FileNotFoundError)
         raise typer.BadParameter(str(exc)) from exc
     for note in built.notes:
@@ -168,7 +158,7 @@ def _serve(spec: SettingsSpec, given: dict[str, Any], explicit: frozenset[str]) 
         shape = f"embeddings only, inputs up to {settings.embeddings.max_input_tokens} tokens"
     typer.echo(f"llmhost: serving {settings.model_path} on {settings.host}:{settings.port} "
                f"({engine.threads} threads, {shape})")
-    code = run_server(settings, float(process["shutdown_grace_s"]), log_level)
+    code = run_server(settings, process.shutdown_grace_s, log_level)
     if code:
         raise typer.Exit(code)
 

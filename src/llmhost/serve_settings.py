@@ -10,55 +10,51 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from llmhost.serve_spec import SERVE_SPEC, SettingsSpec
+from llmhost.engine.config import EngineConfig
+from llmhost.serve_spec import (
+    SERVE_SPEC,
+    ChatSettings,
+    ConsoleOptions,
+    EngineSettings,
+    ListenSettings,
+    engine_fallbacks,
+)
 from llmhost.web.auth import ApiKeys
 
 if TYPE_CHECKING:
-    from llmhost.engine import EngineConfig
     from llmhost.engine.lora import AdapterSpec
     from llmhost.server import ServerSettings
     from llmhost.store import ResolvedModel
     from llmhost.store.artifact import ServeHints
 
-class ServeOptions:
+@dataclass(frozen=True, kw_only=True)
+class ServeOptions(ListenSettings, EngineSettings, ChatSettings, ConsoleOptions):
     """`llmhost serve`'s options as `build` takes them: every setting of the spec but the serving
-    process's own, by name (`opts.max_queue`); API keys come loaded, the chat template as its text. A 0
-    or "" limit is unset: taken from its variable, else its default."""
+    process's own, each a typed field (`opts.max_queue: int`); API keys come loaded, the chat template as
+    its text. A 0 or "" limit is unset: taken from its variable, else its default."""
 
-    def __init__(self, model: str | None = None, *, api_keys: ApiKeys | None = None,
-                 explicit: frozenset[str] = frozenset(), spec: SettingsSpec = SERVE_SPEC,
-                 **values: Any) -> None:  # fmt: skip
-        names = [s.name for s in spec.built()]
-        unknown = set(values) - set(names)
-        if unknown:
-            raise TypeError(f"not a serve option: {', '.join(sorted(unknown))}")
-        self.model = model  # None: $SM_MODEL_DIR, /opt/ml/model, else the bundled model
-        self.api_keys = api_keys if api_keys is not None else ApiKeys()
-        # options given rather than defaulted: an optimize artifact's recipe does not override them
-        self.explicit = explicit
-        self.spec = spec
-        self.values: dict[str, Any] = {n: values.get(n, spec[n].default) for n in names}
+    # None: $SM_MODEL_DIR, /opt/ml/model, else the bundled model
+    model: str | None = field(default=None, kw_only=False)
+    chat_template: str | None = None  # type: ignore[assignment]  # the template's text, not its file
+    api_keys: ApiKeys = field(default_factory=ApiKeys)
+    # options given rather than defaulted: an optimize artifact's recipe does not override them
+    explicit: frozenset[str] = frozenset()
 
-    def __getattr__(self, name: str) -> Any:
-        values = self.__dict__.get("values", {})
-        if name in values:
-            return values[name]
-        raise AttributeError(f"{type(self).__name__!r} has no attribute {name!r}")
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, ServeOptions) and vars(self) == vars(other)
-
-    __hash__ = None  # type: ignore[assignment]
-
-    def __repr__(self) -> str:
-        return f"ServeOptions(model={self.model!r}, {self.values!r}, explicit={sorted(self.explicit)})"
+    @property
+    def values(self) -> dict[str, Any]:
+        """Every setting by name."""
+        return {s.name: getattr(self, s.name) for s in SERVE_SPEC.built()}
 
     def resolved(self, name: str, env: Mapping[str, str], fallback: Any = None) -> Any:
         """The setting in effect: the option, else its variable, else its default."""
-        return self.spec[name].resolve(self.values[name], env, fallback)
+        return SERVE_SPEC[name].resolve(getattr(self, name), env, fallback)
+
+    def engine_config(self, env: Mapping[str, str]) -> EngineConfig:
+        """The engine these settings make, every rule between them checked (ValueError naming them)."""
+        return SERVE_SPEC.engine_config(self.values, env)
 
 
 @dataclass(frozen=True)
@@ -107,12 +103,8 @@ def engine_config(opts: ServeOptions, env: Mapping[str, str], draft_path: str,
                   hints: ServeHints | None, recipe: dict[str, Any]) -> EngineConfig:  # fmt: skip
     """Every setting the spec maps to an EngineConfig field, in effect (option, variable or default),
     then the artifact's recipe (settings not given as options) and its measured load mode."""
-    from llmhost.engine import EngineConfig
-    from llmhost.engine.embedder import EmbedderConfig
-
-    # embeddings: the embedder's own input limit (llama-server's: a decode holds a whole input)
-    fallbacks = {"max_input_tokens": EmbedderConfig().max_input_tokens} if opts.embeddings else {}
-    values = {s.engine: opts.resolved(s.name, env, fallbacks.get(s.name)) for s in opts.spec if s.engine}
+    fallbacks = engine_fallbacks(opts.values)
+    values = {s.engine: opts.resolved(s.name, env, fallbacks.get(s.name)) for s in SERVE_SPEC if s.engine}
     values.update(recipe)
     if draft_path:
         values["speculative"] = "draft"
@@ -127,26 +119,23 @@ def engine_config(opts: ServeOptions, env: Mapping[str, str], draft_path: str,
 
 
 def build(opts: ServeOptions, env: Mapping[str, str] | None = None) -> Built:
-    """The server's settings: the model and draft model resolved (an s3:// one downloaded) here.
-    Raises ModelNotFoundError (a FileNotFoundError) for a model that is not there, ValueError for
-    options that do not go together."""
+    """The server's settings: the settings checked together (ValueError naming those that do not go
+    together) before anything is resolved or loaded, then the model and draft model resolved (an s3://
+    one downloaded). Raises ModelNotFoundError (a FileNotFoundError) for a model that is not there."""
     from llmhost.engine.embedder import EmbedderConfig
     from llmhost.server import ServerSettings
     from llmhost.server.custom_code import find_script
     from llmhost.store import resolve
 
     env = os.environ if env is None else env
+    opts.engine_config(env)
     resolved = resolve(opts.model)
     draft_path = str(resolve(opts.draft_model).gguf) if opts.draft_model else ""
-    if opts.pooling != "auto" and not opts.embeddings:
-        raise ValueError("--pooling applies to --embeddings only")
-    if opts.lora and opts.embeddings:
-        raise ValueError("--lora applies to text generation, not --embeddings")
     hints, recipe, notes = _artifact(opts, resolved)
     engine = engine_config(opts, env, draft_path, hints, recipe)
     settings = ServerSettings(
         model_path=resolved.gguf, engine=engine, api_keys=opts.api_keys,
-        **{s.server: opts.resolved(s.name, env) for s in opts.spec if s.server},
+        **{s.server: opts.resolved(s.name, env) for s in SERVE_SPEC if s.server},
         embeddings=EmbedderConfig.from_engine(engine, opts.pooling) if opts.embeddings else None,
         inference_script=find_script(resolved.model_dir),
     )  # fmt: skip

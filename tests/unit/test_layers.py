@@ -21,7 +21,8 @@ LAYERS: list[tuple[str, ...]] = [
     ("llmhost.console",),
     # what every front end shares: ASGI middleware, auth, each API's error bodies, the OpenAPI helpers
     ("llmhost.web", "llmhost.lifecycle", "llmhost.inference"),
-    ("llmhost.serve_spec", "llmhost.chat_template"),
+    ("llmhost.cli_groups",),
+    ("llmhost.serve_spec", "llmhost.setting", "llmhost.chat_template"),
     ("llmhost.engine", "llmhost.store", "llmhost"),
 ]  # fmt: skip
 # layers whose parts never import one another

@@ -1,13 +1,14 @@
-"""The settings spec is the one declaration of `llmhost serve`'s settings: a setting added to a copy of it
-reaches `llmhost serve`, an endpoint copy, a Ray copy and a sweep with no other edit; the docs' table of
-serve options (docs/reference/cli.md, generated when the site is built) is the spec's; importing it never
-loads llama.cpp."""
+"""The settings groups' fields are the one declaration of `llmhost serve`'s settings: a setting added as
+one field (`ubatch_size`, llama-server's --ubatch-size, was) reaches `llmhost serve`, an endpoint copy, a
+Ray copy and a sweep with no other edit; the docs' table of serve options (docs/reference/cli.md,
+generated when the site is built) is the spec's; importing it never loads llama.cpp."""
 
 from __future__ import annotations
 
 import re
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -16,18 +17,17 @@ import typer
 from typer.testing import CliRunner
 
 import llmhost.serve_settings
-from llmhost.bench.serve_config import serve_model
+from llmhost.bench.serve_config import ServeSpec
 from llmhost.bench.sweep import ConfigSpec, SweepSpec, expand
 from llmhost.cli import serve_command
 from llmhost.endpoint.rayserve.server import copy_options
 from llmhost.endpoint.replica import copy_command
-from llmhost.endpoint.spec import ComponentSpec, EngineSpec, ResourcesSpec, engine_model
+from llmhost.endpoint.spec import ComponentSpec, EngineSpec, ResourcesSpec
 from llmhost.serve_settings import ServeOptions
-from llmhost.serve_spec import SERVE_SPEC, Setting
+from llmhost.serve_spec import SERVE_SPEC, EngineSettings
+from llmhost.setting import SettingsSpec, setting
 
 CLI_PAGE = Path(__file__).resolve().parents[2] / "docs" / "reference" / "cli.md"
-KNOB = Setting("new_knob", int, 5, "A new knob.", ge=1, endpoint=True, metavar="N")
-SPEC = SERVE_SPEC.with_setting(KNOB)
 
 
 def test_importing_the_spec_and_its_readers_never_loads_llama_cpp() -> None:
@@ -75,53 +75,62 @@ def test_a_new_setting_reaches_llmhost_serve(monkeypatch: pytest.MonkeyPatch) ->
         raise Captured
 
     monkeypatch.setattr(llmhost.serve_settings, "build", build)
-    result = CliRunner().invoke(_app(SPEC), ["serve", "m.gguf", "--new-knob", "7", "--max-queue", "3"])
+    args = ["serve", "m.gguf", "--ubatch-size", "7", "--max-queue", "3"]
+    result = CliRunner().invoke(_app(SERVE_SPEC), args)
     assert isinstance(result.exception, Captured), result.output
     (opts,) = seen
-    assert (opts.new_knob, opts.max_queue, opts.model) == (7, 3, "m.gguf")
-    assert {"new_knob", "max_queue"} <= opts.explicit
-    assert ServeOptions(spec=SPEC).new_knob == 5  # its default where not given
+    assert (opts.ubatch_size, opts.max_queue, opts.model) == (7, 3, "m.gguf")
+    assert {"ubatch_size", "max_queue"} <= opts.explicit
+    assert ServeOptions().ubatch_size == 0  # its default where not given: llama.cpp's
     with pytest.raises(TypeError, match="new_knob"):
-        ServeOptions(new_knob=7)  # not a setting of the real spec
+        ServeOptions(new_knob=7)  # type: ignore[call-arg]  # not a setting
+
+
+def test_a_setting_is_a_typed_field_with_its_metadata() -> None:
+    @dataclass(frozen=True, kw_only=True)
+    class More(EngineSettings):
+        new_knob: int = setting(5, "A new knob.", ge=1, endpoint=True, metavar="N")
+
+    knob = SettingsSpec.of((More,))["new_knob"]
+    assert (knob.type, knob.default, knob.ge, knob.flag, knob.endpoint) == (int, 5, 1, "--new-knob", True)
+    assert SettingsSpec.of((More,)).names()[-1] == "new_knob"  # after the fields it extends
 
 
 def _component(engine: dict[str, Any]) -> ComponentSpec:
-    model = engine_model(SPEC)
-    return ComponentSpec.model_construct(name="c", model="m.gguf", engine=model(**engine),
+    return ComponentSpec.model_construct(name="c", model="m.gguf", engine=EngineSpec(**engine),
                                          resources=ResourcesSpec(num_cpus=2))  # fmt: skip
 
 
 def test_a_new_setting_is_an_endpoint_files_engine_key_and_reaches_its_copies() -> None:
-    model = engine_model(SPEC)
-    with pytest.raises(ValueError, match="new_knob"):
-        model(new_knob=0)  # the spec's bound
+    with pytest.raises(ValueError, match="ubatch_size"):
+        EngineSpec(ubatch_size=0)  # the spec's bound
     with pytest.raises(ValueError, match="other_knob"):
-        model(other_knob=1)  # unknown keys are still refused
-    comp = _component({"new_knob": 7, "max_concurrent": 2})
+        EngineSpec(other_knob=1)  # type: ignore[call-arg]  # unknown keys are still refused
+    comp = _component({"ubatch_size": 7, "max_concurrent": 2})
     argv = copy_command(comp, "m.gguf", 9000, 2)
-    assert argv[argv.index("--new-knob") + 1] == "7" and argv[argv.index("--max-concurrent") + 1] == "2"
+    assert argv[argv.index("--ubatch-size") + 1] == "7" and argv[argv.index("--max-concurrent") + 1] == "2"
     ray = copy_options(comp, None)  # a Ray copy's options, built in-process
-    assert (ray.new_knob, ray.max_concurrent, ray.threads) == (7, 2, 2)
-    assert ray.explicit == {"new_knob", "max_concurrent"}
+    assert (ray.ubatch_size, ray.max_concurrent, ray.threads) == (7, 2, 2)
+    assert ray.explicit == {"ubatch_size", "max_concurrent"}
 
 
 def test_a_copy_is_told_the_memory_its_component_reserves() -> None:
     """So that its default prompt cache fits in that reservation (on one host and under Ray alike)."""
-    comp = ComponentSpec.model_construct(name="c", model="m.gguf", engine=engine_model(SERVE_SPEC)(),
+    comp = ComponentSpec.model_construct(name="c", model="m.gguf", engine=EngineSpec(),
                                          resources=ResourcesSpec(num_cpus=1, memory_mb=1536))  # fmt: skip
     argv = copy_command(comp, "m.gguf", 9000, 1)
     assert argv[argv.index("--memory-mb") + 1] == "1536"
     assert copy_options(comp, None).memory_mb == 1536
-    assert "memory_mb" not in engine_model(SERVE_SPEC).model_fields  # the component's resources say it
+    assert "memory_mb" not in EngineSpec.model_fields  # the component's resources say it
 
 
 def test_a_new_setting_can_be_swept() -> None:
-    serve = serve_model(SPEC)(new_knob=[1, 2], threads=1)
+    serve = ServeSpec(ubatch_size=[32, 64], threads=1)
     spec = SweepSpec.model_construct(configurations=[ConfigSpec.model_construct(serve=serve, name=None)])
     launches = expand(spec)
-    assert [launch.name for launch in launches] == ["default-t1-new_knob1", "default-t1-new_knob2"]
+    assert [launch.name for launch in launches] == ["default-t1-ub32", "default-t1-ub64"]
     argv = launches[1].argv
-    assert argv[argv.index("--new-knob") + 1] == "2" and launches[1].params["new_knob"] == 2
+    assert argv[argv.index("--ubatch-size") + 1] == "64" and launches[1].params["ubatch_size"] == 64
 
 
 def test_the_choices_the_spec_declares_are_those_the_engine_and_server_take() -> None:

@@ -27,6 +27,7 @@ from llmhost.endpoint.memlimit import MemoryLimit, memory_limit
 from llmhost.endpoint.placement import Allocation
 from llmhost.endpoint.procs import cpus_allowed, exit_reason, free_port, last_words, preexec, rss_mb
 from llmhost.endpoint.spec import ComponentSpec
+from llmhost.serve_spec import SERVE_SPEC
 from llmhost.store.model import ResolvedModel
 from llmhost.web.auth import ENV_KEY_VARS
 
@@ -39,7 +40,7 @@ def copy_command(spec: ComponentSpec, model_ref: str, port: int, threads: int) -
     given = {"host": "127.0.0.1", "port": port, "threads": threads, "served_model_name": spec.name,
              "log_level": "warning", "embeddings": spec.embeddings,
              "memory_mb": spec.resources.memory_mb, **spec.engine.serve_options()}  # fmt: skip
-    return [sys.executable, "-m", "llmhost.cli", "serve", model_ref, *spec.engine.settings.argv(given)]
+    return [sys.executable, "-m", "llmhost.cli", "serve", model_ref, *SERVE_SPEC.argv(given)]
 
 
 class ReplicaState(StrEnum):

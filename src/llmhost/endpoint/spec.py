@@ -6,14 +6,24 @@ Every model forbids unknown keys, so a typo is an error naming the key's path, n
 from __future__ import annotations
 
 import math
+import os
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from llmhost.serve_spec import SERVE_SPEC, Setting, SettingsSpec
+from llmhost.engine.config import CacheType, SchedulePolicy
+from llmhost.serve_spec import (
+    SERVE_SPEC,
+    Pooling,
+    ReasoningFormat,
+    SettingsSpec,
+    Speculative,
+    ToolParser,
+    type_of,
+)
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$"
 
@@ -57,25 +67,44 @@ class ResourcesSpec(_Strict):
         return max(1, math.floor(self.num_cpus))
 
 
-class _EngineBase(_Strict):
-    """An endpoint file's `engine:` section: a component's copies' `llmhost serve` settings. Its keys are
-    generated from the settings spec (`engine_model`): every setting an endpoint file may set."""
+def _key(name: str) -> Any:
+    """An `engine:` key: unset (None) unless the file sets it, bounded as its setting declares."""
+    s = SERVE_SPEC[name]
+    return Field(default=None, ge=s.ge, description=s.help)
 
-    settings: ClassVar[SettingsSpec] = SERVE_SPEC
 
-    @model_validator(mode="after")
-    def _check(self) -> _EngineBase:
-        given = self.serve_options()
-        max_input, max_total = given.get("max_input_tokens"), given.get("max_total_tokens")
-        if max_input is not None and max_total is not None and max_input >= max_total:
-            raise ValueError(f"max_input_tokens ({max_input}) must be below max_total_tokens ({max_total})")
-        if given.get("speculative") == "draft" and not given.get("draft_model"):
-            raise ValueError("speculative: draft needs a draft_model")
-        if given.get("draft_model") and given.get("speculative") == "ngram":
-            raise ValueError("draft_model is for speculative: draft, not ngram")
-        if given.get("speculative") and given.get("swa_full") is False:
-            raise ValueError("speculative needs swa_full (a rolled-back guess takes sliding-window cells)")
-        return self
+class EngineSpec(_Strict):
+    """An endpoint file's `engine:` section: a component's copies' `llmhost serve` settings, each one
+    the settings spec marks `endpoint=True` (checked at import: `_check_keys`), typed as its field and
+    bounded as it declares; unset ones are left to serve's defaults and variables. The rules between
+    them are the settings' own, checked by the component (`ComponentSpec`) as `llmhost serve` checks
+    them."""
+
+    max_concurrent: int | None = _key("max_concurrent")
+    max_queue: int | None = _key("max_queue")
+    max_input_tokens: int | None = _key("max_input_tokens")
+    max_total_tokens: int | None = _key("max_total_tokens")
+    max_batch_tokens: int | None = _key("max_batch_tokens")
+    ubatch_size: int | None = _key("ubatch_size")
+    schedule_policy: SchedulePolicy | None = _key("schedule_policy")
+    prefix_cache_seqs: int | None = _key("prefix_cache_seqs")
+    prompt_cache_mb: int | None = _key("prompt_cache_mb")
+    cache_type_k: CacheType | None = _key("cache_type_k")
+    cache_type_v: CacheType | None = _key("cache_type_v")
+    swa_full: bool | None = _key("swa_full")
+    speculative: Speculative | None = _key("speculative")
+    draft_tokens: int | None = _key("draft_tokens")
+    adaptive_draft: bool | None = _key("adaptive_draft")
+    draft_model: str | None = _key("draft_model")
+    ngram_size: int | None = _key("ngram_size")
+    queue_timeout_s: float | None = _key("queue_timeout_s")
+    request_timeout_s: float | None = _key("request_timeout_s")
+    pooling: Pooling | None = _key("pooling")
+    chat_template: str | None = _key("chat_template")  # the template file's path
+    tool_parser: ToolParser | None = _key("tool_parser")
+    reasoning_format: ReasoningFormat | None = _key("reasoning_format")
+    reasoning_budget: int | None = _key("reasoning_budget")
+    chat_template_kwargs: str | None = _key("chat_template_kwargs")
 
     def serve_options(self) -> dict[str, Any]:
         """The `llmhost serve` options the file sets, by name (every field is one; unset ones are
@@ -83,34 +112,22 @@ class _EngineBase(_Strict):
         return {name: value for name, value in self.model_dump().items() if value is not None}
 
     def serve_args(self) -> list[str]:
-        return self.settings.argv(self.serve_options())
+        return SERVE_SPEC.argv(self.serve_options())
 
 
-def _key_type(s: Setting) -> Any:
-    """A setting's type in the file: its choices, else its type (a file as its path); None: unset."""
-    if s.choices:
-        return Literal[s.choices] | None
-    return (str if s.type is Path else s.type) | None
+def _check_keys(model: type[BaseModel], settings: SettingsSpec) -> None:
+    """The `engine:` keys are the settings an endpoint file may set, each of its setting's type."""
+    want = {s.name: (s.type if s.type is not Path else str, s.choices) for s in settings.endpoint_settings()}
+    have = {}
+    for name, f in model.model_fields.items():
+        kind, choices, _ = type_of(f.annotation)
+        have[name] = (kind, choices)
+    if have != want:
+        wrong = sorted(k for k in set(have) | set(want) if have.get(k) != want.get(k))
+        raise TypeError(f"EngineSpec's keys differ from the endpoint settings of serve_spec.py: {wrong}")
 
 
-def engine_model(settings: SettingsSpec) -> type[_EngineBase]:
-    """The `engine:` section's model: one optional key per setting an endpoint file may set, bounded
-    as the spec says; any other key is refused (naming it)."""
-    keys: dict[str, Any] = {
-        s.name: (_key_type(s), Field(default=None, ge=s.ge)) for s in settings.endpoint_settings()
-    }
-    model = create_model("EngineSpec", __base__=_EngineBase, __module__=__name__, **keys)
-    model.settings = settings
-    return model
-
-
-if TYPE_CHECKING:
-
-    class EngineSpec(_EngineBase):
-        def __getattr__(self, name: str) -> Any: ...
-
-else:
-    EngineSpec = engine_model(SERVE_SPEC)
+_check_keys(EngineSpec, SERVE_SPEC)
 
 
 class AutoscalingSpec(_Strict):
@@ -195,11 +212,11 @@ class ComponentSpec(_Strict):
             raise ValueError("copies: 0 needs autoscaling (min_copies: 0) to ever start a copy")
         if self.engine.pooling not in (None, "auto") and not self.embeddings:
             raise ValueError("engine.pooling applies to embeddings: true only")
-        if not self.embeddings:  # an embeddings copy's limits are the embedder's, checked at its start
-            try:
-                self.engine.settings.engine_config(self.engine.serve_options(), {})
-            except ValueError as exc:
-                raise ValueError(f"engine: {exc}") from exc
+        try:  # the settings together, as its copies' `llmhost serve` checks them before loading
+            given = {**self.engine.serve_options(), "embeddings": self.embeddings}
+            SERVE_SPEC.engine_config(given, os.environ)
+        except ValueError as exc:
+            raise ValueError(f"engine: {exc}") from exc
         cache_mb = self.engine.prompt_cache_mb
         if cache_mb is not None and cache_mb >= self.resources.memory_mb:
             raise ValueError(

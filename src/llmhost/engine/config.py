@@ -4,8 +4,14 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import Literal, get_args
 
 from llmhost.engine.lora import AdapterSpec, check_unique
+
+SchedulePolicy = Literal["fewest-left", "arrival", "cached-first"]
+SCHEDULE_POLICIES: tuple[str, ...] = get_args(SchedulePolicy)
+# llama.cpp's KV cache types (common/arg.cpp's kv_cache_types), unquantized first
+CacheType = Literal["f16", "bf16", "f32", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1"]
 
 
 def available_cpus() -> int:
@@ -28,6 +34,9 @@ class EngineConfig:
     max_total_tokens: int = 4096
     # tokens one llama_decode carries: every running sequence's next token + chunks of prompts
     max_batch_tokens: int = 512
+    # llama.cpp's physical batch (n_ubatch, llama-server's --ubatch-size): a decode is computed in
+    # micro-batches of this many tokens. 0: llama.cpp's default, 512, at most the logical batch
+    ubatch_size: int = 0
     # idle sequences whose KV is kept for prefix reuse (each a KV stream of max_total_tokens cells)
     prefix_cache_seqs: int = 8
     # a waiting prompt holds back while another prompt is computing a prefix it shares (>= this many
@@ -35,7 +44,7 @@ class EngineConfig:
     prefix_wait_min_tokens: int = 32
     # which waiting request gets a free sequence slot first: "fewest-left" (fewest prompt tokens left to
     # compute), "arrival" (earliest), "cached-first" (most prompt tokens already cached)
-    schedule_policy: str = "fewest-left"
+    schedule_policy: SchedulePolicy = "fewest-left"
     # speculative decoding of greedy requests: "" (off) or "ngram" (prompt lookup), with up to
     # `draft_tokens` guesses verified per step, looked up by n-grams of `ngram_size` down to 2 tokens
     speculative: str = ""
@@ -51,8 +60,8 @@ class EngineConfig:
     flash_attn: bool = False
     # the KV cache's element types, llama.cpp's names (--cache-type-k/-v): a quantized V needs flash
     # attention, which reads V row by row; f16 is llama.cpp's default
-    cache_type_k: str = "f16"
-    cache_type_v: str = "f16"
+    cache_type_k: CacheType = "f16"
+    cache_type_v: CacheType = "f16"
     # sliding-window layers (Gemma 3, gpt-oss, Mistral-SWA, Cohere) keep every position (True) or only
     # their window (False, llama.cpp's default: 5 of Gemma 3's 6 layers at 1/8 of a 4,096-token stream).
     # Windowed, a cached sequence serves only prefixes whose next token's window it still holds (its
@@ -111,8 +120,8 @@ class EngineConfig:
             )
         if self.speculative and not self.swa_full:
             raise ValueError(
-                f"speculative={self.speculative!r} needs swa_full (a rolled-back guess takes sliding-window "
-                "cells with it): drop --no-swa-full or --speculative"
+                f"speculative needs swa_full (a rolled-back guess of speculative={self.speculative!r} takes "
+                "sliding-window cells with it): drop --no-swa-full or --speculative"
             )
 
     def _check_cache_types(self) -> None:
@@ -140,6 +149,7 @@ class EngineConfig:
             "max_queue": self.max_queue,
             "prefix_cache_seqs": self.prefix_cache_seqs,
             "prefix_wait_min_tokens": self.prefix_wait_min_tokens,
+            "ubatch_size": self.ubatch_size,
             "n_threads": self.n_threads,
             "n_threads_batch": self.n_threads_batch,
             "queue_timeout_s": self.queue_timeout_s,
@@ -164,13 +174,19 @@ class EngineConfig:
         """The limits together: a prompt leaves room to generate, the sequences fit llama.cpp's."""
         if self.max_input_tokens >= self.max_total_tokens:
             raise ValueError(
-                f"max_input_tokens ({self.max_input_tokens}) must be < max_total_tokens "
+                f"max_input_tokens ({self.max_input_tokens}) must be below max_total_tokens "
                 f"({self.max_total_tokens}) so at least one token can be generated"
             )
         if self.max_batch_tokens < self.max_concurrent:
             raise ValueError(
                 f"max_batch_tokens ({self.max_batch_tokens}) must be >= max_concurrent "
                 f"({self.max_concurrent}): every running sequence decodes one token per step"
+            )
+        if self.ubatch_size > self.llama_n_batch:
+            raise ValueError(
+                f"ubatch_size ({self.ubatch_size}) must be <= the batch llama.cpp is given, "
+                f"max_batch_tokens ({self.max_batch_tokens}; at least max_concurrent + prefix_cache_seqs = "
+                f"{self.n_seq_max}): a micro-batch is part of a batch"
             )
         if self.max_concurrent + self.prefix_cache_seqs > LLAMA_MAX_SEQ:
             raise ValueError(
@@ -199,17 +215,24 @@ class EngineConfig:
         return max(self.max_batch_tokens, self.n_seq_max)
 
     @property
+    def llama_n_ubatch(self) -> int:
+        """llama.cpp's micro-batch: `ubatch_size`, else llama.cpp's default (512) within the batch."""
+        return self.ubatch_size or min(self.llama_n_batch, LLAMA_DEFAULT_UBATCH)
+
+    @property
     def n_ctx(self) -> int:
         """KV cells: a stream of max_total_tokens for every running and every idle cached sequence."""
         return self.n_seq_max * self.max_total_tokens
 
 
 LOAD_MODES = ("auto", "mmap", "read")
-SCHEDULE_POLICIES = ("fewest-left", "arrival", "cached-first")
-# llama.cpp's KV cache types (common/arg.cpp's kv_cache_types), unquantized first
 UNQUANTIZED_CACHE_TYPES = ("f16", "bf16", "f32")
-CACHE_TYPES = (*UNQUANTIZED_CACHE_TYPES, "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
+CACHE_TYPES: tuple[str, ...] = get_args(CacheType)
 SPECULATIVE_MODES = ("", "ngram", "draft")
 
 # llama.cpp's LLAMA_MAX_SEQ
 LLAMA_MAX_SEQ = 256
+# an embeddings server's input limit where none is given (llama-server's: a decode holds a whole input)
+EMBED_MAX_INPUT_TOKENS = 512
+# llama.cpp's default n_ubatch (llama_context_default_params, llama-server's --ubatch-size)
+LLAMA_DEFAULT_UBATCH = 512

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from llmhost.engine.config import LLAMA_MAX_SEQ, LOAD_MODES, EngineConfig
+from llmhost.engine.config import EMBED_MAX_INPUT_TOKENS, LLAMA_MAX_SEQ, LOAD_MODES, EngineConfig
 from llmhost.engine.gguf_meta import POOLING
 from llmhost.engine.llama import LlamaModel
 from llmhost.engine.request import InvalidRequestError, RequestTooLargeError
@@ -58,7 +58,7 @@ def normalize(vector: Vector) -> Vector:
 @dataclass(slots=True, frozen=True)
 class EmbedderConfig:
     # tokens of one input; llama.cpp pools a sequence within one decode, so none may be longer
-    max_input_tokens: int = 512
+    max_input_tokens: int = EMBED_MAX_INPUT_TOKENS
     # tokens one llama_decode carries; raised to fit the longest input (see `decode_tokens`)
     max_batch_tokens: int = 512
     # inputs one llama_decode carries, each its own sequence

@@ -134,7 +134,7 @@ class LlamaModel:
         cparams = lc.llama_context_default_params()
         cparams.n_ctx = config.n_ctx
         cparams.n_batch = config.llama_n_batch
-        cparams.n_ubatch = min(config.llama_n_batch, 512)
+        cparams.n_ubatch = config.llama_n_ubatch
         cparams.n_seq_max = config.n_seq_max
         cparams.n_threads = config.threads
         cparams.n_threads_batch = config.threads_batch

@@ -59,6 +59,7 @@ def expectations(files: dict[str, Path]) -> dict[str, tuple[Any, Callable[[Serve
         "max_input_tokens": (100, lambda s: s.engine.max_input_tokens, 100),
         "max_total_tokens": (8192, lambda s: s.engine.max_total_tokens, 8192),
         "max_batch_tokens": (64, lambda s: s.engine.max_batch_tokens, 64),
+        "ubatch_size": (32, lambda s: s.engine.ubatch_size, 32),
         "max_concurrent": (3, lambda s: s.engine.max_concurrent, 3),
         "max_queue": (5, lambda s: s.engine.max_queue, 5),
         "queue_timeout_s": (2.5, lambda s: s.engine.queue_timeout_s, 2.5),

@@ -61,9 +61,10 @@ def run(eng: Engine, requests: list[tuple[str, list[int], tuple[tuple[str, float
     events: dict[str, list[GenerationEvent]] = {rid: [] for rid, _, _ in requests}
     params = SamplingParams(max_tokens=N_TOKENS, temperature=0.0, logprobs=5, ignore_eos=True)
     for rid, prompt, chosen in requests:
-        eng.add(GenerationRequest(rid, prompt, params, adapters=chosen), events[rid].append)
+        eng.add(GenerationRequest(rid, prompt, params, adapters=chosen))
     while eng.has_work:
-        eng.step()
+        for event in eng.step():
+            events[event.request_id].append(event)
     return events
 
 
@@ -117,7 +118,7 @@ def test_mixed_requests_over_base_and_three_adapters_answer_as_alone(engine: Eng
 
 def test_an_unknown_adapter_is_refused_naming_it(engine: Engine) -> None:
     with pytest.raises(InvalidRequestError, match="no LoRA adapter named 'nope'"):
-        engine.add(GenerationRequest("x", [2, 3], SamplingParams(), adapters=(("nope", 1.0),)), print)
+        engine.add(GenerationRequest("x", [2, 3], SamplingParams(), adapters=(("nope", 1.0),)))
     assert not engine.has_work
 
 

@@ -1,4 +1,9 @@
-"""The synchronous engine: one step = schedule, run, postprocess.
+"""The synchronous engine: one step = schedule, run, postprocess; it returns the events it produced.
+
+Events are returned, never sent from inside the step (as nano-vllm's and vLLM's engine cores do):
+`step` answers every event produced since the last call (tokens, and last events of requests that
+ended), and `take_events` those an `abort`, `recover` or `close` produced; the caller delivers them
+(`loop.AsyncEngine` routes each to its request's stream).
 
 A fault stays with the request that caused it: starting a sampler, sampling and turning tokens into
 text are guarded per sequence, and a failed batched decode is retried one sequence at a time, so one
@@ -22,7 +27,7 @@ from llmhost.engine.drafter import Drafter
 from llmhost.engine.host_cache import host_cache
 from llmhost.engine.kv_runner import KvOpError, KvRunner
 from llmhost.engine.llama import LlamaModel
-from llmhost.engine.output import Active, Emit, process_tokens, timings
+from llmhost.engine.output import Active, process_tokens, timings
 from llmhost.engine.prefix_cache import KvTrim
 from llmhost.engine.request import (
     FinishReason,
@@ -33,9 +38,10 @@ from llmhost.engine.request import (
     check_token_ids,
 )
 from llmhost.engine.sampling import Sampler, prompt_logprobs, verify_draft
-from llmhost.engine.scheduler import BatchItem, Scheduler, StepPlan
+from llmhost.engine.scheduler import Scheduler
 from llmhost.engine.sequence import SeqStatus, Sequence, new_sequence
 from llmhost.engine.stats import EngineObserver, EngineStats
+from llmhost.engine.step_plan import BatchItem, StepPlan
 from llmhost.engine.text import IncrementalDetokenizer
 
 log = logging.getLogger(__name__)
@@ -61,6 +67,8 @@ class Engine:
         self.observer = observer
         self.clock = clock
         self._active: dict[str, Active] = {}
+        # events produced and not yet returned by `step` or `take_events`
+        self._events: list[GenerationEvent] = []
         # the step in progress: what an unexpected failure is attributed to
         self._plan: StepPlan | None = None
         self.step_started_s = 0.0
@@ -80,7 +88,7 @@ class Engine:
         return self._constraints
 
     # -- requests ------------------------------------------------------------------------------------
-    def add(self, request: GenerationRequest, emit: Emit, arrival_s: float | None = None) -> None:
+    def add(self, request: GenerationRequest, arrival_s: float | None = None) -> None:
         """Queue a request; raises (and queues nothing) if it is invalid."""
         check_limits(self.config, len(request.prompt_tokens), request.params.max_tokens)
         check_token_ids(request, self.model.n_vocab)
@@ -92,11 +100,12 @@ class Engine:
         keep, piece = request.params.render_special, self.model.piece
         pieces = (lambda t: piece(t, t in keep)) if keep else piece
         detok = IncrementalDetokenizer(pieces, request.params.stop)
-        self._active[request.request_id] = Active(seq, request.params, emit, detok)
+        self._active[request.request_id] = Active(seq, request.params, detok)
         self.scheduler.add(seq)
         self.snapshot = self.stats()
 
     def abort(self, request_id: str, reason: str = "client") -> None:
+        """End a request; its last event (ABORT) is in the next `step` or `take_events`."""
         active = self._active.get(request_id)
         if active is not None:
             self._finish(active, FinishReason.ABORT, reason=reason)
@@ -107,7 +116,8 @@ class Engine:
         return self.scheduler.has_work
 
     # -- the step ------------------------------------------------------------------------------------
-    def step(self) -> None:
+    def step(self) -> list[GenerationEvent]:
+        """Schedule, run and postprocess one batch; returns the events produced since the last call."""
         self.step_started_s = start = self.clock()
         self._expire(start)
         self._plan = plan = self.scheduler.schedule(start)
@@ -117,6 +127,12 @@ class Engine:
                 self._count(plan, self.clock() - start)
         self._plan = None
         self.snapshot = self.stats()
+        return self.take_events()
+
+    def take_events(self) -> list[GenerationEvent]:
+        """The events produced and not yet returned, in order."""
+        events, self._events = self._events, []
+        return events
 
     def _run(self, plan: StepPlan) -> dict[str, list[int]]:
         for seq in plan.admitted:
@@ -257,7 +273,7 @@ class Engine:
         if out.finish is None:
             event = GenerationEvent(active.seq.request_id, out.tokens, out.text, out.logprobs)
             event.prompt_logprobs = active.take_prompt_logprobs()
-            active.emit(event)
+            self._events.append(event)
             return
         seq = active.seq
         del seq.output[out.n_output :]
@@ -304,20 +320,17 @@ class Engine:
         if finish is not FinishReason.ABORT:
             log.info("request %s finished (%s%s)\n%s", seq.request_id, finish.value,
                      f": {error}" if error else "", t.print_timings())  # fmt: skip
-        self._deliver(active.emit, event)
+        self._observe(event)
+        self._events.append(event)
 
-    def _deliver(self, emit: Emit, event: GenerationEvent) -> None:
-        """The last event of a request, counted before the client can see it; a failing observer or
-        receiver must not stop the engine."""
+    def _observe(self, event: GenerationEvent) -> None:
+        """The last event of a request, counted before the client can see it; a failing observer must
+        not stop the engine."""
         if self.observer is not None:
             try:
                 self.observer.on_finish(event)
             except Exception:
                 log.exception("observer failed on request %s", event.request_id)
-        try:
-            emit(event)
-        except Exception:
-            log.exception("request %s: delivering the final event failed", event.request_id)
 
     def _fail(self, seq: Sequence, message: str, reason: str) -> None:
         active = self._active.get(seq.request_id)
@@ -326,7 +339,8 @@ class Engine:
 
     def recover(self) -> int:
         """After `step` raised unexpectedly: fail the requests that step held (their KV may be
-        half-written); waiting requests and pending KV operations are kept. Returns how many failed."""
+        half-written); waiting requests and pending KV operations are kept. Returns how many failed;
+        their last events, after those the step produced before it raised, are in `take_events`."""
         plan, self._plan = self._plan, None
         seqs = [] if plan is None else [*plan.admitted, *(i.seq for i in plan.items)]
         failed = 0
@@ -338,7 +352,8 @@ class Engine:
         return failed
 
     def fail_all(self, message: str, reason: str) -> None:
-        """Every request the engine holds ends with `message` (the engine is going away)."""
+        """Every request the engine holds ends with `message` (the engine is going away); their last
+        events are in `take_events`."""
         for active in list(self._active.values()):
             self._finish(active, FinishReason.ERROR, error=message, reason=reason)
 
@@ -380,6 +395,7 @@ class Engine:
         )
 
     def close(self) -> None:
+        """Abort every request held (their last events are in `take_events`) and free the model."""
         for request_id in list(self._active):
             self.abort(request_id, "shutdown")
         if self._constraints is not None:

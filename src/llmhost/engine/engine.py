@@ -1,9 +1,6 @@
-"""The synchronous engine: one step = schedule, run, postprocess; it returns the events it produced.
-
-Events are returned, never sent from inside the step (as nano-vllm's and vLLM's engine cores do):
-`step` answers every event produced since the last call (tokens, and last events of requests that
-ended), and `take_events` those an `abort`, `recover` or `close` produced; the caller delivers them
-(`loop.AsyncEngine` routes each to its request's stream).
+"""The synchronous engine: one step = schedule, run, postprocess, returning the events it produced (as
+nano-vllm's and vLLM's engine cores do); the caller delivers them, `loop.AsyncEngine` to each request's
+stream. The events of an `abort`, `recover` or `close` wait in `take_events`.
 
 A fault stays with the request that caused it: starting a sampler, sampling and turning tokens into
 text are guarded per sequence, and a failed batched decode is retried one sequence at a time, so one
@@ -105,7 +102,6 @@ class Engine:
         self.snapshot = self.stats()
 
     def abort(self, request_id: str, reason: str = "client") -> None:
-        """End a request; its last event (ABORT) is in the next `step` or `take_events`."""
         active = self._active.get(request_id)
         if active is not None:
             self._finish(active, FinishReason.ABORT, reason=reason)
@@ -339,8 +335,7 @@ class Engine:
 
     def recover(self) -> int:
         """After `step` raised unexpectedly: fail the requests that step held (their KV may be
-        half-written); waiting requests and pending KV operations are kept. Returns how many failed;
-        their last events, after those the step produced before it raised, are in `take_events`."""
+        half-written); waiting requests and pending KV operations are kept. Returns how many failed."""
         plan, self._plan = self._plan, None
         seqs = [] if plan is None else [*plan.admitted, *(i.seq for i in plan.items)]
         failed = 0
@@ -350,12 +345,6 @@ class Engine:
                 failed += 1
         self.snapshot = self.stats()
         return failed
-
-    def fail_all(self, message: str, reason: str) -> None:
-        """Every request the engine holds ends with `message` (the engine is going away); their last
-        events are in `take_events`."""
-        for active in list(self._active.values()):
-            self._finish(active, FinishReason.ERROR, error=message, reason=reason)
 
     @property
     def stepping(self) -> bool:
@@ -395,7 +384,6 @@ class Engine:
         )
 
     def close(self) -> None:
-        """Abort every request held (their last events are in `take_events`) and free the model."""
         for request_id in list(self._active):
             self.abort(request_id, "shutdown")
         if self._constraints is not None:

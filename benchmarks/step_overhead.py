@@ -8,6 +8,13 @@ model (tests/unit/engine_fakes.py: no llama.cpp, so the figure is the engine's o
 (time.process_time), not wall time: the machine is shared; median of `--repeats` runs.
 
     .venv/bin/python benchmarks/step_overhead.py --model fake --repeats 11
+
+Measured when the step came to return its events instead of calling each request's emit callback (2
+cores shared with other jobs, load average 8-15; 8 greedy sequences of 200 tokens, 201 steps a run;
+the two engines alternated, 5 x 21 runs each): fake model, callbacks 118.6 us per step (median; min
+96.2, p25 107.1), returned events 107.7 us (min 96.9, p25 104.5): no loss, the difference is noise.
+On the default model (48 tokens, 49 steps, 2 x 4 runs each) the step is llama_decode's: 112 ms median
+with callbacks, 117 ms returned, its batches drifting 98-129 ms either way.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """The CPU cost of one engine step with 8 concurrent greedy sequences, and of handing its events on.
 
 The engine is driven in-process as `loop.AsyncEngine` drives it: requests added, then `step()` until
-the work is done, each returned event handed to its request's receiver the way the bridge does (a
-finished request forgotten under a lock, the event queued). `--model fake` runs the unit tests' stand-in
+the work is done, each returned event routed to its request's stream the way the bridge does (a
+finished request forgotten under a lock). `--model fake` runs the unit tests' stand-in
 model (tests/unit/engine_fakes.py: no llama.cpp, so the figure is the engine's own Python per step);
 `--model default` the default model on 1 thread (the whole step, llama_decode included). CPU time
 (time.process_time), not wall time: the machine is shared; median of `--repeats` runs.
@@ -32,36 +32,45 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from llmhost.engine import Engine, EngineConfig, GenerationEvent, GenerationRequest, SamplingParams
 
 
-class Receivers:
-    """What AsyncEngine does with an event: forget a finished request under its lock, queue the event."""
+class Bridge:
+    """What AsyncEngine does with the events a step returns: each goes to its request's stream (here a
+    list), and a request's last event ends its route and forgets it under the bridge's lock."""
 
     def __init__(self) -> None:
         self.lock = threading.Condition()
-        self.in_flight: dict[str, int] = {}
-        self.queued: list[GenerationEvent] = []
+        self.in_flight: dict[str, list[GenerationEvent]] = {}
+        self.routes: dict[str, list[GenerationEvent]] = {}
 
-    def put(self, event: GenerationEvent) -> None:
-        if event.finished:
-            with self.lock:
-                self.in_flight.pop(event.request_id, None)
-        self.queued.append(event)
+    def add(self, request_id: str) -> None:
+        self.in_flight[request_id] = self.routes[request_id] = []
+
+    def deliver(self, events: list[GenerationEvent]) -> None:
+        for event in events:
+            if event.finished:
+                stream = self.routes.pop(event.request_id)
+                with self.lock:
+                    self.in_flight.pop(event.request_id, None)
+            else:
+                stream = self.routes[event.request_id]
+            stream.append(event)
 
 
 def run(eng: Engine, prompts: list[list[int]], n: int) -> tuple[float, int, int]:
     """CPU seconds, steps and tokens of one batch of requests run to their end."""
-    receivers = Receivers()
+    bridge = Bridge()
+    streams = []
     for k, prompt in enumerate(prompts):
         params = SamplingParams(max_tokens=n, temperature=0.0, ignore_eos=True)
         eng.add(GenerationRequest(f"r{k}", prompt, params))
-        receivers.in_flight[f"r{k}"] = k
+        bridge.add(f"r{k}")
+        streams.append(bridge.routes[f"r{k}"])
     steps = 0
     t0 = time.process_time()
     while eng.has_work:
-        for event in eng.step():
-            receivers.put(event)
+        bridge.deliver(eng.step())
         steps += 1
     cpu = time.process_time() - t0
-    return cpu, steps, sum(len(e.token_ids) for e in receivers.queued)
+    return cpu, steps, sum(len(e.token_ids) for stream in streams for e in stream)
 
 
 def setup(model: str) -> tuple[Callable[[], Engine], list[list[int]]]:

@@ -37,8 +37,7 @@ def run(
     steps0 = eng.steps
     t0 = time.perf_counter()
     for i, chosen in enumerate(sets):
-        eng.add(GenerationRequest(f"r{time.monotonic_ns()}-{i}", [*prompt, i + 10], params, adapters=chosen),
-                lambda e: None)  # fmt: skip
+        eng.add(GenerationRequest(f"r{time.monotonic_ns()}-{i}", [*prompt, i + 10], params, adapters=chosen))
     while eng.has_work:
         eng.step()
     seconds = time.perf_counter() - t0

@@ -61,15 +61,16 @@ def run(mode: str, prompts: list[str], threads: int, concurrency: int) -> dict[s
     events: list[list[GenerationEvent]] = [[] for _ in prompts]
     params = SamplingParams(max_tokens=NEW_TOKENS, temperature=0.0, ignore_eos=True)
     # untimed warm-up: the first mode would otherwise pay for paging in the weights
-    engine.add(GenerationRequest("warm-up", model.tokenize(prompts[0]), params), lambda _: None)
+    engine.add(GenerationRequest("warm-up", model.tokenize(prompts[0]), params))
     while engine.has_work:
         engine.step()
     start = time.perf_counter()
     for first in range(0, len(prompts), concurrency):
         for i in range(first, min(first + concurrency, len(prompts))):
-            engine.add(GenerationRequest(f"r{i}", model.tokenize(prompts[i]), params), events[i].append)
+            engine.add(GenerationRequest(f"r{i}", model.tokenize(prompts[i]), params))
         while engine.has_work:
-            engine.step()
+            for event in engine.step():
+                events[int(event.request_id[1:])].append(event)
     wall = time.perf_counter() - start
     model.close()
     timings = [ev[-1].timings for ev in events]

@@ -55,9 +55,9 @@ def run(speculative: str, prompts: list[str], threads: int, draft_tokens: int) -
     for i, text in enumerate(prompts):
         events: list[GenerationEvent] = []
         params = SamplingParams(max_tokens=NEW_TOKENS, temperature=0.0, ignore_eos=True)
-        engine.add(GenerationRequest(f"r{i}", model.tokenize(text), params), events.append)
+        engine.add(GenerationRequest(f"r{i}", model.tokenize(text), params))
         while engine.has_work:
-            engine.step()
+            events += engine.step()
         t = events[-1].timings
         assert t is not None
         results.append({

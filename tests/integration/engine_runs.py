@@ -12,9 +12,9 @@ def run_greedy(eng: Engine, rid: str, prompt: list[int], n: int) -> list[Generat
     """`n` greedy tokens (end of generation ignored) with the top 5 logprobs of each."""
     events: list[GenerationEvent] = []
     params = SamplingParams(max_tokens=n, temperature=0.0, logprobs=5, ignore_eos=True)
-    eng.add(GenerationRequest(rid, prompt, params), events.append)
+    eng.add(GenerationRequest(rid, prompt, params))
     while eng.has_work:
-        eng.step()
+        events += eng.step()
     return events
 
 

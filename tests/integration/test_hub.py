@@ -248,7 +248,8 @@ def test_serve_the_default_model_by_name_resumed_then_with_the_hub_down(
 
 
 def test_endpoint_components_and_optimize_take_hf_models(hub: Hub, tmp_path: Path) -> None:
-    from llmhost.endpoint.manager import ModelRefError, resolve
+    from llmhost.endpoint.control_errors import ModelRefError
+    from llmhost.endpoint.manager import resolve
     from llmhost.endpoint.spec import ComponentSpec
 
     resolved = resolve(ComponentSpec(name="tiny", model="hf://acme/tiny-GGUF:Q8_0"))

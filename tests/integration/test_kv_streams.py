@@ -64,10 +64,11 @@ def test_a_sequence_moved_to_a_lower_stream_answers_as_it_would_alone() -> None:
     events: dict[str, list[GenerationEvent]] = {}
     for rid, prompt, n in zip("abc", prompts, (2, 12, 12), strict=True):
         params = SamplingParams(max_tokens=n, temperature=0.0, logprobs=5, ignore_eos=True)
-        eng.add(GenerationRequest(rid, prompt, params), events.setdefault(rid, []).append)
+        eng.add(GenerationRequest(rid, prompt, params))
     c_streams: list[int] = []
     while eng.has_work:
-        eng.step()
+        for event in eng.step():
+            events.setdefault(event.request_id, []).append(event)
         c_streams += [s.kv_seq for s in eng.scheduler.running if s.request_id == "c"]
     assert c_streams[0] == 2 and c_streams[-1] == 0, f"c never moved down to stream 0: {c_streams}"
     alone = run_greedy(eng, "c-alone", prompts[2], 12)

@@ -76,10 +76,11 @@ def test_q8_0_kv_batches_as_it_runs_alone() -> None:
     eng = engine(cache_type_k="q8_0", cache_type_v="q8_0")
     events: dict[str, list[GenerationEvent]] = {"x": [], "y": []}
     params = SamplingParams(max_tokens=16, temperature=0.0, logprobs=5, ignore_eos=True)
-    eng.add(GenerationRequest("x", text[:200], params), events["x"].append)
-    eng.add(GenerationRequest("y", text[500:650], params), events["y"].append)
+    eng.add(GenerationRequest("x", text[:200], params))
+    eng.add(GenerationRequest("y", text[500:650], params))
     while eng.has_work:
-        eng.step()
+        for event in eng.step():
+            events[event.request_id].append(event)
     eng.close()
     assert_same_or_near_tie(logprobs_of(alone), logprobs_of(events["x"]))
 

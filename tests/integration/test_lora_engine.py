@@ -63,9 +63,10 @@ def run(eng: Engine, requests: list[tuple[str, list[int], tuple[tuple[str, float
     events: dict[str, list[GenerationEvent]] = {rid: [] for rid, _, _ in requests}
     params = SamplingParams(max_tokens=N_TOKENS, temperature=0.0, logprobs=5, ignore_eos=True)
     for rid, prompt, chosen in requests:
-        eng.add(GenerationRequest(rid, prompt, params, adapters=chosen), events[rid].append)
+        eng.add(GenerationRequest(rid, prompt, params, adapters=chosen))
     while eng.has_work:
-        eng.step()
+        for event in eng.step():
+            events[event.request_id].append(event)
     return events
 
 
@@ -147,21 +148,21 @@ def test_an_adapter_is_unloaded_only_when_no_request_uses_it(
     assert engine.adapters.load(spec, set())
     prompt = engine.model.tokenize(PROMPT)
     late = (("late", 1.0),)
-    engine.add(GenerationRequest("uses", prompt, SamplingParams(max_tokens=2), adapters=late), print)
+    engine.add(GenerationRequest("uses", prompt, SamplingParams(max_tokens=2), adapters=late))
     with pytest.raises(AdapterInUseError, match="'late' is in use"):
         engine.adapters.unload("late", set(engine.adapters_in_use()))
     while engine.has_work:
         engine.step()
     engine.adapters.unload("late", set(engine.adapters_in_use()))
     with pytest.raises(InvalidRequestError, match="no LoRA adapter named 'late'"):
-        engine.add(GenerationRequest("after", prompt, SamplingParams(), adapters=(("late", 1.0),)), print)
+        engine.add(GenerationRequest("after", prompt, SamplingParams(), adapters=(("late", 1.0),)))
     with pytest.raises(KeyError):
         engine.adapters.unload("late", set())
 
 
 def test_an_unknown_adapter_is_refused_naming_it(engine: Engine) -> None:
     with pytest.raises(InvalidRequestError, match="no LoRA adapter named 'nope'"):
-        engine.add(GenerationRequest("x", [2, 3], SamplingParams(), adapters=(("nope", 1.0),)), print)
+        engine.add(GenerationRequest("x", [2, 3], SamplingParams(), adapters=(("nope", 1.0),)))
     assert not engine.has_work
 
 

@@ -60,9 +60,10 @@ def run_together(eng: Engine, prompts: list[list[int]], n: int) -> list[list[Gen
     events: list[list[GenerationEvent]] = [[] for _ in prompts]
     params = SamplingParams(max_tokens=n, temperature=0.0, logprobs=5, ignore_eos=True)
     for i, prompt in enumerate(prompts):
-        eng.add(GenerationRequest(f"r{i}", prompt, params), events[i].append)
+        eng.add(GenerationRequest(f"r{i}", prompt, params))
     while eng.has_work:
-        eng.step()
+        for event in eng.step():
+            events[int(event.request_id[1:])].append(event)
     return events
 
 

@@ -46,9 +46,10 @@ def generate(speculative: str, prompts: list[str], draft: str = "") -> tuple[dic
     params = SamplingParams(max_tokens=NEW_TOKENS, temperature=0.0, logprobs=5, ignore_eos=True)
     for i, text in enumerate(prompts):
         request = GenerationRequest(f"r{i}", model.tokenize(text), params)
-        engine.add(request, lambda ev: events.setdefault(ev.request_id, []).append(ev))
+        engine.add(request)
     while engine.has_work:
-        engine.step()
+        for ev in engine.step():
+            events.setdefault(ev.request_id, []).append(ev)
     out = {rid: [lp for ev in evs for lp in ev.logprobs] for rid, evs in events.items()}
     out["_timings"] = {rid: evs[-1].timings for rid, evs in events.items()}
     engine.close()

@@ -29,8 +29,9 @@ class Recorder:
     def __init__(self) -> None:
         self.events: dict[str, list[GenerationEvent]] = {}
 
-    def emit_for(self, rid: str) -> Any:
-        return lambda event: self.events.setdefault(rid, []).append(event)
+    def step(self, engine: Engine) -> None:
+        for event in engine.step():
+            self.events.setdefault(event.request_id, []).append(event)
 
     def tokens(self, rid: str) -> list[int]:
         return [t for e in self.events[rid] for t in e.token_ids]
@@ -46,11 +47,11 @@ def request(rid: str, prompt: list[int], n: int = 6, **kw: Any) -> GenerationReq
 def run(engine: Engine, prompts: dict[str, list[int]], n: int = 6, max_steps: int = 100) -> Recorder:
     rec = Recorder()
     for rid, prompt in prompts.items():
-        engine.add(request(rid, prompt, n), rec.emit_for(rid))
+        engine.add(request(rid, prompt, n))
     for _ in range(max_steps):
         if not engine.has_work:
             break
-        engine.step()
+        rec.step(engine)
     assert not engine.has_work, "the engine never finished"
     return rec
 
@@ -77,10 +78,10 @@ def test_one_bad_sequence_fails_alone(bad_prompt: list[int], what: str) -> None:
 def test_token_ids_outside_the_vocabulary_are_refused_naming_the_field() -> None:
     engine = engine_factory(FakeModel(), config())
     with pytest.raises(InvalidRequestError) as prompt_err:
-        engine.add(request("x", [1, N_VOCAB + 5]), lambda e: None)
+        engine.add(request("x", [1, N_VOCAB + 5]))
     assert prompt_err.value.field_name == "prompt" and prompt_err.value.limit == N_VOCAB - 1
     with pytest.raises(InvalidRequestError) as bias_err:
-        engine.add(request("y", [1], logit_bias={-3: 1.0}), lambda e: None)
+        engine.add(request("y", [1], logit_bias={-3: 1.0}))
     assert bias_err.value.field_name == "logit_bias"
     assert not engine.has_work
 
@@ -91,9 +92,9 @@ def test_a_failed_kv_operation_is_kept_and_fails_no_request() -> None:
     rec = Recorder()
     # "long" has the shorter prompt, so it is admitted first, to the lower id: none moves down into
     # the id "short" leaves
-    engine.add(request("short", [1, 2, 3], n=1), rec.emit_for("short"))
-    engine.add(request("long", [30, 31], n=8), rec.emit_for("long"))
-    engine.step()  # both prefill; "short" ends, its KV to be freed at the next step
+    engine.add(request("short", [1, 2, 3], n=1))
+    engine.add(request("long", [30, 31], n=8))
+    rec.step(engine)  # both prefill; "short" ends, its KV to be freed at the next step
     assert rec.last("short").finish_reason is FinishReason.LENGTH
     free = KvTrim(rec_seq_kv(engine, model), 0)
     model.fail_op = free
@@ -101,7 +102,7 @@ def test_a_failed_kv_operation_is_kept_and_fails_no_request() -> None:
         engine.step()
     assert engine.recover() == 0
     while engine.has_work:
-        engine.step()
+        rec.step(engine)
     assert model.applied.count(free) == 1
     assert rec.tokens("long") == expected([30, 31], 8)
 
@@ -120,18 +121,18 @@ def test_deadlines_free_the_sequence_with_a_timeout() -> None:
     engine = engine_factory(model, config(max_concurrent=1, queue_timeout_s=5, request_timeout_s=10),
                             clock=lambda: now[0])  # fmt: skip
     rec = Recorder()
-    engine.add(request("running", [1], n=100), rec.emit_for("running"))
-    engine.add(request("queued", [2], n=4), rec.emit_for("queued"))
+    engine.add(request("running", [1], n=100))
+    engine.add(request("queued", [2], n=4))
     for t in (1.0, 2.0, 6.0):
         now[0] = t
-        engine.step()
+        rec.step(engine)
     assert rec.last("queued").finish_reason is FinishReason.TIMEOUT
     assert rec.last("queued").reason == "queue" and "5 s" in (rec.last("queued").error or "")
     now[0] = 11.0
-    engine.step()
+    rec.step(engine)
     last = rec.last("running")
     assert last.finish_reason is FinishReason.TIMEOUT and last.reason == "request"
-    engine.step()
+    rec.step(engine)
     assert any(isinstance(op, KvTrim) and op.keep == 0 for op in model.applied), "its KV was not freed"
     assert engine.snapshot.running == 0 and engine.snapshot.waiting == 0
 
@@ -140,11 +141,11 @@ def test_abort_before_admission_decodes_nothing() -> None:
     model = FakeModel()
     engine = engine_factory(model, config(max_concurrent=1))
     rec = Recorder()
-    engine.add(request("first", [1], n=3), rec.emit_for("first"))
-    engine.add(request("second", [40, 41, 42], n=3), rec.emit_for("second"))
+    engine.add(request("first", [1], n=3))
+    engine.add(request("second", [40, 41, 42], n=3))
     engine.abort("second", "client")
     while engine.has_work:
-        engine.step()
+        rec.step(engine)
     assert rec.last("second").finish_reason is FinishReason.ABORT
     assert all(40 not in tokens for items in model.decodes for tokens, _, _, _ in items)
     assert rec.tokens("first") == expected([1], 3)

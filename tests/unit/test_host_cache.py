@@ -179,9 +179,9 @@ def test_without_a_host_tier_nothing_is_saved() -> None:
 # -- the engine restores from it ---------------------------------------------------------------------
 def run(engine, rid: str, prompt: list[int], n: int) -> list[GenerationEvent]:  # type: ignore[no-untyped-def]
     events: list[GenerationEvent] = []
-    engine.add(GenerationRequest(rid, prompt, SamplingParams(max_tokens=n, temperature=0.0)), events.append)
+    engine.add(GenerationRequest(rid, prompt, SamplingParams(max_tokens=n, temperature=0.0)))
     while engine.has_work:
-        engine.step()
+        events += engine.step()
     return events
 
 
@@ -262,14 +262,16 @@ def test_a_prefix_copied_from_a_refused_restore_is_prefilled_again_not_taken_as_
     events: dict[str, list[GenerationEvent]] = {"first": [], "second": []}
     for rid, prompt in (("first", first), ("second", second)):
         request = GenerationRequest(rid, prompt, SamplingParams(max_tokens=3, temperature=0.0))
-        engine.add(request, events[rid].append)
-    engine.step()  # both admitted in one step
+        engine.add(request)
+    for event in engine.step():  # both admitted in one step
+        events[event.request_id].append(event)
     assert engine.stats().prompt_cache_restore_failures == 1
     for i, rid in enumerate(("first", "second")):
         seq = engine.scheduler.running[i]
         assert seq.request_id == rid and model.kv.get(seq.kv_seq, []) == seq.computed_tokens, rid
     while engine.has_work:
-        engine.step()
+        for event in engine.step():
+            events[event.request_id].append(event)
     for rid, prompt in (("first", first), ("second", second)):
         timings = events[rid][-1].timings
         assert timings is not None and (timings.cache_n, timings.prompt_n) == (0, len(prompt)), rid

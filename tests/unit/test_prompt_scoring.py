@@ -16,13 +16,12 @@ def test_max_tokens_zero_scores_the_prompt_and_generates_nothing() -> None:
     rec = Recorder()
     prompt = [1, 2, 3, 9, 10, 11, 30]  # prefilled over two steps
     scored = SamplingParams(max_tokens=0, temperature=0.0, logprobs=1, prompt_logprobs=True)
-    engine.add(GenerationRequest("score", prompt, scored), rec.emit_for("score"))
-    engine.add(GenerationRequest("gen", [5, 6], SamplingParams(max_tokens=3, temperature=0.0)),
-               rec.emit_for("gen"))  # fmt: skip
+    engine.add(GenerationRequest("score", prompt, scored))
+    engine.add(GenerationRequest("gen", [5, 6], SamplingParams(max_tokens=3, temperature=0.0)))
     for _ in range(20):
         if not engine.has_work:
             break
-        engine.step()
+        rec.step(engine)
     assert not engine.has_work
     events = rec.events["score"]
     last = events[-1]

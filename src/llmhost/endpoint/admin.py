@@ -29,7 +29,8 @@ from llmhost.endpoint.apidoc import (
     Stopping,
     Unloaded,
 )
-from llmhost.endpoint.manager import ComponentExistsError, EndpointManager, ModelLoadError, ModelRefError
+from llmhost.endpoint.control_errors import ComponentExistsError, ModelLoadError, ModelRefError
+from llmhost.endpoint.manager import EndpointManager
 from llmhost.endpoint.placement import InsufficientCapacityError
 from llmhost.endpoint.router import error
 from llmhost.endpoint.spec import ComponentList, ComponentSpec, parse_components

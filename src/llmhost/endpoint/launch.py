@@ -245,7 +245,7 @@ def _up_single(spec: EndpointSpec, up: Up, keys: ApiKeys, console: ConsoleSettin
 def _checked_manager(manager: EndpointManager) -> EndpointManager:
     """Models resolved (each once: the copies reuse it) and capacity checked before anything starts. A
     model reference naming nothing is a usage error (2), as for `llmhost serve`; no room is 1."""
-    from llmhost.endpoint.manager import ComponentError, ModelRefError
+    from llmhost.endpoint.control_errors import ComponentError, ModelRefError
     from llmhost.endpoint.placement import InsufficientCapacityError
     from llmhost.endpoint.spec import SpecError
 

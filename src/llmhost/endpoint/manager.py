@@ -1,4 +1,5 @@
-"""The endpoint's control plane: components, their copies, placement and the autoscaler loop."""
+"""The endpoint's control plane: components, their copies and their placement; the checks before anything
+starts; scaling by hand and by the autoscaler (`autoscaling.AutoscaleLoop`)."""
 
 from __future__ import annotations
 
@@ -13,8 +14,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from llmhost.endpoint.autoscaler import Observation, ScalerState, decide
+from llmhost.endpoint.autoscaler import ScalerState
+from llmhost.endpoint.autoscaling import AutoscaleLoop
 from llmhost.endpoint.component import Component
+from llmhost.endpoint.control_errors import (
+    ComponentExistsError,
+    ModelLoadError,
+    ModelRefError,
+    UnknownComponentError,
+)
 from llmhost.endpoint.internal import InternalKey
 from llmhost.endpoint.modelsdir import scan
 from llmhost.endpoint.ondemand import ModelPool
@@ -31,31 +39,6 @@ from llmhost.endpoint.spec import ClientKeepAlive, ComponentSpec, EndpointSpec
 from llmhost.store.model import ResolvedModel
 
 log = logging.getLogger("llmhost.endpoint")
-
-
-class ComponentError(LookupError):
-    """Unknown component, or a name already taken."""
-
-
-class UnknownComponentError(ComponentError):
-    """No component has that name (HTTP 404)."""
-
-
-class ComponentExistsError(ComponentError):
-    """A component of that name is already there (HTTP 409)."""
-
-
-class ModelLoadError(RuntimeError):
-    """An on-demand model could not be loaded (no room in time, or its copy failed to start)."""
-
-
-class ModelRefError(ComponentError):
-    """A component's model reference names nothing usable (missing file, S3 failure, cache not
-    writable); the message says which component and why."""
-
-    def __init__(self, component: str, message: str) -> None:
-        super().__init__(message)
-        self.component = component
 
 
 @dataclass
@@ -81,18 +64,6 @@ def resolve(spec: ComponentSpec) -> ResolvedModel:
     return resolved
 
 
-def record_decision(comp: Component, copies: int, desired: int, reason: str) -> None:
-    """Keep a decision that changes the copies or holds a change back (a cooldown); "on target" is kept
-    once per run of it, not at every look."""
-    last = comp.decisions[-1] if comp.decisions else None
-    entry = {"copies": copies, "desired": desired, "reason": reason}
-    if last is not None and all(last[k] == v for k, v in entry.items()):
-        return
-    if desired == copies and reason == "on target" and last is None:
-        return  # nothing has happened yet
-    comp.decisions.append({"at": round(time.time(), 3), **entry})
-
-
 class EndpointManager:
     def __init__(
         self,
@@ -111,7 +82,7 @@ class EndpointManager:
         self._models: dict[str, ResolvedModel] = {}
         # copies accept only this key, which the router sends: a local user cannot go around the router
         self.internal_key = InternalKey.generate()
-        self._wake = asyncio.Event()
+        self.autoscaling = AutoscaleLoop(self, self.timing.autoscale_interval_s)
         self._autoscaler: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._closing = False
@@ -168,9 +139,14 @@ class EndpointManager:
             os.sched_setaffinity(0, self.router_cpus)
             log.info("router pinned to CPU(s) %s", ",".join(map(str, self.router_cpus)))
         await self._start_components(self._register([*self.spec.components, *self.folder]))
-        self._autoscaler = asyncio.create_task(self._autoscale_loop(), name="autoscaler")
+        self._autoscaler = asyncio.create_task(self.autoscaling.run(), name="autoscaler")
         for name in self.spec.on_demand.preload:
             await self.load(name)
+
+    @property
+    def closing(self) -> bool:
+        """Shutting down: no copy is started any more."""
+        return self._closing
 
     def spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
         task = asyncio.create_task(coro)
@@ -198,7 +174,7 @@ class EndpointManager:
     def _left(self) -> None:
         """A request ended: an on-demand model may be idle (keep_alive 0), room may be free."""
         self.pool.freed()
-        self._wake.set()
+        self.autoscaling.wake()
 
     async def _start_components(self, comps: list[Component]) -> None:
         for comp in comps:
@@ -360,7 +336,7 @@ class EndpointManager:
         if component.demand is not None:
             self.pool.want(component)
         else:
-            self._wake.set()
+            self.autoscaling.wake()
 
     def wait_timeout_s(self, component: Component) -> float:
         if not component.capacity():  # scaled to zero: the first copy has to start
@@ -370,38 +346,9 @@ class EndpointManager:
             return spec.startup_health_check_timeout_s + room
         return component.spec.max_wait_s
 
-    async def _autoscale_loop(self) -> None:
-        while not self._closing:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self.timing.autoscale_interval_s)
-            self._wake.clear()
-            self.pool.tick()
-            for comp in list(self.components.values()):
-                try:
-                    self._autoscale(comp)
-                except Exception:  # keep the loop alive whatever one component does
-                    log.exception("autoscaling %s failed", comp.name)
-
-    def _autoscale(self, comp: Component) -> None:
-        policy = comp.spec.autoscaling
-        if policy is None or comp.removing or comp.lock.locked():
-            return
-        copies = len(comp.capacity())
-        obs = Observation(time.monotonic(), copies, comp.take_peak(), comp.waiting)
-        decision = decide(policy, obs, comp.scaler)
-        comp.scaler = decision.state
-        record_decision(comp, copies, decision.desired, decision.reason)
-        if decision.desired == copies:
-            return
-        if decision.desired > copies:
-            reason = can_place(self.ledger, [(comp.name, comp.spec.resources, decision.desired - copies)])
-            if reason is not None:
-                log.warning("autoscaling %s to %d copies refused: %s", comp.name, decision.desired, reason)
-                return
-        log.info("autoscaling %s: %d -> %d copies (%s)", comp.name, copies, decision.desired, decision.reason)
-        self.spawn(self._apply(comp, decision.desired))
-
-    async def _apply(self, comp: Component, desired: int) -> None:
+    async def resize(self, comp: Component, desired: int) -> None:
+        """Grow or shrink `comp` to `desired` copies (the autoscaler's decision); one that no longer
+        fits is logged, not raised: the next look decides again."""
         async with comp.lock:
             current = len(comp.capacity())
             try:

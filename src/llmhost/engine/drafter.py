@@ -13,8 +13,8 @@ import numpy as np
 
 from llmhost.engine.llama import LlamaModel, ModelLoadError
 from llmhost.engine.prefix_cache import KvMove, KvTrim
-from llmhost.engine.scheduler import BatchItem
 from llmhost.engine.sequence import Sequence
+from llmhost.engine.step_plan import BatchItem
 
 log = logging.getLogger(__name__)
 

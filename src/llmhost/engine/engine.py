@@ -1,4 +1,6 @@
-"""The synchronous engine: one step = schedule, run, postprocess.
+"""The synchronous engine: one step = schedule, run, postprocess, returning the events it produced (as
+nano-vllm's and vLLM's engine cores do); the caller delivers them, `loop.AsyncEngine` to each request's
+stream. The events of an `abort`, `recover` or `close` wait in `take_events`.
 
 A fault stays with the request that caused it: starting a sampler, sampling and turning tokens into
 text are guarded per sequence, and a failed batched decode is retried one sequence at a time, so one
@@ -22,7 +24,7 @@ from llmhost.engine.drafter import Drafter
 from llmhost.engine.host_cache import host_cache
 from llmhost.engine.kv_runner import KvOpError, KvRunner
 from llmhost.engine.llama import LlamaModel
-from llmhost.engine.output import Active, Emit, process_tokens, timings
+from llmhost.engine.output import Active, process_tokens, timings
 from llmhost.engine.prefix_cache import KvTrim
 from llmhost.engine.request import (
     FinishReason,
@@ -33,9 +35,10 @@ from llmhost.engine.request import (
     check_token_ids,
 )
 from llmhost.engine.sampling import Sampler, prompt_logprobs, verify_draft
-from llmhost.engine.scheduler import BatchItem, Scheduler, StepPlan
+from llmhost.engine.scheduler import Scheduler
 from llmhost.engine.sequence import SeqStatus, Sequence, new_sequence
 from llmhost.engine.stats import EngineObserver, EngineStats
+from llmhost.engine.step_plan import BatchItem, StepPlan
 from llmhost.engine.text import IncrementalDetokenizer
 
 log = logging.getLogger(__name__)
@@ -61,6 +64,8 @@ class Engine:
         self.observer = observer
         self.clock = clock
         self._active: dict[str, Active] = {}
+        # events produced and not yet returned by `step` or `take_events`
+        self._events: list[GenerationEvent] = []
         # the step in progress: what an unexpected failure is attributed to
         self._plan: StepPlan | None = None
         self.step_started_s = 0.0
@@ -80,7 +85,7 @@ class Engine:
         return self._constraints
 
     # -- requests ------------------------------------------------------------------------------------
-    def add(self, request: GenerationRequest, emit: Emit, arrival_s: float | None = None) -> None:
+    def add(self, request: GenerationRequest, arrival_s: float | None = None) -> None:
         """Queue a request; raises (and queues nothing) if it is invalid."""
         check_limits(self.config, len(request.prompt_tokens), request.params.max_tokens)
         check_token_ids(request, self.model.n_vocab)
@@ -92,7 +97,7 @@ class Engine:
         keep, piece = request.params.render_special, self.model.piece
         pieces = (lambda t: piece(t, t in keep)) if keep else piece
         detok = IncrementalDetokenizer(pieces, request.params.stop)
-        self._active[request.request_id] = Active(seq, request.params, emit, detok)
+        self._active[request.request_id] = Active(seq, request.params, detok)
         self.scheduler.add(seq)
         self.snapshot = self.stats()
 
@@ -111,7 +116,8 @@ class Engine:
         return self.scheduler.has_work
 
     # -- the step ------------------------------------------------------------------------------------
-    def step(self) -> None:
+    def step(self) -> list[GenerationEvent]:
+        """Schedule, run and postprocess one batch; returns the events produced since the last call."""
         self.step_started_s = start = self.clock()
         self._expire(start)
         self._plan = plan = self.scheduler.schedule(start)
@@ -121,6 +127,12 @@ class Engine:
                 self._count(plan, self.clock() - start)
         self._plan = None
         self.snapshot = self.stats()
+        return self.take_events()
+
+    def take_events(self) -> list[GenerationEvent]:
+        """The events produced and not yet returned, in order."""
+        events, self._events = self._events, []
+        return events
 
     def _run(self, plan: StepPlan) -> dict[str, list[int]]:
         for seq in plan.admitted:
@@ -261,7 +273,7 @@ class Engine:
         if out.finish is None:
             event = GenerationEvent(active.seq.request_id, out.tokens, out.text, out.logprobs)
             event.prompt_logprobs = active.take_prompt_logprobs()
-            active.emit(event)
+            self._events.append(event)
             return
         seq = active.seq
         del seq.output[out.n_output :]
@@ -308,20 +320,17 @@ class Engine:
         if finish is not FinishReason.ABORT:
             log.info("request %s finished (%s%s)\n%s", seq.request_id, finish.value,
                      f": {error}" if error else "", t.print_timings())  # fmt: skip
-        self._deliver(active.emit, event)
+        self._observe(event)
+        self._events.append(event)
 
-    def _deliver(self, emit: Emit, event: GenerationEvent) -> None:
-        """The last event of a request, counted before the client can see it; a failing observer or
-        receiver must not stop the engine."""
+    def _observe(self, event: GenerationEvent) -> None:
+        """The last event of a request, counted before the client can see it; a failing observer must
+        not stop the engine."""
         if self.observer is not None:
             try:
                 self.observer.on_finish(event)
             except Exception:
                 log.exception("observer failed on request %s", event.request_id)
-        try:
-            emit(event)
-        except Exception:
-            log.exception("request %s: delivering the final event failed", event.request_id)
 
     def _fail(self, seq: Sequence, message: str, reason: str) -> None:
         active = self._active.get(seq.request_id)
@@ -340,11 +349,6 @@ class Engine:
                 failed += 1
         self.snapshot = self.stats()
         return failed
-
-    def fail_all(self, message: str, reason: str) -> None:
-        """Every request the engine holds ends with `message` (the engine is going away)."""
-        for active in list(self._active.values()):
-            self._finish(active, FinishReason.ERROR, error=message, reason=reason)
 
     @property
     def stepping(self) -> bool:

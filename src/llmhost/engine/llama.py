@@ -19,17 +19,10 @@ import numpy.typing as npt
 
 from llmhost.engine.config import EngineConfig
 from llmhost.engine.gguf_check import GGUFError, check_gguf
-from llmhost.engine.gguf_meta import (
-    POOLING,
-    POOLING_NAMES,
-    cache_ggml_type,
-    gguf_pooling,
-    kv_bytes_per_token,
-    read_info,
-    token_piece,
-)
+from llmhost.engine.gguf_meta import POOLING_NAMES, kv_bytes_per_token, read_info, token_piece
 from llmhost.engine.host_cache import StateKey
-from llmhost.engine.llama_backend import KvBufferTally, extra_buffers, init_backend
+from llmhost.engine.llama_backend import extra_buffers, init_backend
+from llmhost.engine.llama_context import new_context, refusal
 from llmhost.engine.memory_fit import MemoryFitError, fit_memory, plan, rss_bytes
 from llmhost.engine.prefix_cache import KvCopy, KvEdit, KvMove, KvTrim
 from llmhost.engine.state_format import n_streams, restream
@@ -131,58 +124,11 @@ class LlamaModel:
         return [t for t in range(self.n_vocab) if lc.llama_vocab_is_eog(self._vocab, t)]
 
     def _new_context(self, config: EngineConfig) -> Any:
-        cparams = lc.llama_context_default_params()
-        cparams.n_ctx = config.n_ctx
-        cparams.n_batch = config.llama_n_batch
-        cparams.n_ubatch = config.llama_n_ubatch
-        cparams.n_seq_max = config.n_seq_max
-        cparams.n_threads = config.threads
-        cparams.n_threads_batch = config.threads_batch
-        # a KV stream per sequence: attention reads its own cells only (one buffer shared by all costs
-        # every token a scan of every sequence's: 124 vs 74 ms a decode step of 8 sequences beside 4
-        # idle ones, benchmarks/kv_layout.py)
-        cparams.kv_unified = self._unified
-        cparams.swa_full = config.swa_full
-        cparams.flash_attn_type = (
-            lc.LLAMA_FLASH_ATTN_TYPE_ENABLED if config.flash_attn else lc.LLAMA_FLASH_ATTN_TYPE_DISABLED
-        )
-        cparams.type_k = cache_ggml_type(config.cache_type_k)
-        cparams.type_v = cache_ggml_type(config.cache_type_v)
-        cparams.no_perf = True
-        if self.pooling is not None:
-            self._embedding_params(cparams, config)
-        with KvBufferTally() as kv:
-            ctx = lc.llama_init_from_model(self._model, cparams)
-        # what the KV cache takes: its cache types, and sliding-window layers at their window or not
-        self.kv_mib = kv.mib
-        if not ctx and self.pooling is not None:
-            self.close()
-            raise ModelLoadError(
-                f"llama.cpp could not create an embeddings context of {config.max_batch_tokens} tokens; "
-                "lower --max-batch-tokens or --max-input-tokens"
-            )
+        ctx, self.kv_mib = new_context(self._model, config, self.pooling)
         if not ctx:
             self.close()
-            kv_mb = config.n_ctx * self.kv_bytes_per_token / 2**20
-            types = f"{config.cache_type_k}/{config.cache_type_v}"
-            raise ModelLoadError(
-                f"llama.cpp could not create a context of {config.n_ctx} tokens "
-                f"({config.max_concurrent} running + {config.prefix_cache_seqs} idle cached sequences "
-                f"x {config.max_total_tokens} tokens, about {kv_mb:.0f} MiB of {types} KV): "
-                "lower --max-concurrent, --prefix-cache-seqs or --max-total-tokens"
-                + ("" if types == "f16/f16" else
-                   ", or use --cache-type-k/-v f16 (a quantized type needs head sizes in blocks of 32)")
-            )
+            raise ModelLoadError(refusal(config, self.pooling, self.kv_bytes_per_token))
         return ctx
-
-    def _embedding_params(self, cparams: Any, config: EngineConfig) -> None:
-        cparams.embeddings = True
-        pooling = self.pooling or "auto"
-        cparams.pooling_type = gguf_pooling(self._model) if pooling == "auto" else POOLING[pooling]
-        # KV for one decode only (cleared after each), and that decode in one micro-batch: llama.cpp
-        # pools within a micro-batch, and a non-causal model attends over the whole sequence
-        cparams.n_ctx = config.max_batch_tokens
-        cparams.n_ubatch = config.max_batch_tokens
 
     @property
     def pooling_name(self) -> str:

@@ -166,6 +166,9 @@ class AsyncEngine(ModelWorker[Engine]):
         self._calls: list[tuple[Callable[[Engine], Any], Future[Any]]] = []
         # every accepted request until its last event: what is failed if the engine dies
         self._streams: dict[str, RequestStream] = {}
+        # where the engine's events go: each request the engine holds, from `_add` to its last event;
+        # read and written on the engine thread only
+        self._routes: dict[str, RequestStream] = {}
 
     def _die(self, reason: str) -> None:
         """Fail every accepted request at once and refuse new ones; the server exits on DEAD."""
@@ -197,42 +200,55 @@ class AsyncEngine(ModelWorker[Engine]):
                 self._add(engine, request, stream, arrival)
             for request_id, reason in aborts:
                 engine.abort(request_id, reason)
+            if aborts:
+                self._deliver(engine.take_events())
             _run_calls(engine, calls)
             failures = self._step(engine, failures)
         for _, future in self._calls:
             future.set_exception(EngineUnavailableError("the engine is shutting down"))
         engine.close()
+        self._deliver(engine.take_events())
 
     def _add(self, engine: Engine, request: GenerationRequest, stream: RequestStream, arrival: float) -> None:
         """Hand one request to the engine; one it refuses fails alone."""
         try:
-            engine.add(request, self._emitter(stream), arrival)
+            engine.add(request, arrival)
         except Exception as exc:
             log.warning("request %s refused by the engine: %s", request.request_id, exc)
-            self._emitter(stream)(GenerationEvent.failure(request.request_id, str(exc), "invalid_request"))
+            self._put(stream, GenerationEvent.failure(request.request_id, str(exc), "invalid_request"))
+            return
+        self._routes[request.request_id] = stream
 
     def _step(self, engine: Engine, failures: int) -> int:
         """One step; returns the count of consecutive failed steps, raising once it reaches the limit."""
         try:
-            engine.step()
-            return 0
+            events = engine.step()
         except Exception as exc:
             failures += 1
             log.exception("engine step failed (%d in a row)", failures)
             n = engine.recover()
+            self._deliver(engine.take_events())
             log.error("failed the %d request(s) of that step; the others continue", n)
             if failures >= self.config.max_step_failures:
                 raise EngineDeadError(f"{failures} engine steps in a row failed; last: {exc}") from exc
             return failures
+        self._deliver(events)
+        return 0
 
-    def _emitter(self, stream: RequestStream) -> Callable[[GenerationEvent], None]:
-        def emit(event: GenerationEvent) -> None:
+    def _deliver(self, events: list[GenerationEvent]) -> None:
+        """The engine's events, each to its request's stream; a request's last event ends its route."""
+        routes = self._routes
+        for event in events:
             if event.finished:
-                with self._cond:
-                    self._streams.pop(stream.request_id, None)
-            stream.put(event)
+                self._put(routes.pop(event.request_id), event)
+            else:
+                routes[event.request_id].put(event)
 
-        return emit
+    def _put(self, stream: RequestStream, event: GenerationEvent) -> None:
+        if event.finished:
+            with self._cond:
+                self._streams.pop(stream.request_id, None)
+        stream.put(event)
 
     # -- requests ------------------------------------------------------------------------------------
     def is_special(self, token: int) -> bool:

@@ -6,21 +6,18 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from llmhost.engine.request import FinishReason, GenerationEvent, SamplingParams, Timings, TokenLogprob
+from llmhost.engine.request import FinishReason, SamplingParams, Timings, TokenLogprob
 from llmhost.engine.sampling import Sampler
 from llmhost.engine.sequence import Sequence
 from llmhost.engine.text import IncrementalDetokenizer
 
-Emit = Callable[[GenerationEvent], None]
-
 
 @dataclass(slots=True, eq=False)
 class Active:
-    """A request the engine holds: its sequence, settings, output channel and per-request state."""
+    """A request the engine holds: its sequence, settings and per-request state."""
 
     seq: Sequence
     params: SamplingParams
-    emit: Emit
     detok: IncrementalDetokenizer
     sampler: Sampler | None = None
     pending: list[tuple[int, TokenLogprob | None]] = field(default_factory=list)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
 from llmhost.engine.config import EngineConfig
 from llmhost.engine.host_cache import HostCache, HostMatch, StateKey
@@ -21,92 +21,16 @@ from llmhost.engine.prefix_cache import (
     kv_ids,
     reusable,
 )
-from llmhost.engine.schedule_policy import admission_rank
+from llmhost.engine.schedule_policy import admission_rank, prefill_shares
 from llmhost.engine.sequence import SeqStatus, Sequence
 from llmhost.engine.speculative import blend
 from llmhost.engine.step_cost import StepCost
-
-
-@dataclass(slots=True, frozen=True)
-class BatchItem:
-    seq: Sequence
-    tokens: list[int]
-    start_pos: int
-    sample: bool  # the last token's logits are needed: sample this sequence's next token
-    # speculative guesses after the last sampled token (`tokens` = [last, *draft]); logits are
-    # needed at every position to verify them
-    draft: tuple[int, ...] = ()
-    # draft-model speculation: up to this many guesses may be added by the engine's draft model
-    draft_room: int = 0
-
-
-@dataclass(slots=True)
-class StepPlan:
-    kv_ops: list[KvOp] = field(default_factory=list)
-    items: list[BatchItem] = field(default_factory=list)
-    admitted: list[Sequence] = field(default_factory=list)
-    # running sequences moved to a lower KV id this step, with the id they left
-    moved: list[tuple[Sequence, int]] = field(default_factory=list)
-    # the LoRA adapter set every item's sequence runs with: llama.cpp applies one per decode call
-    adapters: AdapterSet = ()
-
-    @property
-    def num_tokens(self) -> int:
-        return sum(len(i.tokens) for i in self.items)
-
-    @property
-    def num_seqs(self) -> int:
-        return len(self.items)
-
-    @property
-    def empty(self) -> bool:
-        return not self.items and not self.kv_ops
-
-
-@dataclass(slots=True)
-class StepWidth:
-    """The decode part of a step being planned: its tokens, and the tokens it is expected to produce
-    (one per sequence, plus the guesses expected to be confirmed)."""
-
-    tokens: int
-    produced: float
-
+from llmhost.engine.step_plan import BatchItem, StepPlan, StepWidth
 
 # weight of the latest draft in the acceptance rate of all sequences together
 ENGINE_ACCEPTANCE_WEIGHT = 0.1
 # guesses expected to be confirmed, per guess, before any sequence has drafted
 PRIOR_ACCEPTANCE = 0.5
-
-# share of a step's prefill budget the longest-waiting prefill always gets, however many shorter
-# prompts arrive after it: shortest-first ordering never starves it
-OLDEST_PREFILL_SHARE = 4
-
-
-def prefill_shares(prefilling: list[Sequence], budget: int) -> list[tuple[Sequence, int]]:
-    """Prompt tokens each prefilling sequence (in admission order) computes this step, shortest
-    remaining prompt first, so a turn whose prefix was at hand (a few new tokens) is not held behind
-    another's cold prefill of thousands; the oldest keeps 1/`OLDEST_PREFILL_SHARE` of the budget.
-
-    Even chunks (every prompt the same share) were measured and not taken: llama.cpp runs chunks of
-    one length as one micro-batch, so 8 prompts of 200 tokens prefill in 2.35 s against 2.55 s here,
-    but every first token then waits for the last chunk: at concurrency 8 on distinct prompts
-    (`benchmarks/serve_compare.py`, 3 rounds, 2 cores) output tokens/s rose 1.5% while TTFT p50 went
-    from 1.5-1.6 s to 1.7-2.5 s, past llama-server's 2.45 s in one round."""
-    if budget <= 0 or not prefilling:
-        return []
-    left = {id(s): len(s.prompt) - s.n_computed for s in prefilling}
-    oldest = prefilling[0]
-    give = {id(oldest): min(left[id(oldest)], budget // OLDEST_PREFILL_SHARE)}
-    budget -= give[id(oldest)]
-    out = []
-    for seq in sorted(prefilling, key=lambda s: left[id(s)]):
-        given = give.get(id(seq), 0)
-        more = min(budget, left[id(seq)] - given)
-        budget -= more
-        if given + more > 0:
-            out.append((seq, given + more))
-    return out
-
 
 def even_drafts(items: list[BatchItem]) -> list[BatchItem]:
     """The n-gram drafts of a step's decoding sequences, cut to the shortest of them (none when one

@@ -148,18 +148,7 @@ def _build(
     # artifact.json is removed first and written last: an interrupted build never looks complete
     _clear(out)
     gguf = out / MODEL_GGUF
-    steps: list[dict[str, Any]] = []
-    if recipe.quantize:
-        from llmhost.optimize.quantize import quantize
-
-        say(f"quantizing {src} to {recipe.quantize}")
-        q = quantize(src, gguf, recipe.quantize, allow_requantize=recipe.allow_requantize)
-        steps.append({"quantize": recipe.quantize, "from": q.source_type, "seconds": round(q.seconds, 3)})
-    else:
-        shutil.copyfile(src, gguf)
-    (out / RECIPE_YAML).write_text(
-        yaml.safe_dump({"source": str(src), "steps": steps, "recipe": recipe.to_dict()}, sort_keys=False)
-    )
+    _transform(src, out, recipe, say)
     say("evaluating quality")
     base = src if recipe.quantize else None
     write_quality(evaluate(gguf, base, max_tokens=eval_max_tokens, threads=threads), out / QUALITY_JSON)
@@ -169,18 +158,12 @@ def _build(
     if recipe.system_prompt:
         say("prefilling the system prompt")
         prefix_state = save_system_prompt_state(gguf, recipe, out / STATE_BIN, load["best"], threads)
-    st = gguf.stat()
     info: dict[str, Any] = {
         "format": FORMAT_VERSION,
         "key": key,
         "key_parts": {"model_sha256": model_sha, "recipe_sha256": recipe.digest(), **env},
         "source": str(src),
-        "gguf": {
-            "file": MODEL_GGUF,
-            "size": st.st_size,
-            "mtime_ns": st.st_mtime_ns,
-            "sha256": sha256_file(gguf),
-        },
+        "gguf": _gguf_facts(gguf),
         "load": load,
         "prefix_state": prefix_state,
         "created_unix": int(time.time()),
@@ -188,6 +171,28 @@ def _build(
     (out / ARTIFACT_JSON).write_text(json.dumps(info, indent=2) + "\n")
     say(f"artifact {out} built with key {key[:12]}")
     return Artifact(out, key, False, info)
+
+
+def _transform(src: Path, out: Path, recipe: Recipe, say: Say) -> None:
+    """The artifact's model file: `src` quantized as the recipe asks, or copied; recipe.yaml says how."""
+    steps: list[dict[str, Any]] = []
+    if recipe.quantize:
+        from llmhost.optimize.quantize import quantize
+
+        say(f"quantizing {src} to {recipe.quantize}")
+        q = quantize(src, out / MODEL_GGUF, recipe.quantize, allow_requantize=recipe.allow_requantize)
+        steps.append({"quantize": recipe.quantize, "from": q.source_type, "seconds": round(q.seconds, 3)})
+    else:
+        shutil.copyfile(src, out / MODEL_GGUF)
+    (out / RECIPE_YAML).write_text(
+        yaml.safe_dump({"source": str(src), "steps": steps, "recipe": recipe.to_dict()}, sort_keys=False)
+    )
+
+
+def _gguf_facts(gguf: Path) -> dict[str, Any]:
+    """What identifies the built model file: a reuse checks it still is the one built."""
+    st = gguf.stat()
+    return {"file": MODEL_GGUF, "size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": sha256_file(gguf)}
 
 
 def _small_config(n_tokens: int, flash_attn: bool, load_mode: str, threads: int, repack: bool = True) -> Any:

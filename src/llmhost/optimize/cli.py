@@ -7,11 +7,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from llmhost.store.options import S3EndpointOpt, use_s3_endpoint
+
+if TYPE_CHECKING:
+    from llmhost.optimize.recipe_file import RunRecipe
 
 app = typer.Typer(
     help="Optimize GGUF models: quantize, convert, evaluate, build artifacts.", no_args_is_help=True
@@ -204,40 +207,49 @@ def run_(
     from llmhost.engine import ModelLoadError
     from llmhost.optimize.artifact import ArtifactError
     from llmhost.optimize.quantize import QuantizeError
-    from llmhost.optimize.recipe_file import RecipeError, default_out, load_recipe, parse_recipe
+    from llmhost.optimize.recipe_file import RecipeError, default_out, load_recipe
     from llmhost.optimize.recipe_run import run_recipe
     from llmhost.optimize.recipe_run import table as result_table
     from llmhost.store import ModelNotFoundError
 
     try:
         recipe = load_recipe(recipe_file)
-        overrides = {
-            k: v
-            for k, v in (
-                ("prompts_file", str(prompts_file.resolve()) if prompts_file else None),
-                ("requests", requests),
-                ("concurrency", concurrency),
-                ("price_per_hour", price_per_hour),
-            )
-            if v is not None
+        benchmark = {
+            "prompts_file": str(prompts_file.resolve()) if prompts_file else None,
+            "requests": requests,
+            "concurrency": concurrency,
+            "price_per_hour": price_per_hour,
         }
-        if overrides:  # validated like the file's own settings
-            data = recipe.model_dump(exclude_unset=True)
-            data["benchmark"] = {**data.get("benchmark", {}), **overrides}
-            recipe = parse_recipe(data, ".", "recipe with options")
+        recipe = _overridden(recipe, {k: v for k, v in benchmark.items() if v is not None})
         target = out or (Path(recipe.out) if recipe.out else default_out(recipe_file))
         result = run_recipe(recipe, target, say=typer.echo)
     except (RecipeError, ArtifactError, QuantizeError, ModelLoadError, ModelNotFoundError) as exc:
         raise _fail(exc) from exc
     console = Console()
     console.print(result_table(result))
-    quality = json.loads((result.artifact.directory / "quality.json").read_text())
+    console.print(_quality_line(result.artifact.directory))
+    console.print(
+        f"artifact: {result.artifact.directory} (serve it: llmhost serve {result.artifact.directory})"
+    )
+
+
+def _overridden(recipe: RunRecipe, benchmark: dict[str, Any]) -> RunRecipe:
+    """The recipe with the command line's benchmark settings, validated like the file's own."""
+    from llmhost.optimize.recipe_file import parse_recipe
+
+    if not benchmark:
+        return recipe
+    data = recipe.model_dump(exclude_unset=True)
+    data["benchmark"] = {**data.get("benchmark", {}), **benchmark}
+    return parse_recipe(data, ".", "recipe with options")
+
+
+def _quality_line(directory: Path) -> str:
+    """The artifact's perplexity, and beside the base model's where it was quantized."""
+    quality = json.loads((directory / "quality.json").read_text())
     line = f"perplexity {quality['perplexity']['perplexity']:.3f}"
     if quality.get("base_perplexity"):
         line += f" (base {quality['base_perplexity']['perplexity']:.3f})"
     if quality.get("greedy_agreement"):
         line += f", greedy agreement with base {quality['greedy_agreement']['agreement']:.3f}"
-    console.print(line)
-    console.print(
-        f"artifact: {result.artifact.directory} (serve it: llmhost serve {result.artifact.directory})"
-    )
+    return line

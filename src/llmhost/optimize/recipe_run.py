@@ -156,6 +156,15 @@ def run_recipe(recipe: RunRecipe, out_dir: str | Path, say: Say | None = None) -
     )
     build_s = time.perf_counter() - t0
     write_serving_settings(out, recipe.serving())
+    base, optimized = _measure_both(source, out, recipe, say)
+    report = _report(recipe, source, out, artifact, build_s, base, optimized)
+    (out / BENCHMARK_JSON).write_text(json.dumps(report, indent=2) + "\n")
+    return RunResult(artifact, base, optimized, report)
+
+
+def _measure_both(source: Path, out: Path, recipe: RunRecipe, say: Say) -> tuple[Measured, Measured]:
+    """The base model, then the artifact, served and benchmarked one after the other; the servers'
+    logs are kept (and named in the error) only when one fails."""
     logs = Path(tempfile.mkdtemp(prefix="llmhost-optimize-run-"))
 
     async def both() -> tuple[Measured, Measured]:
@@ -164,11 +173,24 @@ def run_recipe(recipe: RunRecipe, out_dir: str | Path, say: Say | None = None) -
         return base, optimized
 
     try:
-        base, optimized = asyncio.run(both())
+        measured = asyncio.run(both())
     except RecipeError as exc:
         raise RecipeError(f"{exc}\n(server logs in {logs})") from None
     shutil.rmtree(logs, ignore_errors=True)
-    report = {
+    return measured
+
+
+def _report(
+    recipe: RunRecipe,
+    source: Path,
+    out: Path,
+    artifact: Artifact,
+    build_s: float,
+    base: Measured,
+    optimized: Measured,
+) -> dict[str, Any]:
+    """What benchmark.json holds: the recipe, the settings measured, both figure sets and their ratios."""
+    return {
         "format": BENCHMARK_FORMAT,
         "created_unix": int(time.time()),
         "model": str(source),
@@ -179,16 +201,14 @@ def run_recipe(recipe: RunRecipe, out_dir: str | Path, say: Say | None = None) -
         "recipe": recipe.model_dump(mode="json", exclude={"system_prompt"}),
         "serving": recipe.serving(),
         "settings": bench_config("", "", recipe).to_json() | {"url": None, "name": None},
-        "base": {"served": base.argv, "level": base.level.to_json(), "metrics": base.metrics},
-        "optimized": {
-            "served": optimized.argv,
-            "level": optimized.level.to_json(),
-            "metrics": optimized.metrics,
-        },
+        "base": _served(base),
+        "optimized": _served(optimized),
         "ratios": _ratios(base.level, optimized.level),
     }
-    (out / BENCHMARK_JSON).write_text(json.dumps(report, indent=2) + "\n")
-    return RunResult(artifact, base, optimized, report)
+
+
+def _served(measured: Measured) -> dict[str, Any]:
+    return {"served": measured.argv, "level": measured.level.to_json(), "metrics": measured.metrics}
 
 
 def _fmt(value: float | None, scale: float) -> str:

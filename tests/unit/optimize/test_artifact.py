@@ -137,9 +137,9 @@ def test_serving_hints_never_pass_a_mismatched_state(built: Path, tmp_path: Path
 def run(engine: Engine, prompt: list[int]) -> tuple[list[int], GenerationEvent]:
     events: list[GenerationEvent] = []
     params = SamplingParams(max_tokens=8, temperature=0, ignore_eos=True)
-    engine.add(GenerationRequest("r", prompt, params), events.append)
+    engine.add(GenerationRequest("r", prompt, params))
     while engine.has_work:
-        engine.step()
+        events += engine.step()
     assert events[-1].finished
     return [t for e in events for t in e.token_ids], events[-1]
 

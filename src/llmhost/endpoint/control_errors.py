@@ -1,0 +1,28 @@
+"""What the endpoint's control plane refuses, each error mapped to its HTTP status by the admin API."""
+
+from __future__ import annotations
+
+
+class ComponentError(LookupError):
+    """Unknown component, or a name already taken."""
+
+
+class UnknownComponentError(ComponentError):
+    """No component has that name (HTTP 404)."""
+
+
+class ComponentExistsError(ComponentError):
+    """A component of that name is already there (HTTP 409)."""
+
+
+class ModelLoadError(RuntimeError):
+    """An on-demand model could not be loaded (no room in time, or its copy failed to start)."""
+
+
+class ModelRefError(ComponentError):
+    """A component's model reference names nothing usable (missing file, S3 failure, cache not
+    writable); the message says which component and why."""
+
+    def __init__(self, component: str, message: str) -> None:
+        super().__init__(message)
+        self.component = component

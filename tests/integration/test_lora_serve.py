@@ -11,11 +11,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import openai
 import pytest
 
+from llmhost.endpoint.routing import COMPONENT_HEADER
 from llmhost.store import resolve_model
 from tests.integration.conftest import CHAT_TEMPLATE, Server, start_server, stop_server
+from tests.integration.endpoint_helpers import start_endpoint, stop_endpoint
 from tests.integration.lora_helpers import write_adapter
 
 N = 6
@@ -235,3 +238,39 @@ def test_a_refused_load_or_unload_names_the_field_and_the_server_keeps_serving(
     error = resp.json()["error"]
     assert words in error["message"] and error["param"] == field
     assert text_of(complete(lora_server, model="sql"))
+
+
+def test_an_endpoint_routes_a_model_naming_an_adapter_to_its_component(
+    tmp_path: Path, adapter_files: dict[str, Path]
+) -> None:
+    # no cached prefixes: every answer is a fresh prefill (see the split note above)
+    ep = start_endpoint(tmp_path, f"""
+name: adapters
+components:
+  - name: base
+    resources: {{num_cpus: 1, memory_mb: 2048}}
+    engine: {{max_concurrent: 2, max_input_tokens: 64, max_total_tokens: 128, max_batch_tokens: 128,
+              prefix_cache_seqs: 0, prompt_cache_mb: 0}}
+    adapters:
+      - {{name: sql, path: {adapter_files['sql']}}}
+      - {{name: poet, path: {adapter_files['poet']}, scale: 0.5}}
+""")  # fmt: skip
+    try:
+        client = httpx.Client(base_url=ep.url, timeout=120)
+        cards = {m["id"]: m for m in client.get("/v1/models").json()["data"]}
+        assert cards["sql"]["parent"] == cards["poet"]["parent"] == "base"
+        assert "parent" not in cards["base"]
+        ask = {"prompt": PROMPT, "max_tokens": N, "temperature": 0, "ignore_eos": True}
+        poet = text_of(client.post("/v1/completions", json={**ask, "model": "poet"}))
+        lora = [{"id": 1, "scale": 0.5}]
+        listed = client.post("/v1/completions", json={**ask, "model": "base", "lora": lora})
+        base = text_of(client.post("/v1/completions", json={**ask, "model": "base"}))
+        assert poet == text_of(listed) != base
+        tgi = client.post("/generate", headers={COMPONENT_HEADER: "base"}, json={
+            "inputs": PROMPT, "parameters": {"max_new_tokens": N, "adapter_id": "sql"}})  # fmt: skip
+        assert tgi.status_code == 200 and tgi.json()["generated_text"] == text_of(
+            client.post("/v1/completions", json={**ask, "model": "sql"}))
+        wrong = client.post("/generate", headers={COMPONENT_HEADER: "sql"}, json={"inputs": PROMPT})
+        assert wrong.status_code == 400 and "'sql' is a LoRA adapter of component 'base'" in wrong.text
+    finally:
+        stop_endpoint(ep)

@@ -82,6 +82,7 @@ class RouterModel(Open):
     owned_by: str
     copies: int
     ready: int
+    parent: str | None = None  # a LoRA adapter's component (its copies' counts are the component's)
 
 
 class RouterModels(Open):

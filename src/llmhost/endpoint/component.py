@@ -89,6 +89,7 @@ class Component:
         self.affinity = (Affinity(routing.block_chars, routing.load_factor)
                          if routing.policy == Policy.PREFIX.value else None)  # fmt: skip
         self.removing = False
+        self.adapters = frozenset(a.name for a in spec.adapters)  # the LoRA adapters its copies load
         self.lock = asyncio.Lock()  # one scaling operation at a time
         self._next_index = 0
         self._changed = asyncio.Event()

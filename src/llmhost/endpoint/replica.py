@@ -39,7 +39,7 @@ def copy_command(spec: ComponentSpec, model_ref: str, port: int, threads: int) -
     CPUs' threads, on loopback (the router is the endpoint's only way in)."""
     given = {"host": "127.0.0.1", "port": port, "threads": threads, "served_model_name": spec.name,
              "log_level": "warning", "embeddings": spec.embeddings,
-             "memory_mb": spec.resources.memory_mb, **spec.engine.serve_options()}  # fmt: skip
+             "memory_mb": spec.resources.memory_mb, **spec.serve_options()}  # fmt: skip
     return [sys.executable, "-m", "llmhost.cli", "serve", model_ref, *SERVE_SPEC.argv(given)]
 
 

@@ -263,11 +263,13 @@ def create_router(registry: Registry, proxy: Proxy, lifecycle: Lifecycle,
 
     @router.get("/v1/models", openapi_extra=apidoc.MODELS)
     async def models() -> dict[str, Any]:
-        return {
-            "object": "list",
-            "data": [{**routing.model_entry(name, len(c.capacity()), len(c.ready())), **_on_demand(c)}
-                     for name, c in registry.components.items() if not c.removing],
-        }  # fmt: skip
+        data: list[dict[str, Any]] = []
+        for name, c in registry.components.items():
+            if not c.removing:
+                copies, ready = len(c.capacity()), len(c.ready())
+                data += [{**routing.model_entry(name, copies, ready), **_on_demand(c)},
+                         *routing.adapter_entries(c, copies, ready)]  # fmt: skip
+        return {"object": "list", "data": data}
 
     @router.get("/metrics", openapi_extra=apidoc.METRICS)
     async def metrics() -> Response:

@@ -56,6 +56,7 @@ QUERY_ROUTES = ("/tokenizer_info",)
 class Routable(Protocol):
     name: str
     removing: bool
+    adapters: frozenset[str]  # the LoRA adapters its copies load: a request's `model` may name one
 
 
 C = TypeVar("C", bound=Routable)
@@ -172,10 +173,23 @@ def _only(registry: Components[C]) -> C | None:
     return live[0] if len(live) == 1 else None
 
 
+def _named(registry: Components[C], model: str) -> C | None:
+    """The component `model` names: itself, or the one whose copies load the adapter of that name."""
+    comp = registry.components.get(model)
+    if comp is None:
+        comp = next((c for c in registry.components.values() if model in c.adapters), None)
+    return comp
+
+
 def by_header(registry: Components[C], headers: Mapping[str, str]) -> C | Response:
     name = headers.get(COMPONENT_HEADER)
     if name:
         comp = registry.components.get(name)
+        owner = _named(registry, name)
+        if comp is None and owner is not None:  # the header names the component; the body the adapter
+            return error(400, f"{name!r} is a LoRA adapter of component {owner.name!r}: name the component "
+                         f"in the {COMPONENT_HEADER} header and the adapter in the body (`model`, or TGI's "
+                         "parameters.adapter_id)", field=COMPONENT_HEADER)  # fmt: skip
         if comp is None or comp.removing:
             return _unknown(registry, name, COMPONENT_HEADER)
         return comp
@@ -195,7 +209,7 @@ def by_model(registry: Components[C], body: bytes, headers: Mapping[str, str]) -
     model = data.get("model") if isinstance(data, dict) else None
     if isinstance(model, str) and model and model not in UNNAMED_MODELS:
         # Ollama's clients name models `name:tag`, `latest` when no tag was given (/api/tags lists so)
-        comp = registry.components.get(model) or registry.components.get(model.removesuffix(":latest"))
+        comp = _named(registry, model) or _named(registry, model.removesuffix(":latest"))
         if comp is not None and not comp.removing:
             return comp
         if not headers.get(COMPONENT_HEADER):
@@ -209,7 +223,7 @@ def by_query(
     """A GET's component: the query's `model`, else the header, else the only component."""
     model = query.get("model")
     if model:
-        comp = registry.components.get(model)
+        comp = _named(registry, model)
         if comp is None or comp.removing:
             return _unknown(registry, model, "model")
         return comp
@@ -288,6 +302,11 @@ def ping(accepting: bool, serving: Mapping[str, bool]) -> Response:
 def model_entry(name: str, copies: int, ready: int) -> dict[str, Any]:
     return {"id": name, "object": "model", "owned_by": "llmhost", "created": 0, "copies": copies,
             "ready": ready}  # fmt: skip
+
+
+def adapter_entries(comp: Routable, copies: int, ready: int) -> list[dict[str, Any]]:
+    """/v1/models' entries of a component's LoRA adapters, each with the component as its parent."""
+    return [{**model_entry(name, copies, ready), "parent": comp.name} for name in sorted(comp.adapters)]
 
 
 def relay_route(path: str) -> type[APIRoute]:

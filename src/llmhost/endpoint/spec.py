@@ -14,6 +14,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from llmhost.endpoint.adapter_spec import AdapterEntry, check_names
 from llmhost.engine.config import CacheType, SchedulePolicy
 from llmhost.serve_spec import (
     SERVE_SPEC,
@@ -188,6 +189,7 @@ class ComponentSpec(_Strict):
     engine: EngineSpec = EngineSpec()  # each copy's `llmhost serve` settings
     # copies serve OpenAI /v1/embeddings only (`llmhost serve --embeddings`), no text generation
     embeddings: bool = False
+    adapters: list[AdapterEntry] = []  # LoRA adapters every copy loads; a request's `model` names one
     autoscaling: AutoscalingSpec | None = None  # None: a fixed number of copies
     routing: RoutingSpec = RoutingSpec()  # how the router picks a copy
     # seconds a starting copy has to answer /ping with 200 before it is restarted
@@ -213,7 +215,7 @@ class ComponentSpec(_Strict):
         if self.engine.pooling not in (None, "auto") and not self.embeddings:
             raise ValueError("engine.pooling applies to embeddings: true only")
         try:  # the settings together, as its copies' `llmhost serve` checks them before loading
-            given = {**self.engine.serve_options(), "embeddings": self.embeddings}
+            given = {**self.serve_options(), "embeddings": self.embeddings}
             SERVE_SPEC.engine_config(given, os.environ)
         except ValueError as exc:
             raise ValueError(f"engine: {exc}") from exc
@@ -224,6 +226,11 @@ class ComponentSpec(_Strict):
                 f"({self.resources.memory_mb}): a copy's cache alone would take the memory reserved for it"
             )
         return self
+
+    def serve_options(self) -> dict[str, Any]:
+        """The `llmhost serve` options of its copies the file sets: the engine's, then the adapters."""
+        lora = {"lora": [a.lora_option for a in self.adapters]} if self.adapters else {}
+        return {**self.engine.serve_options(), **lora}
 
     @property
     def initial_copies(self) -> int:
@@ -240,6 +247,7 @@ def _unique_names(components: list[ComponentSpec]) -> None:
         if c.name in seen:
             raise ValueError(f"component name {c.name!r} appears twice")
         seen.add(c.name)
+    check_names(components)
 
 
 class RouterSpec(_Strict):

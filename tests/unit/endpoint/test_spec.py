@@ -109,6 +109,20 @@ def test_s3_models_are_accepted() -> None:
     assert [c.model for c in spec.components] == ["s3://bucket/prefix/", "s3://b/m.tar.gz"]
 
 
+def test_adapters_reach_the_copies_as_lora_options_and_name_one_place() -> None:
+    adapters = [{"name": "sql", "path": "s3://b/sql.gguf"},
+                {"name": "poet", "path": "poet.gguf", "scale": 0.5}]  # fmt: skip
+    [c] = parse_endpoint(endpoint(comp(adapters=adapters))).components
+    assert c.serve_options()["lora"] == ["sql=s3://b/sql.gguf:1.0", "poet=poet.gguf:0.5"]
+    clash = endpoint(comp(), comp(name="b", adapters=[{"name": "a", "path": "x"}]))
+    assert "the name of a component" in error_of(clash)
+    twice = endpoint(comp(adapters=adapters[:1]), comp(name="b", adapters=adapters[:1]))
+    assert "adapter 'sql' of component 'b': the name of an adapter of 'a'" in error_of(twice)
+    assert "applies to text generation" in error_of(endpoint(comp(embeddings=True, adapters=adapters)))
+    infinite = endpoint(comp(adapters=[{"name": "x", "path": "p", "scale": "inf"}]))
+    assert "scale must be a finite number" in error_of(infinite)
+
+
 def test_endpoint_level_errors() -> None:
     assert "component name 'a' appears twice" in error_of(endpoint(comp(), comp()))
     assert "components: List should have at least 1 item" in error_of({"name": "ep", "components": []})

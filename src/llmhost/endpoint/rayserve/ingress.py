@@ -88,7 +88,9 @@ class Ingress:
         @router.get("/v1/models", openapi_extra=apidoc.MODELS)
         async def models() -> dict[str, Any]:
             comps = self.components.values()
-            data = [routing.model_entry(c.name, c.view.target, c.view.running) for c in comps]
+            data = [entry for c in comps for entry in (
+                routing.model_entry(c.name, c.view.target, c.view.running),
+                *routing.adapter_entries(c, c.view.target, c.view.running))]  # fmt: skip
             return {"object": "list", "data": data}
 
         @router.get("/metrics", openapi_extra=apidoc.METRICS)

@@ -43,6 +43,7 @@ class RayComponent:
         self.name = spec.name
         self.handle = handle
         self.removing = False  # components are not removed from a Ray endpoint (the file defines them)
+        self.adapters = frozenset(a.name for a in spec.adapters)  # the LoRA adapters its copies load
         self.view = DeploymentView()
         self.in_flight = 0
         self.requests: Counter[int] = Counter()  # by HTTP status the ingress answered

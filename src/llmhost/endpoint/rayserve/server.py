@@ -39,7 +39,7 @@ def node_name() -> str:
 def copy_options(spec: ComponentSpec, chat_template: str | None) -> ServeOptions:
     """The options the single-host endpoint gives `llmhost serve` for a copy (`Replica._command`): the
     file's engine settings, the component's name and threads; the chat template as its text."""
-    given = spec.engine.serve_options()
+    given = spec.serve_options()
     return ServeOptions(spec.model, explicit=frozenset(given), **{
         **given, "chat_template": chat_template, "host": "127.0.0.1", "threads": spec.resources.threads,
         "served_model_name": spec.name, "embeddings": spec.embeddings,

@@ -1,6 +1,11 @@
-"""`llmhost serve s3://...` and `llmhost endpoint up` of an s3:// model end to end: the real model from a
-prefix and from a model.tar.gz, served by real processes that reach moto through a counting HTTP
-proxy on 127.0.0.1 (tests/s3proxy.py), so that what crosses the wire is what is asserted."""
+"""`llmhost serve s3://...` and `llmhost endpoint up` of an s3:// model end to end: a model from a prefix
+and from a model.tar.gz, served by real processes that reach moto through a counting HTTP proxy on
+127.0.0.1 (tests/s3proxy.py), so that what crosses the wire is what is asserted.
+
+The model is a tiny random-weight Gemma 3 (tests/tinymodels.py, 14 MB: two of llmhost's 8 MiB ranges, so
+a download is still ranged and shared range by range): what is tested is the transfer and the cache, the
+same for any GGUF. The default model (253 MB) cost the module ~1 GB through moto and the proxy, both in
+Python, and a tar.gz of it."""
 
 from __future__ import annotations
 
@@ -13,12 +18,12 @@ from pathlib import Path
 import httpx
 import pytest
 
-from llmhost.store import resolve_model
 from tests.integration.conftest import start_server, stop_server
 from tests.integration.endpoint_helpers import ENGINE, start_endpoint, stop_endpoint
 from tests.integration.test_custom_code import OUTPUT_ONLY
 from tests.s3proxy import Proxy, s3_proxy
 from tests.s3server import moto_server
+from tests.tinymodels import build_tiny_gguf
 
 pytestmark = pytest.mark.integration
 
@@ -26,8 +31,14 @@ PART = 8 * 1024 * 1024  # llmhost's range size
 
 
 @pytest.fixture(scope="module")
-def proxy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Proxy]:
-    model = resolve_model("default")
+def model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = build_tiny_gguf(tmp_path_factory.mktemp("tiny") / "model.gguf", arch="gemma3")
+    assert path.stat().st_size > PART  # more than one range
+    return path
+
+
+@pytest.fixture(scope="module")
+def proxy(model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Proxy]:
     archive = tmp_path_factory.mktemp("s3src") / "model.tar.gz"
     # level 1: GGUF weights barely compress, and level 9 would cost the test most of its time
     with tarfile.open(archive, "w:gz", compresslevel=1) as tar:
@@ -69,8 +80,10 @@ def _answers(url: str) -> None:
     ("s3://models/gemma/", "gemma/model.gguf"),
     ("s3://models/jobs/1/output/model.tar.gz", "jobs/1/output/model.tar.gz"),
 ])  # fmt: skip
-def test_second_start_sends_no_get_of_the_object(env: Proxy, ref: str, key: str, tmp_path: Path) -> None:
-    size = resolve_model("default").stat().st_size
+def test_second_start_sends_no_get_of_the_object(
+    env: Proxy, model: Path, ref: str, key: str, tmp_path: Path
+) -> None:
+    size = model.stat().st_size
     seen = []
     for start in ("first", "second"):
         (tmp_path / start).mkdir()
@@ -103,8 +116,8 @@ def test_an_s3_prefix_brings_its_inference_py(env: Proxy, tmp_path: Path) -> Non
         stop_server(server)
 
 
-def test_an_endpoints_copies_share_one_download(env: Proxy, tmp_path: Path) -> None:
-    size = resolve_model("default").stat().st_size
+def test_an_endpoints_copies_share_one_download(env: Proxy, model: Path, tmp_path: Path) -> None:
+    size = model.stat().st_size
     ep = start_endpoint(tmp_path, f"""
 name: shared
 components:

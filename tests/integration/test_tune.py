@@ -1,6 +1,11 @@
-"""`llmhost tune` end to end on the default model: real servers started by the tuner, a tiny
-workload and search space, the endpoint file it writes started with `llmhost endpoint up`, and what
-is kept when the budget runs out or the run is interrupted. No timing is asserted."""
+"""`llmhost tune` end to end: real servers started by the tuner, a tiny workload and search space, the
+endpoint file it writes started with `llmhost endpoint up`, and what is kept when the budget runs out or
+the run is interrupted. No timing is asserted.
+
+The model is a tiny random-weight Llama (tests/tinymodels.py) quantized to Q8_0, so that `--quantize
+q4_0` re-quantizes it as it would the default Q4_K_M model: what is tested is the tuner's plumbing
+(candidates, servers, measures, the files it writes), which is the same for any GGUF; on the default model
+re-quantizing alone took 50 s of the first test, and each of its ~15 servers loaded 270M weights."""
 
 from __future__ import annotations
 
@@ -14,10 +19,13 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 import yaml
 
 from llmhost.endpoint.spec import parse_endpoint
+from llmhost.optimize.quantize import quantize
 from tests.integration.endpoint_helpers import start_endpoint, stop_endpoint
+from tests.tinymodels import build_tiny_gguf
 
 STATES = {"measured", "failed", "pruned", "out_of_time", "interrupted", "unfit"}
 # the baseline (`llmhost serve` with no flags) on one thread too: two threads of ggml spin on their barrier,
@@ -26,20 +34,29 @@ STATES = {"measured", "failed", "pruned", "out_of_time", "interrupted", "unfit"}
 TUNE_ENV = {**os.environ, "LLMHOST_THREADS": "1"}
 
 
-def tune_cmd(out: Path, *extra: str) -> list[str]:
+@pytest.fixture(scope="module")
+def model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A quantized GGUF (Q8_0), like the default model: `--quantize` needs `--allow-requantize`."""
+    tmp = tmp_path_factory.mktemp("tiny")
+    return quantize(build_tiny_gguf(tmp / "tiny-f16.gguf"), tmp / "tiny-q8_0.gguf", "q8_0").path
+
+
+def tune_cmd(model: Path, out: Path, *extra: str) -> list[str]:
     # one engine thread per candidate: the tuner's load generator shares the 2 cores of a CI host
     return [
-        sys.executable, "-m", "llmhost.cli", "tune", "default", "--slo-ttft-ms", "60000",
+        sys.executable, "-m", "llmhost.cli", "tune", str(model), "--slo-ttft-ms", "60000",
         "--slo-itl-ms", "10000", "--price-per-hour", "0.5", "--out", str(out), "--requests", "2",
         "--warmup", "1", "--max-new-tokens", "6", "--concurrency", "1,2", "--threads", "1",
         "--max-concurrent", "2", "--max-batch-tokens", "256", *extra,
     ]  # fmt: skip
 
 
-def test_tune_writes_an_endpoint_file_that_endpoint_up_serves(tmp_path: Path) -> None:
+def test_tune_writes_an_endpoint_file_that_endpoint_up_serves(model: Path, tmp_path: Path) -> None:
     out = tmp_path / "tune"
     extra = ("--quantize", "q4_0", "--allow-requantize", "--speculative", "--max-minutes", "8")
-    done = subprocess.run(tune_cmd(out, *extra), capture_output=True, text=True, timeout=600, env=TUNE_ENV)
+    done = subprocess.run(
+        tune_cmd(model, out, *extra), capture_output=True, text=True, timeout=600, env=TUNE_ENV
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     doc = json.loads((out / "tune.json").read_text())
     cands = {c["name"]: c for c in doc["candidates"]}
@@ -76,9 +93,9 @@ def test_tune_writes_an_endpoint_file_that_endpoint_up_serves(tmp_path: Path) ->
     assert ep.process.returncode == 0
 
 
-def test_tune_measures_two_copies_through_their_router(tmp_path: Path) -> None:
+def test_tune_measures_two_copies_through_their_router(model: Path, tmp_path: Path) -> None:
     out = tmp_path / "tune"
-    cmd = tune_cmd(out, "--copies", "2", "--max-minutes", "8")
+    cmd = tune_cmd(model, out, "--copies", "2", "--max-minutes", "8")
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=TUNE_ENV)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     doc = json.loads((out / "tune.json").read_text())
@@ -107,18 +124,18 @@ def _check_kept(out: Path) -> dict:  # type: ignore[type-arg]
     return doc  # type: ignore[no-any-return]
 
 
-def test_tune_keeps_what_it_measured_when_the_budget_runs_out(tmp_path: Path) -> None:
+def test_tune_keeps_what_it_measured_when_the_budget_runs_out(model: Path, tmp_path: Path) -> None:
     out = tmp_path / "tune"
-    cmd = tune_cmd(out, "--max-minutes", "0.05", "--max-concurrent", "1,2,4")  # 3 s for 4 servers
+    cmd = tune_cmd(model, out, "--max-minutes", "0.05", "--max-concurrent", "1,2,4")  # 3 s for 4 servers
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=TUNE_ENV)
     assert done.returncode in (0, 1), done.stdout[-3000:] + done.stderr[-3000:]
     doc = _check_kept(out)
     assert any(c["state"] in ("out_of_time", "interrupted") for c in doc["candidates"])
 
 
-def test_tune_keeps_what_it_measured_on_ctrl_c(tmp_path: Path) -> None:
+def test_tune_keeps_what_it_measured_on_ctrl_c(model: Path, tmp_path: Path) -> None:
     out = tmp_path / "tune"
-    proc = subprocess.Popen(tune_cmd(out, "--max-concurrent", "1,2,4"), stdout=subprocess.PIPE,
+    proc = subprocess.Popen(tune_cmd(model, out, "--max-concurrent", "1,2,4"), stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, env=TUNE_ENV)  # fmt: skip
     try:
         deadline = time.monotonic() + 240

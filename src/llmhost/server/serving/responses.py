@@ -10,9 +10,10 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 
 from llmhost.engine import Constraint, ConstraintKind, FinishReason, GenerationEvent
+from llmhost.jsontypes import JSONObject
 from llmhost.server.errors import APIError
 from llmhost.server.protocol import responses as proto
 from llmhost.server.protocol.openai import (
@@ -25,12 +26,16 @@ from llmhost.server.protocol.openai import (
     Tool,
     ToolCall,
 )
+from llmhost.server.protocol.outputs import ReasoningSetting, TextSetting, json_response
+from llmhost.server.protocol.shapes import OutputItem, ResponsesUsage, TokenLogprob
 from llmhost.server.serving import thinking
 from llmhost.server.serving.chat import ChatRun, StreamedOutput, logprob_entries, read_message, start_chat
 from llmhost.server.serving.context import EventStreamResponse, ServingContext, raise_if_failed
 from llmhost.server.serving.responses_events import (
+    ResponseEcho,
     ResponseEvents,
     ResponseShape,
+    Status,
     call_item,
     item_id,
     message_item,
@@ -132,27 +137,25 @@ def renamed(exc: APIError) -> APIError:
     return exc
 
 
-def _echo(body: proto.ResponsesRequest, model: str) -> dict[str, Any]:
+def _echo(body: proto.ResponsesRequest, model: str) -> ResponseEcho:
     """The request's settings as the response object repeats them."""
-    fmt: dict[str, Any] = {"type": "text"}
+    fmt: JSONObject = {"type": "text"}
     if body.text and body.text.format:
         fmt = body.text.format.model_dump(by_alias=True, exclude_none=True)
     choice = body.tool_choice
-    return {
-        "model": body.model or model, "instructions": body.instructions,
-        "max_output_tokens": body.max_output_tokens, "metadata": body.metadata or {},
-        "parallel_tool_calls": body.parallel_tool_calls is not False, "previous_response_id": None,
-        "reasoning": {"effort": body.reasoning.effort if body.reasoning else None, "summary": None},
-        "store": False,
-        "temperature": 1.0 if body.temperature is None else body.temperature,
-        "text": {"format": fmt},
-        "tool_choice": choice.model_dump() if isinstance(choice, proto.FunctionChoice) else choice or "auto",
-        "tools": [t.model_dump() for t in body.tools or []],
-        "top_p": 1.0 if body.top_p is None else body.top_p, "truncation": "disabled", "user": body.user,
-    }  # fmt: skip
+    return ResponseEcho(
+        model=body.model or model, instructions=body.instructions, max_output_tokens=body.max_output_tokens,
+        metadata=body.metadata or {}, parallel_tool_calls=body.parallel_tool_calls is not False,
+        reasoning=ReasoningSetting(effort=body.reasoning.effort if body.reasoning else None, summary=None),
+        temperature=1.0 if body.temperature is None else body.temperature,
+        text=TextSetting(format=fmt),
+        tool_choice=choice.model_dump() if isinstance(choice, proto.FunctionChoice) else choice or "auto",
+        tools=[t.model_dump() for t in body.tools or []],
+        top_p=1.0 if body.top_p is None else body.top_p, user=body.user,
+    )  # fmt: skip
 
 
-def _usage(last: GenerationEvent) -> dict[str, Any]:
+def _usage(last: GenerationEvent) -> ResponsesUsage:
     cached = last.timings.cache_n if last.timings else 0
     return usage(last.prompt_tokens, last.completion_tokens, cached, last.reasoning_tokens)
 
@@ -180,15 +183,17 @@ class ResponsesServing:
         reply = read_message(run.plan, "".join(e.text for e in result))
         content, calls = reply.content, reply.calls
         incomplete = last.finish_reason is FinishReason.LENGTH and not calls
-        status = "incomplete" if incomplete else "completed"
-        output = [reasoning_item(item_id("rs"), reply.reasoning)] if reply.reasoning is not None else []
+        status: Status = "incomplete" if incomplete else "completed"
+        output: list[OutputItem] = []
+        if reply.reasoning is not None:
+            output.append(reasoning_item(item_id("rs"), reply.reasoning))
         message = message_item(item_id("msg"), content or "", status, self._logprobs(body, result))
         output += [message] if content or not calls else []
         output += [call_item(c) for c in calls]
         reason = "max_output_tokens" if incomplete else None
-        return JSONResponse(shape.object(status, output, _usage(last), reason))
+        return json_response(shape.object(status, output, _usage(last), reason))
 
-    def _logprobs(self, body: proto.ResponsesRequest, events: list[GenerationEvent]) -> list[dict[str, Any]]:
+    def _logprobs(self, body: proto.ResponsesRequest, events: list[GenerationEvent]) -> list[TokenLogprob]:
         if not body.wants_logprobs():
             return []
         return logprob_entries(self.ctx.engine.token_text, [lp for e in events for lp in e.logprobs])

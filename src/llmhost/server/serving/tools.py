@@ -19,6 +19,7 @@ from typing import Any, Protocol
 from llmhost.engine import Constraint
 from llmhost.server.errors import APIError
 from llmhost.server.protocol.openai import ChatCompletionRequest, ChatMessage, NamedToolChoice, Tool
+from llmhost.server.protocol.shapes import FunctionCall, ToolCall
 from llmhost.server.serving.structured import schema_constraint
 
 
@@ -27,13 +28,13 @@ class ParsedCall:
     name: str
     arguments: str  # JSON text
 
-    def as_openai(self, index: int) -> dict[str, Any]:
-        return {
-            "index": index,
-            "id": f"call_{uuid.uuid4().hex[:24]}",
-            "type": "function",
-            "function": {"name": self.name, "arguments": self.arguments},
-        }
+    def as_openai(self, index: int | None = None) -> ToolCall:
+        """The call as a chat message holds it; a streamed delta's has the call's `index` too."""
+        function: FunctionCall = {"name": self.name, "arguments": self.arguments}
+        call_id = f"call_{uuid.uuid4().hex[:24]}"
+        if index is None:
+            return {"id": call_id, "type": "function", "function": function}
+        return {"index": index, "id": call_id, "type": "function", "function": function}
 
 
 class ToolParser(Protocol):
@@ -106,6 +107,7 @@ class Llama3JsonParser:
     """Llama 3.x: `{"name": ..., "parameters": {...}}` (after `<|python_tag|>` or alone), `;`-separated."""
 
     markers: tuple[str, ...] = ("<|python_tag|>",)
+
     def parse(self, text: str) -> tuple[str | None, list[ParsedCall]]:
         body = text.split("<|python_tag|>", 1)[-1].strip()
         if not body.startswith("{"):

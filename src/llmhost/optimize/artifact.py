@@ -244,7 +244,7 @@ def measure_load(gguf: Path, threads: int = 0, repeats: int = 3) -> dict[str, An
 
 def system_prompt_tokens(model: Any, recipe: Recipe) -> list[int]:
     """The tokens a request carrying the system prompt starts with."""
-    from llmhost.chat_template import ChatTemplate
+    from llmhost.chat_template import ChatTemplate, TemplateMessage
 
     assert recipe.system_prompt is not None
     info = model.info
@@ -258,7 +258,7 @@ def system_prompt_tokens(model: Any, recipe: Recipe) -> list[int]:
             "or save the system prompt as raw text (--system-prompt-mode raw)"
         )
     template = ChatTemplate(source, info.bos_token, info.eos_token)
-    messages = [
+    messages: list[TemplateMessage] = [
         {"role": "system", "content": recipe.system_prompt},
         {"role": "user", "content": _SENTINEL},
     ]

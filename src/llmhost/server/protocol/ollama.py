@@ -10,9 +10,11 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StrictStr
 
 from llmhost.engine.request import INT32_MAX
+from llmhost.jsontypes import JSONObject
 from llmhost.server.errors import APIError
 from llmhost.server.protocol.limits import MAX_STOP_CHARS, MAX_STOP_SEQUENCES
 from llmhost.server.protocol.openai import Strict
+from llmhost.server.protocol.shapes import OllamaMessage
 
 StopString = Annotated[str, Field(max_length=MAX_STOP_CHARS)]
 ThinkLevel = Literal["low", "medium", "high", "max"]
@@ -211,7 +213,7 @@ class ChatResponse(Open):
 
     model: str
     created_at: str
-    message: dict[str, Any]
+    message: OllamaMessage
     done: bool
     done_reason: str | None = None
     total_duration: int | None = None
@@ -223,18 +225,22 @@ class ChatResponse(Open):
 
 
 class GenerateResponse(Open):
+    """A /api/generate answer; streamed as ChatResponse is. `context`: the tokens to send back to go on
+    (a templated prompt only)."""
+
     model: str
     created_at: str
     response: str
+    thinking: str | None = None
     done: bool
     done_reason: str | None = None
-    context: list[int] | None = None
     total_duration: int | None = None
     load_duration: int | None = None
     prompt_eval_count: int | None = None
     prompt_eval_duration: int | None = None
     eval_count: int | None = None
     eval_duration: int | None = None
+    context: list[int] | None = None
 
 
 class EmbedResponse(Open):
@@ -282,7 +288,7 @@ class ShowResponse(Open):
     parameters: str
     template: str
     details: Details
-    model_info: dict[str, Any]
+    model_info: JSONObject  # the GGUF's metadata, as the file has it
     capabilities: list[str]
     modified_at: str
 

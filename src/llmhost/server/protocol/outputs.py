@@ -193,19 +193,36 @@ class TokenPiece(Open):
 
 
 class Tokens(Open):
-    """The prompt's token ids (with `with_pieces: true`: each id with its text); for vLLM's body also
-    `count`, `max_model_len` and `token_strs`."""
+    """llama-server's /tokenize: the prompt's token ids (with `with_pieces: true`: each id with its
+    text)."""
 
     tokens: list[int] | list[TokenPiece]
 
 
+class VLLMTokens(Open):
+    """vLLM's /tokenize (a body with `prompt`); `token_strs` with `return_token_strs: true`."""
+
+    count: int
+    max_model_len: int
+    tokens: list[int]
+    token_strs: list[str] | None
+
+
 class Detokenized(Open):
+    """The text under both names: llama-server's `content` and vLLM's `prompt`."""
+
     content: str
+    prompt: str
 
 
 class TokenizerInfo(Open):
     tokenizer_class: str
     model: str
+    bos_token: str | None
+    eos_token: str | None
+    pad_token: str | None
+    add_bos_token: bool
+    chat_template: str | None
     model_max_length: int
     vocab_size: int
 

@@ -225,3 +225,42 @@ class StreamedToken(TypedDict):
     top_tokens: list[TGIToken] | None
     generated_text: str | None
     details: TGIDetails | None
+
+
+# -- Ollama ---------------------------------------------------------------------------------------------
+class OllamaFunction(TypedDict):
+    index: int
+    name: str
+    arguments: JSONObject  # the call's arguments, as the model wrote them
+
+
+class OllamaToolCall(TypedDict):
+    id: str
+    function: OllamaFunction
+
+
+class OllamaMessage(TypedDict):
+    role: Literal["assistant"]
+    content: str
+    thinking: NotRequired[str]
+    tool_calls: NotRequired[list[OllamaToolCall]]
+
+
+class OllamaPiece(TypedDict):
+    """A line of /api/chat (`message`) or /api/generate (`response`, `thinking`); the last (`done`)
+    with the figures, durations in nanoseconds, and for a templated generate the `context`."""
+
+    model: str
+    created_at: str
+    message: NotRequired[OllamaMessage]
+    response: NotRequired[str]
+    thinking: NotRequired[str]
+    done: bool
+    done_reason: NotRequired[str]
+    total_duration: NotRequired[int]
+    load_duration: NotRequired[int]
+    prompt_eval_count: NotRequired[int]
+    prompt_eval_duration: NotRequired[int]
+    eval_count: NotRequired[int]
+    eval_duration: NotRequired[int]
+    context: NotRequired[list[int]]

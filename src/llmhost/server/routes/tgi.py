@@ -3,22 +3,19 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from fastapi import APIRouter, Request
 from starlette.responses import JSONResponse, Response
 
 from llmhost.server.apidoc import COMMON, Shape, errors, merge, operation
 from llmhost.server.errors import use_tgi_errors
-from llmhost.server.protocol.outputs import Generation, Generations, Info
+from llmhost.server.protocol.outputs import Generation, Generations, Info, dump, json_response
 from llmhost.server.protocol.tgi import TGIRequest
 from llmhost.server.routes import deps
 
 router = APIRouter()
 # TGI's shape from the route on; the API-key check, the body limit, draining and a crash answer OpenAI's
-ERRORS: dict[int, Sequence[Shape]] = merge(
-    errors(400, 422, 429, 500, 503, style="tgi"), COMMON, errors(413)
-)
+ERRORS: dict[int, Sequence[Shape]] = merge(errors(400, 422, 429, 500, 503, style="tgi"), COMMON, errors(413))
 
 
 async def _body(request: Request) -> TGIRequest:
@@ -34,14 +31,14 @@ async def compat_generate(request: Request) -> Response:
     if body.stream:
         return await deps.tgi(request).generate_stream(body)
     # TGI's compat route answers a list of one generation (its Python client reads element 0)
-    return JSONResponse([await deps.tgi(request).generate(body, request)])
+    return JSONResponse([dump(await deps.tgi(request).generate(body, request))])
 
 
 @router.post("/generate", openapi_extra=operation(
     "TGI generate", body=[TGIRequest], success=Generation, errors=ERRORS))  # fmt: skip
-async def generate(request: Request) -> dict[str, Any]:
+async def generate(request: Request) -> Response:
     body = await _body(request)
-    return await deps.tgi(request).generate(body, request)
+    return json_response(await deps.tgi(request).generate(body, request))
 
 
 @router.post("/generate_stream", openapi_extra=operation(
@@ -52,5 +49,5 @@ async def generate_stream(request: Request) -> Response:
 
 
 @router.get("/info", openapi_extra=operation("TGI model info", success=Info, errors=COMMON))
-async def info(request: Request) -> dict[str, Any]:
-    return deps.tgi(request).info()
+async def info(request: Request) -> Response:
+    return json_response(deps.tgi(request).info())

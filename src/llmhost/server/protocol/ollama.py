@@ -5,7 +5,7 @@ its answers, for the OpenAPI document."""
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictStr
 
@@ -13,7 +13,7 @@ from llmhost.engine.request import INT32_MAX
 from llmhost.jsontypes import JSONObject
 from llmhost.server.errors import APIError
 from llmhost.server.protocol.limits import MAX_STOP_CHARS, MAX_STOP_SEQUENCES
-from llmhost.server.protocol.openai import Strict
+from llmhost.server.protocol.openai import Strict, no_parameters
 from llmhost.server.protocol.shapes import OllamaMessage
 
 StopString = Annotated[str, Field(max_length=MAX_STOP_CHARS)]
@@ -67,7 +67,7 @@ class Options(Strict):
 
 class ToolFunctionCall(Strict):
     name: str
-    arguments: dict[str, Any] = Field(default_factory=dict)
+    arguments: JSONObject = Field(default_factory=dict)
     index: int | None = None
 
 
@@ -90,7 +90,7 @@ class Message(Strict):
 class FunctionDef(Strict):
     name: Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$")]
     description: str | None = None
-    parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object", "properties": {}})
+    parameters: JSONObject = Field(default_factory=no_parameters)
 
 
 class Tool(Strict):
@@ -98,7 +98,7 @@ class Tool(Strict):
     function: FunctionDef
 
 
-Format = Literal["", "json"] | dict[str, Any]
+Format = Literal["", "json"] | JSONObject  # a JSON schema
 KeepAlive = StrictStr | float | None
 
 

@@ -107,6 +107,24 @@ class Chunk(TypedDict):
     timings: NotRequired[Timings | None]
 
 
+class EmbeddingData(TypedDict):
+    object: Literal["embedding"]
+    index: int
+    embedding: list[float] | str  # base64 with encoding_format "base64"
+
+
+class EmbeddingsUsage(TypedDict):
+    prompt_tokens: int
+    total_tokens: int
+
+
+class Embeddings(TypedDict):
+    object: Literal["list"]
+    data: list[EmbeddingData]
+    model: str
+    usage: EmbeddingsUsage
+
+
 # -- Responses ------------------------------------------------------------------------------------------
 class OutputText(TypedDict):
     type: Literal["output_text"]

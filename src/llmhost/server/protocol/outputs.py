@@ -148,15 +148,6 @@ class TokenCount(Open):
     input_tokens: int
 
 
-class ReasoningSetting(Open):
-    effort: str | None
-    summary: None
-
-
-class TextSetting(Open):
-    format: JSONObject  # {"type": "text"}, or the request's text.format
-
-
 class ResponseObject(Open):
     """`POST /v1/responses` without `stream` (with `stream: true`: the `response.*` SSE events, which
     carry this object as it grows). The request's settings are repeated as OpenAI does."""
@@ -173,10 +164,10 @@ class ResponseObject(Open):
     metadata: dict[str, str]
     parallel_tool_calls: bool
     previous_response_id: None
-    reasoning: ReasoningSetting
+    reasoning: shapes.ReasoningSetting
     store: bool
     temperature: float
-    text: TextSetting
+    text: shapes.TextSetting
     tool_choice: JSONValue  # "auto", "none", "required", or the request's named function
     tools: list[JSONObject]  # the request's, as sent
     top_p: float

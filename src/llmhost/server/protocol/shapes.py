@@ -19,7 +19,7 @@ from typing import (
 
 from typing_extensions import TypedDict
 
-from llmhost.jsontypes import JSONObject
+from llmhost.jsontypes import JSONObject, JSONValue
 
 
 # -- OpenAI ---------------------------------------------------------------------------------------------
@@ -181,6 +181,49 @@ class ResponseError(TypedDict):
 
 class IncompleteDetails(TypedDict):
     reason: str
+
+
+class ReasoningSetting(TypedDict):
+    effort: str | None
+    summary: None
+
+
+class TextSetting(TypedDict):
+    format: JSONObject  # {"type": "text"}, or the request's text.format
+
+
+class ResponseEcho(TypedDict):
+    """The request's settings as the response object repeats them (OpenAI's order)."""
+
+    model: str
+    instructions: str | None
+    max_output_tokens: int | None
+    metadata: dict[str, str]
+    parallel_tool_calls: bool
+    previous_response_id: None
+    reasoning: ReasoningSetting
+    store: bool
+    temperature: float
+    text: TextSetting
+    tool_choice: JSONValue  # "auto", "none", "required", or the request's named function
+    tools: list[JSONObject]  # the request's, as sent
+    top_p: float
+    truncation: Literal["disabled"]
+    user: str | None
+
+
+class ResponseBody(ResponseEcho):
+    """The response object, as each `response.*` event carries it (outputs.ResponseObject documents
+    it, and checks the whole answer)."""
+
+    id: str
+    object: Literal["response"]
+    created_at: int
+    status: Literal["completed", "incomplete", "failed", "in_progress"]
+    error: ResponseError | None
+    incomplete_details: IncompleteDetails | None
+    output: list[OutputItem]
+    usage: ResponsesUsage | None
 
 
 # -- Anthropic ------------------------------------------------------------------------------------------

@@ -26,13 +26,12 @@ from llmhost.server.protocol.openai import (
     Tool,
     ToolCall,
 )
-from llmhost.server.protocol.outputs import ReasoningSetting, TextSetting, json_response
-from llmhost.server.protocol.shapes import OutputItem, ResponsesUsage, TokenLogprob
+from llmhost.server.protocol.outputs import ResponseObject, json_response
+from llmhost.server.protocol.shapes import OutputItem, ResponseEcho, ResponsesUsage, TokenLogprob
 from llmhost.server.serving import thinking
 from llmhost.server.serving.chat import ChatRun, StreamedOutput, logprob_entries, read_message, start_chat
 from llmhost.server.serving.context import EventStreamResponse, ServingContext, raise_if_failed
 from llmhost.server.serving.responses_events import (
-    ResponseEcho,
     ResponseEvents,
     ResponseShape,
     Status,
@@ -143,16 +142,18 @@ def _echo(body: proto.ResponsesRequest, model: str) -> ResponseEcho:
     if body.text and body.text.format:
         fmt = body.text.format.model_dump(by_alias=True, exclude_none=True)
     choice = body.tool_choice
-    return ResponseEcho(
-        model=body.model or model, instructions=body.instructions, max_output_tokens=body.max_output_tokens,
-        metadata=body.metadata or {}, parallel_tool_calls=body.parallel_tool_calls is not False,
-        reasoning=ReasoningSetting(effort=body.reasoning.effort if body.reasoning else None, summary=None),
-        temperature=1.0 if body.temperature is None else body.temperature,
-        text=TextSetting(format=fmt),
-        tool_choice=choice.model_dump() if isinstance(choice, proto.FunctionChoice) else choice or "auto",
-        tools=[t.model_dump() for t in body.tools or []],
-        top_p=1.0 if body.top_p is None else body.top_p, user=body.user,
-    )  # fmt: skip
+    return {
+        "model": body.model or model, "instructions": body.instructions,
+        "max_output_tokens": body.max_output_tokens, "metadata": body.metadata or {},
+        "parallel_tool_calls": body.parallel_tool_calls is not False, "previous_response_id": None,
+        "reasoning": {"effort": body.reasoning.effort if body.reasoning else None, "summary": None},
+        "store": False,
+        "temperature": 1.0 if body.temperature is None else body.temperature,
+        "text": {"format": fmt},
+        "tool_choice": choice.model_dump() if isinstance(choice, proto.FunctionChoice) else choice or "auto",
+        "tools": [t.model_dump() for t in body.tools or []],
+        "top_p": 1.0 if body.top_p is None else body.top_p, "truncation": "disabled", "user": body.user,
+    }  # fmt: skip
 
 
 def _usage(last: GenerationEvent) -> ResponsesUsage:
@@ -191,7 +192,8 @@ class ResponsesServing:
         output += [message] if content or not calls else []
         output += [call_item(c) for c in calls]
         reason = "max_output_tokens" if incomplete else None
-        return json_response(shape.object(status, output, _usage(last), reason))
+        answer = shape.object(status, output, _usage(last), reason)
+        return json_response(ResponseObject.model_validate(answer))  # checked against what is documented
 
     def _logprobs(self, body: proto.ResponsesRequest, events: list[GenerationEvent]) -> list[TokenLogprob]:
         if not body.wants_logprobs():

@@ -18,13 +18,10 @@ import json
 import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Literal, TypeAlias
 
-from llmhost.jsontypes import JSONObject, JSONValue
 from llmhost.server.protocol import shapes
-from llmhost.server.protocol.outputs import ReasoningSetting, ResponseObject, TextSetting, dump
-from llmhost.server.protocol.shapes import TokenLogprob
+from llmhost.server.protocol.shapes import ResponseBody, ResponseEcho, TokenLogprob
 from llmhost.server.serving.tools import ParsedCall
 
 Status = Literal["completed", "incomplete", "failed", "in_progress"]
@@ -32,7 +29,7 @@ Status = Literal["completed", "incomplete", "failed", "in_progress"]
 # the response object (dumped)
 EventValue: TypeAlias = (
     str | int | list[TokenLogprob] | shapes.OutputItem | shapes.OutputText | shapes.ReasoningText
-    | JSONObject | None
+    | ResponseBody | None
 )  # fmt: skip
 
 
@@ -76,24 +73,6 @@ def usage(prompt: int, completion: int, cached: int, reasoning: int = 0) -> shap
     }
 
 
-@dataclass(frozen=True, slots=True)
-class ResponseEcho:
-    """The request's settings as the response object repeats them."""
-
-    model: str
-    instructions: str | None
-    max_output_tokens: int | None
-    metadata: dict[str, str]
-    parallel_tool_calls: bool
-    reasoning: ReasoningSetting
-    temperature: float
-    text: TextSetting
-    tool_choice: JSONValue
-    tools: list[JSONObject]
-    top_p: float
-    user: str | None
-
-
 class ResponseShape:
     """The response object's fields that echo the request, shared by every snapshot of it."""
 
@@ -109,16 +88,14 @@ class ResponseShape:
         use: shapes.ResponsesUsage | None = None,
         incomplete: str | None = None,
         error: shapes.ResponseError | None = None,
-    ) -> ResponseObject:
-        e = self.echo
-        return ResponseObject(
-            id=self.rid, object="response", created_at=self.created_at, status=status, error=error,
-            incomplete_details={"reason": incomplete} if incomplete else None, model=e.model,
-            instructions=e.instructions, max_output_tokens=e.max_output_tokens, metadata=e.metadata,
-            parallel_tool_calls=e.parallel_tool_calls, previous_response_id=None, reasoning=e.reasoning,
-            store=False, temperature=e.temperature, text=e.text, tool_choice=e.tool_choice, tools=e.tools,
-            top_p=e.top_p, truncation="disabled", user=e.user, output=list(output), usage=use,
-        )  # fmt: skip
+    ) -> ResponseBody:
+        """A snapshot: a plain dict, written into events as it is (the whole answer is checked against
+        ResponseObject by the caller)."""
+        return {
+            "id": self.rid, "object": "response", "created_at": self.created_at, "status": status,
+            "error": error, "incomplete_details": {"reason": incomplete} if incomplete else None,
+            **self.echo, "output": output, "usage": use,
+        }  # fmt: skip
 
 
 def sse(name: str, data: dict[str, EventValue]) -> str:
@@ -153,7 +130,7 @@ class ResponseEvents:
         return sse(kind, data)
 
     def start(self) -> Iterator[str]:
-        snapshot = dump(self.shape.object("in_progress", []))
+        snapshot = self.shape.object("in_progress", [])
         yield self._event("response.created", response=snapshot)
         yield self._event("response.in_progress", response=snapshot)
 
@@ -233,12 +210,12 @@ class ResponseEvents:
             yield from self.call(call)
         reason = "max_output_tokens" if status == "incomplete" else None
         final = self.shape.object(status, self.output, use, reason)
-        yield self._event(f"response.{status}", response=dump(final))
+        yield self._event(f"response.{status}", response=final)
 
     def failed(self, message: str, code: str = "server_error") -> str:
         error: shapes.ResponseError = {"code": code, "message": message}
         snapshot = self.shape.object("failed", self.output, error=error)
-        return self._event("response.failed", response=dump(snapshot))
+        return self._event("response.failed", response=snapshot)
 
     def error(self, message: str) -> str:
         """An unexpected failure while streaming (EventStreamResponse's on_error)."""

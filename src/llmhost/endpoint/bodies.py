@@ -4,6 +4,8 @@ single-host endpoint and the Ray one build it. The OpenAPI document shows the me
 
 from __future__ import annotations
 
+from typing import NotRequired
+
 from typing_extensions import TypedDict
 
 from llmhost.endpoint.affinity import Decision
@@ -171,3 +173,29 @@ class Rescanned(TypedDict):
     added: list[str]
     removed: list[str]
     changed: list[str]
+
+
+class Resources(TypedDict):
+    num_cpus: float
+    memory_mb: int
+
+
+class ModelEntry(TypedDict):
+    """A component as the endpoint's /v1/models lists it; an on-demand model with its state and the room
+    it takes when loaded."""
+
+    id: str
+    object: str
+    owned_by: str
+    created: int
+    copies: int
+    ready: int
+    state: NotRequired[str]
+    pinned: NotRequired[bool]
+    keep_alive: NotRequired[float]
+    resources: NotRequired[Resources]
+
+
+class ModelList(TypedDict):
+    object: str
+    data: list[ModelEntry]

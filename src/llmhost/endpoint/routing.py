@@ -24,6 +24,7 @@ from starlette.types import Receive, Scope, Send
 from llmhost import eventstream
 from llmhost.asgi import error_body, retry_after
 from llmhost.endpoint.apidoc import relay_doc
+from llmhost.endpoint.bodies import ModelEntry
 from llmhost.server.anthropic_errors import is_anthropic
 from llmhost.server.ollama_errors import is_ollama
 from llmhost.server.serving.anthropic_events import error_event as anthropic_error_event
@@ -284,7 +285,7 @@ def ping(accepting: bool, serving: Mapping[str, bool]) -> Response:
     return error(503, f"endpoint not ready: {why}", "service_unavailable")
 
 
-def model_entry(name: str, copies: int, ready: int) -> dict[str, Any]:
+def model_entry(name: str, copies: int, ready: int) -> ModelEntry:
     return {"id": name, "object": "model", "owned_by": "llmhost", "created": 0, "copies": copies,
             "ready": ready}  # fmt: skip
 

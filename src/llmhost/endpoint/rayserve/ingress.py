@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from fastapi import APIRouter, FastAPI
-from starlette.responses import Response
+from starlette.responses import JSONResponse, Response
 
 from llmhost.asgi import RequestContextMiddleware
 from llmhost.auth import OPEN_PATHS, ApiKeyMiddleware, ApiKeys
@@ -23,6 +23,7 @@ from llmhost.console.front import console_families
 from llmhost.console.sampler import Sampler
 from llmhost.endpoint import apidoc, routing
 from llmhost.endpoint.admin import create_admin
+from llmhost.endpoint.bodies import ModelList
 from llmhost.endpoint.ollama import Listed, context_length, ollama_routes
 from llmhost.endpoint.rayserve import status
 from llmhost.endpoint.rayserve.admin import RayAdmin
@@ -88,10 +89,11 @@ class Ingress:
             return routing.ping(True, {c.name: c.serving for c in self.components.values()})
 
         @router.get("/v1/models", openapi_extra=apidoc.MODELS)
-        async def models() -> dict[str, Any]:
+        async def models() -> Response:
             comps = self.components.values()
             data = [routing.model_entry(c.name, c.view.target, c.view.running) for c in comps]
-            return {"object": "list", "data": data}
+            listed: ModelList = {"object": "list", "data": data}
+            return JSONResponse(listed)
 
         @router.get("/metrics", openapi_extra=apidoc.METRICS)
         async def metrics() -> Response:

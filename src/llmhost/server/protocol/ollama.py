@@ -193,7 +193,7 @@ def keep_alive_seconds(value: KeepAlive) -> float | None:
     return sign * sum(float(n) * _UNIT_S[u] for n, u in parts)
 
 
-# -- answers (the document's schemas; the serving layer writes them as dicts) ----------------------------
+# -- answers (the document's schemas; whole answers are built as these, lines as shapes.OllamaPiece) ---
 class Open(BaseModel):
     model_config = ConfigDict(extra="allow")
 

@@ -3,8 +3,9 @@ event is a plain dict (no validation per token) whose shape mypy checks, and the
 protocol/outputs.py, which the OpenAPI document shows, are built of the same parts.
 
 Why not pydantic models here: building 10,000 `chat.completion.chunk`s as a pydantic model and writing
-them with `model_dump_json` took 384-406 ms, as a TypedDict and `json.dumps` 282-291 ms: 40 µs against
-28 µs a token (best of 7, two runs, on 2 cores shared with other work; benchmarks/stream_chunks.py).
+them with `model_dump_json` took 80.5 ms, as a TypedDict and `json.dumps` 60.7 ms: 8.0 against 6.1 µs a
+token, a third more (best of 7; benchmarks/stream_chunks.py; on 2 busy shared cores 384-406 against
+282-291 ms).
 
 Key order is the order written: declare the keys in the order clients see them. pydantic keeps a
 TypedDict's declared order (and its undeclared keys) when a response model holds one.

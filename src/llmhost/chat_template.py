@@ -9,19 +9,47 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal, NotRequired
 
 from jinja2 import TemplateError, meta
 from jinja2.exceptions import SecurityError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
+from typing_extensions import TypedDict
+
+from llmhost.jsontypes import JSONObject, JSONValue
 
 # a prompt is refused beyond max_input_tokens long before this; a template writing more is broken
 MAX_OUTPUT_CHARS = 32 * 2**20
 RENDER_TIMEOUT_S = 5.0
+
+
+class TemplateFunction(TypedDict):
+    name: str
+    arguments: JSONValue  # a mapping (Hugging Face's convention), or the text when it is no JSON
+
+
+class TemplateToolCall(TypedDict):
+    id: str
+    type: Literal["function"]
+    function: TemplateFunction
+
+
+class TemplateMessage(TypedDict):
+    """A message as chat templates read it."""
+
+    role: str
+    content: str
+    name: NotRequired[str]
+    tool_call_id: NotRequired[str]
+    reasoning_content: NotRequired[str]  # Qwen3's name for a thought; gpt-oss's template reads `thinking`
+    thinking: NotRequired[str]
+    tool_calls: NotRequired[list[TemplateToolCall]]
+
+
 # a template's sample conversation when it is checked at load
-PROBE_MESSAGES = [{"role": "user", "content": "Hello"}]
+PROBE_MESSAGES: list[TemplateMessage] = [{"role": "user", "content": "Hello"}]
 
 
 class ChatTemplateError(ValueError):
@@ -131,10 +159,10 @@ class ChatTemplate:
 
     def render(
         self,
-        messages: list[dict[str, Any]],
+        messages: Sequence[TemplateMessage],
         add_generation_prompt: bool = True,
-        tools: list[dict[str, Any]] | None = None,
-        kwargs: Mapping[str, Any] | None = None,
+        tools: list[JSONObject] | None = None,  # the request's tool definitions, as sent
+        kwargs: Mapping[str, JSONValue] | None = None,
     ) -> str:
         """The prompt; `kwargs` are more template variables (`enable_thinking`), never the ones above."""
         budget = self._budget

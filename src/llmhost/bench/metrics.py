@@ -23,12 +23,13 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import asdict, dataclass, field
-from typing import Any
 
 import numpy as np
+from pydantic import TypeAdapter
 
 from llmhost.bench import cost
 from llmhost.bench.slo import GoodputSLO
+from llmhost.jsontypes import JSONObject
 
 TTFT_S = "ttft_s"
 TPOT_S = "tpot_s"
@@ -122,7 +123,7 @@ class RequestRecord:
     def max_itl_s(self) -> float | None:
         return max(self.itl_gaps_s) if self.itl_gaps_s else None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JSONObject:
         return asdict(self)
 
 
@@ -214,8 +215,8 @@ class LevelSummary:
     good_requests: int | None = None  # successful requests meeting the goodput SLO (None: no SLO)
     goodput_rps: float | None = None  # good_requests / wall time
     server_figures: dict[str, float] = field(default_factory=dict)  # "server_queue_depth_max" → value
-    server_metrics: dict[str, Any] = field(default_factory=dict)  # raw /metrics deltas and gauges
-    conversations: dict[str, Any] | None = None  # the conversation workload's counts (bench.convload)
+    server_metrics: JSONObject = field(default_factory=dict)  # raw /metrics deltas and gauges
+    conversations: JSONObject | None = None  # the conversation workload's counts (bench.convload)
 
     def get(self, key: str) -> float | None:
         """A figure by its flat name (``ttft_s_p50``, ``output_tokens_per_s``, ``server_...``)."""
@@ -233,13 +234,13 @@ class LevelSummary:
             return float(self.concurrency)
         return float(self.rate_rps or 0.0)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JSONObject:
         return asdict(self)
 
-    def flat(self) -> dict[str, Any]:
+    def flat(self) -> JSONObject:
         """One CSV row (raw server metrics stay in summary.json)."""
         nested = ("errors", "distributions", "server_figures", "server_metrics", "conversations")
-        row = {k: v for k, v in asdict(self).items() if k not in nested}
+        row: JSONObject = {k: v for k, v in asdict(self).items() if k not in nested}
         row.update(self.distributions)
         row.update(self.server_figures)
         for kind in ERROR_KINDS:
@@ -247,8 +248,8 @@ class LevelSummary:
         return row
 
     @classmethod
-    def from_json(cls, obj: dict[str, Any]) -> LevelSummary:
-        return cls(**obj)
+    def from_json(cls, obj: JSONObject) -> LevelSummary:
+        return TypeAdapter(cls).validate_python(obj)
 
 
 def count_errors(measured: list[RequestRecord]) -> dict[str, int]:

@@ -11,9 +11,9 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Any
 
 import psutil
+from typing_extensions import TypedDict
 
 
 def _cpu_s(p: psutil.Process) -> float:
@@ -32,6 +32,29 @@ def _tree(root: psutil.Process) -> list[psutil.Process]:
         return [root, *root.children(recursive=True)]
     except psutil.Error:
         return []
+
+
+class ProcessFigures(TypedDict):
+    pid: int
+    cpu_s: float  # CPU seconds over the levels
+    cpus: float  # CPUs used on average
+    rss_mb: float  # resident MiB at the end
+
+
+class LoadGenerator(TypedDict):
+    cpu_s: float
+    cpus: float
+
+
+class Processes(TypedDict):
+    """What a server, its children and the load generator used over a run's levels."""
+
+    wall_s: float
+    host_cpus: int
+    other_cpus: float  # the CPUs every other process of the host used on average meanwhile
+    server: ProcessFigures | None
+    children: list[ProcessFigures]
+    load_generator: LoadGenerator
 
 
 @dataclass
@@ -55,7 +78,7 @@ class ProcessUsage:
                 continue
         return usage
 
-    def _entry(self, p: psutil.Process, wall: float) -> dict[str, Any] | None:
+    def _entry(self, p: psutil.Process, wall: float) -> ProcessFigures | None:
         try:
             cpu = _cpu_s(p) - self.started_cpu.get(p.pid, 0.0)  # a process started since: all of it
             rss = p.memory_info().rss / 2**20
@@ -63,7 +86,7 @@ class ProcessUsage:
             return None
         return {"pid": p.pid, "cpu_s": round(cpu, 3), "cpus": round(cpu / wall, 3), "rss_mb": round(rss, 1)}
 
-    def finish(self) -> dict[str, Any]:
+    def finish(self) -> Processes:
         """``server`` (the root), ``children`` and ``load_generator``: CPU seconds, CPUs used on
         average (``cpus``), resident MiB; with the wall time, the host's CPUs, and ``other_cpus``: the
         CPUs every other process of the host used on average meanwhile (the machine was idle or not)."""

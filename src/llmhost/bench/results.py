@@ -5,9 +5,12 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+
+from pydantic import TypeAdapter
 
 from llmhost.bench.metrics import LevelSummary
+from llmhost.bench.procstats import Processes
+from llmhost.jsontypes import JSONObject
 
 SUMMARY_JSON = "summary.json"
 SUMMARY_CSV = "summary.csv"
@@ -25,9 +28,9 @@ class ConfigResult:
     name: str
     url: str
     api: str
-    params: dict[str, Any] = field(default_factory=dict)  # model, threads, max_concurrent, ...
+    params: JSONObject = field(default_factory=dict)  # serve settings: model, threads, max_concurrent, ...
     price_per_hour: float | None = None
-    workload: dict[str, Any] = field(default_factory=dict)
+    workload: JSONObject = field(default_factory=dict)  # Workload.describe()
     levels: list[LevelSummary] = field(default_factory=list)
     error: str | None = None  # why it produced no figures (failed to start, ...)
     # why its levels ended before the last one: "saturated", "error_rate" or "interrupted"
@@ -37,18 +40,18 @@ class ConfigResult:
     saturated_at: str | None = None  # first level showing saturation (even when it was the last)
     # CPU and memory of the server process started for it and of its children over the levels
     # (sweeps; see llmhost.bench.procstats); None for a server it did not start
-    processes: dict[str, Any] | None = None
+    processes: Processes | None = None
 
-    def to_json(self) -> dict[str, Any]:
-        d = asdict(self)
+    def to_json(self) -> JSONObject:
+        d: JSONObject = asdict(self)
         d["levels"] = [lv.to_json() for lv in self.levels]
         return d
 
     @classmethod
-    def from_json(cls, obj: dict[str, Any]) -> ConfigResult:
-        obj = dict(obj)
-        levels = [LevelSummary.from_json(lv) for lv in obj.pop("levels", [])]
-        return cls(levels=levels, **obj)
+    def from_json(cls, obj: JSONObject) -> ConfigResult:
+        """As summary.json holds it, checked against the fields declared here (a 422-like ValidationError
+        names the one a file gets wrong)."""
+        return TypeAdapter(cls).validate_python(obj)
 
 
 @dataclass
@@ -65,15 +68,15 @@ class Recommendation:
     figures: dict[str, float | None] = field(default_factory=dict)
 
     @classmethod
-    def from_json(cls, obj: dict[str, Any]) -> Recommendation:
-        return cls(**obj)
+    def from_json(cls, obj: JSONObject) -> Recommendation:
+        return TypeAdapter(cls).validate_python(obj)
 
 
 @dataclass
 class BenchResults:
     configs: list[ConfigResult] = field(default_factory=list)
     recommendations: list[Recommendation] = field(default_factory=list)
-    settings: dict[str, Any] = field(default_factory=dict)
+    settings: JSONObject = field(default_factory=dict)  # BenchConfig.to_json()
     interrupted: bool = False
     started_at: str = ""
     finished_at: str = ""
@@ -83,7 +86,7 @@ class BenchResults:
     def levels(self) -> list[LevelSummary]:
         return [lv for c in self.configs for lv in c.levels]
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JSONObject:
         return {
             "format": FORMAT,
             "started_at": self.started_at,
@@ -95,17 +98,11 @@ class BenchResults:
         }
 
     @classmethod
-    def from_json(cls, obj: dict[str, Any], out_dir: str | None = None) -> BenchResults:
-        return cls(
-            configs=[ConfigResult.from_json(c) for c in obj.get("configs", [])],
-            recommendations=[Recommendation.from_json(r) for r in obj.get("recommendations", [])],
-            settings=obj.get("settings", {}),
-            interrupted=bool(obj.get("interrupted", False)),
-            started_at=obj.get("started_at", ""),
-            finished_at=obj.get("finished_at", ""),
-            out_dir=out_dir,
-            format=str(obj.get("format", "")),
-        )
+    def from_json(cls, obj: JSONObject, out_dir: str | None = None) -> BenchResults:
+        read = TypeAdapter(BenchResults).validate_python({k: v for k, v in obj.items() if k != "out_dir"})
+        read.out_dir = out_dir
+        read.format = str(obj.get("format", ""))
+        return read
 
 
 def load_results(path: str | Path) -> BenchResults:

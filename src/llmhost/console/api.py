@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from fastapi import APIRouter, Request
 from pydantic import ValidationError
@@ -91,9 +91,24 @@ def _number(request: Request, name: str, default: float) -> float | JSONResponse
     return value
 
 
-def series_body(store: SeriesStore, since: float) -> dict[str, Any]:
+class ComponentPoints(TypedDict):
+    """A component's points (console/apidoc.py's ComponentSeries)."""
+
+    t: list[float]
+    period_s: list[float]
+    series: dict[str, list[float | None]]
+    refusals: list[dict[str, float]]
+
+
+class SeriesBody(TypedDict):
+    now: float
+    period_s: float
+    components: dict[str, ComponentPoints]
+
+
+def series_body(store: SeriesStore, since: float) -> SeriesBody:
     """Each component's points after `since`: times, and one list per series (None: nothing to say)."""
-    out: dict[str, Any] = {}
+    out: dict[str, ComponentPoints] = {}
     for name in store.components():
         points = store.points(name, since)
         figures = [summarize([p]) for p in points]

@@ -4,10 +4,11 @@ console, and their files read back (only files inside DIR, of the kinds a report
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Literal, TypedDict
 
 # what a results folder holds, by its marker file
-KINDS = {"summary.json": "bench", "tune.json": "tune"}
+ReportKind = Literal["bench", "tune"]
+KINDS: dict[str, ReportKind] = {"summary.json": "bench", "tune.json": "tune"}
 MEDIA = {
     ".html": "text/html; charset=utf-8",
     ".json": "application/json",
@@ -26,9 +27,19 @@ class ReportError(Exception):
         self.status = status
 
 
-def list_reports(root: Path) -> list[dict[str, Any]]:
+class ReportEntry(TypedDict):
+    """A folder of the reports directory holding a result (console/apidoc.py's ReportInfo)."""
+
+    name: str  # its path under the reports directory
+    kind: ReportKind
+    modified: float  # Unix time of its summary
+    report: str | None  # its report.html, if it has one
+    files: list[str]
+
+
+def list_reports(root: Path) -> list[ReportEntry]:
     """Every folder under `root` (itself included) holding a bench or tune result, newest first."""
-    found: list[dict[str, Any]] = []
+    found: list[ReportEntry] = []
     if not root.is_dir():
         return found
     folders = [root, *(p for p in root.rglob("*")
@@ -46,7 +57,7 @@ def list_reports(root: Path) -> list[dict[str, Any]]:
             if (folder / "report.html").is_file() else None,
             "files": [f.relative_to(root).as_posix() for f in files],
         })  # fmt: skip
-    return sorted(found, key=lambda r: -float(r["modified"]))
+    return sorted(found, key=lambda r: -r["modified"])
 
 
 def read_report(root: Path, rel: str) -> tuple[bytes, str]:

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.background import BackgroundTask
 from starlette.responses import JSONResponse, Response
 
+from llmhost.endpoint import bodies
 from llmhost.endpoint.apidoc import (
     ADMIN,
     Accepted,
@@ -34,6 +35,7 @@ from llmhost.endpoint.manager import EndpointManager
 from llmhost.endpoint.placement import InsufficientCapacityError
 from llmhost.endpoint.router import error
 from llmhost.endpoint.spec import ComponentList, ComponentSpec, parse_components
+from llmhost.jsontypes import JSONValue
 from llmhost.web.apidoc import errors, merge, operation
 
 LOOPBACK = {"127.0.0.1", "::1", "localhost", "testclient"}
@@ -153,19 +155,19 @@ class AdminBackend(Protocol):
     # why components cannot be added or removed here; None: they can
     components_fixed: str | None
 
-    async def status(self) -> dict[str, Any]: ...
+    async def status(self) -> bodies.EndpointState | bodies.RayEndpointState: ...
 
-    async def scale(self, component: str, copies: int, wait: bool) -> dict[str, Any]: ...
+    async def scale(self, component: str, copies: int, wait: bool) -> bodies.Scaled: ...
 
-    async def add(self, raw: Any) -> dict[str, Any]: ...
+    async def add(self, raw: JSONValue) -> bodies.Added: ...
 
-    async def remove(self, name: str) -> dict[str, Any]: ...
+    async def remove(self, name: str) -> bodies.Removed: ...
 
-    async def load(self, model: str, wait: bool) -> dict[str, Any]: ...
+    async def load(self, model: str, wait: bool) -> bodies.ComponentState | bodies.Accepted: ...
 
-    async def unload(self, model: str) -> dict[str, Any]: ...
+    async def unload(self, model: str) -> bodies.Unloaded: ...
 
-    async def reload(self) -> dict[str, Any]: ...
+    async def reload(self) -> bodies.Rescanned: ...
 
     async def down(self) -> Callable[[], None] | None:
         """Stop the endpoint, or return what stops it once the answer is sent."""
@@ -185,31 +187,31 @@ class LocalAdmin:
     def name(self) -> str:
         return self.manager.spec.name
 
-    async def status(self) -> dict[str, Any]:
+    async def status(self) -> bodies.EndpointState:
         return self.manager.status()
 
-    async def scale(self, component: str, copies: int, wait: bool) -> dict[str, Any]:
+    async def scale(self, component: str, copies: int, wait: bool) -> bodies.ComponentState | bodies.Accepted:
         task = asyncio.ensure_future(self.manager.scale(component, copies))
         if not wait:
             task.add_done_callback(lambda t: t.exception() if not t.cancelled() else None)
             return {"accepted": True}
         return await task
 
-    async def add(self, raw: Any) -> dict[str, Any]:
+    async def add(self, raw: JSONValue) -> bodies.Added:
         specs = parse_components(raw, "components", strict=True)
         try:
             await self.manager.add(specs)
         except ModelRefError as exc:  # the reference is bad, not the endpoint: the body's field says which
             index = [s.name for s in specs].index(exc.component)
-            field = f"components[{index}].model" if "components" in raw else "model"
+            field = f"components[{index}].model" if isinstance(raw, dict) and "components" in raw else "model"
             raise BadBody(field, str(exc)) from None
         return {"added": [s.name for s in specs]}
 
-    async def remove(self, name: str) -> dict[str, Any]:
+    async def remove(self, name: str) -> bodies.Removed:
         await self.manager.remove(name)
         return {"removed": name}
 
-    async def load(self, model: str, wait: bool) -> dict[str, Any]:
+    async def load(self, model: str, wait: bool) -> bodies.ComponentState | bodies.Accepted:
         if wait:
             return await self.manager.load(model)
         self.manager.on_demand(model)  # an unknown name or a declared component: refused now
@@ -217,11 +219,11 @@ class LocalAdmin:
         task.add_done_callback(lambda t: t.exception() if not t.cancelled() else None)
         return {"accepted": True}
 
-    async def unload(self, model: str) -> dict[str, Any]:
+    async def unload(self, model: str) -> bodies.Unloaded:
         return await self.manager.unload(model)
 
-    async def reload(self) -> dict[str, Any]:
-        return dict(await self.manager.reload())
+    async def reload(self) -> bodies.Rescanned:
+        return await self.manager.reload()
 
     async def down(self) -> Callable[[], None]:
         return self.shutdown

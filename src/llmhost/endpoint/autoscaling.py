@@ -40,12 +40,12 @@ def record_decision(comp: Component, copies: int, desired: int, reason: str) -> 
     """Keep a decision that changes the copies or holds a change back (a cooldown); "on target" is kept
     once per run of it, not at every look."""
     last = comp.decisions[-1] if comp.decisions else None
-    entry = {"copies": copies, "desired": desired, "reason": reason}
-    if last is not None and all(last[k] == v for k, v in entry.items()):
+    if last is not None and (last["copies"], last["desired"], last["reason"]) == (copies, desired, reason):
         return
     if desired == copies and reason == "on target" and last is None:
         return  # nothing has happened yet
-    comp.decisions.append({"at": round(time.time(), 3), **entry})
+    now = round(time.time(), 3)
+    comp.decisions.append({"at": now, "copies": copies, "desired": desired, "reason": reason})
 
 
 class AutoscaleLoop:

@@ -9,10 +9,10 @@ from collections import Counter, deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
 
 from llmhost.endpoint.affinity import Affinity, Policy
 from llmhost.endpoint.autoscaler import ScalerState
+from llmhost.endpoint.bodies import ComponentState, DemandStatus, ScaleDecision
 from llmhost.endpoint.replica import Replica, ReplicaState
 from llmhost.endpoint.spec import ComponentSpec, OnDemandSpec
 from llmhost.store.model import ResolvedModel
@@ -83,7 +83,7 @@ class Component:
         self.no_capacity = 0  # requests refused because no copy was ready within the wait
         self.scaler = ScalerState()
         # the autoscaler's last decisions that changed something or held a change back, newest last
-        self.decisions: deque[dict[str, Any]] = deque(maxlen=20)
+        self.decisions: deque[ScaleDecision] = deque(maxlen=20)
         routing = spec.routing
         # prefix-aware routing's index and counts; None: least outstanding
         self.affinity = (Affinity(routing.block_chars, routing.load_factor)
@@ -197,7 +197,7 @@ class Component:
         peak, self.peak = self.peak, self.in_flight
         return peak
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> ComponentState:
         a = self.spec.autoscaling
         return {
             "name": self.name,
@@ -221,7 +221,7 @@ class Component:
             "on_demand": self.demand_status(),
         }
 
-    def demand_status(self) -> dict[str, Any] | None:
+    def demand_status(self) -> DemandStatus | None:
         d = self.demand
         if d is None:
             return None

@@ -16,6 +16,7 @@ from typing import Any
 
 from llmhost.endpoint.autoscaler import ScalerState
 from llmhost.endpoint.autoscaling import AutoscaleLoop
+from llmhost.endpoint.bodies import ComponentState, EndpointState, Rescanned, Unloaded
 from llmhost.endpoint.component import Component
 from llmhost.endpoint.control_errors import (
     ComponentExistsError,
@@ -236,7 +237,7 @@ class EndpointManager:
             r.state = ReplicaState.DRAINING  # out of routing at once; stop() drains
         await asyncio.gather(*(self.stop_copy(comp, r) for r in victims))
 
-    async def scale(self, name: str, copies: int) -> dict[str, Any]:
+    async def scale(self, name: str, copies: int) -> ComponentState:
         comp = self.get(name)
         if copies < 0:
             raise ValueError(f"copies must be >= 0, got {copies}")
@@ -276,7 +277,7 @@ class EndpointManager:
                              "`llmhost endpoint scale`")  # fmt: skip
         return comp
 
-    async def load(self, name: str) -> dict[str, Any]:
+    async def load(self, name: str) -> ComponentState:
         """Load an on-demand model as a request would (making room), and wait for it."""
         comp = self.on_demand(name)
         never = self.pool.never_fits(comp)
@@ -291,13 +292,13 @@ class EndpointManager:
             raise ModelLoadError(demand.refusal.message)
         return comp.status()
 
-    async def unload(self, name: str) -> dict[str, Any]:
+    async def unload(self, name: str) -> Unloaded:
         """Drain and stop an on-demand model's copy (a pinned one too)."""
         comp = self.on_demand(name)
         unloaded = await self.pool.unload(comp, "admin")
         return {"unloaded": name if unloaded else None, "state": comp.state.value}
 
-    async def reload(self) -> dict[str, list[str]]:
+    async def reload(self) -> Rescanned:
         """Scan the models_dir again: new models are added (unloaded), those gone removed (drained), and
         those whose settings changed replaced."""
         if self.spec.models_dir is None:
@@ -366,7 +367,7 @@ class EndpointManager:
         """Requests at the router, waiting ones included."""
         return sum(c.in_flight for c in self.components.values())
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> EndpointState:
         return {
             "name": self.spec.name,
             "instance": self.spec.instance.model_dump(),

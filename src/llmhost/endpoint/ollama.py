@@ -6,7 +6,7 @@ relayed to a copy by the body's `model` (llmhost.endpoint.routing)."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,20 +19,21 @@ from llmhost.endpoint.ollama_folder import ModelsFolder
 from llmhost.endpoint.routing import NDJSON, error
 from llmhost.serve_spec import SERVE_SPEC
 from llmhost.server.protocol import ollama as proto
+from llmhost.server.protocol.outputs import json_response
 from llmhost.server.routes.deps import json_body
 from llmhost.server.serving.ollama_models import VERSION, model_entry, running_entry, tagged
 from llmhost.web.apidoc import COMMON, errors, operation
 from llmhost.web.formats import OllamaRoute
 
 ERRORS = errors(401, 500, style="ollama")
-_UNKNOWN = {
-    "parent_model": "",
-    "format": "gguf",
-    "family": "unknown",
-    "families": ["unknown"],
-    "parameter_size": "unknown",
-    "quantization_level": "unknown",
-}
+_UNKNOWN = proto.Details(
+    parent_model="",
+    format="gguf",
+    family="unknown",
+    families=["unknown"],
+    parameter_size="unknown",
+    quantization_level="unknown",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,28 +53,24 @@ def context_length(engine_options: dict[str, Any]) -> int:
     return int(value)
 
 
-def _entry(item: Listed) -> dict[str, Any]:
+def _entry(item: Listed) -> proto.ModelEntry:
     if item.gguf is not None and item.gguf.is_file():
         return model_entry(item.name, str(item.gguf))
-    return {
-        "name": tagged(item.name),
-        "model": tagged(item.name),
-        "modified_at": "1970-01-01T00:00:00Z",
-        "size": 0,
-        "digest": "",
-        "details": _UNKNOWN,
-    }
+    name = tagged(item.name)
+    epoch = "1970-01-01T00:00:00Z"
+    return proto.ModelEntry(name=name, model=name, modified_at=epoch, size=0, digest="", details=_UNKNOWN)
 
 
-def _tags(items: list[Listed]) -> dict[str, Any]:
-    return {"models": [_entry(i) for i in items]}
+def _tags(items: list[Listed]) -> proto.TagsResponse:
+    return proto.TagsResponse(models=[_entry(i) for i in items])
 
 
-def _ps(items: list[Listed]) -> dict[str, Any]:
-    return {"models": [running_entry(_entry(i), i.expires_in_s, i.context_length) for i in items if i.loaded]}
+def _ps(items: list[Listed]) -> proto.PsResponse:
+    running = [running_entry(_entry(i), i.expires_in_s, i.context_length) for i in items if i.loaded]
+    return proto.PsResponse(models=running)
 
 
-def _not_here(what: str) -> Callable[[], Any]:
+def _not_here(what: str) -> Callable[[], Awaitable[Response]]:
     async def refuse() -> Response:
         return error(
             400,
@@ -136,8 +133,8 @@ def ollama_routes(listed: Callable[[], list[Listed]], folder: ModelsFolder | Non
             "Ollama models: the endpoint's components", success=proto.TagsResponse, errors=ERRORS
         ),
     )
-    async def tags() -> dict[str, Any]:
-        return await asyncio.to_thread(_tags, listed())
+    async def tags() -> Response:
+        return json_response(await asyncio.to_thread(_tags, listed()))
 
     @router.get(
         "/api/ps",
@@ -145,15 +142,15 @@ def ollama_routes(listed: Callable[[], list[Listed]], folder: ModelsFolder | Non
             "Ollama loaded models: components with a ready copy", success=proto.PsResponse, errors=ERRORS
         ),
     )
-    async def ps() -> dict[str, Any]:
-        return await asyncio.to_thread(_ps, listed())
+    async def ps() -> Response:
+        return json_response(await asyncio.to_thread(_ps, listed()))
 
     @router.get(
         "/api/version",
         openapi_extra=operation("Ollama API version", success=proto.VersionResponse, errors=ERRORS),
     )
-    async def version() -> dict[str, Any]:
-        return {"version": VERSION}
+    async def version() -> Response:
+        return json_response(proto.VersionResponse(version=VERSION))
 
     _model_routes(router, folder)
 

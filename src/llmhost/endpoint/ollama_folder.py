@@ -17,6 +17,7 @@ from typing import Any, Protocol
 
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
+from llmhost.endpoint.bodies import Rescanned
 from llmhost.endpoint.routing import NDJSON, error
 from llmhost.endpoint.spec import NAME_PATTERN, ComponentSpec, EndpointSpec
 from llmhost.server.serving.ollama_models import digest
@@ -27,7 +28,7 @@ class FolderOwner(Protocol):
     spec: EndpointSpec
     folder: list[ComponentSpec]
 
-    async def reload(self) -> dict[str, list[str]]: ...
+    async def reload(self) -> Rescanned: ...
 
 
 def _name(model: str) -> str:

@@ -18,10 +18,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
 
 import httpx
 
+from llmhost.endpoint.bodies import ReplicaStatus
 from llmhost.endpoint.internal import InternalKey
 from llmhost.endpoint.memlimit import MemoryLimit, memory_limit
 from llmhost.endpoint.placement import Allocation
@@ -134,7 +134,7 @@ class Replica:
         """Starting, ready or restarting: what the autoscaler counts as a copy."""
         return self.state in (ReplicaState.STARTING, ReplicaState.READY, ReplicaState.FAILED)
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> ReplicaStatus:
         pid = self.pid
         return {
             "copy": self.id,

@@ -14,15 +14,16 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import AsyncIterator
-from typing import Any, Protocol
+from typing import Protocol
 
 import httpx
 from fastapi import APIRouter, Request
-from starlette.responses import Response
+from starlette.responses import JSONResponse, Response
 
 from llmhost.console.front import console_families
 from llmhost.console.timeseries import SeriesStore
 from llmhost.endpoint import apidoc, keepalive, routing
+from llmhost.endpoint.bodies import ModelEntry, ModelList
 from llmhost.endpoint.component import Component
 from llmhost.endpoint.metrics import render_metrics
 from llmhost.endpoint.ollama import Listed, context_length, ollama_routes
@@ -226,14 +227,15 @@ async def _stream(
             yield part
 
 
-def _on_demand(comp: Component) -> dict[str, Any]:
-    """What /v1/models adds for an on-demand model: its state and the room it takes when loaded."""
+def _model_entry(name: str, comp: Component) -> ModelEntry:
+    """A component in /v1/models; an on-demand model with its state and the room it takes when loaded."""
+    entry = routing.model_entry(name, len(comp.capacity()), len(comp.ready()))
     d = comp.demand
-    if d is None:
-        return {}
-    res = comp.spec.resources
-    return {"state": comp.state.value, "pinned": d.spec.pinned, "keep_alive": d.keep_alive,
-            "resources": {"num_cpus": res.num_cpus, "memory_mb": res.memory_mb}}  # fmt: skip
+    if d is not None:
+        res = comp.spec.resources
+        entry["state"], entry["pinned"], entry["keep_alive"] = comp.state.value, d.spec.pinned, d.keep_alive
+        entry["resources"] = {"num_cpus": res.num_cpus, "memory_mb": res.memory_mb}
+    return entry
 
 
 def _listed(registry: Registry) -> list[Listed]:
@@ -262,14 +264,12 @@ def create_router(registry: Registry, proxy: Proxy, lifecycle: Lifecycle,
         return routing.ping(lifecycle.accepting, serving)
 
     @router.get("/v1/models", openapi_extra=apidoc.MODELS)
-    async def models() -> dict[str, Any]:
-        data: list[dict[str, Any]] = []
-        for name, c in registry.components.items():
-            if not c.removing:
-                copies, ready = len(c.capacity()), len(c.ready())
-                data += [{**routing.model_entry(name, copies, ready), **_on_demand(c)},
-                         *routing.adapter_entries(c, copies, ready)]  # fmt: skip
-        return {"object": "list", "data": data}
+    async def models() -> Response:
+        live = [(name, c) for name, c in registry.components.items() if not c.removing]
+        data = [entry for name, c in live for entry in (
+            _model_entry(name, c), *routing.adapter_entries(c, len(c.capacity()), len(c.ready())))]
+        listed: ModelList = {"object": "list", "data": data}
+        return JSONResponse(listed)
 
     @router.get("/metrics", openapi_extra=apidoc.METRICS)
     async def metrics() -> Response:

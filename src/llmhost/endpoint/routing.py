@@ -23,6 +23,7 @@ from starlette.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from llmhost.endpoint.apidoc import relay_doc
+from llmhost.endpoint.bodies import ModelEntry
 from llmhost.server.serving.anthropic_events import error_event as anthropic_error_event
 from llmhost.web import eventstream
 from llmhost.web.errors import APIError, error_body, retry_after
@@ -299,14 +300,17 @@ def ping(accepting: bool, serving: Mapping[str, bool]) -> Response:
     return error(503, f"endpoint not ready: {why}", "service_unavailable")
 
 
-def model_entry(name: str, copies: int, ready: int) -> dict[str, Any]:
+def model_entry(name: str, copies: int, ready: int) -> ModelEntry:
     return {"id": name, "object": "model", "owned_by": "llmhost", "created": 0, "copies": copies,
             "ready": ready}  # fmt: skip
 
 
-def adapter_entries(comp: Routable, copies: int, ready: int) -> list[dict[str, Any]]:
+def adapter_entries(comp: Routable, copies: int, ready: int) -> list[ModelEntry]:
     """/v1/models' entries of a component's LoRA adapters, each with the component as its parent."""
-    return [{**model_entry(name, copies, ready), "parent": comp.name} for name in sorted(comp.adapters)]
+    entries = [model_entry(name, copies, ready) for name in sorted(comp.adapters)]
+    for entry in entries:
+        entry["parent"] = comp.name
+    return entries
 
 
 def relay_route(path: str) -> type[APIRoute]:

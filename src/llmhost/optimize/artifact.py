@@ -29,6 +29,11 @@ from llmhost.store.artifact import (
     RECIPE_YAML,
     SERVING_KEYS,
     STATE_BIN,
+    ArtifactInfo,
+    Environment,
+    GGUFRecord,
+    LoadChoice,
+    PrefixStateRecord,
     environment,
     gguf_matches,
     read_info,
@@ -72,7 +77,7 @@ class Recipe:
         return hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True).encode()).hexdigest()
 
 
-def artifact_key(model_sha256: str, recipe: Recipe, env: dict[str, Any] | None = None) -> str:
+def artifact_key(model_sha256: str, recipe: Recipe, env: Environment | None = None) -> str:
     parts = {"model_sha256": model_sha256, "recipe": recipe.digest(), **(env or environment())}
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
 
@@ -82,14 +87,14 @@ class Artifact:
     directory: Path
     key: str
     reused: bool
-    info: dict[str, Any] = field(default_factory=dict)
+    info: ArtifactInfo = field(default_factory=lambda: ArtifactInfo())
 
     @property
     def gguf(self) -> Path:
         return self.directory / MODEL_GGUF
 
 
-def _complete(directory: Path, info: dict[str, Any]) -> bool:
+def _complete(directory: Path, info: ArtifactInfo) -> bool:
     files = [MODEL_GGUF, RECIPE_YAML, QUALITY_JSON]
     if info.get("prefix_state"):
         files.append(STATE_BIN)
@@ -138,7 +143,7 @@ def _build(
     recipe: Recipe,
     key: str,
     model_sha: str,
-    env: dict[str, Any],
+    env: Environment,
     say: Say,
     threads: int,
     eval_max_tokens: int,
@@ -154,11 +159,11 @@ def _build(
     write_quality(evaluate(gguf, base, max_tokens=eval_max_tokens, threads=threads), out / QUALITY_JSON)
     say("measuring load settings")
     load = measure_load(gguf, threads)
-    prefix_state: dict[str, Any] | None = None
+    prefix_state: PrefixStateRecord | None = None
     if recipe.system_prompt:
         say("prefilling the system prompt")
         prefix_state = save_system_prompt_state(gguf, recipe, out / STATE_BIN, load["best"], threads)
-    info: dict[str, Any] = {
+    info: ArtifactInfo = {
         "format": FORMAT_VERSION,
         "key": key,
         "key_parts": {"model_sha256": model_sha, "recipe_sha256": recipe.digest(), **env},
@@ -189,7 +194,7 @@ def _transform(src: Path, out: Path, recipe: Recipe, say: Say) -> None:
     )
 
 
-def _gguf_facts(gguf: Path) -> dict[str, Any]:
+def _gguf_facts(gguf: Path) -> GGUFRecord:
     """What identifies the built model file: a reuse checks it still is the one built."""
     st = gguf.stat()
     return {"file": MODEL_GGUF, "size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": sha256_file(gguf)}
@@ -216,7 +221,7 @@ def _small_config(n_tokens: int, flash_attn: bool, load_mode: str, threads: int,
 LOAD_TIE_TOLERANCE = 0.03
 
 
-def measure_load(gguf: Path, threads: int = 0, repeats: int = 3) -> dict[str, Any]:
+def measure_load(gguf: Path, threads: int = 0, repeats: int = 3) -> LoadChoice:
     """Time start-up (model + context creation, then a 32-token prefill) with mmap and with plain reads
     (no mlock), each with and without llama.cpp's weight repacking; the fastest wins.
 
@@ -249,7 +254,7 @@ def measure_load(gguf: Path, threads: int = 0, repeats: int = 3) -> dict[str, An
 
 def system_prompt_tokens(model: Any, recipe: Recipe) -> list[int]:
     """The tokens a request carrying the system prompt starts with."""
-    from llmhost.chat_template import ChatTemplate
+    from llmhost.chat_template import ChatTemplate, TemplateMessage
 
     assert recipe.system_prompt is not None
     info = model.info
@@ -263,7 +268,7 @@ def system_prompt_tokens(model: Any, recipe: Recipe) -> list[int]:
             "or save the system prompt as raw text (--system-prompt-mode raw)"
         )
     template = ChatTemplate(source, info.bos_token, info.eos_token)
-    messages = [
+    messages: list[TemplateMessage] = [
         {"role": "system", "content": recipe.system_prompt},
         {"role": "user", "content": _SENTINEL},
     ]
@@ -278,7 +283,7 @@ def system_prompt_tokens(model: Any, recipe: Recipe) -> list[int]:
 
 def save_system_prompt_state(
     gguf: Path, recipe: Recipe, path: Path, load_mode: str, threads: int
-) -> dict[str, Any]:
+) -> PrefixStateRecord:
     from llmhost.engine.llama import LlamaModel
     from llmhost.engine.prefix_state import save_prefix_state
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import NotRequired, TypedDict
 
 import numpy as np
 import numpy.typing as npt
@@ -56,6 +56,35 @@ def _log_softmax_at(logits: npt.NDArray[np.float32], targets: list[int]) -> npt.
     return out
 
 
+class PerplexityJSON(TypedDict):
+    perplexity: float
+    mean_nll: float
+    tokens_scored: int
+    windows: int
+    window: int
+    text: str
+
+
+class AgreementJSON(TypedDict):
+    agreement: float
+    tokens: int
+    prompts: int
+    identical_prefix: list[int]
+
+
+class QualityReport(TypedDict):
+    """quality.json: the model's perplexity on the sample text, and against a base model (the one it
+    was quantized from) the base's perplexity and how often both pick the same greedy token."""
+
+    model: str
+    model_description: str
+    perplexity: PerplexityJSON
+    greedy_agreement: AgreementJSON | None
+    llmhost_version: str
+    base: NotRequired[str]
+    base_perplexity: NotRequired[PerplexityJSON]
+
+
 @dataclass(slots=True)
 class Perplexity:
     perplexity: float
@@ -64,6 +93,10 @@ class Perplexity:
     windows: int
     window: int
     text: str = SAMPLE_NAME
+
+    def to_json(self) -> PerplexityJSON:
+        return {"perplexity": self.perplexity, "mean_nll": self.mean_nll, "tokens_scored": self.tokens_scored,
+                "windows": self.windows, "window": self.window, "text": self.text}  # fmt: skip
 
 
 def perplexity(
@@ -123,6 +156,10 @@ class Agreement:
     prompts: int
     identical_prefix: list[int] = field(default_factory=list)  # per prompt: tokens until first difference
 
+    def to_json(self) -> AgreementJSON:
+        return {"agreement": self.agreement, "tokens": self.tokens, "prompts": self.prompts,
+                "identical_prefix": list(self.identical_prefix)}  # fmt: skip
+
 
 def greedy_agreement(
     model: LlamaModel, base: LlamaModel, prompts: list[str], n_tokens: int = 16
@@ -160,15 +197,15 @@ def evaluate(
     n_tokens: int = 16,
     prompts: list[str] | None = None,
     threads: int = 0,
-) -> dict[str, Any]:
+) -> QualityReport:
     """The content of quality.json."""
     config = eval_config(window, threads)
     model = LlamaModel(model_path, config)
     try:
-        result: dict[str, Any] = {
+        result: QualityReport = {
             "model": str(model_path),
             "model_description": model.info.description,
-            "perplexity": asdict(perplexity(model, window=window, max_tokens=max_tokens)),
+            "perplexity": perplexity(model, window=window, max_tokens=max_tokens).to_json(),
             "greedy_agreement": None,
             "llmhost_version": __version__,
         }
@@ -180,14 +217,14 @@ def evaluate(
             finally:
                 base.close()
             result["base"] = str(base_path)
-            result["base_perplexity"] = asdict(base_ppl)
-            result["greedy_agreement"] = asdict(agree)
+            result["base_perplexity"] = base_ppl.to_json()
+            result["greedy_agreement"] = agree.to_json()
     finally:
         model.close()
     return result
 
 
-def write_quality(result: dict[str, Any], out: str | Path) -> Path:
+def write_quality(result: QualityReport, out: str | Path) -> Path:
     path = Path(out)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(result, indent=2) + "\n")

@@ -12,11 +12,13 @@ import os
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
-from typing import Any
 
 import yaml
+from pydantic import TypeAdapter, ValidationError
+from typing_extensions import TypedDict
 
 from llmhost import __version__
+from llmhost.jsontypes import JSONValue
 
 ARTIFACT_JSON = "artifact.json"
 RECIPE_YAML = "recipe.yaml"
@@ -49,7 +51,64 @@ def cpu_features() -> list[str]:
     return []
 
 
-def engine_versions() -> dict[str, str]:
+# artifact.json, as `llmhost optimize` writes it; every key may be missing from a file (one written by
+# hand, or by an older llmhost): readers fall back on their defaults
+
+
+class EngineVersions(TypedDict, total=False):
+    llmhost: str
+    llama_cpp_python: str
+
+
+class Environment(TypedDict, total=False):
+    """What the artifact's key depends on besides the model and the recipe: this CPU, this engine."""
+
+    cpu_features_sha256: str
+    engine: EngineVersions
+
+
+class KeyParts(Environment, total=False):
+    model_sha256: str
+    recipe_sha256: str
+
+
+class GGUFRecord(TypedDict, total=False):
+    file: str
+    size: int
+    mtime_ns: int
+    sha256: str
+
+
+class LoadChoice(TypedDict, total=False):
+    """The fastest start-up measured: mmap or plain reads, with or without weight repacking."""
+
+    best: str
+    repack: bool
+    seconds: dict[str, float]  # each setting's best time
+
+
+class PrefixStateRecord(TypedDict, total=False):
+    """The system prompt's saved KV state."""
+
+    file: str
+    tokens: int
+    mode: str  # chat or raw
+    flash_attn: bool  # the layout it was saved in
+    sha256: str
+
+
+class ArtifactInfo(TypedDict, total=False):
+    format: int
+    key: str
+    key_parts: KeyParts
+    source: str
+    gguf: GGUFRecord
+    load: LoadChoice
+    prefix_state: PrefixStateRecord | None
+    created_unix: int
+
+
+def engine_versions() -> EngineVersions:
     try:
         lcp = metadata.version("llama-cpp-python")
     except metadata.PackageNotFoundError:
@@ -57,7 +116,7 @@ def engine_versions() -> dict[str, str]:
     return {"llmhost": __version__, "llama_cpp_python": lcp}
 
 
-def environment() -> dict[str, Any]:
+def environment() -> Environment:
     feats = cpu_features()
     return {
         "cpu_features_sha256": hashlib.sha256(" ".join(feats).encode()).hexdigest(),
@@ -65,15 +124,20 @@ def environment() -> dict[str, Any]:
     }
 
 
-def read_info(directory: Path) -> dict[str, Any] | None:
+def read_info(directory: Path) -> ArtifactInfo | None:
+    """artifact.json, or None when there is none or it is not one (a value of another type than
+    written)."""
     try:
         data = json.loads((directory / ARTIFACT_JSON).read_text())
     except (OSError, ValueError):
         return None
-    return data if isinstance(data, dict) else None
+    try:
+        return TypeAdapter(ArtifactInfo).validate_python(data)
+    except ValidationError:
+        return None
 
 
-def gguf_matches(directory: Path, info: dict[str, Any]) -> bool:
+def gguf_matches(directory: Path, info: ArtifactInfo) -> bool:
     """The GGUF is the one recorded: size + mtime when untouched, else its sha256."""
     rec = info.get("gguf", {})
     path = directory / MODEL_GGUF
@@ -88,7 +152,7 @@ def gguf_matches(directory: Path, info: dict[str, Any]) -> bool:
     return bool(sha256_file(path) == rec.get("sha256"))
 
 
-def serving_settings(directory: str | Path) -> dict[str, Any]:
+def serving_settings(directory: str | Path) -> dict[str, JSONValue]:
     """The `serving:` section of an artifact's recipe.yaml; {} when there is none."""
     try:
         doc = yaml.safe_load((Path(directory) / RECIPE_YAML).read_text())
@@ -104,9 +168,9 @@ class ServeHints:
     repack: bool = True
     prefix_state_path: str = ""
     reason: str = ""  # why no state is used, when none is
-    serving: dict[str, Any] = field(default_factory=dict)  # recipe.yaml's serving settings
+    serving: dict[str, JSONValue] = field(default_factory=dict)  # recipe.yaml's (SERVING_KEYS)
 
-    def engine_overrides(self, explicit: set[str]) -> dict[str, Any]:
+    def engine_overrides(self, explicit: set[str]) -> dict[str, JSONValue]:
         """The recipe's serving settings (speculative, draft_tokens, ngram_size) not given as flags."""
         return {k: v for k, v in self.serving.items() if k not in explicit}
 

@@ -10,12 +10,13 @@ import os
 from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 import yaml
 
 from llmhost.bench.process import ENDPOINT_COPY_MEMORY_MB
 from llmhost.endpoint.spec import parse_endpoint
+from llmhost.jsontypes import JSONObject
+from llmhost.tune.doc import Answer, PickJSON, TuneDoc
 from llmhost.tune.runner import TuneSettings
 from llmhost.tune.state import CandidateRecord, Pick, best_goodput, cheapest
 
@@ -29,8 +30,9 @@ def copy_memory_mb(rec: CandidateRecord) -> int:
     """Memory to reserve per copy: the largest resident size its copies reached while measured, plus
     a quarter for longer contexts than the workload's, in 64 MB steps; the sweep's own figure when
     nothing was measured."""
-    p = rec.processes or {}
-    copies = p.get("children") or ([p["server"]] if p.get("server") else [])
+    p = rec.processes
+    server = p["server"] if p is not None else None
+    copies = (p["children"] if p is not None else []) or ([server] if server is not None else [])
     rss = max((c["rss_mb"] for c in copies), default=None)
     if rss is None:
         return ENDPOINT_COPY_MEMORY_MB
@@ -39,18 +41,18 @@ def copy_memory_mb(rec: CandidateRecord) -> int:
 
 def endpoint_doc(
     rec: CandidateRecord, model: str, host_cpus: int, price_per_hour: float, router_cpus: int = 0
-) -> dict[str, Any]:
+) -> JSONObject:
     """The endpoint file deploying ``rec``'s candidate as it was measured, checked by the endpoint's
     own parser."""
     cand = rec.candidate
-    engine: dict[str, Any] = {
+    engine: JSONObject = {
         k: v
         for k, v in (("max_concurrent", cand.max_concurrent), ("max_batch_tokens", cand.max_batch_tokens))
         if v is not None
     }
     if cand.speculative:
         engine["speculative"] = "ngram"
-    doc: dict[str, Any] = {
+    doc: JSONObject = {  # an endpoint file, which parse_endpoint checks below
         "name": "tuned",
         "instance": {"type": "local", "price_per_hour": price_per_hour},
         "components": [
@@ -73,13 +75,13 @@ def _ratio(new: float | None, old: float | None) -> float | None:
     return new / old if new is not None and old else None
 
 
-def answer(records: list[CandidateRecord]) -> dict[str, Any]:
+def answer(records: list[CandidateRecord]) -> Answer:
     """The chosen deployment, the cheapest, the baseline's own, and their ratios to the baseline."""
     base = [r for r in records if r.candidate.baseline]
     best, cheap = best_goodput(records), cheapest(records)
     b_best, b_cheap = best_goodput(base), cheapest(base)
 
-    def js(p: Pick | None) -> dict[str, Any] | None:
+    def js(p: Pick | None) -> PickJSON | None:
         return p.to_json() if p else None
 
     return {
@@ -97,7 +99,7 @@ def answer(records: list[CandidateRecord]) -> dict[str, Any]:
     }
 
 
-def tune_doc(settings: TuneSettings, records: list[CandidateRecord], started_at: str) -> dict[str, Any]:
+def tune_doc(settings: TuneSettings, records: list[CandidateRecord], started_at: str) -> TuneDoc:
     s = settings
     return {
         "format": FORMAT,
@@ -127,7 +129,7 @@ def _atomic_write(path: Path, text: str) -> None:
     os.replace(tmp, path)  # a reader never sees half a file, even if we are killed mid-write
 
 
-def write_outputs(settings: TuneSettings, records: list[CandidateRecord], started_at: str) -> dict[str, Any]:
+def write_outputs(settings: TuneSettings, records: list[CandidateRecord], started_at: str) -> TuneDoc:
     """Write tune.json, endpoint.yaml (when a candidate met the SLO) and report.html."""
     from llmhost.tune.report import render_report  # matplotlib loads only when writing
 

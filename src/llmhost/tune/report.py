@@ -5,26 +5,45 @@ from __future__ import annotations
 
 import io
 import re
-from typing import Any
+from typing import Any, TypedDict
 
 from matplotlib.figure import Figure
 
 from llmhost.bench.report import template_env
+from llmhost.tune.doc import TuneDoc
 
 CHART_ID = "pareto-chart"
 
 
-def _points(doc: dict[str, Any]) -> list[dict[str, Any]]:
+class Point(TypedDict):
+    """A measured level on the chart: total tokens/s × per-user tokens/s."""
+
+    name: str
+    baseline: bool
+    level: str
+    output_tokens_per_s: float
+    per_user_tokens_per_s: float
+    meets_slo: bool
+    cost_per_1m_tokens_usd: float | None
+
+
+def _points(doc: TuneDoc) -> list[Point]:
     """One point per measured level: total tokens/s × per-user tokens/s."""
-    out = []
+    out: list[Point] = []
     for c in doc["candidates"]:
         for lv in c["levels"]:
-            if lv["per_user_tokens_per_s"] is not None and lv["output_tokens_per_s"] > 0:
-                out.append({"name": c["name"], "baseline": c["baseline"], **lv})
+            per_user = lv["per_user_tokens_per_s"]
+            if per_user is not None and lv["output_tokens_per_s"] > 0:
+                out.append({
+                    "name": c["name"], "baseline": c["baseline"], "level": lv["level"],
+                    "output_tokens_per_s": lv["output_tokens_per_s"], "per_user_tokens_per_s": per_user,
+                    "meets_slo": lv["meets_slo"],
+                    "cost_per_1m_tokens_usd": lv["cost_per_1m_tokens_usd"],
+                })  # fmt: skip
     return out
 
 
-def pareto(points: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def pareto(points: list[Point]) -> list[Point]:
     """Points no other point beats on both total and per-user tokens/s, by total tokens/s."""
     front = [
         p
@@ -41,14 +60,14 @@ def pareto(points: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return sorted(front, key=lambda p: p["output_tokens_per_s"])
 
 
-def _scatter(ax: Any, pts: list[dict[str, Any]], **style: Any) -> None:
+def _scatter(ax: Any, pts: list[Point], **style: Any) -> None:
     if pts:
         ax.scatter(
             [p["output_tokens_per_s"] for p in pts], [p["per_user_tokens_per_s"] for p in pts], **style
         )
 
 
-def chart_svg(doc: dict[str, Any]) -> str:
+def chart_svg(doc: TuneDoc) -> str:
     pts = _points(doc)
     fig = Figure(figsize=(7.5, 4.5))
     ax = fig.subplots()
@@ -98,7 +117,7 @@ def _fmt(v: Any, spec: str = ".2f") -> str:
     return "–" if v is None else format(v, spec)
 
 
-def render_report(doc: dict[str, Any]) -> str:
+def render_report(doc: TuneDoc) -> str:
     env = template_env("llmhost.tune")
     env.filters["fmt"] = _fmt
     svg = re.sub(r"^<svg ", f'<svg id="{CHART_ID}-svg" ', chart_svg(doc), count=1)

@@ -226,7 +226,7 @@ class Tuner:
         levels = cr.levels if cr is not None else []
         record.levels = [judge(lv, self.settings.slo) for lv in levels]
         record.processes = cr.processes if cr is not None else None
-        others = (record.processes or {}).get("other_cpus") or 0.0
+        others = record.processes["other_cpus"] if record.processes is not None else 0.0
         if others >= BUSY_OTHER_CPUS:
             name = record.candidate.name
             self.progress.message(f"{name}: other processes used {others:.2f} CPUs meanwhile; its "

@@ -14,11 +14,11 @@ judge. Goodput is the bench's: successful requests/s meeting both bounds per req
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import dataclass
 
 from llmhost.bench.metrics import LevelSummary
 from llmhost.bench.slostop import STOPPED as SLO_MISSED
+from llmhost.tune.doc import LevelJSON
 
 # the percentiles every level reports (llmhost.bench.metrics.PERCENTILES)
 PERCENTILES = (50, 90, 99)
@@ -77,11 +77,18 @@ class LevelOutcome:
             return float("inf")
         return max(self.ttft_ms / slo.ttft_ms, (self.tpot_ms or 0.0) / slo.itl_ms)
 
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+    def to_json(self) -> LevelJSON:
+        return {
+            "level": self.level, "concurrency": self.concurrency, "requests": self.requests,
+            "success_pct": self.success_pct, "output_tokens_per_s": self.output_tokens_per_s,
+            "per_user_tokens_per_s": self.per_user_tokens_per_s, "ttft_ms": self.ttft_ms,
+            "tpot_ms": self.tpot_ms, "itl_ms": self.itl_ms, "goodput_rps": self.goodput_rps,
+            "cost_per_1m_tokens_usd": self.cost_per_1m_tokens_usd, "meets_slo": self.meets_slo,
+            "why": self.why, "stopped": self.stopped, "requests_per_s": self.requests_per_s,
+        }  # fmt: skip
 
     @classmethod
-    def from_json(cls, obj: dict[str, Any]) -> LevelOutcome:
+    def from_json(cls, obj: LevelJSON) -> LevelOutcome:
         return cls(**obj)
 
 

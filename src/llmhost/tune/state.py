@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Any
 
+from llmhost.bench.procstats import Processes
+from llmhost.tune.doc import CandidateJSON, PickJSON
 from llmhost.tune.slo import LevelOutcome, TuneSLO
 from llmhost.tune.space import Candidate
 
@@ -31,7 +32,7 @@ class CandidateRecord:
     seconds: float = 0.0  # start to stop, server start-up included
     results_dir: str | None = None  # its `llmhost bench` results directory
     # CPU and memory of its server, copies and the load generator over its levels (bench.procstats)
-    processes: dict[str, Any] | None = None
+    processes: Processes | None = None
 
     @property
     def measured(self) -> bool:
@@ -48,7 +49,7 @@ class CandidateRecord:
     def slack(self, slo: TuneSLO) -> float:
         return min((lv.slack(slo) for lv in self.levels), default=float("inf"))
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> CandidateJSON:
         c = self.candidate
         return {
             "name": c.name,
@@ -83,7 +84,7 @@ class Pick:
     cost_per_1m_tokens_usd: float | None
     output_tokens_per_s: float
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> PickJSON:
         return {
             "name": self.name,
             "level": self.level,

@@ -10,11 +10,22 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from llmhost.endpoint.admin import BadBody, Conflict, NotSupported, UpstreamError
+from llmhost.endpoint.bodies import (
+    Accepted,
+    Added,
+    RayComponentState,
+    RayEndpointState,
+    RayScaled,
+    Removed,
+    Rescanned,
+    Unloaded,
+)
 from llmhost.endpoint.rayserve import nodes, options, status
 from llmhost.endpoint.rayserve.relay import RayComponent
 from llmhost.endpoint.rayserve.serveapi import ServeApi, ServeApiError
 from llmhost.endpoint.routing import known
 from llmhost.endpoint.spec import EndpointSpec
+from llmhost.jsontypes import JSONValue
 
 log = logging.getLogger("llmhost.endpoint")
 SCALE_POLL_S = 0.5
@@ -37,7 +48,7 @@ class RayAdmin:
         self.api = api
         self.refresh = refresh  # reads Ray Serve's details and updates every component's view
 
-    def component_status(self, comp: RayComponent, override: dict[str, Any]) -> dict[str, Any]:
+    def component_status(self, comp: RayComponent, override: dict[str, Any]) -> RayComponentState:
         """`override`: the component's deployment override in the deployed config (`scale` pins its
         copies and drops its autoscaling), or {}: the file's settings hold."""
         v, a = comp.view, comp.spec.autoscaling
@@ -57,14 +68,14 @@ class RayAdmin:
     def name(self) -> str:
         return self.spec.name
 
-    async def status(self) -> dict[str, Any]:
+    async def status(self) -> RayEndpointState:
         try:
             details = await self.refresh()
         except ServeApiError as exc:
             raise UpstreamError(str(exc)) from exc
         return self.snapshot(details)
 
-    def snapshot(self, details: dict[str, Any]) -> dict[str, Any]:
+    def snapshot(self, details: dict[str, Any]) -> RayEndpointState:
         """`endpoint status` from Ray Serve's `details` (the components' views already read from them)."""
         app = status.application(details, self.spec.name) or {}
         overrides = {o.get("name"): o for o in status.deployment_overrides(details, self.spec.name)}
@@ -73,7 +84,7 @@ class RayAdmin:
                 "status": app.get("status", ""), "message": app.get("message", ""),
                 "components": comps}  # fmt: skip
 
-    async def scale(self, name: str, copies: int, wait: bool) -> dict[str, Any]:
+    async def scale(self, name: str, copies: int, wait: bool) -> RayScaled:
         comp = self.components.get(name)
         if comp is None:
             raise LookupError(f"unknown inference component {name!r}; known components: {known(self)}")
@@ -87,7 +98,7 @@ class RayAdmin:
         except (RuntimeError, TimeoutError) as exc:  # Ray cannot place the copies, or not in time
             raise Conflict(str(exc)) from exc
 
-    async def _scale(self, comp: RayComponent, copies: int, wait: bool) -> dict[str, Any]:
+    async def _scale(self, comp: RayComponent, copies: int, wait: bool) -> RayScaled:
         name = comp.name
         details = await self.api.details()
         app = status.application(details, self.spec.name)
@@ -122,19 +133,19 @@ class RayAdmin:
         raise TimeoutError(f"component {comp.name!r} did not reach {copies} copies; Ray says: "
                            f"{comp.view.status} {comp.view.message}")  # fmt: skip
 
-    async def add(self, raw: Any) -> dict[str, Any]:
+    async def add(self, raw: JSONValue) -> Added:
         raise NotSupported(self.components_fixed)
 
-    async def remove(self, name: str) -> dict[str, Any]:
+    async def remove(self, name: str) -> Removed:
         raise NotSupported(self.components_fixed)
 
-    async def load(self, model: str, wait: bool) -> dict[str, Any]:
+    async def load(self, model: str, wait: bool) -> Accepted:
         raise NotSupported(NO_ON_DEMAND)
 
-    async def unload(self, model: str) -> dict[str, Any]:
+    async def unload(self, model: str) -> Unloaded:
         raise NotSupported(NO_ON_DEMAND)
 
-    async def reload(self) -> dict[str, Any]:
+    async def reload(self) -> Rescanned:
         raise NotSupported(NO_ON_DEMAND)
 
     async def down(self) -> None:

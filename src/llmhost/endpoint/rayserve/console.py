@@ -26,6 +26,7 @@ from llmhost.console.readings import (
     engine_reading,
 )
 from llmhost.endpoint.admin import LOOPBACK
+from llmhost.endpoint.bodies import RayComponentState
 from llmhost.endpoint.rayserve import status
 from llmhost.endpoint.rayserve.admin import NO_ON_DEMAND, RayAdmin
 from llmhost.endpoint.rayserve.metrics import CopyMetrics, Pushed
@@ -141,7 +142,7 @@ def decision(raw: dict[str, Any]) -> dict[str, Any]:
             "desired": raw.get("curr_num_replicas"), "reason": raw.get("reason", "")}  # fmt: skip
 
 
-def component_block(comp: RayComponent, entry: dict[str, Any], pushed: Mapping[str, Pushed],
+def component_block(comp: RayComponent, entry: RayComponentState, pushed: Mapping[str, Pushed],
                     now: float) -> dict[str, Any]:  # fmt: skip
     """`entry`: the component's `endpoint status` entry, with what the page shows beside it."""
     v = comp.view

@@ -14,13 +14,14 @@ from pathlib import Path
 from typing import Any
 
 from fastapi import APIRouter, FastAPI
-from starlette.responses import Response
+from starlette.responses import JSONResponse, Response
 
 from llmhost.console.api import PUBLIC_PATHS, ConsoleSettings, create_console
 from llmhost.console.front import console_families
 from llmhost.console.sampler import Sampler
 from llmhost.endpoint import apidoc, routing
 from llmhost.endpoint.admin import create_admin
+from llmhost.endpoint.bodies import ModelList
 from llmhost.endpoint.ollama import Listed, context_length, ollama_routes
 from llmhost.endpoint.rayserve import status
 from llmhost.endpoint.rayserve.admin import RayAdmin
@@ -86,12 +87,13 @@ class Ingress:
             return routing.ping(True, {c.name: c.serving for c in self.components.values()})
 
         @router.get("/v1/models", openapi_extra=apidoc.MODELS)
-        async def models() -> dict[str, Any]:
+        async def models() -> Response:
             comps = self.components.values()
             data = [entry for c in comps for entry in (
                 routing.model_entry(c.name, c.view.target, c.view.running),
                 *routing.adapter_entries(c, c.view.target, c.view.running))]  # fmt: skip
-            return {"object": "list", "data": data}
+            listed: ModelList = {"object": "list", "data": data}
+            return JSONResponse(listed)
 
         @router.get("/metrics", openapi_extra=apidoc.METRICS)
         async def metrics() -> Response:

@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Discriminator, Field
 
 from llmhost.engine.request import INT32_MAX
+from llmhost.jsontypes import JSONObject
 from llmhost.server.protocol.limits import MAX_STOP_CHARS, MAX_STOP_SEQUENCES
 from llmhost.server.protocol.openai import Strict
 from llmhost.web.errors import APIError
@@ -35,7 +36,7 @@ class ToolUseBlock(Strict):
     type: Literal["tool_use"]
     id: Annotated[str, Field(min_length=1)]
     name: ToolName
-    input: dict[str, Any]
+    input: JSONObject
     cache_control: CacheControl | None = None
 
 
@@ -79,7 +80,7 @@ class Tool(Strict):
     type: Literal["custom"] | None = None  # Anthropic's server tools (bash, web search...) are not run here
     name: ToolName
     description: str | None = None
-    input_schema: dict[str, Any]
+    input_schema: JSONObject
     cache_control: CacheControl | None = None
 
 

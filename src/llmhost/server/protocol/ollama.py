@@ -5,13 +5,15 @@ its answers, for the OpenAPI document."""
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictStr
 
 from llmhost.engine.request import INT32_MAX
+from llmhost.jsontypes import JSONObject
 from llmhost.server.protocol.limits import MAX_STOP_CHARS, MAX_STOP_SEQUENCES
-from llmhost.server.protocol.openai import Strict
+from llmhost.server.protocol.openai import Strict, no_parameters
+from llmhost.server.protocol.shapes import OllamaMessage
 from llmhost.web.errors import APIError
 
 StopString = Annotated[str, Field(max_length=MAX_STOP_CHARS)]
@@ -65,7 +67,7 @@ class Options(Strict):
 
 class ToolFunctionCall(Strict):
     name: str
-    arguments: dict[str, Any] = Field(default_factory=dict)
+    arguments: JSONObject = Field(default_factory=dict)
     index: int | None = None
 
 
@@ -88,7 +90,7 @@ class Message(Strict):
 class FunctionDef(Strict):
     name: Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$")]
     description: str | None = None
-    parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object", "properties": {}})
+    parameters: JSONObject = Field(default_factory=no_parameters)
 
 
 class Tool(Strict):
@@ -96,7 +98,7 @@ class Tool(Strict):
     function: FunctionDef
 
 
-Format = Literal["", "json"] | dict[str, Any]
+Format = Literal["", "json"] | JSONObject  # a JSON schema
 KeepAlive = StrictStr | float | None
 
 
@@ -191,7 +193,7 @@ def keep_alive_seconds(value: KeepAlive) -> float | None:
     return sign * sum(float(n) * _UNIT_S[u] for n, u in parts)
 
 
-# -- answers (the document's schemas; the serving layer writes them as dicts) ----------------------------
+# -- answers (the document's schemas; whole answers are built as these, lines as shapes.OllamaPiece) ---
 class Open(BaseModel):
     model_config = ConfigDict(extra="allow")
 
@@ -211,7 +213,7 @@ class ChatResponse(Open):
 
     model: str
     created_at: str
-    message: dict[str, Any]
+    message: OllamaMessage
     done: bool
     done_reason: str | None = None
     total_duration: int | None = None
@@ -223,18 +225,22 @@ class ChatResponse(Open):
 
 
 class GenerateResponse(Open):
+    """A /api/generate answer; streamed as ChatResponse is. `context`: the tokens to send back to go on
+    (a templated prompt only)."""
+
     model: str
     created_at: str
     response: str
+    thinking: str | None = None
     done: bool
     done_reason: str | None = None
-    context: list[int] | None = None
     total_duration: int | None = None
     load_duration: int | None = None
     prompt_eval_count: int | None = None
     prompt_eval_duration: int | None = None
     eval_count: int | None = None
     eval_duration: int | None = None
+    context: list[int] | None = None
 
 
 class EmbedResponse(Open):
@@ -282,7 +288,7 @@ class ShowResponse(Open):
     parameters: str
     template: str
     details: Details
-    model_info: dict[str, Any]
+    model_info: JSONObject  # the GGUF's metadata, as the file has it
     capabilities: list[str]
     modified_at: str
 

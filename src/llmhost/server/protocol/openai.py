@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from llmhost.engine.request import INT32_MAX, MAX_LOGPROBS
+from llmhost.jsontypes import JSONObject
 from llmhost.server.protocol.limits import MAX_LOGIT_BIAS, MAX_STOP_CHARS, MAX_STOP_SEQUENCES
 
 StopString = Annotated[str, Field(max_length=MAX_STOP_CHARS)]
@@ -19,6 +20,11 @@ MAX_PROMPTS = 64
 # JSON types as the document states them: "stream": 0 is no boolean, "5" no integer (a 422 naming the
 # field), as OpenAI and Anthropic answer; pydantic's lax mode would read both
 STRICT = ConfigDict(extra="forbid", strict=True)
+
+
+def no_parameters() -> JSONObject:
+    """A tool's parameters when it declares none: an object of no properties."""
+    return {"type": "object", "properties": {}}
 
 
 class Strict(BaseModel):
@@ -35,7 +41,7 @@ class StreamOptions(Strict):
 class JSONSchemaFormat(Strict):
     name: Annotated[str, Field(max_length=64)] = "response"
     description: str | None = None
-    schema_: Annotated[dict[str, Any], Field(alias="schema")] = Field(default_factory=dict)
+    schema_: Annotated[JSONObject, Field(alias="schema")] = Field(default_factory=dict)
     strict: bool | None = None
 
 
@@ -79,7 +85,7 @@ class SamplingFields(Strict):
     ignore_eos: bool = False
     typical_p: Annotated[float, Field(gt=0.0, le=1.0)] = 1.0
     grammar: Annotated[str, Field(min_length=1)] | None = None  # llama-server: a GBNF grammar
-    json_schema: dict[str, Any] | None = None  # llama-server: a JSON schema
+    json_schema: JSONObject | None = None  # llama-server: a JSON schema
     lora: Annotated[list[LoraRef], Field(max_length=64)] | None = None  # llama-server: adapters and scales
 
     def stop_list(self) -> list[str]:
@@ -148,7 +154,7 @@ class ChatMessage(Strict):
 class FunctionDef(Strict):
     name: Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$")]
     description: str | None = None
-    parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object", "properties": {}})
+    parameters: JSONObject = Field(default_factory=no_parameters)
     strict: bool | None = None
 
 
@@ -179,16 +185,26 @@ class ChatCompletionRequest(SamplingFields):
     # end is forced; 0: off where the template can turn it off), and more chat template variables
     reasoning_effort: Literal["none", "minimal", "low", "medium", "high"] | None = None
     reasoning_budget: Annotated[int, Field(ge=0)] | None = None
-    chat_template_kwargs: dict[str, Any] | None = None
+    chat_template_kwargs: JSONObject | None = None
 
 
-# -- /v1/models response (completions are built as dicts by the serving layer) ---------------------
+# -- /v1/models response ---------------------------------------------------------------------------
+class ModelMeta(BaseModel):
+    """llama-server's `meta` of a model: what its GGUF says (once it is loaded)."""
+
+    n_ctx_train: int
+    n_vocab: int
+    n_params: int
+    size: int  # bytes
+    description: str
+
+
 class ModelCard(BaseModel):
     id: str
     object: Literal["model"] = "model"
     created: int
     owned_by: str = "llmhost"
-    meta: dict[str, Any] | None = None
+    meta: ModelMeta | None = None
     parent: str | None = None  # a LoRA adapter's base model (vLLM's field); None: a base model
 
 

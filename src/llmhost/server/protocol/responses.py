@@ -11,7 +11,8 @@ from typing import Annotated, Any, Literal
 from pydantic import Discriminator, Field, Tag
 
 from llmhost.engine.request import MAX_LOGPROBS
-from llmhost.server.protocol.openai import Strict
+from llmhost.jsontypes import JSONObject
+from llmhost.server.protocol.openai import Strict, no_parameters
 from llmhost.web.errors import APIError
 
 ITEM_TYPES = ("message", "function_call", "function_call_output", "reasoning")
@@ -98,7 +99,7 @@ class FunctionTool(Strict):
     type: Literal["function"]
     name: Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$")]
     description: str | None = None
-    parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object", "properties": {}})
+    parameters: JSONObject = Field(default_factory=no_parameters)
     strict: bool | None = None
 
 
@@ -111,7 +112,7 @@ class TextFormat(Strict):
     type: Literal["text", "json_object", "json_schema"]
     name: Annotated[str, Field(max_length=64)] | None = None
     description: str | None = None
-    schema_: Annotated[dict[str, Any] | None, Field(alias="schema")] = None
+    schema_: Annotated[JSONObject | None, Field(alias="schema")] = None
     strict: bool | None = None
 
 

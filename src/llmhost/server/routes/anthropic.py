@@ -3,13 +3,11 @@ shape: web/formats.py)."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
 from llmhost.server.protocol.anthropic import CountTokensRequest, MessagesRequest, check_blocks
-from llmhost.server.protocol.outputs import AnthropicMessage, TokenCount
+from llmhost.server.protocol.outputs import AnthropicMessage, TokenCount, json_response
 from llmhost.server.routes import deps
 from llmhost.server.serving.anthropic import AnthropicServing
 from llmhost.web.apidoc import errors, operation
@@ -37,7 +35,7 @@ async def messages(request: Request) -> Response:
 
 @router.post("/v1/messages/count_tokens", openapi_extra=operation(
     "Anthropic token count", body=[CountTokensRequest], success=TokenCount, errors=ERRORS))  # fmt: skip
-async def count_tokens(request: Request) -> dict[str, Any]:
+async def count_tokens(request: Request) -> Response:
     raw = await deps.json_body(request)
     check_blocks(raw)
-    return await serving(request).count_tokens(CountTokensRequest.model_validate(raw))
+    return json_response(await serving(request).count_tokens(CountTokensRequest.model_validate(raw)))

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from starlette.requests import Request
 
+from llmhost.jsontypes import JSONObject
 from llmhost.lifecycle import Lifecycle
 from llmhost.server.protocol.limits import parse_json
 from llmhost.server.serving.adapter_admin import AdapterAdmin
@@ -53,7 +52,8 @@ def embeddings(request: Request) -> EmbeddingsServing:
     return serving
 
 
-async def json_body(request: Request) -> dict[str, Any]:
+async def json_body(request: Request) -> JSONObject:
+    """The client's body, a JSON object of any shape: the route's request model reads it."""
     body = parse_json(await request.body())
     if not isinstance(body, dict):
         raise APIError(422, "request body must be a JSON object", field="body")

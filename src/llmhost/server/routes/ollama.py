@@ -4,13 +4,13 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from fastapi import APIRouter, Request
 from fastapi.routing import APIRoute
 from starlette.responses import PlainTextResponse, Response
 
+from llmhost.jsontypes import JSONObject
 from llmhost.server.protocol import ollama as proto
+from llmhost.server.protocol.outputs import json_response
 from llmhost.server.routes import deps
 from llmhost.server.serving.ollama import NDJSON, OllamaServing
 from llmhost.server.serving.ollama_models import VERSION, OllamaModels
@@ -36,7 +36,7 @@ def models(request: Request) -> OllamaModels:
     return found
 
 
-async def _body(request: Request) -> dict[str, Any]:
+async def _body(request: Request) -> JSONObject:
     raw = await deps.json_body(request)
     check_options(raw)
     return raw
@@ -78,8 +78,8 @@ async def generate(request: Request) -> Response:
         description="A server started with --embeddings; otherwise a 400.",
     ),
 )
-async def embed(request: Request) -> dict[str, Any]:
-    return await models(request).embed(await deps.json_body(request), request)
+async def embed(request: Request) -> Response:
+    return json_response(await models(request).embed(await deps.json_body(request), request))
 
 
 @router.post(
@@ -92,20 +92,20 @@ async def embed(request: Request) -> dict[str, Any]:
         description="A server started with --embeddings; otherwise a 400.",
     ),
 )
-async def embeddings(request: Request) -> dict[str, Any]:
-    return await models(request).embeddings_v1(await deps.json_body(request), request)
+async def embeddings(request: Request) -> Response:
+    return json_response(await models(request).embeddings_v1(await deps.json_body(request), request))
 
 
 @router.get("/api/tags", openapi_extra=operation("Ollama models", success=proto.TagsResponse, errors=ERRORS))
-async def tags(request: Request) -> dict[str, Any]:
-    return await models(request).tags()
+async def tags(request: Request) -> Response:
+    return json_response(await models(request).tags())
 
 
 @router.get(
     "/api/ps", openapi_extra=operation("Ollama loaded models", success=proto.PsResponse, errors=ERRORS)
 )
-async def ps(request: Request) -> dict[str, Any]:
-    return await models(request).ps()
+async def ps(request: Request) -> Response:
+    return json_response(await models(request).ps())
 
 
 @router.post(
@@ -114,9 +114,9 @@ async def ps(request: Request) -> dict[str, Any]:
         "Ollama model information", body=[proto.ModelRequest], success=proto.ShowResponse, errors=ERRORS
     ),
 )
-async def show(request: Request) -> dict[str, Any]:
+async def show(request: Request) -> Response:
     body = proto.ModelRequest.model_validate(await deps.json_body(request))
-    return await models(request).show(body)
+    return json_response(await models(request).show(body))
 
 
 @router.get(
@@ -128,8 +128,8 @@ async def show(request: Request) -> dict[str, Any]:
         description="The Ollama release whose API llmhost follows.",
     ),
 )
-async def version() -> dict[str, Any]:
-    return {"version": VERSION}
+async def version() -> Response:
+    return json_response(proto.VersionResponse(version=VERSION))
 
 
 # outside /api/: its refusals (a missing key) are in llmhost's usual shape

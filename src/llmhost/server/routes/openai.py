@@ -3,7 +3,13 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from llmhost.server.protocol.openai import ChatCompletionRequest, CompletionRequest, ModelCard, ModelList
+from llmhost.server.protocol.openai import (
+    ChatCompletionRequest,
+    CompletionRequest,
+    ModelCard,
+    ModelList,
+    ModelMeta,
+)
 from llmhost.server.protocol.outputs import ChatCompletionResponse, CompletionResponse
 from llmhost.server.routes import deps
 from llmhost.web.apidoc import COMMON, GENERATE, operation
@@ -38,13 +44,8 @@ async def models(request: Request) -> ModelList:
     meta = None
     if ctx.model.ready:
         info = ctx.model.info
-        meta = {
-            "n_ctx_train": info.n_ctx_train,
-            "n_vocab": info.n_vocab,
-            "n_params": info.n_params,
-            "size": info.size_bytes,
-            "description": info.description,
-        }
+        meta = ModelMeta(n_ctx_train=info.n_ctx_train, n_vocab=info.n_vocab, n_params=info.n_params,
+                         size=info.size_bytes, description=info.description)  # fmt: skip
     base = ctx.settings.model_name
     adapters = [ModelCard(id=s.name, created=ctx.started_at, parent=base) for s in ctx.adapters.specs]
     return ModelList(data=[ModelCard(id=base, created=ctx.started_at, meta=meta), *adapters])

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from fastapi import APIRouter, Request
 from starlette.responses import JSONResponse, Response
 
 from llmhost.lifecycle import Phase
 from llmhost.server.protocol.llama import DetokenizeRequest, TokenizeRequest
-from llmhost.server.protocol.outputs import Detokenized, Health, TokenizerInfo, Tokens
+from llmhost.server.protocol.outputs import (
+    Detokenized,
+    Health,
+    TokenizerInfo,
+    Tokens,
+    VLLMTokens,
+    json_response,
+)
 from llmhost.server.routes import deps
 from llmhost.server.serving import tokenizer
 from llmhost.web.apidoc import BODY, COMMON, errors, operation
@@ -38,22 +43,22 @@ async def metrics(request: Request) -> Response:
 
 @router.post("/tokenize", openapi_extra=operation(
     "Tokenize: llama-server's body (`content`) or vLLM's (`prompt`), answered in its shape",
-    body=[TokenizeRequest], success=Tokens, errors=BODY))  # fmt: skip
-async def tokenize(request: Request) -> dict[str, Any]:
+    body=[TokenizeRequest], success=[Tokens, VLLMTokens], errors=BODY))  # fmt: skip
+async def tokenize(request: Request) -> Response:
     body = TokenizeRequest.model_validate(await deps.json_body(request))
-    return await tokenizer.tokenize(deps.context(request), body)
+    return json_response(await tokenizer.tokenize(deps.context(request), body))
 
 
 @router.post("/detokenize", openapi_extra=operation(
     "Detokenize (the text as llama-server's `content` and vLLM's `prompt`)", body=[DetokenizeRequest],
     success=Detokenized, errors=BODY))  # fmt: skip
-async def detokenize(request: Request) -> dict[str, Any]:
+async def detokenize(request: Request) -> Response:
     body = DetokenizeRequest.model_validate(await deps.json_body(request))
-    return await tokenizer.detokenize(deps.context(request), body)
+    return json_response(await tokenizer.detokenize(deps.context(request), body))
 
 
 @router.get("/tokenizer_info", openapi_extra=operation(
     "vLLM's tokenizer info (what lm-eval's remote tokenizer reads)", success=TokenizerInfo,
     errors=COMMON))  # fmt: skip
-async def tokenizer_info(request: Request) -> dict[str, Any]:
-    return tokenizer.tokenizer_info(deps.context(request))
+async def tokenizer_info(request: Request) -> Response:
+    return json_response(tokenizer.tokenizer_info(deps.context(request)))

@@ -15,6 +15,7 @@ from llmhost.server.protocol.outputs import (
     CompletionResponse,
     EmbeddingsResponse,
     Generations,
+    dump,
 )
 from llmhost.server.protocol.tgi import TGIRequest
 from llmhost.server.routes import deps
@@ -72,7 +73,7 @@ async def invoke(request: Request, body: dict[str, Any]) -> Response:
             tgi = TGIRequest.model_validate(body)
             if tgi.stream:
                 return await deps.tgi(request).generate_stream(tgi)
-            return JSONResponse([await deps.tgi(request).generate(tgi, request)])
+            return JSONResponse([dump(await deps.tgi(request).generate(tgi, request))])
     raise APIError(
         422,
         "body must have 'inputs' (TGI), 'messages' (OpenAI chat), 'prompt' (OpenAI completion) or "

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.routing import APIRoute
 from starlette.responses import JSONResponse, Response
 
-from llmhost.server.protocol.outputs import Generation, Generations, Info
+from llmhost.server.protocol.outputs import Generation, Generations, Info, dump, json_response
 from llmhost.server.protocol.tgi import TGIRequest
 from llmhost.server.routes import deps
 from llmhost.web.apidoc import COMMON, Shape, errors, merge, operation
@@ -34,14 +33,14 @@ async def compat_generate(request: Request) -> Response:
     if body.stream:
         return await deps.tgi(request).generate_stream(body)
     # TGI's compat route answers a list of one generation (its Python client reads element 0)
-    return JSONResponse([await deps.tgi(request).generate(body, request)])
+    return JSONResponse([dump(await deps.tgi(request).generate(body, request))])
 
 
 @router.post("/generate", openapi_extra=operation(
     "TGI generate", body=[TGIRequest], success=Generation, errors=ERRORS))  # fmt: skip
-async def generate(request: Request) -> dict[str, Any]:
+async def generate(request: Request) -> Response:
     body = await _body(request)
-    return await deps.tgi(request).generate(body, request)
+    return json_response(await deps.tgi(request).generate(body, request))
 
 
 @router.post("/generate_stream", openapi_extra=operation(
@@ -51,8 +50,8 @@ async def generate_stream(request: Request) -> Response:
     return await deps.tgi(request).generate_stream(body)
 
 
-async def info(request: Request) -> dict[str, Any]:
-    return deps.tgi(request).info()
+async def info(request: Request) -> Response:
+    return json_response(deps.tgi(request).info())
 
 
 # /info refuses (a missing key, a crash) in llmhost's usual shape, as TGI's own server does

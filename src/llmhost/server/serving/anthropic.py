@@ -7,10 +7,10 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Literal
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 
 from llmhost.engine import FinishReason, GenerationEvent
 from llmhost.server.protocol import anthropic as proto
@@ -24,6 +24,8 @@ from llmhost.server.protocol.openai import (
     Tool,
     ToolCall,
 )
+from llmhost.server.protocol.outputs import AnthropicMessage, TokenCount, json_response
+from llmhost.server.protocol.shapes import ContentBlock, ToolUseBlock
 from llmhost.server.serving import thinking, tools
 from llmhost.server.serving.anthropic_events import MessageEvents, error_event
 from llmhost.server.serving.chat import ChatRun, StreamedOutput, read_message, start_chat, thinking_plan
@@ -68,7 +70,10 @@ def _messages(body: proto.CountTokensRequest) -> list[ChatMessage]:
     return out
 
 
-def _tool_choice(choice: proto.ToolChoice | None) -> tuple[Any, bool]:
+ChatToolChoice = Literal["none", "auto", "required"] | NamedToolChoice | None
+
+
+def _tool_choice(choice: proto.ToolChoice | None) -> tuple[ChatToolChoice, bool]:
     """OpenAI's tool_choice for Anthropic's, and whether calls may come in parallel."""
     if choice is None:
         return None, True
@@ -124,9 +129,9 @@ def stop_reason(event: GenerationEvent, called: bool) -> tuple[str, str | None]:
     return "end_turn", None
 
 
-def tool_uses(calls: list[tools.ParsedCall]) -> list[dict[str, Any]] | None:
+def tool_uses(calls: list[tools.ParsedCall]) -> list[ToolUseBlock] | None:
     """tool_use blocks, or None if a call's arguments are not a JSON object (then the output is text)."""
-    blocks = []
+    blocks: list[ToolUseBlock] = []
     for call in calls:
         try:
             arguments = json.loads(call.arguments)
@@ -166,32 +171,27 @@ class AnthropicServing:
         last = events_of[-1]
         raise_if_failed(last)
         self.ctx.finished(API, last)
-        return JSONResponse(self._message(rid, body, run, events_of))
+        return json_response(self._message(rid, body, run, events_of))
 
     def _message(
         self, rid: str, body: proto.MessagesRequest, run: ChatRun, events: list[GenerationEvent]
-    ) -> dict[str, Any]:
+    ) -> AnthropicMessage:
         last = events[-1]
         reply = read_message(run.plan, "".join(e.text for e in events))
         content, uses = reply.content, tool_uses(reply.calls)
         if uses is None:  # not calls after all: the answer is text
             content, uses = reply.answer, []
-        blocks: list[dict[str, Any]] = []
+        blocks: list[ContentBlock] = []
         if reply.reasoning is not None:
             blocks.append({"type": "thinking", "thinking": reply.reasoning, "signature": ""})
         if content:
             blocks.append({"type": "text", "text": content})
         reason, sequence = stop_reason(last, bool(uses))
-        return {
-            "id": rid,
-            "type": "message",
-            "role": "assistant",
-            "model": body.model,
-            "content": blocks + uses,
-            "stop_reason": reason,
-            "stop_sequence": sequence,
-            "usage": {"input_tokens": last.prompt_tokens, "output_tokens": last.completion_tokens},
-        }
+        return AnthropicMessage(
+            id=rid, type="message", role="assistant", model=body.model, content=[*blocks, *uses],
+            stop_reason=reason, stop_sequence=sequence,
+            usage={"input_tokens": last.prompt_tokens, "output_tokens": last.completion_tokens},
+        )  # fmt: skip
 
     async def _stream(self, run: ChatRun, events: MessageEvents) -> AsyncIterator[str]:
         output = StreamedOutput(run.plan)
@@ -218,7 +218,7 @@ class AnthropicServing:
                 for line in events.finish(uses, reason, sequence, event.completion_tokens):
                     yield line
 
-    async def count_tokens(self, body: proto.CountTokensRequest) -> dict[str, Any]:
+    async def count_tokens(self, body: proto.CountTokensRequest) -> TokenCount:
         chat = to_chat(body)
         try:
             tools.mode(chat)
@@ -227,4 +227,4 @@ class AnthropicServing:
             n = await self.ctx.count_chat_tokens(messages, tools.template_tools(chat), think.kwargs)
         except APIError as exc:
             raise renamed(exc) from exc
-        return {"input_tokens": n}
+        return TokenCount(input_tokens=n)

@@ -6,18 +6,26 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from typing import Any
+from typing import TypeAlias
+
+from llmhost.server.protocol.shapes import AnthropicUsage, ContentBlock, ThinkingBlock, ToolUseBlock
+
+# what an event carries: its type, a block's index, a block or delta, the message (start), usage
+EventValue: TypeAlias = (
+    str | int | ContentBlock | list[ContentBlock] | AnthropicUsage | dict[str, str] | dict[str, str | None]
+    | dict[str, int] | dict[str, "EventValue"] | None
+)  # fmt: skip
 
 
-def event(name: str, data: dict[str, Any]) -> str:
+def event(name: str, data: dict[str, EventValue]) -> str:
     return f"event: {name}\ndata: {json.dumps(data, separators=(',', ':'), ensure_ascii=False)}\n\n"
 
 
-def error_body(message: str, type_: str = "api_error") -> dict[str, Any]:
+def error_body(message: str, type_: str = "api_error") -> dict[str, EventValue]:
     return {"type": "error", "error": {"type": type_, "message": message}}
 
 
-THINKING_START = {"type": "thinking", "thinking": "", "signature": ""}
+THINKING_START: ThinkingBlock = {"type": "thinking", "thinking": "", "signature": ""}
 
 
 def error_event(message: str, type_: str = "api_error") -> str:
@@ -36,7 +44,7 @@ class MessageEvents:
         self.open: str | None = None  # the kind of the block open: "thinking", "text" or None
 
     def start(self) -> str:
-        message: dict[str, Any] = {
+        message: dict[str, EventValue] = {
             "id": self.message_id, "type": "message", "role": "assistant", "model": self.model,
             "content": [], "stop_reason": None, "stop_sequence": None,
             "usage": {"input_tokens": self.input_tokens, "output_tokens": 0},
@@ -51,13 +59,13 @@ class MessageEvents:
     def text(self, piece: str) -> Iterator[str]:
         yield from self._delta("text", {"type": "text_delta", "text": piece}, piece)
 
-    def _delta(self, kind: str, delta: dict[str, Any], piece: str) -> Iterator[str]:
+    def _delta(self, kind: str, delta: dict[str, str | None], piece: str) -> Iterator[str]:
         if not piece:
             return
         if self.open != kind:
             yield from self._close()
             self.open = kind
-            block = {"type": "text", "text": ""} if kind == "text" else THINKING_START
+            block: ContentBlock = {"type": "text", "text": ""} if kind == "text" else THINKING_START
             yield event("content_block_start", {"type": "content_block_start", "index": self.index,
                                                 "content_block": block})  # fmt: skip
         yield event("content_block_delta", {"type": "content_block_delta", "index": self.index,
@@ -74,9 +82,9 @@ class MessageEvents:
         yield event("content_block_stop", {"type": "content_block_stop", "index": self.index})
         self.index += 1
 
-    def tool_use(self, block: dict[str, Any]) -> Iterator[str]:
+    def tool_use(self, block: ToolUseBlock) -> Iterator[str]:
         yield from self._close()
-        start = {**block, "input": {}}
+        start: ToolUseBlock = {**block, "input": {}}
         yield event("content_block_start", {"type": "content_block_start", "index": self.index,
                                             "content_block": start})  # fmt: skip
         partial = json.dumps(block["input"], separators=(",", ":"), ensure_ascii=False)
@@ -87,7 +95,7 @@ class MessageEvents:
         self.index += 1
 
     def finish(
-        self, uses: list[dict[str, Any]], stop_reason: str, stop_sequence: str | None, output_tokens: int
+        self, uses: list[ToolUseBlock], stop_reason: str, stop_sequence: str | None, output_tokens: int
     ) -> Iterator[str]:
         yield from self._close()
         for block in uses:

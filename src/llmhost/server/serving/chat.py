@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any
 
 from llmhost.engine import Constraint, SamplingParams, Thinking
 from llmhost.engine.loop import RequestStream
 from llmhost.engine.request import TokenLogprob
+from llmhost.server.protocol import shapes
 from llmhost.server.protocol.openai import ChatCompletionRequest
 from llmhost.server.serving import thinking, tools
 from llmhost.server.serving.context import ServingContext
@@ -175,12 +175,18 @@ class StreamedOutput:
         return thought, out + rest, calls
 
 
-def logprob_entries(token_text: Callable[[int], str], logprobs: list[TokenLogprob]) -> list[dict[str, Any]]:
+def logprob_entries(
+    token_text: Callable[[int], str], logprobs: list[TokenLogprob]
+) -> list[shapes.TokenLogprob]:
     """OpenAI's per-token logprobs (chat's `logprobs.content`, Responses' `output_text.logprobs`)."""
 
-    def entry(token: int, logprob: float) -> dict[str, Any]:
+    def entry(token: int, logprob: float) -> shapes.TopLogprob:
         s = token_text(token)
         return {"token": s, "logprob": logprob, "bytes": list(s.encode("utf-8"))}
 
-    return [entry(lp.token, lp.logprob) | {"top_logprobs": [entry(t, v) for t, v in lp.top]}
-            for lp in logprobs]  # fmt: skip
+    def chosen(lp: TokenLogprob) -> shapes.TokenLogprob:
+        s = token_text(lp.token)
+        return {"token": s, "logprob": lp.logprob, "bytes": list(s.encode("utf-8")),
+                "top_logprobs": [entry(t, v) for t, v in lp.top]}  # fmt: skip
+
+    return [chosen(lp) for lp in logprobs]

@@ -15,7 +15,7 @@ from starlette.requests import Request
 from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
-from llmhost.chat_template import ChatTemplate, ChatTemplateBoundError, ChatTemplateError
+from llmhost.chat_template import ChatTemplate, ChatTemplateBoundError, ChatTemplateError, TemplateMessage
 from llmhost.engine import (
     AsyncEngine,
     Constraint,
@@ -30,6 +30,7 @@ from llmhost.engine.embedder_loop import AsyncEmbedder
 from llmhost.engine.loop import RequestStream
 from llmhost.engine.lora import AdapterSet
 from llmhost.engine.request import ParamError
+from llmhost.jsontypes import JSONObject
 from llmhost.server.errors import from_engine
 from llmhost.server.metrics import ServerMetrics
 from llmhost.server.serving.adapters import AdapterChoice
@@ -143,9 +144,9 @@ class ServingContext:
 
     async def chat_prompt(
         self,
-        messages: list[dict[str, Any]],
-        tools: list[dict[str, Any]] | None = None,
-        kwargs: dict[str, Any] | None = None,
+        messages: list[TemplateMessage],
+        tools: list[JSONObject] | None = None,
+        kwargs: JSONObject | None = None,
     ) -> tuple[str, list[int]]:
         """The rendered prompt (`kwargs`: more template variables) and its tokens; capacity first."""
         self.check_capacity()
@@ -153,9 +154,9 @@ class ServingContext:
 
     async def count_chat_tokens(
         self,
-        messages: list[dict[str, Any]],
-        tools: list[dict[str, Any]] | None = None,
-        kwargs: dict[str, Any] | None = None,
+        messages: list[TemplateMessage],
+        tools: list[JSONObject] | None = None,
+        kwargs: JSONObject | None = None,
     ) -> int:
         """The prompt's length without generating (a count is no load: no capacity check)."""
         self.require_ready()
@@ -163,9 +164,9 @@ class ServingContext:
 
     def _render_and_tokenize(
         self,
-        messages: list[dict[str, Any]],
-        tools: list[dict[str, Any]] | None,
-        kwargs: dict[str, Any] | None,
+        messages: list[TemplateMessage],
+        tools: list[JSONObject] | None,
+        kwargs: JSONObject | None,
     ) -> tuple[str, list[int]]:
         template = self.chat_template()
         try:

@@ -28,6 +28,7 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from llmhost.inference import bind_engine_model
+from llmhost.jsontypes import JSONObject
 from llmhost.server.custom_code import Handlers, load_handlers
 from llmhost.server.protocol.limits import parse_json
 from llmhost.server.serving.context import ServingContext
@@ -39,7 +40,7 @@ from llmhost.web.errors import APIError
 log = logging.getLogger("llmhost.server")
 
 JSON = "application/json"
-Dispatch = Callable[[Request, dict[str, Any]], Awaitable[Response]]
+Dispatch = Callable[[Request, JSONObject], Awaitable[Response]]
 _BAD_INPUT = (ValueError, TypeError, KeyError)
 _DONE = object()
 
@@ -136,14 +137,14 @@ async def _call(fn: Callable[..., Any], *args: Any) -> Any:
     return await asyncio.to_thread(fn, *args)
 
 
-def _default_input(body: bytes, content_type: str) -> dict[str, Any]:
+def _default_input(body: bytes, content_type: str) -> JSONObject:
     data = parse_json(body)  # /invocations reads any content type as JSON, as it always has
     if not isinstance(data, dict):
         raise APIError(422, "request body must be a JSON object", field="body")
     return data
 
 
-def _body(data: Any) -> dict[str, Any]:
+def _body(data: object) -> JSONObject:
     """What input_fn returned, as the default predict_fn reads it: /invocations' JSON object."""
     if not isinstance(data, dict):
         raise APIError(500, f"input_fn returned {type(data).__name__}; the default predict_fn takes the "

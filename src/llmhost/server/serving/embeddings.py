@@ -6,7 +6,7 @@ import asyncio
 import base64
 import json
 from collections.abc import Awaitable
-from typing import Any, TypeVar, cast
+from typing import TypeVar, cast
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -16,6 +16,7 @@ from llmhost.engine.embedder_loop import AsyncEmbedder
 from llmhost.engine.request import EngineError
 from llmhost.server.errors import from_engine
 from llmhost.server.protocol.embeddings import EmbeddingRequest
+from llmhost.server.protocol.shapes import EmbeddingData, Embeddings, EmbeddingsUsage
 from llmhost.server.serving.context import ServingContext
 from llmhost.web.errors import APIError
 
@@ -30,12 +31,14 @@ def encode(vector: Vector, encoding_format: str) -> list[float] | str:
     return cast(list[float], vector.tolist())
 
 
-def response_body(vectors: list[Vector], encoding_format: str, model: str, n_tokens: int) -> dict[str, Any]:
-    data = [
+def response_body(vectors: list[Vector], encoding_format: str, model: str, n_tokens: int) -> Embeddings:
+    """The answer as a TypedDict, not the EmbeddingsResponse model: thousands of floats a vector are not
+    validated again."""
+    data: list[EmbeddingData] = [
         {"object": "embedding", "index": i, "embedding": encode(v, encoding_format)}
         for i, v in enumerate(vectors)
     ]
-    usage = {"prompt_tokens": n_tokens, "total_tokens": n_tokens}
+    usage: EmbeddingsUsage = {"prompt_tokens": n_tokens, "total_tokens": n_tokens}
     return {"object": "list", "data": data, "model": model, "usage": usage}
 
 

@@ -11,14 +11,15 @@ import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 
 from llmhost.engine import Constraint, FinishReason, GenerationEvent
 from llmhost.engine.loop import RequestStream
 from llmhost.server.protocol import ollama as proto
+from llmhost.server.protocol.outputs import json_response
+from llmhost.server.protocol.shapes import OllamaFunction, OllamaMessage, OllamaPiece, OllamaToolCall
 from llmhost.server.serving import ollama_params as op
 from llmhost.server.serving import tools
 from llmhost.server.serving.chat import ChatPlan, StreamedOutput, planned, read_message, render_chat
@@ -34,7 +35,7 @@ def created_at() -> str:
     return datetime.now(UTC).isoformat().replace("+00:00", "Z")
 
 
-def line(obj: dict[str, Any]) -> str:
+def line(obj: OllamaPiece | dict[str, str]) -> str:
     return json.dumps(obj, separators=(",", ":"), ensure_ascii=False) + "\n"
 
 
@@ -47,24 +48,22 @@ def done_reason(event: GenerationEvent) -> str:
     return "length" if event.finish_reason is FinishReason.LENGTH else "stop"
 
 
-def stats(event: GenerationEvent, started_ns: int) -> dict[str, Any]:
+def add_stats(out: OllamaPiece, event: GenerationEvent, started_ns: int) -> None:
     """The final object's figures: counts, and durations in nanoseconds as measured by the engine
     (`load_duration` 0: the model was loaded before the request was accepted)."""
     t = event.timings
-    return {
-        "done_reason": done_reason(event),
-        "total_duration": time.monotonic_ns() - started_ns,
-        "load_duration": 0,
-        "prompt_eval_count": event.prompt_tokens,
-        "prompt_eval_duration": int((t.prompt_ms if t else 0.0) * 1e6),
-        "eval_count": event.completion_tokens,
-        "eval_duration": int((t.predicted_ms if t else 0.0) * 1e6),
-    }
+    out["done_reason"] = done_reason(event)
+    out["total_duration"] = time.monotonic_ns() - started_ns
+    out["load_duration"] = 0
+    out["prompt_eval_count"] = event.prompt_tokens
+    out["prompt_eval_duration"] = int((t.prompt_ms if t else 0.0) * 1e6)
+    out["eval_count"] = event.completion_tokens
+    out["eval_duration"] = int((t.predicted_ms if t else 0.0) * 1e6)
 
 
-def tool_calls(calls: list[tools.ParsedCall]) -> list[dict[str, Any]] | None:
+def tool_calls(calls: list[tools.ParsedCall]) -> list[OllamaToolCall] | None:
     """Ollama's tool calls (arguments as an object), or None if one's arguments are no JSON object."""
-    out = []
+    out: list[OllamaToolCall] = []
     for i, call in enumerate(calls):
         try:
             arguments = json.loads(call.arguments)
@@ -72,12 +71,8 @@ def tool_calls(calls: list[tools.ParsedCall]) -> list[dict[str, Any]] | None:
             return None
         if not isinstance(arguments, dict):
             return None
-        out.append(
-            {
-                "id": f"call_{uuid.uuid4().hex[:8]}",
-                "function": {"index": i, "name": call.name, "arguments": arguments},
-            }
-        )
+        function: OllamaFunction = {"index": i, "name": call.name, "arguments": arguments}
+        out.append({"id": f"call_{uuid.uuid4().hex[:8]}", "function": function})
     return out
 
 
@@ -93,41 +88,45 @@ class Run:
     context: bool = False  # /api/generate through a template: the final object carries `context`
     output_ids: list[int] = field(default_factory=list)
 
-    def piece(
-        self, text: str, calls: list[dict[str, Any]] | None = None, thought: str = ""
-    ) -> dict[str, Any]:
+    def piece(self, text: str, calls: list[OllamaToolCall] | None = None, thought: str = "") -> OllamaPiece:
         """An object of the answer: its text, tool calls and thought (`thinking`, as Ollama sends it)."""
-        out: dict[str, Any] = {"model": self.model, "created_at": created_at()}
+        now = created_at()
         if self.chat:
-            message: dict[str, Any] = {"role": "assistant", "content": text}
+            message: OllamaMessage = {"role": "assistant", "content": text}
             if thought:
                 message["thinking"] = thought
             if calls:
                 message["tool_calls"] = calls
-            out["message"] = message
-        else:
-            out["response"] = text
-            if thought:
-                out["thinking"] = thought
-        out["done"] = False
-        return out
+            return {"model": self.model, "created_at": now, "message": message, "done": False}
+        if thought:
+            return {"model": self.model, "created_at": now, "response": text, "thinking": thought,
+                    "done": False}  # fmt: skip
+        return {"model": self.model, "created_at": now, "response": text, "done": False}
 
     def last(
-        self, text: str, event: GenerationEvent, calls: list[dict[str, Any]] | None = None, thought: str = ""
-    ) -> dict[str, Any]:
+        self, text: str, event: GenerationEvent, calls: list[OllamaToolCall] | None = None, thought: str = ""
+    ) -> OllamaPiece:
         out = self.piece(text, calls, thought)
         out["done"] = True
-        out.update(stats(event, self.started_ns))
+        add_stats(out, event, self.started_ns)
         if self.context:
             out["context"] = self.prompt + self.output_ids
         return out
 
+    def answer(self, piece: OllamaPiece) -> Response:
+        """A whole answer (no `stream`), as the documented model of its route has it."""
+        model = proto.ChatResponse if self.chat else proto.GenerateResponse
+        return json_response(model.model_validate(piece))
 
-def load_answer(model: str, chat: bool) -> dict[str, Any]:
+
+def load_answer(model: str, chat: bool) -> Response:
     """A request with nothing to generate loads the model (here: it is loaded already)."""
-    out: dict[str, Any] = {"model": model, "created_at": created_at()}
-    out.update({"message": {"role": "assistant", "content": ""}} if chat else {"response": ""})
-    return {**out, "done": True, "done_reason": "load"}
+    if chat:
+        message: OllamaMessage = {"role": "assistant", "content": ""}
+        return json_response(proto.ChatResponse(model=model, created_at=created_at(), message=message,
+                                                done=True, done_reason="load"))  # fmt: skip
+    return json_response(proto.GenerateResponse(model=model, created_at=created_at(), response="", done=True,
+                                                done_reason="load"))  # fmt: skip
 
 
 def check_keep_alive(value: proto.KeepAlive) -> None:
@@ -170,7 +169,7 @@ class OllamaServing:
         op.no_images(body.messages, None)
         ask = self._check(body)
         if not body.messages:
-            return JSONResponse(load_answer(body.model, chat=True))
+            return load_answer(body.model, chat=True)
         op.check_tools(body.tools, body.model, self._template_source() or "")
         constraint = op.constraint(body.format)
         chat = op.chat_request(body)
@@ -193,7 +192,7 @@ class OllamaServing:
         if body.suffix:
             raise APIError(400, "suffix (fill-in-the-middle) is not supported", field="suffix")
         if empty:
-            return JSONResponse(load_answer(body.model, chat=False))
+            return load_answer(body.model, chat=False)
         constraint = op.constraint(body.format)
         plan, prompt, templated = await self._generate_prompt(body, constraint, ask)
         run = Run(body.model, False, plan, prompt, started, context=templated)
@@ -250,7 +249,7 @@ class OllamaServing:
         content, found = reply.content, tool_calls(reply.calls)
         if found is None:  # not calls after all: the answer is text
             content, found = reply.answer, None
-        return JSONResponse(run.last(content or "", last, found or None, reply.reasoning or ""))
+        return run.answer(run.last(content or "", last, found or None, reply.reasoning or ""))
 
     async def _stream(self, run: Run, stream: RequestStream) -> AsyncIterator[str]:
         output = StreamedOutput(run.plan)

@@ -10,11 +10,11 @@ import os
 import time
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 import gguf
 from starlette.requests import Request
 
+from llmhost.jsontypes import JSONObject, JSONValue
 from llmhost.server.protocol import ollama as proto
 from llmhost.server.serving.context import ServingContext
 from llmhost.server.serving.embeddings import EmbeddingsServing
@@ -42,7 +42,7 @@ def human_count(n: int) -> str:
     return f"{n / 1e3:.2f}K" if n >= 1000 else str(n)
 
 
-def _value(field: gguf.ReaderField, verbose: bool) -> Any:
+def _value(field: gguf.ReaderField, verbose: bool) -> JSONValue:
     if (
         field.types
         and field.types[0] == gguf.GGUFValueType.ARRAY
@@ -50,42 +50,47 @@ def _value(field: gguf.ReaderField, verbose: bool) -> Any:
         and not verbose
     ):
         return []
-    return field.contents()
+    value: JSONValue = field.contents()  # a number, a string, or a list of them
+    return value
 
 
 @functools.lru_cache(maxsize=16)
-def read_metadata(path: str, verbose: bool = False) -> dict[str, Any]:
+def read_metadata(path: str, verbose: bool = False) -> JSONObject:
     """The GGUF's key-value metadata (big arrays empty unless `verbose`, as Ollama's /api/show), with
     `general.parameter_count` counted from its tensors when the file does not say it."""
     reader = gguf.GGUFReader(path)
-    meta = {name: _value(f, verbose) for name, f in reader.fields.items() if not name.startswith("GGUF.")}
+    fields = reader.fields.items()
+    meta: JSONObject = {name: _value(f, verbose) for name, f in fields if not name.startswith("GGUF.")}
     if not isinstance(meta.get("general.parameter_count"), int):
         meta["general.parameter_count"] = sum(int(t.n_elements) for t in reader.tensors)
     return meta
 
 
-def model_entry(name: str, path: str) -> dict[str, Any]:
+def model_entry(name: str, path: str) -> proto.ModelEntry:
     """One model as /api/tags lists it, read from its GGUF (blocking: call it off the event loop)."""
     stat = os.stat(path)
     meta = read_metadata(path)
-    return {
-        "name": tagged(name),
-        "model": tagged(name),
-        "modified_at": iso(stat.st_mtime),
-        "size": stat.st_size,
-        "digest": digest(path, stat.st_size, stat.st_mtime),
-        "details": details(meta, int(meta["general.parameter_count"])),
-    }
+    n_params = meta["general.parameter_count"]
+    assert isinstance(n_params, int)  # read_metadata counts it when the file does not say it
+    return proto.ModelEntry(
+        name=tagged(name), model=tagged(name), modified_at=iso(stat.st_mtime), size=stat.st_size,
+        digest=digest(path, stat.st_size, stat.st_mtime), details=details(meta, n_params),
+    )  # fmt: skip
 
 
-def running_entry(entry: dict[str, Any], expires_in_s: float | None, context_length: int) -> dict[str, Any]:
+def running_entry(
+    entry: proto.ModelEntry, expires_in_s: float | None, context_length: int
+) -> proto.RunningModel:
     """One loaded model as /api/ps lists it; `expires_in_s` None: it stays loaded (a far date, as
     Ollama writes for `keep_alive: -1`)."""
     left = 10 * 365 * 86400 if expires_in_s is None else max(0.0, expires_in_s)
-    return {**entry, "expires_at": iso(time.time() + left), "size_vram": 0, "context_length": context_length}
+    return proto.RunningModel(
+        name=entry.name, model=entry.model, size=entry.size, digest=entry.digest, details=entry.details,
+        expires_at=iso(time.time() + left), size_vram=0, context_length=context_length,
+    )  # fmt: skip
 
 
-def quantization(meta: dict[str, Any]) -> str:
+def quantization(meta: JSONObject) -> str:
     file_type = meta.get("general.file_type")
     if not isinstance(file_type, int):
         return "unknown"
@@ -95,16 +100,12 @@ def quantization(meta: dict[str, Any]) -> str:
         return "unknown"
 
 
-def details(meta: dict[str, Any], n_params: int) -> dict[str, Any]:
+def details(meta: JSONObject, n_params: int) -> proto.Details:
     family = str(meta.get("general.architecture", "unknown"))
-    return {
-        "parent_model": "",
-        "format": "gguf",
-        "family": family,
-        "families": [family],
-        "parameter_size": human_count(n_params),
-        "quantization_level": quantization(meta),
-    }
+    return proto.Details(
+        parent_model="", format="gguf", family=family, families=[family],
+        parameter_size=human_count(n_params), quantization_level=quantization(meta),
+    )  # fmt: skip
 
 
 @functools.lru_cache(maxsize=16)
@@ -126,17 +127,17 @@ class OllamaModels:
     def name(self) -> str:
         return tagged(self.ctx.settings.model_name)
 
-    def _entry(self) -> dict[str, Any]:
+    def _entry(self) -> proto.ModelEntry:
         self.ctx.require_model()
         return model_entry(self.ctx.settings.model_name, str(self.ctx.settings.model_path))
 
-    async def tags(self) -> dict[str, Any]:
-        return {"models": [await asyncio.to_thread(self._entry)]}
+    async def tags(self) -> proto.TagsResponse:
+        return proto.TagsResponse(models=[await asyncio.to_thread(self._entry)])
 
-    async def ps(self) -> dict[str, Any]:
+    async def ps(self) -> proto.PsResponse:
         """The loaded model: it stays loaded while the server runs."""
         entry = await asyncio.to_thread(self._entry)
-        return {"models": [running_entry(entry, None, self._n_ctx())]}
+        return proto.PsResponse(models=[running_entry(entry, None, self._n_ctx())])
 
     def _n_ctx(self) -> int:
         if self.ctx.embedder is not None:
@@ -153,7 +154,7 @@ class OllamaModels:
             found.append("thinking")
         return found
 
-    async def show(self, body: proto.ModelRequest) -> dict[str, Any]:
+    async def show(self, body: proto.ModelRequest) -> proto.ShowResponse:
         body.model_name()
         entry = await asyncio.to_thread(self._entry)
         meta = await asyncio.to_thread(read_metadata, str(self.ctx.settings.model_path), body.verbose)
@@ -161,17 +162,13 @@ class OllamaModels:
         arch = meta.get("general.architecture", "")
         info = {k: v for k, v in meta.items() if not k.startswith("tokenizer.chat_template")}
         info[f"{arch}.context_length"] = meta.get(f"{arch}.context_length", self.ctx.model.info.n_ctx_train)
-        return {
-            "modelfile": f"# llmhost serves this GGUF as it is\nFROM {self.ctx.settings.model_path}\n",
-            "parameters": f"num_ctx {self._n_ctx()}",
-            "template": template,
-            "details": entry["details"],
-            "model_info": info,
-            "capabilities": self.capabilities(template),
-            "modified_at": entry["modified_at"],
-        }
+        return proto.ShowResponse(
+            modelfile=f"# llmhost serves this GGUF as it is\nFROM {self.ctx.settings.model_path}\n",
+            parameters=f"num_ctx {self._n_ctx()}", template=template, details=entry.details, model_info=info,
+            capabilities=self.capabilities(template), modified_at=entry.modified_at,
+        )  # fmt: skip
 
-    async def embed(self, raw: dict[str, Any], request: Request) -> dict[str, Any]:
+    async def embed(self, raw: JSONObject, request: Request) -> proto.EmbedResponse:
         check_options(raw)
         body = proto.EmbedRequest.model_validate(raw)
         check_keep_alive(body.keep_alive)
@@ -187,21 +184,18 @@ class OllamaModels:
         inputs: list[str | list[int]] = [body.input] if isinstance(body.input, str) else list(body.input)
         limit = embedder.config.max_input_tokens if body.truncate else None
         vectors, n_tokens = await self.embeddings.vectors(inputs, request, API, limit)
-        return {
-            "model": body.model,
-            "embeddings": [v.tolist() for v in vectors],
-            "total_duration": time.monotonic_ns() - started,
-            "load_duration": 0,
-            "prompt_eval_count": n_tokens,
-        }
+        return proto.EmbedResponse(
+            model=body.model, embeddings=[v.tolist() for v in vectors],
+            total_duration=time.monotonic_ns() - started, load_duration=0, prompt_eval_count=n_tokens,
+        )  # fmt: skip
 
-    async def embeddings_v1(self, raw: dict[str, Any], request: Request) -> dict[str, Any]:
+    async def embeddings_v1(self, raw: JSONObject, request: Request) -> proto.EmbeddingResponse:
         """The older /api/embeddings: one prompt (an empty one: an empty vector, as Ollama answers)."""
         check_options(raw)
         body = proto.EmbeddingsRequest.model_validate(raw)
         check_keep_alive(body.keep_alive)
         self.embeddings.embedder()
         if not body.prompt:
-            return {"embedding": []}
+            return proto.EmbeddingResponse(embedding=[])
         vectors, _ = await self.embeddings.vectors([body.prompt], request, API)
-        return {"embedding": vectors[0].tolist()}
+        return proto.EmbeddingResponse(embedding=vectors[0].tolist())

@@ -5,14 +5,24 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator, Callable
-from typing import Any
+from typing import Literal
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 
 from llmhost.engine import Constraint, FinishReason, GenerationEvent, SamplingParams
 from llmhost.engine.loop import RequestStream
+from llmhost.server.protocol import shapes
 from llmhost.server.protocol.openai import ChatCompletionRequest, CompletionRequest, SamplingFields
+from llmhost.server.protocol.outputs import (
+    AssistantMessage,
+    ChatChoice,
+    ChatCompletionResponse,
+    CompletionChoice,
+    CompletionResponse,
+    Finish,
+    json_response,
+)
 from llmhost.server.serving import scoring
 from llmhost.server.serving.chat import ChatPlan, StreamedOutput, logprob_entries, read_message, start_chat
 from llmhost.server.serving.context import (
@@ -28,7 +38,7 @@ from llmhost.server.serving.params import sampling_params
 from llmhost.server.serving.structured import openai_constraint
 from llmhost.web.errors import APIError
 
-FINISH = {
+FINISH: dict[FinishReason, Finish] = {
     FinishReason.LENGTH: "length",
     FinishReason.EOS: "stop",
     FinishReason.STOP: "stop",
@@ -48,7 +58,7 @@ def check_completion(body: CompletionRequest) -> None:
                        "logprobs for the prompt's log-probabilities)", field="max_tokens")  # fmt: skip
 
 
-def usage(finals: list[GenerationEvent], n: int) -> dict[str, Any]:
+def usage(finals: list[GenerationEvent], n: int) -> shapes.Usage:
     """Prompt tokens once per prompt (its `n` choices share it), completion tokens of every choice."""
     firsts = finals[::n]
     prompt = sum(e.prompt_tokens for e in firsts)
@@ -63,30 +73,34 @@ def usage(finals: list[GenerationEvent], n: int) -> dict[str, Any]:
     }
 
 
+def timings(finals: list[GenerationEvent]) -> shapes.Timings | None:
+    """llama-server's `timings`, of the first choice."""
+    return finals[0].timings.as_dict() if finals[0].timings else None
+
+
 class OpenAIServing:
     def __init__(self, ctx: ServingContext, tool_parser: str = "auto") -> None:
         self.ctx = ctx
         self.tool_parser = tool_parser
 
-    def _envelope(
-        self,
-        rid: str,
-        obj: str,
-        body: SamplingFields,
-        choices: list[Any],
-        finals: list[GenerationEvent] | None,
-    ) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "id": rid,
-            "object": obj,
-            "created": int(time.time()),
-            "model": body.model or self.ctx.settings.model_name,
-            "choices": choices,
-        }
+    def _model(self, body: SamplingFields) -> str:
+        return body.model or self.ctx.settings.model_name
+
+    def _chunk(
+        self, rid: str, obj: str, body: SamplingFields, choices: list[shapes.ChunkChoice]
+    ) -> shapes.Chunk:
+        """A streamed chunk: plain dicts on the per-token path (protocol/shapes.py says why)."""
+        return {"id": rid, "object": obj, "created": int(time.time()), "model": self._model(body),
+                "choices": choices}  # fmt: skip
+
+    def _usage_chunk(
+        self, rid: str, obj: str, body: SamplingFields, finals: list[GenerationEvent]
+    ) -> shapes.Chunk:
+        chunk = self._chunk(rid, obj, body, [])
         if finals:
-            out["usage"] = usage(finals, body.n)
-            out["timings"] = finals[0].timings.as_dict() if finals[0].timings else None
-        return out
+            chunk["usage"] = usage(finals, body.n)
+            chunk["timings"] = timings(finals)
+        return chunk
 
     # -- completions -------------------------------------------------------------------------------
     async def completion(self, body: CompletionRequest, request: Request) -> Response:
@@ -107,7 +121,10 @@ class OpenAIServing:
         results = await ctx.collect_all(streams, request)
         choices = [self._completion_choice(i, body, events, echoes[i // body.n]) for i, events in
                    enumerate(results)]  # fmt: skip
-        return JSONResponse(self._envelope(rid, "text_completion", body, choices, [r[-1] for r in results]))
+        finals = [r[-1] for r in results]
+        return json_response(CompletionResponse(
+            id=rid, object="text_completion", created=int(time.time()), model=self._model(body),
+            choices=choices, usage=usage(finals, body.n), timings=timings(finals)))  # fmt: skip
 
     def _params(
         self, body: CompletionRequest, n_prompt: int, constraint: Constraint | None, scored: bool
@@ -131,23 +148,20 @@ class OpenAIServing:
 
     def _completion_choice(
         self, index: int, body: CompletionRequest, events: list[GenerationEvent], echo: scoring.Echo
-    ) -> dict[str, Any]:
+    ) -> CompletionChoice:
         last = events[-1]
         raise_if_failed(last)
         self.ctx.finished("completions", last)
         logprobs = None
         if body.logprobs is not None:
             logprobs = self._completion_logprobs(events, echo if body.echo else None, len(echo.text))
-        return {
-            "index": index,
-            "text": echo.text + "".join(e.text for e in events),
-            "logprobs": logprobs,
-            "finish_reason": FINISH[last.finish_reason or FinishReason.LENGTH],
-        }
+        text = echo.text + "".join(e.text for e in events)
+        finish = FINISH[last.finish_reason or FinishReason.LENGTH]
+        return CompletionChoice(index=index, text=text, logprobs=logprobs, finish_reason=finish)
 
     def _completion_logprobs(
         self, events: list[GenerationEvent], echo: scoring.Echo | None, offsets: scoring.Offsets | int
-    ) -> dict[str, Any]:
+    ) -> shapes.CompletionLogprobs:
         """The generated tokens' logprobs, after the echoed prompt's when `echo` is given; `offsets`
         counts on the choice's text (or starts at that many characters)."""
         engine = self.ctx.engine
@@ -167,18 +181,18 @@ class OpenAIServing:
         counters = [scoring.Offsets(len(echoes[i // body.n].text)) for i in range(len(streams))]
         started: set[int] = set()
 
-        def choice(index: int, event: GenerationEvent, finish: str | None) -> dict[str, Any] | None:
+        def choice(index: int, event: GenerationEvent, finish: str | None) -> shapes.ChunkChoice | None:
             echo = echoes[index // body.n] if scored and index not in started else None
             started.add(index)
             text = (echo.text if echo else "") + event.text
             if not text and not finish and echo is None:
                 return None
-            c = {"index": index, "text": text, "logprobs": None, "finish_reason": finish}
+            c: shapes.ChunkChoice = {"index": index, "text": text, "logprobs": None, "finish_reason": finish}
             if body.logprobs is not None and (event.logprobs or echo is not None):
                 c["logprobs"] = self._completion_logprobs([event], echo, counters[index])
             return c
 
-        first = [
+        first: list[shapes.ChunkChoice] = [
             {"index": i, "text": echoes[i // body.n].text, "logprobs": None, "finish_reason": None}
             for i in range(len(streams))
             if echoes[i // body.n].text and not scored
@@ -193,13 +207,13 @@ class OpenAIServing:
         streams: list[RequestStream],
         api: str,
         obj: str,
-        first: list[dict[str, Any]],
-        choice: Callable[[int, GenerationEvent, str | None], dict[str, Any] | None],
+        first: list[shapes.ChunkChoice],
+        choice: Callable[[int, GenerationEvent, str | None], shapes.ChunkChoice | None],
     ) -> AsyncIterator[str]:
         """SSE chunks of either OpenAI API: `first` choices, a chunk per text delta, usage, [DONE]."""
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
         for c in first:
-            yield sse(self._envelope(rid, obj, body, [c], None))
+            yield sse(self._chunk(rid, obj, body, [c]))
         finals: list[GenerationEvent | None] = [None] * len(streams)
         async for index, event in merge(streams):
             if event.error is not None:
@@ -211,7 +225,7 @@ class OpenAIServing:
             finish = FINISH[event.finish_reason] if event.finish_reason else None
             delta = choice(index, event, finish)
             if delta is not None:
-                chunk = self._envelope(rid, obj, body, [delta], None)
+                chunk = self._chunk(rid, obj, body, [delta])
                 if event.finished and event.timings:
                     chunk["timings"] = event.timings.as_dict()
                 yield sse(chunk)
@@ -219,7 +233,7 @@ class OpenAIServing:
                 finals[index] = event
                 self.ctx.finished(api, event)
         if include_usage:
-            yield sse(self._envelope(rid, obj, body, [], [e for e in finals if e is not None]))
+            yield sse(self._usage_chunk(rid, obj, body, [e for e in finals if e is not None]))
         yield sse("[DONE]")
 
     # -- chat --------------------------------------------------------------------------------------
@@ -231,38 +245,36 @@ class OpenAIServing:
             return EventStreamResponse(self._chat_stream(rid, body, plan, streams), streams)
         results = await self.ctx.collect_all(streams, request)
         choices = [self._chat_choice(i, body, plan, events) for i, events in enumerate(results)]
-        return JSONResponse(self._envelope(rid, "chat.completion", body, choices, [r[-1] for r in results]))
+        finals = [r[-1] for r in results]
+        return json_response(ChatCompletionResponse(
+            id=rid, object="chat.completion", created=int(time.time()), model=self._model(body),
+            choices=choices, usage=usage(finals, body.n), timings=timings(finals)))  # fmt: skip
 
     @staticmethod
-    def _message(plan: ChatPlan, text: str) -> tuple[dict[str, Any], bool]:
-        """The assistant message of a choice, and whether it holds tool calls."""
+    def _message(plan: ChatPlan, text: str) -> AssistantMessage:
+        """The assistant message of a choice (the thought and tool calls only when it has them)."""
         reply = read_message(plan, text)
-        content, calls = reply.content, reply.calls
-        message: dict[str, Any] = {"role": "assistant", "content": content}
+        message = AssistantMessage(role="assistant", content=reply.content)
         if reply.reasoning is not None:
-            message["reasoning_content"] = reply.reasoning
-        if calls:
-            message["tool_calls"] = [c.as_openai(i) for i, c in enumerate(calls)]
-        return message, bool(calls)
+            message.reasoning_content = reply.reasoning
+        if reply.calls:
+            message.tool_calls = [c.as_openai() for c in reply.calls]
+        return message
 
     def _chat_choice(
         self, index: int, body: ChatCompletionRequest, plan: ChatPlan, events: list[GenerationEvent]
-    ) -> dict[str, Any]:
+    ) -> ChatChoice:
         last = events[-1]
         raise_if_failed(last)
         self.ctx.finished("chat", last)
-        message, called = self._message(plan, "".join(e.text for e in events))
-        for call in message.get("tool_calls", []):
-            del call["index"]
-        finish = "tool_calls" if called else FINISH[last.finish_reason or FinishReason.LENGTH]
-        return {
-            "index": index,
-            "message": message,
-            "logprobs": self._chat_logprobs(events) if body.logprobs else None,
-            "finish_reason": finish,
-        }
+        message = self._message(plan, "".join(e.text for e in events))
+        finish: Finish | Literal["tool_calls"] = FINISH[last.finish_reason or FinishReason.LENGTH]
+        if message.tool_calls:
+            finish = "tool_calls"
+        logprobs = self._chat_logprobs(events) if body.logprobs else None
+        return ChatChoice(index=index, message=message, logprobs=logprobs, finish_reason=finish)
 
-    def _chat_logprobs(self, events: list[GenerationEvent]) -> dict[str, Any]:
+    def _chat_logprobs(self, events: list[GenerationEvent]) -> shapes.ChatLogprobs:
         chosen = [lp for e in events for lp in e.logprobs]
         return {"content": logprob_entries(self.ctx.engine.token_text, chosen)}
 
@@ -271,18 +283,19 @@ class OpenAIServing:
     ) -> AsyncIterator[str]:
         outputs = [StreamedOutput(plan) for _ in streams]
 
-        def choice(index: int, event: GenerationEvent, finish: str | None) -> dict[str, Any] | None:
+        def choice(index: int, event: GenerationEvent, finish: str | None) -> shapes.ChunkChoice | None:
             delta = self._delta(outputs[index], event)
             if delta.get("tool_calls"):
                 finish = "tool_calls"
             if not delta and not finish:
                 return None
-            c: dict[str, Any] = {"index": index, "delta": delta, "logprobs": None, "finish_reason": finish}
+            c: shapes.ChunkChoice = {"index": index, "delta": delta, "logprobs": None,
+                                     "finish_reason": finish}  # fmt: skip
             if body.logprobs and event.logprobs:
                 c["logprobs"] = self._chat_logprobs([event])
             return c
 
-        first = [
+        first: list[shapes.ChunkChoice] = [
             {
                 "index": i,
                 "delta": {"role": "assistant", "content": ""},
@@ -295,10 +308,10 @@ class OpenAIServing:
             yield line
 
     @staticmethod
-    def _delta(output: StreamedOutput, event: GenerationEvent) -> dict[str, Any]:
+    def _delta(output: StreamedOutput, event: GenerationEvent) -> shapes.Delta:
         """The thought as it comes; content as soon as it cannot start a call; at the end, the calls."""
         thought, content, calls = output.feed(event.text, event.finished)
-        delta: dict[str, Any] = {"reasoning_content": thought} if thought else {}
+        delta: shapes.Delta = {"reasoning_content": thought} if thought else {}
         if content:
             delta["content"] = content
         if calls:

@@ -10,9 +10,10 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 
 from llmhost.engine import Constraint, ConstraintKind, FinishReason, GenerationEvent
+from llmhost.jsontypes import JSONObject
 from llmhost.server.protocol import responses as proto
 from llmhost.server.protocol.openai import (
     ChatCompletionRequest,
@@ -24,12 +25,15 @@ from llmhost.server.protocol.openai import (
     Tool,
     ToolCall,
 )
+from llmhost.server.protocol.outputs import ResponseObject, json_response
+from llmhost.server.protocol.shapes import OutputItem, ResponseEcho, ResponsesUsage, TokenLogprob
 from llmhost.server.serving import thinking
 from llmhost.server.serving.chat import ChatRun, StreamedOutput, logprob_entries, read_message, start_chat
 from llmhost.server.serving.context import EventStreamResponse, ServingContext, raise_if_failed
 from llmhost.server.serving.responses_events import (
     ResponseEvents,
     ResponseShape,
+    Status,
     call_item,
     item_id,
     message_item,
@@ -132,9 +136,9 @@ def renamed(exc: APIError) -> APIError:
     return exc
 
 
-def _echo(body: proto.ResponsesRequest, model: str) -> dict[str, Any]:
+def _echo(body: proto.ResponsesRequest, model: str) -> ResponseEcho:
     """The request's settings as the response object repeats them."""
-    fmt: dict[str, Any] = {"type": "text"}
+    fmt: JSONObject = {"type": "text"}
     if body.text and body.text.format:
         fmt = body.text.format.model_dump(by_alias=True, exclude_none=True)
     choice = body.tool_choice
@@ -152,7 +156,7 @@ def _echo(body: proto.ResponsesRequest, model: str) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def _usage(last: GenerationEvent) -> dict[str, Any]:
+def _usage(last: GenerationEvent) -> ResponsesUsage:
     cached = last.timings.cache_n if last.timings else 0
     return usage(last.prompt_tokens, last.completion_tokens, cached, last.reasoning_tokens)
 
@@ -180,15 +184,18 @@ class ResponsesServing:
         reply = read_message(run.plan, "".join(e.text for e in result))
         content, calls = reply.content, reply.calls
         incomplete = last.finish_reason is FinishReason.LENGTH and not calls
-        status = "incomplete" if incomplete else "completed"
-        output = [reasoning_item(item_id("rs"), reply.reasoning)] if reply.reasoning is not None else []
+        status: Status = "incomplete" if incomplete else "completed"
+        output: list[OutputItem] = []
+        if reply.reasoning is not None:
+            output.append(reasoning_item(item_id("rs"), reply.reasoning))
         message = message_item(item_id("msg"), content or "", status, self._logprobs(body, result))
         output += [message] if content or not calls else []
         output += [call_item(c) for c in calls]
         reason = "max_output_tokens" if incomplete else None
-        return JSONResponse(shape.object(status, output, _usage(last), reason))
+        answer = shape.object(status, output, _usage(last), reason)
+        return json_response(ResponseObject.model_validate(answer))  # checked against what is documented
 
-    def _logprobs(self, body: proto.ResponsesRequest, events: list[GenerationEvent]) -> list[dict[str, Any]]:
+    def _logprobs(self, body: proto.ResponsesRequest, events: list[GenerationEvent]) -> list[TokenLogprob]:
         if not body.wants_logprobs():
             return []
         return logprob_entries(self.ctx.engine.token_text, [lp for e in events for lp in e.logprobs])

@@ -18,42 +18,52 @@ import json
 import time
 import uuid
 from collections.abc import Iterator
-from typing import Any
+from typing import Literal, TypeAlias
 
+from llmhost.server.protocol import shapes
+from llmhost.server.protocol.shapes import ResponseBody, ResponseEcho, TokenLogprob
 from llmhost.server.serving.tools import ParsedCall
+
+Status = Literal["completed", "incomplete", "failed", "in_progress"]
+# what an event carries besides its type and number: ids and indexes, text, an item or part, logprobs,
+# the response object (dumped)
+EventValue: TypeAlias = (
+    str | int | list[TokenLogprob] | shapes.OutputItem | shapes.OutputText | shapes.ReasoningText
+    | ResponseBody | None
+)  # fmt: skip
 
 
 def item_id(prefix: str) -> str:
     return f"{prefix}_{uuid.uuid4().hex[:24]}"
 
 
-def text_part(text: str, logprobs: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+def text_part(text: str, logprobs: list[TokenLogprob] | None = None) -> shapes.OutputText:
     return {"type": "output_text", "text": text, "annotations": [], "logprobs": logprobs or []}
 
 
 def message_item(
-    mid: str, text: str, status: str, logprobs: list[dict[str, Any]] | None = None
-) -> dict[str, Any]:
+    mid: str, text: str, status: str, logprobs: list[TokenLogprob] | None = None
+) -> shapes.MessageItem:
     content = [text_part(text, logprobs)] if status != "in_progress" else []
     return {"id": mid, "type": "message", "status": status, "role": "assistant", "content": content}
 
 
-def reasoning_part(text: str) -> dict[str, Any]:
+def reasoning_part(text: str) -> shapes.ReasoningText:
     return {"type": "reasoning_text", "text": text}
 
 
-def reasoning_item(rid: str, text: str, status: str = "completed") -> dict[str, Any]:
+def reasoning_item(rid: str, text: str, status: str = "completed") -> shapes.ReasoningItem:
     """A thought, whole (no summary is written: `summary` stays empty)."""
     content = [reasoning_part(text)] if status != "in_progress" else []
     return {"id": rid, "type": "reasoning", "summary": [], "content": content, "status": status}
 
 
-def call_item(call: ParsedCall, status: str = "completed") -> dict[str, Any]:
+def call_item(call: ParsedCall, status: str = "completed") -> shapes.FunctionCallItem:
     return {"id": item_id("fc"), "type": "function_call", "status": status, "call_id": item_id("call"),
             "name": call.name, "arguments": call.arguments}  # fmt: skip
 
 
-def usage(prompt: int, completion: int, cached: int, reasoning: int = 0) -> dict[str, Any]:
+def usage(prompt: int, completion: int, cached: int, reasoning: int = 0) -> shapes.ResponsesUsage:
     return {
         "input_tokens": prompt,
         "input_tokens_details": {"cached_tokens": cached},
@@ -66,19 +76,21 @@ def usage(prompt: int, completion: int, cached: int, reasoning: int = 0) -> dict
 class ResponseShape:
     """The response object's fields that echo the request, shared by every snapshot of it."""
 
-    def __init__(self, rid: str, echo: dict[str, Any]) -> None:
+    def __init__(self, rid: str, echo: ResponseEcho) -> None:
         self.rid = rid
         self.echo = echo
         self.created_at = int(time.time())
 
     def object(
         self,
-        status: str,
-        output: list[dict[str, Any]],
-        use: dict[str, Any] | None = None,
+        status: Status,
+        output: list[shapes.OutputItem],
+        use: shapes.ResponsesUsage | None = None,
         incomplete: str | None = None,
-        error: dict[str, Any] | None = None,
-    ) -> dict[str, Any]:
+        error: shapes.ResponseError | None = None,
+    ) -> ResponseBody:
+        """A snapshot: a plain dict, written into events as it is (the whole answer is checked against
+        ResponseObject by the caller)."""
         return {
             "id": self.rid, "object": "response", "created_at": self.created_at, "status": status,
             "error": error, "incomplete_details": {"reason": incomplete} if incomplete else None,
@@ -86,7 +98,7 @@ class ResponseShape:
         }  # fmt: skip
 
 
-def sse(name: str, data: dict[str, Any]) -> str:
+def sse(name: str, data: dict[str, EventValue]) -> str:
     return f"event: {name}\ndata: {json.dumps(data, separators=(',', ':'), ensure_ascii=False)}\n\n"
 
 
@@ -97,23 +109,23 @@ class ResponseEvents:
     def __init__(self, shape: ResponseShape) -> None:
         self.shape = shape
         self.seq = 0
-        self.output: list[dict[str, Any]] = []
+        self.output: list[shapes.OutputItem] = []
         self.message_id = item_id("msg")
         self.text_so_far: str | None = None  # None until the message item is open
         self.reasoning_id = item_id("rs")
         self.thought: str | None = None  # None until the reasoning item is open; closed: in `output`
         # with include ["message.output_text.logprobs"]: those of the tokens not sent yet, and all
-        self.pending_logprobs: list[dict[str, Any]] = []
-        self.logprobs: list[dict[str, Any]] = []
+        self.pending_logprobs: list[TokenLogprob] = []
+        self.logprobs: list[TokenLogprob] = []
 
-    def add_logprobs(self, entries: list[dict[str, Any]]) -> None:
+    def add_logprobs(self, entries: list[TokenLogprob]) -> None:
         """Token logprobs, sent with the next text delta (text held back while it may be a tool call
         keeps its tokens' logprobs until it goes out)."""
         self.pending_logprobs += entries
         self.logprobs += entries
 
-    def _event(self, kind: str, /, **fields: Any) -> str:
-        data = {"type": kind, "sequence_number": self.seq, **fields}
+    def _event(self, kind: str, /, **fields: EventValue) -> str:
+        data: dict[str, EventValue] = {"type": kind, "sequence_number": self.seq, **fields}
         self.seq += 1
         return sse(kind, data)
 
@@ -122,10 +134,10 @@ class ResponseEvents:
         yield self._event("response.created", response=snapshot)
         yield self._event("response.in_progress", response=snapshot)
 
-    def _where(self) -> dict[str, Any]:
+    def _where(self) -> dict[str, EventValue]:
         return {"item_id": self.message_id, "output_index": len(self.output), "content_index": 0}
 
-    def _thought_where(self) -> dict[str, Any]:
+    def _thought_where(self) -> dict[str, EventValue]:
         return {"item_id": self.reasoning_id, "output_index": 0, "content_index": 0}
 
     def reasoning(self, piece: str) -> Iterator[str]:
@@ -165,7 +177,7 @@ class ResponseEvents:
         sent, self.pending_logprobs = self.pending_logprobs, []
         yield self._event("response.output_text.delta", **self._where(), delta=piece, logprobs=sent)
 
-    def _close_message(self, status: str) -> Iterator[str]:
+    def _close_message(self, status: Status) -> Iterator[str]:
         if self.text_so_far is None:
             return
         text = self.text_so_far
@@ -181,18 +193,18 @@ class ResponseEvents:
         item = call_item(call)
         yield self._event("response.output_item.added", output_index=index,
                           item={**item, "status": "in_progress", "arguments": ""})  # fmt: skip
-        where = {"item_id": item["id"], "output_index": index}
+        where: dict[str, EventValue] = {"item_id": item["id"], "output_index": index}
         yield self._event("response.function_call_arguments.delta", **where, delta=call.arguments)
         yield self._event("response.function_call_arguments.done", **where, name=call.name,
                           arguments=call.arguments)  # fmt: skip
         self.output.append(item)
         yield self._event("response.output_item.done", output_index=index, item=item)
 
-    def finish(self, calls: list[ParsedCall], incomplete: bool, use: dict[str, Any]) -> Iterator[str]:
+    def finish(self, calls: list[ParsedCall], incomplete: bool, use: shapes.ResponsesUsage) -> Iterator[str]:
         if self.text_so_far is None and not calls:  # an empty answer is still one (empty) message
             yield from self._open_message()
         yield from self._close_reasoning()
-        status = "incomplete" if incomplete and not calls else "completed"
+        status: Status = "incomplete" if incomplete and not calls else "completed"
         yield from self._close_message(status)
         for call in calls:
             yield from self.call(call)
@@ -201,8 +213,9 @@ class ResponseEvents:
         yield self._event(f"response.{status}", response=final)
 
     def failed(self, message: str, code: str = "server_error") -> str:
-        error = {"code": code, "message": message}
-        return self._event("response.failed", response=self.shape.object("failed", self.output, error=error))
+        error: shapes.ResponseError = {"code": code, "message": message}
+        snapshot = self.shape.object("failed", self.output, error=error)
+        return self._event("response.failed", response=snapshot)
 
     def error(self, message: str) -> str:
         """An unexpected failure while streaming (EventStreamResponse's on_error)."""

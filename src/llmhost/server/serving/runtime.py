@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
 
 from pydantic import StrictBool, TypeAdapter, ValidationError
 from starlette.datastructures import Headers
@@ -21,14 +20,15 @@ from starlette.requests import Request
 from starlette.responses import AsyncContentStream, Response, StreamingResponse
 
 from llmhost.engine.request import EngineError
+from llmhost.jsontypes import JSONObject
 from llmhost.server.errors import from_engine
 from llmhost.web import eventstream
 from llmhost.web import sagemaker_runtime as wire
 from llmhost.web.asgi import request_id
 from llmhost.web.errors import APIError, from_pydantic
 
-Reader = Callable[[Request], Awaitable[dict[str, Any]]]
-Dispatch = Callable[[Request, dict[str, Any]], Awaitable[Response]]
+Reader = Callable[[Request], Awaitable[JSONObject]]  # the client's body
+Dispatch = Callable[[Request, JSONObject], Awaitable[Response]]
 # inference.py's answer: (request, the response-stream call?, the Accept the runtime carried)
 CustomCall = Callable[[Request, bool, "str | None"], Awaitable[Response]]
 # the bodies that can stream (TGI `inputs`, OpenAI `messages` and `prompt`); others answer one JSON
@@ -36,7 +36,7 @@ STREAMING_KEYS = ("inputs", "messages", "prompt")
 _FLAG = TypeAdapter(StrictBool)
 
 
-def streaming_body(body: dict[str, Any], stream: bool) -> dict[str, Any]:
+def streaming_body(body: JSONObject, stream: bool) -> JSONObject:
     """For InvokeEndpointWithResponseStream (`stream`): a body that can stream asks to. A `stream` that is
     no boolean stays as sent, for the request model to refuse (a 422, the runtime's ModelError)."""
     if "stream" in body and not isinstance(body["stream"], bool):
@@ -44,7 +44,7 @@ def streaming_body(body: dict[str, Any], stream: bool) -> dict[str, Any]:
     return {**body, "stream": True} if stream and any(key in body for key in STREAMING_KEYS) else body
 
 
-def streams(body: dict[str, Any]) -> bool:
+def streams(body: JSONObject) -> bool:
     """Whether the body asks for SSE, read as the request models read `stream` (they refuse an
     invalid one)."""
     try:

@@ -12,9 +12,9 @@ from __future__ import annotations
 import codecs
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
 
 from llmhost.engine import TokenLogprob
+from llmhost.server.protocol.shapes import CompletionLogprobs
 
 
 class Offsets:
@@ -64,7 +64,7 @@ class LogprobsBuilder:
         self.text = text
         self.piece = piece
 
-    def generated(self, lps: list[TokenLogprob], offsets: Offsets) -> dict[str, list[Any]]:
+    def generated(self, lps: list[TokenLogprob], offsets: Offsets) -> CompletionLogprobs:
         text = self.text
         return {
             "tokens": [text(lp.token) for lp in lps],
@@ -73,7 +73,7 @@ class LogprobsBuilder:
             "text_offset": offsets.take(self.piece(lp.token) for lp in lps),
         }
 
-    def prompt(self, echo: Echo, lps: list[TokenLogprob]) -> dict[str, list[Any]]:
+    def prompt(self, echo: Echo, lps: list[TokenLogprob]) -> CompletionLogprobs:
         """The first prompt token has no logprob (nothing predicts it): null, as OpenAI wrote it."""
         if len(lps) != len(echo.tokens) - 1:
             raise RuntimeError(f"{len(lps)} prompt logprobs for a prompt of {len(echo.tokens)} tokens")
@@ -86,5 +86,10 @@ class LogprobsBuilder:
         }
 
 
-def concat(first: dict[str, list[Any]], then: dict[str, list[Any]]) -> dict[str, list[Any]]:
-    return {key: first[key] + then[key] for key in first}
+def concat(first: CompletionLogprobs, then: CompletionLogprobs) -> CompletionLogprobs:
+    return {
+        "tokens": first["tokens"] + then["tokens"],
+        "token_logprobs": first["token_logprobs"] + then["token_logprobs"],
+        "top_logprobs": first["top_logprobs"] + then["top_logprobs"],
+        "text_offset": first["text_offset"] + then["text_offset"],
+    }

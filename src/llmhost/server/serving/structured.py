@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 from llmhost.engine import Constraint, ConstraintKind
+from llmhost.jsontypes import JSONObject
 from llmhost.server.protocol.openai import ResponseFormat, SamplingFields
 from llmhost.web.errors import APIError
 
@@ -62,7 +63,7 @@ INTEGER_BOUND = 10**16 - 1
 _DATA_KEYS = ("const", "enum", "default", "examples")  # instances, not schemas: left as they are
 
 
-def _is_integer(schema: dict[str, Any]) -> bool:
+def _is_integer(schema: JSONObject) -> bool:
     kind = schema.get("type")
     return kind == "integer" or (isinstance(kind, list) and "integer" in kind)
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import StreamingResponse
@@ -12,6 +11,8 @@ from llmhost import __version__
 from llmhost.engine import GenerationEvent, SamplingParams, TokenLogprob
 from llmhost.engine.loop import RequestStream
 from llmhost.server.protocol.limits import MAX_STOP_SEQUENCES
+from llmhost.server.protocol.outputs import Generation, Info
+from llmhost.server.protocol.shapes import PrefillToken, StreamedToken, TGIDetails, TGIToken
 from llmhost.server.protocol.tgi import MAX_TOP_N_TOKENS, TGIParameters, TGIRequest
 from llmhost.server.serving.context import (
     EventStreamResponse,
@@ -53,34 +54,34 @@ class TGIServing:
     def __init__(self, ctx: ServingContext) -> None:
         self.ctx = ctx
 
-    def info(self) -> dict[str, Any]:
+    def info(self) -> Info:
         """TGI's GET /info: the model and the limits the router enforces."""
         ctx = self.ctx
         engine = ctx.settings.engine
-        return {
-            "model_id": ctx.settings.model_name,
-            "model_sha": None,
-            "model_pipeline_tag": "text-generation",
-            "model_dtype": "gguf",
-            "model_device_type": "cpu",
-            "max_concurrent_requests": engine.max_concurrent + engine.max_queue,
-            "max_best_of": 1,
-            "max_stop_sequences": MAX_STOP_SEQUENCES,
-            "max_input_tokens": engine.max_input_tokens,
-            "max_input_length": engine.max_input_tokens,
-            "max_total_tokens": engine.max_total_tokens,
-            "max_batch_total_tokens": engine.max_batch_tokens,
-            "max_batch_size": engine.max_concurrent,
-            "max_client_batch_size": 1,
-            "max_top_n_tokens": MAX_TOP_N_TOKENS,
-            "waiting_served_ratio": None,
-            "max_waiting_tokens": None,
-            "validation_workers": 1,
-            "router": "llmhost",
-            "version": __version__,
-            "sha": None,
-            "docker_label": None,
-        }
+        return Info(
+            model_id=ctx.settings.model_name,
+            model_sha=None,
+            model_pipeline_tag="text-generation",
+            model_dtype="gguf",
+            model_device_type="cpu",
+            max_concurrent_requests=engine.max_concurrent + engine.max_queue,
+            max_best_of=1,
+            max_stop_sequences=MAX_STOP_SEQUENCES,
+            max_input_tokens=engine.max_input_tokens,
+            max_input_length=engine.max_input_tokens,
+            max_total_tokens=engine.max_total_tokens,
+            max_batch_total_tokens=engine.max_batch_tokens,
+            max_batch_size=engine.max_concurrent,
+            max_client_batch_size=1,
+            max_top_n_tokens=MAX_TOP_N_TOKENS,
+            waiting_served_ratio=None,
+            max_waiting_tokens=None,
+            validation_workers=1,
+            router="llmhost",
+            version=__version__,
+            sha=None,
+            docker_label=None,
+        )
 
     async def _start(self, body: TGIRequest, stream: bool) -> tuple[RequestStream, list[int]]:
         ctx = self.ctx
@@ -99,7 +100,7 @@ class TGIServing:
         )
         return ctx.submit(new_id("tgi"), prompt, params, "tgi", adapters=adapters), prompt
 
-    def _token(self, lp: TokenLogprob | None, token: int, text: str | None = None) -> dict[str, Any]:
+    def _token(self, lp: TokenLogprob | None, token: int, text: str | None = None) -> TGIToken:
         return {
             "id": token,
             "text": self.ctx.engine.token_text(token) if text is None else text,
@@ -107,23 +108,23 @@ class TGIServing:
             "special": token >= 0 and self.ctx.engine.is_special(token),
         }
 
-    def _top(self, lp: TokenLogprob) -> list[dict[str, Any]]:
+    def _top(self, lp: TokenLogprob) -> list[TGIToken]:
         return [self._token(TokenLogprob(t, v, ()), t) for t, v in lp.top]
 
-    def _prefill(self, events: list[GenerationEvent], prompt: list[int]) -> list[dict[str, Any]]:
+    def _prefill(self, events: list[GenerationEvent], prompt: list[int]) -> list[PrefillToken]:
         lps = [lp for e in events for lp in e.prompt_logprobs]
         if not lps:
             return []
-        first = {"id": prompt[0], "text": self.ctx.engine.token_text(prompt[0]), "logprob": None}
-        return [first] + [{"id": lp.token, "text": self.ctx.engine.token_text(lp.token),
-                           "logprob": lp.logprob} for lp in lps]  # fmt: skip
+        text = self.ctx.engine.token_text
+        first: PrefillToken = {"id": prompt[0], "text": text(prompt[0]), "logprob": None}
+        return [first] + [{"id": lp.token, "text": text(lp.token), "logprob": lp.logprob} for lp in lps]
 
     def _details(
         self, body: TGIRequest, events: list[GenerationEvent], prompt: list[int] | None = None
-    ) -> dict[str, Any]:
+    ) -> TGIDetails:
         last = events[-1]
         p = body.parameters
-        details: dict[str, Any] = {
+        details: TGIDetails = {
             "finish_reason": last.finish_reason.value if last.finish_reason else None,
             "generated_tokens": last.completion_tokens,
             "seed": p.seed,
@@ -138,19 +139,17 @@ class TGIServing:
             details["timings"] = last.timings.as_dict()
         return details
 
-    async def generate(self, body: TGIRequest, request: Request) -> dict[str, Any]:
+    async def generate(self, body: TGIRequest, request: Request) -> Generation:
         stream, prompt = await self._start(body, stream=False)
         events = await self.ctx.collect(stream, request)
         last = events[-1]
         raise_if_failed(last)
         self.ctx.finished("tgi", last)
         text = "".join(e.text for e in events)
-        out: dict[str, Any] = {
-            "generated_text": (body.inputs + text) if body.parameters.return_full_text else text
-        }
+        out = Generation(generated_text=(body.inputs + text) if body.parameters.return_full_text else text)
         if body.parameters.details:
-            out["details"] = self._details(body, events, prompt)
-            out["details"]["best_of_sequences"] = None
+            out.details = self._details(body, events, prompt)
+            out.details["best_of_sequences"] = None
         return out
 
     async def generate_stream(self, body: TGIRequest) -> StreamingResponse:
@@ -170,7 +169,7 @@ class TGIServing:
                 lp = event.logprobs[i] if i < len(event.logprobs) else None
                 index += 1
                 last = i == len(token_ids) - 1
-                msg: dict[str, Any] = {
+                msg: StreamedToken = {
                     "index": index,
                     "token": self._token(lp, token, event.text if last else ""),
                     "top_tokens": self._top(lp) if lp is not None and body.parameters.top_n_tokens else None,

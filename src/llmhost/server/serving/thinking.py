@@ -9,9 +9,9 @@ does not think, or its template has no switch), the answer is a 400 naming the f
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from llmhost.chat_template import RESERVED, ChatTemplate
+from llmhost.jsontypes import JSONObject
 from llmhost.server.serving.reasoning import ThinkSyntax
 from llmhost.web.errors import APIError
 
@@ -43,7 +43,7 @@ def from_effort(effort: str | None, budget: int | None, field: str = "reasoning_
 class ThinkingPlan:
     """The template variables to render with, and the thought's budget (None: unbounded)."""
 
-    kwargs: dict[str, Any]
+    kwargs: JSONObject
     budget: int | None
 
 
@@ -51,8 +51,8 @@ def plan(
     ask: ThinkingAsk,
     template: ChatTemplate,
     syntax: ThinkSyntax | None,
-    defaults: dict[str, Any],
-    requested: dict[str, Any] | None,
+    defaults: JSONObject,
+    requested: JSONObject | None,
     server_budget: int,
 ) -> ThinkingPlan:
     """The kwargs (server defaults, then the request's), the switch set by `ask`, and the budget."""
@@ -79,7 +79,7 @@ def plan(
     return ThinkingPlan(kwargs, budget)
 
 
-def checked_kwargs(template: ChatTemplate, kwargs: dict[str, Any]) -> dict[str, Any]:
+def checked_kwargs(template: ChatTemplate, kwargs: JSONObject) -> JSONObject:
     """A request's chat_template_kwargs: only variables the template reads and render() leaves free."""
     for name in kwargs:
         where = f"chat_template_kwargs.{name}"

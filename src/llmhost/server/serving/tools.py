@@ -16,8 +16,11 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from llmhost.chat_template import TemplateMessage
 from llmhost.engine import Constraint
+from llmhost.jsontypes import JSONObject
 from llmhost.server.protocol.openai import ChatCompletionRequest, ChatMessage, NamedToolChoice, Tool
+from llmhost.server.protocol.shapes import FunctionCall, ToolCall
 from llmhost.server.serving.structured import schema_constraint
 from llmhost.web.errors import APIError
 
@@ -27,13 +30,13 @@ class ParsedCall:
     name: str
     arguments: str  # JSON text
 
-    def as_openai(self, index: int) -> dict[str, Any]:
-        return {
-            "index": index,
-            "id": f"call_{uuid.uuid4().hex[:24]}",
-            "type": "function",
-            "function": {"name": self.name, "arguments": self.arguments},
-        }
+    def as_openai(self, index: int | None = None) -> ToolCall:
+        """The call as a chat message holds it; a streamed delta's has the call's `index` too."""
+        function: FunctionCall = {"name": self.name, "arguments": self.arguments}
+        call_id = f"call_{uuid.uuid4().hex[:24]}"
+        if index is None:
+            return {"id": call_id, "type": "function", "function": function}
+        return {"index": index, "id": call_id, "type": "function", "function": function}
 
 
 class ToolParser(Protocol):
@@ -106,6 +109,7 @@ class Llama3JsonParser:
     """Llama 3.x: `{"name": ..., "parameters": {...}}` (after `<|python_tag|>` or alone), `;`-separated."""
 
     markers: tuple[str, ...] = ("<|python_tag|>",)
+
     def parse(self, text: str) -> tuple[str | None, list[ParsedCall]]:
         body = text.split("<|python_tag|>", 1)[-1].strip()
         if not body.startswith("{"):
@@ -225,7 +229,7 @@ def parser_for(name: str, template_source: str) -> ToolParser:
 
 
 # -- forcing calls -----------------------------------------------------------------------------------
-def _arguments_schema(parameters: dict[str, Any]) -> dict[str, Any]:
+def _arguments_schema(parameters: JSONObject) -> JSONObject:
     """The declared parameters and no others (OpenAI's strict function calling): a base model would
     otherwise keep inventing arguments until max_tokens. An object of no declared properties takes
     none here (nested objects are closed with the rest of the schema: schema_constraint)."""
@@ -234,7 +238,7 @@ def _arguments_schema(parameters: dict[str, Any]) -> dict[str, Any]:
     return parameters
 
 
-def _call_schema(tool: Tool) -> dict[str, Any]:
+def _call_schema(tool: Tool) -> JSONObject:
     f = tool.function
     return {
         "type": "object",
@@ -253,7 +257,7 @@ def forced_constraint(body: ChatCompletionRequest) -> Constraint | None:
             known = ", ".join(t.function.name for t in tools) or "(none)"
             raise APIError(400, f"tool_choice names {choice.function.name!r}, which is not in tools: {known}",
                            field="tool_choice")  # fmt: skip
-        schema: dict[str, Any] = {"type": "array", "items": _call_schema(named[0]), "minItems": 1,
+        schema: JSONObject = {"type": "array", "items": _call_schema(named[0]), "minItems": 1,
                                   "maxItems": 1}  # fmt: skip
     elif choice == "required":
         if not tools:
@@ -302,9 +306,9 @@ def mode(body: ChatCompletionRequest) -> str:
 
 
 # -- what the template sees --------------------------------------------------------------------------
-def template_message(m: ChatMessage) -> dict[str, Any]:
+def template_message(m: ChatMessage) -> TemplateMessage:
     """A message as chat templates expect it (Hugging Face's convention: arguments as a mapping)."""
-    out: dict[str, Any] = {"role": m.role, "content": m.text()}
+    out: TemplateMessage = {"role": m.role, "content": m.text()}
     if m.name is not None:
         out["name"] = m.name
     if m.tool_call_id is not None:
@@ -320,7 +324,7 @@ def template_message(m: ChatMessage) -> dict[str, Any]:
     return out
 
 
-def template_tools(body: ChatCompletionRequest) -> list[dict[str, Any]] | None:
+def template_tools(body: ChatCompletionRequest) -> list[JSONObject] | None:
     if mode(body) == "none":
         return None
     return [t.model_dump(exclude_none=True) for t in body.tools or []]

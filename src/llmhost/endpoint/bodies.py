@@ -1,0 +1,202 @@
+"""What the admin API answers (`llmhost endpoint status|scale|add|remove|load|unload|reload`), as the
+single-host endpoint and the Ray one build it. The OpenAPI document shows the members every answer has
+(endpoint/apidoc.py); these are the whole shapes, key order as written."""
+
+from __future__ import annotations
+
+from typing import NotRequired
+
+from typing_extensions import TypedDict
+
+from llmhost.endpoint.affinity import Decision
+from llmhost.jsontypes import JSONObject
+
+
+class ReplicaStatus(TypedDict):
+    """A copy of a single-host component (sizes in MiB, times in seconds)."""
+
+    copy: str
+    component: str
+    state: str
+    pid: int | None
+    port: int
+    cpus: list[int]
+    cpu_share: float
+    cpus_allowed: str | None  # the CPUs the process may run on, as a list ("0-3,8")
+    threads: int
+    memory_mb: int
+    max_memory_mb: int | None
+    memory_limit: str | None  # how max_memory_mb is enforced
+    rss_mb: float | None
+    outstanding: int
+    served: int
+    restarts: int
+    last_reason: str | None
+    ready_for_s: float | None
+    log: str
+
+
+class DemandStatus(TypedDict):
+    """An on-demand model's loads and unloads."""
+
+    state: str
+    pinned: bool
+    keep_alive: str | int | float | None
+    request_keep_alive: float | None
+    idle_s: float
+    loads: int
+    load_seconds: float
+    last_load_s: float | None
+    unloads: dict[str, int]
+    evictions: dict[str, int]
+    last_refusal: str | None
+
+
+class ScaleDecision(TypedDict):
+    """A decision of the autoscaler that changed the copies or held a change back."""
+
+    at: float  # Unix time
+    copies: int
+    desired: int
+    reason: str
+
+
+class ComponentState(TypedDict):
+    """A single-host component: its settings, its load, its copies."""
+
+    name: str
+    model: str
+    model_path: str
+    model_dir: str | None
+    num_cpus: float
+    memory_mb: int
+    copies: int
+    ready: int
+    in_flight: int
+    waiting: int
+    autoscaling: JSONObject | None  # the endpoint file's autoscaling block
+    requests: dict[str, int]  # by status code
+    retries: int
+    routing: str
+    routing_decisions: dict[Decision, int] | None  # prefix-aware routing's, by kind
+    removing: bool
+    decisions: list[ScaleDecision]  # the autoscaler's last
+    replicas: list[ReplicaStatus]
+    on_demand: DemandStatus | None
+
+
+class EndpointState(TypedDict):
+    """`endpoint status` of a single-host endpoint."""
+
+    name: str
+    instance: JSONObject  # the endpoint file's instance block
+    uptime_s: float
+    cpus: list[int]
+    router_cpus: list[int]
+    memory_mb: int
+    memory_reserved_mb: int
+    log_dir: str
+    models_dir: str | None
+    on_demand: JSONObject  # the endpoint file's on_demand block
+    components: list[ComponentState]
+
+
+class RayReplica(TypedDict):
+    copy: str
+    state: str
+    node_id: str
+    node_ip: str
+    pid: int | None
+    actor_id: str
+
+
+class RayComponentState(TypedDict):
+    """A Ray endpoint's component, as Ray Serve reports its deployment."""
+
+    name: str
+    model: str
+    num_cpus: float
+    memory_mb: int
+    status: str
+    message: str
+    copies: int
+    ready: int
+    in_flight: int
+    autoscaling: JSONObject | None  # None while `scale` pins the copies
+    pinned_copies: int | None
+    requests: dict[str, int]
+    retries: int
+    stream_errors: int
+    replicas: list[RayReplica]
+
+
+class RayEndpointState(TypedDict):
+    """`endpoint status` of a Ray endpoint."""
+
+    name: str
+    backend: str
+    instance: JSONObject
+    status: str
+    message: str
+    components: list[RayComponentState]
+
+
+class Accepted(TypedDict):
+    """A change started, not awaited (`wait: false`)."""
+
+    accepted: bool
+
+
+class RayScaled(TypedDict):
+    component: str
+    copies: int
+    ready: int
+
+
+Scaled = ComponentState | RayScaled | Accepted  # with `wait: false`, Accepted
+
+
+class Added(TypedDict):
+    added: list[str]
+
+
+class Removed(TypedDict):
+    removed: str
+
+
+class Unloaded(TypedDict):
+    unloaded: str | None  # None: it was not loaded
+    state: str
+
+
+class Rescanned(TypedDict):
+    added: list[str]
+    removed: list[str]
+    changed: list[str]
+
+
+class Resources(TypedDict):
+    num_cpus: float
+    memory_mb: int
+
+
+class ModelEntry(TypedDict):
+    """A component as the endpoint's /v1/models lists it; an on-demand model with its state and the room
+    it takes when loaded."""
+
+    id: str
+    object: str
+    owned_by: str
+    created: int
+    copies: int
+    ready: int
+    state: NotRequired[str]
+    pinned: NotRequired[bool]
+    keep_alive: NotRequired[float]
+    parent: NotRequired[str]  # a LoRA adapter's component (the copies' counts are the component's)
+    resources: NotRequired[Resources]
+
+
+class ModelList(TypedDict):
+    object: str
+    data: list[ModelEntry]

@@ -86,7 +86,9 @@ def _tgi(case: Case) -> str:
 
 def _anthropic(case: Case) -> str:
     status, body = anthropic_error(case.status, case.body)
-    return f"{status} `{body['error']['type']}`"
+    err = body["error"]
+    assert isinstance(err, dict)
+    return f"{status} `{err['type']}`"
 
 
 def _runtime(case: Case) -> tuple[int, dict[str, Any]]:

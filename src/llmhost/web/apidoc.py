@@ -24,6 +24,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 from starlette.staticfiles import StaticFiles
 
+from llmhost.jsontypes import JSONObject, JSONValue
 from llmhost.web.auth import DOC_ASSETS
 
 DOC_KEY = "x-llmhost-operation"
@@ -115,7 +116,7 @@ DESCRIPTIONS = {
 }
 RETRY_STATUSES = (429, 503, 529)
 # one server-sent event (with `stream: true`): its data a JSON chunk of the API's stream, or `[DONE]`
-SSE_EVENT = {
+SSE_EVENT: JSONObject = {
     "type": "object", "required": ["data"], "description": "One server-sent event of the stream",
     "properties": {"event": {"type": "string"}, "data": {"type": "string"}, "id": {"type": "string"}},
 }  # fmt: skip
@@ -133,10 +134,10 @@ class Operation:
     media: dict[str, str] = field(default_factory=dict)  # other success content: media type -> text
     errors: dict[int, Sequence[Shape]] = field(default_factory=dict)  # status -> the shapes sent
     description: str = ""
-    params: Sequence[dict[str, Any]] = ()  # the query parameters the route reads itself (OpenAPI objects)
+    params: Sequence[JSONObject] = ()  # the query parameters the route reads itself (OpenAPI objects)
     body_media: Sequence[str] = ()  # media types the body may come in besides JSON (the same schema)
 
-    def extra(self) -> dict[str, Any]:
+    def extra(self) -> JSONObject:
         """The route's `openapi_extra`: a key to this declaration (FastAPI writes it into the operation,
         `build` replaces it with the documentation)."""
         key = f"op{len(DECLARED)}"
@@ -180,14 +181,14 @@ def declarations(routers: Iterable[APIRouter]) -> dict[tuple[str, str], Operatio
     return found
 
 
-def relayed(op: Operation, more: dict[int, Sequence[Shape]], note: str) -> dict[str, Any]:
+def relayed(op: Operation, more: dict[int, Sequence[Shape]], note: str) -> JSONObject:
     """The `openapi_extra` of a route relaying `op` to a copy (the endpoint router): the copy's
     request and answers, and the router's own refusals (`more`)."""
     description = f"{op.description} {note}".strip()
     return replace(op, errors=merge(op.errors, more), description=description).extra()
 
 
-def operation(summary: str, **kw: Any) -> dict[str, Any]:
+def operation(summary: str, **kw: Any) -> JSONObject:
     """A route's `openapi_extra`: `@router.post(path, openapi_extra=operation("...", body=[Model]))`."""
     return Operation(summary, **kw).extra()
 
@@ -199,9 +200,9 @@ class Registry:
         unique = list(dict.fromkeys(models))
         refs, defs = models_json_schema([(m, "validation") for m in unique], ref_template=REF)
         self.refs = {model: refs[(model, "validation")] for model in unique}
-        self.schemas: dict[str, Any] = defs.get("$defs", {})
+        self.schemas: JSONObject = defs.get("$defs", {})
 
-    def ref(self, model: type[BaseModel]) -> dict[str, Any]:
+    def ref(self, model: type[BaseModel]) -> JSONObject:
         return dict(self.refs[model])
 
 
@@ -209,11 +210,11 @@ def _model(shape: Shape) -> type[BaseModel] | None:
     return ERROR_MODELS.get(shape) if isinstance(shape, str) else shape
 
 
-def _error_response(status: int, shapes: Sequence[Shape], reg: Registry) -> dict[str, Any]:
-    refs = [reg.ref(m) for m in map(_model, shapes) if m is not None]
-    out: dict[str, Any] = {"description": DESCRIPTIONS.get(status, "Error")}
+def _error_response(status: int, shapes: Sequence[Shape], reg: Registry) -> JSONObject:
+    refs: list[JSONValue] = [reg.ref(m) for m in map(_model, shapes) if m is not None]
+    out: JSONObject = {"description": DESCRIPTIONS.get(status, "Error")}
     if refs:
-        schema = refs[0] if len(refs) == 1 else {"anyOf": refs}
+        schema: JSONValue = refs[0] if len(refs) == 1 else {"anyOf": refs}
         out["content"] = {"application/json": {"schema": schema}}
     if status in RETRY_STATUSES and any(isinstance(s, str) for s in shapes):  # not /health's own body
         out["headers"] = {"Retry-After": {"description": "Seconds to wait before retrying",
@@ -229,29 +230,29 @@ def _successes(op: Operation) -> list[type[BaseModel]]:
     return [op.success] if isinstance(op.success, type) else list(op.success)
 
 
-def _success(op: Operation, reg: Registry) -> dict[str, Any]:
-    content: dict[str, Any] = {}
-    refs = [reg.ref(m) for m in _successes(op)]
+def _success(op: Operation, reg: Registry) -> JSONObject:
+    content: JSONObject = {}
+    refs: list[JSONValue] = [reg.ref(m) for m in _successes(op)]
     if refs:
         content["application/json"] = {"schema": refs[0] if len(refs) == 1 else {"anyOf": refs}}
     if op.stream:
         content[SSE] = {"schema": SSE_EVENT}
     for media, text in op.media.items():
         content[media] = {"schema": {"type": "string", "description": text}}
-    out: dict[str, Any] = {"description": "Success"}
+    out: JSONObject = {"description": "Success"}
     if content:
         out["content"] = content
     return out
 
 
-def _request_body(op: Operation, reg: Registry) -> dict[str, Any]:
-    refs = [reg.ref(m) for m in op.body]
-    schema = refs[0] if len(refs) == 1 else {"oneOf": refs}
+def _request_body(op: Operation, reg: Registry) -> JSONObject:
+    refs: list[JSONValue] = [reg.ref(m) for m in op.body]
+    schema: JSONValue = refs[0] if len(refs) == 1 else {"oneOf": refs}
     media = ("application/json", *op.body_media)
     return {"required": True, "content": {m: {"schema": schema} for m in media}}
 
 
-def fill(operation_doc: dict[str, Any], op: Operation, reg: Registry) -> None:
+def fill(operation_doc: JSONObject, op: Operation, reg: Registry) -> None:
     """Replace FastAPI's placeholders (a 200 of `{}`, a 422 it never sends) with the declared ones."""
     operation_doc.pop(DOC_KEY, None)
     operation_doc["summary"] = op.summary
@@ -260,8 +261,9 @@ def fill(operation_doc: dict[str, Any], op: Operation, reg: Registry) -> None:
     if op.body:
         operation_doc["requestBody"] = _request_body(op, reg)
     if op.params:
-        operation_doc["parameters"] = [*operation_doc.get("parameters", ()), *op.params]
-    responses: dict[str, Any] = {str(op.status): _success(op, reg)}
+        declared = operation_doc.get("parameters")
+        operation_doc["parameters"] = [*(declared if isinstance(declared, list) else ()), *op.params]
+    responses: JSONObject = {str(op.status): _success(op, reg)}
     for status, shapes in sorted(op.errors.items()):
         responses[str(status)] = _error_response(status, shapes, reg)
     operation_doc["responses"] = responses
@@ -276,7 +278,7 @@ def _models(ops: Iterable[Operation]) -> list[type[BaseModel]]:
 
 
 def build(app: FastAPI, description: str = "", secured: bool = False,
-          open_paths: Iterable[str] = ()) -> dict[str, Any]:  # fmt: skip
+          open_paths: Iterable[str] = ()) -> JSONObject:  # fmt: skip
     """The document of `app`; `secured`: API keys are on (every path but `open_paths` needs one)."""
     doc = get_openapi(title=app.title, version=app.version, description=description, routes=app.routes)
     operations = [o for item in doc.get("paths", {}).values() for o in item.values()]
@@ -310,9 +312,9 @@ def swagger_assets() -> str:
 def install(app: FastAPI, description: str = "", secured: bool = False,
             open_paths: Iterable[str] = ()) -> None:  # fmt: skip
     """/openapi.json from the declarations; /docs from the package's Swagger UI (works offline)."""
-    cache: dict[str, Any] = {}
+    cache: JSONObject = {}
 
-    def openapi() -> dict[str, Any]:
+    def openapi() -> JSONObject:
         if not cache:
             cache.update(build(app, description, secured, open_paths))
         return cache

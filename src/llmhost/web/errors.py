@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from pydantic import ValidationError
 
+from llmhost.jsontypes import JSONObject, JSONValue
 from llmhost.web.formats import ErrorFormat
 
 # seconds a refused client is told to wait before retrying
@@ -13,11 +15,11 @@ RETRY_AFTER_S = 1
 
 
 def error_body(status: int, message: str, type_: str = "invalid_request_error", *, field: str | None = None,
-               request_id: str = "", **extra: Any) -> dict[str, Any]:  # fmt: skip
+               request_id: str = "", **extra: JSONValue) -> JSONObject:  # fmt: skip
     """The one OpenAI-style error body of every llmhost refusal: `{"error": {message, type, param, code}}`,
     plus `field` (the parameter at fault), any facts that explain it (`limit`...) and the request id;
     each API's routes write it in their own format (web/formats.py)."""
-    body: dict[str, Any] = {"message": message, "type": type_, "param": field, "code": status}
+    body: JSONObject = {"message": message, "type": type_, "param": field, "code": status}
     if field is not None:
         body["field"] = field
     body.update(extra)
@@ -41,7 +43,7 @@ class APIError(Exception):
         message: str,
         type_: str = "invalid_request_error",
         field: str | None = None,
-        extra: dict[str, Any] | None = None,
+        extra: Mapping[str, JSONValue] | None = None,
         headers: dict[str, str] | None = None,
     ) -> None:
         super().__init__(message)
@@ -49,7 +51,7 @@ class APIError(Exception):
         self.message = message
         self.type = type_
         self.field = field
-        self.extra = extra or {}
+        self.extra = dict(extra or {})
         self.headers = headers or {}
         self.format: ErrorFormat | None = None  # None: the format of the route that answers it
 
@@ -58,7 +60,7 @@ class APIError(Exception):
         self.format = fmt
         return self
 
-    def body(self, request_id: str = "") -> dict[str, Any]:
+    def body(self, request_id: str = "") -> JSONObject:
         return error_body(self.status, self.message, self.type, field=self.field, request_id=request_id,
                           **self.extra)
 
@@ -89,7 +91,7 @@ def validation_error(errors: list[Any]) -> APIError:
         return APIError(400, f"unsupported field '{field}': llmhost does not implement it", field=field)
     first = errors[0]
     field = _loc_name(first.get("loc", ()))
-    details = [
+    details: list[JSONValue] = [
         {"field": _loc_name(e.get("loc", ())), "message": e.get("msg", ""), "type": e.get("type", "")}
         for e in errors
     ]

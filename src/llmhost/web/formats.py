@@ -25,7 +25,9 @@ from fastapi.routing import APIRoute
 from starlette.routing import BaseRoute, Match, Router
 from starlette.types import Scope
 
-Convert = Callable[[int, dict[str, Any]], tuple[int, dict[str, Any]]]
+from llmhost.jsontypes import JSONObject
+
+Convert = Callable[[int, JSONObject], tuple[int, JSONObject]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,11 +40,11 @@ class ErrorFormat:
     around_route: bool = True
 
 
-def _openai(status: int, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+def _openai(status: int, body: JSONObject) -> tuple[int, JSONObject]:
     return status, body
 
 
-def _detail(body: Any) -> dict[str, Any]:
+def _detail(body: Any) -> JSONObject:
     err = body.get("error") if isinstance(body, dict) else None
     return err if isinstance(err, dict) else {"message": str(err if err is not None else body)}
 
@@ -68,14 +70,14 @@ def is_anthropic(path: str) -> bool:
     return path == ANTHROPIC_PREFIX or path.startswith(ANTHROPIC_PREFIX + "/")
 
 
-def anthropic_error(status: int, body: Any) -> tuple[int, dict[str, Any]]:
+def anthropic_error(status: int, body: Any) -> tuple[int, JSONObject]:
     """Anthropic's status and body for one of llmhost's error bodies (one already Anthropic's is kept)."""
     if isinstance(body, dict) and body.get("type") == "error":
         return status, body
     err = _detail(body)
     new_status = ANTHROPIC_STATUS.get(status, status)
     kind = ANTHROPIC_TYPES.get(new_status, "api_error" if new_status >= 500 else "invalid_request_error")
-    out: dict[str, Any] = {"type": kind, "message": str(err.get("message", ""))}
+    out: JSONObject = {"type": kind, "message": str(err.get("message", ""))}
     out.update({k: v for k, v in err.items() if k not in _OPENAI_ONLY})
     return new_status, {"type": "error", "error": out}
 
@@ -90,12 +92,12 @@ def is_ollama(path: str) -> bool:
     return path.startswith(OLLAMA_PREFIX)
 
 
-def ollama_error(status: int, body: Any) -> tuple[int, dict[str, Any]]:
+def ollama_error(status: int, body: Any) -> tuple[int, JSONObject]:
     """Ollama's status and body for one of llmhost's error bodies (one already Ollama's is kept)."""
     if isinstance(body, dict) and isinstance(body.get("error"), str):
         return status, body
     err = _detail(body)
-    out: dict[str, Any] = {"error": str(err.get("message", ""))}
+    out: JSONObject = {"error": str(err.get("message", ""))}
     out.update({k: err[k] for k in _OLLAMA_KEPT if err.get(k) is not None})
     return (400 if status == 422 else status), out
 
@@ -104,7 +106,7 @@ def ollama_error(status: int, body: Any) -> tuple[int, dict[str, Any]]:
 _TGI_LATER = ("field", "request_id")
 
 
-def tgi_error(status: int, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+def tgi_error(status: int, body: JSONObject) -> tuple[int, JSONObject]:
     """TGI's body for one of llmhost's error bodies: the message, the kind, then `field`, the facts that
     explain it (`limit`...) and the request id."""
     err = _detail(body)
@@ -114,7 +116,7 @@ def tgi_error(status: int, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         kind = "generation"
     else:
         kind = "validation"
-    out: dict[str, Any] = {"error": str(err.get("message", "")), "error_type": kind}
+    out: JSONObject = {"error": str(err.get("message", "")), "error_type": kind}
     if err.get("field") is not None:
         out["field"] = err["field"]
     out.update({k: v for k, v in err.items() if k not in (*_OPENAI_ONLY, *_TGI_LATER)})

@@ -16,6 +16,7 @@ from typing import Any
 
 from fastapi import Request
 from prometheus_client.parser import text_string_to_metric_families
+from typing_extensions import TypedDict
 
 from llmhost import __version__
 from llmhost.console.readings import (
@@ -31,6 +32,7 @@ from llmhost.endpoint.rayserve import status
 from llmhost.endpoint.rayserve.admin import NO_ON_DEMAND, RayAdmin
 from llmhost.endpoint.rayserve.metrics import CopyMetrics, Pushed
 from llmhost.endpoint.rayserve.relay import RayComponent
+from llmhost.jsontypes import JSONValue
 
 # Ray Serve's replica states in the console's words (the page colours these); Ray's own word stays in
 # `ray_state`
@@ -54,11 +56,86 @@ SCALE_TO_ZERO = ("a Ray endpoint scales a component to zero only through autosca
                  "endpoint file)")  # fmt: skip
 
 
+class NodeFigures(TypedDict):
+    """One alive node of the Ray cluster."""
+
+    node_id: str
+    ip: str
+    cpus: float
+    memory_mb: int
+
+
+class RayHost(TypedDict):
+    """The cluster in the console's host figures (the single-host console's keys; Ray's logical
+    resources; no CPU sets)."""
+
+    cpus: int
+    copy_cpus: list[int]
+    router_cpus: list[int]
+    router_num_cpus: float
+    memory_mb: int
+    memory_available_mb: int
+    cpus_reserved: float
+    cpus_free: float
+    memory_reservable_mb: int
+    memory_reserved_mb: int
+    memory_free_mb: int
+    nodes: list[NodeFigures]
+
+
+class ReplicaRow(TypedDict):
+    """A copy Ray runs, in the single-host console's copy row (None: what Ray does not tell)."""
+
+    copy: str
+    component: str
+    state: str
+    ray_state: str
+    node_id: str
+    node_ip: str
+    pid: int | None
+    actor_id: str
+    cpus: None
+    cpu_share: float
+    threads: int
+    memory_mb: int
+    max_memory_mb: None
+    memory_limit: None
+    rss_mb: float | None
+    outstanding: None
+    served: None
+    restarts: None
+    last_reason: None
+    ready_for_s: float | None
+
+
+class RayDecision(TypedDict):
+    """One of Ray Serve's autoscaling decisions (its values as Ray wrote them)."""
+
+    at: JSONValue
+    copies: JSONValue
+    desired: JSONValue
+    reason: JSONValue
+
+
+class AdminRules(TypedDict):
+    """What the console's admin controls may do under Ray."""
+
+    allowed: bool
+    why_not: str | None
+    scale: bool
+    scale_to_zero: bool
+    scale_to_zero_why: str
+    add_remove: bool
+    add_remove_why: str | None
+    down: bool
+    on_demand_why: str
+
+
 @dataclass(frozen=True)
 class ClusterFigures:
     """The Ray cluster's alive nodes and its resources, total and unreserved."""
 
-    nodes: list[dict[str, Any]] = field(default_factory=list)
+    nodes: list[NodeFigures] = field(default_factory=list)
     total: dict[str, float] = field(default_factory=dict)
     free: dict[str, float] = field(default_factory=dict)
 
@@ -67,7 +144,7 @@ def cluster_figures() -> ClusterFigures:
     """From Ray's GCS (blocking: call it off the event loop)."""
     import ray
 
-    nodes = [{"node_id": n.get("NodeID", ""), "ip": n.get("NodeManagerAddress", ""),
+    nodes: list[NodeFigures] = [{"node_id": n.get("NodeID", ""), "ip": n.get("NodeManagerAddress", ""),
               "cpus": float(n.get("Resources", {}).get("CPU", 0.0)),
               "memory_mb": int(n.get("Resources", {}).get("memory", 0.0) // 2**20)}
              for n in ray.nodes() if n.get("Alive")]  # fmt: skip
@@ -105,7 +182,7 @@ def readings(components: Mapping[str, RayComponent],
     return out
 
 
-def host(cluster: ClusterFigures, router_num_cpus: float) -> dict[str, Any]:
+def host(cluster: ClusterFigures, router_num_cpus: float) -> RayHost:
     """The cluster in the console's host figures: Ray's logical CPUs and `memory` resource."""
     cpus, free_cpus = cluster.total.get("CPU", 0.0), cluster.free.get("CPU", 0.0)
     mb = int(cluster.total.get("memory", 0.0) // 2**20)
@@ -123,7 +200,7 @@ def _age(started_at: float | None, now: float) -> float | None:
     return round(now - started_at, 1) if started_at is not None else None
 
 
-def replica_row(comp: RayComponent, r: status.Replica, pushed: Pushed | None, now: float) -> dict[str, Any]:
+def replica_row(comp: RayComponent, r: status.Replica, pushed: Pushed | None, now: float) -> ReplicaRow:
     res = comp.spec.resources
     return {
         "copy": r.copy, "component": comp.name, "state": STATES.get(r.state, r.state.lower()),
@@ -136,7 +213,7 @@ def replica_row(comp: RayComponent, r: status.Replica, pushed: Pushed | None, no
     }  # fmt: skip
 
 
-def decision(raw: dict[str, Any]) -> dict[str, Any]:
+def decision(raw: dict[str, Any]) -> RayDecision:
     """One of Ray Serve's autoscaling decisions, as the console shows the single-host autoscaler's."""
     return {"at": raw.get("timestamp_s"), "copies": raw.get("prev_num_replicas"),
             "desired": raw.get("curr_num_replicas"), "reason": raw.get("reason", "")}  # fmt: skip
@@ -156,7 +233,7 @@ def component_block(comp: RayComponent, entry: RayComponentState, pushed: Mappin
     }  # fmt: skip
 
 
-def admin_block(local: bool) -> dict[str, Any]:
+def admin_block(local: bool) -> AdminRules:
     """The admin API's rules under Ray: local clients only, scale to one or more copies, `down`; the
     components are the file's (no add or remove) and there are no on-demand models."""
     return {

@@ -9,9 +9,9 @@ deployment a new version and restart every copy.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any
 
 from llmhost.endpoint.spec import ComponentSpec, EndpointSpec
+from llmhost.jsontypes import JSONObject
 from llmhost.serve_spec import SERVE_SPEC
 
 IMPORT_PATH = "llmhost.endpoint.rayserve.app:build"
@@ -48,7 +48,7 @@ class AppArgs:
     """What the application builder gets: Ray Serve hashes it into the code version, so it is fixed
     for the application's life (scaling changes the config's deployment overrides instead)."""
 
-    endpoint: dict[str, Any]  # the EndpointSpec, models made absolute
+    endpoint: JSONObject  # the EndpointSpec, models made absolute
     chat_templates: dict[str, str]  # component → template text, read where `up` ran
     timing: dict[str, float]
     dashboard_url: str  # Ray Serve's REST API, for the ingress's admin routes
@@ -71,7 +71,7 @@ def push_period_s(console_period_s: float) -> float:
     return min(METRICS_PUSH_S, console_period_s / 2)
 
 
-def copies_options(spec: ComponentSpec, timing: RayTiming) -> dict[str, Any]:
+def copies_options(spec: ComponentSpec, timing: RayTiming) -> JSONObject:
     """`copies` → num_replicas; `autoscaling` → Ray Serve's autoscaling_config."""
     a = spec.autoscaling
     if a is None:
@@ -84,13 +84,13 @@ def copies_options(spec: ComponentSpec, timing: RayTiming) -> dict[str, Any]:
     }}  # fmt: skip
 
 
-def logging_config(log_level: str) -> dict[str, Any]:
+def logging_config(log_level: str) -> JSONObject:
     """Ray Serve's own logs in a replica follow `--log-level` as llmhost's do."""
     return {"log_level": log_level.upper()}
 
 
 def component_options(spec: ComponentSpec, timing: RayTiming, env: dict[str, str],
-                      log_level: str) -> dict[str, Any]:  # fmt: skip
+                      log_level: str) -> JSONObject:  # fmt: skip
     engine = spec.engine
     # what the copy's engine admits (the same function sizes it there, with the same variables)
     concurrent = SERVE_SPEC["max_concurrent"].resolve(engine.max_concurrent or 0, env)
@@ -112,17 +112,17 @@ def component_options(spec: ComponentSpec, timing: RayTiming, env: dict[str, str
     }  # fmt: skip
 
 
-def router_options(spec: ComponentSpec) -> dict[str, Any]:
+def router_options(spec: ComponentSpec) -> JSONObject:
     """Prefix-aware routing: Ray's handles route the component's requests with llmhost's request router;
     least outstanding: Ray Serve's own (power of two choices over queue lengths)."""
     r = spec.routing
     if r.policy != "prefix":
         return {}
-    kwargs = {"component": spec.name, "block_chars": r.block_chars, "load_factor": r.load_factor}
+    kwargs: JSONObject = {"component": spec.name, "block_chars": r.block_chars, "load_factor": r.load_factor}
     return {"request_router_config": {"request_router_class": PREFIX_ROUTER, "request_router_kwargs": kwargs}}
 
 
-def ingress_options(timing: RayTiming, log_level: str, router_cpus: int = 0) -> dict[str, Any]:
+def ingress_options(timing: RayTiming, log_level: str, router_cpus: int = 0) -> JSONObject:
     """The ingress: on the head node, with the endpoint file's router.num_cpus reserved for it (Ray's
     logical CPUs: no copy is placed on them; nothing is pinned)."""
     return {
@@ -136,15 +136,15 @@ def ingress_options(timing: RayTiming, log_level: str, router_cpus: int = 0) -> 
     }
 
 
-def scale_override(spec: ComponentSpec, copies: int) -> dict[str, Any]:
+def scale_override(spec: ComponentSpec, copies: int) -> JSONObject:
     """`endpoint scale` on Ray: a fixed number of copies, replacing the component's autoscaling."""
     return {"name": spec.name, "num_replicas": copies, "autoscaling_config": None}
 
 
-def app_config(spec: EndpointSpec, args: AppArgs, overrides: list[dict[str, Any]]) -> dict[str, Any]:
+def app_config(spec: EndpointSpec, args: AppArgs, overrides: list[JSONObject]) -> JSONObject:
     """One application of Ray Serve's deploy config (`ServeApplicationSchema`)."""
     return {"name": spec.name, "route_prefix": "/", "import_path": IMPORT_PATH, "args": asdict(args),
-            "deployments": overrides}  # fmt: skip
+            "deployments": [*overrides]}  # fmt: skip
 
 
 def check_names(spec: EndpointSpec) -> None:

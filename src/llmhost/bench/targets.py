@@ -12,6 +12,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from typing_extensions import TypedDict
+
 APIS = ("openai", "chat", "messages", "responses", "sagemaker", "tgi")
 COMPONENT_HEADER = "X-Amzn-SageMaker-Inference-Component"
 
@@ -83,6 +85,53 @@ def _loads(payload: bytes) -> Any:
         return json.loads(payload)
     except ValueError as exc:
         raise StreamError("malformed_stream", f"event is not JSON: {payload[:80]!r}") from exc
+
+
+class StreamOptions(TypedDict):
+    include_usage: bool
+
+
+class OpenAIBody(TypedDict, total=False):
+    """A streamed completion or chat request."""
+
+    model: str
+    messages: list[dict[str, str]]  # chat
+    prompt: str  # completion
+    max_tokens: int
+    stream: bool
+    stream_options: StreamOptions
+    ignore_eos: bool
+    temperature: float
+
+
+class TGIParameters(TypedDict, total=False):
+    max_new_tokens: int
+    details: bool
+    temperature: float
+    do_sample: bool
+
+
+class TGIBody(TypedDict, total=False):
+    """A TGI request (`stream` on SageMaker's /invocations)."""
+
+    inputs: str
+    parameters: TGIParameters
+    stream: bool
+
+
+class AgentBody(TypedDict, total=False):
+    """A streamed Anthropic Messages or OpenAI Responses request: one user turn."""
+
+    model: str
+    stream: bool
+    messages: list[dict[str, str]]  # Messages
+    max_tokens: int  # Messages
+    input: str  # Responses
+    max_output_tokens: int  # Responses
+    temperature: float
+
+
+RequestBody = OpenAIBody | TGIBody | AgentBody
 
 
 def _error_text(obj: dict[str, Any]) -> str:
@@ -273,7 +322,7 @@ class Target:
         headers.update(dict(self.extra_headers))
         return headers
 
-    def body(self, prompt: str | list[dict[str, str]], max_new_tokens: int) -> dict[str, Any]:
+    def body(self, prompt: str | list[dict[str, str]], max_new_tokens: int) -> RequestBody:
         """The request for ``prompt``: a text, or (chat only) the messages of a conversation."""
         if isinstance(prompt, list) and self.api != "chat":
             raise ValueError("messages are sent to the chat API only")
@@ -281,11 +330,12 @@ class Target:
             assert isinstance(prompt, str)
             return self._agent_body(prompt, max_new_tokens)
         if self.api in ("openai", "chat"):
-            body: dict[str, Any] = {"model": self.model or "default"}
+            body: OpenAIBody = {"model": self.model or "default"}
             if self.api == "chat":
-                alone = [{"role": "user", "content": prompt}]
-                body["messages"] = prompt if isinstance(prompt, list) else alone
+                turns = prompt if isinstance(prompt, list) else [{"role": "user", "content": prompt}]
+                body["messages"] = turns
             else:
+                assert isinstance(prompt, str)  # a conversation was refused above
                 body["prompt"] = prompt
             body.update(
                 {
@@ -301,7 +351,7 @@ class Target:
             return body
         # TGI has no ignore_eos: max_new_tokens is a cap, and details report the real count.
         assert isinstance(prompt, str)
-        tgi: dict[str, Any] = {
+        tgi: TGIBody = {
             "inputs": prompt,
             "parameters": {"max_new_tokens": max_new_tokens, "details": True},
         }
@@ -311,9 +361,9 @@ class Target:
             tgi["stream"] = True
         return tgi
 
-    def _agent_body(self, prompt: str, max_new_tokens: int) -> dict[str, Any]:
+    def _agent_body(self, prompt: str, max_new_tokens: int) -> AgentBody:
         """Messages and Responses bodies: one user turn, streamed."""
-        body: dict[str, Any] = {"model": self.model or "default", "stream": True}
+        body: AgentBody = {"model": self.model or "default", "stream": True}
         if self.api == "messages":
             body |= {"messages": [{"role": "user", "content": prompt}], "max_tokens": max_new_tokens}
         else:

@@ -25,6 +25,7 @@ from llmhost.console import apidoc as doc
 from llmhost.console.reports import MEDIA as REPORT_MEDIA
 from llmhost.console.reports import ReportError, list_reports, read_report
 from llmhost.console.timeseries import METRICS, NAMES, SeriesStore, refusals, summarize
+from llmhost.jsontypes import JSONObject, JSONValue
 from llmhost.web.apidoc import BODY, COMMON, errors, merge, operation
 from llmhost.web.errors import error_body
 
@@ -118,12 +119,12 @@ def series_body(store: SeriesStore, since: float) -> SeriesBody:
     return {"now": time.time(), "period_s": store.period_s, "components": out}
 
 
-def _query(name: str, description: str, **schema: Any) -> dict[str, Any]:
+def _query(name: str, description: str, **schema: JSONValue) -> JSONObject:
     return {"name": name, "in": "query", "required": False, "description": description,
             "schema": {"type": "number", **schema}}  # fmt: skip
 
 
-def _declarations(store: SeriesStore) -> dict[str, dict[str, Any]]:
+def _declarations(store: SeriesStore) -> dict[str, JSONObject]:
     """The API's `openapi_extra`, by route: what each takes and answers (the page and its assets are for
     browsers and stay out of the document)."""
     bad = merge(COMMON, errors(422))
@@ -181,7 +182,7 @@ def _page_routes(router: APIRouter, page: bytes) -> None:
 
 
 def _figure_routes(router: APIRouter, store: SeriesStore, settings: ConsoleSettings, overview: Overview,
-                   docs: dict[str, dict[str, Any]]) -> None:  # fmt: skip
+                   docs: dict[str, JSONObject]) -> None:  # fmt: skip
     """/api/overview, /api/series and /api/metrics: what the page shows."""
 
     @router.get("/api/overview", openapi_extra=docs["overview"])
@@ -212,7 +213,7 @@ def _figure_routes(router: APIRouter, store: SeriesStore, settings: ConsoleSetti
                              "components": comps})  # fmt: skip
 
 
-def _report_routes(router: APIRouter, reports_dir: Path | None, docs: dict[str, dict[str, Any]]) -> None:
+def _report_routes(router: APIRouter, reports_dir: Path | None, docs: dict[str, JSONObject]) -> None:
     """The reports folder's runs and files (a file opens in a frame by a one-time ticket)."""
     tickets = Tickets()
 

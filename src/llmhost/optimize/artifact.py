@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from typing_extensions import TypedDict
 
 from llmhost.store.artifact import (
     ARTIFACT_JSON,
@@ -178,9 +179,13 @@ def _build(
     return Artifact(out, key, False, info)
 
 
+# a step of recipe.yaml: the quantization done, from which type, in how long
+QuantizeStep = TypedDict("QuantizeStep", {"quantize": str, "from": str, "seconds": float})
+
+
 def _transform(src: Path, out: Path, recipe: Recipe, say: Say) -> None:
     """The artifact's model file: `src` quantized as the recipe asks, or copied; recipe.yaml says how."""
-    steps: list[dict[str, Any]] = []
+    steps: list[QuantizeStep] = []
     if recipe.quantize:
         from llmhost.optimize.quantize import quantize
 

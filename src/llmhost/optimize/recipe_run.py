@@ -23,7 +23,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from typing_extensions import TypedDict
+
 from llmhost.bench.metrics import LevelSummary
+from llmhost.jsontypes import JSONObject
 from llmhost.optimize.artifact import Artifact, build_or_reuse, write_serving_settings
 from llmhost.optimize.recipe_file import RecipeError, RunRecipe
 from llmhost.serve_spec import SERVE_SPEC
@@ -130,12 +133,38 @@ def _ratios(base: LevelSummary, opt: LevelSummary) -> dict[str, float | None]:
     return out
 
 
+class ServedFigures(TypedDict):
+    """One side of the comparison: how it was served, its level's figures, the server's counters."""
+
+    served: list[str]
+    level: JSONObject  # LevelSummary.to_json()
+    metrics: dict[str, float]
+
+
+class BenchmarkReport(TypedDict):
+    """What benchmark.json holds."""
+
+    format: str
+    created_unix: int
+    model: str
+    artifact: str
+    key: str
+    reused: bool
+    build_seconds: float
+    recipe: JSONObject  # the run recipe, as its file is read (system_prompt left out)
+    serving: dict[str, Any]  # RunRecipe.serving()
+    settings: JSONObject  # the bench settings (BenchConfig.to_json()), with no url or name
+    base: ServedFigures
+    optimized: ServedFigures
+    ratios: dict[str, float | None]
+
+
 @dataclass
 class RunResult:
     artifact: Artifact
     base: Measured
     optimized: Measured
-    report: dict[str, Any]  # what benchmark.json holds
+    report: BenchmarkReport
 
 
 def run_recipe(recipe: RunRecipe, out_dir: str | Path, say: Say | None = None) -> RunResult:
@@ -188,7 +217,7 @@ def _report(
     build_s: float,
     base: Measured,
     optimized: Measured,
-) -> dict[str, Any]:
+) -> BenchmarkReport:
     """What benchmark.json holds: the recipe, the settings measured, both figure sets and their ratios."""
     return {
         "format": BENCHMARK_FORMAT,
@@ -207,7 +236,7 @@ def _report(
     }
 
 
-def _served(measured: Measured) -> dict[str, Any]:
+def _served(measured: Measured) -> ServedFigures:
     return {"served": measured.argv, "level": measured.level.to_json(), "metrics": measured.metrics}
 
 

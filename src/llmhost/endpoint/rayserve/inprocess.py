@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from starlette.types import ASGIApp, Message
+from starlette.types import ASGIApp, Message, Scope
 
 ASGI = {"version": "3.0", "spec_version": "2.3"}
 
@@ -44,7 +44,7 @@ class Call:
     client: tuple[str, int] = ("127.0.0.1", 0)
 
 
-def _scope(call: Call, state: dict[str, Any]) -> dict[str, Any]:
+def _scope(call: Call, state: dict[str, Any]) -> Scope:
     return {
         "type": "http", "asgi": ASGI, "http_version": "1.1", "method": call.method, "scheme": "http",
         "path": call.path, "raw_path": call.path.encode(), "query_string": call.query.encode(),

@@ -32,7 +32,7 @@ class RunOption:
     parse: Callable[[Any], Any] | None = None  # command line → field (a ValueError names the option)
 
 
-def opt(help: str, **kw: Any) -> dict[str, Any]:
+def opt(help: str, **kw: Any) -> dict[str, RunOption]:
     return {"run_option": RunOption(help, **kw)}
 
 

@@ -8,11 +8,11 @@ import logging
 import re
 import uuid
 from collections.abc import Sequence
-from typing import Any
 
 from starlette.routing import BaseRoute
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from llmhost.jsontypes import JSONObject
 from llmhost.lifecycle import Lifecycle
 from llmhost.web.errors import RETRY_AFTER_S, error_body
 from llmhost.web.formats import around_format
@@ -27,7 +27,7 @@ OPEN_WHILE_DRAINING = {"/ping", "/health", "/metrics"}
 
 
 async def send_json(
-    send: Send, status: int, body: dict[str, Any], headers: list[tuple[bytes, bytes]]
+    send: Send, status: int, body: JSONObject, headers: list[tuple[bytes, bytes]]
 ) -> None:
     raw = json.dumps(body).encode()
     head = [(b"content-type", b"application/json"), (b"content-length", str(len(raw)).encode()), *headers]
@@ -36,7 +36,7 @@ async def send_json(
 
 
 async def send_error(send: Send, scope: Scope, routes: Sequence[BaseRoute], status: int,
-                     body: dict[str, Any], headers: list[tuple[bytes, bytes]]) -> None:  # fmt: skip
+                     body: JSONObject, headers: list[tuple[bytes, bytes]]) -> None:  # fmt: skip
     """A refusal made before the route runs (`body` in OpenAI's shape), in the format of the route's API
     (web/formats.py); `routes`: the app's, to find it."""
     status, written = around_format(scope, routes).convert(status, body)

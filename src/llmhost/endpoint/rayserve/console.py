@@ -32,7 +32,7 @@ from llmhost.endpoint.rayserve import status
 from llmhost.endpoint.rayserve.admin import NO_ON_DEMAND, RayAdmin
 from llmhost.endpoint.rayserve.metrics import CopyMetrics, Pushed
 from llmhost.endpoint.rayserve.relay import RayComponent
-from llmhost.jsontypes import JSONValue
+from llmhost.jsontypes import JSONObject, JSONValue
 
 # Ray Serve's replica states in the console's words (the page colours these); Ray's own word stays in
 # `ray_state`
@@ -213,7 +213,7 @@ def replica_row(comp: RayComponent, r: status.Replica, pushed: Pushed | None, no
     }  # fmt: skip
 
 
-def decision(raw: dict[str, Any]) -> RayDecision:
+def decision(raw: JSONObject) -> RayDecision:
     """One of Ray Serve's autoscaling decisions, as the console shows the single-host autoscaler's."""
     return {"at": raw.get("timestamp_s"), "copies": raw.get("prev_num_replicas"),
             "desired": raw.get("curr_num_replicas"), "reason": raw.get("reason", "")}  # fmt: skip

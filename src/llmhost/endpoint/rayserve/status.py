@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from llmhost.jsontypes import JSONObject
+
 # replica states Ray Serve counts as on their way to serving (or back to it)
 STARTING = frozenset({"STARTING", "UPDATING", "RECOVERING", "PENDING_MIGRATION"})
 # a deployment whose copies Ray could not place, as Ray says it
@@ -41,7 +43,7 @@ class DeploymentView:
     required: dict[str, float] = field(default_factory=dict)  # Ray resources one copy takes
     dead: tuple[Replica, ...] = field(default_factory=tuple)  # copies Ray stopped lately (it keeps a few)
     # Ray Serve's autoscaler's recent decisions, where its (experimental) detail lists them
-    decisions: tuple[dict[str, Any], ...] = field(default_factory=tuple)
+    decisions: tuple[JSONObject, ...] = field(default_factory=tuple)
 
     @property
     def running(self) -> int:

@@ -10,13 +10,54 @@ from typing import Any
 
 import psutil
 from fastapi import Request
+from typing_extensions import TypedDict
 
 from llmhost import __version__
 from llmhost.console.front import FrontTally
 from llmhost.console.readings import ComponentReading, CopyReading, engine_reading
+from llmhost.jsontypes import JSONObject
 from llmhost.server.serving.context import ServingContext
 
 COPY = "self"
+
+
+class ServeCopyRow(TypedDict):
+    """This process, in the console's copy row (None: what a lone server does not have)."""
+
+    copy: str
+    component: str
+    state: str
+    pid: int
+    port: int
+    cpus: list[int]
+    cpu_share: float
+    threads: int
+    memory_mb: None
+    max_memory_mb: None
+    memory_limit: None
+    rss_mb: float
+    outstanding: int
+    restarts: int
+    last_reason: str | None
+    ready_for_s: float
+
+
+class ServeComponent(TypedDict):
+    """The served model, as the console shows an endpoint's component."""
+
+    name: str
+    model: str
+    num_cpus: int
+    memory_mb: None
+    copies: int
+    ready: int
+    in_flight: int
+    waiting: int
+    autoscaling: None
+    decisions: list[JSONObject]  # a lone server never scales: always empty
+    requests: dict[str, int]
+    embeddings: bool
+    replicas: list[ServeCopyRow]
 
 
 class ServerConsole:
@@ -42,12 +83,12 @@ class ServerConsole:
         ready = 1 if self.ctx.model.ready else 0
         return {self.ctx.settings.model_name: ComponentReading(self.tally.reading(), (copy,), ready)}
 
-    def _component(self) -> dict[str, Any]:
+    def _component(self) -> ServeComponent:
         s = self.ctx.settings
         model = self.ctx.model
         stats = self.ctx.engine.stats() if self.ctx.embedder is None else None
         rss = round(float(self.process.memory_info().rss) / 2**20, 1)
-        replica = {
+        replica: ServeCopyRow = {
             "copy": COPY, "component": s.model_name, "state": "ready" if model.ready else model.state.value,
             "pid": os.getpid(), "port": s.port, "cpus": self._cpus(), "cpu_share": 1.0,
             "threads": s.engine.n_threads, "memory_mb": None, "max_memory_mb": None, "memory_limit": None,

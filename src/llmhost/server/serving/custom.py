@@ -30,12 +30,14 @@ from starlette.responses import Response, StreamingResponse
 from llmhost.inference import bind_engine_model
 from llmhost.jsontypes import JSONObject
 from llmhost.server.custom_code import Handlers, load_handlers
+from llmhost.server.errors import refused_in
 from llmhost.server.protocol.limits import parse_json
 from llmhost.server.serving.context import ServingContext
 from llmhost.server.serving.custom_model import CustomModel, current_request_id
 from llmhost.server.serving.runtime import STREAMING_KEYS, streaming_body, streams
 from llmhost.web.asgi import request_id
 from llmhost.web.errors import APIError
+from llmhost.web.formats import TGI
 
 log = logging.getLogger("llmhost.server")
 
@@ -89,8 +91,12 @@ class CustomInference:
             prediction = await _default_predict(request, dispatch, data)
         else:
             prediction = await self._run("predict_fn", h.predict_fn, None, data, self.model)
-        result = await self._run("output_fn", h.output_fn, _default_output, prediction, accept)
-        return self._respond(result, accept)
+        # a TGI body the default prediction answered: output_fn's failures too in TGI's shapes
+        tgi = h.predict_fn is None and isinstance(data, dict) and "inputs" in data
+        shape: contextlib.AbstractContextManager[None] = refused_in(TGI) if tgi else contextlib.nullcontext()
+        with shape:
+            result = await self._run("output_fn", h.output_fn, _default_output, prediction, accept)
+            return self._respond(result, accept)
 
     def close(self) -> None:
         """At shutdown: engine_model() no longer hands out an engine that is gone."""

@@ -71,7 +71,8 @@ test: $(STAMP) $(CHROMIUM_STAMP)
 	# ~150 server processes otherwise compiles what it imports (0.1 CPU-s each, PYTHONDONTWRITEBYTECODE here)
 	$(BIN)/python -m compileall -q src
 	# three files at once (tests/conftest.py keeps a file on one worker): the suite mostly waits on real servers
-	$(BIN)/pytest -q -n 3 tests
+	# the slowest tests at the end of the output: where to look when the suite nears its 15 minutes
+	$(BIN)/pytest -q -n 3 --durations=25 tests
 
 clean:
 	rm -rf $(VENV) build site *.egg-info

@@ -186,8 +186,8 @@ def by_header(registry: Components[C], headers: Mapping[str, str]) -> C | Respon
     name = headers.get(COMPONENT_HEADER)
     if name:
         comp = registry.components.get(name)
-        owner = _named(registry, name)
-        if comp is None and owner is not None:  # the header names the component; the body the adapter
+        owner = _named(registry, name) if comp is None else None
+        if owner is not None:  # the header names the component; the body the adapter
             return error(400, f"{name!r} is a LoRA adapter of component {owner.name!r}: name the component "
                          f"in the {COMPONENT_HEADER} header and the adapter in the body (`model`, or TGI's "
                          "parameters.adapter_id)", field=COMPONENT_HEADER)  # fmt: skip

@@ -17,7 +17,7 @@ from __future__ import annotations
 import hashlib
 import os
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -127,9 +127,9 @@ class LoadedAdapters:
         self.model.free_adapter(self._handles.pop(key))
 
     # -- requests ------------------------------------------------------------------------------------
-    def check(self, request: GenerationRequest, in_use: set[str]) -> None:
+    def check(self, request: GenerationRequest, in_use: Callable[[], Iterable[str]]) -> None:
         """Put the request's adapters in canonical form, as keys, loading those not loaded now;
-        InvalidRequestError for one not known."""
+        InvalidRequestError for one not known. `in_use` is asked only when a budget must be kept."""
         keys: list[tuple[str, float]] = []
         for name, scale in adapter_set(request.adapters):
             if name not in self._known:
@@ -137,7 +137,8 @@ class LoadedAdapters:
                 raise InvalidRequestError("lora", f"no LoRA adapter named {name!r} (loaded: {known})")
             keys.append((self._ensure_loaded(name), scale))
         request.adapters = adapter_set(keys)
-        self._trim(in_use | {k for k, _ in keys})
+        if self.budget and len(self._handles) > self.budget:
+            self._trim(set(in_use()) | {k for k, _ in keys})
 
     def _ensure_loaded(self, name: str) -> str:
         """The adapter's key, loading it again if it was freed (under a new key if its file changed)."""

@@ -89,7 +89,7 @@ class Engine:
         """Queue a request; raises (and queues nothing) if it is invalid."""
         check_limits(self.config, len(request.prompt_tokens), request.params.max_tokens)
         check_token_ids(request, self.model.n_vocab)
-        self.adapters.check(request, set(self.adapters_in_use()))
+        self.adapters.check(request, self.adapters_in_use)
         if request.request_id in self._active:
             raise ValueError(f"duplicate request id {request.request_id}")
         arrival = self.clock() if arrival_s is None else arrival_s

@@ -37,12 +37,17 @@ class GGUFError(ValueError):
 
 @dataclass
 class GGUFLayout:
-    """What the check read: the metadata (arrays as their length) and each tensor's shape and type."""
+    """What the check read: the metadata (arrays as their length), each tensor's shape and type, and
+    where things lie: the metadata's bytes end at `kv_end` (they start after the 24-byte header), each
+    tensor's data at its absolute offset in `offsets`, with the data aligned to `alignment`."""
 
     path: Path
     version: int
     metadata: dict[str, Any] = field(default_factory=dict)
     tensors: dict[str, tuple[tuple[int, ...], int]] = field(default_factory=dict)
+    kv_end: int = 0
+    alignment: int = DEFAULT_ALIGNMENT
+    offsets: dict[str, int] = field(default_factory=dict)
 
 
 class _Reader:
@@ -136,6 +141,7 @@ def _read(r: _Reader, path: Path) -> tuple[GGUFLayout, list[tuple[str, int, int]
         if key in layout.metadata:
             raise ValueError(f"metadata key {key!r} appears twice")
         layout.metadata[key] = r.value(r.unpack("<I", f"{key}'s type"), key)
+    layout.kv_end = r.pos
     extents = []
     for i in range(n_tensors):
         name = r.string(f"tensor {i}'s name")
@@ -157,6 +163,8 @@ def _check_data(layout: GGUFLayout, extents: list[tuple[str, int, int]], header_
     if not isinstance(alignment, int) or alignment <= 0 or alignment & (alignment - 1):
         raise ValueError(f"general.alignment {alignment!r} is not a power of two")
     data = -(-header_end // alignment) * alignment
+    layout.alignment = alignment
+    layout.offsets = {name: data + offset for name, offset, _ in extents}
     end = data
     for name, offset, nbytes in sorted(extents, key=lambda e: e[1]):
         if offset % alignment:

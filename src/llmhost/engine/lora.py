@@ -41,13 +41,18 @@ def parse_lora(text: str) -> tuple[str, str, float]:
     name, sep, rest = text.partition("=")
     if not sep or not name or not rest:
         raise ValueError(f"--lora {text!r}: expected NAME=PATH[:SCALE]")
-    ref, colon, tail = rest.rpartition(":")
+    return (name, *parse_scaled(rest))
+
+
+def parse_scaled(text: str) -> tuple[str, float]:
+    """`PATH[:SCALE]` as (model reference, scale), SCALE read as in `parse_lora`."""
+    ref, colon, tail = text.rpartition(":")
     if colon and ref:
         try:
-            return name, ref, float(tail)
+            return ref, float(tail)
         except ValueError:
             pass
-    return name, rest, 1.0
+    return text, 1.0
 
 
 def check_unique(specs: tuple[AdapterSpec, ...]) -> None:

@@ -1,0 +1,278 @@
+"""Merge LoRA adapters into their base model: a new GGUF whose adapted weights are W + s·B·A.
+
+The arithmetic is llama.cpp's (`export-lora`, and `build_lora_mm` when an adapter is applied at run
+time): for a weight W (ggml shape [n_in, n_out]) with `.lora_a` A ([n_in, rank]) and `.lora_b`
+B ([rank, n_out]), the update is s·B·A with s = scale·alpha/rank (scale alone when the adapter
+records no alpha), rank = B's ne[0]. The token embedding is the one weight stored the other way
+round (A [rank, n_vocab], B [rank, n_embd]; llama.cpp looks rows of A up): its update is A·Bᵀ.
+
+The output copies the base's metadata and every weight no adapter touches byte for byte (a Q4_K
+weight stays that Q4_K); a merged weight is F16, or F32 where the base's was F32, as export-lora
+writes them. The file is read and written tensor by tensor, and a merged weight a block of rows at
+a time, so memory stays at a few tens of MB whatever the model's size.
+"""
+
+from __future__ import annotations
+
+import math
+import mmap
+import struct
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO
+
+import numpy as np
+import numpy.typing as npt
+from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
+from gguf.quants import dequantize
+
+from llmhost.engine.gguf_check import GGUFError, GGUFLayout, check_file
+
+F32, F16 = GGMLQuantizationType.F32, GGMLQuantizationType.F16
+MERGED_TYPES = ("f16", "f32")
+_SUFFIXES = (".lora_a", ".lora_b")
+_TOKEN_EMBD = "token_embd.weight"
+# float32 values of a block of rows processed at once, bytes of a copied weight read at once (16 MiB)
+_BLOCK_VALUES = 1 << 22
+_COPY_BYTES = 1 << 24
+_HEADER = 24  # magic, version, tensor count, metadata count
+_F16_MAX = float(np.finfo(np.float16).max)
+
+Progress = Callable[[int, int, str], None]
+Matrix = npt.NDArray[np.float32]
+
+
+class MergeError(ValueError):
+    """An adapter cannot be merged into the base; the message names the file and why."""
+
+
+@dataclass(slots=True, frozen=True)
+class Adapter:
+    """One adapter to merge, checked against the base: its pairs by base weight name."""
+
+    path: Path
+    scale: float
+    alpha: float
+    layout: GGUFLayout
+
+    def factor(self, weight: str) -> float:
+        """s of s·B·A for `weight`: llama.cpp's scale·alpha/rank, or the scale without an alpha."""
+        rank = self.layout.tensors[weight + ".lora_b"][0][0]
+        return self.scale * self.alpha / rank if self.alpha else self.scale
+
+    @property
+    def weights(self) -> set[str]:
+        return {name.removesuffix(".lora_a") for name in self.layout.tensors if name.endswith(".lora_a")}
+
+
+@dataclass(slots=True, frozen=True)
+class MergeResult:
+    path: Path
+    merged: tuple[str, ...]  # the base weights updated
+    seconds: float
+    out_bytes: int
+
+
+def _layout(path: Path, what: str) -> GGUFLayout:
+    try:
+        return check_file(path)
+    except GGUFError as exc:
+        raise MergeError(f"{what}: {exc}") from None
+
+
+def _check_pairs(path: Path, layout: GGUFLayout) -> None:
+    for name in layout.tensors:
+        if not name.endswith(_SUFFIXES):
+            raise MergeError(f"adapter {path}: tensor {name!r} is neither a .lora_a nor a .lora_b")
+        stem, _, suffix = name.rpartition(".")
+        other = "lora_b" if suffix == "lora_a" else "lora_a"
+        if f"{stem}.{other}" not in layout.tensors:
+            raise MergeError(f"adapter {path}: {name!r} has no {other} beside it")
+
+
+def _check_shapes(path: Path, adapter: GGUFLayout, base: GGUFLayout, base_path: Path) -> None:
+    """llama.cpp's checks when it loads an adapter (llama_adapter_lora_init)."""
+    for weight in sorted(n.removesuffix(".lora_a") for n in adapter.tensors if n.endswith(".lora_a")):
+        if weight not in base.tensors:
+            raise MergeError(f"adapter {path} adapts {weight!r}, which the base {base_path} does not have")
+        dims = base.tensors[weight][0]
+        a, b = adapter.tensors[weight + ".lora_a"][0], adapter.tensors[weight + ".lora_b"][0]
+        if len(dims) != 2 or len(a) != 2 or len(b) != 2:
+            raise MergeError(f"adapter {path}: {weight!r} is not a matrix update (shapes {a}, {b})")
+        if weight == _TOKEN_EMBD:
+            ok = dims[0] == b[1] and dims[1] == a[1] and a[0] == b[0]
+        else:
+            ok = dims[0] == a[0] and dims[1] == b[1] and a[1] == b[0]
+        if not ok:
+            raise MergeError(
+                f"adapter {path}: {weight!r} has lora_a {list(a)} and lora_b {list(b)}, which do not fit "
+                f"the base's {list(dims)} in {base_path} (an adapter for another model?)"
+            )
+
+
+def load_adapter(path: Path, scale: float, base: GGUFLayout, base_path: Path) -> Adapter:
+    """The adapter at `path`, refused (MergeError naming it) unless llama.cpp would apply it to `base`."""
+    if not math.isfinite(scale):
+        raise MergeError(f"adapter {path}: scale must be a finite number, got {scale}")
+    layout = _layout(path, "adapter")
+    meta = layout.metadata
+    kind = (meta.get("general.type"), meta.get("adapter.type"))
+    if kind != ("adapter", "lora"):
+        raise MergeError(
+            f"{path} is not a LoRA adapter (general.type {kind[0]!r}, adapter.type {kind[1]!r}; "
+            "want 'adapter' and 'lora')"
+        )
+    arch, base_arch = meta.get("general.architecture"), base.metadata.get("general.architecture")
+    if arch != base_arch:
+        raise MergeError(f"adapter {path} is for {arch!r}, the base {base_path} is {base_arch!r}")
+    _check_pairs(path, layout)
+    _check_shapes(path, layout, base, base_path)
+    alpha = meta.get("adapter.lora.alpha", 0.0)
+    if not isinstance(alpha, (int, float)) or not math.isfinite(alpha):
+        raise MergeError(f"adapter {path}: adapter.lora.alpha {alpha!r} is not a number")
+    return Adapter(path, float(scale), float(alpha), layout)
+
+
+def _values(buf: mmap.mmap, layout: GGUFLayout, name: str, rows: slice | None = None) -> Matrix:
+    """Tensor `name` (2-D) as float32, numpy shape (ne[1], ne[0]); only `rows` of it if given."""
+    (n_cols, n_rows), kind = layout.tensors[name][0], GGMLQuantizationType(layout.tensors[name][1])
+    block, type_size = GGML_QUANT_SIZES[kind]
+    row_bytes = n_cols // block * type_size
+    first, stop = (rows.start, rows.stop) if rows is not None else (0, n_rows)
+    start = layout.offsets[name] + first * row_bytes
+    raw = np.frombuffer(buf, np.uint8, (stop - first) * row_bytes, start).reshape(stop - first, row_bytes)
+    if kind in (F32, F16):
+        return np.array(raw.view(np.float32 if kind == F32 else np.float16), dtype=np.float32)
+    values: Matrix = dequantize(raw, kind).astype(np.float32, copy=False)
+    return values.reshape(stop - first, n_cols)
+
+
+Mapped = Sequence[tuple[Adapter, mmap.mmap]]
+
+
+def _updates(weight: str, adapters: Mapped) -> list[tuple[float, Matrix, Matrix]]:
+    """(s, A, B) of each adapter updating `weight`, in float32."""
+    return [
+        (
+            a.factor(weight),
+            _values(buf, a.layout, f"{weight}.lora_a"),
+            _values(buf, a.layout, f"{weight}.lora_b"),
+        )
+        for a, buf in adapters
+        if weight in a.weights
+    ]
+
+
+def _merged_rows(weight: str, base: tuple[mmap.mmap, GGUFLayout], adapters: Mapped) -> Iterator[Matrix]:
+    """The merged weight, a block of rows at a time (float32, numpy order)."""
+    n_cols, n_rows = base[1].tensors[weight][0]
+    pairs = _updates(weight, adapters)
+    step = max(1, _BLOCK_VALUES // n_cols)
+    for first in range(0, n_rows, step):
+        rows = slice(first, min(first + step, n_rows))
+        w = _values(*base, weight, rows)
+        for factor, a, b in pairs:
+            # numpy order: A (rank, n_in), B (n_out, rank); the embedding's A (n_vocab, rank),
+            # B (n_embd, rank)
+            delta = a[rows] @ b.T if weight == _TOKEN_EMBD else b[rows] @ a
+            w += np.float32(factor) * delta
+        yield w
+
+
+def _write_merged(out: BinaryIO, weight: str, kind: GGMLQuantizationType, blocks: Iterator[Matrix]) -> None:
+    for w in blocks:
+        if kind == F16 and not np.all(np.abs(w) <= _F16_MAX):
+            raise MergeError(f"merged {weight!r} has values beyond F16's range (or not finite)")
+        out.write(w.astype(np.float16 if kind == F16 else np.float32).tobytes())
+
+
+def _pad(out: BinaryIO, alignment: int) -> None:
+    out.write(b"\0" * (-out.tell() % alignment))
+
+
+Types = dict[str, GGMLQuantizationType]
+
+
+def _write_header(out: BinaryIO, buf: mmap.mmap, base: GGUFLayout, types: Types) -> None:
+    """The base's header and metadata as they are, then its tensor table with `types` and the offsets
+    those give, each tensor's data aligned as the base's."""
+    out.write(buf[:_HEADER])
+    out.write(buf[_HEADER : base.kv_end])
+    offset = 0
+    for name, (dims, _) in base.tensors.items():
+        encoded = name.encode()
+        out.write(struct.pack("<Q", len(encoded)) + encoded + struct.pack("<I", len(dims)))
+        out.write(struct.pack(f"<{len(dims)}Q", *dims) + struct.pack("<IQ", types[name], offset))
+        offset += -(-tensor_bytes(dims, types[name]) // base.alignment) * base.alignment
+
+
+def _copy(out: BinaryIO, buf: mmap.mmap, start: int, nbytes: int) -> None:
+    for at in range(start, start + nbytes, _COPY_BYTES):
+        out.write(buf[at : min(at + _COPY_BYTES, start + nbytes)])
+
+
+def _write(out: BinaryIO, buf: mmap.mmap, base: GGUFLayout, adapters: Mapped, merged_type: str,
+           progress: Progress | None) -> list[str]:  # fmt: skip
+    """The whole merged file, returning the names of the weights updated."""
+    targets = set().union(*(a.weights for a, _ in adapters))
+    floor = F32 if merged_type == "f32" else F16
+    types = {n: (F32 if k == F32 else floor) if n in targets else GGMLQuantizationType(k)
+             for n, (_, k) in base.tensors.items()}  # fmt: skip
+    _write_header(out, buf, base, types)
+    for i, (name, (dims, kind)) in enumerate(base.tensors.items()):
+        _pad(out, base.alignment)
+        if name in targets:
+            _write_merged(out, name, types[name], _merged_rows(name, (buf, base), adapters))
+        else:
+            _copy(out, buf, base.offsets[name], tensor_bytes(dims, kind))
+        if progress is not None:
+            progress(i + 1, len(base.tensors), name)
+    return sorted(targets)
+
+
+def tensor_bytes(dims: tuple[int, ...], kind: int) -> int:
+    block, type_size = GGML_QUANT_SIZES[GGMLQuantizationType(kind)]
+    return math.prod(dims) // block * type_size
+
+
+def merge_lora(base_path: str | Path, adapters: Sequence[tuple[str | Path, float]], out_path: str | Path,
+               merged_type: str = "f16", progress: Progress | None = None) -> MergeResult:  # fmt: skip
+    """Write `out_path`: the GGUF `base_path` with each (adapter GGUF, scale) of `adapters` merged in,
+    in order, the merged weights as `merged_type` (f16, or f32; an F32 weight stays F32). Every
+    adapter is checked before anything is written; `progress(done, total, tensor)`."""
+    base_path, out_path = Path(base_path), Path(out_path)
+    if not adapters:
+        raise MergeError("no adapter to merge")
+    if merged_type not in MERGED_TYPES:
+        raise MergeError(
+            f"merged weights' type must be one of {', '.join(MERGED_TYPES)}, got {merged_type!r}"
+        )
+    base = _layout(base_path, "base model")
+    if base.metadata.get("general.type") == "adapter":
+        raise MergeError(f"the base {base_path} is itself an adapter, not a model")
+    loaded = [load_adapter(Path(p), float(s), base, base_path) for p, s in adapters]
+    if out_path.resolve() in {base_path.resolve(), *(a.path.resolve() for a in loaded)}:
+        raise MergeError(f"the output {out_path} must not overwrite an input")
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    partial = out_path.with_name(out_path.name + ".partial")
+    t0 = time.perf_counter()
+    try:
+        with ExitStack() as stack:
+            maps = [stack.enter_context(_mapped(p)) for p in (base_path, *(a.path for a in loaded))]
+            out = stack.enter_context(partial.open("wb"))
+            mapped = list(zip(loaded, maps[1:], strict=True))
+            merged = _write(out, maps[0], base, mapped, merged_type, progress)
+        partial.replace(out_path)
+    finally:
+        partial.unlink(missing_ok=True)
+    return MergeResult(out_path, tuple(merged), time.perf_counter() - t0, out_path.stat().st_size)
+
+
+@contextmanager
+def _mapped(path: Path) -> Iterator[mmap.mmap]:
+    """The file mapped read-only for the `with` block."""
+    with path.open("rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
+        yield buf

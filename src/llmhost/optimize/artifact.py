@@ -23,6 +23,7 @@ from typing import Any
 import yaml
 from typing_extensions import TypedDict
 
+from llmhost.optimize.merge_step import MergeInput, MergeStep
 from llmhost.store.artifact import (
     ARTIFACT_JSON,
     MODEL_GGUF,
@@ -45,6 +46,8 @@ log = logging.getLogger(__name__)
 
 FORMAT_VERSION = 1
 _SENTINEL = "\x00LLMHOST_USER_TURN\x00"
+# the merged, not yet quantized model while an artifact is built (the quality step's base)
+MERGED_GGUF = "merged.gguf"
 
 Say = Callable[[str], None]
 
@@ -65,6 +68,13 @@ class Recipe:
     system_prompt_mode: str = "chat"
     chat_template: str | None = None  # jinja text serving will use (`serve --chat-template`); None: GGUF's
     flash_attn: bool = True  # the serving setting the saved KV state is laid out for
+    # LoRA adapters merged into the model before quantizing (`merge_step.merge_inputs`), in order
+    merge_lora: list[MergeInput] = field(default_factory=list)
+    merge_type: str = "f16"  # the merged weights' type (`lora_merge.MERGED_TYPES`)
+
+    def __post_init__(self) -> None:
+        if self.merge_type not in ("f16", "f32"):
+            raise ArtifactError(f"merge_type must be f16 or f32, got {self.merge_type!r}")
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -75,7 +85,10 @@ class Recipe:
         return cls(**known)
 
     def digest(self) -> str:
-        return hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True).encode()).hexdigest()
+        parts = self.to_dict()
+        if not self.merge_lora:  # a recipe without a merge keys as before merging existed
+            del parts["merge_lora"], parts["merge_type"]
+        return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
 
 
 def artifact_key(model_sha256: str, recipe: Recipe, env: Environment | None = None) -> str:
@@ -134,7 +147,7 @@ def build_or_reuse(
 
 def _clear(out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
-    for name in (ARTIFACT_JSON, MODEL_GGUF, RECIPE_YAML, QUALITY_JSON, STATE_BIN):
+    for name in (ARTIFACT_JSON, MODEL_GGUF, RECIPE_YAML, QUALITY_JSON, STATE_BIN, MERGED_GGUF):
         (out / name).unlink(missing_ok=True)
 
 
@@ -154,10 +167,10 @@ def _build(
     # artifact.json is removed first and written last: an interrupted build never looks complete
     _clear(out)
     gguf = out / MODEL_GGUF
-    _transform(src, out, recipe, say)
+    base = _transform(src, out, recipe, say)
     say("evaluating quality")
-    base = src if recipe.quantize else None
     write_quality(evaluate(gguf, base, max_tokens=eval_max_tokens, threads=threads), out / QUALITY_JSON)
+    (out / MERGED_GGUF).unlink(missing_ok=True)
     say("measuring load settings")
     load = measure_load(gguf, threads)
     prefix_state: PrefixStateRecord | None = None
@@ -183,20 +196,45 @@ def _build(
 QuantizeStep = TypedDict("QuantizeStep", {"quantize": str, "from": str, "seconds": float})
 
 
-def _transform(src: Path, out: Path, recipe: Recipe, say: Say) -> None:
-    """The artifact's model file: `src` quantized as the recipe asks, or copied; recipe.yaml says how."""
-    steps: list[QuantizeStep] = []
+def _transform(src: Path, out: Path, recipe: Recipe, say: Say) -> Path | None:
+    """The artifact's model file: `src` with the recipe's adapters merged in, quantized as it asks, or
+    copied; recipe.yaml says how. Returns the model quantized from, the quality step's base (None
+    without quantization)."""
+    steps: list[QuantizeStep | MergeStep] = []
+    model = src
+    if recipe.merge_lora:
+        from llmhost.optimize.merge_step import merge_step
+
+        if recipe.quantize and not recipe.allow_requantize:
+            _check_float_base(src)
+        model = out / (MERGED_GGUF if recipe.quantize else MODEL_GGUF)
+        steps.append(merge_step(src, model, recipe.merge_lora, recipe.merge_type, say))
     if recipe.quantize:
         from llmhost.optimize.quantize import quantize
 
-        say(f"quantizing {src} to {recipe.quantize}")
-        q = quantize(src, out / MODEL_GGUF, recipe.quantize, allow_requantize=recipe.allow_requantize)
+        say(f"quantizing {model} to {recipe.quantize}")
+        q = quantize(model, out / MODEL_GGUF, recipe.quantize, allow_requantize=recipe.allow_requantize)
         steps.append({"quantize": recipe.quantize, "from": q.source_type, "seconds": round(q.seconds, 3)})
-    else:
+    elif not recipe.merge_lora:
         shutil.copyfile(src, out / MODEL_GGUF)
     (out / RECIPE_YAML).write_text(
         yaml.safe_dump({"source": str(src), "steps": steps, "recipe": recipe.to_dict()}, sort_keys=False)
     )
+    return model if recipe.quantize else None
+
+
+def _check_float_base(src: Path) -> None:
+    """Before merging: a merge keeps the weights no adapter touches as they are, so quantizing the
+    merge of a quantized base re-quantizes those."""
+    from llmhost.optimize.quantize import file_type, type_name
+
+    ftype, quantized = file_type(src)
+    if quantized:
+        raise ArtifactError(
+            f"the base {src} is quantized ({type_name(ftype, quantized)}): the merged model keeps its "
+            "unadapted weights so, and quantizing it re-quantizes them (loses quality). Merge into an "
+            "F16/F32 base, or allow re-quantization (--allow-requantize)"
+        )
 
 
 def _gguf_facts(gguf: Path) -> GGUFRecord:

@@ -14,6 +14,7 @@ import typer
 from llmhost.store.options import S3EndpointOpt, use_s3_endpoint
 
 if TYPE_CHECKING:
+    from llmhost.optimize.merge_step import MergeInput
     from llmhost.optimize.recipe_file import RunRecipe
 
 app = typer.Typer(
@@ -78,6 +79,46 @@ def quantize(
     typer.echo(
         f"{result.path}: {result.source_type} -> {result.qtype}, "
         f"{result.in_bytes / 2**20:.1f} MiB -> {result.out_bytes / 2**20:.1f} MiB in {result.seconds:.1f} s"
+    )
+
+
+MERGE_HELP = (
+    "LoRA adapter to merge into the model, PATH[:SCALE] (PATH: a .gguf file, a directory holding one, "
+    "an s3:// or hf:// reference; SCALE default 1). Repeatable: merged in order."
+)
+
+
+def _merge_inputs(texts: list[str]) -> list[MergeInput]:
+    from llmhost.optimize.merge_step import merge_inputs
+    from llmhost.store import ModelNotFoundError
+
+    try:
+        return merge_inputs(texts)
+    except ModelNotFoundError as exc:
+        raise _fail(exc) from exc
+
+
+@app.command("merge-lora")
+def merge_lora_(
+    model: Annotated[str, typer.Argument(help=f"Base model: {MODEL_FORMS}.")],
+    lora: Annotated[list[str], typer.Option("--lora", help=MERGE_HELP)],
+    out: Annotated[Path, typer.Option("--out", "-o", help="Output GGUF.")],
+    merge_type: Annotated[str, typer.Option(help="Type of the merged weights: f16 or f32.")] = "f16",
+    s3_endpoint_url: S3EndpointOpt = "",
+) -> None:
+    """Merge LoRA adapters into their base model: a new GGUF (quantize it with `quantize`)."""
+    from llmhost.optimize.lora_merge import MergeError, merge_lora
+
+    source = _model(model, s3_endpoint_url)
+    inputs = _merge_inputs(lora)
+    try:
+        result = merge_lora(source, [(a["path"], a["scale"]) for a in inputs], out, merge_type)
+    except MergeError as exc:
+        raise _fail(exc) from exc
+    names = ", ".join(f"{a['name']}*{a['scale']:g}" for a in inputs)
+    typer.echo(
+        f"{result.path}: {names} merged into {len(result.merged)} weights ({merge_type}), "
+        f"{result.out_bytes / 2**20:.1f} MiB in {result.seconds:.1f} s"
     )
 
 
@@ -156,31 +197,37 @@ def artifact(
     ] = True,
     eval_max_tokens: Annotated[int, typer.Option(help="Perplexity tokens scored; 0: all.")] = 0,
     threads: Annotated[int, typer.Option(help="Threads; 0: the CPUs available.")] = 0,
+    merge_lora: Annotated[list[str] | None, typer.Option("--merge-lora", help=MERGE_HELP)] = None,
+    merge_type: Annotated[str, typer.Option(help="Type of the merged weights: f16 or f32.")] = "f16",
     s3_endpoint_url: S3EndpointOpt = "",
 ) -> None:
     """Build an ahead-of-time artifact directory, or reuse it when its key matches."""
     from llmhost.engine import ModelLoadError
     from llmhost.optimize.artifact import ArtifactError, Recipe, build_or_reuse
+    from llmhost.optimize.lora_merge import MergeError
     from llmhost.optimize.quantize import QuantizeError
 
-    recipe = Recipe(
-        quantize=quantize,
-        allow_requantize=allow_requantize,
-        system_prompt=system_prompt_file.read_text() if system_prompt_file else None,
-        system_prompt_mode=system_prompt_mode,
-        chat_template=chat_template.read_text() if chat_template else None,
-        flash_attn=flash_attn,
-    )
+    source = _model(model, s3_endpoint_url)
     try:
+        recipe = Recipe(
+            quantize=quantize,
+            allow_requantize=allow_requantize,
+            system_prompt=system_prompt_file.read_text() if system_prompt_file else None,
+            system_prompt_mode=system_prompt_mode,
+            chat_template=chat_template.read_text() if chat_template else None,
+            flash_attn=flash_attn,
+            merge_lora=_merge_inputs(merge_lora or []),
+            merge_type=merge_type,
+        )
         result = build_or_reuse(
-            _model(model, s3_endpoint_url),
+            source,
             out,
             recipe,
             say=typer.echo,
             threads=threads,
             eval_max_tokens=eval_max_tokens,
         )
-    except (ArtifactError, QuantizeError, ModelLoadError, FileNotFoundError) as exc:
+    except (ArtifactError, QuantizeError, MergeError, ModelLoadError, FileNotFoundError) as exc:
         raise _fail(exc) from exc
     summary = {"directory": str(result.directory), "key": result.key, "reused": result.reused}
     typer.echo(json.dumps(summary))

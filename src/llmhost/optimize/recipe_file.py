@@ -5,11 +5,12 @@ A recipe names a model, the techniques applied to it and the workload both are m
 
     model: default                  # 'default', a .gguf file or a directory holding one
     out: gemma-q8                   # artifact directory (relative to this file); --out overrides
-    quantize: q8_0                  # 1. quantization (llama.cpp's quantizer)
+    merge_lora: [tone.gguf:0.8]     # 1. LoRA adapters merged in (PATH[:SCALE]), merge_type: f16
+    quantize: q8_0                  # 2. quantization (llama.cpp's quantizer)
     allow_requantize: true
-    system_prompt_file: system.txt  # 2. the system prompt's KV state saved into the artifact
+    system_prompt_file: system.txt  # 3. the system prompt's KV state saved into the artifact
     system_prompt_mode: chat        #    (or system_prompt: "..."; chat | raw)
-    speculative: ngram              # 3. serving setting recorded in recipe.yaml: n-gram speculation
+    speculative: ngram              # 4. serving setting recorded in recipe.yaml: n-gram speculation
     draft_tokens: 12
     benchmark:
       prompts_file: prompts.jsonl   # else the built-in prompt set
@@ -21,6 +22,7 @@ A recipe names a model, the techniques applied to it and the workload both are m
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
@@ -59,6 +61,8 @@ class RunRecipe(BaseModel):
 
     model: str = "default"
     out: str | None = None
+    merge_lora: list[str] = Field(default_factory=list)  # adapters, PATH[:SCALE], merged in order
+    merge_type: Literal["f16", "f32"] = "f16"
     quantize: str | None = None
     allow_requantize: bool = False
     system_prompt: str | None = None
@@ -100,7 +104,11 @@ class RunRecipe(BaseModel):
         template = None
         if self.chat_template_file is not None:
             template = Path(self.chat_template_file).read_text(encoding="utf-8")
+        from llmhost.optimize.merge_step import merge_inputs
+
         return Recipe(
+            merge_lora=merge_inputs(self.merge_lora, "merge_lora:"),
+            merge_type=self.merge_type,
             quantize=self.quantize,
             allow_requantize=self.allow_requantize,
             system_prompt=system,
@@ -153,6 +161,7 @@ def parse_recipe(data: Any, base_dir: str | Path = ".", where: str = "recipe") -
     if recipe.model != "default" and "://" not in recipe.model:  # s3://, hf:// are no paths
         recipe.model = resolve(recipe.model) or recipe.model
     recipe.out = resolve(recipe.out)
+    recipe.merge_lora = [_resolved_scaled(text, resolve) for text in recipe.merge_lora]
     for key in ("system_prompt_file", "chat_template_file"):
         path = resolve(getattr(recipe, key))
         if path is not None and not Path(path).is_file():
@@ -170,6 +179,16 @@ def parse_recipe(data: Any, base_dir: str | Path = ".", where: str = "recipe") -
     if recipe.system_prompt_file is not None and not Path(recipe.system_prompt_file).read_text().strip():
         raise RecipeError(f"{where}: system_prompt_file: {recipe.system_prompt_file} is empty")
     return recipe
+
+
+def _resolved_scaled(text: str, resolve: Callable[[str | None], str | None]) -> str:
+    """A `PATH[:SCALE]` with a relative PATH made relative to the recipe file (s3://, hf:// kept)."""
+    from llmhost.engine.lora import parse_scaled
+
+    ref, scale = parse_scaled(text)
+    if "://" in ref:
+        return text
+    return f"{resolve(ref)}:{scale!r}"
 
 
 def load_recipe(path: str | Path) -> RunRecipe:

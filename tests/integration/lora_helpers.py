@@ -11,18 +11,20 @@ from pathlib import Path
 import gguf
 import numpy as np
 
+from llmhost.engine.gguf_check import check_file
+
 
 @functools.cache
 def _base_facts(base: Path) -> tuple[str, dict[str, tuple[int, int]]]:
     """The base GGUF's architecture and the (n_in, n_out) of each block's attention query weight, read
-    once per file: gguf.GGUFReader maps every field of the default model's 262k-token vocabulary as numpy
-    views first, ~11 CPU-s a read (two per adapter made, 16 in the LoRA tests, before this cache)."""
-    reader = gguf.GGUFReader(str(base))
-    arch = str(reader.fields["general.architecture"].contents())
+    once per file with the engine's header check (0.03 CPU-s for the default model; gguf.GGUFReader
+    maps every field of its 262k-token vocabulary as numpy views first, ~11 CPU-s a read)."""
+    layout = check_file(base)
+    arch = str(layout.metadata["general.architecture"])
     shapes = {
-        t.name: (int(t.shape[0]), int(t.shape[1]))
-        for t in reader.tensors
-        if t.name.endswith(".attn_q.weight")
+        name: (int(dims[0]), int(dims[1]))
+        for name, (dims, _) in layout.tensors.items()
+        if name.endswith(".attn_q.weight")
     }
     return arch, shapes
 
@@ -45,14 +47,17 @@ def write_adapter(
     zero: bool = False,
     arch: str | None = None,
     shape_off_by: int = 0,
+    alpha: float | None = None,
 ) -> Path:
     """A random low-rank adapter over every attention query weight of `base` (all zeros with `zero`:
-    it must change nothing). `arch` / `shape_off_by` make one for another model, which llama.cpp refuses."""
+    it must change nothing). `arch` / `shape_off_by` make one for another model, which llama.cpp refuses.
+    `alpha`: adapter.lora.alpha (default the rank: a scale alpha / rank of 1; 0: not written)."""
     rng = np.random.default_rng(seed)
     writer = gguf.GGUFWriter(str(out), arch or base_architecture(base))
     writer.add_type(gguf.GGUFType.ADAPTER)
     writer.add_string(gguf.Keys.Adapter.TYPE, "lora")
-    writer.add_float32(gguf.Keys.Adapter.LORA_ALPHA, float(rank))  # scale alpha / rank = 1
+    if alpha != 0:
+        writer.add_float32(gguf.Keys.Adapter.LORA_ALPHA, float(rank if alpha is None else alpha))
     for name, (n_in, n_out) in sorted(_attn_q_shapes(base).items()):
         stem = name.removesuffix(".weight")
         a = rng.normal(0.0, std, size=(rank, n_in + shape_off_by)).astype(np.float32)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,7 @@ from typer.testing import CliRunner
 from llmhost.bench.metrics import LevelSummary
 from llmhost.cli import app
 from llmhost.optimize.artifact import (
+    Recipe,
     write_serving_settings,
 )
 from llmhost.optimize.recipe_file import RecipeError, default_out, load_recipe, parse_recipe
@@ -22,6 +24,7 @@ from llmhost.store.artifact import (
     RECIPE_YAML,
     serving_hints,
     serving_settings,
+    sha256_file,
 )
 
 
@@ -218,3 +221,18 @@ def test_cli_reports_invalid_recipes(tmp_path: Path) -> None:
     ok = write(tmp_path / "ok.yaml", "model: default\n")
     result = CliRunner().invoke(app, ["optimize", "run", str(ok), "--concurrency", "0"])
     assert result.exit_code == 2 and "benchmark.concurrency" in result.output
+
+
+def test_merge_lora_paths_resolve_against_the_recipe_and_pin_the_adapters(tmp_path: Path) -> None:
+    (tmp_path / "tone.gguf").write_bytes(b"GGUF not really")
+    recipe = parse_recipe({"merge_lora": ["tone.gguf:0.5", "s3://b/x.gguf"]}, tmp_path)
+    assert recipe.merge_lora == [f"{tmp_path / 'tone.gguf'}:0.5", "s3://b/x.gguf"]
+    recipe.merge_lora = recipe.merge_lora[:1]
+    [pinned] = recipe.artifact_recipe().merge_lora
+    assert pinned["path"] == str(tmp_path / "tone.gguf") and pinned["scale"] == 0.5
+    assert pinned["sha256"] == sha256_file(tmp_path / "tone.gguf") and pinned["name"] == "tone"
+    # a recipe without a merge keeps the key it had before merging existed
+    plain = Recipe(quantize="q8_0").to_dict()
+    del plain["merge_lora"], plain["merge_type"]
+    before = hashlib.sha256(json.dumps(plain, sort_keys=True).encode()).hexdigest()
+    assert Recipe(quantize="q8_0").digest() == before

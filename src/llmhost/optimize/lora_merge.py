@@ -15,7 +15,7 @@ a time, so memory stays at a few tens of MB whatever the model's size.
 from __future__ import annotations
 
 import math
-import mmap
+import os
 import struct
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -38,7 +38,6 @@ _TOKEN_EMBD = "token_embd.weight"
 # float32 values of a block of rows processed at once, bytes of a copied weight read at once (16 MiB)
 _BLOCK_VALUES = 1 << 22
 _COPY_BYTES = 1 << 24
-_HEADER = 24  # magic, version, tensor count, metadata count
 _F16_MAX = float(np.finfo(np.float16).max)
 
 Progress = Callable[[int, int, str], None]
@@ -74,6 +73,21 @@ class MergeResult:
     merged: tuple[str, ...]  # the base weights updated
     seconds: float
     out_bytes: int
+
+
+@dataclass(slots=True, frozen=True)
+class Source:
+    """A GGUF read by offset (pread, not mmap: what is read once does not stay in this process's
+    memory, so its RSS measures the merge's own buffers)."""
+
+    path: Path
+    fd: int
+
+    def read(self, offset: int, nbytes: int) -> bytes:
+        data = os.pread(self.fd, nbytes, offset)
+        if len(data) != nbytes:
+            raise MergeError(f"{self.path}: {nbytes} bytes at {offset} could not be read (file changed?)")
+        return data
 
 
 def _layout(path: Path, what: str) -> GGUFLayout:
@@ -136,24 +150,25 @@ def load_adapter(path: Path, scale: float, base: GGUFLayout, base_path: Path) ->
     return Adapter(path, float(scale), float(alpha), layout)
 
 
-def _values(buf: mmap.mmap, layout: GGUFLayout, name: str, rows: slice | None = None) -> Matrix:
+def _values(buf: Source, layout: GGUFLayout, name: str, rows: slice | None = None) -> Matrix:
     """Tensor `name` (2-D) as float32, numpy shape (ne[1], ne[0]); only `rows` of it if given."""
     (n_cols, n_rows), kind = layout.tensors[name][0], GGMLQuantizationType(layout.tensors[name][1])
     block, type_size = GGML_QUANT_SIZES[kind]
     row_bytes = n_cols // block * type_size
     first, stop = (rows.start, rows.stop) if rows is not None else (0, n_rows)
     start = layout.offsets[name] + first * row_bytes
-    raw = np.frombuffer(buf, np.uint8, (stop - first) * row_bytes, start).reshape(stop - first, row_bytes)
+    data = buf.read(start, (stop - first) * row_bytes)
+    raw = np.frombuffer(data, np.uint8).reshape(stop - first, row_bytes)
     if kind in (F32, F16):
         return np.array(raw.view(np.float32 if kind == F32 else np.float16), dtype=np.float32)
     values: Matrix = dequantize(raw, kind).astype(np.float32, copy=False)
     return values.reshape(stop - first, n_cols)
 
 
-Mapped = Sequence[tuple[Adapter, mmap.mmap]]
+Opened = Sequence[tuple[Adapter, Source]]
 
 
-def _updates(weight: str, adapters: Mapped) -> list[tuple[float, Matrix, Matrix]]:
+def _updates(weight: str, adapters: Opened) -> list[tuple[float, Matrix, Matrix]]:
     """(s, A, B) of each adapter updating `weight`, in float32."""
     return [
         (
@@ -166,7 +181,7 @@ def _updates(weight: str, adapters: Mapped) -> list[tuple[float, Matrix, Matrix]
     ]
 
 
-def _merged_rows(weight: str, base: tuple[mmap.mmap, GGUFLayout], adapters: Mapped) -> Iterator[Matrix]:
+def _merged_rows(weight: str, base: tuple[Source, GGUFLayout], adapters: Opened) -> Iterator[Matrix]:
     """The merged weight, a block of rows at a time (float32, numpy order)."""
     n_cols, n_rows = base[1].tensors[weight][0]
     pairs = _updates(weight, adapters)
@@ -196,11 +211,10 @@ def _pad(out: BinaryIO, alignment: int) -> None:
 Types = dict[str, GGMLQuantizationType]
 
 
-def _write_header(out: BinaryIO, buf: mmap.mmap, base: GGUFLayout, types: Types) -> None:
+def _write_header(out: BinaryIO, buf: Source, base: GGUFLayout, types: Types) -> None:
     """The base's header and metadata as they are, then its tensor table with `types` and the offsets
     those give, each tensor's data aligned as the base's."""
-    out.write(buf[:_HEADER])
-    out.write(buf[_HEADER : base.kv_end])
+    out.write(buf.read(0, base.kv_end))
     offset = 0
     for name, (dims, _) in base.tensors.items():
         encoded = name.encode()
@@ -209,12 +223,12 @@ def _write_header(out: BinaryIO, buf: mmap.mmap, base: GGUFLayout, types: Types)
         offset += -(-tensor_bytes(dims, types[name]) // base.alignment) * base.alignment
 
 
-def _copy(out: BinaryIO, buf: mmap.mmap, start: int, nbytes: int) -> None:
+def _copy(out: BinaryIO, buf: Source, start: int, nbytes: int) -> None:
     for at in range(start, start + nbytes, _COPY_BYTES):
-        out.write(buf[at : min(at + _COPY_BYTES, start + nbytes)])
+        out.write(buf.read(at, min(_COPY_BYTES, start + nbytes - at)))
 
 
-def _write(out: BinaryIO, buf: mmap.mmap, base: GGUFLayout, adapters: Mapped, merged_type: str,
+def _write(out: BinaryIO, buf: Source, base: GGUFLayout, adapters: Opened, merged_type: str,
            progress: Progress | None) -> list[str]:  # fmt: skip
     """The whole merged file, returning the names of the weights updated."""
     targets = set().union(*(a.weights for a, _ in adapters))
@@ -261,7 +275,7 @@ def merge_lora(base_path: str | Path, adapters: Sequence[tuple[str | Path, float
     t0 = time.perf_counter()
     try:
         with ExitStack() as stack:
-            maps = [stack.enter_context(_mapped(p)) for p in (base_path, *(a.path for a in loaded))]
+            maps = [stack.enter_context(_opened(p)) for p in (base_path, *(a.path for a in loaded))]
             out = stack.enter_context(partial.open("wb"))
             mapped = list(zip(loaded, maps[1:], strict=True))
             merged = _write(out, maps[0], base, mapped, merged_type, progress)
@@ -272,7 +286,7 @@ def merge_lora(base_path: str | Path, adapters: Sequence[tuple[str | Path, float
 
 
 @contextmanager
-def _mapped(path: Path) -> Iterator[mmap.mmap]:
-    """The file mapped read-only for the `with` block."""
-    with path.open("rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
-        yield buf
+def _opened(path: Path) -> Iterator[Source]:
+    """The file open for reading by offset for the `with` block."""
+    with path.open("rb") as f:
+        yield Source(path, f.fileno())

@@ -219,14 +219,8 @@ def artifact(
             merge_lora=_merge_inputs(merge_lora or []),
             merge_type=merge_type,
         )
-        result = build_or_reuse(
-            source,
-            out,
-            recipe,
-            say=typer.echo,
-            threads=threads,
-            eval_max_tokens=eval_max_tokens,
-        )
+        result = build_or_reuse(source, out, recipe, say=typer.echo, threads=threads,
+                                eval_max_tokens=eval_max_tokens)  # fmt: skip
     except (ArtifactError, QuantizeError, MergeError, ModelLoadError, FileNotFoundError) as exc:
         raise _fail(exc) from exc
     summary = {"directory": str(result.directory), "key": result.key, "reused": result.reused}

@@ -96,6 +96,22 @@ def test_merge_command_scales_an_adapter_as_serve_does(models: dict[str, Path], 
     assert np.abs(logits(out) - expected).max() < 0.02  # F32 base: merged weights stay F32
 
 
+def test_a_token_embedding_adapter_merges_as_llama_cpp_applies_it(
+    models: dict[str, Path], tmp_path: Path
+) -> None:
+    """The embedding's pair is stored the other way round (A [rank, n_vocab], B [rank, n_embd])."""
+    n_embd, n_vocab = check_file(models["f32"]).tensors["token_embd.weight"][0]
+    rng = np.random.default_rng(5)
+    pair = {"token_embd.weight.lora_a": (n_vocab, 4), "token_embd.weight.lora_b": (n_embd, 4)}
+    adapter = _adapter(
+        tmp_path / "embd.gguf", {n: rng.normal(0, 0.3, s).astype(np.float32) for n, s in pair.items()}
+    )
+    merged = merge_lora(models["f32"], [(adapter, 0.7)], tmp_path / "merged.gguf").path
+    at_run_time = logits(models["f32"], [(adapter, 0.7)])
+    assert np.abs(at_run_time - logits(models["f32"])).max() > 1.0
+    assert np.abs(logits(merged) - at_run_time).max() < 0.02  # a row lookup plus a row: no rounding here
+
+
 def test_zero_adapter_gives_back_the_base_file(models: dict[str, Path], tmp_path: Path) -> None:
     """Metadata and untouched weights are copied byte for byte, an F16 weight plus zero is itself."""
     merged = merge_lora(models["f16"], [(models["zero"], 1.0)], tmp_path / "merged.gguf").path
@@ -136,19 +152,23 @@ def wrong(models: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> 
         "model": base,
         "missing": _adapter(
             tmp / "missing.gguf",
-            {"blk.7.attn_q.weight.lora_a": (4, 64), "blk.7.attn_q.weight.lora_b": (64, 4)},
+            {
+                "blk.7.attn_q.weight.lora_a": np.zeros((4, 64), np.float32),
+                "blk.7.attn_q.weight.lora_b": np.zeros((64, 4), np.float32),
+            },
         ),
-        "lone": _adapter(tmp / "lone.gguf", {"blk.0.attn_q.weight.lora_a": (4, 64)}),
+        "lone": _adapter(tmp / "lone.gguf", {"blk.0.attn_q.weight.lora_a": np.zeros((4, 64), np.float32)}),
     }
     yield made
 
 
-def _adapter(path: Path, tensors: dict[str, tuple[int, int]]) -> Path:
+def _adapter(path: Path, tensors: dict[str, npt.NDArray[np.float32]]) -> Path:
+    """An adapter of these tensors (numpy shapes), with no alpha."""
     writer = gguf.GGUFWriter(str(path), "gemma3")
     writer.add_type(gguf.GGUFType.ADAPTER)
     writer.add_string(gguf.Keys.Adapter.TYPE, "lora")
-    for name, shape in tensors.items():
-        writer.add_tensor(name, np.zeros(shape, np.float32))
+    for name, values in tensors.items():
+        writer.add_tensor(name, values)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()

@@ -168,13 +168,13 @@ def _values(buf: Source, layout: GGUFLayout, name: str, rows: slice | None = Non
 Opened = Sequence[tuple[Adapter, Source]]
 
 
-def _updates(weight: str, adapters: Opened) -> list[tuple[float, Matrix, Matrix]]:
-    """(s, A, B) of each adapter updating `weight`, in float32."""
+def _updates(weight: str, adapters: Opened) -> list[tuple[Matrix, Matrix]]:
+    """(A, s·B) of each adapter updating `weight`, in float32: B, the smaller, scaled once (llama.cpp
+    scales s·(B·A): the same up to float32 rounding)."""
     return [
         (
-            a.factor(weight),
             _values(buf, a.layout, f"{weight}.lora_a"),
-            _values(buf, a.layout, f"{weight}.lora_b"),
+            np.float32(a.factor(weight)) * _values(buf, a.layout, f"{weight}.lora_b"),
         )
         for a, buf in adapters
         if weight in a.weights
@@ -189,11 +189,10 @@ def _merged_rows(weight: str, base: tuple[Source, GGUFLayout], adapters: Opened)
     for first in range(0, n_rows, step):
         rows = slice(first, min(first + step, n_rows))
         w = _values(*base, weight, rows)
-        for factor, a, b in pairs:
+        for a, b in pairs:
             # numpy order: A (rank, n_in), B (n_out, rank); the embedding's A (n_vocab, rank),
             # B (n_embd, rank)
-            delta = a[rows] @ b.T if weight == _TOKEN_EMBD else b[rows] @ a
-            w += np.float32(factor) * delta
+            w += a[rows] @ b.T if weight == _TOKEN_EMBD else b[rows] @ a
         yield w
 
 

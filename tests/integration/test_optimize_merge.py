@@ -234,6 +234,8 @@ def test_merge_then_quantize_builds_an_artifact_with_its_quality(
     types = {t.name: t.tensor_type for t in gguf.GGUFReader(str(out / "model.gguf")).tensors}
     assert types["blk.0.attn_q.weight"] == gguf.GGMLQuantizationType.Q8_0
     assert logits(out / "model.gguf").shape[0] > 1  # llama.cpp loads it
+    again = optimize(*args, "--quantize", "q8_0", "--threads", "1", "--eval-max-tokens", "64")
+    assert json.loads(again.stdout.splitlines()[-1])["reused"] is True  # same adapter, same key
 
 
 def test_a_quantized_base_is_refused_before_merging_unless_requantizing(

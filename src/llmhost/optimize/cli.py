@@ -107,14 +107,21 @@ def merge_lora_(
     s3_endpoint_url: S3EndpointOpt = "",
 ) -> None:
     """Merge LoRA adapters into their base model: a new GGUF (quantize it with `quantize`)."""
+    from rich.progress import Progress
+
     from llmhost.optimize.lora_merge import MergeError, merge_lora
 
     source = _model(model, s3_endpoint_url)
     inputs = _merge_inputs(lora)
-    try:
-        result = merge_lora(source, [(a["path"], a["scale"]) for a in inputs], out, merge_type)
-    except MergeError as exc:
-        raise _fail(exc) from exc
+    with Progress(transient=True) as bar:
+        task = bar.add_task("merging", total=None)
+        try:
+            result = merge_lora(
+                source, [(a["path"], a["scale"]) for a in inputs], out, merge_type,
+                lambda done, total, name: bar.update(task, completed=done, total=total, description=name),
+            )  # fmt: skip
+        except MergeError as exc:
+            raise _fail(exc) from exc
     names = ", ".join(f"{a['name']}*{a['scale']:g}" for a in inputs)
     typer.echo(
         f"{result.path}: {names} merged into {len(result.merged)} weights ({merge_type}), "

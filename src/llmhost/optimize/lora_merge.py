@@ -7,8 +7,8 @@ records no alpha), rank = B's ne[0]. The token embedding is the one weight store
 round (A [rank, n_vocab], B [rank, n_embd]; llama.cpp looks rows of A up): its update is A·Bᵀ.
 
 The output copies the base's metadata and every weight no adapter touches byte for byte (a Q4_K
-weight stays that Q4_K); a merged weight is F16, or F32 where the base's was F32, as export-lora
-writes them. The file is read and written tensor by tensor, and a merged weight a block of rows at
+weight stays that Q4_K); a merged weight is F16 (or F32 if asked), F32 where the base's was F32, as
+export-lora writes them. The file is read and written tensor by tensor, and a merged weight a block of rows at
 a time, so memory stays at a few tens of MB whatever the model's size.
 """
 

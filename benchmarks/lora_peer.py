@@ -10,7 +10,8 @@ adapter i mod k. Mixes: the base alone, all on one adapter, spread evenly over 4
 Rounds are interleaved (llmhost then llama-server, every mix, per round); each figure is the median
 over rounds, after one unmeasured pass of every mix on each server. Output tokens/s counts the asked
 tokens (EOS ignored, usage checked when a server sends it). Adapters: random rank-16 updates of every
-attention (q, k, v, o) and FFN (gate, up, down) weight.
+attention (q, k, v, o) and FFN (gate, up, down) weight, stored F16 as convert_lora_to_gguf.py writes
+them by default.
 
     .venv/bin/python benchmarks/lora_peer.py --llama-server /path/to/llama-server \
         --out benchmarks/results/lora_peer.json
@@ -62,8 +63,8 @@ def write_adapters(base: Path, out: Path, count: int, rank: int) -> list[Path]:
         writer.add_string(gguf.Keys.Adapter.TYPE, "lora")
         writer.add_float32(gguf.Keys.Adapter.LORA_ALPHA, float(rank))
         for name, (n_in, n_out) in sorted(shapes.items()):
-            writer.add_tensor(f"{name}.lora_a", rng.normal(0, 0.02, (rank, n_in)).astype(np.float32))
-            writer.add_tensor(f"{name}.lora_b", rng.normal(0, 0.02, (n_out, rank)).astype(np.float32))
+            writer.add_tensor(f"{name}.lora_a", rng.normal(0, 0.02, (rank, n_in)).astype(np.float16))
+            writer.add_tensor(f"{name}.lora_b", rng.normal(0, 0.02, (n_out, rank)).astype(np.float16))
         writer.write_header_to_file()
         writer.write_kv_data_to_file()
         writer.write_tensors_to_file()

@@ -5,7 +5,8 @@ llama.cpp applies adapters to a whole context (`llama_set_adapters_lora`): every
 least k decode calls of 8/k sequences per generated token each, where the base alone needs one call of
 8. This times decode calls of `w` sequences (one new token each, at a short context) with no adapter
 and with one adapter applied, in-process with nothing else running, and gives the ratio a k-way mix can
-reach at best against the base: t_base(8) / (k * t_adapter(8 / k)).
+reach at best against the base: t_base(8) / (k * t_adapter(8 / k)), with adapters stored F16 (as
+convert_lora_to_gguf.py writes them by default); the same adapter stored F32 is timed too.
 
     .venv/bin/python benchmarks/lora_bound.py --out benchmarks/results/lora_bound.json
 """
@@ -22,6 +23,8 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -64,20 +67,25 @@ def main() -> None:
     widths = (1, 2, 4, 8)
     rows: dict[str, dict[int, float]] = {}
     with tempfile.TemporaryDirectory() as tmp:
-        adapter = model.load_adapter(str(write_adapters(base, Path(tmp), 1, args.rank)[0]))
+        adapters = {
+            f"adapter {dt.__name__}": model.load_adapter(str(write_adapters(base, d, 1, args.rank, dt)[0]))
+            for dt in (np.float16, np.float32)
+            if (d := Path(tmp) / dt.__name__).mkdir() is None
+        }
         for s in range(8):  # each sequence's context, computed before the clock
             model.decode([([1000 + j for j in range(CONTEXT)], 0, s, 0)])
-        for name, applied in (("base", []), ("adapter", [(adapter, 1.0)])):
-            model.use_adapters(applied)
+        for name, adapter in (("base", None), *adapters.items()):
+            model.use_adapters([(adapter, 1.0)] if adapter is not None else [])
             call_ms(model, 8, 3)  # warm-up: graph of this adapter set
             rows[name] = {w: round(call_ms(model, w, args.repeats), 2) for w in widths}
             model.use_adapters([])
-        model.free_adapter(adapter)
+        for adapter in adapters.values():
+            model.free_adapter(adapter)
     model.close()
     mixes: dict[str, Any] = {}
     for k in (1, 2, 4, 8):
         per = 8 // k
-        mixes[f"{k} adapter sets"] = round(rows["base"][8] / (k * rows["adapter"][per]), 3)
+        mixes[f"{k} adapter sets"] = round(rows["base"][8] / (k * rows["adapter float16"][per]), 3)
     doc = {
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "load": os.getloadavg()},
         "settings": {k: str(v) for k, v in vars(args).items()},

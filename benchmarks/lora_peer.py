@@ -45,7 +45,9 @@ TARGETS = ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "f
 MIXES = {"base": 0, "one adapter": 1, "4 adapters": 4, "16 adapters": 16}
 
 
-def write_adapters(base: Path, out: Path, count: int, rank: int) -> list[Path]:
+def write_adapters(
+    base: Path, out: Path, count: int, rank: int, dtype: type[np.floating[Any]] = np.float16
+) -> list[Path]:
     """`count` random LoRA GGUFs over TARGETS of `base`, laid out as llama.cpp's convert_lora_to_gguf."""
     reader = gguf.GGUFReader(str(base))
     arch = str(reader.fields["general.architecture"].contents())
@@ -63,8 +65,8 @@ def write_adapters(base: Path, out: Path, count: int, rank: int) -> list[Path]:
         writer.add_string(gguf.Keys.Adapter.TYPE, "lora")
         writer.add_float32(gguf.Keys.Adapter.LORA_ALPHA, float(rank))
         for name, (n_in, n_out) in sorted(shapes.items()):
-            writer.add_tensor(f"{name}.lora_a", rng.normal(0, 0.02, (rank, n_in)).astype(np.float16))
-            writer.add_tensor(f"{name}.lora_b", rng.normal(0, 0.02, (n_out, rank)).astype(np.float16))
+            writer.add_tensor(f"{name}.lora_a", rng.normal(0, 0.02, (rank, n_in)).astype(dtype))
+            writer.add_tensor(f"{name}.lora_b", rng.normal(0, 0.02, (n_out, rank)).astype(dtype))
         writer.write_header_to_file()
         writer.write_kv_data_to_file()
         writer.write_tensors_to_file()

@@ -26,6 +26,9 @@ class AdapterEntry(BaseModel):
     # is read from the directory `endpoint up` runs in, as the component's model is
     path: str = Field(min_length=1)
     scale: float = 1.0  # what a request naming the adapter gets
+    # an adapter inference component (a component with `base:` becomes one of its base's adapters so):
+    # DELETE /admin/components/NAME removes it, and status lists it as a component
+    inference_component: bool = False
 
     @field_validator("scale")
     @classmethod
@@ -76,10 +79,6 @@ class AdapterRef(BaseModel):
         return AdapterEntry._finite(value)
 
 
-class ComponentAdapter(AdapterEntry):
-    """An adapter inference component, as its base's copies load it: an adapter named as a component."""
-
-
 # the keys an adapter component has: everything else is its base's
 ADAPTER_COMPONENT_KEYS = frozenset({"name", "base", "adapter"})
 
@@ -118,10 +117,12 @@ class Foldable(Protocol):
 F = TypeVar("F", bound=Foldable)
 
 
-def as_entry(spec: Foldable) -> ComponentAdapter:
+def as_entry(spec: Foldable) -> AdapterEntry:
     """The adapter component as an adapter of its base's copies."""
     assert spec.adapter is not None
-    return ComponentAdapter(name=spec.name, path=spec.adapter.path, scale=spec.adapter.scale)
+    return AdapterEntry(
+        name=spec.name, path=spec.adapter.path, scale=spec.adapter.scale, inference_component=True
+    )
 
 
 def base_problem(name: str, base: str, bases: Mapping[str, Foldable], adapters: set[str]) -> str | None:

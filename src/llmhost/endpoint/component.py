@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from llmhost.endpoint.adapter_spec import AdapterEntry, ComponentAdapter
+from llmhost.endpoint.adapter_spec import AdapterEntry
 from llmhost.endpoint.affinity import Affinity, Policy
 from llmhost.endpoint.autoscaler import ScalerState
 from llmhost.endpoint.bodies import AdapterState, ComponentState, DemandStatus, ScaleDecision
@@ -105,7 +105,7 @@ class Component:
 
     def adapter_components(self) -> list[str]:
         """The adapter components living on its copies."""
-        return [a.name for a in self.adapter_entries.values() if isinstance(a, ComponentAdapter)]
+        return [a.name for a in self.adapter_entries.values() if a.inference_component]
 
     def adapter_list(self) -> list[AdapterEntry]:
         return list(self.adapter_entries.values())
@@ -241,8 +241,12 @@ class Component:
 
     @staticmethod
     def adapter_state(a: AdapterEntry) -> AdapterState:
-        component = isinstance(a, ComponentAdapter)
-        return {"name": a.name, "path": a.path, "scale": a.scale, "inference_component": component}
+        return {
+            "name": a.name,
+            "path": a.path,
+            "scale": a.scale,
+            "inference_component": a.inference_component,
+        }
 
     def demand_status(self) -> DemandStatus | None:
         d = self.demand

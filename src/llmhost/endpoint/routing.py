@@ -209,13 +209,14 @@ def header_adapter(registry: Components[C], headers: Mapping[str, str]) -> str |
     return name if _named(registry, name) is not None else None
 
 
-def with_adapter(request: Request, adapter: str | None) -> Request:
-    """The request as its copy gets it: naming the adapter to apply (the client's own header replaced)."""
+def with_adapter(request: Request, adapter: str | None, base: str) -> Request:
+    """The request as its copy gets it: for its own component (`base`), naming the adapter to apply."""
     if adapter is None:
         return request
-    key = ADAPTER_HEADER.lower().encode()
-    headers = [(k, v) for k, v in request.scope["headers"] if k.lower() != key]
-    return Request({**request.scope, "headers": [*headers, (key, adapter.encode())]}, request.receive)
+    keys = (ADAPTER_HEADER.lower().encode(), COMPONENT_HEADER.lower().encode())
+    headers = [(k, v) for k, v in request.scope["headers"] if k.lower() not in keys]
+    headers += [(keys[0], adapter.encode()), (keys[1], base.encode())]
+    return Request({**request.scope, "headers": headers}, request.receive)
 
 
 def model_named(body: bytes, adapter: str | None) -> bytes:
@@ -357,7 +358,7 @@ def data_routes(registry: Components[C], proxy: Forwarder[C]) -> APIRouter:
         if isinstance(picked, Response):
             return picked
         adapter = header_adapter(registry, request.headers)
-        return await proxy.forward(with_adapter(request, adapter), picked, await request.body())
+        return await proxy.forward(with_adapter(request, adapter, picked.name), picked, await request.body())
 
     async def route_model(request: Request) -> Response:
         body = await request.body()

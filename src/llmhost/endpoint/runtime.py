@@ -54,7 +54,9 @@ def create_runtime_router(registry: Components[C], proxy: Forwarder[C]) -> APIRo
         if isinstance(picked, Response):
             return refusal(picked, name, request.headers.get(wire.COMPONENT, ""), rid)
         adapter = header_adapter(registry, request.headers)  # an adapter: its base's copy applies it
-        response = await proxy.forward(with_adapter(request, adapter), picked, await request.body())
+        response = await proxy.forward(
+            with_adapter(request, adapter, picked.name), picked, await request.body()
+        )
         if response.status_code >= 400 and COPY_HEADER not in response.headers:
             return refusal(response, name, picked.name, rid)
         return response

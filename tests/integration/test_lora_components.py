@@ -15,6 +15,7 @@ from typing import Any
 
 import boto3
 import httpx
+import ollama
 import pytest
 from botocore.config import Config
 
@@ -96,6 +97,13 @@ def test_an_adapter_component_of_the_file_answers_by_its_name_as_sagemaker_invok
     assert status["adapter_components"] == [{"name": "sql", "base": "base"}]
     [base] = status["components"]
     assert {a["name"]: a["inference_component"] for a in base["adapters"]} == {"poet": False, "sql": True}
+    oll = ollama.Client(host=ep.url, timeout=120)  # Ollama's clients pick models from /api/tags
+    tags = {m.model: m for m in oll.list().models}
+    assert set(tags) == {"base:latest", "poet:latest", "sql:latest"}
+    assert tags["sql:latest"].details and tags["sql:latest"].details.parent_model == "base:latest"
+    assert {m.model for m in oll.ps().models} == set(tags)
+    show = oll.show("sql")
+    assert show.details and show.details.parent_model == "base:latest" and "ADAPTER" in str(show.modelfile)
     shown = ep.cli("status")
     assert shown.returncode == 0 and "inference component" in shown.stdout, shown.stderr
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import ollama
 import openai
 import pytest
 
@@ -65,6 +66,19 @@ def test_models_lists_the_adapters_with_their_base(lora_server: Server) -> None:
     assert set(cards) == {"gemma", "sql", "poet"}
     assert cards["sql"].parent == "gemma" and cards["poet"].parent == "gemma"
     assert cards["gemma"].parent is None
+
+
+def test_ollama_lists_the_adapters_as_models_of_their_base(lora_server: Server) -> None:
+    client = ollama.Client(host=lora_server.url, timeout=120)
+    tags = {m.model: m for m in client.list().models}
+    assert set(tags) == {"gemma:latest", "sql:latest", "poet:latest"}
+    assert tags["sql:latest"].details and tags["sql:latest"].details.parent_model == "gemma:latest"
+    assert tags["gemma:latest"].details and not tags["gemma:latest"].details.parent_model
+    assert {m.model for m in client.ps().models} == set(tags)
+    show = client.show("poet")
+    assert show.details and show.details.parent_model == "gemma:latest"
+    assert "ADAPTER" in str(show.modelfile) and "scale 0.5" in str(show.modelfile)
+    assert "ADAPTER" not in str(client.show("gemma").modelfile)
 
 
 def test_each_way_of_selecting_an_adapter_gives_its_output(lora_server: Server) -> None:

@@ -7,6 +7,9 @@ alternates adapters also loads them again on demand. Adapters are loaded and unl
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -293,3 +296,23 @@ components:
         assert text_of(named) == sql
     finally:
         stop_endpoint(ep)
+
+
+def test_bench_spreads_its_requests_over_a_mix_of_adapters_with_figures_per_model(
+    lora_server: Server, tmp_path: Path
+) -> None:
+    out = tmp_path / "results"
+    cmd = [
+        sys.executable, "-m", "llmhost.cli", "bench", "run", "--url", lora_server.url, "--api", "openai",
+        "--model", "gemma,sql,poet", "--concurrency", "2", "--requests", "6", "--num-prompts", "6",
+        "--prompt-tokens", "16", "--max-new-tokens", "4", "--out", str(out), "--no-live",
+    ]  # fmt: skip
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    [level] = json.loads((out / "summary.json").read_text())["configs"][0]["levels"]
+    assert level["successes"] == 6
+    assert {m: (f["requests"], f["successes"]) for m, f in level["by_model"].items()} == {
+        "gemma": (2, 2), "sql": (2, 2), "poet": (2, 2)}  # fmt: skip
+    sent = [json.loads(line) for line in (out / "requests.jsonl").read_text().splitlines()]
+    assert sorted(r["model"] for r in sent if not r["warmup"]) == sorted(["gemma", "sql", "poet"] * 2)
+    assert "By model" in done.stdout

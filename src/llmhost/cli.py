@@ -48,9 +48,13 @@ def docs_line(path: tuple[str, ...]) -> str:
 
 
 def _link_group(group: typer.Typer, path: tuple[str, ...]) -> None:
-    """Each command of a group ends its help with the group's page."""
+    """Each command of a group (and of its subgroups) ends its help with the group's page."""
     for command in group.registered_commands:
         command.epilog = command.epilog or docs_line(path)
+    for subgroup in group.registered_groups:
+        subgroup.epilog = subgroup.epilog or docs_line(path)
+        if subgroup.typer_instance is not None:
+            _link_group(subgroup.typer_instance, path)
 
 
 # command -> (module, attribute: a group's Typer app or a command's function)

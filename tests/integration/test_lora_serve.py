@@ -7,11 +7,15 @@ alternates adapters also loads them again on demand. Adapters are loaded and unl
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
+import ollama
 import openai
 import pytest
 
@@ -65,6 +69,19 @@ def test_models_lists_the_adapters_with_their_base(lora_server: Server) -> None:
     assert set(cards) == {"gemma", "sql", "poet"}
     assert cards["sql"].parent == "gemma" and cards["poet"].parent == "gemma"
     assert cards["gemma"].parent is None
+
+
+def test_ollama_lists_the_adapters_as_models_of_their_base(lora_server: Server) -> None:
+    client = ollama.Client(host=lora_server.url, timeout=120)
+    tags = {m.model: m for m in client.list().models}
+    assert set(tags) == {"gemma:latest", "sql:latest", "poet:latest"}
+    assert tags["sql:latest"].details and tags["sql:latest"].details.parent_model == "gemma:latest"
+    assert tags["gemma:latest"].details and not tags["gemma:latest"].details.parent_model
+    assert {m.model for m in client.ps().models} == set(tags)
+    show = client.show("poet")
+    assert show.details and show.details.parent_model == "gemma:latest"
+    assert "ADAPTER" in str(show.modelfile) and "scale 0.5" in str(show.modelfile)
+    assert "ADAPTER" not in str(client.show("gemma").modelfile)
 
 
 def test_each_way_of_selecting_an_adapter_gives_its_output(lora_server: Server) -> None:
@@ -268,9 +285,34 @@ components:
         assert poet == text_of(listed) != base
         tgi = client.post("/generate", headers={COMPONENT_HEADER: "base"}, json={
             "inputs": PROMPT, "parameters": {"max_new_tokens": N, "adapter_id": "sql"}})  # fmt: skip
-        assert tgi.status_code == 200 and tgi.json()["generated_text"] == text_of(
-            client.post("/v1/completions", json={**ask, "model": "sql"}))
-        wrong = client.post("/generate", headers={COMPONENT_HEADER: "sql"}, json={"inputs": PROMPT})
-        assert wrong.status_code == 400 and "'sql' is a LoRA adapter of component 'base'" in wrong.text
+        sql = text_of(client.post("/v1/completions", json={**ask, "model": "sql"}))
+        assert tgi.status_code == 200 and tgi.json()["generated_text"] == sql
+        # the header naming the adapter: its component's copy applies it, as SageMaker's adapter components
+        by_header = client.post("/generate", headers={COMPONENT_HEADER: "sql"}, json={
+            "inputs": PROMPT, "parameters": {"max_new_tokens": N}})  # fmt: skip
+        assert by_header.status_code == 200 and by_header.json()["generated_text"] == sql
+        # and on an OpenAI route the body naming no model gets the header's adapter
+        named = client.post("/v1/completions", headers={COMPONENT_HEADER: "sql"}, json=ask)
+        assert text_of(named) == sql
     finally:
         stop_endpoint(ep)
+
+
+def test_bench_spreads_its_requests_over_a_mix_of_adapters_with_figures_per_model(
+    lora_server: Server, tmp_path: Path
+) -> None:
+    out = tmp_path / "results"
+    cmd = [
+        sys.executable, "-m", "llmhost.cli", "bench", "run", "--url", lora_server.url, "--api", "openai",
+        "--model", "gemma,sql,poet", "--concurrency", "2", "--requests", "6", "--num-prompts", "6",
+        "--prompt-tokens", "16", "--max-new-tokens", "4", "--out", str(out), "--no-live",
+    ]  # fmt: skip
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    [level] = json.loads((out / "summary.json").read_text())["configs"][0]["levels"]
+    assert level["successes"] == 6
+    assert {m: (f["requests"], f["successes"]) for m, f in level["by_model"].items()} == {
+        "gemma": (2, 2), "sql": (2, 2), "poet": (2, 2)}  # fmt: skip
+    sent = [json.loads(line) for line in (out / "requests.jsonl").read_text().splitlines()]
+    assert sorted(r["model"] for r in sent if not r["warmup"]) == sorted(["gemma", "sql", "poet"] * 2)
+    assert "By model" in done.stdout

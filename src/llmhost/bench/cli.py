@@ -190,6 +190,24 @@ def thinking_table(results: BenchResults) -> Table | None:
     return t
 
 
+def models_table(results: BenchResults) -> Table | None:
+    """A mix of models (`--model a,b`): each level's figures model by model."""
+    levels = [lv for lv in results.levels() if lv.by_model]
+    if not levels:
+        return None
+    t = Table(title="By model (a mix of models, sent in turn)")
+    for col in ("config", "level", "model", "ok / requests", "out tok/s", "TTFT p50 ms", "TTFT p99 ms",
+                "TPOT p50 ms", "e2e p50 ms"):  # fmt: skip
+        t.add_column(col, justify="left" if col in ("config", "level", "model") else "right")
+    for lv in levels:
+        for name, f in lv.by_model.items():
+            num = {k: float(v) for k, v in f.items() if isinstance(v, (int, float))}
+            times = [_ms(num.get(k)) for k in ("ttft_s_p50", "ttft_s_p99", "tpot_s_p50", "e2e_s_p50")]
+            t.add_row(lv.config, lv.level, name, f"{f['successes']} / {f['requests']}",
+                      _num(num.get("output_tokens_per_s")), *times)  # fmt: skip
+    return t
+
+
 def recommendations_table(results: BenchResults) -> Table:
     t = Table(title="Recommendations")
     for col in ("goal", "configuration", "level", "out tok/s", "ms/token p50", "TTFT p50 ms", "$/1M", "why"):
@@ -206,7 +224,8 @@ def recommendations_table(results: BenchResults) -> Table:
 
 def _print_final(results: BenchResults, out: Path | None) -> None:
     console.print(levels_table(results))
-    for extra in (conversations_table(results), thinking_table(results), server_table(results)):
+    for extra in (models_table(results), conversations_table(results), thinking_table(results),
+                  server_table(results)):  # fmt: skip
         if extra is not None:
             console.print(extra)
     for c in results.configs:

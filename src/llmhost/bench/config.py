@@ -130,10 +130,13 @@ class BenchConfig:
         kind=str, shown=",".join(f"{v:g}" for v in CONVERSATIONS.think_time_s), parse=parse_think_time))
     num_prompts: int = field(default=32, metadata=opt("Distinct synthetic prompts."))  # distinct synthetic
     # SageMaker inference component header
-    component: str | None = field(default=None, metadata=opt("SageMaker inference component (header)."))
+    component: str | None = field(default=None, metadata=opt(
+        "SageMaker inference component (header); several, comma-separated (adapter components of an "
+        "endpoint): requests spread over them in turn, with figures per component."))
     # OpenAI "model"; default: the first of GET /v1/models, else "default"
     model: str | None = field(default=None, metadata=opt(
-        "OpenAI 'model' field (default: first of /v1/models)."))
+        "OpenAI 'model' field (default: first of /v1/models); several, comma-separated (a server's LoRA "
+        "adapters, an endpoint's components): requests spread over them in turn, with figures per model."))
     name: str = field(default="run", metadata=opt("Name of this configuration in the results."))
     headers: dict[str, str] = field(default_factory=dict, metadata=opt(
         "Extra request header 'Name: value' (repeatable).", flag="header", kind=list[str] | None, shown=None,
@@ -251,8 +254,21 @@ class BenchConfig:
                 raise ValueError(f"{flag} applies to the prompts workload: a level of conversations is "
                                  "its users (--concurrency), each holding --turns turns")  # fmt: skip
 
+    def _validate_mix(self) -> None:
+        header = self.api == "sagemaker"  # /invocations names its component in a header, no model
+        for flag, given, used in (("--model", self.model, self.api not in ("sagemaker", "tgi")),
+                                  ("--component", self.component, header)):  # fmt: skip
+            names = (given or "").split(",")
+            if len(names) > 1 and not used:
+                raise ValueError(f"{flag} with several names does not apply to --api {self.api}")
+            if len(names) > 1 and not all(n.strip() for n in names):
+                raise ValueError(f"{flag}: comma-separated names, none empty, got {given!r}")
+            if len(names) > 1 and self.holds_conversations:
+                raise ValueError(f"{flag} with several names applies to the prompts workload")
+
     def validate(self) -> None:
         Target(self.api)  # checks the api name
+        self._validate_mix()
         Endpoint.parse(self.url)
         self._validate_conversations()
         self.load_settings(self.turns if self.holds_conversations else None)

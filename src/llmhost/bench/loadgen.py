@@ -32,6 +32,7 @@ class PreparedRequest:
 
     http: HttpRequest
     prompt_tokens: int
+    model: str | None = None  # in a mix of models (or components): the one it names
 
 
 @dataclass(frozen=True)
@@ -111,7 +112,7 @@ async def send_one(
     Returns what the answer's stream said when it succeeded (its text, for a conversation's next turn)."""
     t0 = time.perf_counter()
     rec.start_s = t0 - run_t0
-    rec.prompt_tokens = prep.prompt_tokens
+    rec.prompt_tokens, rec.model = prep.prompt_tokens, prep.model
     try:
         async with send(session, prep.http) as resp:
             rec.status = resp.status

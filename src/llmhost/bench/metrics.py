@@ -99,6 +99,7 @@ class RequestRecord:
     token_events: int = 0  # stream events that carried generated text
     itl_gaps_s: list[float] = field(default_factory=list)  # between consecutive token events
     turn: int | None = None  # conversations: the turn this request was (1: the first)
+    model: str | None = None  # in a mix of models (`--model a,b`) or components: the one it named
     # thinking models: the first event of the answer (after the thought), and the thought's tokens
     answer_ttft_s: float | None = None
     reasoning_tokens: int = 0
@@ -217,6 +218,7 @@ class LevelSummary:
     server_figures: dict[str, float] = field(default_factory=dict)  # "server_queue_depth_max" → value
     server_metrics: JSONObject = field(default_factory=dict)  # raw /metrics deltas and gauges
     conversations: JSONObject | None = None  # the conversation workload's counts (bench.convload)
+    by_model: dict[str, JSONObject] = field(default_factory=dict)  # a mix's figures, model by model
 
     def get(self, key: str) -> float | None:
         """A figure by its flat name (``ttft_s_p50``, ``output_tokens_per_s``, ``server_...``)."""
@@ -239,7 +241,7 @@ class LevelSummary:
 
     def flat(self) -> JSONObject:
         """One CSV row (raw server metrics stay in summary.json)."""
-        nested = ("errors", "distributions", "server_figures", "server_metrics", "conversations")
+        nested = ("errors", "distributions", "server_figures", "server_metrics", "conversations", "by_model")
         row: JSONObject = {k: v for k, v in asdict(self).items() if k not in nested}
         row.update(self.distributions)
         row.update(self.server_figures)
@@ -309,8 +311,25 @@ def summarize_level(
             slo.meets(ttft_s=r.ttft_s, tpot_s=r.tpot_s, max_itl_s=r.max_itl_s, e2e_s=r.e2e_s) for r in ok
         )
         summary.goodput_rps = summary.good_requests / wall
+    summary.by_model = by_model(measured, wall)
     add_costs(summary)
     return summary
+
+
+def by_model(measured: list[RequestRecord], wall_s: float) -> dict[str, JSONObject]:
+    """A mix's figures model by model (nothing when the requests named one model)."""
+    models = sorted({r.model for r in measured if r.model is not None})
+    if len(models) < 2:
+        return {}
+    out: dict[str, JSONObject] = {}
+    for name in models:
+        mine = [r for r in measured if r.model == name]
+        ok = [r for r in mine if r.ok]
+        figures = distributions(ok)
+        shown = {k: figures.get(k) for k in ("ttft_s_p50", "ttft_s_p99", "e2e_s_p50", "tpot_s_p50")}
+        out[name] = {"requests": len(mine), "successes": len(ok),
+                     "output_tokens_per_s": sum(r.output_tokens for r in ok) / wall_s, **shown}  # fmt: skip
+    return out
 
 
 def add_costs(summary: LevelSummary) -> None:

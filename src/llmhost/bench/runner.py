@@ -91,11 +91,12 @@ def prepare_requests(
     endpoint: Endpoint, target: Target, workload: Workload, max_new_tokens: int
 ) -> list[PreparedRequest]:
     path = api_path(endpoint, target)
-    headers = target.headers()
+    mix = target.mix()
     out = []
-    for p in workload.prompts:
-        body = json.dumps(target.body(p.text, p.max_new_tokens or max_new_tokens)).encode()
-        out.append(PreparedRequest(prepare(endpoint, "POST", path, body, headers), p.tokens))
+    for i, p in enumerate(workload.prompts):
+        label, t = mix[i % len(mix)]  # in a mix, prompt i names model i mod n: each level sends them in turn
+        body = json.dumps(t.body(p.text, p.max_new_tokens or max_new_tokens)).encode()
+        out.append(PreparedRequest(prepare(endpoint, "POST", path, body, t.headers()), p.tokens, label))
     return out
 
 

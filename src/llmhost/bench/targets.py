@@ -9,7 +9,7 @@ Messages and Responses APIs' ``usage``), else by counting the stream events that
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from typing_extensions import TypedDict
@@ -314,6 +314,15 @@ class Target:
             "sagemaker": "/invocations",
             "tgi": "/generate_stream",
         }[self.api]
+
+    def mix(self) -> list[tuple[str | None, Target]]:
+        """The targets of a mix (`model: a,b`, or `component: a,b` for /invocations), each with its name;
+        one target (named None) otherwise."""
+        header = self.api == "sagemaker"
+        names = [n.strip() for n in ((self.component if header else self.model) or "").split(",")]
+        if len(names) < 2:
+            return [(None, self)]
+        return [(n, replace(self, component=n) if header else replace(self, model=n)) for n in names]
 
     def headers(self) -> dict[str, str]:
         headers = {"Accept": "text/event-stream"}

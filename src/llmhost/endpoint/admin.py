@@ -18,6 +18,8 @@ from starlette.background import BackgroundTask
 from starlette.responses import JSONResponse, Response
 
 from llmhost.endpoint import bodies
+from llmhost.endpoint.adapter_admin import adapter_routes, relayed
+from llmhost.endpoint.adapter_spec import AdapterEntry
 from llmhost.endpoint.apidoc import (
     ADMIN,
     Accepted,
@@ -30,7 +32,13 @@ from llmhost.endpoint.apidoc import (
     Stopping,
     Unloaded,
 )
-from llmhost.endpoint.control_errors import ComponentExistsError, ModelLoadError, ModelRefError
+from llmhost.endpoint.control_errors import (
+    ComponentExistsError,
+    ComponentInUseError,
+    CopyRefusal,
+    ModelLoadError,
+    ModelRefError,
+)
 from llmhost.endpoint.manager import EndpointManager
 from llmhost.endpoint.placement import InsufficientCapacityError
 from llmhost.endpoint.router import error
@@ -169,6 +177,12 @@ class AdminBackend(Protocol):
 
     async def reload(self) -> bodies.Rescanned: ...
 
+    async def adapters(self, component: str | None) -> list[dict[str, Any]]: ...
+
+    async def load_adapter(self, component: str, entry: AdapterEntry) -> list[dict[str, Any]]: ...
+
+    async def unload_adapter(self, component: str, name: str) -> list[dict[str, Any]]: ...
+
     async def down(self) -> Callable[[], None] | None:
         """Stop the endpoint, or return what stops it once the answer is sent."""
         ...
@@ -225,6 +239,22 @@ class LocalAdmin:
     async def reload(self) -> bodies.Rescanned:
         return await self.manager.reload()
 
+    async def adapters(self, component: str | None) -> list[dict[str, Any]]:
+        comps = [self.manager.get(component)] if component else list(self.manager.components.values())
+        return [row for c in comps for row in await self.manager.adapters.listing(c)]
+
+    async def load_adapter(self, component: str, entry: AdapterEntry) -> list[dict[str, Any]]:
+        await self.manager.adapters.load(self.manager.adapters.base(component), entry)
+        return await self.adapters(component)
+
+    async def unload_adapter(self, component: str, name: str) -> list[dict[str, Any]]:
+        comp = self.manager.get(component)
+        if name in comp.adapter_components():
+            raise Conflict(f"{name!r} is an adapter inference component: delete it (DELETE "
+                           f"/admin/components/{name}, `llmhost endpoint remove {name}`)")  # fmt: skip
+        await self.manager.adapters.unload(comp, name)
+        return await self.adapters(component)
+
     async def down(self) -> Callable[[], None]:
         return self.shutdown
 
@@ -241,7 +271,9 @@ def failure(exc: Exception) -> Response:
         return error(503, str(exc), "service_unavailable")
     if isinstance(exc, InsufficientCapacityError):
         return error(409, str(exc), "insufficient_capacity")
-    if isinstance(exc, ComponentExistsError | Conflict):
+    if isinstance(exc, CopyRefusal):
+        return relayed(exc)
+    if isinstance(exc, ComponentExistsError | ComponentInUseError | Conflict):
         return error(409, str(exc), "conflict_error")
     if isinstance(exc, LookupError):
         return error(404, str(exc), "not_found_error")
@@ -279,9 +311,14 @@ def create_admin(backend: AdminBackend) -> APIRouter:
     router = APIRouter(prefix="/admin", dependencies=[Depends(local_only)], route_class=_AdminRoute)
     _component_routes(router, backend)
     _model_routes(router, backend)
+    adapter_routes(router, backend, json_body, parse_body)
 
-    @router.post("/down", openapi_extra=operation(
-        "Stop the endpoint: drain the router, then the copies", success=Stopping, status=202, errors=ADMIN))
+    @router.post(
+        "/down",
+        openapi_extra=operation(
+            "Stop the endpoint: drain the router, then the copies", success=Stopping, status=202, errors=ADMIN
+        ),
+    )
     async def down() -> Response:
         after = await backend.down()
         return JSONResponse({"stopping": backend.name}, status_code=202,
@@ -293,14 +330,22 @@ def create_admin(backend: AdminBackend) -> APIRouter:
 def _component_routes(router: APIRouter, backend: AdminBackend) -> None:
     """/admin/status, /admin/scale and /admin/components: the components and their copies."""
 
-    @router.get("/status", openapi_extra=operation(
-        "The endpoint's components and copies", success=EndpointStatus, errors=ADMIN))
+    @router.get(
+        "/status",
+        openapi_extra=operation("The endpoint's components and copies", success=EndpointStatus, errors=ADMIN),
+    )
     async def status() -> Response:
         return JSONResponse(await backend.status())
 
-    @router.post("/scale", openapi_extra=operation(
-        "Scale a component to `copies` (202 at once with `wait: false`)", body=[ScaleRequest],
-        success=Scaled, errors=merge(ADMIN, errors(202, style=Accepted), errors(404, 409, 422))))
+    @router.post(
+        "/scale",
+        openapi_extra=operation(
+            "Scale a component to `copies` (202 at once with `wait: false`)",
+            body=[ScaleRequest],
+            success=Scaled,
+            errors=merge(ADMIN, errors(202, style=Accepted), errors(404, 409, 422)),
+        ),
+    )
     async def scale(request: Request) -> Response:
         req = scale_request(await json_body(request))
         answer = await backend.scale(req.component, req.copies, req.wait)
@@ -315,8 +360,12 @@ def _component_routes(router: APIRouter, backend: AdminBackend) -> None:
             raise NotSupported(backend.components_fixed)
         return JSONResponse(await backend.add(await json_or_yaml_body(request)), status_code=201)
 
-    @router.delete("/components/{name}", openapi_extra=operation(
-        "Remove a component (its copies drained)", success=Removed, errors=merge(ADMIN, errors(404))))
+    @router.delete(
+        "/components/{name}",
+        openapi_extra=operation(
+            "Remove a component (its copies drained)", success=Removed, errors=merge(ADMIN, errors(404))
+        ),
+    )
     async def remove(name: str) -> Response:
         if backend.components_fixed:
             raise NotSupported(backend.components_fixed)

@@ -61,6 +61,20 @@ class ScaleDecision(TypedDict):
     reason: str
 
 
+class AdapterState(TypedDict):
+    """A LoRA adapter a component's copies load."""
+
+    name: str
+    path: str
+    scale: float
+    inference_component: bool  # an adapter inference component (requests name it as a component)
+
+
+class AdapterComponent(TypedDict):
+    name: str
+    base: str
+
+
 class ComponentState(TypedDict):
     """A single-host component: its settings, its load, its copies."""
 
@@ -83,6 +97,7 @@ class ComponentState(TypedDict):
     decisions: list[ScaleDecision]  # the autoscaler's last
     replicas: list[ReplicaStatus]
     on_demand: DemandStatus | None
+    adapters: list[AdapterState]  # the LoRA adapters its copies load
 
 
 class EndpointState(TypedDict):
@@ -99,6 +114,7 @@ class EndpointState(TypedDict):
     models_dir: str | None
     on_demand: JSONObject  # the endpoint file's on_demand block
     components: list[ComponentState]
+    adapter_components: list[AdapterComponent]  # they live on their bases' copies (`components[].adapters`)
 
 
 class RayReplica(TypedDict):

@@ -135,6 +135,24 @@ def status(
     console.print(table)
     if any(c.get("on_demand") for c in data["components"]):
         console.print(_on_demand_table(data))
+    if any(c.get("adapters") for c in data["components"]):
+        console.print(_adapter_table([{**a, "component": c["name"]} for c in data["components"]
+                                      for a in c.get("adapters", [])]))  # fmt: skip
+
+
+def _adapter_table(rows: list[dict[str, Any]]) -> Any:
+    """LoRA adapters by the component whose copies load them; adapter inference components marked."""
+    from rich.table import Table
+
+    table = Table(title="LoRA adapters")
+    for col in ("adapter", "kind", "base component", "scale", "path", *(["copies", "requests"]
+                if rows and "copies" in rows[0] else [])):  # fmt: skip
+        table.add_column(col)
+    for a in rows:
+        kind = "inference component" if a["inference_component"] else "adapter"
+        counts = [str(a["copies"]), str(a["requests"])] if "copies" in a else []
+        table.add_row(a["name"], kind, a["component"], f"{a['scale']:g}", a["path"], *counts)
+    return table
 
 
 def _on_demand_table(data: dict[str, Any]) -> Any:
@@ -272,3 +290,49 @@ def down(port: PortOpt = DEFAULT_PORT, host: HostOpt = "127.0.0.1") -> None:
     """Stop the endpoint: it drains in-flight requests, stops every copy and exits."""
     data = _call(host, port, "POST", "/admin/down")
     typer.echo(f"endpoint {data['stopping']} is draining and stopping")
+
+
+adapters = typer.Typer(help="LoRA adapters on a component's copies: list, load, unload (all copies at once).",
+                       no_args_is_help=True)  # fmt: skip
+app.add_typer(adapters, name="adapters")
+
+
+@adapters.command("list")
+def adapters_list(
+    component: Annotated[str | None, typer.Option(help="One component's adapters.")] = None,
+    port: PortOpt = DEFAULT_PORT,
+    host: HostOpt = "127.0.0.1",
+) -> None:
+    """Each component's adapters, with the ready copies that have each loaded and the requests using it."""
+    from rich.console import Console
+
+    data = _call(host, port, "GET", "/admin/adapters", params={"component": component} if component else None)
+    Console(width=max(Console().width, 140)).print(_adapter_table(data["data"]))
+
+
+@adapters.command("load")
+def adapters_load(
+    component: Annotated[str, typer.Argument(help="The component whose copies load it.")],
+    name: Annotated[str, typer.Argument(help="What requests name in `model`.")],
+    path: Annotated[str, typer.Argument(help="A LoRA GGUF: a file, s3://..., hf://OWNER/REPO/FILE.gguf.")],
+    scale: Annotated[float, typer.Option(help="What a request naming the adapter gets.")] = 1.0,
+    port: PortOpt = DEFAULT_PORT,
+    host: HostOpt = "127.0.0.1",
+) -> None:
+    """Load a LoRA adapter on every copy of a component (and on the copies it starts later)."""
+    body = {"component": component, "name": name, "path": path, "scale": scale}
+    data = _call(host, port, "POST", "/admin/adapters/load", json=body)
+    [row] = [r for r in data["data"] if r["name"] == name]
+    typer.echo(f"{name}: loaded on {row['copies']} cop{'y' if row['copies'] == 1 else 'ies'} of {component}")
+
+
+@adapters.command("unload")
+def adapters_unload(
+    component: Annotated[str, typer.Argument(help="The component whose copies load it.")],
+    name: Annotated[str, typer.Argument(help="The adapter's name.")],
+    port: PortOpt = DEFAULT_PORT,
+    host: HostOpt = "127.0.0.1",
+) -> None:
+    """Unload a LoRA adapter from every copy of a component (refused while requests use it)."""
+    _call(host, port, "POST", "/admin/adapters/unload", json={"component": component, "name": name})
+    typer.echo(f"{name}: unloaded from {component}")

@@ -10,9 +10,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from llmhost.endpoint.adapter_spec import AdapterEntry
 from llmhost.endpoint.affinity import Affinity, Policy
 from llmhost.endpoint.autoscaler import ScalerState
-from llmhost.endpoint.bodies import ComponentState, DemandStatus, ScaleDecision
+from llmhost.endpoint.bodies import AdapterState, ComponentState, DemandStatus, ScaleDecision
 from llmhost.endpoint.replica import Replica, ReplicaState
 from llmhost.endpoint.spec import ComponentSpec, OnDemandSpec
 from llmhost.store.model import ResolvedModel
@@ -89,12 +90,25 @@ class Component:
         self.affinity = (Affinity(routing.block_chars, routing.load_factor)
                          if routing.policy == Policy.PREFIX.value else None)  # fmt: skip
         self.removing = False
-        self.adapters = frozenset(a.name for a in spec.adapters)  # the LoRA adapters its copies load
+        # the LoRA adapters its copies load: the file's, adapter components', those loaded at run time
+        self.adapter_entries: dict[str, AdapterEntry] = {a.name: a for a in spec.adapters}
+        self.on_ready: Callable[[Replica], None] | None = None  # a copy became ready
         self.lock = asyncio.Lock()  # one scaling operation at a time
         self._next_index = 0
         self._changed = asyncio.Event()
         self.demand = Demand(spec.on_demand) if spec.on_demand is not None else None
         self.on_leave: Callable[[], None] | None = None  # a request left: room or idleness may follow
+
+    @property
+    def adapters(self) -> frozenset[str]:
+        return frozenset(self.adapter_entries)
+
+    def adapter_components(self) -> list[str]:
+        """The adapter components living on its copies."""
+        return [a.name for a in self.adapter_entries.values() if a.inference_component]
+
+    def adapter_list(self) -> list[AdapterEntry]:
+        return list(self.adapter_entries.values())
 
     def new_index(self) -> int:
         i = self._next_index
@@ -114,10 +128,13 @@ class Component:
         """Has a ready copy, or is meant to have none (scaled to zero)."""
         return bool(self.ready()) or (not self.capacity() and not self.removing)
 
-    def notify(self, _replica: Replica | None = None) -> None:
-        """A copy changed state: wake the requests waiting for one."""
+    def notify(self, replica: Replica | None = None) -> None:
+        """A copy changed state: wake the requests waiting for one (and bring a ready one's adapters up
+        to date)."""
         event, self._changed = self._changed, asyncio.Event()
         event.set()
+        if replica is not None and replica.state == ReplicaState.READY and self.on_ready is not None:
+            self.on_ready(replica)
 
     def prefix_hashes(self, body: bytes) -> list[bytes]:
         """What prefix-aware routing keys a request on (nothing with least-outstanding routing)."""
@@ -219,6 +236,16 @@ class Component:
             "decisions": list(self.decisions),
             "replicas": [r.status() for r in self.replicas],
             "on_demand": self.demand_status(),
+            "adapters": [self.adapter_state(a) for a in self.adapter_entries.values()],
+        }
+
+    @staticmethod
+    def adapter_state(a: AdapterEntry) -> AdapterState:
+        return {
+            "name": a.name,
+            "path": a.path,
+            "scale": a.scale,
+            "inference_component": a.inference_component,
         }
 
     def demand_status(self) -> DemandStatus | None:

@@ -26,3 +26,17 @@ class ModelRefError(ComponentError):
     def __init__(self, component: str, message: str) -> None:
         super().__init__(message)
         self.component = component
+
+
+class ComponentInUseError(RuntimeError):
+    """The component cannot go as things stand: adapter components live on it (HTTP 409)."""
+
+
+class CopyRefusal(RuntimeError):
+    """A copy refused an adapter's load or unload: its status, message and field, relayed."""
+
+    def __init__(self, status: int, message: str, field: str | None, retry_after: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.field = field
+        self.retry_after = retry_after

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from llmhost.endpoint.adapter_ops import AdapterOps
 from llmhost.endpoint.autoscaler import ScalerState
 from llmhost.endpoint.autoscaling import AutoscaleLoop
 from llmhost.endpoint.bodies import ComponentState, EndpointState, Rescanned, Unloaded
@@ -90,6 +91,7 @@ class EndpointManager:
         self.started_at = time.time()
         self.pool = ModelPool(self, spec.on_demand)
         self.folder: list[ComponentSpec] = []  # the models_dir's components, as last scanned
+        self.adapters = AdapterOps(self.components, self.internal_key, self.spawn)
 
     # --- checks before anything starts -----------------------------------------------------------
 
@@ -156,7 +158,15 @@ class EndpointManager:
         return task
 
     async def add(self, specs: list[ComponentSpec]) -> None:
-        """Components added to a running endpoint: resolve the models, check capacity, start copies."""
+        """Components added to a running endpoint: resolve the models, check capacity, start copies; then
+        the adapter components among them loaded on their bases' copies."""
+        specs, adapters = [s for s in specs if s.base is None], specs
+        self.adapters.check_components(adapters)
+        if specs:
+            await self._add(specs)
+        await self.adapters.add_components(adapters)
+
+    async def _add(self, specs: list[ComponentSpec]) -> None:
         self._check_names(specs)
         # an s3:// model may take minutes to download: off the event loop, which keeps routing
         models = await asyncio.to_thread(lambda: {s.name: resolve(s) for s in specs})
@@ -169,6 +179,7 @@ class EndpointManager:
         comps = [Component(s, self._models[s.name]) for s in specs]
         for c in comps:
             c.on_leave = self._left
+            c.on_ready = lambda replica, c=c: self.adapters.catch_up(c, replica)
         self.components.update((c.spec.name, c) for c in comps)
         return comps
 
@@ -217,7 +228,7 @@ class EndpointManager:
         alloc = place(self.ledger, comp.name, comp.spec.resources)
         replica = Replica(comp.spec, comp.new_index(), comp.model, alloc, self.log_dir,
                           on_change=comp.notify, timing=self.timing.replica,
-                          internal_key=self.internal_key)  # fmt: skip
+                          internal_key=self.internal_key, adapters=comp.adapter_list)  # fmt: skip
         comp.replicas.append(replica)
         return replica.start()
 
@@ -258,7 +269,10 @@ class EndpointManager:
         return comp.status()
 
     async def remove(self, name: str) -> None:
-        """Stop routing new requests to `name`, drain its copies, stop them, forget it."""
+        """Stop routing new requests to `name`, drain its copies, stop them, forget it (an adapter
+        component: unloaded from its base's copies)."""
+        if await self.adapters.removed(name):
+            return
         comp = self.get(name)
         comp.removing = True
         comp.notify()
@@ -380,4 +394,5 @@ class EndpointManager:
             "models_dir": self.spec.models_dir.path if self.spec.models_dir else None,
             "on_demand": self.spec.on_demand.model_dump(),
             "components": [c.status() for c in self.components.values()],
+            "adapter_components": [{"name": n, "base": b} for n, b in self.adapters.adapter_components()],
         }

@@ -20,9 +20,9 @@ from llmhost.endpoint.spec import (
     ComponentSpec,
     ModelsDirSpec,
     SpecError,
-    format_errors,
     read_yaml,
 )
+from llmhost.endpoint.spec_errors import format_errors
 from llmhost.engine.gguf_check import GGUFError, check_file
 from llmhost.engine.memory_fit import gguf_kv_bytes
 from llmhost.serve_spec import default_value

@@ -21,7 +21,7 @@ from llmhost.serve_spec import SERVE_SPEC
 from llmhost.server.protocol import ollama as proto
 from llmhost.server.protocol.outputs import json_response
 from llmhost.server.routes.deps import json_body
-from llmhost.server.serving.ollama_models import VERSION, model_entry, running_entry, tagged
+from llmhost.server.serving.ollama_models import VERSION, adapter_entry, model_entry, running_entry, tagged
 from llmhost.web.apidoc import COMMON, errors, operation
 from llmhost.web.formats import OllamaRoute
 
@@ -45,6 +45,7 @@ class Listed:
     loaded: bool  # a copy is ready
     expires_in_s: float | None  # an idle on-demand model unloads in this many seconds; None: never
     context_length: int
+    parent: str | None = None  # a LoRA adapter's: the component whose copies apply it
 
 
 def context_length(engine_options: dict[str, Any]) -> int:
@@ -61,12 +62,20 @@ def _entry(item: Listed) -> proto.ModelEntry:
     return proto.ModelEntry(name=name, model=name, modified_at=epoch, size=0, digest="", details=_UNKNOWN)
 
 
+def _entries(items: list[Listed]) -> list[proto.ModelEntry]:
+    """Each component, then each LoRA adapter with its base's details and the base as its parent."""
+    bases = {i.name: _entry(i) for i in items if i.parent is None}
+    return [bases[i.name] if i.parent is None else adapter_entry(i.name, str(i.gguf or ""), bases[i.parent])
+            for i in items]  # fmt: skip
+
+
 def _tags(items: list[Listed]) -> proto.TagsResponse:
-    return proto.TagsResponse(models=[_entry(i) for i in items])
+    return proto.TagsResponse(models=_entries(items))
 
 
 def _ps(items: list[Listed]) -> proto.PsResponse:
-    running = [running_entry(_entry(i), i.expires_in_s, i.context_length) for i in items if i.loaded]
+    running = [running_entry(e, i.expires_in_s, i.context_length)
+               for i, e in zip(items, _entries(items), strict=True) if i.loaded]  # fmt: skip
     return proto.PsResponse(models=running)
 
 

@@ -14,13 +14,14 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 
 import httpx
 
+from llmhost.endpoint.adapter_spec import AdapterEntry
 from llmhost.endpoint.bodies import ReplicaStatus
 from llmhost.endpoint.internal import InternalKey
 from llmhost.endpoint.memlimit import MemoryLimit, memory_limit
@@ -34,12 +35,18 @@ from llmhost.web.auth import ENV_KEY_VARS
 log = logging.getLogger("llmhost.endpoint")
 
 
-def copy_command(spec: ComponentSpec, model_ref: str, port: int, threads: int) -> list[str]:
+def copy_command(spec: ComponentSpec, model_ref: str, port: int, threads: int,
+                 adapters: Sequence[AdapterEntry] | None = None) -> list[str]:  # fmt: skip
     """`llmhost serve` for one copy of `spec`: the file's engine settings, the component's name, its
-    CPUs' threads, on loopback (the router is the endpoint's only way in)."""
+    CPUs' threads, on loopback (the router is the endpoint's only way in); `adapters`: the LoRA adapters
+    the component has now (else the file's)."""
+    options = spec.serve_options()
+    if adapters is not None:
+        options.pop("lora", None)
+        options.update({"lora": [a.lora_option for a in adapters]} if adapters else {})
     given = {"host": "127.0.0.1", "port": port, "threads": threads, "served_model_name": spec.name,
              "log_level": "warning", "embeddings": spec.embeddings,
-             "memory_mb": spec.resources.memory_mb, **spec.serve_options()}  # fmt: skip
+             "memory_mb": spec.resources.memory_mb, **options}  # fmt: skip
     return [sys.executable, "-m", "llmhost.cli", "serve", model_ref, *SERVE_SPEC.argv(given)]
 
 
@@ -88,8 +95,11 @@ class Replica:
         on_change: Callable[[Replica], None] | None = None,
         timing: ReplicaTiming | None = None,
         internal_key: InternalKey | None = None,
+        adapters: Callable[[], list[AdapterEntry]] | None = None,
     ) -> None:
         self.spec = spec
+        self._adapters = adapters  # the component's LoRA adapters now, which a (re)started copy loads
+        self.loaded_adapters: set[str] = set()  # those the copy process has, by name
         self.component = spec.name
         self.index = index
         self.id = f"{spec.name}-{index}"
@@ -187,7 +197,9 @@ class Replica:
         # the local form of the resolved model: its directory when it has one, so that the copy finds
         # code/inference.py and artifact files as `llmhost serve` of the reference would, and never
         # downloads an s3:// model again
-        return copy_command(self.spec, self.model.serve_ref, self.port, self.alloc.threads)
+        adapters = self._adapters() if self._adapters is not None else list(self.spec.adapters)
+        self.loaded_adapters = {a.name for a in adapters}
+        return copy_command(self.spec, self.model.serve_ref, self.port, self.alloc.threads, adapters)
 
     def _spawn(self) -> None:
         self.port = free_port()

@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Protocol
 
 import httpx
@@ -247,8 +248,10 @@ def _listed(registry: Registry) -> list[Listed]:
         d = c.demand
         forever = d is None or d.spec.pinned or d.keep_alive < 0
         expires = None if forever or d is None else d.keep_alive - c.idle_for(now)
-        out.append(Listed(c.name, c.model.gguf, bool(c.ready()), expires,
-                          context_length(c.spec.engine.serve_options())))  # fmt: skip
+        n_ctx = context_length(c.spec.engine.serve_options())
+        out.append(Listed(c.name, c.model.gguf, bool(c.ready()), expires, n_ctx))
+        out += [Listed(a.name, Path(a.path), bool(c.ready()), expires, n_ctx, parent=c.name)
+                for a in c.adapter_list()]  # fmt: skip
     return out
 
 

@@ -3,7 +3,9 @@ both answer alike: which component a request is for, which headers travel, the e
 stream cut mid-way ends.
 
 `/invocations` and the TGI routes name the component in `X-Amzn-SageMaker-Inference-Component` (optional
-with one component); OpenAI, Anthropic Messages, Responses and tokenizer routes name it in the body's
+with one component), or an adapter (an adapter component, or a component's adapter): the request goes to
+its base's copies with the adapter named in `X-Amzn-SageMaker-Adapter-Identifier`, as SageMaker tells
+its containers; OpenAI, Anthropic Messages, Responses and tokenizer routes name it in the body's
 `model` (vLLM's /tokenize and /detokenize carry one), else the header, as do Ollama's /api/chat,
 /api/generate, /api/embed and /api/show (`name:latest` names the component `name`); GET /tokenizer_info in
 the query's `model`, else the header.
@@ -32,6 +34,8 @@ from llmhost.web.responses import ErrorResponse
 
 COMPONENT_HEADER = "X-Amzn-SageMaker-Inference-Component"
 COPY_HEADER = "X-Llmhost-Copy"
+# which adapter applies, as SageMaker names an adapter inference component to the container
+ADAPTER_HEADER = "X-Amzn-SageMaker-Adapter-Identifier"
 HOP_BY_HOP = {
     "host", "content-length", "connection", "keep-alive", "transfer-encoding", "te", "trailer",
     "upgrade", "proxy-authorization", "proxy-authenticate", "accept-encoding",
@@ -57,7 +61,9 @@ QUERY_ROUTES = ("/tokenizer_info",)
 class Routable(Protocol):
     name: str
     removing: bool
-    adapters: frozenset[str]  # the LoRA adapters its copies load: a request's `model` may name one
+
+    @property
+    def adapters(self) -> frozenset[str]: ...  # the LoRA adapters its copies load: requests may name one
 
 
 C = TypeVar("C", bound=Routable)
@@ -124,7 +130,6 @@ class NotTaken:
                      f"{self.wait_s:g} s{after}", "service_unavailable")  # fmt: skip
 
 
-
 def taken_then_failed(component: str, copy: str, why: str, timed_out: bool) -> Response:
     """A copy took the request, then failed: never sent again (it may have been processed)."""
     message = (f"copy {copy} of inference component {component!r} failed after the request reached it "
@@ -185,12 +190,7 @@ def _named(registry: Components[C], model: str) -> C | None:
 def by_header(registry: Components[C], headers: Mapping[str, str]) -> C | Response:
     name = headers.get(COMPONENT_HEADER)
     if name:
-        comp = registry.components.get(name)
-        owner = _named(registry, name) if comp is None else None
-        if owner is not None:  # the header names the component; the body the adapter
-            return error(400, f"{name!r} is a LoRA adapter of component {owner.name!r}: name the component "
-                         f"in the {COMPONENT_HEADER} header and the adapter in the body (`model`, or TGI's "
-                         "parameters.adapter_id)", field=COMPONENT_HEADER)  # fmt: skip
+        comp = _named(registry, name)  # an adapter's: the base whose copies apply it (`header_adapter`)
         if comp is None or comp.removing:
             return _unknown(registry, name, COMPONENT_HEADER)
         return comp
@@ -199,6 +199,38 @@ def by_header(registry: Components[C], headers: Mapping[str, str]) -> C | Respon
         return only
     return error(400, f"several inference components are deployed; name one in the {COMPONENT_HEADER} "
                  f"header: {known(registry)}", field=COMPONENT_HEADER)  # fmt: skip
+
+
+def header_adapter(registry: Components[C], headers: Mapping[str, str]) -> str | None:
+    """The adapter the component header names (not a component): the base's copy applies it."""
+    name = headers.get(COMPONENT_HEADER)
+    if not name or name in registry.components:
+        return None
+    return name if _named(registry, name) is not None else None
+
+
+def with_adapter(request: Request, adapter: str | None, base: str) -> Request:
+    """The request as its copy gets it: for its own component (`base`), naming the adapter to apply."""
+    if adapter is None:
+        return request
+    keys = (ADAPTER_HEADER.lower().encode(), COMPONENT_HEADER.lower().encode())
+    headers = [(k, v) for k, v in request.scope["headers"] if k.lower() not in keys]
+    headers += [(keys[0], adapter.encode()), (keys[1], base.encode())]
+    return Request({**request.scope, "headers": headers}, request.receive)
+
+
+def model_named(body: bytes, adapter: str | None) -> bytes:
+    """A JSON body naming no model, naming the adapter the header names (OpenAI's and Ollama's routes
+    read the adapter from `model`)."""
+    if adapter is None:
+        return body
+    try:
+        data = json.loads(body) if body else None
+    except (ValueError, RecursionError):
+        return body
+    if not isinstance(data, dict) or (data.get("model") or "tgi") not in UNNAMED_MODELS:
+        return body
+    return json.dumps({**data, "model": adapter}).encode()
 
 
 def by_model(registry: Components[C], body: bytes, headers: Mapping[str, str]) -> C | Response:
@@ -218,9 +250,7 @@ def by_model(registry: Components[C], body: bytes, headers: Mapping[str, str]) -
     return by_header(registry, headers)
 
 
-def by_query(
-    registry: Components[C], query: Mapping[str, str], headers: Mapping[str, str]
-) -> C | Response:
+def by_query(registry: Components[C], query: Mapping[str, str], headers: Mapping[str, str]) -> C | Response:
     """A GET's component: the query's `model`, else the header, else the only component."""
     model = query.get("model")
     if model:
@@ -327,14 +357,16 @@ def data_routes(registry: Components[C], proxy: Forwarder[C]) -> APIRouter:
         picked = by_header(registry, request.headers)
         if isinstance(picked, Response):
             return picked
-        return await proxy.forward(request, picked, await request.body())
+        adapter = header_adapter(registry, request.headers)
+        return await proxy.forward(with_adapter(request, adapter, picked.name), picked, await request.body())
 
     async def route_model(request: Request) -> Response:
         body = await request.body()
         picked = by_model(registry, body, request.headers)
         if isinstance(picked, Response):
             return picked
-        return await proxy.forward(request, picked, body)
+        adapter = header_adapter(registry, request.headers)
+        return await proxy.forward(request, picked, model_named(body, adapter))
 
     async def route_query(request: Request) -> Response:
         picked = by_query(registry, request.query_params, request.headers)

@@ -11,7 +11,15 @@ from fastapi import APIRouter, Request
 from starlette.responses import JSONResponse, Response
 
 from llmhost.endpoint.apidoc import relay_doc
-from llmhost.endpoint.routing import COPY_HEADER, C, Components, Forwarder, by_header
+from llmhost.endpoint.routing import (
+    COPY_HEADER,
+    C,
+    Components,
+    Forwarder,
+    by_header,
+    header_adapter,
+    with_adapter,
+)
 from llmhost.web import sagemaker_runtime as wire
 from llmhost.web.asgi import request_id
 from llmhost.web.responses import ErrorResponse
@@ -45,7 +53,10 @@ def create_runtime_router(registry: Components[C], proxy: Forwarder[C]) -> APIRo
         picked = by_header(registry, request.headers)
         if isinstance(picked, Response):
             return refusal(picked, name, request.headers.get(wire.COMPONENT, ""), rid)
-        response = await proxy.forward(request, picked, await request.body())
+        adapter = header_adapter(registry, request.headers)  # an adapter: its base's copy applies it
+        response = await proxy.forward(
+            with_adapter(request, adapter, picked.name), picked, await request.body()
+        )
         if response.status_code >= 400 and COPY_HEADER not in response.headers:
             return refusal(response, name, picked.name, rid)
         return response

@@ -7,14 +7,14 @@ from __future__ import annotations
 
 import math
 import os
-import re
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ModelWrapValidatorHandler, ValidationError, model_validator
 
-from llmhost.endpoint.adapter_spec import AdapterEntry, check_names
+from llmhost.endpoint.adapter_spec import AdapterEntry, AdapterRef, check_adapter_component, check_names, fold
+from llmhost.endpoint.spec_errors import format_errors
 from llmhost.engine.config import CacheType, SchedulePolicy
 from llmhost.serve_spec import (
     SERVE_SPEC,
@@ -199,9 +199,13 @@ class ComponentSpec(_Strict):
     max_wait_s: float = Field(default=30.0, gt=0)
     # loaded on demand (see OnDemandSpec); None: the copies above, reserved from the start
     on_demand: OnDemandSpec | None = None
+    # an adapter inference component: the component whose copies it lives on, and its LoRA adapter
+    base: str | None = Field(default=None, pattern=NAME_PATTERN)
+    adapter: AdapterRef | None = None
 
     @model_validator(mode="after")
     def _check(self) -> ComponentSpec:
+        check_adapter_component(self.name, self.base, self.adapter, self.model_fields_set)
         if self.on_demand is not None and (self.copies is not None or self.autoscaling is not None):
             raise ValueError("on_demand loads one copy when asked: copies and autoscaling do not apply")
         a = self.autoscaling
@@ -282,7 +286,7 @@ class ModelsDirSpec(_Strict):
 
     @model_validator(mode="after")
     def _check(self) -> ModelsDirSpec:
-        for key in ("name", "model", "copies", "autoscaling"):
+        for key in ("name", "model", "copies", "autoscaling", "base", "adapter"):
             if key in self.defaults:
                 raise ValueError(f"defaults.{key}: not a setting of a folder's model")
         try:  # checked now, as the component every model of the folder starts from
@@ -307,6 +311,13 @@ class EndpointSpec(_Strict):
         _unique_names(self.components)
         return self
 
+    @model_validator(mode="wrap")
+    @classmethod
+    def _fold(cls, data: Any, handler: ModelWrapValidatorHandler[EndpointSpec]) -> EndpointSpec:
+        """Adapter components live on their bases' copies: `components` holds those with copies."""
+        spec = handler(data)
+        return spec.model_copy(update={"components": fold(spec.components)})
+
 
 class ComponentList(_Strict):
     """What `endpoint add` accepts: an endpoint file's components (name and instance ignored)."""
@@ -319,39 +330,6 @@ class ComponentList(_Strict):
     def _check(self) -> ComponentList:
         _unique_names(self.components)
         return self
-
-
-def _named_loc(loc: tuple[int | str, ...], data: Any) -> str:
-    """components[0] → components[0](gemma-q4): the name helps in long files."""
-    out = ""
-    node = data
-    for part in loc:
-        if isinstance(part, int):
-            out += f"[{part}]"
-            if isinstance(node, list) and 0 <= part < len(node):
-                node = node[part]
-                if isinstance(node, dict) and isinstance(node.get("name"), str):
-                    out += f"({node['name']})"
-            else:
-                node = None
-        else:
-            out += f".{part}" if out else str(part)
-            node = node.get(part) if isinstance(node, dict) else None
-    return out or "(top level)"
-
-
-def format_errors(exc: ValidationError, data: Any = None) -> str:
-    lines = []
-    for err in exc.errors():
-        loc = _named_loc(tuple(err["loc"]), data)
-        msg = str(err["msg"])
-        if err["type"] == "extra_forbidden":
-            msg = "unknown key"
-        elif err["type"] == "missing":
-            msg = "required key is missing"
-        msg = re.sub(r"^Value error, ", "", msg)
-        lines.append(f"{loc}: {msg}")
-    return "; ".join(lines)
 
 
 def parse_endpoint(data: Any, source: str = "endpoint file") -> EndpointSpec:

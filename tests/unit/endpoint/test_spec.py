@@ -146,3 +146,24 @@ def test_component_files_for_add() -> None:
         parse_components({"components": [comp(name="x", copies="many")]})
     with pytest.raises(SpecError, match="bogus: unknown key"):
         parse_components(comp(bogus=1))
+
+
+def test_an_adapter_component_lives_on_its_base_and_is_checked_as_sagemaker_checks_it() -> None:
+    sql = {"name": "sql", "base": "a", "adapter": {"path": "s3://b/sql.gguf", "scale": 0.5}}
+    [base] = parse_endpoint(endpoint(comp(adapters=[{"name": "poet", "path": "p.gguf"}]), sql)).components
+    assert base.serve_options()["lora"] == ["poet=p.gguf:1.0", "sql=s3://b/sql.gguf:0.5"]
+    assert "no component named 'b'" in error_of(endpoint(comp(), {**sql, "base": "b"}))
+    on_adapter = {"name": "x", "base": "sql", "adapter": {"path": "x.gguf"}}
+    assert "its base 'sql' is an adapter component itself" in error_of(endpoint(comp(), sql, on_adapter))
+    assert "resources cannot be set (they are the base's)" in error_of(
+        endpoint(comp(), {**sql, "resources": {"num_cpus": 2}})
+    )
+    assert "copies, model cannot be set" in error_of(endpoint(comp(), {**sql, "model": "x", "copies": 2}))
+    assert "gives both `base`" in error_of(endpoint(comp(), {"name": "sql", "base": "a"}))
+    assert "component name 'sql' appears twice" in error_of(endpoint(comp(), sql, sql))
+    taken = endpoint(comp(adapters=[{"name": "sql", "path": "q"}]), sql)
+    assert "adapter 'sql' of component 'a': the name of a component" in error_of(taken)
+    assert "serves embeddings" in error_of(endpoint(comp(embeddings=True), sql))
+    assert "scale must be a finite number" in error_of(
+        endpoint(comp(), {**sql, "adapter": {"path": "p", "scale": "nan"}})
+    )

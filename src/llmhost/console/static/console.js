@@ -157,6 +157,10 @@
         r.copy + " (pid " + (r.pid ?? "–") + ")").join(", ")));
     }
     if (c.on_demand) block.append(onDemandLine(c.on_demand));
+    if (c.adapters && c.adapters.length) {  // LoRA adapters its copies load; adapter components by name
+      block.append(el("p", { class: "adapters muted" }, "LoRA adapters: " + c.adapters.map((a) => a.name +
+        " (" + (a.inference_component ? "adapter component, " : "") + "scale " + a.scale + ")").join(", ")));
+    }
     if (c.decisions && c.decisions.length) {
       block.append(el("ul", { class: "decisions" }, ...c.decisions.slice(-5).reverse().map((d) =>
         el("li", {}, new Date(d.at * 1000).toLocaleTimeString() + ": " + d.copies + " → " + d.desired +

@@ -9,6 +9,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from llmhost.endpoint.adapter_spec import AdapterEntry
 from llmhost.endpoint.admin import BadBody, Conflict, NotSupported, UpstreamError
 from llmhost.endpoint.bodies import (
     Accepted,
@@ -31,6 +32,8 @@ log = logging.getLogger("llmhost.endpoint")
 SCALE_POLL_S = 0.5
 NO_ON_DEMAND = ("a Ray endpoint has no on-demand models (models_dir and on_demand are single-host only): "
                 "Ray Serve scales each component's deployment itself")  # fmt: skip
+NO_ADAPTERS = ("a Ray endpoint's copies load the adapters of its file (`adapters:`, adapter components): "
+               "change the file and run `endpoint up` again")  # fmt: skip
 
 
 class RayAdmin:
@@ -147,6 +150,15 @@ class RayAdmin:
 
     async def reload(self) -> Rescanned:
         raise NotSupported(NO_ON_DEMAND)
+
+    async def adapters(self, component: str | None) -> list[dict[str, Any]]:
+        raise NotSupported(NO_ADAPTERS)
+
+    async def load_adapter(self, component: str, entry: AdapterEntry) -> list[dict[str, Any]]:
+        raise NotSupported(NO_ADAPTERS)
+
+    async def unload_adapter(self, component: str, name: str) -> list[dict[str, Any]]:
+        raise NotSupported(NO_ADAPTERS)
 
     async def down(self) -> None:
         """Ray Serve took the deletion (it drains the copies, then the ingress answering this)."""

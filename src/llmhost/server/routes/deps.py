@@ -8,6 +8,7 @@ from llmhost.jsontypes import JSONObject
 from llmhost.lifecycle import Lifecycle
 from llmhost.server.protocol.limits import parse_json
 from llmhost.server.serving.adapter_admin import AdapterAdmin
+from llmhost.server.serving.adapters import ADAPTER_HEADER, header_selects
 from llmhost.server.serving.context import ServingContext
 from llmhost.server.serving.custom import CustomInference
 from llmhost.server.serving.embeddings import EmbeddingsServing
@@ -50,6 +51,13 @@ def tgi(request: Request) -> TGIServing:
 def embeddings(request: Request) -> EmbeddingsServing:
     serving: EmbeddingsServing = request.app.state.embeddings
     return serving
+
+
+def with_header_adapter(request: Request, body: JSONObject) -> JSONObject:
+    """The body selecting the adapter SageMaker's adapter header names (/invocations, TGI's routes)."""
+    ctx = context(request)
+    adapter = request.headers.get(ADAPTER_HEADER)
+    return header_selects(ctx.adapters, adapter, body, ctx.settings.model_name)  # type: ignore[no-any-return]
 
 
 async def json_body(request: Request) -> JSONObject:

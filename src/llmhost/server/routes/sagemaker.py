@@ -58,7 +58,13 @@ async def invocations(request: Request) -> Response:
 
 
 async def invoke(request: Request, body: dict[str, Any]) -> Response:
-    """What /invocations answers for `body` (the SageMaker Runtime paths answer the same)."""
+    """What /invocations answers for `body` (the SageMaker Runtime paths answer the same), with the
+    adapter SageMaker's adapter header names (an adapter inference component)."""
+    if "inputs" in body:
+        with refused_in(TGI):
+            body = deps.with_header_adapter(request, body)
+    else:
+        body = deps.with_header_adapter(request, body)
     if "messages" in body:
         chat = ChatCompletionRequest.model_validate(body)
         return await deps.openai(request).chat(chat, request)

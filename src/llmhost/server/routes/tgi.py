@@ -16,13 +16,11 @@ from llmhost.web.formats import TGIRoute
 
 # TGI's routes refuse in TGI's shape; the API-key check, the body limit, draining and a crash answer OpenAI's
 router = APIRouter(route_class=TGIRoute)
-ERRORS: dict[int, Sequence[Shape]] = merge(
-    errors(400, 422, 429, 500, 503, style="tgi"), COMMON, errors(413)
-)
+ERRORS: dict[int, Sequence[Shape]] = merge(errors(400, 422, 429, 500, 503, style="tgi"), COMMON, errors(413))
 
 
 async def _body(request: Request) -> TGIRequest:
-    return TGIRequest.model_validate(await deps.json_body(request))
+    return TGIRequest.model_validate(deps.with_header_adapter(request, await deps.json_body(request)))
 
 
 @router.post("/", openapi_extra=operation(

@@ -3,6 +3,8 @@ them: a `model` naming an adapter (vLLM's way), TGI's `adapter_id`, llama-server
 
 from __future__ import annotations
 
+from typing import Any
+
 from llmhost.engine.lora import AdapterSet, AdapterSpec, adapter_set
 from llmhost.server.protocol.openai import LoraRef
 from llmhost.web.errors import APIError
@@ -25,6 +27,9 @@ class AdapterChoice:
     def remove(self, name: str) -> None:
         self.specs = tuple(s for s in self.specs if s.name != name)
         self._by_name.pop(name, None)
+
+    def knows(self, name: str) -> bool:
+        return name in self._by_name
 
     def names(self) -> str:
         return ", ".join(self._by_name) or "none (start the server with --lora NAME=PATH)"
@@ -70,3 +75,30 @@ class AdapterChoice:
                 422, f"no LoRA adapter {ref.name!r}; loaded: {self.names()}", field=f"lora[{i}].name"
             )
         return str(ref.name)
+
+
+# SageMaker names an adapter inference component to the container in this header (and the endpoint's
+# router names an adapter so to the base's copy)
+ADAPTER_HEADER = "X-Amzn-SageMaker-Adapter-Identifier"
+
+
+def header_selects(choice: AdapterChoice, adapter: str | None, body: Any, served: str) -> Any:
+    """The body as it selects the adapter the header names: TGI's `parameters.adapter_id`, else `model`.
+    A body selecting another adapter is refused naming its field: one request, one choice."""
+    if not adapter or not isinstance(body, dict):
+        return body
+    if not choice.knows(adapter):
+        raise APIError(422, f"no LoRA adapter {adapter!r}; loaded: {choice.names()}", field=ADAPTER_HEADER)
+    conflict = f"the {ADAPTER_HEADER} header selects adapter {adapter!r}"
+    if "inputs" in body:  # TGI
+        params = body.get("parameters")
+        params = params if isinstance(params, dict) else {}
+        if params.get("adapter_id") not in (None, adapter):
+            field = "parameters.adapter_id"
+            raise APIError(422, f"{conflict}; {field} names another", field=field)
+        return {**body, "parameters": {**params, "adapter_id": adapter}}
+    if body.get("lora") is not None:
+        raise APIError(422, f"{conflict}; leave out the `lora` list", field="lora")
+    if body.get("model") not in (None, "", served, adapter):
+        raise APIError(422, f"{conflict}; `model` names {body['model']!r}", field="model")
+    return {**body, "model": adapter}

@@ -78,6 +78,19 @@ def model_entry(name: str, path: str) -> proto.ModelEntry:
     )  # fmt: skip
 
 
+def adapter_entry(name: str, path: str, base: proto.ModelEntry) -> proto.ModelEntry:
+    """A LoRA adapter as /api/tags lists it: its own file, its base's details with the base as its
+    parent (an Ollama model made `FROM` the base with an `ADAPTER`)."""
+    try:
+        stat = os.stat(path)
+        size, modified, sha = stat.st_size, iso(stat.st_mtime), digest(path, stat.st_size, stat.st_mtime)
+    except OSError:  # a file gone since it was loaded: the adapter still serves from memory
+        size, modified, sha = 0, base.modified_at, ""
+    details = base.details.model_copy(update={"parent_model": base.name})
+    return proto.ModelEntry(name=tagged(name), model=tagged(name), modified_at=modified, size=size,
+                            digest=sha, details=details)  # fmt: skip
+
+
 def running_entry(
     entry: proto.ModelEntry, expires_in_s: float | None, context_length: int
 ) -> proto.RunningModel:
@@ -131,13 +144,19 @@ class OllamaModels:
         self.ctx.require_model()
         return model_entry(self.ctx.settings.model_name, str(self.ctx.settings.model_path))
 
+    def _entries(self) -> list[proto.ModelEntry]:
+        """The model, then its LoRA adapters (each a model Ollama's clients can pick)."""
+        base = self._entry()
+        return [base, *(adapter_entry(s.name, s.path, base) for s in self.ctx.adapters.specs)]
+
     async def tags(self) -> proto.TagsResponse:
-        return proto.TagsResponse(models=[await asyncio.to_thread(self._entry)])
+        return proto.TagsResponse(models=await asyncio.to_thread(self._entries))
 
     async def ps(self) -> proto.PsResponse:
-        """The loaded model: it stays loaded while the server runs."""
-        entry = await asyncio.to_thread(self._entry)
-        return proto.PsResponse(models=[running_entry(entry, None, self._n_ctx())])
+        """The loaded model and its adapters: they stay loaded while the server runs (an adapter freed
+        under --max-loras is loaded again by the request naming it)."""
+        entries = await asyncio.to_thread(self._entries)
+        return proto.PsResponse(models=[running_entry(e, None, self._n_ctx()) for e in entries])
 
     def _n_ctx(self) -> int:
         if self.ctx.embedder is not None:
@@ -155,16 +174,24 @@ class OllamaModels:
         return found
 
     async def show(self, body: proto.ModelRequest) -> proto.ShowResponse:
-        body.model_name()
+        name = body.model_name().removesuffix(":latest")
         entry = await asyncio.to_thread(self._entry)
+        adapter = next((s for s in self.ctx.adapters.specs if s.name == name), None)
+        modelfile = f"# llmhost serves this GGUF as it is\nFROM {self.ctx.settings.model_path}\n"
+        if adapter is not None:  # as Ollama shows a model made FROM its base with an ADAPTER
+            entry = adapter_entry(adapter.name, adapter.path, entry)
+            modelfile = (
+                f"# a LoRA adapter of {self.name} (scale {adapter.scale:g})\nFROM {self.name}\n"
+                f"ADAPTER {adapter.path}\n"
+            )
         meta = await asyncio.to_thread(read_metadata, str(self.ctx.settings.model_path), body.verbose)
         template = self.ctx.settings.chat_template or self.ctx.model.info.chat_template or ""
         arch = meta.get("general.architecture", "")
         info = {k: v for k, v in meta.items() if not k.startswith("tokenizer.chat_template")}
         info[f"{arch}.context_length"] = meta.get(f"{arch}.context_length", self.ctx.model.info.n_ctx_train)
         return proto.ShowResponse(
-            modelfile=f"# llmhost serves this GGUF as it is\nFROM {self.ctx.settings.model_path}\n",
-            parameters=f"num_ctx {self._n_ctx()}", template=template, details=entry.details, model_info=info,
+            modelfile=modelfile, parameters=f"num_ctx {self._n_ctx()}", template=template,
+            details=entry.details, model_info=info,
             capabilities=self.capabilities(template), modified_at=entry.modified_at,
         )  # fmt: skip
 

@@ -1,0 +1,176 @@
+"""Adapter inference components on a real endpoint (`llmhost endpoint up`, Gemma 270M copies): one from
+the endpoint file and one created at run time (`POST /admin/components` with `base` and `adapter`, as
+SageMaker's CreateInferenceComponent with BaseInferenceComponentName), each invoked through boto3's
+`sagemaker-runtime` client by InferenceComponentName and answering as the same adapter selected by
+`model`; a copy started later loads them; deleting one in use is a 409, deleting their base is refused
+naming them; the endpoint's `/admin/adapters` loads and unloads an adapter on every copy of a component.
+One endpoint serves every test: they run in file order."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import boto3
+import httpx
+import ollama
+import pytest
+from botocore.config import Config
+
+from llmhost.store import resolve_model
+from tests.integration.endpoint_helpers import Endpoint, start_endpoint, stop_endpoint
+from tests.integration.lora_helpers import write_adapter
+
+PROMPT = "The capital of France is"
+JSON = "application/json"
+ASK = {"prompt": PROMPT, "max_tokens": 6, "temperature": 0, "ignore_eos": True}
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    tmp = tmp_path_factory.mktemp("lora_component_files")
+    base = Path(resolve_model())
+    return {
+        "sql": write_adapter(tmp / "sql.gguf", base, seed=1, std=0.15),
+        "poet": write_adapter(tmp / "poet.gguf", base, seed=2, std=0.15),
+        "bad": write_adapter(tmp / "bad.gguf", base, seed=3, shape_off_by=3),
+    }
+
+
+@pytest.fixture(scope="module")
+def ep(tmp_path_factory: pytest.TempPathFactory, files: dict[str, Path]) -> Iterator[Endpoint]:
+    # no cached prefixes: every answer is a fresh prefill (under an adapter, llama.cpp's logits depend on
+    # how a prompt is split into decodes)
+    endpoint = start_endpoint(tmp_path_factory.mktemp("lora_components"), f"""
+name: adapters
+components:
+  - name: base
+    copies: 1
+    resources: {{num_cpus: 0.5, memory_mb: 1024}}
+    engine: {{max_concurrent: 2, max_input_tokens: 64, max_total_tokens: 128, max_batch_tokens: 128,
+              prefix_cache_seqs: 0, prompt_cache_mb: 0}}
+    adapters:
+      - {{name: poet, path: {files['poet']}, scale: 0.5}}
+  - name: sql
+    base: base
+    adapter: {{path: {files['sql']}}}
+""")  # fmt: skip
+    yield endpoint
+    stop_endpoint(endpoint)
+
+
+def client(ep: Endpoint) -> httpx.Client:
+    return httpx.Client(base_url=ep.url, timeout=120)
+
+
+def runtime(ep: Endpoint) -> Any:
+    return boto3.client("sagemaker-runtime", endpoint_url=ep.url, region_name="us-east-1",
+                        aws_access_key_id="x", aws_secret_access_key="y",
+                        config=Config(read_timeout=120))  # fmt: skip
+
+
+def invoke(ep: Endpoint, component: str, body: dict[str, Any]) -> Any:
+    r = runtime(ep).invoke_endpoint(EndpointName="adapters", Body=json.dumps(body), ContentType=JSON,
+                                    InferenceComponentName=component)  # fmt: skip
+    return json.loads(r["Body"].read())
+
+
+def by_model(ep: Endpoint, model: str) -> str:
+    resp = client(ep).post("/v1/completions", json={**ASK, "model": model})
+    assert resp.status_code == 200, resp.text
+    return str(resp.json()["choices"][0]["text"])
+
+
+def test_an_adapter_component_of_the_file_answers_by_its_name_as_sagemaker_invokes_it(ep: Endpoint) -> None:
+    sql = by_model(ep, "sql")
+    assert sql != by_model(ep, "base")
+    assert invoke(ep, "sql", ASK)["choices"][0]["text"] == sql
+    tgi = invoke(ep, "sql", {"inputs": PROMPT, "parameters": {"max_new_tokens": 6}})
+    assert tgi[0]["generated_text"] == sql
+    # the header naming a component's adapter (`adapters:`) routes so too
+    assert invoke(ep, "poet", ASK)["choices"][0]["text"] == by_model(ep, "poet")
+    cards = {m["id"]: m for m in client(ep).get("/v1/models").json()["data"]}
+    assert cards["sql"]["parent"] == cards["poet"]["parent"] == "base"
+    status = ep.status()
+    assert status["adapter_components"] == [{"name": "sql", "base": "base"}]
+    [base] = status["components"]
+    assert {a["name"]: a["inference_component"] for a in base["adapters"]} == {"poet": False, "sql": True}
+    oll = ollama.Client(host=ep.url, timeout=120)  # Ollama's clients pick models from /api/tags
+    tags = {m.model: m for m in oll.list().models}
+    assert set(tags) == {"base:latest", "poet:latest", "sql:latest"}
+    assert tags["sql:latest"].details and tags["sql:latest"].details.parent_model == "base:latest"
+    assert {m.model for m in oll.ps().models} == set(tags)
+    show = oll.show("sql")
+    assert show.details and show.details.parent_model == "base:latest" and "ADAPTER" in str(show.modelfile)
+    shown = ep.cli("status")
+    assert shown.returncode == 0 and "inference component" in shown.stdout, shown.stderr
+
+
+def test_the_copy_refuses_a_body_choosing_another_adapter_than_the_header(ep: Endpoint) -> None:
+    with pytest.raises(runtime(ep).exceptions.ModelError) as caught:
+        invoke(ep, "sql", {**ASK, "model": "poet"})
+    assert caught.value.response["OriginalStatusCode"] == 422
+    assert "X-Amzn-SageMaker-Adapter-Identifier" in caught.value.response["Error"]["Message"]
+
+
+def test_an_adapter_component_created_at_run_time_serves_and_a_later_copy_loads_it(
+    ep: Endpoint, files: dict[str, Path]
+) -> None:
+    body = {"name": "sql2", "base": "base", "adapter": {"path": str(files["sql"])}}
+    added = client(ep).post("/admin/components", json=body)
+    assert added.status_code == 201, added.text
+    assert invoke(ep, "sql2", ASK)["choices"][0]["text"] == by_model(ep, "sql2") == by_model(ep, "sql")
+    scaled = client(ep).post("/admin/scale", json={"component": "base", "copies": 2})
+    assert scaled.status_code == 200, scaled.text
+    rows = {r["name"]: r for r in client(ep).get("/admin/adapters").json()["data"]}
+    assert rows["sql2"]["copies"] == rows["sql"]["copies"] == rows["poet"]["copies"] == 2
+    assert rows["sql2"]["inference_component"] and rows["sql2"]["component"] == "base"
+    wrong = {**body, "name": "wrong", "adapter": {"path": str(files["bad"])}}
+    bad = client(ep).post("/admin/components", json=wrong)
+    assert bad.status_code == 422 and bad.json()["error"]["param"] == "adapter.path", bad.text
+    assert "could not load the LoRA adapter" in bad.json()["error"]["message"]
+    again = client(ep).post("/admin/components", json=body)
+    assert again.status_code == 409, again.text
+    assert client(ep).post("/admin/scale", json={"component": "base", "copies": 1}).status_code == 200
+
+
+def test_deleting_an_adapter_component_in_use_is_a_409_and_its_base_is_refused(ep: Endpoint) -> None:
+    refused = client(ep).delete("/admin/components/base")
+    assert refused.status_code == 409, refused.text
+    assert "sql, sql2" in refused.json()["error"]["message"]
+    with client(ep) as c, c.stream("POST", "/v1/completions", json={
+        **ASK, "model": "sql2", "max_tokens": 64, "stream": True}) as running:  # fmt: skip
+        lines = running.iter_lines()
+        assert next(line for line in lines if line.startswith("data: "))
+        busy = client(ep).delete("/admin/components/sql2")
+        assert busy.status_code == 409, busy.text
+        assert busy.headers["retry-after"] == "1" and "in use" in busy.text
+        assert [line for line in lines if line.startswith("data: ")][-1] == "data: [DONE]"
+    assert client(ep).delete("/admin/components/sql2").status_code == 200
+    with pytest.raises(runtime(ep).exceptions.ValidationError, match="unknown inference component 'sql2'"):
+        invoke(ep, "sql2", ASK)
+
+
+def test_the_endpoint_loads_and_unloads_an_adapter_on_every_copy(
+    ep: Endpoint, files: dict[str, Path]
+) -> None:
+    def admin(action: str, **body: Any) -> httpx.Response:
+        return client(ep).post(f"/admin/adapters/{action}", json=body)
+
+    loaded = admin("load", component="base", name="extra", path=str(files["sql"]))
+    assert loaded.status_code == 200, loaded.text
+    assert {r["name"]: r["copies"] for r in loaded.json()["data"]}["extra"] == 1
+    assert by_model(ep, "extra") == by_model(ep, "sql")
+    bad = admin("load", component="base", name="worse", path=str(files["bad"]))
+    assert bad.status_code == 422 and bad.json()["error"]["param"] == "path", bad.text
+    nowhere = admin("load", component="nope", name="x", path=str(files["sql"]))
+    assert nowhere.status_code == 404 and "nope" in nowhere.text
+    component = admin("unload", component="base", name="sql")
+    assert component.status_code == 409 and "DELETE" in component.text
+    assert admin("unload", component="base", name="extra").status_code == 200
+    gone = client(ep).post("/v1/completions", json={**ASK, "model": "extra"})
+    assert gone.status_code == 404, gone.text
+    listed = ep.cli("adapters", "list")
+    assert listed.returncode == 0 and "poet" in listed.stdout and "extra" not in listed.stdout, listed.stderr

@@ -84,6 +84,15 @@ class FakeModel:
     def kv_floor(self, seq_id: int) -> int:
         return self.floors.get(seq_id, 0)
 
+    def reach(self, seq_id: int, n_tokens: int) -> int:
+        return n_tokens if n_tokens >= self.kv_floor(seq_id) else 0
+
+    def checkpoint(self, seq_id: int, prompt_len: int) -> bool:
+        return False  # no sliding-window layers
+
+    def restore_checkpoint(self, seq_id: int, n_tokens: int) -> bool:
+        return False
+
     def state_seq_size(self, seq_id: int) -> int:
         return 4 * len(self.kv.get(seq_id, []))
 

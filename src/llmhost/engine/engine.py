@@ -58,7 +58,7 @@ class Engine:
         self.config = config
         host = host_cache(config, model.weights_bytes)
         state_key = model.state_key if host is not None else None
-        self.scheduler = Scheduler(config, host, state_key, model.kv_floor)
+        self.scheduler = Scheduler(config, host, state_key, model.reach)
         self.adapters = LoadedAdapters(model, config.adapters, config.max_loras)
         self.kv = KvRunner(model, self.scheduler)
         self.observer = observer
@@ -149,6 +149,7 @@ class Engine:
             i for i in plan.items
             if i.seq.status is not SeqStatus.FINISHED and i.seq.kv_seq not in refused and self._kv_holds(i)
         ]  # fmt: skip
+        self.kv.checkpoint(plan.items)
         if self.drafter is not None and plan.items:
             plan.items = self.drafter.fill(plan.items)
         return self._decode_and_sample(plan.items) if plan.items else {}

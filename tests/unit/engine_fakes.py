@@ -14,6 +14,7 @@ import numpy.typing as npt
 from llmhost.engine import Engine, EngineConfig
 from llmhost.engine.host_cache import StateKey
 from llmhost.engine.prefix_cache import KvCopy, KvMove, KvOp, KvTrim
+from llmhost.engine.swa_checkpoints import CheckpointPolicy, SwaCheckpoints
 
 N_VOCAB = 64
 CYCLE = 50  # outputs cycle below the EOG token
@@ -48,6 +49,7 @@ class FakeModel:
         # a sequence's shortest reusable prefix, where a test says llama.cpp gave its first cells away
         self.floors: dict[int, int] = {}
         self.state_key = StateKey("fake-model")
+        self.checkpoints = SwaCheckpoints(CheckpointPolicy(0, spacing=1, live=0))  # no sliding window
 
     # vocabulary
     def piece(self, token: int, special: bool = False) -> bytes:

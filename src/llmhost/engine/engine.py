@@ -372,10 +372,9 @@ class Engine:
             self.observer.on_step(plan.num_seqs, plan.num_tokens, seconds)
 
     def stats(self) -> EngineStats:
-        sched = self.scheduler
+        sched, checkpoints = self.scheduler, self.model.checkpoints
         return EngineStats(
-            running=len(sched.running),
-            waiting=len(sched.waiting),
+            running=len(sched.running), waiting=len(sched.waiting),
             kv_tokens_used=sched.kv_tokens_used,
             kv_tokens_capacity=self.config.n_ctx,
             steps=self.steps,
@@ -385,8 +384,10 @@ class Engine:
             prompt_tokens_prefilled=self.prompt_tokens_prefilled,
             draft_tokens=self.draft_tokens,
             draft_tokens_accepted=self.draft_tokens_accepted,
+            swa_checkpoints_made=checkpoints.made, swa_checkpoints_restored=checkpoints.restored,
+            swa_checkpoint_bytes=checkpoints.nbytes,
             **(self.scheduler.host.figures() if self.scheduler.host is not None else {}),
-        )
+        )  # fmt: skip
 
     def close(self) -> None:
         for request_id in list(self._active):

@@ -21,10 +21,10 @@ from llmhost.engine.config import EngineConfig
 from llmhost.engine.gguf_check import GGUFError, check_gguf
 from llmhost.engine.gguf_meta import POOLING_NAMES, kv_bytes_per_token, read_info, token_piece
 from llmhost.engine.host_cache import StateKey
-from llmhost.engine.llama_backend import extra_buffers, init_backend
+from llmhost.engine.llama_backend import SwaLayerTally, extra_buffers, init_backend
 from llmhost.engine.llama_context import new_context, refusal
 from llmhost.engine.llama_state import read_state, state_size, write_state
-from llmhost.engine.memory_fit import MemoryFitError, fit_memory, plan, rss_bytes
+from llmhost.engine.memory_fit import KvShape, MemoryFitError, fit_memory, plan, rss_bytes
 from llmhost.engine.prefix_cache import KvCopy, KvEdit, KvMove, KvTrim
 from llmhost.engine.state_format import n_streams, restream
 from llmhost.engine.swa_checkpoints import CheckpointPolicy, SwaCheckpoints
@@ -63,7 +63,8 @@ class LlamaModel:
         except GGUFError as exc:
             raise ModelLoadError(str(exc)) from None
         rss_before = rss_bytes()
-        model = lc.llama_model_load_from_file(self.path.encode(), mparams)
+        with SwaLayerTally() as layers:
+            model = lc.llama_model_load_from_file(self.path.encode(), mparams)
         if not model:
             raise ModelLoadError(f"llama.cpp could not load {self.path} (not a GGUF model, or corrupt)")
         self._model = model
@@ -79,6 +80,7 @@ class LlamaModel:
         self._kv_cells = not (lc.llama_model_is_recurrent(model) or lc.llama_model_is_hybrid(model))
         # K and V of one position in the configured cache types (what sizes the KV cache)
         self.kv_bytes_per_token = kv_bytes_per_token(model, config.cache_type_k, config.cache_type_v)
+        self.kv_shape = KvShape(self.kv_bytes_per_token, layers.layers, layers.swa, self.swa_window)
         self._check_trained_context(config)
         if pooling is None:
             config = self.config = self._fit_memory(config, rss_before)
@@ -99,10 +101,10 @@ class LlamaModel:
 
     def _checkpoint_policy(self, config: EngineConfig) -> CheckpointPolicy:
         """SWA checkpoints only where sliding-window layers keep their window (a full SWA cache serves
-        every prefix by itself); the cells a stream keeps past the window are at least a micro-batch."""
+        any prefix); a stream keeps at least a micro-batch of cells past the window."""
         windowed = self.swa_window > 0 and not config.swa_full and self.pooling is None
-        per_seq = config.swa_checkpoints if windowed else 0
-        return CheckpointPolicy(per_seq, spacing=config.max_batch_tokens, live=config.llama_n_ubatch)
+        n = config.swa_checkpoints if windowed else 0
+        return CheckpointPolicy(n, spacing=config.max_batch_tokens, live=config.llama_n_ubatch)
 
     def _check_trained_context(self, config: EngineConfig) -> None:
         """An embeddings context holds one input per sequence; a generation context, prompt + output:
@@ -122,7 +124,7 @@ class LlamaModel:
     def _fit_memory(self, config: EngineConfig, rss_before: int) -> EngineConfig:
         """As many idle cached sequences as --memory-mb holds beside the weights and the running ones."""
         try:
-            return fit_memory(config, plan(config, rss_before, self.weights_bytes, self.kv_bytes_per_token))
+            return fit_memory(config, plan(config, rss_before, self.weights_bytes, self.kv_shape))
         except MemoryFitError as exc:
             self.close()
             raise ModelLoadError(f"{self.path}: {exc}") from None
@@ -288,8 +290,7 @@ class LlamaModel:
         return cp.n_tokens if cp is not None else 0
 
     def checkpoint(self, seq_id: int, prompt_len: int) -> bool:
-        """Save `seq_id`'s sliding-window cells as a checkpoint at the positions it holds, where the
-        policy wants one; whether it did."""
+        """Save `seq_id`'s sliding-window cells as a checkpoint where the policy wants one."""
         n = self.seq_len(seq_id)
         if not self.checkpoints.wants(seq_id, n, prompt_len):
             return False
@@ -298,9 +299,8 @@ class LlamaModel:
         return True
 
     def restore_checkpoint(self, seq_id: int, n_tokens: int) -> bool:
-        """Give `seq_id` (its full-attention layers holding `n_tokens` positions, copied from a sequence
-        whose window has moved on) the sliding-window cells of its checkpoint at `n_tokens`; False where
-        it has none or llama.cpp refuses it."""
+        """Give `seq_id` (a copy of `n_tokens` positions whose window moved on) the sliding-window cells
+        of its checkpoint at `n_tokens`; False where it has none or llama.cpp refuses it."""
         cp = self.checkpoints.at(seq_id, n_tokens)
         if cp is None:
             return False
@@ -311,8 +311,7 @@ class LlamaModel:
         return self.holds_context(seq_id, n_tokens)
 
     def state_seq_size(self, seq_id: int) -> int:
-        """Bytes `state_seq_save(seq_id)` would return."""
-        return state_size(self._ctx, seq_id)
+        return state_size(self._ctx, seq_id)  # bytes state_seq_save(seq_id) returns
 
     @property
     def state_key(self) -> StateKey:

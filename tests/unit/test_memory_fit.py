@@ -58,8 +58,9 @@ def test_a_stream_counts_sliding_window_layers_at_their_window_with_its_checkpoi
     # 3 full layers of 4,096 positions + 15 of the window and a 512-token micro-batch (llama.cpp's cells)
     assert swa_cells(EngineConfig(), 512) == 1024
     assert bare == (3 * 4096 + 15 * 1024) * 1024  # 27 MiB
-    # each checkpoint at its largest: the sliding-window layers' cells of a stream (15 MiB)
-    assert stream_bytes(EngineConfig(swa_checkpoints=2), GEMMA3) == bare + 2 * 15 * 1024 * 1024
+    # the checkpoints at their largest: the last before the longest prompt's final micro-batch (2,048 -
+    # 512: all 1,024 cells), the one before 512 positions earlier (1,023: as many cells as positions)
+    assert stream_bytes(EngineConfig(swa_checkpoints=2), GEMMA3) == bare + (1024 + 1023) * 15 * 1024
     assert stream_bytes(EngineConfig(), KvShape(1024, 18)) == 4096 * 1024, "no sliding window: every position"
 
 

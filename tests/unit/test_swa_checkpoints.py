@@ -62,3 +62,12 @@ def test_a_copy_replaces_what_its_target_held() -> None:
 def test_a_policy_out_of_bounds_is_refused() -> None:
     with pytest.raises(ValueError, match="policy"):
         CheckpointPolicy(-1, spacing=1, live=0)
+
+
+def test_the_most_cells_a_sequences_checkpoints_hold() -> None:
+    policy = CheckpointPolicy(3, spacing=512, live=512)
+    # positions 1535, 1023 and 511 of a 2,048-token prompt: at most a 1,024-cell stream each
+    assert policy.most_cells(2048, 1024) == 1024 + 1023 + 511
+    assert policy.most_cells(1024, 1024) == 511, "only one fits before the last micro-batch"
+    assert policy.most_cells(512, 1024) == 0
+    assert CheckpointPolicy(0, spacing=512, live=512).most_cells(4096, 1024) == 0

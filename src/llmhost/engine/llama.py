@@ -97,14 +97,9 @@ class LlamaModel:
         self.copies_done_early = 0  # decodes made only to have queued copies done before a state op
         self.n_batch = config.max_batch_tokens
         self._batch = lc.llama_batch_init(self.n_batch, 0, 1)
-        self.checkpoints = SwaCheckpoints(self._checkpoint_policy(config))
-
-    def _checkpoint_policy(self, config: EngineConfig) -> CheckpointPolicy:
-        """SWA checkpoints only where sliding-window layers keep their window (a full SWA cache serves
-        any prefix); a stream keeps at least a micro-batch of cells past the window."""
-        windowed = self.swa_window > 0 and not config.swa_full and self.pooling is None
-        n = config.swa_checkpoints if windowed else 0
-        return CheckpointPolicy(n, spacing=config.max_batch_tokens, live=config.llama_n_ubatch)
+        # SWA checkpoints only where sliding-window layers keep their window (in full they serve any prefix)
+        windowed = self.swa_window > 0 and not config.swa_full and pooling is None
+        self.checkpoints = SwaCheckpoints(CheckpointPolicy.of(config, windowed))
 
     def _check_trained_context(self, config: EngineConfig) -> None:
         """An embeddings context holds one input per sequence; a generation context, prompt + output:

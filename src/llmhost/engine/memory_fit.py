@@ -20,6 +20,7 @@ import psutil
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
 from llmhost.engine.config import EngineConfig
+from llmhost.engine.swa_checkpoints import CheckpointPolicy
 
 log = logging.getLogger(__name__)
 MIB = 2**20
@@ -111,14 +112,16 @@ def swa_cells(config: EngineConfig, window: int) -> int:
 
 def stream_bytes(config: EngineConfig, kv: KvShape) -> int:
     """One sequence's KV (max_total_tokens positions) with its SWA checkpoints at their largest: the
-    sliding-window layers at their window unless swa_full, each checkpoint their cells of a stream."""
+    sliding-window layers at their window unless swa_full, the checkpoints their cells at the positions
+    the policy could take them."""
     full = config.max_total_tokens * kv.bytes_per_token
     if config.swa_full or not kv.swa_layers or not kv.swa_window or not kv.layers:
         return full
     swa_per_token = kv.bytes_per_token * kv.swa_layers / kv.layers
     cells = swa_cells(config, kv.swa_window)
     windowed = full - swa_per_token * (config.max_total_tokens - cells)
-    return round(windowed + config.swa_checkpoints * swa_per_token * cells)
+    checkpoints = CheckpointPolicy.of(config, windowed=True).most_cells(config.max_input_tokens, cells)
+    return round(windowed + swa_per_token * checkpoints)
 
 
 def plan(config: EngineConfig, rss_before_load: int, weights_bytes: int, kv: KvShape) -> MemoryPlan:

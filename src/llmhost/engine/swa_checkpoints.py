@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from llmhost.engine.config import EngineConfig
 from llmhost.engine.prefix_cache import KvCopy, KvEdit, KvMove, KvTrim
 
 
@@ -36,6 +37,20 @@ class CheckpointPolicy:
     def __post_init__(self) -> None:
         if self.per_seq < 0 or self.spacing < 1 or self.live < 0:
             raise ValueError(f"bad checkpoint policy {self}")
+
+    @classmethod
+    def of(cls, config: EngineConfig, windowed: bool) -> CheckpointPolicy:
+        """`config`'s: at most one a prefill chunk, none within a micro-batch of the prompt's end (a
+        stream keeps at least that many cells past the window); none unless `windowed`."""
+        n = config.swa_checkpoints if windowed else 0
+        return cls(n, spacing=config.max_batch_tokens, live=config.llama_n_ubatch)
+
+    def most_cells(self, max_prompt: int, stream_cells: int) -> int:
+        """The most sliding-window cells one sequence's checkpoints hold: each at most the stream's
+        cells or its position, the last before `max_prompt` - `live`, the others `spacing` apart."""
+        last = max_prompt - self.live - 1
+        positions = (last - k * self.spacing for k in range(self.per_seq))
+        return sum(min(stream_cells, p) for p in positions if p > 0)
 
 
 class SwaCheckpoints:

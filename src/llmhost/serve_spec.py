@@ -149,11 +149,17 @@ class EngineSettings:
         engine="cache_type_v", label="ctv", metavar="TYPE")
     swa_full: bool = setting(
         _DEFAULT.swa_full,
-        "Sliding-window layers (Gemma 3, gpt-oss, Mistral-SWA) keep every position, so a cached "
-        "sequence serves any prefix of it (a shared system prompt); --no-swa-full keeps only their "
-        "window (Gemma 3 270M, 16 x 4,096 tokens: 432 instead of 1,152 MiB of f16 KV): a cached "
-        "conversation still serves its own next turn, not a shorter shared prefix. Speculative "
-        "decoding needs it on.", endpoint=True, engine="swa_full")
+        "Sliding-window layers (Gemma 3, gpt-oss, Mistral-SWA, Cohere) keep every position instead of "
+        "their window (Gemma 3 270M, 16 x 4,096 tokens: 1,152 instead of 432 MiB of f16 KV). Windowed "
+        "(the default, llama.cpp's), a prompt sharing a shorter prefix of a cached sequence is served "
+        "from an SWA checkpoint (--swa-checkpoints). Speculative decoding turns it on.",
+        endpoint=True, engine="swa_full")
+    swa_checkpoints: int = setting(
+        _DEFAULT.swa_checkpoints,
+        "SWA checkpoints a sequence keeps (llama-server's --swa-checkpoints): its sliding-window cells "
+        "saved in host memory at prompt chunk starts, so a prompt sharing a shorter prefix reuses it "
+        "under windowed sliding-window layers. 0: none (such a prompt is prefilled from scratch).",
+        endpoint=True, engine="swa_checkpoints", ge=0, metavar="N")
     speculative: str = setting(
         _DEFAULT.speculative,
         "Speculative decoding of greedy requests: 'ngram' (prompt lookup), 'draft' (a draft model: "

@@ -3,9 +3,9 @@
 Gemma 3 270M: 18 layers, 5 of each 6 with a 512-position window, one KV head of 256 values. The KV
 llama.cpp allocates follows the types (q8_0 packs 32 values in 34 bytes, q4_0 in 18) and the window
 (15 layers hold the window and a micro-batch a stream instead of the whole stream). Windowed, a
-conversation's own next turn still reuses all of its KV; a prompt sharing only a shorter prefix cannot
-(the positions its next token attends to are gone) and is prefilled from scratch, giving what a cold
-engine gives."""
+conversation's own next turn still reuses all of its KV; a prompt sharing only a shorter prefix (whose
+window positions are gone from the cells) restores the newest SWA checkpoint at or before it and
+prefills the rest, giving what a cold engine gives."""
 
 from __future__ import annotations
 
@@ -85,7 +85,7 @@ def test_q8_0_kv_batches_as_it_runs_alone() -> None:
     assert_same_or_near_tie(logprobs_of(alone), logprobs_of(events["x"]))
 
 
-def test_a_windowed_cache_reuses_a_conversation_but_not_a_shorter_shared_prefix() -> None:
+def test_a_windowed_cache_reuses_a_conversation_and_a_shorter_shared_prefix_from_a_checkpoint() -> None:
     eng = engine(swa_full=False)
     text = text_tokens(eng)
     long = text[1000:1900]
@@ -95,7 +95,9 @@ def test_a_windowed_cache_reuses_a_conversation_but_not_a_shorter_shared_prefix(
     follow = long[:300] + text[7000:7050]
     warm = run_greedy(eng, "follow", follow, 12)
     timings = warm[-1].timings
-    assert timings is not None and timings.cache_n == 0  # positions 0-299's window is gone
+    # positions 0-299's window is gone from the cells: the checkpoint at 256 (one per 256-token chunk)
+    assert timings is not None and timings.cache_n == 256
+    assert eng.stats().swa_checkpoints_restored == 1
     eng.close()
     cold_engine = engine(swa_full=False, prefix_cache_seqs=0)
     cold = run_greedy(cold_engine, "follow", follow, 12)

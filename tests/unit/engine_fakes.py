@@ -14,6 +14,7 @@ import numpy.typing as npt
 from llmhost.engine import Engine, EngineConfig
 from llmhost.engine.host_cache import StateKey
 from llmhost.engine.prefix_cache import KvCopy, KvMove, KvOp, KvTrim
+from llmhost.engine.swa_checkpoints import CheckpointPolicy, SwaCheckpoints
 
 N_VOCAB = 64
 CYCLE = 50  # outputs cycle below the EOG token
@@ -48,6 +49,7 @@ class FakeModel:
         # a sequence's shortest reusable prefix, where a test says llama.cpp gave its first cells away
         self.floors: dict[int, int] = {}
         self.state_key = StateKey("fake-model")
+        self.checkpoints = SwaCheckpoints(CheckpointPolicy(0, spacing=1, live=0))  # no sliding window
 
     # vocabulary
     def piece(self, token: int, special: bool = False) -> bytes:
@@ -83,6 +85,15 @@ class FakeModel:
 
     def kv_floor(self, seq_id: int) -> int:
         return self.floors.get(seq_id, 0)
+
+    def reach(self, seq_id: int, n_tokens: int) -> int:
+        return n_tokens if n_tokens >= self.kv_floor(seq_id) else 0
+
+    def checkpoint(self, seq_id: int, prompt_len: int) -> bool:
+        return False  # no sliding-window layers
+
+    def restore_checkpoint(self, seq_id: int, n_tokens: int) -> bool:
+        return False
 
     def state_seq_size(self, seq_id: int) -> int:
         return 4 * len(self.kv.get(seq_id, []))

@@ -16,7 +16,6 @@ from llmhost.store import ModelNotFoundError, resolve_model
         ({"max_concurrent": 200, "prefix_cache_seqs": 100}, "256"),
         ({"cache_type_k": "q9"}, "cache_type_k must be one of f16, bf16, f32, q8_0, q4_0"),
         ({"cache_type_v": "q8_0"}, "cache_type_v q8_0 .* needs flash attention"),
-        ({"speculative": "ngram", "swa_full": False}, "needs swa_full"),
     ],
 )
 def test_engine_config_names_the_bad_limit(kwargs: dict[str, int], message: str) -> None:

@@ -6,7 +6,16 @@ from __future__ import annotations
 import pytest
 
 from llmhost.engine.config import EngineConfig
-from llmhost.engine.memory_fit import MIB, RUNTIME_MARGIN_MB, MemoryFitError, MemoryPlan, fit_memory
+from llmhost.engine.memory_fit import (
+    MIB,
+    RUNTIME_MARGIN_MB,
+    KvShape,
+    MemoryFitError,
+    MemoryPlan,
+    fit_memory,
+    stream_bytes,
+    swa_cells,
+)
 
 
 def memory_plan(memory_mb: int, process_mb: int = 300, weights_left_mb: int = 0,
@@ -36,3 +45,25 @@ def test_running_sequences_that_do_not_fit_are_refused_naming_each_part() -> Non
                  "room for 3",
                  "--max-concurrent", "--max-total-tokens"):  # fmt: skip
         assert part in message, message
+
+
+# Gemma 3 270M: 18 layers (15 with a 512-position window), K and V of 256 values, f16: 18 KiB a position
+GEMMA3 = KvShape(bytes_per_token=18 * 1024, layers=18, swa_layers=15, swa_window=512)
+
+
+def test_a_stream_counts_sliding_window_layers_at_their_window_with_its_checkpoints() -> None:
+    full = stream_bytes(EngineConfig(swa_full=True), GEMMA3)
+    assert full == 4096 * 18 * 1024  # 72 MiB
+    bare = stream_bytes(EngineConfig(swa_checkpoints=0), GEMMA3)
+    # 3 full layers of 4,096 positions + 15 of the window and a 512-token micro-batch (llama.cpp's cells)
+    assert swa_cells(EngineConfig(), 512) == 1024
+    assert bare == (3 * 4096 + 15 * 1024) * 1024  # 27 MiB
+    # the checkpoints at their largest: the last before the longest prompt's final micro-batch (2,048 -
+    # 512: all 1,024 cells), the one before 512 positions earlier (1,023: as many cells as positions)
+    assert stream_bytes(EngineConfig(swa_checkpoints=2), GEMMA3) == bare + (1024 + 1023) * 15 * 1024
+    assert stream_bytes(EngineConfig(), KvShape(1024, 18)) == 4096 * 1024, "no sliding window: every position"
+
+
+def test_speculation_keeps_sliding_window_layers_whole() -> None:
+    assert EngineConfig(speculative="ngram").swa_full
+    assert stream_bytes(EngineConfig(speculative="ngram"), GEMMA3) == 4096 * 18 * 1024

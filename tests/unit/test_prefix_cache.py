@@ -137,7 +137,7 @@ def test_a_sequence_serves_only_prefixes_from_its_kv_floor_on() -> None:
     """A long sequence lost its first sliding-window cells: a prompt sharing only its start is not
     given it, its own next turn still is."""
     floors = dict.fromkeys(range(6), 0)
-    cache = PrefixCache(4, 2, kv_floor=floors.__getitem__)
+    cache = PrefixCache(4, 2, reach=lambda seq, n: n if n >= floors[seq] else 0)
     conversation = list(range(1, 31))
     first = cache.acquire(conversation, running=[])
     cache.release(first.kv_seq, conversation, reusable=True)

@@ -93,6 +93,7 @@ class EngineSpec(_Strict):
     cache_type_k: CacheType | None = _key("cache_type_k")
     cache_type_v: CacheType | None = _key("cache_type_v")
     swa_full: bool | None = _key("swa_full")
+    swa_checkpoints: int | None = _key("swa_checkpoints")
     speculative: Speculative | None = _key("speculative")
     draft_tokens: int | None = _key("draft_tokens")
     adaptive_draft: bool | None = _key("adaptive_draft")

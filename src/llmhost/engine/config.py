@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import dataclass
 from typing import Literal, get_args
 
 from llmhost.engine.lora import AdapterSpec, check_unique
 
+log = logging.getLogger(__name__)
 SchedulePolicy = Literal["fewest-left", "arrival", "cached-first"]
 SCHEDULE_POLICIES: tuple[str, ...] = get_args(SchedulePolicy)
 # llama.cpp's KV cache types (common/arg.cpp's kv_cache_types), unquantized first
@@ -62,12 +64,15 @@ class EngineConfig:
     # attention, which reads V row by row; f16 is llama.cpp's default
     cache_type_k: CacheType = "f16"
     cache_type_v: CacheType = "f16"
-    # sliding-window layers (Gemma 3, gpt-oss, Mistral-SWA, Cohere) keep every position (True) or only
-    # their window (False, llama.cpp's default: 5 of Gemma 3's 6 layers at 1/8 of a 4,096-token stream).
-    # Windowed, a cached sequence serves only prefixes whose next token's window it still holds (its
-    # own next turn, not a shorter shared system prompt), and guesses rolled back would take cells
-    # with them, so speculative decoding needs the full cache
-    swa_full: bool = True
+    # sliding-window layers (Gemma 3, gpt-oss, Mistral-SWA, Cohere) keep only their window (False,
+    # llama.cpp's default: 5 of Gemma 3's 6 layers at 1/8 of a 4,096-token stream) or every position
+    # (True). Windowed, a prompt sharing a shorter prefix of a cached sequence than its whole KV is
+    # served from an SWA checkpoint (`swa_checkpoints`); speculative decoding turns it on (a rolled-back
+    # guess would take window cells with it)
+    swa_full: bool = False
+    # SWA checkpoints a sequence keeps (llama-server's --swa-checkpoints): its sliding-window cells
+    # saved in host memory at prompt chunk starts, each up to the window and a micro-batch of cells
+    swa_checkpoints: int = 3
     # how llama.cpp reads the weights: "auto" (its default), "mmap" or "read" (no mmap)
     load_mode: str = "auto"
     # llama.cpp's extra buffer types: weights repacked at load for this CPU's kernels
@@ -119,10 +124,9 @@ class EngineConfig:
                 f"schedule_policy must be one of {', '.join(SCHEDULE_POLICIES)}, got {self.schedule_policy!r}"
             )
         if self.speculative and not self.swa_full:
-            raise ValueError(
-                f"speculative needs swa_full (a rolled-back guess of speculative={self.speculative!r} takes "
-                "sliding-window cells with it): drop --no-swa-full or --speculative"
-            )
+            log.debug("speculative=%r keeps sliding-window layers whole (swa_full): a rolled-back guess "
+                     "would take window cells with it", self.speculative)  # fmt: skip
+            object.__setattr__(self, "swa_full", True)  # frozen: settled once, before any use
 
     def _check_cache_types(self) -> None:
         for name, value in (("cache_type_k", self.cache_type_k), ("cache_type_v", self.cache_type_v)):
@@ -156,6 +160,7 @@ class EngineConfig:
             "request_timeout_s": self.request_timeout_s,
             "memory_mb": self.memory_mb,
             "max_loras": self.max_loras,
+            "swa_checkpoints": self.swa_checkpoints,
         }
         for name, bound in non_negative.items():
             if not bound >= 0:

@@ -58,7 +58,7 @@ class Engine:
         self.config = config
         host = host_cache(config, model.weights_bytes)
         state_key = model.state_key if host is not None else None
-        self.scheduler = Scheduler(config, host, state_key, model.kv_floor)
+        self.scheduler = Scheduler(config, host, state_key, model.reach)
         self.adapters = LoadedAdapters(model, config.adapters, config.max_loras)
         self.kv = KvRunner(model, self.scheduler)
         self.observer = observer
@@ -149,6 +149,7 @@ class Engine:
             i for i in plan.items
             if i.seq.status is not SeqStatus.FINISHED and i.seq.kv_seq not in refused and self._kv_holds(i)
         ]  # fmt: skip
+        self.kv.checkpoint(plan.items)
         if self.drafter is not None and plan.items:
             plan.items = self.drafter.fill(plan.items)
         return self._decode_and_sample(plan.items) if plan.items else {}
@@ -371,10 +372,9 @@ class Engine:
             self.observer.on_step(plan.num_seqs, plan.num_tokens, seconds)
 
     def stats(self) -> EngineStats:
-        sched = self.scheduler
+        sched, checkpoints = self.scheduler, self.model.checkpoints
         return EngineStats(
-            running=len(sched.running),
-            waiting=len(sched.waiting),
+            running=len(sched.running), waiting=len(sched.waiting),
             kv_tokens_used=sched.kv_tokens_used,
             kv_tokens_capacity=self.config.n_ctx,
             steps=self.steps,
@@ -384,8 +384,10 @@ class Engine:
             prompt_tokens_prefilled=self.prompt_tokens_prefilled,
             draft_tokens=self.draft_tokens,
             draft_tokens_accepted=self.draft_tokens_accepted,
+            swa_checkpoints_made=checkpoints.made, swa_checkpoints_restored=checkpoints.restored,
+            swa_checkpoint_bytes=checkpoints.nbytes,
             **(self.scheduler.host.figures() if self.scheduler.host is not None else {}),
-        )
+        )  # fmt: skip
 
     def close(self) -> None:
         for request_id in list(self._active):

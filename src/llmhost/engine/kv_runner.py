@@ -12,6 +12,8 @@ import logging
 from llmhost.engine.llama import LlamaModel
 from llmhost.engine.prefix_cache import KvCopy, KvOp, KvRestore, KvSave, KvTrim
 from llmhost.engine.scheduler import Scheduler
+from llmhost.engine.sequence import SeqStatus
+from llmhost.engine.step_plan import BatchItem
 
 log = logging.getLogger(__name__)
 
@@ -54,17 +56,31 @@ class KvRunner:
         return refused
 
     def copy(self, op: KvCopy) -> bool:
-        """Copy a prefix to another sequence; False if the copy does not hold what a token after it
-        attends to (its source lost cells): the target is then emptied, and forgotten if idle, or its
-        request prefills its whole prompt."""
-        self.model.apply(op)
-        if self.model.holds_context(op.dst, op.n_tokens):
+        """Copy a prefix to another sequence, its sliding-window cells from an SWA checkpoint where its
+        source's window moved on; False if the copy still lacks what a token after it attends to: the
+        target is then emptied, and forgotten if idle, or its request prefills its whole prompt."""
+        model = self.model
+        model.apply(op)
+        if model.holds_context(op.dst, op.n_tokens) or model.restore_checkpoint(op.dst, op.n_tokens):
             return True
         log.info("copy of %d tokens of sequence %d to %d lacks positions", op.n_tokens, op.src, op.dst)
         self.model.apply(KvTrim(op.dst, 0))
         self.scheduler.cache.drop(op.dst)
         self.scheduler.prefix_lost(op.dst)
         return False
+
+    def checkpoint(self, items: list[BatchItem]) -> None:
+        """Before a step decodes prompt chunks, save the SWA checkpoints their sequences' policy wants at
+        the positions they hold; a failure loses the checkpoint only (a later prompt sharing a shorter
+        prefix prefills more)."""
+        for item in items:
+            seq = item.seq
+            if seq.status is not SeqStatus.PREFILL or item.start_pos != seq.n_computed:
+                continue
+            try:
+                self.model.checkpoint(seq.kv_seq, len(seq.prompt))
+            except Exception:
+                log.exception("SWA checkpoint of sequence %d at %d failed", seq.kv_seq, item.start_pos)
 
     def save(self, op: KvSave) -> None:
         """Keep the state of KV about to leave the context in host memory; a failure loses the copy

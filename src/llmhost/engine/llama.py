@@ -21,11 +21,13 @@ from llmhost.engine.config import EngineConfig
 from llmhost.engine.gguf_check import GGUFError, check_gguf
 from llmhost.engine.gguf_meta import POOLING_NAMES, kv_bytes_per_token, read_info, token_piece
 from llmhost.engine.host_cache import StateKey
-from llmhost.engine.llama_backend import extra_buffers, init_backend
+from llmhost.engine.llama_backend import SwaLayerTally, extra_buffers, init_backend
 from llmhost.engine.llama_context import new_context, refusal
-from llmhost.engine.memory_fit import MemoryFitError, fit_memory, plan, rss_bytes
+from llmhost.engine.llama_state import read_state, state_size, write_state
+from llmhost.engine.memory_fit import KvShape, MemoryFitError, fit_memory, plan, rss_bytes
 from llmhost.engine.prefix_cache import KvCopy, KvEdit, KvMove, KvTrim
 from llmhost.engine.state_format import n_streams, restream
+from llmhost.engine.swa_checkpoints import CheckpointPolicy, SwaCheckpoints
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +63,8 @@ class LlamaModel:
         except GGUFError as exc:
             raise ModelLoadError(str(exc)) from None
         rss_before = rss_bytes()
-        model = lc.llama_model_load_from_file(self.path.encode(), mparams)
+        with SwaLayerTally() as layers:
+            model = lc.llama_model_load_from_file(self.path.encode(), mparams)
         if not model:
             raise ModelLoadError(f"llama.cpp could not load {self.path} (not a GGUF model, or corrupt)")
         self._model = model
@@ -77,6 +80,7 @@ class LlamaModel:
         self._kv_cells = not (lc.llama_model_is_recurrent(model) or lc.llama_model_is_hybrid(model))
         # K and V of one position in the configured cache types (what sizes the KV cache)
         self.kv_bytes_per_token = kv_bytes_per_token(model, config.cache_type_k, config.cache_type_v)
+        self.kv_shape = KvShape(self.kv_bytes_per_token, layers.layers, layers.swa, self.swa_window)
         self._check_trained_context(config)
         if pooling is None:
             config = self.config = self._fit_memory(config, rss_before)
@@ -93,6 +97,9 @@ class LlamaModel:
         self.copies_done_early = 0  # decodes made only to have queued copies done before a state op
         self.n_batch = config.max_batch_tokens
         self._batch = lc.llama_batch_init(self.n_batch, 0, 1)
+        # SWA checkpoints only where sliding-window layers keep their window (in full they serve any prefix)
+        windowed = self.swa_window > 0 and not config.swa_full and pooling is None
+        self.checkpoints = SwaCheckpoints(CheckpointPolicy.of(config, windowed))
 
     def _check_trained_context(self, config: EngineConfig) -> None:
         """An embeddings context holds one input per sequence; a generation context, prompt + output:
@@ -112,7 +119,7 @@ class LlamaModel:
     def _fit_memory(self, config: EngineConfig, rss_before: int) -> EngineConfig:
         """As many idle cached sequences as --memory-mb holds beside the weights and the running ones."""
         try:
-            return fit_memory(config, plan(config, rss_before, self.weights_bytes, self.kv_bytes_per_token))
+            return fit_memory(config, plan(config, rss_before, self.weights_bytes, self.kv_shape))
         except MemoryFitError as exc:
             self.close()
             raise ModelLoadError(f"{self.path}: {exc}") from None
@@ -174,7 +181,8 @@ class LlamaModel:
         if isinstance(op, KvMove):
             self.apply(KvCopy(op.src, op.dst, op.n_tokens))
             self.apply(KvTrim(op.src, 0))
-        elif isinstance(op, KvCopy):
+            return
+        if isinstance(op, KvCopy):
             lc.llama_memory_seq_cp(self._mem, op.src, op.dst, -1, -1)
             if not self._unified:
                 self._copying_from.add(op.src)
@@ -182,15 +190,17 @@ class LlamaModel:
             lc.llama_memory_seq_rm(self._mem, op.dst, op.n_tokens, -1)
         elif not lc.llama_memory_seq_rm(self._mem, op.seq, op.keep, -1):
             raise RuntimeError(f"llama_memory_seq_rm({op.seq}, {op.keep}) failed")
+        self.checkpoints.follow(op)
 
-    def _finish_copies(self, seq_id: int, writing: bool) -> None:
+    def _finish_copies(self, seq_id: int, writing: bool, pos: int | None = None) -> None:
         """Before a state of `seq_id` is read (or written: `writing`), have llama.cpp do the stream copies
         it queued that involve it, or the state would miss (or be overwritten by) them. llama.cpp has no
-        call for that but a decode, so one token is decoded after `seq_id`'s positions and removed."""
+        call for that but a decode, so one token is decoded after `seq_id`'s positions (`pos`, where
+        the sliding-window cells end elsewhere) and removed."""
         pending = seq_id in self._copying_to or (writing and seq_id in self._copying_from)
         if not pending:
             return
-        pos = self.seq_len(seq_id)
+        pos = self.seq_len(seq_id) if pos is None else pos
         self.decode([([self._flush_token], pos, seq_id, 0)])
         lc.llama_memory_seq_rm(self._mem, seq_id, pos, -1)
         self.copies_done_early += 1
@@ -266,9 +276,37 @@ class LlamaModel:
             return 0
         return first + self.swa_window - 1 if self.swa_window else sys.maxsize
 
+    def reach(self, seq_id: int, n_tokens: int) -> int:
+        """Of the first `n_tokens` positions of `seq_id`, the longest prefix a copy can be decoded after:
+        all of them where its cells hold their window, else the newest SWA checkpoint within them, else 0."""
+        if n_tokens >= self.kv_floor(seq_id):
+            return n_tokens
+        cp = self.checkpoints.newest_at_or_before(seq_id, n_tokens)
+        return cp.n_tokens if cp is not None else 0
+
+    def checkpoint(self, seq_id: int, prompt_len: int) -> bool:
+        """Save `seq_id`'s sliding-window cells as a checkpoint where the policy wants one."""
+        n = self.seq_len(seq_id)
+        if not self.checkpoints.wants(seq_id, n, prompt_len):
+            return False
+        self._finish_copies(seq_id, writing=False)
+        self.checkpoints.add(seq_id, n, read_state(self._ctx, seq_id, swa_only=True))
+        return True
+
+    def restore_checkpoint(self, seq_id: int, n_tokens: int) -> bool:
+        """Give `seq_id` (a copy of `n_tokens` positions whose window moved on) the sliding-window cells
+        of its checkpoint at `n_tokens`; False where it has none or llama.cpp refuses it."""
+        cp = self.checkpoints.at(seq_id, n_tokens)
+        if cp is None:
+            return False
+        self._finish_copies(seq_id, writing=True, pos=n_tokens)
+        if not write_state(self._ctx, seq_id, cp.data, swa_only=True):
+            return False
+        self.checkpoints.restored += 1
+        return self.holds_context(seq_id, n_tokens)
+
     def state_seq_size(self, seq_id: int) -> int:
-        """Bytes `state_seq_save(seq_id)` would return."""
-        return int(lc.llama_state_seq_get_size(self._ctx, seq_id))
+        return state_size(self._ctx, seq_id)  # bytes state_seq_save(seq_id) returns
 
     @property
     def state_key(self) -> StateKey:
@@ -307,22 +345,17 @@ class LlamaModel:
     def state_seq_save(self, seq_id: int) -> bytes:
         """The KV state of one sequence (llama_state_seq_get_data), to restore with state_seq_load."""
         self._finish_copies(seq_id, writing=False)
-        size = int(lc.llama_state_seq_get_size(self._ctx, seq_id))
-        buf = (ctypes.c_uint8 * size)()
-        n = int(lc.llama_state_seq_get_data(self._ctx, buf, size, seq_id))
-        if n == 0:
-            raise RuntimeError(f"llama_state_seq_get_data failed for sequence {seq_id}")
-        return ctypes.string_at(buf, n)  # one copy: bytes(buf)[:n] made two (7-15 ms for 10 MiB)
+        return read_state(self._ctx, seq_id)
 
     def state_seq_load(self, seq_id: int, data: bytes) -> int:
         """Restore a saved sequence state into `seq_id`; returns the positions it holds, 0 on failure.
 
         A state saved with another number of KV streams is re-laid for this context's first."""
         self._finish_copies(seq_id, writing=True)
+        self.checkpoints.forget(seq_id)
         if n_streams(data) != self._n_streams:
             data = restream(data, self._n_streams) or data
-        buf = (ctypes.c_uint8 * len(data)).from_buffer_copy(data)
-        if int(lc.llama_state_seq_set_data(self._ctx, buf, len(data), seq_id)) == 0:
+        if not write_state(self._ctx, seq_id, data):
             lc.llama_memory_seq_rm(self._mem, seq_id, 0, -1)
             return 0
         return self.seq_len(seq_id)
@@ -337,6 +370,7 @@ class LlamaModel:
     def clear(self) -> None:
         """Drop every sequence's KV (an embeddings context starts each decode empty)."""
         lc.llama_memory_clear(self._mem, True)
+        self.checkpoints.forget()
 
     def logits(self, batch_index: int) -> npt.NDArray[np.float32]:
         ptr = lc.llama_get_logits_ith(self._ctx, batch_index)

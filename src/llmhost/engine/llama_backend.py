@@ -83,6 +83,30 @@ class KvBufferTally:
             self.mib += float(found.group(1))
 
 
+class SwaLayerTally:
+    """How many of a model's layers have a sliding window, from the line llama.cpp logs (at debug
+    level) for each layer it loads: its API gives the window, not which layers use it."""
+
+    _LINE = re.compile(r"assigned to device .*is_swa = ([01])")
+
+    def __init__(self) -> None:
+        self.layers = 0
+        self.swa = 0
+
+    def __enter__(self) -> SwaLayerTally:
+        add_log_listener(self._seen)
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        remove_log_listener(self._seen)
+
+    def _seen(self, text: str) -> None:
+        found = self._LINE.search(text)
+        if found:
+            self.layers += 1
+            self.swa += found.group(1) == "1"
+
+
 def _log(level: int, text: bytes, _user: Any) -> None:
     for listener in list(_log_listeners):
         try:

@@ -101,10 +101,21 @@ def load_engine(model_path: str, config: EngineConfig, observer: EngineObserver 
         "(--prefix-cache-seqs, --max-total-tokens, --cache-type-k/-v and --swa-full size it)",
         config.n_seq_max, config.max_concurrent, config.prefix_cache_seqs, config.max_total_tokens,
         config.cache_type_k, config.cache_type_v,
-        "sliding-window layers in full" if config.swa_full else "sliding-window layers at their window",
+        _window_handling(config, model),
         model.kv_mib,
     )  # fmt: skip
     return engine
+
+
+def _window_handling(config: EngineConfig, model: LlamaModel) -> str:
+    """What the start log says of sliding-window layers: in full (and why, where speculation asked for
+    it), or at their window with the SWA checkpoints a sequence keeps."""
+    if not model.swa_window:
+        return "no sliding-window layers"
+    if config.swa_full:
+        return "sliding-window layers in full" + (" (speculation needs them)" if config.speculative else "")
+    n = model.checkpoints.policy.per_seq
+    return f"sliding-window layers at their window, {n} SWA checkpoints a sequence"
 
 
 def _preload(engine: Engine, path: str) -> None:

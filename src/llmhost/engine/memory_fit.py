@@ -5,7 +5,9 @@ alone do not fit, the load is refused naming each part.
 
 Counted here: the process as it is once the model is loaded (libraries, what of the weights is
 resident), the rest of the weights counted whole (mmap pages them in as they are read), and the KV cache
-of every stream (allocated by llama.cpp, filled as sequences grow). The host cache's automatic budget
+of every stream (allocated by llama.cpp, filled as sequences grow: sliding-window layers at their window
+unless --swa-full, and the SWA checkpoints a sequence may keep in host memory at their largest). The
+host cache's automatic budget
 takes what is left afterwards (host_cache.py)."""
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import psutil
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
 from llmhost.engine.config import EngineConfig
+from llmhost.engine.swa_checkpoints import CheckpointPolicy
 
 log = logging.getLogger(__name__)
 MIB = 2**20
@@ -90,11 +93,41 @@ class MemoryPlan:
         return max(0, room // self.stream_bytes) if self.stream_bytes else 1 << 30
 
 
-def plan(config: EngineConfig, rss_before_load: int, weights_bytes: int, kv_per_token: int) -> MemoryPlan:
+@dataclass(frozen=True)
+class KvShape:
+    """What sizes a KV stream: K and V of a position over all layers, how many layers, how many of
+    them have a sliding window and its length (0: none)."""
+
+    bytes_per_token: int
+    layers: int
+    swa_layers: int = 0
+    swa_window: int = 0
+
+
+def swa_cells(config: EngineConfig, window: int) -> int:
+    """Cells a stream of a windowed sliding-window layer holds (llama.cpp: the window and a micro-batch,
+    padded to 256, at most the stream)."""
+    return min(config.max_total_tokens, -(-(window + config.llama_n_ubatch) // 256) * 256)
+
+
+def stream_bytes(config: EngineConfig, kv: KvShape) -> int:
+    """One sequence's KV (max_total_tokens positions) with its SWA checkpoints at their largest: the
+    sliding-window layers at their window unless swa_full, the checkpoints their cells at the positions
+    the policy could take them."""
+    full = config.max_total_tokens * kv.bytes_per_token
+    if config.swa_full or not kv.swa_layers or not kv.swa_window or not kv.layers:
+        return full
+    swa_per_token = kv.bytes_per_token * kv.swa_layers / kv.layers
+    cells = swa_cells(config, kv.swa_window)
+    windowed = full - swa_per_token * (config.max_total_tokens - cells)
+    checkpoints = CheckpointPolicy.of(config, windowed=True).most_cells(config.max_input_tokens, cells)
+    return round(windowed + swa_per_token * checkpoints)
+
+
+def plan(config: EngineConfig, rss_before_load: int, weights_bytes: int, kv: KvShape) -> MemoryPlan:
     now = rss_bytes()
     resident = max(0, min(weights_bytes, now - rss_before_load))
-    return MemoryPlan(config.memory_mb, now, weights_bytes - resident,
-                      config.max_total_tokens * kv_per_token)  # fmt: skip
+    return MemoryPlan(config.memory_mb, now, weights_bytes - resident, stream_bytes(config, kv))
 
 
 def fit_memory(config: EngineConfig, p: MemoryPlan) -> EngineConfig:

@@ -119,19 +119,19 @@ class PrefixCache:
         n_slots: int,
         max_idle_seqs: int,
         spill_min_tokens: int = 0,
-        kv_floor: Callable[[int], int] | None = None,
+        reach: Callable[[int, int], int] | None = None,
     ) -> None:
         """`spill_min_tokens` > 0: KV of at least that many tokens about to be dropped is first saved
-        (`KvSave`) to the host cache tier. `kv_floor(kv_seq)`: the shortest prefix of a sequence's KV
-        that can be reused (a long sequence may have lost its first sliding-window cells); None:
-        every prefix."""
+        (`KvSave`) to the host cache tier. `reach(kv_seq, n)`: the longest prefix of a sequence's first
+        n positions that can be reused (a long sequence may have lost its first sliding-window cells:
+        a shorter prefix, the newest SWA checkpoint within them, or none); None: every prefix."""
         self._free: list[int] = list(range(n_slots))
         self._free_idle: list[int] = list(range(n_slots + max_idle_seqs - 1, n_slots - 1, -1))
         self._idle: OrderedDict[int, list[int]] = OrderedDict()
         self._idle_adapters: dict[int, AdapterSet] = {}  # of each idle id, set when it is filled
         self._max_idle = max_idle_seqs
         self._spill_min = spill_min_tokens
-        self._kv_floor = kv_floor
+        self._reach = reach
         self.lookups = 0
         self.hits = 0
         self.reused_tokens = 0
@@ -156,18 +156,26 @@ class PrefixCache:
         for seq_id, tokens in self._idle.items():
             if self._idle_adapters.get(seq_id, ()) != adapters:
                 continue
-            n = common_prefix_len(prompt, tokens)
-            if n > best[1] and self._serves(seq_id, reusable(n, prompt)):
+            n = self._served(seq_id, common_prefix_len(prompt, tokens), prompt)
+            if n > best[1]:
                 best = (seq_id, n, True)
         for seq_id, tokens in running:
-            n = common_prefix_len(prompt, tokens)
-            if n > best[1] and self._serves(seq_id, reusable(n, prompt)):
+            n = self._served(seq_id, common_prefix_len(prompt, tokens), prompt)
+            if n > best[1]:
                 best = (seq_id, n, False)
         return best
 
+    def _served(self, kv_seq: int, shared: int, prompt: list[int]) -> int:
+        """Of `shared` leading tokens `kv_seq` holds of `prompt`, those a copy can serve (all but the
+        prompt's last at most; fewer where its sliding-window cells moved on)."""
+        if shared <= 0 or self._reach is None:
+            return shared
+        n = reusable(shared, prompt)
+        return shared if n <= 0 else self._reach(kv_seq, n)
+
     def _serves(self, kv_seq: int, n_reused: int) -> bool:
-        """Whether a prompt can take `kv_seq`'s first `n_reused` positions (at or above its KV floor)."""
-        return self._kv_floor is None or n_reused >= self._kv_floor(kv_seq)
+        """Whether a prompt can take `kv_seq`'s first `n_reused` positions as they are."""
+        return self._reach is None or self._reach(kv_seq, n_reused) == n_reused
 
     def reuse_lost(self, n_tokens: int) -> None:
         """A prefix counted as reused was not in the context after all: it is prefilled instead."""

@@ -48,14 +48,14 @@ def even_drafts(items: list[BatchItem]) -> list[BatchItem]:
 
 class Scheduler:
     """`host`: the host-memory cache tier (None: off), whose states are valid under `state_key`;
-    `kv_floor`: the shortest reusable prefix of a KV sequence (see PrefixCache)."""
+    `reach`: the longest reusable prefix of a KV sequence's first positions (see PrefixCache)."""
 
     def __init__(
         self,
         config: EngineConfig,
         host: HostCache | None = None,
         state_key: StateKey | None = None,
-        kv_floor: Callable[[int], int] | None = None,
+        reach: Callable[[int, int], int] | None = None,
     ) -> None:
         self.config = config
         self.waiting: deque[Sequence] = deque()
@@ -63,7 +63,7 @@ class Scheduler:
         self.host = host
         self.state_key = state_key or StateKey("")
         spill = host.min_tokens if host is not None else 0
-        self.cache = PrefixCache(config.max_concurrent, config.prefix_cache_seqs, spill, kv_floor)
+        self.cache = PrefixCache(config.max_concurrent, config.prefix_cache_seqs, spill, reach)
         self._pending_ops: list[KvOp] = []
         # what a token of a decode step costs: whether a sequence's guesses pay for their place
         self.step_cost = StepCost()

@@ -37,3 +37,8 @@ class EngineStats:
     prompt_cache_entries: int = 0
     prompt_cache_bytes: int = 0
     prompt_cache_capacity_bytes: int = 0
+    # SWA checkpoints (windowed sliding-window layers): made, restored for a shorter shared prefix, and
+    # the host bytes those kept hold
+    swa_checkpoints_made: int = 0
+    swa_checkpoints_restored: int = 0
+    swa_checkpoint_bytes: int = 0

@@ -81,7 +81,8 @@ def expectations(files: dict[str, Path]) -> dict[str, tuple[Any, Callable[[Serve
         "adaptive_draft": (False, lambda s: s.engine.adaptive_draft, False),
         "cache_type_k": ("q8_0", lambda s: s.engine.cache_type_k, "q8_0"),
         "cache_type_v": ("q4_0", lambda s: s.engine.cache_type_v, "q4_0"),
-        "swa_full": (False, lambda s: s.engine.swa_full, False),
+        "swa_full": (True, lambda s: s.engine.swa_full, True),
+        "swa_checkpoints": (1, lambda s: s.engine.swa_checkpoints, 1),
         "schedule_policy": ("cached-first", lambda s: s.engine.schedule_policy, "cached-first"),
     }  # fmt: skip
 
@@ -117,10 +118,10 @@ def test_a_ray_copy_gets_what_llmhost_serve_builds_from_the_same_file(
     files: dict[str, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     values = {name: value for name, (value, _, _) in expectations(files).items()}
-    # the sliding-window cache at its window is refused with speculation: that case apart
+    # speculation keeps the sliding-window cache whole whatever swa_full says: that case apart
     ngram = {k: v for k, v in values.items() if k not in ("draft_model", "pooling", "swa_full")}
     for engine, embeddings in ((ngram, False), ({"draft_model": values["draft_model"]}, False),
-                               ({"pooling": "mean"}, True), ({"swa_full": False}, False),
+                               ({"pooling": "mean"}, True), ({"swa_full": True}, False),
                                ({}, False)):  # fmt: skip
         component = {"name": "c", "model": str(files["model"]), "engine": engine, "embeddings": embeddings,
                      "resources": {"num_cpus": 2}}  # fmt: skip

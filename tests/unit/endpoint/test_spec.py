@@ -90,7 +90,6 @@ def test_unknown_key_names_its_path() -> None:
         (comp(engine={"speculative": "draft"}), "speculative: draft needs a draft_model"),
         (comp(engine={"speculative": "ngram", "draft_model": "d.gguf"}), "draft_model is for speculative"),
         (comp(engine={"speculative": "eagle"}), "speculative: Input should be 'ngram' or 'draft'"),
-        (comp(engine={"speculative": "ngram", "swa_full": False}), "speculative needs swa_full"),
         (comp(engine={"cache_type_v": "q9"}), "cache_type_v: Input should be 'f16', 'bf16'"),
         (comp(name="no spaces"), "components[0](no spaces).name: String should match pattern"),
         (comp(autoscaling={"target_concurrent_per_copy": 0}), "target_concurrent_per_copy"),

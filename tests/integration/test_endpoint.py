@@ -111,7 +111,9 @@ def test_copies_get_their_cpus(ep: Endpoint) -> None:
     assert b0["cpus_allowed"] == b_cpus == ",".join(map(str, b0["cpus"]))
     # a kernel limit where the host allows one (this host: a cgroup v1 memory group), else the RSS watch
     assert a0["memory_limit"] in ("cgroup-v2", "cgroup-v1", "rss-watch") and a0["rss_mb"] > 0
-    assert b0["memory_limit"] is None  # b sets no max_memory_mb
+    assert a0["max_memory_mb"] == 4096
+    # b sets no max_memory_mb: its limit is its reservation, by the same mechanism
+    assert (b0["max_memory_mb"], b0["memory_limit"]) == (600, a0["memory_limit"])
 
 
 def test_over_capacity_file_is_refused_before_anything_starts(tmp_path: Path) -> None:

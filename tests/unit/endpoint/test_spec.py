@@ -146,3 +146,15 @@ def test_component_files_for_add() -> None:
         parse_components({"components": [comp(name="x", copies="many")]})
     with pytest.raises(SpecError, match="bogus: unknown key"):
         parse_components(comp(bogus=1))
+
+
+@pytest.mark.parametrize(("resources", "limit"), [
+    ({"memory_mb": 600}, (600, "memory_mb")),  # the reservation is the limit when none is given
+    ({"memory_mb": 600, "max_memory_mb": 900}, (900, "max_memory_mb")),
+    ({}, (1024, "memory_mb")),
+])  # fmt: skip
+def test_a_copy_is_limited_to_max_memory_mb_else_its_reservation(
+    resources: dict[str, int], limit: tuple[int, str]
+) -> None:
+    [c] = parse_endpoint(endpoint(comp(resources=resources)), "ep.yaml").components
+    assert (c.resources.limit_mb, c.resources.limit_setting) == limit

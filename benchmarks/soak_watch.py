@@ -40,6 +40,7 @@ import psutil
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.soak_growth import WARMUP_S, WATCHED, growth  # noqa: E402
 from tests.integration.conftest import SMOLLM2, free_port  # noqa: E402
 from tests.integration.endpoint_helpers import up_command  # noqa: E402
 
@@ -60,9 +61,6 @@ ANSWERED = {
 # a copy's figures from the endpoint's /metrics (each copy's families relabelled with `copy`)
 COPY_METRICS = {"llmhost_asyncio_tasks": "asyncio_tasks", "llmhost_prompt_cache_bytes": "host_cache_bytes",
                 "llmhost_kv_cache_used_tokens": "kv_cells_used"}  # fmt: skip
-WATCHED = ("rss_mb", "fds", "threads", "asyncio_tasks")
-WARMUP_S = 300.0  # growth is measured after this much of the run (caches and pools fill first)
-WINDOW = 3  # samples whose minimum stands for the start and the end of the measured span
 
 
 # per API: path, body, extra headers
@@ -265,47 +263,6 @@ def drain(run: Run) -> dict[str, Any]:
     return {"exit_code": code, "seconds": round(time.monotonic() - t, 1)}
 
 
-def series(samples: list[dict[str, Any]]) -> dict[str, list[tuple[float, dict[str, Any]]]]:
-    """Each process's samples while it served: the router's, and each copy's per pid (a restart is a new
-    process) while ready."""
-    out: dict[str, list[tuple[float, dict[str, Any]]]] = {"router": [(s["t"], s["router"]) for s in samples]}
-    for s in samples:
-        for copy, figures in s["copies"].items():
-            if figures.get("state") == "ready":
-                out.setdefault(f"{copy} (pid {figures['pid']})", []).append((s["t"], figures))
-    return out
-
-
-def growth(samples: list[dict[str, Any]], warmup_s: float, limit_pct: float) -> dict[str, Any]:
-    """Per process, after its warm-up (`warmup_s` into the run, and `warmup_s` after a copy started later
-    was first seen ready): each watched figure's start and end (the least of the first and of the last
-    WINDOW samples: requests in flight come and go, what a leak leaves stays) and the growth between
-    them in %. A process with fewer than 2 x WINDOW samples past its warm-up (on-demand copies loaded
-    and evicted within minutes) is only counted. `over` lists every figure that grew more than
-    `limit_pct`."""
-    per, short, over = {}, [], []
-    first = samples[0]["t"] if samples else 0.0
-    for name, points in series(samples).items():
-        begin = warmup_s if points[0][0] <= first else points[0][0] + warmup_s
-        after = [f for t, f in points if t >= begin]
-        if len(after) < 2 * WINDOW:
-            short.append(name)
-            continue
-        figures = {}
-        for key in WATCHED:
-            values = [f[key] for f in after if f.get(key) is not None]
-            if len(values) < 2 * WINDOW:
-                continue
-            start, end = min(values[:WINDOW]), min(values[-WINDOW:])
-            pct = round((end - start) / start * 100, 1) if start else None
-            figures[key] = {"start": start, "end": end, "max": max(values), "growth_pct": pct}
-            if pct is not None and pct > limit_pct:
-                over.append(f"{name} {key}: {start} -> {end} (+{pct}%)")
-        per[name] = {"from_s": begin, "samples": len(after), **figures}
-    return {"warmup_s": warmup_s, "limit_pct": limit_pct, "processes": per,
-            "too_short": {"count": len(short), "first": short[:10]}, "over": over}  # fmt: skip
-
-
 def final_counts(run: Run, log_text: str) -> dict[str, Any]:
     """What the run went through: on-demand loads, evictions and unloads (the endpoint's counters), copy
     failures (the supervisor's `-> failed`, each restarted) and the kills this script made, and the
@@ -376,9 +333,14 @@ def main() -> None:
     ap.add_argument("--users", type=int, default=4, help="concurrent streaming clients")
     ap.add_argument("--warmup-s", type=float, default=WARMUP_S, help="growth is measured after this")
     ap.add_argument("--growth-limit-pct", type=float, default=5.0, help="growth flagged above this")
+    ap.add_argument("--summarize", type=Path, help="no run: recompute the growth of this result's samples")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "soak_watch.json")
     args = ap.parse_args()
-    result = asyncio.run(main_async(args))
+    if args.summarize is not None:
+        result = json.loads(args.summarize.read_text())
+        result["growth"] = growth(result["samples"], args.warmup_s, args.growth_limit_pct)
+    else:
+        result = asyncio.run(main_async(args))
     text = json.dumps(result, indent=1)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(text + "\n")

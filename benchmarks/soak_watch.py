@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import random
@@ -243,7 +244,8 @@ async def faults(run: Run, seconds: float) -> None:
         os.kill(pids[-1], signal.SIGSTOP)
         run.note("SIGSTOP a copy of fixed", pid=pids[-1])
         await asyncio.sleep(min(15.0, seconds * 0.1))
-        os.kill(pids[-1], signal.SIGCONT)  # it may have been killed as hung meanwhile
+        with contextlib.suppress(ProcessLookupError):  # it may have been killed as hung meanwhile
+            os.kill(pids[-1], signal.SIGCONT)
         run.note("SIGCONT", pid=pids[-1])
     for fraction, copies in ((0.45, 3), (0.65, 2)):
         await at(fraction)

@@ -46,8 +46,9 @@ class ResourcesSpec(_Strict):
     # CPUs dedicated to each copy: a fraction below 1 shares one core with other fractional copies,
     # 1 or more must be whole and gets that many CPUs to itself
     num_cpus: float = Field(default=1.0, gt=0)
-    # memory reserved per copy against the host's available memory; the copy's default prompt cache
-    # takes at most what its weights, KV cache and process leave of it (`llmhost serve --memory-mb`)
+    # memory reserved per copy against the host's available memory, and its hard limit unless
+    # max_memory_mb is set; the copy's default prompt cache takes at most what its weights, KV cache and
+    # process leave of it (`llmhost serve --memory-mb`)
     memory_mb: int = Field(default=1024, ge=1)
     # hard limit per copy (a cgroup's memory.max / memory.limit_in_bytes, or watched RSS); None: the
     # limit is memory_mb itself, so that a packed host never overcommits what it reserved

@@ -224,7 +224,10 @@ def sample(run: Run) -> None:
 
 async def sampler(run: Run, every: float, until: float) -> None:
     while time.monotonic() < until:
-        await asyncio.to_thread(sample, run)
+        try:
+            await asyncio.to_thread(sample, run)
+        except httpx.HTTPError as exc:  # the endpoint slow to answer: a gap in the series, noted
+            run.note("sample failed", error=f"{type(exc).__name__}: {exc}")
         await asyncio.sleep(min(every, max(0.0, until - time.monotonic())))
 
 
@@ -249,9 +252,12 @@ async def faults(run: Run, seconds: float) -> None:
         run.note("SIGCONT", pid=pids[-1])
     for fraction, copies in ((0.45, 3), (0.65, 2)):
         await at(fraction)
-        r = await asyncio.to_thread(httpx.post, f"{run.url}/admin/scale", timeout=300,
-                                    json={"component": "fixed", "copies": copies, "wait": True})  # fmt: skip
-        run.note(f"scale fixed to {copies}", status=r.status_code)
+        try:
+            body = {"component": "fixed", "copies": copies, "wait": True}
+            r = await asyncio.to_thread(httpx.post, f"{run.url}/admin/scale", timeout=300, json=body)
+            run.note(f"scale fixed to {copies}", status=r.status_code)
+        except httpx.HTTPError as exc:
+            run.note(f"scale fixed to {copies} failed", error=f"{type(exc).__name__}: {exc}")
 
 
 def drain(run: Run) -> dict[str, Any]:
@@ -269,7 +275,11 @@ def final_counts(run: Run, log_text: str) -> dict[str, Any]:
     """What the run went through: on-demand loads, evictions and unloads (the endpoint's counters), copy
     failures (the supervisor's `-> failed`, each restarted) and the kills this script made, and the
     streams it left on purpose."""
-    metrics = httpx.get(f"{run.url}/metrics", timeout=30).text
+    try:
+        metrics = httpx.get(f"{run.url}/metrics", timeout=60).text
+    except httpx.HTTPError as exc:  # the counters are lost, not the run
+        run.note("final metrics failed", error=f"{type(exc).__name__}: {exc}")
+        metrics = ""
 
     def total(name: str) -> int:
         return int(sum(metric_values(metrics, name).values()))
@@ -311,7 +321,8 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         until = run.t0 + seconds
         await asyncio.gather(users(run, args.users, until), sampler(run, args.sample_s, until),
                              faults(run, seconds))  # fmt: skip
-        sample(run)
+        with contextlib.suppress(httpx.HTTPError):
+            sample(run)
         counts = final_counts(run, run.log.read_text())
         drained = drain(run)
         run.note("drained", **drained)

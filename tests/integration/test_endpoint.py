@@ -267,6 +267,9 @@ async def test_scale_remove_and_add_drop_no_request(ep: Endpoint, tmp_path: Path
         assert r.status_code == 200 and r.headers[COPY_HEADER] == "c-0"
     shown = ep.cli("status")
     assert shown.returncode == 0 and "c-0" in shown.stdout and "ready" in shown.stdout
+    # rss/reservation/limit (mechanism): c sets no max_memory_mb, its reservation is its limit
+    [c0] = ep.replicas("c")
+    assert f"/600/600 ({c0['memory_limit']})" in shown.stdout, shown.stdout
 
 
 async def test_sigterm_drains_then_exits(ep: Endpoint) -> None:

@@ -8,7 +8,11 @@ users loop over mixed APIs (OpenAI chat and completions, Anthropic Messages, Res
 copy is killed (-9), another stopped (SIGSTOP) then continued, `fixed` scaled to 3 then back to 2; at the
 end the endpoint is drained (SIGTERM). Every --sample-s, for the router and each copy: RSS, open fds,
 threads, asyncio tasks (`llmhost_asyncio_tasks`, `llmhost_endpoint_asyncio_tasks`), host-cache bytes
-and KV cells in use. Prints the JSON it writes to --out.
+and KV cells in use. The summary: per process, the growth of RSS, fds, threads and tasks after the
+--warmup-s (a copy started later: after its own); requests without an answer or an explicit error
+(UNANSWERED, with examples); the loads, evictions, copy failures, kills and disconnects the run went
+through; every ERROR line of the router's and the copies' logs, and those naming no request id or
+component. Prints the JSON it writes to --out (the samples too).
 
     python benchmarks/soak_watch.py --minutes 30 --out benchmarks/results/soak_watch.json
 """
@@ -17,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import random
@@ -36,6 +41,7 @@ import psutil
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.soak_growth import WARMUP_S, WATCHED, growth  # noqa: E402
 from tests.integration.conftest import SMOLLM2, free_port  # noqa: E402
 from tests.integration.endpoint_helpers import up_command  # noqa: E402
 
@@ -44,6 +50,18 @@ ON_DEMAND = ("smol-a", "smol-b", "smol-c")
 PROMPT = "Write a short story about a lighthouse keeper."
 # an error event in any API's stream (a Responses object's `"error": null` is none)
 ERROR_EVENT = re.compile(r'event: (error|response\.failed)|"error":\s*[{"]')
+# each API's last event of a whole answer: a stream that ends without it (and without an error event),
+# or a connection that fails, is a request left without an answer
+ANSWERED = {
+    "openai-chat": re.compile(r"data: \[DONE\]\s*$"),
+    "openai-completions": re.compile(r"data: \[DONE\]\s*$"),
+    "anthropic": re.compile(r"event: message_stop"),
+    "responses": re.compile(r"event: response\.(completed|incomplete)"),
+    "tgi": re.compile(r'"generated_text":\s*"'),
+}
+# a copy's figures from the endpoint's /metrics (each copy's families relabelled with `copy`)
+COPY_METRICS = {"llmhost_asyncio_tasks": "asyncio_tasks", "llmhost_prompt_cache_bytes": "host_cache_bytes",
+                "llmhost_kv_cache_used_tokens": "kv_cells_used"}  # fmt: skip
 
 
 # per API: path, body, extra headers
@@ -87,6 +105,8 @@ class Run:
         self.outcomes: Counter[str] = Counter()
         self.faults: list[dict[str, Any]] = []
         self.samples: list[dict[str, Any]] = []
+        self.unanswered: list[dict[str, Any]] = []
+        self.copy_logs = tmp / "copies"
         self.t0 = time.monotonic()
 
     def status(self) -> dict[str, Any]:
@@ -113,28 +133,37 @@ class Run:
         print(f"[{time.monotonic() - self.t0:6.1f} s] {what} {extra or ''}", flush=True)
 
 
+def verdict(api: str, status: int, text: str) -> str:
+    """How a request ended: ok, an explicit error (a status with the API's error body, an error event),
+    or UNANSWERED (neither an answer nor an error)."""
+    if status != 200:
+        return f"{status}" if '"error"' in text else f"UNANSWERED: {status} without an error body"
+    if ERROR_EVENT.search(text) is not None:
+        return "error event"
+    return "ok" if ANSWERED[api].search(text) is not None else "UNANSWERED: ended without its last event"
+
+
 async def one_request(run: Run, client: httpx.AsyncClient, rng: random.Random) -> None:
     model = rng.choice(["fixed", "fixed", *ON_DEMAND])
     api, path, body, headers = rng.choice(requests_for(model))
     leave_after = 2 if rng.random() < 0.25 else None
+    text: list[str] = []
+    detail = ""
     try:
         async with client.stream("POST", path, json=body, headers=headers) as r:
-            if r.status_code != 200:
-                run.outcomes[f"{api} {r.status_code}"] += 1
-                await r.aread()
-                return
-            chunks, text = 0, []
+            status = r.status_code
             async for chunk in r.aiter_text():
-                chunks += 1
                 text.append(chunk)
-                if leave_after is not None and chunks >= leave_after:
+                if status == 200 and leave_after is not None and len(text) >= leave_after:
                     run.outcomes[f"{api} disconnected"] += 1
                     return
-            joined = "".join(text)
-            failed = ERROR_EVENT.search(joined) is not None
-            run.outcomes[f"{api} {'error event' if failed else 'ok'}"] += 1
+        outcome = verdict(api, status, "".join(text))
     except httpx.HTTPError as exc:
-        run.outcomes[f"{api} {type(exc).__name__}"] += 1
+        outcome, detail = f"UNANSWERED: {type(exc).__name__}", str(exc)
+    run.outcomes[f"{api} {outcome}"] += 1
+    if outcome.startswith("UNANSWERED"):
+        run.unanswered.append({"api": api, "model": model, "why": outcome, "detail": detail,
+                               "tail": "".join(text)[-300:]})  # fmt: skip
 
 
 async def users(run: Run, n: int, until: float) -> None:
@@ -166,27 +195,39 @@ def proc_figures(pid: int) -> dict[str, Any]:
         return {}
 
 
+def by_copy(values: dict[str, float]) -> dict[str, float]:
+    """A relabelled copy metric's samples by the copy they came from (summed over other labels)."""
+    out: dict[str, float] = {}
+    for labels, value in values.items():
+        if found := re.search(r'copy="([^"]+)"', labels):
+            out[found[1]] = out.get(found[1], 0.0) + value
+    return out
+
+
 def sample(run: Run) -> None:
     metrics = httpx.get(f"{run.url}/metrics", timeout=30).text
-    copies = {r["copy"]: {"pid": r["pid"], "state": r["state"], **proc_figures(int(r["pid"]))}
-              for r in run.copies()}  # fmt: skip
+    per_copy = {name: by_copy(metric_values(metrics, name)) for name in COPY_METRICS}
+    copies = {}
+    for r in run.copies():
+        figures = {key: per_copy[name].get(r["copy"]) for name, key in COPY_METRICS.items()}
+        copies[r["copy"]] = {"pid": r["pid"], "state": r["state"], **proc_figures(int(r["pid"])), **figures}
     run.samples.append({
         "t": round(time.monotonic() - run.t0, 1),
         "router": {**proc_figures(run.proc.pid),
                    "asyncio_tasks": metric_values(metrics, "llmhost_endpoint_asyncio_tasks").get("{}")},
         "copies": copies,
-        "copy_asyncio_tasks": metric_values(metrics, "llmhost_asyncio_tasks"),
-        "host_cache_bytes": metric_values(metrics, "llmhost_prompt_cache_bytes"),
-        "kv_cells_used": metric_values(metrics, "llmhost_kv_cache_used_tokens"),
     })  # fmt: skip
     s = run.samples[-1]
-    per_copy = {k: (v.get("rss_mb"), v.get("fds"), v.get("threads")) for k, v in copies.items()}
-    print(f"[{s['t']:6.1f} s] router {s['router']}, copies (rss, fds, threads) {per_copy}", flush=True)
+    shown = {k: tuple(v.get(key) for key in WATCHED) for k, v in copies.items()}
+    print(f"[{s['t']:6.1f} s] router {s['router']}, copies (rss, fds, threads, tasks) {shown}", flush=True)
 
 
 async def sampler(run: Run, every: float, until: float) -> None:
     while time.monotonic() < until:
-        await asyncio.to_thread(sample, run)
+        try:
+            await asyncio.to_thread(sample, run)
+        except httpx.HTTPError as exc:  # the endpoint slow to answer: a gap in the series, noted
+            run.note("sample failed", error=f"{type(exc).__name__}: {exc}")
         await asyncio.sleep(min(every, max(0.0, until - time.monotonic())))
 
 
@@ -206,13 +247,17 @@ async def faults(run: Run, seconds: float) -> None:
         os.kill(pids[-1], signal.SIGSTOP)
         run.note("SIGSTOP a copy of fixed", pid=pids[-1])
         await asyncio.sleep(min(15.0, seconds * 0.1))
-        os.kill(pids[-1], signal.SIGCONT)  # it may have been killed as hung meanwhile
+        with contextlib.suppress(ProcessLookupError):  # it may have been killed as hung meanwhile
+            os.kill(pids[-1], signal.SIGCONT)
         run.note("SIGCONT", pid=pids[-1])
     for fraction, copies in ((0.45, 3), (0.65, 2)):
         await at(fraction)
-        r = await asyncio.to_thread(httpx.post, f"{run.url}/admin/scale", timeout=300,
-                                    json={"component": "fixed", "copies": copies, "wait": True})  # fmt: skip
-        run.note(f"scale fixed to {copies}", status=r.status_code)
+        try:
+            body = {"component": "fixed", "copies": copies, "wait": True}
+            r = await asyncio.to_thread(httpx.post, f"{run.url}/admin/scale", timeout=300, json=body)
+            run.note(f"scale fixed to {copies}", status=r.status_code)
+        except httpx.HTTPError as exc:
+            run.note(f"scale fixed to {copies} failed", error=f"{type(exc).__name__}: {exc}")
 
 
 def drain(run: Run) -> dict[str, Any]:
@@ -226,12 +271,45 @@ def drain(run: Run) -> dict[str, Any]:
     return {"exit_code": code, "seconds": round(time.monotonic() - t, 1)}
 
 
-def growth(samples: list[dict[str, Any]]) -> dict[str, Any]:
-    """The router's figures, first sample against last (copies restart: their own series are in samples)."""
-    if len(samples) < 2:
-        return {}
-    first, last = samples[0]["router"], samples[-1]["router"]
-    return {k: (first.get(k), last.get(k)) for k in ("rss_mb", "fds", "threads", "asyncio_tasks")}
+def final_counts(run: Run, log_text: str) -> dict[str, Any]:
+    """What the run went through: on-demand loads, evictions and unloads (the endpoint's counters), copy
+    failures (the supervisor's `-> failed`, each restarted) and the kills this script made, and the
+    streams it left on purpose."""
+    try:
+        metrics = httpx.get(f"{run.url}/metrics", timeout=60).text
+    except httpx.HTTPError as exc:  # the counters are lost, not the run
+        run.note("final metrics failed", error=f"{type(exc).__name__}: {exc}")
+        metrics = ""
+
+    def total(name: str) -> int:
+        return int(sum(metric_values(metrics, name).values()))
+
+    return {
+        "loads": total("llmhost_endpoint_model_loads_total"),
+        "evictions": total("llmhost_endpoint_model_evictions_total"),
+        "unloads": total("llmhost_endpoint_model_unloads_total"),
+        "copy_failures": sum(" -> failed" in line for line in log_text.splitlines()),
+        "restarting_reasons": [line for line in log_text.splitlines() if "; restarting in " in line],
+        "kills_injected": sum(f["what"].startswith("kill -9") for f in run.faults),
+        "stream_errors": total("llmhost_endpoint_stream_errors_total"),
+        "disconnects": sum(n for k, n in run.outcomes.items() if k.endswith(" disconnected")),
+    }
+
+
+def error_lines(run: Run) -> list[dict[str, Any]]:
+    """Every ERROR line (and traceback) of the router's log and the copies' logs, each with whether it
+    names a request id or a component/copy."""
+    out = []
+    logs = [run.log, *sorted(run.copy_logs.glob("*.log"))]
+    names = {"fixed", *ON_DEMAND}
+    for path in logs:
+        for line in path.read_text(errors="replace").splitlines():
+            if " ERROR " not in line and "Traceback" not in line:
+                continue
+            named = re.search(r"request[ _]id|req[-_][0-9a-f]|\b[0-9a-f]{32}\b", line) is not None
+            named = named or any(re.search(rf"\b{n}(-\d+)?\b", line) for n in names)
+            out.append({"log": path.name, "line": line[:400], "names_request_or_component": named})
+    return out
 
 
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:
@@ -243,15 +321,22 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         until = run.t0 + seconds
         await asyncio.gather(users(run, args.users, until), sampler(run, args.sample_s, until),
                              faults(run, seconds))  # fmt: skip
-        sample(run)
-        log_tail = run.log.read_text()
+        with contextlib.suppress(httpx.HTTPError):
+            sample(run)
+        counts = final_counts(run, run.log.read_text())
         drained = drain(run)
         run.note("drained", **drained)
-        errors = [line for line in log_tail.splitlines() if " ERROR " in line or "Traceback" in line]
+        counts["restarting_reasons"] = counts["restarting_reasons"][:20]
+        errors = error_lines(run)
+        unanswered = sum(n for k, n in run.outcomes.items() if "UNANSWERED" in k)
         return {"minutes": args.minutes, "users": args.users, "sample_s": args.sample_s,
-                "outcomes": dict(sorted(run.outcomes.items())), "faults": run.faults, "drain": drained,
-                "router_first_last": growth(run.samples), "error_log_lines": errors[:50],
-                "samples": run.samples}  # fmt: skip
+                "requests": sum(run.outcomes.values()), "unanswered": unanswered,
+                "outcomes": dict(sorted(run.outcomes.items())), "unanswered_examples": run.unanswered[:10],
+                "counts": counts, "faults": run.faults, "drain": drained,
+                "growth": growth(run.samples, args.warmup_s, args.growth_limit_pct),
+                "error_log_lines": len(errors),
+                "error_lines_without_a_name": [e for e in errors if not e["names_request_or_component"]][:20],
+                "error_lines_sample": errors[:30], "samples": run.samples}  # fmt: skip
 
 
 def main() -> None:
@@ -259,9 +344,16 @@ def main() -> None:
     ap.add_argument("--minutes", type=float, default=30.0)
     ap.add_argument("--sample-s", type=float, default=30.0, help="seconds between samples")
     ap.add_argument("--users", type=int, default=4, help="concurrent streaming clients")
+    ap.add_argument("--warmup-s", type=float, default=WARMUP_S, help="growth is measured after this")
+    ap.add_argument("--growth-limit-pct", type=float, default=5.0, help="growth flagged above this")
+    ap.add_argument("--summarize", type=Path, help="no run: recompute the growth of this result's samples")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "soak_watch.json")
     args = ap.parse_args()
-    result = asyncio.run(main_async(args))
+    if args.summarize is not None:
+        result = json.loads(args.summarize.read_text())
+        result["growth"] = growth(result["samples"], args.warmup_s, args.growth_limit_pct)
+    else:
+        result = asyncio.run(main_async(args))
     text = json.dumps(result, indent=1)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(text + "\n")

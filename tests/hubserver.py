@@ -10,7 +10,9 @@ list a repository and download a file, answered as the Hub answers them.
 - errors as the Hub's: 404 `X-Error-Code: RepoNotFound` / `RevisionNotFound` / `EntryNotFound`, 401
   `GatedRepo` for a gated repository's files without an accepted token.
 
-Faults: `cut_once` names files whose next CDN GET sends its headers and half the body, then closes.
+Faults: `cut_once` names files whose next CDN GET sends its headers and half the body, then closes;
+`corrupt_once` names files whose next CDN GET arrives whole with one byte changed (its middle byte), and
+`corrupt_always` files whose every CDN GET does.
 Every request is recorded (method, path, Range, whether a token came).
 """
 
@@ -80,6 +82,8 @@ class Hub:
     repos: dict[str, HubRepo] = field(default_factory=dict)
     tokens: set[str] = field(default_factory=set)  # tokens that were granted the gated repositories
     cut_once: set[str] = field(default_factory=set)  # file names whose next CDN GET is cut mid-body
+    corrupt_once: set[str] = field(default_factory=set)  # file names whose next CDN GET has a byte changed
+    corrupt_always: set[str] = field(default_factory=set)  # file names whose every CDN GET has one changed
     seen: list[Seen] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -226,12 +230,20 @@ def _handler(hub: Hub) -> type[BaseHTTPRequestHandler]:
             with hub.lock:
                 cut = name in hub.cut_once
                 hub.cut_once.discard(name)
+                corrupt = name in hub.corrupt_once or name in hub.corrupt_always
+                hub.corrupt_once.discard(name)
             with f.path.open("rb") as src:
                 src.seek(start)
                 if cut:  # half the body, then the connection closes: the client sees it short
                     self.wfile.write(src.read(length // 2))
                     self.wfile.flush()
                     self.close_connection = True
+                    return
+                if corrupt:  # the whole length, the middle byte of the file changed
+                    body = bytearray(src.read(length))
+                    if start <= f.size // 2 < start + length:
+                        body[f.size // 2 - start] ^= 0xFF
+                    self.wfile.write(body)
                     return
                 shutil.copyfileobj(src, self.wfile, length=1 << 20)
 

@@ -1,6 +1,7 @@
 """A small HTTP reverse proxy on 127.0.0.1 in front of the moto server: it records every request that
 passes (method, path, query, Range) and can misbehave as a network or a store would: cut the connection
-in the middle of the first response to each ranged GET, or flip a byte of every GET body. llmhost (in
+in the middle of the first response to each ranged GET, or flip a byte of every GET body (or of the
+next few). llmhost (in
 this process or in a server process) is pointed at it like at any S3 endpoint."""
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ class Faults:
     cut_first_range_get: bool = False  # the first GET of each Range: headers, half the body, then a cut
     cut_every_range_get: bool = False  # every ranged GET is cut
     flip_get_byte: bool = False  # every GET body arrives with its first byte changed
+    flip_gets: int = 0  # the next this many GET bodies arrive with their first byte changed
     ranges_cut: set[str] = field(default_factory=set)
 
 
@@ -84,7 +86,9 @@ def _handler(upstream: str, recorder: Recorder, faults: Faults) -> type[BaseHTTP
             rng = self.headers.get("Range")
             cut = self.command == "GET" and rng is not None and resp.status == 206 and (
                 faults.cut_every_range_get or (faults.cut_first_range_get and rng not in faults.ranges_cut))
-            if self.command == "GET" and faults.flip_get_byte and data and resp.status < 300:
+            flip = faults.flip_get_byte or faults.flip_gets > 0
+            if self.command == "GET" and flip and data and resp.status < 300:
+                faults.flip_gets = max(0, faults.flip_gets - 1)
                 data = bytes([data[0] ^ 0xFF]) + data[1:]
             self.send_response(resp.status)
             head = self.command == "HEAD"  # its Content-Length is the object's: passed through

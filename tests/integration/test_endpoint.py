@@ -111,7 +111,9 @@ def test_copies_get_their_cpus(ep: Endpoint) -> None:
     assert b0["cpus_allowed"] == b_cpus == ",".join(map(str, b0["cpus"]))
     # a kernel limit where the host allows one (this host: a cgroup v1 memory group), else the RSS watch
     assert a0["memory_limit"] in ("cgroup-v2", "cgroup-v1", "rss-watch") and a0["rss_mb"] > 0
-    assert b0["memory_limit"] is None  # b sets no max_memory_mb
+    assert a0["max_memory_mb"] == 4096
+    # b sets no max_memory_mb: its limit is its reservation, by the same mechanism
+    assert (b0["max_memory_mb"], b0["memory_limit"]) == (600, a0["memory_limit"])
 
 
 def test_over_capacity_file_is_refused_before_anything_starts(tmp_path: Path) -> None:
@@ -265,6 +267,9 @@ async def test_scale_remove_and_add_drop_no_request(ep: Endpoint, tmp_path: Path
         assert r.status_code == 200 and r.headers[COPY_HEADER] == "c-0"
     shown = ep.cli("status")
     assert shown.returncode == 0 and "c-0" in shown.stdout and "ready" in shown.stdout
+    # rss/reservation/limit (mechanism): c sets no max_memory_mb, its reservation is its limit
+    [c0] = ep.replicas("c")
+    assert f"/600/600 ({c0['memory_limit']})" in shown.stdout, shown.stdout
 
 
 async def test_sigterm_drains_then_exits(ep: Endpoint) -> None:

@@ -184,7 +184,9 @@ async def test_bridge_refuses_bad_requests_before_queueing_and_serves_the_rest()
         engine.shutdown()
 
 
-async def test_engine_whose_steps_keep_failing_dies_and_fails_everything_fast() -> None:
+async def test_engine_whose_steps_keep_failing_dies_and_fails_everything_fast(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     model = FakeModel()
     engine = bridge(model, max_step_failures=3)
     try:
@@ -202,6 +204,9 @@ async def test_engine_whose_steps_keep_failing_dies_and_fails_everything_fast() 
             assert events[-1].reason == "engine_dead" and "3 engine steps" in (events[-1].error or "")
         assert engine.state is EngineState.DEAD and engine.dead
         assert engine.in_flight == 0
+        # the log line that fails them names each request
+        [dead] = [r.getMessage() for r in caplog.records if r.levelname == "CRITICAL"]
+        assert all(rid in dead for rid in GOOD), dead
         with pytest.raises(Exception, match="dead"):
             engine.submit(request("late", [1]))
     finally:

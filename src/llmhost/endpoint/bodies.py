@@ -26,7 +26,7 @@ class ReplicaStatus(TypedDict):
     threads: int
     memory_mb: int
     max_memory_mb: int | None
-    memory_limit: str | None  # how max_memory_mb is enforced
+    memory_limit: str | None  # how the limit (max_memory_mb, else memory_mb) is enforced
     rss_mb: float | None
     outstanding: int
     served: int

@@ -128,6 +128,7 @@ def status(
         for r in comp["replicas"]:
             cpus = ",".join(map(str, r["cpus"])) + (f" ({r['cpu_share']:g})" if r["cpu_share"] < 1 else "")
             mem = f"{r['rss_mb'] or '-'}/{r['memory_mb']}/{r['max_memory_mb'] or '-'}"
+            mem += f" ({r['memory_limit']})" if r["memory_limit"] else ""
             table.add_row(comp["name"], r["copy"], r["state"], str(r["pid"] or "-"), cpus, str(r["threads"]),
                           mem, str(r["outstanding"]), str(r["served"]), str(r["restarts"]),
                           r["last_reason"] or "")  # fmt: skip

@@ -1,4 +1,5 @@
-"""A copy's `max_memory_mb`, enforced by the kernel wherever the host allows it.
+"""A copy's memory limit (`max_memory_mb`, else its `memory_mb` reservation), enforced by the kernel
+wherever the host allows it.
 
 In order of preference:
   cgroup-v2   a child group with memory.max (needs the memory controller delegated to our group's
@@ -14,6 +15,7 @@ The copy's process joins its group between fork and exec (`procs_file`), so it n
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 from dataclasses import dataclass
@@ -31,6 +33,12 @@ class MemoryLimit:
     mechanism: str  # "cgroup-v2", "cgroup-v1" or "rss-watch"
     max_mb: int
     group: Path | None = None
+    setting: str = "max_memory_mb"  # the setting the limit comes from: max_memory_mb or memory_mb
+
+    @property
+    def named(self) -> str:
+        """The limit as the endpoint file states it, for a copy's failure reason."""
+        return f"{self.setting}={self.max_mb}"
 
     @property
     def kernel(self) -> bool:
@@ -70,8 +78,8 @@ class MemoryLimit:
                 self.group.rmdir()
 
 
-def memory_limit(name: str, max_mb: int) -> MemoryLimit:
-    """The best mechanism this host offers for a limit of `max_mb` on the copy `name`."""
+def memory_limit(name: str, max_mb: int, setting: str = "max_memory_mb") -> MemoryLimit:
+    """The best mechanism this host offers for a limit of `max_mb` (from `setting`) on the copy `name`."""
     for make in (_cgroup_v2, _cgroup_v1):
         try:
             limit = make(name, max_mb)
@@ -79,9 +87,9 @@ def memory_limit(name: str, max_mb: int) -> MemoryLimit:
             log.info("copy %s: %s memory limit unavailable (%s)", name, make.__name__.strip("_"), exc)
             continue
         if limit is not None:
-            return limit
+            return dataclasses.replace(limit, setting=setting)
     log.info("copy %s: no kernel memory limit on this host; watching RSS instead", name)
-    return MemoryLimit("rss-watch", max_mb)
+    return MemoryLimit("rss-watch", max_mb, setting=setting)
 
 
 def _own_group(controller: str) -> Path | None:

@@ -59,7 +59,7 @@ class ReplicaState(StrEnum):
     DRAINING = "draining"
     # stopped on purpose (scale in, remove, down); its CPUs and memory are released
     STOPPED = "stopped"
-    # died, missed its startup health check or exceeded max_memory_mb; restarted after a backoff
+    # died, missed its startup health check or exceeded its memory limit; restarted after a backoff
     FAILED = "failed"
 
 
@@ -157,7 +157,7 @@ class Replica:
             "cpus_allowed": cpus_allowed(pid) if pid else None,
             "threads": self.alloc.threads,
             "memory_mb": self.alloc.memory_mb,
-            "max_memory_mb": self.spec.resources.max_memory_mb,
+            "max_memory_mb": self._memory.max_mb if self._memory else self.spec.resources.limit_mb,
             "memory_limit": self._memory.mechanism if self._memory else None,
             "rss_mb": round(rss_mb(pid) or 0.0, 1) if pid else None,
             "outstanding": self.outstanding,
@@ -203,13 +203,11 @@ class Replica:
 
     def _spawn(self) -> None:
         self.port = free_port()
-        max_mb = self.spec.resources.max_memory_mb
-        if max_mb is not None and self._memory is None:
-            self._memory = memory_limit(self.id, max_mb)
-        procs = None
-        if self._memory is not None:
-            self._oom_kills = self._memory.oom_kills()
-            procs = self._memory.procs_file
+        if self._memory is None:
+            res = self.spec.resources
+            self._memory = memory_limit(self.id, res.limit_mb, res.limit_setting)
+        self._oom_kills = self._memory.oom_kills()
+        procs = self._memory.procs_file
         cmd = self._command()
         env = {**os.environ, "PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false"}
         # a copy never sees the clients' keys (the router checks them): only the endpoint's internal key
@@ -252,7 +250,7 @@ class Replica:
             reason += f": {said}"
         memory = self._memory
         if memory is not None and memory.oom_kills() > self._oom_kills:
-            reason += f" (kernel OOM kill, {memory.mechanism}: over max_memory_mb={memory.max_mb})"
+            reason += f" (kernel OOM kill, {memory.mechanism}: over {memory.named} MB)"
         return reason
 
     def _over_memory(self) -> str | None:
@@ -260,7 +258,7 @@ class Replica:
             return None
         rss = self._memory.over(self.process.pid)
         if rss is not None:
-            return f"RSS {rss:.0f} MB exceeded max_memory_mb={self._memory.max_mb}; killed"
+            return f"RSS {rss:.0f} MB exceeded {self._memory.named} MB; killed"
         return None
 
     async def _await_ready(self, client: httpx.AsyncClient) -> str | None:

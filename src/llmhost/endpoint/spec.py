@@ -46,10 +46,12 @@ class ResourcesSpec(_Strict):
     # CPUs dedicated to each copy: a fraction below 1 shares one core with other fractional copies,
     # 1 or more must be whole and gets that many CPUs to itself
     num_cpus: float = Field(default=1.0, gt=0)
-    # memory reserved per copy against the host's available memory; the copy's default prompt cache
-    # takes at most what its weights, KV cache and process leave of it (`llmhost serve --memory-mb`)
+    # memory reserved per copy against the host's available memory, and its hard limit unless
+    # max_memory_mb is set; the copy's default prompt cache takes at most what its weights, KV cache and
+    # process leave of it (`llmhost serve --memory-mb`)
     memory_mb: int = Field(default=1024, ge=1)
-    # hard limit per copy (cgroup v2 memory.max, or watched RSS); None: no limit
+    # hard limit per copy (a cgroup's memory.max / memory.limit_in_bytes, or watched RSS); None: the
+    # limit is memory_mb itself, so that a packed host never overcommits what it reserved
     max_memory_mb: int | None = Field(default=None, ge=1)
 
     @model_validator(mode="after")
@@ -66,6 +68,15 @@ class ResourcesSpec(_Strict):
     @property
     def threads(self) -> int:
         return max(1, math.floor(self.num_cpus))
+
+    @property
+    def limit_mb(self) -> int:
+        """The hard limit a copy runs under: max_memory_mb when given, else its reservation."""
+        return self.max_memory_mb if self.max_memory_mb is not None else self.memory_mb
+
+    @property
+    def limit_setting(self) -> str:
+        return "max_memory_mb" if self.max_memory_mb is not None else "memory_mb"
 
 
 def _key(name: str) -> Any:

@@ -183,7 +183,8 @@ class AsyncEngine(ModelWorker[Engine]):
 
     def _die(self, reason: str) -> None:
         """Fail every accepted request at once and refuse new ones; the server exits on DEAD."""
-        log.critical("%s; failing %d request(s)", reason, len(self._streams))
+        log.critical("%s; failing %d request(s)%s", reason, len(self._streams),
+                     f": {', '.join(self._streams)}" if self._streams else "")  # fmt: skip
         with self._cond:
             self.error = reason
             self.state = EngineState.DEAD
@@ -238,8 +239,11 @@ class AsyncEngine(ModelWorker[Engine]):
             failures += 1
             log.exception("engine step failed (%d in a row)", failures)
             n = engine.recover()
-            self._deliver(engine.take_events())
-            log.error("failed the %d request(s) of that step; the others continue", n)
+            events = engine.take_events()
+            self._deliver(events)
+            failed = ", ".join(sorted({e.request_id for e in events if e.error is not None}))
+            log.error("failed the %d request(s) of that step%s; the others continue", n,
+                      f" (requests {failed})" if failed else "")  # fmt: skip
             if failures >= self.config.max_step_failures:
                 raise EngineDeadError(f"{failures} engine steps in a row failed; last: {exc}") from exc
             return failures

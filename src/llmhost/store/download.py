@@ -1,9 +1,10 @@
 """Parallel ranged download of one S3 object, resumable, verified, then published atomically.
 
 While it runs the bytes live in `<name>.partial` and the finished ranges in `<name>.partial.json`;
-only a verified file is renamed to `<name>`, so a reader never sees a half-written model. The space is
-reserved up front, and a range is recorded as finished only once its bytes are on disk (fdatasync):
-after a crash or power loss, a range the state calls finished holds the object's bytes.
+only a verified file is renamed to `<name>`, so a reader never sees a half-written model; one that fails
+its check is deleted and fetched once more. The space is reserved up front, and a range is recorded as
+finished only once its bytes are on disk (fdatasync): after a crash or power loss, a range the state
+calls finished holds the object's bytes.
 """
 
 from __future__ import annotations
@@ -32,11 +33,18 @@ DEFAULT_WORKERS = 8
 # times in all before the download gives up; the waits between tries double from RETRY_BASE_S
 RANGE_TRIES = 4
 RETRY_BASE_S = 0.25
+# whole downloads of an object whose bytes fail the integrity check (bytes changed on the way are not
+# changed the same way twice; a store that serves other bytes than it describes fails every time)
+ALTERED_TRIES = 2
 _CHUNK = 1024 * 1024
 
 
 class ShortRead(S3ModelError):
     """A range's body ended before its length: the connection was cut."""
+
+
+class AlteredDownload(S3ModelError):
+    """The whole file failed its integrity check: its bytes were changed on the way (deleted)."""
 
 
 def partial_paths(dest: Path) -> tuple[Path, Path]:
@@ -203,8 +211,8 @@ def _verify(partial: Path, state: Path, ref: S3Ref, info: ObjectInfo, ranges: li
         # the bytes are wrong, not just missing: resuming from them would fail again
         partial.unlink(missing_ok=True)
         state.unlink(missing_ok=True)
-        raise S3ModelError(f"{ref.uri}: downloaded file failed its {kind} check (ETag {info.etag}); "
-                           "the partial download was deleted")  # fmt: skip
+        raise AlteredDownload(f"{ref.uri}: downloaded file failed its {kind} check (ETag {info.etag}); "
+                              "the partial download was deleted")  # fmt: skip
     return kind
 
 
@@ -220,7 +228,19 @@ def _fsync_dir(path: Path) -> None:
 def download_object(client: Any, ref: S3Ref, info: ObjectInfo, dest: Path, *, part_size: int | None = None,
                     workers: int | None = None) -> str:  # fmt: skip
     """Fetch `ref` into `dest`; returns the integrity check made ("md5", "multipart", "sha256", "crc32",
-    "sha1" or "size-only")."""
+    "sha1" or "size-only"). A file that fails it is deleted and fetched once more."""
+    for attempt in range(1, ALTERED_TRIES + 1):
+        try:
+            return _download_once(client, ref, info, dest, part_size, workers)
+        except AlteredDownload as exc:
+            if attempt == ALTERED_TRIES:
+                raise
+            log.warning("%s; fetching it again (attempt %d of %d)", exc, attempt + 1, ALTERED_TRIES)
+    raise AssertionError("unreachable")
+
+
+def _download_once(client: Any, ref: S3Ref, info: ObjectInfo, dest: Path, part_size: int | None,
+                   workers: int | None) -> str:  # fmt: skip
     # the module defaults are read per call so a deployment (or a test) can tune them in one place
     partial, state = partial_paths(dest)
     part_size = part_size or recorded_part_size(state) or DEFAULT_PART_SIZE

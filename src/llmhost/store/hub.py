@@ -38,6 +38,7 @@ from llmhost.store.progress import quarter_logger
 log = logging.getLogger("llmhost.store")
 REVISION = "main"
 ATTEMPTS = 4  # transfers of one file, each resuming where the last was cut
+ALTERED_TRIES = 2  # whole downloads of a file whose bytes do not match the listing's digest
 LIST_TIMEOUT_S = 10.0  # a hub that does not answer the listing: the cached snapshot is served
 # the transports' transient failures (requests' and httpx's, by name: huggingface_hub's versions use either)
 _TRANSIENT = {"ConnectionError", "Timeout", "ChunkedEncodingError", "TransportError", "TimeoutException"}
@@ -243,16 +244,33 @@ def _record_ref(storage: Path, commit: str) -> None:
 
 
 def download(ref: HubRef, listing: Listing, name: str, cache: Path) -> Path:
-    """One file at the listed commit, into the cache, its digest checked (an LFS file's sha256). A cut
-    transfer is taken up again where it stopped (huggingface_hub keeps the bytes it got in the blob's
-    `.incomplete` file and asks for the rest with a Range), up to ATTEMPTS times in all."""
+    """One file at the listed commit, into the cache, its digest checked (an LFS file's sha256). A file
+    that arrives altered is deleted and fetched once more (bytes changed on the way are not changed
+    twice); altered again, the download fails naming the file, and nothing of it stays in the cache."""
     meta = listing.files[name]
     log.info("downloading %s/%s (%.1f MB) from %s", ref.repo, name, (meta.size or 0) / 1e6, hub_endpoint())
+    for attempt in range(1, ALTERED_TRIES + 1):
+        path = _transfer(ref, listing, name, cache)
+        problem = verify(path, meta)
+        if problem is None:
+            log.info("verified %s/%s (%s check)", ref.repo, name, "sha256" if meta.sha256 else "size-only")
+            return path
+        if attempt == ALTERED_TRIES:
+            raise HubModelError(f"{ref.uri}: {name} arrived altered {attempt} times ({problem}): deleted; "
+                                f"the hub ({hub_endpoint()}) serves other bytes than it lists")  # fmt: skip
+        log.warning("%s/%s arrived altered (%s): deleted, fetching it again", ref.repo, name, problem)
+    raise AssertionError("unreachable")
+
+
+def _transfer(ref: HubRef, listing: Listing, name: str, cache: Path) -> Path:
+    """The file through huggingface_hub. A cut transfer is taken up again where it stopped
+    (huggingface_hub keeps the bytes it got in the blob's `.incomplete` file and asks for the rest with
+    a Range, renaming it into place only when whole), up to ATTEMPTS times in all."""
+    meta = listing.files[name]
     for attempt in range(1, ATTEMPTS + 1):
         try:
             with _progress(repo_dir(ref.repo, cache), meta, f"{ref.repo}/{name}"):
-                path = Path(_hf_hub_download(ref, listing.commit, name, cache))
-            break
+                return Path(_hf_hub_download(ref, listing.commit, name, cache))
         except Exception as exc:  # huggingface_hub's errors, the transport's, a full disk
             if _network_error(exc) and attempt < ATTEMPTS:
                 log.warning("%s/%s: %s; resuming (attempt %d of %d)", ref.repo, name, exc, attempt + 1,
@@ -262,8 +280,7 @@ def download(ref: HubRef, listing: Listing, name: str, cache: Path) -> Path:
             if not (_network_error(exc) or isinstance(exc, OSError)):
                 raise
             raise hub_error(ref, exc, f"downloading {name}") from None
-    verify(ref, name, path, meta)
-    return path
+    raise AssertionError("unreachable")
 
 
 def _hf_hub_download(ref: HubRef, commit: str, name: str, cache: Path) -> str:
@@ -311,18 +328,17 @@ def _progress(storage: Path, meta: RepoFile, what: str) -> Iterator[None]:
         thread.join()
 
 
-def verify(ref: HubRef, name: str, path: Path, meta: RepoFile) -> None:
-    """A fresh download's bytes against the listing: the LFS sha256, else the size. A mismatch deletes
-    the cached file, so the next start fetches it again."""
+def verify(path: Path, meta: RepoFile) -> str | None:
+    """A fresh download's bytes against the listing: the LFS sha256, else the size. None when they
+    match; else what differs, the cached file and its blob deleted (never served, fetched again)."""
     size = path.stat().st_size
     digest = _sha256(path) if meta.sha256 else None
     if (meta.size is not None and size != meta.size) or (digest is not None and digest != meta.sha256):
         blob = path.resolve()
         path.unlink(missing_ok=True)
         blob.unlink(missing_ok=True)
-        raise HubModelError(f"{ref.uri}: {name} arrived altered ({size} bytes, sha256 {digest}; expected "
-                            f"{meta.size} bytes, sha256 {meta.sha256}): deleted, start again")  # fmt: skip
-    log.info("verified %s/%s (%s check)", ref.repo, name, "sha256" if digest else "size-only")
+        return f"{size} bytes, sha256 {digest}; expected {meta.size} bytes, sha256 {meta.sha256}"
+    return None
 
 
 def _sha256(path: Path) -> str:

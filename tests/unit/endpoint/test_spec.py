@@ -166,3 +166,15 @@ def test_an_adapter_component_lives_on_its_base_and_is_checked_as_sagemaker_chec
     assert "scale must be a finite number" in error_of(
         endpoint(comp(), {**sql, "adapter": {"path": "p", "scale": "nan"}})
     )
+
+
+@pytest.mark.parametrize(("resources", "limit"), [
+    ({"memory_mb": 600}, (600, "memory_mb")),  # the reservation is the limit when none is given
+    ({"memory_mb": 600, "max_memory_mb": 900}, (900, "max_memory_mb")),
+    ({}, (1024, "memory_mb")),
+])  # fmt: skip
+def test_a_copy_is_limited_to_max_memory_mb_else_its_reservation(
+    resources: dict[str, int], limit: tuple[int, str]
+) -> None:
+    [c] = parse_endpoint(endpoint(comp(resources=resources)), "ep.yaml").components
+    assert (c.resources.limit_mb, c.resources.limit_setting) == limit

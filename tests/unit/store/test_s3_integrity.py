@@ -95,6 +95,17 @@ def test_corrupted_bytes_fail_the_check_and_are_deleted(
     assert not [p for p in Path(os.environ["LLMHOST_CACHE"]).rglob("model.gguf*") if p.is_file()]
 
 
+def test_bytes_altered_once_are_fetched_again(server: S3Server, bucket: str, proxy: Proxy,
+                                             caplog: pytest.LogCaptureFixture) -> None:  # fmt: skip
+    body = os.urandom(2 * MIB)
+    server.client().put_object(Bucket=bucket, Key="once/model.gguf", Body=body)
+    proxy.faults.flip_gets = 1  # the first range of the first download
+    path = resolve_model(f"s3://{bucket}/once/model.gguf")
+    assert path.read_bytes() == body
+    assert "failed its md5 check" in caplog.text and "fetching it again (attempt 2 of 2)" in caplog.text
+    assert len(proxy.recorder.object_gets("once/model.gguf")) == 4  # two ranges, twice
+
+
 @pytest.mark.parametrize(("algorithm", "multipart", "kind"), [
     ("SHA256", False, "sha256"), ("SHA1", False, "sha1"), ("CRC32", False, "crc32"),
     ("CRC32", True, "crc32"), ("SHA256", True, "sha256"),

@@ -6,7 +6,7 @@ sliding-window layers at their window, context checkpoints, its prompt cache in 
 --max-concurrent 16 --max-total-tokens 4096` (its defaults otherwise: 8 idle cached sequences beside the
 running ones, the host cache tier sized from free memory). Rows: f16 and q8_0 KV; llmhost windowed (the
 default), with --swa-full, and with --prefix-cache-seqs 0 (16 streams in all, llama-server's count).
-The four prompts (about 300, 900, 1,800 and 3,000 tokens of the built-in prompt texts) go out together,
+The four prompts (256, 834, 1,623 and 2,704 Gemma 3 tokens of the built-in prompt texts) go out together,
 32 greedy tokens each; RSS is read once all four are answered. Memory is not timing: this runs on a
 shared machine.
 
@@ -33,7 +33,7 @@ import psutil
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from llmhost.bench.workload import builtin_prompts
 
-PROMPT_WORDS = (220, 660, 1320, 2200)  # about 300, 900, 1,800 and 3,000 Gemma 3 tokens
+PROMPT_WORDS = (220, 660, 1320, 2200)  # 256, 834, 1,623 and 2,704 Gemma 3 tokens
 MB = 10**6
 
 

@@ -9,6 +9,8 @@ prefills the rest, giving what a cold engine gives."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from llmhost.bench.workload import builtin_prompts
@@ -21,7 +23,7 @@ from llmhost.engine import (
     SamplingParams,
 )
 from llmhost.engine.gguf_check import check_file
-from llmhost.engine.memory_fit import gguf_kv_bytes
+from llmhost.engine.memory_fit import gguf_kv_bytes, stream_bytes
 from llmhost.store import resolve_model
 from tests.integration.engine_runs import logprobs_of, run_greedy
 from tests.integration.neartie import assert_same_or_near_tie
@@ -62,6 +64,11 @@ def test_the_kv_cache_takes_what_its_types_and_window_say(
     if swa_full:
         computed = eng.config.n_ctx * eng.model.kv_bytes_per_token / 2**20
         assert eng.model.kv_mib == pytest.approx(computed, rel=1e-3)
+    # the memory fit's count of a stream (without checkpoints) is what llama.cpp allocates
+    shape = eng.model.kv_shape
+    assert (shape.layers, shape.swa_layers, shape.swa_window) == (18, 15, 512)
+    bare = dataclasses.replace(eng.config, swa_checkpoints=0)
+    assert eng.config.n_seq_max * stream_bytes(bare, shape) / 2**20 == pytest.approx(mib, rel=1e-3)
     prompt = text_tokens(eng)[:300]
     out = run_greedy(eng, "a", prompt, 8)
     eng.close()

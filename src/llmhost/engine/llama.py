@@ -80,7 +80,8 @@ class LlamaModel:
         self._kv_cells = not (lc.llama_model_is_recurrent(model) or lc.llama_model_is_hybrid(model))
         # K and V of one position in the configured cache types (what sizes the KV cache)
         self.kv_bytes_per_token = kv_bytes_per_token(model, config.cache_type_k, config.cache_type_v)
-        self.kv_shape = KvShape(self.kv_bytes_per_token, layers.layers, layers.swa, self.swa_window)
+        n_layer = int(lc.llama_model_n_layer(model))  # the load log also counts the output layer
+        self.kv_shape = KvShape(self.kv_bytes_per_token, n_layer, layers.swa, self.swa_window)
         self._check_trained_context(config)
         if pooling is None:
             config = self.config = self._fit_memory(config, rss_before)

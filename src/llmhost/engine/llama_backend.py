@@ -85,7 +85,8 @@ class KvBufferTally:
 
 class SwaLayerTally:
     """How many of a model's layers have a sliding window, from the line llama.cpp logs (at debug
-    level) for each layer it loads: its API gives the window, not which layers use it."""
+    level) for each layer it loads (the output layer too, never windowed): its API gives the window,
+    not which layers use it."""
 
     _LINE = re.compile(r"assigned to device .*is_swa = ([01])")
 

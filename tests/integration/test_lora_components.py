@@ -19,6 +19,7 @@ import ollama
 import pytest
 from botocore.config import Config
 
+from llmhost.endpoint.routing import COMPONENT_HEADER
 from llmhost.store import resolve_model
 from tests.integration.endpoint_helpers import Endpoint, start_endpoint, stop_endpoint
 from tests.integration.lora_helpers import write_adapter
@@ -90,9 +91,20 @@ def test_an_adapter_component_of_the_file_answers_by_its_name_as_sagemaker_invok
     tgi = invoke(ep, "sql", {"inputs": PROMPT, "parameters": {"max_new_tokens": 6}})
     assert tgi[0]["generated_text"] == sql
     # the header naming a component's adapter (`adapters:`) routes so too
-    assert invoke(ep, "poet", ASK)["choices"][0]["text"] == by_model(ep, "poet")
+    poet = by_model(ep, "poet")
+    assert invoke(ep, "poet", ASK)["choices"][0]["text"] == poet != sql
+    # the adapters as the base's copy numbers them: the file's `adapters:`, then adapter components
+    lora = [{"id": 0, "scale": 0.5}]
+    listed = client(ep).post("/v1/completions", json={**ASK, "model": "base", "lora": lora})
+    assert listed.json()["choices"][0]["text"] == poet
+    tgi_body = {"inputs": PROMPT, "parameters": {"max_new_tokens": 6, "adapter_id": "sql"}}
+    named = client(ep).post("/generate", headers={COMPONENT_HEADER: "base"}, json=tgi_body)
+    assert named.status_code == 200 and named.json()["generated_text"] == sql
+    # an OpenAI body naming no model gets the header's adapter
+    no_model = client(ep).post("/v1/completions", headers={COMPONENT_HEADER: "sql"}, json=ASK)
+    assert no_model.json()["choices"][0]["text"] == sql
     cards = {m["id"]: m for m in client(ep).get("/v1/models").json()["data"]}
-    assert cards["sql"]["parent"] == cards["poet"]["parent"] == "base"
+    assert cards["sql"]["parent"] == cards["poet"]["parent"] == "base" and "parent" not in cards["base"]
     status = ep.status()
     assert status["adapter_components"] == [{"name": "sql", "base": "base"}]
     [base] = status["components"]

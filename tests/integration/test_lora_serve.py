@@ -3,7 +3,8 @@ the official client), TGI's `adapter_id` and llama-server's `lora` list; `/v1/mo
 their base; an unknown adapter is a 422 naming the field; an adapter for another model stops the start
 with a message naming it. The server keeps one adapter loaded (`--max-loras 1`): every test that
 alternates adapters also loads them again on demand. Adapters are loaded and unloaded at run time
-(`/admin/adapters`) while other requests run."""
+(`/admin/adapters`) while other requests run. Ollama lists them as models of their base; bench drives a
+mix of them. (Adapters on an endpoint: test_lora_components.py.)"""
 
 from __future__ import annotations
 
@@ -14,15 +15,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import ollama
 import openai
 import pytest
 
-from llmhost.endpoint.routing import COMPONENT_HEADER
 from llmhost.store import resolve_model
 from tests.integration.conftest import CHAT_TEMPLATE, Server, start_server, stop_server
-from tests.integration.endpoint_helpers import start_endpoint, stop_endpoint
 from tests.integration.lora_helpers import write_adapter
 
 N = 6
@@ -255,47 +253,6 @@ def test_a_refused_load_or_unload_names_the_field_and_the_server_keeps_serving(
     error = resp.json()["error"]
     assert words in error["message"] and error["param"] == field
     assert text_of(complete(lora_server, model="sql"))
-
-
-def test_an_endpoint_routes_a_model_naming_an_adapter_to_its_component(
-    tmp_path: Path, adapter_files: dict[str, Path]
-) -> None:
-    # no cached prefixes: every answer is a fresh prefill (see the split note above)
-    ep = start_endpoint(tmp_path, f"""
-name: adapters
-components:
-  - name: base
-    resources: {{num_cpus: 1, memory_mb: 2048}}
-    engine: {{max_concurrent: 2, max_input_tokens: 64, max_total_tokens: 128, max_batch_tokens: 128,
-              prefix_cache_seqs: 0, prompt_cache_mb: 0}}
-    adapters:
-      - {{name: sql, path: {adapter_files['sql']}}}
-      - {{name: poet, path: {adapter_files['poet']}, scale: 0.5}}
-""")  # fmt: skip
-    try:
-        client = httpx.Client(base_url=ep.url, timeout=120)
-        cards = {m["id"]: m for m in client.get("/v1/models").json()["data"]}
-        assert cards["sql"]["parent"] == cards["poet"]["parent"] == "base"
-        assert "parent" not in cards["base"]
-        ask = {"prompt": PROMPT, "max_tokens": N, "temperature": 0, "ignore_eos": True}
-        poet = text_of(client.post("/v1/completions", json={**ask, "model": "poet"}))
-        lora = [{"id": 1, "scale": 0.5}]
-        listed = client.post("/v1/completions", json={**ask, "model": "base", "lora": lora})
-        base = text_of(client.post("/v1/completions", json={**ask, "model": "base"}))
-        assert poet == text_of(listed) != base
-        tgi = client.post("/generate", headers={COMPONENT_HEADER: "base"}, json={
-            "inputs": PROMPT, "parameters": {"max_new_tokens": N, "adapter_id": "sql"}})  # fmt: skip
-        sql = text_of(client.post("/v1/completions", json={**ask, "model": "sql"}))
-        assert tgi.status_code == 200 and tgi.json()["generated_text"] == sql
-        # the header naming the adapter: its component's copy applies it, as SageMaker's adapter components
-        by_header = client.post("/generate", headers={COMPONENT_HEADER: "sql"}, json={
-            "inputs": PROMPT, "parameters": {"max_new_tokens": N}})  # fmt: skip
-        assert by_header.status_code == 200 and by_header.json()["generated_text"] == sql
-        # and on an OpenAI route the body naming no model gets the header's adapter
-        named = client.post("/v1/completions", headers={COMPONENT_HEADER: "sql"}, json=ask)
-        assert text_of(named) == sql
-    finally:
-        stop_endpoint(ep)
 
 
 def test_bench_spreads_its_requests_over_a_mix_of_adapters_with_figures_per_model(

@@ -301,7 +301,7 @@ def summarize_level(
         input_tokens=in_tokens,
         mean_in_flight=busy / wall,
         reasoning_tokens=sum(r.reasoning_tokens for r in ok),
-        distributions=distributions(ok),
+        distributions=distributions(ok), by_model=by_model(measured, wall),
         price_per_hour=price_per_hour,
         discount=discount,
         stopped=stopped,
@@ -311,7 +311,6 @@ def summarize_level(
             slo.meets(ttft_s=r.ttft_s, tpot_s=r.tpot_s, max_itl_s=r.max_itl_s, e2e_s=r.e2e_s) for r in ok
         )
         summary.goodput_rps = summary.good_requests / wall
-    summary.by_model = by_model(measured, wall)
     add_costs(summary)
     return summary
 

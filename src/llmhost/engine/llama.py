@@ -54,19 +54,8 @@ class LlamaModel:
         self.config = config
         self.path = str(path)
         self.pooling = pooling
-        mparams = lc.llama_model_default_params()
-        mparams.n_gpu_layers = 0
-        mparams.load_mode = _LOAD_MODES[config.load_mode]
-        mparams.use_extra_bufts = extra_buffers(config.repack)
-        try:  # the file's structure first: llama.cpp's parser is no place for a crafted header
-            check_gguf(self.path)
-        except GGUFError as exc:
-            raise ModelLoadError(str(exc)) from None
         rss_before = rss_bytes()
-        with SwaLayerTally() as layers:
-            model = lc.llama_model_load_from_file(self.path.encode(), mparams)
-        if not model:
-            raise ModelLoadError(f"llama.cpp could not load {self.path} (not a GGUF model, or corrupt)")
+        model, layers = self._load(config)
         self._model = model
         self._vocab = lc.llama_model_get_vocab(model)
         self.info = read_info(model, self._vocab, self.path)
@@ -101,6 +90,22 @@ class LlamaModel:
         # SWA checkpoints only where sliding-window layers keep their window (in full they serve any prefix)
         windowed = self.swa_window > 0 and not config.swa_full and pooling is None
         self.checkpoints = SwaCheckpoints(CheckpointPolicy.of(config, windowed))
+
+    def _load(self, config: EngineConfig) -> tuple[Any, SwaLayerTally]:
+        """llama.cpp's model, and the sliding-window layers its load log counted."""
+        mparams = lc.llama_model_default_params()
+        mparams.n_gpu_layers = 0
+        mparams.load_mode = _LOAD_MODES[config.load_mode]
+        mparams.use_extra_bufts = extra_buffers(config.repack)
+        try:  # the file's structure first: llama.cpp's parser is no place for a crafted header
+            check_gguf(self.path)
+        except GGUFError as exc:
+            raise ModelLoadError(str(exc)) from None
+        with SwaLayerTally() as layers:
+            model = lc.llama_model_load_from_file(self.path.encode(), mparams)
+        if not model:
+            raise ModelLoadError(f"llama.cpp could not load {self.path} (not a GGUF model, or corrupt)")
+        return model, layers
 
     def _check_trained_context(self, config: EngineConfig) -> None:
         """An embeddings context holds one input per sequence; a generation context, prompt + output:

@@ -123,12 +123,15 @@ async def mix_run(url: str, k: int, texts: list[str], args: argparse.Namespace) 
     bodies = [
         {"prompt": t, "max_tokens": args.new_tokens, "temperature": 0.0, "ignore_eos": True,
          "stream": True, "stream_options": {"include_usage": True},
-         "lora": [{"id": i % k, "scale": 1.0}] if k else []}
+         **({"lora": [{"id": i % k, "scale": 1.0}]} if k else {})}  # the base: no list, as a user sends it
         for i, t in enumerate(texts)
     ]  # fmt: skip
     queue = list(reversed(bodies))
     results: list[dict[str, float]] = []
-    async with httpx.AsyncClient(timeout=600) as client:
+    # a connection per request: llama-server's HTTP library closes idle keep-alive connections, and a
+    # request sent on one as it closes is lost ("Server disconnected without sending a response")
+    limits = httpx.Limits(max_keepalive_connections=0)
+    async with httpx.AsyncClient(timeout=600, limits=limits) as client:
 
         async def user() -> None:
             while queue:
@@ -157,6 +160,8 @@ def median_of(rounds: list[dict[str, dict[str, dict[str, float]]]]) -> dict[str,
         base = out[server]["base"]["output_tok_s"]
         for row in out[server].values():
             row["vs_base"] = round(row["output_tok_s"] / base, 3)
+    if len(out) < 2:
+        return out
     out["llmhost_vs_llama_server"] = {
         mix: round(out["llmhost"][mix]["output_tok_s"] / out["llama-server"][mix]["output_tok_s"], 3)
         for mix in MIXES
@@ -174,18 +179,20 @@ def main() -> None:
     ap.add_argument("--prompt-words", type=int, default=60)
     ap.add_argument("--rank", type=int, default=16)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--servers", default="llmhost,llama-server")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
     model = Path(resolve_model())
     with tempfile.TemporaryDirectory() as tmp:
         adapters = write_adapters(model, Path(tmp), 16, args.rank)
-        servers = {name: Running(name, cmd) for name, cmd in commands(args, model, adapters).items()}
+        chosen = args.servers.split(",")
+        servers = {n: Running(n, cmd) for n, cmd in commands(args, model, adapters).items() if n in chosen}
         try:
             for s in servers.values():
                 s.wait_ready()
             for s in servers.values():  # first requests (graph builds, adapter uploads) not counted
                 for k in MIXES.values():
-                    asyncio.run(mix_run(s.url, k, prompts(args.concurrency, 8, salt=-1 - k), args))
+                    asyncio.run(mix_run(s.url, k, prompts(args.concurrency, 8, salt=10_000 + k), args))
             rounds = []
             for r in range(args.rounds):
                 row: dict[str, dict[str, dict[str, float]]] = {name: {} for name in servers}

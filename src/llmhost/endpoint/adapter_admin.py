@@ -3,15 +3,14 @@ copies at once (`llmhost adapters --url ENDPOINT`), as one server's `/admin/adap
 
 from __future__ import annotations
 
-import math
 from collections.abc import Awaitable, Callable
 from typing import Annotated, Any, Protocol
 
 from fastapi import APIRouter, Request
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field
 from starlette.responses import JSONResponse, Response
 
-from llmhost.endpoint.adapter_spec import ADAPTER_NAME, AdapterEntry
+from llmhost.endpoint.adapter_spec import ADAPTER_NAME, AdapterEntry, Scale
 from llmhost.endpoint.apidoc import ADMIN
 from llmhost.endpoint.control_errors import CopyRefusal
 from llmhost.web.apidoc import errors, merge, operation
@@ -27,14 +26,7 @@ class AdapterLoad(BaseModel):
     component: str = Field(description="The component whose copies load it.")
     name: Annotated[str, Field(pattern=ADAPTER_NAME, description="What requests name in `model`.")]
     path: Annotated[str, Field(min_length=1, description="A LoRA GGUF: a file, s3://..., hf://...")]
-    scale: float = Field(default=1.0, description="What a request naming the adapter gets.")
-
-    @field_validator("scale")
-    @classmethod
-    def _finite(cls, value: float) -> float:
-        if not math.isfinite(value):
-            raise ValueError("scale must be a finite number")
-        return value
+    scale: Scale = Field(default=1.0, description="What a request naming the adapter gets.")
 
 
 class AdapterUnload(BaseModel):

@@ -10,11 +10,21 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
-from typing import Any, Protocol, Self, TypeVar
+from typing import Annotated, Any, Protocol, Self, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 ADAPTER_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$"
+
+
+def _finite(value: float) -> float:
+    if not math.isfinite(value):
+        raise ValueError("scale must be a finite number")
+    return value
+
+
+# an adapter's scale, however it is given (file, admin body): any finite number
+Scale = Annotated[float, AfterValidator(_finite)]
 
 
 class AdapterEntry(BaseModel):
@@ -25,17 +35,10 @@ class AdapterEntry(BaseModel):
     # a LoRA GGUF for the component's model: a file, s3://..., hf://OWNER/REPO/FILE.gguf; a relative path
     # is read from the directory `endpoint up` runs in, as the component's model is
     path: str = Field(min_length=1)
-    scale: float = 1.0  # what a request naming the adapter gets
+    scale: Scale = 1.0  # what a request naming the adapter gets
     # an adapter inference component (a component with `base:` becomes one of its base's adapters so):
     # DELETE /admin/components/NAME removes it, and status lists it as a component
     inference_component: bool = False
-
-    @field_validator("scale")
-    @classmethod
-    def _finite(cls, value: float) -> float:
-        if not math.isfinite(value):
-            raise ValueError("scale must be a finite number")
-        return value
 
     @property
     def lora_option(self) -> str:
@@ -71,12 +74,8 @@ class AdapterRef(BaseModel):
 
     # a LoRA GGUF for the base's model: a file, s3://..., hf://OWNER/REPO/FILE.gguf
     path: str = Field(min_length=1)
-    scale: float = 1.0  # what requests for the adapter component get
+    scale: Scale = 1.0  # what requests for the adapter component get
 
-    @field_validator("scale")
-    @classmethod
-    def _finite(cls, value: float) -> float:
-        return AdapterEntry._finite(value)
 
 
 # the keys an adapter component has: everything else is its base's

@@ -8,7 +8,7 @@ import logging
 import re
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Self
 
 import llama_cpp as lc
 
@@ -61,7 +61,21 @@ def remove_log_listener(fn: Callable[[str], None]) -> None:
         _log_listeners.remove(fn)
 
 
-class KvBufferTally:
+class LogWatch:
+    """Reads llama.cpp's log lines while attached (`with`): what its API does not tell."""
+
+    def __enter__(self) -> Self:
+        add_log_listener(self._seen)
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        remove_log_listener(self._seen)
+
+    def _seen(self, text: str) -> None:
+        raise NotImplementedError
+
+
+class KvBufferTally(LogWatch):
     """The MiB of KV buffers llama.cpp reports allocating while it is attached (one line per cache: a
     model with sliding-window layers has two, their sizes known only to llama.cpp)."""
 
@@ -70,20 +84,13 @@ class KvBufferTally:
     def __init__(self) -> None:
         self.mib = 0.0
 
-    def __enter__(self) -> KvBufferTally:
-        add_log_listener(self._seen)
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        remove_log_listener(self._seen)
-
     def _seen(self, text: str) -> None:
         found = self._LINE.search(text)
         if found:
             self.mib += float(found.group(1))
 
 
-class SwaLayerTally:
+class SwaLayerTally(LogWatch):
     """How many of a model's layers have a sliding window, from the line llama.cpp logs (at debug
     level) for each layer it loads (the output layer too, never windowed): its API gives the window,
     not which layers use it."""
@@ -93,13 +100,6 @@ class SwaLayerTally:
     def __init__(self) -> None:
         self.layers = 0
         self.swa = 0
-
-    def __enter__(self) -> SwaLayerTally:
-        add_log_listener(self._seen)
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        remove_log_listener(self._seen)
 
     def _seen(self, text: str) -> None:
         found = self._LINE.search(text)

@@ -64,7 +64,7 @@ def endpoint_doc(
                 "copies": cand.copies,
                 "resources": {"num_cpus": cand.threads or host_cpus, "memory_mb": copy_memory_mb(rec)},
                 "engine": engine,
-                **({"adapters": adapters.endpoint_entries()} if adapters and adapters.entries else {}),
+                **({"adapters": [*adapters.endpoint_entries()]} if adapters and adapters.entries else {}),
             }
         ],
     }

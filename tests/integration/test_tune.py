@@ -186,3 +186,5 @@ def test_tune_serves_lora_adapters_to_every_candidate_under_a_mix(model: Path, t
     cands = json.loads((tmp_path / "bad" / "tune.json").read_text())["candidates"]
     states = {c["name"]: c["state"] for c in cands}
     assert set(states.values()) <= {"failed", "pruned"} and states["baseline"] == "failed", states
+    [log] = (tmp_path / "bad" / "candidates" / "baseline" / "logs").glob("*.log")
+    assert "--lora bad: llama.cpp could not load the LoRA adapter" in log.read_text()

@@ -150,3 +150,41 @@ def test_tune_keeps_what_it_measured_on_ctrl_c(model: Path, tmp_path: Path) -> N
     doc = _check_kept(out)
     assert doc["candidates"][0]["state"] == "measured" and doc["candidates"][0]["levels"]
     assert "interrupted" in output
+
+
+def test_tune_serves_lora_adapters_to_every_candidate_under_a_mix(model: Path, tmp_path: Path) -> None:
+    from tests.integration.lora_helpers import write_adapter
+
+    a = write_adapter(tmp_path / "a.gguf", model, seed=1)
+    b = write_adapter(tmp_path / "b.gguf", model, seed=2)
+    out = tmp_path / "tune"
+    mix = ("--lora", f"a={a}", "--lora", f"b={b}:0.5", "--model-mix", "a,b,model", "--concurrency", "3",
+           "--requests", "6", "--max-minutes", "8")  # fmt: skip
+    cmd = tune_cmd(model, out, *mix)
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=TUNE_ENV)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "adapters: a, b; requests named in turn: a, b, model" in done.stdout
+    doc = json.loads((out / "tune.json").read_text())
+    assert doc["workload"]["model_mix"] == ["a", "b", "model"]
+    assert [x["name"] for x in doc["adapters"]] == ["a", "b"]
+    measured = [c for c in doc["candidates"] if c["state"] == "measured"]
+    assert len(measured) == 2, doc["candidates"]  # the baseline and x1-t1-mc2-b256
+    for cand in measured:  # the requests were spread over the mix, each model served
+        [lv] = cand["levels"]
+        assert {m: (f["requests"], f["successes"]) for m, f in lv["by_model"].items()} == {
+            "a": (2, 2), "b": (2, 2), "model": (2, 2)}, cand  # fmt: skip
+    [component] = parse_endpoint(yaml.safe_load((out / "endpoint.yaml").read_text())).components
+    got = [(x.name, x.path, x.scale) for x in component.adapters]
+    assert got == [("a", str(a), 1.0), ("b", str(b), 0.5)]
+    html = (out / "report.html").read_text()
+    assert 'id="mix"' in html and 'id="by-model"' in html
+    # every candidate's server loads the adapters: one llama.cpp refuses fails each of them
+    bad = write_adapter(tmp_path / "bad.gguf", model, seed=3, shape_off_by=3)
+    failed = subprocess.run(tune_cmd(model, tmp_path / "bad", "--lora", f"bad={bad}", "--max-minutes", "3"),
+                            capture_output=True, text=True, timeout=300, env=TUNE_ENV)  # fmt: skip
+    assert failed.returncode == 1, failed.stdout[-3000:] + failed.stderr[-3000:]
+    cands = json.loads((tmp_path / "bad" / "tune.json").read_text())["candidates"]
+    states = {c["name"]: c["state"] for c in cands}
+    assert set(states.values()) <= {"failed", "pruned"} and states["baseline"] == "failed", states
+    [log] = (tmp_path / "bad" / "candidates" / "baseline" / "logs").glob("*.log")
+    assert "--lora bad: llama.cpp could not load the LoRA adapter" in log.read_text()

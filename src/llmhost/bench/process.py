@@ -120,10 +120,11 @@ def endpoint_file(
     engine: dict[str, Any],
     threads: int | None = None,
     router_cpus: int = 0,
+    adapters: list[dict[str, Any]] | None = None,
 ) -> Path:
     """An endpoint file with one component of `copies` fixed copies, `threads` CPUs each (None: the CPUs
-    left after the router's, shared), these `engine:` settings, and `router_cpus` CPUs kept for its
-    router."""
+    left after the router's, shared), these `engine:` settings and `adapters:` (LoRA adapters every copy
+    loads), and `router_cpus` CPUs kept for its router."""
     if threads is None:
         threads = max(1, (len(os.sched_getaffinity(0)) - router_cpus) // copies)
     doc: dict[str, Any] = {
@@ -135,6 +136,7 @@ def endpoint_file(
                 "copies": copies,
                 "resources": {"num_cpus": threads, "memory_mb": ENDPOINT_COPY_MEMORY_MB},
                 "engine": engine,
+                **({"adapters": adapters} if adapters else {}),
             }
         ],
     }

@@ -31,9 +31,15 @@ class _ServeBase(BaseModel):
     extra_args: list[str] = Field(default_factory=list)
 
     def given(self) -> dict[str, list[Any]]:
-        """The settings this configuration sets, each as its list of values, in the spec's order."""
-        values = {s.name: getattr(self, s.name) for s in _sweepable(self.settings)}
-        return {name: as_list(v) for name, v in values.items() if v is not None}
+        """The settings this configuration sets, each as its list of values, in the spec's order. A
+        repeatable setting's value is a list (`lora: [a=x.gguf, b=y.gguf]`); a list of them is swept."""
+        out: dict[str, list[Any]] = {}
+        for s in _sweepable(self.settings):
+            v = getattr(self, s.name)
+            if v is not None:
+                one = s.repeatable and not any(isinstance(item, list) for item in v)
+                out[s.name] = [v] if one else as_list(v)
+        return out
 
 
 def _sweepable(settings: SettingsSpec) -> list[Setting]:
@@ -45,6 +51,8 @@ def serve_model(settings: SettingsSpec) -> type[_ServeBase]:
     keys: dict[str, Any] = {}
     for s in _sweepable(settings):
         kind: Any = str if s.type is Path else s.type
+        if s.repeatable:  # the value is a list already: a list of lists sweeps it
+            kind = list[kind]
         keys[s.name] = (kind | list[kind] | None, None)
     model = create_model("ServeSpec", __base__=_ServeBase, __module__=__name__, **keys)
     model.settings = settings
@@ -69,9 +77,22 @@ def label(setting: Setting, value: Any, varied: bool) -> str | None:
 
 
 def endpoint_engine(settings: SettingsSpec, given: dict[str, Any]) -> dict[str, Any]:
-    """The endpoint file's `engine:` for the given settings (threads are the copies' CPUs)."""
-    engine = {n: v for n, v in given.items() if n != "threads"}
+    """The endpoint file's `engine:` for the given settings (threads are the copies' CPUs, LoRA adapters
+    the component's `adapters:`, see `endpoint_adapters`)."""
+    engine = {n: v for n, v in given.items() if n not in ("threads", "lora")}
     refused = [n for n in engine if not settings[n].endpoint]
     if refused:
         raise ValueError(f"{', '.join(refused)}: not a setting of an endpoint file, so not for copies > 1")
     return engine
+
+
+def endpoint_adapters(given: dict[str, Any]) -> list[dict[str, Any]]:
+    """The component's `adapters:` for the given `lora` values (`--lora NAME=PATH[:SCALE]`, read as
+    `llmhost serve` reads them)."""
+    from llmhost.engine.lora import parse_lora
+
+    out: list[dict[str, Any]] = []
+    for text in given.get("lora") or []:
+        name, path, scale = parse_lora(text)
+        out.append({"name": name, "path": path, "scale": scale})
+    return out

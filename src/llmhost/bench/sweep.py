@@ -48,7 +48,7 @@ from llmhost.bench.report import ResultsWriter
 from llmhost.bench.results import BenchResults, ConfigResult
 from llmhost.bench.runner import NullProgress, Progress, _now, finish_results, measure_config
 from llmhost.bench.saturation import SaturationRule
-from llmhost.bench.serve_config import ServeSpec, as_list, endpoint_engine, label
+from llmhost.bench.serve_config import ServeSpec, as_list, endpoint_adapters, endpoint_engine, label
 from llmhost.bench.slo import GoodputSLO
 from llmhost.interrupt import run_interruptible
 
@@ -179,7 +179,7 @@ def _serve_launches(cfg: ConfigSpec, labels: dict[str, str]) -> list[Launch]:
             params["copies"] = copies
             parts.append(f"x{copies}")
             path = endpoint_file("-".join(parts), str(model), copies, endpoint_engine(settings, given),
-                                 given.get("threads"), s.router_cpus)  # fmt: skip
+                                 given.get("threads"), s.router_cpus, endpoint_adapters(given))  # fmt: skip
             argv = [*llmhost_command(), "endpoint", "up", str(path), "--host", HOST, "--port", "{port}"]
         name = "-".join(parts)
         launches.append(Launch(name=f"{cfg.name}-{name}" if cfg.name else name, kind="serve", argv=argv,

@@ -17,6 +17,7 @@ from llmhost.cli_groups import grouped
 from llmhost.interrupt import run_interruptible
 from llmhost.store.options import S3EndpointOpt, use_s3_endpoint
 from llmhost.tune.options import (
+    AdapterOptions,
     ConversationOptions,
     OutputOptions,
     SearchOptions,
@@ -52,6 +53,10 @@ def print_answer(doc: dict[str, Any]) -> int:
     """The answer in the terminal; the exit status (1: nothing met the SLO)."""
     a = doc["answer"]
     typer.echo(f"\nSLO: {doc['slo']['describe']}")
+    mix = doc["workload"]["model_mix"]
+    if doc["adapters"] or mix:
+        typer.echo(f"adapters: {', '.join(a['name'] for a in doc['adapters']) or 'none'}; requests named in "
+                   f"turn: {', '.join(mix) if mix else 'model (the base model)'}")  # fmt: skip
     for label, p in (
         ("highest goodput", a["chosen"]),
         ("cheapest per 1M tokens", a["cheapest"]),
@@ -105,7 +110,7 @@ def run_tune(settings: TuneSettings) -> int:
 
 
 @grouped(slo=SloOptions, output=OutputOptions, work=WorkloadOptions, talk=ConversationOptions,
-         search=SearchOptions)  # fmt: skip
+         search=SearchOptions, lora=AdapterOptions)  # fmt: skip
 def tune(
     model: Annotated[
         str, typer.Argument(help="A .gguf file, a directory holding one, an s3:// reference, or 'default'.")
@@ -116,25 +121,27 @@ def tune(
     work: WorkloadOptions,
     talk: ConversationOptions,
     search: SearchOptions,
+    lora: AdapterOptions,
     s3_endpoint_url: S3EndpointOpt = "",
 ) -> None:
     """Find the deployment with the most goodput under an SLO on this host; write an endpoint file.
 
     Searches copies × threads × max_concurrent × max_batch_tokens (and quantization, speculation),
-    measuring each candidate with `llmhost bench` on servers it starts; writes endpoint.yaml,
-    tune.json and report.html into --out."""
+    measuring each candidate with `llmhost bench` on servers it starts (each loading the --lora
+    adapters, the load naming --model-mix in turn); writes endpoint.yaml, tune.json and report.html
+    into --out."""
     from llmhost.tune import TuneSettings
 
     started = time.monotonic()  # the budget counts from here: quantizing candidates is part of it
     use_s3_endpoint(s3_endpoint_url)  # the candidates' servers inherit it
     try:
-        space, workload = search.space(), work.build(talk)
+        space, workload, adapters = search.space(), work.build(talk), lora.adapters()
         output.out.mkdir(parents=True, exist_ok=True)
         models = quantized_models(model, search.quantize or [], output.out, search.allow_requantize)
         settings = TuneSettings(
             models=models, space=space, slo=slo.slo(), price_per_hour=slo.price_per_hour, out_dir=output.out,
             workload=workload, max_minutes=output.max_minutes, saturation_gain=search.saturation_gain,
-            prune_ratio=search.prune_ratio, started_at=started,
+            prune_ratio=search.prune_ratio, started_at=started, adapters=adapters,
         )  # fmt: skip
     except (ValueError, FileNotFoundError) as exc:
         typer.secho(f"error: {exc}", fg=typer.colors.RED, err=True)

@@ -29,6 +29,7 @@ class LevelJSON(TypedDict):
     why: str
     stopped: str | None
     requests_per_s: float | None
+    by_model: NotRequired[dict[str, JSONObject]]  # a mix's figures model by model (bench's by_model)
 
 
 class CandidateSettings(TypedDict):
@@ -100,7 +101,8 @@ class TuneDoc(TypedDict):
     price_per_hour: float
     max_minutes: float
     models: dict[str, str]  # quantization → GGUF
-    workload: JSONObject  # the bench workload's settings
+    workload: JSONObject  # the bench workload's settings (its model_mix: the models requests name)
+    adapters: list[JSONObject]  # the LoRA adapters every candidate served: name, path, scale
     space: dict[str, list[object]]  # each axis's values: numbers, names, switches
     answer: Answer
     candidates: list[CandidateJSON]

@@ -12,10 +12,14 @@ from typing import TYPE_CHECKING
 import typer
 
 from llmhost.bench.conversations import ConversationSettings, parse_think_time
+from llmhost.serve_spec import SERVE_SPEC
 from llmhost.setting import required, setting
 
 if TYPE_CHECKING:
     from llmhost.tune import SearchSpace, TuneSLO, Workload
+    from llmhost.tune.adapters import Adapters
+
+LORA = SERVE_SPEC["lora"]  # `llmhost serve --lora`: the candidates' servers get the option as given
 
 CONVERSATIONS = ConversationSettings()  # the conversation options' defaults
 THINK_TIME = "{:g},{:g}".format(*CONVERSATIONS.think_time_s)
@@ -99,6 +103,9 @@ class WorkloadOptions:
     warmup: int | None = setting(None, "Warm-up requests per level, not measured (prompts workload; "
                                  "default 1).")  # fmt: skip
     concurrency: str = setting("1,2,4,8", "Load levels, rising; stops at saturation.")
+    model_mix: str = setting("", "Models the requests name, comma-separated, in turn (as `llmhost bench run "
+                             "--model a,b`): --lora adapters and `model`, the served model's name; figures "
+                             "per model. Default: `model` alone.")  # fmt: skip
 
     def build(self, conversations: ConversationOptions) -> Workload:
         from llmhost.tune import Workload
@@ -119,7 +126,21 @@ class WorkloadOptions:
             concurrency=_ints(self.concurrency, "--concurrency"),
             requests=16 if self.requests is None else self.requests,
             warmup=1 if self.warmup is None else self.warmup, conversations=talk,
+            model_mix=tuple(n.strip() for n in self.model_mix.split(",")) if self.model_mix else (),
         )  # fmt: skip
+
+
+@dataclass(frozen=True, kw_only=True)
+class AdapterOptions:
+    """LoRA adapters every candidate's server loads."""
+
+    lora: list[str] | None = setting(None, f"{LORA.help} Every candidate's server loads it; the endpoint "
+                                     "file's component lists it under `adapters:`.", metavar=LORA.metavar)
+
+    def adapters(self) -> Adapters:
+        from llmhost.tune.adapters import Adapters
+
+        return Adapters.parse(self.lora or [])
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -16,6 +16,7 @@ import yaml
 from llmhost.bench.process import ENDPOINT_COPY_MEMORY_MB
 from llmhost.endpoint.spec import parse_endpoint
 from llmhost.jsontypes import JSONObject
+from llmhost.tune.adapters import SERVED_NAME, Adapters
 from llmhost.tune.doc import Answer, PickJSON, TuneDoc
 from llmhost.tune.runner import TuneSettings
 from llmhost.tune.state import CandidateRecord, Pick, best_goodput, cheapest
@@ -40,10 +41,11 @@ def copy_memory_mb(rec: CandidateRecord) -> int:
 
 
 def endpoint_doc(
-    rec: CandidateRecord, model: str, host_cpus: int, price_per_hour: float, router_cpus: int = 0
+    rec: CandidateRecord, model: str, host_cpus: int, price_per_hour: float, router_cpus: int = 0,
+    adapters: Adapters | None = None,
 ) -> JSONObject:
-    """The endpoint file deploying ``rec``'s candidate as it was measured, checked by the endpoint's
-    own parser."""
+    """The endpoint file deploying ``rec``'s candidate as it was measured (its LoRA adapters under its
+    component), checked by the endpoint's own parser."""
     cand = rec.candidate
     engine: JSONObject = {
         k: v
@@ -57,11 +59,12 @@ def endpoint_doc(
         "instance": {"type": "local", "price_per_hour": price_per_hour},
         "components": [
             {
-                "name": "model",
+                "name": SERVED_NAME,
                 "model": str(Path(model).resolve()) if Path(model).exists() else model,  # cwd-proof
                 "copies": cand.copies,
                 "resources": {"num_cpus": cand.threads or host_cpus, "memory_mb": copy_memory_mb(rec)},
                 "engine": engine,
+                **({"adapters": [*adapters.endpoint_entries()]} if adapters and adapters.entries else {}),
             }
         ],
     }
@@ -117,6 +120,7 @@ def tune_doc(settings: TuneSettings, records: list[CandidateRecord], started_at:
         "max_minutes": s.max_minutes,
         "models": {str(k): v for k, v in s.models.items()},
         "workload": asdict(s.workload),
+        "adapters": s.adapters.endpoint_entries(),
         "space": {k: list(v) for k, v in s.space.axes().items()},
         "answer": answer(records),
         "candidates": [r.to_json() for r in records],
@@ -140,7 +144,9 @@ def write_outputs(settings: TuneSettings, records: list[CandidateRecord], starte
     if chosen is not None:
         rec = next(r for r in records if r.candidate.name == chosen["name"])
         sp, model = settings.space, settings.models[rec.candidate.quant]
-        ep = endpoint_doc(rec, model, sp.host_cpus, settings.price_per_hour, sp.router_cpus)
+        ep = endpoint_doc(
+            rec, model, sp.host_cpus, settings.price_per_hour, sp.router_cpus, settings.adapters
+        )
         _atomic_write(out / ENDPOINT_YAML, yaml.safe_dump(ep, sort_keys=False))
         doc["endpoint_file"] = str(out / ENDPOINT_YAML)
     else:

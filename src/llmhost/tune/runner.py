@@ -21,6 +21,7 @@ from llmhost.bench.runner import NullProgress, Progress
 from llmhost.bench.serve_config import ServeSpec
 from llmhost.bench.sweep import ConfigSpec, SweepSpec, arun_sweep
 from llmhost.serve_spec import SERVE_SPEC, default_value
+from llmhost.tune.adapters import SERVED_NAME, Adapters
 from llmhost.tune.search import Search
 from llmhost.tune.slo import TuneSLO, judge
 from llmhost.tune.space import Candidate, SearchSpace
@@ -46,8 +47,11 @@ class Workload:
     requests: int = 16  # measured requests per level
     warmup: int = 1
     conversations: ConversationSettings | None = None
+    model_mix: tuple[str, ...] = ()  # the models requests name in turn (bench's `--model a,b`)
 
     def __post_init__(self) -> None:
+        if self.model_mix and self.conversations is not None:
+            raise ValueError("--model-mix applies to the prompts workload")
         if self.prompts_file and self.prompt_tokens is not None:
             raise ValueError("give a prompts file or synthetic prompt tokens, not both")
         if self.conversations is not None and (self.prompts_file or self.prompt_tokens is not None):
@@ -72,6 +76,7 @@ class TuneSettings:
     prune_ratio: float = 0.8
     # when the budget started (time.monotonic()): quantizing candidates before the search counts too
     started_at: float = field(default_factory=time.monotonic)
+    adapters: Adapters = field(default_factory=Adapters)  # loaded by every candidate's server
 
     def __post_init__(self) -> None:
         if self.max_minutes <= 0:
@@ -81,6 +86,17 @@ class TuneSettings:
         missing = [q for q in self.space.quants if q not in self.models]
         if missing or None not in self.models:
             raise ValueError(f"no model file for quantization {missing or [None]}")
+        self.adapters.check_mix(self.workload.model_mix)
+
+    @property
+    def named(self) -> bool:
+        """Whether requests name their model: where adapters are served, or a mix is given."""
+        return bool(self.adapters.entries or self.workload.model_mix)
+
+    @property
+    def model_names(self) -> str | None:
+        """What bench sends as `model`: the mix (comma-separated), else the base model's name."""
+        return ",".join(self.workload.model_mix or (SERVED_NAME,)) if self.named else None
 
 
 def sweep_spec(s: TuneSettings, cand: Candidate) -> SweepSpec:
@@ -94,6 +110,9 @@ def sweep_spec(s: TuneSettings, cand: Candidate) -> SweepSpec:
         copies=cand.copies,
         router_cpus=s.space.router_cpus if cand.copies > 1 else 0,
         speculative="ngram" if cand.speculative else None,
+        lora=s.adapters.lora_options() or None,
+        # several copies: an endpoint, whose component (bench's endpoint file) is named SERVED_NAME
+        served_model_name=SERVED_NAME if s.named and cand.copies == 1 else None,
     )
     conv = w.conversations
     talk = {} if conv is None else {
@@ -121,7 +140,7 @@ def sweep_spec(s: TuneSettings, cand: Candidate) -> SweepSpec:
         slo_stop=float(s.slo.percentile),
         saturation_gain=s.saturation_gain,
         startup_timeout_s=s.startup_timeout_s,
-        configurations=[ConfigSpec(serve=serve)],
+        configurations=[ConfigSpec(serve=serve, model_name=s.model_names)],
     )
     return spec.model_copy(update=talk)
 

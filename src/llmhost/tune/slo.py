@@ -14,10 +14,11 @@ judge. Goodput is the bench's: successful requests/s meeting both bounds per req
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from llmhost.bench.metrics import LevelSummary
 from llmhost.bench.slostop import STOPPED as SLO_MISSED
+from llmhost.jsontypes import JSONObject
 from llmhost.tune.doc import LevelJSON
 
 # the percentiles every level reports (llmhost.bench.metrics.PERCENTILES)
@@ -70,6 +71,7 @@ class LevelOutcome:
     why: str  # which bound it missed, or "" when it met the SLO
     stopped: str | None = None
     requests_per_s: float | None = None  # successful requests / wall time
+    by_model: dict[str, JSONObject] = field(default_factory=dict)  # a mix's figures, model by model
 
     def slack(self, slo: TuneSLO) -> float:
         """Largest figure / bound ratio (≤ 1: within the SLO); infinite when nothing was measured."""
@@ -85,6 +87,7 @@ class LevelOutcome:
             "tpot_ms": self.tpot_ms, "itl_ms": self.itl_ms, "goodput_rps": self.goodput_rps,
             "cost_per_1m_tokens_usd": self.cost_per_1m_tokens_usd, "meets_slo": self.meets_slo,
             "why": self.why, "stopped": self.stopped, "requests_per_s": self.requests_per_s,
+            "by_model": self.by_model,
         }  # fmt: skip
 
     @classmethod
@@ -122,4 +125,5 @@ def judge(summary: LevelSummary, slo: TuneSLO) -> LevelOutcome:
         why="; ".join(misses),
         stopped=summary.stopped,
         requests_per_s=summary.requests_per_s,
+        by_model=summary.by_model,
     )

@@ -14,9 +14,6 @@ convert_lora_to_gguf.py writes them by default); the same adapter stored F32 is 
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import platform
 import statistics
 import sys
 import tempfile
@@ -28,7 +25,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from lora_peer import write_adapters
+from lora_peer import publish, write_adapters
 
 from llmhost.engine import EngineConfig, LlamaModel
 from llmhost.engine.prefix_cache import KvTrim
@@ -86,16 +83,7 @@ def main() -> None:
     for k in (1, 2, 4, 8):
         per = 8 // k
         mixes[f"{k} adapter sets"] = round(rows["base"][8] / (k * rows["adapter float16"][per]), 3)
-    doc = {
-        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "load": os.getloadavg()},
-        "settings": {k: str(v) for k, v in vars(args).items()},
-        "decode_call_ms": rows,
-        "best_mix_vs_base_at_8": mixes,
-    }
-    text = json.dumps(doc, indent=2)
-    if args.out:
-        args.out.write_text(text + "\n")
-    print(text)
+    publish(args, {"decode_call_ms": rows, "best_mix_vs_base_at_8": mixes})
 
 
 if __name__ == "__main__":

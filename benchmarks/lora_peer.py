@@ -169,6 +169,19 @@ def median_of(rounds: list[dict[str, dict[str, dict[str, float]]]]) -> dict[str,
     return out
 
 
+def publish(args: argparse.Namespace, figures: dict[str, Any]) -> None:
+    """The figures with the machine and settings they came from: printed, and written to --out."""
+    doc = {
+        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "load": os.getloadavg()},
+        "settings": {k: str(v) for k, v in vars(args).items()},
+        **figures,
+    }
+    text = json.dumps(doc, indent=2)
+    if args.out:
+        args.out.write_text(text + "\n")
+    print(text)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--llama-server", required=True)
@@ -205,16 +218,7 @@ def main() -> None:
         finally:
             for s in servers.values():
                 s.stop()
-    doc = {
-        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "load": os.getloadavg()},
-        "settings": {k: str(v) for k, v in vars(args).items()},
-        "median": median_of(rounds),
-        "rounds": rounds,
-    }
-    text = json.dumps(doc, indent=2)
-    if args.out:
-        args.out.write_text(text + "\n")
-    print(text)
+    publish(args, {"median": median_of(rounds), "rounds": rounds})
 
 
 if __name__ == "__main__":

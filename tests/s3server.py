@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import boto3
@@ -46,6 +47,16 @@ def point_env_at(monkeypatch: pytest.MonkeyPatch, server: S3Server) -> None:
     monkeypatch.setenv("AWS_ENDPOINT_URL", server.url)
     monkeypatch.delenv("LLMHOST_S3_ENDPOINT_URL", raising=False)
     monkeypatch.delenv("AWS_PROFILE", raising=False)
+
+
+def fake_credentials(monkeypatch: pytest.MonkeyPatch, cache: Path) -> None:
+    """Credentials through the environment and no endpoint there (the test names it another way), with
+    a fresh llmhost cache."""
+    for name, value in FAKE_CREDS.items():
+        monkeypatch.setenv(name, value)
+    for name in ("AWS_ENDPOINT_URL", "LLMHOST_S3_ENDPOINT_URL", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("LLMHOST_CACHE", str(cache))
 
 
 @contextmanager

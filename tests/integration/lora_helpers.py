@@ -72,3 +72,16 @@ def write_adapter(
     writer.write_tensors_to_file()
     writer.close()
     return out
+
+
+def sample_adapters(out: Path, base: Path, extra: bool = False) -> dict[str, Path]:
+    """The LoRA tests' adapters for `base`: `sql` and `poet` (random, std 0.15), `bad` (shapes another
+    model's) and, with `extra`, `third`."""
+    files = {
+        "sql": write_adapter(out / "sql.gguf", base, seed=1, std=0.15),
+        "poet": write_adapter(out / "poet.gguf", base, seed=2, std=0.15),
+        "bad": write_adapter(out / "bad.gguf", base, seed=3, shape_off_by=3),
+    }
+    if extra:
+        files["third"] = write_adapter(out / "third.gguf", base, seed=4, std=0.15)
+    return files

@@ -16,7 +16,7 @@ import pytest
 from tests.hubserver import Hub, hub_server
 from tests.integration.endpoint_helpers import ENGINE, Endpoint, start_endpoint, stop_endpoint
 from tests.s3proxy import Faults, s3_proxy
-from tests.s3server import moto_server
+from tests.s3server import fake_credentials, moto_server
 from tests.tinymodels import build_tiny_gguf
 
 pytestmark = pytest.mark.integration
@@ -95,12 +95,7 @@ def test_hub_downloads_cut_or_altered_are_never_served(hub: Hub, tmp_path: Path)
 def test_s3_downloads_cut_or_altered_are_never_served(
     models: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    for name, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-                        "AWS_DEFAULT_REGION": "us-east-1"}.items():  # fmt: skip
-        monkeypatch.setenv(name, value)
-    for name in ("AWS_ENDPOINT_URL", "LLMHOST_S3_ENDPOINT_URL", "AWS_PROFILE"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("LLMHOST_CACHE", str(tmp_path / "cache"))
+    fake_credentials(monkeypatch, tmp_path / "cache")
     faults = Faults(cut_first_range_get=True)
     with moto_server() as server, s3_proxy(server.url, faults) as proxy:
         client = server.client()

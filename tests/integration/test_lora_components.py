@@ -22,7 +22,7 @@ from botocore.config import Config
 from llmhost.endpoint.routing import COMPONENT_HEADER
 from llmhost.store import resolve_model
 from tests.integration.endpoint_helpers import Endpoint, start_endpoint, stop_endpoint
-from tests.integration.lora_helpers import write_adapter
+from tests.integration.lora_helpers import sample_adapters
 
 PROMPT = "The capital of France is"
 JSON = "application/json"
@@ -31,13 +31,7 @@ ASK = {"prompt": PROMPT, "max_tokens": 6, "temperature": 0, "ignore_eos": True}
 
 @pytest.fixture(scope="module")
 def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    tmp = tmp_path_factory.mktemp("lora_component_files")
-    base = Path(resolve_model())
-    return {
-        "sql": write_adapter(tmp / "sql.gguf", base, seed=1, std=0.15),
-        "poet": write_adapter(tmp / "poet.gguf", base, seed=2, std=0.15),
-        "bad": write_adapter(tmp / "bad.gguf", base, seed=3, shape_off_by=3),
-    }
+    return sample_adapters(tmp_path_factory.mktemp("lora_component_files"), Path(resolve_model()))
 
 
 @pytest.fixture(scope="module")

@@ -21,7 +21,7 @@ import pytest
 
 from llmhost.store import resolve_model
 from tests.integration.conftest import CHAT_TEMPLATE, Server, start_server, stop_server
-from tests.integration.lora_helpers import write_adapter
+from tests.integration.lora_helpers import sample_adapters
 
 N = 6
 PROMPT = "The capital of France is"
@@ -29,14 +29,7 @@ PROMPT = "The capital of France is"
 
 @pytest.fixture(scope="module")
 def adapter_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    tmp = tmp_path_factory.mktemp("lora_files")
-    base = Path(resolve_model())
-    return {
-        "sql": write_adapter(tmp / "sql.gguf", base, seed=1, std=0.15),
-        "poet": write_adapter(tmp / "poet.gguf", base, seed=2, std=0.15),
-        "bad": write_adapter(tmp / "bad.gguf", base, seed=3, shape_off_by=3),
-        "third": write_adapter(tmp / "third.gguf", base, seed=4, std=0.15),
-    }
+    return sample_adapters(tmp_path_factory.mktemp("lora_files"), Path(resolve_model()), extra=True)
 
 
 @pytest.fixture(scope="module")

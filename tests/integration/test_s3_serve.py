@@ -22,7 +22,7 @@ from tests.integration.conftest import start_server, stop_server
 from tests.integration.endpoint_helpers import ENGINE, start_endpoint, stop_endpoint
 from tests.integration.test_custom_code import OUTPUT_ONLY
 from tests.s3proxy import Proxy, s3_proxy
-from tests.s3server import moto_server
+from tests.s3server import fake_credentials, moto_server
 from tests.tinymodels import build_tiny_gguf
 
 pytestmark = pytest.mark.integration
@@ -60,12 +60,7 @@ def proxy(model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pro
 @pytest.fixture
 def env(proxy: Proxy, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Proxy:
     """Credentials in the environment; the endpoint (the proxy) on the command line; a fresh cache."""
-    for name, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-                        "AWS_DEFAULT_REGION": "us-east-1"}.items():  # fmt: skip
-        monkeypatch.setenv(name, value)
-    for name in ("AWS_ENDPOINT_URL", "LLMHOST_S3_ENDPOINT_URL", "AWS_PROFILE"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("LLMHOST_CACHE", str(tmp_path / "cache"))
+    fake_credentials(monkeypatch, tmp_path / "cache")
     proxy.recorder.clear()
     return proxy
 

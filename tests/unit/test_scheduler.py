@@ -224,6 +224,21 @@ def test_a_short_prefill_is_not_held_behind_a_long_cold_one_which_still_advances
         s.finish(next(q for q in s.running if q.request_id == f"short{k}"))
 
 
+def test_no_prompt_gets_a_piece_shorter_than_the_oldest_share_unless_it_finishes_the_prompt() -> None:
+    # llama.cpp computes each chunk length of a step as a micro-batch of its own: a short piece of a
+    # prompt costs one for tokens its next step computes anyway
+    s = Scheduler(config(max_concurrent=3, max_batch_tokens=16, max_input_tokens=200, max_total_tokens=256))
+    for rid in "abc":
+        s.add(seq(rid, list(range(100, 114))))
+    plan = s.schedule(0.0)
+    assert [(i.seq.request_id, len(i.tokens)) for i in plan.items] == [("a", 14)], "b's 2 tokens wait"
+    s.postprocess(plan, {"a": [7]}, 0.0)
+    s.finish(s.running[0])
+    s.add(seq("d", [1, 2]))  # 2 tokens left: a piece that finishes its prompt is never held back
+    plan = s.schedule(0.0)
+    assert [(i.seq.request_id, len(i.tokens)) for i in plan.items] == [("d", 2), ("b", 14)]
+
+
 def test_a_turn_whose_prefix_is_cached_is_admitted_before_earlier_cold_prompts_within_a_bound() -> None:
     s = Scheduler(config(max_concurrent=1, max_batch_tokens=64, prefix_cache_seqs=2))
     turn1 = list(range(100, 140))

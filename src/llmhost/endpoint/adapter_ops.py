@@ -213,6 +213,7 @@ class AdapterOps:
                     answer = await self._call(replica, "load", body(entry))
                     if answer.status_code == 200:
                         replica.loaded_adapters.add(entry.name)
+                        log.info("copy %s caught up: adapter %s loaded", replica.id, entry.name)
                     elif answer.status_code < 500:  # not a copy dying: it restarts with the list
                         self._failed(comp, entry.name, refusal(replica, answer, ""))
         finally:

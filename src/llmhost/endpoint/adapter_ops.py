@@ -58,8 +58,10 @@ class AdapterOps:
 
     def check_new(self, name: str, base: str, bases: frozenset[str] = frozenset()) -> None:
         """A new adapter `name` on `base` (a component now, or among `bases` being added with it)."""
-        if name in self.components or name in bases or name in self.pending:
+        if name in self.components or name in bases:
             raise ComponentExistsError(f"component {name!r} already exists")
+        if name in self.pending:
+            raise ComponentExistsError(f"an adapter {name!r} is being loaded")
         taken = self.owner(name)
         if taken is not None:
             raise ComponentExistsError(f"{name!r} is already an adapter of component {taken.name!r}")
@@ -224,9 +226,9 @@ class AdapterOps:
         """A copy failed to start: an adapter it refused (`--lora NAME: why`, as `llmhost serve` says) is
         marked failed, and its next start goes without it rather than failing again."""
         reason = replica.last_reason or ""
-        for name in comp.startable_adapters():
-            if f"--lora {name.name}: " in reason:
-                self._failed(comp, name.name, CopyRefusal(422, f"copy {replica.id}: {reason}", None))
+        for entry in comp.startable_adapters():
+            if f"--lora {entry.name}: " in reason:
+                self._failed(comp, entry.name, CopyRefusal(422, f"copy {replica.id}: {reason}", None))
 
     # --- HTTP -------------------------------------------------------------------------------------
 

@@ -1,4 +1,5 @@
-"""`llmhost optimize run recipe.yaml` on the default model: artifact, base vs optimized, benchmark.json."""
+"""`llmhost optimize run recipe.yaml`: on the default model, artifact, base vs optimized, benchmark.json; on a
+tiny model with `merge_lora:`, the served artifact is the merged model and its recipe names the adapter."""
 
 from __future__ import annotations
 

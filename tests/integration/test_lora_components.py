@@ -21,8 +21,8 @@ from botocore.config import Config
 
 from llmhost.endpoint.routing import COMPONENT_HEADER
 from llmhost.store import resolve_model
-from tests.integration.endpoint_helpers import Endpoint, start_endpoint, stop_endpoint
-from tests.integration.lora_helpers import sample_adapters
+from tests.integration.endpoint_helpers import Endpoint, copy_headers, start_endpoint, stop_endpoint
+from tests.integration.lora_helpers import sample_adapters, write_adapter
 
 PROMPT = "The capital of France is"
 JSON = "application/json"
@@ -136,7 +136,7 @@ def test_an_adapter_component_created_at_run_time_serves_and_a_later_copy_loads_
     wrong = {**body, "name": "wrong", "adapter": {"path": str(files["bad"])}}
     bad = client(ep).post("/admin/components", json=wrong)
     assert bad.status_code == 422 and bad.json()["error"]["param"] == "adapter.path", bad.text
-    assert "could not load the LoRA adapter" in bad.json()["error"]["message"]
+    assert str(files["bad"]) in bad.text and "do not fit the base's" in bad.json()["error"]["message"]
     again = client(ep).post("/admin/components", json=body)
     assert again.status_code == 409, again.text
     assert client(ep).post("/admin/scale", json={"component": "base", "copies": 1}).status_code == 200
@@ -180,3 +180,107 @@ def test_the_endpoint_loads_and_unloads_an_adapter_on_every_copy(
     assert gone.status_code == 404, gone.text
     listed = ep.cli("adapters", "list")
     assert listed.returncode == 0 and "poet" in listed.stdout and "extra" not in listed.stdout, listed.stderr
+
+
+def copy_adapters(replica: dict[str, Any]) -> set[str]:
+    """The adapters one copy has loaded, asked of the copy itself."""
+    url = f"http://127.0.0.1:{replica['port']}/admin/adapters"
+    return {a["name"] for a in httpx.get(url, headers=copy_headers(replica), timeout=30).json()["data"]}
+
+
+def copy_text(replica: dict[str, Any], model: str) -> str:
+    """A completion asked of one copy itself."""
+    url = f"http://127.0.0.1:{replica['port']}/v1/completions"
+    resp = httpx.post(url, headers=copy_headers(replica), json={**ASK, "model": model}, timeout=120)
+    assert resp.status_code == 200, resp.text
+    return str(resp.json()["choices"][0]["text"])
+
+
+def rows(ep: Endpoint) -> dict[str, dict[str, Any]]:
+    return {r["name"]: r for r in client(ep).get("/admin/adapters").json()["data"]}
+
+
+def test_an_adapter_component_added_while_a_copy_starts_reaches_that_copy(
+    ep: Endpoint, files: dict[str, Path]
+) -> None:
+    """The race `catch_up` closes: the copy was started (its `--lora` list made) before the add landed."""
+    scaling = client(ep).post("/admin/scale", json={"component": "base", "copies": 2, "wait": False})
+    assert scaling.status_code == 202, scaling.text
+    # its pid: its command (and `--lora` list) made, before the add is sent
+    ep.wait_for("a second copy", lambda: [bool(r["pid"]) for r in ep.replicas("base")] == [True, True])
+    body = {"name": "late", "base": "base", "adapter": {"path": str(files["poet"])}}
+    added = client(ep).post("/admin/components", json=body)  # not held up by the copy starting
+    assert added.status_code == 201, added.text
+    second = ep.replicas("base")[1]
+    started = [line for line in Path(second["log"]).read_text().splitlines() if " start: " in line]
+    assert "poet=" in started[0] and "late=" not in started[0]  # it started without the new adapter
+    ep.wait_for("both copies ready with `late`", lambda: rows(ep)["late"]["copies"] == 2)
+    assert all("late" in copy_adapters(r) for r in ep.replicas("base"))
+    assert rows(ep)["late"]["state"] == "loaded"
+    answers = {copy_text(r, "late") for r in ep.replicas("base")}
+    assert len(answers) == 1 and answers != {by_model(ep, "base")}
+
+
+def test_an_unload_one_copy_refuses_leaves_the_adapter_on_every_copy_or_shows_it_failed(
+    ep: Endpoint, files: dict[str, Path], tmp_path: Path
+) -> None:
+    """Copy 0 unloads it, copy 1 says 409 (a request uses it there): copy 0 loads it back; when it
+    cannot (the file is gone), the adapter shows failed with copy 0's reason."""
+    first, second = ep.replicas("base")
+    for name, path in (("held", files["sql"]), ("gone", tmp_path / "gone.gguf")):
+        if name == "gone":
+            path.write_bytes(files["sql"].read_bytes())
+        load = {"component": "base", "name": name, "path": str(path)}
+        loaded = client(ep).post("/admin/adapters/load", json=load)
+        assert loaded.status_code == 200, loaded.text
+        url = f"http://127.0.0.1:{second['port']}/v1/completions"
+        with client(ep) as c, c.stream("POST", url, headers=copy_headers(second), json={
+            **ASK, "model": name, "max_tokens": 64, "stream": True}) as running:  # fmt: skip
+            lines = running.iter_lines()
+            assert next(line for line in lines if line.startswith("data: "))
+            if name == "gone":
+                path.unlink()
+            busy = client(ep).post("/admin/adapters/unload", json={"component": "base", "name": name})
+            assert busy.status_code == 409 and busy.headers["retry-after"] == "1", busy.text
+            assert second["copy"] in busy.json()["error"]["message"]
+            row = rows(ep)[name]
+            if name == "held":  # back on copy 0: on both
+                assert row["copies"] == 2 and row["state"] == "loaded" and row["reason"] is None
+                assert name in copy_adapters(first) and name in copy_adapters(second)
+            else:  # on copy 1 only, and it says so
+                assert row["copies"] == 1 and row["state"] == "failed", row
+                assert first["copy"] in row["reason"] and str(path) in row["reason"]
+                assert name not in copy_adapters(first) and name in copy_adapters(second)
+            assert [line for line in lines if line.startswith("data: ")][-1] == "data: [DONE]"
+        done = client(ep).post("/admin/adapters/unload", json={"component": "base", "name": name})
+        assert done.status_code == 200 and name not in rows(ep), done.text
+        assert name not in copy_adapters(first) | copy_adapters(second)
+
+
+def test_an_adapter_added_with_no_copy_running_is_checked_against_the_base_file(
+    ep: Endpoint, files: dict[str, Path], tmp_path: Path
+) -> None:
+    """No copy to ask: the endpoint reads both headers. One that a copy still refuses later (the file
+    changed) shows failed with the copy's reason, and the copy starts without it."""
+    assert client(ep).post("/admin/scale", json={"component": "base", "copies": 0}).status_code == 200
+    other = write_adapter(tmp_path / "llama.gguf", Path(resolve_model()), seed=5, arch="llama")
+    for path, reason in ((files["bad"], "do not fit the base's"), (other, "is for 'llama', the base"),
+                         (Path(resolve_model()), "is not a LoRA adapter")):  # fmt: skip
+        body = {"name": "refused", "base": "base", "adapter": {"path": str(path)}}
+        answer = client(ep).post("/admin/components", json=body)
+        assert answer.status_code == 422 and answer.json()["error"]["param"] == "adapter.path", answer.text
+        assert str(path) in answer.text and reason in answer.text
+    missing = client(ep).post("/admin/adapters/load", json={"component": "base", "name": "nowhere",
+                                                            "path": str(tmp_path / "none.gguf")})  # fmt: skip
+    assert missing.status_code == 404 and missing.json()["error"]["param"] == "path", missing.text
+    changed = tmp_path / "changed.gguf"
+    changed.write_bytes(files["sql"].read_bytes())
+    body = {"name": "changed", "base": "base", "adapter": {"path": str(changed)}}
+    assert client(ep).post("/admin/components", json=body).status_code == 201
+    changed.write_bytes(files["bad"].read_bytes())  # now for another model: the copy refuses it
+    client(ep).post("/admin/scale", json={"component": "base", "copies": 1})
+    ep.wait_for("a ready copy", lambda: [r["state"] for r in ep.replicas("base")] == ["ready"])
+    [state] = [a for a in ep.status()["components"][0]["adapters"] if a["name"] == "changed"]
+    assert state["state"] == "failed" and "--lora changed: " in state["reason"], state
+    assert "changed" not in copy_adapters(ep.replicas("base")[0])
+    assert by_model(ep, "late") and client(ep).delete("/admin/components/changed").status_code == 200

@@ -44,6 +44,10 @@ class AdapterRow(BaseModel):
     scale: float
     inference_component: bool  # an adapter inference component (DELETE /admin/components/NAME removes it)
     copies: int  # ready copies that have it loaded
+    # loaded, or failed: a copy refused it after it was accepted (`reason` is the copy's); a copy starting
+    # later goes without it, and requests naming it fail on the copies without it until it is unloaded
+    state: str = "loaded"
+    reason: str | None = None
     requests: int  # requests running or waiting with it, over those copies
 
 

@@ -4,8 +4,11 @@ key), and a copy that becomes ready brought up to date.
 
 A component's adapter list (`Component.adapter_entries`) is the one truth: a copy started later (scale
 up, a restart after a crash) starts with it (`--lora`), and one that started before a change gets the
-change once it is ready. A change a copy refuses is taken back from the copies that took it, and the
-copy's refusal is relayed (its status, message and field).
+change once it is ready (kept out of routing until then). An adapter is checked against its base's
+model before any copy sees it (`adapter_check`). A change a copy refuses is taken back from the copies
+that took it, and the copy's refusal is relayed (its status, message and field); a copy that refuses an
+adapter after it was accepted (catching up, starting, loading it back) marks it failed with its reason
+(`component.AdapterHealth`), and no copy starts with it again.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from typing import Any
 
 import httpx
 
+from llmhost.endpoint.adapter_check import fit_refusal
 from llmhost.endpoint.adapter_spec import AdapterEntry, as_entry
 from llmhost.endpoint.component import Component
 from llmhost.endpoint.control_errors import (
@@ -26,7 +30,7 @@ from llmhost.endpoint.control_errors import (
     UnknownComponentError,
 )
 from llmhost.endpoint.internal import HEADER, InternalKey
-from llmhost.endpoint.replica import Replica
+from llmhost.endpoint.replica import Replica, ReplicaState
 from llmhost.endpoint.spec import ComponentSpec
 
 log = logging.getLogger("llmhost.endpoint")
@@ -40,6 +44,7 @@ class AdapterOps:
         self.components = components
         self.key = key
         self.spawn = spawn
+        self.pending: set[str] = set()  # adapters being loaded, not yet routed to
 
     # --- views ------------------------------------------------------------------------------------
 
@@ -55,6 +60,8 @@ class AdapterOps:
         """A new adapter `name` on `base` (a component now, or among `bases` being added with it)."""
         if name in self.components or name in bases:
             raise ComponentExistsError(f"component {name!r} already exists")
+        if name in self.pending:
+            raise ComponentExistsError(f"an adapter {name!r} is being loaded")
         taken = self.owner(name)
         if taken is not None:
             raise ComponentExistsError(f"{name!r} is already an adapter of component {taken.name!r}")
@@ -106,41 +113,74 @@ class AdapterOps:
     # --- load and unload on the copies ------------------------------------------------------------
 
     async def load(self, comp: Component, entry: AdapterEntry, field: str = "") -> None:
-        """Load `entry` on every ready copy of `comp` (one a copy refuses is taken back from all)."""
-        async with comp.lock:  # no copy starts meanwhile: each started later loads it with `--lora`
+        """Check `entry` against the base's model (`adapter_check`, whether or not a copy runs), then load
+        it on every ready copy of `comp`; one a copy refuses is taken back from all. Requests can name it
+        once every copy has it; a copy starting meanwhile catches up once ready."""
+        self.check_new(entry.name, comp.name)
+        gguf = comp.model.gguf
+        refused = await asyncio.to_thread(fit_refusal, entry.name, entry.path, gguf, f"{field}path")
+        if refused is not None:
+            raise refused
+        async with comp.adapter_lock:
             self.check_new(entry.name, comp.name)
+            self.pending.add(entry.name)
+            try:
+                done = await self._load_on(comp.ready(), entry, field)
+            finally:
+                self.pending.discard(entry.name)
             comp.adapter_entries[entry.name] = entry
-            done: list[Replica] = []
-            for r in comp.ready():
-                answer = await self._call(r, "load", {"name": entry.name, "path": entry.path,
-                                                      "scale": entry.scale})  # fmt: skip
-                if answer.status_code != 200:
-                    comp.adapter_entries.pop(entry.name, None)
-                    await asyncio.gather(*(self._call(d, "unload", {"name": entry.name}) for d in done))
-                    raise refusal(r, answer, field)
-                r.loaded_adapters.add(entry.name)
-                done.append(r)
         log.info("adapter %s loaded on %d copies of %s", entry.name, len(done), comp.name)
+
+    async def _load_on(self, copies: list[Replica], entry: AdapterEntry, field: str) -> list[Replica]:
+        done: list[Replica] = []
+        for r in copies:
+            answer = await self._call(r, "load", body(entry))
+            if answer.status_code != 200:
+                await asyncio.gather(*(self._unload_one(d, entry.name) for d in done))
+                raise refusal(r, answer, field)
+            r.loaded_adapters.add(entry.name)
+            done.append(r)
+        return done
 
     async def unload(self, comp: Component, name: str) -> None:
         """Unload adapter `name` from every copy of `comp`: a 409 (with Retry-After) while requests use
-        it on any copy, and then it stays everywhere."""
-        entry = comp.adapter_entries.get(name)
-        if entry is None:
-            raise UnknownComponentError(f"component {comp.name!r} has no adapter {name!r}; its adapters: "
-                                        f"{', '.join(comp.adapter_entries) or '(none)'}")  # fmt: skip
-        comp.adapter_entries.pop(name)  # routed nowhere from now on, and no copy starts with it
-        done: list[Replica] = []
-        for r in comp.ready():
-            answer = await self._call(r, "unload", {"name": name})
-            if answer.status_code not in (200, 404):  # 404: that copy had it no more
-                comp.adapter_entries[name] = entry
-                body = {"name": name, "path": entry.path, "scale": entry.scale}
-                await asyncio.gather(*(self._call(d, "load", body) for d in done))
-                raise refusal(r, answer, "")
-            r.loaded_adapters.discard(name)
-            done.append(r)
+        it on any copy, and then it is loaded back on the copies that had unloaded it (one that cannot
+        marks it failed, with that copy's reason: never on some copies and not others unseen)."""
+        async with comp.adapter_lock:
+            entry = comp.adapter_entries.get(name)
+            if entry is None:
+                raise UnknownComponentError(f"component {comp.name!r} has no adapter {name!r}; its adapters: "
+                                            f"{', '.join(comp.adapter_entries) or '(none)'}")  # fmt: skip
+            comp.adapter_entries.pop(name)  # routed nowhere from now on, and no copy starts with it
+            failure = comp.adapter_failures.pop(name, None)
+            done: list[Replica] = []
+            for r in comp.ready():
+                answer = await self._call(r, "unload", {"name": name})
+                if answer.status_code not in (200, 404):  # 404: that copy had it no more
+                    comp.adapter_entries[name] = entry
+                    if failure is not None:
+                        comp.adapter_failures[name] = failure
+                    await asyncio.gather(*(self._load_back(comp, d, entry) for d in done))
+                    raise refusal(r, answer, "")
+                r.loaded_adapters.discard(name)
+                done.append(r)
         log.info("adapter %s unloaded from %d copies of %s", name, len(done), comp.name)
+
+    async def _load_back(self, comp: Component, replica: Replica, entry: AdapterEntry) -> None:
+        answer = await self._call(replica, "load", body(entry))
+        if answer.status_code == 200:
+            replica.loaded_adapters.add(entry.name)
+        else:
+            self._failed(comp, entry.name, refusal(replica, answer, ""))
+
+    async def _unload_one(self, replica: Replica, name: str) -> None:
+        if (await self._call(replica, "unload", {"name": name})).status_code in (200, 404):
+            replica.loaded_adapters.discard(name)
+
+    @staticmethod
+    def _failed(comp: Component, name: str, why: CopyRefusal) -> None:
+        comp.adapter_failures[name] = str(why)
+        log.warning("adapter %s of %s failed: %s", name, comp.name, why)
 
     async def listing(self, comp: Component) -> list[dict[str, Any]]:
         """Each adapter of `comp`, with the ready copies that have it loaded and the requests using it."""
@@ -158,22 +198,37 @@ class AdapterOps:
         return list(rows.values())
 
     def catch_up(self, comp: Component, replica: Replica) -> None:
-        """A copy became ready: load what was added since it started, unload what was removed."""
-        wanted = set(comp.adapter_entries)
-        if wanted != replica.loaded_adapters:
+        """A copy became ready: out of routing until what changed since it started is loaded on it (and
+        what was removed unloaded), after any adapter change under way."""
+        if {a.name for a in comp.startable_adapters()} != replica.loaded_adapters:
+            replica.catching_up = True
             self.spawn(self._catch_up(comp, replica))
 
     async def _catch_up(self, comp: Component, replica: Replica) -> None:
-        for name in replica.loaded_adapters - set(comp.adapter_entries):
-            if (await self._call(replica, "unload", {"name": name})).status_code in (200, 404):
-                replica.loaded_adapters.discard(name)
-        for name, e in list(comp.adapter_entries.items()):
-            if name not in replica.loaded_adapters:
-                answer = await self._call(replica, "load", {"name": name, "path": e.path, "scale": e.scale})
-                if answer.status_code == 200:
-                    replica.loaded_adapters.add(name)
-                else:
-                    log.warning("copy %s could not load adapter %s: %s", replica.id, name, answer.text[:300])
+        try:
+            async with comp.adapter_lock:
+                for name in replica.loaded_adapters - set(comp.adapter_entries):
+                    await self._unload_one(replica, name)
+                for entry in comp.startable_adapters():
+                    if entry.name in replica.loaded_adapters or replica.state != ReplicaState.READY:
+                        continue
+                    answer = await self._call(replica, "load", body(entry))
+                    if answer.status_code == 200:
+                        replica.loaded_adapters.add(entry.name)
+                        log.info("copy %s caught up: adapter %s loaded", replica.id, entry.name)
+                    elif answer.status_code < 500:  # not a copy dying: it restarts with the list
+                        self._failed(comp, entry.name, refusal(replica, answer, ""))
+        finally:
+            replica.catching_up = False
+            comp.notify()  # the requests waiting for a ready copy
+
+    def start_failed(self, comp: Component, replica: Replica) -> None:
+        """A copy failed to start: an adapter it refused (`--lora NAME: why`, as `llmhost serve` says) is
+        marked failed, and its next start goes without it rather than failing again."""
+        reason = replica.last_reason or ""
+        for entry in comp.startable_adapters():
+            if f"--lora {entry.name}: " in reason:
+                self._failed(comp, entry.name, CopyRefusal(422, f"copy {replica.id}: {reason}", None))
 
     # --- HTTP -------------------------------------------------------------------------------------
 
@@ -191,6 +246,11 @@ class AdapterOps:
             except (httpx.HTTPError, ValueError, AttributeError):
                 return []
         return [d for d in data if isinstance(d, dict)]
+
+
+def body(entry: AdapterEntry) -> dict[str, Any]:
+    """A copy's `POST /admin/adapters/load` body."""
+    return {"name": entry.name, "path": entry.path, "scale": entry.scale}
 
 
 def refusal(replica: Replica, answer: httpx.Response, prefix: str) -> CopyRefusal:

@@ -217,7 +217,8 @@ class LocalAdmin:
             await self.manager.add(specs)
         except ModelRefError as exc:  # the reference is bad, not the endpoint: the body's field says which
             index = [s.name for s in specs].index(exc.component)
-            field = f"components[{index}].model" if isinstance(raw, dict) and "components" in raw else "model"
+            listed = isinstance(raw, dict) and "components" in raw
+            field = f"components[{index}].{exc.field}" if listed else exc.field
             raise BadBody(field, str(exc)) from None
         return {"added": [s.name for s in specs]}
 

@@ -68,6 +68,8 @@ class AdapterState(TypedDict):
     path: str
     scale: float
     inference_component: bool  # an adapter inference component (requests name it as a component)
+    state: str  # component.AdapterHealth: loaded, or failed (a copy refused it after it was accepted)
+    reason: str | None  # why, when failed: the copy's refusal
 
 
 class AdapterComponent(TypedDict):

@@ -30,6 +30,15 @@ class ModelState(StrEnum):
     UNLOADING = "unloading"
 
 
+class AdapterHealth(StrEnum):
+    # on every ready copy (a copy starting loads it with `--lora`, or once it is ready)
+    LOADED = "loaded"
+    # a copy refused it after it was accepted (a copy catching up, or loading it back after an unload
+    # another copy refused): taken off every copy and never given to a copy starting later; requests
+    # naming it fail until it is unloaded or deleted. `adapter_failures` holds the copy's reason
+    FAILED = "failed"
+
+
 @dataclass(frozen=True)
 class Refusal:
     """Why the last load of an on-demand model failed: the answer the requests waiting for it get."""
@@ -92,7 +101,11 @@ class Component:
         self.removing = False
         # the LoRA adapters its copies load: the file's, adapter components', those loaded at run time
         self.adapter_entries: dict[str, AdapterEntry] = {a.name: a for a in spec.adapters}
+        self.adapter_failures: dict[str, str] = {}  # adapter -> why a copy refused it (AdapterHealth.FAILED)
+        # one adapter change (load, unload, a copy catching up) at a time; scaling does not wait for it
+        self.adapter_lock = asyncio.Lock()
         self.on_ready: Callable[[Replica], None] | None = None  # a copy became ready
+        self.on_failed: Callable[[Replica], None] | None = None  # a copy failed (its last_reason says why)
         self.lock = asyncio.Lock()  # one scaling operation at a time
         self._next_index = 0
         self._changed = asyncio.Event()
@@ -110,6 +123,10 @@ class Component:
     def adapter_list(self) -> list[AdapterEntry]:
         return list(self.adapter_entries.values())
 
+    def startable_adapters(self) -> list[AdapterEntry]:
+        """What a copy starting now loads (`--lora`): not a failed adapter, which would stop its start."""
+        return [a for a in self.adapter_entries.values() if a.name not in self.adapter_failures]
+
     def new_index(self) -> int:
         i = self._next_index
         self._next_index += 1
@@ -118,7 +135,8 @@ class Component:
     # --- copies ----------------------------------------------------------------------------------
 
     def ready(self) -> list[Replica]:
-        return [r for r in self.replicas if r.state == ReplicaState.READY]
+        """Copies that serve: passed /ping, and their adapters brought up to date (`catching_up`)."""
+        return [r for r in self.replicas if r.state == ReplicaState.READY and not r.catching_up]
 
     def capacity(self) -> list[Replica]:
         return [r for r in self.replicas if r.counts_as_capacity]
@@ -135,6 +153,8 @@ class Component:
         event.set()
         if replica is not None and replica.state == ReplicaState.READY and self.on_ready is not None:
             self.on_ready(replica)
+        elif replica is not None and replica.state == ReplicaState.FAILED and self.on_failed is not None:
+            self.on_failed(replica)
 
     def prefix_hashes(self, body: bytes) -> list[bytes]:
         """What prefix-aware routing keys a request on (nothing with least-outstanding routing)."""
@@ -239,13 +259,15 @@ class Component:
             "adapters": [self.adapter_state(a) for a in self.adapter_entries.values()],
         }
 
-    @staticmethod
-    def adapter_state(a: AdapterEntry) -> AdapterState:
+    def adapter_state(self, a: AdapterEntry) -> AdapterState:
+        failure = self.adapter_failures.get(a.name)
         return {
             "name": a.name,
             "path": a.path,
             "scale": a.scale,
             "inference_component": a.inference_component,
+            "state": (AdapterHealth.FAILED if failure is not None else AdapterHealth.LOADED).value,
+            "reason": failure,
         }
 
     def demand_status(self) -> DemandStatus | None:

@@ -21,11 +21,13 @@ class ModelLoadError(RuntimeError):
 
 class ModelRefError(ComponentError):
     """A component's model reference names nothing usable (missing file, S3 failure, cache not
-    writable); the message says which component and why."""
+    writable), or one of its adapters does not fit it; the message says which component and why, `field`
+    which of its fields (`model`, `adapters[0].path`)."""
 
-    def __init__(self, component: str, message: str) -> None:
+    def __init__(self, component: str, message: str, field: str = "model") -> None:
         super().__init__(message)
         self.component = component
+        self.field = field
 
 
 class ComponentInUseError(RuntimeError):
@@ -33,7 +35,8 @@ class ComponentInUseError(RuntimeError):
 
 
 class CopyRefusal(RuntimeError):
-    """A copy refused an adapter's load or unload: its status, message and field, relayed."""
+    """A copy refused an adapter's load or unload: its status, message and field, relayed; or the
+    endpoint refused the adapter before any copy saw it, as a copy would (`adapter_check`)."""
 
     def __init__(self, status: int, message: str, field: str | None, retry_after: str | None = None) -> None:
         super().__init__(message)

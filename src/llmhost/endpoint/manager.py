@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from llmhost.endpoint.adapter_check import check_adapters
 from llmhost.endpoint.adapter_ops import AdapterOps
 from llmhost.endpoint.autoscaler import ScalerState
 from llmhost.endpoint.autoscaling import AutoscaleLoop
@@ -51,18 +52,18 @@ class ManagerTiming:
 
 
 def resolve(spec: ComponentSpec) -> ResolvedModel:
+    """The component's model, found (an s3:// one downloaded) and checked, and its adapters against it."""
     from llmhost.engine.gguf_check import GGUFError, check_gguf
     from llmhost.store import resolve as resolve_ref
 
     try:
         resolved = resolve_ref(spec.model)
-        # a file that is cut short or corrupt is refused before any copy hands it to llama.cpp; an
-        # on-demand model is checked by its copy when asked for, so one bad file in a models_dir leaves the
-        # others served
+        # refused before a copy hands it to llama.cpp; an on-demand model's copy checks it when asked for
         if spec.on_demand is None:
             check_gguf(resolved.gguf)
     except (OSError, GGUFError) as exc:  # ModelNotFoundError and the store's S3 errors among them
         raise ModelRefError(spec.name, f"component {spec.name!r}: model {spec.model!r}: {exc}") from None
+    check_adapters(spec.name, spec.adapters, resolved.gguf)
     return resolved
 
 
@@ -127,8 +128,7 @@ class EndpointManager:
                 raise ComponentExistsError(f"component {s.name!r} already exists")
 
     def _check_capacity(self, specs: list[ComponentSpec]) -> None:
-        reason = can_place(self.ledger, [(s.name, s.resources, s.initial_copies) for s in specs])
-        if reason is not None:
+        if (reason := can_place(self.ledger, [(s.name, s.resources, s.initial_copies) for s in specs])):
             raise InsufficientCapacityError(reason)
 
     # --- lifecycle -------------------------------------------------------------------------------
@@ -180,6 +180,7 @@ class EndpointManager:
         for c in comps:
             c.on_leave = self._left
             c.on_ready = lambda replica, c=c: self.adapters.catch_up(c, replica)
+            c.on_failed = lambda replica, c=c: self.adapters.start_failed(c, replica)
         self.components.update((c.spec.name, c) for c in comps)
         return comps
 
@@ -228,7 +229,7 @@ class EndpointManager:
         alloc = place(self.ledger, comp.name, comp.spec.resources)
         replica = Replica(comp.spec, comp.new_index(), comp.model, alloc, self.log_dir,
                           on_change=comp.notify, timing=self.timing.replica,
-                          internal_key=self.internal_key, adapters=comp.adapter_list)  # fmt: skip
+                          internal_key=self.internal_key, adapters=comp.startable_adapters)  # fmt: skip
         comp.replicas.append(replica)
         return replica.start()
 

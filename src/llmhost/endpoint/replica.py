@@ -100,6 +100,8 @@ class Replica:
         self.spec = spec
         self._adapters = adapters  # the component's LoRA adapters now, which a (re)started copy loads
         self.loaded_adapters: set[str] = set()  # those the copy process has, by name
+        # ready, but adapters changed since it started are being loaded on it: not routed to meanwhile
+        self.catching_up = False
         self.component = spec.name
         self.index = index
         self.id = f"{spec.name}-{index}"

@@ -21,9 +21,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from llmhost.engine.gguf_check import GGUFError, check_file
 from llmhost.engine.llama import LlamaModel, ModelLoadError
 from llmhost.engine.lora import AdapterSet, AdapterSpec, adapter_set
+from llmhost.engine.lora_fit import AdapterFitError, BaseShape, base_shape, check_adapter
 from llmhost.engine.request import GenerationRequest, InvalidRequestError
 
 
@@ -58,6 +58,7 @@ class LoadedAdapters:
         (0: no limit); on a refused one the model is closed and ModelLoadError names it."""
         self.model = model
         self.budget = budget
+        self._base: BaseShape | None = None  # the model's weights' shapes, read from its header once
         self._known: dict[str, tuple[AdapterSpec, str]] = {}  # name -> (spec, key)
         self._handles: OrderedDict[str, Any] = OrderedDict()  # key -> llama.cpp adapter, LRU first
         for spec in specs:
@@ -90,9 +91,11 @@ class LoadedAdapters:
         self.can_load(spec)
         if spec.name in self._known:
             return False
-        try:  # a crafted header is refused here, before llama.cpp's parser reads it
-            check_file(spec.path)
-        except GGUFError as exc:
+        try:  # a crafted header, or an adapter for another model, refused with the reason before llama.cpp
+            if self._base is None:
+                self._base = base_shape(self.model.path)
+            check_adapter(spec.path, self._base)
+        except AdapterFitError as exc:
             raise ModelLoadError(str(exc)) from exc
         key = f"{spec.name}@{fingerprint(spec.path)}"
         self._handles[key] = self.model.load_adapter(spec.path)

@@ -30,11 +30,11 @@ from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 from gguf.quants import dequantize
 
 from llmhost.engine.gguf_check import GGUFError, GGUFLayout, check_file
+from llmhost.engine.lora_fit import TOKEN_EMBD as _TOKEN_EMBD
+from llmhost.engine.lora_fit import AdapterFitError, BaseShape, check_adapter
 
 F32, F16 = GGMLQuantizationType.F32, GGMLQuantizationType.F16
 MERGED_TYPES = ("f16", "f32")
-_SUFFIXES = (".lora_a", ".lora_b")
-_TOKEN_EMBD = "token_embd.weight"
 # float32 values of a block of rows processed at once, bytes of a copied weight read at once (16 MiB)
 _BLOCK_VALUES = 1 << 22
 _COPY_BYTES = 1 << 24
@@ -97,56 +97,16 @@ def _layout(path: Path, what: str) -> GGUFLayout:
         raise MergeError(f"{what}: {exc}") from None
 
 
-def _check_pairs(path: Path, layout: GGUFLayout) -> None:
-    for name in layout.tensors:
-        if not name.endswith(_SUFFIXES):
-            raise MergeError(f"adapter {path}: tensor {name!r} is neither a .lora_a nor a .lora_b")
-        stem, _, suffix = name.rpartition(".")
-        other = "lora_b" if suffix == "lora_a" else "lora_a"
-        if f"{stem}.{other}" not in layout.tensors:
-            raise MergeError(f"adapter {path}: {name!r} has no {other} beside it")
-
-
-def _check_shapes(path: Path, adapter: GGUFLayout, base: GGUFLayout, base_path: Path) -> None:
-    """llama.cpp's checks when it loads an adapter (llama_adapter_lora_init)."""
-    for weight in sorted(n.removesuffix(".lora_a") for n in adapter.tensors if n.endswith(".lora_a")):
-        if weight not in base.tensors:
-            raise MergeError(f"adapter {path} adapts {weight!r}, which the base {base_path} does not have")
-        dims = base.tensors[weight][0]
-        a, b = adapter.tensors[weight + ".lora_a"][0], adapter.tensors[weight + ".lora_b"][0]
-        if len(dims) != 2 or len(a) != 2 or len(b) != 2:
-            raise MergeError(f"adapter {path}: {weight!r} is not a matrix update (shapes {a}, {b})")
-        if weight == _TOKEN_EMBD:
-            ok = dims[0] == b[1] and dims[1] == a[1] and a[0] == b[0]
-        else:
-            ok = dims[0] == a[0] and dims[1] == b[1] and a[1] == b[0]
-        if not ok:
-            raise MergeError(
-                f"adapter {path}: {weight!r} has lora_a {list(a)} and lora_b {list(b)}, which do not fit "
-                f"the base's {list(dims)} in {base_path} (an adapter for another model?)"
-            )
-
-
-def load_adapter(path: Path, scale: float, base: GGUFLayout, base_path: Path) -> Adapter:
-    """The adapter at `path`, refused (MergeError naming it) unless llama.cpp would apply it to `base`."""
+def load_adapter(path: Path, scale: float, base: GGUFLayout) -> Adapter:
+    """The adapter at `path`, refused (MergeError naming it) unless llama.cpp would apply it to `base`
+    (`lora_fit.check_adapter`: the check a server and an endpoint make too)."""
     if not math.isfinite(scale):
         raise MergeError(f"adapter {path}: scale must be a finite number, got {scale}")
-    layout = _layout(path, "adapter")
-    meta = layout.metadata
-    kind = (meta.get("general.type"), meta.get("adapter.type"))
-    if kind != ("adapter", "lora"):
-        raise MergeError(
-            f"{path} is not a LoRA adapter (general.type {kind[0]!r}, adapter.type {kind[1]!r}; "
-            "want 'adapter' and 'lora')"
-        )
-    arch, base_arch = meta.get("general.architecture"), base.metadata.get("general.architecture")
-    if arch != base_arch:
-        raise MergeError(f"adapter {path} is for {arch!r}, the base {base_path} is {base_arch!r}")
-    _check_pairs(path, layout)
-    _check_shapes(path, layout, base, base_path)
-    alpha = meta.get("adapter.lora.alpha", 0.0)
-    if not isinstance(alpha, (int, float)) or not math.isfinite(alpha):
-        raise MergeError(f"adapter {path}: adapter.lora.alpha {alpha!r} is not a number")
+    try:
+        layout = check_adapter(path, BaseShape.of([base]))
+    except AdapterFitError as exc:
+        raise MergeError(str(exc)) from None
+    alpha = layout.metadata.get("adapter.lora.alpha", 0.0)
     return Adapter(path, float(scale), float(alpha), layout)
 
 
@@ -266,7 +226,7 @@ def merge_lora(base_path: str | Path, adapters: Sequence[tuple[str | Path, float
     base = _layout(base_path, "base model")
     if base.metadata.get("general.type") == "adapter":
         raise MergeError(f"the base {base_path} is itself an adapter, not a model")
-    loaded = [load_adapter(Path(p), float(s), base, base_path) for p, s in adapters]
+    loaded = [load_adapter(Path(p), float(s), base) for p, s in adapters]
     if out_path.resolve() in {base_path.resolve(), *(a.path.resolve() for a in loaded)}:
         raise MergeError(f"the output {out_path} must not overwrite an input")
     out_path.parent.mkdir(parents=True, exist_ok=True)

@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from llmhost.endpoint import adapter_rules
 from llmhost.endpoint.adapter_spec import AdapterEntry
 from llmhost.endpoint.affinity import Affinity, Policy
 from llmhost.endpoint.autoscaler import ScalerState
@@ -241,12 +242,7 @@ class Component:
 
     @staticmethod
     def adapter_state(a: AdapterEntry) -> AdapterState:
-        return {
-            "name": a.name,
-            "path": a.path,
-            "scale": a.scale,
-            "inference_component": a.inference_component,
-        }
+        return adapter_rules.adapter_state(a)
 
     def demand_status(self) -> DemandStatus | None:
         d = self.demand

@@ -329,7 +329,9 @@ def test_adapters_load_at_run_time_on_every_copy(ep: Endpoint, lora: dict[str, P
     tags = {m.model: m for m in oll.list().models}
     assert tags["extra:latest"].details and tags["extra:latest"].details.parent_model == "a:latest"
     assert {"extra:latest", "sql2:latest"} <= {m.model for m in oll.ps().models}
-    assert component(ep.status(), "a")["replicas"][0]["pid"] == first["pid"]  # changed in place
+    status = ep.status()
+    assert status["adapter_components"] == [{"name": "sql2", "base": "a"}]
+    assert component(status, "a")["replicas"][0]["pid"] == first["pid"]  # changed in place
 
 
 def test_scale_changes_the_deployment_in_place(ep: Endpoint) -> None:

@@ -144,6 +144,7 @@ class RayComponentState(TypedDict):
     retries: int
     stream_errors: int
     replicas: list[RayReplica]
+    adapters: list[AdapterState]  # the LoRA adapters its copies load (the file's, or as changed at run time)
 
 
 class RayEndpointState(TypedDict):
@@ -155,6 +156,7 @@ class RayEndpointState(TypedDict):
     status: str
     message: str
     components: list[RayComponentState]
+    adapter_components: list[AdapterComponent]  # they live on their bases' copies
 
 
 class Accepted(TypedDict):

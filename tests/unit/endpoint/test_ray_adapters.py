@@ -135,7 +135,9 @@ async def test_adapter_components_come_and_go_and_one_in_use_stays(
     r = await admin.post("/admin/components", json=body)
     assert r.status_code == 201 and r.json() == {"added": ["sql"]}, r.text
     status = (await admin.get("/admin/status")).json()
-    assert status["components"][0]["name"] == "a"
+    assert status["adapter_components"] == [{"name": "sql", "base": "a"}]
+    assert {a["name"]: a["inference_component"] for a in status["components"][0]["adapters"]} == {
+        "poet": False, "sql": True}  # fmt: skip
     rows = {row["name"]: row for row in (await admin.get("/admin/adapters?component=a")).json()["data"]}
     assert rows["sql"]["inference_component"] and rows["sql"]["copies"] == 2
     refused = await admin.delete("/admin/components/a")

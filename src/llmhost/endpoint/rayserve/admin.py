@@ -9,11 +9,12 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from llmhost.endpoint.adapter_rules import check_unload
+from llmhost.endpoint.adapter_rules import adapter_components, adapter_state, check_unload
 from llmhost.endpoint.adapter_spec import AdapterEntry
 from llmhost.endpoint.admin import BadBody, Conflict, NotSupported, UpstreamError
 from llmhost.endpoint.bodies import (
     Accepted,
+    AdapterComponent,
     Added,
     RayComponentState,
     RayEndpointState,
@@ -69,6 +70,7 @@ class RayAdmin:
             "stream_errors": comp.stream_errors,
             "replicas": [{"copy": r.copy, "state": r.state, "node_id": r.node_id, "node_ip": r.node_ip,
                           "pid": r.pid, "actor_id": r.actor_id} for r in v.replicas],
+            "adapters": [adapter_state(a) for a in comp.adapter_entries.values()],
         }  # fmt: skip
 
     @property
@@ -87,9 +89,11 @@ class RayAdmin:
         app = status.application(details, self.spec.name) or {}
         overrides = {o.get("name"): o for o in status.deployment_overrides(details, self.spec.name)}
         comps = [self.component_status(c, overrides.get(c.name, {})) for c in self.components.values()]
+        users: list[AdapterComponent] = [{"name": n, "base": c.name} for c in self.components.values()
+                                         for n in adapter_components(c)]  # fmt: skip
         return {"name": self.spec.name, "backend": "ray", "instance": self.spec.instance.model_dump(),
                 "status": app.get("status", ""), "message": app.get("message", ""),
-                "components": comps}  # fmt: skip
+                "components": comps, "adapter_components": users}  # fmt: skip
 
     async def scale(self, name: str, copies: int, wait: bool) -> RayScaled:
         comp = self.components.get(name)

@@ -17,15 +17,18 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import ollama
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from llmhost.bench.report import write_summary
 from llmhost.endpoint.rayserve.serveapi import ServeApi
 from llmhost.endpoint.routing import COMPONENT_HEADER, COPY_HEADER
+from llmhost.store import resolve_model
 from tests.integration.conftest import free_port
 from tests.integration.console_helpers import WAIT_MS, Watched, artifacts_dir, chromium, needs_chromium
 from tests.integration.endpoint_helpers import ENGINE, Endpoint, Outcome, call, stop_endpoint
+from tests.integration.lora_helpers import sample_adapters
 from tests.integration.ray_helpers import (
     LOOPBACK_ONLY,
     RayCluster,
@@ -292,6 +295,45 @@ def test_tgi_routes_and_the_sagemaker_response_stream(ep: Endpoint) -> None:
     assert text == tgi_stream and r["InvokedProductionVariant"] == "AllTraffic"
 
 
+@pytest.fixture(scope="module")
+def lora(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    return sample_adapters(tmp_path_factory.mktemp("ray-lora"), Path(resolve_model()))
+
+
+def text_of(c: httpx.Client, model: str) -> str:
+    r = c.post("/v1/completions", json=completion(model, 6))
+    assert r.status_code == 200, r.text
+    return str(r.json()["choices"][0]["text"])
+
+
+def test_adapters_load_at_run_time_on_every_copy(ep: Endpoint, lora: dict[str, Path]) -> None:
+    """Through each deployment's user_config: Ray hands it every copy, in place (no copy restarts)."""
+    (first,) = component(ep.status(), "a")["replicas"]
+    loaded = ep.cli("adapters", "load", "a", "extra", str(lora["sql"]))
+    assert loaded.returncode == 0 and "extra: loaded on 1 copy of a" in loaded.stdout, loaded.stderr
+    with httpx.Client(base_url=ep.url, timeout=120) as c:
+        assert text_of(c, "extra") != text_of(c, "a")
+        worse = {"component": "a", "name": "worse", "path": str(lora["bad"])}
+        bad = c.post("/admin/adapters/load", json=worse)
+        assert bad.status_code == 422 and bad.json()["error"]["param"] == "path", bad.text
+        body = {"name": "sql2", "base": "a", "adapter": {"path": str(lora["sql"])}}
+        assert c.post("/admin/components", json=body).status_code == 201
+        tgi = {"inputs": "Hello", "parameters": {"max_new_tokens": 4}}
+        r = c.post("/invocations", headers={COMPONENT_HEADER: "sql2"}, json=tgi)  # as SageMaker invokes it
+        assert r.status_code == 200 and r.headers[COPY_HEADER].startswith("a-"), r.text
+        cards = {m["id"]: m for m in c.get("/v1/models").json()["data"]}
+        assert cards["extra"]["parent"] == cards["sql2"]["parent"] == "a" and "worse" not in cards
+        rows = {row["name"]: row for row in c.get("/admin/adapters").json()["data"]}
+        assert rows["sql2"]["inference_component"] and rows["extra"]["copies"] == 1
+    oll = ollama.Client(host=ep.url, timeout=120)
+    tags = {m.model: m for m in oll.list().models}
+    assert tags["extra:latest"].details and tags["extra:latest"].details.parent_model == "a:latest"
+    assert {"extra:latest", "sql2:latest"} <= {m.model for m in oll.ps().models}
+    status = ep.status()
+    assert status["adapter_components"] == [{"name": "sql2", "base": "a"}]
+    assert component(status, "a")["replicas"][0]["pid"] == first["pid"]  # changed in place
+
+
 def test_scale_changes_the_deployment_in_place(ep: Endpoint) -> None:
     (first,) = component(ep.status(), "a")["replicas"]
     (other,) = component(ep.status(), "b")["replicas"]
@@ -303,6 +345,19 @@ def test_scale_changes_the_deployment_in_place(ep: Endpoint) -> None:
     assert first["pid"] in {r["pid"] for r in replicas}  # a config change: the first copy kept running
     assert component(ep.status(), "b")["replicas"] == [other]  # and the other component's
     assert len({r["node_id"] for r in replicas}) == 1  # the other node has no half CPU left
+    # the new copy started with the adapters loaded at run time
+    ep.wait_for("the new copy's adapters", lambda: {r["name"]: r["copies"] for r in httpx.get(
+        f"{ep.url}/admin/adapters", timeout=30).json()["data"]} == {"extra": 2, "sql2": 2}, timeout=60)
+    with httpx.Client(base_url=ep.url, timeout=120) as c, c.stream("POST", "/v1/completions", json={
+            **completion("sql2", 64), "stream": True}) as running:  # fmt: skip
+        lines = running.iter_lines()
+        assert next(line for line in lines if line.startswith("data: "))
+        busy = c.delete("/admin/components/sql2")
+        assert busy.status_code == 409 and busy.headers["retry-after"] == "1" and "in use" in busy.text
+        assert [line for line in lines if line.startswith("data: ")][-1] == "data: [DONE]"
+        assert c.delete("/admin/components/sql2").status_code == 200
+        assert c.post("/admin/adapters/unload", json={"component": "a", "name": "extra"}).status_code == 200
+        assert c.get("/admin/adapters").json()["data"] == []
     out = ep.cli("scale", "a", "1", timeout=300)
     assert out.returncode == 0 and "1 ready of 1 copies" in out.stdout, out.stderr
     out = ep.cli("scale", "a", "0")

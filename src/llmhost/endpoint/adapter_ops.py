@@ -8,7 +8,7 @@ change once it is ready (kept out of routing until then). An adapter is checked 
 model before any copy sees it (`adapter_check`). A change a copy refuses is taken back from the copies
 that took it, and the copy's refusal is relayed (its status, message and field); a copy that refuses an
 adapter after it was accepted (catching up, starting, loading it back) marks it failed with its reason
-(`component.AdapterHealth`), and no copy starts with it again.
+(`adapter_rules.AdapterHealth`), and no copy starts with it again.
 """
 
 from __future__ import annotations
@@ -21,14 +21,19 @@ from typing import Any
 import httpx
 
 from llmhost.endpoint.adapter_check import fit_refusal
+from llmhost.endpoint.adapter_rules import (
+    base_of,
+    check_components,
+    check_new,
+    copy_refusal,
+    listing_rows,
+    owner,
+    removal,
+    unloadable,
+)
 from llmhost.endpoint.adapter_spec import AdapterEntry, as_entry
 from llmhost.endpoint.component import Component
-from llmhost.endpoint.control_errors import (
-    ComponentExistsError,
-    ComponentInUseError,
-    CopyRefusal,
-    UnknownComponentError,
-)
+from llmhost.endpoint.control_errors import ComponentExistsError, CopyRefusal
 from llmhost.endpoint.internal import HEADER, InternalKey
 from llmhost.endpoint.replica import Replica, ReplicaState
 from llmhost.endpoint.spec import ComponentSpec
@@ -49,45 +54,26 @@ class AdapterOps:
     # --- views ------------------------------------------------------------------------------------
 
     def owner(self, name: str) -> Component | None:
-        """The component whose copies load the adapter `name`."""
-        return next((c for c in self.components.values() if name in c.adapter_entries), None)
+        return owner(self.components, name)
 
     def adapter_components(self) -> list[tuple[str, str]]:
         """(adapter component, its base), in order."""
         return [(name, c.name) for c in self.components.values() for name in c.adapter_components()]
 
     def check_new(self, name: str, base: str, bases: frozenset[str] = frozenset()) -> None:
-        """A new adapter `name` on `base` (a component now, or among `bases` being added with it)."""
-        if name in self.components or name in bases:
-            raise ComponentExistsError(f"component {name!r} already exists")
+        """A new adapter `name` on `base` (a component now, or among `bases` being added with it), not
+        one being loaded now."""
+        check_new(self.components, name, base, bases)
         if name in self.pending:
             raise ComponentExistsError(f"an adapter {name!r} is being loaded")
-        taken = self.owner(name)
-        if taken is not None:
-            raise ComponentExistsError(f"{name!r} is already an adapter of component {taken.name!r}")
-        if base not in bases:
-            self.base(base)
 
     def base(self, name: str) -> Component:
-        comp = self.components.get(name)
-        if comp is None or comp.removing:
-            known = ", ".join(sorted(self.components)) or "(none)"
-            what = "an adapter component, not a base" if self.owner(name) is not None else "unknown"
-            raise UnknownComponentError(f"base inference component {name!r}: {what}; components: {known}")
-        if comp.spec.embeddings:
-            raise ValueError(f"component {name!r} serves embeddings: LoRA adapters apply to text generation")
-        return comp
+        return base_of(self.components, name)
 
     # --- adapter components -----------------------------------------------------------------------
 
     def check_components(self, specs: list[ComponentSpec]) -> None:
-        """The adapter components among `specs` can be added (their bases exist or come with them)."""
-        bases = frozenset(s.name for s in specs if s.base is None)
-        for s in specs:
-            if s.base is not None:
-                if s.base not in bases and s.base in {x.name for x in specs}:
-                    raise ValueError(f"adapter component {s.name!r}: its base {s.base!r} is one too")
-                self.check_new(s.name, s.base, bases)
+        check_components(self.components, specs)
 
     async def add_components(self, specs: list[ComponentSpec]) -> None:
         for s in specs:
@@ -97,16 +83,9 @@ class AdapterOps:
     async def removed(self, name: str) -> bool:
         """Delete adapter component `name` (True), or nothing (False) when `name` is a component; a
         component with adapter components is refused naming them, as SageMaker refuses it."""
-        comp = self.components.get(name)
-        if comp is not None:
-            users = comp.adapter_components()
-            if users:
-                raise ComponentInUseError(f"component {name!r} is the base of adapter component(s) "
-                                          f"{', '.join(users)}: delete them first")  # fmt: skip
-            return False
-        owner = self.owner(name)
-        if owner is None or name not in owner.adapter_components():
-            return False  # unknown: the manager says so
+        owner = removal(self.components, name)
+        if owner is None:
+            return False  # a component, or unknown: the manager says so
         await self.unload(owner, name)
         return True
 
@@ -147,10 +126,7 @@ class AdapterOps:
         it on any copy, and then it is loaded back on the copies that had unloaded it (one that cannot
         marks it failed, with that copy's reason: never on some copies and not others unseen)."""
         async with comp.adapter_lock:
-            entry = comp.adapter_entries.get(name)
-            if entry is None:
-                raise UnknownComponentError(f"component {comp.name!r} has no adapter {name!r}; its adapters: "
-                                            f"{', '.join(comp.adapter_entries) or '(none)'}")  # fmt: skip
+            entry = unloadable(comp, name)
             comp.adapter_entries.pop(name)  # routed nowhere from now on, and no copy starts with it
             failure = comp.adapter_failures.pop(name, None)
             done: list[Replica] = []
@@ -184,18 +160,8 @@ class AdapterOps:
 
     async def listing(self, comp: Component) -> list[dict[str, Any]]:
         """Each adapter of `comp`, with the ready copies that have it loaded and the requests using it."""
-        rows: dict[str, dict[str, Any]] = {
-            a.name: {**comp.adapter_state(a), "component": comp.name, "copies": 0, "requests": 0}
-            for a in comp.adapter_list()
-        }
         answers = await asyncio.gather(*(self._get(r) for r in comp.ready()))
-        for answer in answers:
-            for item in answer:
-                row = rows.get(str(item.get("name")))
-                if row is not None:
-                    row["copies"] += 1
-                    row["requests"] += int(item.get("requests", 0))
-        return list(rows.values())
+        return listing_rows(comp.name, comp.adapter_list(), answers)
 
     def catch_up(self, comp: Component, replica: Replica) -> None:
         """A copy became ready: out of routing until what changed since it started is loaded on it (and
@@ -255,11 +221,5 @@ def body(entry: AdapterEntry) -> dict[str, Any]:
 
 def refusal(replica: Replica, answer: httpx.Response, prefix: str) -> CopyRefusal:
     """A copy's refusal, relayed: its status, its message (naming the copy), its field under `prefix`."""
-    try:
-        error = answer.json()["error"]
-        message, param = str(error["message"]), error.get("param")
-    except (ValueError, KeyError, TypeError):
-        message, param = answer.text[:500], None
-    field = f"{prefix}{param}" if param else None
-    return CopyRefusal(answer.status_code, f"copy {replica.id}: {message}", field,
-                       answer.headers.get("retry-after"))  # fmt: skip
+    retry_after = answer.headers.get("retry-after")
+    return copy_refusal(replica.id, answer.status_code, answer.text, retry_after, prefix)

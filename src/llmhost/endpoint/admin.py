@@ -19,6 +19,7 @@ from starlette.responses import JSONResponse, Response
 
 from llmhost.endpoint import bodies
 from llmhost.endpoint.adapter_admin import adapter_routes, relayed
+from llmhost.endpoint.adapter_rules import check_unload
 from llmhost.endpoint.adapter_spec import AdapterEntry
 from llmhost.endpoint.apidoc import (
     ADMIN,
@@ -160,7 +161,8 @@ class AdminBackend(Protocol):
     @property
     def name(self) -> str: ...  # the endpoint's
 
-    # why components cannot be added or removed here; None: they can
+    # why components with copies cannot be added or removed here (its `add` and `remove` refuse them,
+    # adapter components aside); None: they can
     components_fixed: str | None
 
     async def status(self) -> bodies.EndpointState | bodies.RayEndpointState: ...
@@ -250,9 +252,7 @@ class LocalAdmin:
 
     async def unload_adapter(self, component: str, name: str) -> list[dict[str, Any]]:
         comp = self.manager.get(component)
-        if name in comp.adapter_components():
-            raise Conflict(f"{name!r} is an adapter inference component: delete it (DELETE "
-                           f"/admin/components/{name}, `llmhost endpoint remove {name}`)")  # fmt: skip
+        check_unload(comp, name)
         await self.manager.adapters.unload(comp, name)
         return await self.adapters(component)
 
@@ -357,8 +357,6 @@ def _component_routes(router: APIRouter, backend: AdminBackend) -> None:
         body=[ComponentList, ComponentSpec], body_media=YAML_TYPES, success=Added, status=201,
         errors=merge(ADMIN, errors(409, 422))))  # fmt: skip
     async def add(request: Request) -> Response:
-        if backend.components_fixed:
-            raise NotSupported(backend.components_fixed)
         return JSONResponse(await backend.add(await json_or_yaml_body(request)), status_code=201)
 
     @router.delete(
@@ -368,8 +366,6 @@ def _component_routes(router: APIRouter, backend: AdminBackend) -> None:
         ),
     )
     async def remove(name: str) -> Response:
-        if backend.components_fixed:
-            raise NotSupported(backend.components_fixed)
         return JSONResponse(await backend.remove(name))
 
 

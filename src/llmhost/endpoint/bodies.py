@@ -68,7 +68,7 @@ class AdapterState(TypedDict):
     path: str
     scale: float
     inference_component: bool  # an adapter inference component (requests name it as a component)
-    state: str  # component.AdapterHealth: loaded, or failed (a copy refused it after it was accepted)
+    state: str  # adapter_rules.AdapterHealth: loaded, or failed (a copy refused it after it was accepted)
     reason: str | None  # why, when failed: the copy's refusal
 
 
@@ -146,6 +146,7 @@ class RayComponentState(TypedDict):
     retries: int
     stream_errors: int
     replicas: list[RayReplica]
+    adapters: list[AdapterState]  # the LoRA adapters its copies load (the file's, or as changed at run time)
 
 
 class RayEndpointState(TypedDict):
@@ -157,6 +158,7 @@ class RayEndpointState(TypedDict):
     status: str
     message: str
     components: list[RayComponentState]
+    adapter_components: list[AdapterComponent]  # they live on their bases' copies
 
 
 class Accepted(TypedDict):

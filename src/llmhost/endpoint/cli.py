@@ -114,6 +114,7 @@ def status(
         return
     if data.get("backend") == "ray":
         Console(width=max(Console().width, 160)).print(_ray_table(data))
+        _print_adapters(data)
         return
     cpus = ",".join(map(str, data["cpus"]))
     reserved = f"{data['memory_reserved_mb']}/{data['memory_mb']} MB reserved"
@@ -136,9 +137,15 @@ def status(
     console.print(table)
     if any(c.get("on_demand") for c in data["components"]):
         console.print(_on_demand_table(data))
+    _print_adapters(data)
+
+
+def _print_adapters(data: dict[str, Any]) -> None:
+    from rich.console import Console
+
     if any(c.get("adapters") for c in data["components"]):
-        console.print(_adapter_table([{**a, "component": c["name"]} for c in data["components"]
-                                      for a in c.get("adapters", [])]))  # fmt: skip
+        Console(width=max(Console().width, 160)).print(_adapter_table(
+            [{**a, "component": c["name"]} for c in data["components"] for a in c.get("adapters", [])]))
 
 
 def _adapter_table(rows: list[dict[str, Any]]) -> Any:

@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from llmhost.endpoint import adapter_rules
 from llmhost.endpoint.adapter_spec import AdapterEntry
 from llmhost.endpoint.affinity import Affinity, Policy
 from llmhost.endpoint.autoscaler import ScalerState
@@ -28,15 +29,6 @@ class ModelState(StrEnum):
     LOADED = "loaded"
     # its copy drains (no new requests; those in flight finish), then stops
     UNLOADING = "unloading"
-
-
-class AdapterHealth(StrEnum):
-    # on every ready copy (a copy starting loads it with `--lora`, or once it is ready)
-    LOADED = "loaded"
-    # a copy refused it after it was accepted (a copy catching up, or loading it back after an unload
-    # another copy refused): taken off every copy and never given to a copy starting later; requests
-    # naming it fail until it is unloaded or deleted. `adapter_failures` holds the copy's reason
-    FAILED = "failed"
 
 
 @dataclass(frozen=True)
@@ -260,15 +252,7 @@ class Component:
         }
 
     def adapter_state(self, a: AdapterEntry) -> AdapterState:
-        failure = self.adapter_failures.get(a.name)
-        return {
-            "name": a.name,
-            "path": a.path,
-            "scale": a.scale,
-            "inference_component": a.inference_component,
-            "state": (AdapterHealth.FAILED if failure is not None else AdapterHealth.LOADED).value,
-            "reason": failure,
-        }
+        return adapter_rules.adapter_state(a, self.adapter_failures.get(a.name))
 
     def demand_status(self) -> DemandStatus | None:
         d = self.demand

@@ -9,10 +9,12 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from llmhost.endpoint.adapter_rules import adapter_components, adapter_state, check_unload
 from llmhost.endpoint.adapter_spec import AdapterEntry
 from llmhost.endpoint.admin import BadBody, Conflict, NotSupported, UpstreamError
 from llmhost.endpoint.bodies import (
     Accepted,
+    AdapterComponent,
     Added,
     RayComponentState,
     RayEndpointState,
@@ -22,34 +24,37 @@ from llmhost.endpoint.bodies import (
     Unloaded,
 )
 from llmhost.endpoint.rayserve import nodes, options, status
+from llmhost.endpoint.rayserve.adapters import AdapterReports, RayAdapters
 from llmhost.endpoint.rayserve.relay import RayComponent
 from llmhost.endpoint.rayserve.serveapi import ServeApi, ServeApiError
 from llmhost.endpoint.routing import known
-from llmhost.endpoint.spec import EndpointSpec
+from llmhost.endpoint.spec import EndpointSpec, parse_components
 from llmhost.jsontypes import JSONValue
 
 log = logging.getLogger("llmhost.endpoint")
 SCALE_POLL_S = 0.5
 NO_ON_DEMAND = ("a Ray endpoint has no on-demand models (models_dir and on_demand are single-host only): "
                 "Ray Serve scales each component's deployment itself")  # fmt: skip
-NO_ADAPTERS = ("a Ray endpoint's copies load the adapters of its file (`adapters:`, adapter components): "
-               "change the file and run `endpoint up` again")  # fmt: skip
 
 
 class RayAdmin:
     """The admin API's backend on Ray: status from, and scaling through, Ray Serve's REST API."""
 
+    # adapter components aside: those live on their bases' copies
     components_fixed: str | None = ("a Ray endpoint runs the components of its file: change the file and run "
                                     "`llmhost endpoint up --ray` again")  # fmt: skip
 
     def __init__(self, spec: EndpointSpec, components: dict[str, RayComponent], api: ServeApi,
-                 refresh: Callable[[], Awaitable[dict[str, Any]]],
-                 timing: options.RayTiming) -> None:  # fmt: skip
+                 refresh: Callable[[], Awaitable[dict[str, Any]]], timing: options.RayTiming,
+                 reports: AdapterReports | None = None) -> None:  # fmt: skip
         self.spec = spec
         self.timing = timing
         self.components = components
         self.api = api
         self.refresh = refresh  # reads Ray Serve's details and updates every component's view
+        self.deploying = asyncio.Lock()  # one read-change-deploy of the application's config at a time
+        self.lora = RayAdapters(spec.name, components, api, refresh, self.deploying,
+                                AdapterReports() if reports is None else reports)  # fmt: skip
 
     def component_status(self, comp: RayComponent, override: dict[str, Any]) -> RayComponentState:
         """`override`: the component's deployment override in the deployed config (`scale` pins its
@@ -65,6 +70,7 @@ class RayAdmin:
             "stream_errors": comp.stream_errors,
             "replicas": [{"copy": r.copy, "state": r.state, "node_id": r.node_id, "node_ip": r.node_ip,
                           "pid": r.pid, "actor_id": r.actor_id} for r in v.replicas],
+            "adapters": [adapter_state(a) for a in comp.adapter_entries.values()],
         }  # fmt: skip
 
     @property
@@ -83,9 +89,11 @@ class RayAdmin:
         app = status.application(details, self.spec.name) or {}
         overrides = {o.get("name"): o for o in status.deployment_overrides(details, self.spec.name)}
         comps = [self.component_status(c, overrides.get(c.name, {})) for c in self.components.values()]
+        users: list[AdapterComponent] = [{"name": n, "base": c.name} for c in self.components.values()
+                                         for n in adapter_components(c)]  # fmt: skip
         return {"name": self.spec.name, "backend": "ray", "instance": self.spec.instance.model_dump(),
                 "status": app.get("status", ""), "message": app.get("message", ""),
-                "components": comps}  # fmt: skip
+                "components": comps, "adapter_components": users}  # fmt: skip
 
     async def scale(self, name: str, copies: int, wait: bool) -> RayScaled:
         comp = self.components.get(name)
@@ -103,14 +111,8 @@ class RayAdmin:
 
     async def _scale(self, comp: RayComponent, copies: int, wait: bool) -> RayScaled:
         name = comp.name
-        details = await self.api.details()
-        app = status.application(details, self.spec.name)
-        if app is None or not app.get("deployed_app_config"):
-            raise LookupError(f"application {self.spec.name!r} is not deployed on this Ray cluster")
-        config = dict(app["deployed_app_config"])
-        overrides = status.deployment_overrides(details, self.spec.name)
-        config["deployments"] = status.with_override(overrides, options.scale_override(comp.spec, copies))
-        await self.api.deploy(config)
+        async with self.deploying:
+            await self.api.override(self.spec.name, options.scale_override(comp.spec, copies))
         log.info("scaling %s to %d copies", name, copies)
         if wait:
             await self._settled(comp, copies)
@@ -137,10 +139,14 @@ class RayAdmin:
                            f"{comp.view.status} {comp.view.message}")  # fmt: skip
 
     async def add(self, raw: JSONValue) -> Added:
-        raise NotSupported(self.components_fixed)
+        """Adapter components only: those with copies are the file's."""
+        specs = parse_components(raw, "components", strict=True)
+        await self.lora.add_components(specs, str(self.components_fixed))
+        return {"added": [s.name for s in specs]}
 
     async def remove(self, name: str) -> Removed:
-        raise NotSupported(self.components_fixed)
+        await self.lora.remove(name, str(self.components_fixed))
+        return {"removed": name}
 
     async def load(self, model: str, wait: bool) -> Accepted:
         raise NotSupported(NO_ON_DEMAND)
@@ -152,13 +158,17 @@ class RayAdmin:
         raise NotSupported(NO_ON_DEMAND)
 
     async def adapters(self, component: str | None) -> list[dict[str, Any]]:
-        raise NotSupported(NO_ADAPTERS)
+        return self.lora.listing(component)
 
     async def load_adapter(self, component: str, entry: AdapterEntry) -> list[dict[str, Any]]:
-        raise NotSupported(NO_ADAPTERS)
+        await self.lora.load(component, entry)
+        return self.lora.listing(component)
 
     async def unload_adapter(self, component: str, name: str) -> list[dict[str, Any]]:
-        raise NotSupported(NO_ADAPTERS)
+        comp = self.lora.get(component)
+        check_unload(comp, name)
+        await self.lora.unload(comp, name)
+        return self.lora.listing(component)
 
     async def down(self) -> None:
         """Ray Serve took the deletion (it drains the copies, then the ingress answering this)."""

@@ -37,7 +37,7 @@ from llmhost.jsontypes import JSONObject, JSONValue
 # Ray Serve's replica states in the console's words (the page colours these); Ray's own word stays in
 # `ray_state`
 STATES = {
-    "STARTING": "starting", "UPDATING": "starting", "RECOVERING": "restarting", "RUNNING": "ready",
+    "STARTING": "starting", "UPDATING": "ready", "RECOVERING": "restarting", "RUNNING": "ready",
     "STOPPING": "draining", "PENDING_MIGRATION": "draining", "STOPPED": "stopped",
 }  # fmt: skip
 # what a single-host endpoint's console shows and a Ray endpoint's cannot, and why

@@ -24,8 +24,10 @@ from llmhost.endpoint.admin import create_admin
 from llmhost.endpoint.bodies import ModelList
 from llmhost.endpoint.ollama import Listed, context_length, ollama_routes
 from llmhost.endpoint.rayserve import status
+from llmhost.endpoint.rayserve.adapters import AdapterReports
 from llmhost.endpoint.rayserve.admin import RayAdmin
 from llmhost.endpoint.rayserve.console import ClusterFigures, RayConsole, cluster_figures
+from llmhost.endpoint.rayserve.copy_adapters import AdapterReport, entries_of
 from llmhost.endpoint.rayserve.metrics import CopyMetrics, node_metric_urls, render_ray_metrics
 from llmhost.endpoint.rayserve.options import AppArgs, RayTiming
 from llmhost.endpoint.rayserve.relay import RayComponent, RayRelay
@@ -53,6 +55,7 @@ class Ingress:
         self.api = ServeApi(self.args.dashboard_url)
         self.relay = RayRelay()
         self.copy_metrics = CopyMetrics()
+        self.adapter_reports = AdapterReports()
         self.details: dict[str, Any] = {}  # Ray Serve's, as last read
         reports = Path(self.args.reports_dir) if self.args.reports_dir else None
         self.console = ConsoleSettings(period_s=self.args.console_period_s, reports_dir=reports)
@@ -65,10 +68,16 @@ class Ingress:
         address one)."""
         self.copy_metrics.report(component, copy, text, cpu_s, rss_mb)
 
+    def report_adapters(self, component: str, copy: str, report: AdapterReport) -> None:
+        """A copy's adapters: after each change Ray Serve handed it, and with its metrics' pushes."""
+        self.adapter_reports.latest[copy] = report
+
     async def refresh(self) -> dict[str, Any]:
         details = await self.api.details()
+        overrides = {o.get("name"): o for o in status.deployment_overrides(details, self.spec.name)}
         for comp in self.components.values():
             comp.view = status.deployment_view(details, self.spec.name, comp.name)
+            comp.configured = entries_of(overrides.get(comp.name, {}).get("user_config"))
         self.details = details
         return details
 
@@ -108,10 +117,15 @@ class Ingress:
         return router
 
     def _listed(self) -> list[Listed]:
-        """The components for Ollama's /api/tags and /api/ps (their files live on the copies' nodes; a
-        copy's /api/show reads them)."""
-        return [Listed(c.name, None, c.view.running > 0, None, context_length(c.spec.engine.serve_options()))
-                for c in self.components.values()]  # fmt: skip
+        """The components and their adapters for Ollama's /api/tags and /api/ps (their files live on the
+        copies' nodes: a copy's /api/show reads them; an adapter's file is read here where it is)."""
+        out = []
+        for c in self.components.values():
+            n_ctx, loaded = context_length(c.spec.engine.serve_options()), c.view.running > 0
+            out.append(Listed(c.name, None, loaded, None, n_ctx))
+            out += [Listed(a.name, Path(a.path), loaded, None, n_ctx, parent=c.name)
+                    for a in c.adapter_entries.values()]  # fmt: skip
+        return out
 
     def __serve_build_asgi_app__(self) -> FastAPI:
         return self.asgi_app()  # the hook `serve.ingress()` calls on a class given no app
@@ -120,7 +134,8 @@ class Ingress:
         """The ingress's routes, admin API, console, API keys and request ids, as Serve's proxy calls
         them."""
         keys = ApiKeys(tuple(bytes.fromhex(k) for k in self.args.keys))
-        admin = RayAdmin(self.spec, self.components, self.api, self.refresh, RayTiming(**self.args.timing))
+        admin = RayAdmin(self.spec, self.components, self.api, self.refresh, RayTiming(**self.args.timing),
+                         self.adapter_reports)  # fmt: skip
         console = RayConsole(admin, self.copy_metrics, lambda: self.details, self.cluster, keys.enabled)
 
         @asynccontextmanager

@@ -27,13 +27,17 @@ def _absolute(ref: str) -> str:
 
 
 def absolute_models(spec: EndpointSpec) -> EndpointSpec:
-    """Local model and draft model paths made absolute: a copy runs in Ray's working directory."""
+    """Local model, draft model and LoRA adapter paths made absolute: a copy runs in Ray's working
+    directory."""
     comps = []
     for c in spec.components:
         engine = c.engine
         if engine.draft_model:
             engine = engine.model_copy(update={"draft_model": _absolute(engine.draft_model)})
-        comps.append(c.model_copy(update={"model": _absolute(c.model), "engine": engine}))
+        adapters = [a if "://" in a.path else a.model_copy(update={"path": _absolute(a.path)})
+                    for a in c.adapters]  # fmt: skip
+        update = {"model": _absolute(c.model), "engine": engine, "adapters": adapters}
+        comps.append(c.model_copy(update=update))
     return spec.model_copy(update={"components": comps})
 
 

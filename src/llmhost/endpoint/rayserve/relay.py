@@ -20,6 +20,7 @@ from fastapi import Request
 from starlette.responses import Response
 
 from llmhost.endpoint import routing
+from llmhost.endpoint.adapter_spec import AdapterEntry
 from llmhost.endpoint.rayserve.inprocess import Accepted, Call, Head
 from llmhost.endpoint.rayserve.status import DeploymentView
 from llmhost.endpoint.routing import error
@@ -43,7 +44,9 @@ class RayComponent:
         self.name = spec.name
         self.handle = handle
         self.removing = False  # components are not removed from a Ray endpoint (the file defines them)
-        self.adapters = frozenset(a.name for a in spec.adapters)  # the LoRA adapters its copies load
+        # the LoRA adapters its deployment's user_config names (`copy_adapters`); None: the file's
+        self.configured: tuple[AdapterEntry, ...] | None = None
+        self.adapter_lock = asyncio.Lock()  # one change of its adapters at a time
         self.view = DeploymentView()
         self.in_flight = 0
         self.requests: Counter[int] = Counter()  # by HTTP status the ingress answered
@@ -56,6 +59,17 @@ class RayComponent:
         self.timed = 0
         self.latency_s = 0.0
         self.model_latency_s = 0.0
+
+    @property
+    def adapter_entries(self) -> dict[str, AdapterEntry]:
+        """The LoRA adapters its copies load: the file's, or as changed at run time."""
+        entries = self.spec.adapters if self.configured is None else self.configured
+        return {a.name: a for a in entries}
+
+    @property
+    def adapters(self) -> frozenset[str]:
+        """What requests may name in `model` to be routed here."""
+        return frozenset(self.adapter_entries)
 
     def enter(self) -> None:
         self.in_flight += 1

@@ -21,6 +21,8 @@ from typing import Any, TypeVar
 
 import httpx
 
+from llmhost.endpoint.rayserve import status
+
 T = TypeVar("T")
 APPLICATIONS = "/api/serve/applications/"
 TIMEOUT_S = 30.0  # a deploy is answered once Serve's controller took the config, not when it runs
@@ -122,6 +124,17 @@ class ServeApi:
             body["http_options"] = http_options  # Serve is not running yet: it starts with these
             body["proxy_location"] = "HeadOnly"
         await self._request("deploying", "PUT", body)
+
+    async def override(self, name: str, override: dict[str, Any]) -> None:
+        """Application `name` deployed again with `override` over one deployment's options (a config change
+        Ray applies in place); LookupError when it is not deployed."""
+        details = await self.details()
+        app = status.application(details, name)
+        if app is None or not app.get("deployed_app_config"):
+            raise LookupError(f"application {name!r} is not deployed on this Ray cluster")
+        config = dict(app["deployed_app_config"])
+        config["deployments"] = status.with_override(status.deployment_overrides(details, name), override)
+        await self.deploy(config)
 
     async def delete(self, name: str) -> None:
         """Delete application `name`, keeping the others."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import time
 from collections.abc import AsyncIterator
@@ -16,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import psutil
 
+from llmhost.endpoint.rayserve.copy_adapters import CopyAdapters
 from llmhost.endpoint.rayserve.inprocess import Accepted, Call, Head, Lifespan, call_app
 from llmhost.endpoint.rayserve.options import INGRESS, METRICS_PUSH_S
 from llmhost.endpoint.spec import ComponentSpec
@@ -26,6 +28,7 @@ if TYPE_CHECKING:
     from starlette.types import ASGIApp
 
 READY_POLL_S = 0.2
+REPORT_TIMEOUT_S = 10.0  # a copy's report of its adapters to the ingress, after a change
 
 log = logging.getLogger("llmhost.endpoint")
 
@@ -73,13 +76,25 @@ class InProcessServer:
         self.lifespan = Lifespan(app)
 
     async def get(self, path: str) -> tuple[int, str]:
-        status, body = 0, b""
-        async for item in call_app(self.app, Call("GET", path), self.lifespan.state):
+        status, _, text = await self.call(Call("GET", path))
+        return status, text
+
+    async def call(self, call: Call) -> tuple[int, list[tuple[str, str]], str]:
+        """The app's whole answer: status, headers, body."""
+        head, body = Head(0), b""
+        async for item in call_app(self.app, call, self.lifespan.state):
             if isinstance(item, Head):
-                status = item.status
+                head = item
             else:
                 body += item
-        return status, body.decode(errors="replace")
+        return head.status, head.headers, body.decode(errors="replace")
+
+    async def post_adapters(self, action: str, body: dict[str, Any]) -> tuple[int, str, str | None]:
+        """The copy's own `POST /admin/adapters/{action}`: status, answer, Retry-After."""
+        call = Call("POST", f"/admin/adapters/{action}", headers=[("content-type", "application/json")],
+                    body=json.dumps(body).encode())  # fmt: skip
+        status, headers, text = await self.call(call)
+        return status, text, next((v for k, v in headers if k.lower() == "retry-after"), None)
 
     async def start(self, timeout_s: float) -> None:
         """Startup, then until /ping answers 200; an engine that failed is stopped before raising."""
@@ -137,15 +152,33 @@ class ComponentServer:
         lifecycle = Lifecycle()
         self.server = InProcessServer(create_app(built.settings, lifecycle=lifecycle), lifecycle, self.copy)
         await self.server.start(spec.startup_health_check_timeout_s)
-        self._pusher = asyncio.create_task(self._push_metrics(context.app_name, push_s), name="metrics push")
+        # the file's adapters loaded at start (`--lora`); those of the user_config in `reconfigure`
+        self.adapters = CopyAdapters(self.server.post_adapters, {a.name: a for a in spec.adapters})
+        self.ingress = serve.get_deployment_handle(INGRESS, app_name=context.app_name)
+        self._pusher = asyncio.create_task(self._push_metrics(push_s), name="metrics push")
 
-    async def _push_metrics(self, app_name: str, every_s: float) -> None:
+    async def reconfigure(self, config: dict[str, Any]) -> None:
+        """Ray Serve's call with the deployment's user_config: at start and on each change (in place). The
+        copy's adapters brought to it; what it refused is reported, never raised (Ray would replace
+        the copy)."""
+        await self.adapters.apply(config)
+        for refused in self.adapters.refusals:
+            log.warning("copy %s: adapter %s refused: %s %s", self.copy, refused.name, refused.status,
+                        refused.text[:300])  # fmt: skip
+        with contextlib.suppress(Exception):  # an ingress restarting: the next push tells it
+            await asyncio.wait_for(self._report_adapters(), REPORT_TIMEOUT_S)
+
+    async def _report_adapters(self) -> None:
+        status, text = await self.server.get("/admin/adapters")
+        rows = json.loads(text).get("data", []) if status == 200 else []
+        report = self.adapters.report([r for r in rows if isinstance(r, dict)])
+        await self.ingress.report_adapters.remote(self.component, self.copy, report)
+
+    async def _push_metrics(self, every_s: float) -> None:
         """A copy cannot be addressed through a deployment handle (Ray picks one), so each copy sends the
-        ingress its /metrics (served labelled by component and copy) and its process's CPU time and RSS
-        (the console's figures), every `every_s`."""
-        from ray import serve
-
-        ingress = serve.get_deployment_handle(INGRESS, app_name=app_name)
+        ingress its /metrics (served labelled by component and copy), its process's CPU time and RSS
+        (the console's figures) and its adapters (`/admin/adapters`), every `every_s`."""
+        ingress = self.ingress
         process = psutil.Process()
         while True:
             await asyncio.sleep(every_s)
@@ -154,6 +187,7 @@ class ComponentServer:
                 if status == 200:
                     cpu_s, rss_mb = process_figures(process)
                     await ingress.report_metrics.remote(self.component, self.copy, text, cpu_s, rss_mb)
+                await self._report_adapters()
             except Exception as exc:  # the ingress restarting: the next push gets through
                 log.debug("copy %s: metrics not pushed: %s", self.copy, exc)
 

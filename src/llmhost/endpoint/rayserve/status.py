@@ -8,8 +8,11 @@ from typing import Any
 
 from llmhost.jsontypes import JSONObject
 
+# replica states Ray Serve routes requests to: UPDATING is a running copy in `reconfigure` (its
+# adapters changing), which Ray keeps routing to
+SERVING = frozenset({"RUNNING", "UPDATING"})
 # replica states Ray Serve counts as on their way to serving (or back to it)
-STARTING = frozenset({"STARTING", "UPDATING", "RECOVERING", "PENDING_MIGRATION"})
+STARTING = frozenset({"STARTING", "RECOVERING", "PENDING_MIGRATION"})
 # a deployment whose copies Ray could not place, as Ray says it
 UNSCHEDULABLE = "to be scheduled"
 
@@ -47,7 +50,7 @@ class DeploymentView:
 
     @property
     def running(self) -> int:
-        return sum(1 for r in self.replicas if r.state == "RUNNING")
+        return sum(1 for r in self.replicas if r.state in SERVING)
 
     @property
     def starting(self) -> int:
@@ -120,4 +123,6 @@ def deployment_overrides(details: dict[str, Any], app: str) -> list[dict[str, An
 
 
 def with_override(overrides: list[dict[str, Any]], override: dict[str, Any]) -> list[dict[str, Any]]:
-    return [*(o for o in overrides if o.get("name") != override["name"]), override]
+    """`override` over the deployment's own (what `scale` pinned stays when its adapters change)."""
+    old = next((o for o in overrides if o.get("name") == override["name"]), {})
+    return [*(o for o in overrides if o.get("name") != override["name"]), {**old, **override}]

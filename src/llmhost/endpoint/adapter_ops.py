@@ -161,7 +161,7 @@ class AdapterOps:
     async def listing(self, comp: Component) -> list[dict[str, Any]]:
         """Each adapter of `comp`, with the ready copies that have it loaded and the requests using it."""
         answers = await asyncio.gather(*(self._get(r) for r in comp.ready()))
-        return listing_rows(comp.name, comp.adapter_list(), answers)
+        return listing_rows(comp.name, comp.adapter_list(), answers, comp.adapter_failures)
 
     def catch_up(self, comp: Component, replica: Replica) -> None:
         """A copy became ready: out of routing until what changed since it started is loaded on it (and

@@ -131,12 +131,15 @@ def adapter_state(a: AdapterEntry, failure: str | None = None) -> AdapterState:
             "reason": failure}  # fmt: skip
 
 
-def listing_rows(component: str, entries: Iterable[AdapterEntry],
-                 answers: Iterable[list[dict[str, Any]]]) -> list[dict[str, Any]]:  # fmt: skip
+def listing_rows(component: str, entries: Iterable[AdapterEntry], answers: Iterable[list[dict[str, Any]]],
+                 failures: Mapping[str, str] | None = None) -> list[dict[str, Any]]:  # fmt: skip
     """Each adapter of `component`, with the copies that have it loaded and the requests using it;
-    `answers`: each ready copy's `GET /admin/adapters` data."""
+    `answers`: each ready copy's `GET /admin/adapters` data; `failures`: why a copy refused an adapter
+    after it was accepted, by adapter."""
+    failed = failures or {}
     rows: dict[str, dict[str, Any]] = {
-        a.name: {**adapter_state(a), "component": component, "copies": 0, "requests": 0} for a in entries
+        a.name: {**adapter_state(a, failed.get(a.name)), "component": component, "copies": 0, "requests": 0}
+        for a in entries
     }
     for answer in answers:
         for item in answer:

@@ -26,7 +26,7 @@ from llmhost.engine.llama_context import new_context, refusal
 from llmhost.engine.llama_state import read_state, state_size, write_state
 from llmhost.engine.memory_fit import KvShape, MemoryFitError, fit_memory, plan, rss_bytes
 from llmhost.engine.prefix_cache import KvCopy, KvEdit, KvMove, KvTrim
-from llmhost.engine.state_format import n_streams, restream
+from llmhost.engine.state_format import keep_from, n_streams, restream
 from llmhost.engine.swa_checkpoints import CheckpointPolicy, SwaCheckpoints
 
 log = logging.getLogger(__name__)
@@ -291,12 +291,14 @@ class LlamaModel:
         return cp.n_tokens if cp is not None else 0
 
     def checkpoint(self, seq_id: int, prompt_len: int) -> bool:
-        """Save `seq_id`'s sliding-window cells as a checkpoint where the policy wants one."""
+        """Save `seq_id`'s sliding-window cells as a checkpoint where the policy wants one: only those of
+        the last window of positions (what a token after them attends to), not the micro-batch before."""
         n = self.seq_len(seq_id)
         if not self.checkpoints.wants(seq_id, n, prompt_len):
             return False
         self._finish_copies(seq_id, writing=False)
-        self.checkpoints.add(seq_id, n, read_state(self._ctx, seq_id, swa_only=True))
+        data = read_state(self._ctx, seq_id, swa_only=True)
+        self.checkpoints.add(seq_id, n, keep_from(data, n - self.swa_window) or data)
         return True
 
     def restore_checkpoint(self, seq_id: int, n_tokens: int) -> bool:

@@ -6,9 +6,10 @@ alone do not fit, the load is refused naming each part.
 Counted here: the process as it is once the model is loaded (libraries, what of the weights is
 resident), the rest of the weights counted whole (mmap pages them in as they are read), and the KV cache
 of every stream (allocated by llama.cpp, filled as sequences grow: sliding-window layers at their window
-unless --swa-full, and the SWA checkpoints a sequence may keep in host memory at their largest). The
-host cache's automatic budget
-takes what is left afterwards (host_cache.py)."""
+unless --swa-full), and the SWA checkpoints' budget: the bytes every sequence's checkpoints may hold
+together in host memory (as many as the running sequences keep at most; idle cached ones share it, the
+oldest checkpoints dropped past it), so an idle stream costs its KV only. The host cache's automatic
+budget takes what is left afterwards (host_cache.py)."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ import psutil
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
 from llmhost.engine.config import EngineConfig
-from llmhost.engine.swa_checkpoints import CheckpointPolicy
+from llmhost.engine.swa_checkpoints import CheckpointPolicy, SwaCheckpoints
 
 log = logging.getLogger(__name__)
 MIB = 2**20
@@ -76,10 +77,11 @@ class MemoryPlan:
     process_bytes: int  # the process now, with what of the weights is resident
     weights_left_bytes: int  # the weights not resident yet
     stream_bytes: int  # one sequence's KV: max_total_tokens positions
+    checkpoint_bytes: int = 0  # the SWA checkpoints' budget (checkpoint_budget)
 
     @property
     def fixed_bytes(self) -> int:
-        return self.process_bytes + self.weights_left_bytes + RUNTIME_MARGIN_MB * MIB
+        return self.process_bytes + self.weights_left_bytes + RUNTIME_MARGIN_MB * MIB + self.checkpoint_bytes
 
     @property
     def fixed_mb(self) -> float:
@@ -110,24 +112,41 @@ def swa_cells(config: EngineConfig, window: int) -> int:
     return min(config.max_total_tokens, -(-(window + config.llama_n_ubatch) // 256) * 256)
 
 
+def _windowed(config: EngineConfig, kv: KvShape) -> bool:
+    return not config.swa_full and kv.swa_layers > 0 and kv.swa_window > 0 and kv.layers > 0
+
+
 def stream_bytes(config: EngineConfig, kv: KvShape) -> int:
-    """One sequence's KV (max_total_tokens positions) with its SWA checkpoints at their largest: the
-    sliding-window layers at their window unless swa_full, the checkpoints their cells at the positions
-    the policy could take them."""
+    """One sequence's KV (max_total_tokens positions): the sliding-window layers at their window (the
+    cells llama.cpp gives a stream of them) unless swa_full."""
     full = config.max_total_tokens * kv.bytes_per_token
-    if config.swa_full or not kv.swa_layers or not kv.swa_window or not kv.layers:
+    if not _windowed(config, kv):
         return full
     swa_per_token = kv.bytes_per_token * kv.swa_layers / kv.layers
-    cells = swa_cells(config, kv.swa_window)
-    windowed = full - swa_per_token * (config.max_total_tokens - cells)
-    checkpoints = CheckpointPolicy.of(config, windowed=True).most_cells(config.max_input_tokens, cells)
-    return round(windowed + swa_per_token * checkpoints)
+    return round(full - swa_per_token * (config.max_total_tokens - swa_cells(config, kv.swa_window)))
+
+
+def checkpoint_budget(config: EngineConfig, kv: KvShape) -> int:
+    """The bytes all SWA checkpoints may hold together: each running sequence's at their largest (a
+    checkpoint holds the sliding-window layers' cells of its last window of positions, at most as many
+    as its position), `swa_checkpoints` of them before the longest prompt's last micro-batch; 0 where
+    the layers hold every position (no checkpoints are made)."""
+    if not _windowed(config, kv):
+        return 0
+    cells = CheckpointPolicy.of(config, windowed=True).most_cells(config.max_input_tokens, kv.swa_window)
+    return round(config.max_concurrent * cells * kv.bytes_per_token * kv.swa_layers / kv.layers)
+
+
+def new_checkpoints(config: EngineConfig, kv: KvShape, windowed: bool) -> SwaCheckpoints:
+    """The SWA checkpoints of a context (none unless `windowed`) within the budget counted here."""
+    return SwaCheckpoints(CheckpointPolicy.of(config, windowed, checkpoint_budget(config, kv)))
 
 
 def plan(config: EngineConfig, rss_before_load: int, weights_bytes: int, kv: KvShape) -> MemoryPlan:
     now = rss_bytes()
     resident = max(0, min(weights_bytes, now - rss_before_load))
-    return MemoryPlan(config.memory_mb, now, weights_bytes - resident, stream_bytes(config, kv))
+    return MemoryPlan(config.memory_mb, now, weights_bytes - resident, stream_bytes(config, kv),
+                      checkpoint_budget(config, kv))  # fmt: skip
 
 
 def fit_memory(config: EngineConfig, p: MemoryPlan) -> EngineConfig:
@@ -140,7 +159,8 @@ def fit_memory(config: EngineConfig, p: MemoryPlan) -> EngineConfig:
         raise MemoryFitError(
             f"--memory-mb {config.memory_mb} cannot hold {config.max_concurrent} running sequences of "
             f"{config.max_total_tokens} tokens: process {p.process_bytes / MIB:.0f} MiB + weights not "
-            f"yet resident {p.weights_left_bytes / MIB:.0f} MiB + runtime {RUNTIME_MARGIN_MB} MiB + KV cache "
+            f"yet resident {p.weights_left_bytes / MIB:.0f} MiB + runtime {RUNTIME_MARGIN_MB} MiB + "
+            f"SWA checkpoints {p.checkpoint_bytes / MIB:.0f} MiB + KV cache "
             f"{config.max_concurrent} x "
             f"{p.stream_bytes / MIB:.1f} MiB = {p.need_mb(config.max_concurrent):.0f} MiB (room for {fits}); "
             "lower --max-concurrent or --max-total-tokens, or give it more memory"

@@ -12,7 +12,9 @@ from llmhost.engine.memory_fit import (
     KvShape,
     MemoryFitError,
     MemoryPlan,
+    checkpoint_budget,
     fit_memory,
+    new_checkpoints,
     stream_bytes,
     swa_cells,
 )
@@ -51,17 +53,28 @@ def test_running_sequences_that_do_not_fit_are_refused_naming_each_part() -> Non
 GEMMA3 = KvShape(bytes_per_token=18 * 1024, layers=18, swa_layers=15, swa_window=512)
 
 
-def test_a_stream_counts_sliding_window_layers_at_their_window_with_its_checkpoints() -> None:
+def test_a_stream_counts_sliding_window_layers_at_their_window() -> None:
     full = stream_bytes(EngineConfig(swa_full=True), GEMMA3)
     assert full == 4096 * 18 * 1024  # 72 MiB
-    bare = stream_bytes(EngineConfig(swa_checkpoints=0), GEMMA3)
     # 3 full layers of 4,096 positions + 15 of the window and a 512-token micro-batch (llama.cpp's cells)
     assert swa_cells(EngineConfig(), 512) == 1024
-    assert bare == (3 * 4096 + 15 * 1024) * 1024  # 27 MiB
-    # the checkpoints at their largest: the last before the longest prompt's final micro-batch (2,048 -
-    # 512: all 1,024 cells), the one before 512 positions earlier (1,023: as many cells as positions)
-    assert stream_bytes(EngineConfig(swa_checkpoints=2), GEMMA3) == bare + (1024 + 1023) * 15 * 1024
+    assert stream_bytes(EngineConfig(), GEMMA3) == (3 * 4096 + 15 * 1024) * 1024  # 27 MiB
     assert stream_bytes(EngineConfig(), KvShape(1024, 18)) == 4096 * 1024, "no sliding window: every position"
+
+
+def test_checkpoints_are_counted_once_for_the_running_sequences_not_per_stream() -> None:
+    # each running sequence's at their largest: before the longest prompt's last micro-batch (2,048 -
+    # 512 - 1 = 1,535: the window's 512 cells), then 512 positions earlier (1,023: 512; 511: 511 cells)
+    assert checkpoint_budget(EngineConfig(), GEMMA3) == 8 * (512 + 512 + 511) * 15 * 1024  # 180 MiB
+    assert checkpoint_budget(EngineConfig(swa_checkpoints=1, max_concurrent=2), GEMMA3) == 2 * 512 * 15 * 1024
+    assert checkpoint_budget(EngineConfig(swa_checkpoints=0), GEMMA3) == 0
+    assert checkpoint_budget(EngineConfig(swa_full=True), GEMMA3) == 0, "every position held: none made"
+    budget = checkpoint_budget(EngineConfig(), GEMMA3)
+    assert new_checkpoints(EngineConfig(), GEMMA3, windowed=True).policy.budget == budget
+    # memory_mb counts the budget once beside the running and idle streams' windowed KV
+    p = MemoryPlan(1024, 300 * MIB, 0, 27 * MIB, budget)
+    assert p.need_mb(16) == pytest.approx(300 + RUNTIME_MARGIN_MB + budget / MIB + 16 * 27)
+    assert p.streams_that_fit() == int((1024 - 300 - RUNTIME_MARGIN_MB - budget / MIB) // 27) == 17
 
 
 def test_speculation_keeps_sliding_window_layers_whole() -> None:

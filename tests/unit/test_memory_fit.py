@@ -14,7 +14,9 @@ from llmhost.engine.memory_fit import (
     MemoryPlan,
     checkpoint_budget,
     fit_memory,
+    gguf_kv_shape,
     new_checkpoints,
+    running_kv_bytes,
     stream_bytes,
     swa_cells,
 )
@@ -80,3 +82,27 @@ def test_checkpoints_are_counted_once_for_the_running_sequences_not_per_stream()
 def test_speculation_keeps_sliding_window_layers_whole() -> None:
     assert EngineConfig(speculative="ngram").swa_full
     assert stream_bytes(EngineConfig(speculative="ngram"), GEMMA3) == 4096 * 18 * 1024
+
+
+def gemma3_metadata(**extra: object) -> dict[str, object]:
+    return {"general.architecture": "gemma3", "gemma3.block_count": 18, "gemma3.embedding_length": 640,
+            "gemma3.attention.head_count": 4, "gemma3.attention.head_count_kv": 1,
+            "gemma3.attention.key_length": 256, "gemma3.attention.value_length": 256,
+            "gemma3.attention.sliding_window": 512, **extra}  # fmt: skip
+
+
+def test_a_ggufs_shape_counts_the_sliding_window_layers_llama_cpp_gives_its_architecture() -> None:
+    assert gguf_kv_shape(gemma3_metadata()) == GEMMA3, "5 of every 6 layers windowed (llama.cpp's gemma3)"
+    q8 = gguf_kv_shape(gemma3_metadata(), "q8_0", "q8_0")
+    assert (q8.bytes_per_token, q8.swa_layers) == (18 * 2 * 272, 15)
+    assert gguf_kv_shape(gemma3_metadata(**{"gemma3.attention.sliding_window_pattern": 2})).swa_layers == 9
+    no_window = {k: v for k, v in gemma3_metadata().items() if "sliding" not in k}
+    assert gguf_kv_shape(no_window) == KvShape(18 * 1024, 18), "no window: every position"
+    as_list = gemma3_metadata(**{"gemma3.attention.sliding_window_pattern": [True, False]})
+    assert gguf_kv_shape(as_list) == KvShape(18 * 1024, 18), "a per-layer list it cannot read: counted whole"
+    llama = {**no_window, "general.architecture": "llama", "llama.attention.sliding_window": 4096}
+    assert gguf_kv_shape(llama).swa_layers == 0, "an architecture llama.cpp gives no window"
+    # the estimate of a copy: running streams at their window with the checkpoints' budget
+    budget = checkpoint_budget(EngineConfig(), GEMMA3)
+    assert running_kv_bytes(EngineConfig(), GEMMA3) == 8 * 27 * MIB + budget
+    assert running_kv_bytes(EngineConfig(swa_full=True), GEMMA3) == 8 * 72 * MIB

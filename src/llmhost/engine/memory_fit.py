@@ -63,6 +63,37 @@ def gguf_kv_bytes(metadata: dict[str, object], type_k: str = "f16", type_v: str 
                     type_k, type_v)  # fmt: skip
 
 
+@dataclass(frozen=True)
+class KvShape:
+    """What sizes a KV stream: K and V of a position over all layers, how many layers, how many of
+    them have a sliding window and its length (0: none)."""
+
+    bytes_per_token: int
+    layers: int
+    swa_layers: int = 0
+    swa_window: int = 0
+
+
+# llama.cpp's sliding-window period per architecture where the GGUF gives none (`set_swa_pattern(n)`:
+# every n-th layer full-attention, the others windowed); a GGUF's sliding_window_pattern overrides it
+_SWA_PERIOD = {"gemma2": 2, "gemma3": 6, "cohere2": 4, "gpt-oss": 2}
+
+
+def gguf_kv_shape(metadata: dict[str, object], type_k: str = "f16", type_v: str = "f16") -> KvShape:
+    """What sizes a KV stream of the GGUF, from its metadata: `gguf_kv_bytes`, its layers, and those
+    with a sliding window (an architecture llama.cpp gives one, a window length in the file)."""
+    arch = str(metadata.get("general.architecture", ""))
+    layers, window = metadata.get(f"{arch}.block_count"), metadata.get(f"{arch}.attention.sliding_window")
+    period = metadata.get(f"{arch}.attention.sliding_window_pattern", _SWA_PERIOD.get(arch))
+    per_token = gguf_kv_bytes(metadata, type_k, type_v)
+    if not isinstance(layers, int) or not isinstance(window, int) or window <= 0:
+        return KvShape(per_token, layers if isinstance(layers, int) else 0)
+    if not isinstance(period, int) or isinstance(period, bool) or period < 0:
+        return KvShape(per_token, layers)  # a per-layer list, or unknown: counted whole
+    swa_layers = layers if period == 0 else layers - layers // period
+    return KvShape(per_token, layers, swa_layers, window)
+
+
 class MemoryFitError(ValueError):
     """The running sequences, the weights and the process do not fit `memory_mb`; says what each takes."""
 
@@ -95,17 +126,6 @@ class MemoryPlan:
         return max(0, room // self.stream_bytes) if self.stream_bytes else 1 << 30
 
 
-@dataclass(frozen=True)
-class KvShape:
-    """What sizes a KV stream: K and V of a position over all layers, how many layers, how many of
-    them have a sliding window and its length (0: none)."""
-
-    bytes_per_token: int
-    layers: int
-    swa_layers: int = 0
-    swa_window: int = 0
-
-
 def swa_cells(config: EngineConfig, window: int) -> int:
     """Cells a stream of a windowed sliding-window layer holds (llama.cpp: the window and a micro-batch,
     padded to 256, at most the stream)."""
@@ -135,6 +155,12 @@ def checkpoint_budget(config: EngineConfig, kv: KvShape) -> int:
         return 0
     cells = CheckpointPolicy.of(config, windowed=True).most_cells(config.max_input_tokens, kv.swa_window)
     return round(config.max_concurrent * cells * kv.bytes_per_token * kv.swa_layers / kv.layers)
+
+
+def running_kv_bytes(config: EngineConfig, kv: KvShape) -> int:
+    """The KV of `config`'s running sequences and the SWA checkpoints' budget: what a copy needs beyond
+    its weights and process (an estimate of memory_mb for a model that sets none)."""
+    return config.max_concurrent * stream_bytes(config, kv) + checkpoint_budget(config, kv)
 
 
 def new_checkpoints(config: EngineConfig, kv: KvShape, windowed: bool) -> SwaCheckpoints:

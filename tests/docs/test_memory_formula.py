@@ -14,7 +14,9 @@ from typing import Any
 import pytest
 
 from llmhost.engine import EngineConfig
+from llmhost.engine.gguf_check import check_file
 from llmhost.engine.loop import load_engine
+from llmhost.engine.memory_fit import gguf_kv_shape
 from llmhost.store.resolve import default_model_path
 from tests.docs.runner import ROOT, blocks
 
@@ -51,6 +53,8 @@ def test_the_pages_kv_formula_is_the_engines_and_what_it_logs(
         engine = load_engine(path(), config)
     try:
         assert per_token == engine.model.kv_bytes_per_token == want
+        # the on-demand estimate's reading of the GGUF is the shape the engine sizes its KV by
+        assert gguf_kv_shape(check_file(path()).metadata) == engine.model.kv_shape
         # the size llama.cpp allocated, in MiB to one decimal
         logged = re.search(r"KV cache: (\d+) streams .* x (\d+) tokens, .* ([\d.]+) MiB", caplog.text)
         assert logged is not None, caplog.text

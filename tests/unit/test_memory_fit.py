@@ -67,8 +67,10 @@ def test_a_stream_counts_sliding_window_layers_at_their_window() -> None:
 def test_checkpoints_are_counted_once_for_the_running_sequences_not_per_stream() -> None:
     # each running sequence's at their largest: before the longest prompt's last micro-batch (2,048 -
     # 512 - 1 = 1,535: the window's 512 cells), then 512 positions earlier (1,023: 512; 511: 511 cells)
-    assert checkpoint_budget(EngineConfig(), GEMMA3) == 8 * (512 + 512 + 511) * 15 * 1024  # 180 MiB
-    assert checkpoint_budget(EngineConfig(swa_checkpoints=1, max_concurrent=2), GEMMA3) == 2 * 512 * 15 * 1024
+    # (each cell's K and V in 15 layers and its position and sequence; each state's header)
+    assert checkpoint_budget(EngineConfig(), GEMMA3) == 8 * ((512 + 512 + 511) * (15 * 1024 + 12) + 3 * 2048)
+    one = checkpoint_budget(EngineConfig(swa_checkpoints=1, max_concurrent=2), GEMMA3)
+    assert one == 2 * (512 * (15 * 1024 + 12) + 2048)
     assert checkpoint_budget(EngineConfig(swa_checkpoints=0), GEMMA3) == 0
     assert checkpoint_budget(EngineConfig(swa_full=True), GEMMA3) == 0, "every position held: none made"
     budget = checkpoint_budget(EngineConfig(), GEMMA3)

@@ -132,6 +132,12 @@ def swa_cells(config: EngineConfig, window: int) -> int:
     return min(config.max_total_tokens, -(-(window + config.llama_n_ubatch) // 256) * 256)
 
 
+# a saved state's bytes beside its K and V rows: a cell's position, sequence count and id; the header,
+# the streams' cell counts (256 at most) and each layer's row header
+_CELL_FRAMING = 12
+_STATE_FRAMING = 2048
+
+
 def _windowed(config: EngineConfig, kv: KvShape) -> bool:
     return not config.swa_full and kv.swa_layers > 0 and kv.swa_window > 0 and kv.layers > 0
 
@@ -149,12 +155,15 @@ def stream_bytes(config: EngineConfig, kv: KvShape) -> int:
 def checkpoint_budget(config: EngineConfig, kv: KvShape) -> int:
     """The bytes all SWA checkpoints may hold together: each running sequence's at their largest (a
     checkpoint holds the sliding-window layers' cells of its last window of positions, at most as many
-    as its position), `swa_checkpoints` of them before the longest prompt's last micro-batch; 0 where
-    the layers hold every position (no checkpoints are made)."""
+    as its position), `swa_checkpoints` of them before the longest prompt's last micro-batch, with the
+    state's framing (a cell's position and sequence, the headers); 0 where the layers hold every
+    position (no checkpoints are made)."""
     if not _windowed(config, kv):
         return 0
-    cells = CheckpointPolicy.of(config, windowed=True).most_cells(config.max_input_tokens, kv.swa_window)
-    return round(config.max_concurrent * cells * kv.bytes_per_token * kv.swa_layers / kv.layers)
+    policy = CheckpointPolicy.of(config, windowed=True)
+    cells = policy.most_cells(config.max_input_tokens, kv.swa_window)
+    per_cell = kv.bytes_per_token * kv.swa_layers / kv.layers + _CELL_FRAMING
+    return round(config.max_concurrent * (cells * per_cell + policy.per_seq * _STATE_FRAMING))
 
 
 def running_kv_bytes(config: EngineConfig, kv: KvShape) -> int:

@@ -322,8 +322,9 @@ def test_an_estimate_counts_the_weights_and_the_running_sequences_kv() -> None:
     q8 = estimated_memory_mb(gguf, {**four, "swa_full": True, "cache_type_k": "q8_0", "cache_type_v": "q8_0"})
     assert q8 == mb(76.5 * 2**20)
     # by default its 15 sliding-window layers hold their 512-position window and a micro-batch (1,024
-    # cells), 3 full layers every position; and the checkpoints' budget: one of 511 cells each
-    windowed = 4 * (3 * 2048 + 15 * 1024) * 1024 + 4 * 511 * 15 * 1024
+    # cells), 3 full layers every position; and the checkpoints' budget: one of 511 cells each (with
+    # each cell's position and sequence, and the headers of the 3 a sequence may keep)
+    windowed = 4 * (3 * 2048 + 15 * 1024) * 1024 + 4 * (511 * (15 * 1024 + 12) + 3 * 2048)
     assert estimated_memory_mb(gguf, four) == mb(windowed)
     # settings a start refuses (an input limit not below the total) count every position whole
     assert estimated_memory_mb(gguf, {"max_concurrent": 4, "max_total_tokens": 2048}) == mb(144 * 2**20)

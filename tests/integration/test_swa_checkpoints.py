@@ -108,3 +108,19 @@ def test_the_host_tier_saves_and_restores_a_windowed_conversation(gemma3: Path) 
     assert eng.stats().prompt_cache_hits == 1
     eng.close()
     assert_same_or_near_tie(cold(gemma3, turn2), logprobs_of(warm))
+
+
+def test_all_checkpoints_stay_within_the_running_sequences_budget(gemma3: Path) -> None:
+    # one running sequence: a budget of its 3 checkpoints at their largest; an idle cached conversation
+    # keeps its own until a newer prompt's need the room, the first made going first
+    eng = engine(gemma3, max_concurrent=1, prefix_cache_seqs=1)
+    cps = eng.model.checkpoints
+    budget = cps.policy.budget
+    assert budget is not None and budget > 0
+    run_greedy(eng, "long", LONG, 1)
+    assert eng.stats().swa_checkpoints_made == 3 and cps.dropped == 0
+    run_greedy(eng, "other", TEXT[1000:1700], 1)  # a second long prompt: 3 more
+    stats = eng.stats()
+    assert stats.swa_checkpoints_made == 6 and cps.dropped >= 1
+    assert 0 < stats.swa_checkpoint_bytes <= budget
+    eng.close()

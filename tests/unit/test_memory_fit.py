@@ -75,6 +75,7 @@ def test_checkpoints_are_counted_once_for_the_running_sequences_not_per_stream()
     assert checkpoint_budget(EngineConfig(swa_full=True), GEMMA3) == 0, "every position held: none made"
     budget = checkpoint_budget(EngineConfig(), GEMMA3)
     assert new_checkpoints(EngineConfig(), GEMMA3, windowed=True).policy.budget == budget
+    assert new_checkpoints(EngineConfig(), GEMMA3, windowed=False).policy.budget == 0, "an embeddings context"
     # memory_mb counts the budget once beside the running and idle streams' windowed KV
     p = MemoryPlan(1024, 300 * MIB, 0, 27 * MIB, budget)
     assert p.need_mb(16) == pytest.approx(300 + RUNTIME_MARGIN_MB + budget / MIB + 16 * 27)

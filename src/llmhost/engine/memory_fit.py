@@ -174,7 +174,8 @@ def running_kv_bytes(config: EngineConfig, kv: KvShape) -> int:
 
 def new_checkpoints(config: EngineConfig, kv: KvShape, windowed: bool) -> SwaCheckpoints:
     """The SWA checkpoints of a context (none unless `windowed`) within the budget counted here."""
-    return SwaCheckpoints(CheckpointPolicy.of(config, windowed, checkpoint_budget(config, kv)))
+    budget = checkpoint_budget(config, kv) if windowed else 0
+    return SwaCheckpoints(CheckpointPolicy.of(config, windowed, budget))
 
 
 def plan(config: EngineConfig, rss_before_load: int, weights_bytes: int, kv: KvShape) -> MemoryPlan:

@@ -158,7 +158,9 @@ class EngineSettings:
         _DEFAULT.swa_checkpoints,
         "SWA checkpoints a sequence keeps (llama-server's --swa-checkpoints): its sliding-window cells "
         "saved in host memory at prompt chunk starts, so a prompt sharing a shorter prefix reuses it "
-        "under windowed sliding-window layers. 0: none (such a prompt is prefilled from scratch).",
+        "under windowed sliding-window layers. All sequences' checkpoints share one byte budget: the "
+        "running sequences' at their largest (memory_mb counts it once). 0: none (such a prompt is "
+        "prefilled from scratch).",
         endpoint=True, engine="swa_checkpoints", ge=0, metavar="N")
     speculative: str = setting(
         _DEFAULT.speculative,

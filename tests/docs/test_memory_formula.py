@@ -14,7 +14,9 @@ from typing import Any
 import pytest
 
 from llmhost.engine import EngineConfig
+from llmhost.engine.gguf_check import check_file
 from llmhost.engine.loop import load_engine
+from llmhost.engine.memory_fit import gguf_kv_shape
 from llmhost.store.resolve import default_model_path
 from tests.docs.runner import ROOT, blocks
 
@@ -44,20 +46,30 @@ MODELS = [(lambda: str(default_model_path()), 2 * 18 * 1 * 512), (smollm2, 2 * 3
 def test_the_pages_kv_formula_is_the_engines_and_what_it_logs(
     formula: dict[str, Any], caplog: pytest.LogCaptureFixture, path: Callable[[], str], want: int
 ) -> None:
-    config = EngineConfig(max_concurrent=2, prefix_cache_seqs=1, max_input_tokens=255, max_total_tokens=256,
+    config = EngineConfig(max_concurrent=2, prefix_cache_seqs=1, max_input_tokens=1024, max_total_tokens=2048,
                           max_batch_tokens=64, n_threads=1, prompt_cache_mb=0)  # fmt: skip
     per_token = formula["kv_bytes_per_token"](path())
     with caplog.at_level(logging.INFO):
         engine = load_engine(path(), config)
     try:
         assert per_token == engine.model.kv_bytes_per_token == want
+        # the on-demand estimate's reading of the GGUF is the shape the engine sizes its KV by
+        assert gguf_kv_shape(check_file(path()).metadata) == engine.model.kv_shape
         # the size llama.cpp allocated, in MiB to one decimal
         logged = re.search(r"KV cache: (\d+) streams .* x (\d+) tokens, .* ([\d.]+) MiB", caplog.text)
         assert logged is not None, caplog.text
         streams, tokens, mib = int(logged[1]), int(logged[2]), float(logged[3])
-        assert (streams, tokens) == (3, 256)
-        assert formula["kv_mib"](per_token, 2, 1, 256) == 3 * 256 * want // 2**20
-        assert mib == pytest.approx(3 * 256 * want / 2**20, abs=0.05)
+        assert (streams, tokens) == (3, 2048)
+        assert formula["kv_mib"](per_token, 2, 1, 2048) == 3 * 2048 * want // 2**20
+        # Gemma 3's 15 sliding-window layers of 18 hold its 512-position window and a 64-token micro-batch,
+        # rounded up to 256 cells (768); SmolLM2 has none: every position
+        layers, swa_layers, window = formula["sliding_window"](path())
+        assert (layers, swa_layers) == (engine.model.kv_shape.layers, engine.model.kv_shape.swa_layers)
+        windowed = formula["windowed_kv_mib"](per_token, layers, swa_layers, window, 3, 2048, 64)
+        assert mib == pytest.approx(windowed, abs=0.05)
+        if swa_layers:
+            assert windowed == 3 * (3 * 2048 + 15 * 768) * 1024 / 2**20
+            assert windowed < formula["kv_mib"](per_token, 2, 1, 2048)
     finally:
         engine.close()
     # the defaults, as the page gives them (the table's first row; SmolLM2's printed figure)

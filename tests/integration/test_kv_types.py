@@ -9,8 +9,6 @@ prefills the rest, giving what a cold engine gives."""
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 
 from llmhost.bench.workload import builtin_prompts
@@ -23,7 +21,7 @@ from llmhost.engine import (
     SamplingParams,
 )
 from llmhost.engine.gguf_check import check_file
-from llmhost.engine.memory_fit import gguf_kv_bytes, stream_bytes
+from llmhost.engine.memory_fit import gguf_kv_bytes, gguf_kv_shape, stream_bytes
 from llmhost.store import resolve_model
 from tests.integration.engine_runs import logprobs_of, run_greedy
 from tests.integration.neartie import assert_same_or_near_tie
@@ -61,14 +59,14 @@ def test_the_kv_cache_takes_what_its_types_and_window_say(
     # what an endpoint estimates from the file's header without llama.cpp is what the engine counts
     metadata = check_file(resolve_model()).metadata
     assert gguf_kv_bytes(metadata, *types) == eng.model.kv_bytes_per_token
+    assert gguf_kv_shape(metadata, *types) == eng.model.kv_shape
     if swa_full:
         computed = eng.config.n_ctx * eng.model.kv_bytes_per_token / 2**20
         assert eng.model.kv_mib == pytest.approx(computed, rel=1e-3)
-    # the memory fit's count of a stream (without checkpoints) is what llama.cpp allocates
+    # the memory fit's count of a stream (its SWA checkpoints counted apart) is what llama.cpp allocates
     shape = eng.model.kv_shape
     assert (shape.layers, shape.swa_layers, shape.swa_window) == (18, 15, 512)
-    bare = dataclasses.replace(eng.config, swa_checkpoints=0)
-    assert eng.config.n_seq_max * stream_bytes(bare, shape) / 2**20 == pytest.approx(mib, rel=1e-3)
+    assert eng.config.n_seq_max * stream_bytes(eng.config, shape) / 2**20 == pytest.approx(mib, rel=1e-3)
     prompt = text_tokens(eng)[:300]
     out = run_greedy(eng, "a", prompt, 8)
     eng.close()

@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 
 from llmhost.engine import Engine, EngineConfig, LlamaModel
+from llmhost.engine.gguf_check import check_file
+from llmhost.engine.memory_fit import gguf_kv_shape
 from tests.integration.engine_runs import logprobs_of, run_greedy
 from tests.integration.neartie import assert_same_or_near_tie
 from tests.tinymodels import SWA_WINDOW, build_tiny_gguf
@@ -48,9 +50,15 @@ def test_a_shorter_shared_prefix_is_restored_from_a_checkpoint_and_answers_as_a_
 ) -> None:
     eng = engine(gemma3)
     assert eng.model.swa_window == SWA_WINDOW and not eng.config.swa_full
+    assert gguf_kv_shape(check_file(gemma3).metadata) == eng.model.kv_shape, "the estimate's reading"
     run_greedy(eng, "long", LONG, 1)
-    # checkpoints at chunk starts 64 apart, the first three kept (a shared system prompt is early)
+    # checkpoints at chunk starts 64 apart, the first three kept (a shared system prompt is early), each
+    # at most the window's cells (the 128 positions before the checkpoint: all a token after it sees)
     assert eng.stats().swa_checkpoints_made == 3
+    cps = eng.model.checkpoints
+    [seq] = [s for s in range(eng.config.n_seq_max) if cps.count(s)]
+    sizes = [len(cp.data) for n in (64, 128, 192) if (cp := cps.at(seq, n)) is not None]
+    assert len(sizes) == 3 and sizes[0] < sizes[1] == sizes[2], sizes
     warm = run_greedy(eng, "follow", FOLLOW, 12)
     timings = warm[-1].timings
     assert timings is not None and timings.cache_n == 192, "the newest checkpoint at or before 299"
@@ -100,3 +108,19 @@ def test_the_host_tier_saves_and_restores_a_windowed_conversation(gemma3: Path) 
     assert eng.stats().prompt_cache_hits == 1
     eng.close()
     assert_same_or_near_tie(cold(gemma3, turn2), logprobs_of(warm))
+
+
+def test_all_checkpoints_stay_within_the_running_sequences_budget(gemma3: Path) -> None:
+    # one running sequence: a budget of its 3 checkpoints at their largest; an idle cached conversation
+    # keeps its own until a newer prompt's need the room, the first made going first
+    eng = engine(gemma3, max_concurrent=1, prefix_cache_seqs=1)
+    cps = eng.model.checkpoints
+    budget = cps.policy.budget
+    assert budget is not None and budget > 0
+    run_greedy(eng, "long", LONG, 1)
+    assert eng.stats().swa_checkpoints_made == 3 and cps.dropped == 0
+    run_greedy(eng, "other", TEXT[1000:1700], 1)  # a second long prompt: 3 more
+    stats = eng.stats()
+    assert stats.swa_checkpoints_made == 6 and cps.dropped >= 1
+    assert 0 < stats.swa_checkpoint_bytes <= budget
+    eng.close()

@@ -66,8 +66,22 @@ def test_a_policy_out_of_bounds_is_refused() -> None:
 
 def test_the_most_cells_a_sequences_checkpoints_hold() -> None:
     policy = CheckpointPolicy(3, spacing=512, live=512)
-    # positions 1535, 1023 and 511 of a 2,048-token prompt: at most a 1,024-cell stream each
-    assert policy.most_cells(2048, 1024) == 1024 + 1023 + 511
-    assert policy.most_cells(1024, 1024) == 511, "only one fits before the last micro-batch"
-    assert policy.most_cells(512, 1024) == 0
-    assert CheckpointPolicy(0, spacing=512, live=512).most_cells(4096, 1024) == 0
+    # positions 1535, 1023 and 511 of a 2,048-token prompt: at most the 512-position window each
+    assert policy.most_cells(2048, 512) == 512 + 512 + 511
+    assert policy.most_cells(1024, 512) == 511, "only one fits before the last micro-batch"
+    assert policy.most_cells(512, 512) == 0
+    assert CheckpointPolicy(0, spacing=512, live=512).most_cells(4096, 512) == 0
+
+
+def test_past_the_budget_the_checkpoints_made_first_go_from_every_sequence_sharing_them() -> None:
+    cps = SwaCheckpoints(CheckpointPolicy(3, spacing=10, live=0, budget=100))
+    assert cps.add(0, 10, bytes(40)) and cps.add(0, 20, bytes(40))
+    cps.follow(KvCopy(0, 1, 20))  # sequence 1 shares both: counted once
+    assert cps.nbytes == 80
+    assert cps.add(2, 10, bytes(30)), "the first made (0 and 1's at 10) goes to make room"
+    assert cps.nbytes == 70 and cps.dropped == 1
+    assert cps.at(0, 10) is None and cps.at(1, 10) is None and cps.at(1, 20) is not None
+    assert not cps.add(3, 10, bytes(101)), "larger than the whole budget: not kept, nothing dropped"
+    assert cps.nbytes == 70 and cps.count(3) == 0
+    with pytest.raises(ValueError, match="policy"):
+        CheckpointPolicy(3, spacing=1, live=0, budget=-1)

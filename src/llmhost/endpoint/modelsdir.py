@@ -23,8 +23,9 @@ from llmhost.endpoint.spec import (
     read_yaml,
 )
 from llmhost.endpoint.spec_errors import format_errors
+from llmhost.engine.config import EngineConfig
 from llmhost.engine.gguf_check import GGUFError, check_file
-from llmhost.engine.memory_fit import gguf_kv_bytes
+from llmhost.engine.memory_fit import gguf_kv_shape, running_kv_bytes
 from llmhost.serve_spec import default_value
 from llmhost.store.ggufnames import SPLIT, is_mmproj
 from llmhost.store.model import AmbiguousModelError, ModelNotFoundError, model_in, model_parts
@@ -37,8 +38,9 @@ PROCESS_OVERHEAD_MB = 300
 
 def estimated_memory_mb(gguf: Path, engine: dict[str, Any] | None = None) -> int:
     """memory_mb of a model that sets none: its files' size (every part of a split model), the KV cache
-    of its running sequences (the copy's engine settings, else serve's defaults: idle cached sequences
-    are kept as far as this leaves room) and the process's overhead."""
+    of its running sequences (the copy's engine settings, else serve's defaults: sliding-window layers
+    at their window unless swa_full, with the SWA checkpoints' budget; idle cached sequences are kept
+    as far as this leaves room) and the process's overhead."""
     engine = engine or {}
     size = sum(part.stat().st_size for part in model_parts(gguf))
 
@@ -49,8 +51,14 @@ def estimated_memory_mb(gguf: Path, engine: dict[str, Any] | None = None) -> int
         metadata = check_file(model_parts(gguf)[0]).metadata
     except GGUFError:  # its load fails and says why (the endpoint serves the other models meanwhile)
         metadata = {}
-    per_token = gguf_kv_bytes(metadata, setting("cache_type_k"), setting("cache_type_v"))
-    kv = int(setting("max_concurrent")) * int(setting("max_total_tokens")) * per_token
+    shape = gguf_kv_shape(metadata, setting("cache_type_k"), setting("cache_type_v"))
+    names = ("max_concurrent", "max_total_tokens", "max_input_tokens", "max_batch_tokens", "ubatch_size",
+             "swa_full", "swa_checkpoints", "speculative")  # fmt: skip
+    try:
+        config = EngineConfig(**{n: setting(n) for n in names})
+        kv = running_kv_bytes(config, shape)
+    except ValueError:  # settings its start refuses: counted every position whole
+        kv = int(setting("max_concurrent")) * int(setting("max_total_tokens")) * shape.bytes_per_token
     return math.ceil((size + kv) / 2**20) + PROCESS_OVERHEAD_MB
 
 

@@ -56,7 +56,7 @@ class Engine:
         self.model = model
         self.drafter = drafter
         self.config = config
-        host = host_cache(config, model.weights_bytes)
+        host = host_cache(config, model.weights_bytes + (model.checkpoints.policy.budget or 0))
         state_key = model.state_key if host is not None else None
         self.scheduler = Scheduler(config, host, state_key, model.reach)
         self.adapters = LoadedAdapters(model, config.adapters, config.max_loras)

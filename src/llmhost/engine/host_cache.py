@@ -65,18 +65,19 @@ def auto_budget_mb(available_bytes: int) -> int:
     return max(0, min(AUTO_CAP_MB, int(available_bytes * AUTO_SHARE) // 2**20))
 
 
-def host_cache(config: EngineConfig, weights_bytes: int = 0) -> HostCache | None:
-    """The host-memory cache tier `config` asks for (None: off), its budget logged. `weights_bytes`: the
-    model's weights, counted against `config.memory_mb`."""
+def host_cache(config: EngineConfig, reserved_bytes: int = 0) -> HostCache | None:
+    """The host-memory cache tier `config` asks for (None: off), its budget logged. `reserved_bytes`:
+    what `config.memory_mb` keeps beside the process as it is now (the model's weights, counted whole,
+    and the SWA checkpoints' budget)."""
     mb = config.prompt_cache_mb
     if mb == -1:
-        mb = _auto_mb(config.memory_mb, weights_bytes)
+        mb = _auto_mb(config.memory_mb, reserved_bytes)
     elif mb:
         log.info("prompt cache (host memory tier): %d MiB", mb)
     return HostCache(mb * 2**20) if mb > 0 else None
 
 
-def _auto_mb(memory_mb: int, weights_bytes: int) -> int:
+def _auto_mb(memory_mb: int, reserved_bytes: int) -> int:
     """The automatic budget: a share of the memory available now, and at most what `memory_mb` leaves
     (several endpoint copies on one host each saw the same free memory: their shares over-committed it)."""
     available = psutil.virtual_memory().available
@@ -84,11 +85,13 @@ def _auto_mb(memory_mb: int, weights_bytes: int) -> int:
     why = f"sized from {available // 2**20} MiB available"
     if memory_mb:
         # the process as it is now (libraries, the KV cache allocated and cleared) plus the weights counted
-        # whole, although mmap pages them in as they are used: an upper bound of all but the cache
-        used_mb = (psutil.Process().memory_info().rss + weights_bytes) // 2**20
+        # whole, although mmap pages them in as they are used, and the SWA checkpoints' budget: an upper
+        # bound of all but the cache
+        used_mb = (psutil.Process().memory_info().rss + reserved_bytes) // 2**20
         room = max(0, memory_mb - used_mb)
         if room < mb:
-            mb, why = room, f"what --memory-mb {memory_mb} leaves beside {used_mb} MiB (weights, KV, process)"
+            mb, why = room, (f"what --memory-mb {memory_mb} leaves beside {used_mb} MiB (weights, KV, SWA "
+                             "checkpoints, process)")  # fmt: skip
     log.info("prompt cache (host memory tier): %d MiB, %s (--prompt-cache-mb sets it, 0 turns it off)",
              mb, why)  # fmt: skip
     return mb

@@ -24,10 +24,9 @@ from llmhost.engine.host_cache import StateKey
 from llmhost.engine.llama_backend import SwaLayerTally, extra_buffers, init_backend
 from llmhost.engine.llama_context import new_context, refusal
 from llmhost.engine.llama_state import read_state, state_size, write_state
-from llmhost.engine.memory_fit import KvShape, MemoryFitError, fit_memory, plan, rss_bytes
+from llmhost.engine.memory_fit import KvShape, MemoryFitError, fit_memory, new_checkpoints, plan, rss_bytes
 from llmhost.engine.prefix_cache import KvCopy, KvEdit, KvMove, KvTrim
-from llmhost.engine.state_format import n_streams, restream
-from llmhost.engine.swa_checkpoints import CheckpointPolicy, SwaCheckpoints
+from llmhost.engine.state_format import keep_from, n_streams, restream
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +88,7 @@ class LlamaModel:
         self._batch = lc.llama_batch_init(self.n_batch, 0, 1)
         # SWA checkpoints only where sliding-window layers keep their window (in full they serve any prefix)
         windowed = self.swa_window > 0 and not config.swa_full and pooling is None
-        self.checkpoints = SwaCheckpoints(CheckpointPolicy.of(config, windowed))
+        self.checkpoints = new_checkpoints(config, self.kv_shape, windowed)
 
     def _load(self, config: EngineConfig) -> tuple[Any, SwaLayerTally]:
         """llama.cpp's model, and the sliding-window layers its load log counted."""
@@ -291,13 +290,13 @@ class LlamaModel:
         return cp.n_tokens if cp is not None else 0
 
     def checkpoint(self, seq_id: int, prompt_len: int) -> bool:
-        """Save `seq_id`'s sliding-window cells as a checkpoint where the policy wants one."""
+        """Save `seq_id`'s sliding-window cells of its last window of positions (all a token attends to)."""
         n = self.seq_len(seq_id)
         if not self.checkpoints.wants(seq_id, n, prompt_len):
             return False
         self._finish_copies(seq_id, writing=False)
-        self.checkpoints.add(seq_id, n, read_state(self._ctx, seq_id, swa_only=True))
-        return True
+        data = read_state(self._ctx, seq_id, swa_only=True)
+        return self.checkpoints.add(seq_id, n, keep_from(data, n - self.swa_window) or data)
 
     def restore_checkpoint(self, seq_id: int, n_tokens: int) -> bool:
         """Give `seq_id` (a copy of `n_tokens` positions whose window moved on) the sliding-window cells

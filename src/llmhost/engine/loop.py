@@ -109,13 +109,14 @@ def load_engine(model_path: str, config: EngineConfig, observer: EngineObserver 
 
 def _window_handling(config: EngineConfig, model: LlamaModel) -> str:
     """What the start log says of sliding-window layers: in full (and why, where speculation asked for
-    it), or at their window with the SWA checkpoints a sequence keeps."""
+    it), or at their window with the SWA checkpoints a sequence keeps and their shared byte budget."""
     if not model.swa_window:
         return "no sliding-window layers"
     if config.swa_full:
         return "sliding-window layers in full" + (" (speculation needs them)" if config.speculative else "")
-    n = model.checkpoints.policy.per_seq
-    return f"sliding-window layers at their window, {n} SWA checkpoints a sequence"
+    policy = model.checkpoints.policy
+    budget = f" within {(policy.budget or 0) / 2**20:.1f} MiB" if policy.per_seq else ""
+    return f"sliding-window layers at their window, {policy.per_seq} SWA checkpoints a sequence{budget}"
 
 
 def _preload(engine: Engine, path: str) -> None:

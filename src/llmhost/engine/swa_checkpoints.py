@@ -18,50 +18,55 @@ from llmhost.engine.prefix_cache import KvCopy, KvEdit, KvMove, KvTrim
 
 @dataclass(slots=True, frozen=True)
 class Checkpoint:
-    """The SWA cells of a sequence holding its first `n_tokens` positions."""
+    """The SWA cells of a sequence holding its first `n_tokens` positions; `serial`: the order made."""
 
     n_tokens: int
     data: bytes = field(repr=False)
+    serial: int = 0
 
 
 @dataclass(slots=True, frozen=True)
 class CheckpointPolicy:
     """`per_seq`: most checkpoints a sequence keeps (0: none made); `spacing`: fewest positions between
     two; `live`: positions past a checkpoint that the SWA cells still hold after a prefill (the cache's
-    cells beyond the window): a checkpoint that close to the prompt's end is not needed to serve it."""
+    cells beyond the window): a checkpoint that close to the prompt's end is not needed to serve it;
+    `budget`: most bytes the checkpoints of every sequence hold together (None: no bound)."""
 
     per_seq: int
     spacing: int
     live: int
+    budget: int | None = None
 
     def __post_init__(self) -> None:
-        if self.per_seq < 0 or self.spacing < 1 or self.live < 0:
+        if self.per_seq < 0 or self.spacing < 1 or self.live < 0 or (self.budget or 0) < 0:
             raise ValueError(f"bad checkpoint policy {self}")
 
     @classmethod
-    def of(cls, config: EngineConfig, windowed: bool) -> CheckpointPolicy:
+    def of(cls, config: EngineConfig, windowed: bool, budget: int | None = None) -> CheckpointPolicy:
         """`config`'s: at most one a prefill chunk, none within a micro-batch of the prompt's end (a
         stream keeps at least that many cells past the window); none unless `windowed`."""
         n = config.swa_checkpoints if windowed else 0
-        return cls(n, spacing=config.max_batch_tokens, live=config.llama_n_ubatch)
+        return cls(n, spacing=config.max_batch_tokens, live=config.llama_n_ubatch, budget=budget)
 
-    def most_cells(self, max_prompt: int, stream_cells: int) -> int:
-        """The most sliding-window cells one sequence's checkpoints hold: each at most the stream's
-        cells or its position, the last before `max_prompt` - `live`, the others `spacing` apart."""
+    def most_cells(self, max_prompt: int, window: int) -> int:
+        """The most sliding-window cells one sequence's checkpoints hold: each at most the window or its
+        position, the last before `max_prompt` - `live`, the others `spacing` apart."""
         last = max_prompt - self.live - 1
         positions = (last - k * self.spacing for k in range(self.per_seq))
-        return sum(min(stream_cells, p) for p in positions if p > 0)
+        return sum(min(window, p) for p in positions if p > 0)
 
 
 class SwaCheckpoints:
     """The checkpoints of every KV sequence, oldest first. A sequence keeps its first `per_seq`: the
-    early positions (a system prompt, the first turns) are those other prompts share."""
+    early positions (a system prompt, the first turns) are those other prompts share. Past the policy's
+    byte budget the checkpoints made first go (those of the sequences prefilled longest ago)."""
 
     def __init__(self, policy: CheckpointPolicy) -> None:
         self.policy = policy
         self._by_seq: dict[int, list[Checkpoint]] = {}
         self.made = 0
         self.restored = 0
+        self.dropped = 0  # for the budget
 
     def wants(self, kv_seq: int, n_tokens: int, prompt_len: int) -> bool:
         """Whether to save `kv_seq`'s SWA cells now that it holds `n_tokens` of a `prompt_len` prompt:
@@ -73,9 +78,25 @@ class SwaCheckpoints:
             return False
         return not held or n_tokens >= held[-1].n_tokens + p.spacing
 
-    def add(self, kv_seq: int, n_tokens: int, data: bytes) -> None:
-        self._by_seq.setdefault(kv_seq, []).append(Checkpoint(n_tokens, data))
+    def add(self, kv_seq: int, n_tokens: int, data: bytes) -> bool:
+        """Keep `data` as `kv_seq`'s checkpoint at `n_tokens`, the oldest checkpoints dropped until the
+        budget holds it; False (nothing kept) where it alone exceeds the budget."""
+        budget = self.policy.budget
+        if budget is not None:
+            if len(data) > budget:
+                return False
+            while self.nbytes + len(data) > budget:
+                self._drop_oldest()
         self.made += 1
+        self._by_seq.setdefault(kv_seq, []).append(Checkpoint(n_tokens, data, self.made))
+        return True
+
+    def _drop_oldest(self) -> None:
+        """Drop the checkpoint made first, from every sequence sharing it."""
+        oldest = min(cp.serial for held in self._by_seq.values() for cp in held)
+        for kv_seq, held in list(self._by_seq.items()):
+            self._set(kv_seq, [cp for cp in held if cp.serial != oldest])
+        self.dropped += 1
 
     def newest_at_or_before(self, kv_seq: int, n_tokens: int) -> Checkpoint | None:
         """The checkpoint of `kv_seq` covering the most of a prefix of `n_tokens` positions."""

@@ -312,9 +312,19 @@ def test_an_estimate_counts_the_weights_and_the_running_sequences_kv() -> None:
 
     gguf = resolve_model()
     size = gguf.stat().st_size
-    # Gemma 3 270M: 18 KiB of f16 KV a position; 4 running sequences of 2,048 positions: 144 MiB
-    four = estimated_memory_mb(gguf, {"max_concurrent": 4, "max_total_tokens": 2048})
-    assert four == math.ceil((size + 144 * 2**20) / 2**20) + PROCESS_OVERHEAD_MB
-    q8 = estimated_memory_mb(gguf, {"max_concurrent": 4, "max_total_tokens": 2048,
-                                    "cache_type_k": "q8_0", "cache_type_v": "q8_0"})  # fmt: skip
-    assert q8 == math.ceil((size + 76.5 * 2**20) / 2**20) + PROCESS_OVERHEAD_MB
+
+    def mb(kv_bytes: float) -> int:
+        return math.ceil((size + kv_bytes) / 2**20) + PROCESS_OVERHEAD_MB
+
+    four = {"max_concurrent": 4, "max_total_tokens": 2048, "max_input_tokens": 1024}
+    # Gemma 3 270M: 18 KiB of f16 KV a position; 4 running sequences of 2,048 positions, all kept: 144 MiB
+    assert estimated_memory_mb(gguf, {**four, "swa_full": True}) == mb(144 * 2**20)
+    q8 = estimated_memory_mb(gguf, {**four, "swa_full": True, "cache_type_k": "q8_0", "cache_type_v": "q8_0"})
+    assert q8 == mb(76.5 * 2**20)
+    # by default its 15 sliding-window layers hold their 512-position window and a micro-batch (1,024
+    # cells), 3 full layers every position; and the checkpoints' budget: one of 511 cells each (with
+    # each cell's position and sequence, and the headers of the 3 a sequence may keep)
+    windowed = 4 * (3 * 2048 + 15 * 1024) * 1024 + 4 * (511 * (15 * 1024 + 12) + 3 * 2048)
+    assert estimated_memory_mb(gguf, four) == mb(windowed)
+    # settings a start refuses (an input limit not below the total) count every position whole
+    assert estimated_memory_mb(gguf, {"max_concurrent": 4, "max_total_tokens": 2048}) == mb(144 * 2**20)

@@ -89,6 +89,8 @@ class _Reader:
         kind = self.unpack("<I", f"{what}'s element type")
         n = self.unpack("<Q", f"{what}'s length")
         if kind in (*_SCALARS, _STRING) and self.read_arrays is not None and n <= self.read_arrays:
+            if n > self.size - self.pos:  # each element takes a byte at least
+                raise ValueError(f"{what} claims {n} elements, more than the file holds")
             return [self.value(kind, f"{what}[{i}]") for i in range(n)]
         if kind in _SCALARS:
             self.take(n * struct.calcsize(_SCALARS[kind]), f"{what} ({n} elements)")

@@ -22,16 +22,19 @@ class Reference:
     def tokenize(self, text: str, bos: bool) -> list[int]:
         return list(self.llm.tokenize(text.encode(), add_bos=bos, special=True))
 
-    def logprobs(self, tokens: list[int]) -> list[float]:
-        """logprobs[i]: token i given the tokens before it (i >= 1; logprobs[0] is nan)."""
-        assert len(tokens) <= self.n_ctx
+    def logprobs(self, tokens: list[int], first: int = 1) -> list[float]:
+        """logprobs[i]: token i given the tokens before it, for i >= first (nan before it). The whole
+        sequence is evaluated (logits at every position, as the server computes them: how many rows
+        llama.cpp's output layer computes changes its figures by up to 7e-4 nats); only the rows a figure
+        needs are normalised (over the 262k-token vocabulary)."""
+        assert 1 <= first < len(tokens) <= self.n_ctx
         self.llm.reset()
         self.llm.eval(tokens)
-        rows = np.asarray(self.llm.scores[: len(tokens) - 1], dtype=np.float64)
+        rows = np.asarray(self.llm.scores[first - 1 : len(tokens) - 1], dtype=np.float64)
         m = rows.max(axis=1, keepdims=True)
         log_z = (m + np.log(np.exp(rows - m).sum(axis=1, keepdims=True))).ravel()
-        picked = rows[np.arange(len(tokens) - 1), tokens[1:]] - log_z
-        return [float("nan"), *picked.tolist()]
+        picked = rows[np.arange(len(rows)), tokens[first:]] - log_z
+        return [float("nan")] * first + picked.tolist()
 
     def gguf_and_bos(self, context: str, continuation: str) -> tuple[float, float]:
         """From one evaluation of the text with BOS first (as the server tokenizes a text prompt):
@@ -42,12 +45,12 @@ class Reference:
           tokens (as llama.cpp and transformers split it).
         The two differ only where a token straddles the context's end."""
         tokens = self.tokenize(context + continuation, bos=True)
-        lps = self.logprobs(tokens)
-        true = sum(lps[len(self.tokenize(context, bos=True)) :])
+        n_context = len(self.tokenize(context, bos=True))
         for i in range(len(tokens)):
             start = len(self.llm.detokenize(tokens[:i]).decode("utf-8", "ignore"))
             if start >= len(context):
-                return sum(lps[i:]), true
+                lps = self.logprobs(tokens, first=min(i, n_context))
+                return sum(lps[i:]), sum(lps[n_context:])
         raise AssertionError(f"no token of {continuation!r} starts after the context")
 
     def remote(self, context: str, continuation: str) -> float:
@@ -55,4 +58,4 @@ class Reference:
         continuation being what follows the context's own tokens."""
         whole = self.tokenize(context + continuation, bos=False)
         n_context = len(self.tokenize(context, bos=False))
-        return sum(self.logprobs(whole)[n_context:])
+        return sum(self.logprobs(whole, first=n_context)[n_context:])

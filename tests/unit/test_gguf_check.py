@@ -113,3 +113,17 @@ def test_random_corruption_is_refused_or_read_never_crashes(
         check_file(path)
     except GGUFError as exc:
         assert str(path) in str(exc)
+
+
+def test_read_arrays_reads_the_short_arrays_and_counts_the_long(tmp_path: Path) -> None:
+    path = write_gguf(tmp_path / "vocab.gguf", tokens=70)
+    assert check_file(path).metadata["tokenizer.ggml.tokens"] == 70  # by default every array is its length
+    long = check_file(path, read_arrays=64)
+    assert long.metadata["tokenizer.ggml.tokens"] == 70 and "tokenizer.ggml.tokens" in long.arrays
+    short = check_file(path, read_arrays=70)
+    assert short.metadata["tokenizer.ggml.tokens"] == [f"t{i}" for i in range(70)]
+    assert short.arrays == {"tokenizer.ggml.tokens"} and short.metadata["llama.context_length"] == 64
+    # an array claiming more elements than the file holds is refused before any is read
+    edit(path, after(path, b"tokenizer.ggml.tokens") + 8, "<Q", 2**40)
+    with pytest.raises(GGUFError, match="claims 1099511627776 elements, more than the file holds"):
+        check_file(path, read_arrays=2**63)

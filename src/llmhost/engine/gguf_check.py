@@ -37,13 +37,16 @@ class GGUFError(ValueError):
 
 @dataclass
 class GGUFLayout:
-    """What the check read: the metadata (arrays as their length), each tensor's shape and type, and
-    where things lie: the metadata's bytes end at `kv_end` (they start after the 24-byte header), each
-    tensor's data at its absolute offset in `offsets`, with the data aligned to `alignment`."""
+    """What the check read: the metadata (arrays as their length, or as their elements for those of at
+    most `read_arrays` elements: see check_file; `arrays` names the keys holding arrays), each tensor's
+    shape and type, and where things lie: the metadata's bytes end at `kv_end` (they start after the
+    24-byte header), each tensor's data at its absolute offset in `offsets`, with the data aligned to
+    `alignment`."""
 
     path: Path
     version: int
     metadata: dict[str, Any] = field(default_factory=dict)
+    arrays: set[str] = field(default_factory=set)
     tensors: dict[str, tuple[tuple[int, ...], int]] = field(default_factory=dict)
     kv_end: int = 0
     alignment: int = DEFAULT_ALIGNMENT
@@ -53,8 +56,9 @@ class GGUFLayout:
 class _Reader:
     """Reads little-endian values at a cursor, never past the end of the buffer."""
 
-    def __init__(self, buf: mmap.mmap | bytes, size: int) -> None:
+    def __init__(self, buf: mmap.mmap | bytes, size: int, read_arrays: int | None = None) -> None:
         self.buf, self.size, self.pos = buf, size, 0
+        self.read_arrays = read_arrays
 
     def take(self, n: int, what: str) -> int:
         if n < 0 or self.pos + n > self.size:
@@ -79,10 +83,15 @@ class _Reader:
             return self.array(what)
         raise ValueError(f"{what} has unknown value type {kind}")
 
-    def array(self, what: str) -> int:
-        """Skips an array (checked element by element for strings), returning its length."""
+    def array(self, what: str) -> int | list[Any]:
+        """Skips an array (checked element by element for strings), returning its length; one of at most
+        `read_arrays` elements is read instead, returning its elements."""
         kind = self.unpack("<I", f"{what}'s element type")
         n = self.unpack("<Q", f"{what}'s length")
+        if kind in (*_SCALARS, _STRING) and self.read_arrays is not None and n <= self.read_arrays:
+            if n > self.size - self.pos:  # each element takes a byte at least
+                raise ValueError(f"{what} claims {n} elements, more than the file holds")
+            return [self.value(kind, f"{what}[{i}]") for i in range(n)]
         if kind in _SCALARS:
             self.take(n * struct.calcsize(_SCALARS[kind]), f"{what} ({n} elements)")
         elif kind == _STRING:
@@ -140,7 +149,10 @@ def _read(r: _Reader, path: Path) -> tuple[GGUFLayout, list[tuple[str, int, int]
         key = r.string(f"metadata key {i}")
         if key in layout.metadata:
             raise ValueError(f"metadata key {key!r} appears twice")
-        layout.metadata[key] = r.value(r.unpack("<I", f"{key}'s type"), key)
+        kind = r.unpack("<I", f"{key}'s type")
+        layout.metadata[key] = r.value(kind, key)
+        if kind == _ARRAY:
+            layout.arrays.add(key)
     layout.kv_end = r.pos
     extents = []
     for i in range(n_tensors):
@@ -193,8 +205,10 @@ def _check_metadata(layout: GGUFLayout) -> None:
         raise ValueError(f"vocabulary of {n_tokens} tokens, but token_embd.weight has {embd[0][1]} rows")
 
 
-def check_file(path: str | Path) -> GGUFLayout:
-    """One GGUF file's structure; raises GGUFError naming the file and the reason."""
+def check_file(path: str | Path, read_arrays: int | None = None) -> GGUFLayout:
+    """One GGUF file's structure; raises GGUFError naming the file and the reason. With `read_arrays`,
+    the metadata arrays of at most that many elements are read (their elements, not their length):
+    what a model's description needs, without walking a vocabulary's 262k strings into objects."""
     path = Path(path)
     try:
         with path.open("rb") as f:
@@ -202,7 +216,7 @@ def check_file(path: str | Path) -> GGUFLayout:
             if size == 0:
                 raise ValueError("empty file")
             with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
-                reader = _Reader(buf, size)
+                reader = _Reader(buf, size, read_arrays)
                 layout, extents = _read(reader, path)
                 _check_data(layout, extents, reader.pos, size)
                 _check_metadata(layout)

@@ -6,7 +6,9 @@ from __future__ import annotations
 import asyncio
 import functools
 import hashlib
+import math
 import os
+import sys
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -14,7 +16,8 @@ from pathlib import Path
 import gguf
 from starlette.requests import Request
 
-from llmhost.jsontypes import JSONObject, JSONValue
+from llmhost.engine.gguf_check import check_file
+from llmhost.jsontypes import JSONObject
 from llmhost.server.protocol import ollama as proto
 from llmhost.server.serving.context import ServingContext
 from llmhost.server.serving.embeddings import EmbeddingsServing
@@ -42,27 +45,17 @@ def human_count(n: int) -> str:
     return f"{n / 1e3:.2f}K" if n >= 1000 else str(n)
 
 
-def _value(field: gguf.ReaderField, verbose: bool) -> JSONValue:
-    if (
-        field.types
-        and field.types[0] == gguf.GGUFValueType.ARRAY
-        and len(field.data) > _BIG_ARRAY
-        and not verbose
-    ):
-        return []
-    value: JSONValue = field.contents()  # a number, a string, or a list of them
-    return value
-
-
 @functools.lru_cache(maxsize=16)
 def read_metadata(path: str, verbose: bool = False) -> JSONObject:
     """The GGUF's key-value metadata (big arrays empty unless `verbose`, as Ollama's /api/show), with
-    `general.parameter_count` counted from its tensors when the file does not say it."""
-    reader = gguf.GGUFReader(path)
-    fields = reader.fields.items()
-    meta: JSONObject = {name: _value(f, verbose) for name, f in fields if not name.startswith("GGUF.")}
+    `general.parameter_count` counted from its tensors when the file does not say it. Read from the header
+    directly: 0.03 CPU-s for the default model, 0.5 with `verbose` (gguf.GGUFReader maps its 262k-token
+    vocabulary as numpy views first: ~11 CPU-s on each server's first /api/tags, /api/ps or /api/show)."""
+    layout = check_file(path, read_arrays=sys.maxsize if verbose else _BIG_ARRAY)
+    big = {k for k in layout.arrays if not isinstance(layout.metadata[k], list)}
+    meta: JSONObject = {k: [] if k in big else v for k, v in layout.metadata.items()}
     if not isinstance(meta.get("general.parameter_count"), int):
-        meta["general.parameter_count"] = sum(int(t.n_elements) for t in reader.tensors)
+        meta["general.parameter_count"] = sum(math.prod(dims) for dims, _ in layout.tensors.values())
     return meta
 
 

@@ -27,6 +27,7 @@ from llmhost.endpoint.adapter_rules import (
     check_new,
     copy_refusal,
     listing_rows,
+    load_body,
     owner,
     removal,
     unloadable,
@@ -113,7 +114,7 @@ class AdapterOps:
     async def _load_on(self, copies: list[Replica], entry: AdapterEntry, field: str) -> list[Replica]:
         done: list[Replica] = []
         for r in copies:
-            answer = await self._call(r, "load", body(entry))
+            answer = await self._call(r, "load", load_body(entry))
             if answer.status_code != 200:
                 await asyncio.gather(*(self._unload_one(d, entry.name) for d in done))
                 raise refusal(r, answer, field)
@@ -143,7 +144,7 @@ class AdapterOps:
         log.info("adapter %s unloaded from %d copies of %s", name, len(done), comp.name)
 
     async def _load_back(self, comp: Component, replica: Replica, entry: AdapterEntry) -> None:
-        answer = await self._call(replica, "load", body(entry))
+        answer = await self._call(replica, "load", load_body(entry))
         if answer.status_code == 200:
             replica.loaded_adapters.add(entry.name)
         else:
@@ -178,7 +179,7 @@ class AdapterOps:
                 for entry in comp.startable_adapters():
                     if entry.name in replica.loaded_adapters or replica.state != ReplicaState.READY:
                         continue
-                    answer = await self._call(replica, "load", body(entry))
+                    answer = await self._call(replica, "load", load_body(entry))
                     if answer.status_code == 200:
                         replica.loaded_adapters.add(entry.name)
                         log.info("copy %s caught up: adapter %s loaded", replica.id, entry.name)
@@ -212,11 +213,6 @@ class AdapterOps:
             except (httpx.HTTPError, ValueError, AttributeError):
                 return []
         return [d for d in data if isinstance(d, dict)]
-
-
-def body(entry: AdapterEntry) -> dict[str, Any]:
-    """A copy's `POST /admin/adapters/load` body."""
-    return {"name": entry.name, "path": entry.path, "scale": entry.scale}
 
 
 def refusal(replica: Replica, answer: httpx.Response, prefix: str) -> CopyRefusal:

@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from llmhost.endpoint.adapter_rules import load_body
 from llmhost.endpoint.adapter_spec import AdapterEntry
 
 KEY = "adapters"  # the user_config's key
@@ -80,8 +81,7 @@ class CopyAdapters:
                     refused.append(Refusal(name, status, text, retry))
         for name, entry in want.items():
             if name not in self.loaded:
-                body = {"name": name, "path": entry.path, "scale": entry.scale}
-                status, text, retry = await self.post("load", body)
+                status, text, retry = await self.post("load", load_body(entry))
                 if status == 200:
                     self.loaded[name] = entry
                 else:

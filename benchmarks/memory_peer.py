@@ -10,6 +10,11 @@ The four prompts (256, 834, 1,623 and 2,704 Gemma 3 tokens of the built-in promp
 32 greedy tokens each; RSS is read once all four are answered. Memory is not timing: this runs on a
 shared machine.
 
+The floor: llama-server runs with `-v`, so its log gives the buffers llama.cpp itself allocates for this
+model, context and KV type (the mapped weights, their repacked copy, the output, KV and compute
+buffers). Any server on this llama.cpp build holds at least those at equal context and KV type; each
+row gives its RSS beyond that floor, and `floor` what a goal ratio would leave above it.
+
     python benchmarks/memory_peer.py [--llama-server /work/peer/llama-server-bin/llama-server]
 """
 
@@ -18,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -39,7 +45,9 @@ MB = 10**6
 
 # (row, KV type, llmhost's options beyond the common ones); each llama-server row before those it divides
 VARIANTS: tuple[tuple[str, list[str]], ...] = (
-    ("windowed, 0 idle", ["--prefix-cache-seqs", "0"]), ("windowed", []), ("swa_full", ["--swa-full"]),
+    ("windowed, 0 idle", ["--prefix-cache-seqs", "0"]),
+    ("windowed", []),
+    ("swa_full", ["--swa-full"]),
 )
 RUNS: list[tuple[str, str, list[str]]] = [
     run for kv in ("f16", "q8_0")
@@ -60,8 +68,10 @@ def prompts() -> list[str]:
 
 
 def llama_server_cmd(binary: str, model: str, port: int, kv: str) -> list[str]:
+    # -v: the log gives llama.cpp's buffer sizes (the floor)
     return [binary, "-m", model, "--host", "127.0.0.1", "--port", str(port), "-c", "65536", "-np", "16",
-            "-fa", "on", "--cache-type-k", kv, "--cache-type-v", kv, "--no-webui", "-t", "2"]  # fmt: skip
+            "-fa", "on", "--cache-type-k", kv, "--cache-type-v", kv, "--no-webui", "-t", "2",
+            "-v"]  # fmt: skip
 
 
 def llmhost_cmd(model: str, port: int, kv: str, extra: list[str]) -> list[str]:
@@ -89,6 +99,23 @@ def rss_mb(pid: int) -> float:
     proc = psutil.Process(pid)
     total = proc.memory_info().rss + sum(c.memory_info().rss for c in proc.children(recursive=True))
     return round(total / MB, 1)
+
+
+BUFFER = re.compile(r"(CPU_Mapped model|CPU_REPACK model|output|KV|compute) buffer size = +([0-9.]+) MiB")
+
+
+def llama_cpp_buffers(log: Path) -> dict[str, float]:
+    """MiB of each buffer llama.cpp allocated, from llama-server's verbose log: the lines after the last
+    mapping of the weights (an earlier pass only projects the sizes, printing zeros for some)."""
+    text = log.read_text(errors="replace")
+    start = text.rfind("CPU_Mapped model buffer size")
+    if start < 0:
+        raise RuntimeError(f"{log}: no buffer sizes (was llama-server run with -v?)")
+    sizes: dict[str, float] = {}
+    for kind, mib in BUFFER.findall(text[start:]):
+        name = {"CPU_Mapped model": "weights", "CPU_REPACK model": "weights_repacked"}.get(kind, kind.lower())
+        sizes[name] = round(sizes.get(name, 0.0) + float(mib), 2)
+    return sizes
 
 
 def complete(url: str, prompt: str) -> int:
@@ -141,14 +168,21 @@ def main() -> None:
             cmd, env = llama_server_cmd(args.llama_server, args.model, free_port(), kv), peer_env
         else:
             cmd, env = llmhost_cmd(args.model, free_port(), kv, extra), dict(os.environ)
-        row = measure(cmd, env, tmp / f"{name.replace(' ', '_').replace(',', '')}.log")
-        peer = rows.get(f"llama-server {kv}")
-        if peer is not None and name != f"llama-server {kv}":
+        log = tmp / f"{name.replace(' ', '_').replace(',', '')}.log"
+        row = measure(cmd, env, log)
+        if name.startswith("llama-server"):
+            row["llama_cpp_mib"] = llama_cpp_buffers(log)
+            row["floor_mb"] = round(sum(row["llama_cpp_mib"].values()) * 2**20 / MB, 1)
+        peer = row if name == f"llama-server {kv}" else rows.get(f"llama-server {kv}")
+        if peer is not None and peer is not row:
             row["ratio_to_llama_server"] = round(row["rss_mb"] / peer["rss_mb"], 3)
+        if peer is not None:
+            row["over_floor_mb"] = round(row["rss_mb"] - peer["floor_mb"], 1)
         rows[name] = row
         print(name, row, flush=True)
         out.write_text(json.dumps(result, indent=2) + "\n")  # each row as it comes: a long run may stop
     goal = {"f16": 1.0, "q8_0": 0.8}
+    result["floor"] = floors(rows, goal)
     result["met"] = {
         f"{kv} {variant}": rows[f"llmhost {kv} {variant}"]["ratio_to_llama_server"] <= g
         for kv, g in goal.items() for variant in ("windowed", "windowed, 0 idle")
@@ -156,6 +190,25 @@ def main() -> None:
     }  # fmt: skip
     out.write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result["met"]))
+
+
+def floors(rows: dict[str, Any], goal: dict[str, float]) -> dict[str, Any]:
+    """Per KV type: llama.cpp's own buffers at this context (the floor), as a share of llama-server's
+    RSS, and the MB a goal ratio leaves above the floor for everything else a server holds (negative:
+    no server on this llama.cpp build can meet it at equal context and KV type)."""
+    out = {}
+    for kv, g in goal.items():
+        peer = rows.get(f"llama-server {kv}")
+        if peer is None:
+            continue
+        goal_mb = g * peer["rss_mb"]
+        out[kv] = {
+            "floor_mb": peer["floor_mb"],
+            "floor_ratio": round(peer["floor_mb"] / peer["rss_mb"], 3),
+            "goal_mb": round(goal_mb, 1),
+            "goal_above_floor_mb": round(goal_mb - peer["floor_mb"], 1),
+        }
+    return out
 
 
 if __name__ == "__main__":

@@ -213,6 +213,12 @@ class Affinity:
 RAY_ROUTERS: dict[str, Affinity] = {}
 
 
+def register_ray_router(component: str, affinity: Affinity) -> None:
+    """The router's one way to the registry: Ray pickles the router's module by value, so a module-level
+    dict it named would be a copy in the ingress; this function travels by reference."""
+    RAY_ROUTERS[component] = affinity
+
+
 def ray_decisions(component: str) -> dict[Decision, int]:
     """The decisions of the request router of this process's handle of ``component``: none made before
     its first request (Ray had not built the router yet), so counters read from the start are there and

@@ -72,8 +72,9 @@ async def test_status_shows_the_files_autoscaling_until_scale_pins_the_copies(
     assert component(status, "b")["pinned_copies"] is None  # the other component keeps the file's
 
 
-async def test_status_shows_the_prefix_routers_decisions(admin: httpx.AsyncClient,
-                                                         monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+async def test_status_shows_the_prefix_routers_decisions(
+    admin: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.delitem(RAY_ROUTERS, "b", raising=False)  # Ray builds it on the handle's first request
     status = (await admin.get("/admin/status")).json()
     assert component(status, "a")["routing"] == "least_outstanding"

@@ -49,7 +49,8 @@ import ray.serve  # noqa: F401  (`make test` installs the ray extra: missing, th
 pytestmark = pytest.mark.timeout(600)
 
 # a needs half a CPU, b a whole one: their copies cannot share a node, and a second copy of a fits
-# beside the first one (the other half of its node) while a second copy of b fits nowhere
+# beside the first one (the other half of its node) while a second copy of b fits nowhere; b's
+# requests go through llmhost's prefix-aware request router inside the ingress's deployment handle
 ENDPOINT = f"""
 name: spread
 components:
@@ -61,6 +62,7 @@ components:
   - name: b
     resources: {{num_cpus: 1, memory_mb: 900}}
     engine: {ENGINE}
+    routing: {{policy: prefix, block_chars: 64}}
     startup_health_check_timeout_s: 180
     max_wait_s: 120
 """
@@ -140,8 +142,21 @@ def test_copies_land_on_different_nodes(ep: Endpoint, cluster: RayCluster) -> No
     assert shown.returncode == 0 and "Ray Serve" in shown.stdout, shown.stderr
 
 
+def routed(c: httpx.Client, name: str) -> dict[str, float]:
+    """The prefix-aware router's decisions for component `name` in the ingress's /metrics, by kind."""
+    families = {f.name: f for f in text_string_to_metric_families(c.get("/metrics").text)}
+    return {kind: s.value for kind in ("prefix", "spilled", "cold")
+            for s in families[f"llmhost_endpoint_routed_{kind}"].samples
+            if s.name.endswith("_total") and s.labels["component"] == name}  # fmt: skip
+
+
+# two blocks of b's router's 64 characters: a second request of it finds them on the copy the first went to
+LONG_PROMPT = "A prompt long enough to fill two of the router's blocks of 64 characters: " * 2
+
+
 def test_routing_by_header_and_by_model(ep: Endpoint) -> None:
     with httpx.Client(base_url=ep.url, timeout=120) as c:
+        before = routed(c, "b")  # there before the first request: a rate needs its first scrape
         for name in ("a", "b"):
             r = c.post("/invocations", headers={COMPONENT_HEADER: name},
                        json={"inputs": "Hello", "parameters": {"max_new_tokens": 4}})  # fmt: skip
@@ -161,7 +176,19 @@ def test_routing_by_header_and_by_model(ep: Endpoint) -> None:
         r = c.post("/endpoints/spread/invocations", headers={COMPONENT_HEADER: "b"},
                    json={"inputs": "Hello", "parameters": {"max_new_tokens": 2}})  # SageMaker Runtime's path
         assert r.status_code == 200 and r.headers[COPY_HEADER].startswith("b-"), r.text
+        for _ in range(2):
+            r = c.post("/v1/completions", json={**completion("b"), "prompt": LONG_PROMPT})
+            assert r.status_code == 200, r.text
+        after = routed(c, "b")
         metrics = c.get("/metrics").text
+    # b got 5 requests: 3 prompts shorter than a block (routed by load: cold), then the long one twice
+    assert {k: v - before.get(k, 0.0) for k, v in after.items()} == {"prefix": 1, "spilled": 0, "cold": 4}, (
+        before, after)
+    assert set(before) == {"prefix", "spilled", "cold"}, before
+    assert 'llmhost_endpoint_routing_policy{component="b",policy="prefix"} 1.0' in metrics
+    b = component(ep.status(), "b")
+    assert b["routing"] == "prefix" and b["routing_decisions"] == {k: int(v) for k, v in after.items()}
+    assert component(ep.status(), "a")["routing_decisions"] is None  # Ray Serve's own routing
     assert 'llmhost_endpoint_requests_total{code="200",component="a"}' in metrics
     assert "ray_serve_" in metrics  # Ray's own, from each node's metrics agent
 

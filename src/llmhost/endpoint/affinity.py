@@ -208,5 +208,20 @@ class Affinity:
 
 
 # Ray builds a component's request router inside each deployment handle (`rayserve.prefixroute`): the
-# routers of this process register here, by component, for the ingress's /metrics
+# routers of this process register here, by component, for the ingress's /metrics and /admin/status.
+# The ingress's handle of a component builds its router on the handle's first request, not before
 RAY_ROUTERS: dict[str, Affinity] = {}
+
+
+def register_ray_router(component: str, affinity: Affinity) -> None:
+    """The router's one way to the registry: Ray pickles the router's module by value, so a module-level
+    dict it named would be a copy in the ingress; this function travels by reference."""
+    RAY_ROUTERS[component] = affinity
+
+
+def ray_decisions(component: str) -> dict[Decision, int]:
+    """The decisions of the request router of this process's handle of ``component``: none made before
+    its first request (Ray had not built the router yet), so counters read from the start are there and
+    at zero, and a rate over them has its first point."""
+    affinity = RAY_ROUTERS.get(component)
+    return dict(affinity.decisions) if affinity is not None else dict.fromkeys(Decision, 0)

@@ -145,6 +145,8 @@ class RayComponentState(TypedDict):
     requests: dict[str, int]
     retries: int
     stream_errors: int
+    routing: str
+    routing_decisions: dict[Decision, int] | None  # prefix-aware routing's, by kind
     replicas: list[RayReplica]
     adapters: list[AdapterState]  # the LoRA adapters its copies load (the file's, or as changed at run time)
 

@@ -5,7 +5,7 @@ reads the copies, a collector relabels, `generate_latest` writes)."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 import httpx
@@ -15,7 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
 from llmhost.console.front import FAMILY as CONSOLE_FAMILY
-from llmhost.endpoint.affinity import Affinity, Decision
+from llmhost.endpoint.affinity import Decision
 from llmhost.endpoint.component import ModelState
 from llmhost.endpoint.replica import ReplicaState
 from llmhost.lifecycle import asyncio_tasks
@@ -63,7 +63,8 @@ def router_families(components: Sequence[Component]) -> list[Metric]:
         for r in c.replicas:
             outstanding.add_metric([c.name, r.id], r.outstanding)
             restarts.add_metric([c.name, r.id], r.restarts)
-    routing = routing_families([(c.name, c.spec.routing.policy, c.affinity) for c in components])
+    routing = routing_families([(c.name, c.spec.routing.policy, c.affinity.decisions if c.affinity else None)
+                                for c in components])  # fmt: skip
     tasks = GaugeMetricFamily("llmhost_endpoint_asyncio_tasks", "Tasks alive on the router's event loop",
                               value=asyncio_tasks())  # fmt: skip
     return [copies, in_flight, waiting, outstanding, answered, retries, cut, restarts,
@@ -98,9 +99,10 @@ def on_demand_families(components: Sequence[Component]) -> list[Metric]:
     return [state, loads, seconds, unloads, evictions]
 
 
-def routing_families(components: Sequence[tuple[str, str, Affinity | None]]) -> list[Metric]:
-    """Each component's routing policy, and with prefix-aware routing its decisions (`affinity.Decision`):
-    prefix / (prefix + spilled) is the share of requests that reached the copy holding their prefix."""
+def routing_families(components: Sequence[tuple[str, str, Mapping[Decision, int] | None]]) -> list[Metric]:
+    """Each component's routing policy, and with prefix-aware routing its decisions (`affinity.Decision`;
+    None: another policy): prefix / (prefix + spilled) is the share of requests that reached the copy
+    holding their prefix."""
     policy = GaugeMetricFamily("llmhost_endpoint_routing_policy", "How the router picks a copy (1 for the "
                                "policy in use)", labels=["component", "policy"])  # fmt: skip
     helps = {
@@ -111,11 +113,11 @@ def routing_families(components: Sequence[tuple[str, str, Affinity | None]]) -> 
     }
     counts = {d: CounterMetricFamily(f"llmhost_endpoint_routed_{d.value}", help, labels=["component"])
               for d, help in helps.items()}  # fmt: skip
-    for name, used, affinity in components:
+    for name, used, decisions in components:
         policy.add_metric([name, used], 1)
-        if affinity is not None:
+        if decisions is not None:
             for d, family in counts.items():
-                family.add_metric([name], affinity.decisions[d])
+                family.add_metric([name], decisions[d])
     return [policy, *counts.values()]
 
 

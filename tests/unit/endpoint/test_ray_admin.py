@@ -10,6 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
+from llmhost.endpoint.affinity import RAY_ROUTERS, Affinity, Decision
 from llmhost.endpoint.rayserve import nodes
 from llmhost.endpoint.rayserve.ingress import Ingress
 from llmhost.endpoint.rayserve.options import AppArgs, RayTiming
@@ -18,7 +19,7 @@ from tests.unit.endpoint.ray_fakes import URL, FakeServe, deployment, replica
 
 ENDPOINT = {"name": "e", "components": [
     {"name": "a", "autoscaling": {"min_copies": 1, "max_copies": 3}, "startup_health_check_timeout_s": 0.3},
-    {"name": "b", "copies": 1},
+    {"name": "b", "copies": 1, "routing": {"policy": "prefix"}},
 ]}  # fmt: skip
 WAITING = "Deployment 'a' has 1 replicas that have taken more than 3s to be scheduled."
 
@@ -69,6 +70,23 @@ async def test_status_shows_the_files_autoscaling_until_scale_pins_the_copies(
     status = (await admin.get("/admin/status")).json()
     assert component(status, "a")["autoscaling"] is None and component(status, "a")["pinned_copies"] == 2
     assert component(status, "b")["pinned_copies"] is None  # the other component keeps the file's
+
+
+async def test_status_shows_the_prefix_routers_decisions(
+    admin: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delitem(RAY_ROUTERS, "b", raising=False)  # Ray builds it on the handle's first request
+    status = (await admin.get("/admin/status")).json()
+    assert component(status, "a")["routing"] == "least_outstanding"
+    assert component(status, "a")["routing_decisions"] is None  # Ray Serve's own routing
+    assert component(status, "b")["routing"] == "prefix"
+    assert component(status, "b")["routing_decisions"] == {"prefix": 0, "spilled": 0, "cold": 0}
+    affinity = Affinity()
+    monkeypatch.setitem(RAY_ROUTERS, "b", affinity)
+    affinity.routed([], "b0", Decision.COLD)
+    affinity.routed([], "b0", Decision.PREFIX)
+    status = (await admin.get("/admin/status")).json()
+    assert component(status, "b")["routing_decisions"] == {"prefix": 1, "spilled": 0, "cold": 1}
 
 
 async def test_scale_waits_for_the_copies(serve: FakeServe, admin: httpx.AsyncClient) -> None:

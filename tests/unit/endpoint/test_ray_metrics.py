@@ -6,8 +6,11 @@ from __future__ import annotations
 import time
 
 import httpx
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from llmhost.bench.server_metrics import summarize_scrapes
+from llmhost.endpoint.affinity import RAY_ROUTERS, Affinity, Decision
 from llmhost.endpoint.rayserve.metrics import (
     STALE_S,
     CopyMetrics,
@@ -27,8 +30,8 @@ ray_node_cpu_utilization 50
 """
 
 
-def comp(name: str, *replicas: tuple[str, str]) -> RayComponent:
-    c = RayComponent(ComponentSpec(name=name), None)
+def comp(name: str, *replicas: tuple[str, str], policy: str = "least_outstanding") -> RayComponent:
+    c = RayComponent(ComponentSpec(name=name, routing={"policy": policy}), None)
     views = tuple(Replica(copy, state, "n", "ip", 1, "x") for copy, state in replicas)
     c.view = DeploymentView(True, "HEALTHY", "", len(replicas), views)
     return c
@@ -86,3 +89,33 @@ async def test_nodes_ray_serve_families_merge_and_failing_nodes_are_left_out() -
     assert samples(text, "ray_node_cpu_utilization") == {}  # Ray Serve's families only
     assert samples(text, "llmhost_num_requests_running") == {(("component", "a"), ("copy", "a-1")): 2.0}
     assert samples(text, "llmhost_endpoint_copies_target") == {(("component", "a"),): 1.0}
+
+
+def routed(text: bytes, component: str) -> dict[str, float]:
+    return {d.value: v for d in Decision
+            for labels, v in samples(text, f"llmhost_endpoint_routed_{d.value}").items()
+            if labels == (("component", component),)}  # fmt: skip
+
+
+async def test_prefix_routing_decisions_are_counted_from_zero_before_ray_builds_the_router(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Ray builds the handle's request router on its first request: a scrape before it has the counters
+    at zero, so a bench's rate over the level (before, after) has its figure."""
+    monkeypatch.delitem(RAY_ROUTERS, "p", raising=False)
+    p, other = comp("p", ("p-1", "RUNNING"), policy="prefix"), comp("o", ("o-1", "RUNNING"))
+    before = await render_ray_metrics([p, other], CopyMetrics(), [])
+    assert routed(before, "p") == {"prefix": 0, "spilled": 0, "cold": 0}
+    assert routed(before, "o") == {}  # Ray Serve's own routing decides: nothing of ours to count
+    assert samples(before, "llmhost_endpoint_routing_policy") == {
+        (("component", "o"), ("policy", "least_outstanding")): 1.0,
+        (("component", "p"), ("policy", "prefix")): 1.0}  # fmt: skip
+    affinity = Affinity()  # as the router registers it, in this process, on the first request
+    monkeypatch.setitem(RAY_ROUTERS, "p", affinity)
+    for d in (Decision.COLD, Decision.PREFIX, Decision.PREFIX, Decision.PREFIX, Decision.SPILLED):
+        affinity.routed([], "p-1", d)
+    after = await render_ray_metrics([p, other], CopyMetrics(), [])
+    assert routed(after, "p") == {"prefix": 3, "spilled": 1, "cold": 1}
+    figures, _ = summarize_scrapes(before.decode(), [], after.decode())
+    assert figures["server_routed_by_prefix"] == 3 / 4
+    assert p.routing_decisions == {"prefix": 3, "spilled": 1, "cold": 1} and other.routing_decisions is None

@@ -15,7 +15,6 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
-from llmhost.endpoint.affinity import RAY_ROUTERS
 from llmhost.endpoint.metrics import relabel, routing_families
 from llmhost.endpoint.rayserve.relay import RayComponent
 
@@ -87,7 +86,7 @@ def ingress_families(components: Sequence[RayComponent]) -> list[Metric]:
             answered.add_metric([c.name, str(code)], n)
         retries.add_metric([c.name], c.retries)
         cut.add_metric([c.name], c.stream_errors)
-    routing = routing_families([(c.name, c.spec.routing.policy, RAY_ROUTERS.get(c.name)) for c in components])
+    routing = routing_families([(c.name, c.spec.routing.policy, c.routing_decisions) for c in components])
     return [copies, target, in_flight, answered, retries, cut, *routing]
 
 

@@ -1,7 +1,12 @@
 """Prefix-aware routing on a Ray endpoint: a Ray Serve request router for a component's deployment
 (its `request_router_config`), choosing as the single-host router does (`llmhost.endpoint.affinity`).
 A deployment handle cannot address one copy, so the choice is made where Ray makes it: in the handle's
-router, inside the ingress. The load of a copy is its queue length as Ray's router last saw it."""
+router, inside the ingress. The load of a copy is its queue length as Ray's router last saw it.
+
+Ray sends this module to the ingress pickled by value (`RequestRouterConfig` registers a request router's
+module with cloudpickle so): an object of another module named here arrives as a copy, while a class or
+function of another module is pickled by reference. So the router registers its Affinity through
+`affinity.register_ray_router`, which writes the registry the ingress's /metrics reads, not a copy of it."""
 
 from __future__ import annotations
 
@@ -9,7 +14,7 @@ from typing import Any
 
 from ray.serve.request_router import FIFOMixin, PendingRequest, ReplicaID, RequestRouter, RunningReplica
 
-from llmhost.endpoint.affinity import RAY_ROUTERS, Affinity, Decision
+from llmhost.endpoint.affinity import Affinity, Decision, register_ray_router
 
 PENDING_MAX = 10_000  # requests cancelled before Ray routed them are forgotten beyond this many
 
@@ -18,7 +23,7 @@ class PrefixRequestRouter(FIFOMixin, RequestRouter):  # type: ignore[misc]
     def initialize_state(self, component: str = "", block_chars: int = 256, load_factor: float = 0.25,
                          **_: Any) -> None:  # fmt: skip
         self.affinity = Affinity(block_chars, load_factor)
-        RAY_ROUTERS[component] = self.affinity
+        register_ray_router(component, self.affinity)
         # request id → its prompt's block hashes and the decision made, until Ray says where it went
         self.pending: dict[str, tuple[list[bytes], str, Decision]] = {}
 

@@ -21,6 +21,7 @@ from starlette.responses import Response
 
 from llmhost.endpoint import routing
 from llmhost.endpoint.adapter_spec import AdapterEntry
+from llmhost.endpoint.affinity import Decision, Policy, ray_decisions
 from llmhost.endpoint.rayserve.inprocess import Accepted, Call, Head
 from llmhost.endpoint.rayserve.status import DeploymentView
 from llmhost.endpoint.routing import error
@@ -70,6 +71,11 @@ class RayComponent:
     def adapters(self) -> frozenset[str]:
         """What requests may name in `model` to be routed here."""
         return frozenset(self.adapter_entries)
+
+    @property
+    def routing_decisions(self) -> dict[Decision, int] | None:
+        """Prefix-aware routing's decisions so far, by kind; None under Ray Serve's own routing."""
+        return ray_decisions(self.name) if self.spec.routing.policy == Policy.PREFIX.value else None
 
     def enter(self) -> None:
         self.in_flight += 1

@@ -21,7 +21,13 @@ The time of the whole schedule, median of `--repeats`, gives the bound; the figu
 `serve_compare.py` (`--compare`, its results file: median output tokens/s over rounds) give each
 server's share of it.
 
+`--concurrency 1` gives the bound of serve_compare's concurrency-1 level (one request at a time: its
+prompt in one call, then one decode call a token), the distinct workload only: serve_compare runs the
+shared prefix at its full concurrency alone.
+
     .venv/bin/python benchmarks/throughput_bound.py --threads 2
+    .venv/bin/python benchmarks/throughput_bound.py --threads 2 --concurrency 1 \
+        --compare benchmarks/results/serve_compare_c1.json --out benchmarks/results/throughput_bound_c1.json
 """
 
 from __future__ import annotations
@@ -107,8 +113,8 @@ def bound(args: argparse.Namespace, name: str) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def measured(path: Path) -> dict[str, dict[str, float]]:
-    """Median output tokens/s per server and workload over serve_compare's rounds (concurrency 8)."""
+def measured(path: Path, concurrency: int) -> dict[str, dict[str, float]]:
+    """Median output tokens/s per server and workload over serve_compare's rounds at `concurrency`."""
     if not path.exists():
         return {}
     rounds = json.loads(path.read_text())["rounds"]
@@ -116,11 +122,12 @@ def measured(path: Path) -> dict[str, dict[str, float]]:
     for server in rounds[0]:
         figures: dict[str, list[float]] = {"distinct": [], "shared_prefix": []}
         for r in rounds:
-            level = next((x for x in r[server]["distinct"] if x["concurrency"] == 8), None)
+            level = next((x for x in r[server]["distinct"] if x["concurrency"] == concurrency), None)
             if level is not None:
                 figures["distinct"].append(level["output_tokens_per_s"])
-            if r[server].get("shared_prefix"):
-                figures["shared_prefix"].append(r[server]["shared_prefix"]["output_tokens_per_s"])
+            shared = r[server].get("shared_prefix")
+            if shared and shared["concurrency"] == concurrency:
+                figures["shared_prefix"].append(shared["output_tokens_per_s"])
         out[server] = {k: round(statistics.median(v), 2) for k, v in figures.items() if v}
     return out
 
@@ -134,9 +141,10 @@ def main() -> None:
     ap.add_argument("--compare", type=Path, default=COMPARE, help="serve_compare.py's results file.")
     ap.add_argument("--out", type=Path, default=RESULTS)
     args = ap.parse_args()
-    servers = measured(args.compare)
+    servers = measured(args.compare, args.concurrency)
     workloads: dict[str, Any] = {}
-    for name in WORKLOADS:
+    # serve_compare runs the shared prefix at its full concurrency (8) only
+    for name in WORKLOADS if args.concurrency == 8 else ["distinct"]:
         row = bound(args, name)
         for server, figures in servers.items():
             if name in figures:

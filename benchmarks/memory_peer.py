@@ -170,11 +170,12 @@ def main() -> None:
             cmd, env = llmhost_cmd(args.model, free_port(), kv, extra), dict(os.environ)
         log = tmp / f"{name.replace(' ', '_').replace(',', '')}.log"
         row = measure(cmd, env, log)
-        if name.startswith("llama-server"):
+        is_peer = name == f"llama-server {kv}"
+        if is_peer:
             row["llama_cpp_mib"] = llama_cpp_buffers(log)
             row["floor_mb"] = round(sum(row["llama_cpp_mib"].values()) * 2**20 / MB, 1)
-        peer = row if name == f"llama-server {kv}" else rows.get(f"llama-server {kv}")
-        if peer is not None and peer is not row:
+        peer = row if is_peer else rows.get(f"llama-server {kv}")
+        if peer is not None and not is_peer:
             row["ratio_to_llama_server"] = round(row["rss_mb"] / peer["rss_mb"], 3)
         if peer is not None:
             row["over_floor_mb"] = round(row["rss_mb"] - peer["floor_mb"], 1)

@@ -131,10 +131,10 @@ def adapter_state(a: AdapterEntry, failure: str | None = None) -> AdapterState:
             "reason": failure}  # fmt: skip
 
 
-
 def load_body(entry: AdapterEntry) -> dict[str, Any]:
     """A copy's `POST /admin/adapters/load` body (both backends send it)."""
     return {"name": entry.name, "path": entry.path, "scale": entry.scale}
+
 
 def listing_rows(component: str, entries: Iterable[AdapterEntry], answers: Iterable[list[dict[str, Any]]],
                  failures: Mapping[str, str] | None = None) -> list[dict[str, Any]]:  # fmt: skip

@@ -12,7 +12,7 @@ from enum import StrEnum
 
 from llmhost.endpoint import adapter_rules
 from llmhost.endpoint.adapter_spec import AdapterEntry
-from llmhost.endpoint.affinity import Affinity, Policy
+from llmhost.endpoint.affinity import Affinity, Decision, Policy
 from llmhost.endpoint.autoscaler import ScalerState
 from llmhost.endpoint.bodies import AdapterState, ComponentState, DemandStatus, ScaleDecision
 from llmhost.endpoint.replica import Replica, ReplicaState
@@ -226,6 +226,11 @@ class Component:
         peak, self.peak = self.peak, self.in_flight
         return peak
 
+    @property
+    def routing_decisions(self) -> dict[Decision, int] | None:
+        """Prefix-aware routing's decisions so far, by kind; None under least outstanding."""
+        return dict(self.affinity.decisions) if self.affinity is not None else None
+
     def status(self) -> ComponentState:
         a = self.spec.autoscaling
         return {
@@ -243,7 +248,7 @@ class Component:
             "requests": {str(k): v for k, v in sorted(self.requests.items())},
             "retries": self.retries,
             "routing": self.spec.routing.policy,
-            "routing_decisions": dict(self.affinity.decisions) if self.affinity is not None else None,
+            "routing_decisions": self.routing_decisions,
             "removing": self.removing,
             "decisions": list(self.decisions),
             "replicas": [r.status() for r in self.replicas],

@@ -63,8 +63,7 @@ def router_families(components: Sequence[Component]) -> list[Metric]:
         for r in c.replicas:
             outstanding.add_metric([c.name, r.id], r.outstanding)
             restarts.add_metric([c.name, r.id], r.restarts)
-    routing = routing_families([(c.name, c.spec.routing.policy, c.affinity.decisions if c.affinity else None)
-                                for c in components])  # fmt: skip
+    routing = routing_families([(c.name, c.spec.routing.policy, c.routing_decisions) for c in components])
     tasks = GaugeMetricFamily("llmhost_endpoint_asyncio_tasks", "Tasks alive on the router's event loop",
                               value=asyncio_tasks())  # fmt: skip
     return [copies, in_flight, waiting, outstanding, answered, retries, cut, restarts,

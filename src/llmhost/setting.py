@@ -146,6 +146,13 @@ class SettingsSpec:
                 return s
         raise KeyError(name)
 
+    def setting_of(self, engine_field: str) -> Setting:
+        """The setting that sets EngineConfig's `engine_field` (its flag names a limit in a refusal)."""
+        for s in self.settings:
+            if s.engine == engine_field:
+                return s
+        raise KeyError(engine_field)
+
     def names(self) -> list[str]:
         return [s.name for s in self.settings]
 

@@ -19,6 +19,7 @@ from tests.integration.conftest import CHAT_TEMPLATE, Server
 from tests.integration.endpoint_helpers import start_endpoint, stop_endpoint
 from tests.integration.neartie import assert_same_or_near_tie
 from tests.integration.test_batching import OTHERS, TARGET, complete
+from tests.sdk_errors import sent_error
 
 MODEL = "gemma-test"
 SCHEMA: dict[str, Any] = {
@@ -219,16 +220,17 @@ def test_openai_refusals_name_the_field(url: str) -> None:
     c = oai(url)
     with pytest.raises(openai.BadRequestError) as err:
         c.chat.completions.create(model=MODEL, messages=ASK, max_tokens=2, extra_body={"frobnicate": 1})
-    assert "frobnicate" in str(err.value)
+    assert sent_error(err.value)["param"] == "frobnicate"
     bad = {"type": "json_schema", "json_schema": {"name": "x", "schema": {
         "type": "object", "properties": {"a": {"type": "string", "pattern": "(?=a)b"}}}}}  # fmt: skip
     with pytest.raises(openai.BadRequestError) as err:
         c.chat.completions.create(model=MODEL, messages=ASK, max_tokens=2, response_format=bad)  # type: ignore[arg-type]
-    assert "look-around" in str(err.value) and "response_format" in str(err.value)
+    refused = sent_error(err.value)
+    assert "look-around" in refused["message"] and str(refused["param"]).startswith("response_format")
     with pytest.raises(openai.BadRequestError) as err:
         c.chat.completions.create(model=MODEL, messages=ASK, max_tokens=2, tools=[WEATHER],
                                   tool_choice={"type": "function", "function": {"name": "nope"}})  # fmt: skip
-    assert "tool_choice" in str(err.value)
+    assert str(sent_error(err.value)["param"]).startswith("tool_choice")
 
 
 # -- TGI ---------------------------------------------------------------------------------------------
@@ -313,7 +315,7 @@ def test_llama_server_grammar_and_json_schema_fields(server: Server) -> None:
     with pytest.raises(openai.BadRequestError) as err:
         c.completions.create(model=MODEL, prompt="x", max_tokens=5,
                              extra_body={"grammar": 'root ::= "a"', "json_schema": SCHEMA})  # fmt: skip
-    assert "give one" in str(err.value)
+    assert "give one" in sent_error(err.value)["message"]
     with pytest.raises(openai.BadRequestError) as err:
         c.completions.create(model=MODEL, prompt="x", max_tokens=5, extra_body={"grammar": "root ::= ("})
-    assert "grammar" in str(err.value)
+    assert sent_error(err.value)["param"] == "grammar"

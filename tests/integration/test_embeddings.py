@@ -14,6 +14,7 @@ import pytest
 
 from tests.integration.conftest import Server, start_server, stop_server
 from tests.integration.endpoint_helpers import start_endpoint, stop_endpoint
+from tests.sdk_errors import sent_error
 
 MODEL = "gemma-embed"
 MAX_INPUT_TOKENS = 48
@@ -120,10 +121,12 @@ def test_invocations_answers_an_embeddings_body(emb: Server) -> None:
 
 
 def test_generation_is_refused_in_embeddings_mode(oai: openai.OpenAI) -> None:
-    with pytest.raises(openai.BadRequestError, match="--embeddings"):
+    with pytest.raises(openai.BadRequestError) as err:
         oai.completions.create(model=MODEL, prompt="Hello", max_tokens=2)
-    with pytest.raises(openai.BadRequestError, match="dimensions"):
+    assert "--embeddings" in sent_error(err.value)["message"]
+    with pytest.raises(openai.BadRequestError) as err:
         oai.embeddings.create(model=MODEL, input="x", dimensions=8)
+    assert sent_error(err.value)["param"] == "dimensions"
 
 
 def test_a_server_without_embeddings_refuses_them(server: Server) -> None:

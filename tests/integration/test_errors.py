@@ -70,8 +70,10 @@ def test_prompt_plus_max_tokens_beyond_total_is_422(small_server: Server) -> Non
     )
     assert r.status_code == 422
     e = error(r)
-    assert e["field"] == "max_tokens" and e["limit"] == 64
-    assert "64" in str(e["message"]) and "100" in str(e["message"])
+    # in TGI's words, the limit by its flag
+    assert e["field"] == "parameters.max_new_tokens" and e["limit"] == 64
+    assert "parameters.max_new_tokens 100" in str(e["message"]) and "64" in str(e["message"])
+    assert "(--max-total-tokens)" in str(e["message"])
 
 
 def test_body_over_6mb_is_413(server: Server) -> None:

@@ -17,6 +17,7 @@ import pytest
 
 from tests.integration.conftest import SMOLLM2, Server, start_server, stop_server
 from tests.integration.endpoint_helpers import start_endpoint, stop_endpoint
+from tests.sdk_errors import sent_error
 
 MODEL = "smol"
 WEATHER_SCHEMA: dict[str, Any] = {  # no additionalProperties: llmhost closes undeclared ones
@@ -163,7 +164,7 @@ def test_messages_errors_are_the_sdks_typed_exceptions(url: str) -> None:
         )
     assert err.value.body["type"] == "error"  # type: ignore[index]
     assert err.value.body["error"]["type"] == "invalid_request_error"  # type: ignore[index]
-    assert "thinking" in err.value.message
+    assert "thinking" in sent_error(err.value)["message"]
     image: Any = [
         {
             "role": "user",
@@ -172,10 +173,16 @@ def test_messages_errors_are_the_sdks_typed_exceptions(url: str) -> None:
             ],
         }
     ]
-    with pytest.raises(anthropic.BadRequestError, match="images are not supported"):
+    with pytest.raises(anthropic.BadRequestError) as err:
         c.messages.create(model=MODEL, max_tokens=4, messages=image)
-    with pytest.raises(anthropic.BadRequestError, match="max_tokens"):
+    assert "images are not supported" in sent_error(err.value)["message"]
+    with pytest.raises(anthropic.BadRequestError) as err:
         c.messages.create(model=MODEL, max_tokens=100_000, messages=ASK)
+    over = sent_error(err.value)
+    # Anthropic's field and the server's flag, never TGI's words (`max new tokens`, MAX_TOTAL_TOKENS)
+    assert over["field"] == "max_tokens" and over["value"] > over["limit"]
+    assert "max_tokens 100000" in over["message"] and "(--max-total-tokens)" in over["message"]
+    assert "MAX_TOTAL_TOKENS" not in over["message"] and "new tokens" not in over["message"]
 
 
 def test_messages_unknown_model_through_the_endpoint_is_not_found(smol_endpoint: str) -> None:
@@ -230,7 +237,7 @@ def test_responses_include_empty_and_logprobs(smol: Server) -> None:
     assert sum(len(e.logprobs) for e in deltas) == len(part.logprobs)  # type: ignore[union-attr]
     with pytest.raises(openai.BadRequestError) as err:
         c.responses.create(model=MODEL, input="Hi", include=["file_search_call.results"])
-    assert "include" in str(err.value)
+    assert str(sent_error(err.value)["param"]).startswith("include")
 
 
 def test_responses_function_call_and_output_round_trip(url: str) -> None:
@@ -310,7 +317,7 @@ def test_responses_refusals_name_the_field(url: str) -> None:
     ):
         with pytest.raises(openai.BadRequestError) as err:
             c.responses.create(model=MODEL, input="Hi", max_output_tokens=2, **kwargs)  # type: ignore[call-overload]
-        assert field in str(err.value)
+        assert str(sent_error(err.value)["param"]).startswith(field)
 
 
 # -- bad input, load, metrics (raw HTTP) ---------------------------------------------------------------
@@ -421,9 +428,10 @@ def test_a_failure_mid_stream_is_the_apis_error_event(one_slot: Server) -> None:
         lines = running.iter_lines()  # kept: the request holds the only slot until this stream closes
         while not next(lines).startswith("data: {"):
             pass
-        with pytest.raises(anthropic.APIStatusError, match="queue timeout"):  # noqa: SIM117
+        with pytest.raises(anthropic.APIStatusError) as err:  # noqa: SIM117
             with claude(one_slot.url).messages.stream(model=MODEL, max_tokens=4, messages=ASK) as stream:
                 stream.get_final_message()
+        assert "queue timeout" in err.value.body["error"]["message"]  # type: ignore[index]
         events = list(oai(one_slot.url).responses.create(model=MODEL, input="Hi", stream=True))
     assert [e.type for e in events] == ["response.created", "response.in_progress", "response.failed"]
     failed = events[-1].response  # type: ignore[union-attr]

@@ -16,6 +16,7 @@ import pytest
 
 from tests.integration.conftest import Server, start_server, stop_server
 from tests.integration.thinking_model import ANSWER, FIXTURES, THOUGHT, build_thinking_model
+from tests.sdk_errors import sent_error
 from tests.tinymodels import build_tiny_gguf
 
 MODEL = "qwen3-tiny"
@@ -135,9 +136,10 @@ def test_an_earlier_turns_thought_goes_back_and_the_prefix_is_reused(thinker: Se
 
 def test_refusals_name_the_field(thinker: Server) -> None:
     client = oai(thinker)
-    with pytest.raises(openai.BadRequestError, match=r"chat_template_kwargs\.no_such"):
+    with pytest.raises(openai.BadRequestError) as err:
         client.chat.completions.create(model=MODEL, messages=HI, max_tokens=4,
                                        extra_body={"chat_template_kwargs": {"no_such": 1}})  # fmt: skip
+    assert "chat_template_kwargs.no_such" in sent_error(err.value)["message"]
     r = httpx.post(f"{thinker.url}/v1/chat/completions", timeout=30,
                    json={"messages": HI, "reasoning_effort": "extreme"})  # fmt: skip
     assert 400 <= r.status_code < 500 and "reasoning_effort" in r.text
@@ -174,9 +176,10 @@ def test_messages_stream_thinking_deltas(thinker: Server) -> None:
 
 
 def test_messages_budget_must_be_below_max_tokens(thinker: Server) -> None:
-    with pytest.raises(anthropic.BadRequestError, match="budget_tokens"):
+    with pytest.raises(anthropic.BadRequestError) as err:
         claude(thinker).messages.create(model=MODEL, max_tokens=8, messages=HI,
                                         thinking={"type": "enabled", "budget_tokens": 8})  # fmt: skip
+    assert "budget_tokens" in sent_error(err.value)["message"]
 
 
 # -- OpenAI Responses ----------------------------------------------------------------------------------
@@ -239,8 +242,9 @@ def test_server_budget_and_format_none(tmp_path_factory: pytest.TempPathFactory)
         client = oai(raw)
         message = client.chat.completions.create(model=MODEL, messages=HI, **GREEDY).choices[0].message
         assert message.content == f"<think>{THOUGHT}</think>\n\n{ANSWER}"
-        with pytest.raises(openai.BadRequestError, match="reasoning_effort"):
+        with pytest.raises(openai.BadRequestError) as err:
             client.chat.completions.create(model=MODEL, messages=HI, reasoning_effort="low", **GREEDY)
+        assert sent_error(err.value)["param"] == "reasoning_effort"
     finally:
         stop_server(raw)
 
@@ -280,8 +284,9 @@ def test_a_prompt_that_opens_the_thought(tmp_path_factory: pytest.TempPathFactor
                                                 **GREEDY).choices[0].message  # fmt: skip
         assert shaped.reasoning_content == THOUGHT  # type: ignore[attr-defined]
         assert isinstance(json.loads(shaped.content or "")["answer"], int)
-        with pytest.raises(openai.BadRequestError, match="cannot turn thinking off"):
+        with pytest.raises(openai.BadRequestError) as err:
             client.chat.completions.create(model=MODEL, messages=HI, reasoning_effort="none", **GREEDY)
+        assert "cannot turn thinking off" in sent_error(err.value)["message"]
     finally:
         stop_server(srv)
 
@@ -314,7 +319,8 @@ def test_gpt_oss_analysis_channel_is_the_thought(tmp_path_factory: pytest.TempPa
         assert message.content == "4" and thought == "<|channel|><|channel|>"
         assert r.usage is not None and r.usage.completion_tokens_details is not None
         assert r.usage.completion_tokens_details.reasoning_tokens == 2
-        with pytest.raises(openai.BadRequestError, match="cannot turn thinking off"):
+        with pytest.raises(openai.BadRequestError) as err:
             client.chat.completions.create(model=MODEL, messages=HI, max_tokens=2, reasoning_effort="none")
+        assert "cannot turn thinking off" in sent_error(err.value)["message"]
     finally:
         stop_server(srv)

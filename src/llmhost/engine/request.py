@@ -301,31 +301,54 @@ class InvalidRequestError(EngineError):
 
 
 class RequestTooLargeError(EngineError):
-    """Prompt or prompt + max_tokens beyond the configured limits (HTTP 422)."""
+    """Prompt or prompt + max_tokens beyond the configured limits (HTTP 422). `limit_name`: the
+    EngineConfig field of the limit exceeded (each API's routes write the refusal in their own field
+    names, with the setting's flag); `n_prompt` and `max_tokens`: the request's two parts."""
 
-    def __init__(self, field_name: str, value: int, limit: int, message: str) -> None:
+    def __init__(
+        self,
+        field_name: str,
+        value: int,
+        limit: int,
+        message: str,
+        *,
+        limit_name: str = "",
+        n_prompt: int = 0,
+        max_tokens: int = 0,
+    ) -> None:
         super().__init__(message)
         self.field_name = field_name
         self.value = value
         self.limit = limit
+        self.limit_name = limit_name
+        self.n_prompt = n_prompt
+        self.max_tokens = max_tokens
 
 
 def check_limits(config: EngineConfig, n_prompt: int, max_tokens: int) -> None:
-    """Raise RequestTooLargeError naming the field and both numbers."""
+    """Raise RequestTooLargeError naming the field, both numbers and the limit's EngineConfig field."""
     if n_prompt == 0:
-        raise RequestTooLargeError("prompt", 0, 1, "the prompt is empty: at least one token is needed")
+        raise RequestTooLargeError(
+            "prompt", 0, 1, "the prompt is empty: at least one token is needed", limit_name="min_prompt"
+        )
     if n_prompt > config.max_input_tokens:
         raise RequestTooLargeError(
             "prompt",
             n_prompt,
             config.max_input_tokens,
-            f"the prompt has {n_prompt} tokens; MAX_INPUT_LENGTH is {config.max_input_tokens}",
+            f"the prompt has {n_prompt} tokens; max_input_tokens is {config.max_input_tokens}",
+            limit_name="max_input_tokens",
+            n_prompt=n_prompt,
+            max_tokens=max_tokens,
         )
     if n_prompt + max_tokens > config.max_total_tokens:
         raise RequestTooLargeError(
             "max_tokens",
             n_prompt + max_tokens,
             config.max_total_tokens,
-            f"prompt tokens ({n_prompt}) + max new tokens ({max_tokens}) = {n_prompt + max_tokens} "
-            f"exceeds MAX_TOTAL_TOKENS {config.max_total_tokens}",
+            f"prompt tokens ({n_prompt}) + max_tokens ({max_tokens}) = {n_prompt + max_tokens} "
+            f"exceeds max_total_tokens {config.max_total_tokens}",
+            limit_name="max_total_tokens",
+            n_prompt=n_prompt,
+            max_tokens=max_tokens,
         )

@@ -9,12 +9,14 @@ from fastapi import FastAPI
 from pydantic import ValidationError
 
 from llmhost.engine.request import EngineError, InvalidRequestError, QueueFullError, RequestTooLargeError
+from llmhost.server.limit_fields import COMPLETIONS, LimitFields, too_large
 from llmhost.web import responses
 from llmhost.web.errors import APIError, from_pydantic, model_loading, retry_after
 from llmhost.web.formats import ErrorFormat
 
 
-def from_engine(exc: EngineError) -> APIError:
+def from_engine(exc: EngineError, fields: LimitFields = COMPLETIONS) -> APIError:
+    """`fields`: the request's token-limit fields in its API's words."""
     if isinstance(exc, QueueFullError):
         return APIError(
             429,
@@ -24,7 +26,7 @@ def from_engine(exc: EngineError) -> APIError:
             headers=retry_after(),
         )
     if isinstance(exc, RequestTooLargeError):
-        return APIError(422, str(exc), field=exc.field_name, extra={"value": exc.value, "limit": exc.limit})
+        return too_large(exc, fields)
     if isinstance(exc, InvalidRequestError):
         extra = {"limit": exc.limit} if exc.limit is not None else {}
         return APIError(422, str(exc), field=exc.field_name, extra=extra)

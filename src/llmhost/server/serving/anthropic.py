@@ -13,6 +13,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from llmhost.engine import FinishReason, GenerationEvent
+from llmhost.server import limit_fields
 from llmhost.server.protocol import anthropic as proto
 from llmhost.server.protocol.openai import (
     ChatCompletionRequest,
@@ -161,7 +162,8 @@ class AnthropicServing:
         rid = message_id()
         try:
             ask = thinking_ask(body)
-            run = await start_chat(self.ctx, to_chat(body), None, rid, API, self.tool_parser, ask)
+            fields = limit_fields.MESSAGES
+            run = await start_chat(self.ctx, to_chat(body), None, rid, fields, self.tool_parser, ask)
         except APIError as exc:
             raise renamed(exc) from exc
         if body.stream:

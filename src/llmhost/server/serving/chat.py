@@ -10,6 +10,7 @@ from dataclasses import dataclass, replace
 from llmhost.engine import Constraint, SamplingParams, Thinking
 from llmhost.engine.loop import RequestStream
 from llmhost.engine.request import TokenLogprob
+from llmhost.server.limit_fields import LimitFields
 from llmhost.server.protocol import shapes
 from llmhost.server.protocol.openai import ChatCompletionRequest
 from llmhost.server.serving import thinking, tools
@@ -96,18 +97,19 @@ async def start_chat(
     body: ChatCompletionRequest,
     constraint: Constraint | None,
     rid: str,
-    api: str,
+    fields: LimitFields,
     tool_parser: str,
     ask: thinking.ThinkingAsk | None = None,
 ) -> ChatRun:
-    """Render, tokenize and submit a chat request (`constraint`: its structured output, if any; `ask`:
-    what it asks of a thought, else read from the OpenAI fields)."""
+    """Render, tokenize and submit a chat request (`constraint`: its structured output, if any; `fields`:
+    its token-limit fields in its API's words; `ask`: what it asks of a thought, else read from the
+    OpenAI fields)."""
     plan, constraint, prompt = await render_chat(ctx, body, constraint, tool_parser, ask)
     max_tokens = body.max_completion_tokens or body.max_tokens or ctx.remaining(len(prompt))
     top = body.top_logprobs or 0
     params = planned(ctx, plan, sampling_params(body, max_tokens, top if body.logprobs else None, constraint))
     adapters = ctx.adapters.by_model(body.model, body.lora)
-    streams = ctx.submit_choices(rid, [prompt], [params], body.n, api, adapters)
+    streams = ctx.submit_choices(rid, [prompt], [params], body.n, fields, adapters)
     return ChatRun(plan, streams, len(prompt))
 
 

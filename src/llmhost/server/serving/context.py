@@ -32,6 +32,7 @@ from llmhost.engine.lora import AdapterSet
 from llmhost.engine.request import ParamError
 from llmhost.jsontypes import JSONObject
 from llmhost.server.errors import from_engine
+from llmhost.server.limit_fields import COMPLETIONS, LimitFields
 from llmhost.server.metrics import ServerMetrics
 from llmhost.server.serving.adapters import AdapterChoice
 from llmhost.server.settings import ServerSettings
@@ -195,19 +196,26 @@ class ServingContext:
 
     # -- requests ----------------------------------------------------------------------------------
     def submit(
-        self, request_id: str, prompt: list[int], params: SamplingParams, api: str, group: str = "",
+        self,
+        request_id: str,
+        prompt: list[int],
+        params: SamplingParams,
+        fields: LimitFields,
+        group: str = "",
         adapters: AdapterSet = (),
-    ) -> RequestStream:  # fmt: skip
-        """`adapters`: the LoRA adapters it runs with (`self.adapters` chooses them)."""
+    ) -> RequestStream:
+        """`fields`: the request's token-limit fields in its API's words (a refusal over a limit names
+        them); `adapters`: the LoRA adapters it runs with (`self.adapters` chooses them)."""
         self.require_ready()
         try:
             request = GenerationRequest(request_id, prompt, params, group=group, adapters=adapters)
             return self.engine.submit(request)
         except EngineError as exc:
-            raise self._refused(exc) from exc
+            raise self._refused(exc, fields) from exc
 
     def submit_choices(
-        self, request_id: str, prompts: list[list[int]], params: list[SamplingParams], n: int, api: str,
+        self, request_id: str, prompts: list[list[int]], params: list[SamplingParams], n: int,
+        fields: LimitFields,
         adapters: AdapterSet = (),
     ) -> list[RequestStream]:  # fmt: skip
         """`n` choices per prompt, index prompt * n + choice; the choices of one prompt share its KV.
@@ -220,15 +228,15 @@ class ServingContext:
                     choice = p_params if seed is None or i == 0 else replace(p_params, seed=seed + i)
                     group = f"{request_id}/{p}" if n > 1 else ""
                     rid = f"{request_id}/{p * n + i}"
-                    streams.append(self.submit(rid, prompt, choice, api, group, adapters))
+                    streams.append(self.submit(rid, prompt, choice, fields, group, adapters))
         except BaseException:
             for s in streams:
                 s.abort()
             raise
         return streams
 
-    def _refused(self, exc: EngineError) -> APIError:
-        err = from_engine(exc)
+    def _refused(self, exc: EngineError, fields: LimitFields = COMPLETIONS) -> APIError:
+        err = from_engine(exc, fields)
         self.metrics.rejected.labels(reason=str(err.status)).inc()
         return err
 

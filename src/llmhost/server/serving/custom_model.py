@@ -16,6 +16,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Iterator
 from typing import Any
 
 from llmhost.engine import SamplingParams
+from llmhost.server import limit_fields
 from llmhost.server.serving.context import ServingContext, build_params, raise_if_failed
 
 API = "custom"
@@ -61,7 +62,7 @@ class CustomModel:
         params = self.params(sampling)
         tokens = await self._ctx.prompt_tokens(prompt)
         rid = f"{current_request_id.get() or 'custom'}/{next(self._ids)}"
-        stream = self._ctx.submit(rid, tokens, params, API)
+        stream = self._ctx.submit(rid, tokens, params, limit_fields.COMPLETIONS)
         try:
             async for event in stream:
                 if event.finished:

@@ -17,6 +17,7 @@ from starlette.responses import Response
 
 from llmhost.engine import Constraint, FinishReason, GenerationEvent
 from llmhost.engine.loop import RequestStream
+from llmhost.server import limit_fields
 from llmhost.server.protocol import ollama as proto
 from llmhost.server.protocol.outputs import json_response
 from llmhost.server.protocol.shapes import OllamaFunction, OllamaMessage, OllamaPiece, OllamaToolCall
@@ -234,7 +235,9 @@ class OllamaServing:
         params = planned(self.ctx, run.plan, op.sampling(body.options, n_tokens, self.n_ctx, constraint))
         rid = f"ollama-{uuid.uuid4().hex}"
         adapters = self.ctx.adapters.by_model(body.model.removesuffix(":latest"))  # a LoRA adapter's name
-        streams = self.ctx.submit_choices(rid, [run.prompt], [params], 1, API, adapters)
+        chat = isinstance(body, proto.ChatRequest)
+        fields = limit_fields.OLLAMA_CHAT if chat else limit_fields.OLLAMA_GENERATE
+        streams = self.ctx.submit_choices(rid, [run.prompt], [params], 1, fields, adapters)
         if body.stream:
             return EventStreamResponse(
                 self._stream(run, streams[0]), streams, on_error=error_line, media_type=NDJSON

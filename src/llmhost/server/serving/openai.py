@@ -12,6 +12,7 @@ from starlette.responses import Response
 
 from llmhost.engine import Constraint, FinishReason, GenerationEvent, SamplingParams
 from llmhost.engine.loop import RequestStream
+from llmhost.server import limit_fields
 from llmhost.server.protocol import shapes
 from llmhost.server.protocol.openai import ChatCompletionRequest, CompletionRequest, SamplingFields
 from llmhost.server.protocol.outputs import (
@@ -114,7 +115,7 @@ class OpenAIServing:
         params = [self._params(body, len(p), constraint, scored) for p in prompts]
         rid = new_id("cmpl")
         adapters = ctx.adapters.by_model(body.model, body.lora)
-        streams = ctx.submit_choices(rid, prompts, params, body.n, "completions", adapters)
+        streams = ctx.submit_choices(rid, prompts, params, body.n, limit_fields.COMPLETIONS, adapters)
         echoes = [self._echo(body, p, raw) for p, raw in zip(prompts, body.prompts(), strict=True)]
         if body.stream:
             return EventStreamResponse(self._completion_stream(rid, body, streams, echoes), streams)
@@ -239,7 +240,8 @@ class OpenAIServing:
     # -- chat --------------------------------------------------------------------------------------
     async def chat(self, body: ChatCompletionRequest, request: Request) -> Response:
         rid = new_id("chatcmpl")
-        run = await start_chat(self.ctx, body, openai_constraint(body), rid, "chat", self.tool_parser)
+        fields = limit_fields.CHAT_MAX_COMPLETION if body.max_completion_tokens else limit_fields.CHAT
+        run = await start_chat(self.ctx, body, openai_constraint(body), rid, fields, self.tool_parser)
         plan, streams = run.plan, run.streams
         if body.stream:
             return EventStreamResponse(self._chat_stream(rid, body, plan, streams), streams)

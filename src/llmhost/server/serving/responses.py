@@ -14,6 +14,7 @@ from starlette.responses import Response
 
 from llmhost.engine import Constraint, ConstraintKind, FinishReason, GenerationEvent
 from llmhost.jsontypes import JSONObject
+from llmhost.server import limit_fields
 from llmhost.server.protocol import responses as proto
 from llmhost.server.protocol.openai import (
     ChatCompletionRequest,
@@ -169,7 +170,8 @@ class ResponsesServing:
     async def create(self, body: proto.ResponsesRequest, request: Request) -> Response:
         rid = item_id("resp")
         try:
-            run = await start_chat(self.ctx, to_chat(body), _constraint(body), rid, API, self.tool_parser,
+            fields = limit_fields.RESPONSES
+            run = await start_chat(self.ctx, to_chat(body), _constraint(body), rid, fields, self.tool_parser,
                                    thinking_ask(body))  # fmt: skip
         except APIError as exc:
             raise renamed(exc) from exc

@@ -10,6 +10,7 @@ from starlette.responses import StreamingResponse
 from llmhost import __version__
 from llmhost.engine import GenerationEvent, SamplingParams, TokenLogprob
 from llmhost.engine.loop import RequestStream
+from llmhost.server import limit_fields
 from llmhost.server.protocol.limits import MAX_STOP_SEQUENCES
 from llmhost.server.protocol.outputs import Generation, Info
 from llmhost.server.protocol.shapes import PrefillToken, StreamedToken, TGIDetails, TGIToken
@@ -98,7 +99,7 @@ class TGIServing:
         params.max_tokens = p.max_new_tokens or min(
             ctx.settings.default_max_new_tokens, ctx.remaining(len(prompt))
         )
-        return ctx.submit(new_id("tgi"), prompt, params, "tgi", adapters=adapters), prompt
+        return ctx.submit(new_id("tgi"), prompt, params, limit_fields.TGI, adapters=adapters), prompt
 
     def _token(self, lp: TokenLogprob | None, token: int, text: str | None = None) -> TGIToken:
         return {

@@ -195,9 +195,14 @@ class ServingContext:
 
     # -- requests ----------------------------------------------------------------------------------
     def submit(
-        self, request_id: str, prompt: list[int], params: SamplingParams, api: str, group: str = "",
+        self,
+        request_id: str,
+        prompt: list[int],
+        params: SamplingParams,
+        api: str,
+        group: str = "",
         adapters: AdapterSet = (),
-    ) -> RequestStream:  # fmt: skip
+    ) -> RequestStream:
         """`adapters`: the LoRA adapters it runs with (`self.adapters` chooses them)."""
         self.require_ready()
         try:
@@ -207,9 +212,14 @@ class ServingContext:
             raise self._refused(exc) from exc
 
     def submit_choices(
-        self, request_id: str, prompts: list[list[int]], params: list[SamplingParams], n: int, api: str,
+        self,
+        request_id: str,
+        prompts: list[list[int]],
+        params: list[SamplingParams],
+        n: int,
+        api: str,
         adapters: AdapterSet = (),
-    ) -> list[RequestStream]:  # fmt: skip
+    ) -> list[RequestStream]:
         """`n` choices per prompt, index prompt * n + choice; the choices of one prompt share its KV.
         All or nothing: if one is refused, those already queued are aborted."""
         streams: list[RequestStream] = []

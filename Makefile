@@ -68,6 +68,7 @@ serve: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks docsgen
+	$(BIN)/ruff format --check src tests benchmarks docsgen
 
 # the docs site into site/ (offline: open site/index.html, or `make docs-serve`); the reference pages are
 # generated from the code at build time (docsgen/hooks.py); tests/docs/ builds it with --strict in `make test`
@@ -88,6 +89,7 @@ integration: $(STAMP)
 
 test: $(STAMP) $(CHROMIUM_STAMP)
 	$(BIN)/ruff check src tests benchmarks docsgen
+	$(BIN)/ruff format --check src tests benchmarks docsgen
 	$(BIN)/mypy --strict src docsgen
 	# llmhost's own bytecode (an editable install: pip compiled only the other packages); each of the suite's
 	# ~150 server processes otherwise compiles what it imports (0.1 CPU-s each, PYTHONDONTWRITEBYTECODE here)

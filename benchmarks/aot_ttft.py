@@ -42,8 +42,21 @@ def free_port() -> int:
 def start_to_first_token(model: str, prompt: str, threads: int) -> dict[str, float]:
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    cmd = [sys.executable, "-m", "llmhost.cli", "serve", model, "--host", "127.0.0.1", "--port", str(port),
-           "--threads", str(threads), "--log-level", "warning"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "llmhost.cli",
+        "serve",
+        model,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--threads",
+        str(threads),
+        "--log-level",
+        "warning",
+    ]
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
@@ -57,8 +70,13 @@ def start_to_first_token(model: str, prompt: str, threads: int) -> dict[str, flo
                 pass
             time.sleep(0.02)
         ready = time.perf_counter()
-        body = {"prompt": prompt, "max_tokens": 4, "temperature": 0, "stream": True,
-                "stream_options": {"include_usage": True}}  # fmt: skip
+        body = {
+            "prompt": prompt,
+            "max_tokens": 4,
+            "temperature": 0,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
         first = 0.0
         cached = 0
         with httpx.stream("POST", f"{url}/v1/completions", json=body, timeout=120) as r:
@@ -70,8 +88,12 @@ def start_to_first_token(model: str, prompt: str, threads: int) -> dict[str, flo
                     first = time.perf_counter()
                 if chunk.get("usage"):
                     cached = chunk["usage"]["prompt_tokens_details"]["cached_tokens"]
-        return {"ready_s": ready - t0, "first_token_s": first - t0, "ttft_after_ready_s": first - ready,
-                "cached_tokens": cached}  # fmt: skip
+        return {
+            "ready_s": ready - t0,
+            "first_token_s": first - t0,
+            "ttft_after_ready_s": first - ready,
+            "cached_tokens": cached,
+        }
     finally:
         proc.terminate()
         proc.wait(30)
@@ -103,16 +125,25 @@ def main() -> None:
         for name in runs
     }
     reduction = 1 - summary["artifact"]["first_token_s"] / summary["cold"]["first_token_s"]
-    print(json.dumps({
-        "machine": {"platform": platform.platform(), "threads": args.threads},
-        "artifact": {"directory": str(out), "key": art.key[:12], "reused": art.reused,
-                     "build_s": round(build_s, 2),
-                     "system_prompt_tokens": art.info.get("prefix_state", {}).get("tokens")},
-        "rounds": args.rounds,
-        "median": summary,
-        "start_to_first_token_reduction": round(reduction, 3),
-        "runs": runs,
-    }, indent=2))  # fmt: skip
+    print(
+        json.dumps(
+            {
+                "machine": {"platform": platform.platform(), "threads": args.threads},
+                "artifact": {
+                    "directory": str(out),
+                    "key": art.key[:12],
+                    "reused": art.reused,
+                    "build_s": round(build_s, 2),
+                    "system_prompt_tokens": art.info.get("prefix_state", {}).get("tokens"),
+                },
+                "rounds": args.rounds,
+                "median": summary,
+                "start_to_first_token_reduction": round(reduction, 3),
+                "runs": runs,
+            },
+            indent=2,
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -61,9 +61,25 @@ class Server:
     def __init__(self, model: str, threads: int, max_concurrent: int) -> None:
         self.url = f"http://127.0.0.1:{(port := free_port())}"
         self.log = Path(tempfile.mkdtemp(prefix="api-compare-")) / "serve.log"
-        cmd = [sys.executable, "-m", "llmhost.cli", "serve", model, "--host", "127.0.0.1",
-               "--port", str(port), "--threads", str(threads), "--max-concurrent", str(max_concurrent),
-               "--prefix-cache-seqs", "0", "--served-model-name", "bench"]  # fmt: skip
+        cmd = [
+            sys.executable,
+            "-m",
+            "llmhost.cli",
+            "serve",
+            model,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--threads",
+            str(threads),
+            "--max-concurrent",
+            str(max_concurrent),
+            "--prefix-cache-seqs",
+            "0",
+            "--served-model-name",
+            "bench",
+        ]
         with self.log.open("wb") as out:
             self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + STARTUP_TIMEOUT_S
@@ -89,10 +105,20 @@ class Server:
 
 def measure(url: str, api: str, prompts: Path, conc: int, n: int, new_tokens: int) -> dict[str, Any]:
     cfg = BenchConfig(
-        url=url, api=api, concurrency=[conc], requests=n, prompts_file=str(prompts),
-        max_new_tokens=new_tokens, temperature=0.0, ignore_eos=False, timeout_s=600, model="bench",
-        server_metrics=False, saturation_gain=None, name=f"{api}-c{conc}",
-    )  # fmt: skip
+        url=url,
+        api=api,
+        concurrency=[conc],
+        requests=n,
+        prompts_file=str(prompts),
+        max_new_tokens=new_tokens,
+        temperature=0.0,
+        ignore_eos=False,
+        timeout_s=600,
+        model="bench",
+        server_metrics=False,
+        saturation_gain=None,
+        name=f"{api}-c{conc}",
+    )
     level = run_benchmark(cfg).levels()[0]
     ttft = level.get("ttft_s_p50")
     return {
@@ -109,8 +135,11 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
         values = [r[key] for r in runs if r[key] is not None]
         return round(statistics.median(values), 2) if values else None
 
-    return {"runs": runs, "output_tokens_per_s_median": median("output_tokens_per_s"),
-            "ttft_ms_p50_median": median("ttft_ms_p50")}  # fmt: skip
+    return {
+        "runs": runs,
+        "output_tokens_per_s_median": median("output_tokens_per_s"),
+        "ttft_ms_p50_median": median("ttft_ms_p50"),
+    }
 
 
 def _ratio(a: float | None, b: float | None) -> float | None:
@@ -156,12 +185,13 @@ def build_report(results: dict[str, Any], args: argparse.Namespace, model: str, 
         chat = summary["chat"]
         ratios = {
             f"{api}/chat": {
-                "output_tokens_per_s": _ratio(summary[api]["output_tokens_per_s_median"],
-                                              chat["output_tokens_per_s_median"]),
+                "output_tokens_per_s": _ratio(
+                    summary[api]["output_tokens_per_s_median"], chat["output_tokens_per_s_median"]
+                ),
                 "ttft_ms_p50": _ratio(summary[api]["ttft_ms_p50_median"], chat["ttft_ms_p50_median"]),
             }
             for api in ("messages", "responses")
-        }  # fmt: skip
+        }
         levels[level] = {"apis": summary, "ratios": ratios}
     return {
         "machine": {"cpus": len(os.sched_getaffinity(0)), "platform": platform.platform()},

@@ -80,15 +80,28 @@ def main() -> None:
     finally:
         stop_server(srv)
     arr = np.array(drifts)
-    print(json.dumps({
-        "rounds": args.rounds, "tokens_per_request": N_TOKENS, "threads": args.threads,
-        "steps_compared": len(drifts),
-        "gap_drift": {"median": float(np.median(arr)), "p99": float(np.percentile(arr, 99)),
-                      "p999": float(np.percentile(arr, 99.9)), "max": float(arr.max())},
-        "flips": len(flips), "flip_gaps": sorted(flips),
-        "mean_flip_gap": statistics.mean(flips) if flips else None,
-        "suggested_bound": round(float(arr.max()) * MARGIN, 3), "margin": MARGIN,
-    }, indent=2))  # fmt: skip
+    print(
+        json.dumps(
+            {
+                "rounds": args.rounds,
+                "tokens_per_request": N_TOKENS,
+                "threads": args.threads,
+                "steps_compared": len(drifts),
+                "gap_drift": {
+                    "median": float(np.median(arr)),
+                    "p99": float(np.percentile(arr, 99)),
+                    "p999": float(np.percentile(arr, 99.9)),
+                    "max": float(arr.max()),
+                },
+                "flips": len(flips),
+                "flip_gaps": sorted(flips),
+                "mean_flip_gap": statistics.mean(flips) if flips else None,
+                "suggested_bound": round(float(arr.max()) * MARGIN, 3),
+                "margin": MARGIN,
+            },
+            indent=2,
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -58,14 +58,29 @@ def start_endpoint(model: Path, args: argparse.Namespace) -> tuple[subprocess.Po
     tmp = Path(tempfile.mkdtemp(prefix="console-cost-"))
     file = tmp / "endpoint.yaml"
     cpus = len(os.sched_getaffinity(0))
-    file.write_text(f"name: console-cost\ncomponents:\n  - name: gemma\n    model: {model}\n    copies: 1\n"
-                    f"    resources: {{num_cpus: {cpus}, memory_mb: 800}}\n"
-                    f"    engine: {{max_concurrent: {args.concurrency}}}\n")  # fmt: skip
+    file.write_text(
+        f"name: console-cost\ncomponents:\n  - name: gemma\n    model: {model}\n    copies: 1\n"
+        f"    resources: {{num_cpus: {cpus}, memory_mb: 800}}\n"
+        f"    engine: {{max_concurrent: {args.concurrency}}}\n"
+    )
     port = free_port()
     log = tmp / "endpoint.log"
-    cmd = [sys.executable, "-m", "llmhost.cli", "endpoint", "up", str(file), "--host", "127.0.0.1",
-           "--port", str(port), "--log-dir", str(tmp / "copies"),
-           "--console-period", str(args.console_period)]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "llmhost.cli",
+        "endpoint",
+        "up",
+        str(file),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--log-dir",
+        str(tmp / "copies"),
+        "--console-period",
+        str(args.console_period),
+    ]
     with log.open("wb") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
@@ -97,8 +112,9 @@ async def console(client: httpx.AsyncClient, stop: asyncio.Event, counts: list[i
     last_t: float | None = None
     while not stop.is_set():
         since = "" if last_t is None else f"?since={last_t}"
-        overview, series = await asyncio.gather(get(client, "/console/api/overview"),
-                                                get(client, "/console/api/series" + since))  # fmt: skip
+        overview, series = await asyncio.gather(
+            get(client, "/console/api/overview"), get(client, "/console/api/series" + since)
+        )
         overview.raise_for_status()
         series.raise_for_status()
         counts[0] += 2
@@ -138,15 +154,25 @@ class Consoles:
 
 
 def measure(url: str, consoles: int, args: argparse.Namespace) -> dict[str, Any]:
-    cfg = BenchConfig(url=url, api="openai", concurrency=[args.concurrency], duration_s=args.duration,
-                      warmup=args.concurrency, prompt_tokens=args.prompt_tokens,
-                      max_new_tokens=args.max_new_tokens, temperature=0.0,
-                      name=f"consoles{consoles}")  # fmt: skip
+    cfg = BenchConfig(
+        url=url,
+        api="openai",
+        concurrency=[args.concurrency],
+        duration_s=args.duration,
+        warmup=args.concurrency,
+        prompt_tokens=args.prompt_tokens,
+        max_new_tokens=args.max_new_tokens,
+        temperature=0.0,
+        name=f"consoles{consoles}",
+    )
     with Consoles(url, consoles) as open_pages:
         level = run_benchmark(cfg).levels()[0]
-    return {"output_tokens_per_s": round(level.output_tokens_per_s, 3), "requests": level.requests,
-            "failures": level.requests - level.successes,
-            "console_requests": open_pages.requests[0]}  # fmt: skip
+    return {
+        "output_tokens_per_s": round(level.output_tokens_per_s, 3),
+        "requests": level.requests,
+        "failures": level.requests - level.successes,
+        "console_requests": open_pages.requests[0],
+    }
 
 
 def endpoint_cpu_s(pid: int) -> float:
@@ -212,8 +238,14 @@ def main() -> None:
         "idle_cores": {n: statistics.median(r["cores"] for r in rs) for n, rs in idle.items()},
         "runs": runs,
         "idle": idle,
-        "console_cpu_share": round((statistics.median(r["cores"] for r in idle[str(args.consoles)])
-                                    - statistics.median(r["cores"] for r in idle["0"])) / cpus, 5),
+        "console_cpu_share": round(
+            (
+                statistics.median(r["cores"] for r in idle[str(args.consoles)])
+                - statistics.median(r["cores"] for r in idle["0"])
+            )
+            / cpus,
+            5,
+        ),
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")

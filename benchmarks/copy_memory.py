@@ -102,12 +102,21 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             for model in ("gemma", "smol"):
                 answered[model] = await drive(ep, model, args.streams, args.rounds, args.max_tokens)
             watcher.cancel()
-            rows = [{k: r[k] for k in SHOWN} | {"peak_rss_mb": round(peak.get(r["copy"], 0.0), 1)}
-                    | (group_figures(int(r["pid"])) if r["pid"] else {}) for r in copies(ep)]  # fmt: skip
+            rows = [
+                {k: r[k] for k in SHOWN}
+                | {"peak_rss_mb": round(peak.get(r["copy"], 0.0), 1)}
+                | (group_figures(int(r["pid"])) if r["pid"] else {})
+                for r in copies(ep)
+            ]
         finally:
             await asyncio.to_thread(stop_endpoint, ep)
-    return {"streams": args.streams, "rounds": args.rounds, "max_tokens": args.max_tokens,
-            "answered": answered, "copies": rows}  # fmt: skip
+    return {
+        "streams": args.streams,
+        "rounds": args.rounds,
+        "max_tokens": args.max_tokens,
+        "answered": answered,
+        "copies": rows,
+    }
 
 
 def main() -> None:

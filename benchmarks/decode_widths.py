@@ -77,9 +77,14 @@ class Streams:
 def measure(args: argparse.Namespace) -> dict[str, Any]:
     n = args.max_seqs
     cfg = EngineConfig(
-        max_concurrent=n + 1, prefix_cache_seqs=0, max_total_tokens=args.context + 256,
-        max_input_tokens=args.context, max_batch_tokens=512, n_threads=args.threads, flash_attn=True,
-    )  # fmt: skip
+        max_concurrent=n + 1,
+        prefix_cache_seqs=0,
+        max_total_tokens=args.context + 256,
+        max_input_tokens=args.context,
+        max_batch_tokens=512,
+        n_threads=args.threads,
+        flash_attn=True,
+    )
     model = LlamaModel(resolve_model(args.model), cfg)
     try:
         streams = Streams(model, n + 1, args.context, seed=0)

@@ -69,9 +69,22 @@ class Endpoint:
         file = tmp / f"endpoint-{copies}x{num_cpus}.yaml"
         file.write_text(endpoint_yaml(copies, num_cpus))
         self.log = tmp / f"endpoint-{copies}x{num_cpus}.log"
-        cmd = [sys.executable, "-m", "llmhost.cli", "endpoint", "up", str(file), "--host", "127.0.0.1",
-               "--port", str(self.port), "--log-dir", str(tmp / "copies"),
-               "--log-level", "warning"]  # fmt: skip
+        cmd = [
+            sys.executable,
+            "-m",
+            "llmhost.cli",
+            "endpoint",
+            "up",
+            str(file),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--log-dir",
+            str(tmp / "copies"),
+            "--log-level",
+            "warning",
+        ]
         with self.log.open("wb") as out:
             self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 180
@@ -109,12 +122,25 @@ class Endpoint:
 
 
 def bench(
-    url: str, concurrency: int, requests: int, prompt_tokens: int, max_new_tokens: int,
+    url: str,
+    concurrency: int,
+    requests: int,
+    prompt_tokens: int,
+    max_new_tokens: int,
     headers: dict[str, str] | None = None,
-) -> dict[str, Any]:  # fmt: skip
-    cfg = BenchConfig(url=url, api="openai", model="gemma", concurrency=[concurrency], requests=requests,
-                      warmup=min(concurrency, 4), prompt_tokens=prompt_tokens, max_new_tokens=max_new_tokens,
-                      temperature=0.0, headers=headers or {})  # fmt: skip
+) -> dict[str, Any]:
+    cfg = BenchConfig(
+        url=url,
+        api="openai",
+        model="gemma",
+        concurrency=[concurrency],
+        requests=requests,
+        warmup=min(concurrency, 4),
+        prompt_tokens=prompt_tokens,
+        max_new_tokens=max_new_tokens,
+        temperature=0.0,
+        headers=headers or {},
+    )
     [level] = run_benchmark(cfg, out_dir=None).levels()
 
     def ms(key: str) -> float | None:
@@ -154,15 +180,26 @@ def accounted(ep: Endpoint, run: Any) -> dict[str, Any]:
     return figures
 
 
-def split_bench(copies: list[tuple[str, dict[str, str]]], concurrency: int, requests: int,
-                prompt_tokens: int, max_new_tokens: int) -> dict[str, Any]:
+def split_bench(
+    copies: list[tuple[str, dict[str, str]]],
+    concurrency: int,
+    requests: int,
+    prompt_tokens: int,
+    max_new_tokens: int,
+) -> dict[str, Any]:
     """The users split evenly between the copies (one load generator thread each), no router."""
     from concurrent.futures import ThreadPoolExecutor
 
     n = len(copies)
     with ThreadPoolExecutor(n) as pool:
-        parts = list(pool.map(lambda c: bench(c[0], concurrency // n, requests // n, prompt_tokens,
-                                              max_new_tokens, headers=c[1]), copies))  # fmt: skip
+        parts = list(
+            pool.map(
+                lambda c: bench(
+                    c[0], concurrency // n, requests // n, prompt_tokens, max_new_tokens, headers=c[1]
+                ),
+                copies,
+            )
+        )
     errors: dict[str, int] = {}
     for p in parts:
         for k, v in p["errors"].items():
@@ -232,8 +269,10 @@ def main() -> None:
         return float(statistics.median(r[key] for r in rounds[side]))
 
     out["router_overhead"] = {
-        "method": "one copy x 1 thread; concurrency 1, 32-token prompts, 16 new tokens, direct vs via the "
-        "router; median over 3 interleaved rounds of the p50",
+        "method": (
+            "one copy x 1 thread; concurrency 1, 32-token prompts, 16 new tokens, direct vs via the "
+            "router; median over 3 interleaved rounds of the p50"
+        ),
         "direct_e2e_ms_p50": round(med("direct", "e2e_ms_p50"), 2),
         "router_e2e_ms_p50": round(med("router", "e2e_ms_p50"), 2),
         "added_e2e_ms_p50": round(med("router", "e2e_ms_p50") - med("direct", "e2e_ms_p50"), 2),

@@ -43,9 +43,14 @@ RESULTS = Path(__file__).parent / "results" / "kv_layout.json"
 def load(unified: bool, args: argparse.Namespace) -> LlamaModel:
     """The model with the KV layout asked for: llmhost's context parameters, kv_unified overridden."""
     n_seqs = args.seqs + args.others + 1
-    cfg = EngineConfig(max_concurrent=n_seqs, max_total_tokens=args.context + 512,
-                       max_input_tokens=args.context + 256, n_threads=args.threads,
-                       prefix_cache_seqs=0, prompt_cache_mb=0)  # fmt: skip
+    cfg = EngineConfig(
+        max_concurrent=n_seqs,
+        max_total_tokens=args.context + 512,
+        max_input_tokens=args.context + 256,
+        n_threads=args.threads,
+        prefix_cache_seqs=0,
+        prompt_cache_mb=0,
+    )
     create = lc.llama_init_from_model
 
     def with_layout(model: Any, cparams: Any) -> Any:

@@ -56,8 +56,14 @@ def serve_default_kv_mib(k: str, v: str, swa_full: bool) -> float:
 
 
 def quality(k: str, v: str, threads: int) -> dict[str, Any]:
-    limits = {"max_concurrent": 1, "prefix_cache_seqs": 0, "max_total_tokens": 1024,
-              "max_input_tokens": 1023, "max_batch_tokens": 64, "n_threads": threads}  # fmt: skip
+    limits = {
+        "max_concurrent": 1,
+        "prefix_cache_seqs": 0,
+        "max_total_tokens": 1024,
+        "max_input_tokens": 1023,
+        "max_batch_tokens": 64,
+        "n_threads": threads,
+    }
     model = LlamaModel(resolve_model(), config(k, v, True, **limits))
     base = LlamaModel(resolve_model(), config("f16", "f16", True, **limits))
     try:
@@ -77,8 +83,13 @@ def quality(k: str, v: str, threads: int) -> dict[str, Any]:
 def speed_and_rss(k: str, v: str, swa_full: bool, args: argparse.Namespace) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for context in (args.short, args.long):
-        limits = {"max_concurrent": args.seqs, "prefix_cache_seqs": 0, "max_total_tokens": context + 64,
-                  "max_input_tokens": context, "n_threads": args.threads}  # fmt: skip
+        limits = {
+            "max_concurrent": args.seqs,
+            "prefix_cache_seqs": 0,
+            "max_total_tokens": context + 64,
+            "max_input_tokens": context,
+            "n_threads": args.threads,
+        }
         model = LlamaModel(resolve_model(), config(k, v, swa_full, **limits))
         try:
             streams = Streams(model, args.seqs, context, seed=0)
@@ -120,9 +131,24 @@ def main() -> None:
         return
     rows = []
     for k, v, full in SETTINGS:
-        child = [sys.executable, __file__, "--one", k, v, str(int(full)), "--threads", str(args.threads),
-                 "--seqs", str(args.seqs), "--short", str(args.short), "--long", str(args.long),
-                 "--repeats", str(args.repeats)]  # fmt: skip
+        child = [
+            sys.executable,
+            __file__,
+            "--one",
+            k,
+            v,
+            str(int(full)),
+            "--threads",
+            str(args.threads),
+            "--seqs",
+            str(args.seqs),
+            "--short",
+            str(args.short),
+            "--long",
+            str(args.long),
+            "--repeats",
+            str(args.repeats),
+        ]
         done = subprocess.run(child, check=True, capture_output=True, text=True)
         rows.append(json.loads(done.stdout.strip().splitlines()[-1]))
         print(json.dumps(rows[-1]), flush=True)

@@ -57,9 +57,14 @@ def main() -> None:
     args = ap.parse_args()
     base = Path(resolve_model())
     cfg = EngineConfig(
-        max_concurrent=8, prefix_cache_seqs=0, max_total_tokens=CONTEXT + 8,
-        max_input_tokens=CONTEXT, max_batch_tokens=512, n_threads=args.threads, flash_attn=True,
-    )  # fmt: skip
+        max_concurrent=8,
+        prefix_cache_seqs=0,
+        max_total_tokens=CONTEXT + 8,
+        max_input_tokens=CONTEXT,
+        max_batch_tokens=512,
+        n_threads=args.threads,
+        flash_attn=True,
+    )
     model = LlamaModel(base, cfg)
     widths = (1, 2, 4, 8)
     rows: dict[str, dict[int, float]] = {}

@@ -59,9 +59,15 @@ def main() -> None:
             AdapterSpec(f"a{i}", str(write_adapter(Path(tmp) / f"a{i}.gguf", base, i))) for i in (1, 2, 3)
         )
         cfg = EngineConfig(
-            max_concurrent=8, max_total_tokens=256, max_input_tokens=128, max_batch_tokens=256,
-            n_threads=args.threads, prefix_cache_seqs=0, prompt_cache_mb=0, adapters=specs,
-        )  # fmt: skip
+            max_concurrent=8,
+            max_total_tokens=256,
+            max_input_tokens=128,
+            max_batch_tokens=256,
+            n_threads=args.threads,
+            prefix_cache_seqs=0,
+            prompt_cache_mb=0,
+            adapters=specs,
+        )
         eng = Engine(LlamaModel(base, cfg), cfg)
         prompt = eng.model.tokenize("Write a short story about a lighthouse keeper and the sea.")
         one = (("a1", 1.0),)

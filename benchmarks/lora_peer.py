@@ -79,19 +79,46 @@ def commands(args: argparse.Namespace, model: Path, adapters: list[Path]) -> dic
     ctx = args.prompt_words * 2 + args.new_tokens + 64
     return {
         "llmhost": [
-            sys.executable, "-m", "llmhost.cli", "serve", str(model), "--host", "127.0.0.1",
-            "--port", "{port}", "--threads", str(args.threads), "--max-concurrent", str(args.concurrency),
-            "--max-total-tokens", str(ctx), "--max-input-tokens", str(ctx - args.new_tokens),
-            "--log-level", "warning",
+            sys.executable,
+            "-m",
+            "llmhost.cli",
+            "serve",
+            str(model),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "{port}",
+            "--threads",
+            str(args.threads),
+            "--max-concurrent",
+            str(args.concurrency),
+            "--max-total-tokens",
+            str(ctx),
+            "--max-input-tokens",
+            str(ctx - args.new_tokens),
+            "--log-level",
+            "warning",
             *[f"--lora=a{i}={p}" for i, p in enumerate(adapters)],
         ],
         "llama-server": [
-            args.llama_server, "-m", str(model), "--host", "127.0.0.1", "--port", "{port}",
-            "-t", str(args.threads), "-np", str(args.concurrency), "-c", str(args.concurrency * ctx),
-            "--no-webui", "--lora-init-without-apply",
+            args.llama_server,
+            "-m",
+            str(model),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "{port}",
+            "-t",
+            str(args.threads),
+            "-np",
+            str(args.concurrency),
+            "-c",
+            str(args.concurrency * ctx),
+            "--no-webui",
+            "--lora-init-without-apply",
             *[x for p in adapters for x in ("--lora", str(p))],
         ],
-    }  # fmt: skip
+    }
 
 
 def prompts(count: int, words: int, salt: int) -> list[str]:
@@ -121,11 +148,17 @@ async def one(client: httpx.AsyncClient, url: str, body: dict[str, Any]) -> dict
 
 async def mix_run(url: str, k: int, texts: list[str], args: argparse.Namespace) -> dict[str, float]:
     bodies = [
-        {"prompt": t, "max_tokens": args.new_tokens, "temperature": 0.0, "ignore_eos": True,
-         "stream": True, "stream_options": {"include_usage": True},
-         **({"lora": [{"id": i % k, "scale": 1.0}]} if k else {})}  # the base: no list, as a user sends it
+        {
+            "prompt": t,
+            "max_tokens": args.new_tokens,
+            "temperature": 0.0,
+            "ignore_eos": True,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+            **({"lora": [{"id": i % k, "scale": 1.0}]} if k else {}),
+        }  # the base: no list, as a user sends it
         for i, t in enumerate(texts)
-    ]  # fmt: skip
+    ]
     queue = list(reversed(bodies))
     results: list[dict[str, float]] = []
     # a connection per request: llama-server's HTTP library closes idle keep-alive connections, and a

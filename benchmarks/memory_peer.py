@@ -50,9 +50,10 @@ VARIANTS: tuple[tuple[str, list[str]], ...] = (
     ("swa_full", ["--swa-full"]),
 )
 RUNS: list[tuple[str, str, list[str]]] = [
-    run for kv in ("f16", "q8_0")
+    run
+    for kv in ("f16", "q8_0")
     for run in [(f"llama-server {kv}", kv, []), *((f"llmhost {kv} {v}", kv, extra) for v, extra in VARIANTS)]
-]  # fmt: skip
+]
 
 
 def free_port() -> int:
@@ -69,16 +70,58 @@ def prompts() -> list[str]:
 
 def llama_server_cmd(binary: str, model: str, port: int, kv: str) -> list[str]:
     # -v: the log gives llama.cpp's buffer sizes (the floor)
-    return [binary, "-m", model, "--host", "127.0.0.1", "--port", str(port), "-c", "65536", "-np", "16",
-            "-fa", "on", "--cache-type-k", kv, "--cache-type-v", kv, "--no-webui", "-t", "2",
-            "-v"]  # fmt: skip
+    return [
+        binary,
+        "-m",
+        model,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "-c",
+        "65536",
+        "-np",
+        "16",
+        "-fa",
+        "on",
+        "--cache-type-k",
+        kv,
+        "--cache-type-v",
+        kv,
+        "--no-webui",
+        "-t",
+        "2",
+        "-v",
+    ]
 
 
 def llmhost_cmd(model: str, port: int, kv: str, extra: list[str]) -> list[str]:
-    return [sys.executable, "-m", "llmhost.cli", "serve", model, "--host", "127.0.0.1", "--port", str(port),
-            "--max-concurrent", "16", "--max-total-tokens", "4096", "--max-input-tokens", "4000",
-            "--cache-type-k", kv, "--cache-type-v", kv, "--threads", "2", "--log-level", "warning",
-            *extra]  # fmt: skip
+    return [
+        sys.executable,
+        "-m",
+        "llmhost.cli",
+        "serve",
+        model,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--max-concurrent",
+        "16",
+        "--max-total-tokens",
+        "4096",
+        "--max-input-tokens",
+        "4000",
+        "--cache-type-k",
+        kv,
+        "--cache-type-v",
+        kv,
+        "--threads",
+        "2",
+        "--log-level",
+        "warning",
+        *extra,
+    ]
 
 
 def wait_ready(url: str, proc: subprocess.Popen[bytes]) -> None:
@@ -186,9 +229,10 @@ def main() -> None:
     result["floor"] = floors(rows, goal)
     result["met"] = {
         f"{kv} {variant}": rows[f"llmhost {kv} {variant}"]["ratio_to_llama_server"] <= g
-        for kv, g in goal.items() for variant in ("windowed", "windowed, 0 idle")
+        for kv, g in goal.items()
+        for variant in ("windowed", "windowed, 0 idle")
         if "ratio_to_llama_server" in rows.get(f"llmhost {kv} {variant}", {})
-    }  # fmt: skip
+    }
     out.write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result["met"]))
 

@@ -138,17 +138,26 @@ def closed_loop(
     seconds = counter.clock() - t0
     ttft = sorted(first.values())
     return {
-        "llama_decode_calls": counter.calls - calls0, "micro_batches": counter.ubatches - ubatches0,
-        "seconds": round(seconds, 3), "output_tokens_per_s": round(len(prompts) * new / seconds, 2),
+        "llama_decode_calls": counter.calls - calls0,
+        "micro_batches": counter.ubatches - ubatches0,
+        "seconds": round(seconds, 3),
+        "output_tokens_per_s": round(len(prompts) * new / seconds, 2),
         "ttft_p50_s": round(statistics.median(ttft), 3),
         "ttft_p90_s": round(ttft[int(0.9 * (len(ttft) - 1))], 3),
-    }  # fmt: skip
+    }
 
 
 def make_engine(model_name: str, budget: int, width: int) -> tuple[Engine, Counter, Callable[[int], int]]:
     """The engine on `model_name`, its decode counter, and a token generator in its vocabulary."""
-    cfg = EngineConfig(max_concurrent=width, max_batch_tokens=budget, max_input_tokens=2048,
-                       max_total_tokens=4096, max_queue=64, n_threads=1, prompt_cache_mb=0)  # fmt: skip
+    cfg = EngineConfig(
+        max_concurrent=width,
+        max_batch_tokens=budget,
+        max_input_tokens=2048,
+        max_total_tokens=4096,
+        max_queue=64,
+        n_threads=1,
+        prompt_cache_mb=0,
+    )
     rng = random.Random(0)
     if model_name == "fake":
         from tests.unit.engine_fakes import FakeModel
@@ -198,8 +207,9 @@ def check() -> None:
 
     lines: list[str] = []
     add_log_listener(lines.append)
-    cfg = EngineConfig(max_concurrent=8, max_total_tokens=512, max_input_tokens=256, n_threads=1,
-                       prompt_cache_mb=0)  # fmt: skip
+    cfg = EngineConfig(
+        max_concurrent=8, max_total_tokens=512, max_input_tokens=256, n_threads=1, prompt_cache_mb=0
+    )
     model = LlamaModel(resolve_model(), cfg)
     rng = random.Random(0)
     cases = [
@@ -214,8 +224,10 @@ def check() -> None:
         found = re.findall(r"n_seq_tokens\s*=\s*(\d+).*?n_seqs\s*=\s*(\d+)", "".join(lines), re.S)[1:]
         theirs = [(int(n), int(k)) for k, n in found]  # the first print is the whole input batch
         ours = [(n, k) for n, k, _ in split_equal(case, cfg.llama_n_ubatch)]
-        print(f"{case if len(case) < 4 else f'{len(case)} items'}: llama.cpp {theirs}, split_equal {ours}",
-              "same" if theirs == ours else "DIFFERENT")  # fmt: skip
+        print(
+            f"{case if len(case) < 4 else f'{len(case)} items'}: llama.cpp {theirs}, split_equal {ours}",
+            "same" if theirs == ours else "DIFFERENT",
+        )
         for s, _, _ in case:
             model.apply(KvTrim(s, 0))
     model.close()

@@ -48,15 +48,36 @@ class System:
         self.log = tmp / f"{kind}-{copies}x{num_cpus}.log"
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         if kind == "direct":
-            cmd = ["serve", "--threads", str(num_cpus), "--served-model-name", "gemma", "--max-input-tokens",
-                   "256", "--max-total-tokens", "512", "--max-concurrent", "8"]  # fmt: skip
+            cmd = [
+                "serve",
+                "--threads",
+                str(num_cpus),
+                "--served-model-name",
+                "gemma",
+                "--max-input-tokens",
+                "256",
+                "--max-total-tokens",
+                "512",
+                "--max-concurrent",
+                "8",
+            ]
         else:
             file = tmp / f"{kind}-{copies}x{num_cpus}.yaml"
             file.write_text(endpoint_yaml(copies, num_cpus))
             cmd = ["endpoint", "up", str(file), *(["--ray"] if kind == "ray" else [])]
             env |= RAY_ENV if kind == "ray" else {}
-        cmd = [sys.executable, "-m", "llmhost.cli", *cmd, "--host", "127.0.0.1", "--port", str(self.port),
-               "--log-level", "warning"]  # fmt: skip
+        cmd = [
+            sys.executable,
+            "-m",
+            "llmhost.cli",
+            *cmd,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--log-level",
+            "warning",
+        ]
         with self.log.open("wb") as out:
             self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
         self._wait(copies)
@@ -101,9 +122,18 @@ class FailedRun(RuntimeError):
 def measure(url: str, concurrency: int, requests: int, prompt_tokens: int, new_tokens: int) -> dict[str, Any]:
     from llmhost.bench import BenchConfig, run_benchmark
 
-    cfg = BenchConfig(url=url, api="openai", model="gemma", concurrency=[concurrency], requests=requests,
-                      warmup=min(concurrency, 4), prompt_tokens=prompt_tokens, max_new_tokens=new_tokens,
-                      temperature=0.0, server_metrics=False)  # fmt: skip
+    cfg = BenchConfig(
+        url=url,
+        api="openai",
+        model="gemma",
+        concurrency=[concurrency],
+        requests=requests,
+        warmup=min(concurrency, 4),
+        prompt_tokens=prompt_tokens,
+        max_new_tokens=new_tokens,
+        temperature=0.0,
+        server_metrics=False,
+    )
     [level] = run_benchmark(cfg, out_dir=None).levels()
 
     def ms(key: str) -> float | None:
@@ -115,10 +145,13 @@ def measure(url: str, concurrency: int, requests: int, prompt_tokens: int, new_t
         raise FailedRun(f"{url}: {level.successes} of {requests} requests succeeded; errors: {errors}")
     return {
         "output_tokens_per_s": round(level.output_tokens_per_s, 2),
-        "ttft_ms_p50": ms("ttft_s_p50"), "ttft_ms_p99": ms("ttft_s_p99"),
-        "tpot_ms_p50": ms("tpot_s_p50"), "e2e_ms_p50": ms("e2e_s_p50"),
-        "successes": level.successes, "errors": dict(level.errors),
-    }  # fmt: skip
+        "ttft_ms_p50": ms("ttft_s_p50"),
+        "ttft_ms_p99": ms("ttft_s_p99"),
+        "tpot_ms_p50": ms("tpot_s_p50"),
+        "e2e_ms_p50": ms("e2e_s_p50"),
+        "successes": level.successes,
+        "errors": dict(level.errors),
+    }
 
 
 def under_load(tmp: Path, kind: str, copies: int, num_cpus: int, args: argparse.Namespace) -> dict[str, Any]:
@@ -176,8 +209,9 @@ def main() -> None:
         out["latency"][f"{kind}_adds_ttft_ms"] = round(
             med(kind, "ttft_ms_p50") - med("direct", "ttft_ms_p50"), 2
         )
-    out["latency"]["method"] = ("one copy x 1 thread; concurrency 1, 32-token prompts, 16 new tokens; "
-                                "median over 3 rounds of the p50")  # fmt: skip
+    out["latency"]["method"] = (
+        "one copy x 1 thread; concurrency 1, 32-token prompts, 16 new tokens; median over 3 rounds of the p50"
+    )
     out["latency"]["rounds"] = rounds
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(out, indent=2) + "\n")

@@ -43,13 +43,43 @@ def free_port() -> int:
 
 def commands(model: Path, llama_server: str, ports: dict[str, int]) -> dict[str, list[str]]:
     return {
-        "llmhost": [sys.executable, "-m", "llmhost.cli", "serve", str(model), "--host", "127.0.0.1",
-                    "--port", str(ports["llmhost"]), "--max-concurrent", "1", "--max-total-tokens", "1024",
-                    "--max-input-tokens", "768", "--log-level", "warning"],
-        "llama-server": [llama_server, "-m", str(model), "--host", "127.0.0.1", "--port",
-                         str(ports["llama-server"]), "-c", "1024", "-np", "1", "--jinja",
-                         "--reasoning-format", "deepseek", "--no-webui"],
-    }  # fmt: skip
+        "llmhost": [
+            sys.executable,
+            "-m",
+            "llmhost.cli",
+            "serve",
+            str(model),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(ports["llmhost"]),
+            "--max-concurrent",
+            "1",
+            "--max-total-tokens",
+            "1024",
+            "--max-input-tokens",
+            "768",
+            "--log-level",
+            "warning",
+        ],
+        "llama-server": [
+            llama_server,
+            "-m",
+            str(model),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(ports["llama-server"]),
+            "-c",
+            "1024",
+            "-np",
+            "1",
+            "--jinja",
+            "--reasoning-format",
+            "deepseek",
+            "--no-webui",
+        ],
+    }
 
 
 def wait_ready(url: str, proc: subprocess.Popen[bytes], path: str) -> None:
@@ -68,8 +98,10 @@ def wait_ready(url: str, proc: subprocess.Popen[bytes], path: str) -> None:
 
 def plain(client: openai.OpenAI, **extra: Any) -> dict[str, Any]:
     message = client.chat.completions.create(**GREEDY, extra_body=extra or None).choices[0].message
-    return {"reasoning_content": getattr(message, "reasoning_content", None) or None,
-            "content": message.content}  # fmt: skip
+    return {
+        "reasoning_content": getattr(message, "reasoning_content", None) or None,
+        "content": message.content,
+    }
 
 
 def streamed(client: openai.OpenAI, **extra: Any) -> dict[str, Any]:
@@ -93,8 +125,9 @@ def messages(url: str) -> dict[str, Any]:
     client = anthropic.Anthropic(base_url=url, api_key="unused", timeout=60, max_retries=0)
     try:
         # the scripted model's next token has all the probability: no temperature needed
-        out = client.messages.create(model="m", max_tokens=512, messages=HI,
-                                     thinking={"type": "enabled", "budget_tokens": 256})  # fmt: skip
+        out = client.messages.create(
+            model="m", max_tokens=512, messages=HI, thinking={"type": "enabled", "budget_tokens": 256}
+        )
     except anthropic.APIError as exc:
         return {"error": f"{type(exc).__name__}: {exc}"}
     blocks = [[b.type, getattr(b, "thinking", None) or getattr(b, "text", None)] for b in out.content]
@@ -124,8 +157,10 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp())
     model = build_thinking_model(tmp / "qwen3-thinking.gguf")
     ports = {name: free_port() for name in ("llmhost", "llama-server")}
-    procs = {name: subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=(tmp / f"{name}.log").open("wb"))
-             for name, cmd in commands(model, args.llama_server, ports).items()}  # fmt: skip
+    procs = {
+        name: subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=(tmp / f"{name}.log").open("wb"))
+        for name, cmd in commands(model, args.llama_server, ports).items()
+    }
     try:
         answers: dict[str, dict[str, Any]] = {}
         for name, proc in procs.items():
@@ -140,11 +175,16 @@ def main() -> None:
             proc.wait(timeout=30)
     version = subprocess.run([args.llama_server, "--version"], capture_output=True, text=True)
     ours, theirs = answers["llmhost"], answers["llama-server"]
-    rows = {case: {"llmhost": ours[case], "llama-server": theirs[case], "same": ours[case] == theirs[case]}
-            for case in ours}  # fmt: skip
-    result = {"model": "tests/integration/thinking_model.py (scripted Qwen3, Qwen3's template)",
-              "llama_server": (version.stdout + version.stderr).strip().splitlines()[-2:],
-              "cases": rows, "all_same": all(r["same"] for r in rows.values())}  # fmt: skip
+    rows = {
+        case: {"llmhost": ours[case], "llama-server": theirs[case], "same": ours[case] == theirs[case]}
+        for case in ours
+    }
+    result = {
+        "model": "tests/integration/thinking_model.py (scripted Qwen3, Qwen3's template)",
+        "llama_server": (version.stdout + version.stderr).strip().splitlines()[-2:],
+        "cases": rows,
+        "all_same": all(r["same"] for r in rows.values()),
+    }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result, indent=2))

@@ -63,8 +63,13 @@ def start_moto() -> tuple[subprocess.Popen[bytes], str]:
 
 
 def s3_client(url: str) -> Any:
-    return boto3.client("s3", endpoint_url=url, region_name="us-east-1",
-                        aws_access_key_id="bench", aws_secret_access_key="bench")
+    return boto3.client(
+        "s3",
+        endpoint_url=url,
+        region_name="us-east-1",
+        aws_access_key_id="bench",
+        aws_secret_access_key="bench",
+    )
 
 
 def serve_until_ping(model: str, env: dict[str, str], log: Path) -> float:
@@ -103,9 +108,13 @@ def one_round(url: str, work: Path, env: dict[str, str]) -> dict[str, float]:
     s3_client(url).download_file(BUCKET, KEY, str(local))
     download_s = time.perf_counter() - t0
     serve_s = serve_until_ping(str(local), env, work / "plain.log")
-    return {"llmhost_s3_first_start_s": first, "llmhost_s3_cached_start_s": second,
-            "boto3_download_s": download_s, "local_serve_start_s": serve_s,
-            "boto3_download_then_local_serve_s": download_s + serve_s}
+    return {
+        "llmhost_s3_first_start_s": first,
+        "llmhost_s3_cached_start_s": second,
+        "boto3_download_s": download_s,
+        "local_serve_start_s": serve_s,
+        "boto3_download_then_local_serve_s": download_s + serve_s,
+    }
 
 
 def main() -> None:
@@ -127,9 +136,13 @@ def main() -> None:
         moto.wait(timeout=30)
     medians = {k: round(statistics.median(r[k] for r in rounds), 3) for k in rounds[0]}
     result = {
-        "model": model.name, "model_bytes": model.stat().st_size, "cpus": os.cpu_count(),
-        "python": platform.python_version(), "s3_server": "moto standalone server, 127.0.0.1",
-        "rounds": [{k: round(v, 3) for k, v in r.items()} for r in rounds], "median": medians,
+        "model": model.name,
+        "model_bytes": model.stat().st_size,
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "s3_server": "moto standalone server, 127.0.0.1",
+        "rounds": [{k: round(v, 3) for k, v in r.items()} for r in rounds],
+        "median": medians,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")

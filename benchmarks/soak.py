@@ -40,8 +40,13 @@ sys.path.insert(0, str(ROOT))
 
 from tests.integration.conftest import free_port  # noqa: E402
 
-ENGINE = {"max_concurrent": 4, "max_queue": 4, "max_input_tokens": 256, "max_total_tokens": 512,
-          "max_batch_tokens": 128}  # fmt: skip
+ENGINE = {
+    "max_concurrent": 4,
+    "max_queue": 4,
+    "max_input_tokens": 256,
+    "max_total_tokens": 512,
+    "max_batch_tokens": 128,
+}
 MAX_WAIT_S = 10.0  # the endpoint's bound on waiting for a ready copy
 NEW_TOKENS = 32
 
@@ -91,8 +96,9 @@ class Tally:
         }
 
 
-async def stream_one(client: httpx.AsyncClient, url: str, body: dict[str, Any], headers: dict[str, str],
-                     hang_s: float) -> Outcome:  # fmt: skip
+async def stream_one(
+    client: httpx.AsyncClient, url: str, body: dict[str, Any], headers: dict[str, str], hang_s: float
+) -> Outcome:
     out, t0 = Outcome(), time.monotonic()
     try:
         async with asyncio.timeout(hang_s):
@@ -115,8 +121,14 @@ async def stream_one(client: httpx.AsyncClient, url: str, body: dict[str, Any], 
 
 
 def body(i: int, stream: bool = True) -> dict[str, Any]:
-    return {"model": "one", "prompt": f"Request {i}: write a few words about the sea.", "stream": stream,
-            "max_tokens": NEW_TOKENS, "ignore_eos": True, "temperature": 0}  # fmt: skip
+    return {
+        "model": "one",
+        "prompt": f"Request {i}: write a few words about the sea.",
+        "stream": stream,
+        "max_tokens": NEW_TOKENS,
+        "ignore_eos": True,
+        "temperature": 0,
+    }
 
 
 async def closed_loop(url: str, model: str, concurrency: int, seconds: float, hang_s: float) -> Tally:
@@ -153,11 +165,24 @@ class Endpoint:
         spec.write_text(endpoint_yaml())
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        cmd = [sys.executable, "-m", "llmhost.cli", "endpoint", "up", str(spec), "--host", "127.0.0.1",
-               "--port", str(self.port), "--log-dir", str(tmp / "copies")]  # fmt: skip
+        cmd = [
+            sys.executable,
+            "-m",
+            "llmhost.cli",
+            "endpoint",
+            "up",
+            str(spec),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--log-dir",
+            str(tmp / "copies"),
+        ]
         self.log = (tmp / "endpoint.log").open("wb")
-        self.process = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT,
-                                        env={**os.environ, "PYTHONUNBUFFERED": "1"})  # fmt: skip
+        self.process = subprocess.Popen(
+            cmd, stdout=self.log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"}
+        )
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline:
             try:
@@ -220,8 +245,10 @@ async def kill_under_load(ep: Endpoint, component: str, rate: float, hang_s: flo
 
 async def sigterm_under_load(ep: Endpoint, hang_s: float) -> dict[str, Any]:
     async with httpx.AsyncClient(timeout=None) as client:
-        tasks = [asyncio.create_task(stream_one(client, f"{ep.url}/v1/completions", body(i), {}, hang_s))
-                 for i in range(6)]  # fmt: skip
+        tasks = [
+            asyncio.create_task(stream_one(client, f"{ep.url}/v1/completions", body(i), {}, hang_s))
+            for i in range(6)
+        ]
         await asyncio.sleep(1.5)
         ep.process.send_signal(signal.SIGTERM)
         outcomes = await asyncio.gather(*tasks)
@@ -255,9 +282,21 @@ async def peer_overload(rate: float, seconds: float, hang_s: float) -> dict[str,
     from llmhost.store import resolve_model
 
     port = free_port()
-    cmd = [str(get_binary_path()), "-m", str(resolve_model()), "--host", "127.0.0.1",
-           "--port", str(port), "-t", "1", "-np", str(ENGINE["max_concurrent"]),
-           "-c", str(ENGINE["max_concurrent"] * ENGINE["max_total_tokens"])]  # fmt: skip
+    cmd = [
+        str(get_binary_path()),
+        "-m",
+        str(resolve_model()),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "-t",
+        "1",
+        "-np",
+        str(ENGINE["max_concurrent"]),
+        "-c",
+        str(ENGINE["max_concurrent"] * ENGINE["max_total_tokens"]),
+    ]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         url = f"http://127.0.0.1:{port}"
@@ -284,15 +323,20 @@ def save(result: dict[str, Any], out: Path | None) -> None:
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     tmp = Path(tempfile.mkdtemp(prefix="llmhost-soak-"))
     ep = Endpoint(tmp)
-    result: dict[str, Any] = {"engine": ENGINE, "max_wait_s": MAX_WAIT_S, "new_tokens": NEW_TOKENS,
-                              "minutes": args.minutes}  # fmt: skip
+    result: dict[str, Any] = {
+        "engine": ENGINE,
+        "max_wait_s": MAX_WAIT_S,
+        "new_tokens": NEW_TOKENS,
+        "minutes": args.minutes,
+    }
     try:
         cap = await closed_loop(f"{ep.url}/v1/completions", "one", ENGINE["max_concurrent"], 30, args.hang_s)
         capacity = cap.summary()["completed"] / 30
         result["capacity_rps"] = round(capacity, 3)
         save(result, args.out)
-        overload = await open_loop(f"{ep.url}/v1/completions", "one", 2 * capacity, args.minutes * 60,
-                                   args.hang_s)  # fmt: skip
+        overload = await open_loop(
+            f"{ep.url}/v1/completions", "one", 2 * capacity, args.minutes * 60, args.hang_s
+        )
         result["overload"] = {"rate_rps": round(2 * capacity, 3), **overload.summary()}
         save(result, args.out)
         result["kill_1_copy"] = await kill_under_load(ep, "one", capacity, args.hang_s)

@@ -55,5 +55,10 @@ def growth(samples: list[dict[str, Any]], warmup_s: float, limit_pct: float) -> 
             if key in judged and pct is not None and pct > limit_pct:
                 over.append(f"{name} {key}: {start} -> {end} (+{pct}%)")
         per[name] = {"from_s": begin, "samples": len(after), **figures}
-    return {"warmup_s": warmup_s, "limit_pct": limit_pct, "processes": per,
-            "too_short": {"count": len(short), "first": short[:10]}, "over": over}  # fmt: skip
+    return {
+        "warmup_s": warmup_s,
+        "limit_pct": limit_pct,
+        "processes": per,
+        "too_short": {"count": len(short), "first": short[:10]},
+        "over": over,
+    }

@@ -60,31 +60,56 @@ ANSWERED = {
     "tgi": re.compile(r'"generated_text":\s*"'),
 }
 # a copy's figures from the endpoint's /metrics (each copy's families relabelled with `copy`)
-COPY_METRICS = {"llmhost_asyncio_tasks": "asyncio_tasks", "llmhost_prompt_cache_bytes": "host_cache_bytes",
-                "llmhost_kv_cache_used_tokens": "kv_cells_used"}  # fmt: skip
+COPY_METRICS = {
+    "llmhost_asyncio_tasks": "asyncio_tasks",
+    "llmhost_prompt_cache_bytes": "host_cache_bytes",
+    "llmhost_kv_cache_used_tokens": "kv_cells_used",
+}
 
 
 # per API: path, body, extra headers
 def requests_for(model: str) -> list[tuple[str, str, dict[str, Any], dict[str, str]]]:
     msgs = [{"role": "user", "content": PROMPT}]
     return [
-        ("openai-chat", "/v1/chat/completions", {"model": model, "messages": msgs, "max_tokens": 24,
-                                                 "stream": True}, {}),
-        ("openai-completions", "/v1/completions", {"model": model, "prompt": PROMPT, "max_tokens": 24,
-                                                   "stream": True}, {}),
-        ("anthropic", "/v1/messages", {"model": model, "messages": msgs, "max_tokens": 24,
-                                       "stream": True}, {}),
-        ("responses", "/v1/responses", {"model": model, "input": PROMPT, "max_output_tokens": 24,
-                                        "stream": True}, {}),
-        ("tgi", "/invocations", {"inputs": PROMPT, "parameters": {"max_new_tokens": 24}, "stream": True},
-         {"X-Amzn-SageMaker-Inference-Component": model}),
-    ]  # fmt: skip
+        (
+            "openai-chat",
+            "/v1/chat/completions",
+            {"model": model, "messages": msgs, "max_tokens": 24, "stream": True},
+            {},
+        ),
+        (
+            "openai-completions",
+            "/v1/completions",
+            {"model": model, "prompt": PROMPT, "max_tokens": 24, "stream": True},
+            {},
+        ),
+        (
+            "anthropic",
+            "/v1/messages",
+            {"model": model, "messages": msgs, "max_tokens": 24, "stream": True},
+            {},
+        ),
+        (
+            "responses",
+            "/v1/responses",
+            {"model": model, "input": PROMPT, "max_output_tokens": 24, "stream": True},
+            {},
+        ),
+        (
+            "tgi",
+            "/invocations",
+            {"inputs": PROMPT, "parameters": {"max_new_tokens": 24}, "stream": True},
+            {"X-Amzn-SageMaker-Inference-Component": model},
+        ),
+    ]
 
 
 def endpoint_yaml(folder: Path) -> str:
     copy = f"resources: {{num_cpus: 0.25, memory_mb: 500}}, engine: {ENGINE}"
-    return (f"name: soak-watch\ncomponents:\n  - {{name: fixed, model: {SMOLLM2}, copies: 2, {copy}}}\n"
-            f"models_dir:\n  path: {folder}\n  defaults: {{{copy}, on_demand: {{keep_alive: 20}}}}\n")
+    return (
+        f"name: soak-watch\ncomponents:\n  - {{name: fixed, model: {SMOLLM2}, copies: 2, {copy}}}\n"
+        f"models_dir:\n  path: {folder}\n  defaults: {{{copy}, on_demand: {{keep_alive: 20}}}}\n"
+    )
 
 
 class Run:
@@ -100,8 +125,9 @@ class Run:
         self.log = tmp / "endpoint.log"
         cmd = [*up_command(file, self.port, tmp / "copies"), "--memory-budget-mb", "1100"]
         with self.log.open("wb") as out:
-            self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT,
-                                         env={**os.environ, "PYTHONUNBUFFERED": "1"})  # fmt: skip
+            self.proc = subprocess.Popen(
+                cmd, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"}
+            )
         self.outcomes: Counter[str] = Counter()
         self.faults: list[dict[str, Any]] = []
         self.samples: list[dict[str, Any]] = []
@@ -162,8 +188,9 @@ async def one_request(run: Run, client: httpx.AsyncClient, rng: random.Random) -
         outcome, detail = f"UNANSWERED: {type(exc).__name__}", str(exc)
     run.outcomes[f"{api} {outcome}"] += 1
     if outcome.startswith("UNANSWERED"):
-        run.unanswered.append({"api": api, "model": model, "why": outcome, "detail": detail,
-                               "tail": "".join(text)[-300:]})  # fmt: skip
+        run.unanswered.append(
+            {"api": api, "model": model, "why": outcome, "detail": detail, "tail": "".join(text)[-300:]}
+        )
 
 
 async def users(run: Run, n: int, until: float) -> None:
@@ -182,7 +209,7 @@ def metric_values(text: str, name: str) -> dict[str, float]:
     for line in text.splitlines():
         if line.startswith(name + "{") or line.startswith(name + " "):
             labels, _, value = line.rpartition(" ")
-            out[labels[len(name):] or "{}"] = float(value)
+            out[labels[len(name) :] or "{}"] = float(value)
     return out
 
 
@@ -211,12 +238,16 @@ def sample(run: Run) -> None:
     for r in run.copies():
         figures = {key: per_copy[name].get(r["copy"]) for name, key in COPY_METRICS.items()}
         copies[r["copy"]] = {"pid": r["pid"], "state": r["state"], **proc_figures(int(r["pid"])), **figures}
-    run.samples.append({
-        "t": round(time.monotonic() - run.t0, 1),
-        "router": {**proc_figures(run.proc.pid),
-                   "asyncio_tasks": metric_values(metrics, "llmhost_endpoint_asyncio_tasks").get("{}")},
-        "copies": copies,
-    })  # fmt: skip
+    run.samples.append(
+        {
+            "t": round(time.monotonic() - run.t0, 1),
+            "router": {
+                **proc_figures(run.proc.pid),
+                "asyncio_tasks": metric_values(metrics, "llmhost_endpoint_asyncio_tasks").get("{}"),
+            },
+            "copies": copies,
+        }
+    )
     s = run.samples[-1]
     shown = {k: tuple(v.get(key) for key in WATCHED) for k, v in copies.items()}
     print(f"[{s['t']:6.1f} s] router {s['router']}, copies (rss, fds, threads, tasks) {shown}", flush=True)
@@ -319,8 +350,9 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         seconds = args.minutes * 60
         run.t0 = time.monotonic()
         until = run.t0 + seconds
-        await asyncio.gather(users(run, args.users, until), sampler(run, args.sample_s, until),
-                             faults(run, seconds))  # fmt: skip
+        await asyncio.gather(
+            users(run, args.users, until), sampler(run, args.sample_s, until), faults(run, seconds)
+        )
         with contextlib.suppress(httpx.HTTPError):
             sample(run)
         counts = final_counts(run, run.log.read_text())
@@ -329,14 +361,23 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         counts["restarting_reasons"] = counts["restarting_reasons"][:20]
         errors = error_lines(run)
         unanswered = sum(n for k, n in run.outcomes.items() if "UNANSWERED" in k)
-        return {"minutes": args.minutes, "users": args.users, "sample_s": args.sample_s,
-                "requests": sum(run.outcomes.values()), "unanswered": unanswered,
-                "outcomes": dict(sorted(run.outcomes.items())), "unanswered_examples": run.unanswered[:10],
-                "counts": counts, "faults": run.faults, "drain": drained,
-                "growth": growth(run.samples, args.warmup_s, args.growth_limit_pct),
-                "error_log_lines": len(errors),
-                "error_lines_without_a_name": [e for e in errors if not e["names_request_or_component"]][:20],
-                "error_lines_sample": errors[:30], "samples": run.samples}  # fmt: skip
+        return {
+            "minutes": args.minutes,
+            "users": args.users,
+            "sample_s": args.sample_s,
+            "requests": sum(run.outcomes.values()),
+            "unanswered": unanswered,
+            "outcomes": dict(sorted(run.outcomes.items())),
+            "unanswered_examples": run.unanswered[:10],
+            "counts": counts,
+            "faults": run.faults,
+            "drain": drained,
+            "growth": growth(run.samples, args.warmup_s, args.growth_limit_pct),
+            "error_log_lines": len(errors),
+            "error_lines_without_a_name": [e for e in errors if not e["names_request_or_component"]][:20],
+            "error_lines_sample": errors[:30],
+            "samples": run.samples,
+        }
 
 
 def main() -> None:

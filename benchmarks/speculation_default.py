@@ -52,10 +52,17 @@ def plain(n: int) -> list[str]:
 def run(mode: str, prompts: list[str], threads: int, concurrency: int) -> dict[str, Any]:
     speculative, adaptive = MODES[mode]
     cfg = EngineConfig(
-        max_concurrent=concurrency, max_total_tokens=2048, max_input_tokens=1536, max_batch_tokens=512,
-        n_threads=threads, flash_attn=True, speculative=speculative, adaptive_draft=adaptive,
-        prefix_cache_seqs=0, prompt_cache_mb=0,
-    )  # fmt: skip
+        max_concurrent=concurrency,
+        max_total_tokens=2048,
+        max_input_tokens=1536,
+        max_batch_tokens=512,
+        n_threads=threads,
+        flash_attn=True,
+        speculative=speculative,
+        adaptive_draft=adaptive,
+        prefix_cache_seqs=0,
+        prompt_cache_mb=0,
+    )
     model = LlamaModel(resolve_model(), cfg)
     engine = Engine(model, cfg)
     events: list[list[GenerationEvent]] = [[] for _ in prompts]
@@ -93,8 +100,11 @@ def compare(prompts: list[str], threads: int, concurrency: int, rounds: int) -> 
             per_mode[mode].append(r := run(mode, prompts, threads, concurrency))
             # progress on stderr: a long run cut short still says what it measured
             rates = f"eval {r['eval_per_s']:.2f} tok/s, output {r['output_per_s']:.2f} tok/s"
-            print(f"c={concurrency} {mode}: {rates}, drafted {r['draft_n']}, accepted {r['accepted']}",
-                  file=sys.stderr, flush=True)  # fmt: skip
+            print(
+                f"c={concurrency} {mode}: {rates}, drafted {r['draft_n']}, accepted {r['accepted']}",
+                file=sys.stderr,
+                flush=True,
+            )
     runs = {mode: per_mode[mode][0] for mode in MODES}
     for mode, r in runs.items():
         for key in ("eval_per_s", "output_per_s"):
@@ -107,8 +117,9 @@ def compare(prompts: list[str], threads: int, concurrency: int, rounds: int) -> 
             "output_tokens_per_s": round(r["output_per_s"], 2),
             "eval_ratio_to_off": round(r["eval_per_s"] / off["eval_per_s"], 3),
             "output_ratio_to_off": round(r["output_per_s"] / off["output_per_s"], 3),
-            "identical_outputs": f"{sum(a == b for a, b in zip(off['tokens'], r['tokens'], strict=True))}"
-            f"/{len(prompts)}",
+            "identical_outputs": (
+                f"{sum(a == b for a, b in zip(off['tokens'], r['tokens'], strict=True))}/{len(prompts)}"
+            ),
             "acceptance_rate": round(r["accepted"] / r["draft_n"], 3) if r["draft_n"] else None,
             "draft_tokens": r["draft_n"],
         }
@@ -129,12 +140,21 @@ def main() -> None:
             "quoting": compare(quoting(n), args.threads, c, args.rounds),
             "not_quoting": compare(plain(n), args.threads, c, args.rounds),
         }
-    print(json.dumps({
-        "machine": {"platform": platform.platform(), "threads": args.threads},
-        "workload": {"new_tokens": NEW_TOKENS, "prompts": args.prompts, "modes": list(MODES),
-                     "rounds": args.rounds},
-        "results": results,
-    }, indent=2))  # fmt: skip
+    print(
+        json.dumps(
+            {
+                "machine": {"platform": platform.platform(), "threads": args.threads},
+                "workload": {
+                    "new_tokens": NEW_TOKENS,
+                    "prompts": args.prompts,
+                    "modes": list(MODES),
+                    "rounds": args.rounds,
+                },
+                "results": results,
+            },
+            indent=2,
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -45,10 +45,17 @@ def workload(n: int, chars: int = 600) -> list[str]:
 
 def run(speculative: str, prompts: list[str], threads: int, draft_tokens: int) -> list[dict[str, Any]]:
     cfg = EngineConfig(
-        max_concurrent=1, max_total_tokens=2048, max_input_tokens=1536, max_batch_tokens=512,
-        n_threads=threads, flash_attn=True, speculative=speculative, draft_tokens=draft_tokens,
-        prefix_cache_seqs=0, prompt_cache_mb=0,
-    )  # fmt: skip
+        max_concurrent=1,
+        max_total_tokens=2048,
+        max_input_tokens=1536,
+        max_batch_tokens=512,
+        n_threads=threads,
+        flash_attn=True,
+        speculative=speculative,
+        draft_tokens=draft_tokens,
+        prefix_cache_seqs=0,
+        prompt_cache_mb=0,
+    )
     model = LlamaModel(resolve_model(), cfg)
     engine = Engine(model, cfg)
     results = []
@@ -60,12 +67,14 @@ def run(speculative: str, prompts: list[str], threads: int, draft_tokens: int) -
             events += engine.step()
         t = events[-1].timings
         assert t is not None
-        results.append({
-            "tokens": [tok for ev in events for tok in ev.token_ids],
-            "eval_tokens_per_s": t.predicted_per_second,
-            "draft_n": t.draft_n,
-            "draft_n_accepted": t.draft_n_accepted,
-        })  # fmt: skip
+        results.append(
+            {
+                "tokens": [tok for ev in events for tok in ev.token_ids],
+                "eval_tokens_per_s": t.predicted_per_second,
+                "draft_n": t.draft_n,
+                "draft_n_accepted": t.draft_n_accepted,
+            }
+        )
     model.close()
     return results
 
@@ -88,20 +97,32 @@ def main() -> None:
     s_rate = statistics.median(r["eval_tokens_per_s"] for r in spec)
     drafted = sum(r["draft_n"] for r in spec)
     accepted = sum(r["draft_n_accepted"] for r in spec)
-    print(json.dumps({
-        "machine": {"platform": platform.platform(), "threads": args.threads},
-        "workload": {"prompts": len(prompts), "new_tokens": NEW_TOKENS, "draft_tokens": args.draft_tokens},
-        "eval_tokens_per_s_median": {"none": round(b_rate, 2), "ngram": round(s_rate, 2)},
-        "speedup": round(s_rate / b_rate, 3),
-        "identical_outputs": f"{identical}/{len(prompts)}",
-        "acceptance_rate": round(accepted / drafted, 3) if drafted else None,
-        # where outputs differ, the step of the first different token (batch-shape arithmetic: the
-        # engine's tests prove such a flip happens only at a near tie)
-        "first_divergence": [first_difference(a["tokens"], b["tokens"])
-                             for a, b in zip(base, spec, strict=True)],
-        "per_prompt_speedup": [round(s["eval_tokens_per_s"] / b["eval_tokens_per_s"], 2)
-                               for b, s in zip(base, spec, strict=True)],
-    }, indent=2))  # fmt: skip
+    print(
+        json.dumps(
+            {
+                "machine": {"platform": platform.platform(), "threads": args.threads},
+                "workload": {
+                    "prompts": len(prompts),
+                    "new_tokens": NEW_TOKENS,
+                    "draft_tokens": args.draft_tokens,
+                },
+                "eval_tokens_per_s_median": {"none": round(b_rate, 2), "ngram": round(s_rate, 2)},
+                "speedup": round(s_rate / b_rate, 3),
+                "identical_outputs": f"{identical}/{len(prompts)}",
+                "acceptance_rate": round(accepted / drafted, 3) if drafted else None,
+                # where outputs differ, the step of the first different token (batch-shape arithmetic: the
+                # engine's tests prove such a flip happens only at a near tie)
+                "first_divergence": [
+                    first_difference(a["tokens"], b["tokens"]) for a, b in zip(base, spec, strict=True)
+                ],
+                "per_prompt_speedup": [
+                    round(s["eval_tokens_per_s"] / b["eval_tokens_per_s"], 2)
+                    for b, s in zip(base, spec, strict=True)
+                ],
+            },
+            indent=2,
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -109,8 +109,15 @@ def setup(model: str) -> tuple[Callable[[], Engine], list[list[int]]]:
     from llmhost.engine import LlamaModel
     from llmhost.store import resolve_model
 
-    cfg = EngineConfig(max_concurrent=8, max_total_tokens=256, max_input_tokens=128, max_batch_tokens=256,
-                       n_threads=1, prefix_cache_seqs=0, prompt_cache_mb=0)  # fmt: skip
+    cfg = EngineConfig(
+        max_concurrent=8,
+        max_total_tokens=256,
+        max_input_tokens=128,
+        max_batch_tokens=256,
+        n_threads=1,
+        prefix_cache_seqs=0,
+        prompt_cache_mb=0,
+    )
     llama = LlamaModel(resolve_model(), cfg)
     eng = Engine(llama, cfg)
     return (lambda: eng), [llama.tokenize(f"Story number {k}: once upon a time") for k in range(8)]
@@ -134,11 +141,15 @@ def main() -> None:
         if decode is not None:
             outside.append(1e6 * (cpu - (decode.seconds - before)) / steps)
     runs = ", ".join(f"{v:.0f}" for v in per_step)
-    print(f"{args.model}: {steps} steps, {tokens} tokens a run; CPU per step: median "
-          f"{statistics.median(per_step):.1f} us, min {min(per_step):.1f} us (runs: {runs})")  # fmt: skip
+    print(
+        f"{args.model}: {steps} steps, {tokens} tokens a run; CPU per step: median "
+        f"{statistics.median(per_step):.1f} us, min {min(per_step):.1f} us (runs: {runs})"
+    )
     if outside:
-        print(f"outside llama_decode (the engine's Python, sampling included): median "
-              f"{statistics.median(outside):.1f} us a step, min {min(outside):.1f} us")  # fmt: skip
+        print(
+            f"outside llama_decode (the engine's Python, sampling included): median "
+            f"{statistics.median(outside):.1f} us a step, min {min(outside):.1f} us"
+        )
 
 
 if __name__ == "__main__":

@@ -45,8 +45,13 @@ def pydantic_chunks(n: int) -> None:
     for _ in range(n):
         delta = DeltaModel(content="tok")
         choice = ChoiceModel(index=0, delta=delta, logprobs=None, finish_reason=None)
-        chunk = ChunkModel(id="chatcmpl-1", object="chat.completion.chunk", created=int(time.time()),
-                           model="default", choices=[choice])  # fmt: skip
+        chunk = ChunkModel(
+            id="chatcmpl-1",
+            object="chat.completion.chunk",
+            created=int(time.time()),
+            model="default",
+            choices=[choice],
+        )
         chunk.model_dump_json(exclude_unset=True)
 
 
@@ -54,8 +59,13 @@ def typeddict_chunks(n: int) -> None:
     for _ in range(n):
         delta: Delta = {"content": "tok"}
         choice: ChunkChoice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": None}
-        chunk: Chunk = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": int(time.time()),
-                        "model": "default", "choices": [choice]}  # fmt: skip
+        chunk: Chunk = {
+            "id": "chatcmpl-1",
+            "object": "chat.completion.chunk",
+            "created": int(time.time()),
+            "model": "default",
+            "choices": [choice],
+        }
         json.dumps(chunk, separators=(",", ":"), ensure_ascii=False)
 
 
@@ -70,8 +80,10 @@ def main() -> None:
         for name, fn in ways.items():
             best[name] = min(best[name], timeit.timeit(lambda fn=fn: fn(args.chunks), number=1))
     for name, seconds in best.items():
-        print(f"{name:28s} {seconds * 1000:8.1f} ms per {args.chunks:,} chunks "
-              f"({seconds / args.chunks * 1e6:.1f} µs each)")  # fmt: skip
+        print(
+            f"{name:28s} {seconds * 1000:8.1f} ms per {args.chunks:,} chunks "
+            f"({seconds / args.chunks * 1e6:.1f} µs each)"
+        )
 
 
 if __name__ == "__main__":

@@ -108,8 +108,11 @@ def structured(url: str, peer_url: str, requests: int) -> dict[str, Any]:
 def prefilled(url: str) -> float:
     """llmhost's counter of prompt tokens actually decoded (what the prefix cache did not supply)."""
     text = httpx.get(f"{url}/metrics", timeout=30).text
-    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-               if line.startswith("llmhost_prompt_tokens_prefilled"))  # fmt: skip
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("llmhost_prompt_tokens_prefilled")
+    )
 
 
 def n_choices(url: str, rounds: int) -> dict[str, Any]:
@@ -125,8 +128,13 @@ def n_choices(url: str, rounds: int) -> dict[str, Any]:
         bodies = [base | {"seed": s, "prompt": f"{r + 1000} {prompt}"} for s in range(4)]
         with ThreadPoolExecutor(4) as pool:
             outs = list(pool.map(lambda b: one(url, b), bodies))
-        separate.append((time.perf_counter() - t0, sum(o["usage"]["completion_tokens"] for o in outs),
-                         prefilled(url) - p0))  # fmt: skip
+        separate.append(
+            (
+                time.perf_counter() - t0,
+                sum(o["usage"]["completion_tokens"] for o in outs),
+                prefilled(url) - p0,
+            )
+        )
 
     def summary(rows: list[tuple[float, int, float]]) -> dict[str, Any]:
         return {
@@ -136,8 +144,12 @@ def n_choices(url: str, rounds: int) -> dict[str, Any]:
 
     s_n, s_sep = summary(together), summary(separate)
     speedup = s_n["output_tokens_per_s_median"] / s_sep["output_tokens_per_s_median"]
-    return {"rounds": rounds, "n4_one_request": s_n, "four_separate_requests": s_sep,
-            "speedup": round(speedup, 3)}  # fmt: skip
+    return {
+        "rounds": rounds,
+        "n4_one_request": s_n,
+        "four_separate_requests": s_sep,
+        "speedup": round(speedup, 3),
+    }
 
 
 def main() -> None:

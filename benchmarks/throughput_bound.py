@@ -94,10 +94,14 @@ def bound(args: argparse.Namespace, name: str) -> dict[str, Any]:
     prefix, prompt, new, requests = WORKLOADS[name]
     width = args.concurrency
     cfg = EngineConfig(
-        max_concurrent=width, prefix_cache_seqs=0, max_total_tokens=prefix + prompt + new + 16,
-        max_input_tokens=prefix + prompt, max_batch_tokens=max(512, width * prompt), n_threads=args.threads,
+        max_concurrent=width,
+        prefix_cache_seqs=0,
+        max_total_tokens=prefix + prompt + new + 16,
+        max_input_tokens=prefix + prompt,
+        max_batch_tokens=max(512, width * prompt),
+        n_threads=args.threads,
         flash_attn=True,  # as `llmhost serve` and llama-server run
-    )  # fmt: skip
+    )
     model = LlamaModel(resolve_model(args.model), cfg)
     try:
         schedule = Schedule(model, width, prefix, seed=0)
@@ -107,10 +111,13 @@ def bound(args: argparse.Namespace, name: str) -> dict[str, Any]:
         model.close()
     seconds = statistics.median(times)
     return {
-        "requests": requests, "prefix_tokens": prefix, "prompt_tokens": prompt, "new_tokens": new,
+        "requests": requests,
+        "prefix_tokens": prefix,
+        "prompt_tokens": prompt,
+        "new_tokens": new,
         "seconds": [round(t, 2) for t in times],
         "bound_output_tokens_per_s": round(requests * new / seconds, 1),
-    }  # fmt: skip
+    }
 
 
 def measured(path: Path, concurrency: int) -> dict[str, dict[str, float]]:

@@ -145,8 +145,18 @@ def main() -> None:
             "candidates": [
                 {
                     k: c[k]
-                    for k in ("name", "settings", "state", "reason", "phase", "met_slo", "best_goodput_rps",
-                              "seconds", "processes", "levels")
+                    for k in (
+                        "name",
+                        "settings",
+                        "state",
+                        "reason",
+                        "phase",
+                        "met_slo",
+                        "best_goodput_rps",
+                        "seconds",
+                        "processes",
+                        "levels",
+                    )
                 }
                 for c in tuned["candidates"]
             ],

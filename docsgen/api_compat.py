@@ -64,30 +64,64 @@ def upstream_fields(kind: Any) -> set[str]:
 
 
 APIS = (
-    Api("chat", "OpenAI chat completions", "POST /v1/chat/completions",
+    Api(
+        "chat",
+        "OpenAI chat completions",
+        "POST /v1/chat/completions",
         "llmhost.server.protocol.openai:ChatCompletionRequest",
-        "openai.types.chat.completion_create_params:CompletionCreateParamsStreaming", "openai"),
-    Api("completions", "OpenAI completions", "POST /v1/completions",
+        "openai.types.chat.completion_create_params:CompletionCreateParamsStreaming",
+        "openai",
+    ),
+    Api(
+        "completions",
+        "OpenAI completions",
+        "POST /v1/completions",
         "llmhost.server.protocol.openai:CompletionRequest",
-        "openai.types.completion_create_params:CompletionCreateParamsStreaming", "openai"),
-    Api("responses", "OpenAI Responses", "POST /v1/responses",
+        "openai.types.completion_create_params:CompletionCreateParamsStreaming",
+        "openai",
+    ),
+    Api(
+        "responses",
+        "OpenAI Responses",
+        "POST /v1/responses",
         "llmhost.server.protocol.responses:ResponsesRequest",
-        "openai.types.responses.response_create_params:ResponseCreateParamsStreaming", "openai"),
-    Api("embeddings", "OpenAI embeddings", "POST /v1/embeddings",
+        "openai.types.responses.response_create_params:ResponseCreateParamsStreaming",
+        "openai",
+    ),
+    Api(
+        "embeddings",
+        "OpenAI embeddings",
+        "POST /v1/embeddings",
         "llmhost.server.protocol.embeddings:EmbeddingRequest",
-        "openai.types.embedding_create_params:EmbeddingCreateParams", "openai"),
-    Api("messages", "Anthropic Messages", "POST /v1/messages",
+        "openai.types.embedding_create_params:EmbeddingCreateParams",
+        "openai",
+    ),
+    Api(
+        "messages",
+        "Anthropic Messages",
+        "POST /v1/messages",
         "llmhost.server.protocol.anthropic:MessagesRequest",
-        "anthropic.types.message_create_params:MessageCreateParamsStreaming", "anthropic"),
-    Api("tgi", "TGI parameters", "POST /generate, /generate_stream, /invocations (TGI body): its parameters",
-        "llmhost.server.protocol.tgi:TGIParameters", "text_generation.types:Parameters", "text-generation"),
-)  # fmt: skip
+        "anthropic.types.message_create_params:MessageCreateParamsStreaming",
+        "anthropic",
+    ),
+    Api(
+        "tgi",
+        "TGI parameters",
+        "POST /generate, /generate_stream, /invocations (TGI body): its parameters",
+        "llmhost.server.protocol.tgi:TGIParameters",
+        "text_generation.types:Parameters",
+        "text-generation",
+    ),
+)
 
 # what a field's presence in a model cannot say: (status, why); every other field of a model is supported
 NOTES: dict[str, dict[str, tuple[str, str]]] = {
     "chat": {
-        "model": (SUPPORTED, "a single server answers whatever it names (and echoes it); an endpoint "
-                  "routes by it: a component's name"),
+        "model": (
+            SUPPORTED,
+            "a single server answers whatever it names (and echoes it); an endpoint "
+            "routes by it: a component's name",
+        ),
         "user": (NO_EFFECT, "OpenAI's end-user id: nothing is logged or limited per user"),
         "service_tier": (NO_EFFECT, "one tier: the request runs as any other"),
     },
@@ -95,7 +129,7 @@ NOTES: dict[str, dict[str, tuple[str, str]]] = {
         "model": (SUPPORTED, "as for chat: ignored by a single server, a component's name on an endpoint"),
         "user": (NO_EFFECT, "OpenAI's end-user id"),
         "service_tier": (NO_EFFECT, "one tier"),
-        "suffix": (ONLY, "\"\" or null: llama.cpp models here do no fill-in-the-middle"),
+        "suffix": (ONLY, '"" or null: llama.cpp models here do no fill-in-the-middle'),
     },
     "responses": {
         "model": (SUPPORTED, "as for chat: ignored by a single server, a component's name on an endpoint"),
@@ -103,17 +137,22 @@ NOTES: dict[str, dict[str, tuple[str, str]]] = {
         "metadata": (NO_EFFECT, "echoed in the response"),
         "store": (ONLY, "false or null: nothing is stored (true is a 400 saying so)"),
         "previous_response_id": (ONLY, "null: nothing is stored, send the whole conversation"),
-        "truncation": (ONLY, "\"disabled\": a prompt over the limit is a 400, never cut"),
+        "truncation": (ONLY, '"disabled": a prompt over the limit is a 400, never cut'),
     },
     "embeddings": {
         "model": (SUPPORTED, "ignored by a single server, a component's name on an endpoint"),
         "user": (NO_EFFECT, "OpenAI's end-user id"),
-        "dimensions": (ONLY, "the model's own width: llama.cpp does not shorten embeddings (other "
-                       "values: a 400 naming the width)"),
+        "dimensions": (
+            ONLY,
+            "the model's own width: llama.cpp does not shorten embeddings (other "
+            "values: a 400 naming the width)",
+        ),
     },
     "messages": {
-        "model": (SUPPORTED, "required by Anthropic's schema; ignored by a single server, a component's "
-                  "name on an endpoint"),
+        "model": (
+            SUPPORTED,
+            "required by Anthropic's schema; ignored by a single server, a component's name on an endpoint",
+        ),
         "metadata": (NO_EFFECT, "Anthropic's user id: nothing is kept per user"),
         "cache_control": (NO_EFFECT, "the prefix cache reuses any shared prompt prefix by itself"),
     },
@@ -143,8 +182,16 @@ def _one(s: dict[str, Any]) -> str:
     if "$ref" in s:
         return "object"
     kind = str(s.get("type", "any"))
-    bounds = [f"{op} {s[key]}" for key, op in (("minimum", "≥"), ("exclusiveMinimum", ">"),
-                                               ("maximum", "≤"), ("exclusiveMaximum", "<")) if key in s]
+    bounds = [
+        f"{op} {s[key]}"
+        for key, op in (
+            ("minimum", "≥"),
+            ("exclusiveMinimum", ">"),
+            ("maximum", "≤"),
+            ("exclusiveMaximum", "<"),
+        )
+        if key in s
+    ]
     if "maxItems" in s:
         bounds.append(f"at most {s['maxItems']} items")
     if "maxLength" in s:
@@ -170,8 +217,10 @@ def rows(api: Api) -> list[tuple[str, str, str, str]]:
 def render() -> str:
     parts = []
     for api in APIS:
-        parts.append(f"## {api.title}\n\n`{api.route}`; the vendor's fields from `{api.upstream}` "
-                     f"({api.package} {_version(api.package)}).")
+        parts.append(
+            f"## {api.title}\n\n`{api.route}`; the vendor's fields from `{api.upstream}` "
+            f"({api.package} {_version(api.package)})."
+        )
         parts.append(table(("field", "llmhost", "values", "note"), rows(api)))
     return "\n\n".join(parts) + "\n"
 

@@ -22,9 +22,9 @@ def root() -> TyperGroup:
     return cmd
 
 
-def commands(group: Command | None = None, path: tuple[str, ...] = ("llmhost",)) -> Iterator[
-    tuple[tuple[str, ...], Command]
-]:
+def commands(
+    group: Command | None = None, path: tuple[str, ...] = ("llmhost",)
+) -> Iterator[tuple[tuple[str, ...], Command]]:
     """(path, command) for the root, every group and every command, in the order of `--help`."""
     group = group or root()
     yield path, group
@@ -96,15 +96,25 @@ def render() -> str:
         out += ["```text", " ".join(cmd.collect_usage_pieces(ctx)).join([f"{name} ", ""]), "```", ""]
         if isinstance(cmd, TyperGroup):
             subs = [(n, cmd.get_command(ctx, n)) for n in cmd.list_commands(ctx)]
-            rows = [[f"[`{name} {n}`](#{anchor(f'{name} {n}')})", cell(_help(c) if c else "")]
-                    for n, c in subs if c is not None]  # fmt: skip
+            rows = [
+                [f"[`{name} {n}`](#{anchor(f'{name} {n}')})", cell(_help(c) if c else "")]
+                for n, c in subs
+                if c is not None
+            ]
             out += [table(["command", "what"], rows), ""]
         skip: set[str] = set()
         if path == ("llmhost", "serve"):
-            out += ["Options declared in `src/llmhost/serve_spec.py` (the settings spec); "
-                    "\"endpoint `engine:`\" marks those an endpoint file's `engine:` section may set:", "",
-                    "<!-- serve-options:start -->", SERVE_SPEC.table(), "<!-- serve-options:end -->", "",
-                    "Its other arguments and options:", ""]  # fmt: skip
+            out += [
+                "Options declared in `src/llmhost/serve_spec.py` (the settings spec); "
+                '"endpoint `engine:`" marks those an endpoint file\'s `engine:` section may set:',
+                "",
+                "<!-- serve-options:start -->",
+                SERVE_SPEC.table(),
+                "<!-- serve-options:end -->",
+                "",
+                "Its other arguments and options:",
+                "",
+            ]
             skip = {s.name for s in SERVE_SPEC}
         rows = _param_rows(cmd, skip)
         if rows:
@@ -112,8 +122,14 @@ def render() -> str:
         if cmd.epilog:
             out += [cell(cmd.epilog), ""]
     single = typer.main.get_command(sagemaker_app())
-    out += ["## `serve` (the container's executable)", "", cell(_help(single)), "",
-            "Its arguments and options are `llmhost serve`'s.", ""]  # fmt: skip
+    out += [
+        "## `serve` (the container's executable)",
+        "",
+        cell(_help(single)),
+        "",
+        "Its arguments and options are `llmhost serve`'s.",
+        "",
+    ]
     return "\n".join(out)
 
 

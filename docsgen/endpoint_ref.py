@@ -73,8 +73,14 @@ def _type_name(t: Any) -> str:
 def _bounds(f: FieldInfo) -> str:
     out = []
     for m in f.metadata:
-        for attr, sign in (("ge", "≥"), ("gt", ">"), ("le", "≤"), ("lt", "<"), ("min_length", "items ≥"),
-                           ("pattern", "matches")):  # fmt: skip
+        for attr, sign in (
+            ("ge", "≥"),
+            ("gt", ">"),
+            ("le", "≤"),
+            ("lt", "<"),
+            ("min_length", "items ≥"),
+            ("pattern", "matches"),
+        ):
             v = getattr(m, attr, None)
             if v is not None:
                 out.append(f"{sign} `{v}`" if attr == "pattern" else f"{sign} {v}")

@@ -44,8 +44,9 @@ def _engine_error() -> EngineError:
 
 
 def _unauthorized() -> tuple[int, dict[str, Any], dict[str, str]]:
-    app = RequestContextMiddleware(ApiKeyMiddleware(Starlette(), keys=load_keys(["k"], None, env={})),
-                                   lifecycle=Lifecycle())  # fmt: skip
+    app = RequestContextMiddleware(
+        ApiKeyMiddleware(Starlette(), keys=load_keys(["k"], None, env={})), lifecycle=Lifecycle()
+    )
 
     async def call() -> httpx.Response:
         transport = httpx.ASGITransport(app=app)
@@ -59,18 +60,38 @@ def _unauthorized() -> tuple[int, dict[str, Any], dict[str, str]]:
 def cases() -> list[Case]:
     out = []
     made = [
-        ("Body not JSON (also NaN, overflow, nesting deeper than 64)",
-         errors.invalid_json("Expecting value")),
-        ("A body field llmhost does not implement", errors.validation_error(
-            [{"type": "extra_forbidden", "loc": ("body", "parameters", "watermark"),
-              "msg": "Extra inputs"}])),
-        ("A wrong type or value", errors.validation_error(
-            [{"type": "less_than_equal", "loc": ("body", "top_p"),
-              "msg": "Input should be less than or equal to 1"}])),
+        (
+            "Body not JSON (also NaN, overflow, nesting deeper than 64)",
+            errors.invalid_json("Expecting value"),
+        ),
+        (
+            "A body field llmhost does not implement",
+            errors.validation_error(
+                [
+                    {
+                        "type": "extra_forbidden",
+                        "loc": ("body", "parameters", "watermark"),
+                        "msg": "Extra inputs",
+                    }
+                ]
+            ),
+        ),
+        (
+            "A wrong type or value",
+            errors.validation_error(
+                [
+                    {
+                        "type": "less_than_equal",
+                        "loc": ("body", "top_p"),
+                        "msg": "Input should be less than or equal to 1",
+                    }
+                ]
+            ),
+        ),
         ("Prompt or prompt + max tokens beyond the limits", from_engine(_engine_error())),
         ("Queue full", from_engine(QueueFullError(72, 72))),
         ("Model loading, draining, engine dead, queue timeout", errors.model_loading("loading")),
-    ]  # fmt: skip
+    ]
     for what, err in made:
         out.append(Case(what, err.status, err.body(RID), dict(err.headers), err))
     status, body, headers = _unauthorized()
@@ -106,17 +127,41 @@ def render() -> str:
     for c in cases():
         rstatus, rbody = _runtime(c)
         head = ", ".join(f"`{k}: {v}`" for k, v in c.headers.items())
-        rows.append([c.what, f"{c.status} `{c.body['error']['type']}`", _tgi(c), _anthropic(c),
-                     f"{rstatus} `{rbody['__type']}`", head])  # fmt: skip
-    out = [table(["cause", "OpenAI shape (most routes)", "TGI routes", "Anthropic `/v1/messages`",
-                  "SageMaker Runtime paths", "headers"], rows), ""]  # fmt: skip
+        rows.append(
+            [
+                c.what,
+                f"{c.status} `{c.body['error']['type']}`",
+                _tgi(c),
+                _anthropic(c),
+                f"{rstatus} `{rbody['__type']}`",
+                head,
+            ]
+        )
+    out = [
+        table(
+            [
+                "cause",
+                "OpenAI shape (most routes)",
+                "TGI routes",
+                "Anthropic `/v1/messages`",
+                "SageMaker Runtime paths",
+                "headers",
+            ],
+            rows,
+        ),
+        "",
+    ]
     c = cases()[3]
     assert c.error is not None
     status, body = anthropic_error(c.status, c.body)
     rstatus, rbody = _runtime(c)
     out += [f"The same refusal ({c.what.lower()}) in each shape:", ""]
-    shapes = [("OpenAI shape", c.status, c.body), ("TGI shape", c.status, tgi_error(c.status, c.body)[1]),
-              ("Anthropic shape", status, body), ("SageMaker Runtime shape", rstatus, rbody)]
+    shapes = [
+        ("OpenAI shape", c.status, c.body),
+        ("TGI shape", c.status, tgi_error(c.status, c.body)[1]),
+        ("Anthropic shape", status, body),
+        ("SageMaker Runtime shape", rstatus, rbody),
+    ]
     for title, code, shown in shapes:
         out += [f"{title}, status {code}:", "", "```json", json.dumps(shown, indent=2), "```", ""]
     return "\n".join(out)

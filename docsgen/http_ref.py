@@ -23,8 +23,12 @@ def openapi() -> dict[str, Any]:
 def operations() -> list[tuple[str, str, dict[str, Any]]]:
     """(METHOD, path, operation) of every documented operation."""
     doc = openapi()
-    return [(m.upper(), path, op) for path, item in doc.get("paths", {}).items()
-            for m, op in item.items() if m in METHODS]  # fmt: skip
+    return [
+        (m.upper(), path, op)
+        for path, item in doc.get("paths", {}).items()
+        for m, op in item.items()
+        if m in METHODS
+    ]
 
 
 def _resolve(schema: dict[str, Any]) -> dict[str, Any]:
@@ -60,17 +64,27 @@ def _body(op: dict[str, Any]) -> list[str]:
         title = schema.get("title") or _type(spec.get("schema", {}))
         out += [f"Request body `{media}`: `{title}`", ""]
         if props:
-            rows = [[f"`{name}`", _type(p), "yes" if name in required else "",
-                     "" if "default" not in p else f"`{p['default']}`", p.get("description", "")]
-                    for name, p in props.items()]  # fmt: skip
+            rows = [
+                [
+                    f"`{name}`",
+                    _type(p),
+                    "yes" if name in required else "",
+                    "" if "default" not in p else f"`{p['default']}`",
+                    p.get("description", ""),
+                ]
+                for name, p in props.items()
+            ]
             out += [table(["field", "type", "required", "default", "meaning"], rows), ""]
     return out
 
 
 def render() -> str:
     doc = openapi()
-    out = [f"OpenAPI {doc.get('openapi', '')}, `{doc.get('info', {}).get('title', '')}` "
-           f"{doc.get('info', {}).get('version', '')}: {len(operations())} operations.", ""]  # fmt: skip
+    out = [
+        f"OpenAPI {doc.get('openapi', '')}, `{doc.get('info', {}).get('title', '')}` "
+        f"{doc.get('info', {}).get('version', '')}: {len(operations())} operations.",
+        "",
+    ]
     summary = [[f"`{m}`", f"`{p}`", cell(op.get("summary", ""))] for m, p, op in operations()]
     out += [table(["method", "path", "summary"], summary), ""]
     for method, path, op in operations():
@@ -80,9 +94,16 @@ def render() -> str:
         out += _body(op)
         params = op.get("parameters", [])
         if params:
-            rows = [[f"`{p['name']}`", p.get("in", ""), _type(p.get("schema", {})),
-                     "yes" if p.get("required") else "", p.get("description", "")]
-                    for p in params]  # fmt: skip
+            rows = [
+                [
+                    f"`{p['name']}`",
+                    p.get("in", ""),
+                    _type(p.get("schema", {})),
+                    "yes" if p.get("required") else "",
+                    p.get("description", ""),
+                ]
+                for p in params
+            ]
             out += [table(["parameter", "in", "type", "required", "meaning"], rows), ""]
         responses = op.get("responses", {})
         if responses:

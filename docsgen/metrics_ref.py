@@ -43,15 +43,26 @@ def names() -> set[str]:
 
 
 def _table(families: Iterator[tuple[str, str, str, tuple[str, ...]]]) -> str:
-    rows = [[", ".join(f"`{s}`" for s in series(n, k)), k, ", ".join(f"`{lab}`" for lab in labels), h]
-            for n, k, h, labels in families]  # fmt: skip
+    rows = [
+        [", ".join(f"`{s}`" for s in series(n, k)), k, ", ".join(f"`{lab}`" for lab in labels), h]
+        for n, k, h, labels in families
+    ]
     return table(["series", "type", "labels", "meaning"], rows)
 
 
 def render() -> str:
-    return "\n".join([
-        "### `llmhost serve`", "", _table(server_families()), "",
-        "### An endpoint's router (`llmhost endpoint up`)", "",
-        "The router's own families, then every copy's families above with the labels `component` and "
-        "`copy` added first:", "", _table(router_families_()), "",
-    ])  # fmt: skip
+    return "\n".join(
+        [
+            "### `llmhost serve`",
+            "",
+            _table(server_families()),
+            "",
+            "### An endpoint's router (`llmhost endpoint up`)",
+            "",
+            "The router's own families, then every copy's families above with the labels `component` and "
+            "`copy` added first:",
+            "",
+            _table(router_families_()),
+            "",
+        ]
+    )

@@ -36,11 +36,21 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 # the longest files first (measured under `make test`: each over a minute of a worker's time), so that no
 # worker starts one of them while the others have run out of files; the rest keep their order
 LONGEST_FIRST = [
-    "test_endpoint_ray.py", "test_endpoint_ray_local.py", "test_openapi_fuzz.py", "test_optimize.py",
-    "test_endpoint.py", "test_speculative.py", "test_examples.py", "test_lm_eval.py",
-    "test_openapi_fuzz_router.py", "test_tune.py", "test_endpoint_models_dir.py", "test_clients.py",
-    "test_console.py", "test_s3_serve.py",
-]  # fmt: skip
+    "test_endpoint_ray.py",
+    "test_endpoint_ray_local.py",
+    "test_openapi_fuzz.py",
+    "test_optimize.py",
+    "test_endpoint.py",
+    "test_speculative.py",
+    "test_examples.py",
+    "test_lm_eval.py",
+    "test_openapi_fuzz_router.py",
+    "test_tune.py",
+    "test_endpoint_models_dir.py",
+    "test_clients.py",
+    "test_console.py",
+    "test_s3_serve.py",
+]
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -101,8 +101,11 @@ class Hub:
     def gets(self, suffix: str = "") -> list[Seen]:
         """CDN GETs (file bodies)."""
         with self.lock:
-            return [s for s in self.seen if s.method == "GET" and s.path.startswith("/cdn/")
-                    and s.path.endswith(suffix)]  # fmt: skip
+            return [
+                s
+                for s in self.seen
+                if s.method == "GET" and s.path.startswith("/cdn/") and s.path.endswith(suffix)
+            ]
 
     def record(self, seen: Seen) -> None:
         with self.lock:
@@ -119,9 +122,18 @@ def _info(repo_id: str, repo: HubRepo, blobs: bool) -> dict[str, object]:
             if name.endswith(".gguf"):
                 entry["lfs"] = {"size": repo.size(name), "sha256": f.sha256, "pointerSize": 135}
         siblings.append(entry)
-    return {"_id": repo_id, "id": repo_id, "modelId": repo_id, "sha": repo.commit, "private": False,
-            "gated": "manual" if repo.gated else False, "disabled": False, "tags": ["gguf"],
-            "library_name": "gguf", "siblings": siblings}  # fmt: skip
+    return {
+        "_id": repo_id,
+        "id": repo_id,
+        "modelId": repo_id,
+        "sha": repo.commit,
+        "private": False,
+        "gated": "manual" if repo.gated else False,
+        "disabled": False,
+        "tags": ["gguf"],
+        "library_name": "gguf",
+        "siblings": siblings,
+    }
 
 
 def _handler(hub: Hub) -> type[BaseHTTPRequestHandler]:
@@ -188,15 +200,15 @@ def _handler(hub: Hub) -> type[BaseHTTPRequestHandler]:
                 return self._error(401, "GatedRepo", message)
             f = repo.files.get(name)
             if f is None:
-                return self._error(404, "EntryNotFound", f"{name} does not exist on \"main\"", repo.commit)
+                return self._error(404, "EntryNotFound", f'{name} does not exist on "main"', repo.commit)
             if not name.endswith(".gguf"):  # a small file: served from the hub itself
-                return self._body(f, 200, f"\"{hashlib.sha1(f.sha256.encode()).hexdigest()}\"", repo.commit)
+                return self._body(f, 200, f'"{hashlib.sha1(f.sha256.encode()).hexdigest()}"', repo.commit)
             self.send_response(302)
             self.send_header("Location", f"{hub.cdn_url}/cdn/{f.sha256}")
             self.send_header("X-Repo-Commit", repo.commit)
-            self.send_header("X-Linked-Etag", f"\"{f.sha256}\"")
+            self.send_header("X-Linked-Etag", f'"{f.sha256}"')
             self.send_header("X-Linked-Size", str(repo.size(name)))
-            self.send_header("ETag", f"\"{hashlib.sha1(f.sha256.encode()).hexdigest()}\"")
+            self.send_header("ETag", f'"{hashlib.sha1(f.sha256.encode()).hexdigest()}"')
             self.send_header("Content-Length", "0")
             self.end_headers()
 
@@ -204,7 +216,7 @@ def _handler(hub: Hub) -> type[BaseHTTPRequestHandler]:
             f = hub.blob(sha)
             if f is None:
                 return self._error(404, "NotFound", "no such blob")
-            self._body(f, 200, f"\"{f.sha256}\"", None)
+            self._body(f, 200, f'"{f.sha256}"', None)
 
         def _body(self, f: HubFile, status: int, etag: str, commit: str | None) -> None:
             start, end = 0, f.size - 1

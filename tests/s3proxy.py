@@ -46,8 +46,14 @@ class Recorder:
     def object_gets(self, key_suffix: str = "") -> list[Seen]:
         """GETs of objects (ranged or not); listings are GETs of the bucket with a query."""
         with self.lock:
-            return [r for r in self.requests if r.method == "GET" and "list-type" not in r.query
-                    and r.path.count("/") >= 2 and r.path.endswith(key_suffix)]  # fmt: skip
+            return [
+                r
+                for r in self.requests
+                if r.method == "GET"
+                and "list-type" not in r.query
+                and r.path.count("/") >= 2
+                and r.path.endswith(key_suffix)
+            ]
 
     def count(self, method: str, query_has: str = "") -> int:
         with self.lock:
@@ -84,8 +90,15 @@ def _handler(upstream: str, recorder: Recorder, faults: Faults) -> type[BaseHTTP
 
         def _answer(self, resp: http.client.HTTPResponse, data: bytes) -> None:
             rng = self.headers.get("Range")
-            cut = self.command == "GET" and rng is not None and resp.status == 206 and (
-                faults.cut_every_range_get or (faults.cut_first_range_get and rng not in faults.ranges_cut))
+            cut = (
+                self.command == "GET"
+                and rng is not None
+                and resp.status == 206
+                and (
+                    faults.cut_every_range_get
+                    or (faults.cut_first_range_get and rng not in faults.ranges_cut)
+                )
+            )
             flip = faults.flip_get_byte or faults.flip_gets > 0
             if self.command == "GET" and flip and data and resp.status < 300:
                 faults.flip_gets = max(0, faults.flip_gets - 1)

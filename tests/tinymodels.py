@@ -146,8 +146,16 @@ class _Weights:
         self.allowed = {gguf.TENSOR_NAMES[t] for t in gguf.MODEL_TENSORS[_model_arch(arch)]}
         self.tensors: dict[str, np.ndarray] = {}
 
-    def add(self, name: str, ne: tuple[int, ...], *, bid: int | None = None, std: float = 0.2,
-            ones: bool = False, f32: bool = False) -> None:  # fmt: skip
+    def add(
+        self,
+        name: str,
+        ne: tuple[int, ...],
+        *,
+        bid: int | None = None,
+        std: float = 0.2,
+        ones: bool = False,
+        f32: bool = False,
+    ) -> None:
         """`ne` in llama.cpp's order (ne0 first, as its loader lists them): numpy's is reversed.
         `f32`: a matrix llama.cpp adds to F32 activations (not through a matmul or a row lookup)."""
         template = name.rsplit(".", 1)[0]
@@ -287,12 +295,20 @@ def _hparams(writer: gguf.GGUFWriter, arch: str) -> None:
         writer.add_attention_scale(1.0 / HEAD_DIM)
 
 
-def _tokenizer(writer: gguf.GGUFWriter, base: Tokenizer, special: Sequence[str], extra: Sequence[str],
-               bos_token: str | None, eos_token: str | None) -> int:  # fmt: skip
+def _tokenizer(
+    writer: gguf.GGUFWriter,
+    base: Tokenizer,
+    special: Sequence[str],
+    extra: Sequence[str],
+    bos_token: str | None,
+    eos_token: str | None,
+) -> int:
     tokens = list(base.tokens)
     types = list(base.token_types)
-    for text, kind in [*((t, gguf.TokenType.CONTROL) for t in special),
-                       *((t, gguf.TokenType.USER_DEFINED) for t in extra)]:  # fmt: skip
+    for text, kind in [
+        *((t, gguf.TokenType.CONTROL) for t in special),
+        *((t, gguf.TokenType.USER_DEFINED) for t in extra),
+    ]:
         if text not in tokens:
             tokens.append(text)
             types.append(int(kind))

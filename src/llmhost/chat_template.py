@@ -65,14 +65,22 @@ def _raise(message: str) -> None:
     raise ChatTemplateError(message)
 
 
-def _tojson(value: Any, ensure_ascii: bool = False, indent: int | None = None,
-            separators: tuple[str, str] | None = None, sort_keys: bool = False) -> str:  # fmt: skip
+def _tojson(
+    value: Any,
+    ensure_ascii: bool = False,
+    indent: int | None = None,
+    separators: tuple[str, str] | None = None,
+    sort_keys: bool = False,
+) -> str:
     """Hugging Face's `tojson` (transformers' chat templating), which templates are written against:
     keys in their order, no HTML escaping, and plain text. Jinja's own sorts keys, writes `'` `<` `>`
     `&` as \\u escapes, and returns Markup, which escapes the text a template adds to it (Mistral's
     `'"' + key + '": ' + val|tojson` rendered `&#34;parameters&#34;`)."""
-    return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators,
-                      sort_keys=sort_keys)  # fmt: skip
+    return json.dumps(
+        value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys
+    )
+
+
 # the variables render() sets itself: a request's template kwargs may not replace them
 RESERVED = frozenset({"messages", "tools", "add_generation_prompt", "bos_token", "eos_token"})
 
@@ -135,8 +143,14 @@ class _BoundedEnvironment(ImmutableSandboxedEnvironment):
 
 
 class ChatTemplate:
-    def __init__(self, source: str, bos_token: str, eos_token: str, timeout_s: float = RENDER_TIMEOUT_S,
-                 max_chars: int = MAX_OUTPUT_CHARS) -> None:  # fmt: skip
+    def __init__(
+        self,
+        source: str,
+        bos_token: str,
+        eos_token: str,
+        timeout_s: float = RENDER_TIMEOUT_S,
+        max_chars: int = MAX_OUTPUT_CHARS,
+    ) -> None:
         self._budget = _Budget()
         self._budget.max_chars = max_chars
         self.timeout_s = timeout_s
@@ -170,9 +184,13 @@ class ChatTemplate:
         parts: list[str] = []
         try:
             for chunk in self._template.generate(
-                **(kwargs or {}), messages=messages, tools=tools, add_generation_prompt=add_generation_prompt,
-                bos_token=self.bos_token, eos_token=self.eos_token,
-            ):  # fmt: skip
+                **(kwargs or {}),
+                messages=messages,
+                tools=tools,
+                add_generation_prompt=add_generation_prompt,
+                bos_token=self.bos_token,
+                eos_token=self.eos_token,
+            ):
                 budget.grow(len(chunk))
                 budget.check()
                 parts.append(chunk)

@@ -94,8 +94,12 @@ class _LazyGroup(TyperGroup):
         return super().get_command(ctx, cmd_name)
 
 
-app = typer.Typer(help="Self-hosted, CPU-first LLM endpoints over llama.cpp.", no_args_is_help=True,
-                  epilog=docs_line(("llmhost",)), cls=_LazyGroup)  # fmt: skip
+app = typer.Typer(
+    help="Self-hosted, CPU-first LLM endpoints over llama.cpp.",
+    no_args_is_help=True,
+    epilog=docs_line(("llmhost",)),
+    cls=_LazyGroup,
+)
 
 
 @app.callback()
@@ -122,12 +126,17 @@ def serve_command(spec: SettingsSpec) -> Callable[..., None]:
 
     params = [
         inspect.Parameter("ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=typer.Context),
-        inspect.Parameter("model", inspect.Parameter.KEYWORD_ONLY, default=None,
-                          annotation=Annotated[str | None, typer.Argument(help=MODEL_HELP)]),
+        inspect.Parameter(
+            "model",
+            inspect.Parameter.KEYWORD_ONLY,
+            default=None,
+            annotation=Annotated[str | None, typer.Argument(help=MODEL_HELP)],
+        ),
         *(option(s) for s in spec),
-        inspect.Parameter("s3_endpoint_url", inspect.Parameter.KEYWORD_ONLY, default="",
-                          annotation=S3EndpointOpt),
-    ]  # fmt: skip
+        inspect.Parameter(
+            "s3_endpoint_url", inspect.Parameter.KEYWORD_ONLY, default="", annotation=S3EndpointOpt
+        ),
+    ]
     serve.__signature__ = inspect.Signature(params, return_annotation=None)  # type: ignore[attr-defined]
     serve.__annotations__ = {p.name: p.annotation for p in params} | {"return": None}
     return serve
@@ -160,8 +169,10 @@ def _serve(spec: SettingsSpec, given: dict[str, Any], explicit: frozenset[str]) 
     shape = f"{engine.max_concurrent} sequences x {engine.max_total_tokens} tokens"
     if settings.embeddings is not None:
         shape = f"embeddings only, inputs up to {settings.embeddings.max_input_tokens} tokens"
-    typer.echo(f"llmhost: serving {settings.model_path} on {settings.host}:{settings.port} "
-               f"({engine.threads} threads, {shape})")
+    typer.echo(
+        f"llmhost: serving {settings.model_path} on {settings.host}:{settings.port} "
+        f"({engine.threads} threads, {shape})"
+    )
     code = run_server(settings, process.shutdown_grace_s, log_level)
     if code:
         raise typer.Exit(code)

@@ -33,8 +33,9 @@ def option(s: Setting) -> inspect.Parameter:
         kind = s.type | None
     option = typer.Option(*decls, help=s.help, **extra)
     default = inspect.Parameter.empty if s.required else s.default
-    return inspect.Parameter(s.name, inspect.Parameter.KEYWORD_ONLY, default=default,
-                             annotation=Annotated[kind, option])  # fmt: skip
+    return inspect.Parameter(
+        s.name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=Annotated[kind, option]
+    )
 
 
 def grouped(**groups: type[Any]) -> Callable[[_F], _F]:

@@ -43,8 +43,10 @@ _bound: EngineModel | None = None
 def engine_model() -> EngineModel:
     """The running engine's model object (from `model_fn` on); RuntimeError outside a server."""
     if _bound is None:
-        raise RuntimeError("llmhost.inference.engine_model(): no engine runs in this process; it is "
-                           "available to code/inference.py served by `llmhost serve`, from model_fn on")
+        raise RuntimeError(
+            "llmhost.inference.engine_model(): no engine runs in this process; it is "
+            "available to code/inference.py served by `llmhost serve`, from model_fn on"
+        )
     return _bound
 
 

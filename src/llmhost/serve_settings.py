@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from llmhost.store import ResolvedModel
     from llmhost.store.artifact import ServeHints
 
+
 @dataclass(frozen=True, kw_only=True)
 class ServeOptions(ListenSettings, EngineSettings, ChatSettings, ConsoleOptions):
     """`llmhost serve`'s options as `build` takes them: every setting of the spec but the serving
@@ -99,8 +100,13 @@ def adapter_specs(opts: ServeOptions) -> tuple[AdapterSpec, ...]:
     return tuple(specs)
 
 
-def engine_config(opts: ServeOptions, env: Mapping[str, str], draft_path: str,
-                  hints: ServeHints | None, recipe: dict[str, Any]) -> EngineConfig:  # fmt: skip
+def engine_config(
+    opts: ServeOptions,
+    env: Mapping[str, str],
+    draft_path: str,
+    hints: ServeHints | None,
+    recipe: dict[str, Any],
+) -> EngineConfig:
     """Every setting the spec maps to an EngineConfig field, in effect (option, variable or default),
     then the artifact's recipe (settings not given as options) and its measured load mode."""
     fallbacks = engine_fallbacks(opts.values)
@@ -134,9 +140,11 @@ def build(opts: ServeOptions, env: Mapping[str, str] | None = None) -> Built:
     hints, recipe, notes = _artifact(opts, resolved)
     engine = engine_config(opts, env, draft_path, hints, recipe)
     settings = ServerSettings(
-        model_path=resolved.gguf, engine=engine, api_keys=opts.api_keys,
+        model_path=resolved.gguf,
+        engine=engine,
+        api_keys=opts.api_keys,
         **{s.server: opts.resolved(s.name, env) for s in SERVE_SPEC if s.server},
         embeddings=EmbedderConfig.from_engine(engine, opts.pooling) if opts.embeddings else None,
         inference_script=find_script(resolved.model_dir),
-    )  # fmt: skip
+    )
     return Built(settings, notes)

@@ -79,15 +79,38 @@ class Setting:
         return "" if self.default in ("", None) else str(self.default)
 
 
-def setting(default: _T, help: str, *, env: str = "", fallback: Any = None, ge: float | None = None,
-            choices: tuple[str, ...] = (), endpoint: bool = False, engine: str = "", server: str = "",
-            label: str = "", switch: bool = False, metavar: str = "",
-            flags: tuple[str, ...] = ()) -> _T:  # fmt: skip
+def setting(
+    default: _T,
+    help: str,
+    *,
+    env: str = "",
+    fallback: Any = None,
+    ge: float | None = None,
+    choices: tuple[str, ...] = (),
+    endpoint: bool = False,
+    engine: str = "",
+    server: str = "",
+    label: str = "",
+    switch: bool = False,
+    metavar: str = "",
+    flags: tuple[str, ...] = (),
+) -> _T:
     """A group's field that is a setting: its default, and the rest of what `Setting` says (its name,
     type, choices and whether it repeats come from the field's name and annotation)."""
-    meta = dict(help=help, env=env, fallback=fallback, ge=ge, choices=choices, endpoint=endpoint,
-                engine=engine, server=server, label=label, switch=switch, metavar=metavar,
-                flags=flags)  # fmt: skip
+    meta = dict(
+        help=help,
+        env=env,
+        fallback=fallback,
+        ge=ge,
+        choices=choices,
+        endpoint=endpoint,
+        engine=engine,
+        server=server,
+        label=label,
+        switch=switch,
+        metavar=metavar,
+        flags=flags,
+    )
     return field(default=default, metadata={"setting": meta})
 
 
@@ -118,8 +141,17 @@ def _settings_of(group: type[Any], process: bool) -> list[Setting]:
         kind, choices, repeatable = type_of(hints[f.name])
         meta = {**f.metadata["setting"], "choices": f.metadata["setting"]["choices"] or choices}
         missing = f.default is MISSING
-        out.append(Setting(f.name, kind, None if missing else f.default, repeatable=repeatable,
-                           process=process, required=missing, **meta))  # fmt: skip
+        out.append(
+            Setting(
+                f.name,
+                kind,
+                None if missing else f.default,
+                repeatable=repeatable,
+                process=process,
+                required=missing,
+                **meta,
+            )
+        )
     return out
 
 

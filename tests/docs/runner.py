@@ -42,8 +42,12 @@ SERVER_PORT = re.compile(r"--port[ =](\d+)")
 BLOCK_TIMEOUT_S = 240
 READY_TIMEOUT_S = 240
 # small engines: the examples ask for a few tokens; options given in a block win over these
-SMALL_LIMITS = {"LLMHOST_THREADS": "1", "MAX_CONCURRENT_REQUESTS": "4", "MAX_INPUT_LENGTH": "1024",
-                "MAX_TOTAL_TOKENS": "2048"}  # fmt: skip
+SMALL_LIMITS = {
+    "LLMHOST_THREADS": "1",
+    "MAX_CONCURRENT_REQUESTS": "4",
+    "MAX_INPUT_LENGTH": "1024",
+    "MAX_TOTAL_TOKENS": "2048",
+}
 
 
 @dataclass(frozen=True)
@@ -79,7 +83,7 @@ def blocks(page: Path) -> list[Block]:
         j = i + 1
         closing = re.compile(rf"^[ \t]*{re.escape(fence[0])}{{{len(fence)},}}[ \t]*$")
         while j < len(lines) and not closing.match(lines[j]):
-            body.append(lines[j][len(indent):] if lines[j].startswith(indent) else lines[j].lstrip())
+            body.append(lines[j][len(indent) :] if lines[j].startswith(indent) else lines[j].lstrip())
             j += 1
         lang = info[0].lower() if info else ""
         words = tuple(w for w in info[1:] if "=" not in w)
@@ -133,8 +137,14 @@ class Runner:
         curl.mkdir(exist_ok=True)
         (curl / ".curlrc").write_text("fail-with-body\nsilent\nshow-error\nmax-time = 200\n")
         path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
-        return {**os.environ, **SMALL_LIMITS, "PATH": path, "CURL_HOME": str(curl), "PYTHONUNBUFFERED": "1",
-                "SAGEMAKER_BIND_TO_PORT": str(self.port(8080))}  # fmt: skip
+        return {
+            **os.environ,
+            **SMALL_LIMITS,
+            "PATH": path,
+            "CURL_HOME": str(curl),
+            "PYTHONUNBUFFERED": "1",
+            "SAGEMAKER_BIND_TO_PORT": str(self.port(8080)),
+        }
 
     def workdir(self) -> Path:
         work = self.tmp / "work"
@@ -186,20 +196,31 @@ class Runner:
             with contextlib.redirect_stdout(out):
                 exec(compile(code, block.where, "exec"), {"__name__": "__main__"})
         except BaseException as exc:  # an example's failure of any kind is the test's
-            raise AssertionError(f"{block.where}: {type(exc).__name__}: {exc}\n--- block\n{code}\n"
-                                 f"--- stdout\n{out.getvalue()[-3000:]}") from exc
+            raise AssertionError(
+                f"{block.where}: {type(exc).__name__}: {exc}\n--- block\n{code}\n"
+                f"--- stdout\n{out.getvalue()[-3000:]}"
+            ) from exc
         finally:
             os.chdir(here)
 
     def _check(self, argv: list[str], block: Block, cwd: Path, code: str) -> None:
         try:
-            r = subprocess.run(argv, input=code, cwd=cwd, env=self.env(), capture_output=True, text=True,
-                               timeout=BLOCK_TIMEOUT_S)  # fmt: skip
+            r = subprocess.run(
+                argv,
+                input=code,
+                cwd=cwd,
+                env=self.env(),
+                capture_output=True,
+                text=True,
+                timeout=BLOCK_TIMEOUT_S,
+            )
         except subprocess.TimeoutExpired as exc:
             raise AssertionError(f"{block.where}: still running after {BLOCK_TIMEOUT_S} s:\n{code}") from exc
         if r.returncode != 0:
-            raise AssertionError(f"{block.where}: exit {r.returncode}\n--- block\n{code}\n--- stdout\n"
-                                 f"{r.stdout[-3000:]}\n--- stderr\n{r.stderr[-3000:]}")  # fmt: skip
+            raise AssertionError(
+                f"{block.where}: exit {r.returncode}\n--- block\n{code}\n--- stdout\n"
+                f"{r.stdout[-3000:]}\n--- stderr\n{r.stderr[-3000:]}"
+            )
 
     def serve(self, block: Block, code: str, cwd: Path) -> None:
         """Start the block's server unless the same one already runs on its port; wait for /ping."""
@@ -212,8 +233,14 @@ class Runner:
             running.stop()
         log = self.tmp / f"server-{documented}-{len(self.servers)}-{block.line}.log"
         with log.open("wb") as out:
-            proc = subprocess.Popen(["bash", "-euo", "pipefail", "-c", code], cwd=cwd, env=self.env(),
-                                    stdout=out, stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+            proc = subprocess.Popen(
+                ["bash", "-euo", "pipefail", "-c", code],
+                cwd=cwd,
+                env=self.env(),
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         server = self.servers[documented] = Server(code, self.port(documented), proc, log)
         self._wait_ready(block, server)
 
@@ -222,8 +249,10 @@ class Runner:
         url = f"http://127.0.0.1:{server.port}/ping"
         while time.monotonic() < deadline:
             if server.process.poll() is not None:
-                raise AssertionError(f"{block.where}: the server exited with {server.process.returncode}:\n"
-                                     f"{server.log.read_text()[-4000:]}")  # fmt: skip
+                raise AssertionError(
+                    f"{block.where}: the server exited with {server.process.returncode}:\n"
+                    f"{server.log.read_text()[-4000:]}"
+                )
             try:
                 if httpx.get(url, timeout=2).status_code == 200:
                     return
@@ -231,8 +260,9 @@ class Runner:
                 pass
             time.sleep(0.25)
         server.stop()
-        raise AssertionError(f"{block.where}: no /ping 200 within {READY_TIMEOUT_S} s:\n"
-                             f"{server.log.read_text()[-4000:]}")
+        raise AssertionError(
+            f"{block.where}: no /ping 200 within {READY_TIMEOUT_S} s:\n{server.log.read_text()[-4000:]}"
+        )
 
     def close(self) -> None:
         for server in self.servers.values():

@@ -31,8 +31,12 @@ SHOWN_ONLY = {"", "text", "json", "console", "jinja", "dockerfile", "toml", "htt
 
 def test_every_fence_is_one_the_runner_knows() -> None:
     """A typo (```pyhton, ```bash sever) would silently turn an example into text shown only."""
-    bad = [f"{b.where}: {b.lang} {' '.join(b.words)} {b.attrs}" for p in pages() for b in blocks(p)
-           if not _known(b.lang, b.runs, set(b.words), set(b.attrs))]  # fmt: skip
+    bad = [
+        f"{b.where}: {b.lang} {' '.join(b.words)} {b.attrs}"
+        for p in pages()
+        for b in blocks(p)
+        if not _known(b.lang, b.runs, set(b.words), set(b.attrs))
+    ]
     assert not bad, bad
     assert sum(b.runs for p in pages() for b in blocks(p)) > 40
 

@@ -46,8 +46,15 @@ MODELS = [(lambda: str(default_model_path()), 2 * 18 * 1 * 512), (smollm2, 2 * 3
 def test_the_pages_kv_formula_is_the_engines_and_what_it_logs(
     formula: dict[str, Any], caplog: pytest.LogCaptureFixture, path: Callable[[], str], want: int
 ) -> None:
-    config = EngineConfig(max_concurrent=2, prefix_cache_seqs=1, max_input_tokens=1024, max_total_tokens=2048,
-                          max_batch_tokens=64, n_threads=1, prompt_cache_mb=0)  # fmt: skip
+    config = EngineConfig(
+        max_concurrent=2,
+        prefix_cache_seqs=1,
+        max_input_tokens=1024,
+        max_total_tokens=2048,
+        max_batch_tokens=64,
+        n_threads=1,
+        prompt_cache_mb=0,
+    )
     per_token = formula["kv_bytes_per_token"](path())
     with caplog.at_level(logging.INFO):
         engine = load_engine(path(), config)
@@ -87,6 +94,8 @@ def test_the_pages_table_is_the_formula(formula: dict[str, Any]) -> None:
     for name, layers, heads, head_sizes, kib, *mibs in rows:
         per_token = 2 * int(layers) * int(heads) * int(head_sizes)
         assert per_token == int(kib) * 1024, name
-        want = [formula["kv_mib"](per_token, seqs, 0, ctx) for seqs, ctx in
-                ((16, 4096), (1, 4096), (16, 32768), (1, 32768))]  # fmt: skip
+        want = [
+            formula["kv_mib"](per_token, seqs, 0, ctx)
+            for seqs, ctx in ((16, 4096), (1, 4096), (16, 32768), (1, 32768))
+        ]
         assert [int(m.replace(",", "")) for m in mibs] == want, name

@@ -22,9 +22,14 @@ CSS_REMOTE = re.compile(r"""(?:@import|url\()\s*["']?(?:https?:)?//""", re.I)
 def test_the_site_builds_strict_and_offline(tmp_path: Path) -> None:
     site = tmp_path / "site"
     mkdocs = Path(sys.executable).parent / "mkdocs"
-    r = subprocess.run([str(mkdocs), "build", "--strict", "--site-dir", str(site)], cwd=ROOT,
-                       capture_output=True, text=True, env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
-                       timeout=300)  # fmt: skip
+    r = subprocess.run(
+        [str(mkdocs), "build", "--strict", "--site-dir", str(site)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr[-5000:]
     pages = list(site.rglob("*.html"))
     assert len(pages) > 20

@@ -14,8 +14,9 @@ import pytest
 
 playwright_api = pytest.importorskip("playwright.sync_api")
 CHROMIUM = shutil.which("chromium")
-needs_chromium = pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (make test "
-                                    "installs it)")  # fmt: skip
+needs_chromium = pytest.mark.skipif(
+    CHROMIUM is None, reason="Debian's chromium is not installed (make test installs it)"
+)
 WAIT_MS = 90_000
 # page.wait_for_function is given functions, never expressions: the page's CSP forbids eval, which polls them
 
@@ -45,8 +46,9 @@ class Watched:
         self.context = browser.new_context(viewport={"width": 1400, "height": 1000})
         if key is not None:
             # the top page only: a report's sandboxed frame has no storage
-            self.context.add_init_script(f"if (window === window.top) "
-                                         f"sessionStorage.setItem('llmhost-console-key', {json.dumps(key)})")
+            self.context.add_init_script(
+                f"if (window === window.top) sessionStorage.setItem('llmhost-console-key', {json.dumps(key)})"
+            )
         self.requests: list[str] = []
         self.outside: list[str] = []
         self.errors: list[str] = []

@@ -65,13 +65,31 @@ def copy_headers(replica: dict[str, Any]) -> dict[str, str]:
 
 def up_command(file: Path, port: int, log_dir: Path) -> list[str]:
     return [
-        sys.executable, "-m", "llmhost.cli", "endpoint", "up", str(file), "--host", "127.0.0.1",
-        "--port", str(port), "--log-dir", str(log_dir),
-        "--autoscale-interval", "0.2", "--drain-timeout", "60",
+        sys.executable,
+        "-m",
+        "llmhost.cli",
+        "endpoint",
+        "up",
+        str(file),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--log-dir",
+        str(log_dir),
+        "--autoscale-interval",
+        "0.2",
+        "--drain-timeout",
+        "60",
         # a copy on a machine busy with other tests (make test runs three files at once) answers its
         # health check late: 4 s x 3 misses before it is taken for hung (~13 s to detect a hung copy)
-        "--health-interval", "0.5", "--health-timeout", "4", "--health-misses", "3",
-    ]  # fmt: skip
+        "--health-interval",
+        "0.5",
+        "--health-timeout",
+        "4",
+        "--health-misses",
+        "3",
+    ]
 
 
 def start_endpoint(tmp: Path, yaml_text: str, wait_ping: bool = True, args: tuple[str, ...] = ()) -> Endpoint:
@@ -81,8 +99,12 @@ def start_endpoint(tmp: Path, yaml_text: str, wait_ping: bool = True, args: tupl
     port = free_port()
     log, log_dir = tmp / "endpoint.log", tmp / "copies"
     with log.open("wb") as out:
-        proc = subprocess.Popen([*up_command(file, port, log_dir), *args], stdout=out,
-                                stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        proc = subprocess.Popen(
+            [*up_command(file, port, log_dir), *args],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
     ep = Endpoint(f"http://127.0.0.1:{port}", port, proc, log, log_dir)
     deadline = time.monotonic() + STARTUP_TIMEOUT_S
     while time.monotonic() < deadline:
@@ -125,7 +147,6 @@ async def call(
             text = (await r.aread()).decode()
         events = [e for e in text.split("\n\n") if e.strip()]
         last = events[-1] if events else ""
-        return Outcome(r.status_code, text, last == "data: [DONE]",
-                       r.status_code >= 400 or '"error"' in last)  # fmt: skip
+        return Outcome(r.status_code, text, last == "data: [DONE]", r.status_code >= 400 or '"error"' in last)
     r = await client.post(path, json=body, headers=headers)
     return Outcome(r.status_code, r.text, r.status_code == 200, r.status_code >= 400 and '"error"' in r.text)

@@ -14,9 +14,17 @@ from llama_cpp import Llama
 class Reference:
     def __init__(self, flash_attn: bool, n_ctx: int = 64) -> None:
         self.llm = Llama(
-            model_path=str(assemble()), n_ctx=n_ctx, n_batch=n_ctx, n_ubatch=n_ctx, n_threads=1,
-            n_threads_batch=1, flash_attn=flash_attn, swa_full=True, logits_all=True, verbose=False,
-        )  # fmt: skip
+            model_path=str(assemble()),
+            n_ctx=n_ctx,
+            n_batch=n_ctx,
+            n_ubatch=n_ctx,
+            n_threads=1,
+            n_threads_batch=1,
+            flash_attn=flash_attn,
+            swa_full=True,
+            logits_all=True,
+            verbose=False,
+        )
         self.n_ctx = n_ctx
 
     def tokenize(self, text: str, bos: bool) -> list[int]:

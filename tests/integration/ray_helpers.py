@@ -22,10 +22,11 @@ LOOPBACK_ONLY = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
 STARTUP_TIMEOUT_S = 240  # a loaded 2-core host: Ray, Serve, then each copy loading its model
 RAYLET_ENV = {
     # Ray Serve reports a copy it cannot place after this many seconds (default 30)
-    "RAY_SERVE_SLOW_STARTUP_WARNING_S": "3", "RAY_SERVE_SLOW_STARTUP_WARNING_PERIOD_S": "3",
+    "RAY_SERVE_SLOW_STARTUP_WARNING_S": "3",
+    "RAY_SERVE_SLOW_STARTUP_WARNING_PERIOD_S": "3",
     # its HTTP proxy gets 5 s to start by default: not always enough on a loaded 2-core host
     "RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S": "60",
-}  # fmt: skip
+}
 
 
 @dataclass
@@ -44,10 +45,16 @@ def start_cluster() -> RayCluster:
 
     common = {"num_cpus": 1, "node_ip_address": "127.0.0.1", "env_vars": RAYLET_ENV}
     dashboard_port = free_port()
-    cluster = Cluster(initialize_head=True, head_node_args={
-        **common, "include_dashboard": True, "dashboard_host": "127.0.0.1", "dashboard_port": dashboard_port,
-        "gcs_server_port": free_port(),
-    })  # fmt: skip
+    cluster = Cluster(
+        initialize_head=True,
+        head_node_args={
+            **common,
+            "include_dashboard": True,
+            "dashboard_host": "127.0.0.1",
+            "dashboard_port": dashboard_port,
+            "gcs_server_port": free_port(),
+        },
+    )
     cluster.add_node(**common)
     cluster.wait_for_nodes()
     nodes = {n.node_id for n in cluster.list_all_nodes()}
@@ -57,11 +64,26 @@ def start_cluster() -> RayCluster:
 def ray_up_command(file: Path, port: int, address: str, *extra: str) -> list[str]:
     """`address` empty: the endpoint starts its own local Ray."""
     return [
-        sys.executable, "-m", "llmhost.cli", "endpoint", "up", str(file), "--ray",
+        sys.executable,
+        "-m",
+        "llmhost.cli",
+        "endpoint",
+        "up",
+        str(file),
+        "--ray",
         *(["--ray-address", address] if address else []),
-        "--host", "127.0.0.1", "--port", str(port), "--health-interval", "1", "--health-timeout", "30",
-        "--drain-timeout", "5", *extra,
-    ]  # fmt: skip
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--health-interval",
+        "1",
+        "--health-timeout",
+        "30",
+        "--drain-timeout",
+        "5",
+        *extra,
+    ]
 
 
 def launch_ray_endpoint(tmp: Path, yaml_text: str, address: str, *extra: str, port: int = 0) -> Endpoint:
@@ -72,8 +94,9 @@ def launch_ray_endpoint(tmp: Path, yaml_text: str, address: str, *extra: str, po
     log = tmp / "endpoint.log"
     with log.open("wb") as out:
         env = {**os.environ, **LOOPBACK_ONLY, "PYTHONUNBUFFERED": "1"}
-        proc = subprocess.Popen(ray_up_command(file, port, address, *extra), stdout=out,
-                                stderr=subprocess.STDOUT, env=env)  # fmt: skip
+        proc = subprocess.Popen(
+            ray_up_command(file, port, address, *extra), stdout=out, stderr=subprocess.STDOUT, env=env
+        )
     return Endpoint(f"http://127.0.0.1:{port}", port, proc, log, tmp)
 
 

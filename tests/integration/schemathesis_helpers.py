@@ -12,9 +12,12 @@ from pathlib import Path
 
 CONFIG = Path(__file__).parent / "schemathesis.toml"
 CHECKS = [
-    "not_a_server_error", "status_code_conformance", "content_type_conformance",
-    "response_schema_conformance", "negative_data_rejection",
-]  # fmt: skip
+    "not_a_server_error",
+    "status_code_conformance",
+    "content_type_conformance",
+    "response_schema_conformance",
+    "negative_data_rejection",
+]
 KEY = "fuzz-key"
 AUTH = ["-H", f"Authorization: Bearer {KEY}"]
 
@@ -23,10 +26,23 @@ def schemathesis(url: str, cwd: Path, *args: str, checks: list[str] = CHECKS) ->
     """One run of schemathesis's CLI in `cwd`; fails the test with its report if it found anything."""
     cli = Path(sys.executable).parent / "schemathesis"
     cmd = [
-        str(cli), "--config-file", str(CONFIG), "--no-color", "run", f"{url}/openapi.json",
-        "--checks", ",".join(checks), "--generation-deterministic", "--workers", "1",
-        "--request-timeout", "120", "--suppress-health-check", "all", *args,
-    ]  # fmt: skip
+        str(cli),
+        "--config-file",
+        str(CONFIG),
+        "--no-color",
+        "run",
+        f"{url}/openapi.json",
+        "--checks",
+        ",".join(checks),
+        "--generation-deterministic",
+        "--workers",
+        "1",
+        "--request-timeout",
+        "120",
+        "--suppress-health-check",
+        "all",
+        *args,
+    ]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=cwd)
     report = done.stdout + done.stderr
     assert done.returncode == 0, report[-20_000:]

@@ -26,8 +26,17 @@ def test_server_requires_a_key_except_on_probes(tmp_path: Path, monkeypatch: pyt
     keys = tmp_path / "keys"
     keys.write_text("# one per line\nfrom-file\n")
     monkeypatch.setenv("LLMHOST_API_KEYS", "from-env")
-    srv = start_server(tmp_path, "--api-key", "from-flag", "--api-key-file", str(keys),
-                       "--max-total-tokens", "256", "--max-input-tokens", "128")  # fmt: skip
+    srv = start_server(
+        tmp_path,
+        "--api-key",
+        "from-flag",
+        "--api-key-file",
+        str(keys),
+        "--max-total-tokens",
+        "256",
+        "--max-input-tokens",
+        "128",
+    )
     try:
         with httpx.Client(base_url=srv.url, timeout=60) as c:
             assert c.get("/ping").status_code == 200 and c.get("/health").status_code == 200
@@ -41,8 +50,11 @@ def test_server_requires_a_key_except_on_probes(tmp_path: Path, monkeypatch: pyt
                 assert c.post(
                     "/v1/completions", json=BODY, headers={"Authorization": f"Bearer {key}"}
                 ).is_success
-                assert c.post("/generate", json={"inputs": "Hi", "parameters": {"max_new_tokens": 2}},
-                              headers={"x-api-key": key}).is_success  # fmt: skip
+                assert c.post(
+                    "/generate",
+                    json={"inputs": "Hi", "parameters": {"max_new_tokens": 2}},
+                    headers={"x-api-key": key},
+                ).is_success
         client = openai.OpenAI(base_url=f"{srv.url}/v1", api_key="from-flag", max_retries=0)
         assert client.completions.create(model="m", prompt="Hi", max_tokens=2).choices
         with pytest.raises(openai.AuthenticationError):
@@ -54,11 +66,17 @@ def test_server_requires_a_key_except_on_probes(tmp_path: Path, monkeypatch: pyt
             )
         assert denied.value.body["error"]["type"] == "authentication_error"  # type: ignore[index]
         # boto3 signs with SigV4 (not checked); the key goes in x-api-key, added before signing
-        runtime = boto3.client("sagemaker-runtime", endpoint_url=srv.url, region_name="us-east-1",
-                               aws_access_key_id="x", aws_secret_access_key="y")  # fmt: skip
+        runtime = boto3.client(
+            "sagemaker-runtime",
+            endpoint_url=srv.url,
+            region_name="us-east-1",
+            aws_access_key_id="x",
+            aws_secret_access_key="y",
+        )
         body = json.dumps({"inputs": "Hi", "parameters": {"max_new_tokens": 2}})
         with pytest.raises(botocore.exceptions.ClientError):
             runtime.invoke_endpoint(EndpointName="e", Body=body, ContentType="application/json")
+
         def add_key(request: Any, **_: Any) -> None:
             request.headers["x-api-key"] = "from-file"
 
@@ -91,15 +109,19 @@ components:
             assert c.post("/admin/scale", json={"component": "a", "copies": 2}).status_code == 401
             auth = {"Authorization": "Bearer ep-key"}
             assert c.post("/v1/completions", json=BODY, headers=auth).is_success
-            assert c.post("/generate", json={"inputs": "Hi", "parameters": {"max_new_tokens": 2}},
-                          headers={"x-api-key": "ep-key"}).is_success  # fmt: skip
+            assert c.post(
+                "/generate",
+                json={"inputs": "Hi", "parameters": {"max_new_tokens": 2}},
+                headers={"x-api-key": "ep-key"},
+            ).is_success
             assert c.get("/admin/status", headers=auth).json()["components"][0]["name"] == "a"
         cmd = [sys.executable, "-m", "llmhost.cli", "endpoint", "status", "--port", str(ep.port)]
         env = {k: v for k, v in os.environ.items() if k != "LLMHOST_API_KEYS"}
         denied = subprocess.run(cmd, capture_output=True, text=True, timeout=60, env=env)
         assert denied.returncode == 1 and "API key" in denied.stderr
-        allowed = subprocess.run(cmd, capture_output=True, text=True, timeout=60,
-                                 env={**env, "LLMHOST_API_KEY": "ep-key"})  # fmt: skip
+        allowed = subprocess.run(
+            cmd, capture_output=True, text=True, timeout=60, env={**env, "LLMHOST_API_KEY": "ep-key"}
+        )
         assert allowed.returncode == 0, allowed.stderr
     finally:
         stop_endpoint(ep)

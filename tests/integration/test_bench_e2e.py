@@ -13,11 +13,31 @@ from tests.integration.conftest import Server
 def test_bench_run_against_llmhost_serve(server: Server, tmp_path: Path) -> None:
     out = tmp_path / "results"
     cmd = [
-        sys.executable, "-m", "llmhost.cli", "bench", "run",
-        "--url", server.url, "--api", "openai", "--concurrency", "1,2", "--requests", "4",
-        "--prompt-tokens", "32", "--max-new-tokens", "8", "--temperature", "0",
-        "--price-per-hour", "1.52", "--out", str(out), "--no-live",
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "llmhost.cli",
+        "bench",
+        "run",
+        "--url",
+        server.url,
+        "--api",
+        "openai",
+        "--concurrency",
+        "1,2",
+        "--requests",
+        "4",
+        "--prompt-tokens",
+        "32",
+        "--max-new-tokens",
+        "8",
+        "--temperature",
+        "0",
+        "--price-per-hour",
+        "1.52",
+        "--out",
+        str(out),
+        "--no-live",
+    ]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     summary = json.loads((out / "summary.json").read_text())

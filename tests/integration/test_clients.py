@@ -90,12 +90,25 @@ def oai(url: str) -> openai.OpenAI:
 # -- openai ------------------------------------------------------------------------------------------
 def test_openai_n_choices_and_prompt_lists(url: str) -> None:
     c = oai(url)
-    r = c.completions.create(model=MODEL, prompt=["The sky is", "Water is"], n=2, max_tokens=6,
-                             temperature=1.0, seed=7, extra_body={"ignore_eos": True})  # fmt: skip
+    r = c.completions.create(
+        model=MODEL,
+        prompt=["The sky is", "Water is"],
+        n=2,
+        max_tokens=6,
+        temperature=1.0,
+        seed=7,
+        extra_body={"ignore_eos": True},
+    )
     assert [ch.index for ch in r.choices] == [0, 1, 2, 3]
     assert all(ch.text for ch in r.choices)
-    single = c.completions.create(model=MODEL, prompt="The sky is", max_tokens=6, temperature=1.0, seed=7,
-                                  extra_body={"ignore_eos": True})  # fmt: skip
+    single = c.completions.create(
+        model=MODEL,
+        prompt="The sky is",
+        max_tokens=6,
+        temperature=1.0,
+        seed=7,
+        extra_body={"ignore_eos": True},
+    )
     # prompt tokens once per prompt (its choices share them), completion tokens of all four choices
     assert r.usage is not None and single.usage is not None
     assert r.usage.completion_tokens == 24
@@ -108,8 +121,15 @@ def test_openai_n_choices_and_prompt_lists(url: str) -> None:
 
 def test_openai_n_streamed(url: str) -> None:
     c = oai(url)
-    stream = c.chat.completions.create(model=MODEL, messages=ASK, n=2, max_tokens=6, temperature=1.0,
-                                       stream=True, stream_options={"include_usage": True})  # fmt: skip
+    stream = c.chat.completions.create(
+        model=MODEL,
+        messages=ASK,
+        n=2,
+        max_tokens=6,
+        temperature=1.0,
+        stream=True,
+        stream_options={"include_usage": True},
+    )
     texts = {0: "", 1: ""}
     finished = set()
     usage = None
@@ -129,15 +149,27 @@ def test_openai_json_schema_is_always_valid(url: str, server: Server) -> None:
     rounds = 3 if url == server.url else 1
     outputs: list[str] = []
     for i in range(rounds):
-        r = c.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "A user as JSON"}],
-                                      response_format=fmt, n=8, max_tokens=120, temperature=1.0,
-                                      seed=100 + i)  # type: ignore[arg-type]  # fmt: skip
+        r = c.chat.completions.create(
+            model=MODEL,
+            messages=[{"role": "user", "content": "A user as JSON"}],
+            response_format=fmt,
+            n=8,
+            max_tokens=120,
+            temperature=1.0,
+            seed=100 + i,
+        )  # type: ignore[arg-type]
         outputs += [ch.message.content or "" for ch in r.choices]
         assert all(ch.finish_reason == "stop" for ch in r.choices)
     for text in outputs:
         jsonschema.validate(json.loads(text), SCHEMA)
-    obj = c.completions.create(model=MODEL, prompt="Config:", max_tokens=80, temperature=1.0, seed=3,
-                               extra_body={"response_format": {"type": "json_object"}})  # fmt: skip
+    obj = c.completions.create(
+        model=MODEL,
+        prompt="Config:",
+        max_tokens=80,
+        temperature=1.0,
+        seed=3,
+        extra_body={"response_format": {"type": "json_object"}},
+    )
     if obj.choices[0].finish_reason == "stop":
         assert isinstance(json.loads(obj.choices[0].text), dict)
 
@@ -146,8 +178,16 @@ def test_openai_tool_choices(url: str) -> None:
     c = oai(url)
     for choice in ("required", {"type": "function", "function": {"name": "get_weather"}}):
         # one call: at temperature 1 a base model may keep appending parallel calls until max_tokens
-        r = c.chat.completions.create(model=MODEL, messages=ASK, tools=[WEATHER, TIME], tool_choice=choice,
-                                      max_tokens=100, temperature=1.0, seed=1, parallel_tool_calls=False)  # type: ignore[arg-type]  # fmt: skip
+        r = c.chat.completions.create(
+            model=MODEL,
+            messages=ASK,
+            tools=[WEATHER, TIME],
+            tool_choice=choice,
+            max_tokens=100,
+            temperature=1.0,
+            seed=1,
+            parallel_tool_calls=False,
+        )  # type: ignore[arg-type]
         ch = r.choices[0]
         assert ch.finish_reason == "tool_calls" and ch.message.content is None
         calls = ch.message.tool_calls or []
@@ -158,11 +198,13 @@ def test_openai_tool_choices(url: str) -> None:
             assert names == {"get_weather"}
         for call in calls:
             json.loads(call.function.arguments)  # type: ignore[union-attr]
-    none = c.chat.completions.create(model=MODEL, messages=ASK, tools=[WEATHER], tool_choice="none",
-                                     max_tokens=5, temperature=0)  # fmt: skip
+    none = c.chat.completions.create(
+        model=MODEL, messages=ASK, tools=[WEATHER], tool_choice="none", max_tokens=5, temperature=0
+    )
     assert none.choices[0].message.tool_calls is None and none.choices[0].message.content
-    auto = c.chat.completions.create(model=MODEL, messages=ASK, tools=[WEATHER], tool_choice="auto",
-                                     max_tokens=8, temperature=0)  # fmt: skip
+    auto = c.chat.completions.create(
+        model=MODEL, messages=ASK, tools=[WEATHER], tool_choice="auto", max_tokens=8, temperature=0
+    )
     message = auto.choices[0].message
     assert message.content or message.tool_calls
 
@@ -173,8 +215,9 @@ def test_forced_call_at_the_default_temperature_fits_max_tokens(server: Server) 
     Now at most one call per tool, and a cut array keeps its complete calls."""
     c = oai(server.url)
     for seed in range(6):
-        r = c.chat.completions.create(model=MODEL, messages=ASK, tools=[WEATHER], tool_choice="required",
-                                      max_tokens=60, seed=seed)  # fmt: skip
+        r = c.chat.completions.create(
+            model=MODEL, messages=ASK, tools=[WEATHER], tool_choice="required", max_tokens=60, seed=seed
+        )
         ch = r.choices[0]
         assert ch.message.content is None, (seed, ch.message.content)
         assert ch.finish_reason == "tool_calls" and ch.message.tool_calls, (seed, ch)
@@ -184,13 +227,23 @@ def test_forced_call_at_the_default_temperature_fits_max_tokens(server: Server) 
 def test_forced_call_with_an_integer_argument_fits_max_tokens(server: Server) -> None:
     """pydantic-ai's structured output (a forced `final_result` call of a {name, age} object) used to run
     out of max_tokens inside `age`: an integer now has at most 16 digits, as llama.cpp's grammar allows."""
-    person = {"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
-              "required": ["name", "age"], "additionalProperties": False}  # fmt: skip
+    person = {
+        "type": "object",
+        "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
+        "required": ["name", "age"],
+        "additionalProperties": False,
+    }
     final = {"type": "function", "function": {"name": "final_result", "parameters": person, "strict": True}}
     c, ask = oai(server.url), [{"role": "user", "content": "Extract: John is 30."}]
     for seed in range(6):
-        r = c.chat.completions.create(model=MODEL, messages=ask,  # type: ignore[arg-type]
-                                      tools=[final], tool_choice="required", max_tokens=64, seed=seed)  # type: ignore[list-item]  # fmt: skip
+        r = c.chat.completions.create(
+            model=MODEL,
+            messages=ask,  # type: ignore[arg-type]
+            tools=[final],
+            tool_choice="required",
+            max_tokens=64,
+            seed=seed,
+        )  # type: ignore[list-item]
         calls = r.choices[0].message.tool_calls or []
         assert r.choices[0].finish_reason == "tool_calls" and len(calls) == 1, (seed, r.choices[0])
         arguments = json.loads(calls[0].function.arguments)  # type: ignore[union-attr]
@@ -199,20 +252,42 @@ def test_forced_call_with_an_integer_argument_fits_max_tokens(server: Server) ->
 
 def test_openai_tool_call_streamed_and_next_turn(url: str) -> None:
     c = oai(url)
-    stream = c.chat.completions.create(model=MODEL, messages=ASK, tools=[WEATHER], tool_choice="required",
-                                       max_tokens=80, temperature=0, stream=True)  # fmt: skip
+    stream = c.chat.completions.create(
+        model=MODEL,
+        messages=ASK,
+        tools=[WEATHER],
+        tool_choice="required",
+        max_tokens=80,
+        temperature=0,
+        stream=True,
+    )
     deltas = [ch for chunk in stream for ch in chunk.choices]
     calls = [tc for d in deltas for tc in d.delta.tool_calls or []]
     assert calls and calls[0].function is not None and calls[0].function.name == "get_weather"
     assert deltas[-1].finish_reason == "tool_calls"
     arguments = calls[0].function.arguments or ""
-    follow = [*ASK,
-              {"role": "assistant", "content": None, "tool_calls": [
-                  {"id": calls[0].id, "type": "function",
-                   "function": {"name": "get_weather", "arguments": arguments}}]},
-              {"role": "tool", "tool_call_id": calls[0].id, "content": '{"temp": 21}'}]  # fmt: skip
-    r = c.chat.completions.create(model=MODEL, messages=follow, tools=[WEATHER], max_tokens=5,  # type: ignore[arg-type]
-                                  temperature=0)  # fmt: skip
+    follow = [
+        *ASK,
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": calls[0].id,
+                    "type": "function",
+                    "function": {"name": "get_weather", "arguments": arguments},
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": calls[0].id, "content": '{"temp": 21}'},
+    ]
+    r = c.chat.completions.create(
+        model=MODEL,
+        messages=follow,  # type: ignore[arg-type]
+        tools=[WEATHER],
+        max_tokens=5,
+        temperature=0,
+    )
     assert r.choices[0].finish_reason in ("length", "stop", "tool_calls")
 
 
@@ -221,15 +296,25 @@ def test_openai_refusals_name_the_field(url: str) -> None:
     with pytest.raises(openai.BadRequestError) as err:
         c.chat.completions.create(model=MODEL, messages=ASK, max_tokens=2, extra_body={"frobnicate": 1})
     assert sent_error(err.value)["param"] == "frobnicate"
-    bad = {"type": "json_schema", "json_schema": {"name": "x", "schema": {
-        "type": "object", "properties": {"a": {"type": "string", "pattern": "(?=a)b"}}}}}  # fmt: skip
+    bad = {
+        "type": "json_schema",
+        "json_schema": {
+            "name": "x",
+            "schema": {"type": "object", "properties": {"a": {"type": "string", "pattern": "(?=a)b"}}},
+        },
+    }
     with pytest.raises(openai.BadRequestError) as err:
         c.chat.completions.create(model=MODEL, messages=ASK, max_tokens=2, response_format=bad)  # type: ignore[arg-type]
     refused = sent_error(err.value)
     assert "look-around" in refused["message"] and str(refused["param"]).startswith("response_format")
     with pytest.raises(openai.BadRequestError) as err:
-        c.chat.completions.create(model=MODEL, messages=ASK, max_tokens=2, tools=[WEATHER],
-                                  tool_choice={"type": "function", "function": {"name": "nope"}})  # fmt: skip
+        c.chat.completions.create(
+            model=MODEL,
+            messages=ASK,
+            max_tokens=2,
+            tools=[WEATHER],
+            tool_choice={"type": "function", "function": {"name": "nope"}},
+        )
     assert str(sent_error(err.value)["param"]).startswith("tool_choice")
 
 
@@ -237,8 +322,9 @@ def test_openai_refusals_name_the_field(url: str) -> None:
 def test_inference_client_text_generation(url: str) -> None:
     c = InferenceClient(base_url=url)
     assert c.text_generation("The capital of France is", max_new_tokens=4)
-    out = c.text_generation("The capital of France is", max_new_tokens=4, details=True,
-                            decoder_input_details=True, top_n_tokens=2)  # fmt: skip
+    out = c.text_generation(
+        "The capital of France is", max_new_tokens=4, details=True, decoder_input_details=True, top_n_tokens=2
+    )
     d = out.details
     assert d is not None and d.generated_tokens == 4 and len(d.tokens) == 4
     assert d.prefill[0].logprob is None and all(t.logprob is not None for t in d.prefill[1:])
@@ -253,8 +339,9 @@ def test_inference_client_text_generation(url: str) -> None:
         "Phone: ", max_new_tokens=12, grammar={"type": "regex", "value": "[0-9]{3}-[0-9]{4}"}
     )
     assert len(text) == 8 and text[3] == "-"
-    js = c.text_generation("A user:", max_new_tokens=120, seed=5, do_sample=True,
-                           grammar={"type": "json", "value": SCHEMA})  # fmt: skip
+    js = c.text_generation(
+        "A user:", max_new_tokens=120, seed=5, do_sample=True, grammar={"type": "json", "value": SCHEMA}
+    )
     jsonschema.validate(json.loads(js), SCHEMA)
     chat = c.chat_completion(messages=ASK, max_tokens=4, temperature=0)
     assert chat.choices[0].message.content
@@ -262,8 +349,15 @@ def test_inference_client_text_generation(url: str) -> None:
 
 def test_text_generation_client(url: str) -> None:
     c = text_generation.Client(url, timeout=120)
-    r = c.generate("The capital of France is", max_new_tokens=4, top_n_tokens=1, typical_p=0.9,
-                   do_sample=True, seed=2, truncate=3)  # fmt: skip
+    r = c.generate(
+        "The capital of France is",
+        max_new_tokens=4,
+        top_n_tokens=1,
+        typical_p=0.9,
+        do_sample=True,
+        seed=2,
+        truncate=3,
+    )
     assert r.details.generated_tokens == 4 and len(r.details.top_tokens or []) == 4
     tokens = [s.token.text for s in c.generate_stream("The capital of France is", max_new_tokens=4)]
     assert len(tokens) == 4
@@ -281,15 +375,22 @@ def test_tgi_info_and_error_shape(url: str) -> None:
     r = httpx.post(f"{url}/", json={"inputs": "x", "parameters": {"nope": 1}}, timeout=30)
     assert r.status_code == 400 and r.json() | {"request_id": ""} == {
         "error": "unsupported field 'parameters.nope': llmhost does not implement it",
-        "error_type": "validation", "field": "parameters.nope", "request_id": ""}  # fmt: skip
+        "error_type": "validation",
+        "field": "parameters.nope",
+        "request_id": "",
+    }
 
 
 # -- batching ----------------------------------------------------------------------------------------
 def test_constrained_beside_unconstrained_leaves_greedy_output_alone(server: Server) -> None:
     alone = complete(server.url, TARGET)
-    constrained = {"prompt": "A user as JSON:", "max_tokens": 60, "temperature": 1.0, "n": 4,
-                   "response_format": {"type": "json_schema",
-                                       "json_schema": {"name": "u", "schema": SCHEMA}}}  # fmt: skip
+    constrained = {
+        "prompt": "A user as JSON:",
+        "max_tokens": 60,
+        "temperature": 1.0,
+        "n": 4,
+        "response_format": {"type": "json_schema", "json_schema": {"name": "u", "schema": SCHEMA}},
+    }
 
     def json_request() -> dict[str, Any]:
         r = httpx.post(f"{server.url}/v1/completions", json=constrained, timeout=120)
@@ -306,15 +407,30 @@ def test_constrained_beside_unconstrained_leaves_greedy_output_alone(server: Ser
 
 def test_llama_server_grammar_and_json_schema_fields(server: Server) -> None:
     c = oai(server.url)
-    yes_no = c.completions.create(model=MODEL, prompt="Is water wet? Answer:", max_tokens=5, temperature=1.0,
-                                  extra_body={"grammar": 'root ::= " yes" | " no"'})  # fmt: skip
+    yes_no = c.completions.create(
+        model=MODEL,
+        prompt="Is water wet? Answer:",
+        max_tokens=5,
+        temperature=1.0,
+        extra_body={"grammar": 'root ::= " yes" | " no"'},
+    )
     assert yes_no.choices[0].text in (" yes", " no") and yes_no.choices[0].finish_reason == "stop"
-    js = c.completions.create(model=MODEL, prompt="A user:", max_tokens=120, temperature=1.0, seed=9,
-                              extra_body={"json_schema": SCHEMA})  # fmt: skip
+    js = c.completions.create(
+        model=MODEL,
+        prompt="A user:",
+        max_tokens=120,
+        temperature=1.0,
+        seed=9,
+        extra_body={"json_schema": SCHEMA},
+    )
     jsonschema.validate(json.loads(js.choices[0].text), SCHEMA)
     with pytest.raises(openai.BadRequestError) as err:
-        c.completions.create(model=MODEL, prompt="x", max_tokens=5,
-                             extra_body={"grammar": 'root ::= "a"', "json_schema": SCHEMA})  # fmt: skip
+        c.completions.create(
+            model=MODEL,
+            prompt="x",
+            max_tokens=5,
+            extra_body={"grammar": 'root ::= "a"', "json_schema": SCHEMA},
+        )
     assert "give one" in sent_error(err.value)["message"]
     with pytest.raises(openai.BadRequestError) as err:
         c.completions.create(model=MODEL, prompt="x", max_tokens=5, extra_body={"grammar": "root ::= ("})

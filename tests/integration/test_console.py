@@ -55,8 +55,9 @@ def ep(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Endpoint]:
     write_summary(make_results(), reports / "bench-run")
     # a copy loading beside a ready one on a busy machine can miss a 1 s ping: this test kills copies itself
     health = ("--health-timeout", "5", "--health-misses", "5")
-    endpoint = start_endpoint(tmp, ENDPOINT, args=("--console-period", "0.5", "--reports", str(reports),
-                                                   "--api-key", KEY, *health))  # fmt: skip
+    endpoint = start_endpoint(
+        tmp, ENDPOINT, args=("--console-period", "0.5", "--reports", str(reports), "--api-key", KEY, *health)
+    )
     yield endpoint
     stop_endpoint(endpoint)
 
@@ -113,8 +114,9 @@ def test_page_loads_clean_and_offline(page: Watched, ep: Endpoint, artifacts: Pa
     # every chart is drawn from the server's series (15 minutes kept there, not in the page)
     p.wait_for_function("() => document.querySelectorAll('.chart canvas').length >= 10", timeout=WAIT_MS)
     # the time axis is the retention window ending now, also with a single point (it spanned two years)
-    retention = httpx.get(f"{ep.url}/console/api/overview", headers={"Authorization": f"Bearer {KEY}"},
-                          timeout=10).json()["console"]["retention_s"]  # fmt: skip
+    retention = httpx.get(
+        f"{ep.url}/console/api/overview", headers={"Authorization": f"Bearer {KEY}"}, timeout=10
+    ).json()["console"]["retention_s"]
     assert float(p.get_attribute("#chart-tokens", "data-x-span") or 0) == pytest.approx(retention)
     assert any(u.endswith("/console/assets/uPlot.iife.min.js") for u in page.requests)
     p.screenshot(path=str(artifacts / "3-loaded.png"), full_page=True)
@@ -124,8 +126,16 @@ def _load(url: str, stop: threading.Event) -> None:
     with httpx.Client(base_url=url, timeout=60, headers={"Authorization": f"Bearer {KEY}"}) as c:
         while not stop.is_set():
             for name in ("a", "b"):
-                c.post("/v1/completions", json={"model": name, "prompt": "Tell me", "max_tokens": 12,
-                                                "ignore_eos": True, "temperature": 0})  # fmt: skip
+                c.post(
+                    "/v1/completions",
+                    json={
+                        "model": name,
+                        "prompt": "Tell me",
+                        "max_tokens": 12,
+                        "ignore_eos": True,
+                        "temperature": 0,
+                    },
+                )
 
 
 def points(p: Any, chart: str) -> int:
@@ -142,8 +152,9 @@ def test_charts_gain_points_while_a_load_runs(page: Watched, ep: Endpoint, artif
         t.start()
     try:
         for chart in ("invocations", "tokens", "cpu"):
-            p.wait_for_function(f"() => Number(document.getElementById('chart-{chart}').dataset.last) > 0",
-                                timeout=WAIT_MS)  # fmt: skip
+            p.wait_for_function(
+                f"() => Number(document.getElementById('chart-{chart}').dataset.last) > 0", timeout=WAIT_MS
+            )
     finally:
         stop.set()
         for t in loaders:
@@ -153,8 +164,9 @@ def test_charts_gain_points_while_a_load_runs(page: Watched, ep: Endpoint, artif
     # a copy whose /metrics was not read in time in one period has its tokens in the next point: poll
     deadline = time.monotonic() + WAIT_MS / 1000
     while True:
-        series = httpx.get(f"{ep.url}/console/api/metrics", params={"window": 120},
-                           headers={"x-api-key": KEY}, timeout=60).json()["components"]  # fmt: skip
+        series = httpx.get(
+            f"{ep.url}/console/api/metrics", params={"window": 120}, headers={"x-api-key": KEY}, timeout=60
+        ).json()["components"]
         a, b = series["a"]["figures"], series["b"]["figures"]
         if (a["Invocations"] > 0 and b["OutputTokensPerSecond"] > 0) or time.monotonic() > deadline:
             break
@@ -171,9 +183,12 @@ def test_playground_streams(page: Watched, artifacts: Path) -> None:
     p.fill("#pg-max", "24")
     p.click("#pg-send")
     # text shows before the answer is complete: it streams
-    p.wait_for_function("() => { const o = document.getElementById('pg-output'); "
-                        "return o.textContent.length > 0 && o.dataset.done === 'false'; }",
-                        timeout=WAIT_MS, polling=20)  # fmt: skip
+    p.wait_for_function(
+        "() => { const o = document.getElementById('pg-output'); "
+        "return o.textContent.length > 0 && o.dataset.done === 'false'; }",
+        timeout=WAIT_MS,
+        polling=20,
+    )
     p.wait_for_selector('#pg-output[data-done="true"]', timeout=WAIT_MS)
     timings = p.inner_text("#pg-timings")
     assert "time to first token" in timings and "copy b-0" in timings
@@ -204,8 +219,9 @@ def test_scaling_from_the_page_changes_endpoint_status(page: Watched, ep: Endpoi
     # plain sleep here held the request until the test gave up, once under make test's three workers)
     p.wait_for_selector("#messages .msg", timeout=WAIT_MS)
     assert p.inner_text("#messages .msg") == "scaling a to 2"
-    ep.wait_for("a at 2 copies",
-                lambda: [c["copies"] for c in status(ep)["components"] if c["name"] == "a"] == [2])
+    ep.wait_for(
+        "a at 2 copies", lambda: [c["copies"] for c in status(ep)["components"] if c["name"] == "a"] == [2]
+    )
     p.wait_for_selector('tr[data-copy="a-1"][data-state="ready"]', timeout=WAIT_MS)
     p.screenshot(path=str(artifacts / "7-scaled.png"), full_page=True)
 

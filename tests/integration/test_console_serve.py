@@ -20,8 +20,19 @@ AUTH = {"Authorization": f"Bearer {KEY}"}
 
 @pytest.fixture(scope="module")
 def srv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    s = start_server(tmp_path_factory.mktemp("serve-console"), "--console-period", "0.3", "--api-key", KEY,
-                     "--max-input-tokens", "128", "--max-total-tokens", "256", "--served-model-name", "solo")
+    s = start_server(
+        tmp_path_factory.mktemp("serve-console"),
+        "--console-period",
+        "0.3",
+        "--api-key",
+        KEY,
+        "--max-input-tokens",
+        "128",
+        "--max-total-tokens",
+        "256",
+        "--served-model-name",
+        "solo",
+    )
     yield s
     stop_server(s)
 
@@ -62,8 +73,12 @@ def test_only_invocations_count(srv: Server) -> None:
         for _ in range(3):
             r = c.post("/v1/completions", json={"model": "solo", "prompt": "Hello", "max_tokens": 4})
             assert r.status_code == 200
-        assert c.post("/v1/completions", json={"model": "solo", "prompt": "x", "max_tokens": 0,
-                                               "temperature": -1}).status_code == 422  # fmt: skip
+        assert (
+            c.post(
+                "/v1/completions", json={"model": "solo", "prompt": "x", "max_tokens": 0, "temperature": -1}
+            ).status_code
+            == 422
+        )
     wait("the four answers in the series", lambda: figures(srv)["Invocations"] == before + 4)
     after = figures(srv)
     assert after["Invocation4XXErrors"] >= 1 and after["OutputTokensPerSecond"] > 0
@@ -92,8 +107,9 @@ def test_the_one_component_page(srv: Server, browser: Any) -> None:
     # a lone server has no admin API: no scaling, no stopping, no adding; the playground is there
     assert p.locator(".scale-btn").count() == 0 and p.locator("#down-btn").count() == 0
     assert p.is_hidden("#add-box") and p.is_visible("#pg-send")
-    p.wait_for_function("() => Number(document.getElementById('chart-mem').dataset.points) > 1",
-                        timeout=WAIT_MS)  # fmt: skip
+    p.wait_for_function(
+        "() => Number(document.getElementById('chart-mem').dataset.points) > 1", timeout=WAIT_MS
+    )
     p.screenshot(path=str(artifacts_dir() / "serve-console.png"), full_page=True)
     w.check_clean()
     w.close()

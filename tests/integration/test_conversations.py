@@ -20,12 +20,39 @@ from tests.integration.endpoint_helpers import ENGINE, Endpoint, start_endpoint,
 def test_bench_conversations_against_llmhost_serve(server: Server, tmp_path: Path) -> None:
     out = tmp_path / "results"
     cmd = [
-        sys.executable, "-m", "llmhost.cli", "bench", "run", "--url", server.url, "--api", "openai",
-        "--workload", "conversations", "--concurrency", "3", "--turns", "2", "--think-time", "0",
-        "--system-prompts", "2", "--system-prompt-tokens", "120", "--user-tokens", "12",
-        "--max-new-tokens", "6", "--temperature", "0", "--metrics-interval", "0",
-        "--out", str(out), "--no-live",
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "llmhost.cli",
+        "bench",
+        "run",
+        "--url",
+        server.url,
+        "--api",
+        "openai",
+        "--workload",
+        "conversations",
+        "--concurrency",
+        "3",
+        "--turns",
+        "2",
+        "--think-time",
+        "0",
+        "--system-prompts",
+        "2",
+        "--system-prompt-tokens",
+        "120",
+        "--user-tokens",
+        "12",
+        "--max-new-tokens",
+        "6",
+        "--temperature",
+        "0",
+        "--metrics-interval",
+        "0",
+        "--out",
+        str(out),
+        "--no-live",
+    ]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     [config] = json.loads((out / "summary.json").read_text())["configs"]
@@ -65,12 +92,14 @@ components:
 @pytest.fixture(scope="module")
 def routed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Endpoint]:
     # a copy busy on a shared machine is slow to answer /ping, not hung
-    endpoint = start_endpoint(tmp_path_factory.mktemp("routed"), ROUTED,
-                              args=("--health-timeout", "10", "--health-misses", "6"))  # fmt: skip
+    endpoint = start_endpoint(
+        tmp_path_factory.mktemp("routed"), ROUTED, args=("--health-timeout", "10", "--health-misses", "6")
+    )
     try:  # both copies ready before the first turn: where a cold conversation goes is then known
         ready = ["ready"] * 2
-        endpoint.wait_for("two ready copies", lambda: [r["state"] for r in endpoint.replicas("a")] == ready,
-                          timeout=180)  # fmt: skip
+        endpoint.wait_for(
+            "two ready copies", lambda: [r["state"] for r in endpoint.replicas("a")] == ready, timeout=180
+        )
     except BaseException:
         stop_endpoint(endpoint)
         raise
@@ -84,8 +113,12 @@ def _served(ep: Endpoint) -> dict[str, int]:
 
 def _counters(ep: Endpoint) -> dict[str, float]:
     text = httpx.get(f"{ep.url}/metrics", timeout=10).text
-    return {s.name: s.value for f in text_string_to_metric_families(text) for s in f.samples
-            if s.name.startswith("llmhost_endpoint_routed_")}  # fmt: skip
+    return {
+        s.name: s.value
+        for f in text_string_to_metric_families(text)
+        for s in f.samples
+        if s.name.startswith("llmhost_endpoint_routed_")
+    }
 
 
 def test_prefix_routing_keeps_each_conversation_on_one_copy(routed: Endpoint) -> None:
@@ -100,8 +133,10 @@ def test_prefix_routing_keeps_each_conversation_on_one_copy(routed: Endpoint) ->
             for conv in (0, 1):  # the conversations' turns alternate, as users' do
                 transcripts[conv] += f"\nUser: Question {turn} of conversation {conv}?\nAssistant:"
                 before = _served(routed)
-                r = client.post("/v1/completions", json={"model": "a", "prompt": transcripts[conv],
-                                                         "max_tokens": 4, "temperature": 0})  # fmt: skip
+                r = client.post(
+                    "/v1/completions",
+                    json={"model": "a", "prompt": transcripts[conv], "max_tokens": 4, "temperature": 0},
+                )
                 assert r.status_code == 200, r.text
                 transcripts[conv] += r.json()["choices"][0]["text"]
                 after = _served(routed)

@@ -20,7 +20,7 @@ pytestmark = pytest.mark.integration
 
 TGI = {"inputs": "The capital of France is", "parameters": {"max_new_tokens": 4}}
 
-OUTPUT_ONLY = '''
+OUTPUT_ONLY = """
 import json
 
 def output_fn(prediction, accept):
@@ -30,9 +30,9 @@ def output_fn(prediction, accept):
         raise LookupError("no details here")
     # reshapes the normal prediction: TGI's [{"generated_text": ...}]
     return json.dumps({"text": prediction[0]["generated_text"], "accept": accept}), "application/json"
-'''
+"""
 
-TEXT_IO = '''
+TEXT_IO = """
 import helpers  # next to inference.py: code/ is on sys.path
 
 def input_fn(body, content_type):
@@ -51,7 +51,7 @@ def predict_fn(data, model):
     if data.startswith("stream:"):
         return ({"piece": piece} for piece in model.stream(data[7:], max_new_tokens=4))
     return {"generated": model.generate(data, max_new_tokens=4), "tag": helpers.TAG}
-'''
+"""
 
 MODEL_FN = """
 import os
@@ -93,8 +93,13 @@ def start_serve(tmp: Path, directory: Path) -> Server:
     the port in $SAGEMAKER_BIND_TO_PORT (the thread count too, as LLMHOST_THREADS)."""
     port = free_port()
     log = tmp / f"serve-entry-{port}.log"
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "SM_MODEL_DIR": str(directory),
-           "SAGEMAKER_BIND_TO_PORT": str(port), "LLMHOST_THREADS": "1"}  # fmt: skip
+    env = {
+        **os.environ,
+        "PYTHONUNBUFFERED": "1",
+        "SM_MODEL_DIR": str(directory),
+        "SAGEMAKER_BIND_TO_PORT": str(port),
+        "LLMHOST_THREADS": "1",
+    }
     entry = Path(sys.executable).parent / "serve"
     with log.open("wb") as out:
         proc = subprocess.Popen([str(entry)], stdout=out, stderr=subprocess.STDOUT, env=env)
@@ -225,8 +230,19 @@ def test_serve_entry_point_without_code(tmp_path: Path) -> None:
 
 def test_inference_py_that_fails_to_import_stops_the_server(tmp_path: Path) -> None:
     directory = model_dir(tmp_path / "model", BROKEN)
-    cmd = [sys.executable, "-m", "llmhost.cli", "serve", str(directory), "--port", str(free_port()),
-           "--host", "127.0.0.1", "--threads", "1"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "llmhost.cli",
+        "serve",
+        str(directory),
+        "--port",
+        str(free_port()),
+        "--host",
+        "127.0.0.1",
+        "--threads",
+        "1",
+    ]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert done.returncode != 0
     assert "inference.py failed to import: ModuleNotFoundError" in done.stderr
@@ -247,8 +263,19 @@ def test_model_fn_value_is_predict_fns_model(tmp_path: Path) -> None:
 
 def test_model_fn_that_raises_stops_the_server(tmp_path: Path) -> None:
     directory = model_dir(tmp_path / "model", MODEL_FN)
-    cmd = [sys.executable, "-m", "llmhost.cli", "serve", str(directory), "--port", str(free_port()),
-           "--host", "127.0.0.1", "--threads", "1"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "llmhost.cli",
+        "serve",
+        str(directory),
+        "--port",
+        str(free_port()),
+        "--host",
+        "127.0.0.1",
+        "--threads",
+        "1",
+    ]
     env = {**os.environ, "FAIL_MODEL_FN": "1"}
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
     assert done.returncode != 0  # uvicorn: 3, "Application startup failed"

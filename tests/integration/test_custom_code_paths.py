@@ -18,7 +18,7 @@ pytestmark = pytest.mark.integration
 
 TEXT = {"Content-Type": "text/plain"}
 
-HOOKS = '''
+HOOKS = """
 import asyncio
 import json
 import sys
@@ -70,7 +70,7 @@ async def predict_fn(data, model):
     if command == "set":  # not JSON: the default output_fn cannot write it
         return {1, 2}
     raise ValueError(f"unknown command {command!r}")
-'''
+"""
 
 
 @pytest.fixture(scope="module")
@@ -82,7 +82,7 @@ def hooks_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
 
 
 def events(text: str) -> list[Any]:
-    return [json.loads(line[len("data: "):]) for line in text.splitlines() if line.startswith("data: ")]
+    return [json.loads(line[len("data: ") :]) for line in text.splitlines() if line.startswith("data: ")]
 
 
 def test_model_fn_object_and_the_engine_both_reach_predict_fn(hooks_server: Server) -> None:
@@ -159,8 +159,9 @@ def test_sagemaker_runtime_goes_through_inference_py(hooks_server: Server) -> No
     body = json.loads(r["Body"].read())
     assert body["model"]["tag"] == "mine" and body["text"]
     assert r["ContentType"] == "application/json" and r["InvokedProductionVariant"] == "AllTraffic"
-    r = client.invoke_endpoint_with_response_stream(EndpointName="e", Body=b"stream:Once upon a time",
-                                                    ContentType="text/plain")  # fmt: skip
+    r = client.invoke_endpoint_with_response_stream(
+        EndpointName="e", Body=b"stream:Once upon a time", ContentType="text/plain"
+    )
     text = b"".join(e["PayloadPart"]["Bytes"] for e in r["Body"]).decode()
     assert events(text) and all("piece" in p for p in events(text))
     assert r["ContentType"].startswith("text/event-stream")
@@ -168,8 +169,9 @@ def test_sagemaker_runtime_goes_through_inference_py(hooks_server: Server) -> No
         client.invoke_endpoint(EndpointName="e", Body=b"set:", ContentType="text/plain")
     assert caught.value.response["OriginalStatusCode"] == 500
     assert json.loads(caught.value.response["OriginalMessage"])["error"]["field"] == "output_fn"
-    r = client.invoke_endpoint_with_response_stream(EndpointName="e", Body=b"broken:Hi",
-                                                    ContentType="text/plain")  # fmt: skip
+    r = client.invoke_endpoint_with_response_stream(
+        EndpointName="e", Body=b"broken:Hi", ContentType="text/plain"
+    )
     with pytest.raises(EventStreamError, match="stream broke"):
         for _ in r["Body"]:
             pass

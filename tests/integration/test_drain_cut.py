@@ -17,22 +17,48 @@ from tests.integration.conftest import CHAT_TEMPLATE, start_server
 LONG = 2000
 # path, body, what the stream's error event carries
 STREAMS: dict[str, tuple[str, dict[str, Any], str]] = {
-    "openai": ("/v1/completions", {"prompt": "Once upon a time", "max_tokens": LONG, "ignore_eos": True,
-                                   "stream": True}, 'data: {"error"'),
-    "tgi": ("/generate_stream", {"inputs": "Once upon a time", "parameters": {"max_new_tokens": LONG}},
-            '"error"'),
-    "anthropic": ("/v1/messages", {"model": "m", "max_tokens": LONG, "stream": True,
-                                   "messages": [{"role": "user", "content": "Tell a long story"}]},
-                  "event: error"),
-    "responses": ("/v1/responses", {"model": "m", "input": "Tell a long story", "max_output_tokens": LONG,
-                                    "stream": True}, "event: response.failed"),
-}  # fmt: skip
+    "openai": (
+        "/v1/completions",
+        {"prompt": "Once upon a time", "max_tokens": LONG, "ignore_eos": True, "stream": True},
+        'data: {"error"',
+    ),
+    "tgi": (
+        "/generate_stream",
+        {"inputs": "Once upon a time", "parameters": {"max_new_tokens": LONG}},
+        '"error"',
+    ),
+    "anthropic": (
+        "/v1/messages",
+        {
+            "model": "m",
+            "max_tokens": LONG,
+            "stream": True,
+            "messages": [{"role": "user", "content": "Tell a long story"}],
+        },
+        "event: error",
+    ),
+    "responses": (
+        "/v1/responses",
+        {"model": "m", "input": "Tell a long story", "max_output_tokens": LONG, "stream": True},
+        "event: response.failed",
+    ),
+}
 
 
 def test_streams_cut_at_the_grace_get_their_error_event(tmp_path: Path) -> None:
-    srv = start_server(tmp_path, "--shutdown-grace-s", "2", "--max-concurrent", "4",
-                       "--max-total-tokens", "4096", "--max-input-tokens", "256",
-                       "--chat-template", str(CHAT_TEMPLATE))  # fmt: skip
+    srv = start_server(
+        tmp_path,
+        "--shutdown-grace-s",
+        "2",
+        "--max-concurrent",
+        "4",
+        "--max-total-tokens",
+        "4096",
+        "--max-input-tokens",
+        "256",
+        "--chat-template",
+        str(CHAT_TEMPLATE),
+    )
     texts: dict[str, str] = {}
     started = {name: threading.Event() for name in STREAMS}
 

@@ -29,9 +29,15 @@ TEXTS = [
 @pytest.fixture(scope="module")
 def emb(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     srv = start_server(
-        tmp_path_factory.mktemp("embed"), "--embeddings", "--served-model-name", MODEL,
-        "--max-input-tokens", str(MAX_INPUT_TOKENS), "--max-batch-tokens", "128",
-    )  # fmt: skip
+        tmp_path_factory.mktemp("embed"),
+        "--embeddings",
+        "--served-model-name",
+        MODEL,
+        "--max-input-tokens",
+        str(MAX_INPUT_TOKENS),
+        "--max-batch-tokens",
+        "128",
+    )
     yield srv
     stop_server(srv)
 

@@ -52,22 +52,34 @@ components:
 def ep(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Endpoint]:
     endpoint = start_endpoint(tmp_path_factory.mktemp("endpoint"), ENDPOINT)
     # /ping answers once one copy is ready; the tests count on all three
-    endpoint.wait_for("every copy ready", lambda: all(c["ready"] == c["copies"] == len(c["replicas"])
-                                                      for c in endpoint.status()["components"]), timeout=180)
+    endpoint.wait_for(
+        "every copy ready",
+        lambda: all(c["ready"] == c["copies"] == len(c["replicas"]) for c in endpoint.status()["components"]),
+        timeout=180,
+    )
     yield endpoint
     stop_endpoint(endpoint)
 
 
 def completion(model: str, tokens: int = 8, stream: bool = False) -> dict[str, object]:
-    return {"model": model, "prompt": "Tell me about", "max_tokens": tokens, "temperature": 0,
-            "ignore_eos": True, "stream": stream}  # fmt: skip
+    return {
+        "model": model,
+        "prompt": "Tell me about",
+        "max_tokens": tokens,
+        "temperature": 0,
+        "ignore_eos": True,
+        "stream": stream,
+    }
 
 
 def test_two_components_answer_under_their_own_names(ep: Endpoint) -> None:
     with httpx.Client(base_url=ep.url, timeout=60) as c:
         for name in ("a", "b"):
-            r = c.post("/invocations", headers={COMPONENT_HEADER: name},
-                       json={"inputs": "Hello", "parameters": {"max_new_tokens": 4}})  # fmt: skip
+            r = c.post(
+                "/invocations",
+                headers={COMPONENT_HEADER: name},
+                json={"inputs": "Hello", "parameters": {"max_new_tokens": 4}},
+            )
             assert r.status_code == 200, r.text
             assert r.headers[COPY_HEADER].startswith(f"{name}-")
             assert r.json()[0]["generated_text"]
@@ -83,8 +95,11 @@ def test_two_components_answer_under_their_own_names(ep: Endpoint) -> None:
     running = {s.labels["copy"] for s in metrics["llmhost_num_requests_running"].samples}
     assert {"a-0", "a-1", "b-0"} <= running
     b_ok = {"component": "b", "code": "200"}
-    answered = [s for s in metrics["llmhost_endpoint_requests"].samples
-                if s.name == "llmhost_endpoint_requests_total" and s.labels == b_ok]  # fmt: skip
+    answered = [
+        s
+        for s in metrics["llmhost_endpoint_requests"].samples
+        if s.name == "llmhost_endpoint_requests_total" and s.labels == b_ok
+    ]
     assert [s.value for s in answered] == [2.0]
 
 
@@ -119,8 +134,10 @@ def test_copies_get_their_cpus(ep: Endpoint) -> None:
 def test_over_capacity_file_is_refused_before_anything_starts(tmp_path: Path) -> None:
     cpus = len(os.sched_getaffinity(0))
     file = tmp_path / "big.yaml"
-    file.write_text(f"name: big\ncomponents:\n  - name: x\n    copies: {cpus + 1}\n"
-                    "    resources: {num_cpus: 1, memory_mb: 100}\n")  # fmt: skip
+    file.write_text(
+        f"name: big\ncomponents:\n  - name: x\n    copies: {cpus + 1}\n"
+        "    resources: {num_cpus: 1, memory_mb: 100}\n"
+    )
     cmd = up_command(file, free_port(), tmp_path / "copies")
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
     assert done.returncode == 1
@@ -138,8 +155,10 @@ def test_router_cpus_keep_copies_off_the_routers_cpu(tmp_path: Path) -> None:
     cpus = sorted(os.sched_getaffinity(0))
     if len(cpus) < 2:
         pytest.skip("needs two CPUs: one for the router, one for a copy")
-    yaml_text = (f"name: pinned\nrouter: {{num_cpus: 1}}\ncomponents:\n  - name: x\n"
-                 f"    resources: {{num_cpus: 1, memory_mb: 600}}\n    engine: {ENGINE}\n")  # fmt: skip
+    yaml_text = (
+        f"name: pinned\nrouter: {{num_cpus: 1}}\ncomponents:\n  - name: x\n"
+        f"    resources: {{num_cpus: 1, memory_mb: 600}}\n    engine: {ENGINE}\n"
+    )
     pinned = start_endpoint(tmp_path, yaml_text)
     try:
         status = pinned.status()
@@ -152,10 +171,13 @@ def test_router_cpus_keep_copies_off_the_routers_cpu(tmp_path: Path) -> None:
     finally:
         stop_endpoint(pinned)
     file = tmp_path / "full.yaml"  # every CPU for copies and one for the router: refused up front
-    file.write_text(f"name: full\nrouter: {{num_cpus: 1}}\ncomponents:\n  - name: x\n"
-                    f"    copies: {len(cpus)}\n    resources: {{num_cpus: 1, memory_mb: 100}}\n")  # fmt: skip
-    done = subprocess.run(up_command(file, free_port(), tmp_path / "c2"), capture_output=True, text=True,
-                          timeout=60)  # fmt: skip
+    file.write_text(
+        f"name: full\nrouter: {{num_cpus: 1}}\ncomponents:\n  - name: x\n"
+        f"    copies: {len(cpus)}\n    resources: {{num_cpus: 1, memory_mb: 100}}\n"
+    )
+    done = subprocess.run(
+        up_command(file, free_port(), tmp_path / "c2"), capture_output=True, text=True, timeout=60
+    )
     assert done.returncode == 1 and "insufficient capacity" in done.stderr
 
 
@@ -216,8 +238,14 @@ async def test_killing_the_only_copy_fails_its_streams_fast_and_replays_none(ep:
         # not left waiting for the client's 120 s timeout (the bound is loose: other tests share the CPUs)
         assert ended - killed_at < 45, "a request to the dead copy was left waiting"
     # the new process: until its supervisor notices the death, the dead copy still shows "ready" (pid None)
-    ep.wait_for("b back", lambda: ep.replicas("b")[0]["state"] == "ready" and ep.replicas("b")[0]["pid"]
-                not in (None, victim["pid"]), timeout=90)  # fmt: skip
+    ep.wait_for(
+        "b back",
+        lambda: (
+            ep.replicas("b")[0]["state"] == "ready"
+            and ep.replicas("b")[0]["pid"] not in (None, victim["pid"])
+        ),
+        timeout=90,
+    )
     r = httpx.post(f"{ep.url}/v1/completions", json=completion("b", 4), timeout=60)
     assert r.status_code == 200, r.text
     [back] = ep.replicas("b")
@@ -231,8 +259,11 @@ async def test_a_hung_copy_is_detected_and_restarted(ep: Endpoint) -> None:
     [victim] = ep.replicas("b")
     os.kill(victim["pid"], signal.SIGSTOP)
     try:
-        ep.wait_for("the hung copy to be restarted",
-                    lambda: ep.replicas("b")[0]["pid"] not in (None, victim["pid"]), timeout=60)  # fmt: skip
+        ep.wait_for(
+            "the hung copy to be restarted",
+            lambda: ep.replicas("b")[0]["pid"] not in (None, victim["pid"]),
+            timeout=60,
+        )
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.kill(victim["pid"], signal.SIGCONT)
@@ -262,8 +293,11 @@ async def test_scale_remove_and_add_drop_no_request(ep: Endpoint, tmp_path: Path
         added.write_text(f"name: c\nresources: {{num_cpus: 1, memory_mb: 600}}\nengine: {ENGINE}\n")
         done = await asyncio.to_thread(ep.cli, "add", str(added))
         assert done.returncode == 0, done.stderr
-        r = await c.post("/invocations", headers={COMPONENT_HEADER: "c"},
-                         json={"inputs": "Hi", "parameters": {"max_new_tokens": 3}})  # fmt: skip
+        r = await c.post(
+            "/invocations",
+            headers={COMPONENT_HEADER: "c"},
+            json={"inputs": "Hi", "parameters": {"max_new_tokens": 3}},
+        )
         assert r.status_code == 200 and r.headers[COPY_HEADER] == "c-0"
     shown = ep.cli("status")
     assert shown.returncode == 0 and "c-0" in shown.stdout and "ready" in shown.stdout

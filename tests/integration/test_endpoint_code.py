@@ -18,7 +18,7 @@ pytestmark = pytest.mark.integration
 
 TGI = {"inputs": "The capital of France is", "parameters": {"max_new_tokens": 4}}
 
-WRAPS = '''
+WRAPS = """
 import json
 
 def input_fn(body, content_type):
@@ -26,14 +26,16 @@ def input_fn(body, content_type):
 
 def output_fn(prediction, accept):
     return json.dumps({"via": "output_fn", "prediction": prediction}), "application/json"
-'''
+"""
 
 
 @pytest.fixture(scope="module")
 def ep(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Endpoint]:
     tmp = tmp_path_factory.mktemp("endpoint-code")
     directory = as_artifact(model_dir(tmp / "model", WRAPS))
-    endpoint = start_endpoint(tmp, f"""
+    endpoint = start_endpoint(
+        tmp,
+        f"""
 name: code
 components:
   - name: wrapped
@@ -41,7 +43,8 @@ components:
     resources: {{num_cpus: 1, memory_mb: 600}}
     engine: {ENGINE}
     startup_health_check_timeout_s: 90
-""")
+""",
+    )
     yield endpoint
     stop_endpoint(endpoint)
 
@@ -61,8 +64,9 @@ def test_invocations_through_the_copy_go_through_output_fn(ep: Endpoint) -> None
     err = r.json()["error"]
     assert err["field"] == "input_fn" and err["message"].startswith("input_fn returned list")
     # boto3 through the router: the copy's runtime path runs the script too
-    answer = runtime(ep.url).invoke_endpoint(EndpointName="code", Body=json.dumps(TGI),
-                                             ContentType="application/json")  # fmt: skip
+    answer = runtime(ep.url).invoke_endpoint(
+        EndpointName="code", Body=json.dumps(TGI), ContentType="application/json"
+    )
     assert json.loads(answer["Body"].read())["via"] == "output_fn"
 
 
@@ -78,8 +82,10 @@ def test_a_copy_refuses_requests_that_skip_the_router(ep: Endpoint) -> None:
     # the router sends the key on every relayed request and scrape
     assert httpx.post(f"{ep.url}/invocations", json=TGI, timeout=120).status_code == 200
     scraped = httpx.get(f"{ep.url}/metrics", timeout=10).text  # the copy's own families, relabelled
-    assert any(line.startswith("llmhost_requests_total{") and 'copy="wrapped-0"' in line
-               for line in scraped.splitlines())  # fmt: skip
+    assert any(
+        line.startswith("llmhost_requests_total{") and 'copy="wrapped-0"' in line
+        for line in scraped.splitlines()
+    )
     key = copy_headers(replica)["x-api-key"]
     logs = [ep.log.read_text(), *(p.read_text() for p in ep.log_dir.glob("*.log"))]
     assert not any(key in text for text in logs) and key not in json.dumps(ep.status())
@@ -88,5 +94,8 @@ def test_a_copy_refuses_requests_that_skip_the_router(ep: Endpoint) -> None:
 def test_router_health(ep: Endpoint) -> None:
     r = httpx.get(f"{ep.url}/health", timeout=10)
     assert r.status_code == 200
-    assert r.json() == {"status": "ready", "phase": "serving", "components": {"wrapped": {"copies": 1,
-                                                                                           "ready": 1}}}
+    assert r.json() == {
+        "status": "ready",
+        "phase": "serving",
+        "components": {"wrapped": {"copies": 1, "ready": 1}},
+    }

@@ -31,8 +31,10 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 def component(name: str, model: str) -> str:
-    return (f"  - {{name: {name}, model: '{model}', resources: {RESOURCES}, engine: {ENGINE}, "
-            "startup_health_check_timeout_s: 120}\n")  # fmt: skip
+    return (
+        f"  - {{name: {name}, model: '{model}', resources: {RESOURCES}, engine: {ENGINE}, "
+        "startup_health_check_timeout_s: 120}\n"
+    )
 
 
 def answers(ep: Endpoint, model: str) -> bool:
@@ -62,8 +64,11 @@ def hub(models: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 def test_hub_downloads_cut_or_altered_are_never_served(hub: Hub, tmp_path: Path) -> None:
     hub.cut_once.add("a-Q8_0.gguf")
     hub.corrupt_once.add("b-Q8_0.gguf")
-    yaml = ("name: dl\ncomponents:\n" + component("cut", "hf://acme/tiny-GGUF/a-Q8_0.gguf")
-            + component("altered", "hf://acme/tiny-GGUF/b-Q8_0.gguf"))  # fmt: skip
+    yaml = (
+        "name: dl\ncomponents:\n"
+        + component("cut", "hf://acme/tiny-GGUF/a-Q8_0.gguf")
+        + component("altered", "hf://acme/tiny-GGUF/b-Q8_0.gguf")
+    )
     ep = start_endpoint(tmp_path, yaml)
     try:
         ep.wait_for("both ready", lambda: all(c["ready"] == 1 for c in ep.status()["components"]), 120)
@@ -102,8 +107,11 @@ def test_s3_downloads_cut_or_altered_are_never_served(
         client.create_bucket(Bucket="models")
         for name in ("a", "c"):
             client.upload_file(str(models[name]), "models", f"{name}/model.gguf")
-        ep = start_endpoint(tmp_path, "name: dl\ncomponents:\n" + component("cut", "s3://models/a/model.gguf"),
-                            args=("--s3-endpoint-url", proxy.url))  # fmt: skip
+        ep = start_endpoint(
+            tmp_path,
+            "name: dl\ncomponents:\n" + component("cut", "s3://models/a/model.gguf"),
+            args=("--s3-endpoint-url", proxy.url),
+        )
         try:
             assert answers(ep, "cut")
             assert faults.ranges_cut  # a range was cut, fetched again, and the whole file checked

@@ -34,10 +34,13 @@ def cgroup_v1_memory_writable() -> bool:
 
 
 # a Python process with llama.cpp loaded takes more than 100 MB before any model: killed while loading
-@pytest.mark.parametrize(("resources", "limit"), [
-    ("memory_mb: 50, max_memory_mb: 100", "max_memory_mb=100"),
-    ("memory_mb: 100", "memory_mb=100"),  # no max_memory_mb: the reservation is the limit
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("resources", "limit"),
+    [
+        ("memory_mb: 50, max_memory_mb: 100", "max_memory_mb=100"),
+        ("memory_mb: 100", "memory_mb=100"),  # no max_memory_mb: the reservation is the limit
+    ],
+)
 def test_copy_over_its_limit_is_killed_and_restarted(tmp_path: Path, resources: str, limit: str) -> None:
     ep = start_endpoint(tmp_path, ENDPOINT.format(resources=resources, engine=ENGINE), wait_ping=False)
     said = re.compile(rf"(over|exceeded) {limit} MB")

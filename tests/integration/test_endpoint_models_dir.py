@@ -62,9 +62,19 @@ models_dir:
     max_wait_s: 60
 on_demand: {{client_keep_alive: shorten, preload: [pinned-1]}}
 """
-    e = start_endpoint(tmp_path_factory.mktemp("od"), endpoint, args=("--memory-budget-mb", "1100",
-                       # a copy slowed by a busy machine is not taken for hung
-                       "--health-timeout", "10", "--health-misses", "5"))
+    e = start_endpoint(
+        tmp_path_factory.mktemp("od"),
+        endpoint,
+        args=(
+            "--memory-budget-mb",
+            "1100",
+            # a copy slowed by a busy machine is not taken for hung
+            "--health-timeout",
+            "10",
+            "--health-misses",
+            "5",
+        ),
+    )
     yield e
     stop_endpoint(e)
 
@@ -133,8 +143,10 @@ def test_a_third_model_unloads_the_least_recently_used(empty: Endpoint) -> None:
     assert r.status_code == 200, r.text
     assert loaded(ep) == {"gemma"}
     metrics = httpx.get(f"{ep.url}/metrics", timeout=10).text
-    assert f'llmhost_endpoint_model_evictions_total{{component="smol",reason="memory"}} {before + 1}.0' \
-        in metrics  # fmt: skip
+    assert (
+        f'llmhost_endpoint_model_evictions_total{{component="smol",reason="memory"}} {before + 1}.0'
+        in metrics
+    )
     assert 'llmhost_endpoint_model_evictions_total{component="smol-c",reason="memory"}' in metrics
     assert 'llmhost_endpoint_model_load_seconds_count{component="gemma"}' in metrics
     assert 'llmhost_endpoint_model_state{component="gemma",state="loaded"} 1.0' in metrics
@@ -259,8 +271,13 @@ def test_kill_9_of_a_loaded_model_copy(empty: Endpoint) -> None:
     os.kill(victim["pid"], signal.SIGKILL)
     # as for any endpoint copy, a request sent before the router saw the death may get an explicit 502;
     # once it has, the next request waits for the restarted copy (restarted in place, not reloaded)
-    ep.wait_for("the kill seen", lambda: ep.replicas("gemma")[0]["state"] != "ready"
-                or ep.replicas("gemma")[0]["pid"] != victim["pid"], timeout=60)  # fmt: skip
+    ep.wait_for(
+        "the kill seen",
+        lambda: (
+            ep.replicas("gemma")[0]["state"] != "ready" or ep.replicas("gemma")[0]["pid"] != victim["pid"]
+        ),
+        timeout=60,
+    )
     r = complete(ep, "gemma")
     assert r.status_code == 200, r.text
     [back] = ep.replicas("gemma")

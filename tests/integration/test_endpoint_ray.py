@@ -108,8 +108,9 @@ components:
 
 
 def test_sigterm_while_starting_leaves_no_application(cluster: RayCluster, port: int, tmp_path: Path) -> None:
-    starting = launch_ray_endpoint(tmp_path, NEVER_READY, cluster.address, "--placement-timeout", "600",
-                                   port=port)  # fmt: skip
+    starting = launch_ray_endpoint(
+        tmp_path, NEVER_READY, cluster.address, "--placement-timeout", "600", port=port
+    )
     try:
         deadline = time.monotonic() + 120
         while "starting" not in applications(cluster):
@@ -125,8 +126,14 @@ def test_sigterm_while_starting_leaves_no_application(cluster: RayCluster, port:
 
 
 def completion(model: str, tokens: int = 4, stream: bool = False) -> dict[str, object]:
-    return {"model": model, "prompt": "Tell me about", "max_tokens": tokens, "temperature": 0,
-            "ignore_eos": True, "stream": stream}  # fmt: skip
+    return {
+        "model": model,
+        "prompt": "Tell me about",
+        "max_tokens": tokens,
+        "temperature": 0,
+        "ignore_eos": True,
+        "stream": stream,
+    }
 
 
 def test_copies_land_on_different_nodes(ep: Endpoint, cluster: RayCluster) -> None:
@@ -145,9 +152,12 @@ def test_copies_land_on_different_nodes(ep: Endpoint, cluster: RayCluster) -> No
 def routed(c: httpx.Client, name: str) -> dict[str, float]:
     """The prefix-aware router's decisions for component `name` in the ingress's /metrics, by kind."""
     families = {f.name: f for f in text_string_to_metric_families(c.get("/metrics").text)}
-    return {kind: s.value for kind in ("prefix", "spilled", "cold")
-            for s in families[f"llmhost_endpoint_routed_{kind}"].samples
-            if s.name.endswith("_total") and s.labels["component"] == name}  # fmt: skip
+    return {
+        kind: s.value
+        for kind in ("prefix", "spilled", "cold")
+        for s in families[f"llmhost_endpoint_routed_{kind}"].samples
+        if s.name.endswith("_total") and s.labels["component"] == name
+    }
 
 
 # two blocks of b's router's 64 characters: a second request of it finds them on the copy the first went to
@@ -158,8 +168,11 @@ def test_routing_by_header_and_by_model(ep: Endpoint) -> None:
     with httpx.Client(base_url=ep.url, timeout=120) as c:
         before = routed(c, "b")  # there before the first request: a rate needs its first scrape
         for name in ("a", "b"):
-            r = c.post("/invocations", headers={COMPONENT_HEADER: name},
-                       json={"inputs": "Hello", "parameters": {"max_new_tokens": 4}})  # fmt: skip
+            r = c.post(
+                "/invocations",
+                headers={COMPONENT_HEADER: name},
+                json={"inputs": "Hello", "parameters": {"max_new_tokens": 4}},
+            )
             assert r.status_code == 200, r.text
             assert r.headers[COPY_HEADER].startswith(f"{name}-") and r.json()[0]["generated_text"]
             r = c.post("/v1/completions", json=completion(name))
@@ -173,8 +186,11 @@ def test_routing_by_header_and_by_model(ep: Endpoint) -> None:
         assert r.status_code == 404 and "known components: a, b" in r.text
         r = c.post("/invocations", json={"inputs": "Hi"})  # two components, none named
         assert r.status_code == 400 and COMPONENT_HEADER in r.text
-        r = c.post("/endpoints/spread/invocations", headers={COMPONENT_HEADER: "b"},
-                   json={"inputs": "Hello", "parameters": {"max_new_tokens": 2}})  # SageMaker Runtime's path
+        r = c.post(
+            "/endpoints/spread/invocations",
+            headers={COMPONENT_HEADER: "b"},
+            json={"inputs": "Hello", "parameters": {"max_new_tokens": 2}},
+        )  # SageMaker Runtime's path
         assert r.status_code == 200 and r.headers[COPY_HEADER].startswith("b-"), r.text
         for _ in range(2):
             r = c.post("/v1/completions", json={**completion("b"), "prompt": LONG_PROMPT})
@@ -183,7 +199,9 @@ def test_routing_by_header_and_by_model(ep: Endpoint) -> None:
         metrics = c.get("/metrics").text
     # b got 5 requests: 3 prompts shorter than a block (routed by load: cold), then the long one twice
     assert {k: v - before.get(k, 0.0) for k, v in after.items()} == {"prefix": 1, "spilled": 0, "cold": 4}, (
-        before, after)
+        before,
+        after,
+    )
     assert set(before) == {"prefix", "spilled", "cold"}, before
     assert 'llmhost_endpoint_routing_policy{component="b",policy="prefix"} 1.0' in metrics
     b = component(ep.status(), "b")
@@ -211,8 +229,11 @@ def console_sum(c: httpx.Client, component: str, series: str) -> float:
 def answered(c: httpx.Client, component: str) -> float:
     """Requests the ingress answered for `component`, by its own counters in /metrics."""
     families = {f.name: f for f in text_string_to_metric_families(c.get("/metrics").text)}
-    return sum(s.value for s in families["llmhost_endpoint_requests"].samples
-               if s.name.endswith("_total") and s.labels["component"] == component)  # fmt: skip
+    return sum(
+        s.value
+        for s in families["llmhost_endpoint_requests"].samples
+        if s.name.endswith("_total") and s.labels["component"] == component
+    )
 
 
 def test_the_console_under_ray_counts_invocations_not_its_own_requests(ep: Endpoint) -> None:
@@ -237,12 +258,20 @@ def test_the_console_under_ray_counts_invocations_not_its_own_requests(ep: Endpo
             for path in ("/console", "/console/api/overview", "/console/api/series", "/console/api/metrics"):
                 assert c.get(path).status_code == 200
         assert answered(c, "a") == before + 3
-        ep.wait_for("the console's Invocations to sum to the ingress's answers",
-                    lambda: console_sum(c, "a", "Invocations") == answered(c, "a"), timeout=30)
+        ep.wait_for(
+            "the console's Invocations to sum to the ingress's answers",
+            lambda: console_sum(c, "a", "Invocations") == answered(c, "a"),
+            timeout=30,
+        )
         # the copies' pushes: tokens, CPU against the reservation, RSS against the reserved memory
-        ep.wait_for("the copy's figures in the console", lambda: all(
-            console_sum(c, "a", s) > 0 for s in ("OutputTokensPerSecond", "CPUUtilizationNormalized",
-                                                 "MemoryUtilizationNormalized")), timeout=30)  # fmt: skip
+        ep.wait_for(
+            "the copy's figures in the console",
+            lambda: all(
+                console_sum(c, "a", s) > 0
+                for s in ("OutputTokensPerSecond", "CPUUtilizationNormalized", "MemoryUtilizationNormalized")
+            ),
+            timeout=30,
+        )
         window = c.get("/console/api/metrics", params={"window": 900}).json()["components"]["a"]["figures"]
         assert window["Invocations"] == answered(c, "a") and window["ModelLatency"] > 0
         assert 'llmhost_console{component="a",name="Invocations",unit="Count"}' in c.get("/metrics").text
@@ -296,8 +325,10 @@ def test_scoring_and_tokenizer_routes_pick_their_component(ep: Endpoint) -> None
 
 
 def test_streams_pass_through_unbuffered(ep: Endpoint) -> None:
-    with httpx.Client(base_url=ep.url, timeout=120) as c, \
-            c.stream("POST", "/v1/completions", json=completion("b", 8, stream=True)) as r:  # fmt: skip
+    with (
+        httpx.Client(base_url=ep.url, timeout=120) as c,
+        c.stream("POST", "/v1/completions", json=completion("b", 8, stream=True)) as r,
+    ):
         assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
         assert r.headers[COPY_HEADER].startswith("b-")
         chunks = [chunk for chunk in r.iter_raw() if chunk]
@@ -373,10 +404,18 @@ def test_scale_changes_the_deployment_in_place(ep: Endpoint) -> None:
     assert component(ep.status(), "b")["replicas"] == [other]  # and the other component's
     assert len({r["node_id"] for r in replicas}) == 1  # the other node has no half CPU left
     # the new copy started with the adapters loaded at run time
-    ep.wait_for("the new copy's adapters", lambda: {r["name"]: r["copies"] for r in httpx.get(
-        f"{ep.url}/admin/adapters", timeout=30).json()["data"]} == {"extra": 2, "sql2": 2}, timeout=60)
-    with httpx.Client(base_url=ep.url, timeout=120) as c, c.stream("POST", "/v1/completions", json={
-            **completion("sql2", 64), "stream": True}) as running:  # fmt: skip
+    ep.wait_for(
+        "the new copy's adapters",
+        lambda: (
+            {r["name"]: r["copies"] for r in httpx.get(f"{ep.url}/admin/adapters", timeout=30).json()["data"]}
+            == {"extra": 2, "sql2": 2}
+        ),
+        timeout=60,
+    )
+    with (
+        httpx.Client(base_url=ep.url, timeout=120) as c,
+        c.stream("POST", "/v1/completions", json={**completion("sql2", 64), "stream": True}) as running,
+    ):
         lines = running.iter_lines()
         assert next(line for line in lines if line.startswith("data: "))
         busy = c.delete("/admin/components/sql2")
@@ -420,8 +459,9 @@ async def test_a_copy_killed_under_load_comes_back(ep: Endpoint) -> None:
 def test_a_dead_nodes_copy_is_placed_again_on_a_node_with_room(ep: Endpoint, cluster: RayCluster) -> None:
     status = ep.status()
     head = cluster.cluster.head_node.node_id
-    name, (lost,) = next((c["name"], c["replicas"]) for c in status["components"]
-                         if c["replicas"][0]["node_id"] != head)  # fmt: skip
+    name, (lost,) = next(
+        (c["name"], c["replicas"]) for c in status["components"] if c["replicas"][0]["node_id"] != head
+    )
     spare = cluster.cluster.add_node(num_cpus=1, node_ip_address="127.0.0.1")
     doomed = next(n for n in cluster.cluster.worker_nodes if n.node_id == lost["node_id"])
     cluster.cluster.remove_node(doomed, allow_graceful=False)  # the host is gone, its copies with it
@@ -457,8 +497,9 @@ def test_a_component_fitting_no_node_is_refused(ep: Endpoint, cluster: RayCluste
     file = tmp_path / "endpoint.yaml"
     file.write_text(TOO_BIG)
     command = ray_up_command(file, ep.port, cluster.address, "--ray-dashboard", cluster.dashboard_url)
-    up = subprocess.run(command, capture_output=True, text=True, timeout=240,
-                        env={**os.environ, **LOOPBACK_ONLY})  # fmt: skip
+    up = subprocess.run(
+        command, capture_output=True, text=True, timeout=240, env={**os.environ, **LOOPBACK_ONLY}
+    )
     assert up.returncode == 1, up.stderr
     # our word first, then Ray's own report
     assert "component 'big' (2 CPUs, 600 MB per copy) does not fit on the Ray cluster: no node" in up.stderr
@@ -467,10 +508,17 @@ def test_a_component_fitting_no_node_is_refused(ep: Endpoint, cluster: RayCluste
 
 def test_a_local_model_missing_on_a_node_is_refused_naming_it(cluster: RayCluster, tmp_path: Path) -> None:
     file = tmp_path / "endpoint.yaml"
-    file.write_text(f"name: m\ncomponents:\n  - {{name: m, model: {tmp_path}/absent.gguf}}\n"
-                    f"  - {{name: d, engine: {{draft_model: {tmp_path}/no-draft.gguf}}}}\n")  # fmt: skip
-    up = subprocess.run(ray_up_command(file, free_port(), cluster.address), capture_output=True, text=True,
-                        timeout=240, env={**os.environ, **LOOPBACK_ONLY})  # fmt: skip
+    file.write_text(
+        f"name: m\ncomponents:\n  - {{name: m, model: {tmp_path}/absent.gguf}}\n"
+        f"  - {{name: d, engine: {{draft_model: {tmp_path}/no-draft.gguf}}}}\n"
+    )
+    up = subprocess.run(
+        ray_up_command(file, free_port(), cluster.address),
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env={**os.environ, **LOOPBACK_ONLY},
+    )
     assert up.returncode == 1, up.stderr
     assert "a local model must exist on every node" in up.stderr
     assert up.stderr.count(f"component m: model reference '{tmp_path}/absent.gguf'") == 2  # both nodes
@@ -483,8 +531,9 @@ def test_a_dashboard_up_cannot_reach_is_named(ep: Endpoint, cluster: RayCluster,
     file.write_text("name: d\ncomponents:\n  - {name: d}\n")
     nowhere = f"http://127.0.0.1:{free_port()}"
     command = ray_up_command(file, ep.port, cluster.address, "--ray-dashboard", nowhere)
-    up = subprocess.run(command, capture_output=True, text=True, timeout=120,
-                        env={**os.environ, **LOOPBACK_ONLY})  # fmt: skip
+    up = subprocess.run(
+        command, capture_output=True, text=True, timeout=120, env={**os.environ, **LOOPBACK_ONLY}
+    )
     assert up.returncode == 1, up.stderr
     assert f"Ray Serve's REST API at {nowhere}: reading the applications failed: ConnectError" in up.stderr
 
@@ -511,8 +560,9 @@ def test_serve_keeps_one_http_port_per_cluster(ep: Endpoint, cluster: RayCluster
     file = tmp_path / "endpoint.yaml"
     file.write_text(AUTOSCALED)
     env = {**os.environ, **LOOPBACK_ONLY, "RAY_ADDRESS": cluster.address}
-    other = subprocess.run(ray_up_command(file, ep.port + 1, "auto"), capture_output=True, text=True,
-                           timeout=120, env=env)  # fmt: skip
+    other = subprocess.run(
+        ray_up_command(file, ep.port + 1, "auto"), capture_output=True, text=True, timeout=120, env=env
+    )
     assert "on the Ray cluster at auto" in other.stdout, other.stdout
     assert other.returncode == 1 and f"use --port {ep.port}" in other.stderr, other.stderr
 
@@ -521,8 +571,9 @@ def test_serve_keeps_one_http_port_per_cluster(ep: Endpoint, cluster: RayCluster
 def auto(ep: Endpoint, cluster: RayCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Endpoint]:
     """After `spread` is down, on the port Ray Serve's proxy kept."""
     fast = ("--autoscale-interval", "0.5", "--autoscale-window", "2")
-    endpoint = start_ray_endpoint(tmp_path_factory.mktemp("ray-auto"), AUTOSCALED, cluster.address, *fast,
-                                  port=ep.port)  # fmt: skip
+    endpoint = start_ray_endpoint(
+        tmp_path_factory.mktemp("ray-auto"), AUTOSCALED, cluster.address, *fast, port=ep.port
+    )
     yield endpoint
     stop_endpoint(endpoint)
 
@@ -563,8 +614,9 @@ async def test_out_under_load_and_back_in(auto: Endpoint) -> None:
         watcher.join()
     assert all(o.status == 200 and o.done for o in outcomes), [o.text[-300:] for o in outcomes if not o.done]
     assert max(seen) == 2, seen  # 6 concurrent / 1 per copy, capped at max_copies
-    auto.wait_for("grow back to one copy", lambda: len(component(auto.status(), "grow")["replicas"]) == 1,
-                  timeout=120)
+    auto.wait_for(
+        "grow back to one copy", lambda: len(component(auto.status(), "grow")["replicas"]) == 1, timeout=120
+    )
 
 
 def test_auto_down(auto: Endpoint) -> None:

@@ -39,18 +39,50 @@ class TinyFamily:
 
 FAMILIES = {
     "mistral-nemo": TinyFamily(
-        "mistralai-Mistral-Nemo-Instruct-2407.jinja", "llama",
-        ["<s>", "</s>", "[INST]", "[/INST]", "[TOOL_CALLS]", "[AVAILABLE_TOOLS]", "[/AVAILABLE_TOOLS]",
-         "[TOOL_RESULTS]", "[/TOOL_RESULTS]"], "<s>", "</s>", "[TOOL_CALLS]"),
+        "mistralai-Mistral-Nemo-Instruct-2407.jinja",
+        "llama",
+        [
+            "<s>",
+            "</s>",
+            "[INST]",
+            "[/INST]",
+            "[TOOL_CALLS]",
+            "[AVAILABLE_TOOLS]",
+            "[/AVAILABLE_TOOLS]",
+            "[TOOL_RESULTS]",
+            "[/TOOL_RESULTS]",
+        ],
+        "<s>",
+        "</s>",
+        "[TOOL_CALLS]",
+    ),
     "granite3.3": TinyFamily(
-        "ibm-granite-granite-3.3-2B-Instruct.jinja", "granite",
-        ["<|start_of_role|>", "<|end_of_role|>", "<|end_of_text|>", "<|tool_call|>"], "<|end_of_text|>",
-        "<|end_of_text|>", "<|tool_call|>"),
+        "ibm-granite-granite-3.3-2B-Instruct.jinja",
+        "granite",
+        ["<|start_of_role|>", "<|end_of_role|>", "<|end_of_text|>", "<|tool_call|>"],
+        "<|end_of_text|>",
+        "<|end_of_text|>",
+        "<|tool_call|>",
+    ),
     "gpt-oss": TinyFamily(
-        "openai-gpt-oss-120b.jinja", "gpt-oss",
-        ["<|startoftext|>", "<|start|>", "<|message|>", "<|channel|>", "<|constrain|>", "<|end|>", "<|call|>",
-         "<|return|>"], "<|startoftext|>", "<|return|>", "<|channel|>", always_written=True),
-}  # fmt: skip
+        "openai-gpt-oss-120b.jinja",
+        "gpt-oss",
+        [
+            "<|startoftext|>",
+            "<|start|>",
+            "<|message|>",
+            "<|channel|>",
+            "<|constrain|>",
+            "<|end|>",
+            "<|call|>",
+            "<|return|>",
+        ],
+        "<|startoftext|>",
+        "<|return|>",
+        "<|channel|>",
+        always_written=True,
+    ),
+}
 
 
 @dataclass
@@ -65,11 +97,17 @@ def served(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
     family = FAMILIES[request.param]
     tmp = tmp_path_factory.mktemp(f"tiny-{request.param}")
     source = (TEMPLATES / family.template).read_text()
-    gguf = build_tiny_gguf(tmp / "model.gguf", arch=family.arch, chat_template=source,
-                           special_tokens=family.special_tokens, bos_token=family.bos,
-                           eos_token=family.eos)  # fmt: skip
-    srv = start_server(tmp, str(gguf), "--max-concurrent", "2", "--max-input-tokens", "1536",
-                       "--max-total-tokens", "2048")  # fmt: skip
+    gguf = build_tiny_gguf(
+        tmp / "model.gguf",
+        arch=family.arch,
+        chat_template=source,
+        special_tokens=family.special_tokens,
+        bos_token=family.bos,
+        eos_token=family.eos,
+    )
+    srv = start_server(
+        tmp, str(gguf), "--max-concurrent", "2", "--max-input-tokens", "1536", "--max-total-tokens", "2048"
+    )
     yield Served(srv, family, source)
     stop_server(srv)
 
@@ -99,16 +137,20 @@ def test_the_ggufs_own_template_renders_the_tool_conversation(served: Served) ->
     text = template.render(messages, tools=tools.template_tools(body))
     assert "get_weather" in text and "temperature_c" in text
     add_bos = not text.startswith(served.family.bos)
-    r = httpx.post(f"{served.server.url}/tokenize", json={"content": text, "add_special": add_bos},
-                   timeout=10)  # fmt: skip
+    r = httpx.post(
+        f"{served.server.url}/tokenize", json={"content": text, "add_special": add_bos}, timeout=10
+    )
     assert answer["usage"]["prompt_tokens"] == len(r.json()["tokens"])
 
 
 @pytest.mark.parametrize("served", sorted(FAMILIES), indirect=True)
 def test_the_tool_call_marker_reaches_the_parser_as_text(served: Served) -> None:
     marker = served.family.marker
-    forced = {"messages": CONVERSATION[:2], "max_tokens": 3,
-              "logit_bias": {str(token_id(served.server, marker)): 100}}  # fmt: skip
+    forced = {
+        "messages": CONVERSATION[:2],
+        "max_tokens": 3,
+        "logit_bias": {str(token_id(served.server, marker)): 100},
+    }
     with_tools = chat(served.server, tools=[WEATHER], **forced)["choices"][0]
     # three markers and no JSON after them: no call, and the text stays content, markers and all
     assert with_tools["message"]["content"] == marker * 3

@@ -19,14 +19,19 @@ EXAMPLES = 60
 
 # token ids and counts at and beyond every limit, and NaN / Infinity (Python's json writes them)
 scalars = st.one_of(
-    st.none(), st.booleans(), st.integers(-(2**70), 2**70), st.floats(),
-    st.text(max_size=20), st.sampled_from([-1, 0, 1, 2, 2**31, 262144, 10**9, "", "x", "1e999"]),
-)  # fmt: skip
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**70), 2**70),
+    st.floats(),
+    st.text(max_size=20),
+    st.sampled_from([-1, 0, 1, 2, 2**31, 262144, 10**9, "", "x", "1e999"]),
+)
 keys = st.one_of(st.text(max_size=8), st.integers(-5, 300_000).map(str))
 json_values = st.recursive(
-    scalars, lambda inner: st.lists(inner, max_size=4) | st.dictionaries(keys, inner, max_size=4),
+    scalars,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(keys, inner, max_size=4),
     max_leaves=12,
-)  # fmt: skip
+)
 # stands for an array nested this deep, written into the JSON text (Python's json cannot build it)
 DEEP = "__deep__"
 
@@ -44,18 +49,71 @@ VALID: dict[str, dict[str, Any]] = {
     "/v1/responses": {"input": "Hi", "max_output_tokens": 2},
 }
 FIELDS = [
-    "prompt", "messages", "max_tokens", "temperature", "top_p", "top_k", "min_p", "n", "stream", "stop",
-    "seed", "logit_bias", "logprobs", "top_logprobs", "echo", "presence_penalty", "frequency_penalty",
-    "repetition_penalty", "ignore_eos", "stream_options", "inputs", "parameters", "content", "tokens",
-    "max_completion_tokens", "with_pieces", "add_special", "response_format", "json_schema", "grammar",
-    "tools", "tool_choice", "parallel_tool_calls", "typical_p", "best_of", "system", "stop_sequences",
-    "metadata", "input", "instructions", "max_output_tokens", "text", "store", "previous_response_id",
-]  # fmt: skip
+    "prompt",
+    "messages",
+    "max_tokens",
+    "temperature",
+    "top_p",
+    "top_k",
+    "min_p",
+    "n",
+    "stream",
+    "stop",
+    "seed",
+    "logit_bias",
+    "logprobs",
+    "top_logprobs",
+    "echo",
+    "presence_penalty",
+    "frequency_penalty",
+    "repetition_penalty",
+    "ignore_eos",
+    "stream_options",
+    "inputs",
+    "parameters",
+    "content",
+    "tokens",
+    "max_completion_tokens",
+    "with_pieces",
+    "add_special",
+    "response_format",
+    "json_schema",
+    "grammar",
+    "tools",
+    "tool_choice",
+    "parallel_tool_calls",
+    "typical_p",
+    "best_of",
+    "system",
+    "stop_sequences",
+    "metadata",
+    "input",
+    "instructions",
+    "max_output_tokens",
+    "text",
+    "store",
+    "previous_response_id",
+]
 PARAMETERS = [
-    "max_new_tokens", "temperature", "top_p", "top_k", "repetition_penalty", "do_sample", "stop", "seed",
-    "details", "top_n_tokens", "return_full_text", "frequency_penalty", "truncate", "typical_p", "grammar",
-    "decoder_input_details", "best_of", "watermark",
-]  # fmt: skip
+    "max_new_tokens",
+    "temperature",
+    "top_p",
+    "top_k",
+    "repetition_penalty",
+    "do_sample",
+    "stop",
+    "seed",
+    "details",
+    "top_n_tokens",
+    "return_full_text",
+    "frequency_penalty",
+    "truncate",
+    "typical_p",
+    "grammar",
+    "decoder_input_details",
+    "best_of",
+    "watermark",
+]
 
 
 # Messages blocks and Responses items: well-formed parts with a field replaced by arbitrary JSON
@@ -73,8 +131,11 @@ ITEMS: list[dict[str, Any]] = [
     {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "x"}]},
     {"role": "user", "content": [{"type": "input_image", "image_url": "x"}]},
 ]
-NESTED = {"/v1/messages": ("messages", BLOCKS), "/v1/messages/count_tokens": ("messages", BLOCKS),
-          "/v1/responses": ("input", ITEMS)}  # fmt: skip
+NESTED = {
+    "/v1/messages": ("messages", BLOCKS),
+    "/v1/messages/count_tokens": ("messages", BLOCKS),
+    "/v1/responses": ("input", ITEMS),
+}
 
 
 @st.composite
@@ -112,9 +173,18 @@ def mutated(draw: st.DrawFn, route: str) -> bytes:
 @pytest.fixture(scope="module")
 def fuzz_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     srv = start_server(
-        tmp_path_factory.mktemp("fuzz"), "--max-concurrent", "2", "--max-input-tokens", "32",
-        "--max-total-tokens", "48", "--max-batch-tokens", "32", "--chat-template", str(CHAT_TEMPLATE),
-    )  # fmt: skip
+        tmp_path_factory.mktemp("fuzz"),
+        "--max-concurrent",
+        "2",
+        "--max-input-tokens",
+        "32",
+        "--max-total-tokens",
+        "48",
+        "--max-batch-tokens",
+        "32",
+        "--chat-template",
+        str(CHAT_TEMPLATE),
+    )
     yield srv
     stop_server(srv)
 
@@ -123,8 +193,12 @@ def fuzz_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
 def test_no_body_gets_a_5xx(fuzz_server: Server, route: str, tmp_path: Path) -> None:
     client = httpx.Client(base_url=fuzz_server.url, timeout=60)
 
-    @settings(max_examples=EXAMPLES, deadline=None, database=None,
-              suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])  # fmt: skip
+    @settings(
+        max_examples=EXAMPLES,
+        deadline=None,
+        database=None,
+        suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+    )
     @given(body=mutated(route))
     def check(body: bytes) -> None:
         r = client.post(route, content=body, headers={"content-type": "application/json"})

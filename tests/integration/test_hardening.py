@@ -19,9 +19,15 @@ from tests.integration.conftest import Server, start_server, stop_server
 from tests.integration.neartie import assert_same_or_near_tie
 
 POST_ROUTES = [
-    "/v1/completions", "/v1/chat/completions", "/invocations", "/", "/generate", "/generate_stream",
-    "/tokenize", "/detokenize",
-]  # fmt: skip
+    "/v1/completions",
+    "/v1/chat/completions",
+    "/invocations",
+    "/",
+    "/generate",
+    "/generate_stream",
+    "/tokenize",
+    "/detokenize",
+]
 
 
 def greedy(url: str, prompt: str, **extra: Any) -> httpx.Response:
@@ -61,10 +67,20 @@ def deep(n: int) -> bytes:
 
 
 MALFORMED = [
-    b"", b"{", b"[]", b"null", b'"text"', b"{\"prompt\": NaN}", b'{"prompt": "x", "max_tokens": 1e999}',
-    b'{"inputs": "x", "parameters": {"temperature": Infinity}}', b"\xff\xfe", deep(100), deep(100_000),
-    b'{"prompt": "x", "max_tokens": ' + b"9" * 5000 + b"}", b'{"messages": [{"role": "user"}], "n": {}}',
-]  # fmt: skip
+    b"",
+    b"{",
+    b"[]",
+    b"null",
+    b'"text"',
+    b'{"prompt": NaN}',
+    b'{"prompt": "x", "max_tokens": 1e999}',
+    b'{"inputs": "x", "parameters": {"temperature": Infinity}}',
+    b"\xff\xfe",
+    deep(100),
+    deep(100_000),
+    b'{"prompt": "x", "max_tokens": ' + b"9" * 5000 + b"}",
+    b'{"messages": [{"role": "user"}], "n": {}}',
+]
 
 
 def test_malformed_bodies_get_4xx_json_and_the_connection_stays_usable(server: Server) -> None:
@@ -103,9 +119,20 @@ def test_request_id_is_echoed_or_made(server: Server) -> None:
 @pytest.fixture
 def timeout_server(tmp_path: Path) -> Iterator[Server]:
     srv = start_server(
-        tmp_path, "--max-concurrent", "1", "--max-input-tokens", "64", "--max-total-tokens", "512",
-        "--max-batch-tokens", "64", "--queue-timeout-s", "0.5", "--request-timeout-s", "3",
-    )  # fmt: skip
+        tmp_path,
+        "--max-concurrent",
+        "1",
+        "--max-input-tokens",
+        "64",
+        "--max-total-tokens",
+        "512",
+        "--max-batch-tokens",
+        "64",
+        "--queue-timeout-s",
+        "0.5",
+        "--request-timeout-s",
+        "3",
+    )
     yield srv
     stop_server(srv)
 

@@ -26,11 +26,27 @@ ESCAPING = "{{ messages.__class__.__mro__[1].__subclasses__() }}"
 
 def serve(model: Path, *args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
     """`llmhost serve` until it exits by itself (a server that stays up fails the test by timeout)."""
-    cmd = [sys.executable, "-m", "llmhost.cli", "serve", str(model), "--host", "127.0.0.1",
-           "--port", str(free_port()), "--threads", "1", "--max-total-tokens", "512",
-           "--max-input-tokens", "256", *args]  # fmt: skip
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, "PYTHONUNBUFFERED": "1"})  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "llmhost.cli",
+        "serve",
+        str(model),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(free_port()),
+        "--threads",
+        "1",
+        "--max-total-tokens",
+        "512",
+        "--max-input-tokens",
+        "256",
+        *args,
+    ]
+    return subprocess.run(
+        cmd, capture_output=True, text=True, timeout=timeout, env={**os.environ, "PYTHONUNBUFFERED": "1"}
+    )
 
 
 @pytest.fixture(scope="module")
@@ -50,10 +66,13 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 @pytest.mark.parametrize(
     ("name", "reason"),
-    [("truncated", "lies past the end of the file"), ("garbage", "GGUF version"),
-     ("looping", "chat template ran past its time limit"),
-     ("escaping", "chat template tried to leave its sandbox")],
-)  # fmt: skip
+    [
+        ("truncated", "lies past the end of the file"),
+        ("garbage", "GGUF version"),
+        ("looping", "chat template ran past its time limit"),
+        ("escaping", "chat template tried to leave its sandbox"),
+    ],
+)
 def test_serve_exits_non_zero_naming_the_file_and_the_reason(
     files: dict[str, Path], name: str, reason: str
 ) -> None:
@@ -66,8 +85,10 @@ def test_serve_exits_non_zero_naming_the_file_and_the_reason(
 
 @pytest.mark.parametrize(
     "args",
-    [("--max-batch-tokens", "4", "--max-concurrent", "8"),
-     ("--max-concurrent", "250", "--max-batch-tokens", "512")],
+    [
+        ("--max-batch-tokens", "4", "--max-concurrent", "8"),
+        ("--max-concurrent", "250", "--max-batch-tokens", "512"),
+    ],
 )
 def test_serve_refuses_settings_that_do_not_go_together_before_loading(args: tuple[str, ...]) -> None:
     out = serve(Path(assemble()), *args, timeout=60)
@@ -81,12 +102,28 @@ def test_tight_batches_the_scheduler_allows_serve(concurrent: int, batch: int, t
     """Settings llama.cpp used to abort on (#43) load and generate on the real engine."""
     from tests.integration.conftest import start_server, stop_server
 
-    srv = start_server(tmp_path, "--max-concurrent", str(concurrent), "--max-batch-tokens", str(batch),
-                       "--max-total-tokens", "256", "--max-input-tokens", "128")  # fmt: skip
+    srv = start_server(
+        tmp_path,
+        "--max-concurrent",
+        str(concurrent),
+        "--max-batch-tokens",
+        str(batch),
+        "--max-total-tokens",
+        "256",
+        "--max-input-tokens",
+        "128",
+    )
     try:
         with srv.client() as c:
-            r = c.post("/v1/completions", json={"prompt": "The capital of France is", "max_tokens": 4,
-                                                "ignore_eos": True, "temperature": 0})  # fmt: skip
+            r = c.post(
+                "/v1/completions",
+                json={
+                    "prompt": "The capital of France is",
+                    "max_tokens": 4,
+                    "ignore_eos": True,
+                    "temperature": 0,
+                },
+            )
         assert r.status_code == 200, r.text
         assert r.json()["usage"]["completion_tokens"] == 4
     finally:
@@ -95,11 +132,16 @@ def test_tight_batches_the_scheduler_allows_serve(concurrent: int, batch: int, t
 
 
 def test_endpoint_up_refuses_a_corrupt_model_and_bad_settings(files: dict[str, Path], tmp_path: Path) -> None:
-    for i, (model, engine, reason) in enumerate([
-        (files["truncated"], ENGINE, "lies past the end of the file"),
-        (assemble(), "{max_batch_tokens: 4, max_concurrent: 8}",
-         "max_batch_tokens (4) must be >= max_concurrent (8)"),
-    ]):  # fmt: skip
+    for i, (model, engine, reason) in enumerate(
+        [
+            (files["truncated"], ENGINE, "lies past the end of the file"),
+            (
+                assemble(),
+                "{max_batch_tokens: 4, max_concurrent: 8}",
+                "max_batch_tokens (4) must be >= max_concurrent (8)",
+            ),
+        ]
+    ):
         file = tmp_path / f"ep{i}.yaml"
         file.write_text(f"name: bad\ncomponents:\n  - name: a\n    model: {model}\n    engine: {engine}\n")
         cmd = up_command(file, free_port(), tmp_path / "copies")
@@ -130,8 +172,10 @@ models_dir:
 def test_models_dir_refuses_the_hostile_models_and_serves_the_others(folder_ep: Endpoint) -> None:
     body = {"prompt": "Hello", "max_tokens": 3, "temperature": 0}
     with httpx.Client(base_url=folder_ep.url, timeout=180) as c:
-        for name, reason in (("truncated", "lies past the end of the file"),
-                             ("looping", "chat template ran past its time limit")):  # fmt: skip
+        for name, reason in (
+            ("truncated", "lies past the end of the file"),
+            ("looping", "chat template ran past its time limit"),
+        ):
             r = c.post("/v1/completions", json={**body, "model": name})
             assert r.status_code == 503, r.text
             message = r.json()["error"]["message"]

@@ -76,8 +76,11 @@ def hub(files: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
         pick = ("tiny-Q4_K_M.gguf", "tiny-Q8_0.gguf", "mmproj-tiny-F16.gguf", "README.md")
         hub.add("acme/tiny-GGUF", {n: files[n] for n in pick})
         hub.add("acme/split-GGUF", {f"F32/{n}": p for n, p in files.items() if "-of-" in n})
-        hub.add("acme/two-GGUF", {n: files[n] for n in ("tiny-Q8_0.gguf", "mmproj-tiny-F16.gguf")}
-                | {"tiny-F16.gguf": files["tiny-Q4_K_M.gguf"]})  # fmt: skip
+        hub.add(
+            "acme/two-GGUF",
+            {n: files[n] for n in ("tiny-Q8_0.gguf", "mmproj-tiny-F16.gguf")}
+            | {"tiny-F16.gguf": files["tiny-Q4_K_M.gguf"]},
+        )
         hub.add("acme/gated-GGUF", {"tiny-Q4_K_M.gguf": files["tiny-Q4_K_M.gguf"]}, gated=True)
         monkeypatch.setenv("HF_ENDPOINT", hub.url)
         monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
@@ -90,18 +93,26 @@ def llmhost(*args: str, timeout: float = 120, **env: str) -> tuple[int, str]:
     """Exit status and stderr+stdout of the CLI (the environment this test set, plus `env`), the rich
     error box's borders and line wrapping removed."""
     full = {**os.environ, "COLUMNS": "400", **env}
-    done = subprocess.run([sys.executable, "-m", "llmhost.cli", *args], capture_output=True, text=True,
-                          timeout=timeout, env=full, stdin=subprocess.DEVNULL)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "llmhost.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=full,
+        stdin=subprocess.DEVNULL,
+    )
     text = re.sub(r"[│╭╮╰╯─]", " ", done.stderr + done.stdout)
     return done.returncode, " ".join(text.split())
 
 
-def test_pull_by_file_and_by_quant_into_the_hub_cache(hub: Hub, files: dict[str, Path], tmp_path: Path
-                                                      ) -> None:
+def test_pull_by_file_and_by_quant_into_the_hub_cache(
+    hub: Hub, files: dict[str, Path], tmp_path: Path
+) -> None:
     by_quant = fetch(parse_hub_ref("hf://acme/tiny-GGUF:q8_0"))
     repo = hub.repos["acme/tiny-GGUF"]
-    assert by_quant == [tmp_path / "hf" / "hub" / "models--acme--tiny-GGUF" / "snapshots" / repo.commit /
-                        "tiny-Q8_0.gguf"]  # fmt: skip
+    assert by_quant == [
+        tmp_path / "hf" / "hub" / "models--acme--tiny-GGUF" / "snapshots" / repo.commit / "tiny-Q8_0.gguf"
+    ]
     assert by_quant[0].read_bytes() == files["tiny-Q8_0.gguf"].read_bytes()
     assert fetch(parse_hub_ref("hf://acme/tiny-GGUF/tiny-Q8_0.gguf")) == by_quant
     # no quantization named: Q4_K_M, the mmproj file beside it never
@@ -116,20 +127,39 @@ def test_pull_by_file_and_by_quant_into_the_hub_cache(hub: Hub, files: dict[str,
     assert "2 model(s), 3.0 MB" in out
 
 
-@pytest.mark.parametrize(("ref", "says"), [
-    ("hf://acme/tiny-GGUF:Q5_K_S", "hf://acme/tiny-GGUF:Q5_K_S: the quantization 'Q5_K_S' matches no model "
-     "of acme/tiny-GGUF (in the repository); name one of: hf://acme/tiny-GGUF/tiny-Q4_K_M.gguf, "
-     "hf://acme/tiny-GGUF/tiny-Q8_0.gguf"),
-    ("hf://acme/two-GGUF", "hf://acme/two-GGUF: no quantization named, and no Q4_K_M model of acme/two-GGUF "
-     "(in the repository); name one of: hf://acme/two-GGUF/tiny-F16.gguf, hf://acme/two-GGUF/tiny-Q8_0.gguf"),
-    ("hf://acme/tiny-GGUF/mmproj-tiny-F16.gguf", "mmproj-tiny-F16.gguf is a multimodal projector (mmproj), "
-     "not a model"),
-    ("hf://acme/tiny-GGUF/nope.gguf", "hf://acme/tiny-GGUF/nope.gguf: no file 'nope.gguf' in acme/tiny-GGUF "
-     "(in the repository); its GGUF models: hf://acme/tiny-GGUF/tiny-Q4_K_M.gguf"),
-    ("hf://acme/missing:Q4_K_M", "hf://acme/missing:Q4_K_M: no repository acme/missing on http://127.0.0.1:"),
-    ("hf://acme/gated-GGUF:Q4_K_M", "hf://acme/gated-GGUF:Q4_K_M: acme/gated-GGUF is a gated repository on "
-     "http://127.0.0.1:"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("ref", "says"),
+    [
+        (
+            "hf://acme/tiny-GGUF:Q5_K_S",
+            "hf://acme/tiny-GGUF:Q5_K_S: the quantization 'Q5_K_S' matches no model "
+            "of acme/tiny-GGUF (in the repository); name one of: hf://acme/tiny-GGUF/tiny-Q4_K_M.gguf, "
+            "hf://acme/tiny-GGUF/tiny-Q8_0.gguf",
+        ),
+        (
+            "hf://acme/two-GGUF",
+            "hf://acme/two-GGUF: no quantization named, and no Q4_K_M model of acme/two-GGUF "
+            "(in the repository); name one of: hf://acme/two-GGUF/tiny-F16.gguf, hf://acme/two-GGUF/tiny-Q8_0.gguf",
+        ),
+        (
+            "hf://acme/tiny-GGUF/mmproj-tiny-F16.gguf",
+            "mmproj-tiny-F16.gguf is a multimodal projector (mmproj), not a model",
+        ),
+        (
+            "hf://acme/tiny-GGUF/nope.gguf",
+            "hf://acme/tiny-GGUF/nope.gguf: no file 'nope.gguf' in acme/tiny-GGUF "
+            "(in the repository); its GGUF models: hf://acme/tiny-GGUF/tiny-Q4_K_M.gguf",
+        ),
+        (
+            "hf://acme/missing:Q4_K_M",
+            "hf://acme/missing:Q4_K_M: no repository acme/missing on http://127.0.0.1:",
+        ),
+        (
+            "hf://acme/gated-GGUF:Q4_K_M",
+            "hf://acme/gated-GGUF:Q4_K_M: acme/gated-GGUF is a gated repository on http://127.0.0.1:",
+        ),
+    ],
+)
 def test_a_model_that_is_not_there_is_named_with_the_choices(hub: Hub, ref: str, says: str) -> None:
     code, out = llmhost("models", "pull", ref)
     assert code == 2 and says in out and "Traceback" not in out, out
@@ -160,8 +190,9 @@ def test_a_split_model_is_fetched_whole_and_served_from_part_1(hub: Hub, tmp_pat
     assert f"serving {parts[0]}" in server.log.read_text()
 
 
-def test_a_cached_model_starts_offline_and_with_the_hub_gone(hub: Hub, monkeypatch: pytest.MonkeyPatch
-                                                             ) -> None:
+def test_a_cached_model_starts_offline_and_with_the_hub_gone(
+    hub: Hub, monkeypatch: pytest.MonkeyPatch
+) -> None:
     (pulled,) = fetch(parse_hub_ref("hf://acme/tiny-GGUF"))
     hub.seen.clear()
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
@@ -186,7 +217,10 @@ def test_a_download_the_disk_cannot_hold_is_refused_before_it_starts(hub: Hub) -
 
 
 def test_models_rm_removes_a_model_or_a_repository(hub: Hub) -> None:
-    q4, q8 = fetch(parse_hub_ref("hf://acme/tiny-GGUF:Q4_K_M"))[0], fetch(parse_hub_ref("hf://acme/tiny-GGUF:Q8_0"))[0]
+    q4, q8 = (
+        fetch(parse_hub_ref("hf://acme/tiny-GGUF:Q4_K_M"))[0],
+        fetch(parse_hub_ref("hf://acme/tiny-GGUF:Q8_0"))[0],
+    )
     blobs = q4.parent.parent.parent / "blobs"
     assert len(list(blobs.iterdir())) == 2
     code, out = llmhost("models", "rm", "hf://acme/tiny-GGUF:q8_0", HF_HUB_OFFLINE="1")
@@ -210,8 +244,9 @@ def test_a_folder_with_two_models_and_an_mmproj_is_refused(files: dict[str, Path
 
 
 def complete(server: Server) -> dict[str, Any]:
-    answer = httpx.post(f"{server.url}/v1/completions", json={"prompt": "The sky is", "max_tokens": 4},
-                        timeout=60)  # fmt: skip
+    answer = httpx.post(
+        f"{server.url}/v1/completions", json={"prompt": "The sky is", "max_tokens": 4}, timeout=60
+    )
     assert answer.status_code == 200, answer.text
     assert answer.json()["usage"]["completion_tokens"] == 4
     return dict(answer.json())
@@ -258,8 +293,9 @@ def test_endpoint_components_and_optimize_take_hf_models(hub: Hub, tmp_path: Pat
     with pytest.raises(ModelRefError, match=r"component 'x': model 'hf://acme/tiny-GGUF:Q2_K': .*matches no"):
         resolve(ComponentSpec(name="x", model="hf://acme/tiny-GGUF:Q2_K"))
     out = tmp_path / "tiny-q8.gguf"
-    code, text = llmhost("optimize", "quantize", "hf://acme/tiny-GGUF/tiny-Q4_K_M.gguf", "--type", "q8_0",
-                         "--out", str(out))  # fmt: skip
+    code, text = llmhost(
+        "optimize", "quantize", "hf://acme/tiny-GGUF/tiny-Q4_K_M.gguf", "--type", "q8_0", "--out", str(out)
+    )
     assert code == 0 and out.is_file(), text
     code, text = llmhost("optimize", "quantize", "hf://acme/nothing:Q4_K_M", "-t", "q8_0", "-o", str(out))
     assert code == 2 and "no repository acme/nothing on" in text, text

@@ -23,9 +23,14 @@ from tests.integration.neartie import assert_same_or_near_tie
 
 def engine(prefix_cache_seqs: int, prompt_cache_mb: int) -> Engine:
     cfg = EngineConfig(
-        max_concurrent=1, max_total_tokens=512, max_input_tokens=400, max_batch_tokens=256, n_threads=1,
-        prefix_cache_seqs=prefix_cache_seqs, prompt_cache_mb=prompt_cache_mb,
-    )  # fmt: skip
+        max_concurrent=1,
+        max_total_tokens=512,
+        max_input_tokens=400,
+        max_batch_tokens=256,
+        n_threads=1,
+        prefix_cache_seqs=prefix_cache_seqs,
+        prompt_cache_mb=prompt_cache_mb,
+    )
     return Engine(LlamaModel(resolve_model(), cfg), cfg)
 
 
@@ -55,9 +60,14 @@ def test_a_sequence_moved_to_a_lower_stream_answers_as_it_would_alone() -> None:
     """The first of three requests ends early; the third then moves down into the stream it left (so
     the step's streams run consecutively) and goes on from the copy as if it had never moved."""
     cfg = EngineConfig(
-        max_concurrent=3, max_total_tokens=256, max_input_tokens=200, max_batch_tokens=256, n_threads=1,
-        prefix_cache_seqs=0, prompt_cache_mb=0,
-    )  # fmt: skip
+        max_concurrent=3,
+        max_total_tokens=256,
+        max_input_tokens=200,
+        max_batch_tokens=256,
+        n_threads=1,
+        prefix_cache_seqs=0,
+        prompt_cache_mb=0,
+    )
     eng = Engine(LlamaModel(resolve_model(), cfg), cfg)
     text = eng.model.tokenize(" ".join(t for t, _ in builtin_prompts()) * 4, add_special=False)
     prompts = [text[:40], text[100:150], text[300:360]]

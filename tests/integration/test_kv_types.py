@@ -29,9 +29,16 @@ from tests.integration.neartie import assert_same_or_near_tie
 
 def engine(prefix_cache_seqs: int = 2, **kv: object) -> Engine:
     cfg = EngineConfig(
-        max_concurrent=2, max_total_tokens=2048, max_input_tokens=1800, max_batch_tokens=256, n_threads=1,
-        prefix_cache_seqs=prefix_cache_seqs, prompt_cache_mb=0, flash_attn=True, **kv,  # type: ignore[arg-type]
-    )  # fmt: skip
+        max_concurrent=2,
+        max_total_tokens=2048,
+        max_input_tokens=1800,
+        max_batch_tokens=256,
+        n_threads=1,
+        prefix_cache_seqs=prefix_cache_seqs,
+        prompt_cache_mb=0,
+        flash_attn=True,
+        **kv,  # type: ignore[arg-type]
+    )
     return Engine(LlamaModel(resolve_model(), cfg), cfg)
 
 

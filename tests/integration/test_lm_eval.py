@@ -52,13 +52,26 @@ def pairs(n_docs: int | None = None) -> list[tuple[str, str]]:
 def lm_eval(model: str, model_args: str, out: Path, *extra: str) -> subprocess.Popen[str]:
     """The command of docs/guides/lm-eval.md, run from the repository root (the task's data path is
     relative to it)."""
-    cmd = [str(LM_EVAL), "--model", model, "--model_args", model_args, "--tasks", "llmhost_mc",
-           "--include_path", "tests/fixtures/lmeval", "--output_path", str(out), "--log_samples",
-           *extra]  # fmt: skip
+    cmd = [
+        str(LM_EVAL),
+        "--model",
+        model,
+        "--model_args",
+        model_args,
+        "--tasks",
+        "llmhost_mc",
+        "--include_path",
+        "tests/fixtures/lmeval",
+        "--output_path",
+        str(out),
+        "--log_samples",
+        *extra,
+    ]
     # nothing from a hub: the task's data is local, datasets' cache is the test's own
     env = {**os.environ, "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1", "HF_HOME": str(out / "hf")}
-    return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True)  # fmt: skip
+    return subprocess.Popen(
+        cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
 
 
 def samples(run: subprocess.Popen[str], out: Path) -> list[dict[str, Any]]:
@@ -90,8 +103,17 @@ def check(samples: list[dict[str, Any]], want: list[float]) -> float:
 def second_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     """A second server like `server`: each backend's prompts go one at a time to a server of their own,
     both runs at once."""
-    srv = start_server(tmp_path_factory.mktemp("lmeval"), "--max-concurrent", "2", "--max-input-tokens",
-                       "256", "--max-total-tokens", "512", "--served-model-name", "gemma-test")  # fmt: skip
+    srv = start_server(
+        tmp_path_factory.mktemp("lmeval"),
+        "--max-concurrent",
+        "2",
+        "--max-input-tokens",
+        "256",
+        "--max-total-tokens",
+        "512",
+        "--served-model-name",
+        "gemma-test",
+    )
     yield srv
     stop_server(srv)
 
@@ -104,8 +126,11 @@ def test_lm_eval_backends_score_as_llama_cpp_does(
 ) -> None:
     gguf_out, remote_out = tmp_path / "gguf", tmp_path / "remote"
     gguf = lm_eval("gguf", f"base_url={server.url}", gguf_out, "--limit", str(GGUF_DOCS))
-    remote = lm_eval("local-completions", f"model=gemma-test,base_url={second_server.url}/v1/completions,"
-                     "tokenizer_backend=remote", remote_out)  # fmt: skip
+    remote = lm_eval(
+        "local-completions",
+        f"model=gemma-test,base_url={second_server.url}/v1/completions,tokenizer_backend=remote",
+        remote_out,
+    )
     try:
         reference = Reference(flash_attn=True)  # llama-cpp-python's figures meanwhile
         gguf_and_true = [reference.gguf_and_bos(*p) for p in pairs()]
@@ -125,8 +150,10 @@ def test_lm_eval_backends_score_as_llama_cpp_does(
     assert gguf_acc == accuracy(true[: 4 * GGUF_DOCS], docs()[:GGUF_DOCS])
     differ = sum(r != t for r, t in zip(picks(want_remote), picks(true), strict=True))
     true_acc = accuracy(true, docs())
-    print(f"lm-eval's remote tokenizer: {differ} of {len(docs())} answers differ from the model's true "
-          f"ones, accuracy {remote_acc:.3f} against {true_acc:.3f}")  # fmt: skip
+    print(
+        f"lm-eval's remote tokenizer: {differ} of {len(docs())} answers differ from the model's true "
+        f"ones, accuracy {remote_acc:.3f} against {true_acc:.3f}"
+    )
     assert differ > 0 and remote_acc < true_acc
 
 

@@ -38,7 +38,9 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 def ep(tmp_path_factory: pytest.TempPathFactory, files: dict[str, Path]) -> Iterator[Endpoint]:
     # no cached prefixes: every answer is a fresh prefill (under an adapter, llama.cpp's logits depend on
     # how a prompt is split into decodes)
-    endpoint = start_endpoint(tmp_path_factory.mktemp("lora_components"), f"""
+    endpoint = start_endpoint(
+        tmp_path_factory.mktemp("lora_components"),
+        f"""
 name: adapters
 components:
   - name: base
@@ -47,11 +49,12 @@ components:
     engine: {{max_concurrent: 2, max_input_tokens: 64, max_total_tokens: 128, max_batch_tokens: 128,
               prefix_cache_seqs: 0, prompt_cache_mb: 0}}
     adapters:
-      - {{name: poet, path: {files['poet']}, scale: 0.5}}
+      - {{name: poet, path: {files["poet"]}, scale: 0.5}}
   - name: sql
     base: base
-    adapter: {{path: {files['sql']}}}
-""")  # fmt: skip
+    adapter: {{path: {files["sql"]}}}
+""",
+    )
     yield endpoint
     stop_endpoint(endpoint)
 
@@ -61,14 +64,20 @@ def client(ep: Endpoint) -> httpx.Client:
 
 
 def runtime(ep: Endpoint) -> Any:
-    return boto3.client("sagemaker-runtime", endpoint_url=ep.url, region_name="us-east-1",
-                        aws_access_key_id="x", aws_secret_access_key="y",
-                        config=Config(read_timeout=120))  # fmt: skip
+    return boto3.client(
+        "sagemaker-runtime",
+        endpoint_url=ep.url,
+        region_name="us-east-1",
+        aws_access_key_id="x",
+        aws_secret_access_key="y",
+        config=Config(read_timeout=120),
+    )
 
 
 def invoke(ep: Endpoint, component: str, body: dict[str, Any]) -> Any:
-    r = runtime(ep).invoke_endpoint(EndpointName="adapters", Body=json.dumps(body), ContentType=JSON,
-                                    InferenceComponentName=component)  # fmt: skip
+    r = runtime(ep).invoke_endpoint(
+        EndpointName="adapters", Body=json.dumps(body), ContentType=JSON, InferenceComponentName=component
+    )
     return json.loads(r["Body"].read())
 
 
@@ -146,8 +155,12 @@ def test_deleting_an_adapter_component_in_use_is_a_409_and_its_base_is_refused(e
     refused = client(ep).delete("/admin/components/base")
     assert refused.status_code == 409, refused.text
     assert "sql, sql2" in refused.json()["error"]["message"]
-    with client(ep) as c, c.stream("POST", "/v1/completions", json={
-        **ASK, "model": "sql2", "max_tokens": 64, "stream": True}) as running:  # fmt: skip
+    with (
+        client(ep) as c,
+        c.stream(
+            "POST", "/v1/completions", json={**ASK, "model": "sql2", "max_tokens": 64, "stream": True}
+        ) as running,
+    ):
         lines = running.iter_lines()
         assert next(line for line in lines if line.startswith("data: "))
         busy = client(ep).delete("/admin/components/sql2")
@@ -234,8 +247,15 @@ def test_an_unload_one_copy_refuses_leaves_the_adapter_on_every_copy_or_shows_it
         loaded = client(ep).post("/admin/adapters/load", json=load)
         assert loaded.status_code == 200, loaded.text
         url = f"http://127.0.0.1:{second['port']}/v1/completions"
-        with client(ep) as c, c.stream("POST", url, headers=copy_headers(second), json={
-            **ASK, "model": name, "max_tokens": 64, "stream": True}) as running:  # fmt: skip
+        with (
+            client(ep) as c,
+            c.stream(
+                "POST",
+                url,
+                headers=copy_headers(second),
+                json={**ASK, "model": name, "max_tokens": 64, "stream": True},
+            ) as running,
+        ):
             lines = running.iter_lines()
             assert next(line for line in lines if line.startswith("data: "))
             if name == "gone":
@@ -264,14 +284,19 @@ def test_an_adapter_added_with_no_copy_running_is_checked_against_the_base_file(
     changed) shows failed with the copy's reason, and the copy starts without it."""
     assert client(ep).post("/admin/scale", json={"component": "base", "copies": 0}).status_code == 200
     other = write_adapter(tmp_path / "llama.gguf", Path(resolve_model()), seed=5, arch="llama")
-    for path, reason in ((files["bad"], "do not fit the base's"), (other, "is for 'llama', the base"),
-                         (Path(resolve_model()), "is not a LoRA adapter")):  # fmt: skip
+    for path, reason in (
+        (files["bad"], "do not fit the base's"),
+        (other, "is for 'llama', the base"),
+        (Path(resolve_model()), "is not a LoRA adapter"),
+    ):
         body = {"name": "refused", "base": "base", "adapter": {"path": str(path)}}
         answer = client(ep).post("/admin/components", json=body)
         assert answer.status_code == 422 and answer.json()["error"]["param"] == "adapter.path", answer.text
         assert str(path) in answer.text and reason in answer.text
-    missing = client(ep).post("/admin/adapters/load", json={"component": "base", "name": "nowhere",
-                                                            "path": str(tmp_path / "none.gguf")})  # fmt: skip
+    missing = client(ep).post(
+        "/admin/adapters/load",
+        json={"component": "base", "name": "nowhere", "path": str(tmp_path / "none.gguf")},
+    )
     assert missing.status_code == 404 and missing.json()["error"]["param"] == "path", missing.text
     changed = tmp_path / "changed.gguf"
     changed.write_bytes(files["sql"].read_bytes())

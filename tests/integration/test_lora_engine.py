@@ -50,9 +50,15 @@ def adapters(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 def engine(adapters: dict[str, Path]) -> Iterator[Engine]:
     specs = tuple(AdapterSpec(n, str(p)) for n, p in adapters.items() if n != "bad")
     cfg = EngineConfig(
-        max_concurrent=8, max_total_tokens=128, max_input_tokens=64, max_batch_tokens=128, n_threads=1,
-        prefix_cache_seqs=4, prompt_cache_mb=0, adapters=specs,
-    )  # fmt: skip
+        max_concurrent=8,
+        max_total_tokens=128,
+        max_input_tokens=64,
+        max_batch_tokens=128,
+        n_threads=1,
+        prefix_cache_seqs=4,
+        prompt_cache_mb=0,
+        adapters=specs,
+    )
     eng = Engine(LlamaModel(resolve_model(), cfg), cfg)
     yield eng
     eng.close()
@@ -76,9 +82,13 @@ def tokens_of(events: list[GenerationEvent]) -> list[int]:
 
 def llama_cpp_python_greedy(prompt: list[int], lora: Path | None) -> list[int]:
     llm = Llama(
-        model_path=str(resolve_model()), lora_path=str(lora) if lora else None, n_ctx=128, n_batch=128,
-        n_threads=1, verbose=False,
-    )  # fmt: skip
+        model_path=str(resolve_model()),
+        lora_path=str(lora) if lora else None,
+        n_ctx=128,
+        n_batch=128,
+        n_threads=1,
+        verbose=False,
+    )
     try:
         return list(itertools.islice(llm.generate(prompt, temp=0.0, top_k=1, reset=True), N_TOKENS))
     finally:

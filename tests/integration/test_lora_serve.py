@@ -36,11 +36,25 @@ def adapter_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 def lora_server(tmp_path_factory: pytest.TempPathFactory, adapter_files: dict[str, Path]) -> Iterator[Server]:
     srv = start_server(
         tmp_path_factory.mktemp("lora_serve"),
-        "--max-concurrent", "4", "--max-input-tokens", "64", "--max-total-tokens", "128",
-        "--max-batch-tokens", "128", "--chat-template", str(CHAT_TEMPLATE), "--served-model-name", "gemma",
-        "--lora", f"sql={adapter_files['sql']}", "--lora", f"poet={adapter_files['poet']}:0.5",
-        "--max-loras", "1",
-    )  # fmt: skip
+        "--max-concurrent",
+        "4",
+        "--max-input-tokens",
+        "64",
+        "--max-total-tokens",
+        "128",
+        "--max-batch-tokens",
+        "128",
+        "--chat-template",
+        str(CHAT_TEMPLATE),
+        "--served-model-name",
+        "gemma",
+        "--lora",
+        f"sql={adapter_files['sql']}",
+        "--lora",
+        f"poet={adapter_files['poet']}:0.5",
+        "--max-loras",
+        "1",
+    )
     yield srv
     stop_server(srv)
 
@@ -98,9 +112,16 @@ def test_each_way_of_selecting_an_adapter_gives_its_output(lora_server: Server) 
     )
     assert tgi.status_code == 200, tgi.text
     assert tgi.json()["generated_text"] == by_model
-    ollama = lora_server.client().post("/api/generate", json={
-        "model": "sql:latest", "prompt": PROMPT, "raw": True, "stream": False,
-        "options": {"num_predict": N, "temperature": 0, "repeat_penalty": 1.0}})  # fmt: skip
+    ollama = lora_server.client().post(
+        "/api/generate",
+        json={
+            "model": "sql:latest",
+            "prompt": PROMPT,
+            "raw": True,
+            "stream": False,
+            "options": {"num_predict": N, "temperature": 0, "repeat_penalty": 1.0},
+        },
+    )
     assert ollama.status_code == 200, ollama.text
     assert ollama.json()["response"] == by_model
 
@@ -167,9 +188,20 @@ def test_the_adapter_list_shows_the_budget_and_what_is_loaded(lora_server: Serve
 def test_an_adapter_loaded_at_run_time_answers_as_one_given_at_start(
     lora_server: Server, adapter_files: dict[str, Path]
 ) -> None:
-    with lora_server.client() as client, client.stream("POST", "/v1/completions", json={
-        "prompt": PROMPT, "max_tokens": 48, "temperature": 0, "ignore_eos": True, "stream": True,
-    }) as running:  # fmt: skip
+    with (
+        lora_server.client() as client,
+        client.stream(
+            "POST",
+            "/v1/completions",
+            json={
+                "prompt": PROMPT,
+                "max_tokens": 48,
+                "temperature": 0,
+                "ignore_eos": True,
+                "stream": True,
+            },
+        ) as running,
+    ):
         lines = running.iter_lines()
         assert next(line for line in lines if line.startswith("data: "))  # the stream is under way
         loaded = admin(lora_server, "load", name="sql-again", path=str(adapter_files["sql"]))
@@ -208,9 +240,20 @@ def test_unloading_an_adapter_in_use_is_a_409_and_after_it_the_name_is_unknown(
     lora_server: Server, adapter_files: dict[str, Path]
 ) -> None:
     assert admin(lora_server, "load", name="busy", path=str(adapter_files["third"])).status_code == 200
-    with lora_server.client() as client, client.stream("POST", "/v1/completions", json={
-        "model": "busy", "prompt": PROMPT, "max_tokens": 64, "ignore_eos": True, "stream": True,
-    }) as running:  # fmt: skip
+    with (
+        lora_server.client() as client,
+        client.stream(
+            "POST",
+            "/v1/completions",
+            json={
+                "model": "busy",
+                "prompt": PROMPT,
+                "max_tokens": 64,
+                "ignore_eos": True,
+                "stream": True,
+            },
+        ) as running,
+    ):
         lines = running.iter_lines()
         assert next(line for line in lines if line.startswith("data: "))
         refused = admin(lora_server, "unload", name="busy")
@@ -236,9 +279,14 @@ def test_unloading_an_adapter_in_use_is_a_409_and_after_it_the_name_is_unknown(
     ],
 )
 def test_a_refused_load_or_unload_names_the_field_and_the_server_keeps_serving(
-    lora_server: Server, adapter_files: dict[str, Path], action: str, body: dict[str, str], status: int,
-    field: str, words: str,
-) -> None:  # fmt: skip
+    lora_server: Server,
+    adapter_files: dict[str, Path],
+    action: str,
+    body: dict[str, str],
+    status: int,
+    field: str,
+    words: str,
+) -> None:
     if body.get("path") in adapter_files:
         body = {**body, "path": str(adapter_files[body["path"]])}
     resp = admin(lora_server, action, **body)
@@ -253,16 +301,40 @@ def test_bench_spreads_its_requests_over_a_mix_of_adapters_with_figures_per_mode
 ) -> None:
     out = tmp_path / "results"
     cmd = [
-        sys.executable, "-m", "llmhost.cli", "bench", "run", "--url", lora_server.url, "--api", "openai",
-        "--model", "gemma,sql,poet", "--concurrency", "2", "--requests", "6", "--num-prompts", "6",
-        "--prompt-tokens", "16", "--max-new-tokens", "4", "--out", str(out), "--no-live",
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "llmhost.cli",
+        "bench",
+        "run",
+        "--url",
+        lora_server.url,
+        "--api",
+        "openai",
+        "--model",
+        "gemma,sql,poet",
+        "--concurrency",
+        "2",
+        "--requests",
+        "6",
+        "--num-prompts",
+        "6",
+        "--prompt-tokens",
+        "16",
+        "--max-new-tokens",
+        "4",
+        "--out",
+        str(out),
+        "--no-live",
+    ]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     [level] = json.loads((out / "summary.json").read_text())["configs"][0]["levels"]
     assert level["successes"] == 6
     assert {m: (f["requests"], f["successes"]) for m, f in level["by_model"].items()} == {
-        "gemma": (2, 2), "sql": (2, 2), "poet": (2, 2)}  # fmt: skip
+        "gemma": (2, 2),
+        "sql": (2, 2),
+        "poet": (2, 2),
+    }
     sent = [json.loads(line) for line in (out / "requests.jsonl").read_text().splitlines()]
     assert sorted(r["model"] for r in sent if not r["warmup"]) == sorted(["gemma", "sql", "poet"] * 2)
     assert "By model" in done.stdout

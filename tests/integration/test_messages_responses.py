@@ -222,17 +222,32 @@ def test_responses_include_empty_and_logprobs(smol: Server) -> None:
     """The OpenAI Agents SDK sends `include: []` on every call (nothing asked), and
     `message.output_text.logprobs` when logprobs are on: served in the text part and the stream."""
     c = oai(smol.url)
-    plain = c.responses.create(model=MODEL, input="Say hello.", max_output_tokens=6, temperature=0,
-                               include=[])  # fmt: skip
+    plain = c.responses.create(
+        model=MODEL, input="Say hello.", max_output_tokens=6, temperature=0, include=[]
+    )
     assert plain.output_text and plain.output[0].content[0].logprobs == []  # type: ignore[union-attr]
-    asked = c.responses.create(model=MODEL, input="Say hello.", max_output_tokens=6, temperature=0,
-                               include=["message.output_text.logprobs"], top_logprobs=2)  # fmt: skip
+    asked = c.responses.create(
+        model=MODEL,
+        input="Say hello.",
+        max_output_tokens=6,
+        temperature=0,
+        include=["message.output_text.logprobs"],
+        top_logprobs=2,
+    )
     part = asked.output[0].content[0]  # type: ignore[union-attr]
     assert asked.output_text == plain.output_text and part.logprobs  # type: ignore[union-attr]
     assert "".join(lp.token for lp in part.logprobs) == asked.output_text  # type: ignore[union-attr]
     assert all(lp.logprob <= 0 and len(lp.top_logprobs) == 2 for lp in part.logprobs)  # type: ignore[union-attr]
-    events = list(c.responses.create(model=MODEL, input="Say hello.", max_output_tokens=6, temperature=0,
-                                     include=["message.output_text.logprobs"], stream=True))  # fmt: skip
+    events = list(
+        c.responses.create(
+            model=MODEL,
+            input="Say hello.",
+            max_output_tokens=6,
+            temperature=0,
+            include=["message.output_text.logprobs"],
+            stream=True,
+        )
+    )
     deltas = [e for e in events if e.type == "response.output_text.delta"]
     assert sum(len(e.logprobs) for e in deltas) == len(part.logprobs)  # type: ignore[union-attr]
     with pytest.raises(openai.BadRequestError) as err:
@@ -414,8 +429,18 @@ def test_counted_per_api_in_metrics(smol: Server) -> None:
 
 @pytest.fixture
 def one_slot(tmp_path: Path) -> Iterator[Server]:
-    srv = start_server(tmp_path, str(SMOLLM2), "--max-concurrent", "1", "--max-input-tokens", "64",
-                       "--max-total-tokens", "1024", "--queue-timeout-s", "0.5")  # fmt: skip
+    srv = start_server(
+        tmp_path,
+        str(SMOLLM2),
+        "--max-concurrent",
+        "1",
+        "--max-input-tokens",
+        "64",
+        "--max-total-tokens",
+        "1024",
+        "--queue-timeout-s",
+        "0.5",
+    )
     yield srv
     stop_server(srv)
 

@@ -49,9 +49,14 @@ def tiny(gguf_dir: Path, arch: str) -> Path:
 
 def engine(path: Path, prefix_cache_seqs: int = 1, prompt_cache_mb: int = 0) -> Engine:
     cfg = EngineConfig(
-        max_concurrent=4, max_total_tokens=512, max_input_tokens=448, max_batch_tokens=512, n_threads=1,
-        prefix_cache_seqs=prefix_cache_seqs, prompt_cache_mb=prompt_cache_mb,
-    )  # fmt: skip
+        max_concurrent=4,
+        max_total_tokens=512,
+        max_input_tokens=448,
+        max_batch_tokens=512,
+        n_threads=1,
+        prefix_cache_seqs=prefix_cache_seqs,
+        prompt_cache_mb=prompt_cache_mb,
+    )
     return Engine(LlamaModel(path, cfg), cfg)
 
 

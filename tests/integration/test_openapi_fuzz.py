@@ -23,10 +23,20 @@ FUZZ_EXAMPLES = 6
 @pytest.fixture(scope="module")
 def fuzzed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     srv = start_server(
-        tmp_path_factory.mktemp("openapi"), "--max-concurrent", "2", "--max-input-tokens", "16",
-        "--max-total-tokens", "20", "--max-batch-tokens", "32", "--chat-template", str(CHAT_TEMPLATE),
-        "--api-key", KEY,
-    )  # fmt: skip
+        tmp_path_factory.mktemp("openapi"),
+        "--max-concurrent",
+        "2",
+        "--max-input-tokens",
+        "16",
+        "--max-total-tokens",
+        "20",
+        "--max-batch-tokens",
+        "32",
+        "--chat-template",
+        str(CHAT_TEMPLATE),
+        "--api-key",
+        KEY,
+    )
     yield srv
     stop_server(srv)
 
@@ -38,5 +48,13 @@ def test_schema_boundaries_are_refused(fuzzed: Server, tmp_path: Path) -> None:
 def test_generated_requests_conform(fuzzed: Server, tmp_path: Path) -> None:
     """With ignored_auth: each operation's first success is sent again without a key and with a wrong one
     (once per operation and run), which must be refused."""
-    schemathesis(fuzzed.url, tmp_path, "--phases", "examples,fuzzing", "--max-examples", str(FUZZ_EXAMPLES),
-                 *AUTH, checks=[*CHECKS, "ignored_auth"])  # fmt: skip
+    schemathesis(
+        fuzzed.url,
+        tmp_path,
+        "--phases",
+        "examples,fuzzing",
+        "--max-examples",
+        str(FUZZ_EXAMPLES),
+        *AUTH,
+        checks=[*CHECKS, "ignored_auth"],
+    )

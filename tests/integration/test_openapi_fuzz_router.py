@@ -38,8 +38,9 @@ def endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Endpoint]:
     # the helpers' quick hang detection (1 s) is for the fault tests; here a copy starved of CPU on a busy
     # machine must not be taken for hung and killed under a request (a 502 that is no finding)
     health = ("--health-interval", "1", "--health-timeout", "15", "--health-misses", "3")
-    ep = start_endpoint(tmp_path_factory.mktemp("openapi-endpoint"), endpoint_file(),
-                        args=("--api-key", KEY, *health))  # fmt: skip
+    ep = start_endpoint(
+        tmp_path_factory.mktemp("openapi-endpoint"), endpoint_file(), args=("--api-key", KEY, *health)
+    )
     yield ep
     stop_endpoint(ep)
 
@@ -55,25 +56,61 @@ ROUTER_FUZZ_EXAMPLES = 2
 
 
 def test_router_generated_requests_conform(endpoint: Endpoint, tmp_path: Path) -> None:
-    schemathesis(endpoint.url, tmp_path, "--phases", "examples,fuzzing", "--max-examples",
-                 str(ROUTER_FUZZ_EXAMPLES), *AUTH, "--exclude-path-regex", CHANGES,
-                 checks=[*CHECKS, "ignored_auth"])  # fmt: skip
+    schemathesis(
+        endpoint.url,
+        tmp_path,
+        "--phases",
+        "examples,fuzzing",
+        "--max-examples",
+        str(ROUTER_FUZZ_EXAMPLES),
+        *AUTH,
+        "--exclude-path-regex",
+        CHANGES,
+        checks=[*CHECKS, "ignored_auth"],
+    )
 
 
 def test_router_schema_boundaries_are_refused(endpoint: Endpoint, tmp_path: Path) -> None:
-    schemathesis(endpoint.url, tmp_path, "--phases", "coverage", "--mode", "negative", *AUTH,
-                 "--include-path-regex", OWN)  # fmt: skip
+    schemathesis(
+        endpoint.url,
+        tmp_path,
+        "--phases",
+        "coverage",
+        "--mode",
+        "negative",
+        *AUTH,
+        "--include-path-regex",
+        OWN,
+    )
 
 
 def test_router_admin_changes_conform(endpoint: Endpoint, tmp_path: Path) -> None:
-    schemathesis(endpoint.url, tmp_path, "--phases", "examples,fuzzing", "--max-examples",
-                 str(ROUTER_FUZZ_EXAMPLES), *AUTH, "--include-path-regex", "^/admin/(scale|components)",
-                 checks=[*CHECKS, "ignored_auth"])  # fmt: skip
+    schemathesis(
+        endpoint.url,
+        tmp_path,
+        "--phases",
+        "examples,fuzzing",
+        "--max-examples",
+        str(ROUTER_FUZZ_EXAMPLES),
+        *AUTH,
+        "--include-path-regex",
+        "^/admin/(scale|components)",
+        checks=[*CHECKS, "ignored_auth"],
+    )
 
 
 def test_router_admin_down_conforms(endpoint: Endpoint, tmp_path: Path) -> None:
     """Last: the endpoint stops (no ignored_auth: its probe would come after, to a draining endpoint's 503;
     tests/unit/endpoint/test_openapi.py checks the key)."""
-    schemathesis(endpoint.url, tmp_path, "--phases", "fuzzing", "--max-examples", "1", *AUTH,
-                 "--include-path-regex", "^/admin/down$")  # fmt: skip
+    schemathesis(
+        endpoint.url,
+        tmp_path,
+        "--phases",
+        "fuzzing",
+        "--max-examples",
+        "1",
+        *AUTH,
+        "--include-path-regex",
+        "^/admin/down$",
+    )
     endpoint.process.wait(timeout=60)

@@ -30,9 +30,17 @@ def hot(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     # the context keeps one idle conversation, not two
     srv = start_server(
         tmp_path_factory.mktemp("prompt-cache"),
-        "--max-concurrent", "2", "--max-input-tokens", "1024", "--max-total-tokens", "1280",
-        "--prefix-cache-seqs", "1", "--prompt-cache-mb", "64",
-    )  # fmt: skip
+        "--max-concurrent",
+        "2",
+        "--max-input-tokens",
+        "1024",
+        "--max-total-tokens",
+        "1280",
+        "--prefix-cache-seqs",
+        "1",
+        "--prompt-cache-mb",
+        "64",
+    )
     yield srv
     stop_server(srv)
 

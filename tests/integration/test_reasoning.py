@@ -28,8 +28,19 @@ SCHEMA = {"type": "object", "properties": {"answer": {"type": "integer"}}, "requ
 
 def serve(tmp: Any, *args: str) -> Server:
     model = build_thinking_model(tmp / "qwen3-thinking.gguf")
-    return start_server(tmp, str(model), "--served-model-name", MODEL, "--max-concurrent", "2",
-                        "--max-input-tokens", "768", "--max-total-tokens", "1024", *args)  # fmt: skip
+    return start_server(
+        tmp,
+        str(model),
+        "--served-model-name",
+        MODEL,
+        "--max-concurrent",
+        "2",
+        "--max-input-tokens",
+        "768",
+        "--max-total-tokens",
+        "1024",
+        *args,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -59,8 +70,11 @@ def test_chat_gives_the_thought_as_reasoning_content(thinker: Server) -> None:
 
 def test_chat_streams_the_thought_before_the_answer(thinker: Server) -> None:
     before = thinker.metric("llmhost_reasoning_tokens_total")
-    chunks = list(oai(thinker).chat.completions.create(
-        model=MODEL, messages=HI, stream=True, stream_options={"include_usage": True}, **GREEDY))  # fmt: skip
+    chunks = list(
+        oai(thinker).chat.completions.create(
+            model=MODEL, messages=HI, stream=True, stream_options={"include_usage": True}, **GREEDY
+        )
+    )
     deltas = [c.choices[0].delta for c in chunks if c.choices]
     thought = [d.reasoning_content for d in deltas if getattr(d, "reasoning_content", None)]  # type: ignore[attr-defined]
     content = [(i, d.content) for i, d in enumerate(deltas) if d.content]
@@ -73,9 +87,14 @@ def test_chat_streams_the_thought_before_the_answer(thinker: Server) -> None:
     assert thinker.metric("llmhost_reasoning_tokens_total") == before + 2
 
 
-@pytest.mark.parametrize("extra", [{"reasoning_effort": "none"},
-                                   {"extra_body": {"chat_template_kwargs": {"enable_thinking": False}}},
-                                   {"extra_body": {"reasoning_budget": 0}}])  # fmt: skip
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {"reasoning_effort": "none"},
+        {"extra_body": {"chat_template_kwargs": {"enable_thinking": False}}},
+        {"extra_body": {"reasoning_budget": 0}},
+    ],
+)
 def test_thinking_off_gives_no_reasoning(thinker: Server, extra: dict[str, Any]) -> None:
     r = oai(thinker).chat.completions.create(model=MODEL, messages=HI, **GREEDY, **extra)
     message = r.choices[0].message
@@ -85,8 +104,9 @@ def test_thinking_off_gives_no_reasoning(thinker: Server, extra: dict[str, Any])
 
 
 def test_a_budget_closes_the_thought_and_the_answer_follows(thinker: Server) -> None:
-    r = oai(thinker).chat.completions.create(model=MODEL, messages=HI, **GREEDY,
-                                             extra_body={"reasoning_budget": 1})  # fmt: skip
+    r = oai(thinker).chat.completions.create(
+        model=MODEL, messages=HI, **GREEDY, extra_body={"reasoning_budget": 1}
+    )
     message = r.choices[0].message
     assert message.reasoning_content == "I" and message.content == ANSWER  # type: ignore[attr-defined]
     assert r.usage is not None and r.usage.completion_tokens_details is not None
@@ -98,8 +118,11 @@ def test_a_json_schema_constrains_the_answer_not_the_thought(thinker: Server, st
     fmt: Any = {"type": "json_schema", "json_schema": {"name": "a", "schema": SCHEMA}}
     client = oai(thinker)
     if stream:
-        chunks = list(client.chat.completions.create(model=MODEL, messages=HI, response_format=fmt,
-                                                     stream=True, **GREEDY))  # fmt: skip
+        chunks = list(
+            client.chat.completions.create(
+                model=MODEL, messages=HI, response_format=fmt, stream=True, **GREEDY
+            )
+        )
         deltas = [c.choices[0].delta for c in chunks if c.choices]
         thought = "".join(getattr(d, "reasoning_content", None) or "" for d in deltas)
         content = "".join(d.content or "" for d in deltas)
@@ -113,8 +136,9 @@ def test_a_json_schema_constrains_the_answer_not_the_thought(thinker: Server, st
 def test_a_forced_tool_call_follows_the_thought(thinker: Server) -> None:
     tool: Any = {"type": "function", "function": {"name": "get_answer", "parameters": SCHEMA}}
     choice: Any = {"type": "function", "function": {"name": "get_answer"}}
-    r = oai(thinker).chat.completions.create(model=MODEL, messages=HI, tools=[tool], tool_choice=choice,
-                                             **GREEDY)  # fmt: skip
+    r = oai(thinker).chat.completions.create(
+        model=MODEL, messages=HI, tools=[tool], tool_choice=choice, **GREEDY
+    )
     message = r.choices[0].message
     assert message.reasoning_content == THOUGHT and message.tool_calls  # type: ignore[attr-defined]
     call = message.tool_calls[0]
@@ -125,10 +149,10 @@ def test_a_forced_tool_call_follows_the_thought(thinker: Server) -> None:
 def test_an_earlier_turns_thought_goes_back_and_the_prefix_is_reused(thinker: Server) -> None:
     client = oai(thinker)
     first = client.chat.completions.create(model=MODEL, messages=HI, **GREEDY).choices[0].message
-    turn: Any = {"role": "assistant", "content": first.content,
-                 "reasoning_content": first.reasoning_content}  # type: ignore[attr-defined]  # fmt: skip
+    turn: Any = {"role": "assistant", "content": first.content, "reasoning_content": first.reasoning_content}  # type: ignore[attr-defined]
     again = client.chat.completions.create(
-        model=MODEL, messages=[*HI, turn, {"role": "user", "content": "and?"}], **GREEDY)  # fmt: skip
+        model=MODEL, messages=[*HI, turn, {"role": "user", "content": "and?"}], **GREEDY
+    )
     assert again.choices[0].message.content == ANSWER
     assert again.usage is not None and again.usage.prompt_tokens_details is not None
     assert again.usage.prompt_tokens_details.cached_tokens > 0
@@ -137,11 +161,13 @@ def test_an_earlier_turns_thought_goes_back_and_the_prefix_is_reused(thinker: Se
 def test_refusals_name_the_field(thinker: Server) -> None:
     client = oai(thinker)
     with pytest.raises(openai.BadRequestError) as err:
-        client.chat.completions.create(model=MODEL, messages=HI, max_tokens=4,
-                                       extra_body={"chat_template_kwargs": {"no_such": 1}})  # fmt: skip
+        client.chat.completions.create(
+            model=MODEL, messages=HI, max_tokens=4, extra_body={"chat_template_kwargs": {"no_such": 1}}
+        )
     assert "chat_template_kwargs.no_such" in sent_error(err.value)["message"]
-    r = httpx.post(f"{thinker.url}/v1/chat/completions", timeout=30,
-                   json={"messages": HI, "reasoning_effort": "extreme"})  # fmt: skip
+    r = httpx.post(
+        f"{thinker.url}/v1/chat/completions", timeout=30, json={"messages": HI, "reasoning_effort": "extreme"}
+    )
     assert 400 <= r.status_code < 500 and "reasoning_effort" in r.text
 
 
@@ -151,11 +177,17 @@ def test_messages_give_thinking_blocks(thinker: Server) -> None:
     m = c.messages.create(model=MODEL, max_tokens=40, messages=HI, extra_body=COLD)
     assert [b.type for b in m.content] == ["thinking", "text"]
     assert m.content[0].thinking == THOUGHT and m.content[1].text == ANSWER  # type: ignore[union-attr]
-    budget = c.messages.create(model=MODEL, max_tokens=40, messages=HI, extra_body=COLD,
-                               thinking={"type": "enabled", "budget_tokens": 1})  # fmt: skip
+    budget = c.messages.create(
+        model=MODEL,
+        max_tokens=40,
+        messages=HI,
+        extra_body=COLD,
+        thinking={"type": "enabled", "budget_tokens": 1},
+    )
     assert budget.content[0].thinking == "I" and budget.content[1].text == ANSWER  # type: ignore[union-attr]
-    off = c.messages.create(model=MODEL, max_tokens=40, messages=HI, extra_body=COLD,
-                            thinking={"type": "disabled"})  # fmt: skip
+    off = c.messages.create(
+        model=MODEL, max_tokens=40, messages=HI, extra_body=COLD, thinking={"type": "disabled"}
+    )
     assert [b.type for b in off.content] == ["text"] and off.content[0].text == ANSWER  # type: ignore[union-attr]
     # counted as the template renders it: the empty thought Qwen3 writes when thinking is off
     counted = c.messages.count_tokens(model=MODEL, messages=HI, thinking={"type": "disabled"})
@@ -177,8 +209,9 @@ def test_messages_stream_thinking_deltas(thinker: Server) -> None:
 
 def test_messages_budget_must_be_below_max_tokens(thinker: Server) -> None:
     with pytest.raises(anthropic.BadRequestError) as err:
-        claude(thinker).messages.create(model=MODEL, max_tokens=8, messages=HI,
-                                        thinking={"type": "enabled", "budget_tokens": 8})  # fmt: skip
+        claude(thinker).messages.create(
+            model=MODEL, max_tokens=8, messages=HI, thinking={"type": "enabled", "budget_tokens": 8}
+        )
     assert "budget_tokens" in sent_error(err.value)["message"]
 
 
@@ -189,11 +222,13 @@ def test_responses_give_a_reasoning_item(thinker: Server) -> None:
     assert [item.type for item in r.output] == ["reasoning", "message"]
     assert r.output[0].content[0].text == THOUGHT and r.output_text == ANSWER  # type: ignore[union-attr,index]
     assert r.usage is not None and r.usage.output_tokens_details.reasoning_tokens == 2
-    off = c.responses.create(model=MODEL, input="hi", max_output_tokens=40, extra_body=COLD,
-                             reasoning={"effort": "none"})  # fmt: skip
+    off = c.responses.create(
+        model=MODEL, input="hi", max_output_tokens=40, extra_body=COLD, reasoning={"effort": "none"}
+    )
     assert [item.type for item in off.output] == ["message"] and off.output_text == ANSWER
-    events = list(c.responses.create(model=MODEL, input="hi", max_output_tokens=40, temperature=0,
-                                     stream=True))  # fmt: skip
+    events = list(
+        c.responses.create(model=MODEL, input="hi", max_output_tokens=40, temperature=0, stream=True)
+    )
     thought = "".join(e.delta for e in events if e.type == "response.reasoning_text.delta")
     text = "".join(e.delta for e in events if e.type == "response.output_text.delta")
     assert thought == THOUGHT and text == ANSWER
@@ -201,9 +236,12 @@ def test_responses_give_a_reasoning_item(thinker: Server) -> None:
     assert [item.type for item in final.output] == ["reasoning", "message"]
     # the output replayed as the next request's input: the reasoning item goes with its message
     replay = [i.model_dump(exclude_none=True) for i in r.output]
-    again = c.responses.create(model=MODEL, max_output_tokens=40, extra_body=COLD,
-                               input=[{"role": "user", "content": "hi"}, *replay,
-                                      {"role": "user", "content": "and?"}])  # fmt: skip
+    again = c.responses.create(
+        model=MODEL,
+        max_output_tokens=40,
+        extra_body=COLD,
+        input=[{"role": "user", "content": "hi"}, *replay, {"role": "user", "content": "and?"}],
+    )
     assert again.output_text == ANSWER
 
 
@@ -263,8 +301,10 @@ def test_raw_text_routes_keep_the_thought_and_invocations_split_it(thinker: Serv
 
 
 # a template whose generation prompt opens the thought, as DeepSeek-R1's (no switch to turn it off)
-OPENING = ("{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
-           "{% if add_generation_prompt %}<|im_start|>assistant\n<think>{% endif %}")  # fmt: skip
+OPENING = (
+    "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n<think>{% endif %}"
+)
 
 
 def test_a_prompt_that_opens_the_thought(tmp_path_factory: pytest.TempPathFactory) -> None:
@@ -275,13 +315,17 @@ def test_a_prompt_that_opens_the_thought(tmp_path_factory: pytest.TempPathFactor
         client = oai(srv)
         message = client.chat.completions.create(model=MODEL, messages=HI, **GREEDY).choices[0].message
         assert (message.reasoning_content, message.content) == (THOUGHT, ANSWER)  # type: ignore[attr-defined]
-        bounded = client.chat.completions.create(model=MODEL, messages=HI, **GREEDY,
-                                                 extra_body={"reasoning_budget": 1})  # fmt: skip
+        bounded = client.chat.completions.create(
+            model=MODEL, messages=HI, **GREEDY, extra_body={"reasoning_budget": 1}
+        )
         budget = bounded.choices[0].message
         assert budget.reasoning_content == "I" and budget.content == ANSWER  # type: ignore[attr-defined]
         fmt: Any = {"type": "json_schema", "json_schema": {"name": "a", "schema": SCHEMA}}
-        shaped = client.chat.completions.create(model=MODEL, messages=HI, response_format=fmt,
-                                                **GREEDY).choices[0].message  # fmt: skip
+        shaped = (
+            client.chat.completions.create(model=MODEL, messages=HI, response_format=fmt, **GREEDY)
+            .choices[0]
+            .message
+        )
         assert shaped.reasoning_content == THOUGHT  # type: ignore[attr-defined]
         assert isinstance(json.loads(shaped.content or "")["answer"], int)
         with pytest.raises(openai.BadRequestError) as err:
@@ -292,8 +336,16 @@ def test_a_prompt_that_opens_the_thought(tmp_path_factory: pytest.TempPathFactor
 
 
 # -- gpt-oss (harmony channels) ------------------------------------------------------------------------
-HARMONY_TOKENS = ["<|startoftext|>", "<|start|>", "<|message|>", "<|channel|>", "<|constrain|>", "<|end|>",
-                  "<|call|>", "<|return|>"]  # fmt: skip
+HARMONY_TOKENS = [
+    "<|startoftext|>",
+    "<|start|>",
+    "<|message|>",
+    "<|channel|>",
+    "<|constrain|>",
+    "<|end|>",
+    "<|call|>",
+    "<|return|>",
+]
 
 
 def test_gpt_oss_analysis_channel_is_the_thought(tmp_path_factory: pytest.TempPathFactory) -> None:
@@ -302,18 +354,28 @@ def test_gpt_oss_analysis_channel_is_the_thought(tmp_path_factory: pytest.TempPa
     (<|end|><|start|>assistant forced), and a grammar writes the answer."""
     tmp = tmp_path_factory.mktemp("gpt-oss")
     template = (FIXTURES / "templates" / "openai-gpt-oss-120b.jinja").read_text()
-    model = build_tiny_gguf(tmp / "gpt-oss.gguf", "gpt-oss", chat_template=template,
-                            special_tokens=HARMONY_TOKENS, bos_token="<|startoftext|>",
-                            eos_token="<|return|>")  # fmt: skip
+    model = build_tiny_gguf(
+        tmp / "gpt-oss.gguf",
+        "gpt-oss",
+        chat_template=template,
+        special_tokens=HARMONY_TOKENS,
+        bos_token="<|startoftext|>",
+        eos_token="<|return|>",
+    )
     srv = start_server(tmp, str(model), "--max-input-tokens", "768", "--max-total-tokens", "1024")
     try:
         client = oai(srv)
         tokenized = httpx.post(f"{srv.url}/tokenize", json={"content": "<|channel|>"}, timeout=10)
         channel = tokenized.json()["tokens"]
         r = client.chat.completions.create(
-            model=MODEL, messages=HI, max_tokens=20, temperature=0, reasoning_effort="low",
+            model=MODEL,
+            messages=HI,
+            max_tokens=20,
+            temperature=0,
+            reasoning_effort="low",
             logit_bias={str(channel[0]): 100},
-            extra_body={"reasoning_budget": 2, "grammar": 'root ::= "4"'})  # fmt: skip
+            extra_body={"reasoning_budget": 2, "grammar": 'root ::= "4"'},
+        )
         message = r.choices[0].message
         thought = message.reasoning_content  # type: ignore[attr-defined]
         assert message.content == "4" and thought == "<|channel|><|channel|>"

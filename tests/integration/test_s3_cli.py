@@ -44,8 +44,14 @@ def llmhost(*args: str, cache: Path, timeout: float = 180, **env: str) -> tuple[
     for name in ("AWS_ENDPOINT_URL", "LLMHOST_S3_ENDPOINT_URL", "AWS_PROFILE"):
         full.pop(name, None)  # only what the test gives
     full.update(env)
-    done = subprocess.run([sys.executable, "-m", "llmhost.cli", *args], capture_output=True, text=True,
-                          timeout=timeout, env=full, stdin=subprocess.DEVNULL)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "llmhost.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=full,
+        stdin=subprocess.DEVNULL,
+    )
     text = re.sub(r"[│╭╮╰╯─]", " ", done.stderr + done.stdout)
     return done.returncode, " ".join(text.split())
 
@@ -54,12 +60,15 @@ def serve(*args: str, cache: Path, **env: str) -> tuple[int, str]:
     return llmhost("serve", "--host", "127.0.0.1", "--port", str(free_port()), *args, cache=cache, **env)
 
 
-@pytest.mark.parametrize(("ref", "says"), [
-    ("s3://no-such-bucket/m/", "s3://no-such-bucket/m/: bucket 'no-such-bucket' does not exist"),
-    ("s3://no-such-bucket/m.gguf", "s3://no-such-bucket/m.gguf: bucket 'no-such-bucket' does not exist"),
-    ("s3://models/missing.gguf", "s3://models/missing.gguf: no object 'missing.gguf' in bucket 'models'"),
-    ("s3://models/empty/", "s3://models/empty/: no objects under prefix 'empty/' in bucket 'models'"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("ref", "says"),
+    [
+        ("s3://no-such-bucket/m/", "s3://no-such-bucket/m/: bucket 'no-such-bucket' does not exist"),
+        ("s3://no-such-bucket/m.gguf", "s3://no-such-bucket/m.gguf: bucket 'no-such-bucket' does not exist"),
+        ("s3://models/missing.gguf", "s3://models/missing.gguf: no object 'missing.gguf' in bucket 'models'"),
+        ("s3://models/empty/", "s3://models/empty/: no objects under prefix 'empty/' in bucket 'models'"),
+    ],
+)
 def test_serve_names_what_is_missing(s3: S3Server, tmp_path: Path, ref: str, says: str) -> None:
     code, out = serve("--s3-endpoint-url", s3.url, ref, cache=tmp_path)
     assert code == 2 and says in out and "Traceback" not in out
@@ -94,22 +103,41 @@ def test_serve_with_a_cache_that_cannot_be_written(s3: S3Server, tmp_path: Path)
 def test_endpoint_up_refuses_a_missing_model_as_a_usage_error(s3: S3Server, tmp_path: Path) -> None:
     file = tmp_path / "endpoint.yaml"
     file.write_text("name: e\ncomponents:\n  - name: a\n    model: s3://models/nothing-here.gguf\n")
-    code, out = llmhost("endpoint", "up", str(file), "--port", str(free_port()), "--s3-endpoint-url", s3.url,
-                        cache=tmp_path)  # fmt: skip
+    code, out = llmhost(
+        "endpoint", "up", str(file), "--port", str(free_port()), "--s3-endpoint-url", s3.url, cache=tmp_path
+    )
     assert code == 2 and "component 'a': model 's3://models/nothing-here.gguf'" in out
     assert "no object 'nothing-here.gguf' in bucket 'models'" in out and "Traceback" not in out
 
 
 def test_bench_sweep_of_an_s3_model(s3: S3Server, tmp_path: Path) -> None:
-    sweep = {"api": "openai", "concurrency": [1], "requests": 1, "warmup": 0, "prompt_tokens": 16,
-             "max_new_tokens": 4, "saturation_gain": None, "server_metrics": False, "startup_timeout_s": 120,
-             "configurations": [{"serve": {"model": "s3://models/gemma/", "threads": 1,
-                                           "max_concurrent": 1}}]}  # fmt: skip
+    sweep = {
+        "api": "openai",
+        "concurrency": [1],
+        "requests": 1,
+        "warmup": 0,
+        "prompt_tokens": 16,
+        "max_new_tokens": 4,
+        "saturation_gain": None,
+        "server_metrics": False,
+        "startup_timeout_s": 120,
+        "configurations": [{"serve": {"model": "s3://models/gemma/", "threads": 1, "max_concurrent": 1}}],
+    }
     file = tmp_path / "sweep.yaml"
     file.write_text(yaml.safe_dump(sweep))
     out = tmp_path / "results"
-    code, text = llmhost("bench", "sweep", str(file), "--out", str(out), "--no-live", "--s3-endpoint-url",
-                         s3.url, cache=tmp_path / "cache", timeout=300)  # fmt: skip
+    code, text = llmhost(
+        "bench",
+        "sweep",
+        str(file),
+        "--out",
+        str(out),
+        "--no-live",
+        "--s3-endpoint-url",
+        s3.url,
+        cache=tmp_path / "cache",
+        timeout=300,
+    )
     assert code == 0, text
     [config] = load_results(out).configs
     assert config.error is None and config.name == "gemma-t1-mc1"
@@ -118,10 +146,30 @@ def test_bench_sweep_of_an_s3_model(s3: S3Server, tmp_path: Path) -> None:
 
 def test_optimize_quantize_of_an_s3_model(s3: S3Server, tmp_path: Path) -> None:
     out = tmp_path / "tiny-q8_0.gguf"
-    code, text = llmhost("optimize", "quantize", "s3://models/tiny/", "--type", "q8_0", "--out", str(out),
-                         "--s3-endpoint-url", s3.url, cache=tmp_path / "cache")  # fmt: skip
+    code, text = llmhost(
+        "optimize",
+        "quantize",
+        "s3://models/tiny/",
+        "--type",
+        "q8_0",
+        "--out",
+        str(out),
+        "--s3-endpoint-url",
+        s3.url,
+        cache=tmp_path / "cache",
+    )
     assert code == 0, text
     assert out.read_bytes()[:4] == b"GGUF" and f"{out}: f32 -> q8_0" in text
-    code, text = llmhost("optimize", "quantize", "s3://models/nope/", "--type", "q8_0", "--out", str(out),
-                         "--s3-endpoint-url", s3.url, cache=tmp_path / "cache")  # fmt: skip
+    code, text = llmhost(
+        "optimize",
+        "quantize",
+        "s3://models/nope/",
+        "--type",
+        "q8_0",
+        "--out",
+        str(out),
+        "--s3-endpoint-url",
+        s3.url,
+        cache=tmp_path / "cache",
+    )
     assert code == 2 and "s3://models/nope/: no objects under prefix 'nope/' in bucket 'models'" in text

@@ -49,10 +49,14 @@ def proxy(model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pro
         client.upload_file(str(model), "models", "gemma/model.gguf")
         client.upload_file(str(archive), "models", "jobs/1/output/model.tar.gz")
         # a prefix as SageMaker takes one: the weights, and code/inference.py at its root
-        client.copy_object(Bucket="models", Key="withcode/model.gguf",
-                           CopySource={"Bucket": "models", "Key": "gemma/model.gguf"})  # fmt: skip
-        client.put_object(Bucket="models", Key="withcode/code/inference.py",
-                          Body=textwrap.dedent(OUTPUT_ONLY).encode())  # fmt: skip
+        client.copy_object(
+            Bucket="models",
+            Key="withcode/model.gguf",
+            CopySource={"Bucket": "models", "Key": "gemma/model.gguf"},
+        )
+        client.put_object(
+            Bucket="models", Key="withcode/code/inference.py", Body=textwrap.dedent(OUTPUT_ONLY).encode()
+        )
         with s3_proxy(server.url) as p:
             yield p
 
@@ -71,10 +75,13 @@ def _answers(url: str) -> None:
     assert r.json()["choices"][0]["text"]
 
 
-@pytest.mark.parametrize(("ref", "key"), [
-    ("s3://models/gemma/", "gemma/model.gguf"),
-    ("s3://models/jobs/1/output/model.tar.gz", "jobs/1/output/model.tar.gz"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("ref", "key"),
+    [
+        ("s3://models/gemma/", "gemma/model.gguf"),
+        ("s3://models/jobs/1/output/model.tar.gz", "jobs/1/output/model.tar.gz"),
+    ],
+)
 def test_second_start_sends_no_get_of_the_object(
     env: Proxy, model: Path, ref: str, key: str, tmp_path: Path
 ) -> None:
@@ -88,8 +95,13 @@ def test_second_start_sends_no_get_of_the_object(
             _answers(server.url)
         finally:
             stop_server(server)
-        seen.append((len(env.recorder.object_gets(key)), env.recorder.count("HEAD"),
-                     env.recorder.count("GET", "list-type=2")))  # fmt: skip
+        seen.append(
+            (
+                len(env.recorder.object_gets(key)),
+                env.recorder.count("HEAD"),
+                env.recorder.count("GET", "list-type=2"),
+            )
+        )
     (first_gets, _, _), (second_gets, heads, lists) = seen
     assert first_gets >= math.ceil(size / PART) if ref.endswith("/") else first_gets >= 1
     # the second start only asks what the current version is: a listing or a HEAD, never the bytes
@@ -113,7 +125,9 @@ def test_an_s3_prefix_brings_its_inference_py(env: Proxy, tmp_path: Path) -> Non
 
 def test_an_endpoints_copies_share_one_download(env: Proxy, model: Path, tmp_path: Path) -> None:
     size = model.stat().st_size
-    ep = start_endpoint(tmp_path, f"""
+    ep = start_endpoint(
+        tmp_path,
+        f"""
 name: shared
 components:
   - name: gemma
@@ -122,18 +136,24 @@ components:
     resources: {{num_cpus: 0.5, memory_mb: 600}}
     engine: {ENGINE}
     startup_health_check_timeout_s: 120
-""", args=("--s3-endpoint-url", env.url))  # fmt: skip
+""",
+        args=("--s3-endpoint-url", env.url),
+    )
     try:
-        ep.wait_for("both copies ready", lambda: [r["state"] for r in ep.replicas("gemma")] == ["ready"] * 2,
-                    timeout=120)  # fmt: skip
+        ep.wait_for(
+            "both copies ready",
+            lambda: [r["state"] for r in ep.replicas("gemma")] == ["ready"] * 2,
+            timeout=120,
+        )
         _answers(ep.url)
         gets = env.recorder.object_gets("gemma/model.gguf")
         # every range fetched once, for both copies; the prefix listed once (`up` checks, start reuses)
         assert len(gets) == math.ceil(size / PART) and len({g.range for g in gets}) == len(gets)
         assert env.recorder.count("GET", "list-type=2") == 1
         [component] = ep.status()["components"]
-        starts = [line for p in ep.log_dir.glob("*.log") for line in p.read_text().splitlines()
-                  if "start:" in line]  # fmt: skip
+        starts = [
+            line for p in ep.log_dir.glob("*.log") for line in p.read_text().splitlines() if "start:" in line
+        ]
         # the copies are started (and restarted, if a busy machine made one miss its health checks) on the
         # local download, never on the s3:// reference
         assert len(starts) >= 2 and all(f"serve {component['model_dir']} " in line for line in starts)

@@ -32,21 +32,28 @@ components:
 
 
 def runtime(url: str) -> Any:
-    return boto3.client("sagemaker-runtime", endpoint_url=url, region_name="us-east-1",
-                        aws_access_key_id="x", aws_secret_access_key="y",
-                        config=Config(read_timeout=120))  # fmt: skip
+    return boto3.client(
+        "sagemaker-runtime",
+        endpoint_url=url,
+        region_name="us-east-1",
+        aws_access_key_id="x",
+        aws_secret_access_key="y",
+        config=Config(read_timeout=120),
+    )
 
 
 def invoke(client: Any, body: dict[str, Any], **kw: str) -> tuple[Any, dict[str, Any]]:
-    r = client.invoke_endpoint(EndpointName="anything", Body=json.dumps(body), ContentType="application/json",
-                               **kw)  # fmt: skip
+    r = client.invoke_endpoint(
+        EndpointName="anything", Body=json.dumps(body), ContentType="application/json", **kw
+    )
     return json.loads(r["Body"].read()), r
 
 
 def streamed(client: Any, body: dict[str, Any], **kw: str) -> tuple[str, dict[str, Any]]:
     """The PayloadParts of a response stream, joined."""
-    r = client.invoke_endpoint_with_response_stream(EndpointName="anything", Body=json.dumps(body),
-                                                    ContentType="application/json", **kw)  # fmt: skip
+    r = client.invoke_endpoint_with_response_stream(
+        EndpointName="anything", Body=json.dumps(body), ContentType="application/json", **kw
+    )
     parts = [event["PayloadPart"]["Bytes"] for event in r["Body"]]
     return b"".join(parts).decode(), r
 
@@ -121,12 +128,16 @@ def test_a_body_the_model_refuses_is_a_model_error(server: Server) -> None:
 
 def test_request_problems_are_validation_errors(server: Server) -> None:
     client = runtime(server.url)
-    wrong = [({"ContentType": "text/csv"}, "ContentType"), ({"Accept": "text/csv"}, "Accept"),
-             ({"InferenceComponentName": "other"}, "InferenceComponentName")]  # fmt: skip
+    wrong = [
+        ({"ContentType": "text/csv"}, "ContentType"),
+        ({"Accept": "text/csv"}, "Accept"),
+        ({"InferenceComponentName": "other"}, "InferenceComponentName"),
+    ]
     for kw, named in wrong:
         with pytest.raises(client.exceptions.ValidationError, match=named):
-            client.invoke_endpoint(**{"EndpointName": "x", "Body": json.dumps(TGI),
-                                      "ContentType": "application/json", **kw})  # fmt: skip
+            client.invoke_endpoint(
+                **{"EndpointName": "x", "Body": json.dumps(TGI), "ContentType": "application/json", **kw}
+            )
     with pytest.raises(client.exceptions.ValidationError, match="Accept"):
         streamed(client, TGI, Accept="application/json")
     out, _ = invoke(client, TGI, InferenceComponentName="gemma-test")

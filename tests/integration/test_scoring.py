@@ -46,8 +46,10 @@ def test_echo_with_logprobs_scores_every_prompt_token_then_the_generated_ones(se
     assert choice["text"].startswith(PROMPT) and len(lp["tokens"]) == n_prompt + 1
     assert lp["tokens"][0] == "<bos>" and lp["token_logprobs"][0] is None and lp["top_logprobs"][0] is None
     assert all(isinstance(v, float) and v <= 0 for v in lp["token_logprobs"][1:])
-    assert all(len(top) == 3 and max(top.values()) >= v
-               for top, v in zip(lp["top_logprobs"][1:], lp["token_logprobs"][1:], strict=True))  # fmt: skip
+    assert all(
+        len(top) == 3 and max(top.values()) >= v
+        for top, v in zip(lp["top_logprobs"][1:], lp["token_logprobs"][1:], strict=True)
+    )
     assert lp["text_offset"][-1] == len(PROMPT)  # the generated token starts after the echo
     assert_offsets_index_the_text(choice)
     # max_tokens 0: the same prompt scores, nothing generated
@@ -104,8 +106,15 @@ def test_each_choice_of_each_prompt_scores_its_prompt(server: Server) -> None:
 
 
 def test_streamed_echo_with_logprobs_matches_the_whole_answer(server: Server) -> None:
-    body = {"model": "gemma-test", "prompt": PROMPT, "echo": True, "logprobs": 2, "max_tokens": 3,
-            "temperature": 0, "ignore_eos": True}  # fmt: skip
+    body = {
+        "model": "gemma-test",
+        "prompt": PROMPT,
+        "echo": True,
+        "logprobs": 2,
+        "max_tokens": 3,
+        "temperature": 0,
+        "ignore_eos": True,
+    }
     with server.client() as c:
         whole = complete(c, **{k: v for k, v in body.items() if k not in ("model", "temperature")})
         with c.stream("POST", "/v1/completions", json={**body, "stream": True}) as r:

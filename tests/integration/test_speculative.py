@@ -36,9 +36,15 @@ NEW_TOKENS = 40
 
 def generate(speculative: str, prompts: list[str], draft: str = "") -> tuple[dict[str, Any], Engine]:
     cfg = EngineConfig(
-        max_concurrent=4, max_total_tokens=512, max_input_tokens=256, max_batch_tokens=128, n_threads=1,
-        speculative=speculative, draft_tokens=4, draft_model=draft,
-    )  # fmt: skip
+        max_concurrent=4,
+        max_total_tokens=512,
+        max_input_tokens=256,
+        max_batch_tokens=128,
+        n_threads=1,
+        speculative=speculative,
+        draft_tokens=4,
+        draft_model=draft,
+    )
     model = LlamaModel(resolve_model(), cfg)
     drafter = Drafter(LlamaModel(draft, cfg), model.n_vocab) if draft else None
     engine = Engine(model, cfg, drafter=drafter)

@@ -30,10 +30,18 @@ def gemma3(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def engine(path: Path, prefix_cache_seqs: int = 2, **kw: object) -> Engine:
-    cfg = EngineConfig(**{
-        "max_concurrent": 2, "max_total_tokens": 1024, "max_input_tokens": 1000, "max_batch_tokens": 64,
-        "n_threads": 1, "prefix_cache_seqs": prefix_cache_seqs, "prompt_cache_mb": 0, **kw,
-    })  # type: ignore[arg-type]  # fmt: skip
+    cfg = EngineConfig(
+        **{  # type: ignore[arg-type]
+            "max_concurrent": 2,
+            "max_total_tokens": 1024,
+            "max_input_tokens": 1000,
+            "max_batch_tokens": 64,
+            "n_threads": 1,
+            "prefix_cache_seqs": prefix_cache_seqs,
+            "prompt_cache_mb": 0,
+            **kw,
+        }
+    )
     return Engine(LlamaModel(path, cfg), cfg)
 
 

@@ -20,9 +20,15 @@ from tests.integration.neartie import assert_same_or_near_tie
 
 def engine(prefix_cache_seqs: int) -> Engine:
     cfg = EngineConfig(
-        max_concurrent=2, max_total_tokens=1024, max_input_tokens=1000, max_batch_tokens=256, n_threads=1,
-        prefix_cache_seqs=prefix_cache_seqs, prompt_cache_mb=0, swa_full=True,
-    )  # fmt: skip
+        max_concurrent=2,
+        max_total_tokens=1024,
+        max_input_tokens=1000,
+        max_batch_tokens=256,
+        n_threads=1,
+        prefix_cache_seqs=prefix_cache_seqs,
+        prompt_cache_mb=0,
+        swa_full=True,
+    )
     return Engine(LlamaModel(resolve_model(), cfg), cfg)
 
 

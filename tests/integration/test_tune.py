@@ -44,11 +44,35 @@ def model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def tune_cmd(model: Path, out: Path, *extra: str) -> list[str]:
     # one engine thread per candidate: the tuner's load generator shares the 2 cores of a CI host
     return [
-        sys.executable, "-m", "llmhost.cli", "tune", str(model), "--slo-ttft-ms", "60000",
-        "--slo-itl-ms", "10000", "--price-per-hour", "0.5", "--out", str(out), "--requests", "2",
-        "--warmup", "1", "--max-new-tokens", "6", "--concurrency", "1,2", "--threads", "1",
-        "--max-concurrent", "2", "--max-batch-tokens", "256", *extra,
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "llmhost.cli",
+        "tune",
+        str(model),
+        "--slo-ttft-ms",
+        "60000",
+        "--slo-itl-ms",
+        "10000",
+        "--price-per-hour",
+        "0.5",
+        "--out",
+        str(out),
+        "--requests",
+        "2",
+        "--warmup",
+        "1",
+        "--max-new-tokens",
+        "6",
+        "--concurrency",
+        "1,2",
+        "--threads",
+        "1",
+        "--max-concurrent",
+        "2",
+        "--max-batch-tokens",
+        "256",
+        *extra,
+    ]
 
 
 def test_tune_writes_an_endpoint_file_that_endpoint_up_serves(model: Path, tmp_path: Path) -> None:
@@ -61,8 +85,13 @@ def test_tune_writes_an_endpoint_file_that_endpoint_up_serves(model: Path, tmp_p
     doc = json.loads((out / "tune.json").read_text())
     cands = {c["name"]: c for c in doc["candidates"]}
     assert doc["candidates"][0]["name"] == "baseline" and doc["candidates"][0]["levels"]
-    assert set(cands) == {"baseline", "x1-t1-mc2-b256", "x1-t1-mc2-b256-q40", "x1-t1-mc2-b256-ngram",
-                          "x1-t1-mc2-b256-q40-ngram"}  # fmt: skip
+    assert set(cands) == {
+        "baseline",
+        "x1-t1-mc2-b256",
+        "x1-t1-mc2-b256-q40",
+        "x1-t1-mc2-b256-ngram",
+        "x1-t1-mc2-b256-q40-ngram",
+    }
     assert all(c["state"] == "measured" and c["levels"] for c in cands.values()), done.stdout[-3000:]
     assert (out / "model-q4_0.gguf").exists()
     chosen = doc["answer"]["chosen"]
@@ -135,8 +164,13 @@ def test_tune_keeps_what_it_measured_when_the_budget_runs_out(model: Path, tmp_p
 
 def test_tune_keeps_what_it_measured_on_ctrl_c(model: Path, tmp_path: Path) -> None:
     out = tmp_path / "tune"
-    proc = subprocess.Popen(tune_cmd(model, out, "--max-concurrent", "1,2,4"), stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, env=TUNE_ENV)  # fmt: skip
+    proc = subprocess.Popen(
+        tune_cmd(model, out, "--max-concurrent", "1,2,4"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=TUNE_ENV,
+    )
     try:
         deadline = time.monotonic() + 240
         while not (out / "tune.json").exists() and proc.poll() is None and time.monotonic() < deadline:
@@ -158,8 +192,20 @@ def test_tune_serves_lora_adapters_to_every_candidate_under_a_mix(model: Path, t
     a = write_adapter(tmp_path / "a.gguf", model, seed=1)
     b = write_adapter(tmp_path / "b.gguf", model, seed=2)
     out = tmp_path / "tune"
-    mix = ("--lora", f"a={a}", "--lora", f"b={b}:0.5", "--model-mix", "a,b,model", "--concurrency", "3",
-           "--requests", "6", "--max-minutes", "8")  # fmt: skip
+    mix = (
+        "--lora",
+        f"a={a}",
+        "--lora",
+        f"b={b}:0.5",
+        "--model-mix",
+        "a,b,model",
+        "--concurrency",
+        "3",
+        "--requests",
+        "6",
+        "--max-minutes",
+        "8",
+    )
     cmd = tune_cmd(model, out, *mix)
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=TUNE_ENV)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
@@ -172,7 +218,10 @@ def test_tune_serves_lora_adapters_to_every_candidate_under_a_mix(model: Path, t
     for cand in measured:  # the requests were spread over the mix, each model served
         [lv] = cand["levels"]
         assert {m: (f["requests"], f["successes"]) for m, f in lv["by_model"].items()} == {
-            "a": (2, 2), "b": (2, 2), "model": (2, 2)}, cand  # fmt: skip
+            "a": (2, 2),
+            "b": (2, 2),
+            "model": (2, 2),
+        }, cand
     [component] = parse_endpoint(yaml.safe_load((out / "endpoint.yaml").read_text())).components
     got = [(x.name, x.path, x.scale) for x in component.adapters]
     assert got == [("a", str(a), 1.0), ("b", str(b), 0.5)]
@@ -180,8 +229,13 @@ def test_tune_serves_lora_adapters_to_every_candidate_under_a_mix(model: Path, t
     assert 'id="mix"' in html and 'id="by-model"' in html
     # every candidate's server loads the adapters: one for another model fails each of them
     bad = write_adapter(tmp_path / "bad.gguf", model, seed=3, shape_off_by=3)
-    failed = subprocess.run(tune_cmd(model, tmp_path / "bad", "--lora", f"bad={bad}", "--max-minutes", "3"),
-                            capture_output=True, text=True, timeout=300, env=TUNE_ENV)  # fmt: skip
+    failed = subprocess.run(
+        tune_cmd(model, tmp_path / "bad", "--lora", f"bad={bad}", "--max-minutes", "3"),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=TUNE_ENV,
+    )
     assert failed.returncode == 1, failed.stdout[-3000:] + failed.stderr[-3000:]
     cands = json.loads((tmp_path / "bad" / "tune.json").read_text())["candidates"]
     states = {c["name"]: c["state"] for c in cands}

@@ -29,14 +29,18 @@ class RawStream:
         pass
 
 
-def parse(status: int, headers: Mapping[str, str], body: bytes, operation: str = INVOKE,
-          chunk: int = 7) -> dict[str, Any]:  # fmt: skip
+def parse(
+    status: int, headers: Mapping[str, str], body: bytes, operation: str = INVOKE, chunk: int = 7
+) -> dict[str, Any]:
     op = SERVICE.operation_model(operation)
     parser = create_parser(SERVICE.metadata["protocol"])
     streamed = status < 300 and op.has_event_stream_output
-    response = {"status_code": status, "headers": HeadersDict(headers),
-                "body": RawStream(body, chunk) if streamed else body,
-                "context": {"operation_name": op.name}}  # fmt: skip
+    response = {
+        "status_code": status,
+        "headers": HeadersDict(headers),
+        "body": RawStream(body, chunk) if streamed else body,
+        "context": {"operation_name": op.name},
+    }
     parsed: dict[str, Any] = parser.parse(response, op.output_shape)
     code = parsed.get("Error", {}).get("Code")
     shape = SERVICE.shape_for_error_code(code) if code else None

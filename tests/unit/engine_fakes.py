@@ -140,9 +140,14 @@ class FakeModel:
 
 def config(**kw: Any) -> EngineConfig:
     base: dict[str, Any] = dict(
-        max_concurrent=4, max_queue=8, max_input_tokens=64, max_total_tokens=128, max_batch_tokens=64,
-        prefix_cache_seqs=0, prompt_cache_mb=0,
-    )  # fmt: skip
+        max_concurrent=4,
+        max_queue=8,
+        max_input_tokens=64,
+        max_total_tokens=128,
+        max_batch_tokens=64,
+        prefix_cache_seqs=0,
+        prompt_cache_mb=0,
+    )
     return EngineConfig(**(base | kw))
 
 

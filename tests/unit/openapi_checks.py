@@ -19,8 +19,11 @@ METHODS_WITH_BODY = {"POST", "PUT", "PATCH"}
 def app_routes(app: FastAPI) -> list[RouteContext]:
     """Every operation the app serves and shows, whatever router or call added it (an included router's
     routes as the app serves them: FastAPI keeps them in the router it includes)."""
-    return [c for c in iter_route_contexts(app.routes)
-            if isinstance(c.original_route, APIRoute) and c.include_in_schema]  # fmt: skip
+    return [
+        c
+        for c in iter_route_contexts(app.routes)
+        if isinstance(c.original_route, APIRoute) and c.include_in_schema
+    ]
 
 
 def assert_every_operation_documented(

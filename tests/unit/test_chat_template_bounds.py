@@ -8,8 +8,10 @@ import pytest
 from llmhost.chat_template import ChatTemplate, ChatTemplateBoundError, ChatTemplateError
 
 MESSAGES = [{"role": "user", "content": "Hi"}]
-PLAIN = ("{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}"
-         "{% if add_generation_prompt %}<a>{% endif %}")
+PLAIN = (
+    "{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}"
+    "{% if add_generation_prompt %}<a>{% endif %}"
+)
 
 
 def template(source: str, **kw: float) -> ChatTemplate:

@@ -41,8 +41,10 @@ def _app(seen: list[tuple[str, Knobs, LogOptions]]) -> typer.Typer:
 
 def test_each_field_is_an_option_and_the_command_gets_its_groups() -> None:
     seen: list[tuple[str, Knobs, LogOptions]] = []
-    result = CliRunner().invoke(_app(seen), ["run", "here", "-s", "3", "--names", "a", "--names", "b",
-                                             "--loud", "--log-level", "debug"])  # fmt: skip
+    result = CliRunner().invoke(
+        _app(seen),
+        ["run", "here", "-s", "3", "--names", "a", "--names", "b", "--loud", "--log-level", "debug"],
+    )
     assert result.exit_code == 0, result.output
     assert seen == [("here", Knobs(size=3, names=["a", "b"], loud=True), LogOptions(log_level="debug"))]
 

@@ -80,8 +80,11 @@ def test_the_chain_applies_in_llama_cpps_order() -> None:
     ids, logits = draw.top_k(None, row, 200)
     ids, logits = draw.top_p(ids, logits, 0.8)
     ids, logits = draw.min_p(ids, logits, 0.02)
-    chain = (lc.llama_sampler_init_top_k(200), lc.llama_sampler_init_top_p(0.8, 1),
-             lc.llama_sampler_init_min_p(0.02, 1))  # fmt: skip
+    chain = (
+        lc.llama_sampler_init_top_k(200),
+        lc.llama_sampler_init_top_p(0.8, 1),
+        lc.llama_sampler_init_min_p(0.02, 1),
+    )
     expected = llama_cpp_apply(row, *chain)
     assert kept(ids, len(row)) == set(expected)
 

@@ -118,8 +118,9 @@ def rec_seq_kv(engine: Engine, model: FakeModel) -> int:
 def test_deadlines_free_the_sequence_with_a_timeout() -> None:
     now = [0.0]
     model = FakeModel()
-    engine = engine_factory(model, config(max_concurrent=1, queue_timeout_s=5, request_timeout_s=10),
-                            clock=lambda: now[0])  # fmt: skip
+    engine = engine_factory(
+        model, config(max_concurrent=1, queue_timeout_s=5, request_timeout_s=10), clock=lambda: now[0]
+    )
     rec = Recorder()
     engine.add(request("running", [1], n=100))
     engine.add(request("queued", [2], n=4))
@@ -153,8 +154,11 @@ def test_abort_before_admission_decodes_nothing() -> None:
 
 def test_draft_model_kv_is_freed_when_a_sequence_ends() -> None:
     target, draft = FakeModel(), FakeModel()
-    engine = Engine(target, config(speculative="draft", draft_model="fake.gguf", draft_tokens=3),  # type: ignore[arg-type]
-                    drafter=Drafter(draft, N_VOCAB))  # type: ignore[arg-type]  # fmt: skip
+    engine = Engine(
+        target,  # type: ignore[arg-type]
+        config(speculative="draft", draft_model="fake.gguf", draft_tokens=3),
+        drafter=Drafter(draft, N_VOCAB),  # type: ignore[arg-type]
+    )
     rec = run(engine, {"a": [1, 2]}, n=7)
     assert rec.tokens("a") == expected([1, 2], 7)
     kv = target.decodes[0][0][2]
@@ -190,6 +194,7 @@ async def test_engine_whose_steps_keep_failing_dies_and_fails_everything_fast(
     model = FakeModel()
     engine = bridge(model, max_step_failures=3)
     try:
+
         def always_fail(op: Any) -> None:
             raise RuntimeError("KV store broken")
 

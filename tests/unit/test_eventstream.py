@@ -28,8 +28,11 @@ def test_messages_decode_whatever_the_chunking(chunk: int) -> None:
     data = b"".join(eventstream.payload_part(p) for p in parts)
     decoded = decode(data, chunk)
     assert [payload for _, payload in decoded] == parts
-    assert decoded[0][0] == {":event-type": "PayloadPart", ":content-type": "application/octet-stream",
-                             ":message-type": "event"}  # fmt: skip
+    assert decoded[0][0] == {
+        ":event-type": "PayloadPart",
+        ":content-type": "application/octet-stream",
+        ":message-type": "event",
+    }
 
 
 def test_any_string_headers_round_trip() -> None:

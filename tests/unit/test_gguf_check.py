@@ -99,8 +99,10 @@ def test_split_with_a_part_missing(tmp_path: Path) -> None:
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(st.lists(st.tuples(st.integers(0, 799), st.integers(0, 255)), min_size=1, max_size=8),
-       st.floats(0.05, 1.0))  # fmt: skip
+@given(
+    st.lists(st.tuples(st.integers(0, 799), st.integers(0, 255)), min_size=1, max_size=8),
+    st.floats(0.05, 1.0),
+)
 def test_random_corruption_is_refused_or_read_never_crashes(
     tmp_path: Path, flips: list[tuple[int, int]], keep: float
 ) -> None:

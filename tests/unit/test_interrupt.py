@@ -27,8 +27,12 @@ print(result, interrupted, len(calls), flush=True)
 
 @pytest.mark.parametrize("inherited", [signal.SIG_IGN, signal.SIG_DFL], ids=["ignored", "default"])
 def test_sigint_cancels_the_run_and_calls_back_once(inherited: signal.Handlers) -> None:
-    proc = subprocess.Popen([sys.executable, "-c", CHILD], stdout=subprocess.PIPE, text=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, inherited))  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-c", CHILD],
+        stdout=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, inherited),
+    )
     assert proc.stdout is not None
     assert proc.stdout.readline().strip() == "ready"  # printed by main(): the handler is in place
     proc.send_signal(signal.SIGINT)

@@ -24,7 +24,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("llmhost.cli_groups",),
     ("llmhost.serve_spec", "llmhost.setting", "llmhost.chat_template"),
     ("llmhost.engine", "llmhost.store", "llmhost"),
-]  # fmt: skip
+]
 # layers whose parts never import one another
 APART = [("llmhost.bench", "llmhost.endpoint")]
 # third-party modules only these parts may import
@@ -132,7 +132,7 @@ def test_no_import_cycles_between_modules() -> None:
 
     def visit(node: str, path: list[str]) -> None:
         if node in path:
-            raise AssertionError("import cycle: " + " -> ".join([*path[path.index(node):], node]))
+            raise AssertionError("import cycle: " + " -> ".join([*path[path.index(node) :], node]))
         if node in done:
             return
         for nxt in sorted(graph.get(node, ())):

@@ -22,8 +22,9 @@ from llmhost.engine.memory_fit import (
 )
 
 
-def memory_plan(memory_mb: int, process_mb: int = 300, weights_left_mb: int = 0,
-                stream_mb: int = 72) -> MemoryPlan:  # fmt: skip
+def memory_plan(
+    memory_mb: int, process_mb: int = 300, weights_left_mb: int = 0, stream_mb: int = 72
+) -> MemoryPlan:
     return MemoryPlan(memory_mb, process_mb * MIB, weights_left_mb * MIB, stream_mb * MIB)
 
 
@@ -44,10 +45,18 @@ def test_running_sequences_that_do_not_fit_are_refused_naming_each_part() -> Non
     with pytest.raises(MemoryFitError) as err:
         fit_memory(EngineConfig(memory_mb=700), memory_plan(700, process_mb=345, weights_left_mb=50))
     message = str(err.value)
-    for part in ("--memory-mb 700", "8 running sequences of 4096 tokens", "process 345 MiB",
-                 "weights not yet resident 50 MiB", "runtime 64 MiB", "KV cache 8 x 72.0 MiB", "= 1035 MiB",
-                 "room for 3",
-                 "--max-concurrent", "--max-total-tokens"):  # fmt: skip
+    for part in (
+        "--memory-mb 700",
+        "8 running sequences of 4096 tokens",
+        "process 345 MiB",
+        "weights not yet resident 50 MiB",
+        "runtime 64 MiB",
+        "KV cache 8 x 72.0 MiB",
+        "= 1035 MiB",
+        "room for 3",
+        "--max-concurrent",
+        "--max-total-tokens",
+    ):
         assert part in message, message
 
 
@@ -88,10 +97,17 @@ def test_speculation_keeps_sliding_window_layers_whole() -> None:
 
 
 def gemma3_metadata(**extra: object) -> dict[str, object]:
-    return {"general.architecture": "gemma3", "gemma3.block_count": 18, "gemma3.embedding_length": 640,
-            "gemma3.attention.head_count": 4, "gemma3.attention.head_count_kv": 1,
-            "gemma3.attention.key_length": 256, "gemma3.attention.value_length": 256,
-            "gemma3.attention.sliding_window": 512, **extra}  # fmt: skip
+    return {
+        "general.architecture": "gemma3",
+        "gemma3.block_count": 18,
+        "gemma3.embedding_length": 640,
+        "gemma3.attention.head_count": 4,
+        "gemma3.attention.head_count_kv": 1,
+        "gemma3.attention.key_length": 256,
+        "gemma3.attention.value_length": 256,
+        "gemma3.attention.sliding_window": 512,
+        **extra,
+    }
 
 
 def test_a_ggufs_shape_counts_the_sliding_window_layers_llama_cpp_gives_its_architecture() -> None:

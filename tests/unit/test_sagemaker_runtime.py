@@ -17,10 +17,17 @@ def boto(response: JSONResponse, operation: str = "InvokeEndpoint") -> dict[str,
     return parse(response.status_code, dict(response.headers), bytes(response.body), operation)
 
 
-@pytest.mark.parametrize(("value", "ok"), [
-    (None, True), ("application/json", True), ("Application/JSON; charset=utf-8", True),
-    ("text/csv", False), ("application/jsonlines", False), ("", False),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("value", "ok"),
+    [
+        (None, True),
+        ("application/json", True),
+        ("Application/JSON; charset=utf-8", True),
+        ("text/csv", False),
+        ("application/jsonlines", False),
+        ("", False),
+    ],
+)
 def test_only_json_bodies_are_read(value: str | None, ok: bool) -> None:
     problem = wire.content_type_problem(value)
     assert (problem is None) == ok
@@ -28,12 +35,20 @@ def test_only_json_bodies_are_read(value: str | None, ok: bool) -> None:
         assert "ContentType" in problem
 
 
-@pytest.mark.parametrize(("accept", "produced", "ok"), [
-    (None, wire.JSON, True), ("", wire.JSON, True), ("*/*", wire.JSON, True),
-    ("application/*", wire.JSON, True), ("text/csv, application/json;q=0.5", wire.JSON, True),
-    ("application/json; q=0", wire.JSON, False), ("text/csv", wire.JSON, False),
-    ("application/json", wire.SSE, False), ("text/event-stream", wire.SSE, True),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("accept", "produced", "ok"),
+    [
+        (None, wire.JSON, True),
+        ("", wire.JSON, True),
+        ("*/*", wire.JSON, True),
+        ("application/*", wire.JSON, True),
+        ("text/csv, application/json;q=0.5", wire.JSON, True),
+        ("application/json; q=0", wire.JSON, False),
+        ("text/csv", wire.JSON, False),
+        ("application/json", wire.SSE, False),
+        ("text/event-stream", wire.SSE, True),
+    ],
+)
 def test_accept_must_admit_what_the_call_answers(accept: str | None, produced: str, ok: bool) -> None:
     assert wire.accepts(accept, produced) == ok
     problem = wire.accept_problem(accept, produced)

@@ -266,8 +266,14 @@ def test_a_turn_whose_prefix_is_cached_is_admitted_before_earlier_cold_prompts_w
     [("fewest-left", "short"), ("arrival", "long"), ("cached-first", "turn2")],
 )
 def test_the_schedule_policy_picks_who_gets_a_free_slot(policy: str, first: str) -> None:
-    cfg = EngineConfig(max_concurrent=1, max_batch_tokens=64, max_input_tokens=64, max_total_tokens=128,
-                       prefix_cache_seqs=2, schedule_policy=policy)  # fmt: skip
+    cfg = EngineConfig(
+        max_concurrent=1,
+        max_batch_tokens=64,
+        max_input_tokens=64,
+        max_total_tokens=128,
+        prefix_cache_seqs=2,
+        schedule_policy=policy,
+    )
     s = Scheduler(cfg)
     turn1 = list(range(100, 140))
     a = seq("a", turn1, max_tokens=1)

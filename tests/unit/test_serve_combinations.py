@@ -17,8 +17,16 @@ from llmhost.endpoint.spec import ComponentSpec
 from llmhost.engine.config import LLAMA_MAX_SEQ, EngineConfig
 from llmhost.serve_spec import SERVE_SPEC
 
-NAMES = ("max_concurrent", "max_batch_tokens", "max_input_tokens", "max_total_tokens", "prefix_cache_seqs",
-         "max_queue", "speculative", "draft_tokens")  # fmt: skip
+NAMES = (
+    "max_concurrent",
+    "max_batch_tokens",
+    "max_input_tokens",
+    "max_total_tokens",
+    "prefix_cache_seqs",
+    "max_queue",
+    "speculative",
+    "draft_tokens",
+)
 
 
 def bounded(name: str, top: int) -> st.SearchStrategy[int]:
@@ -27,15 +35,17 @@ def bounded(name: str, top: int) -> st.SearchStrategy[int]:
     return st.integers(min_value=0 if SERVE_SPEC[name].env else least, max_value=top)
 
 
-COMBINATIONS = st.fixed_dictionaries({
-    "max_concurrent": bounded("max_concurrent", 300),
-    "max_batch_tokens": bounded("max_batch_tokens", 600),
-    "max_input_tokens": bounded("max_input_tokens", 5000),
-    "max_total_tokens": bounded("max_total_tokens", 5000),
-    "prefix_cache_seqs": bounded("prefix_cache_seqs", 300),
-    "max_queue": bounded("max_queue", 100),
-    "speculative": st.sampled_from(["", "ngram"]),
-})  # fmt: skip
+COMBINATIONS = st.fixed_dictionaries(
+    {
+        "max_concurrent": bounded("max_concurrent", 300),
+        "max_batch_tokens": bounded("max_batch_tokens", 600),
+        "max_input_tokens": bounded("max_input_tokens", 5000),
+        "max_total_tokens": bounded("max_total_tokens", 5000),
+        "prefix_cache_seqs": bounded("prefix_cache_seqs", 300),
+        "max_queue": bounded("max_queue", 100),
+        "speculative": st.sampled_from(["", "ngram"]),
+    }
+)
 
 
 def check(values: dict[str, Any]) -> EngineConfig | str:
@@ -60,8 +70,9 @@ def test_each_combination_is_refused_naming_settings_or_cannot_abort(values: dic
     assert config.max_input_tokens < config.max_total_tokens
 
 
-@pytest.mark.parametrize(("batch", "concurrent", "ok"),
-                         [(4, 8, False), (1, 1, True), (8, 8, True), (7, 8, False)])  # fmt: skip
+@pytest.mark.parametrize(
+    ("batch", "concurrent", "ok"), [(4, 8, False), (1, 1, True), (8, 8, True), (7, 8, False)]
+)
 def test_the_issue_43_settings(batch: int, concurrent: int, ok: bool) -> None:
     config = check({"max_batch_tokens": batch, "max_concurrent": concurrent})
     if ok:
@@ -112,21 +123,27 @@ def test_endpoint_up_refuses_a_file_with_them_naming_the_key_path(tmp_path: Path
 
     file = tmp_path / "ep.yaml"
     engine = {"max_batch_tokens": 4, "max_concurrent": 8}
-    file.write_text(yaml.safe_dump({"name": "ep", "components": [
-        {"name": "a", "model": "/nowhere/model.gguf", "engine": engine}]}))  # fmt: skip
+    file.write_text(
+        yaml.safe_dump(
+            {"name": "ep", "components": [{"name": "a", "model": "/nowhere/model.gguf", "engine": engine}]}
+        )
+    )
     result = CliRunner().invoke(app, ["up", str(file)])
     assert result.exit_code == 2, result.output
     assert "components[0](a): engine: max_batch_tokens (4) must be >= max_concurrent (8)" in result.output
 
 
-@pytest.mark.parametrize(("args", "names"), [
-    (["--ubatch-size", "600"], ("ubatch_size (600)", "max_batch_tokens (512")),
-    (["--ubatch-size", "64", "--max-batch-tokens", "32"], ("ubatch_size (64)", "max_batch_tokens (32")),
-    (["--ubatch-size", "64", "--embeddings"], ("--ubatch-size", "--embeddings")),
-    (["--pooling", "mean"], ("--pooling", "--embeddings")),
-    (["--speculative", "ngram", "--draft-model", "d.gguf"], ("draft_model", "speculative", "ngram")),
-    (["--speculative", "draft"], ("speculative: draft", "draft_model")),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("args", "names"),
+    [
+        (["--ubatch-size", "600"], ("ubatch_size (600)", "max_batch_tokens (512")),
+        (["--ubatch-size", "64", "--max-batch-tokens", "32"], ("ubatch_size (64)", "max_batch_tokens (32")),
+        (["--ubatch-size", "64", "--embeddings"], ("--ubatch-size", "--embeddings")),
+        (["--pooling", "mean"], ("--pooling", "--embeddings")),
+        (["--speculative", "ngram", "--draft-model", "d.gguf"], ("draft_model", "speculative", "ngram")),
+        (["--speculative", "draft"], ("speculative: draft", "draft_model")),
+    ],
+)
 def test_settings_that_do_not_go_together_are_refused_naming_them(
     args: list[str], names: tuple[str, ...]
 ) -> None:
@@ -137,16 +154,18 @@ def test_settings_that_do_not_go_together_are_refused_naming_them(
 
 
 # on the real engine: small enough that each combination loads and answers in a fraction of a second
-ENGINE_COMBINATIONS = st.fixed_dictionaries({
-    "max_concurrent": bounded("max_concurrent", 6),
-    "max_batch_tokens": bounded("max_batch_tokens", 64),
-    "ubatch_size": st.integers(min_value=0, max_value=64),
-    "max_input_tokens": bounded("max_input_tokens", 300),
-    "max_total_tokens": bounded("max_total_tokens", 512),
-    "prefix_cache_seqs": bounded("prefix_cache_seqs", 4),
-    "speculative": st.sampled_from(["", "ngram"]),
-    "swa_full": st.booleans(),
-})  # fmt: skip
+ENGINE_COMBINATIONS = st.fixed_dictionaries(
+    {
+        "max_concurrent": bounded("max_concurrent", 6),
+        "max_batch_tokens": bounded("max_batch_tokens", 64),
+        "ubatch_size": st.integers(min_value=0, max_value=64),
+        "max_input_tokens": bounded("max_input_tokens", 300),
+        "max_total_tokens": bounded("max_total_tokens", 512),
+        "prefix_cache_seqs": bounded("prefix_cache_seqs", 4),
+        "speculative": st.sampled_from(["", "ngram"]),
+        "swa_full": st.booleans(),
+    }
+)
 
 
 @pytest.fixture(scope="module")

@@ -31,9 +31,15 @@ CLI_PAGE = Path(__file__).resolve().parents[2] / "docs" / "reference" / "cli.md"
 
 
 def test_importing_the_spec_and_its_readers_never_loads_llama_cpp() -> None:
-    modules = ["llmhost.serve_spec", "llmhost.engine.config", "llmhost.endpoint.spec",
-               "llmhost.bench.sweep", "llmhost.tune.runner", "llmhost.endpoint.rayserve.options",
-               "llmhost.serve_settings"]  # fmt: skip
+    modules = [
+        "llmhost.serve_spec",
+        "llmhost.engine.config",
+        "llmhost.endpoint.spec",
+        "llmhost.bench.sweep",
+        "llmhost.tune.runner",
+        "llmhost.endpoint.rayserve.options",
+        "llmhost.serve_settings",
+    ]
     code = f"import sys, {', '.join(modules)}; print('llama_cpp' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
@@ -97,8 +103,9 @@ def test_a_setting_is_a_typed_field_with_its_metadata() -> None:
 
 
 def _component(engine: dict[str, Any]) -> ComponentSpec:
-    return ComponentSpec.model_construct(name="c", model="m.gguf", engine=EngineSpec(**engine),
-                                         resources=ResourcesSpec(num_cpus=2))  # fmt: skip
+    return ComponentSpec.model_construct(
+        name="c", model="m.gguf", engine=EngineSpec(**engine), resources=ResourcesSpec(num_cpus=2)
+    )
 
 
 def test_a_new_setting_is_an_endpoint_files_engine_key_and_reaches_its_copies() -> None:
@@ -116,8 +123,9 @@ def test_a_new_setting_is_an_endpoint_files_engine_key_and_reaches_its_copies() 
 
 def test_a_copy_is_told_the_memory_its_component_reserves() -> None:
     """So that its default prompt cache fits in that reservation (on one host and under Ray alike)."""
-    comp = ComponentSpec.model_construct(name="c", model="m.gguf", engine=EngineSpec(),
-                                         resources=ResourcesSpec(num_cpus=1, memory_mb=1536))  # fmt: skip
+    comp = ComponentSpec.model_construct(
+        name="c", model="m.gguf", engine=EngineSpec(), resources=ResourcesSpec(num_cpus=1, memory_mb=1536)
+    )
     argv = copy_command(comp, "m.gguf", 9000, 1)
     assert argv[argv.index("--memory-mb") + 1] == "1536"
     assert copy_options(comp, None).memory_mb == 1536

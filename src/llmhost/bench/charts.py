@@ -71,9 +71,13 @@ def line_chart(chart_id: str, title: str, series: Series, x_label: str, y_label:
         for i, (name, pts) in enumerate(series):
             pts = sorted(pts)
             line = ax.plot(
-                [xs.index(x) for x, _ in pts], [y for _, y in pts], marker="o", markersize=4,
-                color=COLORS[i % len(COLORS)], label=name[:18],
-            )[0]  # fmt: skip
+                [xs.index(x) for x, _ in pts],
+                [y for _, y in pts],
+                marker="o",
+                markersize=4,
+                color=COLORS[i % len(COLORS)],
+                label=name[:18],
+            )[0]
             line.set_gid(f"series-{chart_id}-{i}")
         if not xs:
             _no_data(ax)

@@ -113,23 +113,48 @@ class LiveProgress:
 def levels_table(results: BenchResults) -> Table:
     t = Table(title="llmhost bench", show_lines=False)
     for col in (
-        "config", "level", "req", "ok %", "req/s", "goodput req/s", "out tok/s", "TTFT p50 ms",
-        "TTFT p99 ms", "TPOT p50 ms", "ITL p50 ms", "ms/token p50", "E2E p50 s", "min/1M", "$/1M",
-        "blended $/1M", "errors",
-    ):  # fmt: skip
+        "config",
+        "level",
+        "req",
+        "ok %",
+        "req/s",
+        "goodput req/s",
+        "out tok/s",
+        "TTFT p50 ms",
+        "TTFT p99 ms",
+        "TPOT p50 ms",
+        "ITL p50 ms",
+        "ms/token p50",
+        "E2E p50 s",
+        "min/1M",
+        "$/1M",
+        "blended $/1M",
+        "errors",
+    ):
         t.add_column(col, justify="left" if col in ("config", "level", "errors") else "right")
     for lv in results.levels():
         errs = ", ".join(f"{k}={v}" for k, v in sorted(lv.errors.items()))
         if lv.stopped:
             errs = f"{errs} (stopped: {lv.stopped})".strip()
         t.add_row(
-            lv.config, lv.level, str(lv.requests), f"{lv.success_pct:.1f}", _num(lv.requests_per_s, ".2f"),
-            _num(lv.goodput_rps, ".2f"), _num(lv.output_tokens_per_s), _ms(lv.get("ttft_s_p50")),
-            _ms(lv.get("ttft_s_p99")), _ms(lv.get("tpot_s_p50")), _ms(lv.get("itl_s_p50")),
-            _num(lv.get("ms_per_token_p50")), _num(lv.get("e2e_s_p50"), ".3f"),
-            _num(lv.minutes_per_1m_tokens), _num(lv.cost_per_1m_tokens_usd, ".3f"),
-            _num(lv.blended_price_per_1m_tokens_usd, ".3f"), errs or "–",
-        )  # fmt: skip
+            lv.config,
+            lv.level,
+            str(lv.requests),
+            f"{lv.success_pct:.1f}",
+            _num(lv.requests_per_s, ".2f"),
+            _num(lv.goodput_rps, ".2f"),
+            _num(lv.output_tokens_per_s),
+            _ms(lv.get("ttft_s_p50")),
+            _ms(lv.get("ttft_s_p99")),
+            _ms(lv.get("tpot_s_p50")),
+            _ms(lv.get("itl_s_p50")),
+            _num(lv.get("ms_per_token_p50")),
+            _num(lv.get("e2e_s_p50"), ".3f"),
+            _num(lv.minutes_per_1m_tokens),
+            _num(lv.cost_per_1m_tokens_usd, ".3f"),
+            _num(lv.blended_price_per_1m_tokens_usd, ".3f"),
+            errs or "–",
+        )
     for c in results.configs:
         if c.error:
             t.add_row(c.name, "–", *["" for _ in range(14)], f"failed: {c.error.splitlines()[0][:60]}")
@@ -155,21 +180,41 @@ def conversations_table(results: BenchResults) -> Table | None:
     levels = [lv for lv in results.levels() if lv.conversations is not None]
     if not levels:
         return None
-    turns = sorted({int(k[4:].split("_", 1)[0]) for lv in levels for k in lv.distributions
-                    if k.startswith("turn") and k.endswith("_p50")})  # fmt: skip
+    turns = sorted(
+        {
+            int(k[4:].split("_", 1)[0])
+            for lv in levels
+            for k in lv.distributions
+            if k.startswith("turn") and k.endswith("_p50")
+        }
+    )
     t = Table(title="Conversations (TTFT ms by turn: p50 / p90 / p99)")
-    for col in ("config", "level", "done / cut / unfinished", *(f"turn {n}" for n in turns),
-                "later turns p50 / p90", "goodput req/s", "prefix reuse"):  # fmt: skip
+    for col in (
+        "config",
+        "level",
+        "done / cut / unfinished",
+        *(f"turn {n}" for n in turns),
+        "later turns p50 / p90",
+        "goodput req/s",
+        "prefix reuse",
+    ):
         t.add_column(col, justify="left" if col in ("config", "level") else "right")
     for lv in levels:
         c = lv.conversations or {}
-        by_turn = [" / ".join(_ms(lv.get(f"turn{n}_ttft_s_{q}")) for q in ("p50", "p90", "p99"))
-                   for n in turns]  # fmt: skip
+        by_turn = [
+            " / ".join(_ms(lv.get(f"turn{n}_ttft_s_{q}")) for q in ("p50", "p90", "p99")) for n in turns
+        ]
         later = " / ".join(_ms(lv.get(f"later_turn_ttft_s_{q}")) for q in ("p50", "p90"))
         counts = f"{c.get('completed', 0)} / {c.get('cut', 0)} / {c.get('unfinished', 0)}"
-        t.add_row(lv.config, lv.level, counts,
-                  *by_turn, later, _num(lv.goodput_rps, ".2f"),
-                  _num(lv.server_figures.get("server_prefix_reuse"), ".3f"))  # fmt: skip
+        t.add_row(
+            lv.config,
+            lv.level,
+            counts,
+            *by_turn,
+            later,
+            _num(lv.goodput_rps, ".2f"),
+            _num(lv.server_figures.get("server_prefix_reuse"), ".3f"),
+        )
     return t
 
 
@@ -180,13 +225,26 @@ def thinking_table(results: BenchResults) -> Table | None:
     if not levels:
         return None
     t = Table(title="Thinking (thought vs answer)")
-    for col in ("config", "level", "thought tokens", "answer tokens", "TTFT p50 ms", "answer TTFT p50 ms",
-                "answer TTFT p99 ms"):  # fmt: skip
+    for col in (
+        "config",
+        "level",
+        "thought tokens",
+        "answer tokens",
+        "TTFT p50 ms",
+        "answer TTFT p50 ms",
+        "answer TTFT p99 ms",
+    ):
         t.add_column(col, justify="left" if col in ("config", "level") else "right")
     for lv in levels:
-        t.add_row(lv.config, lv.level, str(lv.reasoning_tokens), str(lv.output_tokens - lv.reasoning_tokens),
-                  _ms(lv.get("ttft_s_p50")), _ms(lv.get("answer_ttft_s_p50")),
-                  _ms(lv.get("answer_ttft_s_p99")))  # fmt: skip
+        t.add_row(
+            lv.config,
+            lv.level,
+            str(lv.reasoning_tokens),
+            str(lv.output_tokens - lv.reasoning_tokens),
+            _ms(lv.get("ttft_s_p50")),
+            _ms(lv.get("answer_ttft_s_p50")),
+            _ms(lv.get("answer_ttft_s_p99")),
+        )
     return t
 
 
@@ -196,15 +254,30 @@ def models_table(results: BenchResults) -> Table | None:
     if not levels:
         return None
     t = Table(title="By model (a mix of models, sent in turn)")
-    for col in ("config", "level", "model", "ok / requests", "out tok/s", "TTFT p50 ms", "TTFT p99 ms",
-                "TPOT p50 ms", "e2e p50 ms"):  # fmt: skip
+    for col in (
+        "config",
+        "level",
+        "model",
+        "ok / requests",
+        "out tok/s",
+        "TTFT p50 ms",
+        "TTFT p99 ms",
+        "TPOT p50 ms",
+        "e2e p50 ms",
+    ):
         t.add_column(col, justify="left" if col in ("config", "level", "model") else "right")
     for lv in levels:
         for name, f in lv.by_model.items():
             num = {k: float(v) for k, v in f.items() if isinstance(v, (int, float))}
             times = [_ms(num.get(k)) for k in ("ttft_s_p50", "ttft_s_p99", "tpot_s_p50", "e2e_s_p50")]
-            t.add_row(lv.config, lv.level, name, f"{f['successes']} / {f['requests']}",
-                      _num(num.get("output_tokens_per_s")), *times)  # fmt: skip
+            t.add_row(
+                lv.config,
+                lv.level,
+                name,
+                f"{f['successes']} / {f['requests']}",
+                _num(num.get("output_tokens_per_s")),
+                *times,
+            )
     return t
 
 
@@ -215,17 +288,26 @@ def recommendations_table(results: BenchResults) -> Table:
     for r in results.recommendations:
         f = r.figures
         t.add_row(
-            r.title, r.config or "–", r.level or "–", _num(f.get("output_tokens_per_s")),
-            _num(f.get("ms_per_token_p50")), _ms(f.get("ttft_s_p50")),
-            _num(f.get("cost_per_1m_tokens_usd"), ".3f"), r.note,
-        )  # fmt: skip
+            r.title,
+            r.config or "–",
+            r.level or "–",
+            _num(f.get("output_tokens_per_s")),
+            _num(f.get("ms_per_token_p50")),
+            _ms(f.get("ttft_s_p50")),
+            _num(f.get("cost_per_1m_tokens_usd"), ".3f"),
+            r.note,
+        )
     return t
 
 
 def _print_final(results: BenchResults, out: Path | None) -> None:
     console.print(levels_table(results))
-    for extra in (models_table(results), conversations_table(results), thinking_table(results),
-                  server_table(results)):  # fmt: skip
+    for extra in (
+        models_table(results),
+        conversations_table(results),
+        thinking_table(results),
+        server_table(results),
+    ):
         if extra is not None:
             console.print(extra)
     for c in results.configs:
@@ -247,20 +329,34 @@ def _run_parameters() -> list[inspect.Parameter]:
     types = get_type_hints(BenchConfig)
     for name, option, default in BenchConfig.run_options():
         kind = option.kind if option.kind is not None else types[name]
-        params.append(inspect.Parameter(option.flag or name, inspect.Parameter.KEYWORD_ONLY,
-                                        default=inspect.Parameter.empty if name == "url" else default,
-                                        annotation=Annotated[kind, typer.Option(help=option.help)]))
+        params.append(
+            inspect.Parameter(
+                option.flag or name,
+                inspect.Parameter.KEYWORD_ONLY,
+                default=inspect.Parameter.empty if name == "url" else default,
+                annotation=Annotated[kind, typer.Option(help=option.help)],
+            )
+        )
     # the run's own options, each before the option named (None: last)
     own: list[tuple[str, Any, Any, str, str | None]] = [
         ("out", Path | None, None, "Results directory (default bench-results/<time>).", "warmup"),
-        ("stop_at_saturation", bool, True, "Stop raising the load once output tok/s grows less than "
-         "--saturation-gain over the best earlier level while p50 E2E grows at least that much.",
-         "saturation_gain"),
+        (
+            "stop_at_saturation",
+            bool,
+            True,
+            "Stop raising the load once output tok/s grows less than "
+            "--saturation-gain over the best earlier level while p50 E2E grows at least that much.",
+            "saturation_gain",
+        ),
         ("live", bool, True, "Live progress display.", None),
-    ]  # fmt: skip
+    ]
     for name, kind, default, help, before in own:
-        param = inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default,
-                                  annotation=Annotated[kind, typer.Option(help=help)])  # fmt: skip
+        param = inspect.Parameter(
+            name,
+            inspect.Parameter.KEYWORD_ONLY,
+            default=default,
+            annotation=Annotated[kind, typer.Option(help=help)],
+        )
         at = next((i for i, p in enumerate(params) if p.name == before), len(params))
         params.insert(at, param)
     return params
@@ -363,7 +459,11 @@ def compare(
     for row in rows:
         ratio = row.ratio
         t.add_row(
-            row.config, row.level, row.metric, _num(row.a, ".4g"), _num(row.b, ".4g"),
+            row.config,
+            row.level,
+            row.metric,
+            _num(row.a, ".4g"),
+            _num(row.b, ".4g"),
             "–" if ratio is None else f"{ratio:.3f}",
-        )  # fmt: skip
+        )
     console.print(t)

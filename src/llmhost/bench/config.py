@@ -83,19 +83,32 @@ class BenchConfig:
     url: str = field(metadata=opt("Server base URL, e.g. http://127.0.0.1:8080."))
     api: str = field(default="openai", metadata=opt(f"API to drive: {', '.join(APIS)}."))
     # closed-loop levels
-    concurrency: list[int] = field(default_factory=lambda: [1], metadata=opt(
-        "Closed-loop levels: concurrent users, e.g. 1,4,8.", kind=str, shown="1", parse=_levels))
+    concurrency: list[int] = field(
+        default_factory=lambda: [1],
+        metadata=opt("Closed-loop levels: concurrent users, e.g. 1,4,8.", kind=str, shown="1", parse=_levels),
+    )
     # open-loop levels (req/s); replaces concurrency
-    rates: list[float] | None = field(default=None, metadata=opt(
-        "Open-loop levels instead: request rates (req/s), e.g. 1,2,4.", flag="rate", kind=str | None,
-        parse=parse_numbers("--rate")))
+    rates: list[float] | None = field(
+        default=None,
+        metadata=opt(
+            "Open-loop levels instead: request rates (req/s), e.g. 1,2,4.",
+            flag="rate",
+            kind=str | None,
+            parse=parse_numbers("--rate"),
+        ),
+    )
     # open loop: gamma shape of inter-arrival gaps (1.0: Poisson), as vLLM
-    burstiness: float = field(default=1.0, metadata=opt(
-        "Open loop: gamma shape of the gaps between arrivals, as vLLM's --burstiness (1: Poisson; below "
-        "1: burstier; above 1: more even). Mean rate unchanged."))
+    burstiness: float = field(
+        default=1.0,
+        metadata=opt(
+            "Open loop: gamma shape of the gaps between arrivals, as vLLM's --burstiness (1: Poisson; below "
+            "1: burstier; above 1: more even). Mean rate unchanged."
+        ),
+    )
     # per level; with neither this nor requests: 30 s
-    duration_s: float | None = field(default=None, metadata=opt(
-        "Seconds per level (default 30 without --requests).", flag="duration"))
+    duration_s: float | None = field(
+        default=None, metadata=opt("Seconds per level (default 30 without --requests).", flag="duration")
+    )
     requests: int | None = field(default=None, metadata=opt("Requests per level."))  # per level
     prompt_tokens: int = field(default=128, metadata=opt("Synthetic prompt length in tokens."))
     max_new_tokens: int = field(default=64, metadata=opt("Tokens to generate per request (EOS ignored)."))
@@ -104,68 +117,130 @@ class BenchConfig:
     # requests per level, excluded
     warmup: int = field(default=0, metadata=opt("Warm-up requests per level, excluded."))
     timeout_s: float = field(default=120.0, metadata=opt("Per-request timeout, seconds.", flag="timeout"))
-    max_error_rate: float | None = field(default=0.5, metadata=opt(
-        "Stop when the error fraction passes this (1: never).", kind=float,
-        parse=lambda v: None if v >= 1 else v))
-    prompts_file: str | None = field(default=None, metadata=opt(
-        'JSONL of prompts ({"prompt": ...} per line).', kind=Path | None,
-        parse=lambda p: str(p) if p else None))
+    max_error_rate: float | None = field(
+        default=0.5,
+        metadata=opt(
+            "Stop when the error fraction passes this (1: never).",
+            kind=float,
+            parse=lambda v: None if v >= 1 else v,
+        ),
+    )
+    prompts_file: str | None = field(
+        default=None,
+        metadata=opt(
+            'JSONL of prompts ({"prompt": ...} per line).',
+            kind=Path | None,
+            parse=lambda p: str(p) if p else None,
+        ),
+    )
     builtin_prompts: bool = field(default=False, metadata=opt("Use the built-in realistic prompts."))
-    workload: str = field(default="prompts", metadata=opt(
-        "prompts: independent requests; conversations: each user (the --concurrency levels count users) "
-        "holds a conversation of --turns turns with think time, the whole conversation resent each turn "
-        "(openai and chat APIs)."))
-    conversations_file: str | None = field(default=None, metadata=opt(
-        'Conversations: JSONL of conversations ({"system"?, "turns": [...], "think_s"?, "max_tokens"?} '
-        "per line) instead of generated ones.", kind=Path | None, parse=lambda p: str(p) if p else None))
+    workload: str = field(
+        default="prompts",
+        metadata=opt(
+            "prompts: independent requests; conversations: each user (the --concurrency levels count users) "
+            "holds a conversation of --turns turns with think time, the whole conversation resent each turn "
+            "(openai and chat APIs)."
+        ),
+    )
+    conversations_file: str | None = field(
+        default=None,
+        metadata=opt(
+            'Conversations: JSONL of conversations ({"system"?, "turns": [...], "think_s"?, "max_tokens"?} '
+            "per line) instead of generated ones.",
+            kind=Path | None,
+            parse=lambda p: str(p) if p else None,
+        ),
+    )
     turns: int = field(default=CONVERSATIONS.turns, metadata=opt("Conversations: turns per user."))
-    system_prompts: int = field(default=CONVERSATIONS.system_prompts, metadata=opt(
-        "Conversations: distinct system prompts, shared by groups of users (user u has u mod N)."))
-    system_prompt_tokens: int = field(default=CONVERSATIONS.system_prompt_tokens, metadata=opt(
-        "Conversations: approximate tokens of each system prompt (0: none)."))
-    user_tokens: int = field(default=CONVERSATIONS.user_tokens, metadata=opt(
-        "Conversations: approximate tokens of each user message."))
-    think_time_s: tuple[float, float] = field(default=CONVERSATIONS.think_time_s, metadata=opt(
-        "Conversations: think time before each turn, uniform in MIN,MAX seconds.", flag="think_time",
-        kind=str, shown=",".join(f"{v:g}" for v in CONVERSATIONS.think_time_s), parse=parse_think_time))
+    system_prompts: int = field(
+        default=CONVERSATIONS.system_prompts,
+        metadata=opt(
+            "Conversations: distinct system prompts, shared by groups of users (user u has u mod N)."
+        ),
+    )
+    system_prompt_tokens: int = field(
+        default=CONVERSATIONS.system_prompt_tokens,
+        metadata=opt("Conversations: approximate tokens of each system prompt (0: none)."),
+    )
+    user_tokens: int = field(
+        default=CONVERSATIONS.user_tokens,
+        metadata=opt("Conversations: approximate tokens of each user message."),
+    )
+    think_time_s: tuple[float, float] = field(
+        default=CONVERSATIONS.think_time_s,
+        metadata=opt(
+            "Conversations: think time before each turn, uniform in MIN,MAX seconds.",
+            flag="think_time",
+            kind=str,
+            shown=",".join(f"{v:g}" for v in CONVERSATIONS.think_time_s),
+            parse=parse_think_time,
+        ),
+    )
     num_prompts: int = field(default=32, metadata=opt("Distinct synthetic prompts."))  # distinct synthetic
     # SageMaker inference component header
-    component: str | None = field(default=None, metadata=opt(
-        "SageMaker inference component (header); several, comma-separated (adapter components of an "
-        "endpoint): requests spread over them in turn, with figures per component."))
+    component: str | None = field(
+        default=None,
+        metadata=opt(
+            "SageMaker inference component (header); several, comma-separated (adapter components of an "
+            "endpoint): requests spread over them in turn, with figures per component."
+        ),
+    )
     # OpenAI "model"; default: the first of GET /v1/models, else "default"
-    model: str | None = field(default=None, metadata=opt(
-        "OpenAI 'model' field (default: first of /v1/models); several, comma-separated (a server's LoRA "
-        "adapters, an endpoint's components): requests spread over them in turn, with figures per model."))
+    model: str | None = field(
+        default=None,
+        metadata=opt(
+            "OpenAI 'model' field (default: first of /v1/models); several, comma-separated (a server's LoRA "
+            "adapters, an endpoint's components): requests spread over them in turn, with figures per model."
+        ),
+    )
     name: str = field(default="run", metadata=opt("Name of this configuration in the results."))
-    headers: dict[str, str] = field(default_factory=dict, metadata=opt(
-        "Extra request header 'Name: value' (repeatable).", flag="header", kind=list[str] | None, shown=None,
-        parse=_headers))
+    headers: dict[str, str] = field(
+        default_factory=dict,
+        metadata=opt(
+            "Extra request header 'Name: value' (repeatable).",
+            flag="header",
+            kind=list[str] | None,
+            shown=None,
+            parse=_headers,
+        ),
+    )
     # use the target's /tokenize for exact lengths when it has one
     tokenize: bool = field(default=True, metadata=opt("Use the target's /tokenize for exact prompt lengths."))
     ignore_eos: bool = field(default=True, metadata=opt("Ask the server to ignore EOS (OpenAI APIs)."))
     # None: the server's default
-    temperature: float | None = field(default=None, metadata=opt(
-        "Sampling temperature sent with each request (0: greedy)."))
+    temperature: float | None = field(
+        default=None, metadata=opt("Sampling temperature sent with each request (0: greedy).")
+    )
     slo_ms_per_token: float | None = field(default=None, metadata=opt("SLO: p50 ms per token."))
     slo_ttft_ms: float | None = field(default=None, metadata=opt("SLO: p50 TTFT in ms."))
     # per-request SLO in ms: ttft, tpot, itl, e2e
-    goodput: dict[str, float] | None = field(default=None, metadata=opt(
-        GOODPUT_HELP, kind=list[str] | None, parse=_goodput))
+    goodput: dict[str, float] | None = field(
+        default=None, metadata=opt(GOODPUT_HELP, kind=list[str] | None, parse=_goodput)
+    )
     # percentile: stop a level that can no longer meet goodput's ttft/tpot
-    slo_stop: float | None = field(default=None, metadata=opt(
-        "Percentile P: stop a level (and raise the load no further) as soon as its P-th percentile TTFT "
-        "or TPOT can no longer meet the --goodput ttft/tpot bounds, or fewer than P% of its requests can "
-        "succeed. Needs --requests."))
+    slo_stop: float | None = field(
+        default=None,
+        metadata=opt(
+            "Percentile P: stop a level (and raise the load no further) as soon as its P-th percentile TTFT "
+            "or TPOT can no longer meet the --goodput ttft/tpot bounds, or fewer than P% of its requests can "
+            "succeed. Needs --requests."
+        ),
+    )
     # stop raising load below this throughput gain; None: never (`bench run --no-stop-at-saturation`)
-    saturation_gain: float | None = field(default=0.05, metadata=opt(
-        "Saturation threshold, a fraction.", kind=float))
+    saturation_gain: float | None = field(
+        default=0.05, metadata=opt("Saturation threshold, a fraction.", kind=float)
+    )
     # scrape the target's /metrics around and during each level
-    server_metrics: bool = field(default=True, metadata=opt(
-        "Scrape the target's Prometheus /metrics around and during each level."))
+    server_metrics: bool = field(
+        default=True, metadata=opt("Scrape the target's Prometheus /metrics around and during each level.")
+    )
     # scrapes during a level (0: before and after only)
-    metrics_interval_s: float = field(default=1.0, metadata=opt(
-        "Seconds between /metrics scrapes during a level (0: before/after only).", flag="metrics_interval"))
+    metrics_interval_s: float = field(
+        default=1.0,
+        metadata=opt(
+            "Seconds between /metrics scrapes during a level (0: before/after only).", flag="metrics_interval"
+        ),
+    )
     seed: int = field(default=0, metadata=opt("Seed of the open-loop arrivals and generated conversations."))
     max_in_flight: int = 1024
     at_concurrency: float | None = None  # recommendations: load for "most cost-effective"
@@ -198,11 +273,14 @@ class BenchConfig:
 
     def conversation_settings(self) -> ConversationSettings:
         return ConversationSettings(
-            turns=self.turns, system_prompts=self.system_prompts,
+            turns=self.turns,
+            system_prompts=self.system_prompts,
             system_prompt_tokens=self.system_prompt_tokens,
-            user_tokens=self.user_tokens, think_time_s=(self.think_time_s[0], self.think_time_s[1]),
-            file=self.conversations_file, seed=self.seed,
-        )  # fmt: skip
+            user_tokens=self.user_tokens,
+            think_time_s=(self.think_time_s[0], self.think_time_s[1]),
+            file=self.conversations_file,
+            seed=self.seed,
+        )
 
     def load_settings(self, requests: int | None = None) -> LoadSettings:
         """A level's settings; ``requests``: its request count where the workload fixes it (a level of
@@ -247,17 +325,26 @@ class BenchConfig:
         self.conversation_settings()  # checks its values
         if self.api not in ("openai", "chat"):
             raise ValueError("--workload conversations drives the openai and chat APIs")
-        for flag, given in (("--rate", self.rates), ("--requests", self.requests), ("--warmup", self.warmup),
-                            ("--slo-stop", self.slo_stop), ("--prompts-file", self.prompts_file),
-                            ("--builtin-prompts", self.builtin_prompts)):  # fmt: skip
+        for flag, given in (
+            ("--rate", self.rates),
+            ("--requests", self.requests),
+            ("--warmup", self.warmup),
+            ("--slo-stop", self.slo_stop),
+            ("--prompts-file", self.prompts_file),
+            ("--builtin-prompts", self.builtin_prompts),
+        ):
             if given:
-                raise ValueError(f"{flag} applies to the prompts workload: a level of conversations is "
-                                 "its users (--concurrency), each holding --turns turns")  # fmt: skip
+                raise ValueError(
+                    f"{flag} applies to the prompts workload: a level of conversations is "
+                    "its users (--concurrency), each holding --turns turns"
+                )
 
     def _validate_mix(self) -> None:
         header = self.api == "sagemaker"  # /invocations names its component in a header, no model
-        for flag, given, used in (("--model", self.model, self.api not in ("sagemaker", "tgi")),
-                                  ("--component", self.component, header)):  # fmt: skip
+        for flag, given, used in (
+            ("--model", self.model, self.api not in ("sagemaker", "tgi")),
+            ("--component", self.component, header),
+        ):
             names = (given or "").split(",")
             if len(names) > 1 and not used:
                 raise ValueError(f"{flag} with several names does not apply to --api {self.api}")

@@ -161,9 +161,10 @@ def _line(obj: Any, where: str) -> Line:
         raise ValueError(f"{where}: 'system' must be a string")
     think = obj.get("think_s")
     if think is not None and (
-        not isinstance(think, list) or len(think) != len(turns)
+        not isinstance(think, list)
+        or len(think) != len(turns)
         or not all(isinstance(t, int | float) and t >= 0 for t in think)
-    ):  # fmt: skip
+    ):
         raise ValueError(f"{where}: 'think_s' must list one number >= 0 per turn ({len(turns)})")
     max_tokens = obj.get("max_tokens")
     if max_tokens is not None and (not isinstance(max_tokens, int) or max_tokens < 1):

@@ -68,8 +68,13 @@ class ConversationLoad:
         run_t0: float,
         before_measured: Callable[[], Awaitable[None]] | None = None,
     ) -> LevelOutcome:
-        counts = {"users": len(convs), "turns_planned": sum(len(c.messages) for c in convs), "completed": 0,
-                  "cut": 0, "unfinished": 0}  # fmt: skip
+        counts = {
+            "users": len(convs),
+            "turns_planned": sum(len(c.messages) for c in convs),
+            "completed": 0,
+            "cut": 0,
+            "unfinished": 0,
+        }
         self.counts = counts
         async with new_session(len(convs)) as session:
             if before_measured is not None:
@@ -97,8 +102,9 @@ class ConversationLoad:
                 return "unfinished"
             rec = m.RequestRecord(phase.state.config, phase.state.level, conv.user, 0.0, False, turn=turn)
             phase.begin(rec)
-            stream = await send(session, self.target, self.request(conv, answers), rec, run_t0,
-                                phase.settings.timeout_s)  # fmt: skip
+            stream = await send(
+                session, self.target, self.request(conv, answers), rec, run_t0, phase.settings.timeout_s
+            )
             phase.record(rec)
             if not isinstance(stream, OpenAIStream):
                 return "cut"

@@ -37,7 +37,7 @@ def model_labels(refs: Iterable[str]) -> dict[str, str]:
     segs = {r: _segments(r) for r in dict.fromkeys(refs)}
     depth = {r: 2 if s[-1] in _GENERIC and len(s) > 1 else 1 for r, s in segs.items()}
     while True:
-        labels = {r: "-".join(s[-depth[r]:]) for r, s in segs.items()}
+        labels = {r: "-".join(s[-depth[r] :]) for r, s in segs.items()}
         counts = Counter(labels.values())
         grow = [r for r, label in labels.items() if counts[label] > 1 and depth[r] < len(segs[r])]
         if not grow:
@@ -45,5 +45,6 @@ def model_labels(refs: Iterable[str]) -> dict[str, str]:
         for r in grow:
             depth[r] += 1
     counts = Counter(labels.values())
-    return {r: f"s3-{label}" if counts[label] > 1 and r.startswith(S3) else label
-            for r, label in labels.items()}  # fmt: skip
+    return {
+        r: f"s3-{label}" if counts[label] > 1 and r.startswith(S3) else label for r, label in labels.items()
+    }

@@ -301,7 +301,8 @@ def summarize_level(
         input_tokens=in_tokens,
         mean_in_flight=busy / wall,
         reasoning_tokens=sum(r.reasoning_tokens for r in ok),
-        distributions=distributions(ok), by_model=by_model(measured, wall),
+        distributions=distributions(ok),
+        by_model=by_model(measured, wall),
         price_per_hour=price_per_hour,
         discount=discount,
         stopped=stopped,
@@ -326,8 +327,12 @@ def by_model(measured: list[RequestRecord], wall_s: float) -> dict[str, JSONObje
         ok = [r for r in mine if r.ok]
         figures = distributions(ok)
         shown = {k: figures.get(k) for k in ("ttft_s_p50", "ttft_s_p99", "e2e_s_p50", "tpot_s_p50")}
-        out[name] = {"requests": len(mine), "successes": len(ok),
-                     "output_tokens_per_s": sum(r.output_tokens for r in ok) / wall_s, **shown}  # fmt: skip
+        out[name] = {
+            "requests": len(mine),
+            "successes": len(ok),
+            "output_tokens_per_s": sum(r.output_tokens for r in ok) / wall_s,
+            **shown,
+        }
     return out
 
 

@@ -69,8 +69,12 @@ class ProcessUsage:
 
     @classmethod
     def start(cls, pid: int) -> ProcessUsage:
-        usage = cls(psutil.Process(pid), own_cpu0=time.process_time(), wall0=time.monotonic(),
-                    host_busy0=_host_busy_s())  # fmt: skip
+        usage = cls(
+            psutil.Process(pid),
+            own_cpu0=time.process_time(),
+            wall0=time.monotonic(),
+            host_busy0=_host_busy_s(),
+        )
         for p in _tree(usage.root):
             try:
                 usage.started_cpu[p.pid] = _cpu_s(p)

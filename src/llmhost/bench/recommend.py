@@ -63,8 +63,11 @@ def recommend(
     levels = [
         lv for c in configs for lv in c.levels if lv.successes > 0 and lv.success_pct >= min_success_pct
     ]
-    recs = [_most_cost_effective(configs, levels, at_concurrency), _best_throughput(levels),
-            _best_latency(levels)]  # fmt: skip
+    recs = [
+        _most_cost_effective(configs, levels, at_concurrency),
+        _best_throughput(levels),
+        _best_latency(levels),
+    ]
     if slo_ms_per_token is not None or slo_ttft_ms is not None:
         recs.append(_cheapest_meeting_slo(levels, slo_ms_per_token, slo_ttft_ms))
     goodput = _best_goodput(levels)
@@ -73,8 +76,9 @@ def recommend(
     return recs
 
 
-def _most_cost_effective(configs: list[ConfigResult], levels: list[LevelSummary],
-                         at_concurrency: float | None) -> Recommendation:  # fmt: skip
+def _most_cost_effective(
+    configs: list[ConfigResult], levels: list[LevelSummary], at_concurrency: float | None
+) -> Recommendation:
     """Most cost-effective at the chosen load (default: the highest load every configuration ran)."""
     if at_concurrency is None:
         per_config = [{lv.load for lv in c.levels} for c in configs if c.levels]
@@ -111,8 +115,9 @@ def _best_latency(levels: list[LevelSummary]) -> Recommendation:
     )
 
 
-def _cheapest_meeting_slo(levels: list[LevelSummary], slo_ms_per_token: float | None,
-                          slo_ttft_ms: float | None) -> Recommendation:  # fmt: skip
+def _cheapest_meeting_slo(
+    levels: list[LevelSummary], slo_ms_per_token: float | None, slo_ttft_ms: float | None
+) -> Recommendation:
     bounds = []
     if slo_ms_per_token is not None:
         bounds.append(f"p50 ms/token ≤ {slo_ms_per_token:g}")
@@ -138,5 +143,9 @@ def _best_goodput(levels: list[LevelSummary]) -> Recommendation | None:
     if not with_goodput:
         return None
     best_gp = max(with_goodput, key=lambda lv: (lv.goodput_rps or 0.0, lv.output_tokens_per_s))
-    return _rec("best_goodput", "Best goodput", (best_gp, "goodput_rps", float(best_gp.goodput_rps or 0.0)),
-                "most successful requests/s meeting the goodput SLO at any level")  # fmt: skip
+    return _rec(
+        "best_goodput",
+        "Best goodput",
+        (best_gp, "goodput_rps", float(best_gp.goodput_rps or 0.0)),
+        "most successful requests/s meeting the goodput SLO at any level",
+    )

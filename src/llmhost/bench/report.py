@@ -35,16 +35,36 @@ from llmhost.bench.results import (
 from llmhost.bench.server_metrics import SHOWN
 
 CSV_COLUMNS = [
-    "config", "level", "mode", "concurrency", "rate_rps", "requests", "successes", "success_pct",
-    "wall_s", "requests_per_s", "good_requests", "goodput_rps", "output_tokens_per_s",
-    "input_tokens_per_s", "output_tokens", "input_tokens", "mean_in_flight", "reasoning_tokens",
+    "config",
+    "level",
+    "mode",
+    "concurrency",
+    "rate_rps",
+    "requests",
+    "successes",
+    "success_pct",
+    "wall_s",
+    "requests_per_s",
+    "good_requests",
+    "goodput_rps",
+    "output_tokens_per_s",
+    "input_tokens_per_s",
+    "output_tokens",
+    "input_tokens",
+    "mean_in_flight",
+    "reasoning_tokens",
     *[f"{name}_{stat}" for name in DISTRIBUTIONS for stat in STATS],
     *[f"{ANSWER_TTFT_S}_{stat}" for stat in STATS],
-    "price_per_hour", "minutes_per_1m_tokens", "cost_per_1m_tokens_usd", "total_tokens_per_s_blended",
-    "blended_price_per_1m_tokens_usd", "discount", "stopped",
+    "price_per_hour",
+    "minutes_per_1m_tokens",
+    "cost_per_1m_tokens_usd",
+    "total_tokens_per_s_blended",
+    "blended_price_per_1m_tokens_usd",
+    "discount",
+    "stopped",
     *[key for key, _, _ in SHOWN],
     *[f"errors_{k}" for k in ERROR_KINDS],
-]  # fmt: skip
+]
 CONFIG_HEADERS = ["name", "url", "api", "parameters", "$/h", "workload", "error", "load stopped / saturated"]
 
 
@@ -103,13 +123,36 @@ def summary_csv(results: BenchResults) -> str:
 # ---------------------------------------------------------------------------------------------- report
 
 REC_HEADERS = [
-    "goal", "configuration", "level", "output tok/s", "p50 ms/token", "p50 TTFT ms", "$/h", "$ per 1M", "why",
-]  # fmt: skip
+    "goal",
+    "configuration",
+    "level",
+    "output tok/s",
+    "p50 ms/token",
+    "p50 TTFT ms",
+    "$/h",
+    "$ per 1M",
+    "why",
+]
 LEVEL_HEADERS = [
-    "configuration", "level", "requests", "success %", "req/s", "goodput req/s", "output tok/s",
-    "TTFT p50 s", "TTFT p99 s", "TPOT p50 s", "ITL p50 s", "ITL p99 s", "ms/token p50", "E2E p50 s",
-    "min per 1M", "$ per 1M", "blended $ per 1M", "errors",
-]  # fmt: skip
+    "configuration",
+    "level",
+    "requests",
+    "success %",
+    "req/s",
+    "goodput req/s",
+    "output tok/s",
+    "TTFT p50 s",
+    "TTFT p99 s",
+    "TPOT p50 s",
+    "ITL p50 s",
+    "ITL p99 s",
+    "ms/token p50",
+    "E2E p50 s",
+    "min per 1M",
+    "$ per 1M",
+    "blended $ per 1M",
+    "errors",
+]
 
 
 @functools.cache
@@ -208,22 +251,40 @@ def _rec_row(r: Recommendation) -> list[str]:
     f = r.figures
     ttft = f.get("ttft_s_p50")
     return [
-        r.title, r.config or "–", r.level or "–", fmt(f.get("output_tokens_per_s")),
-        fmt(f.get("ms_per_token_p50")), fmt(ttft * 1000.0 if ttft is not None else None),
-        fmt(f.get("price_per_hour")), fmt(f.get("cost_per_1m_tokens_usd")), r.note,
-    ]  # fmt: skip
+        r.title,
+        r.config or "–",
+        r.level or "–",
+        fmt(f.get("output_tokens_per_s")),
+        fmt(f.get("ms_per_token_p50")),
+        fmt(ttft * 1000.0 if ttft is not None else None),
+        fmt(f.get("price_per_hour")),
+        fmt(f.get("cost_per_1m_tokens_usd")),
+        r.note,
+    ]
 
 
 def _level_row(lv: LevelSummary) -> list[str]:
     errs = ", ".join(f"{k}: {v}" for k, v in sorted(lv.errors.items())) or "–"
     return [
-        lv.config, lv.level, str(lv.requests), f"{lv.success_pct:.1f}", fmt(lv.requests_per_s),
-        fmt(lv.goodput_rps), fmt(lv.output_tokens_per_s), fmt(lv.get("ttft_s_p50"), 4),
-        fmt(lv.get("ttft_s_p99"), 4), fmt(lv.get("tpot_s_p50"), 4), fmt(lv.get("itl_s_p50"), 4),
-        fmt(lv.get("itl_s_p99"), 4), fmt(lv.get("ms_per_token_p50")), fmt(lv.get("e2e_s_p50"), 4),
-        fmt(lv.minutes_per_1m_tokens), fmt(lv.cost_per_1m_tokens_usd),
-        fmt(lv.blended_price_per_1m_tokens_usd), errs + (f" (stopped: {lv.stopped})" if lv.stopped else ""),
-    ]  # fmt: skip
+        lv.config,
+        lv.level,
+        str(lv.requests),
+        f"{lv.success_pct:.1f}",
+        fmt(lv.requests_per_s),
+        fmt(lv.goodput_rps),
+        fmt(lv.output_tokens_per_s),
+        fmt(lv.get("ttft_s_p50"), 4),
+        fmt(lv.get("ttft_s_p99"), 4),
+        fmt(lv.get("tpot_s_p50"), 4),
+        fmt(lv.get("itl_s_p50"), 4),
+        fmt(lv.get("itl_s_p99"), 4),
+        fmt(lv.get("ms_per_token_p50")),
+        fmt(lv.get("e2e_s_p50"), 4),
+        fmt(lv.minutes_per_1m_tokens),
+        fmt(lv.cost_per_1m_tokens_usd),
+        fmt(lv.blended_price_per_1m_tokens_usd),
+        errs + (f" (stopped: {lv.stopped})" if lv.stopped else ""),
+    ]
 
 
 def _config_row(c: ConfigResult) -> list[str]:
@@ -250,20 +311,46 @@ def server_table(results: BenchResults) -> tuple[list[str], list[list[str]]]:
 def conversation_table(results: BenchResults) -> tuple[list[str], list[list[str]]]:
     """Conversations: TTFT (s) by turn, the later turns', goodput and prefix reuse; no rows without."""
     levels = [lv for lv in results.levels() if lv.conversations is not None]
-    turns = sorted({int(k[4:].split("_", 1)[0]) for lv in levels for k in lv.distributions
-                    if k.startswith("turn") and k.endswith("_p50")})  # fmt: skip
-    headers = ["configuration", "level", "completed", "cut", "unfinished",
-               *(f"turn {n} TTFT p50 / p90 / p99 s" for n in turns), "later turns TTFT p50 s",
-               "later turns TTFT p90 s", "goodput req/s", "prefix reuse"]  # fmt: skip
+    turns = sorted(
+        {
+            int(k[4:].split("_", 1)[0])
+            for lv in levels
+            for k in lv.distributions
+            if k.startswith("turn") and k.endswith("_p50")
+        }
+    )
+    headers = [
+        "configuration",
+        "level",
+        "completed",
+        "cut",
+        "unfinished",
+        *(f"turn {n} TTFT p50 / p90 / p99 s" for n in turns),
+        "later turns TTFT p50 s",
+        "later turns TTFT p90 s",
+        "goodput req/s",
+        "prefix reuse",
+    ]
     rows = []
     for lv in levels:
         c = lv.conversations or {}
-        by_turn = [" / ".join(fmt(lv.get(f"turn{n}_ttft_s_{q}"), 3) for q in ("p50", "p90", "p99"))
-                   for n in turns]  # fmt: skip
-        rows.append([lv.config, lv.level, str(c.get("completed", 0)), str(c.get("cut", 0)),
-                     str(c.get("unfinished", 0)), *by_turn, fmt(lv.get("later_turn_ttft_s_p50"), 4),
-                     fmt(lv.get("later_turn_ttft_s_p90"), 4), fmt(lv.goodput_rps),
-                     fmt(lv.server_figures.get("server_prefix_reuse"), 4)])  # fmt: skip
+        by_turn = [
+            " / ".join(fmt(lv.get(f"turn{n}_ttft_s_{q}"), 3) for q in ("p50", "p90", "p99")) for n in turns
+        ]
+        rows.append(
+            [
+                lv.config,
+                lv.level,
+                str(c.get("completed", 0)),
+                str(c.get("cut", 0)),
+                str(c.get("unfinished", 0)),
+                *by_turn,
+                fmt(lv.get("later_turn_ttft_s_p50"), 4),
+                fmt(lv.get("later_turn_ttft_s_p90"), 4),
+                fmt(lv.goodput_rps),
+                fmt(lv.server_figures.get("server_prefix_reuse"), 4),
+            ]
+        )
     return headers, rows
 
 

@@ -225,8 +225,17 @@ async def _measure_level(
         if isinstance(requests, ConversationLoad):
             outcome = await requests.run_level(convs, settings, state, collect, run.run_t0, before)
         else:
-            outcome = await run_level(run.target, requests, settings, state, collect, run.run_t0,
-                                      concurrency=conc, rate_rps=rate, before_measured=before)  # fmt: skip
+            outcome = await run_level(
+                run.target,
+                requests,
+                settings,
+                state,
+                collect,
+                run.run_t0,
+                concurrency=conc,
+                rate_rps=rate,
+                before_measured=before,
+            )
     except BaseException as exc:
         if probe is not None:
             await probe.stop()

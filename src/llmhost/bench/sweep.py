@@ -171,19 +171,38 @@ def _serve_launches(cfg: ConfigSpec, labels: dict[str, str]) -> list[Launch]:
         params: dict[str, Any] = {"model": model, **given}
         parts = [labels[str(model)]]
         parts += [p for n, v in given.items() if (p := label(settings[n], v, len(swept[n]) > 1))]
-        argv = [*llmhost_command(), "serve", str(model),
-                *settings.argv({"host": HOST, "port": "{port}", **given}), *s.extra_args]  # fmt: skip
+        argv = [
+            *llmhost_command(),
+            "serve",
+            str(model),
+            *settings.argv({"host": HOST, "port": "{port}", **given}),
+            *s.extra_args,
+        ]
         if copies not in (None, 1):
             if s.extra_args:
                 raise ValueError("extra_args apply to single `llmhost serve` configurations only")
             params["copies"] = copies
             parts.append(f"x{copies}")
-            path = endpoint_file("-".join(parts), str(model), copies, endpoint_engine(settings, given),
-                                 given.get("threads"), s.router_cpus, endpoint_adapters(given))  # fmt: skip
+            path = endpoint_file(
+                "-".join(parts),
+                str(model),
+                copies,
+                endpoint_engine(settings, given),
+                given.get("threads"),
+                s.router_cpus,
+                endpoint_adapters(given),
+            )
             argv = [*llmhost_command(), "endpoint", "up", str(path), "--host", HOST, "--port", "{port}"]
         name = "-".join(parts)
-        launches.append(Launch(name=f"{cfg.name}-{name}" if cfg.name else name, kind="serve", argv=argv,
-                               params=params, spec=cfg))  # fmt: skip
+        launches.append(
+            Launch(
+                name=f"{cfg.name}-{name}" if cfg.name else name,
+                kind="serve",
+                argv=argv,
+                params=params,
+                spec=cfg,
+            )
+        )
     return launches
 
 
@@ -196,9 +215,14 @@ def expand(spec: SweepSpec) -> list[Launch]:
         elif cfg.command is not None:
             argv = shlex.split(cfg.command) if isinstance(cfg.command, str) else list(cfg.command)
             launches.append(
-                Launch(name=cfg.name or f"command{i}", kind="command", argv=argv,
-                       params={"command": " ".join(argv)}, spec=cfg)
-            )  # fmt: skip
+                Launch(
+                    name=cfg.name or f"command{i}",
+                    kind="command",
+                    argv=argv,
+                    params={"command": " ".join(argv)},
+                    spec=cfg,
+                )
+            )
         else:
             launches.append(
                 Launch(
@@ -335,8 +359,9 @@ async def arun_sweep(
     sweep = _Sweep(spec, out, ResultsWriter(out), progress or NullProgress(), time.perf_counter())
     try:
         for launch in launches:
-            cr = ConfigResult(launch.name, launch.url or "", launch.spec.api or spec.api,
-                              params=dict(launch.params))  # fmt: skip
+            cr = ConfigResult(
+                launch.name, launch.url or "", launch.spec.api or spec.api, params=dict(launch.params)
+            )
             results.configs.append(cr)
             await sweep.run(launch, cr)
     except asyncio.CancelledError:

@@ -32,8 +32,15 @@ class StreamState:
     model's thought (OpenAI `reasoning_content`, Anthropic `thinking_delta`, Responses
     `reasoning_text`) counts as generated tokens, and `answered` turns true with the first answer event."""
 
-    __slots__ = ("answered", "counted_tokens", "finished", "reported_output_tokens", "reported_prompt_tokens",
-                 "reported_reasoning_tokens", "thought_events")  # fmt: skip
+    __slots__ = (
+        "answered",
+        "counted_tokens",
+        "finished",
+        "reported_output_tokens",
+        "reported_prompt_tokens",
+        "reported_reasoning_tokens",
+        "thought_events",
+    )
 
     def __init__(self) -> None:
         self.counted_tokens = 0

@@ -43,11 +43,15 @@ TICKET_TTL_S = 60.0
 # what opens without an API key: the page and its assets, which hold no data, and a report by ticket
 PUBLIC_PATHS = frozenset({PREFIX, f"{PREFIX}/", VIEW, *(f"{PREFIX}/assets/{name}" for name in ASSETS)})
 # a report runs in its own sandbox (an opaque origin: it reaches neither the page nor the API)
-REPORT_CSP = ("sandbox allow-scripts; default-src 'none'; style-src 'unsafe-inline'; "
-              "script-src 'unsafe-inline'; img-src data:")  # fmt: skip
+REPORT_CSP = (
+    "sandbox allow-scripts; default-src 'none'; style-src 'unsafe-inline'; "
+    "script-src 'unsafe-inline'; img-src data:"
+)
 # the page loads nothing from elsewhere, runs only its own scripts, and is framed by no one
-PAGE_CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
-            "frame-src 'self'; connect-src 'self'; frame-ancestors 'none'")  # fmt: skip
+PAGE_CSP = (
+    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+    "frame-src 'self'; connect-src 'self'; frame-ancestors 'none'"
+)
 
 
 @dataclass(frozen=True)
@@ -113,40 +117,68 @@ def series_body(store: SeriesStore, since: float) -> SeriesBody:
     for name in store.components():
         points = store.points(name, since)
         figures = [summarize([p]) for p in points]
-        out[name] = {"t": [p.t for p in points], "period_s": [p.period_s for p in points],
-                     "series": {m: [f[m] for f in figures] for m in NAMES},
-                     "refusals": [p.refusals for p in points]}  # fmt: skip
+        out[name] = {
+            "t": [p.t for p in points],
+            "period_s": [p.period_s for p in points],
+            "series": {m: [f[m] for f in figures] for m in NAMES},
+            "refusals": [p.refusals for p in points],
+        }
     return {"now": time.time(), "period_s": store.period_s, "components": out}
 
 
 def _query(name: str, description: str, **schema: JSONValue) -> JSONObject:
-    return {"name": name, "in": "query", "required": False, "description": description,
-            "schema": {"type": "number", **schema}}  # fmt: skip
+    return {
+        "name": name,
+        "in": "query",
+        "required": False,
+        "description": description,
+        "schema": {"type": "number", **schema},
+    }
 
 
 def _declarations(store: SeriesStore) -> dict[str, JSONObject]:
     """The API's `openapi_extra`, by route: what each takes and answers (the page and its assets are for
     browsers and stay out of the document)."""
     bad = merge(COMMON, errors(422))
-    window = _query("window", f"Seconds (default 300), at most the retention ({store.retention_s:g})",
-                    exclusiveMinimum=0, maximum=store.retention_s)  # fmt: skip
+    window = _query(
+        "window",
+        f"Seconds (default 300), at most the retention ({store.retention_s:g})",
+        exclusiveMinimum=0,
+        maximum=store.retention_s,
+    )
     since = _query("since", "Only the points after this Unix time (default: all of them)")
     files = {m.split(";")[0]: "A file of a report, as it is" for m in REPORT_MEDIA.values()}
     files.pop("application/json")  # a JSON file: any JSON value (ReportJSON)
     return {
-        "overview": operation("The server or endpoint, its host and components, the console's settings",
-                              success=doc.ConsoleOverview, errors=COMMON),
-        "series": operation("Each component's time series", success=doc.ConsoleSeries, errors=bad,
-                            params=[since]),
-        "metrics": operation("Each component's figures over a window", success=doc.ConsoleMetrics,
-                             errors=bad, params=[window]),
-        "reports": operation("The bench and tune results in the reports folder (--reports DIR)",
-                             success=doc.ConsoleReports, errors=COMMON),
-        "report": operation("A file of a report (404 without --reports, 422: not a file a report shows)",
-                            success=doc.ReportJSON, media=files, errors=merge(COMMON, errors(404, 422))),
-        "open": operation("A one-time URL opening a report file without the key (in the page's frame)",
-                          body=[doc.OpenReport], success=doc.Ticket, errors=merge(BODY, errors(404))),
-    }  # fmt: skip
+        "overview": operation(
+            "The server or endpoint, its host and components, the console's settings",
+            success=doc.ConsoleOverview,
+            errors=COMMON,
+        ),
+        "series": operation(
+            "Each component's time series", success=doc.ConsoleSeries, errors=bad, params=[since]
+        ),
+        "metrics": operation(
+            "Each component's figures over a window", success=doc.ConsoleMetrics, errors=bad, params=[window]
+        ),
+        "reports": operation(
+            "The bench and tune results in the reports folder (--reports DIR)",
+            success=doc.ConsoleReports,
+            errors=COMMON,
+        ),
+        "report": operation(
+            "A file of a report (404 without --reports, 422: not a file a report shows)",
+            success=doc.ReportJSON,
+            media=files,
+            errors=merge(COMMON, errors(404, 422)),
+        ),
+        "open": operation(
+            "A one-time URL opening a report file without the key (in the page's frame)",
+            body=[doc.OpenReport],
+            success=doc.Ticket,
+            errors=merge(BODY, errors(404)),
+        ),
+    }
 
 
 def create_console(
@@ -181,16 +213,24 @@ def _page_routes(router: APIRouter, page: bytes) -> None:
         return Response(_asset(name), media_type=ASSETS[name], headers={"Cache-Control": "max-age=3600"})
 
 
-def _figure_routes(router: APIRouter, store: SeriesStore, settings: ConsoleSettings, overview: Overview,
-                   docs: dict[str, JSONObject]) -> None:  # fmt: skip
+def _figure_routes(
+    router: APIRouter,
+    store: SeriesStore,
+    settings: ConsoleSettings,
+    overview: Overview,
+    docs: dict[str, JSONObject],
+) -> None:
     """/api/overview, /api/series and /api/metrics: what the page shows."""
 
     @router.get("/api/overview", openapi_extra=docs["overview"])
     async def overview_route(request: Request) -> Response:
         body = await overview(request)
-        body["console"] = {"period_s": store.period_s, "retention_s": store.retention_s,
-                           "reports": settings.reports_dir is not None,
-                           "metrics": [vars(m) for m in METRICS]}  # fmt: skip
+        body["console"] = {
+            "period_s": store.period_s,
+            "retention_s": store.retention_s,
+            "reports": settings.reports_dir is not None,
+            "metrics": [vars(m) for m in METRICS],
+        }
         return JSONResponse(body)
 
     @router.get("/api/series", openapi_extra=docs["series"])
@@ -206,11 +246,16 @@ def _figure_routes(router: APIRouter, store: SeriesStore, settings: ConsoleSetti
         if not 0 < seconds <= store.retention_s:
             return _bad("window", f"window must be in (0, {store.retention_s:g}] seconds, got {seconds:g}")
         now = time.time()
-        comps = {n: {"figures": store.window(n, seconds, now),
-                     "refusals": refusals(store.points(n, now - seconds))}
-                 for n in store.components()}  # fmt: skip
-        return JSONResponse({"window_s": seconds, "now": now, "units": {m.name: m.unit for m in METRICS},
-                             "components": comps})  # fmt: skip
+        comps = {
+            n: {
+                "figures": store.window(n, seconds, now),
+                "refusals": refusals(store.points(n, now - seconds)),
+            }
+            for n in store.components()
+        }
+        return JSONResponse(
+            {"window_s": seconds, "now": now, "units": {m.name: m.unit for m in METRICS}, "components": comps}
+        )
 
 
 def _report_routes(router: APIRouter, reports_dir: Path | None, docs: dict[str, JSONObject]) -> None:
@@ -275,5 +320,8 @@ def _report_file(root: Path | None, path: str) -> Response:
     except ReportError as exc:
         kind = "not_found_error" if exc.status == 404 else "invalid_request_error"
         return JSONResponse(error_body(exc.status, str(exc), kind, field="path"), exc.status)
-    return Response(body, media_type=media, headers={"X-Content-Type-Options": "nosniff",
-                                                     "Content-Security-Policy": REPORT_CSP})  # fmt: skip
+    return Response(
+        body,
+        media_type=media,
+        headers={"X-Content-Type-Options": "nosniff", "Content-Security-Policy": REPORT_CSP},
+    )

@@ -38,8 +38,13 @@ class FrontTally:
 
     def reading(self) -> FrontReading:
         # a lone server is the model: all of its time is the model's, none is overhead
-        return FrontReading(responses=dict(self.responses), timed=self.timed, latency_s=self.latency_s,
-                            model_latency_s=self.latency_s, in_flight=self.in_flight)  # fmt: skip
+        return FrontReading(
+            responses=dict(self.responses),
+            timed=self.timed,
+            latency_s=self.latency_s,
+            model_latency_s=self.latency_s,
+            in_flight=self.in_flight,
+        )
 
 
 class FrontCounter:
@@ -91,14 +96,17 @@ def console_families(store: SeriesStore) -> Iterable[Metric]:
     """The last period's figures, one gauge per CloudWatch-named series, by component."""
     latest = store.latest()
     family = GaugeMetricFamily(
-        FAMILY, "The console's figures of the last sampling period, named as CloudWatch names "
-        "them (Invocations, ModelLatency, ...; unit in the label)", labels=["component", "name", "unit"],
-    )  # fmt: skip
+        FAMILY,
+        "The console's figures of the last sampling period, named as CloudWatch names "
+        "them (Invocations, ModelLatency, ...; unit in the label)",
+        labels=["component", "name", "unit"],
+    )
     for component, figures in sorted(latest.items()):
         for m in METRICS:
             value = figures[m.name]
             if value is not None:
                 family.add_metric([component, m.name, m.unit], value)
-    period = GaugeMetricFamily(f"{FAMILY}_period_seconds", "Seconds one console point covers",
-                               value=store.period_s)  # fmt: skip
+    period = GaugeMetricFamily(
+        f"{FAMILY}_period_seconds", "Seconds one console point covers", value=store.period_s
+    )
     return [family, period]

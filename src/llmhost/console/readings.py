@@ -41,9 +41,13 @@ class EngineReading:
         if earlier is None or self.output_tokens < earlier.output_tokens:
             return self
         rejected = {k: v - earlier.rejected.get(k, 0.0) for k, v in self.rejected.items()}
-        return replace(self, output_tokens=self.output_tokens - earlier.output_tokens,
-                       rejected={k: v for k, v in rejected.items() if v > 0},
-                       ttft=self.ttft.minus(earlier.ttft), itl=self.itl.minus(earlier.itl))  # fmt: skip
+        return replace(
+            self,
+            output_tokens=self.output_tokens - earlier.output_tokens,
+            rejected={k: v for k, v in rejected.items() if v > 0},
+            ttft=self.ttft.minus(earlier.ttft),
+            itl=self.itl.minus(earlier.itl),
+        )
 
 
 def _histo(family: Metric) -> Histo:
@@ -67,11 +71,13 @@ def engine_reading(families: Iterable[Metric]) -> EngineReading:
                 reason = s.labels.get("reason", "")
                 rejected[reason] = rejected.get(reason, 0.0) + s.value
     return EngineReading(
-        output_tokens=total(GENERATION_TOKENS, "_total"), running=total(RUNNING), waiting=total(WAITING),
+        output_tokens=total(GENERATION_TOKENS, "_total"),
+        running=total(RUNNING),
+        waiting=total(WAITING),
         rejected=rejected,
         ttft=_histo(by_name[TTFT]) if TTFT in by_name else Histo(),
         itl=_histo(by_name[ITL]) if ITL in by_name else Histo(),
-    )  # fmt: skip
+    )
 
 
 @dataclass(frozen=True)
@@ -132,8 +138,9 @@ class Differ:
                 out[name] = point
         return out
 
-    def _point(self, t: float, period: float | None, r: ComponentReading,
-               earlier: FrontReading | None) -> Point | None:  # fmt: skip
+    def _point(
+        self, t: float, period: float | None, r: ComponentReading, earlier: FrontReading | None
+    ) -> Point | None:
         copies = self._copy_figures(r.copies)
         if period is None or period <= 0:
             return None
@@ -141,19 +148,28 @@ class Differ:
         f = r.front
         invocations = sum(f.responses.values()) - sum(before.responses.values())
         return Point(
-            t=t, period_s=period, copies=r.ready, invocations=invocations,
+            t=t,
+            period_s=period,
+            copies=r.ready,
+            invocations=invocations,
             errors_4xx=_class_count(f.responses, before.responses, 400),
             errors_5xx=_class_count(f.responses, before.responses, 500),
             no_capacity=f.no_capacity - before.no_capacity + int(sum(copies.no_room)),
             timed=f.timed - before.timed,
             latency_ms=(f.latency_s - before.latency_s) * 1000,
             model_latency_ms=(f.model_latency_s - before.model_latency_s) * 1000,
-            in_flight=f.in_flight, cpu_s=copies.cpu_s, cpu_reserved=copies.cpu_reserved,
-            rss_mb=copies.rss_mb, memory_reserved_mb=copies.memory_reserved_mb,
-            output_tokens=copies.engine.output_tokens, running=copies.engine.running,
-            waiting=copies.engine.waiting + f.waiting, refusals=self._refusals(copies.engine, f, before),
-            ttft=copies.engine.ttft, itl=copies.engine.itl,
-        )  # fmt: skip
+            in_flight=f.in_flight,
+            cpu_s=copies.cpu_s,
+            cpu_reserved=copies.cpu_reserved,
+            rss_mb=copies.rss_mb,
+            memory_reserved_mb=copies.memory_reserved_mb,
+            output_tokens=copies.engine.output_tokens,
+            running=copies.engine.running,
+            waiting=copies.engine.waiting + f.waiting,
+            refusals=self._refusals(copies.engine, f, before),
+            ttft=copies.engine.ttft,
+            itl=copies.engine.itl,
+        )
 
     @staticmethod
     def _refusals(engine: EngineReading, f: FrontReading, before: FrontReading) -> dict[str, float]:
@@ -176,10 +192,13 @@ class Differ:
                 figures.memory_reserved_mb += c.memory_reserved_mb
             # a figure not read this time keeps its last reading: the next delta spans both periods
             self._copies[c.key] = CopyReading(
-                c.key, c.engine or (earlier.engine if earlier else None),
+                c.key,
+                c.engine or (earlier.engine if earlier else None),
                 c.cpu_s if c.cpu_s is not None else (earlier.cpu_s if earlier else None),
-                c.rss_mb, c.cpus_reserved, c.memory_reserved_mb,
-            )  # fmt: skip
+                c.rss_mb,
+                c.cpus_reserved,
+                c.memory_reserved_mb,
+            )
         return figures
 
 
@@ -200,7 +219,10 @@ class _CopyFigures:
             if reason in NO_ROOM:
                 self.no_room.append(n)
         self.engine = EngineReading(
-            output_tokens=e.output_tokens + delta.output_tokens, running=e.running + delta.running,
-            waiting=e.waiting + delta.waiting, rejected=rejected,
-            ttft=e.ttft.plus(delta.ttft), itl=e.itl.plus(delta.itl),
-        )  # fmt: skip
+            output_tokens=e.output_tokens + delta.output_tokens,
+            running=e.running + delta.running,
+            waiting=e.waiting + delta.waiting,
+            rejected=rejected,
+            ttft=e.ttft.plus(delta.ttft),
+            itl=e.itl.plus(delta.itl),
+        )

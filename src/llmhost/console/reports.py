@@ -42,8 +42,10 @@ def list_reports(root: Path) -> list[ReportEntry]:
     found: list[ReportEntry] = []
     if not root.is_dir():
         return found
-    folders = [root, *(p for p in root.rglob("*")
-                       if p.is_dir() and len(p.relative_to(root).parts) <= MAX_DEPTH)]
+    folders = [
+        root,
+        *(p for p in root.rglob("*") if p.is_dir() and len(p.relative_to(root).parts) <= MAX_DEPTH),
+    ]
     for folder in folders:
         kind = next((k for marker, k in KINDS.items() if (folder / marker).is_file()), None)
         if kind is None:
@@ -51,12 +53,17 @@ def list_reports(root: Path) -> list[ReportEntry]:
         files = sorted(f for f in folder.iterdir() if f.is_file() and f.suffix in MEDIA)
         marker = next(folder / m for m in KINDS if (folder / m).is_file())
         rel = folder.relative_to(root).as_posix()
-        found.append({
-            "name": rel if rel != "." else root.name, "kind": kind, "modified": marker.stat().st_mtime,
-            "report": (folder / "report.html").relative_to(root).as_posix()
-            if (folder / "report.html").is_file() else None,
-            "files": [f.relative_to(root).as_posix() for f in files],
-        })  # fmt: skip
+        found.append(
+            {
+                "name": rel if rel != "." else root.name,
+                "kind": kind,
+                "modified": marker.stat().st_mtime,
+                "report": (folder / "report.html").relative_to(root).as_posix()
+                if (folder / "report.html").is_file()
+                else None,
+                "files": [f.relative_to(root).as_posix() for f in files],
+            }
+        )
     return sorted(found, key=lambda r: -r["modified"])
 
 

@@ -140,12 +140,20 @@ METRICS: tuple[MetricDef, ...] = (
     MetricDef("Invocations", "Count", "Sum", "Requests answered, any status"),
     MetricDef("InvocationsPerCopy", "Count", "Sum", "Invocations divided by the ready copies"),
     MetricDef("ModelLatency", "Milliseconds", "Average", "Sent to a copy until its answer's last byte"),
-    MetricDef("OverheadLatency", "Milliseconds", "Average", "Time added in front of the copy (routing, "
-              "waiting for a copy, relaying)"),
+    MetricDef(
+        "OverheadLatency",
+        "Milliseconds",
+        "Average",
+        "Time added in front of the copy (routing, waiting for a copy, relaying)",
+    ),
     MetricDef("Invocation4XXErrors", "Count", "Sum", "Answers with a 4xx status"),
     MetricDef("Invocation5XXErrors", "Count", "Sum", "Answers with a 5xx status"),
-    MetricDef("NoCapacityInvocationFailures", "Count", "Sum", "Refused for want of capacity: no ready copy "
-              "in time, or a copy's queue full"),
+    MetricDef(
+        "NoCapacityInvocationFailures",
+        "Count",
+        "Sum",
+        "Refused for want of capacity: no ready copy in time, or a copy's queue full",
+    ),
     MetricDef("ConcurrentRequestsPerCopy", "Count", "Average", "Requests in flight per ready copy"),
     MetricDef("CPUUtilizationNormalized", "Percent", "Average", "Copies' CPU time over their reserved CPUs"),
     MetricDef("MemoryUtilizationNormalized", "Percent", "Average", "Copies' RSS over their reserved memory"),
@@ -157,7 +165,7 @@ METRICS: tuple[MetricDef, ...] = (
     MetricDef("RequestsRunning", "Count", "Average", "Sequences decoding in the copies"),
     MetricDef("RequestsWaiting", "Count", "Average", "Requests queued in the copies or waiting for a copy"),
     MetricDef("CopiesReady", "Count", "Average", "Ready copies"),
-)  # fmt: skip
+)
 NAMES = tuple(m.name for m in METRICS)
 
 
@@ -193,20 +201,23 @@ def summarize(points: Sequence[Point]) -> dict[str, float | None]:
         "Invocation5XXErrors": float(sum(p.errors_5xx for p in points)),
         "NoCapacityInvocationFailures": float(sum(p.no_capacity for p in points)),
         "ConcurrentRequestsPerCopy": _mean([p.in_flight / p.copies for p in with_copies]),
-        "CPUUtilizationNormalized": _ratio(sum(p.cpu_s for p in points),
-                                           sum(p.cpu_reserved * p.period_s for p in points), 100),
-        "MemoryUtilizationNormalized": _mean([p.rss_mb / p.memory_reserved_mb * 100
-                                              for p in points if p.memory_reserved_mb > 0]),
+        "CPUUtilizationNormalized": _ratio(
+            sum(p.cpu_s for p in points), sum(p.cpu_reserved * p.period_s for p in points), 100
+        ),
+        "MemoryUtilizationNormalized": _mean(
+            [p.rss_mb / p.memory_reserved_mb * 100 for p in points if p.memory_reserved_mb > 0]
+        ),
         "TimeToFirstTokenP50": _ms(ttft.quantile(0.5)),
         "TimeToFirstTokenP99": _ms(ttft.quantile(0.99)),
         "InterTokenLatencyP50": _ms(itl.quantile(0.5)),
         "InterTokenLatencyP99": _ms(itl.quantile(0.99)),
-        "OutputTokensPerSecond": _ratio(sum(p.output_tokens for p in points),
-                                        sum(p.period_s for p in points)),
+        "OutputTokensPerSecond": _ratio(
+            sum(p.output_tokens for p in points), sum(p.period_s for p in points)
+        ),
         "RequestsRunning": _mean([p.running for p in points]),
         "RequestsWaiting": _mean([p.waiting for p in points]),
         "CopiesReady": _mean([float(p.copies) for p in points]),
-    }  # fmt: skip
+    }
 
 
 def refusals(points: Iterable[Point]) -> dict[str, float]:
@@ -239,8 +250,9 @@ class SeriesStore:
 
     def forget_older(self, now: float) -> None:
         """Drop the rings whose last point is older than the retention (a component removed long ago)."""
-        for name in [n for n, r in self._rings.items() if (last := r.last()) is None
-                     or last.t < now - self.retention_s]:  # fmt: skip
+        for name in [
+            n for n, r in self._rings.items() if (last := r.last()) is None or last.t < now - self.retention_s
+        ]:
             del self._rings[name]
 
     def components(self) -> list[str]:

@@ -75,27 +75,49 @@ def _rows(data: list[dict[str, Any]]) -> Response:
     return JSONResponse({"object": "list", "data": data})
 
 
-def adapter_routes(router: APIRouter, backend: AdapterBackend, body: Callable[[Request], Awaitable[Any]],
-                   parse: Callable[..., Any]) -> None:  # fmt: skip
+def adapter_routes(
+    router: APIRouter,
+    backend: AdapterBackend,
+    body: Callable[[Request], Awaitable[Any]],
+    parse: Callable[..., Any],
+) -> None:
     """`body`: reads a request's JSON; `parse`: validates it by a model (the admin API's 422s)."""
 
-    @router.get("/adapters", openapi_extra=operation(
-        "The components' LoRA adapters (`?component=NAME`: one component's), with the ready copies that "
-        "have each loaded", success=AdapterRows, errors=merge(ADMIN, errors(404))))  # fmt: skip
+    @router.get(
+        "/adapters",
+        openapi_extra=operation(
+            "The components' LoRA adapters (`?component=NAME`: one component's), with the ready copies that "
+            "have each loaded",
+            success=AdapterRows,
+            errors=merge(ADMIN, errors(404)),
+        ),
+    )
     async def listing(component: str | None = None) -> Response:
         return _rows(await backend.adapters(component))
 
-    @router.post("/adapters/load", openapi_extra=operation(
-        "Load a LoRA adapter on every copy of a component; a copy's refusal is relayed",
-        body=[AdapterLoad], success=AdapterRows, errors=merge(ADMIN, errors(404, 409, 422))))  # fmt: skip
+    @router.post(
+        "/adapters/load",
+        openapi_extra=operation(
+            "Load a LoRA adapter on every copy of a component; a copy's refusal is relayed",
+            body=[AdapterLoad],
+            success=AdapterRows,
+            errors=merge(ADMIN, errors(404, 409, 422)),
+        ),
+    )
     async def load(request: Request) -> Response:
         req = parse(AdapterLoad, await body(request), '{"component": C, "name": N, "path": P, "scale": S}')
         entry = AdapterEntry(name=req.name, path=req.path, scale=req.scale)
         return _rows(await backend.load_adapter(req.component, entry))
 
-    @router.post("/adapters/unload", openapi_extra=operation(
-        "Unload a LoRA adapter from every copy of a component (409 while requests use it)",
-        body=[AdapterUnload], success=AdapterRows, errors=merge(ADMIN, errors(404, 409, 422))))  # fmt: skip
+    @router.post(
+        "/adapters/unload",
+        openapi_extra=operation(
+            "Unload a LoRA adapter from every copy of a component (409 while requests use it)",
+            body=[AdapterUnload],
+            success=AdapterRows,
+            errors=merge(ADMIN, errors(404, 409, 422)),
+        ),
+    )
     async def unload(request: Request) -> Response:
         req = parse(AdapterUnload, await body(request), '{"component": C, "name": N}')
         return _rows(await backend.unload_adapter(req.component, req.name))

@@ -45,8 +45,12 @@ LOAD_TIMEOUT_S = 600.0
 
 
 class AdapterOps:
-    def __init__(self, components: dict[str, Component], key: InternalKey,
-                 spawn: Callable[[Coroutine[Any, Any, None]], object]) -> None:  # fmt: skip
+    def __init__(
+        self,
+        components: dict[str, Component],
+        key: InternalKey,
+        spawn: Callable[[Coroutine[Any, Any, None]], object],
+    ) -> None:
         self.components = components
         self.key = key
         self.spawn = spawn

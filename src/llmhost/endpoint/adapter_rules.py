@@ -71,8 +71,9 @@ def base_of(components: Mapping[str, C], name: str) -> C:
     return comp
 
 
-def check_new(components: Mapping[str, Carrier], name: str, base: str,
-              bases: frozenset[str] = frozenset()) -> None:  # fmt: skip
+def check_new(
+    components: Mapping[str, Carrier], name: str, base: str, bases: frozenset[str] = frozenset()
+) -> None:
     """A new adapter `name` on `base` (a component now, or among `bases` being added with it)."""
     if name in components or name in bases:
         raise ComponentExistsError(f"component {name!r} already exists")
@@ -101,8 +102,10 @@ def removal(components: Mapping[str, C], name: str) -> C | None:
     if comp is not None:
         users = adapter_components(comp)
         if users:
-            raise ComponentInUseError(f"component {name!r} is the base of adapter component(s) "
-                                      f"{', '.join(users)}: delete them first")  # fmt: skip
+            raise ComponentInUseError(
+                f"component {name!r} is the base of adapter component(s) "
+                f"{', '.join(users)}: delete them first"
+            )
         return None
     found = owner(components, name)
     return found if found is not None and name in adapter_components(found) else None
@@ -111,24 +114,33 @@ def removal(components: Mapping[str, C], name: str) -> C | None:
 def check_unload(comp: Carrier, name: str) -> AdapterEntry:
     """The adapter `name` the admin API may unload from `comp` (an adapter component is deleted instead)."""
     if name in adapter_components(comp):
-        raise ComponentInUseError(f"{name!r} is an adapter inference component: delete it (DELETE "
-                                  f"/admin/components/{name}, `llmhost endpoint remove {name}`)")  # fmt: skip
+        raise ComponentInUseError(
+            f"{name!r} is an adapter inference component: delete it (DELETE "
+            f"/admin/components/{name}, `llmhost endpoint remove {name}`)"
+        )
     return unloadable(comp, name)
 
 
 def unloadable(comp: Carrier, name: str) -> AdapterEntry:
     entry = comp.adapter_entries.get(name)
     if entry is None:
-        raise UnknownComponentError(f"component {comp.name!r} has no adapter {name!r}; its adapters: "
-                                    f"{', '.join(comp.adapter_entries) or '(none)'}")  # fmt: skip
+        raise UnknownComponentError(
+            f"component {comp.name!r} has no adapter {name!r}; its adapters: "
+            f"{', '.join(comp.adapter_entries) or '(none)'}"
+        )
     return entry
 
 
 def adapter_state(a: AdapterEntry, failure: str | None = None) -> AdapterState:
     """`failure`: why a copy refused it after it was accepted (then it is failed, else loaded)."""
-    return {"name": a.name, "path": a.path, "scale": a.scale, "inference_component": a.inference_component,
-            "state": (AdapterHealth.FAILED if failure is not None else AdapterHealth.LOADED).value,
-            "reason": failure}  # fmt: skip
+    return {
+        "name": a.name,
+        "path": a.path,
+        "scale": a.scale,
+        "inference_component": a.inference_component,
+        "state": (AdapterHealth.FAILED if failure is not None else AdapterHealth.LOADED).value,
+        "reason": failure,
+    }
 
 
 def load_body(entry: AdapterEntry) -> dict[str, Any]:
@@ -136,8 +148,12 @@ def load_body(entry: AdapterEntry) -> dict[str, Any]:
     return {"name": entry.name, "path": entry.path, "scale": entry.scale}
 
 
-def listing_rows(component: str, entries: Iterable[AdapterEntry], answers: Iterable[list[dict[str, Any]]],
-                 failures: Mapping[str, str] | None = None) -> list[dict[str, Any]]:  # fmt: skip
+def listing_rows(
+    component: str,
+    entries: Iterable[AdapterEntry],
+    answers: Iterable[list[dict[str, Any]]],
+    failures: Mapping[str, str] | None = None,
+) -> list[dict[str, Any]]:
     """Each adapter of `component`, with the copies that have it loaded and the requests using it;
     `answers`: each ready copy's `GET /admin/adapters` data; `failures`: why a copy refused an adapter
     after it was accepted, by adapter."""

@@ -77,7 +77,6 @@ class AdapterRef(BaseModel):
     scale: Scale = 1.0  # what requests for the adapter component get
 
 
-
 # the keys an adapter component has: everything else is its base's
 ADAPTER_COMPONENT_KEYS = frozenset({"name", "base", "adapter"})
 
@@ -88,8 +87,10 @@ def check_adapter_component(name: str, base: str | None, adapter: AdapterRef | N
         raise ValueError("an adapter component gives both `base` (the component it adapts) and `adapter`")
     other = sorted(given - ADAPTER_COMPONENT_KEYS)
     if base is not None and other:
-        raise ValueError(f"adapter component {name!r} lives on the copies of its base {base!r}: "
-                         f"{', '.join(other)} cannot be set (they are the base's)")  # fmt: skip
+        raise ValueError(
+            f"adapter component {name!r} lives on the copies of its base {base!r}: "
+            f"{', '.join(other)} cannot be set (they are the base's)"
+        )
 
 
 class Foldable(Protocol):
@@ -149,5 +150,7 @@ def fold(components: list[F]) -> list[F]:
             if problem is not None:
                 raise ValueError(problem)
             extra.setdefault(c.base, []).append(as_entry(c))
-    return [b.model_copy(update={"adapters": [*b.adapters, *extra[b.name]]}) if b.name in extra else b
-            for b in bases.values()]  # fmt: skip
+    return [
+        b.model_copy(update={"adapters": [*b.adapters, *extra[b.name]]}) if b.name in extra else b
+        for b in bases.values()
+    ]

@@ -322,8 +322,11 @@ def create_admin(backend: AdminBackend) -> APIRouter:
     )
     async def down() -> Response:
         after = await backend.down()
-        return JSONResponse({"stopping": backend.name}, status_code=202,
-                            background=BackgroundTask(after) if after is not None else None)  # fmt: skip
+        return JSONResponse(
+            {"stopping": backend.name},
+            status_code=202,
+            background=BackgroundTask(after) if after is not None else None,
+        )
 
     return router
 
@@ -352,10 +355,17 @@ def _component_routes(router: APIRouter, backend: AdminBackend) -> None:
         answer = await backend.scale(req.component, req.copies, req.wait)
         return JSONResponse(answer, status_code=200 if req.wait else 202)
 
-    @router.post("/components", openapi_extra=operation(
-        "Add components (one component, or `components: [...]` as in the endpoint file)",
-        body=[ComponentList, ComponentSpec], body_media=YAML_TYPES, success=Added, status=201,
-        errors=merge(ADMIN, errors(409, 422))))  # fmt: skip
+    @router.post(
+        "/components",
+        openapi_extra=operation(
+            "Add components (one component, or `components: [...]` as in the endpoint file)",
+            body=[ComponentList, ComponentSpec],
+            body_media=YAML_TYPES,
+            success=Added,
+            status=201,
+            errors=merge(ADMIN, errors(409, 422)),
+        ),
+    )
     async def add(request: Request) -> Response:
         return JSONResponse(await backend.add(await json_or_yaml_body(request)), status_code=201)
 
@@ -372,24 +382,40 @@ def _component_routes(router: APIRouter, backend: AdminBackend) -> None:
 def _model_routes(router: APIRouter, backend: AdminBackend) -> None:
     """/admin/models/...: on-demand models and the models_dir."""
 
-    @router.post("/models/load", openapi_extra=operation(
-        "Load an on-demand model as a request for it would, making room (202 at once with `wait: false`)",
-        body=[LoadRequest], success=ComponentStatus,
-        errors=merge(ADMIN, errors(202, style=Accepted), errors(404, 409, 422, 503))))  # fmt: skip
+    @router.post(
+        "/models/load",
+        openapi_extra=operation(
+            "Load an on-demand model as a request for it would, making room (202 at once with `wait: false`)",
+            body=[LoadRequest],
+            success=ComponentStatus,
+            errors=merge(ADMIN, errors(202, style=Accepted), errors(404, 409, 422, 503)),
+        ),
+    )
     async def load(request: Request) -> Response:
         req = parse_body(LoadRequest, await json_body(request), '{"model": NAME, "wait": true|false}')
         answer = await backend.load(req.model, req.wait)
         return JSONResponse(answer, status_code=200 if req.wait else 202)
 
-    @router.post("/models/unload", openapi_extra=operation(
-        "Drain an on-demand model's copy and stop it (a pinned one too)", body=[UnloadRequest],
-        success=Unloaded, errors=merge(ADMIN, errors(404, 422))))  # fmt: skip
+    @router.post(
+        "/models/unload",
+        openapi_extra=operation(
+            "Drain an on-demand model's copy and stop it (a pinned one too)",
+            body=[UnloadRequest],
+            success=Unloaded,
+            errors=merge(ADMIN, errors(404, 422)),
+        ),
+    )
     async def unload(request: Request) -> Response:
         req = parse_body(UnloadRequest, await json_body(request), '{"model": NAME}')
         return JSONResponse(await backend.unload(req.model))
 
-    @router.post("/models/reload", openapi_extra=operation(
-        "Scan the models_dir again: new models appear (unloaded), removed ones are drained and go",
-        success=Rescanned, errors=merge(ADMIN, errors(409, 422))))  # fmt: skip
+    @router.post(
+        "/models/reload",
+        openapi_extra=operation(
+            "Scan the models_dir again: new models appear (unloaded), removed ones are drained and go",
+            success=Rescanned,
+            errors=merge(ADMIN, errors(409, 422)),
+        ),
+    )
     async def reload() -> Response:
         return JSONResponse(await backend.reload())

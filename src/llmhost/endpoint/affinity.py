@@ -148,8 +148,9 @@ def choose(
     among ``candidates``) counts as spilled."""
     if not candidates:
         raise ValueError("no copy to choose from")
-    ranked = sorted((c for c in candidates if matched.get(key(c), 0) > 0),
-                    key=lambda c: (-matched[key(c)], load(c)))  # fmt: skip
+    ranked = sorted(
+        (c for c in candidates if matched.get(key(c), 0) > 0), key=lambda c: (-matched[key(c)], load(c))
+    )
     loads = [load(c) for c in candidates]
     for i, c in enumerate(ranked):
         if not over_bound(load(c), loads, load_factor):

@@ -24,8 +24,9 @@ from llmhost.server.routes import (
 from llmhost.web.apidoc import COMMON, Shape, declarations, errors, merge, operation, relayed
 from llmhost.web.formats import is_anthropic, is_ollama
 
-REPLICA = declarations(m.router for m in (sagemaker, runtime, openai, anthropic, responses, embeddings,
-                                          tgi, ollama, ops))  # fmt: skip
+REPLICA = declarations(
+    m.router for m in (sagemaker, runtime, openai, anthropic, responses, embeddings, tgi, ollama, ops)
+)
 # no such component (404), several and none named (400), no ready copy in time (503), the copy failed
 # after the request reached it (502) or did not answer in time (504)
 ROUTER = merge(errors(400, 404, 502, 504), COMMON)
@@ -35,13 +36,19 @@ OLLAMA = errors(400, 401, 404, 500, 502, 503, 504, style="ollama")
 # as ModelError
 RUNTIME = merge(errors(400, 424, 503, style="sagemaker"), COMMON)
 NOTES = {
-    "header": "The endpoint router relays it to a copy of the component named in the "
-              "X-Amzn-SageMaker-Inference-Component header (optional with one component).",
-    "model": "The endpoint router relays it to a copy of the component the body's `model` names (else the "
-             "X-Amzn-SageMaker-Inference-Component header, else the only component).",
-    "query": "The endpoint router relays it to a copy of the component `?model=` names (else the header, "
-             "else the only component).",
-}  # fmt: skip
+    "header": (
+        "The endpoint router relays it to a copy of the component named in the "
+        "X-Amzn-SageMaker-Inference-Component header (optional with one component)."
+    ),
+    "model": (
+        "The endpoint router relays it to a copy of the component the body's `model` names (else the "
+        "X-Amzn-SageMaker-Inference-Component header, else the only component)."
+    ),
+    "query": (
+        "The endpoint router relays it to a copy of the component `?model=` names (else the header, "
+        "else the only component)."
+    ),
+}
 
 
 @cache  # declared once, however many apps are built
@@ -155,13 +162,21 @@ DESCRIPTION = (
     "refusals); the admin API (/admin, local clients only) scales, adds and removes components."
 )
 # the router's own operations
-PING = operation("Endpoint health check: 200 (no body) once every component can serve, else 503",
-                 errors=errors(500, 503))  # fmt: skip
-HEALTH = operation("Endpoint health: each component's copies", success=RouterHealth,
-                   errors={500: ("openai",), 503: (RouterHealth,)})  # fmt: skip
-MODELS = operation("The endpoint's components (`id`: the name to put in `model`)", success=RouterModels,
-                   errors=COMMON)  # fmt: skip
-METRICS = operation("Prometheus metrics of the router and its copies",
-                    media={"text/plain": "Prometheus text exposition format 0.0.4"}, errors=errors(401, 500))
+PING = operation(
+    "Endpoint health check: 200 (no body) once every component can serve, else 503", errors=errors(500, 503)
+)
+HEALTH = operation(
+    "Endpoint health: each component's copies",
+    success=RouterHealth,
+    errors={500: ("openai",), 503: (RouterHealth,)},
+)
+MODELS = operation(
+    "The endpoint's components (`id`: the name to put in `model`)", success=RouterModels, errors=COMMON
+)
+METRICS = operation(
+    "Prometheus metrics of the router and its copies",
+    media={"text/plain": "Prometheus text exposition format 0.0.4"},
+    errors=errors(401, 500),
+)
 # the admin API: local clients only (403), a Ray endpoint's fixed components (501), Ray Serve failing (502)
 ADMIN = merge(COMMON, errors(403, 501, 502))

@@ -27,8 +27,16 @@ from llmhost.web.asgi import RequestContextMiddleware
 from llmhost.web.auth import OPEN_PATHS, ApiKeyMiddleware, ApiKeys
 
 # while draining, operators still see what happens (status, the console) and probes get their 503
-OPEN_WHILE_DRAINING = {"/ping", "/health", "/metrics", "/admin/status", *PUBLIC_PATHS,
-                       "/console/api/overview", "/console/api/series", "/console/api/metrics"}  # fmt: skip
+OPEN_WHILE_DRAINING = {
+    "/ping",
+    "/health",
+    "/metrics",
+    "/admin/status",
+    *PUBLIC_PATHS,
+    "/console/api/overview",
+    "/console/api/series",
+    "/console/api/metrics",
+}
 
 log = logging.getLogger("llmhost.endpoint")
 
@@ -38,8 +46,11 @@ def health(manager: EndpointManager, lifecycle: Lifecycle) -> Response:
     requests and every component can serve, else 503; the body says each component's ready copies."""
     live = [c for c in manager.components.values() if not c.removing]
     ok = lifecycle.accepting and bool(live) and all(c.serving for c in live)
-    body = {"status": "ready" if ok else "not ready", "phase": lifecycle.phase.value,
-            "components": {c.name: {"copies": len(c.capacity()), "ready": len(c.ready())} for c in live}}
+    body = {
+        "status": "ready" if ok else "not ready",
+        "phase": lifecycle.phase.value,
+        "components": {c.name: {"copies": len(c.capacity()), "ready": len(c.ready())} for c in live},
+    }
     return JSONResponse(body, status_code=200 if ok else 503)
 
 
@@ -60,22 +71,26 @@ def create_app(
     secured = keys is not None and keys.enabled
     source = EndpointConsole(manager, proxy.client, auth=secured)
     lifespan = _lifespan(manager, proxy, lifecycle, Sampler(store, source.read))
-    app = FastAPI(title=f"llmhost endpoint {manager.spec.name}", lifespan=lifespan, docs_url=None,
-                  redoc_url=None)  # fmt: skip
+    app = FastAPI(
+        title=f"llmhost endpoint {manager.spec.name}", lifespan=lifespan, docs_url=None, redoc_url=None
+    )
     folder = ModelsFolder(manager) if manager.spec.models_dir is not None else None
     app.include_router(create_router(manager, proxy, lifecycle, store, folder))
-    app.add_api_route("/health", lambda: health(manager, lifecycle), methods=["GET"],
-                      openapi_extra=apidoc.HEALTH)  # fmt: skip
+    app.add_api_route(
+        "/health", lambda: health(manager, lifecycle), methods=["GET"], openapi_extra=apidoc.HEALTH
+    )
     app.include_router(create_runtime_router(manager, proxy))
     app.include_router(create_admin(LocalAdmin(manager, shutdown)))
     app.include_router(create_console(store, console, source.overview, secured))
     responses.install(app)  # an unknown path or method answers in the API's error format, as a copy does
     install_doc(app, apidoc.DESCRIPTION, secured=secured, open_paths=OPEN_PATHS | PUBLIC_PATHS)
     if keys is not None and keys.enabled:  # the router, its admin API and the console's API alike
-        app.add_middleware(ApiKeyMiddleware, keys=keys, open_paths=OPEN_PATHS | PUBLIC_PATHS,
-                           routes=app.routes)  # fmt: skip
-    app.add_middleware(RequestContextMiddleware, lifecycle=lifecycle, open_paths=OPEN_WHILE_DRAINING,
-                       routes=app.routes)  # fmt: skip
+        app.add_middleware(
+            ApiKeyMiddleware, keys=keys, open_paths=OPEN_PATHS | PUBLIC_PATHS, routes=app.routes
+        )
+    app.add_middleware(
+        RequestContextMiddleware, lifecycle=lifecycle, open_paths=OPEN_WHILE_DRAINING, routes=app.routes
+    )
     return app
 
 

@@ -25,8 +25,9 @@ from llmhost.serve_spec import AuthOptions, ConsoleOptions, LogOptions
 from llmhost.store.options import S3EndpointOpt
 from llmhost.web.auth import ENV_KEY, ENV_KEYS
 
-app = typer.Typer(help="Endpoints: several models and copies behind one port, with autoscaling.",
-                  no_args_is_help=True)  # fmt: skip
+app = typer.Typer(
+    help="Endpoints: several models and copies behind one port, with autoscaling.", no_args_is_help=True
+)
 
 PortOpt = Annotated[int, typer.Option(help="The endpoint's port.")]
 # the key the admin commands (status, scale, ...) send to an endpoint that requires one; without it, the
@@ -36,14 +37,22 @@ HostOpt = Annotated[str, typer.Option(help="The endpoint's address (the admin AP
 
 
 @app.command()
-@grouped(listen=EndpointListen, overrides=FileOptions, timing=CopyTiming, ray=RayOptions, auth=AuthOptions,
-         log=LogOptions, console=ConsoleOptions)  # fmt: skip
+@grouped(
+    listen=EndpointListen,
+    overrides=FileOptions,
+    timing=CopyTiming,
+    ray=RayOptions,
+    auth=AuthOptions,
+    log=LogOptions,
+    console=ConsoleOptions,
+)
 def up(
     ctx: typer.Context,
     file: Annotated[
         Path | None,
-        typer.Argument(help="Endpoint file (YAML; docs/reference/endpoint-file.md); optional with "
-                       "--models-dir."),
+        typer.Argument(
+            help="Endpoint file (YAML; docs/reference/endpoint-file.md); optional with --models-dir."
+        ),
     ] = None,
     *,
     listen: EndpointListen,
@@ -57,8 +66,17 @@ def up(
 ) -> None:
     """Start an endpoint: place every component, start its copies, route on PORT. SIGTERM drains. The
     console is at http://HOST:PORT/console."""
-    given = launch.Up(file=file, s3_endpoint_url=s3_endpoint_url, listen=listen, overrides=overrides,
-                      timing=timing, ray=ray, auth=auth, log=log, console=console)  # fmt: skip
+    given = launch.Up(
+        file=file,
+        s3_endpoint_url=s3_endpoint_url,
+        listen=listen,
+        overrides=overrides,
+        timing=timing,
+        ray=ray,
+        auth=auth,
+        log=log,
+        console=console,
+    )
     launch.start(ctx, given)
 
 
@@ -74,8 +92,9 @@ def client_key(environ: dict[str, str]) -> str:
 def _client(host: str, port: int) -> httpx.Client:
     key = client_key(dict(os.environ))
     headers = {"Authorization": f"Bearer {key}"} if key else None
-    return httpx.Client(base_url=f"http://{host}:{port}", timeout=httpx.Timeout(10.0, read=None),
-                        headers=headers)  # fmt: skip
+    return httpx.Client(
+        base_url=f"http://{host}:{port}", timeout=httpx.Timeout(10.0, read=None), headers=headers
+    )
 
 
 def _call(host: str, port: int, method: str, path: str, **kw: Any) -> Any:
@@ -119,8 +138,19 @@ def status(
     cpus = ",".join(map(str, data["cpus"]))
     reserved = f"{data['memory_reserved_mb']}/{data['memory_mb']} MB reserved"
     table = Table(title=f"endpoint {data['name']} ({reserved}, CPUs {cpus})")
-    for col in ("component", "copy", "state", "pid", "CPUs", "threads", "memory MB (rss/resv/max)",
-                "load", "served", "restarts", "last reason"):  # fmt: skip
+    for col in (
+        "component",
+        "copy",
+        "state",
+        "pid",
+        "CPUs",
+        "threads",
+        "memory MB (rss/resv/max)",
+        "load",
+        "served",
+        "restarts",
+        "last reason",
+    ):
         table.add_column(col)
     for comp in data["components"]:
         if not comp["replicas"]:
@@ -130,9 +160,19 @@ def status(
             cpus = ",".join(map(str, r["cpus"])) + (f" ({r['cpu_share']:g})" if r["cpu_share"] < 1 else "")
             mem = f"{r['rss_mb'] or '-'}/{r['memory_mb']}/{r['max_memory_mb'] or '-'}"
             mem += f" ({r['memory_limit']})" if r["memory_limit"] else ""
-            table.add_row(comp["name"], r["copy"], r["state"], str(r["pid"] or "-"), cpus, str(r["threads"]),
-                          mem, str(r["outstanding"]), str(r["served"]), str(r["restarts"]),
-                          r["last_reason"] or "")  # fmt: skip
+            table.add_row(
+                comp["name"],
+                r["copy"],
+                r["state"],
+                str(r["pid"] or "-"),
+                cpus,
+                str(r["threads"]),
+                mem,
+                str(r["outstanding"]),
+                str(r["served"]),
+                str(r["restarts"]),
+                r["last_reason"] or "",
+            )
     console = Console(width=max(Console().width, 160))
     console.print(table)
     if any(c.get("on_demand") for c in data["components"]):
@@ -144,8 +184,11 @@ def _print_adapters(data: dict[str, Any]) -> None:
     from rich.console import Console
 
     if any(c.get("adapters") for c in data["components"]):
-        Console(width=max(Console().width, 160)).print(_adapter_table(
-            [{**a, "component": c["name"]} for c in data["components"] for a in c.get("adapters", [])]))
+        Console(width=max(Console().width, 160)).print(
+            _adapter_table(
+                [{**a, "component": c["name"]} for c in data["components"] for a in c.get("adapters", [])]
+            )
+        )
 
 
 def _adapter_table(rows: list[dict[str, Any]]) -> Any:
@@ -153,8 +196,14 @@ def _adapter_table(rows: list[dict[str, Any]]) -> Any:
     from rich.table import Table
 
     table = Table(title="LoRA adapters")
-    for col in ("adapter", "kind", "base component", "scale", "path", *(["copies", "requests"]
-                if rows and "copies" in rows[0] else [])):  # fmt: skip
+    for col in (
+        "adapter",
+        "kind",
+        "base component",
+        "scale",
+        "path",
+        *(["copies", "requests"] if rows and "copies" in rows[0] else []),
+    ):
         table.add_column(col)
     for a in rows:
         kind = "inference component" if a["inference_component"] else "adapter"
@@ -167,21 +216,42 @@ def _on_demand_table(data: dict[str, Any]) -> Any:
     from rich.table import Table
 
     policy = data["on_demand"]
-    limits = ", ".join(f"{k}={policy[k]}" for k in ("max_loaded", "memory_budget_mb")
-                       if policy[k] is not None)  # fmt: skip
+    limits = ", ".join(
+        f"{k}={policy[k]}" for k in ("max_loaded", "memory_budget_mb") if policy[k] is not None
+    )
     table = Table(title=f"on-demand models{f' ({limits})' if limits else ''}")
-    for col in ("model", "state", "pinned", "keep_alive s", "idle s", "CPUs", "memory MB", "loads",
-                "load s (last/total)", "unloads", "evictions"):  # fmt: skip
+    for col in (
+        "model",
+        "state",
+        "pinned",
+        "keep_alive s",
+        "idle s",
+        "CPUs",
+        "memory MB",
+        "loads",
+        "load s (last/total)",
+        "unloads",
+        "evictions",
+    ):
         table.add_column(col)
     for c in data["components"]:
         d = c.get("on_demand")
         if not d:
             continue
         last = f"{d['last_load_s']:.2f}" if d["last_load_s"] is not None else "-"
-        table.add_row(c["name"], d["state"], "yes" if d["pinned"] else "", f"{d['keep_alive']:g}",
-                      f"{d['idle_s']:g}", f"{c['num_cpus']:g}", str(c["memory_mb"]), str(d["loads"]),
-                      f"{last}/{d['load_seconds']:.2f}", _counts(d["unloads"]),
-                      _counts(d["evictions"]))  # fmt: skip
+        table.add_row(
+            c["name"],
+            d["state"],
+            "yes" if d["pinned"] else "",
+            f"{d['keep_alive']:g}",
+            f"{d['idle_s']:g}",
+            f"{c['num_cpus']:g}",
+            str(c["memory_mb"]),
+            str(d["loads"]),
+            f"{last}/{d['load_seconds']:.2f}",
+            _counts(d["unloads"]),
+            _counts(d["evictions"]),
+        )
     return table
 
 
@@ -194,8 +264,18 @@ def _ray_table(data: dict[str, Any]) -> Any:
 
     says = f"{data['status']}: {data['message']}" if data["message"] else data["status"]
     table = Table(title=f"endpoint {data['name']} on Ray Serve ({says})")
-    for col in ("component", "copy", "state", "node", "pid", "CPUs", "memory MB", "copies (ready/target)",
-                "in flight", "Ray says"):  # fmt: skip
+    for col in (
+        "component",
+        "copy",
+        "state",
+        "node",
+        "pid",
+        "CPUs",
+        "memory MB",
+        "copies (ready/target)",
+        "in flight",
+        "Ray says",
+    ):
         table.add_column(col)
     for c in data["components"]:
         common = (str(c["num_cpus"]), str(c["memory_mb"]), f"{c['ready']}/{c['copies']}", str(c["in_flight"]))
@@ -300,8 +380,10 @@ def down(port: PortOpt = DEFAULT_PORT, host: HostOpt = "127.0.0.1") -> None:
     typer.echo(f"endpoint {data['stopping']} is draining and stopping")
 
 
-adapters = typer.Typer(help="LoRA adapters on a component's copies: list, load, unload (all copies at once).",
-                       no_args_is_help=True)  # fmt: skip
+adapters = typer.Typer(
+    help="LoRA adapters on a component's copies: list, load, unload (all copies at once).",
+    no_args_is_help=True,
+)
 app.add_typer(adapters, name="adapters")
 
 

@@ -88,8 +88,11 @@ class Component:
         self.decisions: deque[ScaleDecision] = deque(maxlen=20)
         routing = spec.routing
         # prefix-aware routing's index and counts; None: least outstanding
-        self.affinity = (Affinity(routing.block_chars, routing.load_factor)
-                         if routing.policy == Policy.PREFIX.value else None)  # fmt: skip
+        self.affinity = (
+            Affinity(routing.block_chars, routing.load_factor)
+            if routing.policy == Policy.PREFIX.value
+            else None
+        )
         self.removing = False
         # the LoRA adapters its copies load: the file's, adapter components', those loaded at run time
         self.adapter_entries: dict[str, AdapterEntry] = {a.name: a for a in spec.adapters}
@@ -264,11 +267,15 @@ class Component:
         if d is None:
             return None
         return {
-            "state": self.state.value, "pinned": d.spec.pinned, "keep_alive": d.spec.keep_alive,
+            "state": self.state.value,
+            "pinned": d.spec.pinned,
+            "keep_alive": d.spec.keep_alive,
             "request_keep_alive": d.request_keep_alive,
-            "idle_s": round(self.idle_for(time.monotonic()), 1), "loads": d.loads,
+            "idle_s": round(self.idle_for(time.monotonic()), 1),
+            "loads": d.loads,
             "load_seconds": round(d.load_seconds, 3),
             "last_load_s": round(d.last_load_s, 3) if d.last_load_s is not None else None,
-            "unloads": dict(d.unloads), "evictions": dict(d.evictions),
+            "unloads": dict(d.unloads),
+            "evictions": dict(d.evictions),
             "last_refusal": d.refusal.message if d.refusal else None,
-        }  # fmt: skip
+        }

@@ -77,9 +77,15 @@ class EndpointConsole:
 
     @staticmethod
     def front(comp: Component) -> FrontReading:
-        return FrontReading(responses=dict(comp.requests), no_capacity=comp.no_capacity, timed=comp.timed,
-                            latency_s=comp.latency_s, model_latency_s=comp.model_latency_s,
-                            in_flight=comp.in_flight, waiting=comp.waiting)  # fmt: skip
+        return FrontReading(
+            responses=dict(comp.requests),
+            no_capacity=comp.no_capacity,
+            timed=comp.timed,
+            latency_s=comp.latency_s,
+            model_latency_s=comp.model_latency_s,
+            in_flight=comp.in_flight,
+            waiting=comp.waiting,
+        )
 
     async def overview(self, request: Request) -> dict[str, Any]:
         status = self.manager.status()
@@ -87,23 +93,37 @@ class EndpointConsole:
         memory = psutil.virtual_memory()
         local = (request.client.host if request.client else "") in LOOPBACK
         return {
-            "kind": "endpoint", "name": status["name"], "version": __version__, "backend": "local",
-            "uptime_s": round(time.time() - self.manager.started_at, 1), "auth": self.auth,
+            "kind": "endpoint",
+            "name": status["name"],
+            "version": __version__,
+            "backend": "local",
+            "uptime_s": round(time.time() - self.manager.started_at, 1),
+            "auth": self.auth,
             "host": {
-                "cpus": psutil.cpu_count() or len(ledger.cpus), "copy_cpus": ledger.cpus,
+                "cpus": psutil.cpu_count() or len(ledger.cpus),
+                "copy_cpus": ledger.cpus,
                 "router_cpus": self.manager.router_cpus,
                 "cpus_reserved": round(sum(ledger.used.values()), 3),
                 "cpus_free": round(ledger.free_share(), 3),
-                "memory_mb": memory.total // 2**20, "memory_available_mb": memory.available // 2**20,
-                "memory_reservable_mb": ledger.memory_mb, "memory_reserved_mb": ledger.reserved_mb,
+                "memory_mb": memory.total // 2**20,
+                "memory_available_mb": memory.available // 2**20,
+                "memory_reservable_mb": ledger.memory_mb,
+                "memory_reserved_mb": ledger.reserved_mb,
                 "memory_free_mb": ledger.free_memory_mb,
             },
             # the admin API's own rule: local clients only; components can be added and removed here
-            "admin": {"allowed": local,
-                      "why_not": None if local else "the admin API answers local clients only",
-                      "add_remove": True, "scale_to_zero": True, "down": True},
+            "admin": {
+                "allowed": local,
+                "why_not": None if local else "the admin API answers local clients only",
+                "add_remove": True,
+                "scale_to_zero": True,
+                "down": True,
+            },
             "components": status["components"],
             # the loading policy when some component is loaded on demand (each one's state is in its entry)
-            "on_demand": (status["on_demand"] | {"models_dir": status["models_dir"]}
-                          if any(c["on_demand"] for c in status["components"]) else None),
-        }  # fmt: skip
+            "on_demand": (
+                status["on_demand"] | {"models_dir": status["models_dir"]}
+                if any(c["on_demand"] for c in status["components"])
+                else None
+            ),
+        }

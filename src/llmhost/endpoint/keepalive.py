@@ -65,13 +65,17 @@ def requested(body: bytes) -> tuple[bytes, float | None]:
 def allowed(policy: ClientKeepAlive, own: float, asked: float, model: str) -> float:
     """The keep_alive in effect for this request, or KeepAliveError naming the field and the limit."""
     if policy == "none":
-        raise KeepAliveError("keep_alive: this endpoint does not let clients set keep_alive "
-                             "(on_demand.client_keep_alive: none)")
+        raise KeepAliveError(
+            "keep_alive: this endpoint does not let clients set keep_alive "
+            "(on_demand.client_keep_alive: none)"
+        )
     if policy == "shorten" and (own >= 0 and (asked < 0 or asked > own)):
         shown = "never unload" if asked < 0 else f"{asked:g} s"
-        raise KeepAliveError(f"keep_alive: {shown} is longer than model {model!r}'s keep_alive of {own:g} s; "
-                             "this endpoint lets clients shorten it only "
-                             "(on_demand.client_keep_alive: shorten)")
+        raise KeepAliveError(
+            f"keep_alive: {shown} is longer than model {model!r}'s keep_alive of {own:g} s; "
+            "this endpoint lets clients shorten it only "
+            "(on_demand.client_keep_alive: shorten)"
+        )
     return asked
 
 
@@ -80,8 +84,10 @@ def check(body: bytes, policy: ClientKeepAlive, own: float, model: str) -> tuple
     try:
         stripped, asked = requested(body)
     except KeyError as exc:
-        raise KeepAliveError(f"keep_alive: expected seconds (a number, negative: never unload) or a "
-                             f"duration such as \"30s\", \"5m\" or \"1h\", got {exc.args[0]!r}") from None
+        raise KeepAliveError(
+            f"keep_alive: expected seconds (a number, negative: never unload) or a "
+            f'duration such as "30s", "5m" or "1h", got {exc.args[0]!r}'
+        ) from None
     if asked is None:
         return stripped, None
     return stripped, allowed(policy, own, asked, model)

@@ -42,21 +42,29 @@ class FileOptions:
     policy, the routing."""
 
     models_dir: Path | None = setting(
-        None, "A folder of models (NAME.gguf, model directories NAME/, NAME.yaml beside one for its "
-        "settings): one on-demand model each, loaded when asked.")
+        None,
+        "A folder of models (NAME.gguf, model directories NAME/, NAME.yaml beside one for its "
+        "settings): one on-demand model each, loaded when asked.",
+    )
     max_loaded: int | None = setting(None, "On-demand models loaded at once (on_demand.max_loaded).")
     memory_budget_mb: int | None = setting(
-        None, "Memory on-demand models may reserve together, MB (on_demand.memory_budget_mb; default: "
-        "what declared components leave).")
+        None,
+        "Memory on-demand models may reserve together, MB (on_demand.memory_budget_mb; default: "
+        "what declared components leave).",
+    )
     keep_alive: float | None = setting(
-        None, "Seconds a folder's idle model stays loaded (-1 never, 0 unload after each request; default "
-        "300).")
+        None,
+        "Seconds a folder's idle model stays loaded (-1 never, 0 unload after each request; default 300).",
+    )
     client_keep_alive: str | None = setting(
-        None, "Who may set keep_alive per request: none, shorten, any (on_demand.client_keep_alive).")
+        None, "Who may set keep_alive per request: none, shorten, any (on_demand.client_keep_alive)."
+    )
     preload: list[str] | None = setting(None, "On-demand model loaded at start (repeatable).")
     routing: str | None = setting(
-        None, "How requests pick a copy, for every component (overrides the file's routing.policy): "
-        "least_outstanding, or prefix (the copy holding the prompt's prefix, within a load bound).")
+        None,
+        "How requests pick a copy, for every component (overrides the file's routing.policy): "
+        "least_outstanding, or prefix (the copy holding the prompt's prefix, within a load bound).",
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -64,16 +72,20 @@ class CopyTiming:
     """How a single-host endpoint watches, scales and drains its copies."""
 
     log_dir: Path | None = setting(
-        None, "Copies' logs; default a new temporary folder. Not with --ray (Ray keeps the logs).")
+        None, "Copies' logs; default a new temporary folder. Not with --ray (Ray keeps the logs)."
+    )
     autoscale_interval: float = setting(1.0, "Seconds between autoscaling decisions.")
     drain_timeout: float = setting(
-        120.0, "Seconds requests in flight get to finish on SIGTERM, and a stopping copy waits for its "
-        "requests.")
+        120.0,
+        "Seconds requests in flight get to finish on SIGTERM, and a stopping copy waits for its requests.",
+    )
     health_interval: float = setting(2.0, "Seconds between /ping checks of a ready copy.")
     health_timeout: float = setting(5.0, "Seconds a copy has to answer /ping.")
     health_misses: int = setting(
-        3, "Missed /ping answers in a row after which a copy is hung: restarted. Not with --ray (one "
-        "failed health check does).")
+        3,
+        "Missed /ping answers in a row after which a copy is hung: restarted. Not with --ray (one "
+        "failed health check does).",
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -81,20 +93,30 @@ class RayOptions:
     """Running the file on a Ray cluster instead."""
 
     ray: bool = setting(
-        False, "Run the file as a Ray Serve application across the hosts of a Ray cluster (needs `pip "
-        "install 'llmhost[ray]'`).", switch=True)
+        False,
+        "Run the file as a Ray Serve application across the hosts of a Ray cluster (needs `pip "
+        "install 'llmhost[ray]'`).",
+        switch=True,
+    )
     ray_address: str | None = setting(
-        None, "With --ray: the cluster to deploy onto (auto, HOST:PORT, ray://HOST:PORT); unset: start a "
-        "local Ray.")
+        None,
+        "With --ray: the cluster to deploy onto (auto, HOST:PORT, ray://HOST:PORT); unset: start a "
+        "local Ray.",
+    )
     ray_dashboard: str | None = setting(
-        None, "With --ray: the Ray dashboard's URL (Ray Serve's REST API) as this host reaches it; unset: "
-        "the cluster's own (for ray://HOST:PORT, on HOST).")
+        None,
+        "With --ray: the Ray dashboard's URL (Ray Serve's REST API) as this host reaches it; unset: "
+        "the cluster's own (for ray://HOST:PORT, on HOST).",
+    )
     autoscale_window: float = setting(
-        30.0, "With --ray: seconds of load averaged per autoscaling decision (Ray Serve's "
-        "look_back_period_s).")
+        30.0,
+        "With --ray: seconds of load averaged per autoscaling decision (Ray Serve's look_back_period_s).",
+    )
     placement_timeout: float = setting(
-        60.0, "With --ray: seconds `up` and `scale` wait for a copy Ray cannot place for lack of room (one "
-        "that fits on no node is refused at once).")
+        60.0,
+        "With --ray: seconds `up` and `scale` wait for a copy Ray cannot place for lack of room (one "
+        "that fits on no node is refused at once).",
+    )
 
 
 # options that apply in one mode only: given (other than at their default) in the other, they are refused
@@ -152,12 +174,16 @@ def start(ctx: typer.Context, up: Up) -> None:
 
 def _refuse_for_ray(spec: EndpointSpec, up: Up) -> None:
     if up.ray.ray and (spec.models_dir is not None or any(c.on_demand for c in spec.components)):
-        raise _usage("on-demand models (--models-dir, models_dir:, on_demand:) run on a single-host "
-                     "endpoint only, not with --ray (see docs/guides/models-on-demand.md)")  # fmt: skip
+        raise _usage(
+            "on-demand models (--models-dir, models_dir:, on_demand:) run on a single-host "
+            "endpoint only, not with --ray (see docs/guides/models-on-demand.md)"
+        )
     if up.ray.ray and up.s3_endpoint_url:
         # the nodes resolve the models themselves: a setting of this process would not reach them
-        raise _usage("--s3-endpoint-url applies to a single-host endpoint; with --ray set "
-                     "LLMHOST_S3_ENDPOINT_URL on every node")  # fmt: skip
+        raise _usage(
+            "--s3-endpoint-url applies to a single-host endpoint; with --ray set "
+            "LLMHOST_S3_ENDPOINT_URL on every node"
+        )
 
 
 def endpoint_spec(file: Path | None, options: dict[str, Any]) -> EndpointSpec:
@@ -193,8 +219,10 @@ def with_routing(spec: EndpointSpec, policy: str | None) -> EndpointSpec:
         return spec
     if policy not in ("least_outstanding", "prefix"):
         raise SpecError(f"--routing: least_outstanding or prefix, got {policy!r}")
-    comps = [c.model_copy(update={"routing": c.routing.model_copy(update={"policy": policy})})
-             for c in spec.components]  # fmt: skip
+    comps = [
+        c.model_copy(update={"routing": c.routing.model_copy(update={"policy": policy})})
+        for c in spec.components
+    ]
     return spec.model_copy(update={"components": comps})
 
 
@@ -218,10 +246,12 @@ def _up_single(spec: EndpointSpec, up: Up, keys: ApiKeys, console: ConsoleSettin
     from llmhost.lifecycle import GracefulServer, Lifecycle
 
     t, host, port = up.timing, up.listen.host, up.listen.port
-    replica_timing = ReplicaTiming(ping_interval_s=t.health_interval, ping_timeout_s=t.health_timeout,
-                                   ping_misses=t.health_misses)  # fmt: skip
-    timing = ManagerTiming(autoscale_interval_s=t.autoscale_interval, drain_timeout_s=t.drain_timeout,
-                           replica=replica_timing)  # fmt: skip
+    replica_timing = ReplicaTiming(
+        ping_interval_s=t.health_interval, ping_timeout_s=t.health_timeout, ping_misses=t.health_misses
+    )
+    timing = ManagerTiming(
+        autoscale_interval_s=t.autoscale_interval, drain_timeout_s=t.drain_timeout, replica=replica_timing
+    )
     if t.log_dir is not None:
         t.log_dir.mkdir(parents=True, exist_ok=True)
     manager = _checked_manager(EndpointManager(spec, log_dir=t.log_dir, timing=timing))
@@ -235,8 +265,9 @@ def _up_single(spec: EndpointSpec, up: Up, keys: ApiKeys, console: ConsoleSettin
     )
     lifecycle = Lifecycle(grace_s=t.drain_timeout)
     asgi_app = create_app(manager, lifecycle=lifecycle, keys=keys, console=console)
-    config = uvicorn.Config(asgi_app, host=host, port=port, log_level=up.log.log_level.lower(),
-                            timeout_graceful_shutdown=5)  # fmt: skip
+    config = uvicorn.Config(
+        asgi_app, host=host, port=port, log_level=up.log.log_level.lower(), timeout_graceful_shutdown=5
+    )
     GracefulServer(config, lifecycle).run()
     if lifecycle.exit_code:
         raise typer.Exit(lifecycle.exit_code)
@@ -274,22 +305,38 @@ def _up_ray(spec: EndpointSpec, up: Up, keys: ApiKeys, console: ConsoleSettings)
 
     r, t = up.ray, up.timing
     try:
-        timing = RayTiming(health_check_period_s=t.health_interval, health_check_timeout_s=t.health_timeout,
-                           drain_timeout_s=t.drain_timeout, metrics_interval_s=t.autoscale_interval,
-                           look_back_period_s=r.autoscale_window,
-                           placement_timeout_s=r.placement_timeout)  # fmt: skip
-        ray_up = RayUp(timing=timing, keys=keys, log_level=up.log.log_level, console=console,
-                       address=r.ray_address or None, dashboard=r.ray_dashboard or None,
-                       host=up.listen.host, port=up.listen.port)  # fmt: skip
+        timing = RayTiming(
+            health_check_period_s=t.health_interval,
+            health_check_timeout_s=t.health_timeout,
+            drain_timeout_s=t.drain_timeout,
+            metrics_interval_s=t.autoscale_interval,
+            look_back_period_s=r.autoscale_window,
+            placement_timeout_s=r.placement_timeout,
+        )
+        ray_up = RayUp(
+            timing=timing,
+            keys=keys,
+            log_level=up.log.log_level,
+            console=console,
+            address=r.ray_address or None,
+            dashboard=r.ray_dashboard or None,
+            host=up.listen.host,
+            port=up.listen.port,
+        )
     except ValueError as exc:
         raise _usage(exc) from None
     for c in spec.components:
         if c.resources.max_memory_mb is not None:  # placement and limits are Ray's
-            typer.echo(f"warning: component {c.name!r}: max_memory_mb is not enforced on Ray (Ray's memory "
-                       "monitor kills workers when a node runs low on memory)", err=True)  # fmt: skip
+            typer.echo(
+                f"warning: component {c.name!r}: max_memory_mb is not enforced on Ray (Ray's memory "
+                "monitor kills workers when a node runs low on memory)",
+                err=True,
+            )
     place = f"the Ray cluster at {ray_up.address}" if ray_up.address else "a local Ray instance"
-    typer.echo(f"llmhost endpoint {spec.name}: {len(spec.components)} component(s) on {place}, "
-               f"{ray_up.host}:{ray_up.port}")  # fmt: skip
+    typer.echo(
+        f"llmhost endpoint {spec.name}: {len(spec.components)} component(s) on {place}, "
+        f"{ray_up.host}:{ray_up.port}"
+    )
     try:
         why = run(spec, ray_up)
     except SpecError as exc:
@@ -299,5 +346,3 @@ def _up_ray(spec: EndpointSpec, up: Up, keys: ApiKeys, console: ConsoleSettings)
         typer.echo(f"error: endpoint {spec.name!r} refused: {exc}", err=True)
         raise typer.Exit(1) from None
     typer.echo(f"llmhost endpoint {spec.name}: stopped ({why})")
-
-

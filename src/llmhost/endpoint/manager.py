@@ -119,8 +119,9 @@ class EndpointManager:
         for name in self.spec.on_demand.preload:
             if name not in on_demand:
                 known = ", ".join(sorted(on_demand)) or "(none)"
-                raise UnknownComponentError(f"on_demand.preload: {name!r} is no on-demand model; "
-                                            f"on-demand models: {known}")  # fmt: skip
+                raise UnknownComponentError(
+                    f"on_demand.preload: {name!r} is no on-demand model; on-demand models: {known}"
+                )
 
     def _check_names(self, specs: list[ComponentSpec]) -> None:
         for s in specs:
@@ -128,7 +129,7 @@ class EndpointManager:
                 raise ComponentExistsError(f"component {s.name!r} already exists")
 
     def _check_capacity(self, specs: list[ComponentSpec]) -> None:
-        if (reason := can_place(self.ledger, [(s.name, s.resources, s.initial_copies) for s in specs])):
+        if reason := can_place(self.ledger, [(s.name, s.resources, s.initial_copies) for s in specs]):
             raise InsufficientCapacityError(reason)
 
     # --- lifecycle -------------------------------------------------------------------------------
@@ -219,17 +220,28 @@ class EndpointManager:
             first = self.start_copy(comp)
             added += 1
             if not await first:
-                log.warning("copy %s failed its first start (%s); it keeps restarting", comp.replicas[-1].id,
-                            comp.replicas[-1].last_reason)  # fmt: skip
+                log.warning(
+                    "copy %s failed its first start (%s); it keeps restarting",
+                    comp.replicas[-1].id,
+                    comp.replicas[-1].last_reason,
+                )
         return added
 
     def start_copy(self, comp: Component) -> asyncio.Future[bool]:
         """Place one more copy of `comp` (InsufficientCapacityError if it does not fit) and start it; the
         future says whether its first start passed /ping."""
         alloc = place(self.ledger, comp.name, comp.spec.resources)
-        replica = Replica(comp.spec, comp.new_index(), comp.model, alloc, self.log_dir,
-                          on_change=comp.notify, timing=self.timing.replica,
-                          internal_key=self.internal_key, adapters=comp.startable_adapters)  # fmt: skip
+        replica = Replica(
+            comp.spec,
+            comp.new_index(),
+            comp.model,
+            alloc,
+            self.log_dir,
+            on_change=comp.notify,
+            timing=self.timing.replica,
+            internal_key=self.internal_key,
+            adapters=comp.startable_adapters,
+        )
         comp.replicas.append(replica)
         return replica.start()
 
@@ -254,8 +266,9 @@ class EndpointManager:
         if copies < 0:
             raise ValueError(f"copies must be >= 0, got {copies}")
         if comp.demand is not None:
-            raise ValueError(f"component {name!r} is loaded on demand (one copy): use "
-                             "`llmhost endpoint load` or `unload`")  # fmt: skip
+            raise ValueError(
+                f"component {name!r} is loaded on demand (one copy): use `llmhost endpoint load` or `unload`"
+            )
         async with comp.lock:
             current = len(comp.capacity())
             if copies > current:
@@ -288,8 +301,10 @@ class EndpointManager:
     def on_demand(self, name: str) -> Component:
         comp = self.get(name)
         if comp.demand is None:
-            raise ValueError(f"component {name!r} has copies of its own, it is not loaded on demand: use "
-                             "`llmhost endpoint scale`")  # fmt: skip
+            raise ValueError(
+                f"component {name!r} has copies of its own, it is not loaded on demand: use "
+                "`llmhost endpoint scale`"
+            )
         return comp
 
     async def load(self, name: str) -> ComponentState:
@@ -332,8 +347,11 @@ class EndpointManager:
         self._register(added)
         self.folder = folder
         changed = sorted(n for n in gone if n in new)
-        return {"added": sorted(s.name for s in added if s.name not in changed),
-                "removed": sorted(n for n in gone if n not in new), "changed": changed}  # fmt: skip
+        return {
+            "added": sorted(s.name for s in added if s.name not in changed),
+            "removed": sorted(n for n in gone if n not in new),
+            "changed": changed,
+        }
 
     def get(self, name: str) -> Component:
         comp = self.components.get(name)

@@ -35,22 +35,34 @@ def relabel(families: Iterable[Metric], labels: dict[str, str], into: dict[str, 
 
 
 def router_families(components: Sequence[Component]) -> list[Metric]:
-    copies = GaugeMetricFamily("llmhost_endpoint_copies", "Copies of each component by state",
-                               labels=["component", "state"])  # fmt: skip
-    in_flight = GaugeMetricFamily("llmhost_endpoint_in_flight", "Requests at the router, waiting ones "
-                                  "included", labels=["component"])  # fmt: skip
-    waiting = GaugeMetricFamily("llmhost_endpoint_waiting", "Requests waiting for a ready copy",
-                                labels=["component"])  # fmt: skip
-    outstanding = GaugeMetricFamily("llmhost_endpoint_copy_outstanding", "Requests in flight on each copy",
-                                    labels=["component", "copy"])  # fmt: skip
-    answered = CounterMetricFamily("llmhost_endpoint_requests", "Requests answered by the router, by status",
-                                   labels=["component", "code"])  # fmt: skip
-    retries = CounterMetricFamily("llmhost_endpoint_retries", "Requests re-sent to another copy because "
-                                  "they never reached the first", labels=["component"])  # fmt: skip
-    cut = CounterMetricFamily("llmhost_endpoint_stream_errors", "Streams cut by a failing copy",
-                              labels=["component"])  # fmt: skip
-    restarts = CounterMetricFamily("llmhost_endpoint_copy_restarts", "Restarts of each copy",
-                                   labels=["component", "copy"])  # fmt: skip
+    copies = GaugeMetricFamily(
+        "llmhost_endpoint_copies", "Copies of each component by state", labels=["component", "state"]
+    )
+    in_flight = GaugeMetricFamily(
+        "llmhost_endpoint_in_flight", "Requests at the router, waiting ones included", labels=["component"]
+    )
+    waiting = GaugeMetricFamily(
+        "llmhost_endpoint_waiting", "Requests waiting for a ready copy", labels=["component"]
+    )
+    outstanding = GaugeMetricFamily(
+        "llmhost_endpoint_copy_outstanding", "Requests in flight on each copy", labels=["component", "copy"]
+    )
+    answered = CounterMetricFamily(
+        "llmhost_endpoint_requests",
+        "Requests answered by the router, by status",
+        labels=["component", "code"],
+    )
+    retries = CounterMetricFamily(
+        "llmhost_endpoint_retries",
+        "Requests re-sent to another copy because they never reached the first",
+        labels=["component"],
+    )
+    cut = CounterMetricFamily(
+        "llmhost_endpoint_stream_errors", "Streams cut by a failing copy", labels=["component"]
+    )
+    restarts = CounterMetricFamily(
+        "llmhost_endpoint_copy_restarts", "Restarts of each copy", labels=["component", "copy"]
+    )
     for c in components:
         for state in ReplicaState:
             copies.add_metric([c.name, state.value], sum(1 for r in c.replicas if r.state == state))
@@ -64,25 +76,47 @@ def router_families(components: Sequence[Component]) -> list[Metric]:
             outstanding.add_metric([c.name, r.id], r.outstanding)
             restarts.add_metric([c.name, r.id], r.restarts)
     routing = routing_families([(c.name, c.spec.routing.policy, c.routing_decisions) for c in components])
-    tasks = GaugeMetricFamily("llmhost_endpoint_asyncio_tasks", "Tasks alive on the router's event loop",
-                              value=asyncio_tasks())  # fmt: skip
-    return [copies, in_flight, waiting, outstanding, answered, retries, cut, restarts,
-            *on_demand_families(components), *routing, tasks]  # fmt: skip
+    tasks = GaugeMetricFamily(
+        "llmhost_endpoint_asyncio_tasks", "Tasks alive on the router's event loop", value=asyncio_tasks()
+    )
+    return [
+        copies,
+        in_flight,
+        waiting,
+        outstanding,
+        answered,
+        retries,
+        cut,
+        restarts,
+        *on_demand_families(components),
+        *routing,
+        tasks,
+    ]
 
 
 def on_demand_families(components: Sequence[Component]) -> list[Metric]:
     """Loads, unloads, evictions and load seconds of the on-demand models."""
-    state = GaugeMetricFamily("llmhost_endpoint_model_state", "On-demand models by state (1: in it)",
-                              labels=["component", "state"])  # fmt: skip
-    loads = CounterMetricFamily("llmhost_endpoint_model_loads", "Loads of each on-demand model",
-                                labels=["component"])  # fmt: skip
-    seconds = SummaryMetricFamily("llmhost_endpoint_model_load_seconds", "Seconds from a load's copy start "
-                                  "to its first passed /ping", labels=["component"])  # fmt: skip
-    unloads = CounterMetricFamily("llmhost_endpoint_model_unloads", "Unloads of each on-demand model by "
-                                  "reason: idle, evicted, admin", labels=["component", "reason"])  # fmt: skip
-    evictions = CounterMetricFamily("llmhost_endpoint_model_evictions", "Unloads to make room for another "
-                                    "model, by what was short: max_loaded, memory, cpus",
-                                    labels=["component", "reason"])  # fmt: skip
+    state = GaugeMetricFamily(
+        "llmhost_endpoint_model_state", "On-demand models by state (1: in it)", labels=["component", "state"]
+    )
+    loads = CounterMetricFamily(
+        "llmhost_endpoint_model_loads", "Loads of each on-demand model", labels=["component"]
+    )
+    seconds = SummaryMetricFamily(
+        "llmhost_endpoint_model_load_seconds",
+        "Seconds from a load's copy start to its first passed /ping",
+        labels=["component"],
+    )
+    unloads = CounterMetricFamily(
+        "llmhost_endpoint_model_unloads",
+        "Unloads of each on-demand model by reason: idle, evicted, admin",
+        labels=["component", "reason"],
+    )
+    evictions = CounterMetricFamily(
+        "llmhost_endpoint_model_evictions",
+        "Unloads to make room for another model, by what was short: max_loaded, memory, cpus",
+        labels=["component", "reason"],
+    )
     for c in components:
         d = c.demand
         if d is None:
@@ -102,16 +136,22 @@ def routing_families(components: Sequence[tuple[str, str, Mapping[Decision, int]
     """Each component's routing policy, and with prefix-aware routing its decisions (`affinity.Decision`;
     None: another policy): prefix / (prefix + spilled) is the share of requests that reached the copy
     holding their prefix."""
-    policy = GaugeMetricFamily("llmhost_endpoint_routing_policy", "How the router picks a copy (1 for the "
-                               "policy in use)", labels=["component", "policy"])  # fmt: skip
+    policy = GaugeMetricFamily(
+        "llmhost_endpoint_routing_policy",
+        "How the router picks a copy (1 for the policy in use)",
+        labels=["component", "policy"],
+    )
     helps = {
         Decision.PREFIX: "Requests sent to the copy holding the longest prefix of their prompt",
-        Decision.SPILLED: "Requests whose prefix's copy was over the load bound or unavailable: sent "
-        "elsewhere",
+        Decision.SPILLED: (
+            "Requests whose prefix's copy was over the load bound or unavailable: sent elsewhere"
+        ),
         Decision.COLD: "Requests whose prompt no copy was known to hold: sent to the least outstanding copy",
     }
-    counts = {d: CounterMetricFamily(f"llmhost_endpoint_routed_{d.value}", help, labels=["component"])
-              for d, help in helps.items()}  # fmt: skip
+    counts = {
+        d: CounterMetricFamily(f"llmhost_endpoint_routed_{d.value}", help, labels=["component"])
+        for d, help in helps.items()
+    }
     for name, used, decisions in components:
         policy.add_metric([name, used], 1)
         if decisions is not None:
@@ -136,13 +176,16 @@ async def _scrape(client: httpx.AsyncClient, url: str) -> str:
         return ""
 
 
-async def render_metrics(components: Sequence[Component], client: httpx.AsyncClient,
-                         extra: Sequence[Metric] = ()) -> bytes:
+async def render_metrics(
+    components: Sequence[Component], client: httpx.AsyncClient, extra: Sequence[Metric] = ()
+) -> bytes:
     """`extra`: more families of the router's own (the console's figures)."""
     targets = [
-        (c.name, r) for c in components for r in c.replicas
+        (c.name, r)
+        for c in components
+        for r in c.replicas
         if r.state in (ReplicaState.READY, ReplicaState.DRAINING)
-    ]  # fmt: skip
+    ]
     texts = await asyncio.gather(*(_scrape(client, r.url) for _, r in targets))
     merged: dict[str, Metric] = {}
     for (name, r), text in zip(targets, texts, strict=True):

@@ -52,8 +52,16 @@ def estimated_memory_mb(gguf: Path, engine: dict[str, Any] | None = None) -> int
     except GGUFError:  # its load fails and says why (the endpoint serves the other models meanwhile)
         metadata = {}
     shape = gguf_kv_shape(metadata, setting("cache_type_k"), setting("cache_type_v"))
-    names = ("max_concurrent", "max_total_tokens", "max_input_tokens", "max_batch_tokens", "ubatch_size",
-             "swa_full", "swa_checkpoints", "speculative")  # fmt: skip
+    names = (
+        "max_concurrent",
+        "max_total_tokens",
+        "max_input_tokens",
+        "max_batch_tokens",
+        "ubatch_size",
+        "swa_full",
+        "swa_checkpoints",
+        "speculative",
+    )
     try:
         config = EngineConfig(**{n: setting(n) for n in names})
         kv = running_kv_bytes(config, shape)
@@ -137,8 +145,10 @@ def _weights(model: Path, ref: str) -> Path:
 
 def _component(name: str, model: Path, folder: ModelsDirSpec) -> ComponentSpec:
     if not re.match(NAME_PATTERN, name):
-        raise SpecError(f"{model}: {name!r} is not a component name (letters, digits, '.', '_', '-'; "
-                        "at most 63): rename the file")  # fmt: skip
+        raise SpecError(
+            f"{model}: {name!r} is not a component name (letters, digits, '.', '_', '-'; "
+            "at most 63): rename the file"
+        )
     raw = _settings(name, model, folder.defaults)
     ref = str(raw.pop("model", model))
     if model.suffix == ".yaml" and "://" not in ref and ref != "default":
@@ -169,10 +179,14 @@ def scan(folder: ModelsDirSpec, declared: Collection[str] = ()) -> list[Componen
     specs = []
     for name, paths in found.items():
         if len(paths) > 1:
-            raise SpecError(f"models_dir {path}: name clash: {' and '.join(p.name for p in paths)} "
-                            f"both give the model name {name!r}; rename one")  # fmt: skip
+            raise SpecError(
+                f"models_dir {path}: name clash: {' and '.join(p.name for p in paths)} "
+                f"both give the model name {name!r}; rename one"
+            )
         if name in declared:
-            raise SpecError(f"models_dir {path}: name clash: {paths[0].name} gives the model name {name!r}, "
-                            "which a declared component has; rename one")  # fmt: skip
+            raise SpecError(
+                f"models_dir {path}: name clash: {paths[0].name} gives the model name {name!r}, "
+                "which a declared component has; rename one"
+            )
         specs.append(_component(name, paths[0], folder))
     return specs

@@ -65,8 +65,10 @@ def _entry(item: Listed) -> proto.ModelEntry:
 def _entries(items: list[Listed]) -> list[proto.ModelEntry]:
     """Each component, then each LoRA adapter with its base's details and the base as its parent."""
     bases = {i.name: _entry(i) for i in items if i.parent is None}
-    return [bases[i.name] if i.parent is None else adapter_entry(i.name, str(i.gguf or ""), bases[i.parent])
-            for i in items]  # fmt: skip
+    return [
+        bases[i.name] if i.parent is None else adapter_entry(i.name, str(i.gguf or ""), bases[i.parent])
+        for i in items
+    ]
 
 
 def _tags(items: list[Listed]) -> proto.TagsResponse:
@@ -74,8 +76,11 @@ def _tags(items: list[Listed]) -> proto.TagsResponse:
 
 
 def _ps(items: list[Listed]) -> proto.PsResponse:
-    running = [running_entry(e, i.expires_in_s, i.context_length)
-               for i, e in zip(items, _entries(items), strict=True) if i.loaded]  # fmt: skip
+    running = [
+        running_entry(e, i.expires_in_s, i.context_length)
+        for i, e in zip(items, _entries(items), strict=True)
+        if i.loaded
+    ]
     return proto.PsResponse(models=running)
 
 
@@ -170,6 +175,11 @@ def ollama_routes(listed: Callable[[], list[Listed]], folder: ModelsFolder | Non
         return PlainTextResponse("Ollama is running")
 
     for method, summary in (("GET", "Ollama liveness"), ("HEAD", "Ollama liveness (HEAD)")):
-        router.add_api_route("/", alive, methods=[method], route_class_override=APIRoute,
-                             openapi_extra=operation(summary, **alive_doc))  # fmt: skip
+        router.add_api_route(
+            "/",
+            alive,
+            methods=[method],
+            route_class_override=APIRoute,
+            openapi_extra=operation(summary, **alive_doc),
+        )
     return router

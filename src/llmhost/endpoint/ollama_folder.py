@@ -54,12 +54,20 @@ class ModelsFolder:
 
     def _refusal(self, model: str) -> Response | Path:
         if self._path() is None:
-            return error(400, "this endpoint has no models_dir: its models are the components of its file, "
-                         "which Ollama's API does not change", field="model")  # fmt: skip
+            return error(
+                400,
+                "this endpoint has no models_dir: its models are the components of its file, "
+                "which Ollama's API does not change",
+                field="model",
+            )
         entry = self._entry(_name(model))
         if entry is None:
-            return error(404, f"model {model!r} not found in the endpoint's models_dir", "not_found_error",
-                         field="model")  # fmt: skip
+            return error(
+                404,
+                f"model {model!r} not found in the endpoint's models_dir",
+                "not_found_error",
+                field="model",
+            )
         return entry
 
     async def copy(self, source: str, destination: str) -> Response:
@@ -68,8 +76,12 @@ class ModelsFolder:
             return entry
         name = _name(destination)
         if not re.match(NAME_PATTERN, name):
-            return error(400, f"destination {destination!r} is not a model name (letters, digits, '.', '_', "
-                         "'-'; at most 63)", field="destination")  # fmt: skip
+            return error(
+                400,
+                f"destination {destination!r} is not a model name (letters, digits, '.', '_', "
+                "'-'; at most 63)",
+                field="destination",
+            )
         async with self.lock:
             folder = self._path()
             assert folder is not None
@@ -86,12 +98,19 @@ class ModelsFolder:
         if self._path() is None:
             return error(400, "this endpoint has no models_dir to pull a model into", field="model")
         if not ref.startswith("s3://"):
-            return error(400, f"model {ref!r}: llmhost pulls s3:// model references into the models_dir, "
-                         "not Ollama's library", field="model")  # fmt: skip
+            return error(
+                400,
+                f"model {ref!r}: llmhost pulls s3:// model references into the models_dir, "
+                "not Ollama's library",
+                field="model",
+            )
         name = pulled_name(ref)
         if not re.match(NAME_PATTERN, name) or name in {s.name for s in self.owner.folder}:
-            return error(400, f"model {ref!r} gives the name {name!r}, which is no model name or is taken",
-                         field="model")  # fmt: skip
+            return error(
+                400,
+                f"model {ref!r} gives the name {name!r}, which is no model name or is taken",
+                field="model",
+            )
         steps = self._pulling(ref, name)
         if stream:
             return StreamingResponse(steps, media_type=NDJSON)
@@ -107,8 +126,14 @@ class ModelsFolder:
             yield _line({"error": f"pulling {ref}: {exc}"})
             return
         size = resolved.gguf.stat().st_size
-        yield _line({"status": f"pulling {name}", "digest": digest(str(resolved.gguf), size,
-                     resolved.gguf.stat().st_mtime), "total": size, "completed": size})  # fmt: skip
+        yield _line(
+            {
+                "status": f"pulling {name}",
+                "digest": digest(str(resolved.gguf), size, resolved.gguf.stat().st_mtime),
+                "total": size,
+                "completed": size,
+            }
+        )
         async with self.lock:
             folder = self._path()
             assert folder is not None
@@ -125,9 +150,12 @@ class ModelsFolder:
         if isinstance(entry, Response):
             return entry
         if entry.is_dir() and not entry.is_symlink():
-            return error(400, f"model {model!r} is a model directory ({entry}): llmhost removes files and "
-                         "links from the folder, not a directory; remove it yourself, then reload",
-                         field="model")  # fmt: skip
+            return error(
+                400,
+                f"model {model!r} is a model directory ({entry}): llmhost removes files and "
+                "links from the folder, not a directory; remove it yourself, then reload",
+                field="model",
+            )
         async with self.lock:
             await asyncio.to_thread(_remove, entry)
             await self.owner.reload()

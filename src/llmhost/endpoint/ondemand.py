@@ -59,8 +59,11 @@ class ModelPool:
 
     def _holding(self, exclude: Component | None = None) -> list[Component]:
         """On-demand components holding room (a copy starting, ready, restarting or draining)."""
-        return [c for c in self.host.components.values()
-                if c.demand is not None and c is not exclude and c.replicas]  # fmt: skip
+        return [
+            c
+            for c in self.host.components.values()
+            if c.demand is not None and c is not exclude and c.replicas
+        ]
 
     def _short(self, comp: Component, ledger: Ledger, holding: list[Component]) -> Shortage | None:
         p, res = self.policy, comp.spec.resources
@@ -69,8 +72,11 @@ class ModelPool:
             return Shortage("max_loaded", f"max_loaded={p.max_loaded} models are loaded ({names})")
         used = sum(r.alloc.memory_mb for c in holding for r in c.replicas)
         if p.memory_budget_mb is not None and used + res.memory_mb > p.memory_budget_mb:
-            return Shortage("memory", f"needs memory_mb={res.memory_mb}, {p.memory_budget_mb - used} MB of "
-                            f"memory_budget_mb={p.memory_budget_mb} are free")  # fmt: skip
+            return Shortage(
+                "memory",
+                f"needs memory_mb={res.memory_mb}, {p.memory_budget_mb - used} MB of "
+                f"memory_budget_mb={p.memory_budget_mb} are free",
+            )
         reason = can_place(ledger, [(comp.name, res, 1)])
         if reason is None:
             return None
@@ -94,9 +100,15 @@ class ModelPool:
     def _evictable(self, comp: Component) -> list[Component]:
         """Idle, unpinned models holding room, least recently used first: loaded, or restarting after a
         crash or missed pings with no request waiting (a load under way holds the lock)."""
-        idle = [c for c in self._holding(comp)
-                if c.demand is not None and not c.demand.spec.pinned and c.in_flight == 0
-                and c.capacity() and not c.lock.locked()]  # fmt: skip
+        idle = [
+            c
+            for c in self._holding(comp)
+            if c.demand is not None
+            and not c.demand.spec.pinned
+            and c.in_flight == 0
+            and c.capacity()
+            and not c.lock.locked()
+        ]
         return sorted(idle, key=lambda c: c.demand.last_used if c.demand else 0.0)
 
     def plan(self, comp: Component) -> tuple[list[Component], Shortage | None]:
@@ -111,8 +123,10 @@ class ModelPool:
             victims.append(candidates.pop(0))
 
     def waiting_reason(self, comp: Component, shortage: Shortage) -> str:
-        busy = [f"{c.name} ({'pinned' if c.demand and c.demand.spec.pinned else f'{c.in_flight} in flight'})"
-                for c in self._holding(comp)]  # fmt: skip
+        busy = [
+            f"{c.name} ({'pinned' if c.demand and c.demand.spec.pinned else f'{c.in_flight} in flight'})"
+            for c in self._holding(comp)
+        ]
         held = f"; holding the room: {', '.join(busy)}" if busy else ""
         return f"waiting for room to load model {comp.name!r}: {shortage.message}{held}"
 
@@ -172,8 +186,14 @@ class ModelPool:
                 why = self.waiting_reason(comp, shortage)
             left = deadline - time.monotonic()
             if left <= 0:
-                self._refuse(comp, Refusal(503, f"{why}; gave up after max_wait_s={comp.spec.max_wait_s:g}",
-                                           "service_unavailable"))  # fmt: skip
+                self._refuse(
+                    comp,
+                    Refusal(
+                        503,
+                        f"{why}; gave up after max_wait_s={comp.spec.max_wait_s:g}",
+                        "service_unavailable",
+                    ),
+                )
                 return None
             self._freed.clear()
             with contextlib.suppress(TimeoutError):
@@ -220,8 +240,11 @@ class ModelPool:
 
     def expired(self, now: float) -> list[Component]:
         """Loaded, unpinned models idle past their keep_alive, no load or unload of theirs under way."""
-        return [c for c in self.host.components.values()
-                if not c.lock.locked() and self.idle_past_keep_alive(c, now)]  # fmt: skip
+        return [
+            c
+            for c in self.host.components.values()
+            if not c.lock.locked() and self.idle_past_keep_alive(c, now)
+        ]
 
     def tick(self) -> None:
         """Unload the models idle past their keep_alive (the autoscaler loop calls this)."""

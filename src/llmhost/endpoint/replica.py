@@ -35,8 +35,13 @@ from llmhost.web.auth import ENV_KEY_VARS
 log = logging.getLogger("llmhost.endpoint")
 
 
-def copy_command(spec: ComponentSpec, model_ref: str, port: int, threads: int,
-                 adapters: Sequence[AdapterEntry] | None = None) -> list[str]:  # fmt: skip
+def copy_command(
+    spec: ComponentSpec,
+    model_ref: str,
+    port: int,
+    threads: int,
+    adapters: Sequence[AdapterEntry] | None = None,
+) -> list[str]:
     """`llmhost serve` for one copy of `spec`: the file's engine settings, the component's name, its
     CPUs' threads, on loopback (the router is the endpoint's only way in); `adapters`: the LoRA adapters
     the component has now (else the file's)."""
@@ -44,9 +49,16 @@ def copy_command(spec: ComponentSpec, model_ref: str, port: int, threads: int,
     if adapters is not None:
         options.pop("lora", None)
         options.update({"lora": [a.lora_option for a in adapters]} if adapters else {})
-    given = {"host": "127.0.0.1", "port": port, "threads": threads, "served_model_name": spec.name,
-             "log_level": "warning", "embeddings": spec.embeddings,
-             "memory_mb": spec.resources.memory_mb, **options}  # fmt: skip
+    given = {
+        "host": "127.0.0.1",
+        "port": port,
+        "threads": threads,
+        "served_model_name": spec.name,
+        "log_level": "warning",
+        "embeddings": spec.embeddings,
+        "memory_mb": spec.resources.memory_mb,
+        **options,
+    }
     return [sys.executable, "-m", "llmhost.cli", "serve", model_ref, *SERVE_SPEC.argv(given)]
 
 
@@ -232,8 +244,12 @@ class Replica:
             )
         log.info(
             "copy %s: pid %d on port %d, CPUs %s, %d thread(s)",
-            self.id, self.process.pid, self.port, self.alloc.cpu_list, self.alloc.threads,
-        )  # fmt: skip
+            self.id,
+            self.process.pid,
+            self.port,
+            self.alloc.cpu_list,
+            self.alloc.threads,
+        )
 
     async def _sleep(self, seconds: float) -> None:
         """Sleep, cut short by poke() or stop()."""
@@ -296,8 +312,10 @@ class Replica:
                 next_ping = time.monotonic() + self.timing.ping_interval_s
                 if misses >= self.timing.ping_misses:
                     t = self.timing
-                    return (f"did not answer /ping {misses} times in a row (every {t.ping_interval_s:g} s, "
-                            f"{t.ping_timeout_s:g} s timeout): hung; killed")  # fmt: skip
+                    return (
+                        f"did not answer /ping {misses} times in a row (every {t.ping_interval_s:g} s, "
+                        f"{t.ping_timeout_s:g} s timeout): hung; killed"
+                    )
             await self._sleep(self.timing.poll_s)
         return None
 
@@ -341,8 +359,9 @@ class Replica:
                 if self.ready_at is not None and time.monotonic() - self.ready_at > self.timing.stable_s:
                     backoff = self.timing.backoff_initial_s
                 self.ready_at = None
-                log.warning("copy %s: %s; restarting in %.1f s (restart %d)",
-                            self.id, reason, backoff, self.restarts)  # fmt: skip
+                log.warning(
+                    "copy %s: %s; restarting in %.1f s (restart %d)", self.id, reason, backoff, self.restarts
+                )
                 self.set_state(ReplicaState.FAILED)
                 self._resolve_first(False)
                 await self._sleep(backoff)
@@ -360,8 +379,12 @@ class Replica:
         while self.outstanding > 0 and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
         if self.outstanding > 0:
-            log.warning("copy %s: %d request(s) still in flight after %.0f s of draining",
-                        self.id, self.outstanding, drain_timeout_s)  # fmt: skip
+            log.warning(
+                "copy %s: %d request(s) still in flight after %.0f s of draining",
+                self.id,
+                self.outstanding,
+                drain_timeout_s,
+            )
         proc = self.process
         if proc is not None and proc.poll() is None:
             proc.send_signal(signal.SIGTERM)

@@ -51,9 +51,17 @@ log = logging.getLogger("llmhost.endpoint")
 NOT_STARTED = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
 
 __all__ = [
-    "COMPONENT_HEADER", "COPY_HEADER", "Proxy", "Registry", "by_header", "by_model", "create_router",
-    "error", "error_event", "known",
-]  # fmt: skip
+    "COMPONENT_HEADER",
+    "COPY_HEADER",
+    "Proxy",
+    "Registry",
+    "by_header",
+    "by_model",
+    "create_router",
+    "error",
+    "error_event",
+    "known",
+]
 
 
 class Registry(Protocol):
@@ -101,8 +109,9 @@ class Proxy:
         comp.waiting += 1
         self.registry.copy_wanted(comp)
         try:
-            while (replica is None and time.monotonic() < deadline and not comp.removing
-                   and comp.refusal is None):  # fmt: skip
+            while (
+                replica is None and time.monotonic() < deadline and not comp.removing and comp.refusal is None
+            ):
                 replica = await comp.wait_for_copy(deadline - time.monotonic(), tried, prefix)
         finally:
             comp.waiting -= 1
@@ -138,8 +147,9 @@ class Proxy:
             key = replica.key
             replica.outstanding += 1
             replica.served += 1
-            upstream_req = self.client.build_request(request.method, replica.url + path, content=body,
-                                                     headers=headers)  # fmt: skip
+            upstream_req = self.client.build_request(
+                request.method, replica.url + path, content=body, headers=headers
+            )
             sent = time.monotonic()
             try:
                 upstream = await self.client.send(upstream_req, stream=True)
@@ -195,8 +205,12 @@ class Proxy:
             content = await upstream.aread()
         except httpx.HTTPError as exc:
             replica.poke()
-            return error(502, f"copy {replica.id} of inference component {comp.name!r} failed while "
-                         f"answering: {type(exc).__name__}: {exc}", "upstream_error"), False  # fmt: skip
+            return error(
+                502,
+                f"copy {replica.id} of inference component {comp.name!r} failed while "
+                f"answering: {type(exc).__name__}: {exc}",
+                "upstream_error",
+            ), False
         finally:
             await upstream.aclose()
             replica.outstanding -= 1
@@ -222,8 +236,10 @@ async def _stream(
         comp.stream_errors += 1
         replica.poke()
         log.warning("stream from copy %s cut: %s", replica.id, exc)
-        message = (f"copy {replica.id} of inference component {comp.name!r} failed mid-stream: "
-                   f"{type(exc).__name__}: {exc}")  # fmt: skip
+        message = (
+            f"copy {replica.id} of inference component {comp.name!r} failed mid-stream: "
+            f"{type(exc).__name__}: {exc}"
+        )
         for part in routing.stream_cut(message, framed, tail, upstream.request.url.path):
             yield part
 
@@ -250,13 +266,20 @@ def _listed(registry: Registry) -> list[Listed]:
         expires = None if forever or d is None else d.keep_alive - c.idle_for(now)
         n_ctx = context_length(c.spec.engine.serve_options())
         out.append(Listed(c.name, c.model.gguf, bool(c.ready()), expires, n_ctx))
-        out += [Listed(a.name, Path(a.path), bool(c.ready()), expires, n_ctx, parent=c.name)
-                for a in c.adapter_list()]  # fmt: skip
+        out += [
+            Listed(a.name, Path(a.path), bool(c.ready()), expires, n_ctx, parent=c.name)
+            for a in c.adapter_list()
+        ]
     return out
 
 
-def create_router(registry: Registry, proxy: Proxy, lifecycle: Lifecycle,
-                  store: SeriesStore | None = None, folder: ModelsFolder | None = None) -> APIRouter:
+def create_router(
+    registry: Registry,
+    proxy: Proxy,
+    lifecycle: Lifecycle,
+    store: SeriesStore | None = None,
+    folder: ModelsFolder | None = None,
+) -> APIRouter:
     """`store`: the console's series, whose last figures /metrics shows too; `folder`: the models_dir,
     where Ollama's /api/copy and /api/delete act."""
     router = APIRouter()
@@ -269,8 +292,14 @@ def create_router(registry: Registry, proxy: Proxy, lifecycle: Lifecycle,
     @router.get("/v1/models", openapi_extra=apidoc.MODELS)
     async def models() -> Response:
         live = [(name, c) for name, c in registry.components.items() if not c.removing]
-        data = [entry for name, c in live for entry in (
-            _model_entry(name, c), *routing.adapter_entries(c, len(c.capacity()), len(c.ready())))]
+        data = [
+            entry
+            for name, c in live
+            for entry in (
+                _model_entry(name, c),
+                *routing.adapter_entries(c, len(c.capacity()), len(c.ready())),
+            )
+        ]
         listed: ModelList = {"object": "list", "data": data}
         return JSONResponse(listed)
 

@@ -37,11 +37,21 @@ COPY_HEADER = "X-Llmhost-Copy"
 # which adapter applies, as SageMaker names an adapter inference component to the container
 ADAPTER_HEADER = "X-Amzn-SageMaker-Adapter-Identifier"
 HOP_BY_HOP = {
-    "host", "content-length", "connection", "keep-alive", "transfer-encoding", "te", "trailer",
-    "upgrade", "proxy-authorization", "proxy-authenticate", "accept-encoding",
+    "host",
+    "content-length",
+    "connection",
+    "keep-alive",
+    "transfer-encoding",
+    "te",
+    "trailer",
+    "upgrade",
+    "proxy-authorization",
+    "proxy-authenticate",
+    "accept-encoding",
     # credentials stop at the router: copies never see a client's key
-    "authorization", "x-api-key",
-}  # fmt: skip
+    "authorization",
+    "x-api-key",
+}
 DROP_RESPONSE = {"content-length", "connection", "keep-alive", "transfer-encoding", "date", "server"}
 # what TGI's clients put in `model` when the user named none (huggingface_hub with a base_url: "dummy";
 # TGI's messages API: "tgi"): the header or the only component decides, as without a model
@@ -49,10 +59,20 @@ UNNAMED_MODELS = frozenset({"tgi", "dummy"})
 # routes whose component comes from the header, and those whose component comes from the body's model
 HEADER_ROUTES = ("/invocations", "/", "/generate", "/generate_stream")
 MODEL_ROUTES = (
-    "/v1/completions", "/v1/chat/completions", "/v1/embeddings", "/v1/messages", "/v1/messages/count_tokens",
-    "/v1/responses", "/tokenize", "/detokenize",
-    "/api/chat", "/api/generate", "/api/embed", "/api/embeddings", "/api/show",
-)  # fmt: skip
+    "/v1/completions",
+    "/v1/chat/completions",
+    "/v1/embeddings",
+    "/v1/messages",
+    "/v1/messages/count_tokens",
+    "/v1/responses",
+    "/tokenize",
+    "/detokenize",
+    "/api/chat",
+    "/api/generate",
+    "/api/embed",
+    "/api/embeddings",
+    "/api/show",
+)
 NDJSON = "application/x-ndjson"  # Ollama's streams: one JSON object a line
 # GET routes whose component is named in the query (`?model=`)
 QUERY_ROUTES = ("/tokenizer_info",)
@@ -126,14 +146,19 @@ class NotTaken:
     def given_up(self, what: str = "") -> Response:
         """The 503 once the wait is over; `what`: how no copy answered (" took the request")."""
         after = f"; last failure: {self.last}" if self.last else ""
-        return error(503, f"no ready copy of inference component {self.component!r}{what} within "
-                     f"{self.wait_s:g} s{after}", "service_unavailable")  # fmt: skip
+        return error(
+            503,
+            f"no ready copy of inference component {self.component!r}{what} within {self.wait_s:g} s{after}",
+            "service_unavailable",
+        )
 
 
 def taken_then_failed(component: str, copy: str, why: str, timed_out: bool) -> Response:
     """A copy took the request, then failed: never sent again (it may have been processed)."""
-    message = (f"copy {copy} of inference component {component!r} failed after the request reached it "
-               f"({why}); not retried, it may have been processed")  # fmt: skip
+    message = (
+        f"copy {copy} of inference component {component!r} failed after the request reached it "
+        f"({why}); not retried, it may have been processed"
+    )
     return error(504 if timed_out else 502, message, "upstream_error")
 
 
@@ -153,8 +178,9 @@ class Relay(StreamingResponse):
             await self._on_close()
 
 
-def error(status: int, message: str, type_: str = "invalid_request_error", field: str | None = None,
-          **extra: Any) -> Response:  # fmt: skip
+def error(
+    status: int, message: str, type_: str = "invalid_request_error", field: str | None = None, **extra: Any
+) -> Response:
     """The router's own refusal, in the error format its route declares (`relay_route`)."""
     headers = retry_after() if status in (429, 503) else None
     return ErrorResponse(APIError(status, message, type_, field=field, extra=extra, headers=headers))
@@ -170,8 +196,12 @@ def known(registry: Components[Routable]) -> str:
 
 
 def _unknown(registry: Components[Routable], name: str, field: str) -> Response:
-    return error(404, f"unknown inference component {name!r}; known components: {known(registry)}",
-                 "not_found_error", field=field)  # fmt: skip
+    return error(
+        404,
+        f"unknown inference component {name!r}; known components: {known(registry)}",
+        "not_found_error",
+        field=field,
+    )
 
 
 def _only(registry: Components[C]) -> C | None:
@@ -197,8 +227,12 @@ def by_header(registry: Components[C], headers: Mapping[str, str]) -> C | Respon
     only = _only(registry)
     if only is not None:
         return only
-    return error(400, f"several inference components are deployed; name one in the {COMPONENT_HEADER} "
-                 f"header: {known(registry)}", field=COMPONENT_HEADER)  # fmt: skip
+    return error(
+        400,
+        f"several inference components are deployed; name one in the {COMPONENT_HEADER} "
+        f"header: {known(registry)}",
+        field=COMPONENT_HEADER,
+    )
 
 
 def header_adapter(registry: Components[C], headers: Mapping[str, str]) -> str | None:
@@ -259,8 +293,12 @@ def by_query(registry: Components[C], query: Mapping[str, str], headers: Mapping
             return _unknown(registry, model, "model")
         return comp
     if not headers.get(COMPONENT_HEADER) and _only(registry) is None:
-        return error(400, f"several inference components are deployed; name one in the query (?model=NAME) "
-                     f"or the {COMPONENT_HEADER} header: {known(registry)}", field="model")  # fmt: skip
+        return error(
+            400,
+            f"several inference components are deployed; name one in the query (?model=NAME) "
+            f"or the {COMPONENT_HEADER} header: {known(registry)}",
+            field="model",
+        )
     return by_header(registry, headers)
 
 
@@ -331,8 +369,14 @@ def ping(accepting: bool, serving: Mapping[str, bool]) -> Response:
 
 
 def model_entry(name: str, copies: int, ready: int) -> ModelEntry:
-    return {"id": name, "object": "model", "owned_by": "llmhost", "created": 0, "copies": copies,
-            "ready": ready}  # fmt: skip
+    return {
+        "id": name,
+        "object": "model",
+        "owned_by": "llmhost",
+        "created": 0,
+        "copies": copies,
+        "ready": ready,
+    }
 
 
 def adapter_entries(comp: Routable, copies: int, ready: int) -> list[ModelEntry]:
@@ -375,8 +419,13 @@ def data_routes(registry: Components[C], proxy: Forwarder[C]) -> APIRouter:
         return await proxy.forward(request, picked, b"")
 
     def add(path: str, method: str, route: Callable[[Request], Awaitable[Response]], how: str) -> None:
-        router.add_api_route(path, route, methods=[method], openapi_extra=relay_doc(method, path, how),
-                             route_class_override=relay_route(path))  # fmt: skip
+        router.add_api_route(
+            path,
+            route,
+            methods=[method],
+            openapi_extra=relay_doc(method, path, how),
+            route_class_override=relay_route(path),
+        )
 
     for path in HEADER_ROUTES:
         add(path, "POST", route_header, "header")

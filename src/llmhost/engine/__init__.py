@@ -37,16 +37,37 @@ if TYPE_CHECKING:
 
 # name → the module defining it, imported on first use
 _HOMES = {
-    "EngineConfig": "config", "available_cpus": "config",
-    "Engine": "engine", "EngineObserver": "stats", "EngineStats": "stats",
-    "LlamaModel": "llama", "ModelInfo": "gguf_meta", "ModelLoadError": "llama",
-    "AsyncEngine": "loop", "EngineState": "worker", "RequestStream": "loop",
-    **dict.fromkeys((
-        "Constraint", "ConstraintKind", "EngineError", "EngineUnavailableError", "FinishReason",
-        "GenerationEvent", "GenerationRequest", "InvalidRequestError", "QueueFullError",
-        "RequestTooLargeError", "SamplingParams", "Thinking", "Timings", "TokenLogprob",
-    ), "request"),
-}  # fmt: skip
+    "EngineConfig": "config",
+    "available_cpus": "config",
+    "Engine": "engine",
+    "EngineObserver": "stats",
+    "EngineStats": "stats",
+    "LlamaModel": "llama",
+    "ModelInfo": "gguf_meta",
+    "ModelLoadError": "llama",
+    "AsyncEngine": "loop",
+    "EngineState": "worker",
+    "RequestStream": "loop",
+    **dict.fromkeys(
+        (
+            "Constraint",
+            "ConstraintKind",
+            "EngineError",
+            "EngineUnavailableError",
+            "FinishReason",
+            "GenerationEvent",
+            "GenerationRequest",
+            "InvalidRequestError",
+            "QueueFullError",
+            "RequestTooLargeError",
+            "SamplingParams",
+            "Thinking",
+            "Timings",
+            "TokenLogprob",
+        ),
+        "request",
+    ),
+}
 
 __all__ = [
     "AsyncEngine",

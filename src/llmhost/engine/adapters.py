@@ -175,4 +175,3 @@ class LoadedAdapters:
 def keys_in_use(adapter_sets: Iterable[AdapterSet]) -> list[str]:
     """Each adapter key of these sets, once per set that holds it."""
     return [key for adapters in adapter_sets for key, _ in adapters]
-

@@ -124,8 +124,11 @@ class EngineConfig:
                 f"schedule_policy must be one of {', '.join(SCHEDULE_POLICIES)}, got {self.schedule_policy!r}"
             )
         if self.speculative and not self.swa_full:
-            log.debug("speculative=%r keeps sliding-window layers whole (swa_full): a rolled-back guess "
-                     "would take window cells with it", self.speculative)  # fmt: skip
+            log.debug(
+                "speculative=%r keeps sliding-window layers whole (swa_full): a rolled-back guess "
+                "would take window cells with it",
+                self.speculative,
+            )
             object.__setattr__(self, "swa_full", True)  # frozen: settled once, before any use
 
     def _check_cache_types(self) -> None:

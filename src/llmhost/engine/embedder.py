@@ -148,17 +148,21 @@ def check_inputs(inputs: Sequence[list[int]], config: EmbedderConfig, n_vocab: i
         raise RequestTooLargeError("input", 0, 1, "input is empty: at least one input is needed")
     if len(inputs) > config.max_inputs:
         raise RequestTooLargeError(
-            "input", len(inputs), config.max_inputs,
+            "input",
+            len(inputs),
+            config.max_inputs,
             f"input has {len(inputs)} items; at most {config.max_inputs} are allowed per request",
-        )  # fmt: skip
+        )
     for i, tokens in enumerate(inputs):
         if not tokens:
             raise RequestTooLargeError("input", 0, 1, f"input {i} is empty: at least one token is needed")
         if len(tokens) > config.max_input_tokens:
             raise RequestTooLargeError(
-                "input", len(tokens), config.max_input_tokens,
+                "input",
+                len(tokens),
+                config.max_input_tokens,
                 f"input {i} has {len(tokens)} tokens; max_input_tokens is {config.max_input_tokens}",
-            )  # fmt: skip
+            )
         if min(tokens) < 0 or max(tokens) >= n_vocab:
             bad = next(t for t in tokens if not 0 <= t < n_vocab)
             raise InvalidRequestError(
@@ -193,6 +197,10 @@ def load_embedder(model_path: str, config: EmbedderConfig) -> Embedder:
     model = LlamaModel(model_path, config.model_config(), pooling=config.pooling)
     log.info(
         "loaded %s for embeddings in %.2f s: %d dimensions, %s pooling, %d tokens per decode",
-        model_path, time.perf_counter() - t0, model.n_embd, model.pooling_name, config.decode_tokens,
-    )  # fmt: skip
+        model_path,
+        time.perf_counter() - t0,
+        model.n_embd,
+        model.pooling_name,
+        config.decode_tokens,
+    )
     return Embedder(model, config)

@@ -146,9 +146,10 @@ class Engine:
             for seq, src in plan.moved:
                 self._guard(seq, "draft model", self.drafter.move, seq, src)
         plan.items = [
-            i for i in plan.items
+            i
+            for i in plan.items
             if i.seq.status is not SeqStatus.FINISHED and i.seq.kv_seq not in refused and self._kv_holds(i)
-        ]  # fmt: skip
+        ]
         self.kv.checkpoint(plan.items)
         if self.drafter is not None and plan.items:
             plan.items = self.drafter.fill(plan.items)
@@ -163,8 +164,13 @@ class Engine:
         seq = item.seq
         if self.model.holds_context(seq.kv_seq, item.start_pos):
             return True
-        log.warning("request %s: sequence %d lacks positions its tokens at %d attend to (%d held)",
-                    seq.request_id, seq.kv_seq, item.start_pos, self.model.seq_len(seq.kv_seq))  # fmt: skip
+        log.warning(
+            "request %s: sequence %d lacks positions its tokens at %d attend to (%d held)",
+            seq.request_id,
+            seq.kv_seq,
+            item.start_pos,
+            self.model.seq_len(seq.kv_seq),
+        )
         if seq.status is SeqStatus.PREFILL:
             self.model.apply(KvTrim(seq.kv_seq, 0))
             self.scheduler.prefix_lost(seq.kv_seq)
@@ -313,14 +319,28 @@ class Engine:
         self.draft_tokens_accepted += seq.draft_accepted
         t = timings(seq, self.clock())
         event = GenerationEvent(
-            seq.request_id, tokens or [], text, logprobs or [], finish, t,
-            len(seq.prompt), len(seq.output), error, active.take_prompt_logprobs(), reason,
-        )  # fmt: skip
+            seq.request_id,
+            tokens or [],
+            text,
+            logprobs or [],
+            finish,
+            t,
+            len(seq.prompt),
+            len(seq.output),
+            error,
+            active.take_prompt_logprobs(),
+            reason,
+        )
         event.stop_sequence = active.detok.stop.matched
         event.reasoning_tokens = active.sampler.reasoning_tokens if active.sampler is not None else 0
         if finish is not FinishReason.ABORT:
-            log.info("request %s finished (%s%s)\n%s", seq.request_id, finish.value,
-                     f": {error}" if error else "", t.print_timings())  # fmt: skip
+            log.info(
+                "request %s finished (%s%s)\n%s",
+                seq.request_id,
+                finish.value,
+                f": {error}" if error else "",
+                t.print_timings(),
+            )
         self._observe(event)
         self._events.append(event)
 
@@ -374,7 +394,8 @@ class Engine:
     def stats(self) -> EngineStats:
         sched, checkpoints = self.scheduler, self.model.checkpoints
         return EngineStats(
-            running=len(sched.running), waiting=len(sched.waiting),
+            running=len(sched.running),
+            waiting=len(sched.waiting),
             kv_tokens_used=sched.kv_tokens_used,
             kv_tokens_capacity=self.config.n_ctx,
             steps=self.steps,
@@ -384,10 +405,11 @@ class Engine:
             prompt_tokens_prefilled=self.prompt_tokens_prefilled,
             draft_tokens=self.draft_tokens,
             draft_tokens_accepted=self.draft_tokens_accepted,
-            swa_checkpoints_made=checkpoints.made, swa_checkpoints_restored=checkpoints.restored,
+            swa_checkpoints_made=checkpoints.made,
+            swa_checkpoints_restored=checkpoints.restored,
             swa_checkpoint_bytes=checkpoints.nbytes,
             **(self.scheduler.host.figures() if self.scheduler.host is not None else {}),
-        )  # fmt: skip
+        )
 
     def close(self) -> None:
         for request_id in list(self._active):

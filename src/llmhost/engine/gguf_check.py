@@ -22,8 +22,19 @@ VERSIONS = (2, 3)
 DEFAULT_ALIGNMENT = 32
 MAX_DIMS = 4  # GGML_MAX_DIMS
 # metadata value types: struct format of the fixed-size ones
-_SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?",
-            10: "<Q", 11: "<q", 12: "<d"}  # fmt: skip
+_SCALARS = {
+    0: "<B",
+    1: "<b",
+    2: "<H",
+    3: "<h",
+    4: "<I",
+    5: "<i",
+    6: "<f",
+    7: "<?",
+    10: "<Q",
+    11: "<q",
+    12: "<d",
+}
 _STRING, _ARRAY = 8, 9
 _U64 = struct.Struct("<Q")
 # a context the model claims beyond this is not a model (llama.cpp keeps it in 32 bits)
@@ -101,7 +112,6 @@ class _Reader:
         else:  # nested arrays: no model writes them, and llama.cpp reads none
             raise ValueError(f"{what} is an array of type {kind}")
         return int(n)
-
 
     def _strings(self, n: int, what: str) -> None:
         """Walks `n` strings (a vocabulary: 262k of them in Gemma's, hence the tight loop)."""
@@ -234,8 +244,10 @@ def check_gguf(path: str | Path) -> list[GGUFLayout]:
         return [first]
     match = SPLIT.match(Path(path).name)
     if match is None or int(match["no"]) != 1:
-        raise GGUFError(f"{path}: part of a split model ({count} parts): load it from its first part, "
-                        "NAME-00001-of-NNNNN.gguf")  # fmt: skip
+        raise GGUFError(
+            f"{path}: part of a split model ({count} parts): load it from its first part, "
+            "NAME-00001-of-NNNNN.gguf"
+        )
     parts = [first]
     for no in range(2, count + 1):
         part = Path(path).with_name(f"{match['prefix']}-{no:05d}-of-{count:05d}.gguf")

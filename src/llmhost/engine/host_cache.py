@@ -90,10 +90,16 @@ def _auto_mb(memory_mb: int, reserved_bytes: int) -> int:
         used_mb = (psutil.Process().memory_info().rss + reserved_bytes) // 2**20
         room = max(0, memory_mb - used_mb)
         if room < mb:
-            mb, why = room, (f"what --memory-mb {memory_mb} leaves beside {used_mb} MiB (weights, KV, SWA "
-                             "checkpoints, process)")  # fmt: skip
-    log.info("prompt cache (host memory tier): %d MiB, %s (--prompt-cache-mb sets it, 0 turns it off)",
-             mb, why)  # fmt: skip
+            mb, why = (
+                room,
+                (
+                    f"what --memory-mb {memory_mb} leaves beside {used_mb} MiB (weights, KV, SWA "
+                    "checkpoints, process)"
+                ),
+            )
+    log.info(
+        "prompt cache (host memory tier): %d MiB, %s (--prompt-cache-mb sets it, 0 turns it off)", mb, why
+    )
     return mb
 
 

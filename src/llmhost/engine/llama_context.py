@@ -70,6 +70,9 @@ def refusal(config: EngineConfig, pooling: str | None, kv_bytes_per_token: int) 
         f"({config.max_concurrent} running + {config.prefix_cache_seqs} idle cached sequences "
         f"x {config.max_total_tokens} tokens, about {kv_mb:.0f} MiB of {types} KV): "
         "lower --max-concurrent, --prefix-cache-seqs or --max-total-tokens"
-        + ("" if types == "f16/f16" else
-           ", or use --cache-type-k/-v f16 (a quantized type needs head sizes in blocks of 32)")
-    )  # fmt: skip
+        + (
+            ""
+            if types == "f16/f16"
+            else ", or use --cache-type-k/-v f16 (a quantized type needs head sizes in blocks of 32)"
+        )
+    )

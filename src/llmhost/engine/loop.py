@@ -99,11 +99,15 @@ def load_engine(model_path: str, config: EngineConfig, observer: EngineObserver 
     log.info(
         "KV cache: %d streams (%d running + %d idle cached sequences) x %d tokens, %s/%s, %s, %.1f MiB "
         "(--prefix-cache-seqs, --max-total-tokens, --cache-type-k/-v and --swa-full size it)",
-        config.n_seq_max, config.max_concurrent, config.prefix_cache_seqs, config.max_total_tokens,
-        config.cache_type_k, config.cache_type_v,
+        config.n_seq_max,
+        config.max_concurrent,
+        config.prefix_cache_seqs,
+        config.max_total_tokens,
+        config.cache_type_k,
+        config.cache_type_v,
         _window_handling(config, model),
         model.kv_mib,
-    )  # fmt: skip
+    )
     return engine
 
 
@@ -184,8 +188,12 @@ class AsyncEngine(ModelWorker[Engine]):
 
     def _die(self, reason: str) -> None:
         """Fail every accepted request at once and refuse new ones; the server exits on DEAD."""
-        log.critical("%s; failing %d request(s)%s", reason, len(self._streams),
-                     f": {', '.join(self._streams)}" if self._streams else "")  # fmt: skip
+        log.critical(
+            "%s; failing %d request(s)%s",
+            reason,
+            len(self._streams),
+            f": {', '.join(self._streams)}" if self._streams else "",
+        )
         with self._cond:
             self.error = reason
             self.state = EngineState.DEAD
@@ -243,8 +251,11 @@ class AsyncEngine(ModelWorker[Engine]):
             events = engine.take_events()
             self._deliver(events)
             failed = ", ".join(sorted({e.request_id for e in events if e.error is not None}))
-            log.error("failed the %d request(s) of that step%s; the others continue", n,
-                      f" (requests {failed})" if failed else "")  # fmt: skip
+            log.error(
+                "failed the %d request(s) of that step%s; the others continue",
+                n,
+                f" (requests {failed})" if failed else "",
+            )
             if failures >= self.config.max_step_failures:
                 raise EngineDeadError(f"{failures} engine steps in a row failed; last: {exc}") from exc
             return failures

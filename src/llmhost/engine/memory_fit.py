@@ -58,9 +58,14 @@ def gguf_kv_bytes(metadata: dict[str, object], type_k: str = "f16", type_v: str 
 
     heads = number("attention.head_count", 1)
     width = number("embedding_length", 0) // heads
-    return kv_bytes(number("block_count", 0), number("attention.head_count_kv", heads),
-                    number("attention.key_length", width), number("attention.value_length", width),
-                    type_k, type_v)  # fmt: skip
+    return kv_bytes(
+        number("block_count", 0),
+        number("attention.head_count_kv", heads),
+        number("attention.key_length", width),
+        number("attention.value_length", width),
+        type_k,
+        type_v,
+    )
 
 
 @dataclass(frozen=True)
@@ -181,8 +186,13 @@ def new_checkpoints(config: EngineConfig, kv: KvShape, windowed: bool) -> SwaChe
 def plan(config: EngineConfig, rss_before_load: int, weights_bytes: int, kv: KvShape) -> MemoryPlan:
     now = rss_bytes()
     resident = max(0, min(weights_bytes, now - rss_before_load))
-    return MemoryPlan(config.memory_mb, now, weights_bytes - resident, stream_bytes(config, kv),
-                      checkpoint_budget(config, kv))  # fmt: skip
+    return MemoryPlan(
+        config.memory_mb,
+        now,
+        weights_bytes - resident,
+        stream_bytes(config, kv),
+        checkpoint_budget(config, kv),
+    )
 
 
 def fit_memory(config: EngineConfig, p: MemoryPlan) -> EngineConfig:
@@ -206,8 +216,11 @@ def fit_memory(config: EngineConfig, p: MemoryPlan) -> EngineConfig:
         log.warning(
             "--memory-mb %d holds %d idle cached sequence(s), not %d: %.0f MiB with them "
             "(each %.1f MiB of KV); give it more memory or lower --max-total-tokens to keep more",
-            config.memory_mb, idle, config.prefix_cache_seqs, p.need_mb(config.max_concurrent + idle),
+            config.memory_mb,
+            idle,
+            config.prefix_cache_seqs,
+            p.need_mb(config.max_concurrent + idle),
             p.stream_bytes / MIB,
-        )  # fmt: skip
+        )
         return dataclasses.replace(config, prefix_cache_seqs=idle)
     return config

@@ -94,8 +94,15 @@ class SamplingParams:
             raise ParamError("top_k", f"must be in [0, {INT32_MAX}], got {self.top_k}")
         if not 0 <= self.penalty_last_n <= INT32_MAX:
             raise ParamError("penalty_last_n", f"must be in [0, {INT32_MAX}], got {self.penalty_last_n}")
-        for name in ("temperature", "top_p", "min_p", "typical_p", "repetition_penalty", "frequency_penalty",
-                     "presence_penalty"):  # fmt: skip
+        for name in (
+            "temperature",
+            "top_p",
+            "min_p",
+            "typical_p",
+            "repetition_penalty",
+            "frequency_penalty",
+            "presence_penalty",
+        ):
             if not math.isfinite(getattr(self, name)):
                 raise ParamError(name, f"must be a finite number, got {getattr(self, name)}")
         if not all(math.isfinite(v) or v == -math.inf for v in self.logit_bias.values()):
@@ -123,8 +130,12 @@ class SamplingParams:
     @property
     def plain_greedy(self) -> bool:
         """Greedy with no penalties: the next token is the argmax of the logits, whatever came before."""
-        return (self.greedy and not self.penalized and self.constraint is None
-                and (self.thinking is None or self.thinking.budget is None))  # fmt: skip
+        return (
+            self.greedy
+            and not self.penalized
+            and self.constraint is None
+            and (self.thinking is None or self.thinking.budget is None)
+        )
 
 
 MAX_LOGPROBS = 20

@@ -42,8 +42,12 @@ class Sampler:
         self._bias_values = np.fromiter(bias.values(), dtype=np.float32, count=len(bias))
         self._penalties: Penalties | None = None
         if params.penalized:
-            self._penalties = Penalties(params.penalty_last_n, params.repetition_penalty,
-                                        params.frequency_penalty, params.presence_penalty)  # fmt: skip
+            self._penalties = Penalties(
+                params.penalty_last_n,
+                params.repetition_penalty,
+                params.frequency_penalty,
+                params.presence_penalty,
+            )
             # penalties look back over the prompt too, as llama-server does
             for tok in prompt[-params.penalty_last_n :] if params.penalty_last_n > 0 else []:
                 self._penalties.accept(tok)

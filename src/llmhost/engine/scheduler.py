@@ -32,6 +32,7 @@ ENGINE_ACCEPTANCE_WEIGHT = 0.1
 # guesses expected to be confirmed, per guess, before any sequence has drafted
 PRIOR_ACCEPTANCE = 0.5
 
+
 def even_drafts(items: list[BatchItem]) -> list[BatchItem]:
     """The n-gram drafts of a step's decoding sequences, cut to the shortest of them (none when one
     sequence has none). With a KV stream per sequence llama.cpp runs a step whose sequences carry

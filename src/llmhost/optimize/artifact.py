@@ -275,8 +275,11 @@ def measure_load(gguf: Path, threads: int = 0, repeats: int = 3) -> LoadChoice:
     with gguf.open("rb") as f:
         while f.read(1 << 24):
             pass
-    settings = {f"{mode}{'+repack' if repack else ''}": (mode, repack) for mode in ("mmap", "read")
-                for repack in (True, False)}  # fmt: skip
+    settings = {
+        f"{mode}{'+repack' if repack else ''}": (mode, repack)
+        for mode in ("mmap", "read")
+        for repack in (True, False)
+    }
     times: dict[str, list[float]] = {name: [] for name in settings}
     for _ in range(repeats):
         for name, (mode, repack) in settings.items():

@@ -117,9 +117,12 @@ def merge_lora_(
         task = bar.add_task("merging", total=None)
         try:
             result = merge_lora(
-                source, [(a["path"], a["scale"]) for a in inputs], out, merge_type,
+                source,
+                [(a["path"], a["scale"]) for a in inputs],
+                out,
+                merge_type,
                 lambda done, total, name: bar.update(task, completed=done, total=total, description=name),
-            )  # fmt: skip
+            )
         except MergeError as exc:
             raise _fail(exc) from exc
     names = ", ".join(f"{a['name']}*{a['scale']:g}" for a in inputs)
@@ -226,8 +229,9 @@ def artifact(
             merge_lora=_merge_inputs(merge_lora or []),
             merge_type=merge_type,
         )
-        result = build_or_reuse(source, out, recipe, say=typer.echo, threads=threads,
-                                eval_max_tokens=eval_max_tokens)  # fmt: skip
+        result = build_or_reuse(
+            source, out, recipe, say=typer.echo, threads=threads, eval_max_tokens=eval_max_tokens
+        )
     except (ArtifactError, QuantizeError, MergeError, ModelLoadError, FileNotFoundError) as exc:
         raise _fail(exc) from exc
     summary = {"directory": str(result.directory), "key": result.key, "reused": result.reused}

@@ -187,13 +187,21 @@ def _copy(out: BinaryIO, buf: Source, start: int, nbytes: int) -> None:
         out.write(buf.read(at, min(_COPY_BYTES, start + nbytes - at)))
 
 
-def _write(out: BinaryIO, buf: Source, base: GGUFLayout, adapters: Opened, merged_type: str,
-           progress: Progress | None) -> list[str]:  # fmt: skip
+def _write(
+    out: BinaryIO,
+    buf: Source,
+    base: GGUFLayout,
+    adapters: Opened,
+    merged_type: str,
+    progress: Progress | None,
+) -> list[str]:
     """The whole merged file, returning the names of the weights updated."""
     targets = set().union(*(a.weights for a, _ in adapters))
     floor = F32 if merged_type == "f32" else F16
-    types = {n: (F32 if k == F32 else floor) if n in targets else GGMLQuantizationType(k)
-             for n, (_, k) in base.tensors.items()}  # fmt: skip
+    types = {
+        n: (F32 if k == F32 else floor) if n in targets else GGMLQuantizationType(k)
+        for n, (_, k) in base.tensors.items()
+    }
     _write_header(out, buf, base, types)
     for i, (name, (dims, kind)) in enumerate(base.tensors.items()):
         _pad(out, base.alignment)
@@ -211,8 +219,13 @@ def tensor_bytes(dims: tuple[int, ...], kind: int) -> int:
     return math.prod(dims) // block * type_size
 
 
-def merge_lora(base_path: str | Path, adapters: Sequence[tuple[str | Path, float]], out_path: str | Path,
-               merged_type: str = "f16", progress: Progress | None = None) -> MergeResult:  # fmt: skip
+def merge_lora(
+    base_path: str | Path,
+    adapters: Sequence[tuple[str | Path, float]],
+    out_path: str | Path,
+    merged_type: str = "f16",
+    progress: Progress | None = None,
+) -> MergeResult:
     """Write `out_path`: the GGUF `base_path` with each (adapter GGUF, scale) of `adapters` merged in,
     in order, the merged weights as `merged_type` (f16, or f32; an F32 weight stays F32). Every
     adapter is checked before anything is written; `progress(done, total, tensor)`."""

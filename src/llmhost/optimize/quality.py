@@ -95,8 +95,14 @@ class Perplexity:
     text: str = SAMPLE_NAME
 
     def to_json(self) -> PerplexityJSON:
-        return {"perplexity": self.perplexity, "mean_nll": self.mean_nll, "tokens_scored": self.tokens_scored,
-                "windows": self.windows, "window": self.window, "text": self.text}  # fmt: skip
+        return {
+            "perplexity": self.perplexity,
+            "mean_nll": self.mean_nll,
+            "tokens_scored": self.tokens_scored,
+            "windows": self.windows,
+            "window": self.window,
+            "text": self.text,
+        }
 
 
 def perplexity(
@@ -157,8 +163,12 @@ class Agreement:
     identical_prefix: list[int] = field(default_factory=list)  # per prompt: tokens until first difference
 
     def to_json(self) -> AgreementJSON:
-        return {"agreement": self.agreement, "tokens": self.tokens, "prompts": self.prompts,
-                "identical_prefix": list(self.identical_prefix)}  # fmt: skip
+        return {
+            "agreement": self.agreement,
+            "tokens": self.tokens,
+            "prompts": self.prompts,
+            "identical_prefix": list(self.identical_prefix),
+        }
 
 
 def greedy_agreement(

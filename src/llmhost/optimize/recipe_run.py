@@ -87,9 +87,14 @@ def bench_config(url: str, name: str, recipe: RunRecipe) -> Any:
 def serve_argv(target: str | Path, port: int, recipe: RunRecipe) -> list[str]:
     from llmhost.bench.process import HOST, llmhost_command
 
-    given = {"host": HOST, "port": port, "flash_attn": recipe.flash_attn,
-             "max_concurrent": max(recipe.benchmark.concurrency, 1), "threads": recipe.threads or None,
-             "chat_template": recipe.chat_template_file or None}  # fmt: skip
+    given = {
+        "host": HOST,
+        "port": port,
+        "flash_attn": recipe.flash_attn,
+        "max_concurrent": max(recipe.benchmark.concurrency, 1),
+        "threads": recipe.threads or None,
+        "chat_template": recipe.chat_template_file or None,
+    }
     return [*llmhost_command(), "serve", str(target), *SERVE_SPEC.argv(given)]
 
 

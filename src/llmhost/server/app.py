@@ -152,8 +152,13 @@ def _serve(app: FastAPI, ctx: ServingContext, custom: CustomInference | None) ->
     app.state.custom = custom
 
 
-def _route(app: FastAPI, settings: ServerSettings, console: ConsoleSettings, store: SeriesStore,
-           source: ServerConsole) -> None:  # fmt: skip
+def _route(
+    app: FastAPI,
+    settings: ServerSettings,
+    console: ConsoleSettings,
+    store: SeriesStore,
+    source: ServerConsole,
+) -> None:
     """Every API's routes (each declares its error format), the console, the OpenAPI document."""
     errors.install(app)
     for module in (sagemaker, runtime, openai, anthropic, responses, embeddings, tgi, ollama, adapters, ops):
@@ -169,7 +174,8 @@ def _middleware(app: FastAPI, settings: ServerSettings, lifecycle: Lifecycle, ta
     app.add_middleware(CustomAttributesMiddleware)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes, routes=routes)
     if settings.api_keys.enabled:  # before the body is read; inside the request id
-        app.add_middleware(ApiKeyMiddleware, keys=settings.api_keys, open_paths=OPEN_PATHS | PUBLIC_PATHS,
-                           routes=routes)  # fmt: skip
+        app.add_middleware(
+            ApiKeyMiddleware, keys=settings.api_keys, open_paths=OPEN_PATHS | PUBLIC_PATHS, routes=routes
+        )
     app.add_middleware(FrontCounter, tally=tally)  # outside the key check: refusals count as 4xx
     app.add_middleware(RequestContextMiddleware, lifecycle=lifecycle, routes=routes)

@@ -89,32 +89,63 @@ class ServerConsole:
         stats = self.ctx.engine.stats() if self.ctx.embedder is None else None
         rss = round(float(self.process.memory_info().rss) / 2**20, 1)
         replica: ServeCopyRow = {
-            "copy": COPY, "component": s.model_name, "state": "ready" if model.ready else model.state.value,
-            "pid": os.getpid(), "port": s.port, "cpus": self._cpus(), "cpu_share": 1.0,
-            "threads": s.engine.n_threads, "memory_mb": None, "max_memory_mb": None, "memory_limit": None,
-            "rss_mb": rss, "outstanding": self.tally.in_flight, "restarts": 0, "last_reason": model.error,
-            "ready_for_s": round(time.time() - self.started_at, 1),
-        }  # fmt: skip
-        return {
-            "name": s.model_name, "model": str(s.model_path), "num_cpus": len(self._cpus()),
+            "copy": COPY,
+            "component": s.model_name,
+            "state": "ready" if model.ready else model.state.value,
+            "pid": os.getpid(),
+            "port": s.port,
+            "cpus": self._cpus(),
+            "cpu_share": 1.0,
+            "threads": s.engine.n_threads,
             "memory_mb": None,
-            "copies": 1, "ready": 1 if model.ready else 0, "in_flight": self.tally.in_flight,
-            "waiting": stats.waiting if stats is not None else 0, "autoscaling": None, "decisions": [],
+            "max_memory_mb": None,
+            "memory_limit": None,
+            "rss_mb": rss,
+            "outstanding": self.tally.in_flight,
+            "restarts": 0,
+            "last_reason": model.error,
+            "ready_for_s": round(time.time() - self.started_at, 1),
+        }
+        return {
+            "name": s.model_name,
+            "model": str(s.model_path),
+            "num_cpus": len(self._cpus()),
+            "memory_mb": None,
+            "copies": 1,
+            "ready": 1 if model.ready else 0,
+            "in_flight": self.tally.in_flight,
+            "waiting": stats.waiting if stats is not None else 0,
+            "autoscaling": None,
+            "decisions": [],
             "requests": {str(k): v for k, v in sorted(self.tally.responses.items())},
-            "embeddings": self.ctx.embedder is not None, "replicas": [replica],
-        }  # fmt: skip
+            "embeddings": self.ctx.embedder is not None,
+            "replicas": [replica],
+        }
 
     async def overview(self, request: Request) -> dict[str, Any]:
         memory = psutil.virtual_memory()
         cpus = self._cpus()
         return {
-            "kind": "server", "name": self.ctx.settings.model_name, "version": __version__,
+            "kind": "server",
+            "name": self.ctx.settings.model_name,
+            "version": __version__,
             "backend": "serve",
-            "uptime_s": round(time.time() - self.started_at, 1), "auth": self.ctx.settings.api_keys.enabled,
-            "host": {"cpus": psutil.cpu_count() or len(cpus), "copy_cpus": cpus, "router_cpus": [],
-                     "memory_mb": memory.total // 2**20, "memory_available_mb": memory.available // 2**20},
-            "admin": {"allowed": False,
-                      "why_not": "`llmhost serve` runs one copy and has no admin API: scale "
-                      "and change components on an endpoint (`llmhost endpoint up`)"},
-            "components": [self._component()], "on_demand": None,
-        }  # fmt: skip
+            "uptime_s": round(time.time() - self.started_at, 1),
+            "auth": self.ctx.settings.api_keys.enabled,
+            "host": {
+                "cpus": psutil.cpu_count() or len(cpus),
+                "copy_cpus": cpus,
+                "router_cpus": [],
+                "memory_mb": memory.total // 2**20,
+                "memory_available_mb": memory.available // 2**20,
+            },
+            "admin": {
+                "allowed": False,
+                "why_not": (
+                    "`llmhost serve` runs one copy and has no admin API: scale "
+                    "and change components on an endpoint (`llmhost endpoint up`)"
+                ),
+            },
+            "components": [self._component()],
+            "on_demand": None,
+        }

@@ -52,4 +52,3 @@ async def watch_embedder(embedder: AsyncEmbedder, lifecycle: Lifecycle) -> None:
         return f"embedder dead: {embedder.error}" if embedder.dead else None
 
     await watch(lifecycle, lambda: embedder.in_flight, fatal)
-

@@ -82,13 +82,19 @@ def _prompt_cache_metrics(s: EngineStats) -> Iterable[Metric]:
     """The host-memory cache tier (`--prompt-cache-mb`)."""
     counters = (
         ("hits", "Prompts whose KV was restored from host memory", s.prompt_cache_hits),
-        ("restored_tokens", "Prompt tokens restored from host memory instead of prefilled",
-         s.prompt_cache_restored_tokens),
+        (
+            "restored_tokens",
+            "Prompt tokens restored from host memory instead of prefilled",
+            s.prompt_cache_restored_tokens,
+        ),
         ("stores", "KV states saved to host memory as they left the context", s.prompt_cache_stores),
         ("evictions", "Saved KV states dropped to stay within the budget", s.prompt_cache_evictions),
-        ("restore_failures", "Restores llama.cpp refused (the prompt was prefilled instead)",
-         s.prompt_cache_restore_failures),
-    )  # fmt: skip
+        (
+            "restore_failures",
+            "Restores llama.cpp refused (the prompt was prefilled instead)",
+            s.prompt_cache_restore_failures,
+        ),
+    )
     for name, help_text, value in counters:
         yield CounterMetricFamily(f"llmhost_prompt_cache_{name}", help_text, value)
     gauges = (
@@ -107,16 +113,18 @@ class ServerMetrics:
         self.requests = Counter(REQUESTS_TOTAL, "Finished requests", ["api", "finish_reason"], registry=r)
         self.rejected = Counter(REJECTED_TOTAL, "Requests refused before generation", ["reason"], registry=r)
         self.ended = Counter(
-            ENDED_TOTAL, "Requests the engine ended early: errors, aborts and timeouts, by reason",
-            ["finish_reason", "reason"], registry=r,
-        )  # fmt: skip
+            ENDED_TOTAL,
+            "Requests the engine ended early: errors, aborts and timeouts, by reason",
+            ["finish_reason", "reason"],
+            registry=r,
+        )
         self.prompt_tokens = Counter(PROMPT_TOKENS_TOTAL, "Prompt tokens of finished requests", registry=r)
         self.generation_tokens = Counter(GENERATION_TOKENS_TOTAL, "Generated tokens", registry=r)
         self.reasoning_tokens = Counter(
             REASONING_TOKENS_TOTAL,
             "Generated tokens of thoughts (tags not counted; also in llmhost_generation_tokens)",
             registry=r,
-        )  # fmt: skip
+        )
         self.ttft = Histogram(TTFT_S, "Arrival to first token", buckets=LATENCY_BUCKETS, registry=r)
         self.tpot = Histogram(
             TPOT_S, "Time per output token after the first", buckets=TPOT_BUCKETS, registry=r

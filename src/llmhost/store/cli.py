@@ -8,8 +8,9 @@ from typing import Annotated
 
 import typer
 
-app = typer.Typer(help="GGUF models from the Hugging Face Hub: list the cache, pull, remove.",
-                  invoke_without_command=True)  # fmt: skip
+app = typer.Typer(
+    help="GGUF models from the Hugging Face Hub: list the cache, pull, remove.", invoke_without_command=True
+)
 
 REF_HELP = "hf://OWNER/REPO/FILE.gguf, hf://OWNER/REPO:QUANT or hf://OWNER/REPO."
 

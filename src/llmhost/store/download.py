@@ -150,11 +150,21 @@ def _fetch_with_retries(client: Any, ref: S3Ref, etag: str, r: ByteRange, fd: in
             if not _transient(exc):
                 raise
             if attempt == RANGE_TRIES:
-                raise S3ModelError(f"{ref.uri}: range {r.header} failed {attempt} time(s), giving up; last: "
-                                   f"{type(exc).__name__}: {exc}") from exc  # fmt: skip
+                raise S3ModelError(
+                    f"{ref.uri}: range {r.header} failed {attempt} time(s), giving up; last: "
+                    f"{type(exc).__name__}: {exc}"
+                ) from exc
             wait_s = RETRY_BASE_S * 2 ** (attempt - 1)
-            log.warning("%s: range %s failed (%s: %s); try %d of %d in %.2f s", ref.uri, r.header,
-                        type(exc).__name__, exc, attempt + 1, RANGE_TRIES, wait_s)  # fmt: skip
+            log.warning(
+                "%s: range %s failed (%s: %s); try %d of %d in %.2f s",
+                ref.uri,
+                r.header,
+                type(exc).__name__,
+                exc,
+                attempt + 1,
+                RANGE_TRIES,
+                wait_s,
+            )
             time.sleep(wait_s)
 
 
@@ -166,8 +176,16 @@ def _on_success(record: Callable[[int], None], index: int) -> Callable[[Future[N
     return done
 
 
-def _run_parts(client: Any, ref: S3Ref, etag: str, todo: list[ByteRange], partial: Path,
-               record: Any, advance: Any, workers: int) -> None:  # fmt: skip
+def _run_parts(
+    client: Any,
+    ref: S3Ref,
+    etag: str,
+    todo: list[ByteRange],
+    partial: Path,
+    record: Any,
+    advance: Any,
+    workers: int,
+) -> None:
     fd = os.open(partial, os.O_WRONLY)
     try:
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="s3-part") as pool:
@@ -198,8 +216,9 @@ def _record_each(state: Path, etag: str, size: int, part_size: int, done: set[in
     return record
 
 
-def _verify(partial: Path, state: Path, ref: S3Ref, info: ObjectInfo, ranges: list[ByteRange],
-            part_size: int) -> str:  # fmt: skip
+def _verify(
+    partial: Path, state: Path, ref: S3Ref, info: ObjectInfo, ranges: list[ByteRange], part_size: int
+) -> str:
     # what the state file on disk says, not what this process believes: that is what a resume trusts
     gap = coverage_problem(ranges, load_done(state, info.etag, info.size, part_size), info.size)
     if gap is None and partial.stat().st_size != info.size:
@@ -211,8 +230,10 @@ def _verify(partial: Path, state: Path, ref: S3Ref, info: ObjectInfo, ranges: li
         # the bytes are wrong, not just missing: resuming from them would fail again
         partial.unlink(missing_ok=True)
         state.unlink(missing_ok=True)
-        raise AlteredDownload(f"{ref.uri}: downloaded file failed its {kind} check (ETag {info.etag}); "
-                              "the partial download was deleted")  # fmt: skip
+        raise AlteredDownload(
+            f"{ref.uri}: downloaded file failed its {kind} check (ETag {info.etag}); "
+            "the partial download was deleted"
+        )
     return kind
 
 
@@ -225,8 +246,15 @@ def _fsync_dir(path: Path) -> None:
             os.close(fd)
 
 
-def download_object(client: Any, ref: S3Ref, info: ObjectInfo, dest: Path, *, part_size: int | None = None,
-                    workers: int | None = None) -> str:  # fmt: skip
+def download_object(
+    client: Any,
+    ref: S3Ref,
+    info: ObjectInfo,
+    dest: Path,
+    *,
+    part_size: int | None = None,
+    workers: int | None = None,
+) -> str:
     """Fetch `ref` into `dest`; returns the integrity check made ("md5", "multipart", "sha256", "crc32",
     "sha1" or "size-only"). A file that fails it is deleted and fetched once more."""
     for attempt in range(1, ALTERED_TRIES + 1):
@@ -239,8 +267,9 @@ def download_object(client: Any, ref: S3Ref, info: ObjectInfo, dest: Path, *, pa
     raise AssertionError("unreachable")
 
 
-def _download_once(client: Any, ref: S3Ref, info: ObjectInfo, dest: Path, part_size: int | None,
-                   workers: int | None) -> str:  # fmt: skip
+def _download_once(
+    client: Any, ref: S3Ref, info: ObjectInfo, dest: Path, part_size: int | None, workers: int | None
+) -> str:
     # the module defaults are read per call so a deployment (or a test) can tune them in one place
     partial, state = partial_paths(dest)
     part_size = part_size or recorded_part_size(state) or DEFAULT_PART_SIZE

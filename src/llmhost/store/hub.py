@@ -78,7 +78,8 @@ def offline() -> bool:
     from huggingface_hub import constants
 
     return os.environ.get("HF_HUB_OFFLINE", "").upper() in constants.ENV_VARS_TRUE_VALUES or bool(
-        constants.HF_HUB_OFFLINE)  # fmt: skip
+        constants.HF_HUB_OFFLINE
+    )
 
 
 def repo_dir(repo: str, cache: Path | None = None) -> Path:
@@ -99,8 +100,10 @@ def fetch(ref: HubRef) -> list[Path]:
     cache = hub_cache_dir()
     todo = [name for name in model.parts if _cached(ref, listing.commit, name, cache) is None]
     if todo and listing.offline_reason:
-        raise HubModelError(f"{ref.uri}: {listing.offline_reason}, and the cache {cache} lacks "
-                            f"{', '.join(todo)} of {ref.repo}")  # fmt: skip
+        raise HubModelError(
+            f"{ref.uri}: {listing.offline_reason}, and the cache {cache} lacks "
+            f"{', '.join(todo)} of {ref.repo}"
+        )
     check_space(ref, [listing.files[n].size for n in todo], cache)
     paths = []
     for name in model.parts:
@@ -121,8 +124,9 @@ def list_repo(ref: HubRef) -> Listing:
 
     endpoint = hub_endpoint()
     try:
-        info = HfApi(endpoint=endpoint).model_info(ref.repo, revision=REVISION, files_metadata=True,
-                                                   timeout=LIST_TIMEOUT_S)  # fmt: skip
+        info = HfApi(endpoint=endpoint).model_info(
+            ref.repo, revision=REVISION, files_metadata=True, timeout=LIST_TIMEOUT_S
+        )
     except HfHubHTTPError as exc:
         status = exc.response.status_code if exc.response is not None else 0
         if status >= 500 or status == 429:  # the hub failing: a cached model still starts
@@ -153,11 +157,14 @@ def hub_error(ref: HubRef, exc: Exception, doing: str) -> HubModelError:
 
     endpoint = hub_endpoint()
     if isinstance(exc, GatedRepoError):
-        return HubModelError(f"{ref.uri}: {ref.repo} is a gated repository on {endpoint}: accept its "
-                             "conditions there, then set HF_TOKEN to a token of that account")  # fmt: skip
+        return HubModelError(
+            f"{ref.uri}: {ref.repo} is a gated repository on {endpoint}: accept its "
+            "conditions there, then set HF_TOKEN to a token of that account"
+        )
     if isinstance(exc, RepositoryNotFoundError):
-        return HubModelError(f"{ref.uri}: no repository {ref.repo} on {endpoint} (a private one needs "
-                             "HF_TOKEN)")  # fmt: skip
+        return HubModelError(
+            f"{ref.uri}: no repository {ref.repo} on {endpoint} (a private one needs HF_TOKEN)"
+        )
     if isinstance(exc, EntryNotFoundError) and isinstance(exc, HfHubHTTPError):  # the hub's 404
         return HubModelError(f"{ref.uri}: {doing}: no such file in {ref.repo} on {endpoint}")
     return HubModelError(f"{ref.uri}: {doing} from {endpoint}: {_first_line(exc)}")
@@ -173,11 +180,15 @@ def cached_listing(ref: HubRef, reason: str) -> Listing:
     try:
         commit = (storage / "refs" / REVISION).read_text().strip()
         snapshot = storage / "snapshots" / commit
-        files = {p.relative_to(snapshot).as_posix(): RepoFile(p.stat().st_size)
-                 for p in snapshot.rglob("*") if p.is_file()}  # fmt: skip
+        files = {
+            p.relative_to(snapshot).as_posix(): RepoFile(p.stat().st_size)
+            for p in snapshot.rglob("*")
+            if p.is_file()
+        }
     except OSError:
-        raise HubModelError(f"{ref.uri}: {reason}, and {ref.repo} is not in the cache "
-                            f"{hub_cache_dir()}") from None  # fmt: skip
+        raise HubModelError(
+            f"{ref.uri}: {reason}, and {ref.repo} is not in the cache {hub_cache_dir()}"
+        ) from None
     log.info("%s: %s: using the cached snapshot %s", ref.uri, reason, commit[:12])
     return Listing(commit, files, reason)
 
@@ -194,13 +205,15 @@ def choose(ref: HubRef, listing: Listing) -> GgufModel:
             raise HubModelError(f"{ref.uri}: {ref.file} is a multimodal projector (mmproj), not a model")
         model = model_of(ref.file, models)
         if model is None:
-            raise HubModelError(f"{ref.uri}: no file {ref.file!r} in {ref.repo} ({where}); its GGUF "
-                                f"models: {choices}")  # fmt: skip
+            raise HubModelError(
+                f"{ref.uri}: no file {ref.file!r} in {ref.repo} ({where}); its GGUF models: {choices}"
+            )
     else:
         found, _ = pick_quant(models, ref.quant)
         if found is None:
-            raise HubModelError(f"{ref.uri}: {_no_pick(ref, models)} of {ref.repo} ({where}); name one "
-                                f"of: {choices}")  # fmt: skip
+            raise HubModelError(
+                f"{ref.uri}: {_no_pick(ref, models)} of {ref.repo} ({where}); name one of: {choices}"
+            )
         model = found
     if model.missing:
         missing = ", ".join(model.missing)
@@ -230,8 +243,10 @@ def check_space(ref: HubRef, sizes: list[int | None], cache: Path) -> None:
         probe = probe.parent
     free = shutil.disk_usage(probe).free
     if need > free:
-        raise HubModelError(f"{ref.uri}: needs {need / 1e6:.1f} MB in the cache {cache}; its disk has "
-                            f"{free / 1e6:.1f} MB free")  # fmt: skip
+        raise HubModelError(
+            f"{ref.uri}: needs {need / 1e6:.1f} MB in the cache {cache}; its disk has "
+            f"{free / 1e6:.1f} MB free"
+        )
 
 
 def _record_ref(storage: Path, commit: str) -> None:
@@ -256,8 +271,10 @@ def download(ref: HubRef, listing: Listing, name: str, cache: Path) -> Path:
             log.info("verified %s/%s (%s check)", ref.repo, name, "sha256" if meta.sha256 else "size-only")
             return path
         if attempt == ALTERED_TRIES:
-            raise HubModelError(f"{ref.uri}: {name} arrived altered {attempt} times ({problem}): deleted; "
-                                f"the hub ({hub_endpoint()}) serves other bytes than it lists")  # fmt: skip
+            raise HubModelError(
+                f"{ref.uri}: {name} arrived altered {attempt} times ({problem}): deleted; "
+                f"the hub ({hub_endpoint()}) serves other bytes than it lists"
+            )
         log.warning("%s/%s arrived altered (%s): deleted, fetching it again", ref.repo, name, problem)
     raise AssertionError("unreachable")
 
@@ -273,8 +290,9 @@ def _transfer(ref: HubRef, listing: Listing, name: str, cache: Path) -> Path:
                 return Path(_hf_hub_download(ref, listing.commit, name, cache))
         except Exception as exc:  # huggingface_hub's errors, the transport's, a full disk
             if _network_error(exc) and attempt < ATTEMPTS:
-                log.warning("%s/%s: %s; resuming (attempt %d of %d)", ref.repo, name, exc, attempt + 1,
-                            ATTEMPTS)  # fmt: skip
+                log.warning(
+                    "%s/%s: %s; resuming (attempt %d of %d)", ref.repo, name, exc, attempt + 1, ATTEMPTS
+                )
                 time.sleep(attempt)
                 continue
             if not (_network_error(exc) or isinstance(exc, OSError)):

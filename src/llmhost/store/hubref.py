@@ -38,8 +38,10 @@ def parse_hub_ref(uri: str) -> HubRef:
     """Raises HubModelError naming what is wrong with the reference."""
     m = _REF.match(uri.removeprefix(HF_SCHEME))
     if not is_hub_ref(uri) or m is None:
-        raise HubModelError(f"{uri!r} is not a Hub model reference: write hf://OWNER/REPO/FILE.gguf, "
-                            "hf://OWNER/REPO:QUANT or hf://OWNER/REPO")  # fmt: skip
+        raise HubModelError(
+            f"{uri!r} is not a Hub model reference: write hf://OWNER/REPO/FILE.gguf, "
+            "hf://OWNER/REPO:QUANT or hf://OWNER/REPO"
+        )
     file = m["file"]
     if file is not None:
         parts = file.split("/")

@@ -45,12 +45,15 @@ def _models_at(directory: Path, files: list[Path]) -> list[GgufModel]:
 def _one_model(directory: Path, models: list[GgufModel]) -> Path:
     if len(models) > 1:
         listed = ", ".join(m.label for m in models)
-        raise AmbiguousModelError(f"model directory {directory} holds {len(models)} models ({listed}): name "
-                                  "the one to serve by its file's path, or keep one GGUF in the directory")
+        raise AmbiguousModelError(
+            f"model directory {directory} holds {len(models)} models ({listed}): name "
+            "the one to serve by its file's path, or keep one GGUF in the directory"
+        )
     model = models[0]
     if model.missing:
-        raise ModelNotFoundError(f"{directory / model.first}: split model without its parts "
-                                 f"{', '.join(model.missing)}")  # fmt: skip
+        raise ModelNotFoundError(
+            f"{directory / model.first}: split model without its parts {', '.join(model.missing)}"
+        )
     return directory / model.first
 
 

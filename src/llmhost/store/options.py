@@ -11,8 +11,13 @@ from llmhost.store.s3client import LLMHOST_ENDPOINT_ENV
 
 S3EndpointOpt = Annotated[
     str,
-    typer.Option("--s3-endpoint-url", help="S3-compatible endpoint for s3:// models (MinIO, Ceph...); env "
-                 "LLMHOST_S3_ENDPOINT_URL or AWS_ENDPOINT_URL."),
+    typer.Option(
+        "--s3-endpoint-url",
+        help=(
+            "S3-compatible endpoint for s3:// models (MinIO, Ceph...); env "
+            "LLMHOST_S3_ENDPOINT_URL or AWS_ENDPOINT_URL."
+        ),
+    ),
 ]
 
 

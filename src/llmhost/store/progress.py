@@ -30,8 +30,13 @@ def download_progress(description: str, total: int, already: int = 0) -> Iterato
         TransferSpeedColumn,
     )
 
-    columns = (TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
-               TimeRemainingColumn())
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        DownloadColumn(),
+        TransferSpeedColumn(),
+        TimeRemainingColumn(),
+    )
     with Progress(*columns, console=Console(stderr=True), transient=False) as bar:
         task = bar.add_task(description, total=total, completed=already)
         yield lambda n: bar.advance(task, n)

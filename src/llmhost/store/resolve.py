@@ -70,8 +70,7 @@ def resolve(ref: str | None = None) -> ResolvedModel:
     if path.is_file():
         return ResolvedModel(first_part(path))
     raise ModelNotFoundError(
-        f"model reference {ref!r} is neither a .gguf file, a directory, an s3:// or hf:// URI nor "
-        "'default'"
+        f"model reference {ref!r} is neither a .gguf file, a directory, an s3:// or hf:// URI nor 'default'"
     )
 
 

@@ -111,7 +111,7 @@ def _extract(archive: Path, out: Path, ref: S3Ref) -> None:
 
 
 def _relative(ref: S3Ref, key: str) -> str:
-    rel = key[len(ref.key):]
+    rel = key[len(ref.key) :]
     parts = PurePosixPath(rel).parts
     if not rel or rel.startswith("/") or ".." in parts:
         raise S3ModelError(f"s3://{ref.bucket}/{key}: key would land outside the model directory")
@@ -144,4 +144,3 @@ def _download_prefix(client: Any, ref: S3Ref, entries: list[tuple[str, str, int]
             raise S3ModelError(f"{obj.uri}: the object changed while the prefix was downloaded; start again")
         download_object(client, obj, info, dest)
     os.replace(staging, final)
-

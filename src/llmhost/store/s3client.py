@@ -20,8 +20,15 @@ LLMHOST_ENDPOINT_ENV = "LLMHOST_S3_ENDPOINT_URL"
 
 _NO_BUCKET = ("NoSuchBucket",)
 _NO_KEY = ("NoSuchKey", "404", "NotFound")
-_ACCESS = {"AccessDenied", "403", "InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken",
-           "InvalidToken", "AllAccessDisabled"}
+_ACCESS = {
+    "AccessDenied",
+    "403",
+    "InvalidAccessKeyId",
+    "SignatureDoesNotMatch",
+    "ExpiredToken",
+    "InvalidToken",
+    "AllAccessDisabled",
+}
 
 
 class S3ModelError(ModelNotFoundError):
@@ -42,9 +49,11 @@ def make_client(ref: S3Ref, max_pool: int = 16) -> Any:
     try:
         return boto3.session.Session().client("s3", endpoint_url=url, config=config)
     except ValueError as exc:  # botocore: "Invalid endpoint: ..."
-        raise S3ModelError(f"{ref.uri}: S3 endpoint URL {url!r} is not usable ({exc}); give a URL such as "
-                           "http://127.0.0.1:9000 (--s3-endpoint-url, $LLMHOST_S3_ENDPOINT_URL or "
-                           "$AWS_ENDPOINT_URL)") from None  # fmt: skip
+        raise S3ModelError(
+            f"{ref.uri}: S3 endpoint URL {url!r} is not usable ({exc}); give a URL such as "
+            "http://127.0.0.1:9000 (--s3-endpoint-url, $LLMHOST_S3_ENDPOINT_URL or "
+            "$AWS_ENDPOINT_URL)"
+        ) from None
 
 
 def error_code(exc: BaseException) -> str:
@@ -94,8 +103,10 @@ def _os_error(where: str, exc: OSError) -> S3ModelError:
     if exc.errno in (errno.ENOSPC, errno.EDQUOT):
         return S3ModelError(f"{where}: disk full: no space left in the model cache{path} ({exc.strerror})")
     if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
-        return S3ModelError(f"{where}: cannot write the model cache{path}: {exc.strerror}; set "
-                            "$LLMHOST_CACHE to a writable directory")  # fmt: skip
+        return S3ModelError(
+            f"{where}: cannot write the model cache{path}: {exc.strerror}; set "
+            "$LLMHOST_CACHE to a writable directory"
+        )
     if exc.errno is not None and exc.strerror:
         return S3ModelError(f"{where}: model cache{path}: {exc.strerror}")
     return S3ModelError(f"{where}: {type(exc).__name__}: {exc}")

@@ -33,7 +33,7 @@ def is_s3_ref(ref: str | None) -> bool:
 def parse_s3_ref(ref: str) -> S3Ref:
     if not is_s3_ref(ref):
         raise ValueError(f"not an s3:// reference: {ref!r}")
-    bucket, _, key = ref[len(SCHEME):].partition("/")
+    bucket, _, key = ref[len(SCHEME) :].partition("/")
     if not bucket:
         raise ValueError(f"s3 reference {ref!r} names no bucket")
     return S3Ref(bucket, key)

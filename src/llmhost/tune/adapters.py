@@ -68,5 +68,7 @@ class Adapters:
         for name in mix:
             if name not in known:
                 adapters = ", ".join(self.names) or "none given"
-                raise ValueError(f"--model-mix {name!r}: neither the served model's name {SERVED_NAME!r} "
-                                 f"nor an adapter (--lora: {adapters})")  # fmt: skip
+                raise ValueError(
+                    f"--model-mix {name!r}: neither the served model's name {SERVED_NAME!r} "
+                    f"nor an adapter (--lora: {adapters})"
+                )

@@ -55,8 +55,10 @@ def print_answer(doc: dict[str, Any]) -> int:
     typer.echo(f"\nSLO: {doc['slo']['describe']}")
     mix = doc["workload"]["model_mix"]
     if doc["adapters"] or mix:
-        typer.echo(f"adapters: {', '.join(a['name'] for a in doc['adapters']) or 'none'}; requests named in "
-                   f"turn: {', '.join(mix) if mix else 'model (the base model)'}")  # fmt: skip
+        typer.echo(
+            f"adapters: {', '.join(a['name'] for a in doc['adapters']) or 'none'}; requests named in "
+            f"turn: {', '.join(mix) if mix else 'model (the base model)'}"
+        )
     for label, p in (
         ("highest goodput", a["chosen"]),
         ("cheapest per 1M tokens", a["cheapest"]),
@@ -109,8 +111,14 @@ def run_tune(settings: TuneSettings) -> int:
     return print_answer(last) if last else 1
 
 
-@grouped(slo=SloOptions, output=OutputOptions, work=WorkloadOptions, talk=ConversationOptions,
-         search=SearchOptions, lora=AdapterOptions)  # fmt: skip
+@grouped(
+    slo=SloOptions,
+    output=OutputOptions,
+    work=WorkloadOptions,
+    talk=ConversationOptions,
+    search=SearchOptions,
+    lora=AdapterOptions,
+)
 def tune(
     model: Annotated[
         str, typer.Argument(help="A .gguf file, a directory holding one, an s3:// reference, or 'default'.")
@@ -139,10 +147,18 @@ def tune(
         output.out.mkdir(parents=True, exist_ok=True)
         models = quantized_models(model, search.quantize or [], output.out, search.allow_requantize)
         settings = TuneSettings(
-            models=models, space=space, slo=slo.slo(), price_per_hour=slo.price_per_hour, out_dir=output.out,
-            workload=workload, max_minutes=output.max_minutes, saturation_gain=search.saturation_gain,
-            prune_ratio=search.prune_ratio, started_at=started, adapters=adapters,
-        )  # fmt: skip
+            models=models,
+            space=space,
+            slo=slo.slo(),
+            price_per_hour=slo.price_per_hour,
+            out_dir=output.out,
+            workload=workload,
+            max_minutes=output.max_minutes,
+            saturation_gain=search.saturation_gain,
+            prune_ratio=search.prune_ratio,
+            started_at=started,
+            adapters=adapters,
+        )
     except (ValueError, FileNotFoundError) as exc:
         typer.secho(f"error: {exc}", fg=typer.colors.RED, err=True)
         raise typer.Exit(2) from exc

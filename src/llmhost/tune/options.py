@@ -46,7 +46,9 @@ class SloOptions:
     slo_ttft_ms: float = required("SLO: time to first token bound (ms).")
     slo_itl_ms: float = required(
         "SLO: time per output token after the first (TPOT, ms): `llmhost bench --goodput tpot:MS`, not "
-        "bench's `itl` (a request's longest gap).", flags=("--slo-itl-ms", "--slo-tpot-ms"))
+        "bench's `itl` (a request's longest gap).",
+        flags=("--slo-itl-ms", "--slo-tpot-ms"),
+    )
     slo_percentile: int = setting(90, "Percentile the SLO bounds apply at: 50, 90 or 99.")
     price_per_hour: float = required("Price of this host per hour (cost per 1M tokens).")
 
@@ -69,43 +71,57 @@ class ConversationOptions:
     """The conversations workload's users."""
 
     conversations_file: Path | None = setting(
-        None, "Conversations: JSONL conversations instead of generated ones.")
+        None, "Conversations: JSONL conversations instead of generated ones."
+    )
     turns: int = setting(CONVERSATIONS.turns, "Conversations: turns per user.")
-    think_time: str = setting(THINK_TIME, "Conversations: think time before each turn, uniform in MIN,MAX "
-                              "seconds.")  # fmt: skip
+    think_time: str = setting(
+        THINK_TIME, "Conversations: think time before each turn, uniform in MIN,MAX seconds."
+    )
     system_prompts: int = setting(
-        CONVERSATIONS.system_prompts, "Conversations: distinct system prompts shared by groups of users.")
+        CONVERSATIONS.system_prompts, "Conversations: distinct system prompts shared by groups of users."
+    )
     system_prompt_tokens: int = setting(
-        CONVERSATIONS.system_prompt_tokens, "Conversations: approximate tokens of each system prompt.")
-    user_tokens: int = setting(CONVERSATIONS.user_tokens, "Conversations: approximate tokens of each user "
-                               "message.")  # fmt: skip
+        CONVERSATIONS.system_prompt_tokens, "Conversations: approximate tokens of each system prompt."
+    )
+    user_tokens: int = setting(
+        CONVERSATIONS.user_tokens, "Conversations: approximate tokens of each user message."
+    )
 
     def settings(self) -> ConversationSettings:
         return ConversationSettings(
-            turns=self.turns, system_prompts=self.system_prompts,
-            system_prompt_tokens=self.system_prompt_tokens, user_tokens=self.user_tokens,
+            turns=self.turns,
+            system_prompts=self.system_prompts,
+            system_prompt_tokens=self.system_prompt_tokens,
+            user_tokens=self.user_tokens,
             think_time_s=parse_think_time(self.think_time),
             file=_file(self.conversations_file, "--conversations-file"),
-        )  # fmt: skip
+        )
 
 
 @dataclass(frozen=True, kw_only=True)
 class WorkloadOptions:
     """What each candidate is measured with."""
 
-    workload: str = setting("prompts", "prompts, or conversations: each --concurrency level counts users "
-                            "holding multi-turn conversations (see `llmhost bench run --help`).")  # fmt: skip
+    workload: str = setting(
+        "prompts",
+        "prompts, or conversations: each --concurrency level counts users "
+        "holding multi-turn conversations (see `llmhost bench run --help`).",
+    )
     prompts_file: Path | None = setting(None, "JSONL prompts instead of the built-in set.")
     prompt_tokens: int | None = setting(None, "Synthetic prompts of this many tokens.")
     max_new_tokens: int = setting(64, "Tokens generated per request.")
     num_prompts: int | None = setting(None, "Distinct synthetic prompts (with --prompt-tokens; default 32).")
     requests: int | None = setting(None, "Measured requests per load level (prompts workload; default 16).")
-    warmup: int | None = setting(None, "Warm-up requests per level, not measured (prompts workload; "
-                                 "default 1).")  # fmt: skip
+    warmup: int | None = setting(
+        None, "Warm-up requests per level, not measured (prompts workload; default 1)."
+    )
     concurrency: str = setting("1,2,4,8", "Load levels, rising; stops at saturation.")
-    model_mix: str = setting("", "Models the requests name, comma-separated, in turn (as `llmhost bench run "
-                             "--model a,b`): --lora adapters and `model`, the served model's name; figures "
-                             "per model. Default: `model` alone.")  # fmt: skip
+    model_mix: str = setting(
+        "",
+        "Models the requests name, comma-separated, in turn (as `llmhost bench run "
+        "--model a,b`): --lora adapters and `model`, the served model's name; figures "
+        "per model. Default: `model` alone.",
+    )
 
     def build(self, conversations: ConversationOptions) -> Workload:
         from llmhost.tune import Workload
@@ -115,27 +131,36 @@ class WorkloadOptions:
         talk = None
         if self.workload == "conversations":
             if self.requests is not None or self.warmup is not None:
-                raise ValueError("--requests and --warmup apply to the prompts workload: a level of "
-                                 "conversations is its users' turns")  # fmt: skip
+                raise ValueError(
+                    "--requests and --warmup apply to the prompts workload: a level of "
+                    "conversations is its users' turns"
+                )
             talk = conversations.settings()
         elif self.workload != "prompts":
             raise ValueError(f"--workload: prompts or conversations, got {self.workload!r}")
         return Workload(
-            prompts_file=_file(self.prompts_file, "--prompts-file"), prompt_tokens=self.prompt_tokens,
-            max_new_tokens=self.max_new_tokens, num_prompts=self.num_prompts or 32,
+            prompts_file=_file(self.prompts_file, "--prompts-file"),
+            prompt_tokens=self.prompt_tokens,
+            max_new_tokens=self.max_new_tokens,
+            num_prompts=self.num_prompts or 32,
             concurrency=_ints(self.concurrency, "--concurrency"),
             requests=16 if self.requests is None else self.requests,
-            warmup=1 if self.warmup is None else self.warmup, conversations=talk,
+            warmup=1 if self.warmup is None else self.warmup,
+            conversations=talk,
             model_mix=tuple(n.strip() for n in self.model_mix.split(",")) if self.model_mix else (),
-        )  # fmt: skip
+        )
 
 
 @dataclass(frozen=True, kw_only=True)
 class AdapterOptions:
     """LoRA adapters every candidate's server loads."""
 
-    lora: list[str] | None = setting(None, f"{LORA.help} Every candidate's server loads it; the endpoint "
-                                     "file's component lists it under `adapters:`.", metavar=LORA.metavar)
+    lora: list[str] | None = setting(
+        None,
+        f"{LORA.help} Every candidate's server loads it; the endpoint "
+        "file's component lists it under `adapters:`.",
+        metavar=LORA.metavar,
+    )
 
     def adapters(self) -> Adapters:
         from llmhost.tune.adapters import Adapters
@@ -155,8 +180,10 @@ class SearchOptions:
     allow_requantize: bool = setting(False, "Allow quantizing a quantized model.")
     speculative: bool = setting(False, "Also try `--speculative ngram` (single copy).")
     router_cpus: int = setting(
-        0, "CPUs kept for the endpoint router when copies > 1 (its endpoint file's router.num_cpus; 0: the "
-        "router shares the copies' CPUs, its cost measured inside each candidate's figures).")
+        0,
+        "CPUs kept for the endpoint router when copies > 1 (its endpoint file's router.num_cpus; 0: the "
+        "router shares the copies' CPUs, its cost measured inside each candidate's figures).",
+    )
     saturation_gain: float = setting(0.05, "Stop raising the load below this gain.")
     prune_ratio: float = setting(0.8, "Prune regions below this share of the best goodput.")
 
@@ -164,10 +191,12 @@ class SearchOptions:
         from llmhost.tune import SearchSpace
 
         return SearchSpace(
-            host_cpus=len(os.sched_getaffinity(0)), copies=_ints(self.copies, "--copies"),
+            host_cpus=len(os.sched_getaffinity(0)),
+            copies=_ints(self.copies, "--copies"),
             threads=_ints(self.threads, "--threads"),
             max_concurrent=_ints(self.max_concurrent, "--max-concurrent"),
             max_batch_tokens=_ints(self.max_batch_tokens, "--max-batch-tokens"),
             quants=(None, *(self.quantize or [])),
-            speculative=(False, True) if self.speculative else (False,), router_cpus=self.router_cpus,
-        )  # fmt: skip
+            speculative=(False, True) if self.speculative else (False,),
+            router_cpus=self.router_cpus,
+        )

@@ -41,7 +41,11 @@ def copy_memory_mb(rec: CandidateRecord) -> int:
 
 
 def endpoint_doc(
-    rec: CandidateRecord, model: str, host_cpus: int, price_per_hour: float, router_cpus: int = 0,
+    rec: CandidateRecord,
+    model: str,
+    host_cpus: int,
+    price_per_hour: float,
+    router_cpus: int = 0,
     adapters: Adapters | None = None,
 ) -> JSONObject:
     """The endpoint file deploying ``rec``'s candidate as it was measured (its LoRA adapters under its

@@ -34,12 +34,17 @@ def _points(doc: TuneDoc) -> list[Point]:
         for lv in c["levels"]:
             per_user = lv["per_user_tokens_per_s"]
             if per_user is not None and lv["output_tokens_per_s"] > 0:
-                out.append({
-                    "name": c["name"], "baseline": c["baseline"], "level": lv["level"],
-                    "output_tokens_per_s": lv["output_tokens_per_s"], "per_user_tokens_per_s": per_user,
-                    "meets_slo": lv["meets_slo"],
-                    "cost_per_1m_tokens_usd": lv["cost_per_1m_tokens_usd"],
-                })  # fmt: skip
+                out.append(
+                    {
+                        "name": c["name"],
+                        "baseline": c["baseline"],
+                        "level": lv["level"],
+                        "output_tokens_per_s": lv["output_tokens_per_s"],
+                        "per_user_tokens_per_s": per_user,
+                        "meets_slo": lv["meets_slo"],
+                        "cost_per_1m_tokens_usd": lv["cost_per_1m_tokens_usd"],
+                    }
+                )
     return out
 
 

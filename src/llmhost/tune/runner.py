@@ -115,13 +115,25 @@ def sweep_spec(s: TuneSettings, cand: Candidate) -> SweepSpec:
         served_model_name=SERVED_NAME if s.named and cand.copies == 1 else None,
     )
     conv = w.conversations
-    talk = {} if conv is None else {
-        "workload": "conversations", "conversations_file": conv.file, "turns": conv.turns,
-        "system_prompts": conv.system_prompts, "system_prompt_tokens": conv.system_prompt_tokens,
-        "user_tokens": conv.user_tokens, "think_time_s": conv.think_time_s, "seed": conv.seed,
-        # a level is its users' turns: no request count, no warm-up, no early SLO stop over a count
-        "requests": None, "warmup": 0, "slo_stop": None, "builtin_prompts": False,
-    }  # fmt: skip
+    talk = (
+        {}
+        if conv is None
+        else {
+            "workload": "conversations",
+            "conversations_file": conv.file,
+            "turns": conv.turns,
+            "system_prompts": conv.system_prompts,
+            "system_prompt_tokens": conv.system_prompt_tokens,
+            "user_tokens": conv.user_tokens,
+            "think_time_s": conv.think_time_s,
+            "seed": conv.seed,
+            # a level is its users' turns: no request count, no warm-up, no early SLO stop over a count
+            "requests": None,
+            "warmup": 0,
+            "slo_stop": None,
+            "builtin_prompts": False,
+        }
+    )
     spec = SweepSpec(
         name=cand.name,
         api="openai",
@@ -167,9 +179,12 @@ class Tuner:
         self.settings = settings
         self.records = initial_records(settings.space)
         self.search = Search(
-            settings.space.axes(), settings.slo, settings.prune_ratio, settings.space.host_cpus,
+            settings.space.axes(),
+            settings.slo,
+            settings.prune_ratio,
+            settings.space.host_cpus,
             max(settings.workload.concurrency),
-        )  # fmt: skip
+        )
         self.on_update = on_update
         self.progress = progress or NullProgress()
         self.deadline = settings.started_at + settings.max_minutes * 60.0
@@ -208,8 +223,10 @@ class Tuner:
         """The grid candidate with the baseline's own settings is not measured twice."""
         if any(os.environ.get(v) for v in SERVE_ENV):
             return  # the baseline's defaults were changed by the environment: not that candidate
-        defaults = Candidate(max_concurrent=default_value("max_concurrent", {}),
-                             max_batch_tokens=default_value("max_batch_tokens", {}))  # fmt: skip
+        defaults = Candidate(
+            max_concurrent=default_value("max_concurrent", {}),
+            max_batch_tokens=default_value("max_batch_tokens", {}),
+        )
         twin = self.settings.space.baseline_twin(defaults)
         base = self.records[0]
         for r in self.records[1:]:
@@ -248,8 +265,9 @@ class Tuner:
         others = record.processes["other_cpus"] if record.processes is not None else 0.0
         if others >= BUSY_OTHER_CPUS:
             name = record.candidate.name
-            self.progress.message(f"{name}: other processes used {others:.2f} CPUs meanwhile; its "
-                                  "figures may suffer")  # fmt: skip
+            self.progress.message(
+                f"{name}: other processes used {others:.2f} CPUs meanwhile; its figures may suffer"
+            )
         if cr is not None and cr.error:
             record.state, record.reason = CandidateState.FAILED, cr.error.splitlines()[0]
         elif results.interrupted or (cr is not None and cr.stopped == "interrupted"):

@@ -75,12 +75,21 @@ class Search:
     def single_rate(self, cand: Candidate, records: list[CandidateRecord]) -> float | None:
         """Requests/s of one request at a time on a copy like ``cand``'s (same threads, model and
         speculation), from a measured candidate's concurrency-1 level."""
+
         def same(c: Candidate) -> bool:
             return (c.threads or self.host_cpus, c.quant, c.speculative) == (
-                cand.threads or self.host_cpus, cand.quant, cand.speculative)  # fmt: skip
+                cand.threads or self.host_cpus,
+                cand.quant,
+                cand.speculative,
+            )
 
-        rates = [lv.requests_per_s for r in records if same(r.candidate) for lv in r.levels
-                 if lv.concurrency == 1 and lv.requests_per_s and lv.stopped is None]  # fmt: skip
+        rates = [
+            lv.requests_per_s
+            for r in records
+            if same(r.candidate)
+            for lv in r.levels
+            if lv.concurrency == 1 and lv.requests_per_s and lv.stopped is None
+        ]
         return max(rates) if rates else None
 
     def ceiling_reason(self, cand: Candidate, records: list[CandidateRecord], best: float) -> str | None:

@@ -81,14 +81,23 @@ class LevelOutcome:
 
     def to_json(self) -> LevelJSON:
         return {
-            "level": self.level, "concurrency": self.concurrency, "requests": self.requests,
-            "success_pct": self.success_pct, "output_tokens_per_s": self.output_tokens_per_s,
-            "per_user_tokens_per_s": self.per_user_tokens_per_s, "ttft_ms": self.ttft_ms,
-            "tpot_ms": self.tpot_ms, "itl_ms": self.itl_ms, "goodput_rps": self.goodput_rps,
-            "cost_per_1m_tokens_usd": self.cost_per_1m_tokens_usd, "meets_slo": self.meets_slo,
-            "why": self.why, "stopped": self.stopped, "requests_per_s": self.requests_per_s,
+            "level": self.level,
+            "concurrency": self.concurrency,
+            "requests": self.requests,
+            "success_pct": self.success_pct,
+            "output_tokens_per_s": self.output_tokens_per_s,
+            "per_user_tokens_per_s": self.per_user_tokens_per_s,
+            "ttft_ms": self.ttft_ms,
+            "tpot_ms": self.tpot_ms,
+            "itl_ms": self.itl_ms,
+            "goodput_rps": self.goodput_rps,
+            "cost_per_1m_tokens_usd": self.cost_per_1m_tokens_usd,
+            "meets_slo": self.meets_slo,
+            "why": self.why,
+            "stopped": self.stopped,
+            "requests_per_s": self.requests_per_s,
             "by_model": self.by_model,
-        }  # fmt: skip
+        }
 
     @classmethod
     def from_json(cls, obj: LevelJSON) -> LevelOutcome:

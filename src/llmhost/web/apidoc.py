@@ -93,9 +93,12 @@ class OllamaError(Open):
 
 
 ERROR_MODELS: dict[str, type[BaseModel]] = {
-    "openai": OpenAIError, "tgi": TGIError, "anthropic": AnthropicError, "sagemaker": SageMakerError,
+    "openai": OpenAIError,
+    "tgi": TGIError,
+    "anthropic": AnthropicError,
+    "sagemaker": SageMakerError,
     "ollama": OllamaError,
-}  # fmt: skip
+}
 DESCRIPTIONS = {
     202: "Accepted: the work is under way",
     400: "Invalid request: not JSON, an unsupported field or value (the body names the field)",
@@ -117,9 +120,11 @@ DESCRIPTIONS = {
 RETRY_STATUSES = (429, 503, 529)
 # one server-sent event (with `stream: true`): its data a JSON chunk of the API's stream, or `[DONE]`
 SSE_EVENT: JSONObject = {
-    "type": "object", "required": ["data"], "description": "One server-sent event of the stream",
+    "type": "object",
+    "required": ["data"],
+    "description": "One server-sent event of the stream",
     "properties": {"event": {"type": "string"}, "data": {"type": "string"}, "id": {"type": "string"}},
-}  # fmt: skip
+}
 
 
 @dataclass(frozen=True)
@@ -217,8 +222,9 @@ def _error_response(status: int, shapes: Sequence[Shape], reg: Registry) -> JSON
         schema: JSONValue = refs[0] if len(refs) == 1 else {"anyOf": refs}
         out["content"] = {"application/json": {"schema": schema}}
     if status in RETRY_STATUSES and any(isinstance(s, str) for s in shapes):  # not /health's own body
-        out["headers"] = {"Retry-After": {"description": "Seconds to wait before retrying",
-                                          "schema": {"type": "string"}}}  # fmt: skip
+        out["headers"] = {
+            "Retry-After": {"description": "Seconds to wait before retrying", "schema": {"type": "string"}}
+        }
     if status == 401:
         out["headers"] = {"WWW-Authenticate": {"schema": {"type": "string"}}}
     return out
@@ -277,8 +283,9 @@ def _models(ops: Iterable[Operation]) -> list[type[BaseModel]]:
     return found
 
 
-def build(app: FastAPI, description: str = "", secured: bool = False,
-          open_paths: Iterable[str] = ()) -> JSONObject:  # fmt: skip
+def build(
+    app: FastAPI, description: str = "", secured: bool = False, open_paths: Iterable[str] = ()
+) -> JSONObject:
     """The document of `app`; `secured`: API keys are on (every path but `open_paths` needs one)."""
     doc = get_openapi(title=app.title, version=app.version, description=description, routes=app.routes)
     operations = [o for item in doc.get("paths", {}).values() for o in item.values()]
@@ -309,8 +316,9 @@ def swagger_assets() -> str:
     return str(resources.files("llmhost.web").joinpath(SWAGGER_DIR))
 
 
-def install(app: FastAPI, description: str = "", secured: bool = False,
-            open_paths: Iterable[str] = ()) -> None:  # fmt: skip
+def install(
+    app: FastAPI, description: str = "", secured: bool = False, open_paths: Iterable[str] = ()
+) -> None:
     """/openapi.json from the declarations; /docs from the package's Swagger UI (works offline)."""
     cache: JSONObject = {}
 
@@ -327,10 +335,11 @@ def install(app: FastAPI, description: str = "", secured: bool = False,
 def _docs_page(title: str) -> Callable[[Request], Response]:
     def page(_: Request) -> HTMLResponse:
         return get_swagger_ui_html(
-            openapi_url="/openapi.json", title=f"{title} - Swagger UI",
+            openapi_url="/openapi.json",
+            title=f"{title} - Swagger UI",
             swagger_js_url=f"{STATIC_PATH}/swagger-ui-bundle.js",
             swagger_css_url=f"{STATIC_PATH}/swagger-ui.css",
             swagger_favicon_url=f"{STATIC_PATH}/favicon-32x32.png",
-        )  # fmt: skip
+        )
 
     return page

@@ -26,17 +26,21 @@ _CLIENT_ID = re.compile(r"^[A-Za-z0-9._:/+=-]{1,128}$")
 OPEN_WHILE_DRAINING = {"/ping", "/health", "/metrics"}
 
 
-async def send_json(
-    send: Send, status: int, body: JSONObject, headers: list[tuple[bytes, bytes]]
-) -> None:
+async def send_json(send: Send, status: int, body: JSONObject, headers: list[tuple[bytes, bytes]]) -> None:
     raw = json.dumps(body).encode()
     head = [(b"content-type", b"application/json"), (b"content-length", str(len(raw)).encode()), *headers]
     await send({"type": "http.response.start", "status": status, "headers": head})
     await send({"type": "http.response.body", "body": raw})
 
 
-async def send_error(send: Send, scope: Scope, routes: Sequence[BaseRoute], status: int,
-                     body: JSONObject, headers: list[tuple[bytes, bytes]]) -> None:  # fmt: skip
+async def send_error(
+    send: Send,
+    scope: Scope,
+    routes: Sequence[BaseRoute],
+    status: int,
+    body: JSONObject,
+    headers: list[tuple[bytes, bytes]],
+) -> None:
     """A refusal made before the route runs (`body` in OpenAI's shape), in the format of the route's API
     (web/formats.py); `routes`: the app's, to find it."""
     status, written = around_format(scope, routes).convert(status, body)
@@ -75,10 +79,20 @@ class RequestContextMiddleware:
         scope.setdefault("state", {})["request_id"] = rid
         id_header = (REQUEST_ID, rid.encode())
         if not self.lifecycle.accepting and scope["path"] not in self.open_paths:
-            body = error_body(503, "the server is shutting down; retry on another replica",
-                              "service_unavailable", request_id=rid)
-            await send_error(send, scope, self.routes, 503, body,
-                             [id_header, (b"retry-after", str(RETRY_AFTER_S).encode())])  # fmt: skip
+            body = error_body(
+                503,
+                "the server is shutting down; retry on another replica",
+                "service_unavailable",
+                request_id=rid,
+            )
+            await send_error(
+                send,
+                scope,
+                self.routes,
+                503,
+                body,
+                [id_header, (b"retry-after", str(RETRY_AFTER_S).encode())],
+            )
             return
         started = False
 

@@ -121,8 +121,13 @@ class ApiKeyMiddleware:
             await self.app(scope, receive, send)
             return
         rid = request_id(scope)
-        log.info("request %s (%s %s) refused: %s API key", rid, scope.get("method"), scope.get("path"),
-                 "an unknown" if key else "no")  # fmt: skip
+        log.info(
+            "request %s (%s %s) refused: %s API key",
+            rid,
+            scope.get("method"),
+            scope.get("path"),
+            "an unknown" if key else "no",
+        )
         message = "invalid API key" if key else "an API key is required (Authorization: Bearer, or x-api-key)"
         body = error_body(401, message, "authentication_error", request_id=rid)
         challenge = (b"www-authenticate", b'Bearer realm="llmhost"')

@@ -14,8 +14,15 @@ from llmhost.web.formats import ErrorFormat
 RETRY_AFTER_S = 1
 
 
-def error_body(status: int, message: str, type_: str = "invalid_request_error", *, field: str | None = None,
-               request_id: str = "", **extra: JSONValue) -> JSONObject:  # fmt: skip
+def error_body(
+    status: int,
+    message: str,
+    type_: str = "invalid_request_error",
+    *,
+    field: str | None = None,
+    request_id: str = "",
+    **extra: JSONValue,
+) -> JSONObject:
     """The one OpenAI-style error body of every llmhost refusal: `{"error": {message, type, param, code}}`,
     plus `field` (the parameter at fault), any facts that explain it (`limit`...) and the request id;
     each API's routes write it in their own format (web/formats.py)."""
@@ -61,8 +68,9 @@ class APIError(Exception):
         return self
 
     def body(self, request_id: str = "") -> JSONObject:
-        return error_body(self.status, self.message, self.type, field=self.field, request_id=request_id,
-                          **self.extra)
+        return error_body(
+            self.status, self.message, self.type, field=self.field, request_id=request_id, **self.extra
+        )
 
 
 def invalid_json(detail: str) -> APIError:

@@ -51,15 +51,21 @@ def encode(headers: Mapping[str, str], payload: bytes) -> bytes:
 
 def payload_part(data: bytes) -> bytes:
     """A PayloadPart event: `data` is the part's raw bytes."""
-    headers = {":event-type": "PayloadPart", ":content-type": "application/octet-stream",
-               ":message-type": "event"}  # fmt: skip
+    headers = {
+        ":event-type": "PayloadPart",
+        ":content-type": "application/octet-stream",
+        ":message-type": "event",
+    }
     return encode(headers, data)
 
 
 def model_stream_error(message: str, code: str = STREAM_BROKEN) -> bytes:
     """A ModelStreamError exception event; boto3 raises it (EventStreamError) while iterating."""
-    headers = {":exception-type": "ModelStreamError", ":content-type": "application/json",
-               ":message-type": "exception"}  # fmt: skip
+    headers = {
+        ":exception-type": "ModelStreamError",
+        ":content-type": "application/json",
+        ":message-type": "exception",
+    }
     return encode(headers, json.dumps({"Message": message, "ErrorCode": code}).encode())
 
 

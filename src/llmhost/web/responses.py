@@ -75,9 +75,11 @@ def install(app: FastAPI, more: Mapping[type[Exception], Translate] | None = Non
     """Answer APIError, validation errors and the exceptions of `more` (each with how it becomes a
     refusal) in the format of the route that raised them; a 404 or 405 and a disconnect likewise."""
     handled: dict[type[Exception], Translate] = {
-        APIError: _same, RequestValidationError: _request_validation, ValidationError: from_pydantic,
+        APIError: _same,
+        RequestValidationError: _request_validation,
+        ValidationError: from_pydantic,
         **(more or {}),
-    }  # fmt: skip
+    }
     for kind, translate in handled.items():
         app.add_exception_handler(kind, _answer(translate))
     app.add_exception_handler(ClientDisconnect, _gone)

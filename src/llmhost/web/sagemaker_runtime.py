@@ -68,8 +68,14 @@ def accept_problem(accept: str | None, produced: str) -> str | None:
     return f"Accept {accept!r} cannot be produced: this call answers {produced!r} (or use '*/*')"
 
 
-def error(status: int, type_: str, message: str, request_id: str = "",
-          headers: dict[str, str] | None = None, **members: Any) -> JSONResponse:  # fmt: skip
+def error(
+    status: int,
+    type_: str,
+    message: str,
+    request_id: str = "",
+    headers: dict[str, str] | None = None,
+    **members: Any,
+) -> JSONResponse:
     message = message if len(message) <= MAX_MESSAGE else message[: MAX_MESSAGE - 3] + "..."
     # `message` is what botocore's generic parser reads, `Message` the modeled member
     body: dict[str, Any] = {"__type": type_, "message": message, "Message": message, **members}
@@ -84,16 +90,28 @@ def validation_error(message: str, request_id: str = "") -> JSONResponse:
 
 
 def service_unavailable(message: str, request_id: str = "", retry_after: str | None = None) -> JSONResponse:
-    return error(503, "ServiceUnavailable", message, request_id,
-                 headers={"Retry-After": retry_after or str(RETRY_AFTER_S)})  # fmt: skip
+    return error(
+        503,
+        "ServiceUnavailable",
+        message,
+        request_id,
+        headers={"Retry-After": retry_after or str(RETRY_AFTER_S)},
+    )
 
 
 def model_error(status: int, original: str, log_stream: str, request_id: str = "") -> JSONResponse:
     """The model answered `status` with the body `original`: SageMaker's 424 carrying both."""
     kind = "client" if status < 500 else "server"
-    message = f"Received {kind} error ({status}) from model with message \"{original}\". See {log_stream}."
-    return error(424, "ModelError", message, request_id, OriginalStatusCode=status,
-                 OriginalMessage=original, LogStreamArn=log_stream)  # fmt: skip
+    message = f'Received {kind} error ({status}) from model with message "{original}". See {log_stream}.'
+    return error(
+        424,
+        "ModelError",
+        message,
+        request_id,
+        OriginalStatusCode=status,
+        OriginalMessage=original,
+        LogStreamArn=log_stream,
+    )
 
 
 def log_stream(endpoint: str, model: str, request_id: str) -> str:

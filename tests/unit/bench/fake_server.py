@@ -66,12 +66,18 @@ class FakeEngine:
         from llmhost.engine.stats import EngineStats
 
         return EngineStats(
-            running=min(self.in_flight, 2), waiting=max(self.in_flight - 2, 0),
-            kv_tokens_used=10 * self.in_flight, kv_tokens_capacity=100, steps=0,
-            prefix_cache_lookups=self.lookups, prefix_cache_hits=self.lookups // 2,
-            prefix_cache_reused_tokens=0, prompt_tokens_prefilled=0,
-            draft_tokens=4 * self.drafts, draft_tokens_accepted=3 * self.drafts,
-        )  # fmt: skip
+            running=min(self.in_flight, 2),
+            waiting=max(self.in_flight - 2, 0),
+            kv_tokens_used=10 * self.in_flight,
+            kv_tokens_capacity=100,
+            steps=0,
+            prefix_cache_lookups=self.lookups,
+            prefix_cache_hits=self.lookups // 2,
+            prefix_cache_reused_tokens=0,
+            prompt_tokens_prefilled=0,
+            draft_tokens=4 * self.drafts,
+            draft_tokens_accepted=3 * self.drafts,
+        )
 
 
 def make_app(
@@ -274,9 +280,12 @@ def main() -> None:
     if args.startup_delay:
         time.sleep(args.startup_delay)
     app = make_app(
-        args.ttft, args.itl, tokenizer=not args.no_tokenizer, metrics=args.metrics,
+        args.ttft,
+        args.itl,
+        tokenizer=not args.no_tokenizer,
+        metrics=args.metrics,
         max_concurrent=args.max_concurrent,
-    )  # fmt: skip
+    )
     uvicorn.run(
         app,
         host="127.0.0.1",

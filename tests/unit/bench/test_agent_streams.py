@@ -48,8 +48,13 @@ def test_responses_stream() -> None:
 def test_agent_bodies() -> None:
     messages = Target("messages", model="m", temperature=0.0)
     assert messages.path == "/v1/messages"
-    assert messages.body("hi", 8) == {"model": "m", "stream": True, "max_tokens": 8, "temperature": 0.0,
-                                      "messages": [{"role": "user", "content": "hi"}]}  # fmt: skip
+    assert messages.body("hi", 8) == {
+        "model": "m",
+        "stream": True,
+        "max_tokens": 8,
+        "temperature": 0.0,
+        "messages": [{"role": "user", "content": "hi"}],
+    }
     responses = Target("responses")
     assert responses.path == "/v1/responses"
     body = responses.body("hi", 8)

@@ -17,12 +17,39 @@ def test_run_and_compare(fake_url: str, tmp_path: Path) -> None:
         out = tmp_path / name
         result = runner.invoke(
             app,
-            ["run", "--url", fake_url, "--api", "chat", "--concurrency", "1,2", "--requests", "4",
-             "--prompt-tokens", "16", "--max-new-tokens", "8", "--price-per-hour", "1.52",
-             "--discount", "0.25",
-             "--warmup", "1", "--header", "X-Fake-TTFT: 0.01", "--header", f"X-Fake-ITL: {itl}",
-             "--goodput", "ttft:5000 tpot:1000", "--goodput", "e2el:0.001", "--out", str(out), "--no-live"],
-        )  # fmt: skip
+            [
+                "run",
+                "--url",
+                fake_url,
+                "--api",
+                "chat",
+                "--concurrency",
+                "1,2",
+                "--requests",
+                "4",
+                "--prompt-tokens",
+                "16",
+                "--max-new-tokens",
+                "8",
+                "--price-per-hour",
+                "1.52",
+                "--discount",
+                "0.25",
+                "--warmup",
+                "1",
+                "--header",
+                "X-Fake-TTFT: 0.01",
+                "--header",
+                f"X-Fake-ITL: {itl}",
+                "--goodput",
+                "ttft:5000 tpot:1000",
+                "--goodput",
+                "e2el:0.001",
+                "--out",
+                str(out),
+                "--no-live",
+            ],
+        )
         assert result.exit_code == 0, result.output
         assert "c=2" in result.output
         outs.append(out)

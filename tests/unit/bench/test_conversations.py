@@ -70,10 +70,13 @@ def test_conversations_file(tmp_path: Path) -> None:
     assert [c.messages for c in convs] == [("a", "b"), ("c",), ("a", "b")]
     assert convs[0].think_s == (0.0, 1.5) and convs[1].think_s == (1.0,) and convs[0].max_new_tokens == 8
     assert convs[1].system is None and convs[2].system == "S"
-    for bad, word in (({"turns": []}, "turns"), ({"turns": ["a"], "think_s": [1, 2]}, "think_s"),
-                      ({"turns": ["a"], "max_tokens": 0}, "max_tokens"),
-                      ({"turns": ["a"], "x": 1}, "unknown"),
-                      ({"turns": ["a"], "system": 3}, "system")):  # fmt: skip
+    for bad, word in (
+        ({"turns": []}, "turns"),
+        ({"turns": ["a"], "think_s": [1, 2]}, "think_s"),
+        ({"turns": ["a"], "max_tokens": 0}, "max_tokens"),
+        ({"turns": ["a"], "x": 1}, "unknown"),
+        ({"turns": ["a"], "system": 3}, "system"),
+    ):
         path.write_text(json.dumps(bad))
         with pytest.raises(ValueError, match=f"c.jsonl:1: .*{word}"):
             conversations(ConversationSettings(file=str(path)), range(1))
@@ -83,9 +86,14 @@ def test_options_that_do_not_apply_are_refused() -> None:
     ok = BenchConfig(url="http://127.0.0.1:1", workload="conversations", concurrency=[2, 4])
     ok.validate()
     assert [label for label, _, _ in ok.levels()] == ["users=2", "users=4"]
-    for bad, word in (({"api": "tgi"}, "openai and chat"), ({"rates": [1.0]}, "--rate"),
-                      ({"requests": 4}, "--requests"), ({"warmup": 1}, "--warmup"),
-                      ({"turns": 0}, "--turns"), ({"workload": "chats"}, "--workload")):  # fmt: skip
+    for bad, word in (
+        ({"api": "tgi"}, "openai and chat"),
+        ({"rates": [1.0]}, "--rate"),
+        ({"requests": 4}, "--requests"),
+        ({"warmup": 1}, "--warmup"),
+        ({"turns": 0}, "--turns"),
+        ({"workload": "chats"}, "--workload"),
+    ):
         cfg = BenchConfig(url="http://127.0.0.1:1", **{"workload": "conversations", **bad})  # type: ignore[arg-type]
         with pytest.raises(ValueError, match=word):
             cfg.validate()
@@ -104,9 +112,12 @@ def test_turn_figures() -> None:
 
 
 def test_prefix_reuse_and_routing_from_metrics() -> None:
-    delta = {"llmhost_prefix_cache_reused_tokens_total": 300.0,
-             "llmhost_prompt_tokens_prefilled_total": 100.0,
-             "llmhost_endpoint_routed_prefix_total": 9.0, "llmhost_endpoint_routed_spilled_total": 1.0}
+    delta = {
+        "llmhost_prefix_cache_reused_tokens_total": 300.0,
+        "llmhost_prompt_tokens_prefilled_total": 100.0,
+        "llmhost_endpoint_routed_prefix_total": 9.0,
+        "llmhost_endpoint_routed_spilled_total": 1.0,
+    }
     figures = derive(delta, [])
     assert figures["server_prefix_reuse"] == pytest.approx(0.75)
     assert figures["server_prefix_reused_tokens"] == 300.0
@@ -117,9 +128,11 @@ def test_prefix_reuse_and_routing_from_metrics() -> None:
 def test_prefix_reuse_counts_what_the_host_memory_tier_restored() -> None:
     """Tokens restored from host memory were spared too: a conversation load that mostly restores
     would otherwise read as poor reuse (measured: 0.62 reported where 0.86 of prompt tokens were spared)."""
-    delta = {"llmhost_prefix_cache_reused_tokens_total": 200.0,
-             "llmhost_prompt_cache_restored_tokens_total": 600.0,
-             "llmhost_prompt_tokens_prefilled_total": 200.0}
+    delta = {
+        "llmhost_prefix_cache_reused_tokens_total": 200.0,
+        "llmhost_prompt_cache_restored_tokens_total": 600.0,
+        "llmhost_prompt_tokens_prefilled_total": 200.0,
+    }
     figures = derive(delta, [])
     assert figures["server_prefix_reuse"] == pytest.approx(0.8)
     assert (figures["server_prefix_reused_tokens"], figures["server_host_restored_tokens"]) == (800.0, 600.0)
@@ -127,9 +140,19 @@ def test_prefix_reuse_counts_what_the_host_memory_tier_restored() -> None:
 
 @pytest.mark.parametrize("api", ["openai", "chat"])
 def test_a_conversation_level_against_the_fake_server(fake_url: str, tmp_path: Path, api: str) -> None:
-    cfg = BenchConfig(url=fake_url, api=api, workload="conversations", concurrency=[3], turns=2,
-                      think_time_s=(0.0, 0.05), system_prompt_tokens=30, user_tokens=8, max_new_tokens=4,
-                      goodput={"ttft": 10_000}, server_metrics=False)  # fmt: skip
+    cfg = BenchConfig(
+        url=fake_url,
+        api=api,
+        workload="conversations",
+        concurrency=[3],
+        turns=2,
+        think_time_s=(0.0, 0.05),
+        system_prompt_tokens=30,
+        user_tokens=8,
+        max_new_tokens=4,
+        goodput={"ttft": 10_000},
+        server_metrics=False,
+    )
     results = run_benchmark(cfg, tmp_path)
     [level] = results.levels()
     assert level.level == "users=3" and level.requests == level.successes == 6

@@ -37,9 +37,15 @@ def test_connection_refused() -> None:
 
 @pytest.mark.parametrize(
     ("mode", "kind"),
-    [("429", "http_429"), ("500", "http_5xx"), ("400", "http_4xx"), ("malformed", "malformed_stream"),
-     ("truncated", "malformed_stream"), ("error_event", "stream_error")],
-)  # fmt: skip
+    [
+        ("429", "http_429"),
+        ("500", "http_5xx"),
+        ("400", "http_4xx"),
+        ("malformed", "malformed_stream"),
+        ("truncated", "malformed_stream"),
+        ("error_event", "stream_error"),
+    ],
+)
 @pytest.mark.parametrize("api", ["openai", "tgi"])
 def test_error_kinds(fake_url: str, mode: str, kind: str, api: str) -> None:
     assert _run(fake_url, mode, api=api) == {kind: 3}
@@ -53,17 +59,27 @@ def test_timeout(fake_url: str) -> None:
 
 def test_errors_then_success_on_the_same_connection(fake_url: str) -> None:
     # a 429 answer keeps the keep-alive connection usable: the next level succeeds
-    cfg = BenchConfig(url=fake_url, concurrency=[1], requests=2, max_new_tokens=3, prompt_tokens=4,
-                      headers={"X-Fake-TTFT": "0.001", "X-Fake-ITL": "0.001"})  # fmt: skip
+    cfg = BenchConfig(
+        url=fake_url,
+        concurrency=[1],
+        requests=2,
+        max_new_tokens=3,
+        prompt_tokens=4,
+        headers={"X-Fake-TTFT": "0.001", "X-Fake-ITL": "0.001"},
+    )
     (lv,) = run_benchmark(cfg).levels()
     assert lv.successes == 2
 
 
 def test_error_rate_bound_stops_the_run(fake_url: str) -> None:
     cfg = BenchConfig(
-        url=fake_url, concurrency=[1, 2], requests=200, max_error_rate=0.5, prompt_tokens=4,
+        url=fake_url,
+        concurrency=[1, 2],
+        requests=200,
+        max_error_rate=0.5,
+        prompt_tokens=4,
         headers={"X-Fake-Mode": "500"},
-    )  # fmt: skip
+    )
     results = run_benchmark(cfg)
     (lv,) = results.levels()  # the second level never ran
     assert lv.stopped == "error_rate"
@@ -73,9 +89,13 @@ def test_error_rate_bound_stops_the_run(fake_url: str) -> None:
 
 async def test_cancelled_run_writes_what_it_measured(fake_url: str, tmp_path: Path) -> None:
     cfg = BenchConfig(
-        url=fake_url, concurrency=[2, 4], duration_s=30, prompt_tokens=8, max_new_tokens=5,
+        url=fake_url,
+        concurrency=[2, 4],
+        duration_s=30,
+        prompt_tokens=8,
+        max_new_tokens=5,
         headers={"X-Fake-TTFT": "0.01", "X-Fake-ITL": "0.01"},
-    )  # fmt: skip
+    )
     task = asyncio.create_task(arun_benchmark(cfg, tmp_path))
     await asyncio.sleep(1.5)
     task.cancel()
@@ -94,14 +114,35 @@ def test_ctrl_c_on_the_cli_writes_results(fake_url: str, tmp_path: Path) -> None
     out = tmp_path / "out"
     code = "import sys; from llmhost.bench.cli import app; sys.exit(app())"
     proc = subprocess.Popen(
-        [sys.executable, "-c", code, "run", "--url", fake_url, "--concurrency", "2", "--duration", "30",
-         "--prompt-tokens", "8", "--max-new-tokens", "5", "--header", "X-Fake-TTFT: 0.01",
-         "--header", "X-Fake-ITL: 0.01", "--out", str(out), "--no-live"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        [
+            sys.executable,
+            "-c",
+            code,
+            "run",
+            "--url",
+            fake_url,
+            "--concurrency",
+            "2",
+            "--duration",
+            "30",
+            "--prompt-tokens",
+            "8",
+            "--max-new-tokens",
+            "5",
+            "--header",
+            "X-Fake-TTFT: 0.01",
+            "--header",
+            "X-Fake-ITL: 0.01",
+            "--out",
+            str(out),
+            "--no-live",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
         # as a non-interactive shell starts a background job: SIGINT ignored, which Python keeps ignored;
         # the command installs its own handler, so Ctrl-C (or a supervisor's SIGINT) still stops it
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
-    )  # fmt: skip
+    )
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:  # wait until requests are being measured
         p = out / "requests.jsonl"
@@ -142,9 +183,13 @@ async def test_server_closing_idle_keep_alive_connections_is_not_an_error() -> N
     port = server.sockets[0].getsockname()[1]
     async with server:
         cfg = BenchConfig(
-            url=f"http://127.0.0.1:{port}", concurrency=[2], requests=6, tokenize=False, model="m",
+            url=f"http://127.0.0.1:{port}",
+            concurrency=[2],
+            requests=6,
+            tokenize=False,
+            model="m",
             max_error_rate=None,
-        )  # fmt: skip
+        )
         results = await arun_benchmark(cfg)
     (lv,) = results.levels()
     assert lv.successes == 6, lv.errors
@@ -180,8 +225,15 @@ async def test_a_request_raced_by_a_keep_alive_close_is_sent_again_on_a_new_conn
     server = await asyncio.start_server(handle, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
     async with server:
-        cfg = BenchConfig(url=f"http://127.0.0.1:{port}", concurrency=[1], requests=5, tokenize=False,
-                          model="m", max_error_rate=None, warmup=1)  # fmt: skip
+        cfg = BenchConfig(
+            url=f"http://127.0.0.1:{port}",
+            concurrency=[1],
+            requests=5,
+            tokenize=False,
+            model="m",
+            max_error_rate=None,
+            warmup=1,
+        )
         results = await arun_benchmark(cfg)
     (lv,) = results.levels()
     assert lv.successes == 5, lv.errors

@@ -42,9 +42,17 @@ def rate_of(measured: float | None, nominal: float) -> bool:
 @pytest.mark.parametrize("api", ["openai", "chat", "tgi", "sagemaker"])
 def test_measured_figures_match_known_delays(fake_url: str, api: str, tmp_path: Path) -> None:
     cfg = BenchConfig(
-        url=fake_url, api=api, concurrency=[1], requests=4, warmup=1, prompt_tokens=32,
-        max_new_tokens=TOKENS, headers=DELAYS, component="ic-a", price_per_hour=1.52,
-    )  # fmt: skip
+        url=fake_url,
+        api=api,
+        concurrency=[1],
+        requests=4,
+        warmup=1,
+        prompt_tokens=32,
+        max_new_tokens=TOKENS,
+        headers=DELAYS,
+        component="ic-a",
+        price_per_hour=1.52,
+    )
     results = run_benchmark(cfg, tmp_path)
     (lv,) = results.levels()
     assert lv.requests == 4 and lv.successes == 4, lv.errors
@@ -68,9 +76,14 @@ def test_measured_figures_match_known_delays(fake_url: str, api: str, tmp_path: 
 
 def test_concurrency_scales_throughput(fake_url: str, tmp_path: Path) -> None:
     cfg = BenchConfig(
-        url=fake_url, api="openai", concurrency=[4], requests=8, prompt_tokens=16, max_new_tokens=TOKENS,
+        url=fake_url,
+        api="openai",
+        concurrency=[4],
+        requests=8,
+        prompt_tokens=16,
+        max_new_tokens=TOKENS,
         headers=DELAYS,
-    )  # fmt: skip
+    )
     (lv,) = run_benchmark(cfg, tmp_path).levels()
     assert lv.successes == 8
     assert rate_of(lv.output_tokens_per_s, 4 * TOKENS / E2E)
@@ -84,9 +97,15 @@ def test_concurrency_scales_throughput(fake_url: str, tmp_path: Path) -> None:
 
 def test_open_loop_rate(fake_url: str) -> None:
     cfg = BenchConfig(
-        url=fake_url, api="tgi", rates=[20.0], duration_s=1.0, prompt_tokens=8, max_new_tokens=5,
-        headers={"X-Fake-TTFT": "0.01", "X-Fake-ITL": "0.01"}, seed=3,
-    )  # fmt: skip
+        url=fake_url,
+        api="tgi",
+        rates=[20.0],
+        duration_s=1.0,
+        prompt_tokens=8,
+        max_new_tokens=5,
+        headers={"X-Fake-TTFT": "0.01", "X-Fake-ITL": "0.01"},
+        seed=3,
+    )
     (lv,) = run_benchmark(cfg).levels()
     assert lv.mode == "open" and lv.rate_rps == 20.0 and lv.concurrency is None
     assert 8 <= lv.requests <= 40  # Poisson(20) over one second

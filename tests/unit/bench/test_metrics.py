@@ -52,9 +52,17 @@ def test_describe_is_numpy() -> None:
 
 def _summary(records: list[RequestRecord], slo: GoodputSLO | None = None, wall: float = 2.0):  # type: ignore[no-untyped-def]
     return summarize_level(
-        records, config="cfg", level="c=2", mode="closed", concurrency=2, rate_rps=None, wall_s=wall,
-        price_per_hour=1.52, discount=0.1, slo=slo,
-    )  # fmt: skip
+        records,
+        config="cfg",
+        level="c=2",
+        mode="closed",
+        concurrency=2,
+        rate_rps=None,
+        wall_s=wall,
+        price_per_hour=1.52,
+        discount=0.1,
+        slo=slo,
+    )
 
 
 def test_summarize_level() -> None:
@@ -110,8 +118,15 @@ def test_goodput_counts_successful_requests_meeting_every_bound() -> None:
 def test_summary_without_successes_has_no_cost() -> None:
     bad = RequestRecord("cfg", "c=1", 0, 0.0, False, error="timeout")
     s = summarize_level(
-        [bad], config="cfg", level="c=1", mode="closed", concurrency=1, rate_rps=None, wall_s=1.0,
-        price_per_hour=1.0, slo=GoodputSLO(ttft_ms=100),
-    )  # fmt: skip
+        [bad],
+        config="cfg",
+        level="c=1",
+        mode="closed",
+        concurrency=1,
+        rate_rps=None,
+        wall_s=1.0,
+        price_per_hour=1.0,
+        slo=GoodputSLO(ttft_ms=100),
+    )
     assert s.successes == 0 and s.cost_per_1m_tokens_usd is None and s.get("ttft_s_p50") is None
     assert s.get("itl_s_p50") is None and s.requests_per_s == 0.0 and s.goodput_rps == 0.0

@@ -18,8 +18,10 @@ def test_a_mix_names_each_model_in_turn() -> None:
     mix = Target("chat", model="base, sql,poet").mix()
     assert [(name, t.model) for name, t in mix] == [("base", "base"), ("sql", "sql"), ("poet", "poet")]
     assert mix[1][1].body("hi", 4)["model"] == "sql"  # type: ignore[typeddict-item]
-    headers = [t.headers()["X-Amzn-SageMaker-Inference-Component"] for _, t in
-               Target("sagemaker", component="a,b").mix()]  # fmt: skip
+    headers = [
+        t.headers()["X-Amzn-SageMaker-Inference-Component"]
+        for _, t in Target("sagemaker", component="a,b").mix()
+    ]
     assert headers == ["a", "b"]
     assert Target("openai", model="one").mix() == [(None, Target("openai", model="one"))]
 

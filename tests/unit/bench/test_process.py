@@ -22,8 +22,9 @@ time.sleep(120)
 
 
 def test_a_started_server_is_stopped_when_the_process_that_started_it_is_killed(tmp_path: Path) -> None:
-    parent = subprocess.Popen([sys.executable, "-c", PARENT, str(tmp_path / "server.log")],
-                              stdout=subprocess.PIPE, text=True)  # fmt: skip
+    parent = subprocess.Popen(
+        [sys.executable, "-c", PARENT, str(tmp_path / "server.log")], stdout=subprocess.PIPE, text=True
+    )
     try:
         assert parent.stdout is not None
         child = int(parent.stdout.readline())

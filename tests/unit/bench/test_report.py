@@ -31,9 +31,15 @@ def _level(config: str, conc: int, ttft: float, itl: float, tokens: int, n: int,
         r.finish_ok([ttft + itl * k for k in range(tokens)], e2e, tokens)
         recs.append(r)
     return summarize_level(
-        recs, config=config, level=f"c={conc}", mode="closed", concurrency=conc, rate_rps=None,
-        wall_s=n * e2e / conc, price_per_hour=price,
-    )  # fmt: skip
+        recs,
+        config=config,
+        level=f"c={conc}",
+        mode="closed",
+        concurrency=conc,
+        rate_rps=None,
+        wall_s=n * e2e / conc,
+        price_per_hour=price,
+    )
 
 
 def make_results() -> BenchResults:
@@ -51,11 +57,23 @@ def chromium_dom(path: Path, tmp_path: Path) -> tuple[str, list[str]]:
     """The DOM after load, and the page's console messages."""
     assert CHROMIUM is not None
     cmd = [
-        CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-        "--disable-background-networking", "--disable-component-update", "--disable-sync",
-        "--host-resolver-rules=MAP * ~NOTFOUND", f"--user-data-dir={tmp_path / 'chromium-profile'}",
-        "--enable-logging=stderr", "--v=0", "--virtual-time-budget=2000", "--dump-dom", path.as_uri(),
-    ]  # fmt: skip
+        CHROMIUM,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--host-resolver-rules=MAP * ~NOTFOUND",
+        f"--user-data-dir={tmp_path / 'chromium-profile'}",
+        "--enable-logging=stderr",
+        "--v=0",
+        "--virtual-time-budget=2000",
+        "--dump-dom",
+        path.as_uri(),
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     console = [line for line in proc.stderr.splitlines() if ":CONSOLE" in line]
@@ -148,9 +166,12 @@ def test_report_has_every_chart_and_section(tmp_path: Path) -> None:
     for section in ("Recommendations", "Charts", "Levels", "Configurations"):
         assert f"<h2>{section}</h2>" in page
     for title in (
-        "Output throughput", "Latency: p50 ms per token", "Latency: p50 TTFT", "Latency: p50 inter-token",
+        "Output throughput",
+        "Latency: p50 ms per token",
+        "Latency: p50 TTFT",
+        "Latency: p50 inter-token",
         "Cost per 1M output tokens",
-    ):  # fmt: skip
+    ):
         assert f'<svg class="chart" role="img" aria-label="{title}"' in page
     for chart in ("throughput", "ms-per-token", "ttft", "itl"):
         assert [page.count(f'id="series-{chart}-{i}"') for i in range(3)] == [1, 1, 1]

@@ -10,11 +10,24 @@ from llmhost.bench.saturation import SaturationRule
 
 def _lv(conc: int, tok_s: float, e2e_p50: float) -> LevelSummary:
     return LevelSummary(
-        config="x", level=f"c={conc}", mode="closed", concurrency=conc, rate_rps=None, requests=8,
-        successes=8, success_pct=100.0, errors={}, wall_s=1.0, requests_per_s=8.0,
-        output_tokens_per_s=tok_s, input_tokens_per_s=0.0, output_tokens=int(tok_s), input_tokens=0,
-        mean_in_flight=float(conc), distributions={"e2e_s_p50": e2e_p50},
-    )  # fmt: skip
+        config="x",
+        level=f"c={conc}",
+        mode="closed",
+        concurrency=conc,
+        rate_rps=None,
+        requests=8,
+        successes=8,
+        success_pct=100.0,
+        errors={},
+        wall_s=1.0,
+        requests_per_s=8.0,
+        output_tokens_per_s=tok_s,
+        input_tokens_per_s=0.0,
+        output_tokens=int(tok_s),
+        input_tokens=0,
+        mean_in_flight=float(conc),
+        distributions={"e2e_s_p50": e2e_p50},
+    )
 
 
 RULE = SaturationRule(0.05)

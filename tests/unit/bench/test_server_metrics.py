@@ -65,12 +65,17 @@ def test_llama_server_names() -> None:
     ]
     after = LLAMA_SERVER.format(predicted=228, kv=0.1, running=0, deferred=0)
     figures, raw = summarize_scrapes(before, during, after)
-    assert figures == pytest.approx({
-        "server_generation_tokens": 128.0,
-        "server_queue_depth_mean": 4.0, "server_queue_depth_max": 6.0,
-        "server_running_mean": 4.0, "server_running_max": 4.0,
-        "server_kv_usage_mean": 0.6, "server_kv_usage_max": 0.7,
-    })  # fmt: skip
+    assert figures == pytest.approx(
+        {
+            "server_generation_tokens": 128.0,
+            "server_queue_depth_mean": 4.0,
+            "server_queue_depth_max": 6.0,
+            "server_running_mean": 4.0,
+            "server_running_max": 4.0,
+            "server_kv_usage_mean": 0.6,
+            "server_kv_usage_max": 0.7,
+        }
+    )
     assert raw["scrapes"] == 4
     assert raw["counters"] == {"llamacpp:tokens_predicted_total": 128.0}
     # an average that llama-server types as a counter is read as a gauge; a NaN gauge is skipped
@@ -82,8 +87,9 @@ def test_endpoint_copies_add_up_and_ratios_average() -> None:
     def text(l0: int, l1: int, h0: int, h1: int, w0: int, w1: int, router_waiting: int) -> str:
         return ENDPOINT.format(l0=l0, l1=l1, h0=h0, h1=h1, w0=w0, w1=w1, router_waiting=router_waiting)
 
-    figures, raw = summarize_scrapes(text(10, 10, 2, 2, 0, 0, 0), [text(14, 16, 3, 5, 1, 2, 3)],
-                                     text(20, 20, 5, 7, 0, 0, 0))  # fmt: skip
+    figures, raw = summarize_scrapes(
+        text(10, 10, 2, 2, 0, 0, 0), [text(14, 16, 3, 5, 1, 2, 3)], text(20, 20, 5, 7, 0, 0, 0)
+    )
     assert figures["server_prefix_cache_hit_rate"] == pytest.approx(8 / 20)  # both copies' deltas
     assert figures["server_queue_depth_max"] == 6.0  # router's queue + each copy's
     assert figures["server_kv_usage_max"] == pytest.approx(40 / 200)  # from cells, over copies
@@ -117,8 +123,14 @@ async def test_probe_of_a_target_without_metrics(fake_url: str) -> None:
 
 
 def test_run_without_metrics_has_no_server_figures(fake_url: str) -> None:
-    cfg = BenchConfig(url=fake_url, concurrency=[1], requests=2, prompt_tokens=4, max_new_tokens=3,
-                      headers={"X-Fake-TTFT": "0.001", "X-Fake-ITL": "0.001"})  # fmt: skip
+    cfg = BenchConfig(
+        url=fake_url,
+        concurrency=[1],
+        requests=2,
+        prompt_tokens=4,
+        max_new_tokens=3,
+        headers={"X-Fake-TTFT": "0.001", "X-Fake-ITL": "0.001"},
+    )
     (lv,) = run_benchmark(cfg).levels()
     assert lv.successes == 2 and lv.server_figures == {} and lv.server_metrics == {}
 
@@ -128,9 +140,15 @@ def test_run_scrapes_the_server_before_during_and_after(fake_url_metrics: str, t
     # every 2nd prefix-cache lookup hits, 3 of 4 drafted tokens are accepted, 2 requests run at once
     # and the others wait, each holds 10 of 100 KV cells
     cfg = BenchConfig(
-        url=fake_url_metrics, concurrency=[4], requests=8, warmup=1, prompt_tokens=8, max_new_tokens=40,
-        metrics_interval_s=0.05, price_per_hour=1.0,
-    )  # fmt: skip
+        url=fake_url_metrics,
+        concurrency=[4],
+        requests=8,
+        warmup=1,
+        prompt_tokens=8,
+        max_new_tokens=40,
+        metrics_interval_s=0.05,
+        price_per_hour=1.0,
+    )
     results = run_benchmark(cfg, tmp_path)
     (lv,) = results.levels()
     assert lv.successes == 8

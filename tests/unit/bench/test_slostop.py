@@ -73,9 +73,17 @@ def test_a_queueing_level_stops_early_and_the_load_rises_no_further(
     fake_url_serial: str, tmp_path: Path
 ) -> None:
     # one stream at a time, each ~0.23 s: at c=4 the others wait past the 400 ms TTFT bound
-    cfg = BenchConfig(url=fake_url_serial, concurrency=[1, 4, 8], requests=20, prompt_tokens=4,
-                      max_new_tokens=10, goodput={"ttft": 400.0}, slo_stop=90.0, saturation_gain=None,
-                      server_metrics=False)  # fmt: skip
+    cfg = BenchConfig(
+        url=fake_url_serial,
+        concurrency=[1, 4, 8],
+        requests=20,
+        prompt_tokens=4,
+        max_new_tokens=10,
+        goodput={"ttft": 400.0},
+        slo_stop=90.0,
+        saturation_gain=None,
+        server_metrics=False,
+    )
     [config] = run_benchmark(cfg, tmp_path).configs
     assert [lv.level for lv in config.levels] == ["c=1", "c=4"]
     c1, c4 = config.levels

@@ -31,8 +31,16 @@ HEADERS = {"X-Fake-TTFT": str(TTFT), "X-Fake-ITL": str(GAP), "X-Fake-Tokens-Per-
 @pytest.fixture(scope="module")
 def measured(fake_url: str, tmp_path_factory: pytest.TempPathFactory) -> tuple[list[RequestRecord], float]:
     out = tmp_path_factory.mktemp("timing")
-    cfg = BenchConfig(url=fake_url, api="openai", concurrency=[2], requests=4, prompt_tokens=8,
-                      max_new_tokens=TOKENS, headers=HEADERS, server_metrics=False)  # fmt: skip
+    cfg = BenchConfig(
+        url=fake_url,
+        api="openai",
+        concurrency=[2],
+        requests=4,
+        prompt_tokens=8,
+        max_new_tokens=TOKENS,
+        headers=HEADERS,
+        server_metrics=False,
+    )
     (lv,) = run_benchmark(cfg, out).levels()
     assert lv.successes == 4, lv.errors
     lines = (out / "requests.jsonl").read_text().splitlines()
@@ -54,8 +62,16 @@ def test_per_request_figures(measured: tuple[list[RequestRecord], float]) -> Non
 
 def test_level_distributions(measured: tuple[list[RequestRecord], float]) -> None:
     records, wall = measured
-    s = summarize_level(records, config="run", level="c=2", mode="closed", concurrency=2, rate_rps=None,
-                        wall_s=wall, price_per_hour=None)  # fmt: skip
+    s = summarize_level(
+        records,
+        config="run",
+        level="c=2",
+        mode="closed",
+        concurrency=2,
+        rate_rps=None,
+        wall_s=wall,
+        price_per_hour=None,
+    )
     itl_p50, tpot_p50 = s.get("itl_s_p50"), s.get("tpot_s_p50")
     assert itl_p50 is not None and GAP - 0.01 < itl_p50 < GAP + 0.04
     assert tpot_p50 is not None and TPOT - 0.01 < tpot_p50 < TPOT + 0.02
@@ -78,8 +94,17 @@ def test_goodput_on_measured_requests(
     measured: tuple[list[RequestRecord], float], bounds: dict[str, float], good: int
 ) -> None:
     records, wall = measured
-    s = summarize_level(records, config="run", level="c=2", mode="closed", concurrency=2, rate_rps=None,
-                        wall_s=wall, price_per_hour=None, slo=GoodputSLO.from_mapping(bounds))  # fmt: skip
+    s = summarize_level(
+        records,
+        config="run",
+        level="c=2",
+        mode="closed",
+        concurrency=2,
+        rate_rps=None,
+        wall_s=wall,
+        price_per_hour=None,
+        slo=GoodputSLO.from_mapping(bounds),
+    )
     assert s.good_requests == good and s.goodput_rps == pytest.approx(good / wall)
 
 
@@ -87,8 +112,15 @@ def test_saturation_stops_rising_load(fake_url_serial: str, tmp_path: Path) -> N
     # one stream at a time: concurrency 2 doubles latency for the same throughput. Answers of 30 tokens
     # (0.65 s each): the client's gap between two requests at c=1, which c=2 hides, stays well under the
     # 20 % gain on a loaded machine (with 10-token answers, 0.25 s each, it did not once under make test)
-    cfg = BenchConfig(url=fake_url_serial, concurrency=[1, 2, 4, 8], requests=4, prompt_tokens=4,
-                      max_new_tokens=30, saturation_gain=0.2, server_metrics=False)  # fmt: skip
+    cfg = BenchConfig(
+        url=fake_url_serial,
+        concurrency=[1, 2, 4, 8],
+        requests=4,
+        prompt_tokens=4,
+        max_new_tokens=30,
+        saturation_gain=0.2,
+        server_metrics=False,
+    )
     results = run_benchmark(cfg, tmp_path)
     [config] = results.configs
     assert [lv.level for lv in config.levels] == ["c=1", "c=2"]

@@ -99,20 +99,34 @@ def test_each_api_tells_the_thought_from_the_answer() -> None:
     """A thinking model's stream: thought events count as generated tokens, `answered` turns true with
     the first answer event, and the server's reasoning_tokens report wins over the count."""
     streams = {
-        "chat": ([{"choices": [{"delta": {"reasoning_content": "I"}}]}],
-                 [{"choices": [{"delta": {"content": "Hi"}}]}],
-                 {"choices": [], "usage": {"completion_tokens": 5,
-                                           "completion_tokens_details": {"reasoning_tokens": 3}}}),
-        "messages": ([{"type": "content_block_delta", "index": 0,
-                       "delta": {"type": "thinking_delta", "thinking": "I"}}],
-                     [{"type": "content_block_delta", "index": 1,
-                       "delta": {"type": "text_delta", "text": "Hi"}}],
-                     None),
-        "responses": ([{"type": "response.reasoning_text.delta", "delta": "I"}],
-                      [{"type": "response.output_text.delta", "delta": "Hi"}],
-                      {"type": "response.completed", "response": {"usage": {
-                          "output_tokens": 5, "output_tokens_details": {"reasoning_tokens": 3}}}}),
-    }  # fmt: skip
+        "chat": (
+            [{"choices": [{"delta": {"reasoning_content": "I"}}]}],
+            [{"choices": [{"delta": {"content": "Hi"}}]}],
+            {
+                "choices": [],
+                "usage": {"completion_tokens": 5, "completion_tokens_details": {"reasoning_tokens": 3}},
+            },
+        ),
+        "messages": (
+            [
+                {
+                    "type": "content_block_delta",
+                    "index": 0,
+                    "delta": {"type": "thinking_delta", "thinking": "I"},
+                }
+            ],
+            [{"type": "content_block_delta", "index": 1, "delta": {"type": "text_delta", "text": "Hi"}}],
+            None,
+        ),
+        "responses": (
+            [{"type": "response.reasoning_text.delta", "delta": "I"}],
+            [{"type": "response.output_text.delta", "delta": "Hi"}],
+            {
+                "type": "response.completed",
+                "response": {"usage": {"output_tokens": 5, "output_tokens_details": {"reasoning_tokens": 3}}},
+            },
+        ),
+    }
     for api, (thought, answer, end) in streams.items():
         s = Target(api).new_stream()
         assert [s.feed(_ev(e)) for e in thought] == [1] and not s.answered, api

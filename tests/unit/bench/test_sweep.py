@@ -100,14 +100,28 @@ def test_serve_matrix_expands_to_llmhost_serve_commands() -> None:
     )
     launches = expand(spec)
     assert [launch.name for launch in launches] == [
-        "default-t1-mc1-b256", "default-t1-mc4-b256", "default-t2-mc1-b256", "default-t2-mc4-b256", "peer",
-    ]  # fmt: skip
+        "default-t1-mc1-b256",
+        "default-t1-mc4-b256",
+        "default-t2-mc1-b256",
+        "default-t2-mc4-b256",
+        "peer",
+    ]
     argv = launches[1].argv
     i = argv.index("serve")
     assert argv[i:] == [
-        "serve", "default", "--host", "127.0.0.1", "--port", "{port}", "--threads", "1",
-        "--max-concurrent", "4", "--max-batch-tokens", "256",
-    ]  # fmt: skip
+        "serve",
+        "default",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "{port}",
+        "--threads",
+        "1",
+        "--max-concurrent",
+        "4",
+        "--max-batch-tokens",
+        "256",
+    ]
     assert launches[1].params == {
         "model": "default",
         "threads": 1,
@@ -158,8 +172,16 @@ def test_command_placeholders() -> None:
 def test_configurations_are_named_after_their_models_without_collisions() -> None:
     from llmhost.bench.labels import model_labels
 
-    models = ["default", "s3://b/jobs/7/output/model.tar.gz", "s3://a/x/gemma/", "s3://b/y/gemma/",
-              "./gemma-q4.gguf", "s3://b/one.gguf", "models/gemma", "s3://models/gemma"]  # fmt: skip
+    models = [
+        "default",
+        "s3://b/jobs/7/output/model.tar.gz",
+        "s3://a/x/gemma/",
+        "s3://b/y/gemma/",
+        "./gemma-q4.gguf",
+        "s3://b/one.gguf",
+        "models/gemma",
+        "s3://models/gemma",
+    ]
     assert model_labels(models) == {
         "default": "default",
         "s3://b/jobs/7/output/model.tar.gz": "output-model",  # not "model.tar"
@@ -182,8 +204,9 @@ async def test_a_sweep_cancelled_while_a_server_starts_leaves_no_process(tmp_pat
     from llmhost.bench.sweep import arun_sweep
 
     pid_file = tmp_path / "pid"
-    never_ready = (f"{{python}} -c \"import os, time; open('{pid_file}', 'w').write(str(os.getpid())); "
-                   "time.sleep(120)\"")  # fmt: skip
+    never_ready = (
+        f"{{python}} -c \"import os, time; open('{pid_file}', 'w').write(str(os.getpid())); time.sleep(120)\""
+    )
     config = {"name": "slow", "command": never_ready}
     spec = SweepSpec.model_validate({"requests": 1, "startup_timeout_s": 60, "configurations": [config]})
     task = asyncio.create_task(arun_sweep(spec, tmp_path / "out"))

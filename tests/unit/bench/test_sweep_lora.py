@@ -21,7 +21,9 @@ def test_a_list_of_adapters_is_one_value_and_a_list_of_lists_is_swept() -> None:
     assert loras(launch.argv) == ["a=a.gguf", "b=s3://x/b.gguf:0.5"]
     swept = {"configurations": [{"serve": {"lora": [["a=a.gguf"], ["a=a.gguf", "b=b.gguf"]]}}]}
     assert [loras(x.argv) for x in expand(SweepSpec.model_validate(swept))] == [
-        ["a=a.gguf"], ["a=a.gguf", "b=b.gguf"]]  # fmt: skip
+        ["a=a.gguf"],
+        ["a=a.gguf", "b=b.gguf"],
+    ]
 
 
 def test_copies_load_the_adapters_from_their_endpoint_file() -> None:

@@ -23,8 +23,12 @@ async def overview(_: Request) -> dict[str, Any]:
     return {"kind": "server", "name": "m"}
 
 
-def app_with(store: SeriesStore, settings: ConsoleSettings, keys: ApiKeys | None = None,
-             tally: FrontTally | None = None) -> FastAPI:  # fmt: skip
+def app_with(
+    store: SeriesStore,
+    settings: ConsoleSettings,
+    keys: ApiKeys | None = None,
+    tally: FrontTally | None = None,
+) -> FastAPI:
     app = FastAPI()
     app.include_router(create_console(store, settings, overview))
 
@@ -162,8 +166,12 @@ async def test_with_keys_the_page_opens_and_the_api_needs_one() -> None:
     async with client(app) as c:
         assert (await c.get("/console")).status_code == 200
         assert (await c.get("/console/assets/console.js")).status_code == 200
-        for path in ("/console/api/overview", "/console/api/series", "/console/api/metrics",
-                     "/console/api/reports"):
+        for path in (
+            "/console/api/overview",
+            "/console/api/series",
+            "/console/api/metrics",
+            "/console/api/reports",
+        ):
             assert (await c.get(path)).status_code == 401, path
             assert (await c.get(path, headers={"Authorization": "Bearer k1"})).status_code == 200, path
         assert (await c.get("/console/api/series", headers={"x-api-key": "wrong"})).status_code == 401
@@ -172,8 +180,12 @@ async def test_with_keys_the_page_opens_and_the_api_needs_one() -> None:
 async def test_the_console_never_counts_as_an_invocation() -> None:
     tally = FrontTally()
     async with client(app_with(SeriesStore(), ConsoleSettings(), tally=tally)) as c:
-        for path in ("/console", "/console/api/series", "/console/api/overview",
-                     "/console/assets/console.js"):
+        for path in (
+            "/console",
+            "/console/api/series",
+            "/console/api/overview",
+            "/console/assets/console.js",
+        ):
             await c.get(path)
         assert tally.responses == {} and tally.timed == 0
         await c.post("/v1/completions", json={})

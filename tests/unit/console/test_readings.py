@@ -43,14 +43,32 @@ def test_a_copy_reads_the_same_from_its_registry_and_from_its_metrics_text() -> 
 
 def engine(tokens: float, ttft_n: float = 0, rejected: dict[str, float] | None = None) -> EngineReading:
     bounds = (0.1, float("inf"))
-    return EngineReading(output_tokens=tokens, running=1, waiting=2, rejected=rejected or {},
-                         ttft=Histo(bounds, (ttft_n, ttft_n), 0.05 * ttft_n))  # fmt: skip
+    return EngineReading(
+        output_tokens=tokens,
+        running=1,
+        waiting=2,
+        rejected=rejected or {},
+        ttft=Histo(bounds, (ttft_n, ttft_n), 0.05 * ttft_n),
+    )
 
 
-def reading(responses: dict[int, int], copies: list[CopyReading], no_capacity: int = 0,
-            timed: int = 0, latency_s: float = 0.0, model_s: float = 0.0) -> ComponentReading:  # fmt: skip
-    front = FrontReading(responses=responses, no_capacity=no_capacity, timed=timed, latency_s=latency_s,
-                         model_latency_s=model_s, in_flight=3, waiting=1)  # fmt: skip
+def reading(
+    responses: dict[int, int],
+    copies: list[CopyReading],
+    no_capacity: int = 0,
+    timed: int = 0,
+    latency_s: float = 0.0,
+    model_s: float = 0.0,
+) -> ComponentReading:
+    front = FrontReading(
+        responses=responses,
+        no_capacity=no_capacity,
+        timed=timed,
+        latency_s=latency_s,
+        model_latency_s=model_s,
+        in_flight=3,
+        waiting=1,
+    )
     return ComponentReading(front, tuple(copies), ready=len(copies))
 
 
@@ -61,8 +79,14 @@ def copy(key: str, e: EngineReading | None, cpu: float | None = 1.0) -> CopyRead
 def test_the_first_reading_is_a_baseline_then_periods_are_differences() -> None:
     d = Differ()
     assert d.points(100.0, {"a": reading({200: 5}, [copy("a-0#0", engine(10, 1))])}) == {}
-    r = reading({200: 9, 404: 1, 429: 2, 503: 1}, [copy("a-0#0", engine(30, 4, {"429": 2}), cpu=2.5)],
-                no_capacity=1, timed=6, latency_s=1.2, model_s=1.0)  # fmt: skip
+    r = reading(
+        {200: 9, 404: 1, 429: 2, 503: 1},
+        [copy("a-0#0", engine(30, 4, {"429": 2}), cpu=2.5)],
+        no_capacity=1,
+        timed=6,
+        latency_s=1.2,
+        model_s=1.0,
+    )
     p = d.points(105.0, {"a": r})["a"]
     assert (p.t, p.period_s, p.copies) == (105.0, 5.0, 1)
     assert p.invocations == 4 + 1 + 2 + 1

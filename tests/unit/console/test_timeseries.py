@@ -76,13 +76,43 @@ def test_window_percentile_is_that_of_its_requests_not_an_average_of_percentiles
 
 
 def test_cloudwatch_named_figures_of_a_window() -> None:
-    a = point(5, copies=2, invocations=10, errors_4xx=1, errors_5xx=2, no_capacity=1, timed=8,
-              latency_ms=800.0, model_latency_ms=720.0, in_flight=4, cpu_s=5.0, cpu_reserved=1.0,
-              rss_mb=300.0, memory_reserved_mb=600.0, output_tokens=100.0, running=2, waiting=1,
-              refusals={"copy 429": 1.0})  # fmt: skip
-    b = point(10, copies=1, invocations=4, timed=2, latency_ms=200.0, model_latency_ms=200.0, in_flight=1,
-              cpu_s=1.0, cpu_reserved=1.0, rss_mb=450.0, memory_reserved_mb=600.0, output_tokens=50.0,
-              running=0, waiting=0, refusals={"copy 429": 2.0, "no ready copy": 1.0})  # fmt: skip
+    a = point(
+        5,
+        copies=2,
+        invocations=10,
+        errors_4xx=1,
+        errors_5xx=2,
+        no_capacity=1,
+        timed=8,
+        latency_ms=800.0,
+        model_latency_ms=720.0,
+        in_flight=4,
+        cpu_s=5.0,
+        cpu_reserved=1.0,
+        rss_mb=300.0,
+        memory_reserved_mb=600.0,
+        output_tokens=100.0,
+        running=2,
+        waiting=1,
+        refusals={"copy 429": 1.0},
+    )
+    b = point(
+        10,
+        copies=1,
+        invocations=4,
+        timed=2,
+        latency_ms=200.0,
+        model_latency_ms=200.0,
+        in_flight=1,
+        cpu_s=1.0,
+        cpu_reserved=1.0,
+        rss_mb=450.0,
+        memory_reserved_mb=600.0,
+        output_tokens=50.0,
+        running=0,
+        waiting=0,
+        refusals={"copy 429": 2.0, "no ready copy": 1.0},
+    )
     f = summarize([a, b])
     assert set(f) == set(NAMES) == {m.name for m in METRICS}
     assert f["Invocations"] == 14

@@ -15,16 +15,30 @@ URL = "http://dashboard:8265"
 
 
 def replica(rid: str, state: str = "RUNNING", node: str = "n1") -> dict[str, Any]:
-    return {"replica_id": rid, "state": state, "node_id": node, "node_ip": "10.0.0.1", "pid": 100,
-            "actor_id": f"actor-{rid}"}  # fmt: skip
+    return {
+        "replica_id": rid,
+        "state": state,
+        "node_id": node,
+        "node_ip": "10.0.0.1",
+        "pid": 100,
+        "actor_id": f"actor-{rid}",
+    }
 
 
-def deployment(*replicas: dict[str, Any], target: int | None = None, message: str = "",
-               status: str = "HEALTHY", required: dict[str, float] | None = None
-               ) -> dict[str, Any]:  # fmt: skip
-    return {"status": status, "message": message, "replicas": list(replicas),
-            "target_num_replicas": len(replicas) if target is None else target,
-            "required_resources": required or {"CPU": 1.0}}  # fmt: skip
+def deployment(
+    *replicas: dict[str, Any],
+    target: int | None = None,
+    message: str = "",
+    status: str = "HEALTHY",
+    required: dict[str, float] | None = None,
+) -> dict[str, Any]:
+    return {
+        "status": status,
+        "message": message,
+        "replicas": list(replicas),
+        "target_num_replicas": len(replicas) if target is None else target,
+        "required_resources": required or {"CPU": 1.0},
+    }
 
 
 class FakeServe:
@@ -33,20 +47,32 @@ class FakeServe:
 
     def __init__(self, running: bool = True) -> None:
         self.details: dict[str, Any] = {
-            "applications": {}, "http_options": {"host": "127.0.0.1", "port": 8000},
-            "proxy_location": "HeadOnly", "controller_info": {"node_id": "head" if running else None},
-        }  # fmt: skip
+            "applications": {},
+            "http_options": {"host": "127.0.0.1", "port": 8000},
+            "proxy_location": "HeadOnly",
+            "controller_info": {"node_id": "head" if running else None},
+        }
         self.puts: list[dict[str, Any]] = []
         self.requests: list[httpx.Request] = []
         self.refuse: list[tuple[int, str]] = []  # (status, text) answered to the next calls, in order
         self.refuse_puts: list[tuple[int, str]] = []  # the same, to the next deploys only
         self.on_put: Callable[[dict[str, Any]], None] | None = None
 
-    def app(self, name: str, status: str = "RUNNING", deployments: dict[str, Any] | None = None,
-            config: dict[str, Any] | None = None) -> dict[str, Any]:  # fmt: skip
+    def app(
+        self,
+        name: str,
+        status: str = "RUNNING",
+        deployments: dict[str, Any] | None = None,
+        config: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
         config = config or {"name": name, "import_path": "x:y", "deployments": []}
-        found = {"name": name, "status": status, "message": "", "deployments": deployments or {},
-                 "deployed_app_config": config}
+        found = {
+            "name": name,
+            "status": status,
+            "message": "",
+            "deployments": deployments or {},
+            "deployed_app_config": config,
+        }
         self.details["applications"][name] = found
         return found
 
@@ -66,10 +92,14 @@ class FakeServe:
         self.puts.append(body)
         old = self.details["applications"]
         self.details["applications"] = {
-            a["name"]: {**old.get(a["name"], {"name": a["name"], "status": "DEPLOYING", "message": "",
-                                              "deployments": {}}), "deployed_app_config": a}
+            a["name"]: {
+                **old.get(
+                    a["name"], {"name": a["name"], "status": "DEPLOYING", "message": "", "deployments": {}}
+                ),
+                "deployed_app_config": a,
+            }
             for a in body["applications"]
-        }  # fmt: skip
+        }
         if self.on_put is not None:
             self.on_put(body)
         return httpx.Response(200)

@@ -43,9 +43,15 @@ def test_a_header_naming_an_adapter_goes_to_its_base_with_the_adapter() -> None:
 
 
 def test_the_copy_gets_the_adapter_header_and_its_own_component_name() -> None:
-    scope = {"type": "http", "method": "POST", "path": "/invocations",
-             "headers": [(b"x-amzn-sagemaker-inference-component", b"sql"),
-                         (b"x-amzn-sagemaker-adapter-identifier", b"spoofed")]}  # fmt: skip
+    scope = {
+        "type": "http",
+        "method": "POST",
+        "path": "/invocations",
+        "headers": [
+            (b"x-amzn-sagemaker-inference-component", b"sql"),
+            (b"x-amzn-sagemaker-adapter-identifier", b"spoofed"),
+        ],
+    }
     request = with_adapter(Request(scope), "sql", "base")
     assert request.headers[ADAPTER_HEADER] == "sql" and request.headers[COMPONENT_HEADER] == "base"
     assert request.headers.getlist(ADAPTER_HEADER) == ["sql"]

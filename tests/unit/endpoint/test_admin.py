@@ -89,8 +89,10 @@ async def test_a_component_body_takes_json_types_as_they_are(tmp_path: Path) -> 
     and the component added; the admin API's body is strict JSON, as the other APIs' request models."""
     app, manager, _ = setup(tmp_path)
     async with client(app) as c:
-        for bad, where in (({"scale_out_cooldown_s": False}, "autoscaling.scale_out_cooldown_s"),
-                           ({"max_copies": "2"}, "autoscaling.max_copies")):  # fmt: skip
+        for bad, where in (
+            ({"scale_out_cooldown_s": False}, "autoscaling.scale_out_cooldown_s"),
+            ({"max_copies": "2"}, "autoscaling.max_copies"),
+        ):
             r = await c.post("/admin/components", json={"name": "b", "autoscaling": bad})
             assert r.status_code == 422 and where in r.json()["error"]["message"], r.text
         r = await c.post("/admin/components", json={"components": [{"name": "b", "copies": True}]})
@@ -114,8 +116,11 @@ async def test_health_and_the_internal_key(tmp_path: Path) -> None:
     async with client(app) as c:
         r = await c.get("/health")  # as /ping: no copy meant yet, none waited for (scaled to zero)
         assert r.status_code == 200
-        assert r.json() == {"status": "ready", "phase": "serving",
-                            "components": {"a": {"copies": 0, "ready": 0}}}  # fmt: skip
+        assert r.json() == {
+            "status": "ready",
+            "phase": "serving",
+            "components": {"a": {"copies": 0, "ready": 0}},
+        }
         lifecycle.drain("test")
         r = await c.get("/health")
         assert r.status_code == 503 and r.json()["phase"] == "draining"

@@ -33,8 +33,12 @@ def completion(prompt: str) -> bytes:
 
 def test_prompt_text_of_each_api() -> None:
     assert prompt_text(completion("hello")) == "hello"
-    chat = {"messages": [{"role": "system", "content": "S"}, {"role": "user", "content": [{"type": "text",
-            "text": "Q"}]}]}  # fmt: skip
+    chat = {
+        "messages": [
+            {"role": "system", "content": "S"},
+            {"role": "user", "content": [{"type": "text", "text": "Q"}]},
+        ]
+    }
     assert prompt_text(json.dumps(chat).encode()) == "<system>S\n<user>Q\n"
     anthropic = {"system": "S", "messages": [{"role": "user", "content": "Q"}]}
     assert prompt_text(json.dumps(anthropic).encode()) == "<system>S\n<user>Q\n"
@@ -162,7 +166,11 @@ def test_routing_settings_are_checked() -> None:
     base = {"name": "e", "components": [{"name": "m"}]}
     spec = parse_endpoint(base)
     assert spec.components[0].routing.policy == "least_outstanding"
-    for bad, word in (({"policy": "random"}, "policy"), ({"block_chars": 4}, "block_chars"),
-                      ({"load_factor": -1}, "load_factor"), ({"nope": 1}, "unknown key")):  # fmt: skip
+    for bad, word in (
+        ({"policy": "random"}, "policy"),
+        ({"block_chars": 4}, "block_chars"),
+        ({"load_factor": -1}, "load_factor"),
+        ({"nope": 1}, "unknown key"),
+    ):
         with pytest.raises(SpecError, match=word):
             parse_endpoint({"name": "e", "components": [{"name": "m", "routing": bad}]})

@@ -27,7 +27,10 @@ def test_decisions_kept_once_per_run(tmp_path: Path) -> None:
     record_decision(comp, 2, 2, "on target")
     record_decision(comp, 2, 2, "on target")
     assert [(d["copies"], d["desired"], d["reason"]) for d in comp.decisions] == [
-        (1, 2, "3 concurrent > 2 x 1 copies"), (2, 2, "scale-out cooldown"), (2, 2, "on target")]
+        (1, 2, "3 concurrent > 2 x 1 copies"),
+        (2, 2, "scale-out cooldown"),
+        (2, 2, "on target"),
+    ]
     assert all(isinstance(d["at"], float) for d in comp.decisions)
     assert comp.status()["decisions"] == list(comp.decisions)
 

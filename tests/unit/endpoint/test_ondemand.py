@@ -44,8 +44,9 @@ def folder(tmp_path: Path, *names: str, defaults: dict[str, Any] | None = None) 
 def test_scan_finds_files_and_directories_with_their_settings(tmp_path: Path) -> None:
     spec = folder(tmp_path, "a.gguf", "b/", "notes.txt", defaults={"resources": {"num_cpus": 0.5}})
     (tmp_path / "empty").mkdir()  # no GGUF: not a model
-    (tmp_path / "a.yaml").write_text("on_demand: {pinned: true, keep_alive: 10}\n"
-                                     "resources: {memory_mb: 900}\n")
+    (tmp_path / "a.yaml").write_text(
+        "on_demand: {pinned: true, keep_alive: 10}\nresources: {memory_mb: 900}\n"
+    )
     a, b = scan(spec)
     assert (a.name, b.name) == ("a", "b")
     assert a.on_demand is not None and a.on_demand.pinned and a.on_demand.keep_alive == 10
@@ -126,9 +127,18 @@ def test_endpoint_file_with_models_dir() -> None:
 
 @pytest.mark.parametrize(
     ("value", "seconds"),
-    [(30, 30.0), (0, 0.0), (-1, -1.0), ("-5m", -1.0), ("5m", 300.0), ("1h30m", 5400.0), ("45", 45.0),
-     ("500ms", 0.5), (2.5, 2.5)],
-)  # fmt: skip
+    [
+        (30, 30.0),
+        (0, 0.0),
+        (-1, -1.0),
+        ("-5m", -1.0),
+        ("5m", 300.0),
+        ("1h30m", 5400.0),
+        ("45", 45.0),
+        ("500ms", 0.5),
+        (2.5, 2.5),
+    ],
+)
 def test_keep_alive_forms(value: Any, seconds: float) -> None:
     assert keepalive.parse(value) == seconds
 
@@ -167,10 +177,14 @@ class Host:
         raise AssertionError("not spawned in this test")
 
 
-def model(host: Host, tmp_path: Path, name: str, loaded_at: float | None, memory_mb: int = 500,
-          pinned: bool = False) -> Component:  # fmt: skip
-    spec = ComponentSpec(name=name, resources={"num_cpus": 0.5, "memory_mb": memory_mb},
-                         on_demand={"pinned": pinned})  # type: ignore[arg-type]  # fmt: skip
+def model(
+    host: Host, tmp_path: Path, name: str, loaded_at: float | None, memory_mb: int = 500, pinned: bool = False
+) -> Component:
+    spec = ComponentSpec(
+        name=name,
+        resources={"num_cpus": 0.5, "memory_mb": memory_mb},
+        on_demand={"pinned": pinned},  # type: ignore[arg-type]
+    )
     comp = Component(spec, ResolvedModel(tmp_path / f"{name}.gguf"))
     if loaded_at is not None:
         r = Replica(spec, 0, comp.model, place(host.ledger, name, spec.resources), tmp_path)
@@ -217,8 +231,9 @@ async def test_pool_never_takes_a_pinned_model_and_refuses_what_never_fits(tmp_p
 
 
 async def test_admin_load_unload_bodies(tmp_path: Path) -> None:
-    spec = parse_endpoint({"name": "ep", "components": [{"name": "a", "copies": 1},
-                                                        {"name": "m", "on_demand": {}}]})  # fmt: skip
+    spec = parse_endpoint(
+        {"name": "ep", "components": [{"name": "a", "copies": 1}, {"name": "m", "on_demand": {}}]}
+    )
     manager = EndpointManager(spec, ledger=Ledger(cpus=[0], memory_mb=2000), log_dir=tmp_path)
     for s in spec.components:
         manager.components[s.name] = Component(s, ResolvedModel(tmp_path / "m.gguf"))
@@ -260,8 +275,12 @@ def test_keep_alive_expiry(tmp_path: Path) -> None:
     pool = ModelPool(host, OnDemandPolicy())
     spec = {"num_cpus": 0.5, "memory_mb": 100}
     comps = {}
-    for name, on_demand in (("default", {}), ("never", {"keep_alive": -1}), ("now", {"keep_alive": 0}),
-                            ("pinned", {"pinned": True, "keep_alive": 0})):  # fmt: skip
+    for name, on_demand in (
+        ("default", {}),
+        ("never", {"keep_alive": -1}),
+        ("now", {"keep_alive": 0}),
+        ("pinned", {"pinned": True, "keep_alive": 0}),
+    ):
         s = ComponentSpec(name=name, resources=spec, on_demand=on_demand)  # type: ignore[arg-type]
         comp = Component(s, ResolvedModel(tmp_path / f"{name}.gguf"))
         r = Replica(s, 0, comp.model, place(host.ledger, name, s.resources), tmp_path)
@@ -286,16 +305,25 @@ def test_keep_alive_expiry(tmp_path: Path) -> None:
 def test_command_line_options_over_an_endpoint_file(tmp_path: Path) -> None:
     from llmhost.endpoint.cli import endpoint_spec
 
-    none: dict[str, Any] = dict(models_dir=None, max_loaded=None, memory_budget_mb=None, keep_alive=None,
-                                client_keep_alive=None, preload=None)  # fmt: skip
-    spec = endpoint_spec(None, {**none, "models_dir": tmp_path, "keep_alive": 0, "max_loaded": 2,
-                                "preload": ["a"]})  # fmt: skip
+    none: dict[str, Any] = dict(
+        models_dir=None,
+        max_loaded=None,
+        memory_budget_mb=None,
+        keep_alive=None,
+        client_keep_alive=None,
+        preload=None,
+    )
+    spec = endpoint_spec(
+        None, {**none, "models_dir": tmp_path, "keep_alive": 0, "max_loaded": 2, "preload": ["a"]}
+    )
     assert spec.models_dir is not None and spec.models_dir.path == str(tmp_path)
     assert spec.models_dir.defaults == {"on_demand": {"keep_alive": 0}}
     assert (spec.on_demand.max_loaded, spec.on_demand.preload) == (2, ["a"])
     file = tmp_path / "ep.yaml"
-    file.write_text("name: e\nmodels_dir: {path: models, defaults: {max_wait_s: 5}}\n"
-                    "on_demand: {memory_budget_mb: 900, client_keep_alive: any}\n")  # fmt: skip
+    file.write_text(
+        "name: e\nmodels_dir: {path: models, defaults: {max_wait_s: 5}}\n"
+        "on_demand: {memory_budget_mb: 900, client_keep_alive: any}\n"
+    )
     spec = endpoint_spec(file, {**none, "memory_budget_mb": 800})
     assert spec.models_dir is not None and spec.models_dir.path == str(tmp_path / "models")  # beside the file
     assert spec.models_dir.defaults == {"max_wait_s": 5}

@@ -61,11 +61,24 @@ def doc(tmp_path: Path) -> dict[str, Any]:
 def test_document_is_valid_and_every_operation_documented(tmp_path: Path, doc: dict[str, Any]) -> None:
     validate(doc)
     app = make_app(tmp_path)
-    expected = {"/v1/chat/completions", "/v1/messages", "/generate", "/invocations", "/tokenizer_info",
-                "/info",
-                "/endpoints/{name}/invocations", "/ping", "/health", "/metrics", "/v1/models",
-                "/admin/status", "/admin/scale", "/admin/components", "/admin/components/{name}",
-                "/admin/down"}  # fmt: skip
+    expected = {
+        "/v1/chat/completions",
+        "/v1/messages",
+        "/generate",
+        "/invocations",
+        "/tokenizer_info",
+        "/info",
+        "/endpoints/{name}/invocations",
+        "/ping",
+        "/health",
+        "/metrics",
+        "/v1/models",
+        "/admin/status",
+        "/admin/scale",
+        "/admin/components",
+        "/admin/components/{name}",
+        "/admin/down",
+    }
     assert expected <= set(doc["paths"])
     assert_every_operation_documented(app, doc, no_body=frozenset({"/admin/down", "/admin/models/reload"}))
 
@@ -175,8 +188,13 @@ async def test_components_are_added_from_yaml_as_documented(tmp_path: Path) -> N
     assert set(body) == {"application/json", *YAML_TYPES}
     assert body["application/yaml"] == body["application/json"]
     for text, status in (("name: a\ncopies: 1\n", 409), ("name: [a\n", 422), ("- 1\n", 422)):
-        r = await call(app, "POST", "/admin/components", content=text.encode(),
-                       headers={"content-type": "application/yaml"})  # fmt: skip
+        r = await call(
+            app,
+            "POST",
+            "/admin/components",
+            content=text.encode(),
+            headers={"content-type": "application/yaml"},
+        )
         assert r.status_code == status, r.text
         check_documented(doc, "post", "/admin/components", r)
 
@@ -195,10 +213,18 @@ async def test_a_draining_endpoints_probes_match_the_documented_schema(tmp_path:
 async def test_401_and_403_match_the_documented_schema(tmp_path: Path) -> None:
     app = make_app(tmp_path, keys=ApiKeys.of(["k1"]))
     doc = app.openapi()
-    for method, path in (("post", "/v1/chat/completions"), ("post", "/v1/messages"), ("get", "/admin/status"),
-                         ("get", "/metrics"), ("post", "/endpoints/{name}/invocations"),
-                         ("post", "/admin/down"), ("post", "/admin/scale"), ("get", "/console/api/overview"),
-                         ("get", "/console/api/metrics"), ("post", "/console/api/reports/open")):  # fmt: skip
+    for method, path in (
+        ("post", "/v1/chat/completions"),
+        ("post", "/v1/messages"),
+        ("get", "/admin/status"),
+        ("get", "/metrics"),
+        ("post", "/endpoints/{name}/invocations"),
+        ("post", "/admin/down"),
+        ("post", "/admin/scale"),
+        ("get", "/console/api/overview"),
+        ("get", "/console/api/metrics"),
+        ("post", "/console/api/reports/open"),
+    ):
         r = await call(app, method.upper(), path.replace("{name}", "ep"), json=CHAT)
         assert r.status_code == 401, (path, r.text)
         check_documented(doc, method, path, r)
@@ -222,11 +248,15 @@ def failing_copies(kind: str) -> Any:
 
 
 RELAY_CASES = [
-    ("refuse", "/v1/chat/completions", 503), ("reset", "/v1/chat/completions", 502),
-    ("timeout", "/generate", 504), ("reset", "/v1/messages", 502), ("refuse", "/v1/messages", 529),
-    ("reset", "/endpoints/{name}/invocations", 424), ("refuse", "/endpoints/{name}/invocations", 503),
+    ("refuse", "/v1/chat/completions", 503),
+    ("reset", "/v1/chat/completions", 502),
+    ("timeout", "/generate", 504),
+    ("reset", "/v1/messages", 502),
+    ("refuse", "/v1/messages", 529),
+    ("reset", "/endpoints/{name}/invocations", 424),
+    ("refuse", "/endpoints/{name}/invocations", 503),
     ("timeout", "/endpoints/{name}/invocations-response-stream", 424),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize(("kind", "path", "status"), RELAY_CASES)
@@ -238,8 +268,13 @@ async def test_relay_failures_match_the_documented_schema(
     app, proxy = app_for(registry, failing_copies(kind))
     app.include_router(create_runtime_router(registry, proxy))
     body = {"model": "a", **MESSAGE} if path == "/v1/messages" else {"inputs": "x", **CHAT}
-    r = await call(app, "POST", path.replace("{name}", "ep"), content=json.dumps(body).encode(),
-                   headers={"content-type": "application/json", COMPONENT_HEADER: "a"})  # fmt: skip
+    r = await call(
+        app,
+        "POST",
+        path.replace("{name}", "ep"),
+        content=json.dumps(body).encode(),
+        headers={"content-type": "application/json", COMPONENT_HEADER: "a"},
+    )
     assert r.status_code == status, r.text
     check_documented(doc, "post", path, r)
     await proxy.aclose()
@@ -260,8 +295,13 @@ async def test_invoke_endpoint_documents_the_stream_it_relays(tmp_path: Path, do
     registry = Registry(component("a", [1001], tmp_path))
     app, proxy = app_for(registry, streaming_copy)
     app.include_router(create_runtime_router(registry, proxy))
-    r = await call(app, "POST", "/endpoints/ep/invocations", content=b'{"inputs": "x", "stream": true}',
-                   headers={"content-type": "application/json", COMPONENT_HEADER: "a"})  # fmt: skip
+    r = await call(
+        app,
+        "POST",
+        "/endpoints/ep/invocations",
+        content=b'{"inputs": "x", "stream": true}',
+        headers={"content-type": "application/json", COMPONENT_HEADER: "a"},
+    )
     media = r.headers["content-type"].split(";")[0]
     assert r.status_code == 200 and media == "text/event-stream" and r.content == events
     documented = doc["paths"]["/endpoints/{name}/invocations"]["post"]["responses"]["200"]["content"]
@@ -298,8 +338,17 @@ async def test_the_ray_ingress_serves_and_documents_the_console(tmp_path: Path) 
     serve = FakeServe()
     serve.app("e", deployments={"a": deployment(replica("a0"))})
     spec = parse_endpoint({"name": "e", "components": [{"name": "a", "copies": 1}]})
-    args = AppArgs(spec.model_dump(), {}, asdict(RayTiming()), URL, [ApiKeys.of(["k1"]).digests[0].hex()], {},
-                   "info", console_period_s=1.0, reports_dir=str(tmp_path))  # fmt: skip
+    args = AppArgs(
+        spec.model_dump(),
+        {},
+        asdict(RayTiming()),
+        URL,
+        [ApiKeys.of(["k1"]).digests[0].hex()],
+        {},
+        "info",
+        console_period_s=1.0,
+        reports_dir=str(tmp_path),
+    )
     ingress = Ingress({"a": None}, asdict(args))
     ingress.api = serve.api()
     cluster = ClusterFigures([], {"CPU": 2.0, "memory": 2.0**31}, {"CPU": 1.0, "memory": 2.0**30})
@@ -314,8 +363,12 @@ async def test_the_ray_ingress_serves_and_documents_the_console(tmp_path: Path) 
     check_documented(doc, "get", "/console/api/overview", r)
     key = {"x-api-key": "k1"}
     await call(app, "GET", "/admin/status", headers=key)  # reads Ray Serve's details
-    for path in ("/console/api/overview", "/console/api/series", "/console/api/metrics",
-                 "/console/api/reports"):  # fmt: skip
+    for path in (
+        "/console/api/overview",
+        "/console/api/series",
+        "/console/api/metrics",
+        "/console/api/reports",
+    ):
         r = await call(app, "GET", path, headers=key)
         assert r.status_code == 200, (path, r.text)
         check_documented(doc, "get", path, r)

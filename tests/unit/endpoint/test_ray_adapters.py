@@ -21,10 +21,13 @@ from llmhost.endpoint.rayserve.options import AppArgs, RayTiming
 from llmhost.endpoint.spec import parse_endpoint
 from tests.unit.endpoint.ray_fakes import URL, FakeServe, deployment, replica
 
-ENDPOINT = {"name": "e", "components": [
-    {"name": "a", "copies": 2, "adapters": [{"name": "poet", "path": "/m/poet.gguf", "scale": 0.5}]},
-    {"name": "emb", "embeddings": True},
-]}  # fmt: skip
+ENDPOINT = {
+    "name": "e",
+    "components": [
+        {"name": "a", "copies": 2, "adapters": [{"name": "poet", "path": "/m/poet.gguf", "scale": 0.5}]},
+        {"name": "emb", "embeddings": True},
+    ],
+}
 BAD = json.dumps({"error": {"message": "could not load the LoRA adapter", "param": "path"}})
 BUSY = json.dumps({"error": {"message": "adapter 'poet' is in use by 1 request(s)", "param": "name"}})
 
@@ -44,18 +47,29 @@ class Copies:
             if wanted is None:
                 continue
             for copy in ("a-a0", "a-a1"):
-                refusals = tuple(Refusal(n, code, text, "1" if code == 409 else None)
-                                 for c, n, code, text in self.refuse if c == copy)  # fmt: skip
-                rows = tuple({"name": e.name, "requests": 0} for e in wanted
-                             if e.name not in {r.name for r in refusals})  # fmt: skip
+                refusals = tuple(
+                    Refusal(n, code, text, "1" if code == 409 else None)
+                    for c, n, code, text in self.refuse
+                    if c == copy
+                )
+                rows = tuple(
+                    {"name": e.name, "requests": 0}
+                    for e in wanted
+                    if e.name not in {r.name for r in refusals}
+                )
                 self.ingress.report_adapters("a", copy, AdapterReport(wanted, refusals, rows))
 
 
 @pytest.fixture
 def serve() -> FakeServe:
     fake = FakeServe()
-    fake.app("e", deployments={"a": deployment(replica("a0"), replica("a1", "UPDATING")),
-                               "emb": deployment(replica("m0"))})  # fmt: skip
+    fake.app(
+        "e",
+        deployments={
+            "a": deployment(replica("a0"), replica("a1", "UPDATING")),
+            "emb": deployment(replica("m0")),
+        },
+    )
     return fake
 
 
@@ -98,9 +112,17 @@ async def test_a_loaded_adapter_reaches_every_copy_and_every_listing(
     r = await load(admin, "sql", "/m/sql.gguf")
     assert r.status_code == 200, r.text
     rows = {row["name"]: row for row in r.json()["data"]}
-    assert rows["sql"] == {"name": "sql", "path": "/m/sql.gguf", "scale": 1.0, "inference_component": False,
-                           "state": "loaded", "reason": None, "component": "a", "copies": 2,
-                           "requests": 0}  # fmt: skip
+    assert rows["sql"] == {
+        "name": "sql",
+        "path": "/m/sql.gguf",
+        "scale": 1.0,
+        "inference_component": False,
+        "state": "loaded",
+        "reason": None,
+        "component": "a",
+        "copies": 2,
+        "requests": 0,
+    }
     assert configured(serve) == ["poet", "sql"]  # the file's adapters stay in the config
     models = {m["id"]: m for m in (await admin.get("/v1/models")).json()["data"]}
     assert models["sql"]["parent"] == "a" and models["poet"]["parent"] == "a"
@@ -138,7 +160,9 @@ async def test_adapter_components_come_and_go_and_one_in_use_stays(
     status = (await admin.get("/admin/status")).json()
     assert status["adapter_components"] == [{"name": "sql", "base": "a"}]
     assert {a["name"]: a["inference_component"] for a in status["components"][0]["adapters"]} == {
-        "poet": False, "sql": True}  # fmt: skip
+        "poet": False,
+        "sql": True,
+    }
     rows = {row["name"]: row for row in (await admin.get("/admin/adapters?component=a")).json()["data"]}
     assert rows["sql"]["inference_component"] and rows["sql"]["copies"] == 2
     refused = await admin.delete("/admin/components/a")
@@ -155,19 +179,30 @@ async def test_adapter_components_come_and_go_and_one_in_use_stays(
     assert (await admin.delete("/admin/components/sql")).status_code == 404
 
 
-@pytest.mark.parametrize(("call", "status", "says"), [
-    (("post", "/admin/components", {"name": "c"}), 501, "change the file"),
-    (("delete", "/admin/components/emb", None), 501, "change the file"),
-    (("post", "/admin/adapters/load", {"component": "zz", "name": "x", "path": "/x"}), 404, "zz"),
-    (("post", "/admin/adapters/load", {"component": "emb", "name": "x", "path": "/x"}), 422, "embeddings"),
-    (("post", "/admin/adapters/load", {"component": "a", "name": "poet", "path": "/x"}), 409, "already"),
-    (("post", "/admin/adapters/load", {"component": "a", "name": "x", "path": "x.gguf"}), 422, "absolute"),
-    (("post", "/admin/adapters/load", {"component": "a", "name": "x"}), 422, "path"),
-    (("post", "/admin/adapters/unload", {"component": "a", "name": "nope"}), 404, "its adapters: poet"),
-])  # fmt: skip
-async def test_refusals_are_the_single_host_endpoints(serve: FakeServe, admin: httpx.AsyncClient,
-                                                      call: tuple[str, str, Any], status: int,
-                                                      says: str) -> None:  # fmt: skip
+@pytest.mark.parametrize(
+    ("call", "status", "says"),
+    [
+        (("post", "/admin/components", {"name": "c"}), 501, "change the file"),
+        (("delete", "/admin/components/emb", None), 501, "change the file"),
+        (("post", "/admin/adapters/load", {"component": "zz", "name": "x", "path": "/x"}), 404, "zz"),
+        (
+            ("post", "/admin/adapters/load", {"component": "emb", "name": "x", "path": "/x"}),
+            422,
+            "embeddings",
+        ),
+        (("post", "/admin/adapters/load", {"component": "a", "name": "poet", "path": "/x"}), 409, "already"),
+        (
+            ("post", "/admin/adapters/load", {"component": "a", "name": "x", "path": "x.gguf"}),
+            422,
+            "absolute",
+        ),
+        (("post", "/admin/adapters/load", {"component": "a", "name": "x"}), 422, "path"),
+        (("post", "/admin/adapters/unload", {"component": "a", "name": "nope"}), 404, "its adapters: poet"),
+    ],
+)
+async def test_refusals_are_the_single_host_endpoints(
+    serve: FakeServe, admin: httpx.AsyncClient, call: tuple[str, str, Any], status: int, says: str
+) -> None:
     method, path, body = call
     r = await admin.request(method.upper(), path, json=body)
     assert r.status_code == status and says in r.json()["error"]["message"], r.text

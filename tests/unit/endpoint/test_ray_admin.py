@@ -17,16 +17,25 @@ from llmhost.endpoint.rayserve.options import AppArgs, RayTiming
 from llmhost.endpoint.spec import parse_endpoint
 from tests.unit.endpoint.ray_fakes import URL, FakeServe, deployment, replica
 
-ENDPOINT = {"name": "e", "components": [
-    {"name": "a", "autoscaling": {"min_copies": 1, "max_copies": 3}, "startup_health_check_timeout_s": 0.3},
-    {"name": "b", "copies": 1, "routing": {"policy": "prefix"}},
-]}  # fmt: skip
+ENDPOINT = {
+    "name": "e",
+    "components": [
+        {
+            "name": "a",
+            "autoscaling": {"min_copies": 1, "max_copies": 3},
+            "startup_health_check_timeout_s": 0.3,
+        },
+        {"name": "b", "copies": 1, "routing": {"policy": "prefix"}},
+    ],
+}
 WAITING = "Deployment 'a' has 1 replicas that have taken more than 3s to be scheduled."
 
 
 def serving(serve: FakeServe, a: int = 1) -> None:
-    serve.app("e", deployments={"a": deployment(*(replica(f"a{i}") for i in range(a))),
-                                "b": deployment(replica("b0"))})  # fmt: skip
+    serve.app(
+        "e",
+        deployments={"a": deployment(*(replica(f"a{i}") for i in range(a))), "b": deployment(replica("b0"))},
+    )
 
 
 @pytest.fixture
@@ -95,17 +104,21 @@ async def test_scale_waits_for_the_copies(serve: FakeServe, admin: httpx.AsyncCl
     assert r.status_code == 200 and r.json() == {"component": "a", "copies": 2, "ready": 2}
 
 
-@pytest.mark.parametrize(("body", "field", "says"), [
-    ({"component": "a", "copies": 2, "wait": "false"}, "wait", "valid boolean"),
-    ({"component": "a", "copies": True}, "copies", "valid integer"),
-    ({"component": "a", "copies": -1}, "copies", "greater than or equal to 0"),
-    ({"component": "a", "copies": 0}, "copies", "min_copies: 0"),
-    ({"copies": 1}, "component", "Field required"),
-    ({"component": "a", "copies": 1, "extra": 1}, "extra", "unknown field"),
-    (["a", 1], "body", "body must be"),
-])  # fmt: skip
-async def test_a_bad_scale_body_is_a_422_naming_the_field(admin: httpx.AsyncClient, body: Any, field: str,
-                                                          says: str) -> None:  # fmt: skip
+@pytest.mark.parametrize(
+    ("body", "field", "says"),
+    [
+        ({"component": "a", "copies": 2, "wait": "false"}, "wait", "valid boolean"),
+        ({"component": "a", "copies": True}, "copies", "valid integer"),
+        ({"component": "a", "copies": -1}, "copies", "greater than or equal to 0"),
+        ({"component": "a", "copies": 0}, "copies", "min_copies: 0"),
+        ({"copies": 1}, "component", "Field required"),
+        ({"component": "a", "copies": 1, "extra": 1}, "extra", "unknown field"),
+        (["a", 1], "body", "body must be"),
+    ],
+)
+async def test_a_bad_scale_body_is_a_422_naming_the_field(
+    admin: httpx.AsyncClient, body: Any, field: str, says: str
+) -> None:
     r = await admin.post("/admin/scale", json=body)
     assert r.status_code == 422, r.text
     assert r.json()["error"]["field"] == field and says in r.json()["error"]["message"]
@@ -126,11 +139,13 @@ async def test_unknown_component_and_undeployed_application_are_404(
     assert r.status_code == 404 and "application 'e' is not deployed" in r.json()["error"]["message"]
 
 
-async def test_copies_no_node_can_hold_are_a_409(serve: FakeServe, admin: httpx.AsyncClient,
-                                                  monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+async def test_copies_no_node_can_hold_are_a_409(
+    serve: FakeServe, admin: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
     def waiting(_: Any) -> None:
-        waits = deployment(replica("a0"), replica("a1", "STARTING"), target=2, message=WAITING,
-                           required={"CPU": 4.0})  # fmt: skip
+        waits = deployment(
+            replica("a0"), replica("a1", "STARTING"), target=2, message=WAITING, required={"CPU": 4.0}
+        )
         serve.details["applications"]["e"]["deployments"] = {"a": waits}
 
     serve.on_put = waiting
@@ -171,7 +186,11 @@ async def test_add_and_remove_are_refused(admin: httpx.AsyncClient) -> None:
 
 async def test_only_local_clients_are_answered(serve: FakeServe) -> None:
     async with admin_client(serve, host="10.1.2.3") as c:
-        for r in (await c.get("/admin/status"), await c.post("/admin/scale", json={}),
-                  await c.post("/admin/down"), await c.post("/admin/components", json={})):  # fmt: skip
+        for r in (
+            await c.get("/admin/status"),
+            await c.post("/admin/scale", json={}),
+            await c.post("/admin/down"),
+            await c.post("/admin/components", json={}),
+        ):
             assert r.status_code == 403 and r.json()["error"]["type"] == "permission_error"
     assert serve.puts == [] and "e" in serve.details["applications"]

@@ -27,8 +27,9 @@ def file(tmp_path: Path) -> Path:
 def no_ray(monkeypatch: pytest.MonkeyPatch) -> None:
     """As if the `ray` extra were not installed."""
     real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec",
-                        lambda name, *a: None if name == "ray" else real(name, *a))  # fmt: skip
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "ray" else real(name, *a)
+    )
 
 
 def up(*args: str) -> Any:
@@ -41,8 +42,15 @@ def test_single_host_options_are_refused_with_ray(file: Path, given: tuple[str, 
     assert result.exit_code == 2 and f"error: {given[0]} does not apply to a Ray endpoint" in result.output
 
 
-@pytest.mark.parametrize("given", [("--ray-address", "auto"), ("--ray-dashboard", "http://h:8265"),
-                                   ("--autoscale-window", "5"), ("--placement-timeout", "5")])  # fmt: skip
+@pytest.mark.parametrize(
+    "given",
+    [
+        ("--ray-address", "auto"),
+        ("--ray-dashboard", "http://h:8265"),
+        ("--autoscale-window", "5"),
+        ("--placement-timeout", "5"),
+    ],
+)
 def test_ray_options_are_refused_without_ray(file: Path, given: tuple[str, str]) -> None:
     result = up(str(file), *given)
     assert result.exit_code == 2 and f"error: {given[0]} applies with --ray only" in result.output
@@ -87,10 +95,13 @@ def test_the_refused_options_are_options_of_up() -> None:
     assert set(cli.SINGLE_HOST_ONLY) | set(cli.RAY_ONLY) <= set(params)
 
 
-@pytest.mark.parametrize(("given", "said"), [
-    (("--console-period", "0"), "console period must be in [0.05, 300] seconds, got 0.0"),
-    (("--reports", "/nonexistent/results"), "reports /nonexistent/results: not a folder"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("given", "said"),
+    [
+        (("--console-period", "0"), "console period must be in [0.05, 300] seconds, got 0.0"),
+        (("--reports", "/nonexistent/results"), "reports /nonexistent/results: not a folder"),
+    ],
+)
 def test_the_consoles_options_are_checked_with_ray_before_ray_starts(
     file: Path, given: tuple[str, str], said: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

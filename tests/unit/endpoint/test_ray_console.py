@@ -29,16 +29,20 @@ def copy_text(tokens: int) -> str:
     """A copy's /metrics: its server's registry rendered, and its engine's gauges (read from the engine)."""
     m = ServerMetrics()
     m.generation_tokens.inc(tokens)
-    gauges = ("# TYPE llmhost_num_requests_running gauge\nllmhost_num_requests_running 1\n"
-              "# TYPE llmhost_num_requests_waiting gauge\nllmhost_num_requests_waiting 2\n")  # fmt: skip
+    gauges = (
+        "# TYPE llmhost_num_requests_running gauge\nllmhost_num_requests_running 1\n"
+        "# TYPE llmhost_num_requests_waiting gauge\nllmhost_num_requests_waiting 2\n"
+    )
     return generate_latest(m.registry).decode() + gauges
 
 
 def component(name: str, *copies: tuple[str, str]) -> RayComponent:
     spec = ComponentSpec.model_validate({"name": name, "resources": {"num_cpus": 0.5, "memory_mb": 1000}})
     comp = RayComponent(spec, None)
-    replicas = tuple(status.Replica(copy, state, "n1", "10.0.0.1", 100 + i, "actor", 1000.0)
-                     for i, (copy, state) in enumerate(copies))  # fmt: skip
+    replicas = tuple(
+        status.Replica(copy, state, "n1", "10.0.0.1", 100 + i, "actor", 1000.0)
+        for i, (copy, state) in enumerate(copies)
+    )
     comp.view = status.DeploymentView(True, "HEALTHY", "", len(copies), replicas)
     return comp
 
@@ -82,8 +86,11 @@ def test_a_copy_that_has_not_pushed_or_pushed_garbage_has_no_engine_figures() ->
 
 def test_host_figures_are_the_clusters_logical_resources() -> None:
     gib = 2.0**30
-    cluster = ClusterFigures([{"node_id": "n1", "ip": "10.0.0.1", "cpus": 2.0, "memory_mb": 4096}],
-                             {"CPU": 2.0, "memory": 4 * gib}, {"CPU": 0.5, "memory": 1 * gib})  # fmt: skip
+    cluster = ClusterFigures(
+        [{"node_id": "n1", "ip": "10.0.0.1", "cpus": 2.0, "memory_mb": 4096}],
+        {"CPU": 2.0, "memory": 4 * gib},
+        {"CPU": 0.5, "memory": 1 * gib},
+    )
     h = host(cluster, 0.25)
     assert (h["cpus"], h["cpus_reserved"], h["cpus_free"]) == (2, 1.5, 0.5)
     assert (h["memory_reservable_mb"], h["memory_reserved_mb"], h["memory_free_mb"]) == (4096, 3072, 1024)
@@ -111,18 +118,30 @@ def test_a_component_carries_rays_decisions_and_stopped_copies() -> None:
     a.waiting = 3
     block = component_block(a, {"name": "a", "copies": 2, "ready": 1}, {}, now=60.0)
     assert block["decisions"] == [{"at": 50.0, "copies": 1, "desired": 2, "reason": "load went up"}]
-    assert block["stopped"] == [{"copy": "a-old", "ray_state": "STOPPED", "node_id": "", "pid": 7,
-                                 "started_at": 5.0}]  # fmt: skip
+    assert block["stopped"] == [
+        {"copy": "a-old", "ray_state": "STOPPED", "node_id": "", "pid": 7, "started_at": 5.0}
+    ]
     assert block["waiting"] == 3 and block["copies"] == 2 and block["replicas"][0]["copy"] == "a-1"
 
 
 def test_deployment_view_reads_rays_decisions_and_dead_replicas() -> None:
-    details = {"applications": {"e": {"deployments": {"a": {
-        "status": "HEALTHY", "target_num_replicas": 1,
-        "replicas": [{"replica_id": "r1", "state": "RUNNING", "start_time_s": 12.5}],
-        "recent_dead_replicas": [{"replica_id": "r0", "state": "STOPPED"}],
-        "autoscaling_detail": {"decisions": [{"timestamp_s": 1.0, "reason": "x"}, "not a decision"]},
-    }}}}}  # fmt: skip
+    details = {
+        "applications": {
+            "e": {
+                "deployments": {
+                    "a": {
+                        "status": "HEALTHY",
+                        "target_num_replicas": 1,
+                        "replicas": [{"replica_id": "r1", "state": "RUNNING", "start_time_s": 12.5}],
+                        "recent_dead_replicas": [{"replica_id": "r0", "state": "STOPPED"}],
+                        "autoscaling_detail": {
+                            "decisions": [{"timestamp_s": 1.0, "reason": "x"}, "not a decision"]
+                        },
+                    }
+                }
+            }
+        }
+    }
     v = status.deployment_view(details, "e", "a")
     assert v.replicas[0].started_at == 12.5 and [r.copy for r in v.dead] == ["a-r0"]
     assert v.decisions == ({"timestamp_s": 1.0, "reason": "x"},)

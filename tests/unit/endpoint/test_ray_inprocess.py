@@ -25,9 +25,16 @@ def make_app(events: list[str]) -> FastAPI:
     @app.post("/echo")
     async def echo(request: Request) -> JSONResponse:
         body = await request.json()
-        return JSONResponse({"got": body, "query": request.url.query, "state": request.state.model,
-                             "client": request.client.host if request.client else None,
-                             "header": request.headers.get("x-a")}, headers={"x-b": "2"})  # fmt: skip
+        return JSONResponse(
+            {
+                "got": body,
+                "query": request.url.query,
+                "state": request.state.model,
+                "client": request.client.host if request.client else None,
+                "header": request.headers.get("x-a"),
+            },
+            headers={"x-b": "2"},
+        )
 
     @app.get("/stream")
     async def stream(request: Request) -> StreamingResponse:
@@ -53,8 +60,14 @@ async def test_a_request_answers_its_head_then_its_body_with_the_lifespan_state(
     app = make_app(events)
     life = Lifespan(app)
     await life.startup()
-    call = Call("POST", "/echo", "q=1", [("X-A", "1"), ("content-type", "application/json")], b'{"x": 1}',
-                ("10.1.2.3", 5))  # fmt: skip
+    call = Call(
+        "POST",
+        "/echo",
+        "q=1",
+        [("X-A", "1"), ("content-type", "application/json")],
+        b'{"x": 1}',
+        ("10.1.2.3", 5),
+    )
     items = [i async for i in call_app(app, call, life.state)]
     head, body = items[0], b"".join(i for i in items[1:] if isinstance(i, bytes))
     assert isinstance(head, Head) and head.status == 200 and ("x-b", "2") in head.headers

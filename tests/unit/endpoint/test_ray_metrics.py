@@ -85,16 +85,21 @@ async def test_nodes_ray_serve_families_merge_and_failing_nodes_are_left_out() -
     a = comp("a", ("a-1", "RUNNING"))
     text = await render_ray_metrics([a], copies, urls, transport=httpx.MockTransport(node))
     assert samples(text, "ray_serve_replica_processing_queries") == {
-        (("replica", "n1"),): 1.0, (("replica", "n2"),): 1.0}  # fmt: skip
+        (("replica", "n1"),): 1.0,
+        (("replica", "n2"),): 1.0,
+    }
     assert samples(text, "ray_node_cpu_utilization") == {}  # Ray Serve's families only
     assert samples(text, "llmhost_num_requests_running") == {(("component", "a"), ("copy", "a-1")): 2.0}
     assert samples(text, "llmhost_endpoint_copies_target") == {(("component", "a"),): 1.0}
 
 
 def routed(text: bytes, component: str) -> dict[str, float]:
-    return {d.value: v for d in Decision
-            for labels, v in samples(text, f"llmhost_endpoint_routed_{d.value}").items()
-            if labels == (("component", component),)}  # fmt: skip
+    return {
+        d.value: v
+        for d in Decision
+        for labels, v in samples(text, f"llmhost_endpoint_routed_{d.value}").items()
+        if labels == (("component", component),)
+    }
 
 
 async def test_prefix_routing_decisions_are_counted_from_zero_before_ray_builds_the_router(
@@ -109,7 +114,8 @@ async def test_prefix_routing_decisions_are_counted_from_zero_before_ray_builds_
     assert routed(before, "o") == {}  # Ray Serve's own routing decides: nothing of ours to count
     assert samples(before, "llmhost_endpoint_routing_policy") == {
         (("component", "o"), ("policy", "least_outstanding")): 1.0,
-        (("component", "p"), ("policy", "prefix")): 1.0}  # fmt: skip
+        (("component", "p"), ("policy", "prefix")): 1.0,
+    }
     affinity = Affinity()  # as the router registers it, in this process, on the first request
     monkeypatch.setitem(RAY_ROUTERS, "p", affinity)
     for d in (Decision.COLD, Decision.PREFIX, Decision.PREFIX, Decision.PREFIX, Decision.SPILLED):

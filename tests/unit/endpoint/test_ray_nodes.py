@@ -22,13 +22,22 @@ def test_local_models_draft_models_and_adapters_are_made_absolute(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     monkeypatch.chdir(tmp_path)
-    spec = nodes.absolute_models(endpoint(
-        {"name": "a", "model": "m.gguf", "engine": {"draft_model": "drafts/d.gguf"},
-         "adapters": [{"name": "l", "path": "loras/l.gguf"}, {"name": "s", "path": "s3://bucket/s.gguf"}]},
-        {"name": "b", "model": "s3://bucket/m.gguf", "engine": {"draft_model": "s3://bucket/d.gguf"}},
-        {"name": "c"},
-        {"name": "k", "base": "c", "adapter": {"path": "k.gguf"}},
-    ))  # fmt: skip
+    spec = nodes.absolute_models(
+        endpoint(
+            {
+                "name": "a",
+                "model": "m.gguf",
+                "engine": {"draft_model": "drafts/d.gguf"},
+                "adapters": [
+                    {"name": "l", "path": "loras/l.gguf"},
+                    {"name": "s", "path": "s3://bucket/s.gguf"},
+                ],
+            },
+            {"name": "b", "model": "s3://bucket/m.gguf", "engine": {"draft_model": "s3://bucket/d.gguf"}},
+            {"name": "c"},
+            {"name": "k", "base": "c", "adapter": {"path": "k.gguf"}},
+        )
+    )
     a, b, c = spec.components
     assert [x.path for x in a.adapters] == [str(tmp_path / "loras/l.gguf"), "s3://bucket/s.gguf"]
     assert [x.path for x in c.adapters] == [str(tmp_path / "k.gguf")]  # an adapter component's too

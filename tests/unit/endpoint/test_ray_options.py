@@ -11,8 +11,13 @@ from llmhost.endpoint.rayserve.options import AppArgs, RayTiming, component_opti
 from llmhost.endpoint.spec import ComponentSpec, parse_endpoint
 from llmhost.serve_spec import default_value
 
-TIMING = RayTiming(health_check_period_s=1, health_check_timeout_s=7, drain_timeout_s=30,
-                   metrics_interval_s=0.5, look_back_period_s=4)  # fmt: skip
+TIMING = RayTiming(
+    health_check_period_s=1,
+    health_check_timeout_s=7,
+    drain_timeout_s=30,
+    metrics_interval_s=0.5,
+    look_back_period_s=4,
+)
 
 
 def spec(**kw: object) -> ComponentSpec:
@@ -24,23 +29,46 @@ def test_copies_resources_and_health_map_to_deployment_options() -> None:
     c = spec(copies=3, resources={"num_cpus": 2, "memory_mb": 1500}, engine=engine)
     got = component_options(c, TIMING, {}, "debug")
     assert got == {
-        "name": "c", "num_replicas": 3, "autoscaling_config": None,
+        "name": "c",
+        "num_replicas": 3,
+        "autoscaling_config": None,
         "ray_actor_options": {"num_cpus": 2.0, "memory": 1500 * 2**20},
-        "max_ongoing_requests": 14, "health_check_period_s": 1, "health_check_timeout_s": 7,
-        "graceful_shutdown_timeout_s": 30, "graceful_shutdown_wait_loop_s": 1.0,
+        "max_ongoing_requests": 14,
+        "health_check_period_s": 1,
+        "health_check_timeout_s": 7,
+        "graceful_shutdown_timeout_s": 30,
+        "graceful_shutdown_wait_loop_s": 1.0,
         "logging_config": {"log_level": "DEBUG"},
-    }  # fmt: skip
+    }
 
 
 def test_autoscaling_maps_to_ray_serves_autoscaling_config() -> None:
-    got = component_options(spec(resources={"num_cpus": 0.5}, autoscaling={
-        "min_copies": 0, "max_copies": 3, "target_concurrent_per_copy": 2.5, "scale_in_cooldown_s": 20,
-        "scale_out_cooldown_s": 5}), TIMING, {}, "info")  # fmt: skip
+    got = component_options(
+        spec(
+            resources={"num_cpus": 0.5},
+            autoscaling={
+                "min_copies": 0,
+                "max_copies": 3,
+                "target_concurrent_per_copy": 2.5,
+                "scale_in_cooldown_s": 20,
+                "scale_out_cooldown_s": 5,
+            },
+        ),
+        TIMING,
+        {},
+        "info",
+    )
     assert got["num_replicas"] is None
     assert got["autoscaling_config"] == {
-        "min_replicas": 0, "max_replicas": 3, "initial_replicas": 0, "target_ongoing_requests": 2.5,
-        "upscale_delay_s": 5, "downscale_delay_s": 20, "metrics_interval_s": 0.5, "look_back_period_s": 4,
-    }  # fmt: skip
+        "min_replicas": 0,
+        "max_replicas": 3,
+        "initial_replicas": 0,
+        "target_ongoing_requests": 2.5,
+        "upscale_delay_s": 5,
+        "downscale_delay_s": 20,
+        "metrics_interval_s": 0.5,
+        "look_back_period_s": 4,
+    }
     assert got["ray_actor_options"]["num_cpus"] == 0.5
     assert got["max_ongoing_requests"] == default_value("max_concurrent", {}) + default_value("max_queue", {})
 
@@ -60,8 +88,9 @@ def test_the_ingress_runs_on_the_head_node_and_takes_no_cpu() -> None:
 
 def test_app_config_names_the_builder_with_the_file_as_args() -> None:
     ep = parse_endpoint({"name": "e", "components": [{"name": "c"}]})
-    args = AppArgs(ep.model_dump(), {}, asdict(TIMING), "127.0.0.1:8265", [], {"MAX_TOTAL_TOKENS": "8192"},
-                   "info")
+    args = AppArgs(
+        ep.model_dump(), {}, asdict(TIMING), "127.0.0.1:8265", [], {"MAX_TOTAL_TOKENS": "8192"}, "info"
+    )
     got = options.app_config(ep, args, [{"name": "c", "num_replicas": 2}])
     assert got["name"] == "e" and got["import_path"] == "llmhost.endpoint.rayserve.app:build"
     assert got["args"]["endpoint"]["components"][0]["name"] == "c" and got["route_prefix"] == "/"

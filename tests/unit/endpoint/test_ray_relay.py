@@ -102,13 +102,15 @@ async def test_routes_pick_the_component_and_relay_its_copys_answer() -> None:
 
 async def test_a_stream_passes_through_and_a_cut_ends_with_an_error_event() -> None:
     died = RuntimeError("copy died\nmore")
-    h = FakeHandle(FakeStream(Accepted("a-x"), SSE, b"data: 1\n\n", b"data: 2", died),
-                   FakeStream(Accepted("a-x"), SSE, b"data: 1\n\n", b"data: [DONE]\n\n"))  # fmt: skip
+    h = FakeHandle(
+        FakeStream(Accepted("a-x"), SSE, b"data: 1\n\n", b"data: 2", died),
+        FakeStream(Accepted("a-x"), SSE, b"data: 1\n\n", b"data: [DONE]\n\n"),
+    )
     reg = Registry(a=h)
     async with client(reg) as c:
         cut = (await c.post("/v1/completions", json={"model": "a", "stream": True})).text
         whole = (await c.post("/v1/completions", json={"model": "a", "stream": True})).text
-    assert cut.startswith("data: 1\n\ndata: 2\n\ndata: {\"error\"")  # the partial event closed first
+    assert cut.startswith('data: 1\n\ndata: 2\n\ndata: {"error"')  # the partial event closed first
     assert "failed mid-stream: RuntimeError: copy died" in cut and "more" not in cut
     assert whole == "data: 1\n\ndata: [DONE]\n\n"
     assert reg.components["a"].stream_errors == 1 and reg.components["a"].in_flight == 0
@@ -116,8 +118,11 @@ async def test_a_stream_passes_through_and_a_cut_ends_with_an_error_event() -> N
 
 
 async def test_a_request_no_copy_took_goes_to_another_one_that_reached_one_never_does() -> None:
-    h = FakeHandle(FakeStream(ConnectionError("replica gone")), FakeStream(Accepted("a-2"), JSON, b"{}"),
-                   FakeStream(Accepted("a-2"), RuntimeError("died")))  # fmt: skip
+    h = FakeHandle(
+        FakeStream(ConnectionError("replica gone")),
+        FakeStream(Accepted("a-2"), JSON, b"{}"),
+        FakeStream(Accepted("a-2"), RuntimeError("died")),
+    )
     reg = Registry(a=h)
     async with client(reg) as c:
         r = await c.post("/v1/completions", json={"model": "a"})
@@ -155,9 +160,12 @@ async def test_no_copy_taking_it_within_the_wait_is_a_503_naming_the_last_failur
 
 
 async def test_what_a_copy_sends_is_type_checked() -> None:
-    h = FakeHandle(FakeStream(JSON), FakeStream(Accepted("a-1"), b"no head"),
-                   FakeStream(Accepted("a-1"), JSON, {"not": "bytes"}),
-                   FakeStream(Accepted("a-1"), SSE, b"data: 1\n\n", {"not": "bytes"}))  # fmt: skip
+    h = FakeHandle(
+        FakeStream(JSON),
+        FakeStream(Accepted("a-1"), b"no head"),
+        FakeStream(Accepted("a-1"), JSON, {"not": "bytes"}),
+        FakeStream(Accepted("a-1"), SSE, b"data: 1\n\n", {"not": "bytes"}),
+    )
     reg = Registry(a=h)
     async with client(reg) as c:
         r = await c.post("/v1/completions", json={"model": "a"})
@@ -168,7 +176,7 @@ async def test_what_a_copy_sends_is_type_checked() -> None:
         r = await c.post("/v1/completions", json={"model": "a"})
         assert r.status_code == 502 and "expected a chunk of the body, got dict" in r.text
         cut = (await c.post("/v1/completions", json={"model": "a", "stream": True})).text
-    assert cut.startswith("data: 1\n\ndata: {\"error\"") and "expected a chunk of the body" in cut
+    assert cut.startswith('data: 1\n\ndata: {"error"') and "expected a chunk of the body" in cut
     assert reg.components["a"].stream_errors == 1 and reg.components["a"].in_flight == 0
 
 
@@ -178,8 +186,9 @@ async def test_a_copy_failing_while_it_answers_is_a_502_naming_it() -> None:
     async with client(reg) as c:
         r = await c.post("/v1/completions", json={"model": "a"})
     assert r.status_code == 502
-    assert r.json()["error"]["message"] == ("copy a-1 of inference component 'a' failed while answering: "
-                                            "RuntimeError: OOM")  # fmt: skip
+    assert r.json()["error"]["message"] == (
+        "copy a-1 of inference component 'a' failed while answering: RuntimeError: OOM"
+    )
 
 
 async def test_no_copy_within_the_wait_is_a_503_and_the_request_is_withdrawn() -> None:

@@ -20,15 +20,23 @@ from tests.unit.endpoint.ray_fakes import URL, FakeServe
 
 
 def test_deploy_bodies_keep_the_clusters_other_applications() -> None:
-    d = {"proxy_location": "HeadOnly", "http_options": {"port": 9000},
-         "applications": {"mine": {"name": "mine", "deployed_app_config": {"name": "mine", "v": 1}},
-                          "theirs": {"name": "theirs", "deployed_app_config": {"name": "theirs"}},
-                          "imperative": {"name": "imperative", "deployed_app_config": None}}}  # fmt: skip
+    d = {
+        "proxy_location": "HeadOnly",
+        "http_options": {"port": 9000},
+        "applications": {
+            "mine": {"name": "mine", "deployed_app_config": {"name": "mine", "v": 1}},
+            "theirs": {"name": "theirs", "deployed_app_config": {"name": "theirs"}},
+            "imperative": {"name": "imperative", "deployed_app_config": None},
+        },
+    }
     kept = declared(d, "mine")
     assert kept == [{"name": "theirs"}]
     body = deploy_body(d, [*kept, {"name": "mine", "v": 2}])
-    assert body == {"applications": [{"name": "theirs"}, {"name": "mine", "v": 2}],
-                    "proxy_location": "HeadOnly", "http_options": {"port": 9000}}  # fmt: skip
+    assert body == {
+        "applications": [{"name": "theirs"}, {"name": "mine", "v": 2}],
+        "proxy_location": "HeadOnly",
+        "http_options": {"port": 9000},
+    }
 
 
 async def test_deploy_and_delete_replace_only_this_application() -> None:

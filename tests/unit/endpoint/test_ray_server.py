@@ -68,13 +68,19 @@ def expectations(files: dict[str, Path]) -> dict[str, tuple[Any, Callable[[Serve
         "tool_parser": ("hermes", lambda s: s.tool_parser, "hermes"),
         "reasoning_format": ("none", lambda s: s.reasoning_format, "none"),
         "reasoning_budget": (16, lambda s: s.reasoning_budget, 16),
-        "chat_template_kwargs": ('{"enable_thinking": false}', lambda s: s.chat_template_kwargs,
-                                 '{"enable_thinking": false}'),
+        "chat_template_kwargs": (
+            '{"enable_thinking": false}',
+            lambda s: s.chat_template_kwargs,
+            '{"enable_thinking": false}',
+        ),
         "pooling": ("cls", lambda s: s.embeddings and s.embeddings.pooling, "cls"),
         "speculative": ("ngram", lambda s: s.engine.speculative, "ngram"),
         "draft_tokens": (5, lambda s: s.engine.draft_tokens, 5),
-        "draft_model": (str(files["draft"]), lambda s: (s.engine.speculative, s.engine.draft_model),
-                        ("draft", str(files["draft"]))),
+        "draft_model": (
+            str(files["draft"]),
+            lambda s: (s.engine.speculative, s.engine.draft_model),
+            ("draft", str(files["draft"])),
+        ),
         "ngram_size": (4, lambda s: s.engine.ngram_size, 4),
         "prompt_cache_mb": (256, lambda s: s.engine.prompt_cache_mb, 256),
         "prefix_cache_seqs": (2, lambda s: s.engine.prefix_cache_seqs, 2),
@@ -84,7 +90,7 @@ def expectations(files: dict[str, Path]) -> dict[str, tuple[Any, Callable[[Serve
         "swa_full": (True, lambda s: s.engine.swa_full, True),
         "swa_checkpoints": (1, lambda s: s.engine.swa_checkpoints, 1),
         "schedule_policy": ("cached-first", lambda s: s.engine.schedule_policy, "cached-first"),
-    }  # fmt: skip
+    }
 
 
 def test_every_engine_setting_of_the_file_reaches_a_ray_copy(files: dict[str, Path]) -> None:
@@ -120,11 +126,20 @@ def test_a_ray_copy_gets_what_llmhost_serve_builds_from_the_same_file(
     values = {name: value for name, (value, _, _) in expectations(files).items()}
     # speculation keeps the sliding-window cache whole whatever swa_full says: that case apart
     ngram = {k: v for k, v in values.items() if k not in ("draft_model", "pooling", "swa_full")}
-    for engine, embeddings in ((ngram, False), ({"draft_model": values["draft_model"]}, False),
-                               ({"pooling": "mean"}, True), ({"swa_full": True}, False),
-                               ({}, False)):  # fmt: skip
-        component = {"name": "c", "model": str(files["model"]), "engine": engine, "embeddings": embeddings,
-                     "resources": {"num_cpus": 2}}  # fmt: skip
+    for engine, embeddings in (
+        (ngram, False),
+        ({"draft_model": values["draft_model"]}, False),
+        ({"pooling": "mean"}, True),
+        ({"swa_full": True}, False),
+        ({}, False),
+    ):
+        component = {
+            "name": "c",
+            "model": str(files["model"]),
+            "engine": engine,
+            "embeddings": embeddings,
+            "resources": {"num_cpus": 2},
+        }
         spec = parse_endpoint({"name": "e", "components": [component]}).components[0]
         assert ray_copy(component) == copy_through_serve(monkeypatch, spec), engine
 
@@ -167,9 +182,14 @@ def test_a_model_missing_on_the_node_names_the_node(
     monkeypatch: pytest.MonkeyPatch, files: dict[str, Path], tmp_path: Path
 ) -> None:
     monkeypatch.setattr(server, "node_name", lambda: "n1 (10.0.0.9)")
-    missing = {"absent.gguf": {"name": "c", "model": str(tmp_path / "absent.gguf")},
-               "no-draft.gguf": {"name": "c", "model": str(files["model"]),
-                                 "engine": {"draft_model": str(tmp_path / "no-draft.gguf")}}}  # fmt: skip
+    missing = {
+        "absent.gguf": {"name": "c", "model": str(tmp_path / "absent.gguf")},
+        "no-draft.gguf": {
+            "name": "c",
+            "model": str(files["model"]),
+            "engine": {"draft_model": str(tmp_path / "no-draft.gguf")},
+        },
+    }
     for file, component in missing.items():
         with pytest.raises(FileNotFoundError, match=rf"component 'c' on node n1 \(10.0.0.9\): .*{file}"):
             server.settings_here(ComponentSpec.model_validate(component), None, {})

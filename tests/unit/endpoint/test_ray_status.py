@@ -7,19 +7,53 @@ from typing import Any
 from llmhost.endpoint.rayserve import status
 from llmhost.endpoint.rayserve.status import DeploymentView, Placement, Replica
 
-WAITING = ("Deployment 'b' in application 'e' has 1 replicas that have taken more than 30s to be scheduled. "
-           'Resources required for each replica: {"CPU": 1.0}, total resources available: {"CPU": 0.5}.')
+WAITING = (
+    "Deployment 'b' in application 'e' has 1 replicas that have taken more than 30s to be scheduled. "
+    'Resources required for each replica: {"CPU": 1.0}, total resources available: {"CPU": 0.5}.'
+)
 
 
 def details(**deployment: Any) -> dict[str, Any]:
-    return {"applications": {"e": {"name": "e", "status": "RUNNING", "deployed_app_config": {
-        "name": "e", "import_path": "x:y", "deployments": [{"name": "a", "num_replicas": 2}]},
-        "deployments": {"b": {"status": "HEALTHY", "message": "", "target_num_replicas": 2,
-                              "required_resources": {"CPU": 1, "memory": 100}, "replicas": [
-            {"replica_id": "r1", "state": "RUNNING", "node_id": "n1", "node_ip": "10.0.0.1", "pid": 11,
-             "actor_id": "x1"},
-            {"replica_id": "r2", "state": "STARTING", "node_id": None, "node_ip": None, "pid": None,
-             "actor_id": "x2"}], **deployment}}}}}  # fmt: skip
+    return {
+        "applications": {
+            "e": {
+                "name": "e",
+                "status": "RUNNING",
+                "deployed_app_config": {
+                    "name": "e",
+                    "import_path": "x:y",
+                    "deployments": [{"name": "a", "num_replicas": 2}],
+                },
+                "deployments": {
+                    "b": {
+                        "status": "HEALTHY",
+                        "message": "",
+                        "target_num_replicas": 2,
+                        "required_resources": {"CPU": 1, "memory": 100},
+                        "replicas": [
+                            {
+                                "replica_id": "r1",
+                                "state": "RUNNING",
+                                "node_id": "n1",
+                                "node_ip": "10.0.0.1",
+                                "pid": 11,
+                                "actor_id": "x1",
+                            },
+                            {
+                                "replica_id": "r2",
+                                "state": "STARTING",
+                                "node_id": None,
+                                "node_ip": None,
+                                "pid": None,
+                                "actor_id": "x2",
+                            },
+                        ],
+                        **deployment,
+                    }
+                },
+            }
+        }
+    }
 
 
 def test_a_deployment_as_the_ingress_sees_it() -> None:

@@ -56,8 +56,12 @@ async def test_a_signal_while_starting_removes_the_application() -> None:
 
 async def test_a_failed_start_removes_the_application_and_says_why() -> None:
     serve = FakeServe()
-    serve.on_put = lambda _: serve.details["applications"].get("e") and set_status(
-        serve, "DEPLOYING", deployment(status="DEPLOY_FAILED", message="ImportError: no llmhost"))
+    serve.on_put = lambda _: (
+        serve.details["applications"].get("e")
+        and set_status(
+            serve, "DEPLOYING", deployment(status="DEPLOY_FAILED", message="ImportError: no llmhost")
+        )
+    )
     with pytest.raises(RayEndpointError, match="component 'a': Ray Serve says DEPLOY_FAILED: ImportError"):
         await asyncio.wait_for(up.deploy_and_serve(serve.api(), SPEC, UP, args(), asyncio.Event()), 5)
     assert serve.details["applications"] == {}
@@ -84,8 +88,10 @@ async def test_a_refused_deploy_leaves_the_cluster_as_it_was() -> None:
 
 async def test_serve_on_another_port_or_host_is_refused_before_anything_is_deployed() -> None:
     serve = FakeServe()  # its proxy runs on 127.0.0.1:8000
-    for other, flag in ((RayUp(None, host="127.0.0.1", port=9000), "--port 8000"),
-                        (RayUp(None, host="0.0.0.0", port=8000), "--host 127.0.0.1")):  # fmt: skip
+    for other, flag in (
+        (RayUp(None, host="127.0.0.1", port=9000), "--port 8000"),
+        (RayUp(None, host="0.0.0.0", port=8000), "--host 127.0.0.1"),
+    ):
         with pytest.raises(RayEndpointError, match=f"use {flag}"):
             await up.deploy_and_serve(serve.api(), SPEC, other, args(), asyncio.Event())
     assert serve.puts == []
@@ -111,8 +117,12 @@ async def test_a_component_fitting_no_node_is_refused_in_our_words_then_rays(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     serve = FakeServe()
-    waiting = deployment(replica("a0", "STARTING"), target=1, required={"CPU": 4.0},
-                         message="1 replicas that have taken more than 3s to be scheduled")  # fmt: skip
+    waiting = deployment(
+        replica("a0", "STARTING"),
+        target=1,
+        required={"CPU": 4.0},
+        message="1 replicas that have taken more than 3s to be scheduled",
+    )
     serve.on_put = lambda body: set_status(serve, "DEPLOYING", waiting) if body["applications"] else None
     monkeypatch.setattr(nodes, "resources", lambda: ([{"CPU": 1.0}], {"CPU": 1.0}))
     with pytest.raises(RayEndpointError, match=r"component 'a' \(1 CPUs, 1024 MB per copy\) does not fit"):

@@ -44,8 +44,9 @@ def component(name: str, ports: list[int], tmp: Path) -> Component:
     spec = ComponentSpec(name=name)
     comp = Component(spec, ResolvedModel(tmp / "model.gguf"))
     for port in ports:
-        r = Replica(spec, comp.new_index(), comp.model, Allocation((0,), 1.0, 1, 100), tmp,
-                    on_change=comp.notify)  # fmt: skip
+        r = Replica(
+            spec, comp.new_index(), comp.model, Allocation((0,), 1.0, 1, 100), tmp, on_change=comp.notify
+        )
         r.port = port
         r.state = ReplicaState.READY
         comp.replicas.append(r)
@@ -307,8 +308,11 @@ async def test_metrics_aggregate_per_component_and_copy(tmp_path: Path) -> None:
     families = {f.name: f for f in text_string_to_metric_families(text)}
     requests = families["llmhost_requests"]
     assert requests.type == "counter" and text.count("# TYPE llmhost_requests_total counter") == 1
-    got = {(s.labels["component"], s.labels["copy"]): s.value for s in requests.samples
-           if s.name == "llmhost_requests_total" and s.labels.get("api") == "openai"}  # fmt: skip
+    got = {
+        (s.labels["component"], s.labels["copy"]): s.value
+        for s in requests.samples
+        if s.name == "llmhost_requests_total" and s.labels.get("api") == "openai"
+    }
     assert got == {("a", "a-0"): 3.0, ("a", "a-1"): 3.0, ("b", "b-0"): 3.0}
     copy_samples = families["llmhost_endpoint_copies"].samples
     copies = {(s.labels["component"], s.labels["state"]): s.value for s in copy_samples}
@@ -348,11 +352,11 @@ def test_idle_connections_to_copies_are_dropped_before_the_copy_closes_them() ->
 async def test_metrics_show_the_endpoints_console_figures_not_the_copies(tmp_path: Path) -> None:
     """A copy is a server with its own console: its console families are left out, the router's shown once."""
     copy_text = (
-        '# HELP llmhost_console c\n# TYPE llmhost_console gauge\n'
+        "# HELP llmhost_console c\n# TYPE llmhost_console gauge\n"
         'llmhost_console{component="m",name="Invocations",unit="Count"} 99.0\n'
-        '# HELP llmhost_requests_total Requests\n# TYPE llmhost_requests_total counter\n'
+        "# HELP llmhost_requests_total Requests\n# TYPE llmhost_requests_total counter\n"
         'llmhost_requests_total{api="openai"} 3.0\n'
-    )  # fmt: skip
+    )
 
     async def handle(request: httpx.Request) -> httpx.Response:
         return httpx.Response(200, text=copy_text)
@@ -369,5 +373,6 @@ async def test_metrics_show_the_endpoints_console_figures_not_the_copies(tmp_pat
     families = {f.name: f for f in text_string_to_metric_families(text)}
     invocations = [s for s in families["llmhost_console"].samples if s.labels["name"] == "Invocations"]
     assert [(s.labels, s.value) for s in invocations] == [
-        ({"component": "a", "name": "Invocations", "unit": "Count"}, 7.0)]
+        ({"component": "a", "name": "Invocations", "unit": "Count"}, 7.0)
+    ]
     assert [s.labels["copy"] for s in families["llmhost_requests"].samples] == ["a-0"]

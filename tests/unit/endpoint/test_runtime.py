@@ -42,15 +42,21 @@ async def copy(request: httpx.Request) -> httpx.Response:
     if request.url.path == STREAM_PATH:
         return httpx.Response(200, headers={"content-type": eventstream.MEDIA_TYPE}, stream=CutEventStream())
     if request.headers.get("x-fail"):
-        return httpx.Response(424, headers={"x-amzn-ErrorType": "ModelError"},
-                              json={"__type": "ModelError", "message": "from the copy"})  # fmt: skip
+        return httpx.Response(
+            424,
+            headers={"x-amzn-ErrorType": "ModelError"},
+            json={"__type": "ModelError", "message": "from the copy"},
+        )
     return httpx.Response(200, json={"path": request.url.path, "port": request.url.port})
 
 
 def app_for(registry: Registry) -> FastAPI:
     app = FastAPI()
-    app.include_router(create_runtime_router(registry, Proxy(registry, httpx.AsyncClient(
-        transport=httpx.MockTransport(copy)))))  # fmt: skip
+    app.include_router(
+        create_runtime_router(
+            registry, Proxy(registry, httpx.AsyncClient(transport=httpx.MockTransport(copy)))
+        )
+    )
     app.add_middleware(RequestContextMiddleware, lifecycle=Lifecycle())  # request ids, as in the endpoint
     return app
 
@@ -81,8 +87,12 @@ async def test_an_event_stream_cut_by_a_dying_copy_ends_with_a_model_stream_erro
 
 
 async def test_router_refusals_are_botocore_errors(tmp_path: Path) -> None:
-    reg = Registry(component("a", [1001], tmp_path), component("b", [], tmp_path),
-                   component("dies", [666], tmp_path), wait_s=0.2)  # fmt: skip
+    reg = Registry(
+        component("a", [1001], tmp_path),
+        component("b", [], tmp_path),
+        component("dies", [666], tmp_path),
+        wait_s=0.2,
+    )
     async with client(app_for(reg)) as c:
         unknown = await c.post(INVOKE_PATH, headers={COMPONENT_HEADER: "zz"}, json={})
         unnamed = await c.post(STREAM_PATH, json={})

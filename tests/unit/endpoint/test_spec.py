@@ -45,9 +45,15 @@ def test_design_example_loads(tmp_path: Path) -> None:
     assert spec.instance.price_per_hour == 1.16
     assert c.initial_copies == 2 and c.resources.threads == 1
     assert c.engine.serve_args() == [  # in the settings spec's order
-        "--max-concurrent", "8", "--max-input-tokens", "2048", "--max-total-tokens", "4096",
-        "--max-batch-tokens", "512",
-    ]  # fmt: skip
+        "--max-concurrent",
+        "8",
+        "--max-input-tokens",
+        "2048",
+        "--max-total-tokens",
+        "4096",
+        "--max-batch-tokens",
+        "512",
+    ]
     assert c.autoscaling is not None and c.autoscaling.max_copies == 4
 
 
@@ -56,7 +62,12 @@ def test_speculative_settings_reach_the_copies() -> None:
     [c] = parse_endpoint(endpoint(comp(engine=engine))).components
     assert c.engine.serve_args() == ["--speculative", "ngram", "--draft-tokens", "8", "--ngram-size", "4"]
     draft = parse_endpoint(endpoint(comp(engine={"speculative": "draft", "draft_model": "s3://b/d.gguf"})))
-    assert draft.components[0].engine.serve_args() == ["--speculative", "draft", "--draft-model", "s3://b/d.gguf"]
+    assert draft.components[0].engine.serve_args() == [
+        "--speculative",
+        "draft",
+        "--draft-model",
+        "s3://b/d.gguf",
+    ]
 
 
 def test_defaults_and_fractional_cpus() -> None:
@@ -104,13 +115,17 @@ def test_impossible_values_are_refused(component: dict[str, Any], expected: str)
 
 
 def test_s3_models_are_accepted() -> None:
-    spec = parse_endpoint(endpoint(comp(model="s3://bucket/prefix/"), comp(name="b", model="s3://b/m.tar.gz")))
+    spec = parse_endpoint(
+        endpoint(comp(model="s3://bucket/prefix/"), comp(name="b", model="s3://b/m.tar.gz"))
+    )
     assert [c.model for c in spec.components] == ["s3://bucket/prefix/", "s3://b/m.tar.gz"]
 
 
 def test_adapters_reach_the_copies_as_lora_options_and_name_one_place() -> None:
-    adapters = [{"name": "sql", "path": "s3://b/sql.gguf"},
-                {"name": "poet", "path": "poet.gguf", "scale": 0.5}]  # fmt: skip
+    adapters = [
+        {"name": "sql", "path": "s3://b/sql.gguf"},
+        {"name": "poet", "path": "poet.gguf", "scale": 0.5},
+    ]
     [c] = parse_endpoint(endpoint(comp(adapters=adapters))).components
     assert c.serve_options()["lora"] == ["sql=s3://b/sql.gguf:1.0", "poet=poet.gguf:0.5"]
     clash = endpoint(comp(), comp(name="b", adapters=[{"name": "a", "path": "x"}]))
@@ -168,11 +183,14 @@ def test_an_adapter_component_lives_on_its_base_and_is_checked_as_sagemaker_chec
     )
 
 
-@pytest.mark.parametrize(("resources", "limit"), [
-    ({"memory_mb": 600}, (600, "memory_mb")),  # the reservation is the limit when none is given
-    ({"memory_mb": 600, "max_memory_mb": 900}, (900, "max_memory_mb")),
-    ({}, (1024, "memory_mb")),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("resources", "limit"),
+    [
+        ({"memory_mb": 600}, (600, "memory_mb")),  # the reservation is the limit when none is given
+        ({"memory_mb": 600, "max_memory_mb": 900}, (900, "max_memory_mb")),
+        ({}, (1024, "memory_mb")),
+    ],
+)
 def test_a_copy_is_limited_to_max_memory_mb_else_its_reservation(
     resources: dict[str, int], limit: tuple[int, str]
 ) -> None:

@@ -129,12 +129,25 @@ def test_serve_argv_matches_the_recipe(tmp_path: Path) -> None:
 def level(tok_s: float, ttft: float, price: float | None) -> LevelSummary:
     cost = price * 1e6 / tok_s / 3600 if price else None
     return LevelSummary(
-        config="x", level="c=1", mode="closed", concurrency=1, rate_rps=None, requests=3, successes=3,
-        success_pct=100.0, errors={}, wall_s=1.0, requests_per_s=3.0, output_tokens_per_s=tok_s,
-        input_tokens_per_s=0.0, output_tokens=int(tok_s), input_tokens=0, mean_in_flight=1.0,
+        config="x",
+        level="c=1",
+        mode="closed",
+        concurrency=1,
+        rate_rps=None,
+        requests=3,
+        successes=3,
+        success_pct=100.0,
+        errors={},
+        wall_s=1.0,
+        requests_per_s=3.0,
+        output_tokens_per_s=tok_s,
+        input_tokens_per_s=0.0,
+        output_tokens=int(tok_s),
+        input_tokens=0,
+        mean_in_flight=1.0,
         distributions={"ttft_s_p50": ttft, "ms_per_token_p50": 1000.0 / tok_s},
         cost_per_1m_tokens_usd=cost,
-    )  # fmt: skip
+    )
 
 
 def test_ratios_are_optimized_over_base() -> None:

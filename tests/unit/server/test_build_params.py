@@ -10,8 +10,14 @@ from llmhost.server.serving.context import build_params
 from llmhost.web.errors import APIError
 
 
-@pytest.mark.parametrize(("given", "field"), [({"top_p": 2.0}, "top_p"), ({"temperature": float("nan")},
-                         "temperature"), ({"logit_bias": {1: float("inf")}}, "logit_bias")])  # fmt: skip
+@pytest.mark.parametrize(
+    ("given", "field"),
+    [
+        ({"top_p": 2.0}, "top_p"),
+        ({"temperature": float("nan")}, "temperature"),
+        ({"logit_bias": {1: float("inf")}}, "logit_bias"),
+    ],
+)
 def test_a_refused_value_names_its_field(given: dict[str, object], field: str) -> None:
     with pytest.raises(APIError) as info:
         build_params(max_tokens=4, **given)

@@ -32,36 +32,62 @@ CHATML = "<|im_start|>assistant\n"
 FAMILIES = {
     "qwen2.5": Family("Qwen-Qwen2.5-7B-Instruct.jinja", "", "<|im_end|>", "hermes", CHATML),
     "qwen3": Family("Qwen-Qwen3-0.6B.jinja", "", "<|im_end|>", "hermes", CHATML),
-    "llama3.1": Family("meta-llama-Llama-3.1-8B-Instruct.jinja", "<|begin_of_text|>", "<|eot_id|>", "llama3",
-                       "<|start_header_id|>assistant<|end_header_id|>\n\n"),
-    "llama3.2": Family("meta-llama-Llama-3.2-3B-Instruct.jinja", "<|begin_of_text|>", "<|eot_id|>", "llama3",
-                       "<|start_header_id|>assistant<|end_header_id|>\n\n"),
+    "llama3.1": Family(
+        "meta-llama-Llama-3.1-8B-Instruct.jinja",
+        "<|begin_of_text|>",
+        "<|eot_id|>",
+        "llama3",
+        "<|start_header_id|>assistant<|end_header_id|>\n\n",
+    ),
+    "llama3.2": Family(
+        "meta-llama-Llama-3.2-3B-Instruct.jinja",
+        "<|begin_of_text|>",
+        "<|eot_id|>",
+        "llama3",
+        "<|start_header_id|>assistant<|end_header_id|>\n\n",
+    ),
     "mistral-nemo": Family("mistralai-Mistral-Nemo-Instruct-2407.jinja", "<s>", "</s>", "mistral", "[/INST]"),
-    "mistral-small3.2": Family("mistralai-Mistral-Small-3.2-24B-Instruct-2506.jinja", "<s>", "</s>",
-                               "mistral", "[/INST]"),
+    "mistral-small3.2": Family(
+        "mistralai-Mistral-Small-3.2-24B-Instruct-2506.jinja", "<s>", "</s>", "mistral", "[/INST]"
+    ),
     # Granite 3.3's template writes an assistant turn's content only, never its tool calls
-    "granite3.3": Family("ibm-granite-granite-3.3-2B-Instruct.jinja", "", "<|end_of_text|>", "granite",
-                         "<|start_of_role|>assistant<|end_of_role|>", renders_calls=False),
-    "gpt-oss": Family("openai-gpt-oss-120b.jinja", "<|startoftext|>", "<|return|>", "harmony",
-                      "<|start|>assistant"),
+    "granite3.3": Family(
+        "ibm-granite-granite-3.3-2B-Instruct.jinja",
+        "",
+        "<|end_of_text|>",
+        "granite",
+        "<|start_of_role|>assistant<|end_of_role|>",
+        renders_calls=False,
+    ),
+    "gpt-oss": Family(
+        "openai-gpt-oss-120b.jinja", "<|startoftext|>", "<|return|>", "harmony", "<|start|>assistant"
+    ),
     "gemma3": Family("google-gemma-3-it.jinja", "<bos>", "<eos>", None, "<start_of_turn>model\n"),
-    "phi3.5": Family("microsoft-Phi-3.5-mini-instruct.jinja", "<s>", "<|endoftext|>", None,
-                     "<|assistant|>\n"),
+    "phi3.5": Family(
+        "microsoft-Phi-3.5-mini-instruct.jinja", "<s>", "<|endoftext|>", None, "<|assistant|>\n"
+    ),
     # SmolLM3's template takes tools as `xml_tools` / `python_tools`, not the `tools` it is given here
     "smollm3": Family("HuggingFaceTB-SmolLM3-3B.jinja", "", "<|im_end|>", None, CHATML),
-}  # fmt: skip
+}
 WITH_TOOLS = [name for name, f in FAMILIES.items() if f.parser]
 WITHOUT_TOOLS = [name for name, f in FAMILIES.items() if not f.parser]
 
 SYSTEM = "You are a weather assistant."
 QUESTION = "What is the weather in Paris?"
-WEATHER = {"type": "function", "function": {
-    "name": "get_weather", "description": "The current weather of a city",
-    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
-}}  # fmt: skip
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "The current weather of a city",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+    },
+}
 # Mistral's template refuses tool call ids other than 9 letters or digits (what its clients send)
-CALL = {"id": "call12345", "type": "function",
-        "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}  # fmt: skip
+CALL = {
+    "id": "call12345",
+    "type": "function",
+    "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
+}
 CONVERSATION = [
     {"role": "system", "content": SYSTEM},
     {"role": "user", "content": QUESTION},
@@ -106,8 +132,11 @@ def test_the_template_selects_its_tool_call_parser(name: str) -> None:
 @pytest.mark.parametrize("name", WITHOUT_TOOLS)
 def test_renders_a_system_prompt_and_turns(name: str) -> None:
     """Templates that take no tools: the system prompt and the turns, nothing of the tools."""
-    messages = [*CONVERSATION[:2], {"role": "assistant", "content": "Mild."},
-                {"role": "user", "content": "Thanks"}]  # fmt: skip
+    messages = [
+        *CONVERSATION[:2],
+        {"role": "assistant", "content": "Mild."},
+        {"role": "user", "content": "Thanks"},
+    ]
     text = render(name, messages)
     assert SYSTEM in text and QUESTION in text and "Mild." in text and "Thanks" in text
     assert "get_weather" not in text
@@ -140,17 +169,22 @@ def test_tojson_writes_text_as_hugging_face_does(name: str) -> None:
 # -- tool calls as the models write them -------------------------------------------------------------
 OUTPUTS = {
     # Qwen 2.5 and Qwen 3 (after its thinking) write Hermes calls
-    "qwen3": ("<think>\nThe user wants the weather.\n</think>\n\n<tool_call>\n"
-              '{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'),
+    "qwen3": (
+        "<think>\nThe user wants the weather.\n</think>\n\n<tool_call>\n"
+        '{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
+    ),
     "llama3.2": '{"name": "get_weather", "parameters": {"city": "Paris"}}',
-    "mistral-nemo": ('[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Paris"}, '
-                     '"id": "a1b2c3d4e"}]'),
+    "mistral-nemo": (
+        '[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Paris"}, "id": "a1b2c3d4e"}]'
+    ),
     "mistral-small3.2": '[TOOL_CALLS]get_weather[ARGS]{"city": "Paris"}',
     "granite3.3": '<|tool_call|>[{"arguments": {"city": "Paris"}, "name": "get_weather"}]',
-    "gpt-oss": ("<|channel|>analysis<|message|>Need to call get_weather.<|end|><|start|>assistant"
-                "<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>"
-                '{"city":"Paris"}'),
-}  # fmt: skip
+    "gpt-oss": (
+        "<|channel|>analysis<|message|>Need to call get_weather.<|end|><|start|>assistant"
+        "<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>"
+        '{"city":"Paris"}'
+    ),
+}
 
 
 @pytest.mark.parametrize("name", OUTPUTS)

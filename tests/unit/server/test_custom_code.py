@@ -72,13 +72,16 @@ def test_hooks_are_picked_and_helpers_import(tmp_path: Path) -> None:
     assert handlers.model_dir == d
 
 
-@pytest.mark.parametrize(("script", "reason"), [
-    ("raise RuntimeError('no GPU here')\n", "failed to import: RuntimeError: no GPU here"),
-    ("import sys\nsys.exit(3)\n", "failed to import: SystemExit: 3"),
-    ("X = 1\n", "defines none of model_fn, input_fn, predict_fn, output_fn"),
-    ("def predict_fn(data):\n    return data\n", "predict_fn must take 2 argument(s)"),
-    ("output_fn = 3\n", "output_fn is a int, not a function"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("script", "reason"),
+    [
+        ("raise RuntimeError('no GPU here')\n", "failed to import: RuntimeError: no GPU here"),
+        ("import sys\nsys.exit(3)\n", "failed to import: SystemExit: 3"),
+        ("X = 1\n", "defines none of model_fn, input_fn, predict_fn, output_fn"),
+        ("def predict_fn(data):\n    return data\n", "predict_fn must take 2 argument(s)"),
+        ("output_fn = 3\n", "output_fn is a int, not a function"),
+    ],
+)
 def test_unusable_scripts_are_refused_with_the_reason(tmp_path: Path, script: str, reason: str) -> None:
     d = model_dir(tmp_path, script)
     with pytest.raises(CustomCodeError, match=re.escape(reason)):
@@ -89,7 +92,7 @@ def test_dockerfile_contract() -> None:
     """What SageMaker relies on: `docker run IMAGE serve` finds `serve` on PATH (no ENTRYPOINT to
     swallow the argument), port 8080, and a non-root user in the final stage."""
     lines = [line.strip() for line in (ROOT / "Dockerfile").read_text().splitlines()]
-    final = lines[max(i for i, line in enumerate(lines) if line.startswith("FROM ")):]
+    final = lines[max(i for i, line in enumerate(lines) if line.startswith("FROM ")) :]
     users = [line.split()[1] for line in final if line.startswith("USER ")]
     assert users and users[-1].split(":")[0] not in ("root", "0")
     assert "EXPOSE 8080" in final

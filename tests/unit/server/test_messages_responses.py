@@ -22,9 +22,17 @@ from llmhost.web.formats import anthropic_error, is_anthropic
 
 # Anthropic's documented stream: https://docs.anthropic.com/en/docs/build-with-claude/streaming
 ANTHROPIC_ORDER = [
-    "message_start", "ping", "content_block_start", "content_block_delta", "content_block_stop",
-    "content_block_start", "content_block_delta", "content_block_stop", "message_delta", "message_stop",
-]  # fmt: skip
+    "message_start",
+    "ping",
+    "content_block_start",
+    "content_block_delta",
+    "content_block_stop",
+    "content_block_start",
+    "content_block_delta",
+    "content_block_stop",
+    "message_delta",
+    "message_stop",
+]
 
 
 def parse_sse(lines: list[str]) -> list[tuple[str, dict[str, Any]]]:
@@ -73,20 +81,33 @@ def request(**kw: Any) -> ap.MessagesRequest:
 
 def test_anthropic_request_in_chat_terms() -> None:
     body = request(
-        system=[{"type": "text", "text": "Be "},
-                {"type": "text", "text": "brief", "cache_control": {"type": "ephemeral"}}],
+        system=[
+            {"type": "text", "text": "Be "},
+            {"type": "text", "text": "brief", "cache_control": {"type": "ephemeral"}},
+        ],
         messages=[
             {"role": "user", "content": "Weather?"},
-            {"role": "assistant", "content": [
-                {"type": "text", "text": "Checking."},
-                {"type": "tool_use", "id": "t1", "name": "w", "input": {"c": "P"}}]},
-            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "21C"},
-                                         {"type": "text", "text": "And?"}]},
+            {
+                "role": "assistant",
+                "content": [
+                    {"type": "text", "text": "Checking."},
+                    {"type": "tool_use", "id": "t1", "name": "w", "input": {"c": "P"}},
+                ],
+            },
+            {
+                "role": "user",
+                "content": [
+                    {"type": "tool_result", "tool_use_id": "t1", "content": "21C"},
+                    {"type": "text", "text": "And?"},
+                ],
+            },
         ],
         tools=[{"name": "w", "input_schema": {"type": "object", "properties": {"c": {"type": "string"}}}}],
         tool_choice={"type": "tool", "name": "w", "disable_parallel_tool_use": True},
-        stop_sequences=["\n\n"], top_k=5, temperature=0.5,
-    )  # fmt: skip
+        stop_sequences=["\n\n"],
+        top_k=5,
+        temperature=0.5,
+    )
     chat = aserving.to_chat(body)
     roles = [m.role for m in chat.messages]
     assert roles == ["system", "user", "assistant", "tool", "user"]
@@ -98,16 +119,23 @@ def test_anthropic_request_in_chat_terms() -> None:
     assert (chat.max_tokens, chat.top_k, chat.temperature, chat.stop) == (8, 5, 0.5, ["\n\n"])
 
 
-@pytest.mark.parametrize(("choice", "expected"), [({"type": "auto"}, "auto"), ({"type": "any"}, "required"),
-                                                  ({"type": "none"}, "none")])  # fmt: skip
+@pytest.mark.parametrize(
+    ("choice", "expected"),
+    [({"type": "auto"}, "auto"), ({"type": "any"}, "required"), ({"type": "none"}, "none")],
+)
 def test_anthropic_tool_choices(choice: dict[str, Any], expected: str) -> None:
     tools = [{"name": "w", "input_schema": {"type": "object"}}]
     assert aserving.to_chat(request(tools=tools, tool_choice=choice)).tool_choice == expected
 
 
 def test_anthropic_refuses_images_prefill_and_unknown_fields() -> None:
-    raw = {"model": "m", "max_tokens": 1, "messages": [{"role": "user", "content": [
-        {"type": "text", "text": "x"}, {"type": "image", "source": {}}]}]}  # fmt: skip
+    raw = {
+        "model": "m",
+        "max_tokens": 1,
+        "messages": [
+            {"role": "user", "content": [{"type": "text", "text": "x"}, {"type": "image", "source": {}}]}
+        ],
+    }
     with pytest.raises(APIError) as err:
         ap.check_blocks(raw)
     assert err.value.status == 400 and err.value.field == "messages.0.content.1.type"
@@ -140,11 +168,19 @@ def test_tool_use_blocks_need_object_arguments() -> None:
     assert aserving.tool_uses([ParsedCall("f", '"text"')]) is None
 
 
-@pytest.mark.parametrize(("status", "new_status", "kind"), [
-    (400, 400, "invalid_request_error"), (401, 401, "authentication_error"), (404, 404, "not_found_error"),
-    (413, 413, "request_too_large"), (422, 400, "invalid_request_error"), (429, 529, "overloaded_error"),
-    (503, 529, "overloaded_error"), (500, 500, "api_error"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("status", "new_status", "kind"),
+    [
+        (400, 400, "invalid_request_error"),
+        (401, 401, "authentication_error"),
+        (404, 404, "not_found_error"),
+        (413, 413, "request_too_large"),
+        (422, 400, "invalid_request_error"),
+        (429, 529, "overloaded_error"),
+        (503, 529, "overloaded_error"),
+        (500, 500, "api_error"),
+    ],
+)
 def test_anthropic_error_shape(status: int, new_status: int, kind: str) -> None:
     body = {"error": {"message": "m", "type": "x", "param": "f", "code": status, "field": "f", "limit": 3}}
     got_status, got = anthropic_error(status, body)
@@ -160,12 +196,22 @@ def test_anthropic_paths() -> None:
 
 # -- Responses -----------------------------------------------------------------------------------------
 RESPONSES_TEXT_ORDER = [
-    "response.created", "response.in_progress", "response.output_item.added", "response.content_part.added",
-    "response.output_text.delta", "response.output_text.delta", "response.output_text.done",
-    "response.content_part.done", "response.output_item.done",
-]  # fmt: skip
-RESPONSES_CALL_ORDER = ["response.output_item.added", "response.function_call_arguments.delta",
-                        "response.function_call_arguments.done", "response.output_item.done"]  # fmt: skip
+    "response.created",
+    "response.in_progress",
+    "response.output_item.added",
+    "response.content_part.added",
+    "response.output_text.delta",
+    "response.output_text.delta",
+    "response.output_text.done",
+    "response.content_part.done",
+    "response.output_item.done",
+]
+RESPONSES_CALL_ORDER = [
+    "response.output_item.added",
+    "response.function_call_arguments.delta",
+    "response.function_call_arguments.done",
+    "response.output_item.done",
+]
 
 
 def test_responses_stream_text_then_call_in_documented_order() -> None:
@@ -197,9 +243,14 @@ def test_responses_stream_cut_by_max_output_tokens_is_incomplete() -> None:
 def test_responses_empty_answer_is_one_empty_message_and_failures_are_events() -> None:
     ev = ResponseEvents(ResponseShape("resp_1", {}))
     events = parse_sse([*ev.start(), *ev.finish([], False, {})])
-    assert [n for n, _ in events][2:] == ["response.output_item.added", "response.content_part.added",
-                                         "response.output_text.done", "response.content_part.done",
-                                         "response.output_item.done", "response.completed"]  # fmt: skip
+    assert [n for n, _ in events][2:] == [
+        "response.output_item.added",
+        "response.content_part.added",
+        "response.output_text.done",
+        "response.content_part.done",
+        "response.output_item.done",
+        "response.completed",
+    ]
     failed = parse_sse([ev.failed("boom")])[0]
     assert failed[0] == "response.failed" and failed[1]["response"]["error"]["message"] == "boom"
     error = parse_sse([ev.error("oops")])[0]
@@ -211,14 +262,19 @@ def responses_request(**kw: Any) -> rp.ResponsesRequest:
 
 
 def test_responses_input_items_in_chat_terms() -> None:
-    body = responses_request(instructions="Be brief", input=[
-        {"role": "user", "content": "Weather?"},
-        {"type": "function_call", "call_id": "c1", "name": "w", "arguments": '{"c":"P"}'},
-        {"type": "function_call", "call_id": "c2", "name": "w", "arguments": '{"c":"B"}'},
-        {"type": "function_call_output", "call_id": "c1", "output": "21"},
-        {"type": "message", "role": "developer", "content": [{"type": "input_text", "text": "ok"}]},
-    ], tool_choice={"type": "function", "name": "w"}, parallel_tool_calls=False,
-       max_output_tokens=9)  # fmt: skip
+    body = responses_request(
+        instructions="Be brief",
+        input=[
+            {"role": "user", "content": "Weather?"},
+            {"type": "function_call", "call_id": "c1", "name": "w", "arguments": '{"c":"P"}'},
+            {"type": "function_call", "call_id": "c2", "name": "w", "arguments": '{"c":"B"}'},
+            {"type": "function_call_output", "call_id": "c1", "output": "21"},
+            {"type": "message", "role": "developer", "content": [{"type": "input_text", "text": "ok"}]},
+        ],
+        tool_choice={"type": "function", "name": "w"},
+        parallel_tool_calls=False,
+        max_output_tokens=9,
+    )
     chat = rserving.to_chat(body)
     assert [m.role for m in chat.messages] == ["system", "user", "assistant", "tool", "system"]
     assert [c.id for c in chat.messages[2].tool_calls or []] == ["c1", "c2"]
@@ -267,9 +323,15 @@ def test_undeclared_properties_are_closed_unless_the_schema_asks_for_them() -> N
     assert "additionalProperties" not in props["both"]["allOf"][0]
     assert out["$defs"]["d"]["additionalProperties"] is False
     assert "additionalProperties" not in schema  # the request's schema is left as it was
-    mixed = closed({"properties": {"kind": {}}, "anyOf": [{"properties": {"a": {}}}],
-                    "if": {"properties": {}}, "then": {"properties": {"b": {}}},
-                    "not": {"properties": {"c": {}}}})  # fmt: skip
+    mixed = closed(
+        {
+            "properties": {"kind": {}},
+            "anyOf": [{"properties": {"a": {}}}],
+            "if": {"properties": {}},
+            "then": {"properties": {"b": {}}},
+            "not": {"properties": {"c": {}}},
+        }
+    )
     assert "additionalProperties" not in mixed  # its parts may add properties
     assert all("additionalProperties" not in mixed[k] for k in ("if", "then", "not"))
     assert "additionalProperties" not in mixed["anyOf"][0]  # beside the parent's own properties
@@ -282,8 +344,9 @@ def test_a_stream_cut_by_the_router_ends_in_the_streams_own_format() -> None:
     died = {"type": "error", "error": {"type": "api_error", "message": "copy died"}}
     assert anthropic_cut == [("error", died)]
     responses_cut = parse_sse([b"".join(stream_cut("copy died", False, b"\n\n", "/v1/responses")).decode()])
-    assert responses_cut == [("error", {"type": "error", "code": "upstream_error", "message": "copy died",
-                                        "param": None})]  # fmt: skip
+    assert responses_cut == [
+        ("error", {"type": "error", "code": "upstream_error", "message": "copy died", "param": None})
+    ]
     openai_cut = b"".join(stream_cut("copy died", False, b"\n\n", "/v1/chat/completions"))
     assert openai_cut.startswith(b"data: ") and json.loads(openai_cut[6:])["error"]["message"] == "copy died"
     tgi_cut = b"".join(stream_cut("copy died", False, b"\n\n", "/generate_stream"))

@@ -20,9 +20,19 @@ from llmhost.web.formats import ollama_error
 
 @pytest.mark.parametrize(
     ("value", "seconds"),
-    [(None, None), ("5m", 300.0), ("1h30m", 5400.0), ("-1", -1.0), (-1, -1.0), (0, 0.0), ("0", 0.0),
-     ("250ms", 0.25), (30, 30.0), ("1.5h", 5400.0)],
-)  # fmt: skip
+    [
+        (None, None),
+        ("5m", 300.0),
+        ("1h30m", 5400.0),
+        ("-1", -1.0),
+        (-1, -1.0),
+        (0, 0.0),
+        ("0", 0.0),
+        ("250ms", 0.25),
+        (30, 30.0),
+        ("1.5h", 5400.0),
+    ],
+)
 def test_keep_alive_reads_go_durations_and_seconds(value: proto.KeepAlive, seconds: float | None) -> None:
     assert proto.keep_alive_seconds(value) == seconds
 
@@ -37,8 +47,17 @@ def test_options_map_onto_sampling_with_ollamas_defaults() -> None:
     params = op.sampling(None, 10, 1024, None)
     assert (params.temperature, params.top_k, params.top_p, params.repetition_penalty) == (0.8, 40, 0.9, 1.1)
     assert params.penalty_last_n == 64 and params.max_tokens == 10
-    given = proto.Options(temperature=0, top_k=5, min_p=0.1, repeat_penalty=1.3, repeat_last_n=-1, seed=3,
-                          stop=["\n"], presence_penalty=0.5, frequency_penalty=0.25)  # fmt: skip
+    given = proto.Options(
+        temperature=0,
+        top_k=5,
+        min_p=0.1,
+        repeat_penalty=1.3,
+        repeat_last_n=-1,
+        seed=3,
+        stop=["\n"],
+        presence_penalty=0.5,
+        frequency_penalty=0.25,
+    )
     params = op.sampling(given, 10, 1024, None)
     assert (params.temperature, params.top_k, params.min_p, params.repetition_penalty) == (0, 5, 0.1, 1.3)
     assert params.penalty_last_n == 1024 and params.seed == 3 and params.stop == ["\n"]
@@ -110,10 +129,16 @@ def test_images_are_refused_naming_the_field() -> None:
 def test_messages_carry_calls_and_results_to_the_template() -> None:
     messages = [
         proto.Message(role="user", content="weather?"),
-        proto.Message(role="assistant", tool_calls=[proto.ToolCall(function=proto.ToolFunctionCall(
-            name="get_weather", arguments={"city": "Paris"}))]),
+        proto.Message(
+            role="assistant",
+            tool_calls=[
+                proto.ToolCall(
+                    function=proto.ToolFunctionCall(name="get_weather", arguments={"city": "Paris"})
+                )
+            ],
+        ),
         proto.Message(role="tool", content="18C", tool_name="get_weather"),
-    ]  # fmt: skip
+    ]
     out = op.chat_messages(messages)
     call = (out[1].tool_calls or [])[0]
     assert json.loads(call.function.arguments) == {"city": "Paris"}

@@ -87,8 +87,12 @@ def test_request_bodies_are_the_validating_models(doc: dict[str, Any]) -> None:
     completion = schemas["CompletionRequest"]
     assert completion["additionalProperties"] is False
     assert completion["properties"]["temperature"] == {
-        "default": 1.0, "maximum": 2.0, "minimum": 0.0, "title": "Temperature", "type": "number"
-    }  # fmt: skip
+        "default": 1.0,
+        "maximum": 2.0,
+        "minimum": 0.0,
+        "title": "Temperature",
+        "type": "number",
+    }
     assert "max_total_tokens" not in json.dumps(completion)
     assert "422 naming the field and the limit" in doc["paths"]["/v1/completions"]["post"]["description"]
 
@@ -144,8 +148,15 @@ CASES: list[tuple[str, str, Any, int]] = [
     # schemathesis's findings (negative_data_rejection): values of another JSON type were converted
     ("/v1/completions", {"prompt": "x", "echo": 0}, 422),
     ("/tokenize", {"content": "x", "with_pieces": 0}, 422),
-    ("/v1/messages/count_tokens", {"model": "m", "messages": MESSAGE["messages"],
-                                   "tool_choice": {"type": "auto", "disable_parallel_tool_use": 0}}, 400),
+    (
+        "/v1/messages/count_tokens",
+        {
+            "model": "m",
+            "messages": MESSAGE["messages"],
+            "tool_choice": {"type": "auto", "disable_parallel_tool_use": 0},
+        },
+        400,
+    ),
     ("/v1/responses", {"input": "x", "store": 0}, 422),
     ("/generate", {"inputs": "x", "parameters": {"watermark": 0}}, 422),
     ("/generate", {"inputs": "x", "parameters": {"best_of": True}}, 422),
@@ -305,9 +316,14 @@ async def test_console_refusals_match_the_documented_schema(doc: dict[str, Any])
     lifecycle.drain("test")
     draining = make_app(lifecycle=lifecycle)
     for app, status in ((keyed, 401), (draining, 503)):
-        for method, path in (("get", "/console/api/overview"), ("get", "/console/api/series"),
-                             ("get", "/console/api/metrics"), ("get", "/console/api/reports"),
-                             ("get", "/console/api/reports/{path}"), ("post", "/console/api/reports/open")):
+        for method, path in (
+            ("get", "/console/api/overview"),
+            ("get", "/console/api/series"),
+            ("get", "/console/api/metrics"),
+            ("get", "/console/api/reports"),
+            ("get", "/console/api/reports/{path}"),
+            ("post", "/console/api/reports/open"),
+        ):
             r = await call(app, method.upper(), path.replace("{path}", "a/b.json"), json={"path": "a"})
             assert r.status_code == status, (path, r.text)
             check_documented(doc, method, path, r)
@@ -315,8 +331,14 @@ async def test_console_refusals_match_the_documented_schema(doc: dict[str, Any])
 
 def test_console_api_is_documented_the_page_is_not(doc: dict[str, Any]) -> None:
     paths = doc["paths"]
-    assert {"/console/api/overview", "/console/api/series", "/console/api/metrics", "/console/api/reports",
-            "/console/api/reports/{path}", "/console/api/reports/open"} <= set(paths)
+    assert {
+        "/console/api/overview",
+        "/console/api/series",
+        "/console/api/metrics",
+        "/console/api/reports",
+        "/console/api/reports/{path}",
+        "/console/api/reports/open",
+    } <= set(paths)
     assert not {"/console", "/console/", "/console/view", "/console/assets/{name}"} & set(paths)
     window = paths["/console/api/metrics"]["get"]["parameters"]
     assert [(w["name"], w["in"], w["required"], w["schema"]) for w in window] == [

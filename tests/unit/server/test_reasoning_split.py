@@ -43,8 +43,12 @@ CASES = [
     ("<think>a\n\n b </thi", False, "a\n\n b </thi", ""),
     ("é<think>ü</think>", False, None, "é<think>ü</think>"),
     ("<think>über</think>\n\nça", False, "über", "ça"),
-    ('<think>call it</think>\n\n<tool_call>\n{"name": "f", "arguments": {}}\n</tool_call>', False,
-     "call it", '<tool_call>\n{"name": "f", "arguments": {}}\n</tool_call>'),
+    (
+        '<think>call it</think>\n\n<tool_call>\n{"name": "f", "arguments": {}}\n</tool_call>',
+        False,
+        "call it",
+        '<tool_call>\n{"name": "f", "arguments": {}}\n</tool_call>',
+    ),
 ]
 
 

@@ -25,7 +25,7 @@ def test_merged_and_multibyte_tokens() -> None:
     offsets = Offsets().take(pieces)
     assert offsets == [0, 3, 5, 6, 10, 11]
     assert text[offsets[3]] == "€"  # the token finishing "€" points at it
-    assert text[offsets[2]] == " " and text[offsets[5]:] == "日本"
+    assert text[offsets[2]] == " " and text[offsets[5] :] == "日本"
 
 
 def test_a_character_over_three_tokens_and_special_tokens_without_text() -> None:
@@ -69,8 +69,13 @@ def test_echo_of_text_token_ids_and_a_space_prefix() -> None:
 
 
 def test_prompt_then_generated_logprobs() -> None:
-    vocab = {1: (b"", "<bos>"), 2: (b"Hi", "Hi"), 3: (b" \xc3", "\ufffd"), 4: (b"\xa9", "\ufffd"),
-             5: (b"!", "!")}  # fmt: skip
+    vocab = {
+        1: (b"", "<bos>"),
+        2: (b"Hi", "Hi"),
+        3: (b" \xc3", "\ufffd"),
+        4: (b"\xa9", "\ufffd"),
+        5: (b"!", "!"),
+    }
     builder = LogprobsBuilder(lambda t: vocab[t][1], lambda t: vocab[t][0])
     echo = echo_prompt([1, 2, 3], [vocab[t][0] for t in (1, 2, 3)], None)
     assert echo.text == "Hi \ufffd"  # the prompt ends inside "é": its echo ends with a replacement

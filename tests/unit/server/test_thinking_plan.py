@@ -35,10 +35,13 @@ def test_kwargs_server_defaults_then_the_request() -> None:
     assert p.kwargs == {"enable_thinking": True}
 
 
-@pytest.mark.parametrize(("kwargs", "field"), [
-    ({"no_such_variable": 1}, "chat_template_kwargs.no_such_variable"),
-    ({"messages": []}, "chat_template_kwargs.messages"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"no_such_variable": 1}, "chat_template_kwargs.no_such_variable"),
+        ({"messages": []}, "chat_template_kwargs.messages"),
+    ],
+)
 def test_kwargs_the_template_does_not_read_are_refused(kwargs: dict[str, object], field: str) -> None:
     with pytest.raises(APIError) as err:
         plan(ThinkingAsk(), QWEN3, THINK, {}, kwargs, -1)
@@ -83,9 +86,11 @@ def test_a_template_without_a_switch_cannot_turn_thinking_off() -> None:
 
 
 def test_gpt_oss_levels_go_to_its_template_and_it_cannot_stop_thinking() -> None:
-    source = ('{{ "Reasoning: " + (reasoning_effort or "medium") }}{% for m in messages %}{% if m.thinking %}'
-              '<|start|>assistant<|channel|>analysis<|message|>{{ m.thinking }}<|end|>{% endif %}{% endfor %}'
-              "<|start|>assistant")
+    source = (
+        '{{ "Reasoning: " + (reasoning_effort or "medium") }}{% for m in messages %}{% if m.thinking %}'
+        "<|start|>assistant<|channel|>analysis<|message|>{{ m.thinking }}<|end|>{% endif %}{% endfor %}"
+        "<|start|>assistant"
+    )
     gpt_oss = ChatTemplate(source, "", "")
     harmony = syntax_for("auto", source)
     assert harmony == SYNTAXES["harmony"]

@@ -10,8 +10,13 @@ from llmhost.server.protocol.openai import ChatCompletionRequest
 from llmhost.server.serving import tools
 from llmhost.web.errors import APIError
 
-WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {
-    "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}  # fmt: skip
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+    },
+}
 
 
 def body(**kw: object) -> ChatCompletionRequest:
@@ -75,20 +80,26 @@ def test_harmony_calls_in_either_header_order_and_the_final_answer() -> None:
     it (`<|start|>assistant to=functions.f<|channel|>commentary json`); `<|call|>` ends generation,
     so the text usually stops before it."""
     parser = tools.HarmonyParser()
-    after = ("<|channel|>analysis<|message|>Two calls.<|end|><|start|>assistant<|channel|>commentary "
-             'to=functions.get_weather <|constrain|>json<|message|>{"city": "Paris"}<|call|>')
+    after = (
+        "<|channel|>analysis<|message|>Two calls.<|end|><|start|>assistant<|channel|>commentary "
+        'to=functions.get_weather <|constrain|>json<|message|>{"city": "Paris"}<|call|>'
+    )
     before = '<|start|>assistant to=functions.lookup.v2<|channel|>commentary json<|message|>{"q": 1}'
     content, calls = parser.parse(after + before)
     assert content is None
-    assert calls == [tools.ParsedCall("get_weather", '{"city": "Paris"}'),
-                     tools.ParsedCall("lookup.v2", '{"q": 1}')]  # fmt: skip
+    assert calls == [
+        tools.ParsedCall("get_weather", '{"city": "Paris"}'),
+        tools.ParsedCall("lookup.v2", '{"q": 1}'),
+    ]
     # the address in the channel header without a content type (llama.cpp's test-chat variants)
     bare = '<|channel|>commentary to=functions.get_weather<|message|>{"city": "Paris"}'
     assert parser.parse(bare) == (None, [tools.ParsedCall("get_weather", '{"city": "Paris"}')])
     final = "<|channel|>analysis<|message|>Easy.<|end|><|start|>assistant<|channel|>final<|message|>Hi!"
     assert parser.parse(final) == (final, [])  # no call: the text as it is
     assert parser.parse(after.replace('{"city": "Paris"}', "{broken")) == (
-        after.replace('{"city": "Paris"}', "{broken"), [])  # fmt: skip
+        after.replace('{"city": "Paris"}', "{broken"),
+        [],
+    )
     assert parser.hold_from("Plain <|chan") == len("Plain ")
 
 
@@ -119,8 +130,11 @@ def test_forced_schema_names_the_function_and_closes_arguments() -> None:
     item = schema["items"]
     assert schema["maxItems"] == 1 and item["properties"]["name"] == {"const": "get_weather"}
     assert item["properties"]["arguments"]["additionalProperties"] is False
-    single = json.loads(tools.forced_constraint(body(tools=[WEATHER], tool_choice="required",
-                                                     parallel_tool_calls=False)).value)  # type: ignore[union-attr]  # fmt: skip
+    single = json.loads(
+        tools.forced_constraint(  # type: ignore[union-attr]
+            body(tools=[WEATHER], tool_choice="required", parallel_tool_calls=False)
+        ).value
+    )
     assert single["maxItems"] == 1
     with pytest.raises(APIError):
         tools.forced_constraint(
@@ -148,9 +162,18 @@ def test_forced_calls_are_bounded_by_the_tools_offered() -> None:
 
 
 def test_template_message_turns_arguments_into_a_mapping() -> None:
-    req = body(messages=[{"role": "assistant", "content": None, "tool_calls": [
-        {"id": "call_1", "type": "function", "function": {"name": "f", "arguments": '{"a": 1}'}}]},
-        {"role": "tool", "tool_call_id": "call_1", "content": "42"}])  # fmt: skip
+    req = body(
+        messages=[
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {"id": "call_1", "type": "function", "function": {"name": "f", "arguments": '{"a": 1}'}}
+                ],
+            },
+            {"role": "tool", "tool_call_id": "call_1", "content": "42"},
+        ]
+    )
     out = [tools.template_message(m) for m in req.messages]
     assert out[0]["tool_calls"][0]["function"]["arguments"] == {"a": 1}
     assert out[1] == {"role": "tool", "content": "42", "tool_call_id": "call_1"}
@@ -183,11 +206,17 @@ def test_integers_are_bounded_as_llama_cpp_bounds_them() -> None:
     max_tokens on one number)."""
     from llmhost.server.serving.structured import INTEGER_BOUND, bounded
 
-    schema = {"type": "object", "properties": {
-        "age": {"type": "integer"}, "n": {"type": ["integer", "null"], "minimum": 0},
-        "x": {"type": "integer", "exclusiveMaximum": 5}, "s": {"type": "string"},
-        "list": {"type": "array", "items": {"type": "integer"}}},
-        "default": {"type": "integer"}}  # fmt: skip
+    schema = {
+        "type": "object",
+        "properties": {
+            "age": {"type": "integer"},
+            "n": {"type": ["integer", "null"], "minimum": 0},
+            "x": {"type": "integer", "exclusiveMaximum": 5},
+            "s": {"type": "string"},
+            "list": {"type": "array", "items": {"type": "integer"}},
+        },
+        "default": {"type": "integer"},
+    }
     out = bounded(schema)
     props = out["properties"]
     assert (props["age"]["minimum"], props["age"]["maximum"]) == (-INTEGER_BOUND, INTEGER_BOUND)

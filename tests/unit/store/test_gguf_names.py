@@ -13,15 +13,27 @@ from llmhost.store.hubref import HubModelError, HubRef, parse_hub_ref
 from llmhost.store.model import AmbiguousModelError, ModelNotFoundError, model_in, model_parts
 
 REPO = [
-    "README.md", "mmproj-F16.gguf", "m-Q8_0.gguf", "m-Q4_K_M.gguf", "m-IQ4_K_M.gguf", "m-Q4_K_M_L.gguf",
-    "big/m-F16-00002-of-00003.gguf", "big/m-F16-00001-of-00003.gguf", "big/m-F16-00003-of-00003.gguf",
-]  # fmt: skip
+    "README.md",
+    "mmproj-F16.gguf",
+    "m-Q8_0.gguf",
+    "m-Q4_K_M.gguf",
+    "m-IQ4_K_M.gguf",
+    "m-Q4_K_M_L.gguf",
+    "big/m-F16-00002-of-00003.gguf",
+    "big/m-F16-00001-of-00003.gguf",
+    "big/m-F16-00003-of-00003.gguf",
+]
 
 
 def test_split_parts_are_one_model_and_mmproj_none() -> None:
     models = group_models(REPO)
-    assert [m.first for m in models] == ["big/m-F16-00001-of-00003.gguf", "m-IQ4_K_M.gguf", "m-Q4_K_M.gguf",
-                                         "m-Q4_K_M_L.gguf", "m-Q8_0.gguf"]  # fmt: skip
+    assert [m.first for m in models] == [
+        "big/m-F16-00001-of-00003.gguf",
+        "m-IQ4_K_M.gguf",
+        "m-Q4_K_M.gguf",
+        "m-Q4_K_M_L.gguf",
+        "m-Q8_0.gguf",
+    ]
     split = models[0]
     assert split.parts == tuple(f"big/m-F16-0000{i}-of-00003.gguf" for i in (1, 2, 3)) and not split.missing
     assert model_of("big/m-F16-00003-of-00003.gguf", models) is split
@@ -34,10 +46,16 @@ def test_a_split_model_lacking_parts_says_which() -> None:
     assert model.missing == ("a-00002-of-00003.gguf",)
 
 
-@pytest.mark.parametrize(("quant", "first"), [
-    ("Q4_K_M", "m-Q4_K_M.gguf"), ("q4_k_m", "m-Q4_K_M.gguf"), ("q8_0", "m-Q8_0.gguf"),
-    ("F16", "big/m-F16-00001-of-00003.gguf"), ("IQ4_K_M", "m-IQ4_K_M.gguf"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("quant", "first"),
+    [
+        ("Q4_K_M", "m-Q4_K_M.gguf"),
+        ("q4_k_m", "m-Q4_K_M.gguf"),
+        ("q8_0", "m-Q8_0.gguf"),
+        ("F16", "big/m-F16-00001-of-00003.gguf"),
+        ("IQ4_K_M", "m-IQ4_K_M.gguf"),
+    ],
+)
 def test_a_quant_picks_the_one_model_naming_it(quant: str, first: str) -> None:
     model, choices = pick_quant(group_models(REPO), quant)
     assert model is not None and model.first == first and choices == []
@@ -60,17 +78,21 @@ def test_quant_matching_needs_separators() -> None:
     assert matches_quant(m, "Q4_K_M") and not matches_quant(m, "Q4_K")
 
 
-@pytest.mark.parametrize(("uri", "ref"), [
-    ("hf://o/r", HubRef("o/r")),
-    ("hf://o/r:Q4_K_M", HubRef("o/r", quant="Q4_K_M")),
-    ("hf://o-x/r.y_z/sub/m-Q8_0.gguf", HubRef("o-x/r.y_z", file="sub/m-Q8_0.gguf")),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("uri", "ref"),
+    [
+        ("hf://o/r", HubRef("o/r")),
+        ("hf://o/r:Q4_K_M", HubRef("o/r", quant="Q4_K_M")),
+        ("hf://o-x/r.y_z/sub/m-Q8_0.gguf", HubRef("o-x/r.y_z", file="sub/m-Q8_0.gguf")),
+    ],
+)
 def test_hub_references(uri: str, ref: HubRef) -> None:
     assert parse_hub_ref(uri) == ref and ref.uri == uri
 
 
-@pytest.mark.parametrize("uri", ["hf://o", "hf://o/r/a.md", "hf://o/r/../x.gguf", "hf://o/r:", "hf://o/r:a"
-                                 " b"])
+@pytest.mark.parametrize(
+    "uri", ["hf://o", "hf://o/r/a.md", "hf://o/r/../x.gguf", "hf://o/r:", "hf://o/r:a b"]
+)
 def test_a_malformed_hub_reference_says_how_to_write_one(uri: str) -> None:
     with pytest.raises(HubModelError, match="hf://"):
         parse_hub_ref(uri)

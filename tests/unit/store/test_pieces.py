@@ -36,12 +36,15 @@ def test_parse_s3_ref() -> None:
         parse_s3_ref("s3:///key")
 
 
-@pytest.mark.parametrize(("size", "part", "expected"), [
-    (0, 8, []),
-    (8, 8, [(0, 7)]),
-    (9, 8, [(0, 7), (8, 8)]),
-    (20, 8, [(0, 7), (8, 15), (16, 19)]),
-])
+@pytest.mark.parametrize(
+    ("size", "part", "expected"),
+    [
+        (0, 8, []),
+        (8, 8, [(0, 7)]),
+        (9, 8, [(0, 7), (8, 8)]),
+        (20, 8, [(0, 7), (8, 15), (16, 19)]),
+    ],
+)
 def test_plan_ranges_cover_the_object_exactly(size: int, part: int, expected: list[tuple[int, int]]) -> None:
     ranges = plan_ranges(size, part)
     assert [(r.start, r.end) for r in ranges] == expected
@@ -66,7 +69,7 @@ def test_etag_rules(tmp_path: Path) -> None:
     assert verify_etag(f, f'"{md5}"', None) == (True, "md5")
     assert verify_etag(f, md5.upper(), None) == (True, "md5")
     assert verify_etag(f, "0" * 32, None) == (False, "md5")
-    parts = [hashlib.md5(data[i:i + 10]).digest() for i in range(0, 25, 10)]
+    parts = [hashlib.md5(data[i : i + 10]).digest() for i in range(0, 25, 10)]
     multipart = f"{hashlib.md5(b''.join(parts)).hexdigest()}-3"
     assert multipart_etag(f, 10) == multipart
     assert verify_etag(f, multipart, 10) == (True, "multipart")
@@ -116,22 +119,29 @@ def _link(name: str, target: str, kind: bytes = tarfile.SYMTYPE) -> tarfile.TarI
 
 
 def test_safe_extract_keeps_layout(tmp_path: Path) -> None:
-    archive = _tar(tmp_path / "ok.tar.gz", tarfile.TarInfo("model.gguf"), tarfile.TarInfo("sub/t.json"),
-                   _link("sub/alias.gguf", "../model.gguf"))
+    archive = _tar(
+        tmp_path / "ok.tar.gz",
+        tarfile.TarInfo("model.gguf"),
+        tarfile.TarInfo("sub/t.json"),
+        _link("sub/alias.gguf", "../model.gguf"),
+    )
     safe_extract(archive, tmp_path / "out")
     assert (tmp_path / "out" / "model.gguf").read_bytes() == b"gguf"
     assert (tmp_path / "out" / "sub" / "alias.gguf").read_bytes() == b"gguf"
 
 
-@pytest.mark.parametrize("member", [
-    tarfile.TarInfo("../evil.gguf"),
-    tarfile.TarInfo("/abs/evil.gguf"),
-    tarfile.TarInfo("a/../../evil.gguf"),
-    _link("model.gguf", "/etc/passwd"),
-    _link("model.gguf", "../../outside"),
-    _link("model.gguf", "../outside", tarfile.LNKTYPE),
-    _link("dev", "", tarfile.CHRTYPE),
-])
+@pytest.mark.parametrize(
+    "member",
+    [
+        tarfile.TarInfo("../evil.gguf"),
+        tarfile.TarInfo("/abs/evil.gguf"),
+        tarfile.TarInfo("a/../../evil.gguf"),
+        _link("model.gguf", "/etc/passwd"),
+        _link("model.gguf", "../../outside"),
+        _link("model.gguf", "../outside", tarfile.LNKTYPE),
+        _link("dev", "", tarfile.CHRTYPE),
+    ],
+)
 def test_safe_extract_refuses_escapes(tmp_path: Path, member: tarfile.TarInfo) -> None:
     archive = _tar(tmp_path / "bad.tar.gz", tarfile.TarInfo("fine.gguf"), member)
     with pytest.raises(UnsafeArchiveError):
@@ -174,7 +184,7 @@ def test_checksums_as_s3_computes_them(tmp_path: Path) -> None:
     f = tmp_path / "blob"
     f.write_bytes(data)
     assert file_checksum(f, "SHA256", None) == base64.b64encode(hashlib.sha256(data).digest()).decode()
-    parts = [data[i:i + 10] for i in range(0, 25, 10)]
+    parts = [data[i : i + 10] for i in range(0, 25, 10)]
     crcs = b"".join(zlib.crc32(p).to_bytes(4, "big") for p in parts)
     assert file_checksum(f, "CRC32", 10) == base64.b64encode(zlib.crc32(crcs).to_bytes(4, "big")).decode()
     head = {"ContentLength": 25, "ETag": '"' + "a" * 32 + '-3"', "ChecksumCRC32": "AAAA-3"}
@@ -184,8 +194,11 @@ def test_checksums_as_s3_computes_them(tmp_path: Path) -> None:
     kms = info_from_head({**head, "ServerSideEncryption": "aws:kms", "ChecksumType": "COMPOSITE"}, 10)
     assert planned_check(kms) == ("crc32", "")
     assert planned_check(info_from_head({**head, "ServerSideEncryption": "aws:kms"})) == (
-        "size-only", "its composite CRC32 checksum needs the upload's part size, unknown")
-    full = info_from_head({"ContentLength": 25, "ETag": "opaque", "ChecksumCRC32C": "x", "ChecksumType":
-                           "FULL_OBJECT"})  # fmt: skip
+        "size-only",
+        "its composite CRC32 checksum needs the upload's part size, unknown",
+    )
+    full = info_from_head(
+        {"ContentLength": 25, "ETag": "opaque", "ChecksumCRC32C": "x", "ChecksumType": "FULL_OBJECT"}
+    )
     assert full.checksum is not None and not full.checksum.composite
     assert planned_check(full) == ("size-only", "its CRC32C checksum cannot be computed here")

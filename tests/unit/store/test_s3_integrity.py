@@ -45,9 +45,14 @@ def bucket(server: S3Server, proxy: Proxy) -> str:
 
 def plain_client(server: S3Server) -> Any:
     """A client that adds no additional checksum to what it uploads (boto3 adds CRC32 by default)."""
-    return boto3.client("s3", endpoint_url=server.url, region_name="us-east-1", aws_access_key_id="testing",
-                        aws_secret_access_key="testing",
-                        config=Config(request_checksum_calculation="when_required"))  # fmt: skip
+    return boto3.client(
+        "s3",
+        endpoint_url=server.url,
+        region_name="us-east-1",
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+        config=Config(request_checksum_calculation="when_required"),
+    )
 
 
 def test_a_cut_range_is_fetched_again_within_the_run(
@@ -72,8 +77,9 @@ def test_a_range_cut_every_time_gives_up_naming_the_object(
     monkeypatch.setattr(download, "RANGE_TRIES", 2)
     server.client().put_object(Bucket=bucket, Key="cut/model.gguf", Body=os.urandom(MIB // 2))
     proxy.faults.cut_every_range_get = True
-    with pytest.raises(S3ModelError, match=f"s3://{bucket}/cut/model.gguf: range bytes=0-524287 failed 2 "
-                       "time"):  # fmt: skip
+    with pytest.raises(
+        S3ModelError, match=f"s3://{bucket}/cut/model.gguf: range bytes=0-524287 failed 2 time"
+    ):
         resolve_model(f"s3://{bucket}/cut/model.gguf")
     assert len(proxy.recorder.object_gets("cut/model.gguf")) == 2
     partial = next(Path(os.environ["LLMHOST_CACHE"]).rglob("model.gguf.partial"))
@@ -95,8 +101,9 @@ def test_corrupted_bytes_fail_the_check_and_are_deleted(
     assert not [p for p in Path(os.environ["LLMHOST_CACHE"]).rglob("model.gguf*") if p.is_file()]
 
 
-def test_bytes_altered_once_are_fetched_again(server: S3Server, bucket: str, proxy: Proxy,
-                                             caplog: pytest.LogCaptureFixture) -> None:  # fmt: skip
+def test_bytes_altered_once_are_fetched_again(
+    server: S3Server, bucket: str, proxy: Proxy, caplog: pytest.LogCaptureFixture
+) -> None:
     body = os.urandom(2 * MIB)
     server.client().put_object(Bucket=bucket, Key="once/model.gguf", Body=body)
     proxy.faults.flip_gets = 1  # the first range of the first download
@@ -106,14 +113,26 @@ def test_bytes_altered_once_are_fetched_again(server: S3Server, bucket: str, pro
     assert len(proxy.recorder.object_gets("once/model.gguf")) == 4  # two ranges, twice
 
 
-@pytest.mark.parametrize(("algorithm", "multipart", "kind"), [
-    ("SHA256", False, "sha256"), ("SHA1", False, "sha1"), ("CRC32", False, "crc32"),
-    ("CRC32", True, "crc32"), ("SHA256", True, "sha256"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("algorithm", "multipart", "kind"),
+    [
+        ("SHA256", False, "sha256"),
+        ("SHA1", False, "sha1"),
+        ("CRC32", False, "crc32"),
+        ("CRC32", True, "crc32"),
+        ("SHA256", True, "sha256"),
+    ],
+)
 def test_encrypted_objects_are_verified_by_their_checksum(
-    server: S3Server, bucket: str, proxy: Proxy, tmp_path: Path, caplog: pytest.LogCaptureFixture,
-    algorithm: str, multipart: bool, kind: str,
-) -> None:  # fmt: skip
+    server: S3Server,
+    bucket: str,
+    proxy: Proxy,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    algorithm: str,
+    multipart: bool,
+    kind: str,
+) -> None:
     src = tmp_path / "src.gguf"
     src.write_bytes(os.urandom(11 * MIB if multipart else MIB + 7))
     extra = {"ServerSideEncryption": "aws:kms", "ChecksumAlgorithm": algorithm}
@@ -129,12 +148,15 @@ def test_encrypted_objects_are_verified_by_their_checksum(
 def test_without_etag_or_checksum_the_log_says_size_only(
     server: S3Server, bucket: str, proxy: Proxy, caplog: pytest.LogCaptureFixture
 ) -> None:
-    plain_client(server).put_object(Bucket=bucket, Key="s/model.gguf", Body=b"GGUF" * 10,
-                                    ServerSideEncryption="aws:kms")  # fmt: skip
+    plain_client(server).put_object(
+        Bucket=bucket, Key="s/model.gguf", Body=b"GGUF" * 10, ServerSideEncryption="aws:kms"
+    )
     caplog.set_level("INFO", logger="llmhost.store")
     assert resolve_model(f"s3://{bucket}/s/model.gguf").read_bytes() == b"GGUF" * 10
-    assert (f"verified s3://{bucket}/s/model.gguf (size-only check: encrypted (SSE-KMS/SSE-C) object and "
-            "no S3 additional checksum)") in caplog.text  # fmt: skip
+    assert (
+        f"verified s3://{bucket}/s/model.gguf (size-only check: encrypted (SSE-KMS/SSE-C) object and "
+        "no S3 additional checksum)"
+    ) in caplog.text
 
 
 def test_a_full_disk_fails_before_any_get(
@@ -146,8 +168,9 @@ def test_a_full_disk_fails_before_any_get(
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(download.os, "posix_fallocate", no_space)
-    with pytest.raises(S3ModelError, match=f"s3://{bucket}/full/model.gguf: disk full: no space left in the "
-                       "model cache"):  # fmt: skip
+    with pytest.raises(
+        S3ModelError, match=f"s3://{bucket}/full/model.gguf: disk full: no space left in the model cache"
+    ):
         resolve_model(f"s3://{bucket}/full/model.gguf")
     assert proxy.recorder.object_gets() == []
 
@@ -171,19 +194,28 @@ def test_each_range_is_on_disk_before_it_is_recorded(
     monkeypatch.setattr(download.os, "fdatasync", sync)
     monkeypatch.setattr(download, "save_done", save)
     resolve_model(f"s3://{bucket}/sync/model.gguf")
-    assert events == ["recorded []", "synced", "recorded [0]", "synced", "recorded [0, 1]", "synced",
-                      "recorded [0, 1, 2]"]  # fmt: skip
+    assert events == [
+        "recorded []",
+        "synced",
+        "recorded [0]",
+        "synced",
+        "recorded [0, 1]",
+        "synced",
+        "recorded [0, 1, 2]",
+    ]
 
 
 def test_bad_endpoint_url_is_named(bucket: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("LLMHOST_S3_ENDPOINT_URL", "localhost:9000")  # no scheme: botocore's ValueError
-    with pytest.raises(S3ModelError, match=f"s3://{bucket}/m.gguf: S3 endpoint URL 'localhost:9000' is not "
-                       "usable"):  # fmt: skip
+    with pytest.raises(
+        S3ModelError, match=f"s3://{bucket}/m.gguf: S3 endpoint URL 'localhost:9000' is not usable"
+    ):
         resolve_model(f"s3://{bucket}/m.gguf")
 
 
-def test_unusable_cache_is_named(server: S3Server, bucket: str, proxy: Proxy, tmp_path: Path,
-                                 monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+def test_unusable_cache_is_named(
+    server: S3Server, bucket: str, proxy: Proxy, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     server.client().put_object(Bucket=bucket, Key="c/model.gguf", Body=b"GGUF")
     blocker = tmp_path / "a-file"
     blocker.write_text("not a directory")
@@ -200,6 +232,11 @@ def test_unusable_cache_is_named(server: S3Server, bucket: str, proxy: Proxy, tm
         raise PermissionError(errno.EACCES, "Permission denied", str(dst))
 
     monkeypatch.setattr(download.os, "replace", refused)  # publishing the verified file
-    with pytest.raises(S3ModelError, match=f"s3://{bucket}/c/model.gguf: cannot write the model cache "
-                       r"\(.*/model.gguf\): Permission denied"):  # fmt: skip
+    with pytest.raises(
+        S3ModelError,
+        match=(
+            f"s3://{bucket}/c/model.gguf: cannot write the model cache "
+            r"\(.*/model.gguf\): Permission denied"
+        ),
+    ):
         resolve_model(f"s3://{bucket}/c/model.gguf")

@@ -134,8 +134,9 @@ def test_multipart_upload_is_verified(
 def test_concurrent_resolves_share_one_download(s3: S3Server, bucket: str, counter: GetCounter) -> None:
     s3.client().put_object(Bucket=bucket, Key="m/model.gguf", Body=os.urandom(2 * MIB))
     results: list[Path] = []
-    threads = [threading.Thread(target=lambda: results.append(resolve_model(f"s3://{bucket}/m/")))
-               for _ in range(3)]
+    threads = [
+        threading.Thread(target=lambda: results.append(resolve_model(f"s3://{bucket}/m/"))) for _ in range(3)
+    ]
     for t in threads:
         t.start()
     for t in threads:
@@ -169,14 +170,20 @@ def test_interrupted_download_resumes_and_is_never_served(
     assert not list(cache.rglob("*.partial*"))
 
 
-@pytest.mark.parametrize(("ref", "expected"), [
-    ("s3://no-such-bucket-xyz/m.gguf", "s3://no-such-bucket-xyz/m.gguf: bucket 'no-such-bucket-xyz' does"),
-    ("s3://no-such-bucket-xyz/p/", "bucket 'no-such-bucket-xyz' does not exist"),
-    ("s3://{bucket}/missing.gguf", "no object 'missing.gguf' in bucket '{bucket}'"),
-    ("s3://{bucket}/missing.tar.gz", "no object 'missing.tar.gz' in bucket '{bucket}'"),
-    ("s3://{bucket}/empty/", "no objects under prefix 'empty/' in bucket '{bucket}'"),
-    ("s3://{bucket}/nogguf/", "no *.gguf object under prefix 'nogguf/'"),
-])
+@pytest.mark.parametrize(
+    ("ref", "expected"),
+    [
+        (
+            "s3://no-such-bucket-xyz/m.gguf",
+            "s3://no-such-bucket-xyz/m.gguf: bucket 'no-such-bucket-xyz' does",
+        ),
+        ("s3://no-such-bucket-xyz/p/", "bucket 'no-such-bucket-xyz' does not exist"),
+        ("s3://{bucket}/missing.gguf", "no object 'missing.gguf' in bucket '{bucket}'"),
+        ("s3://{bucket}/missing.tar.gz", "no object 'missing.tar.gz' in bucket '{bucket}'"),
+        ("s3://{bucket}/empty/", "no objects under prefix 'empty/' in bucket '{bucket}'"),
+        ("s3://{bucket}/nogguf/", "no *.gguf object under prefix 'nogguf/'"),
+    ],
+)
 def test_missing_things_name_bucket_and_key(s3: S3Server, bucket: str, ref: str, expected: str) -> None:
     s3.client().put_object(Bucket=bucket, Key="nogguf/readme.txt", Body=b"hi")
     with pytest.raises(ModelNotFoundError) as info:

@@ -28,11 +28,20 @@ SLO = TuneSLO(ttft_ms=500, itl_ms=50, percentile=90)
 
 def level(name: str, goodput: float, meets: bool, tok_s: float = 100.0, conc: int = 1) -> LevelOutcome:
     return LevelOutcome(
-        level=f"c={conc}", concurrency=conc, requests=8, success_pct=100.0, output_tokens_per_s=tok_s,
-        per_user_tokens_per_s=30.0 if meets else 10.0, ttft_ms=100.0 if meets else 900.0,
-        tpot_ms=33.0 if meets else 100.0, itl_ms=30.0, goodput_rps=goodput,
-        cost_per_1m_tokens_usd=1.0 / tok_s, meets_slo=meets, why="" if meets else "p90 TTFT 900 ms > 500",
-    )  # fmt: skip
+        level=f"c={conc}",
+        concurrency=conc,
+        requests=8,
+        success_pct=100.0,
+        output_tokens_per_s=tok_s,
+        per_user_tokens_per_s=30.0 if meets else 10.0,
+        ttft_ms=100.0 if meets else 900.0,
+        tpot_ms=33.0 if meets else 100.0,
+        itl_ms=30.0,
+        goodput_rps=goodput,
+        cost_per_1m_tokens_usd=1.0 / tok_s,
+        meets_slo=meets,
+        why="" if meets else "p90 TTFT 900 ms > 500",
+    )
 
 
 def rec(cand: Candidate, *levels: LevelOutcome) -> CandidateRecord:
@@ -68,9 +77,16 @@ def _summary(ttft: float, tpot: float, n: int = 10, fail: int = 0):  # type: ign
             r.error = "http_5xx"
         recs.append(r)
     return summarize_level(
-        recs, config="c", level="c=2", mode="closed", concurrency=2, rate_rps=None, wall_s=2.0,
-        price_per_hour=1.0, slo=GoodputSLO.from_mapping(SLO.goodput()),
-    )  # fmt: skip
+        recs,
+        config="c",
+        level="c=2",
+        mode="closed",
+        concurrency=2,
+        rate_rps=None,
+        wall_s=2.0,
+        price_per_hour=1.0,
+        slo=GoodputSLO.from_mapping(SLO.goodput()),
+    )
 
 
 def test_level_verdict_bounds_ttft_and_tpot_at_the_percentile() -> None:
@@ -133,8 +149,10 @@ def test_search_prunes_what_cannot_reach_the_best_goodput() -> None:
     assert by_name["x1-t2-mc4-b512"].state is CandidateState.PENDING  # 4 × 0.17 may reach it
     # nothing is known yet of one request alone on 1 thread: those candidates stay
     assert by_name["x1-t1-mc1-b512"].state is CandidateState.PENDING
-    assert Search(space.axes(), SLO, host_cpus=2).prune_reason(by_name["x2-t2-mc1-b512"].candidate,
-                                                                records) is None  # no load bound given
+    assert (
+        Search(space.axes(), SLO, host_cpus=2).prune_reason(by_name["x2-t2-mc1-b512"].candidate, records)
+        is None
+    )  # no load bound given
 
 
 def test_search_prunes_between_two_that_missed_the_slo() -> None:
@@ -157,8 +175,10 @@ def fabricated(s: TuneSettings) -> list[CandidateRecord]:
     records[0].state, records[0].levels = CandidateState.MEASURED, [level("b", 1.0, True, 80.0)]
     for i, r in enumerate(records[1:]):
         r.state = CandidateState.MEASURED
-        r.levels = [level(r.candidate.name, 1.0 + i, True, 90.0 + 10 * i, 1),
-                    level(r.candidate.name, 8.0, False, 400.0, 2)]  # fmt: skip
+        r.levels = [
+            level(r.candidate.name, 1.0 + i, True, 90.0 + 10 * i, 1),
+            level(r.candidate.name, 8.0, False, 400.0, 2),
+        ]
     records[-1].state, records[-1].levels, records[-1].reason = CandidateState.PRUNED, [], "pruned"
     return records
 

@@ -32,16 +32,27 @@ def adapters(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Adapters:
 
 def settings(tmp_path: Path, adapters: Adapters, mix: tuple[str, ...] = ()) -> TuneSettings:
     space = SearchSpace(host_cpus=4, copies=(1, 2), threads=(1,), max_concurrent=(4,))
-    return TuneSettings(models={None: "default"}, space=space, slo=SLO, price_per_hour=1.0, out_dir=tmp_path,
-                        workload=Workload(concurrency=(3,), model_mix=mix), adapters=adapters)  # fmt: skip
+    return TuneSettings(
+        models={None: "default"},
+        space=space,
+        slo=SLO,
+        price_per_hour=1.0,
+        out_dir=tmp_path,
+        workload=Workload(concurrency=(3,), model_mix=mix),
+        adapters=adapters,
+    )
 
 
 def test_adapters_are_read_as_serve_reads_them(tmp_path: Path, adapters: Adapters) -> None:
     assert adapters.names == ("a", "b")
     assert adapters.lora_options() == [f"a={tmp_path / 'a.gguf'}:1.0", f"b={tmp_path / 'b.gguf'}:0.5"]
     assert Adapters.parse(["r=s3://bucket/r.gguf:2"]).lora_options() == ["r=s3://bucket/r.gguf:2.0"]
-    for bad, message in (("a", "NAME=PATH"), ("a=missing.gguf", "--lora a: no such file"),
-                         ("a/b=a.gguf", "--lora 'a/b=a.gguf'"), ("a=a.gguf:inf", "finite")):  # fmt: skip
+    for bad, message in (
+        ("a", "NAME=PATH"),
+        ("a=missing.gguf", "--lora a: no such file"),
+        ("a/b=a.gguf", "--lora 'a/b=a.gguf'"),
+        ("a=a.gguf:inf", "finite"),
+    ):
         with pytest.raises(ValueError, match=message):
             Adapters.parse([bad])
     with pytest.raises(ValueError, match="given twice"):
@@ -79,7 +90,9 @@ def test_every_candidate_serves_the_adapters_and_bench_sends_the_mix(
     [component] = parse_endpoint(yaml.safe_load(Path(endpoint.argv[i + 1]).read_text())).components
     assert component.name == SERVED_NAME
     assert [(a.name, a.path, a.scale) for a in component.adapters] == [
-        ("a", str(tmp_path / "a.gguf"), 1.0), ("b", str(tmp_path / "b.gguf"), 0.5)]  # fmt: skip
+        ("a", str(tmp_path / "a.gguf"), 1.0),
+        ("b", str(tmp_path / "b.gguf"), 0.5),
+    ]
 
 
 def test_without_adapters_nothing_is_named(tmp_path: Path) -> None:
@@ -102,8 +115,22 @@ def test_the_endpoint_file_and_tune_json_carry_the_adapters(tmp_path: Path, adap
 def test_the_cli_refuses_a_mix_naming_what_is_not_served(tmp_path: Path, adapters: Adapters) -> None:
     from llmhost.cli import app
 
-    args = ["tune", "default", "--slo-ttft-ms", "500", "--slo-itl-ms", "50", "--price-per-hour", "1",
-            "--out", str(tmp_path / "out"), "--lora", "a=a.gguf", "--model-mix", "a,sql"]  # fmt: skip
+    args = [
+        "tune",
+        "default",
+        "--slo-ttft-ms",
+        "500",
+        "--slo-itl-ms",
+        "50",
+        "--price-per-hour",
+        "1",
+        "--out",
+        str(tmp_path / "out"),
+        "--lora",
+        "a=a.gguf",
+        "--model-mix",
+        "a,sql",
+    ]
     done = CliRunner().invoke(app, args)
     assert done.exit_code == 2, done.output
     assert "--model-mix 'sql': neither the served model's name 'model' nor an adapter" in done.output

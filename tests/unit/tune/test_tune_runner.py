@@ -25,9 +25,16 @@ def _level(tpot: float) -> Any:
         r.finish_ok([0.1 + tpot * k for k in range(5)], 0.1 + tpot * 4, 5)
         recs.append(r)
     return summarize_level(
-        recs, config="c", level="c=1", mode="closed", concurrency=1, rate_rps=None, wall_s=2.0,
-        price_per_hour=1.0, slo=GoodputSLO.from_mapping(SLO.goodput()),
-    )  # fmt: skip
+        recs,
+        config="c",
+        level="c=1",
+        mode="closed",
+        concurrency=1,
+        rate_rps=None,
+        wall_s=2.0,
+        price_per_hour=1.0,
+        slo=GoodputSLO.from_mapping(SLO.goodput()),
+    )
 
 
 class FakeSweep:
@@ -58,8 +65,14 @@ class FakeSweep:
 def tuner(tmp_path: Path, fake: FakeSweep, monkeypatch: pytest.MonkeyPatch, minutes: float = 5.0) -> Any:
     monkeypatch.setattr("llmhost.tune.runner.arun_sweep", fake)
     space = SearchSpace(host_cpus=2, threads=(1, 2), max_concurrent=(1, 4))
-    s = TuneSettings(models={None: "default"}, space=space, slo=SLO, price_per_hour=1.0, out_dir=tmp_path,
-                     max_minutes=minutes)  # fmt: skip
+    s = TuneSettings(
+        models={None: "default"},
+        space=space,
+        slo=SLO,
+        price_per_hour=1.0,
+        out_dir=tmp_path,
+        max_minutes=minutes,
+    )
     saves: list[list[str]] = []
 
     def save(records: list[CandidateRecord]) -> None:
@@ -135,8 +148,14 @@ def test_a_conversations_workload_reaches_every_candidates_bench(tmp_path: Path)
     with pytest.raises(ValueError, match="conversation workload"):
         Workload(prompt_tokens=64, conversations=talk)
     space = SearchSpace(host_cpus=2, threads=(1,), max_concurrent=(4,))
-    s = TuneSettings(models={None: "default"}, space=space, slo=SLO, price_per_hour=1.0, out_dir=tmp_path,
-                     workload=Workload(concurrency=(2, 4), conversations=talk))  # fmt: skip
+    s = TuneSettings(
+        models={None: "default"},
+        space=space,
+        slo=SLO,
+        price_per_hour=1.0,
+        out_dir=tmp_path,
+        workload=Workload(concurrency=(2, 4), conversations=talk),
+    )
     spec = sweep_spec(s, Candidate(1, 1, 4, 512))
     assert spec.workload == "conversations" and spec.requests is None and spec.warmup == 0
     [launch] = expand(spec)

@@ -56,9 +56,15 @@ def local_relative(path: str) -> bool:
 
 
 class RayAdapters:
-    def __init__(self, app: str, components: dict[str, RayComponent], api: ServeApi,
-                 refresh: Callable[[], Awaitable[dict[str, Any]]], deploying: asyncio.Lock,
-                 reports: AdapterReports) -> None:  # fmt: skip
+    def __init__(
+        self,
+        app: str,
+        components: dict[str, RayComponent],
+        api: ServeApi,
+        refresh: Callable[[], Awaitable[dict[str, Any]]],
+        deploying: asyncio.Lock,
+        reports: AdapterReports,
+    ) -> None:
         self.app = app
         self.components = components
         self.api = api
@@ -76,15 +82,23 @@ class RayAdapters:
     def listing(self, component: str | None) -> list[dict[str, Any]]:
         """Each adapter, with the copies whose last report has it and the requests they said use it."""
         comps = [self.get(component)] if component else list(self.components.values())
-        return [row for c in comps for row in listing_rows(
-            c.name, c.adapter_entries.values(), [list(r.rows) for _, r in self.reports.serving(c) if r])]
+        return [
+            row
+            for c in comps
+            for row in listing_rows(
+                c.name, c.adapter_entries.values(), [list(r.rows) for _, r in self.reports.serving(c) if r]
+            )
+        ]
 
     async def load(self, component: str, entry: AdapterEntry, field: str = "") -> None:
         """Load `entry` on every copy of `component` (one a copy refuses is taken back from all)."""
         comp = base_of(self.components, component)
         if local_relative(entry.path):
-            raise BadBody(f"{field}path", f"{field}path: a Ray endpoint's copies run in Ray's working "
-                          f"directory on their nodes: give an absolute path, got {entry.path!r}")  # fmt: skip
+            raise BadBody(
+                f"{field}path",
+                f"{field}path: a Ray endpoint's copies run in Ray's working "
+                f"directory on their nodes: give an absolute path, got {entry.path!r}",
+            )
         async with comp.adapter_lock:
             check_new(self.components, entry.name, comp.name)
             await self._change(comp, [*comp.adapter_entries.values(), entry], entry.name, field)
@@ -140,8 +154,9 @@ class RayAdapters:
             raise UpstreamError(str(exc)) from exc
         comp.configured = tuple(entries)
 
-    async def _applied(self, comp: RayComponent, wanted: tuple[AdapterEntry, ...],
-                       name: str) -> tuple[str, Refusal] | None:  # fmt: skip
+    async def _applied(
+        self, comp: RayComponent, wanted: tuple[AdapterEntry, ...], name: str
+    ) -> tuple[str, Refusal] | None:
         """Until every copy Ray routes to reported `wanted` applied; the first refusal of `name`."""
         deadline = time.monotonic() + LOAD_TIMEOUT_S
         while True:
@@ -156,6 +171,8 @@ class RayAdapters:
             if not pending:
                 return None
             if time.monotonic() > deadline:
-                raise UpstreamError(f"copies {', '.join(pending)} of component {comp.name!r} did not report "
-                                    f"applying the adapters within {LOAD_TIMEOUT_S:g} s")  # fmt: skip
+                raise UpstreamError(
+                    f"copies {', '.join(pending)} of component {comp.name!r} did not report "
+                    f"applying the adapters within {LOAD_TIMEOUT_S:g} s"
+                )
             await asyncio.sleep(POLL_S)

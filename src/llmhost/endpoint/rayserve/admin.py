@@ -33,28 +33,44 @@ from llmhost.jsontypes import JSONValue
 
 log = logging.getLogger("llmhost.endpoint")
 SCALE_POLL_S = 0.5
-NO_ON_DEMAND = ("a Ray endpoint has no on-demand models (models_dir and on_demand are single-host only): "
-                "Ray Serve scales each component's deployment itself")  # fmt: skip
+NO_ON_DEMAND = (
+    "a Ray endpoint has no on-demand models (models_dir and on_demand are single-host only): "
+    "Ray Serve scales each component's deployment itself"
+)
 
 
 class RayAdmin:
     """The admin API's backend on Ray: status from, and scaling through, Ray Serve's REST API."""
 
     # adapter components aside: those live on their bases' copies
-    components_fixed: str | None = ("a Ray endpoint runs the components of its file: change the file and run "
-                                    "`llmhost endpoint up --ray` again")  # fmt: skip
+    components_fixed: str | None = (
+        "a Ray endpoint runs the components of its file: change the file and run "
+        "`llmhost endpoint up --ray` again"
+    )
 
-    def __init__(self, spec: EndpointSpec, components: dict[str, RayComponent], api: ServeApi,
-                 refresh: Callable[[], Awaitable[dict[str, Any]]], timing: options.RayTiming,
-                 reports: AdapterReports | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        spec: EndpointSpec,
+        components: dict[str, RayComponent],
+        api: ServeApi,
+        refresh: Callable[[], Awaitable[dict[str, Any]]],
+        timing: options.RayTiming,
+        reports: AdapterReports | None = None,
+    ) -> None:
         self.spec = spec
         self.timing = timing
         self.components = components
         self.api = api
         self.refresh = refresh  # reads Ray Serve's details and updates every component's view
         self.deploying = asyncio.Lock()  # one read-change-deploy of the application's config at a time
-        self.lora = RayAdapters(spec.name, components, api, refresh, self.deploying,
-                                AdapterReports() if reports is None else reports)  # fmt: skip
+        self.lora = RayAdapters(
+            spec.name,
+            components,
+            api,
+            refresh,
+            self.deploying,
+            AdapterReports() if reports is None else reports,
+        )
 
     def component_status(self, comp: RayComponent, override: dict[str, Any]) -> RayComponentState:
         """`override`: the component's deployment override in the deployed config (`scale` pins its
@@ -62,17 +78,35 @@ class RayAdmin:
         v, a = comp.view, comp.spec.autoscaling
         pinned = override.get("num_replicas") if "autoscaling_config" in override else None
         return {
-            "name": comp.name, "model": comp.spec.model, "num_cpus": comp.spec.resources.num_cpus,
-            "memory_mb": comp.spec.resources.memory_mb, "status": v.status, "message": v.message,
-            "copies": v.target, "ready": v.running, "in_flight": comp.in_flight,
-            "autoscaling": a.model_dump() if a and pinned is None else None, "pinned_copies": pinned,
-            "requests": {str(k): n for k, n in sorted(comp.requests.items())}, "retries": comp.retries,
-            "stream_errors": comp.stream_errors, "routing": comp.spec.routing.policy,
+            "name": comp.name,
+            "model": comp.spec.model,
+            "num_cpus": comp.spec.resources.num_cpus,
+            "memory_mb": comp.spec.resources.memory_mb,
+            "status": v.status,
+            "message": v.message,
+            "copies": v.target,
+            "ready": v.running,
+            "in_flight": comp.in_flight,
+            "autoscaling": a.model_dump() if a and pinned is None else None,
+            "pinned_copies": pinned,
+            "requests": {str(k): n for k, n in sorted(comp.requests.items())},
+            "retries": comp.retries,
+            "stream_errors": comp.stream_errors,
+            "routing": comp.spec.routing.policy,
             "routing_decisions": comp.routing_decisions,
-            "replicas": [{"copy": r.copy, "state": r.state, "node_id": r.node_id, "node_ip": r.node_ip,
-                          "pid": r.pid, "actor_id": r.actor_id} for r in v.replicas],
+            "replicas": [
+                {
+                    "copy": r.copy,
+                    "state": r.state,
+                    "node_id": r.node_id,
+                    "node_ip": r.node_ip,
+                    "pid": r.pid,
+                    "actor_id": r.actor_id,
+                }
+                for r in v.replicas
+            ],
             "adapters": [adapter_state(a) for a in comp.adapter_entries.values()],
-        }  # fmt: skip
+        }
 
     @property
     def name(self) -> str:
@@ -90,19 +124,29 @@ class RayAdmin:
         app = status.application(details, self.spec.name) or {}
         overrides = {o.get("name"): o for o in status.deployment_overrides(details, self.spec.name)}
         comps = [self.component_status(c, overrides.get(c.name, {})) for c in self.components.values()]
-        users: list[AdapterComponent] = [{"name": n, "base": c.name} for c in self.components.values()
-                                         for n in adapter_components(c)]  # fmt: skip
-        return {"name": self.spec.name, "backend": "ray", "instance": self.spec.instance.model_dump(),
-                "status": app.get("status", ""), "message": app.get("message", ""),
-                "components": comps, "adapter_components": users}  # fmt: skip
+        users: list[AdapterComponent] = [
+            {"name": n, "base": c.name} for c in self.components.values() for n in adapter_components(c)
+        ]
+        return {
+            "name": self.spec.name,
+            "backend": "ray",
+            "instance": self.spec.instance.model_dump(),
+            "status": app.get("status", ""),
+            "message": app.get("message", ""),
+            "components": comps,
+            "adapter_components": users,
+        }
 
     async def scale(self, name: str, copies: int, wait: bool) -> RayScaled:
         comp = self.components.get(name)
         if comp is None:
             raise LookupError(f"unknown inference component {name!r}; known components: {known(self)}")
         if copies < 1:  # Ray Serve's config takes num_replicas >= 1; zero is its autoscaler's to reach
-            raise BadBody("copies", "a Ray endpoint scales a component to zero only through autoscaling "
-                          "(min_copies: 0 in the endpoint file); scale to 1 or more copies")  # fmt: skip
+            raise BadBody(
+                "copies",
+                "a Ray endpoint scales a component to zero only through autoscaling "
+                "(min_copies: 0 in the endpoint file); scale to 1 or more copies",
+            )
         try:
             return await self._scale(comp, copies, wait)
         except ServeApiError as exc:
@@ -136,8 +180,10 @@ class RayAdmin:
                 if why is not None:
                     raise RuntimeError(f"component {comp.name!r} does not fit on the Ray cluster: {why}")
             await asyncio.sleep(SCALE_POLL_S)
-        raise TimeoutError(f"component {comp.name!r} did not reach {copies} copies; Ray says: "
-                           f"{comp.view.status} {comp.view.message}")  # fmt: skip
+        raise TimeoutError(
+            f"component {comp.name!r} did not reach {copies} copies; Ray says: "
+            f"{comp.view.status} {comp.view.message}"
+        )
 
     async def add(self, raw: JSONValue) -> Added:
         """Adapter components only: those with copies are the file's."""

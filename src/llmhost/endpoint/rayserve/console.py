@@ -37,9 +37,14 @@ from llmhost.jsontypes import JSONObject, JSONValue
 # Ray Serve's replica states in the console's words (the page colours these); Ray's own word stays in
 # `ray_state`
 STATES = {
-    "STARTING": "starting", "UPDATING": "ready", "RECOVERING": "restarting", "RUNNING": "ready",
-    "STOPPING": "draining", "PENDING_MIGRATION": "draining", "STOPPED": "stopped",
-}  # fmt: skip
+    "STARTING": "starting",
+    "UPDATING": "ready",
+    "RECOVERING": "restarting",
+    "RUNNING": "ready",
+    "STOPPING": "draining",
+    "PENDING_MIGRATION": "draining",
+    "STOPPED": "stopped",
+}
 # what a single-host endpoint's console shows and a Ray endpoint's cannot, and why
 UNKNOWN = (
     "uptime and the 15 minutes of points: the ingress's (Ray starts it again if it dies, with no points)",
@@ -52,8 +57,9 @@ UNKNOWN = (
     "memory limits: max_memory_mb is not enforced (Ray's memory monitor kills workers on a node low on "
     "memory)",
 )
-SCALE_TO_ZERO = ("a Ray endpoint scales a component to zero only through autoscaling (min_copies: 0 in the "
-                 "endpoint file)")  # fmt: skip
+SCALE_TO_ZERO = (
+    "a Ray endpoint scales a component to zero only through autoscaling (min_copies: 0 in the endpoint file)"
+)
 
 
 class NodeFigures(TypedDict):
@@ -144,10 +150,16 @@ def cluster_figures() -> ClusterFigures:
     """From Ray's GCS (blocking: call it off the event loop)."""
     import ray
 
-    nodes: list[NodeFigures] = [{"node_id": n.get("NodeID", ""), "ip": n.get("NodeManagerAddress", ""),
-              "cpus": float(n.get("Resources", {}).get("CPU", 0.0)),
-              "memory_mb": int(n.get("Resources", {}).get("memory", 0.0) // 2**20)}
-             for n in ray.nodes() if n.get("Alive")]  # fmt: skip
+    nodes: list[NodeFigures] = [
+        {
+            "node_id": n.get("NodeID", ""),
+            "ip": n.get("NodeManagerAddress", ""),
+            "cpus": float(n.get("Resources", {}).get("CPU", 0.0)),
+            "memory_mb": int(n.get("Resources", {}).get("memory", 0.0) // 2**20),
+        }
+        for n in ray.nodes()
+        if n.get("Alive")
+    ]
     total = {str(k): float(v) for k, v in ray.cluster_resources().items()}
     return ClusterFigures(nodes, total, {str(k): float(v) for k, v in ray.available_resources().items()})
 
@@ -162,13 +174,20 @@ def _engine(pushed: Pushed | None) -> EngineReading | None:
 
 
 def front(comp: RayComponent) -> FrontReading:
-    return FrontReading(responses=dict(comp.requests), no_capacity=comp.no_capacity, timed=comp.timed,
-                        latency_s=comp.latency_s, model_latency_s=comp.model_latency_s,
-                        in_flight=comp.in_flight, waiting=comp.waiting)  # fmt: skip
+    return FrontReading(
+        responses=dict(comp.requests),
+        no_capacity=comp.no_capacity,
+        timed=comp.timed,
+        latency_s=comp.latency_s,
+        model_latency_s=comp.model_latency_s,
+        in_flight=comp.in_flight,
+        waiting=comp.waiting,
+    )
 
 
-def readings(components: Mapping[str, RayComponent],
-             pushed: Mapping[str, Pushed]) -> dict[str, ComponentReading]:  # fmt: skip
+def readings(
+    components: Mapping[str, RayComponent], pushed: Mapping[str, Pushed]
+) -> dict[str, ComponentReading]:
     """Each component's reading: the ingress's counters, and each copy Ray runs with its last push."""
     out = {}
     for comp in components.values():
@@ -176,8 +195,16 @@ def readings(components: Mapping[str, RayComponent],
         copies = []
         for r in comp.view.replicas:
             p = pushed.get(r.copy)
-            copies.append(CopyReading(r.copy, _engine(p), p.cpu_s if p else None, p.rss_mb if p else None,
-                                      res.num_cpus, float(res.memory_mb)))  # fmt: skip
+            copies.append(
+                CopyReading(
+                    r.copy,
+                    _engine(p),
+                    p.cpu_s if p else None,
+                    p.rss_mb if p else None,
+                    res.num_cpus,
+                    float(res.memory_mb),
+                )
+            )
         out[comp.name] = ComponentReading(front(comp), tuple(copies), comp.view.running)
     return out
 
@@ -188,12 +215,19 @@ def host(cluster: ClusterFigures, router_num_cpus: float) -> RayHost:
     mb = int(cluster.total.get("memory", 0.0) // 2**20)
     free_mb = int(cluster.free.get("memory", 0.0) // 2**20)
     return {
-        "cpus": int(cpus), "copy_cpus": [], "router_cpus": [], "router_num_cpus": router_num_cpus,
-        "memory_mb": mb, "memory_available_mb": free_mb,
-        "cpus_reserved": round(cpus - free_cpus, 3), "cpus_free": round(free_cpus, 3),
-        "memory_reservable_mb": mb, "memory_reserved_mb": mb - free_mb, "memory_free_mb": free_mb,
+        "cpus": int(cpus),
+        "copy_cpus": [],
+        "router_cpus": [],
+        "router_num_cpus": router_num_cpus,
+        "memory_mb": mb,
+        "memory_available_mb": free_mb,
+        "cpus_reserved": round(cpus - free_cpus, 3),
+        "cpus_free": round(free_cpus, 3),
+        "memory_reservable_mb": mb,
+        "memory_reserved_mb": mb - free_mb,
+        "memory_free_mb": free_mb,
         "nodes": cluster.nodes,
-    }  # fmt: skip
+    }
 
 
 def _age(started_at: float | None, now: float) -> float | None:
@@ -203,53 +237,87 @@ def _age(started_at: float | None, now: float) -> float | None:
 def replica_row(comp: RayComponent, r: status.Replica, pushed: Pushed | None, now: float) -> ReplicaRow:
     res = comp.spec.resources
     return {
-        "copy": r.copy, "component": comp.name, "state": STATES.get(r.state, r.state.lower()),
-        "ray_state": r.state, "node_id": r.node_id, "node_ip": r.node_ip, "pid": r.pid,
-        "actor_id": r.actor_id, "cpus": None, "cpu_share": res.num_cpus, "threads": res.threads,
-        "memory_mb": res.memory_mb, "max_memory_mb": None, "memory_limit": None,
+        "copy": r.copy,
+        "component": comp.name,
+        "state": STATES.get(r.state, r.state.lower()),
+        "ray_state": r.state,
+        "node_id": r.node_id,
+        "node_ip": r.node_ip,
+        "pid": r.pid,
+        "actor_id": r.actor_id,
+        "cpus": None,
+        "cpu_share": res.num_cpus,
+        "threads": res.threads,
+        "memory_mb": res.memory_mb,
+        "max_memory_mb": None,
+        "memory_limit": None,
         "rss_mb": round(pushed.rss_mb, 1) if pushed and pushed.rss_mb is not None else None,
-        "outstanding": None, "served": None, "restarts": None, "last_reason": None,
+        "outstanding": None,
+        "served": None,
+        "restarts": None,
+        "last_reason": None,
         "ready_for_s": _age(r.started_at, now),
-    }  # fmt: skip
+    }
 
 
 def decision(raw: JSONObject) -> RayDecision:
     """One of Ray Serve's autoscaling decisions, as the console shows the single-host autoscaler's."""
-    return {"at": raw.get("timestamp_s"), "copies": raw.get("prev_num_replicas"),
-            "desired": raw.get("curr_num_replicas"), "reason": raw.get("reason", "")}  # fmt: skip
+    return {
+        "at": raw.get("timestamp_s"),
+        "copies": raw.get("prev_num_replicas"),
+        "desired": raw.get("curr_num_replicas"),
+        "reason": raw.get("reason", ""),
+    }
 
 
-def component_block(comp: RayComponent, entry: RayComponentState, pushed: Mapping[str, Pushed],
-                    now: float) -> dict[str, Any]:  # fmt: skip
+def component_block(
+    comp: RayComponent, entry: RayComponentState, pushed: Mapping[str, Pushed], now: float
+) -> dict[str, Any]:
     """`entry`: the component's `endpoint status` entry, with what the page shows beside it."""
     v = comp.view
-    stopped = [{"copy": r.copy, "ray_state": r.state, "node_id": r.node_id, "pid": r.pid,
-                "started_at": r.started_at} for r in v.dead]  # fmt: skip
+    stopped = [
+        {"copy": r.copy, "ray_state": r.state, "node_id": r.node_id, "pid": r.pid, "started_at": r.started_at}
+        for r in v.dead
+    ]
     return {
-        **entry, "waiting": comp.waiting, "no_capacity": comp.no_capacity,
-        "embeddings": comp.spec.embeddings, "decisions": [decision(d) for d in v.decisions],
+        **entry,
+        "waiting": comp.waiting,
+        "no_capacity": comp.no_capacity,
+        "embeddings": comp.spec.embeddings,
+        "decisions": [decision(d) for d in v.decisions],
         "stopped": stopped,
         "replicas": [replica_row(comp, r, pushed.get(r.copy), now) for r in v.replicas],
-    }  # fmt: skip
+    }
 
 
 def admin_block(local: bool) -> AdminRules:
     """The admin API's rules under Ray: local clients only, scale to one or more copies, `down`; the
     components are the file's (no add or remove) and there are no on-demand models."""
     return {
-        "allowed": local, "why_not": None if local else "the admin API answers local clients only",
-        "scale": True, "scale_to_zero": False, "scale_to_zero_why": SCALE_TO_ZERO,
-        "add_remove": False, "add_remove_why": RayAdmin.components_fixed, "down": True,
+        "allowed": local,
+        "why_not": None if local else "the admin API answers local clients only",
+        "scale": True,
+        "scale_to_zero": False,
+        "scale_to_zero_why": SCALE_TO_ZERO,
+        "add_remove": False,
+        "add_remove_why": RayAdmin.components_fixed,
+        "down": True,
         "on_demand_why": NO_ON_DEMAND,
-    }  # fmt: skip
+    }
 
 
 class RayConsole:
     """`details`: Ray Serve's last details the ingress read (its poller reads them every second);
     `cluster`: the cluster's figures (blocking, called off the event loop)."""
 
-    def __init__(self, admin: RayAdmin, copy_metrics: CopyMetrics, details: Callable[[], dict[str, Any]],
-                 cluster: Callable[[], ClusterFigures], auth: bool) -> None:  # fmt: skip
+    def __init__(
+        self,
+        admin: RayAdmin,
+        copy_metrics: CopyMetrics,
+        details: Callable[[], dict[str, Any]],
+        cluster: Callable[[], ClusterFigures],
+        auth: bool,
+    ) -> None:
         self.admin = admin
         self.copy_metrics = copy_metrics
         self.details = details
@@ -272,13 +340,23 @@ class RayConsole:
         now = time.time()
         pushed = self._pushed()
         entries = self.admin.snapshot(details)["components"]
-        comps = [component_block(c, entry, pushed, now)
-                 for c, entry in zip(self.admin.components.values(), entries, strict=True)]  # fmt: skip
+        comps = [
+            component_block(c, entry, pushed, now)
+            for c, entry in zip(self.admin.components.values(), entries, strict=True)
+        ]
         local = (request.client.host if request.client else "") in LOOPBACK
         return {
-            "kind": "endpoint", "name": spec.name, "version": __version__, "backend": "ray",
-            "status": app.get("status", ""), "message": app.get("message", ""),
-            "uptime_s": round(now - self.started_at, 1), "auth": self.auth,
-            "host": host(cluster, spec.router.num_cpus), "admin": admin_block(local),
-            "components": comps, "on_demand": None, "unknown": list(UNKNOWN),
-        }  # fmt: skip
+            "kind": "endpoint",
+            "name": spec.name,
+            "version": __version__,
+            "backend": "ray",
+            "status": app.get("status", ""),
+            "message": app.get("message", ""),
+            "uptime_s": round(now - self.started_at, 1),
+            "auth": self.auth,
+            "host": host(cluster, spec.router.num_cpus),
+            "admin": admin_block(local),
+            "components": comps,
+            "on_demand": None,
+            "unknown": list(UNKNOWN),
+        }

@@ -62,8 +62,9 @@ class Ingress:
         self.store = self.console.store()
         self.cluster: Callable[[], ClusterFigures] = cluster_figures  # tests give a cluster of their own
 
-    def report_metrics(self, component: str, copy: str, text: str, cpu_s: float | None = None,
-                       rss_mb: float | None = None) -> None:  # fmt: skip
+    def report_metrics(
+        self, component: str, copy: str, text: str, cpu_s: float | None = None, rss_mb: float | None = None
+    ) -> None:
         """A copy's /metrics and its process's CPU seconds and RSS (copies push them: a handle cannot
         address one)."""
         self.copy_metrics.report(component, copy, text, cpu_s, rss_mb)
@@ -99,17 +100,23 @@ class Ingress:
         @router.get("/v1/models", openapi_extra=apidoc.MODELS)
         async def models() -> Response:
             comps = self.components.values()
-            data = [entry for c in comps for entry in (
-                routing.model_entry(c.name, c.view.target, c.view.running),
-                *routing.adapter_entries(c, c.view.target, c.view.running))]  # fmt: skip
+            data = [
+                entry
+                for c in comps
+                for entry in (
+                    routing.model_entry(c.name, c.view.target, c.view.running),
+                    *routing.adapter_entries(c, c.view.target, c.view.running),
+                )
+            ]
             listed: ModelList = {"object": "list", "data": data}
             return JSONResponse(listed)
 
         @router.get("/metrics", openapi_extra=apidoc.METRICS)
         async def metrics() -> Response:
             urls = await asyncio.to_thread(node_metric_urls)
-            text = await render_ray_metrics(list(self.components.values()), self.copy_metrics, urls,
-                                            console=console_families(self.store))  # fmt: skip
+            text = await render_ray_metrics(
+                list(self.components.values()), self.copy_metrics, urls, console=console_families(self.store)
+            )
             return Response(text, media_type="text/plain; version=0.0.4; charset=utf-8")
 
         router.include_router(routing.data_routes(self, self.relay))
@@ -123,8 +130,10 @@ class Ingress:
         for c in self.components.values():
             n_ctx, loaded = context_length(c.spec.engine.serve_options()), c.view.running > 0
             out.append(Listed(c.name, None, loaded, None, n_ctx))
-            out += [Listed(a.name, Path(a.path), loaded, None, n_ctx, parent=c.name)
-                    for a in c.adapter_entries.values()]  # fmt: skip
+            out += [
+                Listed(a.name, Path(a.path), loaded, None, n_ctx, parent=c.name)
+                for a in c.adapter_entries.values()
+            ]
         return out
 
     def __serve_build_asgi_app__(self) -> FastAPI:
@@ -134,8 +143,14 @@ class Ingress:
         """The ingress's routes, admin API, console, API keys and request ids, as Serve's proxy calls
         them."""
         keys = ApiKeys(tuple(bytes.fromhex(k) for k in self.args.keys))
-        admin = RayAdmin(self.spec, self.components, self.api, self.refresh, RayTiming(**self.args.timing),
-                         self.adapter_reports)  # fmt: skip
+        admin = RayAdmin(
+            self.spec,
+            self.components,
+            self.api,
+            self.refresh,
+            RayTiming(**self.args.timing),
+            self.adapter_reports,
+        )
         console = RayConsole(admin, self.copy_metrics, lambda: self.details, self.cluster, keys.enabled)
 
         @asynccontextmanager
@@ -150,8 +165,9 @@ class Ingress:
                 sampling.cancel()
                 poller.cancel()
 
-        app = FastAPI(title=f"llmhost endpoint {self.spec.name} (Ray)", lifespan=lifespan, docs_url=None,
-                      redoc_url=None)  # fmt: skip
+        app = FastAPI(
+            title=f"llmhost endpoint {self.spec.name} (Ray)", lifespan=lifespan, docs_url=None, redoc_url=None
+        )
         app.include_router(self._routes())
         app.include_router(create_runtime_router(self, self.relay))
         app.include_router(create_admin(admin))
@@ -160,8 +176,9 @@ class Ingress:
         # the console's page and assets hold no data and open without a key (the page asks for one)
         install_doc(app, apidoc.DESCRIPTION, secured=keys.enabled, open_paths=OPEN_PATHS | PUBLIC_PATHS)
         if keys.enabled:  # the routes, the admin API and the console's API alike
-            app.add_middleware(ApiKeyMiddleware, keys=keys, open_paths=OPEN_PATHS | PUBLIC_PATHS,
-                               routes=app.routes)  # fmt: skip
+            app.add_middleware(
+                ApiKeyMiddleware, keys=keys, open_paths=OPEN_PATHS | PUBLIC_PATHS, routes=app.routes
+            )
         # Ray Serve drains the ingress itself (graceful shutdown): this lifecycle never drains
         app.add_middleware(RequestContextMiddleware, lifecycle=Lifecycle(), routes=app.routes)
         return app

@@ -46,12 +46,20 @@ class Call:
 
 def _scope(call: Call, state: dict[str, Any]) -> Scope:
     return {
-        "type": "http", "asgi": ASGI, "http_version": "1.1", "method": call.method, "scheme": "http",
-        "path": call.path, "raw_path": call.path.encode(), "query_string": call.query.encode(),
-        "root_path": "", "client": call.client, "server": ("127.0.0.1", 80),
+        "type": "http",
+        "asgi": ASGI,
+        "http_version": "1.1",
+        "method": call.method,
+        "scheme": "http",
+        "path": call.path,
+        "raw_path": call.path.encode(),
+        "query_string": call.query.encode(),
+        "root_path": "",
+        "client": call.client,
+        "server": ("127.0.0.1", 80),
         "headers": [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in call.headers],
         "state": dict(state),  # the app's lifespan state, as a server passes it to every request
-    }  # fmt: skip
+    }
 
 
 async def call_app(

@@ -40,8 +40,9 @@ class CopyMetrics:
 
     latest: dict[str, Pushed] = field(default_factory=dict)
 
-    def report(self, component: str, copy: str, text: str, cpu_s: float | None = None,
-               rss_mb: float | None = None) -> None:  # fmt: skip
+    def report(
+        self, component: str, copy: str, text: str, cpu_s: float | None = None, rss_mb: float | None = None
+    ) -> None:
         self.latest[copy] = Pushed(component, text, time.monotonic(), cpu_s, rss_mb)
 
     def fresh(self, live: set[str]) -> dict[str, Pushed]:
@@ -64,18 +65,30 @@ class CopyMetrics:
 
 
 def ingress_families(components: Sequence[RayComponent]) -> list[Metric]:
-    copies = GaugeMetricFamily("llmhost_endpoint_copies", "Copies of each component by Ray Serve replica "
-                               "state", labels=["component", "state"])  # fmt: skip
-    target = GaugeMetricFamily("llmhost_endpoint_copies_target", "Copies Ray Serve drives each component "
-                               "towards", labels=["component"])  # fmt: skip
-    in_flight = GaugeMetricFamily("llmhost_endpoint_in_flight", "Requests at the ingress, waiting ones "
-                                  "included", labels=["component"])  # fmt: skip
-    answered = CounterMetricFamily("llmhost_endpoint_requests", "Requests answered by the ingress, by status",
-                                   labels=["component", "code"])  # fmt: skip
-    retries = CounterMetricFamily("llmhost_endpoint_retries", "Requests sent again because no copy had taken "
-                                  "them", labels=["component"])  # fmt: skip
-    cut = CounterMetricFamily("llmhost_endpoint_stream_errors", "Streams cut by a failing copy",
-                              labels=["component"])  # fmt: skip
+    copies = GaugeMetricFamily(
+        "llmhost_endpoint_copies",
+        "Copies of each component by Ray Serve replica state",
+        labels=["component", "state"],
+    )
+    target = GaugeMetricFamily(
+        "llmhost_endpoint_copies_target",
+        "Copies Ray Serve drives each component towards",
+        labels=["component"],
+    )
+    in_flight = GaugeMetricFamily(
+        "llmhost_endpoint_in_flight", "Requests at the ingress, waiting ones included", labels=["component"]
+    )
+    answered = CounterMetricFamily(
+        "llmhost_endpoint_requests",
+        "Requests answered by the ingress, by status",
+        labels=["component", "code"],
+    )
+    retries = CounterMetricFamily(
+        "llmhost_endpoint_retries", "Requests sent again because no copy had taken them", labels=["component"]
+    )
+    cut = CounterMetricFamily(
+        "llmhost_endpoint_stream_errors", "Streams cut by a failing copy", labels=["component"]
+    )
     for c in components:
         states = sorted({r.state for r in c.view.replicas} | {"RUNNING"})
         for state in states:
@@ -94,8 +107,11 @@ def node_metric_urls() -> list[str]:
     """Each alive node's Ray metrics agent (Prometheus text)."""
     import ray
 
-    return [f"http://{n['NodeManagerAddress']}:{n['MetricsExportPort']}/metrics"
-            for n in ray.nodes() if n.get("Alive") and n.get("MetricsExportPort")]  # fmt: skip
+    return [
+        f"http://{n['NodeManagerAddress']}:{n['MetricsExportPort']}/metrics"
+        for n in ray.nodes()
+        if n.get("Alive") and n.get("MetricsExportPort")
+    ]
 
 
 async def _scrape(client: httpx.AsyncClient, url: str) -> list[Metric]:
@@ -124,9 +140,13 @@ class _Snapshot(Collector):
         return self._families
 
 
-async def render_ray_metrics(components: Sequence[RayComponent], copies: CopyMetrics, urls: list[str],
-                             transport: httpx.AsyncBaseTransport | None = None,
-                             console: Iterable[Metric] = ()) -> bytes:  # fmt: skip
+async def render_ray_metrics(
+    components: Sequence[RayComponent],
+    copies: CopyMetrics,
+    urls: list[str],
+    transport: httpx.AsyncBaseTransport | None = None,
+    console: Iterable[Metric] = (),
+) -> bytes:
     """`urls`: the nodes' metrics agents (`node_metric_urls`); `transport`: tests answer in-process;
     `console`: the console's families (its last period's figures)."""
     async with httpx.AsyncClient(transport=transport) as client:

@@ -34,8 +34,9 @@ def absolute_models(spec: EndpointSpec) -> EndpointSpec:
         engine = c.engine
         if engine.draft_model:
             engine = engine.model_copy(update={"draft_model": _absolute(engine.draft_model)})
-        adapters = [a if "://" in a.path else a.model_copy(update={"path": _absolute(a.path)})
-                    for a in c.adapters]  # fmt: skip
+        adapters = [
+            a if "://" in a.path else a.model_copy(update={"path": _absolute(a.path)}) for a in c.adapters
+        ]
         update = {"model": _absolute(c.model), "engine": engine, "adapters": adapters}
         comps.append(c.model_copy(update=update))
     return spec.model_copy(update={"components": comps})
@@ -61,8 +62,9 @@ def chat_templates(spec: EndpointSpec) -> dict[str, str]:
             try:
                 texts[c.name] = path.read_text()
             except OSError as exc:
-                raise SpecError(f"components({c.name}).engine.chat_template: {path}: cannot read: "
-                                f"{exc.strerror or exc}") from None  # fmt: skip
+                raise SpecError(
+                    f"components({c.name}).engine.chat_template: {path}: cannot read: {exc.strerror or exc}"
+                ) from None
     return texts
 
 
@@ -88,8 +90,13 @@ def _missing_here(refs: list[str]) -> list[tuple[str, str]]:
     return missing
 
 
-def collect(nodes: list[dict[str, Any]], pending: list[Any], users: dict[str, list[str]],
-            get: Callable[[Any, float], list[tuple[str, str]]], timeout_s: float) -> list[str]:  # fmt: skip
+def collect(
+    nodes: list[dict[str, Any]],
+    pending: list[Any],
+    users: dict[str, list[str]],
+    get: Callable[[Any, float], list[tuple[str, str]]],
+    timeout_s: float,
+) -> list[str]:
     """One line per node and reference missing there, or per node whose check did not answer (it
     died, or Ray could not run the check there)."""
     from ray.exceptions import RayError
@@ -102,8 +109,9 @@ def collect(nodes: list[dict[str, Any]], pending: list[Any], users: dict[str, li
             missing = get(ref, max(0.0, deadline - time.monotonic()))
         except RayError as exc:
             first = (str(exc).strip().splitlines() or [""])[0][:300]
-            problems.append(f"{where}: models not checked, the node did not answer: "
-                            f"{type(exc).__name__}: {first}")
+            problems.append(
+                f"{where}: models not checked, the node did not answer: {type(exc).__name__}: {first}"
+            )
             continue
         problems += [f"{where}: {', '.join(users[ref_])}: {why}" for ref_, why in missing]
     return problems
@@ -119,6 +127,10 @@ def missing_models(components: list[ComponentSpec]) -> list[str]:
         return []
     probe = ray.remote(num_cpus=0, max_retries=0)(_missing_here)
     nodes = [n for n in ray.nodes() if n.get("Alive")]
-    pending = [probe.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False))
-               .remote(sorted(users)) for n in nodes]  # fmt: skip
+    pending = [
+        probe.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False)).remote(
+            sorted(users)
+        )
+        for n in nodes
+    ]
     return collect(nodes, pending, users, lambda ref, timeout: ray.get(ref, timeout=timeout), CHECK_TIMEOUT_S)

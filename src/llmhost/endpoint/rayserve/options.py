@@ -76,12 +76,19 @@ def copies_options(spec: ComponentSpec, timing: RayTiming) -> JSONObject:
     a = spec.autoscaling
     if a is None:
         return {"num_replicas": spec.initial_copies, "autoscaling_config": None}
-    return {"num_replicas": None, "autoscaling_config": {
-        "min_replicas": a.min_copies, "max_replicas": a.max_copies, "initial_replicas": spec.initial_copies,
-        "target_ongoing_requests": a.target_concurrent_per_copy,
-        "upscale_delay_s": a.scale_out_cooldown_s, "downscale_delay_s": a.scale_in_cooldown_s,
-        "metrics_interval_s": timing.metrics_interval_s, "look_back_period_s": timing.look_back_period_s,
-    }}  # fmt: skip
+    return {
+        "num_replicas": None,
+        "autoscaling_config": {
+            "min_replicas": a.min_copies,
+            "max_replicas": a.max_copies,
+            "initial_replicas": spec.initial_copies,
+            "target_ongoing_requests": a.target_concurrent_per_copy,
+            "upscale_delay_s": a.scale_out_cooldown_s,
+            "downscale_delay_s": a.scale_in_cooldown_s,
+            "metrics_interval_s": timing.metrics_interval_s,
+            "look_back_period_s": timing.look_back_period_s,
+        },
+    }
 
 
 def logging_config(log_level: str) -> JSONObject:
@@ -89,8 +96,9 @@ def logging_config(log_level: str) -> JSONObject:
     return {"log_level": log_level.upper()}
 
 
-def component_options(spec: ComponentSpec, timing: RayTiming, env: dict[str, str],
-                      log_level: str) -> JSONObject:  # fmt: skip
+def component_options(
+    spec: ComponentSpec, timing: RayTiming, env: dict[str, str], log_level: str
+) -> JSONObject:
     engine = spec.engine
     # what the copy's engine admits (the same function sizes it there, with the same variables)
     concurrent = SERVE_SPEC["max_concurrent"].resolve(engine.max_concurrent or 0, env)
@@ -99,8 +107,10 @@ def component_options(spec: ComponentSpec, timing: RayTiming, env: dict[str, str
         "name": spec.name,
         **copies_options(spec, timing),
         # placement is Ray's: CPUs and memory are reserved on whichever node has them
-        "ray_actor_options": {"num_cpus": spec.resources.num_cpus,
-                              "memory": spec.resources.memory_mb * 2**20},
+        "ray_actor_options": {
+            "num_cpus": spec.resources.num_cpus,
+            "memory": spec.resources.memory_mb * 2**20,
+        },
         # the copy's own engine queues and refuses (429) beyond its limits, as with `llmhost serve`
         "max_ongoing_requests": concurrent + queue,
         "health_check_period_s": timing.health_check_period_s,
@@ -109,7 +119,7 @@ def component_options(spec: ComponentSpec, timing: RayTiming, env: dict[str, str
         "graceful_shutdown_wait_loop_s": 1.0,
         "logging_config": logging_config(log_level),
         **router_options(spec),
-    }  # fmt: skip
+    }
 
 
 def router_options(spec: ComponentSpec) -> JSONObject:
@@ -143,8 +153,13 @@ def scale_override(spec: ComponentSpec, copies: int) -> JSONObject:
 
 def app_config(spec: EndpointSpec, args: AppArgs, overrides: list[JSONObject]) -> JSONObject:
     """One application of Ray Serve's deploy config (`ServeApplicationSchema`)."""
-    return {"name": spec.name, "route_prefix": "/", "import_path": IMPORT_PATH, "args": asdict(args),
-            "deployments": [*overrides]}  # fmt: skip
+    return {
+        "name": spec.name,
+        "route_prefix": "/",
+        "import_path": IMPORT_PATH,
+        "args": asdict(args),
+        "deployments": [*overrides],
+    }
 
 
 def check_names(spec: EndpointSpec) -> None:

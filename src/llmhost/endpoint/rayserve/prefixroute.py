@@ -20,8 +20,9 @@ PENDING_MAX = 10_000  # requests cancelled before Ray routed them are forgotten 
 
 
 class PrefixRequestRouter(FIFOMixin, RequestRouter):  # type: ignore[misc]
-    def initialize_state(self, component: str = "", block_chars: int = 256, load_factor: float = 0.25,
-                         **_: Any) -> None:  # fmt: skip
+    def initialize_state(
+        self, component: str = "", block_chars: int = 256, load_factor: float = 0.25, **_: Any
+    ) -> None:
         self.affinity = Affinity(block_chars, load_factor)
         register_ray_router(component, self.affinity)
         # request id → its prompt's block hashes and the decision made, until Ray says where it went

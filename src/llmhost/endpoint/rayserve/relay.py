@@ -102,8 +102,9 @@ class RayComponent:
 
 
 class RayRelay:
-    def __init__(self, read_timeout_s: float = 600.0, retry_pause_s: float = 0.05,
-                 retry_pause_max_s: float = 1.0) -> None:  # fmt: skip
+    def __init__(
+        self, read_timeout_s: float = 600.0, retry_pause_s: float = 0.05, retry_pause_max_s: float = 1.0
+    ) -> None:
         self.read_timeout_s = read_timeout_s  # the most a copy may stay silent, as the router's read timeout
         # a request no copy took is sent again after this pause, doubling up to the max, until its wait
         # is over: a copy being replaced or started comes back within it
@@ -127,8 +128,9 @@ class RayRelay:
             return taken.given_up(" took the request")
         return taken
 
-    async def _attempts(self, comp: RayComponent,
-                        call: Call) -> tuple[Any, Accepted, float] | Response | routing.NotTaken:  # fmt: skip
+    async def _attempts(
+        self, comp: RayComponent, call: Call
+    ) -> tuple[Any, Accepted, float] | Response | routing.NotTaken:
         retry = routing.NotTaken(comp.name, comp.wait_timeout_s())
         pause = self.retry_pause_s
         while True:
@@ -146,9 +148,12 @@ class RayRelay:
                 if isinstance(first, Accepted):
                     return stream, first, sent
                 stream.cancel()  # not a copy of this llmhost: what it did with the request is unknown
-                return error(502, f"a copy of inference component {comp.name!r} answered "
-                             f"{type(first).__name__} before taking the request; not retried",
-                             "upstream_error")  # fmt: skip
+                return error(
+                    502,
+                    f"a copy of inference component {comp.name!r} answered "
+                    f"{type(first).__name__} before taking the request; not retried",
+                    "upstream_error",
+                )
             if pause >= retry.left_s():
                 break
             comp.retries += 1
@@ -204,8 +209,9 @@ class RayRelay:
         timed()
         return answer, False
 
-    async def _whole(self, comp: RayComponent, copy: str, stream: Any, head: Head,
-                     out: dict[str, str]) -> Response:  # fmt: skip
+    async def _whole(
+        self, comp: RayComponent, copy: str, stream: Any, head: Head, out: dict[str, str]
+    ) -> Response:
         content = b""
         try:
             while True:
@@ -214,8 +220,11 @@ class RayRelay:
             return Response(content, status_code=head.status, headers=out)
         except Exception as exc:
             stream.cancel()
-            return error(502, f"copy {copy} of inference component {comp.name!r} failed while answering: "
-                         f"{why(exc)}", "upstream_error")  # fmt: skip
+            return error(
+                502,
+                f"copy {copy} of inference component {comp.name!r} failed while answering: {why(exc)}",
+                "upstream_error",
+            )
 
     async def _chunks(
         self, comp: RayComponent, copy: str, stream: Any, framed: bool, path: str

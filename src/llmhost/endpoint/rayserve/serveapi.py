@@ -69,8 +69,9 @@ async def retrying(call: Callable[[], Awaitable[T]], within_s: float, pause_s: f
 def declared(details: dict[str, Any], leave_out: str) -> list[dict[str, Any]]:
     """The cluster's declaratively deployed applications' configs, but `leave_out`'s."""
     apps = details.get("applications", {}).values()
-    return [a["deployed_app_config"] for a in apps
-            if a.get("deployed_app_config") and a.get("name") != leave_out]  # fmt: skip
+    return [
+        a["deployed_app_config"] for a in apps if a.get("deployed_app_config") and a.get("name") != leave_out
+    ]
 
 
 def deploy_body(details: dict[str, Any], apps: list[dict[str, Any]]) -> dict[str, Any]:
@@ -83,8 +84,12 @@ def deploy_body(details: dict[str, Any], apps: list[dict[str, Any]]) -> dict[str
 
 
 class ServeApi:
-    def __init__(self, dashboard_url: str, transport: httpx.AsyncBaseTransport | None = None,
-                 env: Mapping[str, str] | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        dashboard_url: str,
+        transport: httpx.AsyncBaseTransport | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
         self.url = (dashboard_url if "://" in dashboard_url else f"http://{dashboard_url}").rstrip("/")
         self.headers = auth_headers(os.environ if env is None else env, Path.home())
         self.transport = transport  # tests answer in-process
@@ -92,14 +97,16 @@ class ServeApi:
     async def _request(self, what: str, method: str, body: dict[str, Any] | None = None) -> httpx.Response:
         where = f"Ray Serve's REST API at {self.url}: {what} failed"
         try:
-            async with httpx.AsyncClient(base_url=self.url, headers=self.headers, timeout=TIMEOUT_S,
-                                         transport=self.transport) as client:  # fmt: skip
+            async with httpx.AsyncClient(
+                base_url=self.url, headers=self.headers, timeout=TIMEOUT_S, transport=self.transport
+            ) as client:
                 resp = await client.request(method, APPLICATIONS, json=body)
         except httpx.HTTPError as exc:
             raise ServeApiError(f"{where}: {type(exc).__name__}: {exc}", transient=True) from None
         if resp.status_code != 200:
-            raise ServeApiError(f"{where}: {resp.status_code} {resp.text[:2000]}",
-                                transient=resp.status_code >= 500)  # fmt: skip
+            raise ServeApiError(
+                f"{where}: {resp.status_code} {resp.text[:2000]}", transient=resp.status_code >= 500
+            )
         return resp
 
     async def details(self) -> dict[str, Any]:
@@ -108,8 +115,9 @@ class ServeApi:
         try:
             data = resp.json()
         except ValueError:
-            raise ServeApiError(f"Ray Serve's REST API at {self.url} answered no JSON: {resp.text[:300]}",
-                                transient=True) from None  # fmt: skip
+            raise ServeApiError(
+                f"Ray Serve's REST API at {self.url} answered no JSON: {resp.text[:300]}", transient=True
+            ) from None
         return data if isinstance(data, dict) else {}
 
     async def application(self, name: str) -> dict[str, Any] | None:

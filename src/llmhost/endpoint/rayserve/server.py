@@ -43,10 +43,19 @@ def copy_options(spec: ComponentSpec, chat_template: str | None) -> ServeOptions
     """The options the single-host endpoint gives `llmhost serve` for a copy (`Replica._command`): the
     file's engine settings, the component's name and threads; the chat template as its text."""
     given = spec.serve_options()
-    return ServeOptions(spec.model, explicit=frozenset(given), **{
-        **given, "chat_template": chat_template, "host": "127.0.0.1", "threads": spec.resources.threads,
-        "served_model_name": spec.name, "embeddings": spec.embeddings,
-        "memory_mb": spec.resources.memory_mb})  # fmt: skip
+    return ServeOptions(
+        spec.model,
+        explicit=frozenset(given),
+        **{
+            **given,
+            "chat_template": chat_template,
+            "host": "127.0.0.1",
+            "threads": spec.resources.threads,
+            "served_model_name": spec.name,
+            "embeddings": spec.embeddings,
+            "memory_mb": spec.resources.memory_mb,
+        },
+    )
 
 
 def settings_here(spec: ComponentSpec, chat_template: str | None, env: dict[str, str]) -> Built:
@@ -91,8 +100,12 @@ class InProcessServer:
 
     async def post_adapters(self, action: str, body: dict[str, Any]) -> tuple[int, str, str | None]:
         """The copy's own `POST /admin/adapters/{action}`: status, answer, Retry-After."""
-        call = Call("POST", f"/admin/adapters/{action}", headers=[("content-type", "application/json")],
-                    body=json.dumps(body).encode())  # fmt: skip
+        call = Call(
+            "POST",
+            f"/admin/adapters/{action}",
+            headers=[("content-type", "application/json")],
+            body=json.dumps(body).encode(),
+        )
         status, headers, text = await self.call(call)
         return status, text, next((v for k, v in headers if k.lower() == "retry-after"), None)
 
@@ -114,16 +127,18 @@ class InProcessServer:
             if not self.lifecycle.accepting:  # the model failed to load: the server says why
                 raise RuntimeError(f"copy {self.copy} failed to start: {self.lifecycle.reason}")
             if time.monotonic() > deadline:
-                raise TimeoutError(f"copy {self.copy} did not pass /ping within "
-                                   f"startup_health_check_timeout_s={timeout_s:g}")  # fmt: skip
+                raise TimeoutError(
+                    f"copy {self.copy} did not pass /ping within startup_health_check_timeout_s={timeout_s:g}"
+                )
             await asyncio.sleep(READY_POLL_S)
 
     async def check(self) -> None:
         """Raises unless /ping answers 200 (503 once the engine died)."""
         status, body = await self.get("/ping")
         if status != 200:
-            raise RuntimeError(f"copy {self.copy}: /ping answered {status} {body[:200]}; "
-                               f"{self.lifecycle.reason}")  # fmt: skip
+            raise RuntimeError(
+                f"copy {self.copy}: /ping answered {status} {body[:200]}; {self.lifecycle.reason}"
+            )
 
     async def stop(self) -> None:
         await self.lifespan.shutdown()
@@ -133,9 +148,14 @@ class ComponentServer:
     """The Ray Serve deployment class of every component (one deployment per component)."""
 
     # Ray Serve awaits an async constructor: the copy gets requests once it returns
-    async def __init__(self, component: dict[str, Any], chat_template: str | None,  # type: ignore[misc]
-                       env: dict[str, str], log_level: str,
-                       push_s: float = METRICS_PUSH_S) -> None:  # fmt: skip
+    async def __init__(  # type: ignore[misc]
+        self,
+        component: dict[str, Any],
+        chat_template: str | None,
+        env: dict[str, str],
+        log_level: str,
+        push_s: float = METRICS_PUSH_S,
+    ) -> None:
         from ray import serve
 
         from llmhost.server import create_app
@@ -163,8 +183,13 @@ class ComponentServer:
         the copy)."""
         await self.adapters.apply(config)
         for refused in self.adapters.refusals:
-            log.warning("copy %s: adapter %s refused: %s %s", self.copy, refused.name, refused.status,
-                        refused.text[:300])  # fmt: skip
+            log.warning(
+                "copy %s: adapter %s refused: %s %s",
+                self.copy,
+                refused.name,
+                refused.status,
+                refused.text[:300],
+            )
         with contextlib.suppress(Exception):  # an ingress restarting: the next push tells it
             await asyncio.wait_for(self._report_adapters(), REPORT_TIMEOUT_S)
 

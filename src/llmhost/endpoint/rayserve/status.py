@@ -30,10 +30,15 @@ class Replica:
     @classmethod
     def of(cls, component: str, raw: dict[str, Any]) -> Replica:
         started = raw.get("start_time_s")
-        return cls(f"{component}-{raw.get('replica_id', '?')}", str(raw.get("state", "")),
-                   str(raw.get("node_id") or ""), str(raw.get("node_ip") or ""), raw.get("pid"),
-                   str(raw.get("actor_id") or ""),
-                   float(started) if isinstance(started, int | float) else None)  # fmt: skip
+        return cls(
+            f"{component}-{raw.get('replica_id', '?')}",
+            str(raw.get("state", "")),
+            str(raw.get("node_id") or ""),
+            str(raw.get("node_ip") or ""),
+            raw.get("pid"),
+            str(raw.get("actor_id") or ""),
+            float(started) if isinstance(started, int | float) else None,
+        )
 
 
 @dataclass(frozen=True)
@@ -78,8 +83,9 @@ class Placement:
     patience_s: float
     since: float | None = None
 
-    def verdict(self, view: DeploymentView, node_totals: list[dict[str, float]], free: dict[str, float],
-                now: float) -> str | None:  # fmt: skip
+    def verdict(
+        self, view: DeploymentView, node_totals: list[dict[str, float]], free: dict[str, float], now: float
+    ) -> str | None:
         """None while the copy may still be placed; else our word, then Ray's."""
         if not view.unschedulable or view.starting == 0:
             self.since = None
@@ -93,8 +99,10 @@ class Placement:
         self.since = now if self.since is None else self.since
         if now - self.since < self.patience_s:
             return None
-        return (f"the cluster has been short of {', '.join(short)} for one more copy for "
-                f"{self.patience_s:g} s; Ray says: {view.message}")
+        return (
+            f"the cluster has been short of {', '.join(short)} for one more copy for "
+            f"{self.patience_s:g} s; Ray says: {view.message}"
+        )
 
 
 def application(details: dict[str, Any], app: str) -> dict[str, Any] | None:
@@ -109,11 +117,19 @@ def deployment_view(details: dict[str, Any], app: str, name: str) -> DeploymentV
     replicas = tuple(Replica.of(name, r) for r in raw.get("replicas", []))
     required = {str(k): float(v) for k, v in (raw.get("required_resources") or {}).items()}
     dead = tuple(Replica.of(name, r) for r in raw.get("recent_dead_replicas") or [])
-    decisions = tuple(d for d in ((raw.get("autoscaling_detail") or {}).get("decisions") or [])
-                      if isinstance(d, dict))  # fmt: skip
-    return DeploymentView(True, str(raw.get("status", "")), str(raw.get("message", "")),
-                          int(raw.get("target_num_replicas") or 0), replicas, required, dead,
-                          decisions)  # fmt: skip
+    decisions = tuple(
+        d for d in ((raw.get("autoscaling_detail") or {}).get("decisions") or []) if isinstance(d, dict)
+    )
+    return DeploymentView(
+        True,
+        str(raw.get("status", "")),
+        str(raw.get("message", "")),
+        int(raw.get("target_num_replicas") or 0),
+        replicas,
+        required,
+        dead,
+        decisions,
+    )
 
 
 def deployment_overrides(details: dict[str, Any], app: str) -> list[dict[str, Any]]:

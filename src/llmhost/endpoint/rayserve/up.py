@@ -83,24 +83,34 @@ def connect(address: str | None, given: str | None) -> Dashboards:
         ctx = ray.init(address=address, namespace="llmhost")
     head = str(getattr(ctx, "dashboard_url", "") or "")
     if not head:
-        raise RayEndpointError("the Ray dashboard is not running, and Ray Serve's REST API with it: "
-                               "start Ray with its dashboard (`pip install 'llmhost[ray]'` installs it)")
+        raise RayEndpointError(
+            "the Ray dashboard is not running, and Ray Serve's REST API with it: "
+            "start Ray with its dashboard (`pip install 'llmhost[ray]'` installs it)"
+        )
     return Dashboards(dashboard_for(address, head, given), head)
 
 
-def app_args(spec: EndpointSpec, up: RayUp, dashboards: Dashboards,
-             templates: dict[str, str]) -> options.AppArgs:  # fmt: skip
+def app_args(
+    spec: EndpointSpec, up: RayUp, dashboards: Dashboards, templates: dict[str, str]
+) -> options.AppArgs:
     env = {k: os.environ[k] for k in LIMIT_ENV if k in os.environ}
     reports = up.console.reports_dir
-    return options.AppArgs(endpoint=spec.model_dump(), chat_templates=templates,
-                           timing=asdict(up.timing), dashboard_url=dashboards.head,
-                           keys=[d.hex() for d in up.keys.digests], env=env,
-                           log_level=up.log_level, console_period_s=up.console.period_s,
-                           reports_dir=str(reports.resolve()) if reports is not None else None)  # fmt: skip
+    return options.AppArgs(
+        endpoint=spec.model_dump(),
+        chat_templates=templates,
+        timing=asdict(up.timing),
+        dashboard_url=dashboards.head,
+        keys=[d.hex() for d in up.keys.digests],
+        env=env,
+        log_level=up.log_level,
+        console_period_s=up.console.period_s,
+        reports_dir=str(reports.resolve()) if reports is not None else None,
+    )
 
 
-async def placement_failure(views: dict[str, status.DeploymentView], spec: EndpointSpec,
-                            placements: dict[str, status.Placement]) -> str | None:  # fmt: skip
+async def placement_failure(
+    views: dict[str, status.DeploymentView], spec: EndpointSpec, placements: dict[str, status.Placement]
+) -> str | None:
     if not any(v.unschedulable for v in views.values()):
         return None
     totals, free = await asyncio.to_thread(nodes.resources)
@@ -108,8 +118,10 @@ async def placement_failure(views: dict[str, status.DeploymentView], spec: Endpo
         why = placements[c.name].verdict(views[c.name], totals, free, time.monotonic())
         if why is not None:
             r = c.resources
-            return (f"component {c.name!r} ({r.num_cpus:g} CPUs, {r.memory_mb} MB per copy) does not fit "
-                    f"on the Ray cluster: {why}")
+            return (
+                f"component {c.name!r} ({r.num_cpus:g} CPUs, {r.memory_mb} MB per copy) does not fit "
+                f"on the Ray cluster: {why}"
+            )
     return None
 
 
@@ -138,8 +150,10 @@ async def wait_running(api: ServeApi, spec: EndpointSpec, timeout_s: float, pati
             raise RayEndpointError(why)
         if time.monotonic() > deadline:
             app = status.application(details, spec.name) or {}
-            raise RayEndpointError(f"not running within {timeout_s:g} s; Ray Serve says "
-                                   f"{app.get('status')}: {app.get('message', '')}")  # fmt: skip
+            raise RayEndpointError(
+                f"not running within {timeout_s:g} s; Ray Serve says "
+                f"{app.get('status')}: {app.get('message', '')}"
+            )
         await asyncio.sleep(POLL_S)
 
 
@@ -152,11 +166,13 @@ async def check_http(api: ServeApi, up: RayUp) -> None:
     http = details.get("http_options") or {}
     port, host = http.get("port"), http.get("host")
     if port not in (None, up.port):
-        raise RayEndpointError(f"Ray Serve already runs on this cluster with its HTTP proxy on port {port}: "
-                               f"use --port {port}")  # fmt: skip
+        raise RayEndpointError(
+            f"Ray Serve already runs on this cluster with its HTTP proxy on port {port}: use --port {port}"
+        )
     if host not in (None, up.host):
-        raise RayEndpointError(f"Ray Serve already runs on this cluster with its HTTP proxy on host {host}: "
-                               f"use --host {host}")  # fmt: skip
+        raise RayEndpointError(
+            f"Ray Serve already runs on this cluster with its HTTP proxy on host {host}: use --host {host}"
+        )
 
 
 def stop_on_signals() -> asyncio.Event:
@@ -190,8 +206,9 @@ async def serve_until_stopped(api: ServeApi, spec: EndpointSpec, stop: asyncio.E
     return "signalled"
 
 
-async def start(api: ServeApi, spec: EndpointSpec, up: RayUp, args: options.AppArgs,
-                deployed: asyncio.Event) -> None:  # fmt: skip
+async def start(
+    api: ServeApi, spec: EndpointSpec, up: RayUp, args: options.AppArgs, deployed: asyncio.Event
+) -> None:
     config = options.app_config(spec, args, [])
     http = {"host": up.host, "port": up.port}
     await retrying(lambda: api.deploy(config, http_options=http), DEPLOY_RETRY_S)
@@ -200,8 +217,9 @@ async def start(api: ServeApi, spec: EndpointSpec, up: RayUp, args: options.AppA
     await wait_running(api, spec, timeout, up.timing.placement_timeout_s)
 
 
-async def deploy_and_serve(api: ServeApi, spec: EndpointSpec, up: RayUp, args: options.AppArgs,
-                           stop: asyncio.Event) -> str:  # fmt: skip
+async def deploy_and_serve(
+    api: ServeApi, spec: EndpointSpec, up: RayUp, args: options.AppArgs, stop: asyncio.Event
+) -> str:
     """Deploy, wait until it runs, serve until `stop` or `down`; why it stopped. However it ends, and
     whenever `stop` comes, no application this call deployed stays behind."""
     await check_http(api, up)

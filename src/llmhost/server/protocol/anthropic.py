@@ -146,9 +146,12 @@ class CountTokensRequest(Strict):
 class MessagesRequest(CountTokensRequest):
     max_tokens: Annotated[int, Field(ge=1)]
     stop_sequences: (
-        Annotated[list[Annotated[str, Field(min_length=1, max_length=MAX_STOP_CHARS)]],
-                  Field(max_length=MAX_STOP_SEQUENCES)] | None
-    ) = None  # fmt: skip
+        Annotated[
+            list[Annotated[str, Field(min_length=1, max_length=MAX_STOP_CHARS)]],
+            Field(max_length=MAX_STOP_SEQUENCES),
+        ]
+        | None
+    ) = None
     temperature: Annotated[float, Field(ge=0.0, le=1.0)] = 1.0
     top_p: Annotated[float, Field(gt=0.0, le=1.0)] | None = None
     top_k: Annotated[int, Field(ge=0, le=INT32_MAX)] | None = None
@@ -169,6 +172,9 @@ def check_blocks(body: Any) -> None:
             kind = block.get("type") if isinstance(block, dict) else None
             if isinstance(kind, str) and kind not in BLOCK_TYPES:
                 what = "images are" if kind == "image" else f"content blocks of type {kind!r} are"
-                raise APIError(400, f"{what} not supported: llmhost serves text models and reads "
-                               f"{', '.join(BLOCK_TYPES)} blocks",
-                               field=f"messages.{i}.content.{j}.type")  # fmt: skip
+                raise APIError(
+                    400,
+                    f"{what} not supported: llmhost serves text models and reads "
+                    f"{', '.join(BLOCK_TYPES)} blocks",
+                    field=f"messages.{i}.content.{j}.type",
+                )

@@ -38,8 +38,9 @@ def parse_json(raw: bytes) -> Any:
     except RecursionError as exc:
         raise _too_deep() from exc
     except _NotFinite as exc:
-        raise APIError(400, f"request body has the number {exc}, which is not a finite JSON number",
-                       field="body") from exc  # fmt: skip
+        raise APIError(
+            400, f"request body has the number {exc}, which is not a finite JSON number", field="body"
+        ) from exc
     except (ValueError, UnicodeDecodeError) as exc:  # JSONDecodeError, or an integer too long to read
         raise invalid_json(str(exc)) from exc
     if depth(data) > MAX_JSON_DEPTH:
@@ -48,8 +49,12 @@ def parse_json(raw: bytes) -> Any:
 
 
 def _too_deep() -> APIError:
-    return APIError(400, f"request body nests deeper than {MAX_JSON_DEPTH} levels", field="body",
-                    extra={"limit": MAX_JSON_DEPTH})  # fmt: skip
+    return APIError(
+        400,
+        f"request body nests deeper than {MAX_JSON_DEPTH} levels",
+        field="body",
+        extra={"limit": MAX_JSON_DEPTH},
+    )
 
 
 def depth(data: Any) -> int:

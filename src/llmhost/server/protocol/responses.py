@@ -126,6 +126,8 @@ class Reasoning(Strict):
 
     effort: Literal["none", "minimal", "low", "medium", "high"] | None = None
     summary: None = None
+
+
 LOGPROBS = "message.output_text.logprobs"
 INCLUDABLE = (LOGPROBS,)
 
@@ -157,8 +159,11 @@ class ResponsesRequest(Strict):
         """Whether `include` asks for the output's logprobs; anything else it asks is a 400 naming it."""
         for i, value in enumerate(self.include or []):
             if value not in INCLUDABLE:
-                raise APIError(400, f"include {value!r} is not supported: llmhost can include "
-                               f"{', '.join(INCLUDABLE)}", field=f"include.{i}")  # fmt: skip
+                raise APIError(
+                    400,
+                    f"include {value!r} is not supported: llmhost can include {', '.join(INCLUDABLE)}",
+                    field=f"include.{i}",
+                )
         return LOGPROBS in (self.include or [])
 
 
@@ -171,14 +176,21 @@ def check_items(body: Any) -> None:
             continue
         kind = item.get("type", "message")
         if isinstance(kind, str) and kind not in ITEM_TYPES:
-            raise APIError(400, f"input items of type {kind!r} are not supported: llmhost reads "
-                           f"{', '.join(ITEM_TYPES)} items", field=f"input.{i}.type")  # fmt: skip
+            raise APIError(
+                400,
+                f"input items of type {kind!r} are not supported: llmhost reads "
+                f"{', '.join(ITEM_TYPES)} items",
+                field=f"input.{i}.type",
+            )
         parts = item.get("content")
         for j, part in enumerate(parts if isinstance(parts, list) else []):
             ptype = part.get("type") if isinstance(part, dict) else None
             if isinstance(ptype, str) and ptype not in PART_TYPES:
                 media = ptype in ("input_image", "input_file")
                 what = "images and files are" if media else f"{ptype!r} parts are"
-                raise APIError(400, f"{what} not supported: llmhost serves text models and reads "
-                               f"{', '.join(PART_TYPES)} parts",
-                               field=f"input.{i}.content.{j}.type")  # fmt: skip
+                raise APIError(
+                    400,
+                    f"{what} not supported: llmhost serves text models and reads "
+                    f"{', '.join(PART_TYPES)} parts",
+                    field=f"input.{i}.content.{j}.type",
+                )

@@ -23,18 +23,32 @@ def serving(request: Request) -> AnthropicServing:
     return found
 
 
-@router.post("/v1/messages", openapi_extra=operation(
-    "Anthropic Messages", body=[MessagesRequest], success=AnthropicMessage, stream=True, errors=ERRORS,
-    description="Token limits of this server are not in the schema: a prompt or max_tokens over them is a "
-                "400 naming the field and the limit."))  # fmt: skip
+@router.post(
+    "/v1/messages",
+    openapi_extra=operation(
+        "Anthropic Messages",
+        body=[MessagesRequest],
+        success=AnthropicMessage,
+        stream=True,
+        errors=ERRORS,
+        description=(
+            "Token limits of this server are not in the schema: a prompt or max_tokens over them is a "
+            "400 naming the field and the limit."
+        ),
+    ),
+)
 async def messages(request: Request) -> Response:
     raw = await deps.json_body(request)
     check_blocks(raw)
     return await serving(request).messages(MessagesRequest.model_validate(raw), request)
 
 
-@router.post("/v1/messages/count_tokens", openapi_extra=operation(
-    "Anthropic token count", body=[CountTokensRequest], success=TokenCount, errors=ERRORS))  # fmt: skip
+@router.post(
+    "/v1/messages/count_tokens",
+    openapi_extra=operation(
+        "Anthropic token count", body=[CountTokensRequest], success=TokenCount, errors=ERRORS
+    ),
+)
 async def count_tokens(request: Request) -> Response:
     raw = await deps.json_body(request)
     check_blocks(raw)

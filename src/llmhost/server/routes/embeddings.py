@@ -13,9 +13,16 @@ from llmhost.web.apidoc import GENERATE, operation
 router = APIRouter()
 
 
-@router.post("/v1/embeddings", openapi_extra=operation(
-    "OpenAI embeddings", body=[EmbeddingRequest], success=EmbeddingsResponse, errors=GENERATE,
-    description="A server started with --embeddings; otherwise a 400."))  # fmt: skip
+@router.post(
+    "/v1/embeddings",
+    openapi_extra=operation(
+        "OpenAI embeddings",
+        body=[EmbeddingRequest],
+        success=EmbeddingsResponse,
+        errors=GENERATE,
+        description="A server started with --embeddings; otherwise a 400.",
+    ),
+)
 async def embeddings(request: Request) -> Response:
     serving = deps.embeddings(request)
     serving.embedder()  # the mode first: without --embeddings, that is the answer whatever the body

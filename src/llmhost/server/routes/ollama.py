@@ -141,8 +141,13 @@ async def alive() -> Response:
 
 
 for _method, _summary in (("GET", "Ollama liveness"), ("HEAD", "Ollama liveness (HEAD)")):
-    router.add_api_route("/", alive, methods=[_method], route_class_override=APIRoute,
-                         openapi_extra=operation(_summary, **ALIVE))  # fmt: skip
+    router.add_api_route(
+        "/",
+        alive,
+        methods=[_method],
+        route_class_override=APIRoute,
+        openapi_extra=operation(_summary, **ALIVE),
+    )
 
 
 @router.post(

@@ -19,9 +19,16 @@ def serving(request: Request) -> ResponsesServing:
     return found
 
 
-@router.post("/v1/responses", openapi_extra=operation(
-    "OpenAI Responses (stateless)", body=[ResponsesRequest], success=ResponseObject, stream=True,
-    errors=GENERATE))  # fmt: skip
+@router.post(
+    "/v1/responses",
+    openapi_extra=operation(
+        "OpenAI Responses (stateless)",
+        body=[ResponsesRequest],
+        success=ResponseObject,
+        stream=True,
+        errors=GENERATE,
+    ),
+)
 async def create(request: Request) -> Response:
     raw = await deps.json_body(request)
     check_items(raw)

@@ -33,17 +33,33 @@ def _runtime(request: Request) -> Runtime:
 
 # a body that asks to stream (`stream: true`) is answered with the container's server-sent events, as
 # SageMaker's InvokeEndpoint passes on what the container's /invocations answers
-@router.post(wire.INVOKE_PATH, openapi_extra=operation(
-    "SageMaker Runtime InvokeEndpoint", body=BODIES, success=ANSWERS, stream=True, errors=ERRORS,
-    description=INVOCATIONS + " Content-Type must be application/json; a body with `stream: true` is "
-    "answered as server-sent events (text/event-stream)."))  # fmt: skip
+@router.post(
+    wire.INVOKE_PATH,
+    openapi_extra=operation(
+        "SageMaker Runtime InvokeEndpoint",
+        body=BODIES,
+        success=ANSWERS,
+        stream=True,
+        errors=ERRORS,
+        description=(
+            INVOCATIONS + " Content-Type must be application/json; a body with `stream: true` is "
+            "answered as server-sent events (text/event-stream)."
+        ),
+    ),
+)
 async def invoke_endpoint(name: str, request: Request) -> Response:
     return await _runtime(request).invoke(request, name, stream=False)
 
 
-@router.post(wire.STREAM_PATH, openapi_extra=operation(
-    "SageMaker Runtime InvokeEndpointWithResponseStream", body=BODIES, errors=ERRORS,
-    media={eventstream.MEDIA_TYPE: "PayloadPart events carrying the SSE bytes"},
-    description=INVOCATIONS + " Content-Type must be application/json."))  # fmt: skip
+@router.post(
+    wire.STREAM_PATH,
+    openapi_extra=operation(
+        "SageMaker Runtime InvokeEndpointWithResponseStream",
+        body=BODIES,
+        errors=ERRORS,
+        media={eventstream.MEDIA_TYPE: "PayloadPart events carrying the SSE bytes"},
+        description=INVOCATIONS + " Content-Type must be application/json.",
+    ),
+)
 async def invoke_endpoint_with_response_stream(name: str, request: Request) -> Response:
     return await _runtime(request).invoke(request, name, stream=True)

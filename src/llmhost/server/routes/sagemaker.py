@@ -37,9 +37,13 @@ INVOCATIONS = (
 )
 
 
-@router.get("/ping", openapi_extra=operation(
-    "SageMaker's health check: 200 (no body) once the model serves, else 503", errors=merge(
-        errors(503, style="none"), errors(500))))  # fmt: skip
+@router.get(
+    "/ping",
+    openapi_extra=operation(
+        "SageMaker's health check: 200 (no body) once the model serves, else 503",
+        errors=merge(errors(503, style="none"), errors(500)),
+    ),
+)
 async def ping(request: Request) -> Response:
     ctx = deps.context(request)
     if ctx.model.ready and deps.lifecycle(request).accepting:
@@ -47,9 +51,17 @@ async def ping(request: Request) -> Response:
     return Response(status_code=503, headers=retry_after())
 
 
-@router.post("/invocations", openapi_extra=operation(
-    "SageMaker's inference call", body=BODIES, success=ANSWERS, stream=True, errors=ERRORS,
-    description=INVOCATIONS))  # fmt: skip
+@router.post(
+    "/invocations",
+    openapi_extra=operation(
+        "SageMaker's inference call",
+        body=BODIES,
+        success=ANSWERS,
+        stream=True,
+        errors=ERRORS,
+        description=INVOCATIONS,
+    ),
+)
 async def invocations(request: Request) -> Response:
     custom = deps.custom(request)
     if custom is not None:  # inference.py's input_fn / predict_fn / output_fn, defaults as below

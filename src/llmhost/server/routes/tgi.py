@@ -23,9 +23,16 @@ async def _body(request: Request) -> TGIRequest:
     return TGIRequest.model_validate(deps.with_header_adapter(request, await deps.json_body(request)))
 
 
-@router.post("/", openapi_extra=operation(
-    "TGI generate: a list of one generation, or a stream with `stream: true`", body=[TGIRequest],
-    success=Generations, stream=True, errors=ERRORS))  # fmt: skip
+@router.post(
+    "/",
+    openapi_extra=operation(
+        "TGI generate: a list of one generation, or a stream with `stream: true`",
+        body=[TGIRequest],
+        success=Generations,
+        stream=True,
+        errors=ERRORS,
+    ),
+)
 async def compat_generate(request: Request) -> Response:
     body = await _body(request)
     if body.stream:
@@ -34,15 +41,18 @@ async def compat_generate(request: Request) -> Response:
     return JSONResponse([dump(await deps.tgi(request).generate(body, request))])
 
 
-@router.post("/generate", openapi_extra=operation(
-    "TGI generate", body=[TGIRequest], success=Generation, errors=ERRORS))  # fmt: skip
+@router.post(
+    "/generate", openapi_extra=operation("TGI generate", body=[TGIRequest], success=Generation, errors=ERRORS)
+)
 async def generate(request: Request) -> Response:
     body = await _body(request)
     return json_response(await deps.tgi(request).generate(body, request))
 
 
-@router.post("/generate_stream", openapi_extra=operation(
-    "TGI generate, streamed", body=[TGIRequest], stream=True, errors=ERRORS))  # fmt: skip
+@router.post(
+    "/generate_stream",
+    openapi_extra=operation("TGI generate, streamed", body=[TGIRequest], stream=True, errors=ERRORS),
+)
 async def generate_stream(request: Request) -> Response:
     body = await _body(request)
     return await deps.tgi(request).generate_stream(body)
@@ -53,5 +63,10 @@ async def info(request: Request) -> Response:
 
 
 # /info refuses (a missing key, a crash) in llmhost's usual shape, as TGI's own server does
-router.add_api_route("/info", info, methods=["GET"], route_class_override=APIRoute,
-                     openapi_extra=operation("TGI model info", success=Info, errors=COMMON))  # fmt: skip
+router.add_api_route(
+    "/info",
+    info,
+    methods=["GET"],
+    route_class_override=APIRoute,
+    openapi_extra=operation("TGI model info", success=Info, errors=COMMON),
+)

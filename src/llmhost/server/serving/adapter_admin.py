@@ -29,8 +29,10 @@ class AdapterAdmin:
     async def listing(self) -> AdapterList:
         self.ctx.require_ready()
         status = await self.ctx.engine.adapter_status()
-        data = [AdapterInfo(name=s.name, path=s.path, scale=s.scale, loaded=s.loaded, requests=s.requests)
-                for s in status]  # fmt: skip
+        data = [
+            AdapterInfo(name=s.name, path=s.path, scale=s.scale, loaded=s.loaded, requests=s.requests)
+            for s in status
+        ]
         return AdapterList(data=data, max_loras=self.ctx.settings.engine.max_loras)
 
     async def load(self, body: LoadAdapterRequest) -> AdapterList:
@@ -56,10 +58,15 @@ class AdapterAdmin:
         try:
             await self.ctx.engine.unload_adapter(body.name)
         except KeyError as exc:
-            raise APIError(404, f"no LoRA adapter named {body.name!r}; loaded: {self.ctx.adapters.names()}",
-                           type_="not_found", field="name") from exc  # fmt: skip
+            raise APIError(
+                404,
+                f"no LoRA adapter named {body.name!r}; loaded: {self.ctx.adapters.names()}",
+                type_="not_found",
+                field="name",
+            ) from exc
         except AdapterInUseError as exc:
-            raise APIError(409, str(exc), type_="conflict", field="name",
-                           headers={"Retry-After": "1"}) from exc  # fmt: skip
+            raise APIError(
+                409, str(exc), type_="conflict", field="name", headers={"Retry-After": "1"}
+            ) from exc
         self.ctx.adapters.remove(body.name)
         return await self.listing()

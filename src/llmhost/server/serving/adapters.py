@@ -67,8 +67,11 @@ class AdapterChoice:
             raise APIError(422, "give an adapter's id or its name (one of them)", field=f"lora[{i}]")
         if ref.id is not None:
             if ref.id >= len(self.specs):
-                raise APIError(422, f"no adapter with id {ref.id}; {len(self.specs)} loaded: {self.names()}",
-                               field=f"lora[{i}].id")  # fmt: skip
+                raise APIError(
+                    422,
+                    f"no adapter with id {ref.id}; {len(self.specs)} loaded: {self.names()}",
+                    field=f"lora[{i}].id",
+                )
             return self.specs[ref.id].name
         if ref.name not in self._by_name:
             raise APIError(

@@ -52,22 +52,35 @@ def _messages(body: proto.CountTokensRequest) -> list[ChatMessage]:
         thought = "".join(b.thinking for b in blocks if isinstance(b, proto.ThinkingBlock)) or None
         if m.role == "user":
             if thought is not None:
-                raise APIError(400, "thinking blocks belong in assistant messages",
-                               field=f"messages.{i}.content")  # fmt: skip
-            out += [ChatMessage(role="tool", tool_call_id=b.tool_use_id, content=b.text())
-                    for b in blocks if isinstance(b, proto.ToolResultBlock)]  # fmt: skip
+                raise APIError(
+                    400, "thinking blocks belong in assistant messages", field=f"messages.{i}.content"
+                )
+            out += [
+                ChatMessage(role="tool", tool_call_id=b.tool_use_id, content=b.text())
+                for b in blocks
+                if isinstance(b, proto.ToolResultBlock)
+            ]
             if text or not any(isinstance(b, proto.ToolResultBlock) for b in blocks):
                 out.append(ChatMessage(role="user", content=text))
             continue
         if i == last:
-            raise APIError(400, "a final assistant message (a prefill to continue) is not supported: end "
-                           "with a user message", field=f"messages.{i}")  # fmt: skip
+            raise APIError(
+                400,
+                "a final assistant message (a prefill to continue) is not supported: end with a user message",
+                field=f"messages.{i}",
+            )
         if any(isinstance(b, proto.ToolResultBlock) for b in blocks):
             raise APIError(400, "tool_result blocks belong in user messages", field=f"messages.{i}.content")
-        calls = [ToolCall(id=b.id, function=FunctionCall(name=b.name, arguments=json.dumps(b.input)))
-                 for b in blocks if isinstance(b, proto.ToolUseBlock)]  # fmt: skip
-        out.append(ChatMessage(role="assistant", content=text or None, tool_calls=calls or None,
-                               reasoning_content=thought))  # fmt: skip
+        calls = [
+            ToolCall(id=b.id, function=FunctionCall(name=b.name, arguments=json.dumps(b.input)))
+            for b in blocks
+            if isinstance(b, proto.ToolUseBlock)
+        ]
+        out.append(
+            ChatMessage(
+                role="assistant", content=text or None, tool_calls=calls or None, reasoning_content=thought
+            )
+        )
     return out
 
 
@@ -91,11 +104,20 @@ def _tool_choice(choice: proto.ToolChoice | None) -> tuple[ChatToolChoice, bool]
 def to_chat(body: proto.CountTokensRequest) -> ChatCompletionRequest:
     """The request in OpenAI chat terms; sampling fields only for a MessagesRequest."""
     choice, parallel = _tool_choice(body.tool_choice)
-    chat_tools = [Tool(type="function", function=FunctionDef(name=t.name, description=t.description,
-                                                             parameters=t.input_schema))
-                  for t in body.tools or []]  # fmt: skip
-    chat = ChatCompletionRequest(messages=_messages(body), tools=chat_tools or None, tool_choice=choice,
-                                 parallel_tool_calls=parallel, model=body.model)  # fmt: skip
+    chat_tools = [
+        Tool(
+            type="function",
+            function=FunctionDef(name=t.name, description=t.description, parameters=t.input_schema),
+        )
+        for t in body.tools or []
+    ]
+    chat = ChatCompletionRequest(
+        messages=_messages(body),
+        tools=chat_tools or None,
+        tool_choice=choice,
+        parallel_tool_calls=parallel,
+        model=body.model,
+    )
     if isinstance(body, proto.MessagesRequest):
         chat.max_tokens = body.max_tokens
         chat.temperature = body.temperature
@@ -114,8 +136,12 @@ def thinking_ask(body: proto.CountTokensRequest) -> thinking.ThinkingAsk:
     if isinstance(config, proto.ThinkingDisabled):
         return thinking.ThinkingAsk(False, field=field, budget_field=budget_field)
     if isinstance(body, proto.MessagesRequest) and config.budget_tokens >= body.max_tokens:
-        raise APIError(400, f"thinking.budget_tokens ({config.budget_tokens}) must be less than max_tokens "
-                       f"({body.max_tokens})", field=budget_field)  # fmt: skip
+        raise APIError(
+            400,
+            f"thinking.budget_tokens ({config.budget_tokens}) must be less than max_tokens "
+            f"({body.max_tokens})",
+            field=budget_field,
+        )
     return thinking.ThinkingAsk(True, config.budget_tokens, field=field, budget_field=budget_field)
 
 
@@ -140,8 +166,14 @@ def tool_uses(calls: list[tools.ParsedCall]) -> list[ToolUseBlock] | None:
             return None
         if not isinstance(arguments, dict):
             return None
-        blocks.append({"type": "tool_use", "id": f"toolu_{uuid.uuid4().hex[:24]}", "name": call.name,
-                       "input": arguments})  # fmt: skip
+        blocks.append(
+            {
+                "type": "tool_use",
+                "id": f"toolu_{uuid.uuid4().hex[:24]}",
+                "name": call.name,
+                "input": arguments,
+            }
+        )
     return blocks
 
 
@@ -190,10 +222,15 @@ class AnthropicServing:
             blocks.append({"type": "text", "text": content})
         reason, sequence = stop_reason(last, bool(uses))
         return AnthropicMessage(
-            id=rid, type="message", role="assistant", model=body.model, content=[*blocks, *uses],
-            stop_reason=reason, stop_sequence=sequence,
+            id=rid,
+            type="message",
+            role="assistant",
+            model=body.model,
+            content=[*blocks, *uses],
+            stop_reason=reason,
+            stop_sequence=sequence,
             usage={"input_tokens": last.prompt_tokens, "output_tokens": last.completion_tokens},
-        )  # fmt: skip
+        )
 
     async def _stream(self, run: ChatRun, events: MessageEvents) -> AsyncIterator[str]:
         output = StreamedOutput(run.plan)

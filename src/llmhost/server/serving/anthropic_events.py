@@ -12,9 +12,17 @@ from llmhost.server.protocol.shapes import AnthropicUsage, ContentBlock, Thinkin
 
 # what an event carries: its type, a block's index, a block or delta, the message (start), usage
 EventValue: TypeAlias = (
-    str | int | ContentBlock | list[ContentBlock] | AnthropicUsage | dict[str, str] | dict[str, str | None]
-    | dict[str, int] | dict[str, "EventValue"] | None
-)  # fmt: skip
+    str
+    | int
+    | ContentBlock
+    | list[ContentBlock]
+    | AnthropicUsage
+    | dict[str, str]
+    | dict[str, str | None]
+    | dict[str, int]
+    | dict[str, "EventValue"]
+    | None
+)
 
 
 def event(name: str, data: dict[str, EventValue]) -> str:
@@ -45,10 +53,15 @@ class MessageEvents:
 
     def start(self) -> str:
         message: dict[str, EventValue] = {
-            "id": self.message_id, "type": "message", "role": "assistant", "model": self.model,
-            "content": [], "stop_reason": None, "stop_sequence": None,
+            "id": self.message_id,
+            "type": "message",
+            "role": "assistant",
+            "model": self.model,
+            "content": [],
+            "stop_reason": None,
+            "stop_sequence": None,
             "usage": {"input_tokens": self.input_tokens, "output_tokens": 0},
-        }  # fmt: skip
+        }
         return event("message_start", {"type": "message_start", "message": message}) + event(
             "ping", {"type": "ping"}
         )
@@ -66,18 +79,23 @@ class MessageEvents:
             yield from self._close()
             self.open = kind
             block: ContentBlock = {"type": "text", "text": ""} if kind == "text" else THINKING_START
-            yield event("content_block_start", {"type": "content_block_start", "index": self.index,
-                                                "content_block": block})  # fmt: skip
-        yield event("content_block_delta", {"type": "content_block_delta", "index": self.index,
-                                            "delta": delta})  # fmt: skip
+            yield event(
+                "content_block_start",
+                {"type": "content_block_start", "index": self.index, "content_block": block},
+            )
+        yield event(
+            "content_block_delta", {"type": "content_block_delta", "index": self.index, "delta": delta}
+        )
 
     def _close(self) -> Iterator[str]:
         if self.open is None:
             return
         if self.open == "thinking":  # llmhost signs nothing: the signature is empty
             signature = {"type": "signature_delta", "signature": ""}
-            yield event("content_block_delta", {"type": "content_block_delta", "index": self.index,
-                                                "delta": signature})  # fmt: skip
+            yield event(
+                "content_block_delta",
+                {"type": "content_block_delta", "index": self.index, "delta": signature},
+            )
         self.open = None
         yield event("content_block_stop", {"type": "content_block_stop", "index": self.index})
         self.index += 1
@@ -85,12 +103,15 @@ class MessageEvents:
     def tool_use(self, block: ToolUseBlock) -> Iterator[str]:
         yield from self._close()
         start: ToolUseBlock = {**block, "input": {}}
-        yield event("content_block_start", {"type": "content_block_start", "index": self.index,
-                                            "content_block": start})  # fmt: skip
+        yield event(
+            "content_block_start",
+            {"type": "content_block_start", "index": self.index, "content_block": start},
+        )
         partial = json.dumps(block["input"], separators=(",", ":"), ensure_ascii=False)
         delta = {"type": "input_json_delta", "partial_json": partial}
-        yield event("content_block_delta", {"type": "content_block_delta", "index": self.index,
-                                            "delta": delta})  # fmt: skip
+        yield event(
+            "content_block_delta", {"type": "content_block_delta", "index": self.index, "delta": delta}
+        )
         yield event("content_block_stop", {"type": "content_block_stop", "index": self.index})
         self.index += 1
 
@@ -101,6 +122,8 @@ class MessageEvents:
         for block in uses:
             yield from self.tool_use(block)
         delta = {"stop_reason": stop_reason, "stop_sequence": stop_sequence}
-        yield event("message_delta", {"type": "message_delta", "delta": delta,
-                                      "usage": {"output_tokens": output_tokens}})  # fmt: skip
+        yield event(
+            "message_delta",
+            {"type": "message_delta", "delta": delta, "usage": {"output_tokens": output_tokens}},
+        )
         yield event("message_stop", {"type": "message_stop"})

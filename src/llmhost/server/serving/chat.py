@@ -50,8 +50,11 @@ def chat_plan(
     tool_mode = tools.mode(body)
     if tool_mode == "forced":
         if constraint is not None:
-            raise APIError(400, f"tool_choice forces a tool call; {constraint.field} cannot also apply",
-                           field=constraint.field)  # fmt: skip
+            raise APIError(
+                400,
+                f"tool_choice forces a tool call; {constraint.field} cannot also apply",
+                field=constraint.field,
+            )
         constraint = tools.forced_constraint(body)
     return ChatPlan(tool_mode, None), constraint
 
@@ -86,9 +89,15 @@ def planned(ctx: ServingContext, plan: ChatPlan, params: SamplingParams) -> Samp
     if plan.parser is not None:
         params = replace(params, render_special=ctx.marker_tokens(plan.parser.markers))
     if plan.syntax is not None:
-        params = replace(params, thinking=Thinking(tuple(ctx.tokenize(plan.syntax.start, add_special=False)),
-                                                   tuple(ctx.tokenize(plan.syntax.end, add_special=False)),
-                                                   plan.opened, plan.budget))  # fmt: skip
+        params = replace(
+            params,
+            thinking=Thinking(
+                tuple(ctx.tokenize(plan.syntax.start, add_special=False)),
+                tuple(ctx.tokenize(plan.syntax.end, add_special=False)),
+                plan.opened,
+                plan.budget,
+            ),
+        )
     return params
 
 
@@ -120,8 +129,14 @@ def thinking_plan(
     template = ctx.chat_template()
     syntax = syntax_for(ctx.settings.reasoning_format, template.source)
     ask = ask or thinking.from_effort(body.reasoning_effort, body.reasoning_budget)
-    think = thinking.plan(ask, template, syntax, ctx.settings.template_kwargs(), body.chat_template_kwargs,
-                          ctx.settings.reasoning_budget)  # fmt: skip
+    think = thinking.plan(
+        ask,
+        template,
+        syntax,
+        ctx.settings.template_kwargs(),
+        body.chat_template_kwargs,
+        ctx.settings.reasoning_budget,
+    )
     return syntax, think
 
 
@@ -188,7 +203,11 @@ def logprob_entries(
 
     def chosen(lp: TokenLogprob) -> shapes.TokenLogprob:
         s = token_text(lp.token)
-        return {"token": s, "logprob": lp.logprob, "bytes": list(s.encode("utf-8")),
-                "top_logprobs": [entry(t, v) for t, v in lp.top]}  # fmt: skip
+        return {
+            "token": s,
+            "logprob": lp.logprob,
+            "bytes": list(s.encode("utf-8")),
+            "top_logprobs": [entry(t, v) for t, v in lp.top],
+        }
 
     return [chosen(lp) for lp in logprobs]

@@ -214,10 +214,14 @@ class ServingContext:
             raise self._refused(exc, fields) from exc
 
     def submit_choices(
-        self, request_id: str, prompts: list[list[int]], params: list[SamplingParams], n: int,
+        self,
+        request_id: str,
+        prompts: list[list[int]],
+        params: list[SamplingParams],
+        n: int,
         fields: LimitFields,
         adapters: AdapterSet = (),
-    ) -> list[RequestStream]:  # fmt: skip
+    ) -> list[RequestStream]:
         """`n` choices per prompt, index prompt * n + choice; the choices of one prompt share its KV.
         All or nothing: if one is refused, those already queued are aborted."""
         streams: list[RequestStream] = []

@@ -72,8 +72,9 @@ class CustomInference:
                 raise RuntimeError(f"model_fn raised {type(exc).__name__}: {exc}") from exc
         log.info("inference.py %s: %s", self.handlers.path, ", ".join(self.handlers.defined()))
 
-    async def invoke(self, request: Request, dispatch: Dispatch, *, accept: str | None = None,
-                     stream: bool = False) -> Response:  # fmt: skip
+    async def invoke(
+        self, request: Request, dispatch: Dispatch, *, accept: str | None = None, stream: bool = False
+    ) -> Response:
         """/invocations through the hooks. The SageMaker Runtime paths pass the Accept they carry and,
         for InvokeEndpointWithResponseStream (`stream`), ask the default prediction to stream."""
         rid = request_id(request.scope)
@@ -102,8 +103,9 @@ class CustomInference:
         """At shutdown: engine_model() no longer hands out an engine that is gone."""
         bind_engine_model(None)
 
-    async def _run(self, name: str, fn: Callable[..., Any] | None, default: Callable[..., Any] | None,
-                   *args: Any) -> Any:  # fmt: skip
+    async def _run(
+        self, name: str, fn: Callable[..., Any] | None, default: Callable[..., Any] | None, *args: Any
+    ) -> Any:
         if fn is None:
             assert default is not None
             return default(*args)
@@ -130,9 +132,13 @@ class CustomInference:
             return Response(body, media_type=media)
         if isinstance(body, (Iterator, AsyncIterator)):
             return StreamingResponse(_pieces(body), media_type=media)
-        raise self._failure("output_fn", TypeError(
-            f"returned {type(body).__name__}; return bytes, str, an iterator of them, "
-            "(body, content_type) or a Response"))  # fmt: skip
+        raise self._failure(
+            "output_fn",
+            TypeError(
+                f"returned {type(body).__name__}; return bytes, str, an iterator of them, "
+                "(body, content_type) or a Response"
+            ),
+        )
 
 
 async def _call(fn: Callable[..., Any], *args: Any) -> Any:
@@ -153,16 +159,23 @@ def _default_input(body: bytes, content_type: str) -> JSONObject:
 def _body(data: object) -> JSONObject:
     """What input_fn returned, as the default predict_fn reads it: /invocations' JSON object."""
     if not isinstance(data, dict):
-        raise APIError(500, f"input_fn returned {type(data).__name__}; the default predict_fn takes the "
-                       "JSON object /invocations takes", "server_error", field="input_fn")  # fmt: skip
+        raise APIError(
+            500,
+            f"input_fn returned {type(data).__name__}; the default predict_fn takes the "
+            "JSON object /invocations takes",
+            "server_error",
+            field="input_fn",
+        )
     return data
 
 
 async def _default_predict(request: Request, dispatch: Dispatch, data: Any) -> Any:
     data = _body(data)
     if streams(data) and any(key in data for key in STREAMING_KEYS):
-        message = ("streaming is not available with a custom output_fn: it reshapes one complete "
-                   "prediction; send the request without \"stream\"")
+        message = (
+            "streaming is not available with a custom output_fn: it reshapes one complete "
+            'prediction; send the request without "stream"'
+        )
         raise APIError(400, message, field="output_fn")
     response = await dispatch(request, data)
     return json.loads(bytes(response.body))
@@ -174,11 +187,16 @@ def _default_output(prediction: Any, accept: str) -> tuple[Any, str]:
     try:
         return json.dumps(prediction, ensure_ascii=False), JSON
     except (TypeError, ValueError) as exc:  # the prediction is the user's, the JSON is the default's
-        log.error("request %s: the default output_fn cannot write predict_fn's value",
-                  current_request_id.get())  # fmt: skip
-        raise APIError(500, f"predict_fn returned {type(prediction).__name__}, which the default output_fn "
-                       f"cannot write as JSON ({exc}); return JSON-able data or define output_fn",
-                       "server_error", field="output_fn") from exc  # fmt: skip
+        log.error(
+            "request %s: the default output_fn cannot write predict_fn's value", current_request_id.get()
+        )
+        raise APIError(
+            500,
+            f"predict_fn returned {type(prediction).__name__}, which the default output_fn "
+            f"cannot write as JSON ({exc}); return JSON-able data or define output_fn",
+            "server_error",
+            field="output_fn",
+        ) from exc
 
 
 async def _sse(items: Iterator[Any] | AsyncIterator[Any]) -> AsyncIterator[str]:
@@ -230,4 +248,3 @@ def _concrete(accept: str) -> str:
     """The Accept header as a response type: one concrete media type, else JSON."""
     first = accept.split(",")[0].split(";")[0].strip()
     return first if first and "*" not in first else JSON
-

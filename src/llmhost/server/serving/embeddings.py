@@ -54,8 +54,12 @@ def check_texts(inputs: list[str | list[int]], max_inputs: int) -> None:
     if not inputs:
         raise APIError(422, "input is empty: give at least one input", field="input", extra={"limit": 1})
     if len(inputs) > max_inputs:
-        raise APIError(422, f"input has {len(inputs)} items; at most {max_inputs} are allowed per request",
-                       field="input", extra={"value": len(inputs), "limit": max_inputs})  # fmt: skip
+        raise APIError(
+            422,
+            f"input has {len(inputs)} items; at most {max_inputs} are allowed per request",
+            field="input",
+            extra={"value": len(inputs), "limit": max_inputs},
+        )
     for i, item in enumerate(inputs):
         if len(item) == 0:
             raise APIError(422, f"input {i} is empty", field="input", extra={"index": i, "limit": 1})

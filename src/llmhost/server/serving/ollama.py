@@ -100,8 +100,13 @@ class Run:
                 message["tool_calls"] = calls
             return {"model": self.model, "created_at": now, "message": message, "done": False}
         if thought:
-            return {"model": self.model, "created_at": now, "response": text, "thinking": thought,
-                    "done": False}  # fmt: skip
+            return {
+                "model": self.model,
+                "created_at": now,
+                "response": text,
+                "thinking": thought,
+                "done": False,
+            }
         return {"model": self.model, "created_at": now, "response": text, "done": False}
 
     def last(
@@ -124,10 +129,16 @@ def load_answer(model: str, chat: bool) -> Response:
     """A request with nothing to generate loads the model (here: it is loaded already)."""
     if chat:
         message: OllamaMessage = {"role": "assistant", "content": ""}
-        return json_response(proto.ChatResponse(model=model, created_at=created_at(), message=message,
-                                                done=True, done_reason="load"))  # fmt: skip
-    return json_response(proto.GenerateResponse(model=model, created_at=created_at(), response="", done=True,
-                                                done_reason="load"))  # fmt: skip
+        return json_response(
+            proto.ChatResponse(
+                model=model, created_at=created_at(), message=message, done=True, done_reason="load"
+            )
+        )
+    return json_response(
+        proto.GenerateResponse(
+            model=model, created_at=created_at(), response="", done=True, done_reason="load"
+        )
+    )
 
 
 def check_keep_alive(value: proto.KeepAlive) -> None:

@@ -66,9 +66,13 @@ def model_entry(name: str, path: str) -> proto.ModelEntry:
     n_params = meta["general.parameter_count"]
     assert isinstance(n_params, int)  # read_metadata counts it when the file does not say it
     return proto.ModelEntry(
-        name=tagged(name), model=tagged(name), modified_at=iso(stat.st_mtime), size=stat.st_size,
-        digest=digest(path, stat.st_size, stat.st_mtime), details=details(meta, n_params),
-    )  # fmt: skip
+        name=tagged(name),
+        model=tagged(name),
+        modified_at=iso(stat.st_mtime),
+        size=stat.st_size,
+        digest=digest(path, stat.st_size, stat.st_mtime),
+        details=details(meta, n_params),
+    )
 
 
 def adapter_entry(name: str, path: str, base: proto.ModelEntry) -> proto.ModelEntry:
@@ -80,8 +84,9 @@ def adapter_entry(name: str, path: str, base: proto.ModelEntry) -> proto.ModelEn
     except OSError:  # a file gone since it was loaded: the adapter still serves from memory
         size, modified, sha = 0, base.modified_at, ""
     details = base.details.model_copy(update={"parent_model": base.name})
-    return proto.ModelEntry(name=tagged(name), model=tagged(name), modified_at=modified, size=size,
-                            digest=sha, details=details)  # fmt: skip
+    return proto.ModelEntry(
+        name=tagged(name), model=tagged(name), modified_at=modified, size=size, digest=sha, details=details
+    )
 
 
 def running_entry(
@@ -91,9 +96,15 @@ def running_entry(
     Ollama writes for `keep_alive: -1`)."""
     left = 10 * 365 * 86400 if expires_in_s is None else max(0.0, expires_in_s)
     return proto.RunningModel(
-        name=entry.name, model=entry.model, size=entry.size, digest=entry.digest, details=entry.details,
-        expires_at=iso(time.time() + left), size_vram=0, context_length=context_length,
-    )  # fmt: skip
+        name=entry.name,
+        model=entry.model,
+        size=entry.size,
+        digest=entry.digest,
+        details=entry.details,
+        expires_at=iso(time.time() + left),
+        size_vram=0,
+        context_length=context_length,
+    )
 
 
 def quantization(meta: JSONObject) -> str:
@@ -109,9 +120,13 @@ def quantization(meta: JSONObject) -> str:
 def details(meta: JSONObject, n_params: int) -> proto.Details:
     family = str(meta.get("general.architecture", "unknown"))
     return proto.Details(
-        parent_model="", format="gguf", family=family, families=[family],
-        parameter_size=human_count(n_params), quantization_level=quantization(meta),
-    )  # fmt: skip
+        parent_model="",
+        format="gguf",
+        family=family,
+        families=[family],
+        parameter_size=human_count(n_params),
+        quantization_level=quantization(meta),
+    )
 
 
 @functools.lru_cache(maxsize=16)
@@ -183,10 +198,14 @@ class OllamaModels:
         info = {k: v for k, v in meta.items() if not k.startswith("tokenizer.chat_template")}
         info[f"{arch}.context_length"] = meta.get(f"{arch}.context_length", self.ctx.model.info.n_ctx_train)
         return proto.ShowResponse(
-            modelfile=modelfile, parameters=f"num_ctx {self._n_ctx()}", template=template,
-            details=entry.details, model_info=info,
-            capabilities=self.capabilities(template), modified_at=entry.modified_at,
-        )  # fmt: skip
+            modelfile=modelfile,
+            parameters=f"num_ctx {self._n_ctx()}",
+            template=template,
+            details=entry.details,
+            model_info=info,
+            capabilities=self.capabilities(template),
+            modified_at=entry.modified_at,
+        )
 
     async def embed(self, raw: JSONObject, request: Request) -> proto.EmbedResponse:
         check_options(raw)
@@ -205,9 +224,12 @@ class OllamaModels:
         limit = embedder.config.max_input_tokens if body.truncate else None
         vectors, n_tokens = await self.embeddings.vectors(inputs, request, API, limit)
         return proto.EmbedResponse(
-            model=body.model, embeddings=[v.tolist() for v in vectors],
-            total_duration=time.monotonic_ns() - started, load_duration=0, prompt_eval_count=n_tokens,
-        )  # fmt: skip
+            model=body.model,
+            embeddings=[v.tolist() for v in vectors],
+            total_duration=time.monotonic_ns() - started,
+            load_duration=0,
+            prompt_eval_count=n_tokens,
+        )
 
     async def embeddings_v1(self, raw: JSONObject, request: Request) -> proto.EmbeddingResponse:
         """The older /api/embeddings: one prompt (an empty one: an empty vector, as Ollama answers)."""

@@ -90,8 +90,12 @@ def sampling(
 ) -> SamplingParams:
     """The engine's parameters: what `options` sets, Ollama's defaults for the rest."""
     if options is not None and options.penalize_newline is False:
-        raise APIError(400, "options.penalize_newline false is not supported: llmhost's repetition penalty "
-                       "applies to every token, newlines too", field="options.penalize_newline")  # fmt: skip
+        raise APIError(
+            400,
+            "options.penalize_newline false is not supported: llmhost's repetition penalty "
+            "applies to every token, newlines too",
+            field="options.penalize_newline",
+        )
     given = options.model_dump(exclude_none=True) if options is not None else {}
     fields: dict[str, Any] = {}
     for name in _SAMPLING:

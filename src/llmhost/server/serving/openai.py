@@ -52,11 +52,16 @@ FINISH: dict[FinishReason, Finish] = {
 def check_completion(body: CompletionRequest) -> None:
     """A 400 naming the fields of a combination that cannot be served as asked."""
     if body.best_of is not None and body.best_of != body.n:
-        raise APIError(400, f"best_of ({body.best_of}) other than n ({body.n}) is not supported",
-                       field="best_of")  # fmt: skip
+        raise APIError(
+            400, f"best_of ({body.best_of}) other than n ({body.n}) is not supported", field="best_of"
+        )
     if body.max_tokens == 0 and not body.echo:
-        raise APIError(400, "max_tokens 0 generates nothing: it scores a prompt, with echo true (and "
-                       "logprobs for the prompt's log-probabilities)", field="max_tokens")  # fmt: skip
+        raise APIError(
+            400,
+            "max_tokens 0 generates nothing: it scores a prompt, with echo true (and "
+            "logprobs for the prompt's log-probabilities)",
+            field="max_tokens",
+        )
 
 
 def usage(finals: list[GenerationEvent], n: int) -> shapes.Usage:
@@ -91,8 +96,13 @@ class OpenAIServing:
         self, rid: str, obj: str, body: SamplingFields, choices: list[shapes.ChunkChoice]
     ) -> shapes.Chunk:
         """A streamed chunk: plain dicts on the per-token path (protocol/shapes.py says why)."""
-        return {"id": rid, "object": obj, "created": int(time.time()), "model": self._model(body),
-                "choices": choices}  # fmt: skip
+        return {
+            "id": rid,
+            "object": obj,
+            "created": int(time.time()),
+            "model": self._model(body),
+            "choices": choices,
+        }
 
     def _usage_chunk(
         self, rid: str, obj: str, body: SamplingFields, finals: list[GenerationEvent]
@@ -120,12 +130,21 @@ class OpenAIServing:
         if body.stream:
             return EventStreamResponse(self._completion_stream(rid, body, streams, echoes), streams)
         results = await ctx.collect_all(streams, request)
-        choices = [self._completion_choice(i, body, events, echoes[i // body.n]) for i, events in
-                   enumerate(results)]  # fmt: skip
+        choices = [
+            self._completion_choice(i, body, events, echoes[i // body.n]) for i, events in enumerate(results)
+        ]
         finals = [r[-1] for r in results]
-        return json_response(CompletionResponse(
-            id=rid, object="text_completion", created=int(time.time()), model=self._model(body),
-            choices=choices, usage=usage(finals, body.n), timings=timings(finals)))  # fmt: skip
+        return json_response(
+            CompletionResponse(
+                id=rid,
+                object="text_completion",
+                created=int(time.time()),
+                model=self._model(body),
+                choices=choices,
+                usage=usage(finals, body.n),
+                timings=timings(finals),
+            )
+        )
 
     def _params(
         self, body: CompletionRequest, n_prompt: int, constraint: Constraint | None, scored: bool
@@ -248,9 +267,17 @@ class OpenAIServing:
         results = await self.ctx.collect_all(streams, request)
         choices = [self._chat_choice(i, body, plan, events) for i, events in enumerate(results)]
         finals = [r[-1] for r in results]
-        return json_response(ChatCompletionResponse(
-            id=rid, object="chat.completion", created=int(time.time()), model=self._model(body),
-            choices=choices, usage=usage(finals, body.n), timings=timings(finals)))  # fmt: skip
+        return json_response(
+            ChatCompletionResponse(
+                id=rid,
+                object="chat.completion",
+                created=int(time.time()),
+                model=self._model(body),
+                choices=choices,
+                usage=usage(finals, body.n),
+                timings=timings(finals),
+            )
+        )
 
     @staticmethod
     def _message(plan: ChatPlan, text: str) -> AssistantMessage:
@@ -291,8 +318,12 @@ class OpenAIServing:
                 finish = "tool_calls"
             if not delta and not finish:
                 return None
-            c: shapes.ChunkChoice = {"index": index, "delta": delta, "logprobs": None,
-                                     "finish_reason": finish}  # fmt: skip
+            c: shapes.ChunkChoice = {
+                "index": index,
+                "delta": delta,
+                "logprobs": None,
+                "finish_reason": finish,
+            }
             if body.logprobs and event.logprobs:
                 c["logprobs"] = self._chat_logprobs([event])
             return c

@@ -60,11 +60,19 @@ def _messages(body: proto.ResponsesRequest) -> list[ChatMessage]:
             thought = (thought or "") + item.text()
             continue
         if thought is not None and not _answers(item):
-            raise APIError(400, "a reasoning item must be followed by the assistant message or function call "
-                           "it led to", field=f"input.{i}")  # fmt: skip
+            raise APIError(
+                400,
+                "a reasoning item must be followed by the assistant message or function call it led to",
+                field=f"input.{i}",
+            )
         if isinstance(item, proto.MessageItem):
-            out.append(ChatMessage(role=ROLES[item.role], content=item.text(),  # type: ignore[arg-type]
-                                   reasoning_content=thought))  # fmt: skip
+            out.append(
+                ChatMessage(
+                    role=ROLES[item.role],  # type: ignore[arg-type]
+                    content=item.text(),
+                    reasoning_content=thought,
+                )
+            )
         elif isinstance(item, proto.FunctionCallOutputItem):
             out.append(ChatMessage(role="tool", tool_call_id=item.call_id, content=item.output))
         else:
@@ -74,12 +82,16 @@ def _messages(body: proto.ResponsesRequest) -> list[ChatMessage]:
             if thought is None and previous is not None and previous.role == "assistant":
                 previous.tool_calls = [*(previous.tool_calls or []), call]  # calls of one turn: one message
             else:
-                out.append(ChatMessage(role="assistant", content=None, tool_calls=[call],
-                                       reasoning_content=thought))  # fmt: skip
+                out.append(
+                    ChatMessage(role="assistant", content=None, tool_calls=[call], reasoning_content=thought)
+                )
         thought = None
     if thought is not None:
-        raise APIError(400, "a reasoning item must be followed by the assistant message or function call it "
-                       "led to", field=f"input.{len(body.input) - 1}")  # fmt: skip
+        raise APIError(
+            400,
+            "a reasoning item must be followed by the assistant message or function call it led to",
+            field=f"input.{len(body.input) - 1}",
+        )
     return out
 
 
@@ -108,30 +120,52 @@ def _constraint(body: proto.ResponsesRequest) -> Constraint | None:
 
 def to_chat(body: proto.ResponsesRequest) -> ChatCompletionRequest:
     if body.store:
-        raise APIError(400, "store: true is not supported: llmhost keeps no responses (send store: false "
-                       "or leave it out, and send the whole conversation as input)",
-                       field="store")  # fmt: skip
+        raise APIError(
+            400,
+            "store: true is not supported: llmhost keeps no responses (send store: false "
+            "or leave it out, and send the whole conversation as input)",
+            field="store",
+        )
     if body.previous_response_id is not None:
-        raise APIError(400, "previous_response_id is not supported: llmhost keeps no responses; send "
-                       "the whole conversation as input", field="previous_response_id")  # fmt: skip
+        raise APIError(
+            400,
+            "previous_response_id is not supported: llmhost keeps no responses; send "
+            "the whole conversation as input",
+            field="previous_response_id",
+        )
     choice: Any = body.tool_choice
     if isinstance(choice, proto.FunctionChoice):
         choice = NamedToolChoice(type="function", function=NamedFunction(name=choice.name))
-    chat_tools = [Tool(type="function", function=FunctionDef(name=t.name, description=t.description,
-                                                             parameters=t.parameters, strict=t.strict))
-                  for t in body.tools or []]  # fmt: skip
+    chat_tools = [
+        Tool(
+            type="function",
+            function=FunctionDef(
+                name=t.name, description=t.description, parameters=t.parameters, strict=t.strict
+            ),
+        )
+        for t in body.tools or []
+    ]
     return ChatCompletionRequest(
-        model=body.model, messages=_messages(body), max_tokens=body.max_output_tokens,
+        model=body.model,
+        messages=_messages(body),
+        max_tokens=body.max_output_tokens,
         temperature=1.0 if body.temperature is None else body.temperature,
-        top_p=1.0 if body.top_p is None else body.top_p, tools=chat_tools or None, tool_choice=choice,
-        parallel_tool_calls=body.parallel_tool_calls is not False, logprobs=body.wants_logprobs(),
+        top_p=1.0 if body.top_p is None else body.top_p,
+        tools=chat_tools or None,
+        tool_choice=choice,
+        parallel_tool_calls=body.parallel_tool_calls is not False,
+        logprobs=body.wants_logprobs(),
         top_logprobs=body.top_logprobs,
-    )  # fmt: skip
+    )
 
 
 def renamed(exc: APIError) -> APIError:
-    names = {"max_tokens": "max_output_tokens", "prompt": "input", "messages": "input",
-             "response_format": "text.format"}  # fmt: skip
+    names = {
+        "max_tokens": "max_output_tokens",
+        "prompt": "input",
+        "messages": "input",
+        "response_format": "text.format",
+    }
     if exc.field in names:
         exc.field = names[exc.field]
     return exc
@@ -144,17 +178,22 @@ def _echo(body: proto.ResponsesRequest, model: str) -> ResponseEcho:
         fmt = body.text.format.model_dump(by_alias=True, exclude_none=True)
     choice = body.tool_choice
     return {
-        "model": body.model or model, "instructions": body.instructions,
-        "max_output_tokens": body.max_output_tokens, "metadata": body.metadata or {},
-        "parallel_tool_calls": body.parallel_tool_calls is not False, "previous_response_id": None,
+        "model": body.model or model,
+        "instructions": body.instructions,
+        "max_output_tokens": body.max_output_tokens,
+        "metadata": body.metadata or {},
+        "parallel_tool_calls": body.parallel_tool_calls is not False,
+        "previous_response_id": None,
         "reasoning": {"effort": body.reasoning.effort if body.reasoning else None, "summary": None},
         "store": False,
         "temperature": 1.0 if body.temperature is None else body.temperature,
         "text": {"format": fmt},
         "tool_choice": choice.model_dump() if isinstance(choice, proto.FunctionChoice) else choice or "auto",
         "tools": [t.model_dump() for t in body.tools or []],
-        "top_p": 1.0 if body.top_p is None else body.top_p, "truncation": "disabled", "user": body.user,
-    }  # fmt: skip
+        "top_p": 1.0 if body.top_p is None else body.top_p,
+        "truncation": "disabled",
+        "user": body.user,
+    }
 
 
 def _usage(last: GenerationEvent) -> ResponsesUsage:
@@ -170,9 +209,15 @@ class ResponsesServing:
     async def create(self, body: proto.ResponsesRequest, request: Request) -> Response:
         rid = item_id("resp")
         try:
-            fields = limit_fields.RESPONSES
-            run = await start_chat(self.ctx, to_chat(body), _constraint(body), rid, fields, self.tool_parser,
-                                   thinking_ask(body))  # fmt: skip
+            run = await start_chat(
+                self.ctx,
+                to_chat(body),
+                _constraint(body),
+                rid,
+                limit_fields.RESPONSES,
+                self.tool_parser,
+                thinking_ask(body),
+            )
         except APIError as exc:
             raise renamed(exc) from exc
         shape = ResponseShape(rid, _echo(body, self.ctx.settings.model_name))

@@ -28,9 +28,15 @@ Status = Literal["completed", "incomplete", "failed", "in_progress"]
 # what an event carries besides its type and number: ids and indexes, text, an item or part, logprobs,
 # the response object (dumped)
 EventValue: TypeAlias = (
-    str | int | list[TokenLogprob] | shapes.OutputItem | shapes.OutputText | shapes.ReasoningText
-    | ResponseBody | None
-)  # fmt: skip
+    str
+    | int
+    | list[TokenLogprob]
+    | shapes.OutputItem
+    | shapes.OutputText
+    | shapes.ReasoningText
+    | ResponseBody
+    | None
+)
 
 
 def item_id(prefix: str) -> str:
@@ -59,8 +65,14 @@ def reasoning_item(rid: str, text: str, status: str = "completed") -> shapes.Rea
 
 
 def call_item(call: ParsedCall, status: str = "completed") -> shapes.FunctionCallItem:
-    return {"id": item_id("fc"), "type": "function_call", "status": status, "call_id": item_id("call"),
-            "name": call.name, "arguments": call.arguments}  # fmt: skip
+    return {
+        "id": item_id("fc"),
+        "type": "function_call",
+        "status": status,
+        "call_id": item_id("call"),
+        "name": call.name,
+        "arguments": call.arguments,
+    }
 
 
 def usage(prompt: int, completion: int, cached: int, reasoning: int = 0) -> shapes.ResponsesUsage:
@@ -92,10 +104,16 @@ class ResponseShape:
         """A snapshot: a plain dict, written into events as it is (the whole answer is checked against
         ResponseObject by the caller)."""
         return {
-            "id": self.rid, "object": "response", "created_at": self.created_at, "status": status,
-            "error": error, "incomplete_details": {"reason": incomplete} if incomplete else None,
-            **self.echo, "output": output, "usage": use,
-        }  # fmt: skip
+            "id": self.rid,
+            "object": "response",
+            "created_at": self.created_at,
+            "status": status,
+            "error": error,
+            "incomplete_details": {"reason": incomplete} if incomplete else None,
+            **self.echo,
+            "output": output,
+            "usage": use,
+        }
 
 
 def sse(name: str, data: dict[str, EventValue]) -> str:
@@ -145,8 +163,11 @@ class ResponseEvents:
             return
         if self.thought is None:
             self.thought = ""
-            yield self._event("response.output_item.added", output_index=0,
-                              item=reasoning_item(self.reasoning_id, "", "in_progress"))  # fmt: skip
+            yield self._event(
+                "response.output_item.added",
+                output_index=0,
+                item=reasoning_item(self.reasoning_id, "", "in_progress"),
+            )
             yield self._event("response.content_part.added", **self._thought_where(), part=reasoning_part(""))
         self.thought += piece
         yield self._event("response.reasoning_text.delta", **self._thought_where(), delta=piece)
@@ -164,8 +185,11 @@ class ResponseEvents:
     def _open_message(self) -> Iterator[str]:
         yield from self._close_reasoning()
         self.text_so_far = ""
-        yield self._event("response.output_item.added", output_index=len(self.output),
-                          item=message_item(self.message_id, "", "in_progress"))  # fmt: skip
+        yield self._event(
+            "response.output_item.added",
+            output_index=len(self.output),
+            item=message_item(self.message_id, "", "in_progress"),
+        )
         yield self._event("response.content_part.added", **self._where(), part=text_part(""))
 
     def text(self, piece: str) -> Iterator[str]:
@@ -191,12 +215,16 @@ class ResponseEvents:
     def call(self, call: ParsedCall) -> Iterator[str]:
         index = len(self.output)
         item = call_item(call)
-        yield self._event("response.output_item.added", output_index=index,
-                          item={**item, "status": "in_progress", "arguments": ""})  # fmt: skip
+        yield self._event(
+            "response.output_item.added",
+            output_index=index,
+            item={**item, "status": "in_progress", "arguments": ""},
+        )
         where: dict[str, EventValue] = {"item_id": item["id"], "output_index": index}
         yield self._event("response.function_call_arguments.delta", **where, delta=call.arguments)
-        yield self._event("response.function_call_arguments.done", **where, name=call.name,
-                          arguments=call.arguments)  # fmt: skip
+        yield self._event(
+            "response.function_call_arguments.done", **where, name=call.name, arguments=call.arguments
+        )
         self.output.append(item)
         yield self._event("response.output_item.done", output_index=index, item=item)
 

@@ -81,8 +81,10 @@ class Runtime:
         if problem is None and not await request.body():
             # the runtime's own check, as AWS's (Body is a required member): the caller's mistake, not
             # the model's, so a ValidationError rather than the container's refusal as a ModelError
-            problem = ("1 validation error detected: Value at 'body' failed to satisfy constraint: "
-                       "Member must not be null")
+            problem = (
+                "1 validation error detected: Value at 'body' failed to satisfy constraint: "
+                "Member must not be null"
+            )
         if problem is not None:
             return wire.validation_error(problem, rid)
         try:
@@ -91,13 +93,20 @@ class Runtime:
             return wire.validation_error(str(exc), rid)
         except (APIError, ValidationError, EngineError) as exc:
             err = api_error(exc)
-            return self.failure(err.status, json.dumps(err.body(rid)), err.message, endpoint, rid,
-                                err.headers.get("Retry-After"))  # fmt: skip
+            return self.failure(
+                err.status,
+                json.dumps(err.body(rid)),
+                err.message,
+                endpoint,
+                rid,
+                err.headers.get("Retry-After"),
+            )
         # a stream's status is 200 whatever happens later; its errors travel in the stream
         if response.status_code >= 400 and not isinstance(response, StreamingResponse):
             original = bytes(response.body).decode(errors="replace")
-            return self.failure(response.status_code, original, original, endpoint, rid,
-                                response.headers.get("retry-after"))  # fmt: skip
+            return self.failure(
+                response.status_code, original, original, endpoint, rid, response.headers.get("retry-after")
+            )
         response.headers[wire.INVOKED_VARIANT] = wire.VARIANT
         response.headers[wire.REQUEST_ID] = rid
         return framed(response) if stream else response
@@ -117,12 +126,15 @@ class Runtime:
         problem = None if self.custom is not None else wire.content_type_problem(headers.get("content-type"))
         component = headers.get(wire.COMPONENT)
         if problem is None and component and component != self.model:
-            problem = (f"InferenceComponentName {component!r} is not served here: the only inference "
-                       f"component is {self.model!r} (header {wire.COMPONENT})")  # fmt: skip
+            problem = (
+                f"InferenceComponentName {component!r} is not served here: the only inference "
+                f"component is {self.model!r} (header {wire.COMPONENT})"
+            )
         return problem
 
-    def failure(self, status: int, original: str, message: str, endpoint: str, rid: str,
-                retry_after: str | None) -> Response:  # fmt: skip
+    def failure(
+        self, status: int, original: str, message: str, endpoint: str, rid: str, retry_after: str | None
+    ) -> Response:
         """The model refused or failed with `status` and the body `original`."""
         if status in (429, 503):  # full queue, loading, draining: retrying later helps
             return wire.service_unavailable(message, rid, retry_after)
@@ -140,8 +152,12 @@ def framed(response: Response) -> Response:
         return response
     headers = {k: v for k, v in response.headers.items() if k not in ("content-type", "content-length")}
     headers[wire.STREAM_CONTENT_TYPE] = inner
-    return Response(eventstream.payload_part(bytes(response.body)), status_code=response.status_code,
-                    headers=headers, media_type=eventstream.MEDIA_TYPE)  # fmt: skip
+    return Response(
+        eventstream.payload_part(bytes(response.body)),
+        status_code=response.status_code,
+        headers=headers,
+        media_type=eventstream.MEDIA_TYPE,
+    )
 
 
 async def _parts(chunks: AsyncContentStream) -> AsyncIterator[bytes]:

@@ -43,8 +43,11 @@ def closed(schema: Any, part: bool = False) -> Any:
     for key in _PARTS:
         if key in out:
             out[key] = closed(out[key], part=True)
-    for key, is_part in [*((k, False) for k in _SUBSCHEMA_LISTS), *((k, True) for k in _PART_LISTS),
-                         *((k, "properties" in out) for k in _ALTERNATIVES)]:  # fmt: skip
+    for key, is_part in [
+        *((k, False) for k in _SUBSCHEMA_LISTS),
+        *((k, True) for k in _PART_LISTS),
+        *((k, "properties" in out) for k in _ALTERNATIVES),
+    ]:
         if isinstance(out.get(key), list):
             out[key] = [closed(s, part=is_part) for s in out[key]]
     for key in (*_SUBSCHEMA_MAPS, *_PART_MAPS):
@@ -97,14 +100,20 @@ def _dump(schema: Any) -> str:
 def from_response_format(fmt: ResponseFormat) -> Constraint | None:
     if fmt.type == "text":
         if fmt.json_schema is not None:
-            raise APIError(400, "response_format.json_schema needs type 'json_schema'",
-                           field="response_format.json_schema")  # fmt: skip
+            raise APIError(
+                400,
+                "response_format.json_schema needs type 'json_schema'",
+                field="response_format.json_schema",
+            )
         return None
     if fmt.type == "json_object":
         return Constraint(ConstraintKind.JSON_OBJECT, "", "response_format")
     if fmt.json_schema is None or not fmt.json_schema.schema_:
-        raise APIError(400, "response_format of type json_schema needs json_schema.schema",
-                       field="response_format.json_schema")  # fmt: skip
+        raise APIError(
+            400,
+            "response_format of type json_schema needs json_schema.schema",
+            field="response_format.json_schema",
+        )
     # strict or not, the output follows the schema: a constraint engine has no cheaper "loose" mode
     return schema_constraint(fmt.json_schema.schema_, "response_format")
 

@@ -88,8 +88,11 @@ class TGIServing:
         ctx = self.ctx
         p = body.parameters
         if stream and p.decoder_input_details:
-            raise APIError(422, "decoder_input_details is not supported when streaming",
-                           field="parameters.decoder_input_details")  # fmt: skip
+            raise APIError(
+                422,
+                "decoder_input_details is not supported when streaming",
+                field="parameters.decoder_input_details",
+            )
         params = sampling_params(p, 1)  # validates before tokenizing; max_new_tokens set below
         adapters = ctx.adapters.by_id(p.adapter_id)
         await ctx.check_constraint(params.constraint)

@@ -62,8 +62,12 @@ def plan(
     if syntax is None:
         if enabled is not None or ask.budget is not None:
             named = ask.field if enabled is not None else ask.budget_field
-            raise APIError(400, f"{named}: this model does not think (its chat template writes no thought, "
-                           "or the server runs with --reasoning-format none)", field=named)  # fmt: skip
+            raise APIError(
+                400,
+                f"{named}: this model does not think (its chat template writes no thought, "
+                "or the server runs with --reasoning-format none)",
+                field=named,
+            )
         return ThinkingPlan(kwargs, None)
     switch = next((name for name in SWITCHES if template.uses(name)), None)
     if budget == 0 and enabled is None and switch is not None:
@@ -74,8 +78,12 @@ def plan(
         if switch is not None:
             kwargs[switch] = enabled
         elif not enabled:
-            raise APIError(400, f"{ask.field}: this model's chat template cannot turn thinking off (it "
-                           f"reads neither {' nor '.join(SWITCHES)})", field=ask.field)  # fmt: skip
+            raise APIError(
+                400,
+                f"{ask.field}: this model's chat template cannot turn thinking off (it "
+                f"reads neither {' nor '.join(SWITCHES)})",
+                field=ask.field,
+            )
     return ThinkingPlan(kwargs, budget)
 
 
@@ -84,8 +92,9 @@ def checked_kwargs(template: ChatTemplate, kwargs: JSONObject) -> JSONObject:
     for name in kwargs:
         where = f"chat_template_kwargs.{name}"
         if name in RESERVED:
-            raise APIError(400, f"{where}: {name} is set by the request itself, not a template kwarg",
-                           field=where)  # fmt: skip
+            raise APIError(
+                400, f"{where}: {name} is set by the request itself, not a template kwarg", field=where
+            )
         if not template.uses(name):
             raise APIError(400, f"{where}: the model's chat template does not read {name}", field=where)
     return kwargs

@@ -13,8 +13,12 @@ from llmhost.web.errors import APIError
 
 async def tokenize(ctx: ServingContext, body: TokenizeRequest) -> Tokens | VLLMTokens:
     if (body.content is None) == (body.prompt is None):
-        raise APIError(422, "give the text in `content` (llama-server's /tokenize) or in `prompt` "
-                       "(vLLM's): exactly one of them", field="prompt")  # fmt: skip
+        raise APIError(
+            422,
+            "give the text in `content` (llama-server's /tokenize) or in `prompt` "
+            "(vLLM's): exactly one of them",
+            field="prompt",
+        )
     if body.content is not None:
         tokens = await asyncio.to_thread(ctx.tokenize, body.content, body.add_special)
         if body.with_pieces:
@@ -23,9 +27,11 @@ async def tokenize(ctx: ServingContext, body: TokenizeRequest) -> Tokens | VLLMT
     assert body.prompt is not None
     tokens = await asyncio.to_thread(ctx.tokenize, body.prompt, body.add_special_tokens)
     return VLLMTokens(
-        count=len(tokens), max_model_len=ctx.settings.engine.max_total_tokens, tokens=tokens,
+        count=len(tokens),
+        max_model_len=ctx.settings.engine.max_total_tokens,
+        tokens=tokens,
         token_strs=[ctx.model.token_text(t) for t in tokens] if body.return_token_strs else None,
-    )  # fmt: skip
+    )
 
 
 async def detokenize(ctx: ServingContext, body: DetokenizeRequest) -> Detokenized:
@@ -42,8 +48,13 @@ def tokenizer_info(ctx: ServingContext) -> TokenizerInfo:
     ctx.require_model()
     info = ctx.model.info
     return TokenizerInfo(
-        tokenizer_class="llama.cpp", model=ctx.settings.model_name, bos_token=info.bos_token,
-        eos_token=info.eos_token, pad_token=info.pad_token, add_bos_token=info.add_bos,
+        tokenizer_class="llama.cpp",
+        model=ctx.settings.model_name,
+        bos_token=info.bos_token,
+        eos_token=info.eos_token,
+        pad_token=info.pad_token,
+        add_bos_token=info.add_bos,
         chat_template=ctx.settings.chat_template or info.chat_template,
-        model_max_length=ctx.settings.engine.max_total_tokens, vocab_size=info.n_vocab,
-    )  # fmt: skip
+        model_max_length=ctx.settings.engine.max_total_tokens,
+        vocab_size=info.n_vocab,
+    )

@@ -181,10 +181,19 @@ class HarmonyParser:
     often absent); the answer is the message on the final channel."""
 
     markers: tuple[str, ...] = (
-        "<|start|>", "<|channel|>", "<|message|>", "<|constrain|>", "<|end|>", "<|call|>", "<|return|>",
-    )  # fmt: skip
-    _call = re.compile(r"to=functions\.([\w.\-]+)[^<]*(?:<\|channel\|>[^<]*)?(?:<\|constrain\|>[^<]*)?"
-                       r"<\|message\|>(.*?)(?:<\|call\|>|$)", re.DOTALL)  # fmt: skip
+        "<|start|>",
+        "<|channel|>",
+        "<|message|>",
+        "<|constrain|>",
+        "<|end|>",
+        "<|call|>",
+        "<|return|>",
+    )
+    _call = re.compile(
+        r"to=functions\.([\w.\-]+)[^<]*(?:<\|channel\|>[^<]*)?(?:<\|constrain\|>[^<]*)?"
+        r"<\|message\|>(.*?)(?:<\|call\|>|$)",
+        re.DOTALL,
+    )
     _final = re.compile(r"<\|channel\|>final<\|message\|>(.*?)(?:<\|return\|>|<\|end\|>|$)", re.DOTALL)
 
     def parse(self, text: str) -> tuple[str | None, list[ParsedCall]]:
@@ -255,18 +264,24 @@ def forced_constraint(body: ChatCompletionRequest) -> Constraint | None:
         named = [t for t in tools if t.function.name == choice.function.name]
         if not named:
             known = ", ".join(t.function.name for t in tools) or "(none)"
-            raise APIError(400, f"tool_choice names {choice.function.name!r}, which is not in tools: {known}",
-                           field="tool_choice")  # fmt: skip
-        schema: JSONObject = {"type": "array", "items": _call_schema(named[0]), "minItems": 1,
-                                  "maxItems": 1}  # fmt: skip
+            raise APIError(
+                400,
+                f"tool_choice names {choice.function.name!r}, which is not in tools: {known}",
+                field="tool_choice",
+            )
+        schema: JSONObject = {"type": "array", "items": _call_schema(named[0]), "minItems": 1, "maxItems": 1}
     elif choice == "required":
         if not tools:
             raise APIError(400, "tool_choice 'required' needs tools", field="tool_choice")
         # at most one call per tool (one in all without parallel calls): left open, a small model keeps
         # appending calls until max_tokens cuts the array
         limit = len(tools) if body.parallel_tool_calls else 1
-        schema = {"type": "array", "items": {"anyOf": [_call_schema(t) for t in tools]}, "minItems": 1,
-                  "maxItems": limit}  # fmt: skip
+        schema = {
+            "type": "array",
+            "items": {"anyOf": [_call_schema(t) for t in tools]},
+            "minItems": 1,
+            "maxItems": limit,
+        }
     else:
         return None
     return schema_constraint(schema, "tool_choice")
@@ -317,10 +332,13 @@ def template_message(m: ChatMessage) -> TemplateMessage:
         out["reasoning_content"] = out["thinking"] = m.reasoning_content
     if m.tool_calls:
         out["tool_calls"] = [
-            {"id": c.id, "type": "function",
-             "function": {"name": c.function.name, "arguments": _loads(c.function.arguments) or {}}}
+            {
+                "id": c.id,
+                "type": "function",
+                "function": {"name": c.function.name, "arguments": _loads(c.function.arguments) or {}},
+            }
             for c in m.tool_calls
-        ]  # fmt: skip
+        ]
     return out
 
 

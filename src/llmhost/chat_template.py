@@ -18,6 +18,7 @@ from jinja2.exceptions import SecurityError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 from typing_extensions import TypedDict
 
+from llmhost.errors import BadRequestError, ModelError
 from llmhost.jsontypes import JSONObject, JSONValue
 
 # a prompt is refused beyond max_input_tokens long before this; a template writing more is broken
@@ -52,13 +53,17 @@ class TemplateMessage(TypedDict):
 PROBE_MESSAGES: list[TemplateMessage] = [{"role": "user", "content": "Hello"}]
 
 
-class ChatTemplateError(ValueError):
+class ChatTemplateError(BadRequestError, ValueError):
     """No template, or the template refused the messages."""
 
+    status = 400  # messages no template takes are malformed, as OpenAI's API answers them
 
-class ChatTemplateBoundError(ChatTemplateError):
+
+class ChatTemplateBoundError(ModelError, ChatTemplateError):
     """The template ran past its time or output bound, or tried to leave the sandbox: the template is at
     fault, not the messages."""
+
+    status = 500  # the server's fault: a client can change nothing
 
 
 def _raise(message: str) -> None:

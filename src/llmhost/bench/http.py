@@ -27,8 +27,10 @@ from urllib.parse import urlsplit
 import aiohttp
 from aiohttp import http_exceptions
 
+from llmhost.errors import LlmhostError
 
-class HttpClientError(Exception):
+
+class HttpClientError(LlmhostError):
     """A failure of the connection or of the HTTP framing (not an HTTP error status)."""
 
     def __init__(self, kind: str, detail: str) -> None:

@@ -19,7 +19,7 @@ from typing import IO, Any
 
 import yaml
 
-from llmhost.bench.http import simple_request
+from llmhost.bench.http import HttpClientError, simple_request
 from llmhost.children import die_with_parent
 
 HOST = "127.0.0.1"
@@ -73,8 +73,8 @@ class ServerProcess:
                 status, _ = await simple_request(url, "GET", None, 2.0)
                 if status == 200:
                     return
-            except Exception:
-                pass
+            except (TimeoutError, HttpClientError, OSError):
+                pass  # not listening, or not answering, yet
             if time.monotonic() > deadline:
                 raise RuntimeError(f"server not ready within {timeout_s:g} s:\n{self.log_tail()}")
             await asyncio.sleep(0.25)

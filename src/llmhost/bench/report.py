@@ -10,7 +10,7 @@ import functools
 import io
 import json
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
 import jinja2
 from markupsafe import Markup
@@ -352,12 +352,3 @@ def conversation_table(results: BenchResults) -> tuple[list[str], list[list[str]
             ]
         )
     return headers, rows
-
-
-def records_from_jsonl(path: str | Path) -> list[dict[str, Any]]:
-    out = []
-    with open(path, encoding="utf-8") as fh:
-        for line in fh:
-            if line.strip():
-                out.append(json.loads(line))
-    return out

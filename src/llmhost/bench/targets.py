@@ -14,11 +14,13 @@ from typing import Any
 
 from typing_extensions import TypedDict
 
+from llmhost.errors import LlmhostError
+
 APIS = ("openai", "chat", "messages", "responses", "sagemaker", "tgi")
 COMPONENT_HEADER = "X-Amzn-SageMaker-Inference-Component"
 
 
-class StreamError(Exception):
+class StreamError(LlmhostError):
     """The stream could not be understood (``malformed_stream``) or carried an error event."""
 
     def __init__(self, kind: str, detail: str) -> None:

@@ -25,6 +25,7 @@ from llmhost.console import apidoc as doc
 from llmhost.console.reports import MEDIA as REPORT_MEDIA
 from llmhost.console.reports import ReportError, list_reports, read_report
 from llmhost.console.timeseries import METRICS, NAMES, SeriesStore, refusals, summarize
+from llmhost.errors import NotFoundError
 from llmhost.jsontypes import JSONObject, JSONValue
 from llmhost.web.apidoc import BODY, COMMON, errors, merge, operation
 from llmhost.web.errors import error_body
@@ -318,7 +319,7 @@ def _report_file(root: Path | None, path: str) -> Response:
     try:
         body, media = read_report(root, path)
     except ReportError as exc:
-        kind = "not_found_error" if exc.status == 404 else "invalid_request_error"
+        kind = "not_found_error" if exc.status == NotFoundError.status else "invalid_request_error"
         return JSONResponse(error_body(exc.status, str(exc), kind, field="path"), exc.status)
     return Response(
         body,

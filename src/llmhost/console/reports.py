@@ -6,6 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal, TypedDict
 
+from llmhost.errors import BadRequestError, LlmhostError, NotFoundError
+
 # what a results folder holds, by its marker file
 ReportKind = Literal["bench", "tune"]
 KINDS: dict[str, ReportKind] = {"summary.json": "bench", "tune.json": "tune"}
@@ -21,7 +23,9 @@ MAX_DEPTH = 3  # DIR/run/report.html, DIR/group/run/..., DIR/a/b/c/...
 MAX_BYTES = 32 * 2**20
 
 
-class ReportError(Exception):
+class ReportError(LlmhostError):
+    """A report file refused: not there (404) or not one the console shows (422), as `status` says."""
+
     def __init__(self, status: int, message: str) -> None:
         super().__init__(message)
         self.status = status
@@ -72,19 +76,21 @@ def read_report(root: Path, rel: str) -> tuple[bytes, str]:
     try:
         return _read(root, rel)
     except (OSError, ValueError):  # a name no file can have (a NUL byte, too long): none such
-        raise ReportError(404, f"no report file {rel!r} in the reports folder") from None
+        raise ReportError(NotFoundError.status, f"no report file {rel!r} in the reports folder") from None
 
 
 def _read(root: Path, rel: str) -> tuple[bytes, str]:
     base = root.resolve()
     path = (base / rel).resolve()
     if not path.is_relative_to(base) or path == base:
-        raise ReportError(404, f"no report file {rel!r} in the reports folder")
+        raise ReportError(NotFoundError.status, f"no report file {rel!r} in the reports folder")
     media = MEDIA.get(path.suffix)
     if media is None:
-        raise ReportError(422, f"{rel!r}: only {', '.join(sorted(MEDIA))} files of a report are shown")
+        raise ReportError(
+            BadRequestError.status, f"{rel!r}: only {', '.join(sorted(MEDIA))} files of a report are shown"
+        )
     if not path.is_file():
-        raise ReportError(404, f"no report file {rel!r} in the reports folder")
+        raise ReportError(NotFoundError.status, f"no report file {rel!r} in the reports folder")
     if path.stat().st_size > MAX_BYTES:
-        raise ReportError(422, f"{rel!r} is over {MAX_BYTES // 2**20} MB")
+        raise ReportError(BadRequestError.status, f"{rel!r} is over {MAX_BYTES // 2**20} MB")
     return path.read_bytes(), media

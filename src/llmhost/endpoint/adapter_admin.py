@@ -13,6 +13,7 @@ from starlette.responses import JSONResponse, Response
 from llmhost.endpoint.adapter_spec import ADAPTER_NAME, AdapterEntry, Scale
 from llmhost.endpoint.apidoc import ADMIN
 from llmhost.endpoint.control_errors import CopyRefusal
+from llmhost.errors import ConflictError
 from llmhost.web.apidoc import errors, merge, operation
 from llmhost.web.errors import APIError
 from llmhost.web.responses import ErrorResponse
@@ -67,7 +68,7 @@ class AdapterBackend(Protocol):
 def relayed(exc: CopyRefusal) -> Response:
     """A copy's refusal of an adapter, relayed with its status, field and Retry-After."""
     headers = {"Retry-After": exc.retry_after} if exc.retry_after else None
-    kind = "conflict_error" if exc.status == 409 else "invalid_request_error"
+    kind = "conflict_error" if exc.status == ConflictError.status else "invalid_request_error"
     return ErrorResponse(APIError(exc.status, str(exc), kind, field=exc.field, headers=headers))
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from llmhost.endpoint.adapter_spec import AdapterEntry
 from llmhost.endpoint.control_errors import CopyRefusal, ModelRefError
 from llmhost.engine.lora_fit import BaseShape, base_shape, check_adapter
+from llmhost.errors import ModelError
 from llmhost.store import ModelNotFoundError, resolve
 
 
@@ -41,9 +42,9 @@ def fit_refusal(name: str, ref: str, base: Path, field: str) -> CopyRefusal | No
     try:
         check_fit(base, ref)
     except ModelNotFoundError as exc:
-        return CopyRefusal(404, f"LoRA adapter {name!r}: {exc}", field)
-    except ValueError as exc:
-        return CopyRefusal(422, f"LoRA adapter {name!r}: {exc}", field)
+        return CopyRefusal(exc.status, f"LoRA adapter {name!r}: {exc}", field)
+    except ValueError as exc:  # lora_fit's refusal, a GGUF unreadable, or a reference malformed
+        return CopyRefusal(ModelError.status, f"LoRA adapter {name!r}: {exc}", field)
     return None
 
 

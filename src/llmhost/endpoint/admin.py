@@ -34,23 +34,22 @@ from llmhost.endpoint.apidoc import (
     Unloaded,
 )
 from llmhost.endpoint.control_errors import (
-    ComponentExistsError,
-    ComponentInUseError,
+    ComponentLoadError,
     CopyRefusal,
-    ModelLoadError,
     ModelRefError,
 )
 from llmhost.endpoint.manager import EndpointManager
 from llmhost.endpoint.placement import InsufficientCapacityError
 from llmhost.endpoint.router import error
 from llmhost.endpoint.spec import ComponentList, ComponentSpec, parse_components
+from llmhost.errors import BadRequestError, ConflictError, LlmhostError, NotFoundError
 from llmhost.jsontypes import JSONValue
 from llmhost.web.apidoc import errors, merge, operation
 
 LOOPBACK = {"127.0.0.1", "::1", "localhost", "testclient"}
 
 
-class BadBody(ValueError):
+class BadBody(BadRequestError, ValueError):
     """A request body the admin API refuses (422); `field` names what is wrong."""
 
     def __init__(self, field: str, message: str) -> None:
@@ -138,20 +137,26 @@ def terminate_self() -> None:
     os.kill(os.getpid(), signal.SIGTERM)  # the server's SIGTERM path: drain, stop copies, exit
 
 
-class AdminRefused(Exception):
+class AdminRefused(LlmhostError):
     """The admin API answers local clients only (403)."""
 
+    status = 403
 
-class NotSupported(Exception):
+
+class NotSupported(LlmhostError):
     """This endpoint's backend cannot do that (501)."""
 
+    status = 501
 
-class Conflict(RuntimeError):
+
+class Conflict(ConflictError, RuntimeError):
     """The change cannot be made as things stand, e.g. copies that do not fit (409)."""
 
 
-class UpstreamError(RuntimeError):
+class UpstreamError(LlmhostError, RuntimeError):
     """What carries the change out failed or could not be reached (502)."""
+
+    status = 502
 
 
 class AdminBackend(Protocol):
@@ -263,25 +268,25 @@ class LocalAdmin:
 def failure(exc: Exception) -> Response:
     """An admin refusal as its JSON error; anything else is not one (the middleware's 500)."""
     if isinstance(exc, AdminRefused):
-        return error(403, "the admin API answers local clients only", "permission_error")
+        return error(exc.status, "the admin API answers local clients only", "permission_error")
     if isinstance(exc, NotSupported):
-        return error(501, str(exc), "not_implemented")
+        return error(exc.status, str(exc), "not_implemented")
     if isinstance(exc, BadBody):
-        return error(422, str(exc), field=exc.field)
-    if isinstance(exc, ModelLoadError):
-        return error(503, str(exc), "service_unavailable")
+        return error(exc.status, str(exc), field=exc.field)
+    if isinstance(exc, ComponentLoadError):
+        return error(exc.status, str(exc), "service_unavailable")
     if isinstance(exc, InsufficientCapacityError):
-        return error(409, str(exc), "insufficient_capacity")
+        return error(exc.status, str(exc), "insufficient_capacity")
     if isinstance(exc, CopyRefusal):
         return relayed(exc)
-    if isinstance(exc, ComponentExistsError | ComponentInUseError | Conflict):
-        return error(409, str(exc), "conflict_error")
-    if isinstance(exc, LookupError):
-        return error(404, str(exc), "not_found_error")
+    if isinstance(exc, ConflictError):
+        return error(exc.status, str(exc), "conflict_error")
+    if isinstance(exc, LookupError):  # a KeyError too: what the request named is not there
+        return error(NotFoundError.status, str(exc), "not_found_error")
     if isinstance(exc, UpstreamError):
-        return error(502, str(exc), "upstream_error")
-    if isinstance(exc, ValueError):
-        return error(422, str(exc))
+        return error(exc.status, str(exc), "upstream_error")
+    if isinstance(exc, ValueError):  # a bare one too: the body's values, refused
+        return error(BadRequestError.status, str(exc))
     raise exc
 
 

@@ -1,25 +1,28 @@
-"""What the endpoint's control plane refuses, each error mapped to its HTTP status by the admin API."""
+"""What the endpoint's control plane refuses, each error with the HTTP status the admin API answers it with
+(`status`, llmhost.errors)."""
 
 from __future__ import annotations
 
+from llmhost.errors import ConflictError, LlmhostError, NotFoundError, UnavailableError
 
-class ComponentError(LookupError):
+
+class ComponentError(LlmhostError, LookupError):
     """Unknown component, or a name already taken."""
 
 
-class UnknownComponentError(ComponentError):
+class UnknownComponentError(NotFoundError, ComponentError):
     """No component has that name (HTTP 404)."""
 
 
-class ComponentExistsError(ComponentError):
+class ComponentExistsError(ConflictError, ComponentError):
     """A component of that name is already there (HTTP 409)."""
 
 
-class ModelLoadError(RuntimeError):
+class ComponentLoadError(UnavailableError, RuntimeError):
     """An on-demand model could not be loaded (no room in time, or its copy failed to start)."""
 
 
-class ModelRefError(ComponentError):
+class ModelRefError(NotFoundError, ComponentError):
     """A component's model reference names nothing usable (missing file, S3 failure, cache not
     writable), or one of its adapters does not fit it; the message says which component and why, `field`
     which of its fields (`model`, `adapters[0].path`)."""
@@ -30,11 +33,11 @@ class ModelRefError(ComponentError):
         self.field = field
 
 
-class ComponentInUseError(RuntimeError):
+class ComponentInUseError(ConflictError, RuntimeError):
     """The component cannot go as things stand: adapter components live on it (HTTP 409)."""
 
 
-class CopyRefusal(RuntimeError):
+class CopyRefusal(LlmhostError, RuntimeError):
     """A copy refused an adapter's load or unload: its status, message and field, relayed; or the
     endpoint refused the adapter before any copy saw it, as a copy would (`adapter_check`)."""
 

@@ -12,14 +12,17 @@ import re
 from typing import Any
 
 from llmhost.endpoint.spec import ClientKeepAlive
+from llmhost.errors import BadRequestError
 
 FIELD = "keep_alive"
 _PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
 _UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 
 
-class KeepAliveError(ValueError):
+class KeepAliveError(BadRequestError, ValueError):
     """The request's keep_alive is malformed or not allowed; the message names the field and why."""
+
+    status = 400
 
 
 def parse(value: Any) -> float:

@@ -22,7 +22,7 @@ from llmhost.endpoint.bodies import ComponentState, EndpointState, Rescanned, Un
 from llmhost.endpoint.component import Component
 from llmhost.endpoint.control_errors import (
     ComponentExistsError,
-    ModelLoadError,
+    ComponentLoadError,
     ModelRefError,
     UnknownComponentError,
 )
@@ -319,7 +319,7 @@ class EndpointManager:
         if demand.loading is not None:
             await asyncio.shield(demand.loading)
         if demand.refusal is not None and not comp.ready():
-            raise ModelLoadError(demand.refusal.message)
+            raise ComponentLoadError(demand.refusal.message)
         return comp.status()
 
     async def unload(self, name: str) -> Unloaded:

@@ -13,11 +13,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from llmhost.endpoint.spec import ResourcesSpec
+from llmhost.errors import ConflictError
 
 EPS = 1e-9
 
 
-class InsufficientCapacityError(RuntimeError):
+class InsufficientCapacityError(ConflictError, RuntimeError):
     """The copies asked for do not fit on this host; the message says what is short."""
 
 

@@ -123,7 +123,7 @@ class Proxy:
                 policy = self.registry.client_keep_alive
                 body, asked = keepalive.check(body, policy, comp.demand.spec.keep_alive, comp.name)
             except keepalive.KeepAliveError as exc:
-                return error(400, str(exc), field=keepalive.FIELD)
+                return error(exc.status, str(exc), field=keepalive.FIELD)
             comp.demand.request_keep_alive = asked
         return await routing.counted(comp, lambda: self._forward(request, comp, body))
 

@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ModelWrapValidatorHandler, Va
 from llmhost.endpoint.adapter_spec import AdapterEntry, AdapterRef, check_adapter_component, check_names, fold
 from llmhost.endpoint.spec_errors import format_errors
 from llmhost.engine.config import CacheType, SchedulePolicy
+from llmhost.errors import BadRequestError
 from llmhost.serve_spec import (
     SERVE_SPEC,
     Pooling,
@@ -29,7 +30,7 @@ from llmhost.serve_spec import (
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$"
 
 
-class SpecError(ValueError):
+class SpecError(BadRequestError, ValueError):
     """The endpoint file is unreadable or invalid; the message names the key path."""
 
 

@@ -25,13 +25,14 @@ from llmhost.engine.llama import LlamaModel, ModelLoadError
 from llmhost.engine.lora import AdapterSet, AdapterSpec, adapter_set
 from llmhost.engine.lora_fit import AdapterFitError, BaseShape, base_shape, check_adapter
 from llmhost.engine.request import GenerationRequest, InvalidRequestError
+from llmhost.errors import ConflictError
 
 
-class AdapterInUseError(ValueError):
+class AdapterInUseError(ConflictError, ValueError):
     """The adapter cannot be unloaded now: requests run or wait with it."""
 
 
-class AdapterConflictError(ValueError):
+class AdapterConflictError(ConflictError, ValueError):
     """Another adapter is known under that name."""
 
 

@@ -16,6 +16,7 @@ from llmhost.engine.config import EMBED_MAX_INPUT_TOKENS, LLAMA_MAX_SEQ, LOAD_MO
 from llmhost.engine.gguf_meta import POOLING
 from llmhost.engine.llama import LlamaModel
 from llmhost.engine.request import InvalidRequestError, RequestTooLargeError
+from llmhost.errors import LlmhostError
 
 log = logging.getLogger(__name__)
 
@@ -170,7 +171,7 @@ def check_inputs(inputs: Sequence[list[int]], config: EmbedderConfig, n_vocab: i
             )
 
 
-class EmbeddingError(RuntimeError):
+class EmbeddingError(LlmhostError, RuntimeError):
     """A decode failed; the requests it held fail with it (HTTP 500), the others go on."""
 
 

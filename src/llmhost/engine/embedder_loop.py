@@ -27,6 +27,7 @@ from llmhost.engine.embedder import (
 )
 from llmhost.engine.request import EngineUnavailableError, QueueFullError
 from llmhost.engine.worker import EngineState, ModelWorker
+from llmhost.errors import UnavailableError
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +58,7 @@ class _Job:
             self.loop.call_soon_threadsafe(_resolve, self.future, outcome)
 
 
-class EmbedderDeadError(RuntimeError):
+class EmbedderDeadError(UnavailableError, RuntimeError):
     """Decodes kept failing; the process should be replaced."""
 
 

@@ -17,6 +17,8 @@ from typing import Any
 
 from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
+from llmhost.errors import ModelError
+
 MAGIC = b"GGUF"
 VERSIONS = (2, 3)
 DEFAULT_ALIGNMENT = 32
@@ -42,7 +44,7 @@ MAX_CONTEXT = 2**31 - 1
 SPLIT = re.compile(r"^(?P<prefix>.+)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf$")
 
 
-class GGUFError(ValueError):
+class GGUFError(ModelError, ValueError):
     """The file is not a GGUF llama.cpp could read safely; the message names the file and why."""
 
 

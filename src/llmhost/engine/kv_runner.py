@@ -14,11 +14,12 @@ from llmhost.engine.prefix_cache import KvCopy, KvOp, KvRestore, KvSave, KvTrim
 from llmhost.engine.scheduler import Scheduler
 from llmhost.engine.sequence import SeqStatus
 from llmhost.engine.step_plan import BatchItem
+from llmhost.errors import LlmhostError
 
 log = logging.getLogger(__name__)
 
 
-class KvOpError(RuntimeError):
+class KvOpError(LlmhostError, RuntimeError):
     """A KV cache operation failed; it is retried at the next step."""
 
 

@@ -27,6 +27,7 @@ from llmhost.engine.llama_state import read_state, state_size, write_state
 from llmhost.engine.memory_fit import KvShape, MemoryFitError, fit_memory, new_checkpoints, plan, rss_bytes
 from llmhost.engine.prefix_cache import KvCopy, KvEdit, KvMove, KvTrim
 from llmhost.engine.state_format import keep_from, n_streams, restream
+from llmhost.errors import ModelError
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +38,7 @@ _LOAD_MODES = {
 }
 
 
-class ModelLoadError(RuntimeError):
+class ModelLoadError(ModelError, RuntimeError):
     """The GGUF could not be loaded or its context could not be created, with the reason."""
 
 

@@ -36,6 +36,7 @@ from llmhost.engine.request import (
 )
 from llmhost.engine.stats import EngineObserver, EngineStats
 from llmhost.engine.worker import EngineState, ModelWorker
+from llmhost.errors import UnavailableError
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -153,7 +154,7 @@ def _run_calls(engine: Engine, calls: list[tuple[Callable[[Engine], Any], Future
             future.set_exception(exc)
 
 
-class EngineDeadError(RuntimeError):
+class EngineDeadError(UnavailableError, RuntimeError):
     """The engine's steps kept failing; the process should be replaced."""
 
 

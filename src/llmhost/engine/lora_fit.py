@@ -16,12 +16,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from llmhost.engine.gguf_check import GGUFError, GGUFLayout, check_file, check_gguf
+from llmhost.errors import ModelError
 
 SUFFIXES = (".lora_a", ".lora_b")
 TOKEN_EMBD = "token_embd.weight"
 
 
-class AdapterFitError(ValueError):
+class AdapterFitError(ModelError, ValueError):
     """The adapter is not one llama.cpp would apply to the base; the message names the file and why."""
 
 

@@ -22,6 +22,7 @@ from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
 from llmhost.engine.config import EngineConfig
 from llmhost.engine.swa_checkpoints import CheckpointPolicy, SwaCheckpoints
+from llmhost.errors import ModelError
 
 log = logging.getLogger(__name__)
 MIB = 2**20
@@ -99,7 +100,7 @@ def gguf_kv_shape(metadata: dict[str, object], type_k: str = "f16", type_v: str 
     return KvShape(per_token, layers, swa_layers, window)
 
 
-class MemoryFitError(ValueError):
+class MemoryFitError(ModelError, ValueError):
     """The running sequences, the weights and the process do not fit `memory_mb`; says what each takes."""
 
 

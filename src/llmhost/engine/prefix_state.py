@@ -12,10 +12,12 @@ from pathlib import Path
 
 import numpy as np
 
+from llmhost.errors import ModelError
+
 MAGIC = b"LLMHKV01"
 
 
-class PrefixStateError(ValueError):
+class PrefixStateError(ModelError, ValueError):
     """The file is not a prefix state."""
 
 

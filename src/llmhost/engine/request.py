@@ -7,6 +7,8 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from llmhost.errors import BadRequestError, LlmhostError, UnavailableError
+
 if TYPE_CHECKING:
     from llmhost.engine.config import EngineConfig
 
@@ -277,7 +279,7 @@ class GenerationEvent:
         return cls(request_id, [], "", finish_reason=FinishReason.ERROR, error=error, reason=reason)
 
 
-class ParamError(ValueError):
+class ParamError(BadRequestError, ValueError):
     """A sampling parameter out of its range; names the request field (HTTP 422)."""
 
     def __init__(self, field_name: str, problem: str) -> None:
@@ -285,12 +287,16 @@ class ParamError(ValueError):
         self.field_name = field_name
 
 
-class EngineError(RuntimeError):
-    """The engine cannot serve a request."""
+class EngineError(LlmhostError, RuntimeError):
+    """The engine cannot serve a request. Its subclasses say why, each under the base of its status."""
+
+    status = 503  # one that names no reason: the engine is not ready, as far as a client can tell
 
 
-class QueueFullError(EngineError):
+class QueueFullError(UnavailableError, EngineError):
     """Every sequence slot and queue place is taken; retry later (HTTP 429)."""
+
+    status = 429
 
     def __init__(self, in_flight: int, limit: int) -> None:
         super().__init__(f"queue full: {in_flight} requests in flight, limit {limit}")
@@ -298,11 +304,11 @@ class QueueFullError(EngineError):
         self.limit = limit
 
 
-class EngineUnavailableError(EngineError):
+class EngineUnavailableError(UnavailableError, EngineError):
     """The engine is loading, failed or shutting down; retry later, elsewhere (HTTP 503)."""
 
 
-class InvalidRequestError(EngineError):
+class InvalidRequestError(BadRequestError, EngineError):
     """A request field the engine cannot use, e.g. a token id outside the vocabulary (HTTP 422)."""
 
     def __init__(self, field_name: str, message: str, limit: int | None = None) -> None:
@@ -311,7 +317,7 @@ class InvalidRequestError(EngineError):
         self.limit = limit
 
 
-class RequestTooLargeError(EngineError):
+class RequestTooLargeError(BadRequestError, EngineError):
     """Prompt or prompt + max_tokens beyond the configured limits (HTTP 422). `limit_name`: the
     EngineConfig field of the limit exceeded (each API's routes write the refusal in their own field
     names, with the setting's flag); `n_prompt` and `max_tokens`: the request's two parts."""

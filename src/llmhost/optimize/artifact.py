@@ -23,6 +23,7 @@ from typing import Any
 import yaml
 from typing_extensions import TypedDict
 
+from llmhost.errors import ModelError
 from llmhost.optimize.merge_step import MergeInput, MergeStep
 from llmhost.store.artifact import (
     ARTIFACT_JSON,
@@ -52,7 +53,7 @@ MERGED_GGUF = "merged.gguf"
 Say = Callable[[str], None]
 
 
-class ArtifactError(ValueError):
+class ArtifactError(ModelError, ValueError):
     """The artifact cannot be built as asked."""
 
 

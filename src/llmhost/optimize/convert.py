@@ -18,6 +18,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from llmhost.errors import ModelError
+
 SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM", "MistralForCausalLM")
 OUT_TYPES = ("f16", "f32")
 
@@ -28,7 +30,7 @@ _LLAMA3_REGEX = (
 )
 
 
-class ConvertError(ValueError):
+class ConvertError(ModelError, ValueError):
     """The directory cannot be converted, with the reason."""
 
 

@@ -32,6 +32,7 @@ from gguf.quants import dequantize
 from llmhost.engine.gguf_check import GGUFError, GGUFLayout, check_file
 from llmhost.engine.lora_fit import TOKEN_EMBD as _TOKEN_EMBD
 from llmhost.engine.lora_fit import AdapterFitError, BaseShape, check_adapter
+from llmhost.errors import ModelError
 
 F32, F16 = GGMLQuantizationType.F32, GGMLQuantizationType.F16
 MERGED_TYPES = ("f16", "f32")
@@ -44,7 +45,7 @@ Progress = Callable[[int, int, str], None]
 Matrix = npt.NDArray[np.float32]
 
 
-class MergeError(ValueError):
+class MergeError(ModelError, ValueError):
     """An adapter cannot be merged into the base; the message names the file and why."""
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 import llama_cpp as lc
 
 from llmhost.engine.llama_backend import add_log_listener, init_backend, remove_log_listener
+from llmhost.errors import ModelError
 
 # user-facing type name -> llama_ftype
 QUANT_TYPES: dict[str, int] = {
@@ -49,7 +50,7 @@ _quantize_lock = threading.Lock()
 Progress = Callable[[int, int, str], None]
 
 
-class QuantizeError(ValueError):
+class QuantizeError(ModelError, ValueError):
     """The input cannot be quantized as asked, with the reason."""
 
 

@@ -29,10 +29,11 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from llmhost.errors import BadRequestError
 from llmhost.optimize.artifact import Recipe
 
 
-class RecipeError(ValueError):
+class RecipeError(BadRequestError, ValueError):
     """The recipe file is invalid, or running it failed."""
 
 

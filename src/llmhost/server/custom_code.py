@@ -17,12 +17,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from llmhost.errors import ModelError
+
 HOOKS = ("model_fn", "input_fn", "predict_fn", "output_fn")
 SCRIPT = Path("code") / "inference.py"
 MODULE_NAME = "inference"
 
 
-class CustomCodeError(RuntimeError):
+class CustomCodeError(ModelError, RuntimeError):
     """inference.py cannot be used; the message says why."""
 
 

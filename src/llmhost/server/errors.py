@@ -19,7 +19,7 @@ def from_engine(exc: EngineError, fields: LimitFields = COMPLETIONS) -> APIError
     """`fields`: the request's token-limit fields in its API's words."""
     if isinstance(exc, QueueFullError):
         return APIError(
-            429,
+            exc.status,
             str(exc),
             "rate_limit_error",
             extra={"limit": exc.limit, "in_flight": exc.in_flight},
@@ -29,7 +29,7 @@ def from_engine(exc: EngineError, fields: LimitFields = COMPLETIONS) -> APIError
         return too_large(exc, fields)
     if isinstance(exc, InvalidRequestError):
         extra = {"limit": exc.limit} if exc.limit is not None else {}
-        return APIError(422, str(exc), field=exc.field_name, extra=extra)
+        return APIError(exc.status, str(exc), field=exc.field_name, extra=extra)
     return model_loading(str(exc))
 
 

@@ -40,7 +40,7 @@ def too_large(exc: RequestTooLargeError, fields: LimitFields) -> APIError:
             f"{fields.prompt}: the prompt is {exc.n_prompt} tokens, over this server's limit of "
             f"{exc.limit} input tokens ({flag})"
         )
-        return APIError(422, message, field=fields.prompt, extra=facts)
+        return APIError(exc.status, message, field=fields.prompt, extra=facts)
     if exc.limit_name == "max_total_tokens":
         flag = SERVE_SPEC.setting_of(exc.limit_name).flag
         message = (
@@ -48,7 +48,7 @@ def too_large(exc: RequestTooLargeError, fields: LimitFields) -> APIError:
             f"{exc.max_tokens} = {exc.value} tokens, over this server's limit of {exc.limit} "
             f"total tokens ({flag})"
         )
-        return APIError(422, message, field=fields.max_tokens, extra=facts)
+        return APIError(exc.status, message, field=fields.max_tokens, extra=facts)
     if exc.field_name == "prompt":  # an empty prompt
-        return APIError(422, f"{fields.prompt}: {exc}", field=fields.prompt, extra=facts)
-    return APIError(422, str(exc), field=exc.field_name, extra=facts)
+        return APIError(exc.status, f"{fields.prompt}: {exc}", field=fields.prompt, extra=facts)
+    return APIError(exc.status, str(exc), field=exc.field_name, extra=facts)

@@ -6,11 +6,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from llmhost.errors import NotFoundError
 from llmhost.store.artifact import MODEL_GGUF, is_artifact
 from llmhost.store.ggufnames import SPLIT, GgufModel, group_models, is_gguf, part_name
 
 
-class ModelNotFoundError(FileNotFoundError):
+class ModelNotFoundError(NotFoundError, FileNotFoundError):
     """The reference names nothing we can load."""
 
 

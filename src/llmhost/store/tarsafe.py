@@ -6,8 +6,10 @@ import os
 import tarfile
 from pathlib import Path, PurePosixPath
 
+from llmhost.errors import ModelError
 
-class UnsafeArchiveError(ValueError):
+
+class UnsafeArchiveError(ModelError, ValueError):
     """The archive holds a member that would land outside the extraction directory."""
 
 

@@ -7,6 +7,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from llmhost.errors import LlmhostError, UnavailableError
 from llmhost.jsontypes import JSONObject, JSONValue
 from llmhost.web.formats import ErrorFormat
 
@@ -40,7 +41,7 @@ def retry_after() -> dict[str, str]:
     return {"Retry-After": str(RETRY_AFTER_S)}
 
 
-class APIError(Exception):
+class APIError(LlmhostError):
     """A refusal: raised by a route (the app's exception handlers answer it) or answered as an
     ErrorResponse, in the format of the route's API."""
 
@@ -82,7 +83,7 @@ def model_loading(reason: str) -> APIError:
 
 
 def unavailable(message: str) -> APIError:
-    return APIError(503, message, "service_unavailable", headers=retry_after())
+    return APIError(UnavailableError.status, message, "service_unavailable", headers=retry_after())
 
 
 def _loc_name(loc: tuple[Any, ...] | list[Any]) -> str:

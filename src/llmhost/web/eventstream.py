@@ -14,6 +14,8 @@ import struct
 import zlib
 from collections.abc import AsyncIterable, AsyncIterator, Mapping
 
+from llmhost.errors import LlmhostError
+
 MEDIA_TYPE = "application/vnd.amazon.eventstream"
 PRELUDE_BYTES = 12
 CRC_BYTES = 4
@@ -23,7 +25,7 @@ TIMEOUT = "ModelInvocationTimeExceeded"
 STREAM_BROKEN = "StreamBroken"
 
 
-class MalformedStream(ValueError):
+class MalformedStream(LlmhostError, ValueError):
     """The bytes are not a sequence of whole event-stream messages."""
 
 

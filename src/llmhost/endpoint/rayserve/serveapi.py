@@ -22,13 +22,14 @@ from typing import Any, TypeVar
 import httpx
 
 from llmhost.endpoint.rayserve import status
+from llmhost.errors import LlmhostError
 
 T = TypeVar("T")
 APPLICATIONS = "/api/serve/applications/"
 TIMEOUT_S = 30.0  # a deploy is answered once Serve's controller took the config, not when it runs
 
 
-class ServeApiError(RuntimeError):
+class ServeApiError(LlmhostError, RuntimeError):
     """The REST API refused a call or could not be reached; the message says which and why.
     `transient`: it did not answer, or failed on its side (5xx): the same call may succeed later."""
 

@@ -19,6 +19,7 @@ from llmhost.console.api import ConsoleSettings
 from llmhost.endpoint.rayserve import nodes, options, status
 from llmhost.endpoint.rayserve.serveapi import ServeApi, retrying
 from llmhost.endpoint.spec import EndpointSpec
+from llmhost.errors import LlmhostError
 from llmhost.serve_spec import LIMIT_ENV, LOG_LEVELS
 from llmhost.web.auth import ApiKeys
 
@@ -28,7 +29,7 @@ DEPLOY_RETRY_S = 120.0  # how long a deploy failing transiently is tried again
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1", "0.0.0.0", "")
 
 
-class RayEndpointError(RuntimeError):
+class RayEndpointError(LlmhostError, RuntimeError):
     """The endpoint could not be deployed; the message says why (Ray's own words included)."""
 
 

@@ -295,7 +295,3 @@ class ShowResponse(Open):
 
 class VersionResponse(Open):
     version: str
-
-
-class StatusResponse(Open):
-    status: str

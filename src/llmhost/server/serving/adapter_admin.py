@@ -11,6 +11,7 @@ import asyncio
 from llmhost.engine.adapters import AdapterConflictError, AdapterInUseError
 from llmhost.engine.llama import ModelLoadError
 from llmhost.engine.lora import AdapterSpec
+from llmhost.errors import BadRequestError, ModelError, NotFoundError
 from llmhost.server.protocol.adapters import (
     AdapterInfo,
     AdapterList,
@@ -41,15 +42,15 @@ class AdapterAdmin:
         try:
             path = await asyncio.to_thread(lambda: str(resolve(body.path).gguf))
         except (ModelNotFoundError, ValueError) as exc:
-            status = 404 if isinstance(exc, ModelNotFoundError) else 422
+            status = exc.status if isinstance(exc, ModelNotFoundError) else BadRequestError.status
             raise APIError(status, str(exc), field="path") from exc
         spec = AdapterSpec(body.name, path, body.scale)
         try:
             await self.ctx.engine.load_adapter(spec)
         except AdapterConflictError as exc:
-            raise APIError(409, str(exc), type_="conflict", field="name") from exc
+            raise APIError(exc.status, str(exc), type_="conflict", field="name") from exc
         except (ModelLoadError, OSError) as exc:
-            raise APIError(422, f"LoRA adapter {body.name!r}: {exc}", field="path") from exc
+            raise APIError(ModelError.status, f"LoRA adapter {body.name!r}: {exc}", field="path") from exc
         self.ctx.adapters.add(spec)
         return await self.listing()
 
@@ -59,14 +60,14 @@ class AdapterAdmin:
             await self.ctx.engine.unload_adapter(body.name)
         except KeyError as exc:
             raise APIError(
-                404,
+                NotFoundError.status,
                 f"no LoRA adapter named {body.name!r}; loaded: {self.ctx.adapters.names()}",
                 type_="not_found",
                 field="name",
             ) from exc
         except AdapterInUseError as exc:
             raise APIError(
-                409, str(exc), type_="conflict", field="name", headers={"Retry-After": "1"}
+                exc.status, str(exc), type_="conflict", field="name", headers={"Retry-After": "1"}
             ) from exc
         self.ctx.adapters.remove(body.name)
         return await self.listing()

@@ -173,9 +173,9 @@ class ServingContext:
         try:
             text = template.render(messages, tools=tools, kwargs=kwargs)
         except ChatTemplateBoundError as exc:  # the template's fault, not the messages'
-            raise APIError(500, str(exc), "server_error") from exc
+            raise APIError(exc.status, str(exc), "server_error") from exc
         except ChatTemplateError as exc:
-            raise APIError(400, str(exc), field="messages") from exc
+            raise APIError(exc.status, str(exc), field="messages") from exc
         # templates usually write the BOS token themselves: don't add a second one
         has_bos = bool(template.bos_token) and text.startswith(template.bos_token)
         return text, self.tokenize(text, add_special=not has_bos)
@@ -365,6 +365,8 @@ def build_params(**fields: Any) -> SamplingParams:
     try:
         return SamplingParams(**fields)
     except ParamError as exc:
-        raise APIError(422, str(exc), field=exc.field_name if exc.field_name in fields else None) from exc
+        raise APIError(
+            exc.status, str(exc), field=exc.field_name if exc.field_name in fields else None
+        ) from exc
     except ValueError as exc:
         raise APIError(422, str(exc)) from exc

@@ -132,7 +132,7 @@ class EmbeddingsServing:
             self.ctx.metrics.rejected.labels(reason=str(err.status)).inc()
             raise err from exc
         except EmbeddingError as exc:
-            raise APIError(500, f"embedding failed: {exc}", "server_error") from exc
+            raise APIError(exc.status, f"embedding failed: {exc}", "server_error") from exc
         n_tokens = sum(len(t) for t in tokens)
         self.ctx.metrics.count(api, "stop")
         self.ctx.metrics.prompt_tokens.inc(n_tokens)

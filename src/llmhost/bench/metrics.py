@@ -29,7 +29,7 @@ from pydantic import TypeAdapter
 
 from llmhost.bench import cost
 from llmhost.bench.slo import GoodputSLO
-from llmhost.jsontypes import JSONObject
+from llmhost.shared.jsontypes import JSONObject
 
 TTFT_S = "ttft_s"
 TPOT_S = "tpot_s"

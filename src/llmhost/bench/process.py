@@ -20,7 +20,7 @@ from typing import IO, Any
 import yaml
 
 from llmhost.bench.http import simple_request
-from llmhost.children import die_with_parent
+from llmhost.process.children import die_with_parent
 
 HOST = "127.0.0.1"
 

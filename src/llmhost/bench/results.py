@@ -10,7 +10,7 @@ from pydantic import TypeAdapter
 
 from llmhost.bench.metrics import LevelSummary
 from llmhost.bench.procstats import Processes
-from llmhost.jsontypes import JSONObject
+from llmhost.shared.jsontypes import JSONObject
 
 SUMMARY_JSON = "summary.json"
 SUMMARY_CSV = "summary.csv"

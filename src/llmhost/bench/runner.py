@@ -30,7 +30,7 @@ from llmhost.bench.workload import (
     load_prompts_file,
     synthetic_workload,
 )
-from llmhost.interrupt import run_interruptible
+from llmhost.process.interrupt import run_interruptible
 
 
 class Progress(Protocol):

@@ -50,7 +50,7 @@ from llmhost.bench.runner import NullProgress, Progress, _now, finish_results, m
 from llmhost.bench.saturation import SaturationRule
 from llmhost.bench.serve_config import ServeSpec, as_list, endpoint_adapters, endpoint_engine, label
 from llmhost.bench.slo import GoodputSLO
-from llmhost.interrupt import run_interruptible
+from llmhost.process.interrupt import run_interruptible
 
 
 class ConfigSpec(BaseModel):

@@ -44,7 +44,7 @@ from llmhost.endpoint.manager import EndpointManager
 from llmhost.endpoint.placement import InsufficientCapacityError
 from llmhost.endpoint.router import error
 from llmhost.endpoint.spec import ComponentList, ComponentSpec, parse_components
-from llmhost.jsontypes import JSONValue
+from llmhost.shared.jsontypes import JSONValue
 from llmhost.web.apidoc import errors, merge, operation
 
 LOOPBACK = {"127.0.0.1", "::1", "localhost", "testclient"}

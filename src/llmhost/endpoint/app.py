@@ -20,7 +20,7 @@ from llmhost.endpoint.manager import EndpointManager
 from llmhost.endpoint.ollama_folder import ModelsFolder
 from llmhost.endpoint.router import Proxy, create_router
 from llmhost.endpoint.runtime import create_runtime_router
-from llmhost.lifecycle import Lifecycle, watch
+from llmhost.process.lifecycle import Lifecycle, watch
 from llmhost.web import responses
 from llmhost.web.apidoc import install as install_doc
 from llmhost.web.asgi import RequestContextMiddleware

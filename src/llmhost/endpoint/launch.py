@@ -1,7 +1,7 @@
 """`llmhost endpoint up`: its option groups and how it starts an endpoint on this host or on Ray.
 
 The options shared with `llmhost serve` (the address, API keys, the log level, the console) are the
-settings groups of `llmhost.serve_spec`; those of `up` alone are the groups here. Heavy modules (the
+settings groups of `llmhost.settings.serve`; those of `up` alone are the groups here. Heavy modules (the
 manager, uvicorn, Ray) are imported where they run.
 """
 
@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from llmhost.serve_spec import AuthOptions, ConsoleOptions, ListenSettings, LogOptions
-from llmhost.setting import setting
+from llmhost.settings.serve import AuthOptions, ConsoleOptions, ListenSettings, LogOptions
+from llmhost.settings.setting import setting
 from llmhost.store.options import use_s3_endpoint
 
 if TYPE_CHECKING:
@@ -243,7 +243,7 @@ def _up_single(spec: EndpointSpec, up: Up, keys: ApiKeys, console: ConsoleSettin
     from llmhost.endpoint.app import create_app
     from llmhost.endpoint.manager import EndpointManager, ManagerTiming
     from llmhost.endpoint.replica import ReplicaTiming
-    from llmhost.lifecycle import GracefulServer, Lifecycle
+    from llmhost.process.lifecycle import GracefulServer, Lifecycle
 
     t, host, port = up.timing, up.listen.host, up.listen.port
     replica_timing = ReplicaTiming(

@@ -18,7 +18,7 @@ from llmhost.console.front import FAMILY as CONSOLE_FAMILY
 from llmhost.endpoint.affinity import Decision
 from llmhost.endpoint.component import ModelState
 from llmhost.endpoint.replica import ReplicaState
-from llmhost.lifecycle import asyncio_tasks
+from llmhost.process.lifecycle import asyncio_tasks
 
 if TYPE_CHECKING:
     from llmhost.endpoint.component import Component

@@ -26,7 +26,7 @@ from llmhost.endpoint.spec_errors import format_errors
 from llmhost.engine.config import EngineConfig
 from llmhost.engine.gguf_check import GGUFError, check_file
 from llmhost.engine.memory_fit import gguf_kv_shape, running_kv_bytes
-from llmhost.serve_spec import default_value
+from llmhost.settings.serve import default_value
 from llmhost.store.ggufnames import SPLIT, is_mmproj
 from llmhost.store.model import AmbiguousModelError, ModelNotFoundError, model_in, model_parts
 

@@ -17,11 +17,11 @@ from starlette.responses import PlainTextResponse, Response
 
 from llmhost.endpoint.ollama_folder import ModelsFolder
 from llmhost.endpoint.routing import NDJSON, error
-from llmhost.serve_spec import SERVE_SPEC
 from llmhost.server.protocol import ollama as proto
 from llmhost.server.protocol.outputs import json_response
 from llmhost.server.routes.deps import json_body
 from llmhost.server.serving.ollama_models import VERSION, adapter_entry, model_entry, running_entry, tagged
+from llmhost.settings.serve import SERVE_SPEC
 from llmhost.web.apidoc import COMMON, errors, operation
 from llmhost.web.formats import OllamaRoute
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import psutil
 
-from llmhost.children import die_with_parent
+from llmhost.process.children import die_with_parent
 
 
 def free_port() -> int:

@@ -28,7 +28,7 @@ from llmhost.endpoint.memlimit import MemoryLimit, memory_limit
 from llmhost.endpoint.placement import Allocation
 from llmhost.endpoint.procs import cpus_allowed, exit_reason, free_port, last_words, preexec, rss_mb
 from llmhost.endpoint.spec import ComponentSpec
-from llmhost.serve_spec import SERVE_SPEC
+from llmhost.settings.serve import SERVE_SPEC
 from llmhost.store.model import ResolvedModel
 from llmhost.web.auth import ENV_KEY_VARS
 

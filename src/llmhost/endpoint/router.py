@@ -40,7 +40,7 @@ from llmhost.endpoint.routing import (
     known,
 )
 from llmhost.endpoint.spec import ClientKeepAlive
-from llmhost.lifecycle import KEEP_ALIVE_S, Lifecycle
+from llmhost.process.lifecycle import KEEP_ALIVE_S, Lifecycle
 from llmhost.web import eventstream
 from llmhost.web.asgi import request_id
 

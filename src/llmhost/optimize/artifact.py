@@ -300,7 +300,7 @@ def measure_load(gguf: Path, threads: int = 0, repeats: int = 3) -> LoadChoice:
 
 def system_prompt_tokens(model: Any, recipe: Recipe) -> list[int]:
     """The tokens a request carrying the system prompt starts with."""
-    from llmhost.chat_template import ChatTemplate, TemplateMessage
+    from llmhost.server.serving.chat_template import ChatTemplate, TemplateMessage
 
     assert recipe.system_prompt is not None
     info = model.info

@@ -26,10 +26,10 @@ from typing import Any
 from typing_extensions import TypedDict
 
 from llmhost.bench.metrics import LevelSummary
-from llmhost.jsontypes import JSONObject
 from llmhost.optimize.artifact import Artifact, build_or_reuse, write_serving_settings
 from llmhost.optimize.recipe_file import RecipeError, RunRecipe
-from llmhost.serve_spec import SERVE_SPEC
+from llmhost.settings.serve import SERVE_SPEC
+from llmhost.shared.jsontypes import JSONObject
 
 BENCHMARK_JSON = "benchmark.json"
 BENCHMARK_FORMAT = "llmhost-optimize-benchmark/1"

@@ -20,7 +20,7 @@ from llmhost.bench.results import BenchResults
 from llmhost.bench.runner import NullProgress, Progress
 from llmhost.bench.serve_config import ServeSpec
 from llmhost.bench.sweep import ConfigSpec, SweepSpec, arun_sweep
-from llmhost.serve_spec import SERVE_SPEC, default_value
+from llmhost.settings.serve import SERVE_SPEC, default_value
 from llmhost.tune.adapters import SERVED_NAME, Adapters
 from llmhost.tune.search import Search
 from llmhost.tune.slo import TuneSLO, judge

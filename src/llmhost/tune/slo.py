@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from llmhost.bench.metrics import LevelSummary
 from llmhost.bench.slostop import STOPPED as SLO_MISSED
-from llmhost.jsontypes import JSONObject
+from llmhost.shared.jsontypes import JSONObject
 from llmhost.tune.doc import LevelJSON
 
 # the percentiles every level reports (llmhost.bench.metrics.PERCENTILES)

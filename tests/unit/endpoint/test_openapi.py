@@ -27,7 +27,7 @@ from llmhost.endpoint.rayserve.options import AppArgs, RayTiming
 from llmhost.endpoint.router import COMPONENT_HEADER
 from llmhost.endpoint.runtime import create_runtime_router
 from llmhost.endpoint.spec import parse_endpoint
-from llmhost.lifecycle import Lifecycle
+from llmhost.process.lifecycle import Lifecycle
 from llmhost.server.protocol.openai import ChatCompletionRequest
 from llmhost.store import ResolvedModel
 from llmhost.web.auth import ApiKeys

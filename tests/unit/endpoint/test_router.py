@@ -21,7 +21,7 @@ from llmhost.endpoint.placement import Allocation
 from llmhost.endpoint.replica import Replica, ReplicaState
 from llmhost.endpoint.router import COMPONENT_HEADER, COPY_HEADER, Proxy, create_router
 from llmhost.endpoint.spec import ComponentSpec
-from llmhost.lifecycle import Lifecycle
+from llmhost.process.lifecycle import Lifecycle
 from llmhost.store import ResolvedModel
 
 Handler = Callable[[httpx.Request], Awaitable[httpx.Response]]
@@ -344,7 +344,7 @@ def test_idle_connections_to_copies_are_dropped_before_the_copy_closes_them() ->
     reuse a connection the copy was closing at that moment: a 502 ("Server disconnected without sending a
     response"), not retried. The pool drops idle connections at half the copies' keep-alive."""
     from llmhost.endpoint.router import POOL_LIMITS
-    from llmhost.lifecycle import KEEP_ALIVE_S
+    from llmhost.process.lifecycle import KEEP_ALIVE_S
 
     assert POOL_LIMITS.keepalive_expiry is not None and POOL_LIMITS.keepalive_expiry <= KEEP_ALIVE_S / 2
 

@@ -14,7 +14,7 @@ from fastapi import FastAPI
 
 from llmhost.endpoint.router import COMPONENT_HEADER, COPY_HEADER, Proxy
 from llmhost.endpoint.runtime import create_runtime_router
-from llmhost.lifecycle import Lifecycle
+from llmhost.process.lifecycle import Lifecycle
 from llmhost.web import eventstream
 from llmhost.web.asgi import RequestContextMiddleware
 from tests.unit.boto_runtime import INVOKE, STREAM, events, parse

@@ -360,7 +360,7 @@ async def test_anthropic_routes_answer_every_layers_errors_in_anthropics_shape()
     from fastapi import APIRouter, FastAPI
     from starlette.responses import Response, StreamingResponse
 
-    from llmhost.lifecycle import Lifecycle
+    from llmhost.process.lifecycle import Lifecycle
     from llmhost.web import responses
     from llmhost.web.asgi import RequestContextMiddleware
     from llmhost.web.auth import ApiKeyMiddleware, ApiKeys

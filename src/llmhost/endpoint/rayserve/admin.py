@@ -29,7 +29,7 @@ from llmhost.endpoint.rayserve.relay import RayComponent
 from llmhost.endpoint.rayserve.serveapi import ServeApi, ServeApiError
 from llmhost.endpoint.routing import known
 from llmhost.endpoint.spec import EndpointSpec, parse_components
-from llmhost.jsontypes import JSONValue
+from llmhost.shared.jsontypes import JSONValue
 
 log = logging.getLogger("llmhost.endpoint")
 SCALE_POLL_S = 0.5

@@ -34,7 +34,7 @@ from llmhost.endpoint.rayserve.relay import RayComponent, RayRelay
 from llmhost.endpoint.rayserve.serveapi import ServeApi, ServeApiError
 from llmhost.endpoint.runtime import create_runtime_router
 from llmhost.endpoint.spec import EndpointSpec
-from llmhost.lifecycle import Lifecycle
+from llmhost.process.lifecycle import Lifecycle
 from llmhost.web import responses
 from llmhost.web.apidoc import install as install_doc
 from llmhost.web.asgi import RequestContextMiddleware

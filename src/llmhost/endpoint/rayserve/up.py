@@ -19,7 +19,7 @@ from llmhost.console.api import ConsoleSettings
 from llmhost.endpoint.rayserve import nodes, options, status
 from llmhost.endpoint.rayserve.serveapi import ServeApi, retrying
 from llmhost.endpoint.spec import EndpointSpec
-from llmhost.serve_spec import LIMIT_ENV, LOG_LEVELS
+from llmhost.settings.serve import LIMIT_ENV, LOG_LEVELS
 from llmhost.web.auth import ApiKeys
 
 log = logging.getLogger("llmhost.endpoint")

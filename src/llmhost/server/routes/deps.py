@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from starlette.requests import Request
 
-from llmhost.jsontypes import JSONObject
-from llmhost.lifecycle import Lifecycle
+from llmhost.process.lifecycle import Lifecycle
 from llmhost.server.protocol.limits import parse_json
 from llmhost.server.serving.adapter_admin import AdapterAdmin
 from llmhost.server.serving.adapters import ADAPTER_HEADER, header_selects
@@ -14,6 +13,7 @@ from llmhost.server.serving.custom import CustomInference
 from llmhost.server.serving.embeddings import EmbeddingsServing
 from llmhost.server.serving.openai import OpenAIServing
 from llmhost.server.serving.tgi import TGIServing
+from llmhost.shared.jsontypes import JSONObject
 from llmhost.web.errors import APIError
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from starlette.responses import JSONResponse, Response
 
-from llmhost.lifecycle import Phase
+from llmhost.process.lifecycle import Phase
 from llmhost.server.protocol.llama import DetokenizeRequest, TokenizeRequest
 from llmhost.server.protocol.outputs import (
     Detokenized,

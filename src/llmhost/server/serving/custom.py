@@ -28,13 +28,13 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from llmhost.inference import bind_engine_model
-from llmhost.jsontypes import JSONObject
 from llmhost.server.custom_code import Handlers, load_handlers
 from llmhost.server.errors import refused_in
 from llmhost.server.protocol.limits import parse_json
 from llmhost.server.serving.context import ServingContext
 from llmhost.server.serving.custom_model import CustomModel, current_request_id
 from llmhost.server.serving.runtime import STREAMING_KEYS, streaming_body, streams
+from llmhost.shared.jsontypes import JSONObject
 from llmhost.web.asgi import request_id
 from llmhost.web.errors import APIError
 from llmhost.web.formats import TGI

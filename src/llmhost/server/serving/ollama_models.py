@@ -17,12 +17,12 @@ import gguf
 from starlette.requests import Request
 
 from llmhost.engine.gguf_check import check_file
-from llmhost.jsontypes import JSONObject
 from llmhost.server.protocol import ollama as proto
 from llmhost.server.serving.context import ServingContext
 from llmhost.server.serving.embeddings import EmbeddingsServing
 from llmhost.server.serving.ollama import check_keep_alive
 from llmhost.server.serving.ollama_params import check_options, supports_thinking, supports_tools
+from llmhost.shared.jsontypes import JSONObject
 from llmhost.web.errors import APIError
 
 API = "ollama"

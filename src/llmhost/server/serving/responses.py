@@ -13,7 +13,6 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from llmhost.engine import Constraint, ConstraintKind, FinishReason, GenerationEvent
-from llmhost.jsontypes import JSONObject
 from llmhost.server import limit_fields
 from llmhost.server.protocol import responses as proto
 from llmhost.server.protocol.openai import (
@@ -42,6 +41,7 @@ from llmhost.server.serving.responses_events import (
     usage,
 )
 from llmhost.server.serving.structured import schema_constraint
+from llmhost.shared.jsontypes import JSONObject
 from llmhost.web.errors import APIError
 
 API = "responses"

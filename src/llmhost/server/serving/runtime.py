@@ -20,8 +20,8 @@ from starlette.requests import Request
 from starlette.responses import AsyncContentStream, Response, StreamingResponse
 
 from llmhost.engine.request import EngineError
-from llmhost.jsontypes import JSONObject
 from llmhost.server.errors import from_engine
+from llmhost.shared.jsontypes import JSONObject
 from llmhost.web import eventstream
 from llmhost.web import sagemaker_runtime as wire
 from llmhost.web.asgi import request_id

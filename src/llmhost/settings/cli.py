@@ -1,5 +1,5 @@
 """Command-line options from settings groups: each field of a group (a frozen dataclass whose fields are
-`serve_spec.setting`s) is one typer option, so commands share a group (where to listen, API keys, the log
+`settings.setting`s) is one typer option, so commands share a group (where to listen, API keys, the log
 level, the console) instead of re-declaring its options, and receive it typed (`listen.port: int`).
 
 `grouped(listen=ListenSettings, auth=AuthOptions)` turns `def up(file: ..., listen: ListenSettings, auth:
@@ -17,7 +17,7 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 
-from llmhost.setting import Setting, SettingsSpec
+from llmhost.settings.setting import Setting, SettingsSpec
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 

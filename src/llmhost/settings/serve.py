@@ -4,7 +4,7 @@ Each group is a frozen dataclass (vLLM's `EngineArgs` pattern): a field's type a
 setting's, and its `setting(...)` metadata the rest: help, bounds, the environment variable read when it
 is left unset, whether an endpoint file's `engine:` may set it, the EngineConfig or ServerSettings field
 it fills. From these fields, and only from them, come `llmhost serve`'s options (cli.py), the typed
-options `build` takes (serve_settings.ServeOptions: every group but the process's), the endpoint file's
+options `build` takes (settings.build.ServeOptions: every group but the process's), the endpoint file's
 `engine:` keys and their bounds (endpoint/spec.py), the command line an endpoint copy, a Ray copy, a
 sweep and the tuner run, and the docs' table of serve options (docs/reference/cli.md). The rules between
 settings are checked by `SettingsSpec.engine_config` (and EngineConfig's own checks) on the values in
@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from llmhost.engine.config import EMBED_MAX_INPUT_TOKENS, CacheType, EngineConfig, SchedulePolicy
-from llmhost.setting import Setting, SettingsSpec, required, setting, type_of
+from llmhost.settings.setting import Setting, SettingsSpec, required, setting, type_of
 
 __all__ = ["Setting", "SettingsSpec", "required", "setting", "type_of"]  # re-exported: their readers' home
 
@@ -420,7 +420,7 @@ class ProcessSettings(AuthOptions, LogOptions):
     )
 
 
-# the groups of the server `llmhost serve` builds (serve_settings.ServeOptions has their fields)
+# the groups of the server `llmhost serve` builds (build.ServeOptions has their fields)
 SERVE_GROUPS: tuple[type[Any], ...] = (ListenSettings, EngineSettings, ChatSettings, ConsoleOptions)
 SERVE_SPEC = ServeSettingsSpec.of(SERVE_GROUPS, process=(ProcessSettings,))
 

@@ -2,7 +2,7 @@
 used by `llmhost serve` itself and by a copy of an endpoint on Ray (which runs the same server app
 in-process), so that both get the same engine from the same inputs.
 
-The options themselves are declared in `llmhost.serve_spec`; this module maps them to the server's
+The options themselves are declared in `llmhost.settings.serve`; this module maps them to the server's
 settings (llama.cpp loads only inside `build`).
 """
 
@@ -10,17 +10,16 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from llmhost.engine.config import EngineConfig
-from llmhost.serve_spec import (
+from llmhost.settings.serve import (
     SERVE_SPEC,
     ChatSettings,
     ConsoleOptions,
     EngineSettings,
     ListenSettings,
-    engine_fallbacks,
 )
 from llmhost.web.auth import ApiKeys
 
@@ -52,10 +51,6 @@ class ServeOptions(ListenSettings, EngineSettings, ChatSettings, ConsoleOptions)
     def resolved(self, name: str, env: Mapping[str, str], fallback: Any = None) -> Any:
         """The setting in effect: the option, else its variable, else its default."""
         return SERVE_SPEC[name].resolve(getattr(self, name), env, fallback)
-
-    def engine_config(self, env: Mapping[str, str]) -> EngineConfig:
-        """The engine these settings make, every rule between them checked (ValueError naming them)."""
-        return SERVE_SPEC.engine_config(self.values, env)
 
 
 @dataclass(frozen=True)
@@ -100,22 +95,24 @@ def adapter_specs(opts: ServeOptions) -> tuple[AdapterSpec, ...]:
     return tuple(specs)
 
 
-def engine_config(
+def as_loaded(
+    engine: EngineConfig,
     opts: ServeOptions,
     env: Mapping[str, str],
     draft_path: str,
     hints: ServeHints | None,
     recipe: dict[str, Any],
 ) -> EngineConfig:
-    """Every setting the spec maps to an EngineConfig field, in effect (option, variable or default),
-    then the artifact's recipe (settings not given as options) and its measured load mode."""
-    fallbacks = engine_fallbacks(opts.values)
-    values = {s.engine: opts.resolved(s.name, env, fallbacks.get(s.name)) for s in SERVE_SPEC if s.engine}
-    values.update(recipe)
+    """The settings' engine (`SERVE_SPEC.engine_config`) as it loads: the artifact's recipe (settings not
+    given as options) and its measured load mode, the draft model and the adapters at their resolved
+    paths; EngineConfig's checks run again on what changed."""
+    # swa_full as given: the settings' speculation may have turned it on where the recipe's turns it off
+    changes: dict[str, Any] = {"swa_full": opts.resolved("swa_full", env), **recipe}
     if draft_path:
-        values["speculative"] = "draft"
-    return EngineConfig(
-        **values,
+        changes["speculative"] = "draft"
+    return replace(
+        engine,
+        **changes,
         draft_model=draft_path,
         load_mode=hints.load_mode if hints else "auto",
         repack=hints.repack if hints else True,
@@ -134,11 +131,11 @@ def build(opts: ServeOptions, env: Mapping[str, str] | None = None) -> Built:
     from llmhost.store import resolve
 
     env = os.environ if env is None else env
-    opts.engine_config(env)
+    engine = SERVE_SPEC.engine_config(opts.values, env)
     resolved = resolve(opts.model)
     draft_path = str(resolve(opts.draft_model).gguf) if opts.draft_model else ""
     hints, recipe, notes = _artifact(opts, resolved)
-    engine = engine_config(opts, env, draft_path, hints, recipe)
+    engine = as_loaded(engine, opts, env, draft_path, hints, recipe)
     settings = ServerSettings(
         model_path=resolved.gguf,
         engine=engine,

@@ -1,7 +1,7 @@
 """A setting: one field of a settings group (a frozen dataclass) that carries, in its metadata, what a
 command line, an environment variable, an endpoint file and the docs make of it (`setting(...)`), and the
 spec of a command's settings read from those fields (`SettingsSpec.of(groups)`). The settings
-themselves are declared in `llmhost.serve_spec` (`llmhost serve`'s) and beside the commands that take
+themselves are declared in `llmhost.settings.serve` (`llmhost serve`'s) and beside the commands that take
 other groups (`endpoint up`, `tune`)."""
 
 from __future__ import annotations

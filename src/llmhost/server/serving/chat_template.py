@@ -18,7 +18,7 @@ from jinja2.exceptions import SecurityError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 from typing_extensions import TypedDict
 
-from llmhost.jsontypes import JSONObject, JSONValue
+from llmhost.shared.jsontypes import JSONObject, JSONValue
 
 # a prompt is refused beyond max_input_tokens long before this; a template writing more is broken
 MAX_OUTPUT_CHARS = 32 * 2**20

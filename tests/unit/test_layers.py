@@ -32,7 +32,8 @@ LAYERS: list[tuple[str, ...]] = [
 APART = [("llmhost.bench", "llmhost.endpoint")]
 # third-party modules only these parts may import
 ONLY_IN = {
-    "llama_cpp": ("llmhost.engine", "llmhost.optimize"),
+    # the engine's llama.cpp calls, in one package (and optimize's quantizer)
+    "llama_cpp": ("llmhost.engine.llamacpp", "llmhost.optimize"),
     "ray": ("llmhost.endpoint.rayserve",),
 }
 

@@ -20,8 +20,8 @@ import llmhost.settings.build
 from llmhost.bench.serve_config import ServeSpec
 from llmhost.bench.sweep import ConfigSpec, SweepSpec, expand
 from llmhost.cli import serve_command
+from llmhost.endpoint.control.replica import copy_command
 from llmhost.endpoint.rayserve.server import copy_options
-from llmhost.endpoint.replica import copy_command
 from llmhost.endpoint.spec import ComponentSpec, EngineSpec, ResourcesSpec
 from llmhost.settings.build import ServeOptions
 from llmhost.settings.serve import SERVE_SPEC, EngineSettings
@@ -143,7 +143,7 @@ def test_a_new_setting_can_be_swept() -> None:
 
 def test_the_choices_the_spec_declares_are_those_the_engine_and_server_take() -> None:
     from llmhost.engine.config import SPECULATIVE_MODES
-    from llmhost.engine.gguf_meta import POOLING
+    from llmhost.engine.llamacpp.gguf_meta import POOLING
 
     assert set(SERVE_SPEC["pooling"].choices) == set(POOLING)
     assert {"", *SERVE_SPEC["speculative"].choices} == set(SPECULATIVE_MODES)

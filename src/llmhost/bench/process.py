@@ -19,7 +19,7 @@ from typing import IO, Any
 
 import yaml
 
-from llmhost.bench.http import simple_request
+from llmhost.bench.load.http import simple_request
 from llmhost.process.children import die_with_parent
 
 HOST = "127.0.0.1"

@@ -21,7 +21,7 @@ from llmhost.store.options import use_s3_endpoint
 
 if TYPE_CHECKING:
     from llmhost.console.api import ConsoleSettings
-    from llmhost.endpoint.manager import EndpointManager
+    from llmhost.endpoint.control.manager import EndpointManager
     from llmhost.endpoint.spec import EndpointSpec
     from llmhost.web.auth import ApiKeys
 
@@ -241,8 +241,8 @@ def _up_single(spec: EndpointSpec, up: Up, keys: ApiKeys, console: ConsoleSettin
     import uvicorn
 
     from llmhost.endpoint.app import create_app
-    from llmhost.endpoint.manager import EndpointManager, ManagerTiming
-    from llmhost.endpoint.replica import ReplicaTiming
+    from llmhost.endpoint.control.manager import EndpointManager, ManagerTiming
+    from llmhost.endpoint.control.replica import ReplicaTiming
     from llmhost.process.lifecycle import GracefulServer, Lifecycle
 
     t, host, port = up.timing, up.listen.host, up.listen.port
@@ -276,8 +276,8 @@ def _up_single(spec: EndpointSpec, up: Up, keys: ApiKeys, console: ConsoleSettin
 def _checked_manager(manager: EndpointManager) -> EndpointManager:
     """Models resolved (each once: the copies reuse it) and capacity checked before anything starts. A
     model reference naming nothing is a usage error (2), as for `llmhost serve`; no room is 1."""
+    from llmhost.endpoint.control.placement import InsufficientCapacityError
     from llmhost.endpoint.control_errors import ComponentError, ModelRefError
-    from llmhost.endpoint.placement import InsufficientCapacityError
     from llmhost.endpoint.spec import SpecError
 
     try:

@@ -13,7 +13,13 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ModelWrapValidatorHandler, ValidationError, model_validator
 
-from llmhost.endpoint.adapter_spec import AdapterEntry, AdapterRef, check_adapter_component, check_names, fold
+from llmhost.endpoint.adapters.spec import (
+    AdapterEntry,
+    AdapterRef,
+    check_adapter_component,
+    check_names,
+    fold,
+)
 from llmhost.endpoint.spec_errors import format_errors
 from llmhost.engine.config import CacheType, SchedulePolicy
 from llmhost.settings.serve import (

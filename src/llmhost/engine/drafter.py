@@ -11,10 +11,10 @@ import logging
 
 import numpy as np
 
-from llmhost.engine.llama import LlamaModel, ModelLoadError
-from llmhost.engine.prefix_cache import KvMove, KvTrim
-from llmhost.engine.sequence import Sequence
-from llmhost.engine.step_plan import BatchItem
+from llmhost.engine.kv.prefix_cache import KvMove, KvTrim
+from llmhost.engine.llamacpp.model import LlamaModel, ModelLoadError
+from llmhost.engine.sched.sequence import Sequence
+from llmhost.engine.sched.step_plan import BatchItem
 
 log = logging.getLogger(__name__)
 

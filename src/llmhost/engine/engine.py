@@ -17,15 +17,14 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from llmhost.engine.adapters import LoadedAdapters, keys_in_use
 from llmhost.engine.config import EngineConfig
-from llmhost.engine.constraint import ConstraintCompiler, grammar_of
 from llmhost.engine.drafter import Drafter
-from llmhost.engine.host_cache import host_cache
+from llmhost.engine.kv.host_cache import host_cache
+from llmhost.engine.kv.prefix_cache import KvTrim
 from llmhost.engine.kv_runner import KvOpError, KvRunner
-from llmhost.engine.llama import LlamaModel
+from llmhost.engine.llamacpp.model import LlamaModel
+from llmhost.engine.loras.adapters import LoadedAdapters, keys_in_use
 from llmhost.engine.output import Active, process_tokens, timings
-from llmhost.engine.prefix_cache import KvTrim
 from llmhost.engine.request import (
     FinishReason,
     GenerationEvent,
@@ -34,11 +33,12 @@ from llmhost.engine.request import (
     check_limits,
     check_token_ids,
 )
-from llmhost.engine.sampling import Sampler, prompt_logprobs, verify_draft
-from llmhost.engine.scheduler import Scheduler
-from llmhost.engine.sequence import SeqStatus, Sequence, new_sequence
+from llmhost.engine.sample.constraint import ConstraintCompiler, grammar_of
+from llmhost.engine.sample.sampling import Sampler, prompt_logprobs, verify_draft
+from llmhost.engine.sched.scheduler import Scheduler
+from llmhost.engine.sched.sequence import SeqStatus, Sequence, new_sequence
+from llmhost.engine.sched.step_plan import BatchItem, StepPlan
 from llmhost.engine.stats import EngineObserver, EngineStats
-from llmhost.engine.step_plan import BatchItem, StepPlan
 from llmhost.engine.text import IncrementalDetokenizer
 
 log = logging.getLogger(__name__)

@@ -7,8 +7,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from llmhost.engine.request import FinishReason, SamplingParams, Timings, TokenLogprob
-from llmhost.engine.sampling import Sampler
-from llmhost.engine.sequence import Sequence
+from llmhost.engine.sample.sampling import Sampler
+from llmhost.engine.sched.sequence import Sequence
 from llmhost.engine.text import IncrementalDetokenizer
 
 

@@ -270,7 +270,7 @@ def measure_load(gguf: Path, threads: int = 0, repeats: int = 3) -> LoadChoice:
 
     The file is read once first so every setting starts from a warm page cache, and settings alternate.
     """
-    from llmhost.engine.llama import LlamaModel
+    from llmhost.engine.llamacpp.model import LlamaModel
 
     with gguf.open("rb") as f:
         while f.read(1 << 24):
@@ -330,8 +330,8 @@ def system_prompt_tokens(model: Any, recipe: Recipe) -> list[int]:
 def save_system_prompt_state(
     gguf: Path, recipe: Recipe, path: Path, load_mode: str, threads: int
 ) -> PrefixStateRecord:
-    from llmhost.engine.llama import LlamaModel
-    from llmhost.engine.prefix_state import save_prefix_state
+    from llmhost.engine.kv.prefix_state import save_prefix_state
+    from llmhost.engine.llamacpp.model import LlamaModel
 
     probe = LlamaModel(gguf, _small_config(64, recipe.flash_attn, load_mode, threads))
     try:

@@ -25,7 +25,7 @@ from typing import Any
 
 from typing_extensions import TypedDict
 
-from llmhost.bench.metrics import LevelSummary
+from llmhost.bench.figures.metrics import LevelSummary
 from llmhost.optimize.artifact import Artifact, build_or_reuse, write_serving_settings
 from llmhost.optimize.recipe_file import RecipeError, RunRecipe
 from llmhost.settings.serve import SERVE_SPEC
@@ -100,7 +100,7 @@ def serve_argv(target: str | Path, port: int, recipe: RunRecipe) -> list[str]:
 
 async def _measure(name: str, target: str | Path, recipe: RunRecipe, logs: Path, say: Say) -> Measured:
     from llmhost.bench import arun_benchmark
-    from llmhost.bench.http import simple_request
+    from llmhost.bench.load.http import simple_request
     from llmhost.bench.process import HOST, ServerProcess, free_port
 
     port = free_port()

@@ -34,16 +34,16 @@ from llmhost.server.routes import (
     tgi,
 )
 from llmhost.server.serving.adapter_admin import AdapterAdmin
-from llmhost.server.serving.anthropic import AnthropicServing
+from llmhost.server.serving.apis.anthropic import AnthropicServing
+from llmhost.server.serving.apis.custom import CustomInference
+from llmhost.server.serving.apis.embeddings import EmbeddingsServing
+from llmhost.server.serving.apis.ollama import OllamaServing
+from llmhost.server.serving.apis.ollama_models import OllamaModels
+from llmhost.server.serving.apis.openai import OpenAIServing
+from llmhost.server.serving.apis.responses import ResponsesServing
+from llmhost.server.serving.apis.tgi import TGIServing
 from llmhost.server.serving.chat_template import template_fault
 from llmhost.server.serving.context import ServingContext
-from llmhost.server.serving.custom import CustomInference
-from llmhost.server.serving.embeddings import EmbeddingsServing
-from llmhost.server.serving.ollama import OllamaServing
-from llmhost.server.serving.ollama_models import OllamaModels
-from llmhost.server.serving.openai import OpenAIServing
-from llmhost.server.serving.responses import ResponsesServing
-from llmhost.server.serving.tgi import TGIServing
 from llmhost.server.settings import ServerSettings
 from llmhost.web import apidoc
 from llmhost.web.asgi import RequestContextMiddleware

@@ -9,8 +9,8 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from llmhost.endpoint.adapter_spec import AdapterEntry
-from llmhost.engine.lora import AdapterSpec, check_unique, parse_lora
+from llmhost.endpoint.adapters.spec import AdapterEntry
+from llmhost.engine.loras.lora import AdapterSpec, check_unique, parse_lora
 from llmhost.shared.jsontypes import JSONObject
 
 # What requests name the base model by where adapters are served: the name of the endpoint file's

@@ -7,7 +7,7 @@ from typing import NotRequired
 
 from typing_extensions import TypedDict
 
-from llmhost.bench.procstats import Processes
+from llmhost.bench.figures.procstats import Processes
 from llmhost.shared.jsontypes import JSONObject
 
 

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from llmhost.bench.conversations import ConversationSettings, parse_think_time
+from llmhost.bench.load.conversations import ConversationSettings, parse_think_time
 from llmhost.settings.serve import SERVE_SPEC
 from llmhost.settings.setting import required, setting
 

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from llmhost.bench.conversations import ConversationSettings
+from llmhost.bench.load.conversations import ConversationSettings
 from llmhost.bench.results import BenchResults
 from llmhost.bench.runner import NullProgress, Progress
 from llmhost.bench.serve_config import ServeSpec

@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
-from llmhost.bench.procstats import Processes
+from llmhost.bench.figures.procstats import Processes
 from llmhost.tune.doc import CandidateJSON, PickJSON
 from llmhost.tune.slo import LevelOutcome, TuneSLO
 from llmhost.tune.space import Candidate

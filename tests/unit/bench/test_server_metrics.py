@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from llmhost.bench import BenchConfig, run_benchmark
-from llmhost.bench.http import Endpoint
-from llmhost.bench.server_metrics import MetricsProbe, parse_scrape, summarize_scrapes
+from llmhost.bench.load.http import Endpoint
+from llmhost.bench.load.server_metrics import MetricsProbe, parse_scrape, summarize_scrapes
 
 LLAMA_SERVER = """# HELP llamacpp:tokens_predicted_total Number of generation tokens processed.
 # TYPE llamacpp:tokens_predicted_total counter

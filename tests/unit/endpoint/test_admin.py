@@ -9,9 +9,9 @@ import pytest
 from fastapi import FastAPI
 
 from llmhost.endpoint.admin import LocalAdmin, create_admin
-from llmhost.endpoint.component import Component
-from llmhost.endpoint.manager import EndpointManager
-from llmhost.endpoint.placement import Ledger
+from llmhost.endpoint.control.component import Component
+from llmhost.endpoint.control.manager import EndpointManager
+from llmhost.endpoint.control.placement import Ledger
 from llmhost.endpoint.spec import parse_endpoint
 from llmhost.store import ResolvedModel
 

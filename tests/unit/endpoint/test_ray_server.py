@@ -17,10 +17,10 @@ from starlette.responses import Response
 from typer.testing import CliRunner
 
 import llmhost.cli
+from llmhost.endpoint.control.replica import copy_command
 from llmhost.endpoint.rayserve import nodes, server
 from llmhost.endpoint.rayserve.options import RayTiming, component_options
 from llmhost.endpoint.rayserve.server import InProcessServer
-from llmhost.endpoint.replica import copy_command
 from llmhost.endpoint.spec import ComponentSpec, EngineSpec, parse_endpoint
 from llmhost.optimize.artifact import write_serving_settings
 from llmhost.process.lifecycle import Lifecycle

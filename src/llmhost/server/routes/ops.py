@@ -16,7 +16,7 @@ from llmhost.server.protocol.outputs import (
     json_response,
 )
 from llmhost.server.routes import deps
-from llmhost.server.serving import tokenizer
+from llmhost.server.serving.apis import tokenizer
 from llmhost.web.apidoc import BODY, COMMON, errors, operation
 
 router = APIRouter()

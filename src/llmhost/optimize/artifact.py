@@ -2,7 +2,7 @@
 
 A directory holds `model.gguf`, `recipe.yaml` (what was applied), `quality.json`, `artifact.json`
 (the key, the measured load settings, file digests) and optionally `state.bin`, the KV state of a
-configured system prompt (`engine.prefix_state` format). The key is the sha256 of: the source
+configured system prompt (`engine.kv.prefix_state` format). The key is the sha256 of: the source
 model's sha256, the recipe, this CPU's feature flags and the engine versions (llmhost,
 llama-cpp-python). A matching key is reused; anything else is rebuilt. At serve time the state is
 restored only when the GGUF, the CPU and the engine are exactly those it was made with.

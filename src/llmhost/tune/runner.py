@@ -30,7 +30,7 @@ from llmhost.tune.state import CandidateRecord, CandidateState
 # `llmhost serve` reads these when its flags are not given: set, they change what the baseline runs
 SERVE_ENV = tuple(SERVE_SPEC[n].env for n in ("max_concurrent", "max_batch_tokens", "threads"))
 # CPUs that processes other than the candidate's and the load generator used on average while it was
-# measured (bench.procstats), at or above which its figures are said to be suspect
+# measured (bench.figures.procstats), at or above which its figures are said to be suspect
 BUSY_OTHER_CPUS = 0.25
 
 

@@ -31,7 +31,7 @@ class CandidateRecord:
     levels: list[LevelOutcome] = field(default_factory=list)
     seconds: float = 0.0  # start to stop, server start-up included
     results_dir: str | None = None  # its `llmhost bench` results directory
-    # CPU and memory of its server, copies and the load generator over its levels (bench.procstats)
+    # CPU and memory of its server, copies and the load generator over its levels (bench.figures.procstats)
     processes: Processes | None = None
 
     @property

@@ -217,7 +217,7 @@ class LevelSummary:
     goodput_rps: float | None = None  # good_requests / wall time
     server_figures: dict[str, float] = field(default_factory=dict)  # "server_queue_depth_max" → value
     server_metrics: JSONObject = field(default_factory=dict)  # raw /metrics deltas and gauges
-    conversations: JSONObject | None = None  # the conversation workload's counts (bench.convload)
+    conversations: JSONObject | None = None  # the conversation workload's counts (bench.load.convload)
     by_model: dict[str, JSONObject] = field(default_factory=dict)  # a mix's figures, model by model
 
     def get(self, key: str) -> float | None:

@@ -47,7 +47,7 @@ class LoadSettings:
     max_in_flight: int = 1024  # open loop: arrivals wait beyond this many requests in flight
     seed: int = 0
     burstiness: float = 1.0  # open loop: gamma shape of the inter-arrival gaps (1.0: Poisson)
-    slo_stop: SloStop | None = None  # stop the level once it cannot meet this SLO (bench.slostop)
+    slo_stop: SloStop | None = None  # stop the level once it cannot meet this SLO (bench.load.slostop)
 
     def __post_init__(self) -> None:
         if self.duration_s is None and self.requests is None:
@@ -159,7 +159,7 @@ async def _read_stream(
                     if rec.answer_ttft_s is None and stream.answered:
                         rec.answer_ttft_s = now - t0
             if rec.ttft_s is None and token_times:
-                rec.ttft_s = token_times[0]  # known before the end: see bench.slostop
+                rec.ttft_s = token_times[0]  # known before the end: see bench.load.slostop
     except (aiohttp.ClientError, OSError) as exc:
         raise classify(exc) from exc
     end = time.perf_counter()
@@ -239,7 +239,7 @@ class Phase:
             self.in_flight[id(rec)] = (rec, time.perf_counter())
 
     def check_waiting(self) -> None:
-        """Count the requests in flight that have waited past the TTFT bound (see bench.slostop)."""
+        """Count the requests in flight that have waited past the TTFT bound (see bench.load.slostop)."""
         if self.watch is None:
             return
         now = time.perf_counter()

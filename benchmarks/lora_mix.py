@@ -25,7 +25,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from llmhost.engine import Engine, EngineConfig, GenerationRequest, LlamaModel, SamplingParams
-from llmhost.engine.loras.lora import AdapterSpec
+from llmhost.engine.lora import AdapterSpec
 from llmhost.store import resolve_model
 from tests.integration.lora_helpers import write_adapter
 

@@ -25,8 +25,8 @@ from llmhost.engine import (
     ModelLoadError,
     SamplingParams,
 )
-from llmhost.engine.loras.adapters import AdapterInUseError
-from llmhost.engine.loras.lora import AdapterSpec
+from llmhost.engine.llamacpp.adapters import AdapterInUseError
+from llmhost.engine.lora import AdapterSpec
 from llmhost.store import resolve_model
 from tests.integration.engine_runs import logprobs_of
 from tests.integration.lora_helpers import write_adapter

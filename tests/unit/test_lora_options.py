@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from llmhost.engine.loras.lora import AdapterSpec
+from llmhost.engine.lora import AdapterSpec
 from llmhost.settings.build import ServeOptions, build
 from llmhost.store import ModelNotFoundError, resolve_model
 

@@ -5,7 +5,7 @@ import pytest
 from llmhost.engine.config import EngineConfig
 from llmhost.engine.kv.host_cache import HostCache, StateKey
 from llmhost.engine.kv.prefix_cache import KvCopy, KvSave, PrefixCache
-from llmhost.engine.loras.lora import AdapterSpec, adapter_set, label, parse_lora
+from llmhost.engine.lora import AdapterSpec, adapter_set, label, parse_lora
 from llmhost.engine.sched.scheduler import Scheduler
 from llmhost.engine.sched.sequence import Sequence
 

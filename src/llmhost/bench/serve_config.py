@@ -89,7 +89,7 @@ def endpoint_engine(settings: SettingsSpec, given: dict[str, Any]) -> dict[str, 
 def endpoint_adapters(given: dict[str, Any]) -> list[dict[str, Any]]:
     """The component's `adapters:` for the given `lora` values (`--lora NAME=PATH[:SCALE]`, read as
     `llmhost serve` reads them)."""
-    from llmhost.engine.loras.lora import parse_lora
+    from llmhost.engine.lora import parse_lora
 
     out: list[dict[str, Any]] = []
     for text in given.get("lora") or []:

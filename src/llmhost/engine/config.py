@@ -7,7 +7,7 @@ import os
 from dataclasses import dataclass
 from typing import Literal, get_args
 
-from llmhost.engine.loras.lora import AdapterSpec, check_unique
+from llmhost.engine.lora import AdapterSpec, check_unique
 
 log = logging.getLogger(__name__)
 SchedulePolicy = Literal["fewest-left", "arrival", "cached-first"]

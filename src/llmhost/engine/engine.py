@@ -24,8 +24,8 @@ from llmhost.engine.drafter import Drafter, NoDrafter
 from llmhost.engine.kv.host_cache import host_cache
 from llmhost.engine.kv.prefix_cache import KvTrim
 from llmhost.engine.kv_runner import KvOpError, KvRunner
+from llmhost.engine.llamacpp.adapters import LoadedAdapters, keys_in_use
 from llmhost.engine.llamacpp.model import LlamaModel
-from llmhost.engine.loras.adapters import LoadedAdapters, keys_in_use
 from llmhost.engine.output import Active, OutputProcessor
 from llmhost.engine.request import (
     FinishReason,

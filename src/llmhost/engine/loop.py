@@ -19,10 +19,10 @@ from llmhost.engine.config import EngineConfig
 from llmhost.engine.drafter import Drafter
 from llmhost.engine.engine import Engine
 from llmhost.engine.kv.prefix_state import load_prefix_state
+from llmhost.engine.llamacpp.adapters import AdapterStatus
 from llmhost.engine.llamacpp.gguf_meta import ModelInfo
 from llmhost.engine.llamacpp.model import LlamaModel, ModelLoadError
-from llmhost.engine.loras.adapters import AdapterStatus
-from llmhost.engine.loras.lora import AdapterSpec
+from llmhost.engine.lora import AdapterSpec
 from llmhost.engine.request import (
     Constraint,
     EngineUnavailableError,

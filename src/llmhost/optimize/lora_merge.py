@@ -30,8 +30,8 @@ from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 from gguf.quants import dequantize
 
 from llmhost.engine.llamacpp.gguf_check import GGUFError, GGUFLayout, check_file
-from llmhost.engine.loras.fit import TOKEN_EMBD as _TOKEN_EMBD
-from llmhost.engine.loras.fit import AdapterFitError, BaseShape, check_adapter
+from llmhost.engine.llamacpp.lora_fit import TOKEN_EMBD as _TOKEN_EMBD
+from llmhost.engine.llamacpp.lora_fit import AdapterFitError, BaseShape, check_adapter
 
 F32, F16 = GGMLQuantizationType.F32, GGMLQuantizationType.F16
 MERGED_TYPES = ("f16", "f32")

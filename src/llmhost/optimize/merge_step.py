@@ -33,7 +33,7 @@ class MergeStep(TypedDict):
 
 def merge_inputs(texts: Sequence[str], option: str = "--merge-lora") -> list[MergeInput]:
     """Each `PATH[:SCALE]` resolved as a model reference (an s3:// one downloaded) and hashed."""
-    from llmhost.engine.loras.lora import parse_scaled
+    from llmhost.engine.lora import parse_scaled
     from llmhost.store import ModelNotFoundError, resolve
 
     inputs: list[MergeInput] = []

@@ -183,7 +183,7 @@ def parse_recipe(data: Any, base_dir: str | Path = ".", where: str = "recipe") -
 
 def _resolved_scaled(text: str, resolve: Callable[[str | None], str | None]) -> str:
     """A `PATH[:SCALE]` with a relative PATH made relative to the recipe file (s3://, hf:// kept)."""
-    from llmhost.engine.loras.lora import parse_scaled
+    from llmhost.engine.lora import parse_scaled
 
     ref, scale = parse_scaled(text)
     if "://" in ref:

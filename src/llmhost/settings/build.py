@@ -24,7 +24,7 @@ from llmhost.settings.serve import (
 from llmhost.web.auth import ApiKeys
 
 if TYPE_CHECKING:
-    from llmhost.engine.loras.lora import AdapterSpec
+    from llmhost.engine.lora import AdapterSpec
     from llmhost.server import ServerSettings
     from llmhost.store import ResolvedModel
     from llmhost.store.artifact import ServeHints
@@ -81,7 +81,7 @@ def _artifact(
 
 def adapter_specs(opts: ServeOptions) -> tuple[AdapterSpec, ...]:
     """The --lora adapters, each path resolved as a model reference (an s3:// one downloaded)."""
-    from llmhost.engine.loras.lora import AdapterSpec, parse_lora
+    from llmhost.engine.lora import AdapterSpec, parse_lora
     from llmhost.store import ModelNotFoundError, resolve
 
     specs = []

@@ -10,7 +10,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from llmhost.endpoint.adapters.spec import AdapterEntry
-from llmhost.engine.loras.lora import AdapterSpec, check_unique, parse_lora
+from llmhost.engine.lora import AdapterSpec, check_unique, parse_lora
 from llmhost.shared.jsontypes import JSONObject
 
 # What requests name the base model by where adapters are served: the name of the endpoint file's

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from llmhost.engine.loras.lora import AdapterSpec
+from llmhost.engine.lora import AdapterSpec
 from llmhost.server.serving.adapters import ADAPTER_HEADER, AdapterChoice, header_selects
 from llmhost.web.errors import APIError
 

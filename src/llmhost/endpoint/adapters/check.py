@@ -1,7 +1,7 @@
 """A LoRA adapter checked against its base at the endpoint, before any copy is asked to load it: when
 it is added at run time (`POST /admin/components`, `/admin/adapters/load`) or named in the endpoint
 file, whether or not the base has a copy running. Only the two files' headers and tensor tables are
-read (`engine.loras.fit`, the check `llmhost optimize merge-lora` and a copy's load make too): the
+read (`engine.llamacpp.lora_fit`, the check `llmhost optimize merge-lora` and a copy's load make too): the
 router never loads a model.
 
 The base's file is always local here: a component's model is resolved (an s3:// one downloaded) when
@@ -17,7 +17,7 @@ from pathlib import Path
 
 from llmhost.endpoint.adapters.spec import AdapterEntry
 from llmhost.endpoint.control_errors import CopyRefusal, ModelRefError
-from llmhost.engine.loras.fit import BaseShape, base_shape, check_adapter
+from llmhost.engine.llamacpp.lora_fit import BaseShape, base_shape, check_adapter
 from llmhost.store import ModelNotFoundError, resolve
 
 
@@ -29,7 +29,7 @@ def _base(path: str, mtime_ns: int, size: int) -> BaseShape:
 
 def check_fit(base: Path, ref: str) -> None:
     """Refuses the adapter `ref` unless it fits the model `base`: ModelNotFoundError when `ref` names
-    nothing, `fit.AdapterFitError` (a ValueError naming the file and why) when it does not fit."""
+    nothing, `lora_fit.AdapterFitError` (a ValueError naming the file and why) when it does not fit."""
     path = resolve(ref).gguf
     st = os.stat(base)
     check_adapter(path, _base(str(base), st.st_mtime_ns, st.st_size))

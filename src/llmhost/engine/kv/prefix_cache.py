@@ -9,7 +9,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from llmhost.engine.loras.lora import AdapterSet
+from llmhost.engine.lora import AdapterSet
 
 
 @dataclass(slots=True, frozen=True)

@@ -20,7 +20,7 @@ from llmhost.engine.kv.prefix_cache import (
     kv_ids,
     reusable,
 )
-from llmhost.engine.loras.lora import AdapterSet, label, next_turn
+from llmhost.engine.lora import AdapterSet, label, next_turn
 from llmhost.engine.sample.speculative import blend
 from llmhost.engine.sched.policy import admission_rank, prefill_shares
 from llmhost.engine.sched.sequence import SeqStatus, Sequence

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from llmhost.engine.kv.prefix_cache import KvOp
-from llmhost.engine.loras.lora import AdapterSet
+from llmhost.engine.lora import AdapterSet
 from llmhost.engine.sched.sequence import Sequence
 
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import asyncio
 
+from llmhost.engine.llamacpp.adapters import AdapterConflictError, AdapterInUseError
 from llmhost.engine.llamacpp.model import ModelLoadError
-from llmhost.engine.loras.adapters import AdapterConflictError, AdapterInUseError
-from llmhost.engine.loras.lora import AdapterSpec
+from llmhost.engine.lora import AdapterSpec
 from llmhost.server.protocol.adapters import (
     AdapterInfo,
     AdapterList,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from llmhost.engine.loras.lora import AdapterSet, AdapterSpec, adapter_set
+from llmhost.engine.lora import AdapterSet, AdapterSpec, adapter_set
 from llmhost.server.protocol.openai import LoraRef
 from llmhost.web.errors import APIError
 

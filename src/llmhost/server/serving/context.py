@@ -27,7 +27,7 @@ from llmhost.engine import (
 )
 from llmhost.engine.embedder_loop import AsyncEmbedder
 from llmhost.engine.loop import RequestStream
-from llmhost.engine.loras.lora import AdapterSet
+from llmhost.engine.lora import AdapterSet
 from llmhost.engine.request import ParamError
 from llmhost.server.errors import from_engine
 from llmhost.server.limit_fields import COMPLETIONS, LimitFields

@@ -21,9 +21,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from llmhost.engine.llamacpp.lora_fit import AdapterFitError, BaseShape, base_shape, check_adapter
 from llmhost.engine.llamacpp.model import LlamaModel, ModelLoadError
-from llmhost.engine.loras.fit import AdapterFitError, BaseShape, base_shape, check_adapter
-from llmhost.engine.loras.lora import AdapterSet, AdapterSpec, adapter_set
+from llmhost.engine.lora import AdapterSet, AdapterSpec, adapter_set
 from llmhost.engine.request import GenerationRequest, InvalidRequestError
 
 

@@ -25,7 +25,7 @@ from typing import Any
 
 import httpx
 
-from llmhost.bench.workload import builtin_prompts
+from llmhost.bench.load.workload import builtin_prompts
 from llmhost.optimize.artifact import Recipe, build_or_reuse
 from llmhost.store import resolve_model
 

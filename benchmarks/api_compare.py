@@ -35,8 +35,8 @@ from typing import Any
 import httpx
 
 from llmhost.bench.config import BenchConfig
+from llmhost.bench.load.workload import builtin_prompts
 from llmhost.bench.runner import run_benchmark
-from llmhost.bench.workload import builtin_prompts
 
 APIS = ("chat", "messages", "responses")
 STARTUP_TIMEOUT_S = 180

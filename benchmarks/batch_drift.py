@@ -24,7 +24,7 @@ import httpx
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from llmhost.bench.workload import builtin_prompts
+from llmhost.bench.load.workload import builtin_prompts
 from tests.integration.conftest import start_server, stop_server
 
 N_TOKENS = 24

@@ -48,9 +48,9 @@ from typing import Any
 import httpx
 
 from llmhost.bench import BenchConfig, run_benchmark
-from llmhost.bench.conversations import parse_think_time
-from llmhost.bench.metrics import LevelSummary
-from llmhost.bench.server_metrics import summarize_scrapes
+from llmhost.bench.figures.metrics import LevelSummary
+from llmhost.bench.load.conversations import parse_think_time
+from llmhost.bench.load.server_metrics import summarize_scrapes
 from llmhost.endpoint.rayserve.options import METRICS_PUSH_S
 from llmhost.store import resolve_model
 

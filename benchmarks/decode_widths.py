@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from llmhost.engine import EngineConfig, LlamaModel
-from llmhost.engine.prefix_cache import KvTrim
+from llmhost.engine.kv.prefix_cache import KvTrim
 from llmhost.store import resolve_model
 
 RESULTS = Path(__file__).parent / "results" / "decode_widths.json"

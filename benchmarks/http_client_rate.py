@@ -3,16 +3,16 @@
 The question it answers: does the load generator's HTTP layer reach its target of ≥ 1,000 streamed
 requests/s? It answered the choice of that layer: aiohttp reached the target (4,519 req/s) where
 httpx did not (207), so `llmhost bench` moved from a hand-written HTTP/1.1 client (6,078 req/s) to
-aiohttp, through src/llmhost/bench/http.py.
+aiohttp, through src/llmhost/bench/load/http.py.
 
 The zero-delay fake server of benchmarks/loadgen_rate.py (one pre-encoded OpenAI SSE answer of
 `--tokens` token events, chunked transfer, keep-alive) runs in a child process pinned to one CPU; each
 client runs in this process pinned to another CPU, `--concurrency` workers each sending POST
 /v1/completions in a closed loop on keep-alive connections for `--duration` seconds (after a warm-up),
 and doing the same work per request: read the body chunk by chunk as it arrives, time each chunk,
-split it into SSE events (llmhost.bench.sse) and parse every event's JSON. Only the HTTP layer differs:
+split it into SSE events (llmhost.bench.load.sse) and parse every event's JSON. Only the HTTP layer differs:
 
-- llmhost: llmhost.bench.http (what the load generator uses: aiohttp with a prepared request)
+- llmhost: llmhost.bench.load.http (what the load generator uses: aiohttp with a prepared request)
 - aiohttp: aiohttp.ClientSession, TCPConnector(limit=concurrency), resp.content.iter_any()
 - httpx:   httpx.AsyncClient, Limits(max_connections=concurrency), client.stream(...).aiter_raw()
 
@@ -42,7 +42,7 @@ sys.path.insert(0, str(HERE.parent / "src"))
 
 from loadgen_rate import _proc_cpu_s, serve  # noqa: E402
 
-from llmhost.bench.sse import SSEDecoder  # noqa: E402
+from llmhost.bench.load.sse import SSEDecoder  # noqa: E402
 
 TARGET_RPS = 1000
 BODY = json.dumps({"model": "fake", "prompt": "hello " * 8, "max_tokens": 16, "stream": True}).encode()
@@ -73,7 +73,7 @@ class Consumer:
 
 
 async def llmhost_client(url: str, concurrency: int) -> tuple[Callable[[], Sender], Callable[[], Any]]:
-    from llmhost.bench.http import Endpoint, HttpClientError, new_session, prepare, send
+    from llmhost.bench.load.http import Endpoint, HttpClientError, new_session, prepare, send
 
     req = prepare(Endpoint.parse(url), "POST", "/v1/completions", BODY)
     session = new_session(concurrency)

@@ -31,10 +31,10 @@ from typing import Any
 
 import llama_cpp as lc
 
-from llmhost.bench.workload import builtin_prompts
+from llmhost.bench.load.workload import builtin_prompts
 from llmhost.engine import EngineConfig, LlamaModel
-from llmhost.engine import llama as llama_module
-from llmhost.engine.prefix_cache import KvTrim
+from llmhost.engine.kv.prefix_cache import KvTrim
+from llmhost.engine.llamacpp import model as llama_module
 from llmhost.store import resolve_model
 
 RESULTS = Path(__file__).parent / "results" / "kv_layout.json"

@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from lora_peer import publish, write_adapters
 
 from llmhost.engine import EngineConfig, LlamaModel
-from llmhost.engine.prefix_cache import KvTrim
+from llmhost.engine.kv.prefix_cache import KvTrim
 from llmhost.store import resolve_model
 
 CONTEXT = 128  # tokens in each sequence's KV before the timed calls

@@ -24,7 +24,7 @@ from pathlib import Path
 import gguf
 import numpy as np
 
-from llmhost.engine.gguf_check import check_file
+from llmhost.engine.llamacpp.gguf_check import check_file
 from llmhost.store import resolve_model
 
 ADAPTED = ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down")

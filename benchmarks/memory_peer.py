@@ -37,7 +37,7 @@ import httpx
 import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from llmhost.bench.workload import builtin_prompts
+from llmhost.bench.load.workload import builtin_prompts
 
 PROMPT_WORDS = (220, 660, 1320, 2200)  # 256, 834, 1,623 and 2,704 Gemma 3 tokens
 MB = 10**6

@@ -201,8 +201,8 @@ def bound(prefix: int, prompt: int, new: int, requests: int, width: int) -> dict
 def check() -> None:
     """split_equal against llama.cpp's own micro-batches (LLAMA_BATCH_DEBUG=1) on the default model."""
     from llmhost.engine import LlamaModel
-    from llmhost.engine.llama_backend import add_log_listener
-    from llmhost.engine.prefix_cache import KvTrim
+    from llmhost.engine.kv.prefix_cache import KvTrim
+    from llmhost.engine.llamacpp.backend import add_log_listener
     from llmhost.store import resolve_model
 
     lines: list[str] = []

@@ -40,8 +40,8 @@ from typing import Any
 import httpx
 
 from llmhost.bench.config import BenchConfig
+from llmhost.bench.load.workload import Tokenizer, builtin_prompts, synthetic_workload
 from llmhost.bench.runner import run_benchmark
-from llmhost.bench.workload import Tokenizer, builtin_prompts, synthetic_workload
 from llmhost.store import resolve_model
 
 DISTINCT_PROMPT_TOKENS = 200

@@ -21,7 +21,7 @@ import sys
 import time
 from typing import Any
 
-from llmhost.bench.workload import builtin_prompts
+from llmhost.bench.load.workload import builtin_prompts
 from llmhost.engine import (
     Engine,
     EngineConfig,

@@ -16,7 +16,7 @@ import platform
 import statistics
 from typing import Any
 
-from llmhost.bench.workload import builtin_prompts
+from llmhost.bench.load.workload import builtin_prompts
 from llmhost.engine import (
     Engine,
     EngineConfig,

@@ -44,7 +44,7 @@ from typing import Any
 import numpy as np
 
 from llmhost.engine import EngineConfig, LlamaModel
-from llmhost.engine.prefix_cache import KvTrim
+from llmhost.engine.kv.prefix_cache import KvTrim
 from llmhost.store import resolve_model
 
 RESULTS = Path(__file__).parent / "results" / "throughput_bound.json"

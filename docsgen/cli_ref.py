@@ -10,7 +10,7 @@ from typer.core import TyperArgument, TyperGroup, TyperOption
 
 from docsgen.md import cell, table
 from llmhost.cli import app, sagemaker_app
-from llmhost.serve_spec import SERVE_SPEC
+from llmhost.settings.serve import SERVE_SPEC
 
 # typer (0.29) carries its own copy of click: its command and parameter classes are typer.core's
 Command = Any
@@ -105,7 +105,7 @@ def render() -> str:
         skip: set[str] = set()
         if path == ("llmhost", "serve"):
             out += [
-                "Options declared in `src/llmhost/serve_spec.py` (the settings spec); "
+                "Options declared in `src/llmhost/settings/serve.py` (the settings spec); "
                 '"endpoint `engine:`" marks those an endpoint file\'s `engine:` section may set:',
                 "",
                 "<!-- serve-options:start -->",

@@ -19,7 +19,7 @@ from pydantic_core import PydanticUndefined
 
 from docsgen.md import table
 from llmhost.endpoint.spec import EndpointSpec, EngineSpec
-from llmhost.serve_spec import SERVE_SPEC
+from llmhost.settings.serve import SERVE_SPEC
 
 
 def _comments(cls: type) -> dict[str, str]:

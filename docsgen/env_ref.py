@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 
 from docsgen.md import table
-from llmhost.serve_spec import SERVE_SPEC
+from llmhost.settings.serve import SERVE_SPEC
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "llmhost"
 NAME = re.compile(r"^[A-Z][A-Z0-9_]{2,}$")

@@ -15,7 +15,7 @@ from starlette.applications import Starlette
 from docsgen.md import table
 from llmhost.engine.config import EngineConfig
 from llmhost.engine.request import EngineError, QueueFullError, check_limits
-from llmhost.lifecycle import Lifecycle
+from llmhost.process.lifecycle import Lifecycle
 from llmhost.server.errors import from_engine
 from llmhost.web import errors
 from llmhost.web.asgi import RequestContextMiddleware

@@ -16,8 +16,8 @@ import typer
 from typer import _click as click  # typer 0.29 vendors click: its groups take these types, not click's
 from typer.core import TyperGroup
 
-from llmhost.cli_groups import option
-from llmhost.serve_spec import SERVE_SPEC, ProcessSettings, SettingsSpec
+from llmhost.settings.cli import option
+from llmhost.settings.serve import SERVE_SPEC, ProcessSettings, SettingsSpec
 from llmhost.store.options import S3EndpointOpt, use_s3_endpoint
 
 if TYPE_CHECKING:
@@ -144,7 +144,7 @@ def serve_command(spec: SettingsSpec) -> Callable[..., None]:
 
 def _serve(spec: SettingsSpec, given: dict[str, Any], explicit: frozenset[str]) -> None:
     # imported here: they load llama.cpp, which `llmhost bench` does not need
-    from llmhost.serve_settings import ServeOptions, build
+    from llmhost.settings.build import ServeOptions, build
     from llmhost.web.auth import load_keys
 
     try:
@@ -185,7 +185,7 @@ def run_server(settings: ServerSettings, grace_s: float, log_level: str) -> int:
     """Serve until drained after SIGTERM (0) or until the engine dies (1); returns the exit status."""
     import uvicorn
 
-    from llmhost.lifecycle import KEEP_ALIVE_S, GracefulServer, Lifecycle
+    from llmhost.process.lifecycle import KEEP_ALIVE_S, GracefulServer, Lifecycle
     from llmhost.server import create_app
     from llmhost.server.custom_code import CustomCodeError
 

@@ -13,7 +13,7 @@ from docsgen import api_compat
 from docsgen.api_compat import APIS, NOTES, REFUSED, Api
 from docsgen.hooks import expand
 from llmhost.server.protocol.responses import ResponsesRequest
-from llmhost.server.serving.responses import to_chat
+from llmhost.server.serving.apis.responses import to_chat
 from llmhost.web.errors import APIError
 from tests.docs.runner import ROOT
 

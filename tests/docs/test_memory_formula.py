@@ -1,5 +1,5 @@
 """The memory formula of docs/guides/your-own-model.md is llmhost's: the page's kv_memory.py gives the
-default model's KV bytes per token as the engine computes them (src/llmhost/engine/gguf_meta.py), and
+default model's KV bytes per token as the engine computes them (src/llmhost/engine/llamacpp/gguf_meta.py), and
 the KV size a started engine logs; the page's table is that formula applied to each row's shape."""
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 
 from llmhost.engine import EngineConfig
-from llmhost.engine.gguf_check import check_file
+from llmhost.engine.kv.memory_fit import gguf_kv_shape
+from llmhost.engine.llamacpp.gguf_check import check_file
 from llmhost.engine.loop import load_engine
-from llmhost.engine.memory_fit import gguf_kv_shape
 from llmhost.store.resolve import default_model_path
 from tests.docs.runner import ROOT, blocks
 

@@ -18,7 +18,7 @@ from docsgen import cli_ref, env_ref, http_ref, metrics_ref
 from docsgen.hooks import expand
 from llmhost.cli import DOCS_PAGES, app, docs_line
 from llmhost.endpoint.spec import EndpointSpec
-from llmhost.serve_spec import SERVE_SPEC
+from llmhost.settings.serve import SERVE_SPEC
 from tests.docs.runner import ROOT
 
 DOCS = ROOT / "docs"

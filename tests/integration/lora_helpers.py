@@ -11,7 +11,7 @@ from pathlib import Path
 import gguf
 import numpy as np
 
-from llmhost.engine.gguf_check import check_file
+from llmhost.engine.llamacpp.gguf_check import check_file
 
 
 @functools.cache

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import httpx
 
-from llmhost.endpoint.routing import COMPONENT_HEADER, COPY_HEADER
+from llmhost.endpoint.dataplane.routing import COMPONENT_HEADER, COPY_HEADER
 
 
 def assert_scoring_routes(c: httpx.Client) -> None:

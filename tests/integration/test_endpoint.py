@@ -17,7 +17,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from llmhost.endpoint.router import COMPONENT_HEADER, COPY_HEADER
+from llmhost.endpoint.dataplane.router import COMPONENT_HEADER, COPY_HEADER
 from tests.integration.conftest import free_port
 from tests.integration.endpoint_helpers import (
     ENGINE,

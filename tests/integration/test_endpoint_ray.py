@@ -22,8 +22,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from llmhost.bench.report import write_summary
+from llmhost.endpoint.dataplane.routing import COMPONENT_HEADER, COPY_HEADER
 from llmhost.endpoint.rayserve.serveapi import ServeApi
-from llmhost.endpoint.routing import COMPONENT_HEADER, COPY_HEADER
 from llmhost.store import resolve_model
 from tests.integration.conftest import free_port
 from tests.integration.console_helpers import WAIT_MS, Watched, artifacts_dir, chromium, needs_chromium

@@ -16,9 +16,9 @@ from typing import Any
 import httpx
 import pytest
 
-from llmhost.chat_template import ChatTemplate
 from llmhost.server.protocol.openai import ChatCompletionRequest
 from llmhost.server.serving import tools
+from llmhost.server.serving.chat_template import ChatTemplate
 from tests.integration.conftest import Server, start_server, stop_server
 from tests.tinymodels import build_tiny_gguf
 from tests.unit.server.test_chat_templates import CONVERSATION, TEMPLATES, WEATHER

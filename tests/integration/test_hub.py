@@ -283,8 +283,8 @@ def test_serve_the_default_model_by_name_resumed_then_with_the_hub_down(
 
 
 def test_endpoint_components_and_optimize_take_hf_models(hub: Hub, tmp_path: Path) -> None:
+    from llmhost.endpoint.control.manager import resolve
     from llmhost.endpoint.control_errors import ModelRefError
-    from llmhost.endpoint.manager import resolve
     from llmhost.endpoint.spec import ComponentSpec
 
     resolved = resolve(ComponentSpec(name="tiny", model="hf://acme/tiny-GGUF:Q8_0"))
@@ -302,7 +302,7 @@ def test_endpoint_components_and_optimize_take_hf_models(hub: Hub, tmp_path: Pat
 
 
 def test_a_models_dir_yaml_names_an_hf_model(hub: Hub, tmp_path: Path, files: dict[str, Path]) -> None:
-    from llmhost.endpoint.modelsdir import estimated_memory_mb, scan
+    from llmhost.endpoint.control.modelsdir import estimated_memory_mb, scan
     from llmhost.endpoint.spec import ModelsDirSpec, SpecError
 
     (tmp_path / "tiny.yaml").write_text("model: hf://acme/tiny-GGUF:Q8_0\n")

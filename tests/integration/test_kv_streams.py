@@ -7,7 +7,7 @@ restored request and the conversation kept idle then answer as a cold prefill do
 
 from __future__ import annotations
 
-from llmhost.bench.workload import builtin_prompts
+from llmhost.bench.load.workload import builtin_prompts
 from llmhost.engine import (
     Engine,
     EngineConfig,

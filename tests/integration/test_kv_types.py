@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from llmhost.bench.workload import builtin_prompts
+from llmhost.bench.load.workload import builtin_prompts
 from llmhost.engine import (
     Engine,
     EngineConfig,
@@ -20,8 +20,8 @@ from llmhost.engine import (
     LlamaModel,
     SamplingParams,
 )
-from llmhost.engine.gguf_check import check_file
-from llmhost.engine.memory_fit import gguf_kv_bytes, gguf_kv_shape, stream_bytes
+from llmhost.engine.kv.memory_fit import gguf_kv_bytes, gguf_kv_shape, stream_bytes
+from llmhost.engine.llamacpp.gguf_check import check_file
 from llmhost.store import resolve_model
 from tests.integration.engine_runs import logprobs_of, run_greedy
 from tests.integration.neartie import assert_same_or_near_tie

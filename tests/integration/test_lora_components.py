@@ -19,7 +19,7 @@ import ollama
 import pytest
 from botocore.config import Config
 
-from llmhost.endpoint.routing import COMPONENT_HEADER
+from llmhost.endpoint.dataplane.routing import COMPONENT_HEADER
 from llmhost.store import resolve_model
 from tests.integration.endpoint_helpers import Endpoint, copy_headers, start_endpoint, stop_endpoint
 from tests.integration.lora_helpers import sample_adapters, write_adapter

@@ -25,7 +25,7 @@ from llmhost.engine import (
     ModelLoadError,
     SamplingParams,
 )
-from llmhost.engine.adapters import AdapterInUseError
+from llmhost.engine.llamacpp.adapters import AdapterInUseError
 from llmhost.engine.lora import AdapterSpec
 from llmhost.store import resolve_model
 from tests.integration.engine_runs import logprobs_of

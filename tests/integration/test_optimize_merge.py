@@ -29,8 +29,8 @@ import numpy.typing as npt
 import pytest
 import yaml
 
-from llmhost.engine.gguf_check import check_file
-from llmhost.engine.llama import LlamaModel
+from llmhost.engine.llamacpp.gguf_check import check_file
+from llmhost.engine.llamacpp.model import LlamaModel
 from llmhost.optimize.artifact import ArtifactError, Recipe, build_or_reuse
 from llmhost.optimize.lora_merge import MergeError, merge_lora, tensor_bytes
 from llmhost.optimize.merge_step import merge_inputs

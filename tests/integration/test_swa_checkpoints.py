@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from llmhost.engine import Engine, EngineConfig, LlamaModel
-from llmhost.engine.gguf_check import check_file
-from llmhost.engine.memory_fit import gguf_kv_shape
+from llmhost.engine.kv.memory_fit import gguf_kv_shape
+from llmhost.engine.llamacpp.gguf_check import check_file
 from tests.integration.engine_runs import logprobs_of, run_greedy
 from tests.integration.neartie import assert_same_or_near_tie
 from tests.tinymodels import SWA_WINDOW, build_tiny_gguf

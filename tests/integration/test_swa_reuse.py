@@ -7,7 +7,7 @@ copies them and answers as a cold prefill does, and the conversation's own next 
 
 from __future__ import annotations
 
-from llmhost.bench.workload import builtin_prompts
+from llmhost.bench.load.workload import builtin_prompts
 from llmhost.engine import (
     Engine,
     EngineConfig,

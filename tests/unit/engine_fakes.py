@@ -12,9 +12,9 @@ import numpy as np
 import numpy.typing as npt
 
 from llmhost.engine import Engine, EngineConfig
-from llmhost.engine.host_cache import StateKey
-from llmhost.engine.prefix_cache import KvCopy, KvMove, KvOp, KvTrim
-from llmhost.engine.swa_checkpoints import CheckpointPolicy, SwaCheckpoints
+from llmhost.engine.kv.host_cache import StateKey
+from llmhost.engine.kv.prefix_cache import KvCopy, KvMove, KvOp, KvTrim
+from llmhost.engine.kv.swa_checkpoints import CheckpointPolicy, SwaCheckpoints
 
 N_VOCAB = 64
 CYCLE = 50  # outputs cycle below the EOG token

@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from llmhost.engine import llama_backend as llama
+from llmhost.engine.llamacpp import backend as llama
 
 
 def test_amx_builds_load_weights_withoutextra_buffers(
@@ -15,7 +15,7 @@ def test_amx_builds_load_weights_withoutextra_buffers(
 ) -> None:
     amx = b"CPU : AVX512 = 1 | AMX_INT8 = 1 | REPACK = 1 |"
     monkeypatch.setattr(llama.lc, "llama_print_system_info", lambda: amx)
-    with caplog.at_level(logging.WARNING, logger="llmhost.engine.llama_backend"):
+    with caplog.at_level(logging.WARNING, logger="llmhost.engine.llamacpp.backend"):
         assert llama.extra_buffers(True) is False
     assert "AMX" in caplog.text and "-mno-amx-int8" in caplog.text
     monkeypatch.setattr(llama.lc, "llama_print_system_info", lambda: b"CPU : AVX512 = 1 | REPACK = 1 |")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import httpx
 from starlette.types import Receive, Scope, Send
 
-from llmhost.lifecycle import Lifecycle
+from llmhost.process.lifecycle import Lifecycle
 from llmhost.web.asgi import RequestContextMiddleware
 
 

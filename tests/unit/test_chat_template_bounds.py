@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from llmhost.chat_template import ChatTemplate, ChatTemplateBoundError, ChatTemplateError
+from llmhost.server.serving.chat_template import ChatTemplate, ChatTemplateBoundError, ChatTemplateError
 
 MESSAGES = [{"role": "user", "content": "Hi"}]
 PLAIN = (

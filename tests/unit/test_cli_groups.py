@@ -11,9 +11,9 @@ from typing import Annotated
 import typer
 from typer.testing import CliRunner
 
-from llmhost.cli_groups import grouped
-from llmhost.serve_spec import SERVE_SPEC, AuthOptions, ConsoleOptions, ListenSettings, LogOptions
-from llmhost.setting import required, setting
+from llmhost.settings.cli import grouped
+from llmhost.settings.serve import SERVE_SPEC, AuthOptions, ConsoleOptions, ListenSettings, LogOptions
+from llmhost.settings.setting import required, setting
 
 
 @dataclass(frozen=True, kw_only=True)

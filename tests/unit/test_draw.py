@@ -10,10 +10,10 @@ import llama_cpp as lc
 import numpy as np
 import pytest
 
-from llmhost.engine import draw
-from llmhost.engine.draw import BLOCK, Chain, Penalties
 from llmhost.engine.request import SamplingParams
-from llmhost.engine.sampling import Sampler
+from llmhost.engine.sample import draw
+from llmhost.engine.sample.draw import BLOCK, Chain, Penalties
+from llmhost.engine.sample.sampling import Sampler
 
 VOCAB = 5000
 

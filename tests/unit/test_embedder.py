@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from llmhost.endpoint.placement import Allocation
-from llmhost.endpoint.replica import Replica
+from llmhost.endpoint.control.placement import Allocation
+from llmhost.endpoint.control.replica import Replica
 from llmhost.endpoint.spec import ComponentSpec, EngineSpec
 from llmhost.engine.embedder import (
     ALIGN,
@@ -30,7 +30,7 @@ from llmhost.engine.embedder_loop import AsyncEmbedder
 from llmhost.engine.loop import EngineState
 from llmhost.engine.request import InvalidRequestError, QueueFullError, RequestTooLargeError
 from llmhost.server.protocol.embeddings import EmbeddingRequest
-from llmhost.server.serving.embeddings import encode
+from llmhost.server.serving.apis.embeddings import encode
 from llmhost.store import ResolvedModel
 
 N_VOCAB = 100

@@ -18,8 +18,8 @@ from llmhost.engine import (
     SamplingParams,
 )
 from llmhost.engine.drafter import Drafter
+from llmhost.engine.kv.prefix_cache import KvTrim
 from llmhost.engine.kv_runner import KvOpError
-from llmhost.engine.prefix_cache import KvTrim
 from tests.unit.engine_fakes import BOMB, N_VOCAB, POISON, FakeModel, config, engine_factory, expected
 
 GOOD = {"a": [1, 2, 3], "b": [10, 11], "c": [20, 21, 22, 23]}

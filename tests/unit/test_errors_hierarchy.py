@@ -166,4 +166,4 @@ def test_errors_module_imports_nothing_of_llmhost() -> None:
     imported = {node.module or "" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)} | {
         a.name for node in ast.walk(tree) if isinstance(node, ast.Import) for a in node.names
     }
-    assert {m for m in imported if m.startswith("llmhost") and m != "llmhost.jsontypes"} == set()
+    assert {m for m in imported if m.startswith("llmhost") and m != "llmhost.shared.jsontypes"} == set()

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from llmhost.engine.gguf_check import GGUFError, check_file, check_gguf
+from llmhost.engine.llamacpp.gguf_check import GGUFError, check_file, check_gguf
 from tests.hostile_gguf import after, edit, truncate, write_gguf
 
 

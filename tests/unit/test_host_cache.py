@@ -7,8 +7,8 @@ import psutil
 import pytest
 
 from llmhost.engine import EngineConfig, GenerationEvent, GenerationRequest, SamplingParams
-from llmhost.engine.host_cache import HostCache, StateKey, auto_budget_mb, host_cache
-from llmhost.engine.prefix_cache import KvCopy, KvSave, KvTrim, PrefixCache
+from llmhost.engine.kv.host_cache import HostCache, StateKey, auto_budget_mb, host_cache
+from llmhost.engine.kv.prefix_cache import KvCopy, KvSave, KvTrim, PrefixCache
 from tests.unit.engine_fakes import FakeModel, config, engine_factory, expected
 
 KEY = StateKey("model-a", kv="f16")

@@ -8,11 +8,11 @@ import sys
 
 import pytest
 
-from llmhost.interrupt import run_interruptible
+from llmhost.process.interrupt import run_interruptible
 
 CHILD = """
 import asyncio, sys
-from llmhost.interrupt import run_interruptible
+from llmhost.process.interrupt import run_interruptible
 
 async def main():
     print("ready", flush=True)

@@ -16,20 +16,24 @@ LAYERS: list[tuple[str, ...]] = [
     ("llmhost.tune",),
     ("llmhost.optimize",),
     ("llmhost.bench", "llmhost.endpoint"),
-    ("llmhost.server", "llmhost.serve_settings"),
+    # the server, and what `llmhost serve` builds it from (settings.build makes its ServerSettings)
+    ("llmhost.server", "llmhost.settings.build"),
     # the console's API and page, which the server and the endpoint serve
     ("llmhost.console",),
     # what every front end shares: ASGI middleware, auth, each API's error bodies, the OpenAPI helpers
-    ("llmhost.web", "llmhost.lifecycle", "llmhost.inference"),
-    ("llmhost.cli_groups",),
-    ("llmhost.serve_spec", "llmhost.setting", "llmhost.chat_template"),
-    ("llmhost.engine", "llmhost.store", "llmhost"),
+    ("llmhost.web", "llmhost.inference"),
+    # a process's life: serving and draining, Ctrl-C, children that end with it
+    ("llmhost.process",),
+    # the settings declared once, and as command-line options (no llama.cpp, no server)
+    ("llmhost.settings",),
+    ("llmhost.engine", "llmhost.store", "llmhost.shared", "llmhost"),
 ]
 # layers whose parts never import one another
 APART = [("llmhost.bench", "llmhost.endpoint")]
 # third-party modules only these parts may import
 ONLY_IN = {
-    "llama_cpp": ("llmhost.engine", "llmhost.optimize"),
+    # the engine's llama.cpp calls, in one package (and optimize's quantizer)
+    "llama_cpp": ("llmhost.engine.llamacpp", "llmhost.optimize"),
     "ray": ("llmhost.endpoint.rayserve",),
 }
 

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from llmhost.engine.lora import AdapterSpec
-from llmhost.serve_settings import ServeOptions, build
+from llmhost.settings.build import ServeOptions, build
 from llmhost.store import ModelNotFoundError, resolve_model
 
 

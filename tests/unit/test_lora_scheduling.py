@@ -3,11 +3,11 @@
 import pytest
 
 from llmhost.engine.config import EngineConfig
-from llmhost.engine.host_cache import HostCache, StateKey
+from llmhost.engine.kv.host_cache import HostCache, StateKey
+from llmhost.engine.kv.prefix_cache import KvCopy, KvSave, PrefixCache
 from llmhost.engine.lora import AdapterSpec, adapter_set, label, parse_lora
-from llmhost.engine.prefix_cache import KvCopy, KvSave, PrefixCache
-from llmhost.engine.scheduler import Scheduler
-from llmhost.engine.sequence import Sequence
+from llmhost.engine.sched.scheduler import Scheduler
+from llmhost.engine.sched.sequence import Sequence
 
 A = (("a", 1.0),)
 B = (("b", 0.5),)

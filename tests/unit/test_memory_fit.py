@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from llmhost.engine.config import EngineConfig
-from llmhost.engine.memory_fit import (
+from llmhost.engine.kv.memory_fit import (
     MIB,
     RUNTIME_MARGIN_MB,
     KvShape,

@@ -1,4 +1,4 @@
-from llmhost.engine.prefix_cache import KvCopy, KvMove, KvSave, KvTrim, PrefixCache, common_prefix_len
+from llmhost.engine.kv.prefix_cache import KvCopy, KvMove, KvSave, KvTrim, PrefixCache, common_prefix_len
 
 
 def test_common_prefix_len() -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from llmhost.engine.sampling import prompt_logprobs, token_logprob
+from llmhost.engine.sample.sampling import prompt_logprobs, token_logprob
 
 
 def test_block_equals_row_by_row() -> None:

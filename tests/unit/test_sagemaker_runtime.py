@@ -7,7 +7,7 @@ import json
 import pytest
 from starlette.responses import JSONResponse
 
-from llmhost.server.serving.runtime import sse_error, streaming_body, streams
+from llmhost.server.serving.apis.runtime import sse_error, streaming_body, streams
 from llmhost.web import eventstream
 from llmhost.web import sagemaker_runtime as wire
 from tests.unit.boto_runtime import STREAM, parse

@@ -3,10 +3,10 @@
 import pytest
 
 from llmhost.engine.config import EngineConfig
-from llmhost.engine.prefix_cache import KvCopy, KvMove, KvTrim
-from llmhost.engine.scheduler import Scheduler
-from llmhost.engine.sequence import SeqStatus, Sequence
-from llmhost.engine.speculative import NgramIndex
+from llmhost.engine.kv.prefix_cache import KvCopy, KvMove, KvTrim
+from llmhost.engine.sample.speculative import NgramIndex
+from llmhost.engine.sched.scheduler import Scheduler
+from llmhost.engine.sched.sequence import SeqStatus, Sequence
 
 
 def seq(rid: str, prompt: list[int], max_tokens: int = 4) -> Sequence:

@@ -15,7 +15,7 @@ from pydantic import ValidationError
 
 from llmhost.endpoint.spec import ComponentSpec
 from llmhost.engine.config import LLAMA_MAX_SEQ, EngineConfig
-from llmhost.serve_spec import SERVE_SPEC
+from llmhost.settings.serve import SERVE_SPEC
 
 NAMES = (
     "max_concurrent",

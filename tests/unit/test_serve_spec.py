@@ -16,29 +16,29 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-import llmhost.serve_settings
+import llmhost.settings.build
 from llmhost.bench.serve_config import ServeSpec
 from llmhost.bench.sweep import ConfigSpec, SweepSpec, expand
 from llmhost.cli import serve_command
+from llmhost.endpoint.control.replica import copy_command
 from llmhost.endpoint.rayserve.server import copy_options
-from llmhost.endpoint.replica import copy_command
 from llmhost.endpoint.spec import ComponentSpec, EngineSpec, ResourcesSpec
-from llmhost.serve_settings import ServeOptions
-from llmhost.serve_spec import SERVE_SPEC, EngineSettings
-from llmhost.setting import SettingsSpec, setting
+from llmhost.settings.build import ServeOptions
+from llmhost.settings.serve import SERVE_SPEC, EngineSettings
+from llmhost.settings.setting import SettingsSpec, setting
 
 CLI_PAGE = Path(__file__).resolve().parents[2] / "docs" / "reference" / "cli.md"
 
 
 def test_importing_the_spec_and_its_readers_never_loads_llama_cpp() -> None:
     modules = [
-        "llmhost.serve_spec",
+        "llmhost.settings.serve",
         "llmhost.engine.config",
         "llmhost.endpoint.spec",
         "llmhost.bench.sweep",
         "llmhost.tune.runner",
         "llmhost.endpoint.rayserve.options",
-        "llmhost.serve_settings",
+        "llmhost.settings.build",
     ]
     code = f"import sys, {', '.join(modules)}; print('llama_cpp' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -80,7 +80,7 @@ def test_a_new_setting_reaches_llmhost_serve(monkeypatch: pytest.MonkeyPatch) ->
         seen.append(opts)
         raise Captured
 
-    monkeypatch.setattr(llmhost.serve_settings, "build", build)
+    monkeypatch.setattr(llmhost.settings.build, "build", build)
     args = ["serve", "m.gguf", "--ubatch-size", "7", "--max-queue", "3"]
     result = CliRunner().invoke(_app(SERVE_SPEC), args)
     assert isinstance(result.exception, Captured), result.output
@@ -143,7 +143,7 @@ def test_a_new_setting_can_be_swept() -> None:
 
 def test_the_choices_the_spec_declares_are_those_the_engine_and_server_take() -> None:
     from llmhost.engine.config import SPECULATIVE_MODES
-    from llmhost.engine.gguf_meta import POOLING
+    from llmhost.engine.llamacpp.gguf_meta import POOLING
 
     assert set(SERVE_SPEC["pooling"].choices) == set(POOLING)
     assert {"", *SERVE_SPEC["speculative"].choices} == set(SPECULATIVE_MODES)

@@ -11,7 +11,7 @@ import httpx
 import uvicorn
 
 from llmhost.engine import AsyncEngine, FinishReason, GenerationRequest, SamplingParams
-from llmhost.lifecycle import GracefulServer, Lifecycle, Phase
+from llmhost.process.lifecycle import GracefulServer, Lifecycle, Phase
 from llmhost.server import ServerSettings, create_app
 from tests.unit.engine_fakes import FakeModel, config, engine_factory
 

@@ -1,11 +1,11 @@
 import pytest
 
 from llmhost.engine.config import EngineConfig
-from llmhost.engine.scheduler import Scheduler, even_drafts
-from llmhost.engine.sequence import Sequence
-from llmhost.engine.speculative import MISSES_TO_REST, REST_STEPS, DraftLength, NgramIndex
-from llmhost.engine.step_cost import StepCost
-from llmhost.engine.step_plan import BatchItem
+from llmhost.engine.sample.speculative import MISSES_TO_REST, REST_STEPS, DraftLength, NgramIndex
+from llmhost.engine.sched.scheduler import Scheduler, even_drafts
+from llmhost.engine.sched.sequence import Sequence
+from llmhost.engine.sched.step_cost import StepCost
+from llmhost.engine.sched.step_plan import BatchItem
 
 
 def test_proposes_what_followed_the_latest_occurrence_of_the_suffix() -> None:

@@ -1,6 +1,6 @@
 import struct
 
-from llmhost.engine.state_format import keep_from, n_streams, restream
+from llmhost.engine.llamacpp.state_format import keep_from, n_streams, restream
 
 HEADER = struct.pack("<Ii", 0x67676C61, 5)
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from llmhost.engine.prefix_cache import KvCopy, KvMove, KvTrim
-from llmhost.engine.swa_checkpoints import CheckpointPolicy, SwaCheckpoints
+from llmhost.engine.kv.prefix_cache import KvCopy, KvMove, KvTrim
+from llmhost.engine.kv.swa_checkpoints import CheckpointPolicy, SwaCheckpoints
 
 
 def filled(per_seq: int = 3) -> SwaCheckpoints:

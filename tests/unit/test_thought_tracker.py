@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from llmhost.engine.request import ParamError, Thinking
-from llmhost.engine.thinking import Phase, ThoughtTracker
+from llmhost.engine.sample.thinking import Phase, ThoughtTracker
 
 START, END, END2 = 10, 11, 12
 

@@ -8,7 +8,7 @@ from typing import Any
 import httpx
 from fastapi import FastAPI
 
-from llmhost.lifecycle import Lifecycle
+from llmhost.process.lifecycle import Lifecycle
 from llmhost.server import errors
 from llmhost.server.routes import anthropic, ollama, tgi
 from llmhost.web.asgi import RequestContextMiddleware

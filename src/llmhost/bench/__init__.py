@@ -13,19 +13,19 @@ Public API::
 
 from __future__ import annotations
 
-from llmhost.bench.compare import Ratio, compare_results
 from llmhost.bench.config import BenchConfig
-from llmhost.bench.cost import (
+from llmhost.bench.figures.compare import Ratio, compare_results
+from llmhost.bench.figures.cost import (
     blended_price_per_1m_tokens,
     cost_per_1m_tokens,
     minutes_per_1m_tokens,
     total_tokens_per_s,
 )
-from llmhost.bench.metrics import LevelSummary, RequestRecord
+from llmhost.bench.figures.metrics import LevelSummary, RequestRecord
+from llmhost.bench.figures.saturation import SaturationRule
+from llmhost.bench.figures.slo import GoodputSLO
 from llmhost.bench.results import BenchResults, ConfigResult, Recommendation, load_results
 from llmhost.bench.runner import arun_benchmark, run_benchmark
-from llmhost.bench.saturation import SaturationRule
-from llmhost.bench.slo import GoodputSLO
 from llmhost.bench.sweep import SweepSpec, arun_sweep, run_sweep
 
 __all__ = [

@@ -14,15 +14,15 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from llmhost.bench.compare import compare_results
 from llmhost.bench.config import BenchConfig
-from llmhost.bench.loadgen import LevelState
-from llmhost.bench.metrics import LevelSummary
+from llmhost.bench.figures.compare import compare_results
+from llmhost.bench.figures.metrics import LevelSummary
+from llmhost.bench.figures.slo import HELP as GOODPUT_HELP
+from llmhost.bench.figures.slo import parse_goodput
+from llmhost.bench.load.loadgen import LevelState
+from llmhost.bench.load.server_metrics import SHOWN
 from llmhost.bench.results import BenchResults, load_results
 from llmhost.bench.runner import run_benchmark
-from llmhost.bench.server_metrics import SHOWN
-from llmhost.bench.slo import HELP as GOODPUT_HELP
-from llmhost.bench.slo import parse_goodput
 from llmhost.bench.sweep import SweepSpec, run_sweep
 from llmhost.store.options import S3EndpointOpt, use_s3_endpoint
 

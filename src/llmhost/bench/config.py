@@ -8,15 +8,15 @@ from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from llmhost.bench.arrivals import Arrivals
-from llmhost.bench.conversations import ConversationSettings, parse_think_time
-from llmhost.bench.http import Endpoint
-from llmhost.bench.loadgen import LoadSettings
-from llmhost.bench.saturation import SaturationRule
-from llmhost.bench.slo import HELP as GOODPUT_HELP
-from llmhost.bench.slo import GoodputSLO, parse_goodput
-from llmhost.bench.slostop import SloStop, stop_rule
-from llmhost.bench.targets import APIS, Target
+from llmhost.bench.figures.saturation import SaturationRule
+from llmhost.bench.figures.slo import HELP as GOODPUT_HELP
+from llmhost.bench.figures.slo import GoodputSLO, parse_goodput
+from llmhost.bench.load.arrivals import Arrivals
+from llmhost.bench.load.conversations import ConversationSettings, parse_think_time
+from llmhost.bench.load.http import Endpoint
+from llmhost.bench.load.loadgen import LoadSettings
+from llmhost.bench.load.slostop import SloStop, stop_rule
+from llmhost.bench.load.targets import APIS, Target
 
 AS_FIELD: Any = object()  # a RunOption shows the field's own default
 

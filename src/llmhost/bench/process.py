@@ -19,8 +19,8 @@ from typing import IO, Any
 
 import yaml
 
-from llmhost.bench.http import HttpClientError, simple_request
-from llmhost.children import die_with_parent
+from llmhost.bench.load.http import HttpClientError, simple_request
+from llmhost.process.children import die_with_parent
 
 HOST = "127.0.0.1"
 

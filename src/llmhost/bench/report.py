@@ -1,6 +1,6 @@
 """The results directory: raw ``requests.jsonl`` (written as requests complete), ``summary.json``,
 ``summary.csv`` and ``report.html`` (the Jinja2 template ``templates/report.html.jinja`` with the
-matplotlib charts of :mod:`llmhost.bench.charts` inlined as SVG, so it opens offline).
+matplotlib charts of :mod:`llmhost.bench.figures.charts` inlined as SVG, so it opens offline).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import IO
 import jinja2
 from markupsafe import Markup
 
-from llmhost.bench.metrics import (
+from llmhost.bench.figures.metrics import (
     ANSWER_TTFT_S,
     DISTRIBUTIONS,
     ERROR_KINDS,
@@ -23,6 +23,7 @@ from llmhost.bench.metrics import (
     LevelSummary,
     RequestRecord,
 )
+from llmhost.bench.load.server_metrics import SHOWN
 from llmhost.bench.results import (
     REPORT_HTML,
     REQUESTS_JSONL,
@@ -32,7 +33,6 @@ from llmhost.bench.results import (
     ConfigResult,
     Recommendation,
 )
-from llmhost.bench.server_metrics import SHOWN
 
 CSV_COLUMNS = [
     "config",
@@ -198,7 +198,7 @@ def render_html(results: BenchResults) -> str:
 def report_charts(results: BenchResults) -> list[Markup]:
     """Throughput and three latencies against load, and cost per configuration when priced."""
     # imported here: matplotlib takes a while to import, and the load generator imports this module
-    from llmhost.bench.charts import bar_chart, line_chart
+    from llmhost.bench.figures.charts import bar_chart, line_chart
 
     closed = any(lv.mode == "closed" for lv in results.levels())
     x_label = "concurrency" if closed else "request rate (req/s)"

@@ -8,9 +8,9 @@ from pathlib import Path
 
 from pydantic import TypeAdapter
 
-from llmhost.bench.metrics import LevelSummary
-from llmhost.bench.procstats import Processes
-from llmhost.jsontypes import JSONObject
+from llmhost.bench.figures.metrics import LevelSummary
+from llmhost.bench.figures.procstats import Processes
+from llmhost.shared.jsontypes import JSONObject
 
 SUMMARY_JSON = "summary.json"
 SUMMARY_CSV = "summary.csv"
@@ -39,7 +39,7 @@ class ConfigResult:
     skipped_levels: list[str] = field(default_factory=list)  # levels not run after a stop
     saturated_at: str | None = None  # first level showing saturation (even when it was the last)
     # CPU and memory of the server process started for it and of its children over the levels
-    # (sweeps; see llmhost.bench.procstats); None for a server it did not start
+    # (sweeps; see llmhost.bench.figures.procstats); None for a server it did not start
     processes: Processes | None = None
 
     def to_json(self) -> JSONObject:

@@ -11,18 +11,16 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from llmhost.bench.config import BenchConfig
-from llmhost.bench.conversations import describe as describe_conversations
-from llmhost.bench.convload import ConversationLoad
-from llmhost.bench.http import Endpoint, prepare, simple_request
-from llmhost.bench.loadgen import LevelState, PreparedRequest, run_level
-from llmhost.bench.metrics import LevelSummary, RequestRecord, summarize_level
-from llmhost.bench.recommend import recommend
-from llmhost.bench.report import ResultsWriter
-from llmhost.bench.results import BenchResults, ConfigResult
-from llmhost.bench.server_metrics import MetricsProbe, metrics_path
-from llmhost.bench.slostop import STOPPED as SLO_MISSED
-from llmhost.bench.targets import Target
-from llmhost.bench.workload import (
+from llmhost.bench.figures.metrics import LevelSummary, RequestRecord, summarize_level
+from llmhost.bench.figures.recommend import recommend
+from llmhost.bench.load.conversations import describe as describe_conversations
+from llmhost.bench.load.convload import ConversationLoad
+from llmhost.bench.load.http import Endpoint, prepare, simple_request
+from llmhost.bench.load.loadgen import LevelState, PreparedRequest, run_level
+from llmhost.bench.load.server_metrics import MetricsProbe, metrics_path
+from llmhost.bench.load.slostop import STOPPED as SLO_MISSED
+from llmhost.bench.load.targets import Target
+from llmhost.bench.load.workload import (
     Tokenizer,
     Workload,
     builtin_prompts,
@@ -30,7 +28,9 @@ from llmhost.bench.workload import (
     load_prompts_file,
     synthetic_workload,
 )
-from llmhost.interrupt import run_interruptible
+from llmhost.bench.report import ResultsWriter
+from llmhost.bench.results import BenchResults, ConfigResult
+from llmhost.process.interrupt import run_interruptible
 
 
 class Progress(Protocol):

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
-from llmhost.serve_spec import SERVE_SPEC, Setting, SettingsSpec
+from llmhost.settings.serve import SERVE_SPEC, Setting, SettingsSpec
 
 
 def as_list(v: Any) -> list[Any]:

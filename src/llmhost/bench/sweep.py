@@ -41,16 +41,16 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from llmhost.bench.config import CONVERSATIONS, BenchConfig
-from llmhost.bench.labels import model_labels
+from llmhost.bench.figures.labels import model_labels
+from llmhost.bench.figures.procstats import ProcessUsage
+from llmhost.bench.figures.saturation import SaturationRule
+from llmhost.bench.figures.slo import GoodputSLO
 from llmhost.bench.process import HOST, ServerProcess, endpoint_file, free_port, llmhost_command
-from llmhost.bench.procstats import ProcessUsage
 from llmhost.bench.report import ResultsWriter
 from llmhost.bench.results import BenchResults, ConfigResult
 from llmhost.bench.runner import NullProgress, Progress, _now, finish_results, measure_config
-from llmhost.bench.saturation import SaturationRule
 from llmhost.bench.serve_config import ServeSpec, as_list, endpoint_adapters, endpoint_engine, label
-from llmhost.bench.slo import GoodputSLO
-from llmhost.interrupt import run_interruptible
+from llmhost.process.interrupt import run_interruptible
 
 
 class ConfigSpec(BaseModel):

@@ -26,7 +26,7 @@ from llmhost.console.reports import MEDIA as REPORT_MEDIA
 from llmhost.console.reports import ReportError, list_reports, read_report
 from llmhost.console.timeseries import METRICS, NAMES, SeriesStore, refusals, summarize
 from llmhost.errors import NotFoundError
-from llmhost.jsontypes import JSONObject, JSONValue
+from llmhost.shared.jsontypes import JSONObject, JSONValue
 from llmhost.web.apidoc import BODY, COMMON, errors, merge, operation
 from llmhost.web.errors import error_body
 

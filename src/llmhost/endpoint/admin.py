@@ -18,9 +18,9 @@ from starlette.background import BackgroundTask
 from starlette.responses import JSONResponse, Response
 
 from llmhost.endpoint import bodies
-from llmhost.endpoint.adapter_admin import adapter_routes, relayed
-from llmhost.endpoint.adapter_rules import check_unload
-from llmhost.endpoint.adapter_spec import AdapterEntry
+from llmhost.endpoint.adapters.admin import adapter_routes, relayed
+from llmhost.endpoint.adapters.rules import check_unload
+from llmhost.endpoint.adapters.spec import AdapterEntry
 from llmhost.endpoint.apidoc import (
     ADMIN,
     Accepted,
@@ -33,17 +33,17 @@ from llmhost.endpoint.apidoc import (
     Stopping,
     Unloaded,
 )
+from llmhost.endpoint.control.manager import EndpointManager
+from llmhost.endpoint.control.placement import InsufficientCapacityError
 from llmhost.endpoint.control_errors import (
     ComponentLoadError,
     CopyRefusal,
     ModelRefError,
 )
-from llmhost.endpoint.manager import EndpointManager
-from llmhost.endpoint.placement import InsufficientCapacityError
-from llmhost.endpoint.router import error
+from llmhost.endpoint.dataplane.router import error
 from llmhost.endpoint.spec import ComponentList, ComponentSpec, parse_components
 from llmhost.errors import BadRequestError, ConflictError, LlmhostError, NotFoundError
-from llmhost.jsontypes import JSONValue
+from llmhost.shared.jsontypes import JSONValue
 from llmhost.web.apidoc import errors, merge, operation
 
 LOOPBACK = {"127.0.0.1", "::1", "localhost", "testclient"}

@@ -16,11 +16,11 @@ from llmhost.console.sampler import Sampler
 from llmhost.endpoint import apidoc
 from llmhost.endpoint.admin import LocalAdmin, create_admin, terminate_self
 from llmhost.endpoint.console import EndpointConsole
-from llmhost.endpoint.manager import EndpointManager
-from llmhost.endpoint.ollama_folder import ModelsFolder
-from llmhost.endpoint.router import Proxy, create_router
-from llmhost.endpoint.runtime import create_runtime_router
-from llmhost.lifecycle import Lifecycle, watch
+from llmhost.endpoint.control.manager import EndpointManager
+from llmhost.endpoint.dataplane.ollama_folder import ModelsFolder
+from llmhost.endpoint.dataplane.router import Proxy, create_router
+from llmhost.endpoint.dataplane.runtime import create_runtime_router
+from llmhost.process.lifecycle import Lifecycle, watch
 from llmhost.web import responses
 from llmhost.web.apidoc import install as install_doc
 from llmhost.web.asgi import RequestContextMiddleware

@@ -9,7 +9,7 @@ from typing import NotRequired
 from typing_extensions import TypedDict
 
 from llmhost.endpoint.affinity import Decision
-from llmhost.jsontypes import JSONObject
+from llmhost.shared.jsontypes import JSONObject
 
 
 class ReplicaStatus(TypedDict):

@@ -9,7 +9,6 @@ from typing import Annotated, Any
 import httpx
 import typer
 
-from llmhost.cli_groups import grouped
 from llmhost.endpoint import launch
 from llmhost.endpoint.launch import (  # noqa: F401  # endpoint_spec and the modes' options: their old home
     DEFAULT_PORT,
@@ -21,7 +20,8 @@ from llmhost.endpoint.launch import (  # noqa: F401  # endpoint_spec and the mod
     RayOptions,
     endpoint_spec,
 )
-from llmhost.serve_spec import AuthOptions, ConsoleOptions, LogOptions
+from llmhost.settings.cli import grouped
+from llmhost.settings.serve import AuthOptions, ConsoleOptions, LogOptions
 from llmhost.store.options import S3EndpointOpt
 from llmhost.web.auth import ENV_KEY, ENV_KEYS
 

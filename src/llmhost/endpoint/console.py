@@ -22,9 +22,9 @@ from llmhost.console.readings import (
     engine_reading,
 )
 from llmhost.endpoint.admin import LOOPBACK
-from llmhost.endpoint.component import Component
-from llmhost.endpoint.manager import EndpointManager
-from llmhost.endpoint.replica import Replica, ReplicaState
+from llmhost.endpoint.control.component import Component
+from llmhost.endpoint.control.manager import EndpointManager
+from llmhost.endpoint.control.replica import Replica, ReplicaState
 
 SCRAPE_TIMEOUT_S = 2.0
 SCRAPED = (ReplicaState.READY, ReplicaState.DRAINING)

@@ -1,7 +1,7 @@
 """`llmhost endpoint up`: its option groups and how it starts an endpoint on this host or on Ray.
 
 The options shared with `llmhost serve` (the address, API keys, the log level, the console) are the
-settings groups of `llmhost.serve_spec`; those of `up` alone are the groups here. Heavy modules (the
+settings groups of `llmhost.settings.serve`; those of `up` alone are the groups here. Heavy modules (the
 manager, uvicorn, Ray) are imported where they run.
 """
 
@@ -15,13 +15,13 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from llmhost.serve_spec import AuthOptions, ConsoleOptions, ListenSettings, LogOptions
-from llmhost.setting import setting
+from llmhost.settings.serve import AuthOptions, ConsoleOptions, ListenSettings, LogOptions
+from llmhost.settings.setting import setting
 from llmhost.store.options import use_s3_endpoint
 
 if TYPE_CHECKING:
     from llmhost.console.api import ConsoleSettings
-    from llmhost.endpoint.manager import EndpointManager
+    from llmhost.endpoint.control.manager import EndpointManager
     from llmhost.endpoint.spec import EndpointSpec
     from llmhost.web.auth import ApiKeys
 
@@ -241,9 +241,9 @@ def _up_single(spec: EndpointSpec, up: Up, keys: ApiKeys, console: ConsoleSettin
     import uvicorn
 
     from llmhost.endpoint.app import create_app
-    from llmhost.endpoint.manager import EndpointManager, ManagerTiming
-    from llmhost.endpoint.replica import ReplicaTiming
-    from llmhost.lifecycle import GracefulServer, Lifecycle
+    from llmhost.endpoint.control.manager import EndpointManager, ManagerTiming
+    from llmhost.endpoint.control.replica import ReplicaTiming
+    from llmhost.process.lifecycle import GracefulServer, Lifecycle
 
     t, host, port = up.timing, up.listen.host, up.listen.port
     replica_timing = ReplicaTiming(
@@ -276,8 +276,8 @@ def _up_single(spec: EndpointSpec, up: Up, keys: ApiKeys, console: ConsoleSettin
 def _checked_manager(manager: EndpointManager) -> EndpointManager:
     """Models resolved (each once: the copies reuse it) and capacity checked before anything starts. A
     model reference naming nothing is a usage error (2), as for `llmhost serve`; no room is 1."""
+    from llmhost.endpoint.control.placement import InsufficientCapacityError
     from llmhost.endpoint.control_errors import ComponentError, ModelRefError
-    from llmhost.endpoint.placement import InsufficientCapacityError
     from llmhost.endpoint.spec import SpecError
 
     try:

@@ -16,12 +16,12 @@ from prometheus_client.registry import Collector
 
 from llmhost.console.front import FAMILY as CONSOLE_FAMILY
 from llmhost.endpoint.affinity import Decision
-from llmhost.endpoint.component import ModelState
-from llmhost.endpoint.replica import ReplicaState
-from llmhost.lifecycle import asyncio_tasks
+from llmhost.endpoint.control.component import ModelState
+from llmhost.endpoint.control.replica import ReplicaState
+from llmhost.process.lifecycle import asyncio_tasks
 
 if TYPE_CHECKING:
-    from llmhost.endpoint.component import Component
+    from llmhost.endpoint.control.component import Component
 
 
 def relabel(families: Iterable[Metric], labels: dict[str, str], into: dict[str, Metric]) -> None:

@@ -13,11 +13,17 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ModelWrapValidatorHandler, ValidationError, model_validator
 
-from llmhost.endpoint.adapter_spec import AdapterEntry, AdapterRef, check_adapter_component, check_names, fold
+from llmhost.endpoint.adapters.spec import (
+    AdapterEntry,
+    AdapterRef,
+    check_adapter_component,
+    check_names,
+    fold,
+)
 from llmhost.endpoint.spec_errors import format_errors
 from llmhost.engine.config import CacheType, SchedulePolicy
 from llmhost.errors import BadRequestError
-from llmhost.serve_spec import (
+from llmhost.settings.serve import (
     SERVE_SPEC,
     Pooling,
     ReasoningFormat,
@@ -138,7 +144,7 @@ def _check_keys(model: type[BaseModel], settings: SettingsSpec) -> None:
         have[name] = (kind, choices)
     if have != want:
         wrong = sorted(k for k in set(have) | set(want) if have.get(k) != want.get(k))
-        raise TypeError(f"EngineSpec's keys differ from the endpoint settings of serve_spec.py: {wrong}")
+        raise TypeError(f"EngineSpec's keys differ from the endpoint settings of settings/serve.py: {wrong}")
 
 
 _check_keys(EngineSpec, SERVE_SPEC)

@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from llmhost.engine.config import EngineConfig, available_cpus
     from llmhost.engine.engine import Engine
-    from llmhost.engine.gguf_meta import ModelInfo
-    from llmhost.engine.llama import LlamaModel, ModelLoadError
+    from llmhost.engine.llamacpp.gguf_meta import ModelInfo
+    from llmhost.engine.llamacpp.model import LlamaModel, ModelLoadError
     from llmhost.engine.loop import AsyncEngine, RequestStream
     from llmhost.engine.request import (
         Constraint,
@@ -42,9 +42,9 @@ _HOMES = {
     "Engine": "engine",
     "EngineObserver": "stats",
     "EngineStats": "stats",
-    "LlamaModel": "llama",
-    "ModelInfo": "gguf_meta",
-    "ModelLoadError": "llama",
+    "LlamaModel": "llamacpp.model",
+    "ModelInfo": "llamacpp.gguf_meta",
+    "ModelLoadError": "llamacpp.model",
     "AsyncEngine": "loop",
     "EngineState": "worker",
     "RequestStream": "loop",

@@ -84,7 +84,7 @@ class EngineConfig:
     max_step_failures: int = 3
     # a step running longer than this is logged with what it held
     slow_step_s: float = 30.0
-    # a saved prefix KV state (`engine.prefix_state` file) restored at load into the prefix cache
+    # a saved prefix KV state (`engine.kv.prefix_state` file) restored at load into the prefix cache
     prefix_state_path: str = ""
     # MiB of host memory for KV states of sequences that left the context (the second cache tier):
     # -1 sizes it from the memory available at start, 0 turns it off

@@ -11,15 +11,42 @@ import logging
 
 import numpy as np
 
-from llmhost.engine.llama import LlamaModel, ModelLoadError
-from llmhost.engine.prefix_cache import KvMove, KvTrim
-from llmhost.engine.sequence import Sequence
-from llmhost.engine.step_plan import BatchItem
+from llmhost.engine.kv.prefix_cache import KvMove, KvTrim
+from llmhost.engine.llamacpp.model import LlamaModel, ModelLoadError
+from llmhost.engine.sched.sequence import Sequence
+from llmhost.engine.sched.step_plan import BatchItem
 
 log = logging.getLogger(__name__)
 
 
+class NoDrafter:
+    """No draft model: the step decodes what the scheduler planned (n-gram guesses included), and each
+    hook of the draft model's does nothing."""
+
+    has_model = False
+
+    def reset(self, seq: Sequence) -> None:
+        pass
+
+    def release(self, seq: Sequence) -> None:
+        pass
+
+    def move(self, seq: Sequence, src: int) -> None:
+        pass
+
+    def fill(self, items: list[BatchItem]) -> list[BatchItem]:
+        return items
+
+    def settle(self, seq: Sequence, n_before: int, accepted: int, drafted: int) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
 class Drafter:
+    has_model = True
+
     def __init__(self, model: LlamaModel, target_vocab: int) -> None:
         if model.n_vocab != target_vocab:
             model.close()

@@ -13,8 +13,8 @@ import numpy as np
 import numpy.typing as npt
 
 from llmhost.engine.config import EMBED_MAX_INPUT_TOKENS, LLAMA_MAX_SEQ, LOAD_MODES, EngineConfig
-from llmhost.engine.gguf_meta import POOLING
-from llmhost.engine.llama import LlamaModel
+from llmhost.engine.llamacpp.gguf_meta import POOLING
+from llmhost.engine.llamacpp.model import LlamaModel
 from llmhost.engine.request import InvalidRequestError, RequestTooLargeError
 from llmhost.errors import LlmhostError
 

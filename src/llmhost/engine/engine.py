@@ -1,6 +1,8 @@
 """The synchronous engine: one step = schedule, run, postprocess, returning the events it produced (as
 nano-vllm's and vLLM's engine cores do); the caller delivers them, `loop.AsyncEngine` to each request's
-stream. The events of an `abort`, `recover` or `close` wait in `take_events`.
+stream. The events of an `abort`, `recover` or `close` wait in `take_events`. The output side (events,
+a request's last event, the figures) is `output.OutputProcessor`'s; without a draft model the drafter is
+a `NoDrafter`, whose hooks do nothing.
 
 A fault stays with the request that caused it: starting a sampler, sampling and turning tokens into
 text are guarded per sequence, and a failed batched decode is retried one sequence at a time, so one
@@ -17,15 +19,14 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from llmhost.engine.adapters import LoadedAdapters, keys_in_use
 from llmhost.engine.config import EngineConfig
-from llmhost.engine.constraint import ConstraintCompiler, grammar_of
-from llmhost.engine.drafter import Drafter
-from llmhost.engine.host_cache import host_cache
+from llmhost.engine.drafter import Drafter, NoDrafter
+from llmhost.engine.kv.host_cache import host_cache
+from llmhost.engine.kv.prefix_cache import KvTrim
 from llmhost.engine.kv_runner import KvOpError, KvRunner
-from llmhost.engine.llama import LlamaModel
-from llmhost.engine.output import Active, process_tokens, timings
-from llmhost.engine.prefix_cache import KvTrim
+from llmhost.engine.llamacpp.adapters import LoadedAdapters, keys_in_use
+from llmhost.engine.llamacpp.model import LlamaModel
+from llmhost.engine.output import Active, OutputProcessor
 from llmhost.engine.request import (
     FinishReason,
     GenerationEvent,
@@ -34,11 +35,12 @@ from llmhost.engine.request import (
     check_limits,
     check_token_ids,
 )
-from llmhost.engine.sampling import Sampler, prompt_logprobs, verify_draft
-from llmhost.engine.scheduler import Scheduler
-from llmhost.engine.sequence import SeqStatus, Sequence, new_sequence
+from llmhost.engine.sample.constraint import ConstraintCompiler, grammar_of
+from llmhost.engine.sample.sampling import Sampler, prompt_logprobs, verify_draft
+from llmhost.engine.sched.scheduler import Scheduler
+from llmhost.engine.sched.sequence import SeqStatus, Sequence, new_sequence
+from llmhost.engine.sched.step_plan import BatchItem, StepPlan
 from llmhost.engine.stats import EngineObserver, EngineStats
-from llmhost.engine.step_plan import BatchItem, StepPlan
 from llmhost.engine.text import IncrementalDetokenizer
 
 log = logging.getLogger(__name__)
@@ -54,25 +56,19 @@ class Engine:
         drafter: Drafter | None = None,
     ) -> None:
         self.model = model
-        self.drafter = drafter
+        self.drafter: Drafter | NoDrafter = drafter if drafter is not None else NoDrafter()
         self.config = config
         host = host_cache(config, model.weights_bytes + (model.checkpoints.policy.budget or 0))
         state_key = model.state_key if host is not None else None
         self.scheduler = Scheduler(config, host, state_key, model.reach)
         self.adapters = LoadedAdapters(model, config.adapters, config.max_loras)
         self.kv = KvRunner(model, self.scheduler)
-        self.observer = observer
         self.clock = clock
+        self.output = OutputProcessor(observer, clock)
         self._active: dict[str, Active] = {}
-        # events produced and not yet returned by `step` or `take_events`
-        self._events: list[GenerationEvent] = []
         # the step in progress: what an unexpected failure is attributed to
         self._plan: StepPlan | None = None
         self.step_started_s = 0.0
-        self.steps = 0
-        self.prompt_tokens_prefilled = 0
-        self.draft_tokens = 0
-        self.draft_tokens_accepted = 0
         self._constraints: ConstraintCompiler | None = None
         self.snapshot = self.stats()
 
@@ -93,7 +89,7 @@ class Engine:
         if request.request_id in self._active:
             raise ValueError(f"duplicate request id {request.request_id}")
         arrival = self.clock() if arrival_s is None else arrival_s
-        seq = new_sequence(request, self.config, arrival, draft_model=self.drafter is not None)
+        seq = new_sequence(request, self.config, arrival, draft_model=self.drafter.has_model)
         keep, piece = request.params.render_special, self.model.piece
         pieces = (lambda t: piece(t, t in keep)) if keep else piece
         detok = IncrementalDetokenizer(pieces, request.params.stop)
@@ -124,15 +120,18 @@ class Engine:
         if not plan.empty:
             self._postprocess(plan, self._run(plan))
             if plan.items:
-                self._count(plan, self.clock() - start)
+                self.output.stepped(plan, self.clock() - start, self.scheduler.step_cost)
         self._plan = None
         self.snapshot = self.stats()
         return self.take_events()
 
     def take_events(self) -> list[GenerationEvent]:
         """The events produced and not yet returned, in order."""
-        events, self._events = self._events, []
-        return events
+        return self.output.take_events()
+
+    @property
+    def steps(self) -> int:
+        return self.output.steps
 
     def _run(self, plan: StepPlan) -> dict[str, list[int]]:
         for seq in plan.admitted:
@@ -142,17 +141,15 @@ class Engine:
         except KvOpError:
             self._plan = None  # no sequence is at fault: none is failed by `recover`
             raise
-        if self.drafter is not None:
-            for seq, src in plan.moved:
-                self._guard(seq, "draft model", self.drafter.move, seq, src)
+        for seq, src in plan.moved:
+            self._guard(seq, "draft model", self.drafter.move, seq, src)
         plan.items = [
             i
             for i in plan.items
             if i.seq.status is not SeqStatus.FINISHED and i.seq.kv_seq not in refused and self._kv_holds(i)
         ]
         self.kv.checkpoint(plan.items)
-        if self.drafter is not None and plan.items:
-            plan.items = self.drafter.fill(plan.items)
+        plan.items = self.drafter.fill(plan.items)
         return self._decode_and_sample(plan.items) if plan.items else {}
 
     def _kv_holds(self, item: BatchItem) -> bool:
@@ -183,8 +180,7 @@ class Engine:
         constraint = active.params.constraint
         matcher = None if constraint is None else self.constraints.matcher(grammar_of(constraint))
         active.sampler = Sampler(self.model, active.params, seq.prompt, matcher)
-        if self.drafter is not None:
-            self.drafter.reset(seq)
+        self.drafter.reset(seq)
 
     def _guard(self, seq: Sequence, what: str, fn: Callable[..., Any], *args: Any) -> None:
         """Run one sequence's part of the step; an error in it fails that request alone."""
@@ -260,27 +256,24 @@ class Engine:
             seq = item.seq
             if seq.status is SeqStatus.FINISHED:
                 continue
-            if self.drafter is not None and item.draft:
-                self._guard(seq, "draft model", self._settle, self.drafter, item, sampled[seq.request_id])
+            if item.draft:
+                self._guard(seq, "draft model", self._settle, item, sampled)
             if item.start_pos < len(seq.prompt):
-                self.prompt_tokens_prefilled += len(item.tokens)
+                self.output.prefilled(len(item.tokens))
             if seq.prefilled_only:
                 self._finish(self._active[seq.request_id], FinishReason.LENGTH)
             elif item.sample and not seq.finished:
                 self._guard(seq, "detokenize", self._emit_tokens, self._active[seq.request_id])
 
-    @staticmethod
-    def _settle(drafter: Drafter, item: BatchItem, tokens: list[int]) -> None:
+    def _settle(self, item: BatchItem, sampled: dict[str, list[int]]) -> None:
         seq = item.seq
+        tokens = sampled[seq.request_id]
         n_before = len(seq.prompt) + len(seq.output) - len(tokens)
-        drafter.settle(seq, n_before, len(tokens) - 1, len(item.draft))
+        self.drafter.settle(seq, n_before, len(tokens) - 1, len(item.draft))
 
     def _emit_tokens(self, active: Active) -> None:
-        out = process_tokens(active, self.model.is_eog)
+        out = self.output.emit(active, self.model.is_eog)
         if out.finish is None:
-            event = GenerationEvent(active.seq.request_id, out.tokens, out.text, out.logprobs)
-            event.prompt_logprobs = active.take_prompt_logprobs()
-            self._events.append(event)
             return
         seq = active.seq
         del seq.output[out.n_output :]
@@ -312,46 +305,10 @@ class Engine:
         self.scheduler.finish(seq, reusable=finish is not FinishReason.ERROR)
         if active.sampler is not None:
             active.sampler.close()
-        if self.drafter is not None and seq.kv_seq >= 0:
+        if seq.kv_seq >= 0:
             self.drafter.release(seq)
         del self._active[seq.request_id]
-        self.draft_tokens += seq.draft_n
-        self.draft_tokens_accepted += seq.draft_accepted
-        t = timings(seq, self.clock())
-        event = GenerationEvent(
-            seq.request_id,
-            tokens or [],
-            text,
-            logprobs or [],
-            finish,
-            t,
-            len(seq.prompt),
-            len(seq.output),
-            error,
-            active.take_prompt_logprobs(),
-            reason,
-        )
-        event.stop_sequence = active.detok.stop.matched
-        event.reasoning_tokens = active.sampler.reasoning_tokens if active.sampler is not None else 0
-        if finish is not FinishReason.ABORT:
-            log.info(
-                "request %s finished (%s%s)\n%s",
-                seq.request_id,
-                finish.value,
-                f": {error}" if error else "",
-                t.print_timings(),
-            )
-        self._observe(event)
-        self._events.append(event)
-
-    def _observe(self, event: GenerationEvent) -> None:
-        """The last event of a request, counted before the client can see it; a failing observer must
-        not stop the engine."""
-        if self.observer is not None:
-            try:
-                self.observer.on_finish(event)
-            except Exception:
-                log.exception("observer failed on request %s", event.request_id)
+        self.output.finished(active, finish, text, tokens, logprobs, error, reason)
 
     def _fail(self, seq: Sequence, message: str, reason: str) -> None:
         active = self._active.get(seq.request_id)
@@ -384,32 +341,8 @@ class Engine:
         held = ", ".join(f"{i.seq.request_id}:{len(i.tokens)}@{i.start_pos}" for i in items[:16])
         return f"{len(items)} sequences, {sum(len(i.tokens) for i in items)} tokens [{held}]"
 
-    def _count(self, plan: StepPlan, seconds: float) -> None:
-        self.steps += 1
-        if plan.items and all(i.sample and i.start_pos >= len(i.seq.prompt) for i in plan.items):
-            self.scheduler.step_cost.observe(plan.num_tokens, seconds)
-        if self.observer is not None:
-            self.observer.on_step(plan.num_seqs, plan.num_tokens, seconds)
-
     def stats(self) -> EngineStats:
-        sched, checkpoints = self.scheduler, self.model.checkpoints
-        return EngineStats(
-            running=len(sched.running),
-            waiting=len(sched.waiting),
-            kv_tokens_used=sched.kv_tokens_used,
-            kv_tokens_capacity=self.config.n_ctx,
-            steps=self.steps,
-            prefix_cache_lookups=sched.cache.lookups,
-            prefix_cache_hits=sched.cache.hits,
-            prefix_cache_reused_tokens=sched.cache.reused_tokens,
-            prompt_tokens_prefilled=self.prompt_tokens_prefilled,
-            draft_tokens=self.draft_tokens,
-            draft_tokens_accepted=self.draft_tokens_accepted,
-            swa_checkpoints_made=checkpoints.made,
-            swa_checkpoints_restored=checkpoints.restored,
-            swa_checkpoint_bytes=checkpoints.nbytes,
-            **(self.scheduler.host.figures() if self.scheduler.host is not None else {}),
-        )
+        return self.output.stats(self.scheduler, self.model.checkpoints, self.config.n_ctx)
 
     def close(self) -> None:
         for request_id in list(self._active):
@@ -417,5 +350,4 @@ class Engine:
         if self._constraints is not None:
             self._constraints.close()
         self.model.close()
-        if self.drafter is not None:
-            self.drafter.close()
+        self.drafter.close()

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import logging
 
-from llmhost.engine.llama import LlamaModel
-from llmhost.engine.prefix_cache import KvCopy, KvOp, KvRestore, KvSave, KvTrim
-from llmhost.engine.scheduler import Scheduler
-from llmhost.engine.sequence import SeqStatus
-from llmhost.engine.step_plan import BatchItem
+from llmhost.engine.kv.prefix_cache import KvCopy, KvOp, KvRestore, KvSave, KvTrim
+from llmhost.engine.llamacpp.model import LlamaModel
+from llmhost.engine.sched.scheduler import Scheduler
+from llmhost.engine.sched.sequence import SeqStatus
+from llmhost.engine.sched.step_plan import BatchItem
 from llmhost.errors import LlmhostError
 
 log = logging.getLogger(__name__)

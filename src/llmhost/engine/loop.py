@@ -15,14 +15,14 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, TypeVar
 
-from llmhost.engine.adapters import AdapterStatus
 from llmhost.engine.config import EngineConfig
 from llmhost.engine.drafter import Drafter
 from llmhost.engine.engine import Engine
-from llmhost.engine.gguf_meta import ModelInfo
-from llmhost.engine.llama import LlamaModel, ModelLoadError
+from llmhost.engine.kv.prefix_state import load_prefix_state
+from llmhost.engine.llamacpp.adapters import AdapterStatus
+from llmhost.engine.llamacpp.gguf_meta import ModelInfo
+from llmhost.engine.llamacpp.model import LlamaModel, ModelLoadError
 from llmhost.engine.lora import AdapterSpec
-from llmhost.engine.prefix_state import load_prefix_state
 from llmhost.engine.request import (
     Constraint,
     EngineUnavailableError,

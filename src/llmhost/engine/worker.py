@@ -11,8 +11,8 @@ import threading
 from collections.abc import Callable
 from typing import Generic, Protocol, TypeVar
 
-from llmhost.engine.gguf_meta import ModelInfo
-from llmhost.engine.llama import LlamaModel
+from llmhost.engine.llamacpp.gguf_meta import ModelInfo
+from llmhost.engine.llamacpp.model import LlamaModel
 from llmhost.engine.request import EngineUnavailableError
 
 log = logging.getLogger(__name__)

@@ -2,7 +2,7 @@
 
 A directory holds `model.gguf`, `recipe.yaml` (what was applied), `quality.json`, `artifact.json`
 (the key, the measured load settings, file digests) and optionally `state.bin`, the KV state of a
-configured system prompt (`engine.prefix_state` format). The key is the sha256 of: the source
+configured system prompt (`engine.kv.prefix_state` format). The key is the sha256 of: the source
 model's sha256, the recipe, this CPU's feature flags and the engine versions (llmhost,
 llama-cpp-python). A matching key is reused; anything else is rebuilt. At serve time the state is
 restored only when the GGUF, the CPU and the engine are exactly those it was made with.
@@ -271,7 +271,7 @@ def measure_load(gguf: Path, threads: int = 0, repeats: int = 3) -> LoadChoice:
 
     The file is read once first so every setting starts from a warm page cache, and settings alternate.
     """
-    from llmhost.engine.llama import LlamaModel
+    from llmhost.engine.llamacpp.model import LlamaModel
 
     with gguf.open("rb") as f:
         while f.read(1 << 24):
@@ -301,7 +301,7 @@ def measure_load(gguf: Path, threads: int = 0, repeats: int = 3) -> LoadChoice:
 
 def system_prompt_tokens(model: Any, recipe: Recipe) -> list[int]:
     """The tokens a request carrying the system prompt starts with."""
-    from llmhost.chat_template import ChatTemplate, TemplateMessage
+    from llmhost.server.serving.chat_template import ChatTemplate, TemplateMessage
 
     assert recipe.system_prompt is not None
     info = model.info
@@ -331,8 +331,8 @@ def system_prompt_tokens(model: Any, recipe: Recipe) -> list[int]:
 def save_system_prompt_state(
     gguf: Path, recipe: Recipe, path: Path, load_mode: str, threads: int
 ) -> PrefixStateRecord:
-    from llmhost.engine.llama import LlamaModel
-    from llmhost.engine.prefix_state import save_prefix_state
+    from llmhost.engine.kv.prefix_state import save_prefix_state
+    from llmhost.engine.llamacpp.model import LlamaModel
 
     probe = LlamaModel(gguf, _small_config(64, recipe.flash_attn, load_mode, threads))
     try:

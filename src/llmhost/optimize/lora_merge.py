@@ -29,9 +29,9 @@ import numpy.typing as npt
 from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 from gguf.quants import dequantize
 
-from llmhost.engine.gguf_check import GGUFError, GGUFLayout, check_file
-from llmhost.engine.lora_fit import TOKEN_EMBD as _TOKEN_EMBD
-from llmhost.engine.lora_fit import AdapterFitError, BaseShape, check_adapter
+from llmhost.engine.llamacpp.gguf_check import GGUFError, GGUFLayout, check_file
+from llmhost.engine.llamacpp.lora_fit import TOKEN_EMBD as _TOKEN_EMBD
+from llmhost.engine.llamacpp.lora_fit import AdapterFitError, BaseShape, check_adapter
 from llmhost.errors import ModelError
 
 F32, F16 = GGMLQuantizationType.F32, GGMLQuantizationType.F16

@@ -50,7 +50,7 @@ def merge_inputs(texts: Sequence[str], option: str = "--merge-lora") -> list[Mer
 
 def adapter_name(path: Path) -> str:
     """The adapter's `general.name` where it records one, else its file's name."""
-    from llmhost.engine.gguf_check import GGUFError, check_file
+    from llmhost.engine.llamacpp.gguf_check import GGUFError, check_file
 
     try:
         name = check_file(path).metadata.get("general.name")

@@ -14,8 +14,8 @@ import numpy.typing as npt
 
 from llmhost import __version__
 from llmhost.engine.config import EngineConfig
-from llmhost.engine.llama import LlamaModel
-from llmhost.engine.prefix_cache import KvTrim
+from llmhost.engine.kv.prefix_cache import KvTrim
+from llmhost.engine.llamacpp.model import LlamaModel
 
 SAMPLE_NAME = "sample.txt"
 # short, varied prompts: greedy continuations of these are compared between two models

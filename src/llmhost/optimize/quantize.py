@@ -15,7 +15,7 @@ from pathlib import Path
 
 import llama_cpp as lc
 
-from llmhost.engine.llama_backend import add_log_listener, init_backend, remove_log_listener
+from llmhost.engine.llamacpp.backend import add_log_listener, init_backend, remove_log_listener
 from llmhost.errors import ModelError
 
 # user-facing type name -> llama_ftype
@@ -87,7 +87,7 @@ def file_type(path: Path) -> tuple[int | None, bool]:
     every metadata string (10.5 CPU-s there, for its 262k-token vocabulary)."""
     import gguf
 
-    from llmhost.engine.gguf_check import GGUFError, check_file
+    from llmhost.engine.llamacpp.gguf_check import GGUFError, check_file
 
     try:
         layout = check_file(path)

@@ -171,7 +171,7 @@ def parse_recipe(data: Any, base_dir: str | Path = ".", where: str = "recipe") -
     bench = recipe.benchmark
     bench.prompts_file = resolve(bench.prompts_file)
     if bench.prompts_file is not None:
-        from llmhost.bench.workload import load_prompts_file
+        from llmhost.bench.load.workload import load_prompts_file
 
         try:
             load_prompts_file(bench.prompts_file)

@@ -25,11 +25,11 @@ from typing import Any
 
 from typing_extensions import TypedDict
 
-from llmhost.bench.metrics import LevelSummary
-from llmhost.jsontypes import JSONObject
+from llmhost.bench.figures.metrics import LevelSummary
 from llmhost.optimize.artifact import Artifact, build_or_reuse, write_serving_settings
 from llmhost.optimize.recipe_file import RecipeError, RunRecipe
-from llmhost.serve_spec import SERVE_SPEC
+from llmhost.settings.serve import SERVE_SPEC
+from llmhost.shared.jsontypes import JSONObject
 
 BENCHMARK_JSON = "benchmark.json"
 BENCHMARK_FORMAT = "llmhost-optimize-benchmark/1"
@@ -100,7 +100,7 @@ def serve_argv(target: str | Path, port: int, recipe: RunRecipe) -> list[str]:
 
 async def _measure(name: str, target: str | Path, recipe: RunRecipe, logs: Path, say: Say) -> Measured:
     from llmhost.bench import arun_benchmark
-    from llmhost.bench.http import HttpClientError, simple_request
+    from llmhost.bench.load.http import HttpClientError, simple_request
     from llmhost.bench.process import HOST, ServerProcess, free_port
 
     port = free_port()

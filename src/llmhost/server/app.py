@@ -10,14 +10,13 @@ from fastapi import FastAPI
 from starlette.types import Lifespan
 
 from llmhost import __version__
-from llmhost.chat_template import template_fault
 from llmhost.console.api import PUBLIC_PATHS, ConsoleSettings, create_console
 from llmhost.console.front import ConsoleCollector, FrontCounter, FrontTally
 from llmhost.console.sampler import Sampler
 from llmhost.console.timeseries import SeriesStore
 from llmhost.engine import AsyncEngine, ModelInfo
 from llmhost.engine.embedder_loop import AsyncEmbedder
-from llmhost.lifecycle import Lifecycle
+from llmhost.process.lifecycle import Lifecycle
 from llmhost.server import errors
 from llmhost.server.console import ServerConsole
 from llmhost.server.lifecycle import watch_embedder, watch_engine
@@ -35,15 +34,16 @@ from llmhost.server.routes import (
     tgi,
 )
 from llmhost.server.serving.adapter_admin import AdapterAdmin
-from llmhost.server.serving.anthropic import AnthropicServing
+from llmhost.server.serving.apis.anthropic import AnthropicServing
+from llmhost.server.serving.apis.custom import CustomInference
+from llmhost.server.serving.apis.embeddings import EmbeddingsServing
+from llmhost.server.serving.apis.ollama import OllamaServing
+from llmhost.server.serving.apis.ollama_models import OllamaModels
+from llmhost.server.serving.apis.openai import OpenAIServing
+from llmhost.server.serving.apis.responses import ResponsesServing
+from llmhost.server.serving.apis.tgi import TGIServing
+from llmhost.server.serving.chat_template import template_fault
 from llmhost.server.serving.context import ServingContext
-from llmhost.server.serving.custom import CustomInference
-from llmhost.server.serving.embeddings import EmbeddingsServing
-from llmhost.server.serving.ollama import OllamaServing
-from llmhost.server.serving.ollama_models import OllamaModels
-from llmhost.server.serving.openai import OpenAIServing
-from llmhost.server.serving.responses import ResponsesServing
-from llmhost.server.serving.tgi import TGIServing
 from llmhost.server.settings import ServerSettings
 from llmhost.web import apidoc
 from llmhost.web.asgi import RequestContextMiddleware

@@ -15,8 +15,8 @@ from typing_extensions import TypedDict
 from llmhost import __version__
 from llmhost.console.front import FrontTally
 from llmhost.console.readings import ComponentReading, CopyReading, engine_reading
-from llmhost.jsontypes import JSONObject
 from llmhost.server.serving.context import ServingContext
+from llmhost.shared.jsontypes import JSONObject
 
 COPY = "self"
 

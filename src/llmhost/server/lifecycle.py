@@ -7,7 +7,7 @@ import logging
 from llmhost.engine import AsyncEngine
 from llmhost.engine.embedder_loop import AsyncEmbedder
 from llmhost.engine.worker import EngineState
-from llmhost.lifecycle import Lifecycle, watch
+from llmhost.process.lifecycle import Lifecycle, watch
 
 log = logging.getLogger("llmhost.server")
 

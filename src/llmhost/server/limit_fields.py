@@ -7,8 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from llmhost.engine.request import RequestTooLargeError
-from llmhost.jsontypes import JSONValue
-from llmhost.serve_spec import SERVE_SPEC
+from llmhost.settings.serve import SERVE_SPEC
+from llmhost.shared.jsontypes import JSONValue
 from llmhost.web.errors import APIError
 
 

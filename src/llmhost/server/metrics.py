@@ -10,7 +10,7 @@ from prometheus_client.registry import Collector
 
 from llmhost.engine.request import GenerationEvent
 from llmhost.engine.stats import EngineStats
-from llmhost.lifecycle import asyncio_tasks
+from llmhost.process.lifecycle import asyncio_tasks
 
 # metric names carry their unit
 REQUESTS_TOTAL = "llmhost_requests"  # _total added by the client library

@@ -10,7 +10,7 @@ from typing import Any
 from llmhost.console.api import ConsoleSettings
 from llmhost.engine.config import EngineConfig
 from llmhost.engine.embedder import EmbedderConfig
-from llmhost.serve_spec import DEFAULT_PORT, SERVE_SPEC
+from llmhost.settings.serve import DEFAULT_PORT, SERVE_SPEC
 from llmhost.store.ggufnames import model_stem
 from llmhost.web.auth import ApiKeys
 

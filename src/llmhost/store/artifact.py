@@ -18,7 +18,7 @@ from pydantic import TypeAdapter, ValidationError
 from typing_extensions import TypedDict
 
 from llmhost import __version__
-from llmhost.jsontypes import JSONValue
+from llmhost.shared.jsontypes import JSONValue
 
 ARTIFACT_JSON = "artifact.json"
 RECIPE_YAML = "recipe.yaml"

@@ -9,9 +9,9 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from llmhost.endpoint.adapter_spec import AdapterEntry
+from llmhost.endpoint.adapters.spec import AdapterEntry
 from llmhost.engine.lora import AdapterSpec, check_unique, parse_lora
-from llmhost.jsontypes import JSONObject
+from llmhost.shared.jsontypes import JSONObject
 
 # What requests name the base model by where adapters are served: the name of the endpoint file's
 # component (an endpoint routes a request by it), which single-copy candidates are served under too

@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from llmhost.cli_groups import grouped
-from llmhost.interrupt import run_interruptible
+from llmhost.process.interrupt import run_interruptible
+from llmhost.settings.cli import grouped
 from llmhost.store.options import S3EndpointOpt, use_s3_endpoint
 from llmhost.tune.options import (
     AdapterOptions,

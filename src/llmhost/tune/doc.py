@@ -7,8 +7,8 @@ from typing import NotRequired
 
 from typing_extensions import TypedDict
 
-from llmhost.bench.procstats import Processes
-from llmhost.jsontypes import JSONObject
+from llmhost.bench.figures.procstats import Processes
+from llmhost.shared.jsontypes import JSONObject
 
 
 class LevelJSON(TypedDict):

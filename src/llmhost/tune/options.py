@@ -1,4 +1,4 @@
-"""`llmhost tune`'s options as settings groups (`llmhost.cli_groups`): the SLO and price, where results
+"""`llmhost tune`'s options as settings groups (`llmhost.settings.cli`): the SLO and price, where results
 go, the workload, its conversations and the search space. Each group builds the tuner's own settings
 from its fields; a value that does not fit raises ValueError naming the option."""
 
@@ -11,9 +11,9 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from llmhost.bench.conversations import ConversationSettings, parse_think_time
-from llmhost.serve_spec import SERVE_SPEC
-from llmhost.setting import required, setting
+from llmhost.bench.load.conversations import ConversationSettings, parse_think_time
+from llmhost.settings.serve import SERVE_SPEC
+from llmhost.settings.setting import required, setting
 
 if TYPE_CHECKING:
     from llmhost.tune import SearchSpace, TuneSLO, Workload

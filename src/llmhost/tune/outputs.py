@@ -15,7 +15,7 @@ import yaml
 
 from llmhost.bench.process import ENDPOINT_COPY_MEMORY_MB
 from llmhost.endpoint.spec import parse_endpoint
-from llmhost.jsontypes import JSONObject
+from llmhost.shared.jsontypes import JSONObject
 from llmhost.tune.adapters import SERVED_NAME, Adapters
 from llmhost.tune.doc import Answer, PickJSON, TuneDoc
 from llmhost.tune.runner import TuneSettings

@@ -15,12 +15,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from llmhost.bench.conversations import ConversationSettings
+from llmhost.bench.load.conversations import ConversationSettings
 from llmhost.bench.results import BenchResults
 from llmhost.bench.runner import NullProgress, Progress
 from llmhost.bench.serve_config import ServeSpec
 from llmhost.bench.sweep import ConfigSpec, SweepSpec, arun_sweep
-from llmhost.serve_spec import SERVE_SPEC, default_value
+from llmhost.settings.serve import SERVE_SPEC, default_value
 from llmhost.tune.adapters import SERVED_NAME, Adapters
 from llmhost.tune.search import Search
 from llmhost.tune.slo import TuneSLO, judge
@@ -30,7 +30,7 @@ from llmhost.tune.state import CandidateRecord, CandidateState
 # `llmhost serve` reads these when its flags are not given: set, they change what the baseline runs
 SERVE_ENV = tuple(SERVE_SPEC[n].env for n in ("max_concurrent", "max_batch_tokens", "threads"))
 # CPUs that processes other than the candidate's and the load generator used on average while it was
-# measured (bench.procstats), at or above which its figures are said to be suspect
+# measured (bench.figures.procstats), at or above which its figures are said to be suspect
 BUSY_OTHER_CPUS = 0.25
 
 

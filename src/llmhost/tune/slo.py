@@ -8,7 +8,7 @@ tokens per event has long gaps but a short time per token. The per-gap ITL is st
 A level meets the SLO when its P-th percentile TTFT ≤ the TTFT bound, its P-th percentile TPOT ≤ the
 ITL bound, and at least P% of its requests succeeded (a failed request is a miss, whatever its
 figures). A level that did not run to its end never meets it: one stopped because it could no longer
-(``slo_missed``, see llmhost.bench.slostop) or cut short (``interrupted``) has too few requests to
+(``slo_missed``, see llmhost.bench.load.slostop) or cut short (``interrupted``) has too few requests to
 judge. Goodput is the bench's: successful requests/s meeting both bounds per request.
 """
 
@@ -16,12 +16,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from llmhost.bench.metrics import LevelSummary
-from llmhost.bench.slostop import STOPPED as SLO_MISSED
-from llmhost.jsontypes import JSONObject
+from llmhost.bench.figures.metrics import LevelSummary
+from llmhost.bench.load.slostop import STOPPED as SLO_MISSED
+from llmhost.shared.jsontypes import JSONObject
 from llmhost.tune.doc import LevelJSON
 
-# the percentiles every level reports (llmhost.bench.metrics.PERCENTILES)
+# the percentiles every level reports (llmhost.bench.figures.metrics.PERCENTILES)
 PERCENTILES = (50, 90, 99)
 UNFINISHED = (SLO_MISSED, "interrupted")  # LevelSummary.stopped of a level that did not run to its end
 

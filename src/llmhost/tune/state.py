@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
-from llmhost.bench.procstats import Processes
+from llmhost.bench.figures.procstats import Processes
 from llmhost.tune.doc import CandidateJSON, PickJSON
 from llmhost.tune.slo import LevelOutcome, TuneSLO
 from llmhost.tune.space import Candidate
@@ -31,7 +31,7 @@ class CandidateRecord:
     levels: list[LevelOutcome] = field(default_factory=list)
     seconds: float = 0.0  # start to stop, server start-up included
     results_dir: str | None = None  # its `llmhost bench` results directory
-    # CPU and memory of its server, copies and the load generator over its levels (bench.procstats)
+    # CPU and memory of its server, copies and the load generator over its levels (bench.figures.procstats)
     processes: Processes | None = None
 
     @property

@@ -24,7 +24,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 from starlette.staticfiles import StaticFiles
 
-from llmhost.jsontypes import JSONObject, JSONValue
+from llmhost.shared.jsontypes import JSONObject, JSONValue
 from llmhost.web.auth import DOC_ASSETS
 
 DOC_KEY = "x-llmhost-operation"

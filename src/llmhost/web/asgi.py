@@ -12,8 +12,8 @@ from collections.abc import Sequence
 from starlette.routing import BaseRoute
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from llmhost.jsontypes import JSONObject
-from llmhost.lifecycle import Lifecycle
+from llmhost.process.lifecycle import Lifecycle
+from llmhost.shared.jsontypes import JSONObject
 from llmhost.web.errors import RETRY_AFTER_S, error_body
 from llmhost.web.formats import around_format
 

@@ -8,7 +8,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from llmhost.errors import LlmhostError, UnavailableError
-from llmhost.jsontypes import JSONObject, JSONValue
+from llmhost.shared.jsontypes import JSONObject, JSONValue
 from llmhost.web.formats import ErrorFormat
 
 # seconds a refused client is told to wait before retrying

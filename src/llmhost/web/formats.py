@@ -25,7 +25,7 @@ from fastapi.routing import APIRoute
 from starlette.routing import BaseRoute, Match, Router
 from starlette.types import Scope
 
-from llmhost.jsontypes import JSONObject
+from llmhost.shared.jsontypes import JSONObject
 
 Convert = Callable[[int, JSONObject], tuple[int, JSONObject]]
 

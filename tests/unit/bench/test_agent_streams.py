@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from llmhost.bench.sse import SSEDecoder
-from llmhost.bench.targets import StreamError, Target
-from llmhost.server.serving.anthropic_events import MessageEvents, error_event
-from llmhost.server.serving.responses_events import ResponseEvents, ResponseShape, usage
+from llmhost.bench.load.sse import SSEDecoder
+from llmhost.bench.load.targets import StreamError, Target
+from llmhost.server.serving.apis.anthropic_events import MessageEvents, error_event
+from llmhost.server.serving.apis.responses_events import ResponseEvents, ResponseShape, usage
 
 
 def payloads(lines: list[str]) -> list[bytes]:

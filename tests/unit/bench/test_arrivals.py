@@ -7,8 +7,8 @@ import statistics
 
 import pytest
 
-from llmhost.bench.arrivals import Arrivals
-from llmhost.bench.loadgen import LoadSettings
+from llmhost.bench.load.arrivals import Arrivals
+from llmhost.bench.load.loadgen import LoadSettings
 
 
 def _gaps(rate: float, burstiness: float, seed: int, n: int = 20000) -> list[float]:

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from llmhost.bench import BenchConfig, run_benchmark
-from llmhost.bench.conversations import ConversationSettings, conversations, generate, parse_think_time
-from llmhost.bench.metrics import RequestRecord, turn_figures
-from llmhost.bench.server_metrics import derive
+from llmhost.bench.figures.metrics import RequestRecord, turn_figures
+from llmhost.bench.load.conversations import ConversationSettings, conversations, generate, parse_think_time
+from llmhost.bench.load.server_metrics import derive
 
 
 def test_generated_conversations_are_deterministic() -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from llmhost.bench import cost
+from llmhost.bench.figures import cost
 
 
 def test_worked_example_time_and_cost_per_1m_tokens() -> None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from llmhost.bench.metrics import RequestRecord, describe, summarize_level
-from llmhost.bench.slo import GoodputSLO
+from llmhost.bench.figures.metrics import RequestRecord, describe, summarize_level
+from llmhost.bench.figures.slo import GoodputSLO
 
 
 def _ok(times: list[float], e2e: float, tokens: int, prompt: int = 10, warmup: bool = False) -> RequestRecord:

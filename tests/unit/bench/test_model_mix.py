@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from llmhost.bench.config import BenchConfig
-from llmhost.bench.metrics import RequestRecord, by_model
-from llmhost.bench.targets import Target
+from llmhost.bench.figures.metrics import RequestRecord, by_model
+from llmhost.bench.load.targets import Target
 
 URL = "http://127.0.0.1:1"
 

@@ -1,4 +1,4 @@
-from llmhost.bench.loadgen import LevelState, LoadSettings, Phase
+from llmhost.bench.load.loadgen import LevelState, LoadSettings, Phase
 
 
 def test_measured_phase_continues_after_the_warmup_prompts() -> None:

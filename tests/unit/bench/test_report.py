@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from llmhost.bench import compare_results, load_results
-from llmhost.bench.metrics import RequestRecord, summarize_level
-from llmhost.bench.recommend import recommend
+from llmhost.bench.figures.metrics import RequestRecord, summarize_level
+from llmhost.bench.figures.recommend import recommend
 from llmhost.bench.report import write_summary
 from llmhost.bench.results import BenchResults, ConfigResult
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from llmhost.bench.metrics import LevelSummary
-from llmhost.bench.saturation import SaturationRule
+from llmhost.bench.figures.metrics import LevelSummary
+from llmhost.bench.figures.saturation import SaturationRule
 
 
 def _lv(conc: int, tok_s: float, e2e_p50: float) -> LevelSummary:

@@ -3,6 +3,8 @@ endpoint's labelled copies), a scrape against a real server, and a target withou
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import csv
 import json
 from pathlib import Path
@@ -10,8 +12,9 @@ from pathlib import Path
 import pytest
 
 from llmhost.bench import BenchConfig, run_benchmark
-from llmhost.bench.http import Endpoint
-from llmhost.bench.server_metrics import MetricsProbe, parse_scrape, summarize_scrapes
+from llmhost.bench.load import server_metrics
+from llmhost.bench.load.http import Endpoint
+from llmhost.bench.load.server_metrics import MetricsProbe, parse_scrape, summarize_scrapes
 
 LLAMA_SERVER = """# HELP llamacpp:tokens_predicted_total Number of generation tokens processed.
 # TYPE llamacpp:tokens_predicted_total counter
@@ -168,3 +171,22 @@ def test_run_scrapes_the_server_before_during_and_after(fake_url_metrics: str, t
     assert float(row["server_prefix_cache_hit_rate"]) == pytest.approx(0.5)
     html = (tmp_path / "report.html").read_text()
     assert "<h2>Server metrics</h2>" in html and "speculative acceptance" in html
+
+
+async def test_stop_ends_the_scraping_when_a_scrape_swallows_its_cancellation(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Python 3.11's asyncio.wait_for (under every scrape) returns the scrape's result and drops a
+    cancellation that lands as the scrape completes: stop() must end the scraping all the same."""
+    exposition = "# TYPE llmhost_x counter\nllmhost_x_total 1\n"
+
+    async def swallowing(*_: object) -> str:
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.sleep(0.05)
+        return exposition
+
+    monkeypatch.setattr(server_metrics, "fetch_text", swallowing)
+    probe = MetricsProbe(Endpoint.parse("http://127.0.0.1:9"), "/metrics", {}, 0.001)
+    await probe.begin()
+    await asyncio.sleep(0.02)  # the scraping task is inside a scrape now
+    await asyncio.wait_for(probe.stop(), 5)

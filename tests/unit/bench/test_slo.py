@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from llmhost.bench.slo import GoodputSLO, parse_goodput
+from llmhost.bench.figures.slo import GoodputSLO, parse_goodput
 
 
 def test_parse_forms() -> None:

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from llmhost.bench import BenchConfig, run_benchmark
-from llmhost.bench.metrics import RequestRecord
-from llmhost.bench.slostop import STOPPED, SloStop, SloWatch
+from llmhost.bench.figures.metrics import RequestRecord
+from llmhost.bench.load.slostop import STOPPED, SloStop, SloWatch
 
 
 def _ok(ttft: float, tpot: float) -> RequestRecord:

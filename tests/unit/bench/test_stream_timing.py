@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from llmhost.bench import BenchConfig, run_benchmark
-from llmhost.bench.metrics import RequestRecord, summarize_level
-from llmhost.bench.slo import GoodputSLO
+from llmhost.bench.figures.metrics import RequestRecord, summarize_level
+from llmhost.bench.figures.slo import GoodputSLO
 
 TTFT, GAP, TOKENS, PER_EVENT = 0.2, 0.05, 10, 2
 EVENTS = TOKENS // PER_EVENT

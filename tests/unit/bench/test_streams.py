@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from llmhost.bench.sse import SSEDecoder
-from llmhost.bench.targets import COMPONENT_HEADER, StreamError, Target
+from llmhost.bench.load.sse import SSEDecoder
+from llmhost.bench.load.targets import COMPONENT_HEADER, StreamError, Target
 
 
 def test_sse_split_across_chunks_and_crlf() -> None:

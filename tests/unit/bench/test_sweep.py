@@ -170,7 +170,7 @@ def test_command_placeholders() -> None:
 
 
 def test_configurations_are_named_after_their_models_without_collisions() -> None:
-    from llmhost.bench.labels import model_labels
+    from llmhost.bench.figures.labels import model_labels
 
     models = [
         "default",

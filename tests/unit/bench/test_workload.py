@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from llmhost.bench.workload import (
+from llmhost.bench.load.workload import (
     METHOD_APPROX,
     METHOD_TOKENIZE,
     Tokenizer,

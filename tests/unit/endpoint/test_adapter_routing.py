@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 from starlette.requests import Request
 
-from llmhost.endpoint.routing import (
+from llmhost.endpoint.dataplane.routing import (
     ADAPTER_HEADER,
     COMPONENT_HEADER,
     by_header,

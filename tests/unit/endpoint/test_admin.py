@@ -9,9 +9,9 @@ import pytest
 from fastapi import FastAPI
 
 from llmhost.endpoint.admin import LocalAdmin, create_admin
-from llmhost.endpoint.component import Component
-from llmhost.endpoint.manager import EndpointManager
-from llmhost.endpoint.placement import Ledger
+from llmhost.endpoint.control.component import Component
+from llmhost.endpoint.control.manager import EndpointManager
+from llmhost.endpoint.control.placement import Ledger
 from llmhost.endpoint.spec import parse_endpoint
 from llmhost.store import ResolvedModel
 
@@ -102,7 +102,7 @@ async def test_a_component_body_takes_json_types_as_they_are(tmp_path: Path) -> 
 
 async def test_health_and_the_internal_key(tmp_path: Path) -> None:
     from llmhost.endpoint.app import create_app
-    from llmhost.lifecycle import Lifecycle
+    from llmhost.process.lifecycle import Lifecycle
 
     spec = parse_endpoint({"name": "ep", "components": [{"name": "a", "copies": 1}]})
     manager = EndpointManager(spec, ledger=Ledger(cpus=[0], memory_mb=2000), log_dir=tmp_path)

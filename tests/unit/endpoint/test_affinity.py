@@ -18,9 +18,9 @@ from llmhost.endpoint.affinity import (
     over_bound,
     prompt_text,
 )
-from llmhost.endpoint.component import Component
-from llmhost.endpoint.placement import Allocation
-from llmhost.endpoint.replica import Replica, ReplicaState
+from llmhost.endpoint.control.component import Component
+from llmhost.endpoint.control.placement import Allocation
+from llmhost.endpoint.control.replica import Replica, ReplicaState
 from llmhost.endpoint.spec import ComponentSpec, SpecError, parse_endpoint
 from llmhost.store import ResolvedModel
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from llmhost.endpoint.autoscaler import Observation, ScalerState, decide, target_copies
+from llmhost.endpoint.control.autoscaler import Observation, ScalerState, decide, target_copies
 from llmhost.endpoint.spec import AutoscalingSpec
 
 POLICY = AutoscalingSpec(

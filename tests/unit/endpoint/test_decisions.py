@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from llmhost.endpoint.autoscaling import record_decision
-from llmhost.endpoint.component import Component
+from llmhost.endpoint.control.autoscaling import record_decision
+from llmhost.endpoint.control.component import Component
 from llmhost.endpoint.spec import parse_endpoint
 from llmhost.store import ResolvedModel
 

@@ -12,14 +12,14 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
-from llmhost.endpoint import keepalive
 from llmhost.endpoint.admin import LocalAdmin, create_admin
-from llmhost.endpoint.component import Component
-from llmhost.endpoint.manager import EndpointManager
-from llmhost.endpoint.modelsdir import PROCESS_OVERHEAD_MB, scan
-from llmhost.endpoint.ondemand import ModelPool
-from llmhost.endpoint.placement import Ledger, place
-from llmhost.endpoint.replica import Replica, ReplicaState
+from llmhost.endpoint.control.component import Component
+from llmhost.endpoint.control.manager import EndpointManager
+from llmhost.endpoint.control.modelsdir import PROCESS_OVERHEAD_MB, scan
+from llmhost.endpoint.control.ondemand import ModelPool
+from llmhost.endpoint.control.placement import Ledger, place
+from llmhost.endpoint.control.replica import Replica, ReplicaState
+from llmhost.endpoint.dataplane import keepalive
 from llmhost.endpoint.spec import (
     ComponentSpec,
     ModelsDirSpec,
@@ -335,7 +335,7 @@ def test_command_line_options_over_an_endpoint_file(tmp_path: Path) -> None:
 
 
 def test_an_estimate_counts_the_weights_and_the_running_sequences_kv() -> None:
-    from llmhost.endpoint.modelsdir import PROCESS_OVERHEAD_MB, estimated_memory_mb
+    from llmhost.endpoint.control.modelsdir import PROCESS_OVERHEAD_MB, estimated_memory_mb
     from llmhost.store import resolve_model
 
     gguf = resolve_model()

@@ -18,16 +18,16 @@ from openapi_spec_validator import validate
 
 from llmhost.endpoint.admin import YAML_TYPES
 from llmhost.endpoint.app import create_app
-from llmhost.endpoint.component import Component
-from llmhost.endpoint.manager import EndpointManager
-from llmhost.endpoint.placement import Ledger
+from llmhost.endpoint.control.component import Component
+from llmhost.endpoint.control.manager import EndpointManager
+from llmhost.endpoint.control.placement import Ledger
+from llmhost.endpoint.dataplane.router import COMPONENT_HEADER
+from llmhost.endpoint.dataplane.runtime import create_runtime_router
 from llmhost.endpoint.rayserve.console import ClusterFigures
 from llmhost.endpoint.rayserve.ingress import Ingress
 from llmhost.endpoint.rayserve.options import AppArgs, RayTiming
-from llmhost.endpoint.router import COMPONENT_HEADER
-from llmhost.endpoint.runtime import create_runtime_router
 from llmhost.endpoint.spec import parse_endpoint
-from llmhost.lifecycle import Lifecycle
+from llmhost.process.lifecycle import Lifecycle
 from llmhost.server.protocol.openai import ChatCompletionRequest
 from llmhost.store import ResolvedModel
 from llmhost.web.auth import ApiKeys

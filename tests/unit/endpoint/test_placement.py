@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from llmhost.endpoint.placement import (
+from llmhost.endpoint.control.placement import (
     InsufficientCapacityError,
     Ledger,
     available_cpu_ids,

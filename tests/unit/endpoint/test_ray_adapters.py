@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-from llmhost.endpoint.adapter_spec import AdapterEntry
+from llmhost.endpoint.adapters.spec import AdapterEntry
 from llmhost.endpoint.rayserve.copy_adapters import AdapterReport, CopyAdapters, Refusal, entries_of
 from llmhost.endpoint.rayserve.ingress import Ingress
 from llmhost.endpoint.rayserve.options import AppArgs, RayTiming

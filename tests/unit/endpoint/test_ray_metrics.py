@@ -9,7 +9,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from llmhost.bench.server_metrics import summarize_scrapes
+from llmhost.bench.load.server_metrics import summarize_scrapes
 from llmhost.endpoint.affinity import RAY_ROUTERS, Affinity, Decision
 from llmhost.endpoint.rayserve.metrics import (
     STALE_S,

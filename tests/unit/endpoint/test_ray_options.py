@@ -9,7 +9,7 @@ import pytest
 from llmhost.endpoint.rayserve import options
 from llmhost.endpoint.rayserve.options import AppArgs, RayTiming, component_options, scale_override
 from llmhost.endpoint.spec import ComponentSpec, parse_endpoint
-from llmhost.serve_spec import default_value
+from llmhost.settings.serve import default_value
 
 TIMING = RayTiming(
     health_check_period_s=1,

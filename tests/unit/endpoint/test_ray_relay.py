@@ -12,11 +12,11 @@ from typing import Any
 import httpx
 from fastapi import FastAPI
 
-from llmhost.endpoint import routing
+from llmhost.endpoint.dataplane import routing
+from llmhost.endpoint.dataplane.routing import COMPONENT_HEADER, COPY_HEADER
 from llmhost.endpoint.rayserve.inprocess import Accepted, Call, Head
 from llmhost.endpoint.rayserve.relay import RayComponent, RayRelay
 from llmhost.endpoint.rayserve.status import DeploymentView, Replica
-from llmhost.endpoint.routing import COMPONENT_HEADER, COPY_HEADER
 from llmhost.endpoint.spec import ComponentSpec
 
 SSE = Head(200, [("content-type", "text/event-stream")])

@@ -17,16 +17,16 @@ from starlette.responses import Response
 from typer.testing import CliRunner
 
 import llmhost.cli
+from llmhost.endpoint.control.replica import copy_command
 from llmhost.endpoint.rayserve import nodes, server
 from llmhost.endpoint.rayserve.options import RayTiming, component_options
 from llmhost.endpoint.rayserve.server import InProcessServer
-from llmhost.endpoint.replica import copy_command
 from llmhost.endpoint.spec import ComponentSpec, EngineSpec, parse_endpoint
-from llmhost.lifecycle import Lifecycle
 from llmhost.optimize.artifact import write_serving_settings
-from llmhost.serve_settings import ServeOptions
-from llmhost.serve_spec import DEFAULT_PORT, LIMIT_ENV
+from llmhost.process.lifecycle import Lifecycle
 from llmhost.server import ServerSettings
+from llmhost.settings.build import ServeOptions
+from llmhost.settings.serve import DEFAULT_PORT, LIMIT_ENV
 from llmhost.store.artifact import ARTIFACT_JSON, MODEL_GGUF, RECIPE_YAML
 
 

@@ -15,13 +15,13 @@ from prometheus_client.core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
 from llmhost.console.timeseries import Point, SeriesStore
-from llmhost.endpoint.component import Component
+from llmhost.endpoint.control.component import Component
+from llmhost.endpoint.control.placement import Allocation
+from llmhost.endpoint.control.replica import Replica, ReplicaState
+from llmhost.endpoint.dataplane.router import COMPONENT_HEADER, COPY_HEADER, Proxy, create_router
 from llmhost.endpoint.metrics import relabel
-from llmhost.endpoint.placement import Allocation
-from llmhost.endpoint.replica import Replica, ReplicaState
-from llmhost.endpoint.router import COMPONENT_HEADER, COPY_HEADER, Proxy, create_router
 from llmhost.endpoint.spec import ComponentSpec
-from llmhost.lifecycle import Lifecycle
+from llmhost.process.lifecycle import Lifecycle
 from llmhost.store import ResolvedModel
 
 Handler = Callable[[httpx.Request], Awaitable[httpx.Response]]
@@ -343,8 +343,8 @@ def test_idle_connections_to_copies_are_dropped_before_the_copy_closes_them() ->
     """At equal timeouts (httpx's default expiry and uvicorn's default keep-alive, both 5 s) the pool could
     reuse a connection the copy was closing at that moment: a 502 ("Server disconnected without sending a
     response"), not retried. The pool drops idle connections at half the copies' keep-alive."""
-    from llmhost.endpoint.router import POOL_LIMITS
-    from llmhost.lifecycle import KEEP_ALIVE_S
+    from llmhost.endpoint.dataplane.router import POOL_LIMITS
+    from llmhost.process.lifecycle import KEEP_ALIVE_S
 
     assert POOL_LIMITS.keepalive_expiry is not None and POOL_LIMITS.keepalive_expiry <= KEEP_ALIVE_S / 2
 

@@ -12,9 +12,9 @@ import pytest
 from botocore.exceptions import EventStreamError
 from fastapi import FastAPI
 
-from llmhost.endpoint.router import COMPONENT_HEADER, COPY_HEADER, Proxy
-from llmhost.endpoint.runtime import create_runtime_router
-from llmhost.lifecycle import Lifecycle
+from llmhost.endpoint.dataplane.router import COMPONENT_HEADER, COPY_HEADER, Proxy
+from llmhost.endpoint.dataplane.runtime import create_runtime_router
+from llmhost.process.lifecycle import Lifecycle
 from llmhost.web import eventstream
 from llmhost.web.asgi import RequestContextMiddleware
 from tests.unit.boto_runtime import INVOKE, STREAM, events, parse

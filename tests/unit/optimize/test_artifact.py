@@ -15,7 +15,7 @@ from llmhost.engine import (
     LlamaModel,
     SamplingParams,
 )
-from llmhost.engine.prefix_state import load_prefix_state
+from llmhost.engine.kv.prefix_state import load_prefix_state
 from llmhost.optimize.artifact import (
     ArtifactError,
     Recipe,

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from llmhost.bench.metrics import LevelSummary
+from llmhost.bench.figures.metrics import LevelSummary
 from llmhost.cli import app
 from llmhost.optimize.artifact import (
     Recipe,

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from llmhost.chat_template import ChatTemplate, ChatTemplateError
 from llmhost.server.protocol.openai import ChatCompletionRequest
 from llmhost.server.serving import tools
+from llmhost.server.serving.chat_template import ChatTemplate, ChatTemplateError
 
 TEMPLATES = Path(__file__).parents[2] / "fixtures" / "templates"
 

@@ -11,10 +11,10 @@ import pytest
 from llmhost.engine import FinishReason, GenerationEvent
 from llmhost.server.protocol import anthropic as ap
 from llmhost.server.protocol import responses as rp
-from llmhost.server.serving import anthropic as aserving
-from llmhost.server.serving import responses as rserving
-from llmhost.server.serving.anthropic_events import MessageEvents
-from llmhost.server.serving.responses_events import ResponseEvents, ResponseShape
+from llmhost.server.serving.apis import anthropic as aserving
+from llmhost.server.serving.apis import responses as rserving
+from llmhost.server.serving.apis.anthropic_events import MessageEvents
+from llmhost.server.serving.apis.responses_events import ResponseEvents, ResponseShape
 from llmhost.server.serving.structured import closed
 from llmhost.server.serving.tools import ParsedCall
 from llmhost.web.errors import APIError
@@ -338,7 +338,7 @@ def test_undeclared_properties_are_closed_unless_the_schema_asks_for_them() -> N
 
 
 def test_a_stream_cut_by_the_router_ends_in_the_streams_own_format() -> None:
-    from llmhost.endpoint.routing import stream_cut
+    from llmhost.endpoint.dataplane.routing import stream_cut
 
     anthropic_cut = parse_sse([b"".join(stream_cut("copy died", False, b"ta", "/v1/messages")).decode()])
     died = {"type": "error", "error": {"type": "api_error", "message": "copy died"}}
@@ -360,7 +360,7 @@ async def test_anthropic_routes_answer_every_layers_errors_in_anthropics_shape()
     from fastapi import APIRouter, FastAPI
     from starlette.responses import Response, StreamingResponse
 
-    from llmhost.lifecycle import Lifecycle
+    from llmhost.process.lifecycle import Lifecycle
     from llmhost.web import responses
     from llmhost.web.asgi import RequestContextMiddleware
     from llmhost.web.auth import ApiKeyMiddleware, ApiKeys

@@ -9,11 +9,11 @@ import pytest
 
 from llmhost.engine import ConstraintKind
 from llmhost.server.protocol import ollama as proto
-from llmhost.server.serving import ollama_params as op
 from llmhost.server.serving import tools
+from llmhost.server.serving.apis import ollama_params as op
+from llmhost.server.serving.apis.ollama import tool_calls
+from llmhost.server.serving.apis.ollama_models import human_count, tagged
 from llmhost.server.serving.chat import ChatPlan, StreamedOutput, read_message
-from llmhost.server.serving.ollama import tool_calls
-from llmhost.server.serving.ollama_models import human_count, tagged
 from llmhost.web.errors import APIError
 from llmhost.web.formats import ollama_error
 

@@ -20,7 +20,7 @@ from openapi_spec_validator import validate
 
 from llmhost.console.apidoc import OpenReport
 from llmhost.engine import AsyncEngine
-from llmhost.lifecycle import Lifecycle
+from llmhost.process.lifecycle import Lifecycle
 from llmhost.server import ServerSettings, create_app
 from llmhost.server.protocol.anthropic import MessagesRequest
 from llmhost.server.protocol.openai import ChatCompletionRequest, CompletionRequest

@@ -6,7 +6,6 @@ import itertools
 
 import pytest
 
-from llmhost.serve_spec import SERVE_SPEC
 from llmhost.server.serving.reasoning import (
     FORMATS,
     SYNTAXES,
@@ -15,6 +14,7 @@ from llmhost.server.serving.reasoning import (
     split,
     syntax_for,
 )
+from llmhost.settings.serve import SERVE_SPEC
 
 THINK = SYNTAXES["deepseek"]
 

@@ -15,7 +15,7 @@ from pydantic import BaseModel
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from llmhost.engine.request import QueueFullError
-from llmhost.server.serving.runtime import Runtime
+from llmhost.server.serving.apis.runtime import Runtime
 from llmhost.web.errors import APIError
 from tests.unit.boto_runtime import INVOKE, STREAM, events, parse
 

@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from llmhost.engine import TokenLogprob
-from llmhost.server.serving.scoring import Echo, LogprobsBuilder, Offsets, concat, echo_prompt
+from llmhost.server.serving.apis.scoring import Echo, LogprobsBuilder, Offsets, concat, echo_prompt
 
 
 def char_at_byte(data: bytes, pos: int) -> int:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from llmhost.chat_template import ChatTemplate
+from llmhost.server.serving.chat_template import ChatTemplate
 from llmhost.server.serving.reasoning import SYNTAXES, opened_by, syntax_for
 from llmhost.server.serving.thinking import ThinkingAsk, from_effort, plan
 from llmhost.web.errors import APIError

@@ -11,9 +11,9 @@ import pytest
 import yaml
 
 import tests.unit.bench.test_report as bench_report
-from llmhost.bench.metrics import RequestRecord, summarize_level
+from llmhost.bench.figures.metrics import RequestRecord, summarize_level
+from llmhost.bench.figures.slo import GoodputSLO
 from llmhost.bench.process import ENDPOINT_COPY_MEMORY_MB
-from llmhost.bench.slo import GoodputSLO
 from llmhost.endpoint.spec import parse_endpoint
 from llmhost.tune import Candidate, SearchSpace, TuneSettings, TuneSLO
 from llmhost.tune.outputs import ENDPOINT_YAML, TUNE_JSON, TUNE_REPORT, endpoint_doc, write_outputs

@@ -67,7 +67,7 @@ def test_a_mix_names_the_served_model_or_an_adapter(tmp_path: Path, adapters: Ad
     with pytest.raises(ValueError, match="--lora: none given"):
         settings(tmp_path, Adapters(), ("a",))
     with pytest.raises(ValueError, match="--model-mix applies to the prompts workload"):
-        from llmhost.bench.conversations import ConversationSettings
+        from llmhost.bench.load.conversations import ConversationSettings
 
         Workload(model_mix=("a",), conversations=ConversationSettings())
 

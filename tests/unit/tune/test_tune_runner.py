@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from llmhost.bench.metrics import RequestRecord, summarize_level
+from llmhost.bench.figures.metrics import RequestRecord, summarize_level
+from llmhost.bench.figures.slo import GoodputSLO
 from llmhost.bench.results import BenchResults, ConfigResult
-from llmhost.bench.slo import GoodputSLO
 from llmhost.tune import SearchSpace, Tuner, TuneSettings, TuneSLO
 from llmhost.tune.state import CandidateRecord, CandidateState
 
@@ -139,7 +139,7 @@ def test_cancellation_keeps_what_was_measured(tmp_path: Path, monkeypatch: pytes
 
 
 def test_a_conversations_workload_reaches_every_candidates_bench(tmp_path: Path) -> None:
-    from llmhost.bench.conversations import ConversationSettings
+    from llmhost.bench.load.conversations import ConversationSettings
     from llmhost.bench.sweep import bench_config_for, expand
     from llmhost.tune.runner import Workload, sweep_spec
     from llmhost.tune.space import Candidate

@@ -18,8 +18,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from llmhost.endpoint.adapter_ops import LOAD_TIMEOUT_S
-from llmhost.endpoint.adapter_rules import (
+from llmhost.endpoint.adapters.rules import (
     base_of,
     check_components,
     check_new,
@@ -28,8 +27,9 @@ from llmhost.endpoint.adapter_rules import (
     removal,
     unloadable,
 )
-from llmhost.endpoint.adapter_spec import AdapterEntry, as_entry
+from llmhost.endpoint.adapters.spec import AdapterEntry, as_entry
 from llmhost.endpoint.admin import BadBody, NotSupported, UpstreamError
+from llmhost.endpoint.control.adapter_ops import LOAD_TIMEOUT_S
 from llmhost.endpoint.rayserve.copy_adapters import AdapterReport, Refusal, user_config
 from llmhost.endpoint.rayserve.relay import RayComponent
 from llmhost.endpoint.rayserve.serveapi import ServeApi, ServeApiError

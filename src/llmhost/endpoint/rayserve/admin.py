@@ -9,8 +9,8 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from llmhost.endpoint.adapter_rules import adapter_components, adapter_state, check_unload
-from llmhost.endpoint.adapter_spec import AdapterEntry
+from llmhost.endpoint.adapters.rules import adapter_components, adapter_state, check_unload
+from llmhost.endpoint.adapters.spec import AdapterEntry
 from llmhost.endpoint.admin import BadBody, Conflict, NotSupported, UpstreamError
 from llmhost.endpoint.bodies import (
     Accepted,
@@ -23,13 +23,13 @@ from llmhost.endpoint.bodies import (
     Rescanned,
     Unloaded,
 )
+from llmhost.endpoint.dataplane.routing import known
 from llmhost.endpoint.rayserve import nodes, options, status
 from llmhost.endpoint.rayserve.adapters import AdapterReports, RayAdapters
 from llmhost.endpoint.rayserve.relay import RayComponent
 from llmhost.endpoint.rayserve.serveapi import ServeApi, ServeApiError
-from llmhost.endpoint.routing import known
 from llmhost.endpoint.spec import EndpointSpec, parse_components
-from llmhost.jsontypes import JSONValue
+from llmhost.shared.jsontypes import JSONValue
 
 log = logging.getLogger("llmhost.endpoint")
 SCALE_POLL_S = 0.5

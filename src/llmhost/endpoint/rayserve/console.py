@@ -32,7 +32,7 @@ from llmhost.endpoint.rayserve import status
 from llmhost.endpoint.rayserve.admin import NO_ON_DEMAND, RayAdmin
 from llmhost.endpoint.rayserve.metrics import CopyMetrics, Pushed
 from llmhost.endpoint.rayserve.relay import RayComponent
-from llmhost.jsontypes import JSONObject, JSONValue
+from llmhost.shared.jsontypes import JSONObject, JSONValue
 
 # Ray Serve's replica states in the console's words (the page colours these); Ray's own word stays in
 # `ray_state`

@@ -15,8 +15,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from llmhost.endpoint.adapter_rules import load_body
-from llmhost.endpoint.adapter_spec import AdapterEntry
+from llmhost.endpoint.adapters.rules import load_body
+from llmhost.endpoint.adapters.spec import AdapterEntry
 
 KEY = "adapters"  # the user_config's key
 

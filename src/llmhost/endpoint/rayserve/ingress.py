@@ -1,6 +1,6 @@
 """The Ray endpoint's ingress: one Ray Serve replica on the head node, behind Ray Serve's HTTP proxy on
 the endpoint's port, with the single-host router's contract (the same routing decisions and error
-bodies, from `llmhost.endpoint.routing`), its admin API and its console. It relays; it never loads a
+bodies, from `llmhost.endpoint.dataplane.routing`), its admin API and its console. It relays; it never loads a
 model."""
 
 from __future__ import annotations
@@ -19,10 +19,12 @@ from starlette.responses import JSONResponse, Response
 from llmhost.console.api import PUBLIC_PATHS, ConsoleSettings, create_console
 from llmhost.console.front import console_families
 from llmhost.console.sampler import Sampler
-from llmhost.endpoint import apidoc, routing
+from llmhost.endpoint import apidoc
 from llmhost.endpoint.admin import create_admin
 from llmhost.endpoint.bodies import ModelList
-from llmhost.endpoint.ollama import Listed, context_length, ollama_routes
+from llmhost.endpoint.dataplane import routing
+from llmhost.endpoint.dataplane.ollama import Listed, context_length, ollama_routes
+from llmhost.endpoint.dataplane.runtime import create_runtime_router
 from llmhost.endpoint.rayserve import status
 from llmhost.endpoint.rayserve.adapters import AdapterReports
 from llmhost.endpoint.rayserve.admin import RayAdmin
@@ -32,9 +34,8 @@ from llmhost.endpoint.rayserve.metrics import CopyMetrics, node_metric_urls, ren
 from llmhost.endpoint.rayserve.options import AppArgs, RayTiming
 from llmhost.endpoint.rayserve.relay import RayComponent, RayRelay
 from llmhost.endpoint.rayserve.serveapi import ServeApi, ServeApiError
-from llmhost.endpoint.runtime import create_runtime_router
 from llmhost.endpoint.spec import EndpointSpec
-from llmhost.lifecycle import Lifecycle
+from llmhost.process.lifecycle import Lifecycle
 from llmhost.web import responses
 from llmhost.web.apidoc import install as install_doc
 from llmhost.web.asgi import RequestContextMiddleware

@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from llmhost.endpoint.spec import ComponentSpec, EndpointSpec
-from llmhost.jsontypes import JSONObject
-from llmhost.serve_spec import SERVE_SPEC
+from llmhost.settings.serve import SERVE_SPEC
+from llmhost.shared.jsontypes import JSONObject
 
 IMPORT_PATH = "llmhost.endpoint.rayserve.app:build"
 # a component with prefix-aware routing: its deployment's request router (imported by Ray, in the ingress)

@@ -19,12 +19,12 @@ from typing import Any
 from fastapi import Request
 from starlette.responses import Response
 
-from llmhost.endpoint import routing
-from llmhost.endpoint.adapter_spec import AdapterEntry
+from llmhost.endpoint.adapters.spec import AdapterEntry
 from llmhost.endpoint.affinity import Decision, Policy, ray_decisions
+from llmhost.endpoint.dataplane import routing
+from llmhost.endpoint.dataplane.routing import error
 from llmhost.endpoint.rayserve.inprocess import Accepted, Call, Head
 from llmhost.endpoint.rayserve.status import DeploymentView
-from llmhost.endpoint.routing import error
 from llmhost.endpoint.spec import ComponentSpec
 from llmhost.web.asgi import request_id
 

@@ -21,8 +21,8 @@ from llmhost.endpoint.rayserve.copy_adapters import CopyAdapters
 from llmhost.endpoint.rayserve.inprocess import Accepted, Call, Head, Lifespan, call_app
 from llmhost.endpoint.rayserve.options import INGRESS, METRICS_PUSH_S
 from llmhost.endpoint.spec import ComponentSpec
-from llmhost.lifecycle import Lifecycle
-from llmhost.serve_settings import Built, ServeOptions, build
+from llmhost.process.lifecycle import Lifecycle
+from llmhost.settings.build import Built, ServeOptions, build
 
 if TYPE_CHECKING:
     from starlette.types import ASGIApp

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from llmhost.jsontypes import JSONObject
+from llmhost.shared.jsontypes import JSONObject
 
 # replica states Ray Serve routes requests to: UPDATING is a running copy in `reconfigure` (its
 # adapters changing), which Ray keeps routing to

@@ -20,7 +20,7 @@ from llmhost.endpoint.rayserve import nodes, options, status
 from llmhost.endpoint.rayserve.serveapi import ServeApi, retrying
 from llmhost.endpoint.spec import EndpointSpec
 from llmhost.errors import LlmhostError
-from llmhost.serve_spec import LIMIT_ENV, LOG_LEVELS
+from llmhost.settings.serve import LIMIT_ENV, LOG_LEVELS
 from llmhost.web.auth import ApiKeys
 
 log = logging.getLogger("llmhost.endpoint")

@@ -12,9 +12,9 @@ from typing import Annotated, Any, Literal
 from pydantic import Discriminator, Field
 
 from llmhost.engine.request import INT32_MAX
-from llmhost.jsontypes import JSONObject
 from llmhost.server.protocol.limits import MAX_STOP_CHARS, MAX_STOP_SEQUENCES
 from llmhost.server.protocol.openai import Strict
+from llmhost.shared.jsontypes import JSONObject
 from llmhost.web.errors import APIError
 
 BLOCK_TYPES = ("text", "tool_use", "tool_result", "thinking")

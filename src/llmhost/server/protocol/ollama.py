@@ -10,10 +10,10 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, StrictStr
 
 from llmhost.engine.request import INT32_MAX
-from llmhost.jsontypes import JSONObject
 from llmhost.server.protocol.limits import MAX_STOP_CHARS, MAX_STOP_SEQUENCES
 from llmhost.server.protocol.openai import Strict, no_parameters
 from llmhost.server.protocol.shapes import OllamaMessage
+from llmhost.shared.jsontypes import JSONObject
 from llmhost.web.errors import APIError
 
 StopString = Annotated[str, Field(max_length=MAX_STOP_CHARS)]

@@ -7,8 +7,8 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from llmhost.engine.request import INT32_MAX, MAX_LOGPROBS
-from llmhost.jsontypes import JSONObject
 from llmhost.server.protocol.limits import MAX_LOGIT_BIAS, MAX_STOP_CHARS, MAX_STOP_SEQUENCES
+from llmhost.shared.jsontypes import JSONObject
 
 StopString = Annotated[str, Field(max_length=MAX_STOP_CHARS)]
 

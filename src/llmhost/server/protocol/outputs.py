@@ -14,8 +14,8 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, RootModel
 from starlette.responses import JSONResponse
 
-from llmhost.jsontypes import JSONObject, JSONValue
 from llmhost.server.protocol import shapes
+from llmhost.shared.jsontypes import JSONObject, JSONValue
 
 
 class Open(BaseModel):

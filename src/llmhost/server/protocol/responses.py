@@ -11,8 +11,8 @@ from typing import Annotated, Any, Literal
 from pydantic import Discriminator, Field, Tag
 
 from llmhost.engine.request import MAX_LOGPROBS
-from llmhost.jsontypes import JSONObject
 from llmhost.server.protocol.openai import Strict, no_parameters
+from llmhost.shared.jsontypes import JSONObject
 from llmhost.web.errors import APIError
 
 ITEM_TYPES = ("message", "function_call", "function_call_output", "reasoning")

@@ -20,7 +20,7 @@ from typing import (
 
 from typing_extensions import TypedDict
 
-from llmhost.jsontypes import JSONObject, JSONValue
+from llmhost.shared.jsontypes import JSONObject, JSONValue
 
 
 # -- OpenAI ---------------------------------------------------------------------------------------------

@@ -9,7 +9,7 @@ from starlette.responses import Response
 from llmhost.server.protocol.anthropic import CountTokensRequest, MessagesRequest, check_blocks
 from llmhost.server.protocol.outputs import AnthropicMessage, TokenCount, json_response
 from llmhost.server.routes import deps
-from llmhost.server.serving.anthropic import AnthropicServing
+from llmhost.server.serving.apis.anthropic import AnthropicServing
 from llmhost.web.apidoc import errors, operation
 from llmhost.web.formats import AnthropicRoute
 

@@ -4,16 +4,16 @@ from __future__ import annotations
 
 from starlette.requests import Request
 
-from llmhost.jsontypes import JSONObject
-from llmhost.lifecycle import Lifecycle
+from llmhost.process.lifecycle import Lifecycle
 from llmhost.server.protocol.limits import parse_json
 from llmhost.server.serving.adapter_admin import AdapterAdmin
 from llmhost.server.serving.adapters import ADAPTER_HEADER, header_selects
+from llmhost.server.serving.apis.custom import CustomInference
+from llmhost.server.serving.apis.embeddings import EmbeddingsServing
+from llmhost.server.serving.apis.openai import OpenAIServing
+from llmhost.server.serving.apis.tgi import TGIServing
 from llmhost.server.serving.context import ServingContext
-from llmhost.server.serving.custom import CustomInference
-from llmhost.server.serving.embeddings import EmbeddingsServing
-from llmhost.server.serving.openai import OpenAIServing
-from llmhost.server.serving.tgi import TGIServing
+from llmhost.shared.jsontypes import JSONObject
 from llmhost.web.errors import APIError
 
 

@@ -8,13 +8,13 @@ from fastapi import APIRouter, Request
 from fastapi.routing import APIRoute
 from starlette.responses import PlainTextResponse, Response
 
-from llmhost.jsontypes import JSONObject
 from llmhost.server.protocol import ollama as proto
 from llmhost.server.protocol.outputs import json_response
 from llmhost.server.routes import deps
-from llmhost.server.serving.ollama import NDJSON, OllamaServing
-from llmhost.server.serving.ollama_models import VERSION, OllamaModels
-from llmhost.server.serving.ollama_params import check_options
+from llmhost.server.serving.apis.ollama import NDJSON, OllamaServing
+from llmhost.server.serving.apis.ollama_models import VERSION, OllamaModels
+from llmhost.server.serving.apis.ollama_params import check_options
+from llmhost.shared.jsontypes import JSONObject
 from llmhost.web.apidoc import COMMON, errors, operation
 from llmhost.web.errors import APIError
 from llmhost.web.formats import OllamaRoute

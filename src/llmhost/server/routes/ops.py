@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from starlette.responses import JSONResponse, Response
 
-from llmhost.lifecycle import Phase
+from llmhost.process.lifecycle import Phase
 from llmhost.server.protocol.llama import DetokenizeRequest, TokenizeRequest
 from llmhost.server.protocol.outputs import (
     Detokenized,
@@ -16,7 +16,7 @@ from llmhost.server.protocol.outputs import (
     json_response,
 )
 from llmhost.server.routes import deps
-from llmhost.server.serving import tokenizer
+from llmhost.server.serving.apis import tokenizer
 from llmhost.web.apidoc import BODY, COMMON, errors, operation
 
 router = APIRouter()

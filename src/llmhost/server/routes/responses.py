@@ -8,7 +8,7 @@ from starlette.responses import Response
 from llmhost.server.protocol.outputs import ResponseObject
 from llmhost.server.protocol.responses import ResponsesRequest, check_items
 from llmhost.server.routes import deps
-from llmhost.server.serving.responses import ResponsesServing
+from llmhost.server.serving.apis.responses import ResponsesServing
 from llmhost.web.apidoc import GENERATE, operation
 
 router = APIRouter()

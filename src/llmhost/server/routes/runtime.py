@@ -9,7 +9,7 @@ from starlette.responses import Response
 
 from llmhost.server.routes import deps
 from llmhost.server.routes.sagemaker import ANSWERS, BODIES, INVOCATIONS, invoke
-from llmhost.server.serving.runtime import CustomCall, Runtime
+from llmhost.server.serving.apis.runtime import CustomCall, Runtime
 from llmhost.web import eventstream
 from llmhost.web import sagemaker_runtime as wire
 from llmhost.web.apidoc import COMMON, errors, merge, operation

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import asyncio
 
-from llmhost.engine.adapters import AdapterConflictError, AdapterInUseError
-from llmhost.engine.llama import ModelLoadError
+from llmhost.engine.llamacpp.adapters import AdapterConflictError, AdapterInUseError
+from llmhost.engine.llamacpp.model import ModelLoadError
 from llmhost.engine.lora import AdapterSpec
 from llmhost.errors import BadRequestError, ModelError, NotFoundError
 from llmhost.server.protocol.adapters import (

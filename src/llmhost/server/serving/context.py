@@ -15,7 +15,6 @@ from starlette.requests import Request
 from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
-from llmhost.chat_template import ChatTemplate, ChatTemplateBoundError, ChatTemplateError, TemplateMessage
 from llmhost.engine import (
     AsyncEngine,
     Constraint,
@@ -30,12 +29,18 @@ from llmhost.engine.embedder_loop import AsyncEmbedder
 from llmhost.engine.loop import RequestStream
 from llmhost.engine.lora import AdapterSet
 from llmhost.engine.request import ParamError
-from llmhost.jsontypes import JSONObject
 from llmhost.server.errors import from_engine
 from llmhost.server.limit_fields import COMPLETIONS, LimitFields
 from llmhost.server.metrics import ServerMetrics
 from llmhost.server.serving.adapters import AdapterChoice
+from llmhost.server.serving.chat_template import (
+    ChatTemplate,
+    ChatTemplateBoundError,
+    ChatTemplateError,
+    TemplateMessage,
+)
 from llmhost.server.settings import ServerSettings
+from llmhost.shared.jsontypes import JSONObject
 from llmhost.web.errors import APIError, error_body, model_loading, unavailable
 
 log = logging.getLogger("llmhost.server")

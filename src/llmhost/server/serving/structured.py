@@ -7,8 +7,8 @@ import json
 from typing import Any
 
 from llmhost.engine import Constraint, ConstraintKind
-from llmhost.jsontypes import JSONObject
 from llmhost.server.protocol.openai import ResponseFormat, SamplingFields
+from llmhost.shared.jsontypes import JSONObject
 from llmhost.web.errors import APIError
 
 # an object schema with any of these decides itself which undeclared properties it takes

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from llmhost.chat_template import RESERVED, ChatTemplate
-from llmhost.jsontypes import JSONObject
+from llmhost.server.serving.chat_template import RESERVED, ChatTemplate
 from llmhost.server.serving.reasoning import ThinkSyntax
+from llmhost.shared.jsontypes import JSONObject
 from llmhost.web.errors import APIError
 
 # the switches templates read: Qwen3's, SmolLM3's and DeepSeek-V3.1's; Granite 3.3's

@@ -16,12 +16,12 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from llmhost.chat_template import TemplateMessage
 from llmhost.engine import Constraint
-from llmhost.jsontypes import JSONObject
 from llmhost.server.protocol.openai import ChatCompletionRequest, ChatMessage, NamedToolChoice, Tool
 from llmhost.server.protocol.shapes import FunctionCall, ToolCall
+from llmhost.server.serving.chat_template import TemplateMessage
 from llmhost.server.serving.structured import schema_constraint
+from llmhost.shared.jsontypes import JSONObject
 from llmhost.web.errors import APIError
 
 

@@ -1,0 +1,434 @@
+"""`llmhost serve`'s settings, each declared once, as typed fields of a few groups.
+
+Each group is a frozen dataclass (vLLM's `EngineArgs` pattern): a field's type and default are the
+setting's, and its `setting(...)` metadata the rest: help, bounds, the environment variable read when it
+is left unset, whether an endpoint file's `engine:` may set it, the EngineConfig or ServerSettings field
+it fills. From these fields, and only from them, come `llmhost serve`'s options (cli.py), the typed
+options `build` takes (settings.build.ServeOptions: every group but the process's), the endpoint file's
+`engine:` keys and their bounds (endpoint/spec.py), the command line an endpoint copy, a Ray copy, a
+sweep and the tuner run, and the docs' table of serve options (docs/reference/cli.md). The rules between
+settings are checked by `SettingsSpec.engine_config` (and EngineConfig's own checks) on the values in
+effect, before any model loads. The engine's limits default to `EngineConfig`'s own defaults.
+
+Light on purpose (no llama.cpp, no server): the router, bench and the tuner read defaults here.
+"""
+
+from __future__ import annotations
+
+import os
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any, Literal
+
+from llmhost.engine.config import EMBED_MAX_INPUT_TOKENS, CacheType, EngineConfig, SchedulePolicy
+from llmhost.settings.setting import Setting, SettingsSpec, required, setting, type_of
+
+__all__ = ["Setting", "SettingsSpec", "required", "setting", "type_of"]  # re-exported: their readers' home
+
+_ENGINE: dict[str, Any] = {f.name: f.default for f in fields(EngineConfig)}
+_DEFAULT = EngineConfig()  # the engine's own defaults, typed
+DEFAULT_PORT = 8080
+LogLevel = Literal["debug", "info", "warning", "error"]
+LOG_LEVELS: tuple[str, ...] = typing.get_args(LogLevel)
+Speculative = Literal["ngram", "draft"]
+ToolParser = Literal["auto", "hermes", "llama3", "mistral", "granite", "harmony"]
+ReasoningFormat = Literal["auto", "none", "deepseek", "magistral", "seed", "harmony"]
+Pooling = Literal["auto", "mean", "cls", "last"]
+
+
+class ServeSettingsSpec(SettingsSpec):
+    """`llmhost serve`'s settings, and the engine they make."""
+
+    def engine_config(self, values: Mapping[str, Any], env: Mapping[str, str]) -> EngineConfig:
+        """The EngineConfig these settings (by name; a missing one at its default) make, each in effect
+        (value, variable or fallback): raises ValueError naming the settings that do not go together,
+        before anything loads. A draft model turns speculation to "draft"."""
+        check_together(values)
+        fb = engine_fallbacks(values)
+        engine = {
+            s.engine: s.resolve(values.get(s.name, s.default), env, fb.get(s.name))
+            for s in self.settings
+            if s.engine
+        }
+        draft = str(values.get("draft_model") or "")
+        if draft:
+            engine["speculative"] = "draft"
+        return EngineConfig(**engine, draft_model=draft)
+
+
+def engine_fallbacks(values: Mapping[str, Any]) -> dict[str, Any]:
+    """The values of limits left unset (nor variable) other than EngineConfig's defaults: an embeddings
+    server's input limit is the embedder's (llama-server's: a decode holds a whole input)."""
+    return {"max_input_tokens": EMBED_MAX_INPUT_TOKENS} if values.get("embeddings") else {}
+
+
+def check_together(values: Mapping[str, Any]) -> None:
+    """The rules between settings that are not the engine's own (EngineConfig checks those): a draft
+    model and the speculation it implies, what applies to embeddings only or to text generation only.
+    Raises ValueError naming the settings."""
+    speculative, draft = values.get("speculative"), values.get("draft_model")
+    if speculative == "draft" and not draft:
+        raise ValueError("speculative: draft needs a draft_model")
+    if draft and speculative == "ngram":  # else the draft model would silently turn ngram off
+        raise ValueError("draft_model is for speculative: draft, not ngram")
+    if not values.get("embeddings"):
+        if values.get("pooling", "auto") not in ("auto", None):
+            raise ValueError("--pooling applies to --embeddings only")
+        return
+    for name in ("lora", "max_loras", "ubatch_size"):
+        if values.get(name):
+            raise ValueError(f"--{name.replace('_', '-')} applies to text generation, not --embeddings")
+
+
+def _limit(help: str, env: str, default: str, **kw: Any) -> Any:
+    """An engine limit: 0 leaves it to `env`, else EngineConfig's default (of the field `default`)."""
+    return setting(
+        0,
+        help,
+        env=env,
+        fallback=_ENGINE[default],
+        endpoint=True,
+        engine=default,
+        metavar="N",
+        **{"ge": 1, **kw},
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class ListenSettings:
+    """Where the server listens."""
+
+    host: str = setting("0.0.0.0", "Address to bind.", server="host", metavar="H")
+    port: int = setting(
+        0,
+        "Port; env SAGEMAKER_BIND_TO_PORT.",
+        env="SAGEMAKER_BIND_TO_PORT",
+        fallback=DEFAULT_PORT,
+        server="port",
+        metavar="P",
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class EngineSettings:
+    """The engine's: its threads, limits, caches, speculation, adapters and mode (EngineConfig's fields)."""
+
+    threads: int = setting(
+        0,
+        "Engine threads; 0: the CPUs this process may run on.",
+        env="LLMHOST_THREADS",
+        engine="n_threads",
+        label="t",
+        metavar="N",
+    )
+    max_concurrent: int = _limit(
+        "Sequences decoding together; env MAX_CONCURRENT_REQUESTS.",
+        "MAX_CONCURRENT_REQUESTS",
+        "max_concurrent",
+        label="mc",
+    )
+    max_queue: int = setting(
+        _DEFAULT.max_queue,
+        "Requests that may wait beyond those; more get 429.",
+        ge=0,
+        endpoint=True,
+        engine="max_queue",
+        metavar="N",
+    )
+    max_input_tokens: int = _limit(
+        "Prompt token limit; env MAX_INPUT_LENGTH.", "MAX_INPUT_LENGTH", "max_input_tokens"
+    )
+    max_total_tokens: int = _limit(
+        "Prompt + new tokens limit; env MAX_TOTAL_TOKENS.", "MAX_TOTAL_TOKENS", "max_total_tokens", ge=2
+    )
+    max_batch_tokens: int = _limit(
+        "Tokens per decode step; env MAX_BATCH_TOTAL_TOKENS.",
+        "MAX_BATCH_TOTAL_TOKENS",
+        "max_batch_tokens",
+        label="b",
+    )
+    ubatch_size: int = setting(
+        _DEFAULT.ubatch_size,
+        "Tokens llama.cpp computes at once within a decode step (its physical batch, llama-server's "
+        "--ubatch-size); at most the step's tokens. 0: llama.cpp's 512, at most --max-batch-tokens.",
+        ge=1,
+        endpoint=True,
+        engine="ubatch_size",
+        label="ub",
+        metavar="N",
+    )
+    schedule_policy: SchedulePolicy = setting(
+        _DEFAULT.schedule_policy,
+        "Which waiting request gets a free sequence first: fewest-left (fewest prompt tokens left to "
+        "compute: a conversation's next turn before cold prompts), arrival (earliest), cached-first "
+        "(most prompt tokens cached: conversations under way before new ones).",
+        endpoint=True,
+        engine="schedule_policy",
+        label="sp",
+        metavar="POLICY",
+    )
+    prefix_cache_seqs: int = setting(
+        _DEFAULT.prefix_cache_seqs,
+        "Idle cached prefixes (finished requests' KV) kept in the context, each in a KV stream of "
+        "--max-total-tokens cells beside the running sequences'; 0: none.",
+        ge=0,
+        endpoint=True,
+        engine="prefix_cache_seqs",
+        metavar="N",
+    )
+    prompt_cache_mb: int = setting(
+        _DEFAULT.prompt_cache_mb,
+        "MiB of host memory keeping the KV state of sequences that left the context, restored for "
+        "prompts that extend them; -1: a quarter of the memory available at start (at most 8192), "
+        "0: off.",
+        ge=-1,
+        endpoint=True,
+        engine="prompt_cache_mb",
+        metavar="MB",
+    )
+    memory_mb: int = setting(
+        _DEFAULT.memory_mb,
+        "MiB this server is meant to fit in (an endpoint copy gets its resources' memory_mb): the "
+        "weights, the running sequences' KV cache and the process must fit (else the load is refused "
+        "naming each part), idle cached sequences are as many of --prefix-cache-seqs as fit beside "
+        "them, and --prompt-cache-mb -1 takes at most what is left. 0: no bound.",
+        engine="memory_mb",
+        metavar="MB",
+    )
+    flash_attn: bool = setting(True, "llama.cpp flash attention.", engine="flash_attn")
+    cache_type_k: CacheType = setting(
+        _DEFAULT.cache_type_k,
+        "KV cache type of K (llama.cpp's names): q8_0 takes 53% of f16's memory, q4_0 28%.",
+        endpoint=True,
+        engine="cache_type_k",
+        label="ctk",
+        metavar="TYPE",
+    )
+    cache_type_v: CacheType = setting(
+        _DEFAULT.cache_type_v,
+        "KV cache type of V; a quantized V needs --flash-attn.",
+        endpoint=True,
+        engine="cache_type_v",
+        label="ctv",
+        metavar="TYPE",
+    )
+    swa_full: bool = setting(
+        _DEFAULT.swa_full,
+        "Sliding-window layers (Gemma 3, gpt-oss, Mistral-SWA, Cohere) keep every position instead of "
+        "their window (Gemma 3 270M, 16 x 4,096 tokens: 1,152 instead of 432 MiB of f16 KV). Windowed "
+        "(the default, llama.cpp's), a prompt sharing a shorter prefix of a cached sequence is served "
+        "from an SWA checkpoint (--swa-checkpoints). Speculative decoding turns it on.",
+        endpoint=True,
+        engine="swa_full",
+    )
+    swa_checkpoints: int = setting(
+        _DEFAULT.swa_checkpoints,
+        "SWA checkpoints a sequence keeps (llama-server's --swa-checkpoints): its sliding-window cells "
+        "saved in host memory at prompt chunk starts, so a prompt sharing a shorter prefix reuses it "
+        "under windowed sliding-window layers. All sequences' checkpoints share one byte budget: the "
+        "running sequences' at their largest (memory_mb counts it once). 0: none (such a prompt is "
+        "prefilled from scratch).",
+        endpoint=True,
+        engine="swa_checkpoints",
+        ge=0,
+        metavar="N",
+    )
+    speculative: str = setting(
+        _DEFAULT.speculative,
+        "Speculative decoding of greedy requests: 'ngram' (prompt lookup), 'draft' (a draft model: "
+        "--draft-model, which sets it) or '' (off).",
+        choices=typing.get_args(Speculative),
+        endpoint=True,
+        engine="speculative",
+        metavar="ngram|draft",
+    )
+    draft_tokens: int = setting(
+        _DEFAULT.draft_tokens,
+        "Speculative tokens verified per step.",
+        ge=1,
+        endpoint=True,
+        engine="draft_tokens",
+        metavar="N",
+    )
+    adaptive_draft: bool = setting(
+        _DEFAULT.adaptive_draft,
+        "With --speculative ngram: each sequence's draft length follows its recent acceptance "
+        "(none while guesses keep failing); off: always --draft-tokens.",
+        endpoint=True,
+        engine="adaptive_draft",
+    )
+    draft_model: str = setting(
+        "",
+        "Draft GGUF sharing the model's vocabulary (implies --speculative draft).",
+        endpoint=True,
+        metavar="SMALL.gguf",
+    )
+    ngram_size: int = setting(
+        _DEFAULT.ngram_size,
+        "Longest n-gram looked up for drafts.",
+        ge=2,
+        endpoint=True,
+        engine="ngram_size",
+        metavar="N",
+    )
+    lora: list[str] | None = setting(
+        None,
+        "LoRA adapter NAME=PATH[:SCALE] (repeatable; PATH a model reference: a file, s3://...) loaded "
+        "beside the model; a request's `model` naming it, TGI's adapter_id or a `lora` list selects "
+        "it.",
+        metavar="NAME=PATH[:SCALE]",
+    )
+    max_loras: int = setting(
+        _DEFAULT.max_loras,
+        "Most LoRA adapters kept loaded: idle ones beyond it are freed, least recently used first, and "
+        "loaded again (in milliseconds) when a request selects one; adapters running requests use are "
+        "never freed. 0: all stay loaded.",
+        ge=0,
+        engine="max_loras",
+        metavar="N",
+    )
+    queue_timeout_s: float = setting(
+        0.0,
+        "Seconds a request may wait for a sequence slot; then 503. 0: no limit.",
+        ge=0,
+        endpoint=True,
+        engine="queue_timeout_s",
+        metavar="S",
+    )
+    request_timeout_s: float = setting(
+        0.0,
+        "Seconds a request may take in all; then 503 / an error event. 0: no limit.",
+        ge=0,
+        endpoint=True,
+        engine="request_timeout_s",
+        metavar="S",
+    )
+    embeddings: bool = setting(
+        False,
+        "Load the model for OpenAI /v1/embeddings only (no text generation); inputs up to "
+        "--max-input-tokens (default 512 here).",
+        switch=True,
+    )
+    pooling: Pooling = setting(
+        "auto",
+        "With --embeddings: auto (the model's own, mean if it has none), mean, cls, last.",
+        endpoint=True,
+        metavar="auto|mean|cls|last",
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class ChatSettings:
+    """How the server reads and writes chat: its template, tool calls, thoughts, the model's name."""
+
+    chat_template: Path | None = setting(
+        None,
+        "Jinja chat template file overriding the GGUF's.",
+        endpoint=True,
+        server="chat_template",
+        metavar="FILE",
+    )
+    served_model_name: str = setting(
+        "", "Model name in API responses.", server="served_model_name", metavar="NAME"
+    )
+    tool_parser: ToolParser = setting(
+        "auto",
+        "Format of tool calls in chat output: auto (from the template), hermes, llama3, mistral, "
+        "granite, harmony (gpt-oss).",
+        endpoint=True,
+        server="tool_parser",
+        metavar="auto|hermes|llama3|mistral|granite|harmony",
+    )
+    reasoning_format: ReasoningFormat = setting(
+        "auto",
+        "How a thinking model's thought is told from its answer: auto (the chat template's tags), none "
+        "(all is content), deepseek (<think>), magistral ([THINK]), seed (<seed:think>), harmony "
+        "(gpt-oss's analysis and final channels).",
+        endpoint=True,
+        server="reasoning_format",
+        metavar="auto|none|deepseek|magistral|seed|harmony",
+    )
+    reasoning_budget: int = setting(
+        -1,
+        "Most thought tokens of a thinking model's answer, then its end tag is forced (-1: no limit; 0: "
+        "thinking off). A request's reasoning_budget overrides it.",
+        ge=-1,
+        endpoint=True,
+        server="reasoning_budget",
+        metavar="N",
+    )
+    chat_template_kwargs: str = setting(
+        "",
+        "JSON object of variables every chat request passes to the chat template (e.g. "
+        '{"enable_thinking": false}); a request\'s chat_template_kwargs override them.',
+        endpoint=True,
+        server="chat_template_kwargs",
+        metavar="JSON",
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class ConsoleOptions:
+    """The console (GET /console): its reports folder and its points' period."""
+
+    reports: str = setting(
+        "",
+        "A folder of `llmhost bench` / `llmhost tune` results, listed in the console (GET /console).",
+        server="reports",
+        metavar="DIR",
+    )
+    console_period: float = setting(
+        5.0,
+        "Seconds between the console's points (15 minutes are kept).",
+        server="console_period_s",
+        metavar="S",
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class AuthOptions:
+    """Who may call the server: its API keys."""
+
+    api_key: list[str] | None = setting(
+        None,
+        "Require this API key (repeatable; also $LLMHOST_API_KEYS or $LLMHOST_API_KEY, "
+        "comma-separated); /ping and /health stay open.",
+        metavar="KEY",
+    )
+    api_key_file: Path | None = setting(None, "File of API keys, one per line.", metavar="FILE")
+
+
+@dataclass(frozen=True, kw_only=True)
+class LogOptions:
+    """How the process logs."""
+
+    log_level: LogLevel = setting("info", "debug, info, warning, error.", metavar="LEVEL")
+
+    def __post_init__(self) -> None:
+        if self.log_level.lower() not in LOG_LEVELS:
+            raise ValueError(f"--log-level must be one of {', '.join(LOG_LEVELS)}, got {self.log_level!r}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProcessSettings(AuthOptions, LogOptions):
+    """The serving process's own: who may call it, how it logs, how long it drains."""
+
+    shutdown_grace_s: float = setting(
+        25.0, "On SIGTERM, seconds requests in flight get to finish before exit.", metavar="S"
+    )
+
+
+# the groups of the server `llmhost serve` builds (build.ServeOptions has their fields)
+SERVE_GROUPS: tuple[type[Any], ...] = (ListenSettings, EngineSettings, ChatSettings, ConsoleOptions)
+SERVE_SPEC = ServeSettingsSpec.of(SERVE_GROUPS, process=(ProcessSettings,))
+
+# the variables that size the engine when an option leaves a limit unset (SageMaker's and TGI's names)
+LIMIT_ENV = tuple(s.env for s in SERVE_SPEC if s.name.startswith("max_") and s.env)
+
+
+def default_value(name: str, env: Mapping[str, str] | None = None) -> Any:
+    """What `llmhost serve` runs with when `name` is not given: its variable where set, else its default."""
+    s = SERVE_SPEC[name]
+    return s.resolve(s.default, os.environ if env is None else env)

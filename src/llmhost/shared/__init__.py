@@ -1,0 +1,1 @@
+"""What every layer shares: JSON whose shape is the client's (`jsontypes`)."""

@@ -32,7 +32,7 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from serve_compare import Running
+from serve_compare import Running, server_commands
 
 from llmhost.store import resolve_model
 from tests.integration.lora_helpers import write_adapter
@@ -117,6 +117,11 @@ def measure(url: str, rounds: int, new_tokens: int, peer: bool) -> dict[str, Any
     }
 
 
+def flags(flag: str, values: list[str]) -> list[str]:
+    """`flag` before each of `values` (a repeated option)."""
+    return [part for value in values for part in (flag, value)]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--llama-server", required=True)
@@ -128,59 +133,17 @@ def main() -> None:
     model = resolve_model(None)
     work = Path(tempfile.mkdtemp(prefix="adapter-agreement-"))
     adapters = [write_adapter(work / f"{n}.gguf", model, seed=s) for n, s in (("a", 1), ("b", 2))]
-    ctx = 512
-    servers = {
-        "llmhost": [
-            sys.executable,
-            "-m",
-            "llmhost.cli",
-            "serve",
-            str(model),
-            "--host",
-            "127.0.0.1",
-            "--port",
-            "{port}",
-            "--threads",
-            str(args.threads),
-            "--max-concurrent",
-            "6",
-            "--max-total-tokens",
-            str(ctx),
-            "--max-input-tokens",
-            str(ctx - 64),
-            "--prefix-cache-seqs",
-            "0",
-            "--prompt-cache-mb",
-            "0",
-            "--log-level",
-            "warning",
-            "--lora",
-            f"a={adapters[0]}",
-            "--lora",
-            f"b={adapters[1]}",
-        ],
-        "llama-server": [
-            args.llama_server,
-            "-m",
-            str(model),
-            "--host",
-            "127.0.0.1",
-            "--port",
-            "{port}",
-            "-t",
-            str(args.threads),
-            "-np",
-            "6",
-            "-c",
-            str(6 * ctx),
-            "--no-webui",
-            "--lora",
-            str(adapters[0]),
-            "--lora",
-            str(adapters[1]),
-            "--lora-init-without-apply",
-        ],
-    }
+    named = [f"{name}={path}" for name, path in zip("ab", adapters, strict=True)]
+    commands = server_commands(
+        model,
+        args.threads,
+        len(PROMPTS),
+        512,
+        ["--prefix-cache-seqs", "0", "--prompt-cache-mb", "0", *flags("--lora", named)],
+        peer_extra=[*flags("--lora", [str(p) for p in adapters]), "--lora-init-without-apply"],
+        llama_server=args.llama_server,
+    )
+    servers = {name: commands[name] for name in ("llmhost", "llama-server")}
     results: dict[str, Any] = {}
     for name, cmd in servers.items():
         running = Running(name, cmd)

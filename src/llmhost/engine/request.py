@@ -345,9 +345,7 @@ class RequestTooLargeError(BadRequestError, EngineError):
 def check_limits(config: EngineConfig, n_prompt: int, max_tokens: int) -> None:
     """Raise RequestTooLargeError naming the field, both numbers and the limit's EngineConfig field."""
     if n_prompt == 0:
-        raise RequestTooLargeError(
-            "prompt", 0, 1, "the prompt is empty: at least one token is needed", limit_name="min_prompt"
-        )
+        raise RequestTooLargeError("prompt", 0, 1, "the prompt is empty: at least one token is needed")
     if n_prompt > config.max_input_tokens:
         raise RequestTooLargeError(
             "prompt",

@@ -6,10 +6,16 @@ compete for the same cores, and a local Ray started with no address joins a clus
 
 from __future__ import annotations
 
+import os
+import tempfile
 from pathlib import PurePath
 from typing import Any
 
 import pytest
+
+# the servers the tests start keep batch jobs under the user's data directory by default: each test
+# process gets its own, so that no test reads or locks the real one (or another worker's)
+os.environ["XDG_DATA_HOME"] = tempfile.mkdtemp(prefix="llmhost-test-data-")
 
 SHARED_SCOPES = {
     "test_endpoint_ray.py": "ray",

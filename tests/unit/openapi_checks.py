@@ -44,8 +44,8 @@ def assert_every_operation_documented(
             text = json.dumps(op)
             assert "Successful Response" not in text and "HTTPValidationError" not in text, where
             if method in METHODS_WITH_BODY and path not in no_body:
-                body = op.get("requestBody", {}).get("content", {}).get("application/json", {})
-                assert body.get("schema"), f"{where}: no request body"
+                media = op.get("requestBody", {}).get("content", {})
+                assert media and all(m.get("schema") for m in media.values()), f"{where}: no request body"
             statuses = [int(s) for s in op["responses"]]
             assert any(200 <= s < 300 for s in statuses), f"{where}: no success response"
             assert any(s >= 400 for s in statuses), f"{where}: no error response"

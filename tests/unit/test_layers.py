@@ -16,8 +16,9 @@ LAYERS: list[tuple[str, ...]] = [
     ("llmhost.tune",),
     ("llmhost.optimize",),
     ("llmhost.bench", "llmhost.endpoint"),
-    # the server, and what `llmhost serve` builds it from (settings.build makes its ServerSettings)
-    ("llmhost.server", "llmhost.settings.build"),
+    # the server, and what `llmhost serve` builds it from (settings.build makes its ServerSettings); the
+    # jobs (files, batches) a server and the endpoint router both serve, read with the server's parsers
+    ("llmhost.server", "llmhost.settings.build", "llmhost.jobs"),
     # the console's API and page, which the server and the endpoint serve
     ("llmhost.console",),
     # what every front end shares: ASGI middleware, auth, each API's error bodies, the OpenAPI helpers

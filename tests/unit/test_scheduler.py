@@ -353,3 +353,23 @@ def test_a_sequence_with_kv_operations_pending_is_not_moved_that_step() -> None:
     assert not plan.moved and c.kv_seq == 2
     s.postprocess(plan, {i.seq.request_id: [5] for i in plan.items if i.sample}, 0.0)
     assert s.schedule(0.0).moved == [(c, 2)]
+
+
+def test_a_lower_priority_number_is_admitted_first_whatever_the_policy_ranks() -> None:
+    s = Scheduler(config(max_concurrent=1))
+    batch = [seq(f"batch{i}", [10, 11]) for i in range(3)]
+    for b in batch:
+        b.priority = 1
+        s.add(b)
+    s.add(chat := seq("chat", list(range(20, 50))))  # 30 tokens to compute against 2, arrived last
+    assert s.schedule(0.0).admitted == [chat]
+    s.finish(chat)
+    assert s.schedule(0.0).admitted == [batch[0]]
+
+
+def test_a_sequence_passed_over_too_often_goes_first_only_among_its_priority() -> None:
+    s = Scheduler(config(max_concurrent=1))
+    s.add(starved := seq("batch", [10, 11]))
+    starved.priority, starved.passed_over = 1, 5
+    s.add(chat := seq("chat", list(range(20, 50))))
+    assert s.schedule(0.0).admitted == [chat]

@@ -157,6 +157,13 @@ class GenerationRequest:
     group: str = ""
     # LoRA adapters (loaded with the engine) and their scales: lora.adapter_set form; (): the base model
     adapters: tuple[tuple[str, float], ...] = ()
+    # admission order among waiting requests, lowest first (vLLM's `priority`): batch jobs run at
+    # BATCH_PRIORITY, after every interactive request (0) waiting
+    priority: int = 0
+
+
+# the priority a batch job's requests run at unless a line sets its own: behind interactive traffic
+BATCH_PRIORITY = 1
 
 
 def check_token_ids(request: GenerationRequest, n_vocab: int) -> None:

@@ -16,6 +16,9 @@ from llmhost.console.sampler import Sampler
 from llmhost.console.timeseries import SeriesStore
 from llmhost.engine import AsyncEngine, ModelInfo
 from llmhost.engine.embedder_loop import AsyncEmbedder
+from llmhost.jobs import routes as jobs_routes
+from llmhost.jobs.files import UPLOAD_PATH, upload_limit
+from llmhost.jobs.service import Jobs
 from llmhost.process.lifecycle import Lifecycle
 from llmhost.server import errors
 from llmhost.server.console import ServerConsole
@@ -93,20 +96,28 @@ def create_app(
     store = console.store()
     metrics.registry.register(ConsoleCollector(store))
     sampler = Sampler(store, console_source.read)
-    lifespan = _lifespan(ctx, owned, lifecycle, sampler, custom)
-    app = FastAPI(title="llmhost", version=__version__, lifespan=lifespan, docs_url=None, redoc_url=None)
+    app = FastAPI(title="llmhost", version=__version__, docs_url=None, redoc_url=None)
+    # a batch's lines go through this app's own routes, behind its middleware
+    jobs = Jobs(settings.jobs(), app)
+    app.router.lifespan_context = _lifespan(ctx, owned, lifecycle, sampler, custom, jobs)
     app.state.lifecycle = lifecycle
+    app.state.jobs = jobs
     _serve(app, ctx, custom)
     _route(app, settings, console, store, console_source)
-    _middleware(app, settings, lifecycle, tally)
+    _middleware(app, settings, lifecycle, tally, jobs)
     return app
 
 
 def _lifespan(
-    ctx: ServingContext, owned: bool, lifecycle: Lifecycle, sampler: Sampler, custom: CustomInference | None
+    ctx: ServingContext,
+    owned: bool,
+    lifecycle: Lifecycle,
+    sampler: Sampler,
+    custom: CustomInference | None,
+    jobs: Jobs,
 ) -> Lifespan[FastAPI]:
-    """Start the engine (or the embedder), its watcher, the console's sampler and inference.py's
-    model_fn; stop them in turn."""
+    """Start the engine (or the embedder), its watcher, the console's sampler, inference.py's
+    model_fn and the batch runner; stop them in turn."""
     engine, embedder = ctx.engine, ctx.embedder
     runner = embedder if embedder is not None else (engine if owned else None)
 
@@ -124,9 +135,11 @@ def _lifespan(
                 lifecycle.exit(1, f"inference.py: {exc}")
                 watcher.cancel()
                 raise
+        jobs.start()
         try:
             yield
         finally:
+            await jobs.stop()
             sampling.cancel()
             watcher.cancel()
             if custom is not None:
@@ -163,19 +176,22 @@ def _route(
     errors.install(app)
     for module in (sagemaker, runtime, openai, anthropic, responses, embeddings, tgi, ollama, adapters, ops):
         app.include_router(module.router)
+    app.include_router(jobs_routes.router)
     secured = settings.api_keys.enabled
     app.include_router(create_console(store, console, source.overview, secured))
     apidoc.install(app, DESCRIPTION, secured=secured, open_paths=OPEN_PATHS | PUBLIC_PATHS)
 
 
-def _middleware(app: FastAPI, settings: ServerSettings, lifecycle: Lifecycle, tally: FrontTally) -> None:
+def _middleware(
+    app: FastAPI, settings: ServerSettings, lifecycle: Lifecycle, tally: FrontTally, jobs: Jobs
+) -> None:
     """Innermost first; a refusal made here is written in the format of the route it was for."""
     routes = app.routes
     app.add_middleware(CustomAttributesMiddleware)
-    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes, routes=routes)
+    uploads = {UPLOAD_PATH: upload_limit(jobs.settings.max_file_bytes)}
+    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes, routes=routes, paths=uploads)
     if settings.api_keys.enabled:  # before the body is read; inside the request id
-        app.add_middleware(
-            ApiKeyMiddleware, keys=settings.api_keys, open_paths=OPEN_PATHS | PUBLIC_PATHS, routes=routes
-        )
+        keys = settings.api_keys.with_key(jobs.token)
+        app.add_middleware(ApiKeyMiddleware, keys=keys, open_paths=OPEN_PATHS | PUBLIC_PATHS, routes=routes)
     app.add_middleware(FrontCounter, tally=tally)  # outside the key check: refusals count as 4xx
     app.add_middleware(RequestContextMiddleware, lifecycle=lifecycle, routes=routes)

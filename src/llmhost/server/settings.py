@@ -10,6 +10,7 @@ from typing import Any
 from llmhost.console.api import ConsoleSettings
 from llmhost.engine.config import EngineConfig
 from llmhost.engine.embedder import EmbedderConfig
+from llmhost.jobs.settings import DEFAULT_MAX_FILE_MB, JobsSettings, default_jobs_dir
 from llmhost.settings.serve import DEFAULT_PORT, SERVE_SPEC
 from llmhost.store.ggufnames import model_stem
 from llmhost.web.auth import ApiKeys
@@ -43,12 +44,23 @@ class ServerSettings:
     inference_script: Path | None = None
     reports: str = ""  # the console's reports folder (bench / tune results); "": none
     console_period_s: float = 5.0  # seconds between the console's points
+    jobs_dir: str = ""  # batch jobs' folder; "": the user's data directory
+    jobs_max_file_mb: int = DEFAULT_MAX_FILE_MB
+    batch_concurrency: int = 0  # a batch's requests in flight; 0: the engine's max_concurrent
 
     def console(self) -> ConsoleSettings:
         reports = Path(self.reports) if self.reports else None
         return ConsoleSettings(period_s=self.console_period_s, reports_dir=reports)
 
+    def jobs(self) -> JobsSettings:
+        return JobsSettings(
+            root=Path(self.jobs_dir) if self.jobs_dir else default_jobs_dir(),
+            max_file_bytes=self.jobs_max_file_mb * 1024 * 1024,
+            concurrency=self.batch_concurrency or self.engine.max_concurrent,
+        )
+
     def __post_init__(self) -> None:
+        self.jobs()  # its own checks
         self.console()  # its own checks: the period's range, the reports folder
         if not 0 < self.port < 65536:
             raise ValueError(f"port must be in 1..65535, got {self.port}")

@@ -19,6 +19,7 @@ from llmhost.settings.serve import (
     ChatSettings,
     ConsoleOptions,
     EngineSettings,
+    JobsOptions,
     ListenSettings,
 )
 from llmhost.web.auth import ApiKeys
@@ -31,7 +32,7 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True, kw_only=True)
-class ServeOptions(ListenSettings, EngineSettings, ChatSettings, ConsoleOptions):
+class ServeOptions(ListenSettings, EngineSettings, ChatSettings, ConsoleOptions, JobsOptions):
     """`llmhost serve`'s options as `build` takes them: every setting of the spec but the serving
     process's own, each a typed field (`opts.max_queue: int`); API keys come loaded, the chat template as
     its text. A 0 or "" limit is unset: taken from its variable, else its default."""

@@ -388,6 +388,34 @@ class ConsoleOptions:
 
 
 @dataclass(frozen=True, kw_only=True)
+class JobsOptions:
+    """Batch jobs (/v1/files, /v1/batches): where they are kept and how much they may take."""
+
+    jobs_dir: str = setting(
+        "",
+        "Folder of uploaded files, batches and their answers (SQLite), kept across restarts; one server "
+        "per folder. Default: $XDG_DATA_HOME/llmhost/jobs (~/.local/share/llmhost/jobs).",
+        env="LLMHOST_JOBS_DIR",
+        server="jobs_dir",
+        metavar="DIR",
+    )
+    jobs_max_file_mb: int = setting(
+        200,
+        "Largest file /v1/files takes, in MiB (OpenAI's bound).",
+        ge=1,
+        server="jobs_max_file_mb",
+        metavar="MB",
+    )
+    batch_concurrency: int = setting(
+        0,
+        "A batch's requests in flight at once (they queue behind interactive ones); 0: --max-concurrent.",
+        ge=0,
+        server="batch_concurrency",
+        metavar="N",
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
 class AuthOptions:
     """Who may call the server: its API keys."""
 
@@ -421,7 +449,13 @@ class ProcessSettings(AuthOptions, LogOptions):
 
 
 # the groups of the server `llmhost serve` builds (build.ServeOptions has their fields)
-SERVE_GROUPS: tuple[type[Any], ...] = (ListenSettings, EngineSettings, ChatSettings, ConsoleOptions)
+SERVE_GROUPS: tuple[type[Any], ...] = (
+    ListenSettings,
+    EngineSettings,
+    ChatSettings,
+    ConsoleOptions,
+    JobsOptions,
+)
 SERVE_SPEC = ServeSettingsSpec.of(SERVE_GROUPS, process=(ProcessSettings,))
 
 # the variables that size the engine when an option leaves a limit unset (SageMaker's and TGI's names)

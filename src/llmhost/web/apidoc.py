@@ -141,6 +141,7 @@ class Operation:
     description: str = ""
     params: Sequence[JSONObject] = ()  # the query parameters the route reads itself (OpenAPI objects)
     body_media: Sequence[str] = ()  # media types the body may come in besides JSON (the same schema)
+    json_body: bool = True  # False: the body comes only in `body_media` (a multipart upload)
 
     def extra(self) -> JSONObject:
         """The route's `openapi_extra`: a key to this declaration (FastAPI writes it into the operation,
@@ -254,7 +255,7 @@ def _success(op: Operation, reg: Registry) -> JSONObject:
 def _request_body(op: Operation, reg: Registry) -> JSONObject:
     refs: list[JSONValue] = [reg.ref(m) for m in op.body]
     schema: JSONValue = refs[0] if len(refs) == 1 else {"oneOf": refs}
-    media = ("application/json", *op.body_media)
+    media = (*(("application/json",) if op.json_body else ()), *op.body_media)
     return {"required": True, "content": {m: {"schema": schema} for m in media}}
 
 

@@ -60,6 +60,10 @@ class ApiKeys:
             raise ValueError("an API key contains whitespace")
         return cls(tuple(_digest(k) for k in cleaned))
 
+    def with_key(self, key: str) -> ApiKeys:
+        """These keys and `key` (a key made in process for the server's own requests)."""
+        return ApiKeys((*self.digests, _digest(key)))
+
     @property
     def enabled(self) -> bool:
         return bool(self.digests)

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from starlette.routing import BaseRoute
@@ -25,21 +25,30 @@ def _too_large_body(limit: int, size: int | None) -> dict[str, Any]:
 
 
 class BodyLimitMiddleware:
-    """413 for a body over `max_bytes`, in the format of the route's API (`routes`: the app's)."""
+    """413 for a body over `max_bytes` (or its path's own limit in `paths`: an upload's), in the format
+    of the route's API (`routes`: the app's)."""
 
-    def __init__(self, app: ASGIApp, max_bytes: int, routes: Sequence[BaseRoute] = ()) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        max_bytes: int,
+        routes: Sequence[BaseRoute] = (),
+        paths: Mapping[str, int] | None = None,
+    ) -> None:
         self.app = app
         self.max_bytes = max_bytes
         self.routes = routes
+        self.paths = dict(paths or {})
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        limit = self.paths.get(scope["path"], self.max_bytes)
         headers = dict(scope.get("headers", []))
         length = headers.get(b"content-length")
-        if length is not None and length.isdigit() and int(length) > self.max_bytes:
-            await self._refuse(scope, send, int(length))
+        if length is not None and length.isdigit() and int(length) > limit:
+            await self._refuse(scope, send, int(length), limit)
             return
         received = 0
         started = False
@@ -49,7 +58,7 @@ class BodyLimitMiddleware:
             message = await receive()
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
-                if received > self.max_bytes:
+                if received > limit:
                     raise _TooLarge
             return message
 
@@ -63,10 +72,10 @@ class BodyLimitMiddleware:
             await self.app(scope, limited_receive, tracking_send)
         except _TooLarge:
             if not started:
-                await self._refuse(scope, send, None)
+                await self._refuse(scope, send, None, limit)
 
-    async def _refuse(self, scope: Scope, send: Send, size: int | None) -> None:
-        await send_error(send, scope, self.routes, 413, _too_large_body(self.max_bytes, size), [])
+    async def _refuse(self, scope: Scope, send: Send, size: int | None, limit: int) -> None:
+        await send_error(send, scope, self.routes, 413, _too_large_body(limit, size), [])
 
 
 class CustomAttributesMiddleware:

@@ -54,7 +54,7 @@ def test_document_is_valid_openapi_31(doc: dict[str, Any]) -> None:
 def test_every_route_is_declared_and_documented(doc: dict[str, Any]) -> None:
     app = make_app()
     assert len(app_routes(app)) >= 19
-    assert_every_operation_documented(app, doc)
+    assert_every_operation_documented(app, doc, no_body=frozenset({"/v1/batches/{batch_id}/cancel"}))
 
 
 def ref(doc: dict[str, Any], method: str, path: str) -> Any:

@@ -28,6 +28,8 @@ class Sequence:
     group: str = ""
     # the LoRA adapter set its tokens are computed with (lora.AdapterSet; (): the base model)
     adapters: tuple[tuple[str, float], ...] = ()
+    # admission order, lowest first, before the schedule policy's rank (GenerationRequest.priority)
+    priority: int = 0
     # admissions that went to a later sequence with less prompt left to compute (bounded: see scheduler)
     passed_over: int = 0
     # the logits of every prompt position are needed (prompt logprobs): no prefix reuse
@@ -92,6 +94,7 @@ def new_sequence(
         arrival_s=arrival_s,
         group=request.group,
         adapters=request.adapters,
+        priority=request.priority,
         prompt_logprobs=request.params.prompt_logprobs,
         queue_deadline_s=_deadline(arrival_s, request.queue_timeout_s, config.queue_timeout_s),
         deadline_s=_deadline(arrival_s, request.timeout_s, config.request_timeout_s),

@@ -87,6 +87,8 @@ class SamplingFields(Strict):
     grammar: Annotated[str, Field(min_length=1)] | None = None  # llama-server: a GBNF grammar
     json_schema: JSONObject | None = None  # llama-server: a JSON schema
     lora: Annotated[list[LoraRef], Field(max_length=64)] | None = None  # llama-server: adapters and scales
+    # vLLM: admission order among waiting requests, lowest first (a batch job's lines default to 1)
+    priority: Annotated[int, Field(ge=-INT32_MAX, le=INT32_MAX)] = 0
 
     def stop_list(self) -> list[str]:
         if self.stop is None:

@@ -10,7 +10,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Discriminator, Field, Tag
 
-from llmhost.engine.request import MAX_LOGPROBS
+from llmhost.engine.request import INT32_MAX, MAX_LOGPROBS
 from llmhost.server.protocol.openai import Strict, no_parameters
 from llmhost.shared.jsontypes import JSONObject
 from llmhost.web.errors import APIError
@@ -154,6 +154,8 @@ class ResponsesRequest(Strict):
     # what the answer adds: an empty list asks for nothing (the OpenAI Agents SDK sends one every time)
     include: list[str] | None = None
     top_logprobs: Annotated[int, Field(ge=0, le=MAX_LOGPROBS)] | None = None
+    # vLLM: admission order among waiting requests, lowest first (a batch job's lines default to 1)
+    priority: Annotated[int, Field(ge=-INT32_MAX, le=INT32_MAX)] = 0
 
     def wants_logprobs(self) -> bool:
         """Whether `include` asks for the output's logprobs; anything else it asks is a 400 naming it."""

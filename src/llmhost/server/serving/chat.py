@@ -118,7 +118,7 @@ async def start_chat(
     top = body.top_logprobs or 0
     params = planned(ctx, plan, sampling_params(body, max_tokens, top if body.logprobs else None, constraint))
     adapters = ctx.adapters.by_model(body.model, body.lora)
-    streams = ctx.submit_choices(rid, [prompt], [params], body.n, fields, adapters)
+    streams = ctx.submit_choices(rid, [prompt], [params], body.n, fields, adapters, body.priority)
     return ChatRun(plan, streams, len(prompt))
 
 

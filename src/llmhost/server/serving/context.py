@@ -208,12 +208,16 @@ class ServingContext:
         fields: LimitFields,
         group: str = "",
         adapters: AdapterSet = (),
+        priority: int = 0,
     ) -> RequestStream:
         """`fields`: the request's token-limit fields in its API's words (a refusal over a limit names
-        them); `adapters`: the LoRA adapters it runs with (`self.adapters` chooses them)."""
+        them); `adapters`: the LoRA adapters it runs with (`self.adapters` chooses them); `priority`: its
+        admission order, lowest first."""
         self.require_ready()
         try:
-            request = GenerationRequest(request_id, prompt, params, group=group, adapters=adapters)
+            request = GenerationRequest(
+                request_id, prompt, params, group=group, adapters=adapters, priority=priority
+            )
             return self.engine.submit(request)
         except EngineError as exc:
             raise self._refused(exc, fields) from exc
@@ -226,6 +230,7 @@ class ServingContext:
         n: int,
         fields: LimitFields,
         adapters: AdapterSet = (),
+        priority: int = 0,
     ) -> list[RequestStream]:
         """`n` choices per prompt, index prompt * n + choice; the choices of one prompt share its KV.
         All or nothing: if one is refused, those already queued are aborted."""
@@ -237,7 +242,7 @@ class ServingContext:
                     choice = p_params if seed is None or i == 0 else replace(p_params, seed=seed + i)
                     group = f"{request_id}/{p}" if n > 1 else ""
                     rid = f"{request_id}/{p * n + i}"
-                    streams.append(self.submit(rid, prompt, choice, fields, group, adapters))
+                    streams.append(self.submit(rid, prompt, choice, fields, group, adapters, priority))
         except BaseException:
             for s in streams:
                 s.abort()

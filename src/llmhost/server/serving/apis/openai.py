@@ -125,7 +125,9 @@ class OpenAIServing:
         params = [self._params(body, len(p), constraint, scored) for p in prompts]
         rid = new_id("cmpl")
         adapters = ctx.adapters.by_model(body.model, body.lora)
-        streams = ctx.submit_choices(rid, prompts, params, body.n, limit_fields.COMPLETIONS, adapters)
+        streams = ctx.submit_choices(
+            rid, prompts, params, body.n, limit_fields.COMPLETIONS, adapters, body.priority
+        )
         echoes = [self._echo(body, p, raw) for p, raw in zip(prompts, body.prompts(), strict=True)]
         if body.stream:
             return EventStreamResponse(self._completion_stream(rid, body, streams, echoes), streams)

@@ -156,6 +156,7 @@ def to_chat(body: proto.ResponsesRequest) -> ChatCompletionRequest:
         parallel_tool_calls=body.parallel_tool_calls is not False,
         logprobs=body.wants_logprobs(),
         top_logprobs=body.top_logprobs,
+        priority=body.priority,
     )
 
 

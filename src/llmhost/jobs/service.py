@@ -1,0 +1,74 @@
+"""A server's jobs: its files, batches and runner over one jobs directory, opened when first used (so
+that servers which never run a batch never contend for the directory) or at startup when it holds
+batches to resume."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+from starlette.types import ASGIApp
+
+from llmhost.jobs.batches import Batches
+from llmhost.jobs.dispatch import Dispatcher
+from llmhost.jobs.files import Files
+from llmhost.jobs.runner import BatchRunner
+from llmhost.jobs.settings import JobsSettings
+from llmhost.jobs.status import BatchStatus
+from llmhost.jobs.store import JobsDirBusyError, JobStore
+
+log = logging.getLogger("llmhost")
+
+
+class Jobs:
+    def __init__(self, settings: JobsSettings, app: ASGIApp) -> None:
+        """`app`: where the lines are sent (the app these jobs are served by)."""
+        self.settings = settings
+        self._store: JobStore | None = None
+        self.dispatcher = Dispatcher(app)
+        self.runner = BatchRunner(lambda: self._store, self.dispatcher, settings.concurrency)
+        self.files = Files(self.store, settings.max_file_bytes, lambda f: self.batches.reading(f))
+        self.batches = Batches(self.store, self.files, self.runner.wake)
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def token(self) -> str:
+        """The key the runner's requests carry (the server accepts it along with its own keys)."""
+        return self.dispatcher.token
+
+    def store(self) -> JobStore:
+        """The jobs directory, opened now if it is not yet (503 while another process owns it)."""
+        if self._store is None:
+            self._store = JobStore(self.settings.root)
+            self.runner.wake()
+        return self._store
+
+    def start(self) -> None:
+        """Start the runner; a directory left with open batches is opened now and they resume."""
+        if (self.settings.root / "jobs.db").exists():
+            with contextlib.suppress(JobsDirBusyError):  # its owner runs them; this server opens it on use
+                store = self.store()
+                n = sum(1 for b in store.list_batches() if b.status.open)
+                if n:
+                    log.info("resuming %d batches from %s", n, self.settings.root)
+        self._task = asyncio.create_task(self.runner.run(), name="batch runner")
+
+    async def stop(self) -> None:
+        """Stop the runner (lines under way run again next start) and close the directory."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        await self.dispatcher.close()
+        if self._store is not None:
+            self._store.close()
+            self._store = None
+
+    def counts(self) -> dict[BatchStatus, int]:
+        """Batches by status (none before the directory is opened)."""
+        out = dict.fromkeys(BatchStatus, 0)
+        if self._store is not None:
+            for batch in self._store.list_batches():
+                out[batch.status] += 1
+        return out

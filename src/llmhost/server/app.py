@@ -45,6 +45,7 @@ from llmhost.server.serving.apis.ollama_models import OllamaModels
 from llmhost.server.serving.apis.openai import OpenAIServing
 from llmhost.server.serving.apis.responses import ResponsesServing
 from llmhost.server.serving.apis.tgi import TGIServing
+from llmhost.server.serving.batch_transform import BatchTransform
 from llmhost.server.serving.chat_template import template_fault
 from llmhost.server.serving.context import ServingContext
 from llmhost.server.settings import ServerSettings
@@ -163,6 +164,7 @@ def _serve(app: FastAPI, ctx: ServingContext, custom: CustomInference | None) ->
     app.state.ollama = OllamaServing(ctx, parser)
     app.state.ollama_models = OllamaModels(ctx, app.state.embeddings)
     app.state.custom = custom
+    app.state.batch = BatchTransform(ctx.settings)
 
 
 def _route(

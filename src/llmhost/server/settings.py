@@ -11,14 +11,14 @@ from llmhost.console.api import ConsoleSettings
 from llmhost.engine.config import EngineConfig
 from llmhost.engine.embedder import EmbedderConfig
 from llmhost.jobs.settings import DEFAULT_MAX_FILE_MB, JobsSettings, default_jobs_dir
-from llmhost.settings.serve import DEFAULT_PORT, SERVE_SPEC
+from llmhost.settings.serve import BATCH_STRATEGIES, DEFAULT_PAYLOAD_MB, DEFAULT_PORT, MIB, SERVE_SPEC
 from llmhost.store.ggufnames import model_stem
 from llmhost.web.auth import ApiKeys
 
 __all__ = ["DEFAULT_PORT", "MAX_BODY_BYTES", "ServerSettings"]
 
-# SageMaker's request payload limit for real-time endpoints
-MAX_BODY_BYTES = 6 * 1024 * 1024
+# SageMaker's request payload limit (--max-payload-mb's default)
+MAX_BODY_BYTES = DEFAULT_PAYLOAD_MB * MIB
 TOOL_PARSERS = SERVE_SPEC["tool_parser"].choices
 REASONING_FORMATS = SERVE_SPEC["reasoning_format"].choices
 
@@ -31,7 +31,9 @@ class ServerSettings:
     port: int = DEFAULT_PORT
     served_model_name: str = ""
     chat_template: str | None = None  # jinja text overriding the GGUF's template
-    max_body_bytes: int = MAX_BODY_BYTES
+    max_body_bytes: int = MAX_BODY_BYTES  # the body limit enforced (--max-payload-mb, in bytes)
+    batch_strategy: str = "MULTI_RECORD"  # SageMaker Batch Transform's: a jsonlines body's records
+    max_concurrent_transforms: int = 0  # records of one jsonlines body run at once; 0: max_concurrent
     default_max_new_tokens: int = 100  # TGI bodies without max_new_tokens
     tool_parser: str = "auto"  # how tool calls are read from chat output: auto or a name in tools.PARSERS
     reasoning_format: str = "auto"  # how a thought is told from the answer: auto, none, or a tag family
@@ -55,7 +57,7 @@ class ServerSettings:
     def jobs(self) -> JobsSettings:
         return JobsSettings(
             root=Path(self.jobs_dir) if self.jobs_dir else default_jobs_dir(),
-            max_file_bytes=self.jobs_max_file_mb * 1024 * 1024,
+            max_file_bytes=self.jobs_max_file_mb * MIB,
             concurrency=self.batch_concurrency or self.engine.max_concurrent,
         )
 
@@ -74,7 +76,13 @@ class ServerSettings:
             raise ValueError(f"reasoning_budget must be -1 (no limit) or more, got {self.reasoning_budget}")
         self.template_kwargs()  # a JSON object, or a ValueError saying what it is instead
         if self.max_body_bytes < 1:
-            raise ValueError(f"max_body_bytes must be >= 1, got {self.max_body_bytes}")
+            limit = "--max-payload-mb, SAGEMAKER_MAX_PAYLOAD_IN_MB"
+            raise ValueError(f"max_body_bytes must be >= 1 ({limit}), got {self.max_body_bytes}")
+        if self.batch_strategy not in BATCH_STRATEGIES:
+            known = ", ".join(BATCH_STRATEGIES)
+            raise ValueError(f"batch_strategy must be one of {known}, got {self.batch_strategy!r}")
+        if self.max_concurrent_transforms < 0:
+            raise ValueError(f"max_concurrent_transforms must be >= 0, got {self.max_concurrent_transforms}")
 
     def template_kwargs(self) -> dict[str, Any]:
         """--chat-template-kwargs as a dict."""
@@ -87,6 +95,16 @@ class ServerSettings:
         if not isinstance(value, dict):
             raise ValueError(f"chat_template_kwargs must be a JSON object, got {self.chat_template_kwargs!r}")
         return value
+
+    @property
+    def max_payload_mb(self) -> int:
+        """The body limit in whole MiB, as SageMaker's MaxPayloadInMB counts it (never above the limit)."""
+        return self.max_body_bytes // MIB
+
+    @property
+    def concurrent_transforms(self) -> int:
+        """The most records of one jsonlines body run at once: as set, else the engine's sequences."""
+        return self.max_concurrent_transforms or self.engine.max_concurrent
 
     @property
     def model_name(self) -> str:

@@ -15,7 +15,9 @@ from typing import TYPE_CHECKING, Any
 
 from llmhost.engine.config import EngineConfig
 from llmhost.settings.serve import (
+    MIB,
     SERVE_SPEC,
+    BatchTransformSettings,
     ChatSettings,
     ConsoleOptions,
     EngineSettings,
@@ -32,7 +34,9 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True, kw_only=True)
-class ServeOptions(ListenSettings, EngineSettings, ChatSettings, ConsoleOptions, JobsOptions):
+class ServeOptions(
+    ListenSettings, EngineSettings, ChatSettings, BatchTransformSettings, ConsoleOptions, JobsOptions
+):
     """`llmhost serve`'s options as `build` takes them: every setting of the spec but the serving
     process's own, each a typed field (`opts.max_queue: int`); API keys come loaded, the chat template as
     its text. A 0 or "" limit is unset: taken from its variable, else its default."""
@@ -143,6 +147,7 @@ def build(opts: ServeOptions, env: Mapping[str, str] | None = None) -> Built:
         api_keys=opts.api_keys,
         **{s.server: opts.resolved(s.name, env) for s in SERVE_SPEC if s.server},
         embeddings=EmbedderConfig.from_engine(engine, opts.pooling) if opts.embeddings else None,
+        max_body_bytes=opts.resolved("max_payload_mb", env) * MIB,
         inference_script=find_script(resolved.model_dir),
     )
     return Built(settings, notes)

@@ -36,6 +36,11 @@ Speculative = Literal["ngram", "draft"]
 ToolParser = Literal["auto", "hermes", "llama3", "mistral", "granite", "harmony"]
 ReasoningFormat = Literal["auto", "none", "deepseek", "magistral", "seed", "harmony"]
 Pooling = Literal["auto", "mean", "cls", "last"]
+BatchStrategy = Literal["MULTI_RECORD", "SINGLE_RECORD"]
+BATCH_STRATEGIES: tuple[str, ...] = typing.get_args(BatchStrategy)
+MIB = 1024 * 1024
+# SageMaker's request payload limit (real-time endpoints, and Batch Transform's default MaxPayloadInMB)
+DEFAULT_PAYLOAD_MB = 6
 
 
 class ServeSettingsSpec(SettingsSpec):
@@ -370,6 +375,42 @@ class ChatSettings:
 
 
 @dataclass(frozen=True, kw_only=True)
+class BatchTransformSettings:
+    """SageMaker Batch Transform's contract: what GET /execution-parameters reports and /invocations
+    enforces. SageMaker sets the variables (with SAGEMAKER_BATCH=true) on a batch transform's container
+    only, so a real-time endpoint's server keeps the defaults."""
+
+    max_payload_mb: int = setting(
+        0,
+        "Largest request body in MiB (larger: 413), reported as MaxPayloadInMB by "
+        "/execution-parameters; env SAGEMAKER_MAX_PAYLOAD_IN_MB.",
+        env="SAGEMAKER_MAX_PAYLOAD_IN_MB",
+        fallback=DEFAULT_PAYLOAD_MB,
+        metavar="MB",
+    )
+    batch_strategy: str = setting(
+        "",
+        "BatchStrategy /execution-parameters reports: MULTI_RECORD (an application/jsonlines "
+        "/invocations body holds several records) or SINGLE_RECORD (one record a body); env "
+        "SAGEMAKER_BATCH_STRATEGY.",
+        env="SAGEMAKER_BATCH_STRATEGY",
+        fallback="MULTI_RECORD",
+        choices=BATCH_STRATEGIES,
+        server="batch_strategy",
+        metavar="MULTI_RECORD|SINGLE_RECORD",
+    )
+    max_concurrent_transforms: int = setting(
+        0,
+        "MaxConcurrentTransforms /execution-parameters reports, and the most records of one "
+        "application/jsonlines body run at once; 0: --max-concurrent; env "
+        "SAGEMAKER_MAX_CONCURRENT_TRANSFORMS.",
+        env="SAGEMAKER_MAX_CONCURRENT_TRANSFORMS",
+        server="max_concurrent_transforms",
+        metavar="N",
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
 class ConsoleOptions:
     """The console (GET /console): its reports folder and its points' period."""
 
@@ -453,6 +494,7 @@ SERVE_GROUPS: tuple[type[Any], ...] = (
     ListenSettings,
     EngineSettings,
     ChatSettings,
+    BatchTransformSettings,
     ConsoleOptions,
     JobsOptions,
 )

@@ -107,7 +107,7 @@ DESCRIPTIONS = {
     404: "Not found (the body names what)",
     409: "Conflict with the endpoint's state",
     501: "Not supported by this endpoint (a Ray endpoint's components are fixed)",
-    413: "Request body larger than the server's limit (--max-body-bytes)",
+    413: "Request body larger than the server's limit (--max-payload-mb; the body names it)",
     422: "A value out of range, or over this server's token limits (the body names the field and limit)",
     424: "The model refused or failed the request (ModelError: its status and body)",
     429: "The queue is full: retry after Retry-After seconds",

@@ -68,6 +68,7 @@ def test_document_is_valid_and_every_operation_documented(tmp_path: Path, doc: d
         "/invocations",
         "/tokenizer_info",
         "/info",
+        "/execution-parameters",
         "/endpoints/{name}/invocations",
         "/ping",
         "/health",

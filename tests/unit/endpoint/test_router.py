@@ -131,6 +131,22 @@ async def test_routes_by_header_model_or_only_component(tmp_path: Path) -> None:
         assert (await c.post("/v1/completions", json={"prompt": "no model"})).json()["port"] == 3001
 
 
+async def test_batch_transform_is_relayed_to_a_copy_whole(tmp_path: Path) -> None:
+    """/execution-parameters is a copy's; a JSON Lines /invocations body goes to one copy, unsplit."""
+    seen: list[tuple[int, str, Any]] = []
+    reg = Registry(component("a", [1001], tmp_path), component("b", [2001], tmp_path))
+    app, _ = app_for(reg, fake_copies({}, seen))
+    body = b'{"prompt": "a"}\n{"messages": []}\n'
+    async with client(app) as c:
+        r = await c.get("/execution-parameters", headers={COMPONENT_HEADER: "b"})
+        assert r.json() == {"port": 2001, "path": "/execution-parameters"}
+        assert (await c.get("/execution-parameters")).status_code == 400  # two components, none named
+        jsonlines = {COMPONENT_HEADER: "a", "content-type": "application/jsonlines"}
+        r = await c.post("/invocations", headers=jsonlines, content=body)
+        assert r.json() == {"port": 1001, "path": "/invocations"}
+    assert seen[-1] == (1001, "/invocations", body)  # not JSON: the fake copy kept the raw bytes
+
+
 async def test_tokenizer_routes_pick_by_body_model_query_header_or_only_component(tmp_path: Path) -> None:
     seen: list[tuple[int, str, Any]] = []
     reg = Registry(component("a", [1001], tmp_path), component("b", [2001], tmp_path))

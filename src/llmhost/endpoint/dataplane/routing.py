@@ -430,6 +430,8 @@ def data_routes(registry: Components[C], proxy: Forwarder[C]) -> APIRouter:
     for path in HEADER_ROUTES:
         add(path, "POST", route_header, "header")
     add("/info", "GET", route_header, "header")
+    # Batch Transform's: a copy's parameters; a JSON Lines /invocations body goes whole to one copy
+    add("/execution-parameters", "GET", route_header, "header")
     for path in MODEL_ROUTES:
         add(path, "POST", route_model, "model")
     for path in QUERY_ROUTES:

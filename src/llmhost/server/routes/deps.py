@@ -12,6 +12,7 @@ from llmhost.server.serving.apis.custom import CustomInference
 from llmhost.server.serving.apis.embeddings import EmbeddingsServing
 from llmhost.server.serving.apis.openai import OpenAIServing
 from llmhost.server.serving.apis.tgi import TGIServing
+from llmhost.server.serving.batch_transform import BatchTransform
 from llmhost.server.serving.context import ServingContext
 from llmhost.shared.jsontypes import JSONObject
 from llmhost.web.errors import APIError
@@ -50,6 +51,12 @@ def tgi(request: Request) -> TGIServing:
 
 def embeddings(request: Request) -> EmbeddingsServing:
     serving: EmbeddingsServing = request.app.state.embeddings
+    return serving
+
+
+def batch(request: Request) -> BatchTransform:
+    """SageMaker Batch Transform's parameters and JSON Lines bodies."""
+    serving: BatchTransform = request.app.state.batch
     return serving
 
 

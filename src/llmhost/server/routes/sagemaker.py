@@ -1,4 +1,5 @@
-"""SageMaker's container contract: GET /ping, POST /invocations (the body decides the API)."""
+"""SageMaker's container contract: GET /ping, POST /invocations (the body decides the API; a JSON Lines
+body is a Batch Transform mini-batch, answered line by line), GET /execution-parameters."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from fastapi import APIRouter, Request
 from starlette.responses import JSONResponse, Response
 
 from llmhost.server.errors import refused_in
+from llmhost.server.protocol.batch_transform import JSONLINES, ExecutionParameters, is_jsonlines
 from llmhost.server.protocol.embeddings import EmbeddingRequest
 from llmhost.server.protocol.openai import ChatCompletionRequest, CompletionRequest
 from llmhost.server.protocol.outputs import (
@@ -16,10 +18,11 @@ from llmhost.server.protocol.outputs import (
     EmbeddingsResponse,
     Generations,
     dump,
+    json_response,
 )
 from llmhost.server.protocol.tgi import TGIRequest
 from llmhost.server.routes import deps
-from llmhost.web.apidoc import GENERATE, errors, merge, operation
+from llmhost.web.apidoc import COMMON, GENERATE, errors, merge, operation
 from llmhost.web.errors import APIError, retry_after
 from llmhost.web.formats import TGI
 
@@ -33,7 +36,18 @@ INVOCATIONS = (
     "The body decides the API: `messages` (OpenAI chat), `prompt` (OpenAI completion), `input` (OpenAI "
     "embeddings, with --embeddings) or `inputs` (TGI, answered and refused in TGI's shapes). A model "
     "directory with code/inference.py answers with its input_fn / predict_fn / output_fn instead, reading "
-    "the content types its input_fn accepts."
+    "the content types its input_fn accepts. A body of Content-Type application/jsonlines (or "
+    "application/jsonl, application/x-jsonlines) is SageMaker Batch Transform's mini-batch: one such "
+    "JSON body a line (empty lines skipped), answered in application/jsonlines, one answer a line in the "
+    "body's order; the records run at once, up to MaxConcurrentTransforms. A record refused refuses the "
+    "body: its status and refusal, `line` naming it (1-based); a record cannot stream."
+)
+PARAMETERS = (
+    "How SageMaker Batch Transform may call /invocations: MaxPayloadInMB is the body limit enforced "
+    "(--max-payload-mb, SAGEMAKER_MAX_PAYLOAD_IN_MB), BatchStrategy whether a JSON Lines body may hold "
+    "several records (--batch-strategy, SAGEMAKER_BATCH_STRATEGY), MaxConcurrentTransforms the records "
+    "of one body run at once (--max-concurrent-transforms, SAGEMAKER_MAX_CONCURRENT_TRANSFORMS, else "
+    "--max-concurrent)."
 )
 
 
@@ -58,6 +72,7 @@ async def ping(request: Request) -> Response:
         body=BODIES,
         success=ANSWERS,
         stream=True,
+        media={JSONLINES: "A JSON Lines body's answers: one JSON answer a line, in the body's order"},
         errors=ERRORS,
         description=INVOCATIONS,
     ),
@@ -66,7 +81,22 @@ async def invocations(request: Request) -> Response:
     custom = deps.custom(request)
     if custom is not None:  # inference.py's input_fn / predict_fn / output_fn, defaults as below
         return await custom.invoke(request, invoke)
+    if is_jsonlines(request.headers.get("content-type")):
+        return await deps.batch(request).answer(await request.body(), lambda body: invoke(request, body))
     return await invoke(request, await deps.json_body(request))
+
+
+@router.get(
+    "/execution-parameters",
+    openapi_extra=operation(
+        "SageMaker Batch Transform's execution parameters",
+        success=ExecutionParameters,
+        errors=COMMON,
+        description=PARAMETERS,
+    ),
+)
+async def execution_parameters(request: Request) -> Response:
+    return json_response(deps.batch(request).parameters())
 
 
 async def invoke(request: Request, body: dict[str, Any]) -> Response:

@@ -20,6 +20,8 @@ from llmhost.endpoint.control.manager import EndpointManager
 from llmhost.endpoint.dataplane.ollama_folder import ModelsFolder
 from llmhost.endpoint.dataplane.router import Proxy, create_router
 from llmhost.endpoint.dataplane.runtime import create_runtime_router
+from llmhost.jobs import routes as jobs_routes
+from llmhost.jobs.service import Jobs
 from llmhost.process.lifecycle import Lifecycle, watch
 from llmhost.web import responses
 from llmhost.web.apidoc import install as install_doc
@@ -70,11 +72,13 @@ def create_app(
     store = console.store()
     secured = keys is not None and keys.enabled
     source = EndpointConsole(manager, proxy.client, auth=secured)
-    lifespan = _lifespan(manager, proxy, lifecycle, Sampler(store, source.read))
-    app = FastAPI(
-        title=f"llmhost endpoint {manager.spec.name}", lifespan=lifespan, docs_url=None, redoc_url=None
-    )
+    app = FastAPI(title=f"llmhost endpoint {manager.spec.name}", docs_url=None, redoc_url=None)
+    # a batch's lines go through the router's own routes: they fan out over the copies
+    jobs = Jobs(manager.spec.jobs(), app)
+    app.state.jobs = jobs
+    app.router.lifespan_context = _lifespan(manager, proxy, lifecycle, Sampler(store, source.read), jobs)
     folder = ModelsFolder(manager) if manager.spec.models_dir is not None else None
+    app.include_router(jobs_routes.router)  # before the router's catch-all
     app.include_router(create_router(manager, proxy, lifecycle, store, folder))
     app.add_api_route(
         "/health", lambda: health(manager, lifecycle), methods=["GET"], openapi_extra=apidoc.HEALTH
@@ -86,7 +90,10 @@ def create_app(
     install_doc(app, apidoc.DESCRIPTION, secured=secured, open_paths=OPEN_PATHS | PUBLIC_PATHS)
     if keys is not None and keys.enabled:  # the router, its admin API and the console's API alike
         app.add_middleware(
-            ApiKeyMiddleware, keys=keys, open_paths=OPEN_PATHS | PUBLIC_PATHS, routes=app.routes
+            ApiKeyMiddleware,
+            keys=keys.with_key(jobs.token),
+            open_paths=OPEN_PATHS | PUBLIC_PATHS,
+            routes=app.routes,
         )
     app.add_middleware(
         RequestContextMiddleware, lifecycle=lifecycle, open_paths=OPEN_WHILE_DRAINING, routes=app.routes
@@ -95,19 +102,21 @@ def create_app(
 
 
 def _lifespan(
-    manager: EndpointManager, proxy: Proxy, lifecycle: Lifecycle, sampler: Sampler
+    manager: EndpointManager, proxy: Proxy, lifecycle: Lifecycle, sampler: Sampler, jobs: Jobs
 ) -> Lifespan[FastAPI]:
-    """Start the components in the background (the router answers meanwhile), the drain watcher and the
-    console's sampler; at the end drain and stop every copy."""
+    """Start the components in the background (the router answers meanwhile), the drain watcher, the
+    console's sampler and the batch runner; at the end stop the runner, drain and stop every copy."""
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         starting = asyncio.create_task(_start(manager), name="endpoint start")
         watcher = asyncio.create_task(watch(lifecycle, lambda: manager.in_flight), name="endpoint watch")
         sampling = asyncio.create_task(sampler.run(), name="console sampler")
+        jobs.start()
         try:
             yield
         finally:
+            await jobs.stop()
             log.info("endpoint %s: draining and stopping copies", manager.spec.name)
             sampling.cancel()
             watcher.cancel()

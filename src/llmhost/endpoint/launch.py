@@ -60,6 +60,9 @@ class FileOptions:
         None, "Who may set keep_alive per request: none, shorten, any (on_demand.client_keep_alive)."
     )
     preload: list[str] | None = setting(None, "On-demand model loaded at start (repeatable).")
+    jobs_dir: Path | None = setting(
+        None, "Folder of the router's batch jobs (jobs_dir:); default: the user's data directory."
+    )
     routing: str | None = setting(
         None,
         "How requests pick a copy, for every component (overrides the file's routing.policy): "
@@ -208,6 +211,8 @@ def endpoint_spec(file: Path | None, options: dict[str, Any]) -> EndpointSpec:
         if options[key] is not None:
             policy[key] = options[key]
     data["on_demand"] = policy
+    if options["jobs_dir"] is not None:
+        data["jobs_dir"] = str(options["jobs_dir"])
     return parse_endpoint(data, str(file) if file is not None else "command line")
 
 

@@ -23,6 +23,7 @@ from llmhost.endpoint.adapters.spec import (
 from llmhost.endpoint.spec_errors import format_errors
 from llmhost.engine.config import CacheType, SchedulePolicy
 from llmhost.errors import BadRequestError
+from llmhost.jobs.settings import JobsSettings, default_jobs_dir
 from llmhost.settings.serve import (
     SERVE_SPEC,
     Pooling,
@@ -322,6 +323,10 @@ class EndpointSpec(_Strict):
     components: list[ComponentSpec] = []  # the models served, each its copies (none: a models_dir only)
     models_dir: ModelsDirSpec | None = None  # a folder of models, each an on-demand component
     on_demand: OnDemandPolicy = OnDemandPolicy()  # how the folder's models are loaded and unloaded
+    # the router's batch jobs (/v1/files, /v1/batches): their folder (relative to the file; None: the
+    # user's data directory) and lines in flight (None: every declared copy's sequences together)
+    jobs_dir: str | None = None
+    batch_concurrency: int | None = Field(default=None, ge=1)
 
     @model_validator(mode="after")
     def _check(self) -> EndpointSpec:
@@ -329,6 +334,22 @@ class EndpointSpec(_Strict):
             raise ValueError("components: List should have at least 1 item (or give models_dir)")
         _unique_names(self.components)
         return self
+
+    def jobs(self) -> JobsSettings:
+        """Where the router keeps its batch jobs, and how many lines it keeps in flight."""
+        root = Path(self.jobs_dir).expanduser() if self.jobs_dir else default_jobs_dir()
+        return JobsSettings(root=root, concurrency=self.batch_lines())
+
+    def batch_lines(self) -> int:
+        """A batch's lines in flight: `batch_concurrency`, else every declared copy's sequences together
+        (an autoscaled component's max_copies: a batch's load scales it out)."""
+        if self.batch_concurrency is not None:
+            return self.batch_concurrency
+        total = 0
+        for c in self.components:
+            copies = c.autoscaling.max_copies if c.autoscaling else (1 if c.copies is None else c.copies)
+            total += copies * (c.engine.max_concurrent or int(SERVE_SPEC["max_concurrent"].default))
+        return max(1, total)
 
     @model_validator(mode="wrap")
     @classmethod
@@ -388,4 +409,6 @@ def load_endpoint(path: Path) -> EndpointSpec:
     if folder is not None and not Path(folder.path).expanduser().is_absolute():  # relative to the file
         models_dir = folder.model_copy(update={"path": str(path.parent / Path(folder.path).expanduser())})
         spec = spec.model_copy(update={"models_dir": models_dir})
+    if spec.jobs_dir is not None and not Path(spec.jobs_dir).expanduser().is_absolute():
+        spec = spec.model_copy(update={"jobs_dir": str(path.parent / Path(spec.jobs_dir).expanduser())})
     return spec

@@ -35,6 +35,8 @@ from llmhost.endpoint.rayserve.options import AppArgs, RayTiming
 from llmhost.endpoint.rayserve.relay import RayComponent, RayRelay
 from llmhost.endpoint.rayserve.serveapi import ServeApi, ServeApiError
 from llmhost.endpoint.spec import EndpointSpec
+from llmhost.jobs import routes as jobs_routes
+from llmhost.jobs.service import Jobs
 from llmhost.process.lifecycle import Lifecycle
 from llmhost.web import responses
 from llmhost.web.apidoc import install as install_doc
@@ -154,21 +156,27 @@ class Ingress:
         )
         console = RayConsole(admin, self.copy_metrics, lambda: self.details, self.cluster, keys.enabled)
 
+        app = FastAPI(title=f"llmhost endpoint {self.spec.name} (Ray)", docs_url=None, redoc_url=None)
+        # a batch's lines go through the ingress's own routes: they fan out over the copies on every node
+        jobs = Jobs(self.spec.jobs(), app)
+        app.state.jobs = jobs
+
         @asynccontextmanager
         async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
             with contextlib.suppress(ServeApiError):
                 await self.refresh()  # /ping is right from the first request on
             poller = asyncio.create_task(self._poll(), name="ray serve status")
             sampling = asyncio.create_task(Sampler(self.store, console.read).run(), name="console sampler")
+            jobs.start()
             try:
                 yield
             finally:
+                await jobs.stop()
                 sampling.cancel()
                 poller.cancel()
 
-        app = FastAPI(
-            title=f"llmhost endpoint {self.spec.name} (Ray)", lifespan=lifespan, docs_url=None, redoc_url=None
-        )
+        app.router.lifespan_context = lifespan
+        app.include_router(jobs_routes.router)
         app.include_router(self._routes())
         app.include_router(create_runtime_router(self, self.relay))
         app.include_router(create_admin(admin))
@@ -178,7 +186,10 @@ class Ingress:
         install_doc(app, apidoc.DESCRIPTION, secured=keys.enabled, open_paths=OPEN_PATHS | PUBLIC_PATHS)
         if keys.enabled:  # the routes, the admin API and the console's API alike
             app.add_middleware(
-                ApiKeyMiddleware, keys=keys, open_paths=OPEN_PATHS | PUBLIC_PATHS, routes=app.routes
+                ApiKeyMiddleware,
+                keys=keys.with_key(jobs.token),
+                open_paths=OPEN_PATHS | PUBLIC_PATHS,
+                routes=app.routes,
             )
         # Ray Serve drains the ingress itself (graceful shutdown): this lifecycle never drains
         app.add_middleware(RequestContextMiddleware, lifecycle=Lifecycle(), routes=app.routes)

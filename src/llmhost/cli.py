@@ -59,6 +59,7 @@ def _link_group(group: typer.Typer, path: tuple[str, ...]) -> None:
 
 # command -> (module, attribute: a group's Typer app or a command's function)
 LAZY_COMMANDS = {
+    "batch": ("llmhost.offline.cli", "batch"),
     "bench": ("llmhost.bench.cli", "app"),
     "endpoint": ("llmhost.endpoint.cli", "app"),
     "optimize": ("llmhost.optimize.cli", "app"),
@@ -76,7 +77,8 @@ def _load_command(name: str) -> click.Command:
         _link_group(target, ("llmhost", name))
         holder.add_typer(target, name=name, epilog=docs_line(("llmhost", name)))
     else:
-        holder.command(name=name, epilog=docs_line(("llmhost", name)))(target)
+        settings = getattr(importlib.import_module(module), "CONTEXT_SETTINGS", None)
+        holder.command(name=name, epilog=docs_line(("llmhost", name)), context_settings=settings)(target)
     return typer.main.get_group(holder).commands[name]
 
 

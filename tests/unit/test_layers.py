@@ -14,7 +14,8 @@ SRC = Path(__file__).resolve().parents[2] / "src"
 LAYERS: list[tuple[str, ...]] = [
     ("llmhost.cli",),
     ("llmhost.tune",),
-    ("llmhost.optimize",),
+    # transforms a model; runs a batch file to its end (a local server started for it, over HTTP)
+    ("llmhost.optimize", "llmhost.offline"),
     ("llmhost.bench", "llmhost.endpoint"),
     # the server, and what `llmhost serve` builds it from (settings.build makes its ServerSettings); the
     # jobs (files, batches) a server and the endpoint router both serve, read with the server's parsers

@@ -28,12 +28,9 @@ class FileUpload(BaseModel):
     file: bytes
     purpose: Literal["batch"]
     expires_after_anchor: Literal["created_at"] | None = Field(None, alias="expires_after[anchor]")
-    expires_after_seconds: (
-        Annotated[
-            int, Field(ge=FILE_EXPIRY_BOUNDS_S[0], le=FILE_EXPIRY_BOUNDS_S[1], alias="expires_after[seconds]")
-        ]
-        | None
-    ) = None
+    expires_after_seconds: int | None = Field(
+        None, ge=FILE_EXPIRY_BOUNDS_S[0], le=FILE_EXPIRY_BOUNDS_S[1], alias="expires_after[seconds]"
+    )
 
 
 class FileObject(BaseModel):

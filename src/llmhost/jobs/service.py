@@ -17,6 +17,7 @@ from llmhost.jobs.runner import BatchRunner
 from llmhost.jobs.settings import JobsSettings
 from llmhost.jobs.status import BatchStatus
 from llmhost.jobs.store import JobsDirBusyError, JobStore
+from llmhost.web.errors import APIError, unavailable
 
 log = logging.getLogger("llmhost")
 
@@ -40,14 +41,17 @@ class Jobs:
     def store(self) -> JobStore:
         """The jobs directory, opened now if it is not yet (503 while another process owns it)."""
         if self._store is None:
-            self._store = JobStore(self.settings.root)
+            try:
+                self._store = JobStore(self.settings.root)
+            except JobsDirBusyError as exc:
+                raise unavailable(str(exc)) from exc
             self.runner.wake()
         return self._store
 
     def start(self) -> None:
         """Start the runner; a directory left with open batches is opened now and they resume."""
         if (self.settings.root / "jobs.db").exists():
-            with contextlib.suppress(JobsDirBusyError):  # its owner runs them; this server opens it on use
+            with contextlib.suppress(APIError):  # another process owns it: this server opens it on use
                 store = self.store()
                 n = sum(1 for b in store.list_batches() if b.status.open)
                 if n:

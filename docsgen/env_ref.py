@@ -36,8 +36,9 @@ MEANING = {
         "huggingface_hub's folder: hf:// models are cached in HF_HOME/hub (default ~/.cache/huggingface)."
     ),
     "XDG_DATA_HOME": (
-        "The user's data directory: batch jobs are kept in XDG_DATA_HOME/llmhost/jobs when --jobs-dir "
-        "and LLMHOST_JOBS_DIR are unset (default ~/.local/share)."
+        "The user's data directory: batch jobs are kept in XDG_DATA_HOME/llmhost/jobs/serve-PORT (an "
+        "endpoint's in .../endpoint-NAME-PORT) when --jobs-dir and LLMHOST_JOBS_DIR are unset (default "
+        "~/.local/share); `llmhost batch` keeps its runs in XDG_DATA_HOME/llmhost/batch-runs."
     ),
     "HF_HUB_CACHE": "The Hub cache hf:// models are downloaded into (default HF_HOME/hub).",
     "HF_HUB_OFFLINE": "`1`: hf:// models are taken from the Hub cache only; the Hub is never asked.",

@@ -11,6 +11,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import openai
 import pytest
 from openai import OpenAI
@@ -83,7 +84,9 @@ def records(client: OpenAI, file_id: str | None) -> list[dict[str, object]]:
     return [json.loads(x) for x in client.files.content(file_id).text.splitlines()]
 
 
-def test_a_batch_answers_every_line_once_and_refusals_go_to_the_error_file(client: OpenAI) -> None:
+def test_a_batch_answers_every_line_once_and_refusals_go_to_the_error_file(
+    client: OpenAI, server: Server
+) -> None:
     lines = [line(f"q{i}", chat(f"Count to {i}.")) for i in range(5)]
     lines.insert(2, line("bad", {**chat("x"), "max_tokens": -1}))
     file_id = upload(client, lines)
@@ -114,6 +117,9 @@ def test_a_batch_answers_every_line_once_and_refusals_go_to_the_error_file(clien
     assert "max_tokens" in json.dumps(errors[0]["response"])
     assert client.files.retrieve(done.output_file_id).purpose == "batch_output"  # type: ignore[arg-type]
     assert batch.id in [b.id for b in client.batches.list(limit=100)]
+    metrics = httpx.get(f"{server.url}/metrics", headers={"Authorization": f"Bearer {KEY}"}, timeout=10).text
+    assert 'llmhost_batches{status="completed"}' in metrics
+    assert 'llmhost_batch_requests_total{outcome="failed"} 1.0' in metrics
     with pytest.raises(openai.ConflictError):
         client.batches.cancel(batch.id)
 

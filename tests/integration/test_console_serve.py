@@ -4,12 +4,15 @@ own requests, probes and scrapes are never invocations, and /metrics carries the
 
 from __future__ import annotations
 
+import io
+import json
 import time
 from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
+from openai import OpenAI
 
 from tests.integration.conftest import Server, start_server, stop_server
 from tests.integration.console_helpers import WAIT_MS, Watched, artifacts_dir, chromium, needs_chromium
@@ -99,9 +102,21 @@ def browser() -> Iterator[Any]:
 
 @needs_chromium
 def test_the_one_component_page(srv: Server, browser: Any) -> None:
+    line = {
+        "custom_id": "c",
+        "method": "POST",
+        "url": "/v1/completions",
+        "body": {"prompt": "Hi", "max_tokens": 2},
+    }
+    client = OpenAI(base_url=f"{srv.url}/v1", api_key=KEY, max_retries=0)
+    file_id = client.files.create(file=("b.jsonl", io.BytesIO(json.dumps(line).encode())), purpose="batch").id
+    batch = client.batches.create(input_file_id=file_id, endpoint="/v1/completions", completion_window="24h")
     w = Watched(browser, KEY)
     p = w.page
     p.goto(f"{srv.url}/console")
+    # the server's batches, with their progress
+    p.wait_for_selector(f'tr[data-batch="{batch.id}"] >> text=completed', timeout=WAIT_MS)
+    assert p.inner_text(f'tr[data-batch="{batch.id}"]').count("1 / 1")
     p.wait_for_selector('tr[data-copy="self"][data-state="ready"]', timeout=WAIT_MS)
     assert p.inner_text("#name") == "solo"
     # a lone server has no admin API: no scaling, no stopping, no adding; the playground is there

@@ -21,6 +21,7 @@ from llmhost.endpoint.dataplane.ollama_folder import ModelsFolder
 from llmhost.endpoint.dataplane.router import Proxy, create_router
 from llmhost.endpoint.dataplane.runtime import create_runtime_router
 from llmhost.jobs import routes as jobs_routes
+from llmhost.jobs.metrics import jobs_families
 from llmhost.jobs.service import Jobs
 from llmhost.process.lifecycle import Lifecycle, watch
 from llmhost.web import responses
@@ -62,9 +63,11 @@ def create_app(
     lifecycle: Lifecycle | None = None,
     keys: ApiKeys | None = None,
     console: ConsoleSettings | None = None,
+    port: int | None = None,
 ) -> FastAPI:
     """`lifecycle` is shared with the process runner: SIGTERM drains the router's requests, then the
-    copies are drained and stopped. `console`: the console's sampling and reports folder."""
+    copies are drained and stopped. `console`: the console's sampling and reports folder; `port`: the
+    router's, which names its default jobs folder."""
     proxy = Proxy(manager)
     manager.internal_key.attach(proxy.client)  # copies refuse requests that did not come through here
     lifecycle = lifecycle or Lifecycle()
@@ -74,12 +77,12 @@ def create_app(
     source = EndpointConsole(manager, proxy.client, auth=secured)
     app = FastAPI(title=f"llmhost endpoint {manager.spec.name}", docs_url=None, redoc_url=None)
     # a batch's lines go through the router's own routes: they fan out over the copies
-    jobs = Jobs(manager.spec.jobs(), app)
+    jobs = Jobs(manager.spec.jobs(port), app)
     app.state.jobs = jobs
     app.router.lifespan_context = _lifespan(manager, proxy, lifecycle, Sampler(store, source.read), jobs)
     folder = ModelsFolder(manager) if manager.spec.models_dir is not None else None
     app.include_router(jobs_routes.router)  # before the router's catch-all
-    app.include_router(create_router(manager, proxy, lifecycle, store, folder))
+    app.include_router(create_router(manager, proxy, lifecycle, store, folder, lambda: jobs_families(jobs)))
     app.add_api_route(
         "/health", lambda: health(manager, lifecycle), methods=["GET"], openapi_extra=apidoc.HEALTH
     )

@@ -269,7 +269,7 @@ def _up_single(spec: EndpointSpec, up: Up, keys: ApiKeys, console: ConsoleSettin
         f"copy logs in {manager.log_dir}"
     )
     lifecycle = Lifecycle(grace_s=t.drain_timeout)
-    asgi_app = create_app(manager, lifecycle=lifecycle, keys=keys, console=console)
+    asgi_app = create_app(manager, lifecycle=lifecycle, keys=keys, console=console, port=port)
     config = uvicorn.Config(
         asgi_app, host=host, port=port, log_level=up.log.log_level.lower(), timeout_graceful_shutdown=5
     )

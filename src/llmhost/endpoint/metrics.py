@@ -18,6 +18,7 @@ from llmhost.console.front import FAMILY as CONSOLE_FAMILY
 from llmhost.endpoint.affinity import Decision
 from llmhost.endpoint.control.component import ModelState
 from llmhost.endpoint.control.replica import ReplicaState
+from llmhost.jobs.metrics import FAMILY as JOBS_FAMILY
 from llmhost.process.lifecycle import asyncio_tasks
 
 if TYPE_CHECKING:
@@ -193,8 +194,8 @@ async def render_metrics(
             families = list(text_string_to_metric_families(text))
         except ValueError:  # a copy answering something else than the exposition format
             continue
-        # a copy is a server with its own console: the endpoint's console families are the ones shown
-        own = [f for f in families if not f.name.startswith(CONSOLE_FAMILY)]
+        # a copy is a server with its own console and jobs: the endpoint's families of both are the ones shown
+        own = [f for f in families if not f.name.startswith((CONSOLE_FAMILY, JOBS_FAMILY))]
         relabel(own, {"component": name, "copy": r.id}, merged)
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_Snapshot(router_families(components) + list(extra) + list(merged.values())))

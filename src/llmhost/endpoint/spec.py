@@ -335,9 +335,12 @@ class EndpointSpec(_Strict):
         _unique_names(self.components)
         return self
 
-    def jobs(self) -> JobsSettings:
-        """Where the router keeps its batch jobs, and how many lines it keeps in flight."""
-        root = Path(self.jobs_dir).expanduser() if self.jobs_dir else default_jobs_dir()
+    def jobs(self, port: int | None = None) -> JobsSettings:
+        """Where the router keeps its batch jobs (`jobs_dir`, else a folder of the user's data directory
+        named after the endpoint and the `port` it listens on, where it has one of its own), and how many
+        lines it keeps in flight."""
+        here = f"endpoint-{self.name}" + (f"-{port}" if port is not None else "")
+        root = Path(self.jobs_dir).expanduser() if self.jobs_dir else default_jobs_dir() / here
         return JobsSettings(root=root, concurrency=self.batch_lines())
 
     def batch_lines(self) -> int:

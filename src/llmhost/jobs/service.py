@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from dataclasses import dataclass
 
 from starlette.types import ASGIApp
 
@@ -69,10 +70,30 @@ class Jobs:
             self._store.close()
             self._store = None
 
-    def counts(self) -> dict[BatchStatus, int]:
-        """Batches by status (none before the directory is opened)."""
-        out = dict.fromkeys(BatchStatus, 0)
-        if self._store is not None:
-            for batch in self._store.list_batches():
-                out[batch.status] += 1
-        return out
+    def figures(self) -> JobsFigures | None:
+        """Batches by status and their requests' progress (None before the directory is opened)."""
+        store = self._store
+        if store is None:
+            return None
+        batches = dict.fromkeys(BatchStatus, 0)
+        queued = 0
+        running = sum(self.runner.in_flight.values())
+        for batch in store.list_batches():
+            batches[batch.status] += 1
+            if batch.status in (BatchStatus.VALIDATING, BatchStatus.IN_PROGRESS):
+                counts = batch.request_counts
+                queued += max(
+                    0,
+                    counts.total - counts.completed - counts.failed - self.runner.in_flight.get(batch.id, 0),
+                )
+        completed, failed = store.answer_totals()
+        return JobsFigures(batches, queued, running, completed, failed)
+
+
+@dataclass(frozen=True, slots=True)
+class JobsFigures:
+    batches: dict[BatchStatus, int]
+    queued: int  # requests of open batches not yet sent
+    running: int  # being answered now
+    completed: int  # answered, in every batch
+    failed: int  # refused (the error files' lines)

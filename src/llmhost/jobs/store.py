@@ -142,6 +142,11 @@ class JobStore:
             ),
         )
 
+    def answer_totals(self) -> tuple[int, int]:
+        """Answers kept in every batch: (succeeded, refused)."""
+        ok, n = self.db.execute("SELECT COALESCE(SUM(ok), 0), COUNT(*) FROM results").fetchone()
+        return int(ok), int(n) - int(ok)
+
     def answered_lines(self, batch_id: str) -> set[int]:
         return {
             int(r[0]) for r in self.db.execute("SELECT line FROM results WHERE batch_id = ?", (batch_id,))

@@ -18,6 +18,7 @@ from llmhost.engine import AsyncEngine, ModelInfo
 from llmhost.engine.embedder_loop import AsyncEmbedder
 from llmhost.jobs import routes as jobs_routes
 from llmhost.jobs.files import UPLOAD_PATH, upload_limit
+from llmhost.jobs.metrics import JobsCollector
 from llmhost.jobs.service import Jobs
 from llmhost.process.lifecycle import Lifecycle
 from llmhost.server import errors
@@ -100,6 +101,7 @@ def create_app(
     app = FastAPI(title="llmhost", version=__version__, docs_url=None, redoc_url=None)
     # a batch's lines go through this app's own routes, behind its middleware
     jobs = Jobs(settings.jobs(), app)
+    metrics.registry.register(JobsCollector(jobs))
     app.router.lifespan_context = _lifespan(ctx, owned, lifecycle, sampler, custom, jobs)
     app.state.lifecycle = lifecycle
     app.state.jobs = jobs

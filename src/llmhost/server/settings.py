@@ -56,7 +56,8 @@ class ServerSettings:
 
     def jobs(self) -> JobsSettings:
         return JobsSettings(
-            root=Path(self.jobs_dir) if self.jobs_dir else default_jobs_dir(),
+            # one folder per port: servers side by side keep theirs apart, one restarted resumes its own
+            root=Path(self.jobs_dir) if self.jobs_dir else default_jobs_dir() / f"serve-{self.port}",
             max_file_bytes=self.jobs_max_file_mb * MIB,
             concurrency=self.batch_concurrency or self.engine.max_concurrent,
         )

@@ -435,7 +435,7 @@ class JobsOptions:
     jobs_dir: str = setting(
         "",
         "Folder of uploaded files, batches and their answers (SQLite), kept across restarts; one server "
-        "per folder. Default: $XDG_DATA_HOME/llmhost/jobs (~/.local/share/llmhost/jobs).",
+        "per folder. Default: $XDG_DATA_HOME/llmhost/jobs/serve-PORT (~/.local/share/llmhost/...).",
         env="LLMHOST_JOBS_DIR",
         server="jobs_dir",
         metavar="DIR",

@@ -337,6 +337,7 @@
       mergeSeries(s);
       drawCharts();
       if (o.console.reports && $("reports").hidden) { $("reports").hidden = false; loadReports(); }
+      loadBatches();
       return true;
     } catch (e) {
       if (e instanceof NeedKey) { askKey(e.message); return false; }
@@ -407,6 +408,23 @@
       running = null; $("pg-send").disabled = false; $("pg-stop").disabled = true;
     }
   });
+
+  // ---- batches (OpenAI's Batches API of this server or endpoint) --------------------------------
+  async function loadBatches() {
+    let body;
+    try { body = await json("/v1/batches?limit=20"); }
+    catch (e) { return; }  // a server whose jobs folder another process holds: no section
+    $("batches").hidden = body.data.length === 0;
+    $("batch-rows").replaceChildren(...body.data.map((b) => {
+      const c = b.request_counts || { total: 0, completed: 0, failed: 0 };
+      const done = c.completed + c.failed;
+      const bar = el("progress", { max: Math.max(c.total, 1), value: done });
+      const counts = done + " / " + c.total + (c.failed ? " (" + c.failed + " refused)" : "");
+      return el("tr", { "data-batch": b.id }, el("td", {}, b.id), el("td", {}, b.endpoint),
+        el("td", { class: "batch-status" }, b.status), el("td", {}, bar, " ", counts),
+        el("td", {}, new Date(b.created_at * 1000).toLocaleString()));
+    }));
+  }
 
   // ---- reports ----------------------------------------------------------------------------------
   async function loadReports() {

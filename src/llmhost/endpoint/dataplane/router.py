@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Protocol
 
 import httpx
 from fastapi import APIRouter, Request
+from prometheus_client.core import Metric
 from starlette.responses import JSONResponse, Response
 
 from llmhost.console.front import console_families
@@ -280,9 +281,11 @@ def create_router(
     lifecycle: Lifecycle,
     store: SeriesStore | None = None,
     folder: ModelsFolder | None = None,
+    more_metrics: Callable[[], list[Metric]] = list,
 ) -> APIRouter:
     """`store`: the console's series, whose last figures /metrics shows too; `folder`: the models_dir,
-    where Ollama's /api/copy and /api/delete act."""
+    where Ollama's /api/copy and /api/delete act; `more_metrics`: the router's other families (its
+    batch jobs')."""
     router = APIRouter()
 
     @router.get("/ping", openapi_extra=apidoc.PING)
@@ -306,7 +309,7 @@ def create_router(
 
     @router.get("/metrics", openapi_extra=apidoc.METRICS)
     async def metrics() -> Response:
-        extra = list(console_families(store)) if store is not None else []
+        extra = [*(console_families(store) if store is not None else ()), *more_metrics()]
         text = await render_metrics(list(registry.components.values()), proxy.client, extra)
         return Response(text, media_type="text/plain; version=0.0.4; charset=utf-8")
 

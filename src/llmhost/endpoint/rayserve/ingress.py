@@ -36,6 +36,7 @@ from llmhost.endpoint.rayserve.relay import RayComponent, RayRelay
 from llmhost.endpoint.rayserve.serveapi import ServeApi, ServeApiError
 from llmhost.endpoint.spec import EndpointSpec
 from llmhost.jobs import routes as jobs_routes
+from llmhost.jobs.metrics import jobs_families
 from llmhost.jobs.service import Jobs
 from llmhost.process.lifecycle import Lifecycle
 from llmhost.web import responses
@@ -60,6 +61,7 @@ class Ingress:
         self.copy_metrics = CopyMetrics()
         self.adapter_reports = AdapterReports()
         self.details: dict[str, Any] = {}  # Ray Serve's, as last read
+        self.jobs: Jobs | None = None  # the batch jobs, once the app is made
         reports = Path(self.args.reports_dir) if self.args.reports_dir else None
         self.console = ConsoleSettings(period_s=self.args.console_period_s, reports_dir=reports)
         self.store = self.console.store()
@@ -118,7 +120,10 @@ class Ingress:
         async def metrics() -> Response:
             urls = await asyncio.to_thread(node_metric_urls)
             text = await render_ray_metrics(
-                list(self.components.values()), self.copy_metrics, urls, console=console_families(self.store)
+                list(self.components.values()),
+                self.copy_metrics,
+                urls,
+                console=[*console_families(self.store), *(jobs_families(self.jobs) if self.jobs else ())],
             )
             return Response(text, media_type="text/plain; version=0.0.4; charset=utf-8")
 
@@ -158,7 +163,7 @@ class Ingress:
 
         app = FastAPI(title=f"llmhost endpoint {self.spec.name} (Ray)", docs_url=None, redoc_url=None)
         # a batch's lines go through the ingress's own routes: they fan out over the copies on every node
-        jobs = Jobs(self.spec.jobs(), app)
+        self.jobs = jobs = Jobs(self.spec.jobs(), app)
         app.state.jobs = jobs
 
         @asynccontextmanager

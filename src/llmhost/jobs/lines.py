@@ -86,13 +86,13 @@ def validate(path: Path, endpoint: str) -> tuple[int, list[BatchError]]:
             n_errors += 1
             if len(errors) < MAX_LISTED_ERRORS:
                 errors.append(error)
+    if n_errors > len(errors):
+        errors[-1].message += f" ({n_errors - len(errors)} more lines have errors)"
     if total > MAX_BATCH_LINES:
         message = f"the file has {total} requests; a batch holds at most {MAX_BATCH_LINES}"
         errors.append(BatchError(code="too_many_requests", message=message))
     elif total == 0:
         errors.append(BatchError(code="empty_file", message="the input file holds no request"))
-    if n_errors > len(errors):
-        errors[-1].message += f" ({n_errors - MAX_LISTED_ERRORS} more lines have errors)"
     return total, errors
 
 

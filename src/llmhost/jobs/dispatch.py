@@ -28,6 +28,18 @@ class Answer:
         return self.status in (429, 503)
 
 
+@dataclass(frozen=True, slots=True)
+class RawAnswer:
+    status: int
+    body: bytes
+    content_type: str
+    retry_after_s: float
+
+    @property
+    def busy(self) -> bool:
+        return self.status in (429, 503)
+
+
 class Dispatcher:
     """Posts to `app` with a key made for this process only (never sent over a network): a server with
     API keys accepts it (`token`), and nothing else does."""
@@ -44,19 +56,39 @@ class Dispatcher:
 
     async def post(self, url: str, body: JSONObject, request_id: str) -> Answer:
         response = await self.client.post(url, json=body, headers={REQUEST_ID.decode(): request_id})
-        try:
-            answer = response.json()
-        except json.JSONDecodeError:
-            answer = {
-                "error": {"message": response.text, "type": "server_error", "code": response.status_code}
-            }
-        if not isinstance(answer, dict):
-            answer = {"data": answer}
-        retry = response.headers.get("retry-after", "")
-        wait = float(retry) if retry.replace(".", "", 1).isdigit() else float(RETRY_AFTER_S)
-        return Answer(
-            response.status_code, response.headers.get(REQUEST_ID.decode(), request_id), answer, wait
+        return _answer(response, request_id)
+
+    async def send(self, url: str, content: bytes, headers: dict[str, str], request_id: str) -> RawAnswer:
+        """Posts `content` as it is (its media type in `headers`): the answer's bytes as they came."""
+        response = await self.client.post(
+            url, content=content, headers={**headers, REQUEST_ID.decode(): request_id}
+        )
+        return RawAnswer(
+            response.status_code,
+            response.content,
+            response.headers.get("content-type", "application/octet-stream"),
+            _retry_after(response),
         )
 
     async def close(self) -> None:
         await self.client.aclose()
+
+
+def _retry_after(response: httpx.Response) -> float:
+    retry = response.headers.get("retry-after", "")
+    return float(retry) if retry.replace(".", "", 1).isdigit() else float(RETRY_AFTER_S)
+
+
+def _answer(response: httpx.Response, request_id: str) -> Answer:
+    try:
+        answer = response.json()
+    except json.JSONDecodeError:
+        answer = {"error": {"message": response.text, "type": "server_error", "code": response.status_code}}
+    if not isinstance(answer, dict):
+        answer = {"data": answer}
+    return Answer(
+        response.status_code,
+        response.headers.get(REQUEST_ID.decode(), request_id),
+        answer,
+        _retry_after(response),
+    )

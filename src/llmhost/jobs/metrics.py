@@ -1,4 +1,5 @@
-"""The jobs' Prometheus families: batches by status, and their requests queued, running and answered.
+"""The jobs' Prometheus families: batches by status, and their requests queued, running and answered;
+SageMaker async invocations by status.
 Nothing before the jobs folder is opened: a server that never ran a batch shows none (and an endpoint's
 copies add nothing to the router's)."""
 
@@ -32,7 +33,15 @@ def jobs_families(jobs: Jobs) -> list[Metric]:
     )
     answered.add_metric(["completed"], figures.completed)
     answered.add_metric(["failed"], figures.failed)
-    return [batches, queued, running, answered]
+    invocations = GaugeMetricFamily(
+        "llmhost_async_invocations",
+        "SageMaker async invocations in the jobs folder, by status (queued, running, answered, "
+        "completed, failed)",
+        labels=["status"],
+    )
+    for state, n in figures.async_invocations.items():
+        invocations.add_metric([state.value], n)
+    return [batches, queued, running, answered, invocations]
 
 
 class JobsCollector(Collector):

@@ -1,6 +1,6 @@
-"""A server's jobs: its files, batches and runner over one jobs directory, opened when first used (so
-that servers which never run a batch never contend for the directory) or at startup when it holds
-batches to resume."""
+"""A server's jobs: its files, batches, async invocations and their runners over one jobs directory,
+opened when first used (so that servers which never run a batch never contend for the directory) or at
+startup when it holds batches or invocations to resume."""
 
 from __future__ import annotations
 
@@ -11,6 +11,9 @@ from dataclasses import dataclass
 
 from starlette.types import ASGIApp
 
+from llmhost.jobs.async_invocations import AsyncInvocations
+from llmhost.jobs.async_runner import AsyncRunner
+from llmhost.jobs.async_status import AsyncStatus
 from llmhost.jobs.batches import Batches
 from llmhost.jobs.dispatch import Dispatcher
 from llmhost.jobs.files import Files
@@ -24,15 +27,20 @@ log = logging.getLogger("llmhost")
 
 
 class Jobs:
-    def __init__(self, settings: JobsSettings, app: ASGIApp) -> None:
-        """`app`: where the lines are sent (the app these jobs are served by)."""
+    def __init__(self, settings: JobsSettings, app: ASGIApp, scripted: bool = False) -> None:
+        """`app`: where the lines are sent (the app these jobs are served by); `scripted`: its
+        /invocations is inference.py's (an async invocation's body is sent as it came)."""
         self.settings = settings
         self._store: JobStore | None = None
         self.dispatcher = Dispatcher(app)
         self.runner = BatchRunner(lambda: self._store, self.dispatcher, settings.concurrency)
         self.files = Files(self.store, settings.max_file_bytes, lambda f: self.batches.reading(f))
         self.batches = Batches(self.store, self.files, self.runner.wake)
-        self._task: asyncio.Task[None] | None = None
+        self.async_runner = AsyncRunner(
+            lambda: self._store, self.dispatcher, settings.concurrency, prioritize=not scripted
+        )
+        self.invocations = AsyncInvocations(self.store, settings, self.async_runner.wake)
+        self._tasks: list[asyncio.Task[None]] = []
 
     @property
     def token(self) -> str:
@@ -47,24 +55,33 @@ class Jobs:
             except JobsDirBusyError as exc:
                 raise unavailable(str(exc)) from exc
             self.runner.wake()
+            self.async_runner.wake()
         return self._store
 
     def start(self) -> None:
-        """Start the runner; a directory left with open batches is opened now and they resume."""
+        """Start the runners; a directory left with open batches or async invocations is opened now and
+        they resume."""
         if (self.settings.root / "jobs.db").exists():
             with contextlib.suppress(APIError):  # another process owns it: this server opens it on use
                 store = self.store()
                 n = sum(1 for b in store.list_batches() if b.status.open)
                 if n:
                     log.info("resuming %d batches from %s", n, self.settings.root)
-        self._task = asyncio.create_task(self.runner.run(), name="batch runner")
+                queued = len(store.invocations.open())
+                if queued:
+                    log.info("resuming %d async invocations from %s", queued, self.settings.root)
+        self._tasks = [
+            asyncio.create_task(self.runner.run(), name="batch runner"),
+            asyncio.create_task(self.async_runner.run(), name="async invocation runner"),
+        ]
 
     async def stop(self) -> None:
-        """Stop the runner (lines under way run again next start) and close the directory."""
-        if self._task is not None:
-            self._task.cancel()
+        """Stop the runners (lines and invocations under way run again next start) and close the
+        directory."""
+        for task in self._tasks:
+            task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+                await task
         await self.dispatcher.close()
         if self._store is not None:
             self._store.close()
@@ -87,7 +104,7 @@ class Jobs:
                     counts.total - counts.completed - counts.failed - self.runner.in_flight.get(batch.id, 0),
                 )
         completed, failed = store.answer_totals()
-        return JobsFigures(batches, queued, running, completed, failed)
+        return JobsFigures(batches, queued, running, completed, failed, store.invocations.counts())
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,3 +114,4 @@ class JobsFigures:
     running: int  # being answered now
     completed: int  # answered, in every batch
     failed: int  # refused (the error files' lines)
+    async_invocations: dict[AsyncStatus, int]  # SageMaker async invocations, by status

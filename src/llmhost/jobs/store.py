@@ -1,6 +1,6 @@
 """The jobs directory: uploaded and written files on disk, their records, batches and each line's answer
-in one SQLite database. One process owns a directory at a time (a lock file): two runners on the same
-batches would run lines twice."""
+(and the queue of async invocations) in one SQLite database. One process owns a directory at a time (a
+lock file): two runners on the same batches would run lines twice."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import IO, Literal
 
 from llmhost.errors import UnavailableError
+from llmhost.jobs.async_store import AsyncQueue
 from llmhost.jobs.protocol import Batch, BatchUsage, FileObject, InputTokensDetails, OutputTokensDetails
 
 SCHEMA = """
@@ -59,6 +60,7 @@ class JobStore:
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("PRAGMA synchronous=FULL")
         self.db.executescript(SCHEMA)
+        self.invocations = AsyncQueue(self.db)  # SageMaker async invocations, in the same database
 
     def close(self) -> None:
         self.db.close()

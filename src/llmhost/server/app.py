@@ -100,7 +100,7 @@ def create_app(
     sampler = Sampler(store, console_source.read)
     app = FastAPI(title="llmhost", version=__version__, docs_url=None, redoc_url=None)
     # a batch's lines go through this app's own routes, behind its middleware
-    jobs = Jobs(settings.jobs(), app)
+    jobs = Jobs(settings.jobs(), app, scripted=custom is not None)
     metrics.registry.register(JobsCollector(jobs))
     app.router.lifespan_context = _lifespan(ctx, owned, lifecycle, sampler, custom, jobs)
     app.state.lifecycle = lifecycle

@@ -49,6 +49,8 @@ class ServerSettings:
     jobs_dir: str = ""  # batch jobs' folder; "": the user's data directory
     jobs_max_file_mb: int = DEFAULT_MAX_FILE_MB
     batch_concurrency: int = 0  # a batch's requests in flight; 0: the engine's max_concurrent
+    async_output: str = ""  # SageMaker async invocations' answers (an s3:// prefix); "": refused
+    async_failure: str = ""  # their errors' s3:// prefix; "": async_output
 
     def console(self) -> ConsoleSettings:
         reports = Path(self.reports) if self.reports else None
@@ -60,6 +62,8 @@ class ServerSettings:
             root=Path(self.jobs_dir) if self.jobs_dir else default_jobs_dir() / f"serve-{self.port}",
             max_file_bytes=self.jobs_max_file_mb * MIB,
             concurrency=self.batch_concurrency or self.engine.max_concurrent,
+            async_output=self.async_output,
+            async_failure=self.async_failure,
         )
 
     def __post_init__(self) -> None:

@@ -17,6 +17,7 @@ from llmhost.engine.config import EngineConfig
 from llmhost.settings.serve import (
     MIB,
     SERVE_SPEC,
+    AsyncOptions,
     BatchTransformSettings,
     ChatSettings,
     ConsoleOptions,
@@ -35,7 +36,13 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True, kw_only=True)
 class ServeOptions(
-    ListenSettings, EngineSettings, ChatSettings, BatchTransformSettings, ConsoleOptions, JobsOptions
+    ListenSettings,
+    EngineSettings,
+    ChatSettings,
+    BatchTransformSettings,
+    ConsoleOptions,
+    JobsOptions,
+    AsyncOptions,
 ):
     """`llmhost serve`'s options as `build` takes them: every setting of the spec but the serving
     process's own, each a typed field (`opts.max_queue: int`); API keys come loaded, the chat template as

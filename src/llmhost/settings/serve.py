@@ -457,6 +457,26 @@ class JobsOptions:
 
 
 @dataclass(frozen=True, kw_only=True)
+class AsyncOptions:
+    """SageMaker Asynchronous Inference (POST /endpoints/{name}/async-invocations): where answers go."""
+
+    async_output: str = setting(
+        "",
+        "S3 prefix (s3://bucket/prefix/) where async invocations' answers are written, "
+        '<inference-id>.out; "": async invocations are refused. Queued in --jobs-dir.',
+        server="async_output",
+        metavar="S3URI",
+    )
+    async_failure: str = setting(
+        "",
+        "S3 prefix where failed async invocations' errors are written, <inference-id>-error.out; "
+        '"": --async-output.',
+        server="async_failure",
+        metavar="S3URI",
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
 class AuthOptions:
     """Who may call the server: its API keys."""
 
@@ -497,6 +517,7 @@ SERVE_GROUPS: tuple[type[Any], ...] = (
     BatchTransformSettings,
     ConsoleOptions,
     JobsOptions,
+    AsyncOptions,
 )
 SERVE_SPEC = ServeSettingsSpec.of(SERVE_GROUPS, process=(ProcessSettings,))
 

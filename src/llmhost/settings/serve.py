@@ -449,7 +449,8 @@ class JobsOptions:
     )
     batch_concurrency: int = setting(
         0,
-        "A batch's requests in flight at once (they queue behind interactive ones); 0: --max-concurrent.",
+        "A batch's requests in flight at once, and async invocations run at once (they queue behind "
+        "interactive ones); 0: --max-concurrent.",
         ge=0,
         server="batch_concurrency",
         metavar="N",

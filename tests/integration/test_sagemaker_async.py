@@ -134,6 +134,11 @@ def test_an_async_invocation_answers_202_then_writes_the_real_time_answer(
         assert answer["usage"][count] == real_time["usage"][count]
     assert not exists(s3, r["FailureLocation"])
     assert writes(s3, r["OutputLocation"]) == 1
+    metrics = httpx.get(f"{async_server.url}/metrics", timeout=10).text
+    completed = next(
+        x for x in metrics.splitlines() if x.startswith('llmhost_async_invocations{status="completed"}')
+    )
+    assert float(completed.rsplit(" ", 1)[1]) >= 1
 
 
 def test_an_inference_id_is_made_when_none_is_given(async_server: Server, s3: S3Server) -> None:

@@ -9,6 +9,8 @@ from typing import Any
 
 import httpx
 
+from llmhost.errors import LlmhostError
+
 # terminal statuses: the batch will not change again
 ENDED = ("completed", "failed", "expired", "cancelled")
 # how long a busy server (429, 503: a copy starting, the jobs folder still held by a server draining)
@@ -16,8 +18,12 @@ ENDED = ("completed", "failed", "expired", "cancelled")
 BUSY_WAIT_S = 120.0
 
 
-class BatchApiError(RuntimeError):
-    """The server refused a call: the message is its error body's."""
+class BatchApiError(LlmhostError, RuntimeError):
+    """The server refused a call: the message is its error body's, the status its answer's."""
+
+    def __init__(self, message: str, status: int) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 class BatchClient:
@@ -47,9 +53,8 @@ class BatchClient:
                 message = response.json()["error"]["message"]
             except (ValueError, KeyError, TypeError):
                 message = response.text
-            raise BatchApiError(
-                f"{response.request.method} {response.request.url.path}: {response.status_code} {message}"
-            )
+            where = f"{response.request.method} {response.request.url.path}"
+            raise BatchApiError(f"{where}: {response.status_code} {message}", response.status_code)
         return response.json()
 
     def upload(self, path: Path) -> str:

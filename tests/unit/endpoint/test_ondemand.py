@@ -312,6 +312,7 @@ def test_command_line_options_over_an_endpoint_file(tmp_path: Path) -> None:
         keep_alive=None,
         client_keep_alive=None,
         preload=None,
+        jobs_dir=None,
     )
     spec = endpoint_spec(
         None, {**none, "models_dir": tmp_path, "keep_alive": 0, "max_loaded": 2, "preload": ["a"]}

@@ -3,13 +3,19 @@ define (prometheus_client objects: names, types, help and label names)."""
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 
+from fastapi import FastAPI
 from prometheus_client.metrics import MetricWrapperBase
 
 from docsgen.md import table
 from llmhost.endpoint.metrics import router_families
 from llmhost.engine.stats import EngineStats
+from llmhost.jobs.metrics import jobs_families
+from llmhost.jobs.service import Jobs
+from llmhost.jobs.settings import JobsSettings
 from llmhost.server.metrics import ServerMetrics
 
 SUFFIXES = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count"), "gauge": ("",)}
@@ -34,12 +40,24 @@ def router_families_() -> Iterator[tuple[str, str, str, tuple[str, ...]]]:
         yield family.name, family.type, family.documentation, _labels(family)
 
 
+def jobs_families_() -> Iterator[tuple[str, str, str, tuple[str, ...]]]:
+    """The batch jobs' and async invocations' families (of a jobs folder in use: a new one, here)."""
+    with tempfile.TemporaryDirectory() as root:
+        jobs = Jobs(JobsSettings(Path(root)), FastAPI())
+        jobs.store()
+        families = jobs_families(jobs)
+        jobs.store().close()
+    for family in families:
+        yield family.name, family.type, family.documentation, _labels(family)
+
+
 def series(name: str, kind: str) -> list[str]:
     return [name + s for s in SUFFIXES.get(kind, ("",))]
 
 
 def names() -> set[str]:
-    return {s for fam in (server_families(), router_families_()) for n, k, *_ in fam for s in series(n, k)}
+    every = (server_families(), router_families_(), jobs_families_())
+    return {s for fam in every for n, k, *_ in fam for s in series(n, k)}
 
 
 def _table(families: Iterator[tuple[str, str, str, tuple[str, ...]]]) -> str:
@@ -63,6 +81,13 @@ def render() -> str:
             "`copy` added first:",
             "",
             _table(router_families_()),
+            "",
+            "### Batch jobs and async invocations (a server, an endpoint's router, the Ray ingress)",
+            "",
+            "Shown once the jobs folder is in use (a file uploaded, a batch or an async invocation made, or "
+            "one left to resume at start); a copy's are not relayed by the router:",
+            "",
+            _table(jobs_families_()),
             "",
         ]
     )

@@ -18,7 +18,7 @@ from llmhost.console.front import FAMILY as CONSOLE_FAMILY
 from llmhost.endpoint.affinity import Decision
 from llmhost.endpoint.control.component import ModelState
 from llmhost.endpoint.control.replica import ReplicaState
-from llmhost.jobs.metrics import FAMILY as JOBS_FAMILY
+from llmhost.jobs.metrics import FAMILIES as JOBS_FAMILIES
 from llmhost.process.lifecycle import asyncio_tasks
 
 if TYPE_CHECKING:
@@ -195,7 +195,7 @@ async def render_metrics(
         except ValueError:  # a copy answering something else than the exposition format
             continue
         # a copy is a server with its own console and jobs: the endpoint's families of both are the ones shown
-        own = [f for f in families if not f.name.startswith((CONSOLE_FAMILY, JOBS_FAMILY))]
+        own = [f for f in families if not f.name.startswith((CONSOLE_FAMILY, *JOBS_FAMILIES))]
         relabel(own, {"component": name, "copy": r.id}, merged)
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_Snapshot(router_families(components) + list(extra) + list(merged.values())))

@@ -13,6 +13,9 @@ from prometheus_client.registry import Collector
 from llmhost.jobs.service import Jobs
 
 FAMILY = "llmhost_batch"
+ASYNC_FAMILY = "llmhost_async_invocations"
+# the names of every family here: the endpoint's router shows its own, not its copies'
+FAMILIES = (FAMILY, ASYNC_FAMILY)
 
 
 def jobs_families(jobs: Jobs) -> list[Metric]:
@@ -34,7 +37,7 @@ def jobs_families(jobs: Jobs) -> list[Metric]:
     answered.add_metric(["completed"], figures.completed)
     answered.add_metric(["failed"], figures.failed)
     invocations = GaugeMetricFamily(
-        "llmhost_async_invocations",
+        ASYNC_FAMILY,
         "SageMaker async invocations in the jobs folder, by status (queued, running, answered, "
         "completed, failed)",
         labels=["status"],

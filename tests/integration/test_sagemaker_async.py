@@ -17,6 +17,7 @@ import pytest
 from botocore.exceptions import ClientError
 
 from tests.integration.conftest import CHAT_TEMPLATE, Server, start_server, stop_server
+from tests.integration.endpoint_helpers import ENGINE, start_endpoint, stop_endpoint
 from tests.integration.test_sagemaker_runtime import runtime
 from tests.s3server import FAKE_CREDS, S3Server, moto_server
 
@@ -257,3 +258,29 @@ def test_a_server_killed_with_queued_invocations_writes_each_once_when_started_a
                 assert writes(s3, r["OutputLocation"]) == 1
     finally:
         stop_server(second)
+
+
+def test_an_endpoints_router_takes_async_invocations_for_its_component(s3: S3Server, tmp_path: Path) -> None:
+    yaml_text = (
+        f"name: asyncep\nasync_inference: {{output: {OUTPUT_PREFIX}endpoint/}}\njobs_dir: jobs\n"
+        f"components:\n  - name: only\n    copies: 1\n    engine: {ENGINE}\n"
+    )
+    with pytest.MonkeyPatch.context() as env:
+        for name, value in FAKE_CREDS.items():
+            env.setenv(name, value)
+        env.setenv("LLMHOST_S3_ENDPOINT_URL", s3.url)
+        ep = start_endpoint(tmp_path, yaml_text)
+    try:
+        body = {"prompt": "Hello", "max_tokens": 3, "temperature": 0}
+        r = runtime(ep.url).invoke_endpoint_async(
+            EndpointName="asyncep",
+            InputLocation=put_input(s3, "ep.json", body),
+            ContentType="application/json",
+        )
+        assert r["OutputLocation"].startswith(f"{OUTPUT_PREFIX}endpoint/")
+        assert wait_for_either(s3, r) == r["OutputLocation"]
+        answer = read(s3, r["OutputLocation"])
+        assert answer["model"] == "only" and answer["usage"]["completion_tokens"] == 3
+        assert (tmp_path / "jobs" / "jobs.db").exists(), "the file's jobs_dir, relative to it"
+    finally:
+        stop_endpoint(ep)

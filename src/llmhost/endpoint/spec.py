@@ -316,6 +316,13 @@ class ModelsDirSpec(_Strict):
         return self
 
 
+class AsyncInferenceSpec(_Strict):
+    """Where SageMaker async invocations' answers and errors are written (InvokeEndpointAsync)."""
+
+    output: str  # an S3 prefix: each answer at <output>/<InferenceId>.out
+    failure: str | None = None  # an S3 prefix for the errors; None: beside the answers
+
+
 class EndpointSpec(_Strict):
     name: str = Field(pattern=NAME_PATTERN)  # the endpoint's name (logs, status, reports)
     instance: InstanceSpec = InstanceSpec()  # the host it runs on, for cost reports
@@ -327,6 +334,8 @@ class EndpointSpec(_Strict):
     # user's data directory) and lines in flight (None: every declared copy's sequences together)
     jobs_dir: str | None = None
     batch_concurrency: int | None = Field(default=None, ge=1)
+    # InvokeEndpointAsync's S3 prefixes; None: the router takes no async invocations
+    async_inference: AsyncInferenceSpec | None = None
 
     @model_validator(mode="after")
     def _check(self) -> EndpointSpec:
@@ -341,7 +350,13 @@ class EndpointSpec(_Strict):
         lines it keeps in flight."""
         here = f"endpoint-{self.name}" + (f"-{port}" if port is not None else "")
         root = Path(self.jobs_dir).expanduser() if self.jobs_dir else default_jobs_dir() / here
-        return JobsSettings(root=root, concurrency=self.batch_lines())
+        a = self.async_inference
+        return JobsSettings(
+            root=root,
+            concurrency=self.batch_lines(),
+            async_output=a.output if a else "",
+            async_failure=(a.failure or "") if a else "",
+        )
 
     def batch_lines(self) -> int:
         """A batch's lines in flight: `batch_concurrency`, else every declared copy's sequences together

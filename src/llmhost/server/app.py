@@ -16,6 +16,7 @@ from llmhost.console.sampler import Sampler
 from llmhost.console.timeseries import SeriesStore
 from llmhost.engine import AsyncEngine, ModelInfo
 from llmhost.engine.embedder_loop import AsyncEmbedder
+from llmhost.jobs import async_routes
 from llmhost.jobs import routes as jobs_routes
 from llmhost.jobs.files import UPLOAD_PATH, upload_limit
 from llmhost.jobs.metrics import JobsCollector
@@ -181,6 +182,7 @@ def _route(
     for module in (sagemaker, runtime, openai, anthropic, responses, embeddings, tgi, ollama, adapters, ops):
         app.include_router(module.router)
     app.include_router(jobs_routes.router)
+    app.include_router(async_routes.router)
     secured = settings.api_keys.enabled
     app.include_router(create_console(store, console, source.overview, secured))
     apidoc.install(app, DESCRIPTION, secured=secured, open_paths=OPEN_PATHS | PUBLIC_PATHS)

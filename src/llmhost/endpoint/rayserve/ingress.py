@@ -35,6 +35,7 @@ from llmhost.endpoint.rayserve.options import AppArgs, RayTiming
 from llmhost.endpoint.rayserve.relay import RayComponent, RayRelay
 from llmhost.endpoint.rayserve.serveapi import ServeApi, ServeApiError
 from llmhost.endpoint.spec import EndpointSpec
+from llmhost.jobs import async_routes
 from llmhost.jobs import routes as jobs_routes
 from llmhost.jobs.metrics import jobs_families
 from llmhost.jobs.service import Jobs
@@ -182,6 +183,7 @@ class Ingress:
 
         app.router.lifespan_context = lifespan
         app.include_router(jobs_routes.router)
+        app.include_router(async_routes.router)
         app.include_router(self._routes())
         app.include_router(create_runtime_router(self, self.relay))
         app.include_router(create_admin(admin))

@@ -20,9 +20,8 @@ from llmhost.endpoint.control.manager import EndpointManager
 from llmhost.endpoint.dataplane.ollama_folder import ModelsFolder
 from llmhost.endpoint.dataplane.router import Proxy, create_router
 from llmhost.endpoint.dataplane.runtime import create_runtime_router
-from llmhost.jobs import async_routes
-from llmhost.jobs import routes as jobs_routes
 from llmhost.jobs.metrics import jobs_families
+from llmhost.jobs.mount import mount
 from llmhost.jobs.service import Jobs
 from llmhost.process.lifecycle import Lifecycle, watch
 from llmhost.web import responses
@@ -78,12 +77,9 @@ def create_app(
     source = EndpointConsole(manager, proxy.client, auth=secured)
     app = FastAPI(title=f"llmhost endpoint {manager.spec.name}", docs_url=None, redoc_url=None)
     # a batch's lines go through the router's own routes: they fan out over the copies
-    jobs = Jobs(manager.spec.jobs(port), app)
-    app.state.jobs = jobs
+    jobs = mount(app, manager.spec.jobs(port))
     app.router.lifespan_context = _lifespan(manager, proxy, lifecycle, Sampler(store, source.read), jobs)
     folder = ModelsFolder(manager) if manager.spec.models_dir is not None else None
-    app.include_router(jobs_routes.router)  # before the router's catch-all
-    app.include_router(async_routes.router)
     app.include_router(create_router(manager, proxy, lifecycle, store, folder, lambda: jobs_families(jobs)))
     app.add_api_route(
         "/health", lambda: health(manager, lifecycle), methods=["GET"], openapi_extra=apidoc.HEALTH

@@ -16,10 +16,9 @@ from llmhost.console.sampler import Sampler
 from llmhost.console.timeseries import SeriesStore
 from llmhost.engine import AsyncEngine, ModelInfo
 from llmhost.engine.embedder_loop import AsyncEmbedder
-from llmhost.jobs import async_routes
-from llmhost.jobs import routes as jobs_routes
 from llmhost.jobs.files import UPLOAD_PATH, upload_limit
 from llmhost.jobs.metrics import JobsCollector
+from llmhost.jobs.mount import mount
 from llmhost.jobs.service import Jobs
 from llmhost.process.lifecycle import Lifecycle
 from llmhost.server import errors
@@ -101,11 +100,10 @@ def create_app(
     sampler = Sampler(store, console_source.read)
     app = FastAPI(title="llmhost", version=__version__, docs_url=None, redoc_url=None)
     # a batch's lines go through this app's own routes, behind its middleware
-    jobs = Jobs(settings.jobs(), app, scripted=custom is not None)
+    jobs = mount(app, settings.jobs(), scripted=custom is not None)
     metrics.registry.register(JobsCollector(jobs))
     app.router.lifespan_context = _lifespan(ctx, owned, lifecycle, sampler, custom, jobs)
     app.state.lifecycle = lifecycle
-    app.state.jobs = jobs
     _serve(app, ctx, custom)
     _route(app, settings, console, store, console_source)
     _middleware(app, settings, lifecycle, tally, jobs)
@@ -181,8 +179,6 @@ def _route(
     errors.install(app)
     for module in (sagemaker, runtime, openai, anthropic, responses, embeddings, tgi, ollama, adapters, ops):
         app.include_router(module.router)
-    app.include_router(jobs_routes.router)
-    app.include_router(async_routes.router)
     secured = settings.api_keys.enabled
     app.include_router(create_console(store, console, source.overview, secured))
     apidoc.install(app, DESCRIPTION, secured=secured, open_paths=OPEN_PATHS | PUBLIC_PATHS)

@@ -35,9 +35,8 @@ from llmhost.endpoint.rayserve.options import AppArgs, RayTiming
 from llmhost.endpoint.rayserve.relay import RayComponent, RayRelay
 from llmhost.endpoint.rayserve.serveapi import ServeApi, ServeApiError
 from llmhost.endpoint.spec import EndpointSpec
-from llmhost.jobs import async_routes
-from llmhost.jobs import routes as jobs_routes
 from llmhost.jobs.metrics import jobs_families
+from llmhost.jobs.mount import mount
 from llmhost.jobs.service import Jobs
 from llmhost.process.lifecycle import Lifecycle
 from llmhost.web import responses
@@ -164,8 +163,7 @@ class Ingress:
 
         app = FastAPI(title=f"llmhost endpoint {self.spec.name} (Ray)", docs_url=None, redoc_url=None)
         # a batch's lines go through the ingress's own routes: they fan out over the copies on every node
-        self.jobs = jobs = Jobs(self.spec.jobs(), app)
-        app.state.jobs = jobs
+        self.jobs = jobs = mount(app, self.spec.jobs())
 
         @asynccontextmanager
         async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
@@ -182,8 +180,6 @@ class Ingress:
                 poller.cancel()
 
         app.router.lifespan_context = lifespan
-        app.include_router(jobs_routes.router)
-        app.include_router(async_routes.router)
         app.include_router(self._routes())
         app.include_router(create_runtime_router(self, self.relay))
         app.include_router(create_admin(admin))

@@ -113,6 +113,7 @@ async def start_chat(
     """Render, tokenize and submit a chat request (`constraint`: its structured output, if any; `fields`:
     its token-limit fields in its API's words; `ask`: what it asks of a thought, else read from the
     OpenAI fields)."""
+    ctx.names.check(body.model)
     plan, constraint, prompt = await render_chat(ctx, body, constraint, tool_parser, ask)
     max_tokens = body.max_completion_tokens or body.max_tokens or ctx.remaining(len(prompt))
     top = body.top_logprobs or 0
@@ -136,6 +137,7 @@ def thinking_plan(
         ctx.settings.template_kwargs(),
         body.chat_template_kwargs,
         ctx.settings.reasoning_budget,
+        ctx.settings.reasoning_budget_max,
     )
     return syntax, think
 

@@ -258,6 +258,7 @@ class AnthropicServing:
                     yield line
 
     async def count_tokens(self, body: proto.CountTokensRequest) -> TokenCount:
+        self.ctx.names.check(body.model)
         chat = to_chat(body)
         try:
             tools.mode(chat)

@@ -169,7 +169,8 @@ class OllamaServing:
         return self.ctx.settings.chat_template or self.ctx.engine.info.chat_template or None
 
     def _check(self, body: proto.ChatRequest | proto.GenerateRequest) -> ThinkingAsk:
-        """The request's limits checked; what it asks of a thought."""
+        """The request's model and limits checked; what it asks of a thought."""
+        self.ctx.names.check_ollama(body.model)
         thinks = op.supports_thinking(self._template_source() or "", self.ctx.settings.reasoning_format)
         ask = op.think_ask(body.think, body.model, thinks)
         op.check_context(body.options, self.n_ctx)

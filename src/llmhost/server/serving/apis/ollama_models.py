@@ -182,6 +182,7 @@ class OllamaModels:
         return found
 
     async def show(self, body: proto.ModelRequest) -> proto.ShowResponse:
+        self.ctx.names.check_ollama(body.model_name())
         name = body.model_name().removesuffix(":latest")
         entry = await asyncio.to_thread(self._entry)
         adapter = next((s for s in self.ctx.adapters.specs if s.name == name), None)
@@ -210,6 +211,7 @@ class OllamaModels:
     async def embed(self, raw: JSONObject, request: Request) -> proto.EmbedResponse:
         check_options(raw)
         body = proto.EmbedRequest.model_validate(raw)
+        self.ctx.names.check_ollama(body.model)
         check_keep_alive(body.keep_alive)
         started = time.monotonic_ns()
         embedder = self.embeddings.embedder()
@@ -235,6 +237,7 @@ class OllamaModels:
         """The older /api/embeddings: one prompt (an empty one: an empty vector, as Ollama answers)."""
         check_options(raw)
         body = proto.EmbeddingsRequest.model_validate(raw)
+        self.ctx.names.check_ollama(body.model)
         check_keep_alive(body.keep_alive)
         self.embeddings.embedder()
         if not body.prompt:

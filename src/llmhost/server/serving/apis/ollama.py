@@ -183,7 +183,7 @@ class OllamaServing:
         ask = self._check(body)
         if not body.messages:
             return load_answer(body.model, chat=True)
-        op.check_tools(body.tools, body.model, self._template_source() or "")
+        op.check_tools(body.tools, body.model, self.ctx.chat_template(), self.ctx.settings.tool_format)
         constraint = op.constraint(body.format)
         chat = op.chat_request(body)
         plan, _, prompt = await render_chat(self.ctx, chat, constraint, self.tool_parser, ask)

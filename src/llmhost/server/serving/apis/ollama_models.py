@@ -175,7 +175,7 @@ class OllamaModels:
         if self.ctx.embedder is not None:
             return ["embedding"]
         found = ["completion"]
-        if supports_tools(template):
+        if supports_tools(self.ctx.chat_template() if template else None, self.ctx.settings.tool_format):
             found.append("tools")
         if supports_thinking(template, self.ctx.settings.reasoning_format):
             found.append("thinking")

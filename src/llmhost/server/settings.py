@@ -20,6 +20,7 @@ __all__ = ["DEFAULT_PORT", "MAX_BODY_BYTES", "ServerSettings"]
 # SageMaker's request payload limit (--max-payload-mb's default)
 MAX_BODY_BYTES = DEFAULT_PAYLOAD_MB * MIB
 TOOL_PARSERS = SERVE_SPEC["tool_parser"].choices
+TOOL_FORMATS = SERVE_SPEC["tool_format"].choices
 REASONING_FORMATS = SERVE_SPEC["reasoning_format"].choices
 
 
@@ -36,8 +37,11 @@ class ServerSettings:
     max_concurrent_transforms: int = 0  # records of one jsonlines body run at once; 0: max_concurrent
     default_max_new_tokens: int = 100  # TGI bodies without max_new_tokens
     tool_parser: str = "auto"  # how tool calls are read from chat output: auto or a name in tools.PARSERS
+    tool_format: str = "auto"  # tools for a template without a tool section: auto (generic) or none (400)
+    strict_model_names: bool = False  # an OpenAI-style request naming another model: 404
     reasoning_format: str = "auto"  # how a thought is told from the answer: auto, none, or a tag family
     reasoning_budget: int = -1  # most thought tokens of an answer (-1: no limit, 0: thinking off)
+    reasoning_budget_max: int = -1  # most thought tokens a request may ask (-1: no cap)
     chat_template_kwargs: str = ""  # a JSON object of chat template variables every request passes
     # --embeddings: the model is loaded for /v1/embeddings only, no generation engine (llama-server's mode)
     embeddings: EmbedderConfig | None = None
@@ -77,8 +81,10 @@ class ServerSettings:
         if self.reasoning_format not in REASONING_FORMATS:
             known = ", ".join(REASONING_FORMATS)
             raise ValueError(f"reasoning_format must be one of {known}, got {self.reasoning_format!r}")
-        if self.reasoning_budget < -1:
-            raise ValueError(f"reasoning_budget must be -1 (no limit) or more, got {self.reasoning_budget}")
+        if self.tool_format not in TOOL_FORMATS:
+            known = ", ".join(TOOL_FORMATS)
+            raise ValueError(f"tool_format must be one of {known}, got {self.tool_format!r}")
+        self._check_budgets()
         self.template_kwargs()  # a JSON object, or a ValueError saying what it is instead
         if self.max_body_bytes < 1:
             limit = "--max-payload-mb, SAGEMAKER_MAX_PAYLOAD_IN_MB"
@@ -88,6 +94,19 @@ class ServerSettings:
             raise ValueError(f"batch_strategy must be one of {known}, got {self.batch_strategy!r}")
         if self.max_concurrent_transforms < 0:
             raise ValueError(f"max_concurrent_transforms must be >= 0, got {self.max_concurrent_transforms}")
+
+    def _check_budgets(self) -> None:
+        if self.reasoning_budget < -1:
+            raise ValueError(f"reasoning_budget must be -1 (no limit) or more, got {self.reasoning_budget}")
+        if self.reasoning_budget_max < -1:
+            raise ValueError(
+                f"reasoning_budget_max must be -1 (no cap) or more, got {self.reasoning_budget_max}"
+            )
+        if self.reasoning_budget_max >= 0 and self.reasoning_budget > self.reasoning_budget_max:
+            raise ValueError(
+                f"--reasoning-budget {self.reasoning_budget} is over --reasoning-budget-max "
+                f"{self.reasoning_budget_max}"
+            )
 
     def template_kwargs(self) -> dict[str, Any]:
         """--chat-template-kwargs as a dict."""

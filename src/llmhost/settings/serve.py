@@ -34,6 +34,7 @@ LogLevel = Literal["debug", "info", "warning", "error"]
 LOG_LEVELS: tuple[str, ...] = typing.get_args(LogLevel)
 Speculative = Literal["ngram", "draft"]
 ToolParser = Literal["auto", "hermes", "llama3", "mistral", "granite", "harmony"]
+ToolFormat = Literal["auto", "none"]
 ReasoningFormat = Literal["auto", "none", "deepseek", "magistral", "seed", "harmony"]
 Pooling = Literal["auto", "mean", "cls", "last"]
 BatchStrategy = Literal["MULTI_RECORD", "SINGLE_RECORD"]
@@ -338,13 +339,30 @@ class ChatSettings:
     served_model_name: str = setting(
         "", "Model name in API responses.", server="served_model_name", metavar="NAME"
     )
+    strict_model_names: bool = setting(
+        False,
+        "OpenAI, Anthropic and Responses requests whose `model` is not this server's (its served name, "
+        "its file's stem, default, a loaded LoRA adapter's name) get a 404, as Ollama's routes always "
+        "do; off: any name is the served model.",
+        server="strict_model_names",
+    )
     tool_parser: ToolParser = setting(
         "auto",
         "Format of tool calls in chat output: auto (from the template), hermes, llama3, mistral, "
-        "granite, harmony (gpt-oss).",
+        "granite, harmony (gpt-oss). A template that shows no tools gets the generic format and its "
+        "JSON calls instead (--tool-format).",
         endpoint=True,
         server="tool_parser",
         metavar="auto|hermes|llama3|mistral|granite|harmony",
+    )
+    tool_format: ToolFormat = setting(
+        "auto",
+        "How tools reach a model whose chat template has no tool section: auto (a system message "
+        "listing them, calls read back as JSON objects; templates with one render their own), none "
+        "(a request with tools is a 400 naming tools).",
+        endpoint=True,
+        server="tool_format",
+        metavar="auto|none",
     )
     reasoning_format: ReasoningFormat = setting(
         "auto",
@@ -362,6 +380,16 @@ class ChatSettings:
         ge=-1,
         endpoint=True,
         server="reasoning_budget",
+        metavar="N",
+    )
+    reasoning_budget_max: int = setting(
+        -1,
+        "Most thought tokens a request may ask (reasoning_budget, Anthropic's thinking.budget_tokens): "
+        "more is a 400 naming the field and this limit; a thought with no budget stops here too. -1: "
+        "no cap.",
+        ge=-1,
+        endpoint=True,
+        server="reasoning_budget_max",
         metavar="N",
     )
     chat_template_kwargs: str = setting(

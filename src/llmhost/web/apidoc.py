@@ -175,6 +175,8 @@ COMMON = errors(401, 500, 503)
 BODY = merge(COMMON, errors(400, 413, 422))
 # a route that queues a generation
 GENERATE = merge(BODY, errors(429))
+# a route that queues a generation for the `model` it names (an unknown one: 404 under --strict-model-names)
+NAMED = merge(GENERATE, errors(404))
 
 
 def declarations(routers: Iterable[APIRouter]) -> dict[tuple[str, str], Operation]:

@@ -66,8 +66,10 @@ def expectations(files: dict[str, Path]) -> dict[str, tuple[Any, Callable[[Serve
         "request_timeout_s": (9.0, lambda s: s.engine.request_timeout_s, 9.0),
         "chat_template": (str(files["template"]), lambda s: s.chat_template, "{{ messages }}"),
         "tool_parser": ("hermes", lambda s: s.tool_parser, "hermes"),
+        "tool_format": ("none", lambda s: s.tool_format, "none"),
         "reasoning_format": ("none", lambda s: s.reasoning_format, "none"),
         "reasoning_budget": (16, lambda s: s.reasoning_budget, 16),
+        "reasoning_budget_max": (32, lambda s: s.reasoning_budget_max, 32),
         "chat_template_kwargs": (
             '{"enable_thinking": false}',
             lambda s: s.chat_template_kwargs,

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from llmhost.server.protocol.openai import ChatCompletionRequest
-from llmhost.server.serving import tools
+from llmhost.server.serving import generic_tools, tools
 from llmhost.server.serving.chat_template import ChatTemplate, ChatTemplateError
 
 TEMPLATES = Path(__file__).parents[2] / "fixtures" / "templates"
@@ -140,6 +140,26 @@ def test_renders_a_system_prompt_and_turns(name: str) -> None:
     text = render(name, messages)
     assert SYSTEM in text and QUESTION in text and "Mild." in text and "Thanks" in text
     assert "get_weather" not in text
+    assert text.endswith(FAMILIES[name].generation_prompt)
+
+
+@pytest.mark.parametrize("name", list(FAMILIES))
+def test_the_templates_without_tools_are_the_ones_given_the_generic_format(name: str) -> None:
+    assert generic_tools.renders_tools(template(name)) == (FAMILIES[name].parser is not None)
+
+
+@pytest.mark.parametrize("name", WITHOUT_TOOLS)
+def test_the_generic_format_renders_the_tools_a_call_and_its_result(name: str) -> None:
+    """What the server renders on a template without tools (--tool-format auto): the tools in the
+    system message, the call as its JSON, the result as a user turn; Gemma 3's alternation holds."""
+    body = ChatCompletionRequest.model_validate({"messages": CONVERSATION, "tools": [WEATHER]})
+    seen = [tools.template_message(m) for m in body.messages]
+    text = template(name).render(generic_tools.conversation(seen, tools.template_tools(body)))
+    assert SYSTEM in text and QUESTION in text and "The current weather of a city" in text
+    assert text.index(SYSTEM) < text.index('{"name": "<tool name>"') < text.index(QUESTION)
+    assert '{"name": "get_weather", "arguments": {"city": "Paris"}}' in text
+    assert 'Result of the tool call get_weather:\n{"temperature_c": 18}' in text
+    assert text.index("temperature_c") < text.index("18 degrees") < text.index("And tomorrow?")
     assert text.endswith(FAMILIES[name].generation_prompt)
 
 

@@ -14,6 +14,7 @@ from llmhost.server.serving.apis import ollama_params as op
 from llmhost.server.serving.apis.ollama import tool_calls
 from llmhost.server.serving.apis.ollama_models import human_count, tagged
 from llmhost.server.serving.chat import ChatPlan, StreamedOutput, read_message
+from llmhost.server.serving.chat_template import ChatTemplate
 from llmhost.web.errors import APIError
 from llmhost.web.formats import ollama_error
 
@@ -115,9 +116,14 @@ def test_thinking_and_tools_are_capabilities_of_the_template() -> None:
     assert op.supports_thinking("{% if enable_thinking %}<think>{% endif %}", "auto")
     assert not op.supports_thinking("{% if enable_thinking %}<think>{% endif %}", "none")
     assert not op.supports_thinking("{{ messages }}", "auto")
+    plain = ChatTemplate("{{ messages }}", "", "")
+    shows = ChatTemplate("{{ messages }}{{ tools }}", "", "")
+    tool = [proto.Tool(function=proto.FunctionDef(name="f"))]
+    op.check_tools(tool, "m", plain, "auto")  # the generic format shows them
+    op.check_tools(tool, "m", shows, "none")  # the template does
     with pytest.raises(APIError) as err:
-        op.check_tools([proto.Tool(function=proto.FunctionDef(name="f"))], "m", "{{ messages }}")
-    assert err.value.message == '"m" does not support tools'
+        op.check_tools(tool, "m", plain, "none")
+    assert err.value.message == '"m" does not support tools' and err.value.field == "tools"
 
 
 def test_images_are_refused_naming_the_field() -> None:

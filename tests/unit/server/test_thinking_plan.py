@@ -55,6 +55,17 @@ def test_budgets_request_over_server_and_zero_is_off() -> None:
     assert off.kwargs == {"enable_thinking": False}
 
 
+def test_the_budget_max_caps_what_a_request_asks_and_bounds_an_unbudgeted_thought() -> None:
+    assert plan(ThinkingAsk(budget=8), QWEN3, THINK, {}, None, -1, budget_max=8).budget == 8
+    assert plan(ThinkingAsk(), QWEN3, THINK, {}, None, -1, budget_max=8).budget == 8
+    assert plan(ThinkingAsk(), QWEN3, THINK, {}, None, 4, budget_max=8).budget == 4
+    ask = ThinkingAsk(True, 9, field="thinking", budget_field="thinking.budget_tokens")
+    with pytest.raises(APIError) as err:
+        plan(ask, QWEN3, THINK, {}, None, -1, budget_max=8)
+    assert err.value.status == 400 and err.value.field == "thinking.budget_tokens"
+    assert err.value.extra == {"value": 9, "limit": 8}
+
+
 def test_a_model_that_does_not_think_refuses_naming_the_field() -> None:
     for ask, field in (
         (from_effort("low", None), "reasoning_effort"),

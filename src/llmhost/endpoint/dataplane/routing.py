@@ -27,6 +27,7 @@ from starlette.types import Receive, Scope, Send
 from llmhost.endpoint.apidoc import relay_doc
 from llmhost.endpoint.bodies import ModelEntry
 from llmhost.server.serving.apis.anthropic_events import error_event as anthropic_error_event
+from llmhost.server.serving.model_names import UNNAMED as UNNAMED_MODELS
 from llmhost.web import eventstream
 from llmhost.web.errors import APIError, error_body, retry_after
 from llmhost.web.formats import AnthropicRoute, OllamaRoute, is_anthropic, is_ollama
@@ -53,9 +54,6 @@ HOP_BY_HOP = {
     "x-api-key",
 }
 DROP_RESPONSE = {"content-length", "connection", "keep-alive", "transfer-encoding", "date", "server"}
-# what TGI's clients put in `model` when the user named none (huggingface_hub with a base_url: "dummy";
-# TGI's messages API: "tgi"): the header or the only component decides, as without a model
-UNNAMED_MODELS = frozenset({"tgi", "dummy"})
 # routes whose component comes from the header, and those whose component comes from the body's model
 HEADER_ROUTES = ("/invocations", "/", "/generate", "/generate_stream")
 MODEL_ROUTES = (

@@ -14,8 +14,9 @@ from llmhost.web.apidoc import errors, operation
 from llmhost.web.formats import AnthropicRoute
 
 router = APIRouter(route_class=AnthropicRoute)  # refusals in Anthropic's shape
-# every error in Anthropic's shape (web/formats.py): a validation error is a 400, load a 529
-ERRORS = errors(400, 401, 413, 500, 529, style="anthropic")
+# every error in Anthropic's shape (web/formats.py): a validation error is a 400, load a 529, an unknown
+# model under --strict-model-names a 404
+ERRORS = errors(400, 401, 404, 413, 500, 529, style="anthropic")
 
 
 def serving(request: Request) -> AnthropicServing:

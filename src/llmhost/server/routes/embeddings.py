@@ -8,7 +8,7 @@ from starlette.responses import Response
 from llmhost.server.protocol.embeddings import EmbeddingRequest
 from llmhost.server.protocol.outputs import EmbeddingsResponse
 from llmhost.server.routes import deps
-from llmhost.web.apidoc import GENERATE, operation
+from llmhost.web.apidoc import NAMED, operation
 
 router = APIRouter()
 
@@ -19,7 +19,7 @@ router = APIRouter()
         "OpenAI embeddings",
         body=[EmbeddingRequest],
         success=EmbeddingsResponse,
-        errors=GENERATE,
+        errors=NAMED,
         description="A server started with --embeddings; otherwise a 400.",
     ),
 )

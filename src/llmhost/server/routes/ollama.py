@@ -21,7 +21,9 @@ from llmhost.web.formats import OllamaRoute
 
 router = APIRouter(route_class=OllamaRoute)  # refusals in Ollama's shape
 ERRORS = errors(400, 401, 413, 500, 503, style="ollama")
-GENERATE = errors(400, 401, 413, 429, 500, 503, style="ollama")
+# a route naming a model: one not this server's is Ollama's 404
+NAMED = errors(400, 401, 404, 413, 500, 503, style="ollama")
+GENERATE = errors(400, 401, 404, 413, 429, 500, 503, style="ollama")
 STREAM = {NDJSON: "With stream: true (the default): one JSON object a line, the last with done: true"}
 FIXED = "a single llmhost serve has one model, fixed when it starts: it does not {what}"
 
@@ -111,7 +113,7 @@ async def ps(request: Request) -> Response:
 @router.post(
     "/api/show",
     openapi_extra=operation(
-        "Ollama model information", body=[proto.ModelRequest], success=proto.ShowResponse, errors=ERRORS
+        "Ollama model information", body=[proto.ModelRequest], success=proto.ShowResponse, errors=NAMED
     ),
 )
 async def show(request: Request) -> Response:

@@ -12,7 +12,7 @@ from llmhost.server.protocol.openai import (
 )
 from llmhost.server.protocol.outputs import ChatCompletionResponse, CompletionResponse
 from llmhost.server.routes import deps
-from llmhost.web.apidoc import COMMON, GENERATE, operation
+from llmhost.web.apidoc import COMMON, NAMED, operation
 
 router = APIRouter()
 
@@ -30,7 +30,7 @@ TOKEN_LIMITS = (
         body=[CompletionRequest],
         success=CompletionResponse,
         stream=True,
-        errors=GENERATE,
+        errors=NAMED,
         description=TOKEN_LIMITS,
     ),
 )
@@ -46,7 +46,7 @@ async def completions(request: Request) -> Response:
         body=[ChatCompletionRequest],
         success=ChatCompletionResponse,
         stream=True,
-        errors=GENERATE,
+        errors=NAMED,
         description=TOKEN_LIMITS,
     ),
 )

@@ -9,7 +9,7 @@ from llmhost.server.protocol.outputs import ResponseObject
 from llmhost.server.protocol.responses import ResponsesRequest, check_items
 from llmhost.server.routes import deps
 from llmhost.server.serving.apis.responses import ResponsesServing
-from llmhost.web.apidoc import GENERATE, operation
+from llmhost.web.apidoc import NAMED, operation
 
 router = APIRouter()
 
@@ -26,7 +26,7 @@ def serving(request: Request) -> ResponsesServing:
         body=[ResponsesRequest],
         success=ResponseObject,
         stream=True,
-        errors=GENERATE,
+        errors=NAMED,
     ),
 )
 async def create(request: Request) -> Response:

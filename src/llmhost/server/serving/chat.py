@@ -13,10 +13,12 @@ from llmhost.engine.request import TokenLogprob
 from llmhost.server.limit_fields import LimitFields
 from llmhost.server.protocol import shapes
 from llmhost.server.protocol.openai import ChatCompletionRequest
-from llmhost.server.serving import thinking, tools
+from llmhost.server.serving import generic_tools, thinking, tools
+from llmhost.server.serving.chat_template import TemplateMessage
 from llmhost.server.serving.context import ServingContext
 from llmhost.server.serving.params import sampling_params
 from llmhost.server.serving.reasoning import ReasoningSplitter, ThinkSyntax, opened_by, split, syntax_for
+from llmhost.shared.jsontypes import JSONObject
 from llmhost.web.errors import APIError
 
 
@@ -73,14 +75,37 @@ async def render_chat(
     ctx.check_capacity()  # a 429 before any work, even a template's 400
     template = ctx.chat_template()
     plan.syntax, think = thinking_plan(ctx, body, ask)
-    messages = [tools.template_message(m) for m in body.messages]
-    text, prompt = await ctx.chat_prompt(messages, tools.template_tools(body), think.kwargs)
-    if plan.tool_mode == "auto":
+    messages, offered, generic = template_inputs(ctx, body)
+    text, prompt = await ctx.chat_prompt(messages, offered, think.kwargs)
+    if plan.tool_mode == "auto" and generic:
+        plan.parser = tools.GenericParser(frozenset(t.function.name for t in body.tools or []))
+    elif plan.tool_mode == "auto":
         plan.parser = tools.parser_for(tool_parser, template.source)
     if plan.syntax is not None:
         plan.opened = opened_by(text, plan.syntax)
         plan.budget = think.budget
     return plan, constraint, prompt
+
+
+def template_inputs(
+    ctx: ServingContext, body: ChatCompletionRequest
+) -> tuple[list[TemplateMessage], list[JSONObject] | None, bool]:
+    """The messages and tools the chat template renders, and whether they are in the generic tool format
+    (a template that shows no tools, under --tool-format auto; with none, tools are a 400 there)."""
+    messages = [tools.template_message(m) for m in body.messages]
+    offered = tools.template_tools(body)
+    if generic_tools.renders_tools(ctx.chat_template()):
+        return messages, offered, False
+    if ctx.settings.tool_format == "none":
+        if offered:
+            raise APIError(
+                400,
+                "tools: this model's chat template shows no tools, and the server runs with "
+                "--tool-format none (auto describes them in a system message)",
+                field="tools",
+            )
+        return messages, None, False
+    return generic_tools.conversation(messages, offered), None, True
 
 
 def planned(ctx: ServingContext, plan: ChatPlan, params: SamplingParams) -> SamplingParams:
@@ -113,6 +138,7 @@ async def start_chat(
     """Render, tokenize and submit a chat request (`constraint`: its structured output, if any; `fields`:
     its token-limit fields in its API's words; `ask`: what it asks of a thought, else read from the
     OpenAI fields)."""
+    ctx.names.check(body.model)
     plan, constraint, prompt = await render_chat(ctx, body, constraint, tool_parser, ask)
     max_tokens = body.max_completion_tokens or body.max_tokens or ctx.remaining(len(prompt))
     top = body.top_logprobs or 0
@@ -136,6 +162,7 @@ def thinking_plan(
         ctx.settings.template_kwargs(),
         body.chat_template_kwargs,
         ctx.settings.reasoning_budget,
+        ctx.settings.reasoning_budget_max,
     )
     return syntax, think
 

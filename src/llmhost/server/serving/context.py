@@ -39,6 +39,7 @@ from llmhost.server.serving.chat_template import (
     ChatTemplateError,
     TemplateMessage,
 )
+from llmhost.server.serving.model_names import ModelNames
 from llmhost.server.settings import ServerSettings
 from llmhost.shared.jsontypes import JSONObject
 from llmhost.web.errors import APIError, error_body, model_loading, unavailable
@@ -71,6 +72,7 @@ class ServingContext:
         self._chat_template: ChatTemplate | None = None
         self.started_at = int(time.time())
         self.adapters = AdapterChoice(settings.engine.adapters)
+        self.names = ModelNames(settings, self.adapters)
 
     # -- model -------------------------------------------------------------------------------------
     @property

@@ -54,11 +54,13 @@ def plan(
     defaults: JSONObject,
     requested: JSONObject | None,
     server_budget: int,
+    budget_max: int = -1,
 ) -> ThinkingPlan:
-    """The kwargs (server defaults, then the request's), the switch set by `ask`, and the budget."""
+    """The kwargs (server defaults, then the request's), the switch set by `ask`, and the budget (at
+    most `budget_max`, --reasoning-budget-max, where it is not -1)."""
     kwargs = {**defaults, **checked_kwargs(template, requested or {})}
     enabled = ask.enabled
-    budget = ask.budget if ask.budget is not None else (server_budget if server_budget >= 0 else None)
+    budget = capped(ask, server_budget, budget_max)
     if syntax is None:
         if enabled is not None or ask.budget is not None:
             named = ask.field if enabled is not None else ask.budget_field
@@ -85,6 +87,24 @@ def plan(
                 field=ask.field,
             )
     return ThinkingPlan(kwargs, budget)
+
+
+def capped(ask: ThinkingAsk, server_budget: int, budget_max: int) -> int | None:
+    """The thought's budget: the request's, else the server's, never over `budget_max` (a request's
+    budget overrides the server's, as llama-server's thinking_budget_tokens does: the cap bounds what a
+    client may ask). None: unbounded."""
+    budget = ask.budget if ask.budget is not None else (server_budget if server_budget >= 0 else None)
+    if budget_max < 0:
+        return budget
+    if ask.budget is not None and ask.budget > budget_max:
+        raise APIError(
+            400,
+            f"{ask.budget_field} {ask.budget} is over this server's limit of {budget_max} thought tokens "
+            "(--reasoning-budget-max)",
+            field=ask.budget_field,
+            extra={"value": ask.budget, "limit": budget_max},
+        )
+    return budget_max if budget is None else budget
 
 
 def checked_kwargs(template: ChatTemplate, kwargs: JSONObject) -> JSONObject:

@@ -213,6 +213,39 @@ class HarmonyParser:
         return _hold_from(text, "<|")
 
 
+class GenericParser:
+    """The generic format (server/serving/generic_tools.py): a JSON call object `{"name": ...,
+    "arguments": {...}}`, or an array of them, leading the output (in a ```json fence or not), every
+    name one of the request's tools (else it is text: an answer about JSON, not a call). Text after the
+    call is dropped, as the call is the answer (Llama 3's format reads it so too)."""
+
+    markers: tuple[str, ...] = ()
+    _fence = re.compile(r"```(?:json)?\s*")
+
+    def __init__(self, names: frozenset[str]) -> None:
+        self.names = names
+
+    def parse(self, text: str) -> tuple[str | None, list[ParsedCall]]:
+        head = text.lstrip()
+        fenced = self._fence.match(head)
+        if fenced:
+            head = head[fenced.end() :]
+        try:
+            value, _ = _DECODER.raw_decode(head) if head.startswith(("{", "[")) else (None, 0)
+        except ValueError:
+            value = None
+        calls = _calls(value) if value is not None else None
+        if not calls or any(c.name not in self.names for c in calls):
+            return text, []
+        return None, calls
+
+    def hold_from(self, text: str) -> int:
+        # a call is the whole output: hold while it could still start like one
+        head = text.lstrip()
+        could = not head or head.startswith(("{", "[", "```")) or "```".startswith(head)
+        return 0 if could else len(text)
+
+
 PARSERS: dict[str, ToolParser] = {
     "hermes": HermesParser(),
     "llama3": Llama3JsonParser(),

@@ -29,7 +29,14 @@ from llmhost.server.protocol.outputs import AnthropicMessage, TokenCount, json_r
 from llmhost.server.protocol.shapes import ContentBlock, ToolUseBlock
 from llmhost.server.serving import thinking, tools
 from llmhost.server.serving.apis.anthropic_events import MessageEvents, error_event
-from llmhost.server.serving.chat import ChatRun, StreamedOutput, read_message, start_chat, thinking_plan
+from llmhost.server.serving.chat import (
+    ChatRun,
+    StreamedOutput,
+    read_message,
+    start_chat,
+    template_inputs,
+    thinking_plan,
+)
 from llmhost.server.serving.context import EventStreamResponse, ServingContext, raise_if_failed
 from llmhost.web.errors import APIError
 
@@ -258,12 +265,13 @@ class AnthropicServing:
                     yield line
 
     async def count_tokens(self, body: proto.CountTokensRequest) -> TokenCount:
+        self.ctx.names.check(body.model)
         chat = to_chat(body)
         try:
             tools.mode(chat)
-            messages = [tools.template_message(m) for m in chat.messages]
+            messages, offered, _ = template_inputs(self.ctx, chat)
             _, think = thinking_plan(self.ctx, chat, thinking_ask(body))
-            n = await self.ctx.count_chat_tokens(messages, tools.template_tools(chat), think.kwargs)
+            n = await self.ctx.count_chat_tokens(messages, offered, think.kwargs)
         except APIError as exc:
             raise renamed(exc) from exc
         return TokenCount(input_tokens=n)

@@ -101,6 +101,7 @@ class EmbeddingsServing:
         return embedder
 
     async def create(self, body: EmbeddingRequest, request: Request) -> Response:
+        self.ctx.names.check(body.model)
         embedder = self.embedder()
         if body.dimensions is not None and body.dimensions != embedder.n_embd:
             raise APIError(

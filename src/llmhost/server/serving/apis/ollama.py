@@ -169,7 +169,8 @@ class OllamaServing:
         return self.ctx.settings.chat_template or self.ctx.engine.info.chat_template or None
 
     def _check(self, body: proto.ChatRequest | proto.GenerateRequest) -> ThinkingAsk:
-        """The request's limits checked; what it asks of a thought."""
+        """The request's model and limits checked; what it asks of a thought."""
+        self.ctx.names.check_ollama(body.model)
         thinks = op.supports_thinking(self._template_source() or "", self.ctx.settings.reasoning_format)
         ask = op.think_ask(body.think, body.model, thinks)
         op.check_context(body.options, self.n_ctx)
@@ -182,7 +183,7 @@ class OllamaServing:
         ask = self._check(body)
         if not body.messages:
             return load_answer(body.model, chat=True)
-        op.check_tools(body.tools, body.model, self._template_source() or "")
+        op.check_tools(body.tools, body.model, self.ctx.chat_template(), self.ctx.settings.tool_format)
         constraint = op.constraint(body.format)
         chat = op.chat_request(body)
         plan, _, prompt = await render_chat(self.ctx, chat, constraint, self.tool_parser, ask)

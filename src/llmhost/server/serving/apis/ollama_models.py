@@ -21,6 +21,7 @@ from llmhost.server.protocol import ollama as proto
 from llmhost.server.serving.apis.embeddings import EmbeddingsServing
 from llmhost.server.serving.apis.ollama import check_keep_alive
 from llmhost.server.serving.apis.ollama_params import check_options, supports_thinking, supports_tools
+from llmhost.server.serving.chat_template import ChatTemplate, ChatTemplateError
 from llmhost.server.serving.context import ServingContext
 from llmhost.shared.jsontypes import JSONObject
 from llmhost.web.errors import APIError
@@ -175,13 +176,22 @@ class OllamaModels:
         if self.ctx.embedder is not None:
             return ["embedding"]
         found = ["completion"]
-        if supports_tools(template):
+        if supports_tools(self._chat_template(template), self.ctx.settings.tool_format):
             found.append("tools")
         if supports_thinking(template, self.ctx.settings.reasoning_format):
             found.append("thinking")
         return found
 
+    def _chat_template(self, source: str) -> ChatTemplate | None:
+        """The chat template requests render with; None where there is none, or it does not parse (each
+        chat request says why, /api/show still answers)."""
+        try:
+            return self.ctx.chat_template() if source else None
+        except ChatTemplateError:
+            return None
+
     async def show(self, body: proto.ModelRequest) -> proto.ShowResponse:
+        self.ctx.names.check_ollama(body.model_name())
         name = body.model_name().removesuffix(":latest")
         entry = await asyncio.to_thread(self._entry)
         adapter = next((s for s in self.ctx.adapters.specs if s.name == name), None)
@@ -210,6 +220,7 @@ class OllamaModels:
     async def embed(self, raw: JSONObject, request: Request) -> proto.EmbedResponse:
         check_options(raw)
         body = proto.EmbedRequest.model_validate(raw)
+        self.ctx.names.check_ollama(body.model)
         check_keep_alive(body.keep_alive)
         started = time.monotonic_ns()
         embedder = self.embeddings.embedder()
@@ -235,6 +246,7 @@ class OllamaModels:
         """The older /api/embeddings: one prompt (an empty one: an empty vector, as Ollama answers)."""
         check_options(raw)
         body = proto.EmbeddingsRequest.model_validate(raw)
+        self.ctx.names.check_ollama(body.model)
         check_keep_alive(body.keep_alive)
         self.embeddings.embedder()
         if not body.prompt:

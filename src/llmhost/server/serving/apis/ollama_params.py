@@ -10,7 +10,9 @@ from llmhost.engine import Constraint, ConstraintKind, SamplingParams
 from llmhost.server.protocol import ollama as proto
 from llmhost.server.protocol.openai import ChatCompletionRequest, ChatMessage, FunctionCall, FunctionDef, Tool
 from llmhost.server.protocol.openai import ToolCall as OpenAIToolCall
+from llmhost.server.serving.chat_template import ChatTemplate
 from llmhost.server.serving.context import build_params
+from llmhost.server.serving.generic_tools import renders_tools
 from llmhost.server.serving.reasoning import syntax_for
 from llmhost.server.serving.structured import schema_constraint
 from llmhost.server.serving.thinking import ThinkingAsk
@@ -139,14 +141,15 @@ def think_ask(think: bool | str | None, model: str, thinks: bool) -> ThinkingAsk
     return ThinkingAsk(True, effort=think if isinstance(think, str) else None, field="think")
 
 
-def supports_tools(template_source: str) -> bool:
-    """Whether the chat template shows the model its tools (Ollama's "tools" capability)."""
-    return "tools" in template_source
+def supports_tools(template: ChatTemplate | None, tool_format: str) -> bool:
+    """Whether the model takes tools (Ollama's "tools" capability): its chat template shows them, or
+    the generic format does (--tool-format auto)."""
+    return template is not None and (renders_tools(template) or tool_format == "auto")
 
 
-def check_tools(tools: list[proto.Tool] | None, model: str, template_source: str) -> None:
-    """Tools for a model whose template never shows them are Ollama's 400, not a silent no-op."""
-    if tools and not supports_tools(template_source):
+def check_tools(tools: list[proto.Tool] | None, model: str, template: ChatTemplate, tool_format: str) -> None:
+    """Tools the model cannot be shown (--tool-format none) are Ollama's 400, not a silent no-op."""
+    if tools and not supports_tools(template, tool_format):
         raise APIError(400, f'"{model}" does not support tools', field="tools")
 
 

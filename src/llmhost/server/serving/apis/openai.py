@@ -116,6 +116,7 @@ class OpenAIServing:
     # -- completions -------------------------------------------------------------------------------
     async def completion(self, body: CompletionRequest, request: Request) -> Response:
         ctx = self.ctx
+        ctx.names.check(body.model)
         check_completion(body)
         constraint = openai_constraint(body)
         await ctx.check_constraint(constraint)

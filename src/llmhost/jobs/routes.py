@@ -21,6 +21,8 @@ from llmhost.web.errors import APIError
 router = APIRouter()
 MULTIPART = "multipart/form-data"
 READ = merge(COMMON, declared(404))
+# a list's query (`limit` out of range, an unknown `order`) is validated: a 422 naming it
+LIST = merge(READ, declared(422))
 UPLOAD = (
     "A multipart form: `file` (JSON Lines, one request per line) and `purpose` (`batch`); "
     "`expires_after[anchor]` (`created_at`) and `expires_after[seconds]` (3600 to 2592000, default "
@@ -83,7 +85,7 @@ def _expires_after(anchor: object, seconds: object) -> int | None:
     return int(seconds)
 
 
-@router.get("/v1/files", openapi_extra=operation("OpenAI: list files", success=Page[FileObject], errors=READ))
+@router.get("/v1/files", openapi_extra=operation("OpenAI: list files", success=Page[FileObject], errors=LIST))
 async def list_files(
     request: Request,
     purpose: str | None = None,
@@ -130,7 +132,7 @@ async def create_batch(request: Request) -> Response:
     return _json(jobs(request).batches.create(ask))
 
 
-@router.get("/v1/batches", openapi_extra=operation("OpenAI: list batches", success=Page[Batch], errors=READ))
+@router.get("/v1/batches", openapi_extra=operation("OpenAI: list batches", success=Page[Batch], errors=LIST))
 async def list_batches(
     request: Request, limit: Annotated[int, Query(ge=1, le=100)] = 20, after: str | None = None
 ) -> Response:

@@ -90,10 +90,6 @@ def _tojson(
 RESERVED = frozenset({"messages", "tools", "add_generation_prompt", "bos_token", "eos_token"})
 
 
-# the variables render() sets itself: a request's template kwargs may not replace them
-RESERVED = frozenset({"messages", "tools", "add_generation_prompt", "bos_token", "eos_token"})
-
-
 class _Budget(threading.local):
     """The running render's deadline and output so far (each thread renders its own)."""
 

@@ -7,7 +7,8 @@ prefix reuse between phases):
   2. the `--lines` requests sent straight to /v1/completions, `--conc` at a time: their wall time;
   3. the same requests as a batch (/v1/files + /v1/batches) alone: created to completed;
   4. a batch again, and the interactive requests one after another while it runs: their TTFT.
-llama-server (`-np --conc`) answers phase 2's requests too, for scale.
+llama-server (`-np --conc`) answers phase 2's requests too, for scale. Each `--interactive-slots` value
+(sequences batch work leaves free) gets its own llmhost server and rounds.
 
     .venv/bin/python benchmarks/batch_jobs.py --llama-server /path/to/llama-server \
         --out benchmarks/results/batch_jobs.json
@@ -18,6 +19,7 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import os
 import platform
 import statistics
 import sys
@@ -144,6 +146,67 @@ def during_batch(
     return times, time.perf_counter() - start
 
 
+def run_llmhost(command: list[str], args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Each round's figures on one llmhost server."""
+    rounds: list[dict[str, Any]] = []
+    server = Running("llmhost", command)
+    try:
+        server.wait_ready()
+        client = OpenAI(base_url=f"{server.url}/v1", api_key="none", max_retries=0)
+        for r in range(args.rounds):
+            alone = [ttft(server.url, f"r{r}-alone-{i}") for i in range(args.interactive)]
+            direct_s = direct(
+                server.url, [f"r{r}-direct-{i}" for i in range(args.lines)], args.new_tokens, args.conc
+            )
+            batch_s = batch_alone(client, [f"r{r}-batch-{i}" for i in range(args.lines)], args.new_tokens)
+            during, loaded_batch_s = during_batch(
+                server.url,
+                client,
+                [f"r{r}-loaded-{i}" for i in range(args.lines)],
+                args.new_tokens,
+                [f"r{r}-during-{i}" for i in range(args.interactive)],
+            )
+            rounds.append(
+                {
+                    "ttft_alone_s": alone,
+                    "ttft_during_batch_s": during,
+                    "direct_conc_s": direct_s,
+                    "batch_alone_s": batch_s,
+                    "batch_with_interactive_s": loaded_batch_s,
+                }
+            )
+            print(json.dumps({k: v for k, v in rounds[-1].items() if not k.startswith("ttft")}), flush=True)
+    finally:
+        server.stop()
+    return rounds
+
+
+def summarize(rounds: list[dict[str, Any]]) -> dict[str, Any]:
+    """Medians over rounds of the times, and of the TTFTs (p50, p90, max over every interactive request)."""
+    alone = [t for r in rounds for t in r["ttft_alone_s"]]
+    during = [t for r in rounds for t in r["ttft_during_batch_s"]]
+    med = {
+        k: statistics.median(r[k] for r in rounds)
+        for k in ("direct_conc_s", "batch_alone_s", "batch_with_interactive_s")
+    }
+    figures = {
+        "ttft_alone_p50_s": statistics.median(alone),
+        "ttft_alone_p90_s": statistics.quantiles(alone, n=10)[-1],
+        "ttft_during_batch_p50_s": statistics.median(during),
+        "ttft_during_batch_p90_s": statistics.quantiles(during, n=10)[-1],
+        "ttft_during_batch_max_s": max(during),
+        **med,
+    }
+    figures["ratios"] = {
+        "ttft_p50_during_batch_over_alone": figures["ttft_during_batch_p50_s"] / figures["ttft_alone_p50_s"],
+        "ttft_p90_during_batch_over_alone": figures["ttft_during_batch_p90_s"] / figures["ttft_alone_p90_s"],
+        "batch_alone_over_direct_conc": med["batch_alone_s"] / med["direct_conc_s"],
+    }
+    figures["rounds"] = rounds
+    print(json.dumps({k: v for k, v in figures.items() if k != "rounds"}), flush=True)
+    return figures
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--llama-server", default="")
@@ -153,67 +216,43 @@ def main() -> None:
     ap.add_argument("--interactive", type=int, default=8)
     ap.add_argument("--conc", type=int, default=8)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument(
+        "--interactive-slots", default="0,1", help="llmhost's --interactive-slots values, each a server"
+    )
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args()
     model = resolve_model(None)
-    jobs = tempfile.mkdtemp(prefix="batch-jobs-")
-    commands = server_commands(
-        model, args.threads, args.conc, 512, extra=["--jobs-dir", jobs], llama_server=args.llama_server
+    slots = [int(x) for x in args.interactive_slots.split(",")]
+    results: dict[str, Any] = {}
+    for n in slots:
+        jobs = tempfile.mkdtemp(prefix="batch-jobs-")
+        extra = ["--jobs-dir", jobs, "--interactive-slots", str(n)]
+        command = server_commands(
+            model, args.threads, args.conc, 512, extra=extra, llama_server=args.llama_server
+        )
+        results[f"interactive_slots_{n}"] = summarize(run_llmhost(command["llmhost"], args))
+    peer = Running(
+        "llama-server",
+        server_commands(model, args.threads, args.conc, 512, llama_server=args.llama_server)["llama-server"],
     )
-    rounds: list[dict[str, Any]] = []
-    peer_s: list[float] = []
-    for name in ("llmhost", "llama-server"):
-        server = Running(name, commands[name])
-        try:
-            server.wait_ready()
-            for r in range(args.rounds):
-                labels = [f"r{r}-direct-{i}" for i in range(args.lines)]
-                if name == "llama-server":
-                    peer_s.append(direct(server.url, labels, args.new_tokens, args.conc))
-                    continue
-                client = OpenAI(base_url=f"{server.url}/v1", api_key="none", max_retries=0)
-                alone = [ttft(server.url, f"r{r}-alone-{i}") for i in range(args.interactive)]
-                direct_s = direct(server.url, labels, args.new_tokens, args.conc)
-                batch_s = batch_alone(client, [f"r{r}-batch-{i}" for i in range(args.lines)], args.new_tokens)
-                during, loaded_batch_s = during_batch(
-                    server.url,
-                    client,
-                    [f"r{r}-loaded-{i}" for i in range(args.lines)],
-                    args.new_tokens,
-                    [f"r{r}-during-{i}" for i in range(args.interactive)],
-                )
-                rounds.append(
-                    {
-                        "ttft_alone_p50_s": statistics.median(alone),
-                        "ttft_during_batch_p50_s": statistics.median(during),
-                        "ttft_during_batch_max_s": max(during),
-                        "interactive_during_batch": len(during),
-                        "direct_conc_s": direct_s,
-                        "batch_alone_s": batch_s,
-                        "batch_with_interactive_s": loaded_batch_s,
-                    }
-                )
-                print(json.dumps(rounds[-1]), flush=True)
-        finally:
-            server.stop()
-    med = {k: statistics.median(x[k] for x in rounds) for k in rounds[0]}
+    try:
+        peer.wait_ready()
+        peer_s = [
+            direct(peer.url, [f"r{r}-direct-{i}" for i in range(args.lines)], args.new_tokens, args.conc)
+            for r in range(args.rounds)
+        ]
+    finally:
+        peer.stop()
     result = {
-        "host": {"machine": platform.machine(), "cpus": __import__("os").cpu_count()},
+        "host": {"machine": platform.machine(), "cpus": os.cpu_count()},
         "model": str(model),
         "settings": vars(args) | {"out": str(args.out)},
-        "rounds": rounds,
+        "llmhost": results,
         "llama_server_direct_conc_s": peer_s,
-        "medians": med | {"llama_server_direct_conc_s": statistics.median(peer_s) if peer_s else None},
-        "ratios": {
-            "ttft_during_batch_over_alone": med["ttft_during_batch_p50_s"] / med["ttft_alone_p50_s"],
-            "batch_alone_over_direct_conc": med["batch_alone_s"] / med["direct_conc_s"],
-            "llmhost_direct_over_llama_server": (
-                med["direct_conc_s"] / statistics.median(peer_s) if peer_s else None
-            ),
-        },
+        "llama_server_direct_conc_p50_s": statistics.median(peer_s),
     }
     args.out.write_text(json.dumps(result, indent=2) + "\n")
-    print(json.dumps(result["ratios"], indent=2))
+    print(json.dumps({k: v["ratios"] for k, v in results.items()}, indent=2))
 
 
 if __name__ == "__main__":

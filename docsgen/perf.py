@@ -67,6 +67,27 @@ CHARTS: dict[str, list[tuple[str, str, list[tuple[str, str]]]]] = {
             ],
         ),
     ],
+    "batch_jobs": [
+        (
+            "Interactive TTFT p90, alone and while a batch runs",
+            "s",
+            [
+                ("alone", "llmhost.interactive_slots_1.ttft_alone_p90_s"),
+                ("batch, no slot kept", "llmhost.interactive_slots_0.ttft_during_batch_p90_s"),
+                ("batch, 1 slot kept", "llmhost.interactive_slots_1.ttft_during_batch_p90_s"),
+            ],
+        ),
+        (
+            "48 requests: wall time",
+            "s",
+            [
+                ("sent at concurrency 8", "llmhost.interactive_slots_1.direct_conc_s"),
+                ("a batch, no slot kept", "llmhost.interactive_slots_0.batch_alone_s"),
+                ("a batch, 1 slot kept", "llmhost.interactive_slots_1.batch_alone_s"),
+                ("llama-server, concurrency 8", "llama_server_direct_conc_p50_s"),
+            ],
+        ),
+    ],
     "constraint_engines": [
         (
             "Mask time per token, median",

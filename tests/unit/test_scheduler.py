@@ -373,3 +373,20 @@ def test_a_sequence_passed_over_too_often_goes_first_only_among_its_priority() -
     starved.priority, starved.passed_over = 1, 5
     s.add(chat := seq("chat", list(range(20, 50))))
     assert s.schedule(0.0).admitted == [chat]
+
+
+def test_batch_work_leaves_the_interactive_slots_free() -> None:
+    s = Scheduler(config(max_concurrent=3, max_batch_tokens=64))  # interactive_slots: 1 by default
+    batch = [seq(f"batch{i}", [10 + i, 11]) for i in range(4)]
+    for b in batch:
+        b.priority = 1
+        s.add(b)
+    assert s.schedule(0.0).admitted == batch[:2], "the third sequence is kept for interactive work"
+    assert [b.passed_over for b in batch[2:]] == [0, 0], "held back, not passed over"
+    s.add(chat := seq("chat", [30, 31]))
+    assert s.schedule(0.0).admitted == [chat]
+    every = Scheduler(EngineConfig(max_concurrent=3, max_batch_tokens=64, interactive_slots=0))
+    for b in (seq(f"b{i}", [10 + i, 11]) for i in range(4)):
+        b.priority = 1
+        every.add(b)
+    assert len(every.schedule(0.0).admitted) == 3

@@ -108,6 +108,7 @@ class EngineSpec(_Strict):
     max_batch_tokens: int | None = _key("max_batch_tokens")
     ubatch_size: int | None = _key("ubatch_size")
     schedule_policy: SchedulePolicy | None = _key("schedule_policy")
+    interactive_slots: int | None = _key("interactive_slots")
     prefix_cache_seqs: int | None = _key("prefix_cache_seqs")
     prompt_cache_mb: int | None = _key("prompt_cache_mb")
     cache_type_k: CacheType | None = _key("cache_type_k")

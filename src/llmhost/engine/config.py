@@ -47,6 +47,10 @@ class EngineConfig:
     # which waiting request gets a free sequence slot first: "fewest-left" (fewest prompt tokens left to
     # compute), "arrival" (earliest), "cached-first" (most prompt tokens already cached)
     schedule_policy: SchedulePolicy = "fewest-left"
+    # sequences batch work (a request of priority > 0) never takes: kept free for interactive requests,
+    # so one arriving while a batch fills the engine does not wait for a batch request to finish
+    # (at most max_concurrent - 1: a batch always has a sequence)
+    interactive_slots: int = 1
     # speculative decoding of greedy requests: "" (off) or "ngram" (prompt lookup), with up to
     # `draft_tokens` guesses verified per step, looked up by n-grams of `ngram_size` down to 2 tokens
     speculative: str = ""
@@ -119,6 +123,8 @@ class EngineConfig:
             raise ValueError(f"load_mode must be one of {', '.join(LOAD_MODES)}, got {self.load_mode!r}")
         check_unique(self.adapters)
         self._check_cache_types()
+        if self.interactive_slots < 0:
+            raise ValueError(f"interactive_slots must be >= 0, got {self.interactive_slots}")
         if self.schedule_policy not in SCHEDULE_POLICIES:
             raise ValueError(
                 f"schedule_policy must be one of {', '.join(SCHEDULE_POLICIES)}, got {self.schedule_policy!r}"

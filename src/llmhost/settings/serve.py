@@ -175,6 +175,15 @@ class EngineSettings:
         label="sp",
         metavar="POLICY",
     )
+    interactive_slots: int = setting(
+        _DEFAULT.interactive_slots,
+        "Sequences batch work (batch jobs, async invocations: requests of priority > 0) leaves free for "
+        "interactive requests; at most --max-concurrent - 1.",
+        ge=0,
+        endpoint=True,
+        engine="interactive_slots",
+        metavar="N",
+    )
     prefix_cache_seqs: int = setting(
         _DEFAULT.prefix_cache_seqs,
         "Idle cached prefixes (finished requests' KV) kept in the context, each in a KV stream of "

@@ -80,6 +80,14 @@ class Scheduler:
     def can_admit(self) -> bool:
         return len(self.running) < self.config.max_concurrent and self.cache.can_acquire()
 
+    def leaves_room(self, seq: Sequence) -> bool:
+        """Whether admitting `seq` now keeps `interactive_slots` sequences free for interactive requests
+        (batch work, priority > 0, is held back; at least one sequence is always its to take)."""
+        if seq.priority <= 0:
+            return True
+        reserve = min(self.config.interactive_slots, self.config.max_concurrent - 1)
+        return len(self.running) < self.config.max_concurrent - reserve
+
     def admit(self, seq: Sequence, now_s: float) -> list[KvOp]:
         """Give `seq` a KV sequence holding the longest prefix of its prompt at hand: shared from the
         context, else restored from host memory where that spares more prefill."""
@@ -137,7 +145,7 @@ class Scheduler:
                 return seq
         return None
 
-    def _next_admission(self) -> Sequence | None:
+    def _next_admission(self) -> tuple[Sequence | None, list[Sequence]]:
         """The waiting sequence of the lowest priority that the schedule policy ranks first (earliest
         first among equals); one passed over `max_concurrent` times goes first among its priority
         whatever it costs. Sequences about to share a prefix still being computed are left waiting for it.
@@ -149,10 +157,13 @@ class Scheduler:
         Measured (`benchmarks/conversations.py`, 2 cores): arrival order at 32 users cut later-turn
         TTFT p90 from 17.9-18.2 to 13.9-14.2 s, but at 12 users raised p90 from 1.14-1.23 to
         1.48-1.63 s and first-turn p50 from 1.7 to 2.3-2.7 s; cached-first at 32 users gave later-turn
-        p50 7.56 s against 13.27 s for first-turn p50 10.5 s against 9.5 s."""
+        p50 7.56 s against 13.27 s for first-turn p50 10.5 s against 9.5 s.
+
+        Also the sequences ahead of it in arrival order that it goes before (each passed over once more
+        if it is admitted)."""
         best: Sequence | None = None
         best_key: tuple[int, int, float] | None = None
-        passed: list[Sequence] = []
+        considered: list[Sequence] = []
         for position, seq in enumerate(self.waiting):
             at_hand = self._prefix_at_hand(seq, self._running_kv(seq.adapters))
             if self._should_wait_for_prefix(seq, at_hand):
@@ -163,12 +174,9 @@ class Scheduler:
                 key = (seq.priority, 1, admission_rank(self.config.schedule_policy, seq, at_hand))
             if best_key is None or key < best_key:
                 best, best_key = seq, key
-            passed.append(seq)
-        for seq in passed:
-            if seq is best:
-                break
-            seq.passed_over += 1
-        return best
+            considered.append(seq)
+        passed = considered[: considered.index(best)] if best is not None else []
+        return best, passed
 
     def _prefix_at_hand(self, seq: Sequence, running: list[tuple[int, list[int]]]) -> int:
         """Leading prompt tokens `seq` would not compute if admitted now: held in the context or in
@@ -200,9 +208,11 @@ class Scheduler:
         plan = StepPlan(kv_ops=self._pending_ops)
         self._pending_ops = []
         while self.waiting and self.can_admit():
-            seq = self._next_admission()
-            if seq is None:
+            seq, passed = self._next_admission()
+            if seq is None or not self.leaves_room(seq):
                 break
+            for other in passed:
+                other.passed_over += 1
             self.waiting.remove(seq)
             plan.kv_ops.extend(self.admit(seq, now_s))
             plan.admitted.append(seq)

@@ -62,6 +62,7 @@ def expectations(files: dict[str, Path]) -> dict[str, tuple[Any, Callable[[Serve
         "ubatch_size": (32, lambda s: s.engine.ubatch_size, 32),
         "max_concurrent": (3, lambda s: s.engine.max_concurrent, 3),
         "max_queue": (5, lambda s: s.engine.max_queue, 5),
+        "interactive_slots": (2, lambda s: s.engine.interactive_slots, 2),
         "queue_timeout_s": (2.5, lambda s: s.engine.queue_timeout_s, 2.5),
         "request_timeout_s": (9.0, lambda s: s.engine.request_timeout_s, 9.0),
         "chat_template": (str(files["template"]), lambda s: s.chat_template, "{{ messages }}"),

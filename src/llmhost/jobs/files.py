@@ -10,7 +10,7 @@ from pathlib import Path
 
 from llmhost.jobs.paging import page
 from llmhost.jobs.protocol import BATCH_FILE_EXPIRY_S, FILE_EXPIRY_BOUNDS_S, FileDeleted, FileObject, Page
-from llmhost.jobs.store import JobStore, Order
+from llmhost.jobs.store import JobStore, Order, whole_file
 from llmhost.web.errors import APIError
 
 UPLOAD_PATH = "/v1/files"
@@ -78,23 +78,18 @@ class Files:
 
     async def _write(self, path: Path, chunks: AsyncIterator[bytes]) -> int:
         size = 0
-        partial = path.with_suffix(".part")
-        try:
-            with partial.open("wb") as out:
-                async for chunk in chunks:
-                    size += len(chunk)
-                    if size > self.max_bytes:
-                        raise APIError(
-                            413,
-                            f"file is more than {self.max_bytes} bytes; the limit is {self.max_bytes} bytes "
-                            "(--jobs-max-file-mb)",
-                            field="file",
-                            extra={"limit": self.max_bytes},
-                        )
-                    out.write(chunk)
-            partial.rename(path)
-        finally:
-            partial.unlink(missing_ok=True)
+        with whole_file(path) as out:
+            async for chunk in chunks:
+                size += len(chunk)
+                if size > self.max_bytes:
+                    raise APIError(
+                        413,
+                        f"file is more than {self.max_bytes} bytes; the limit is {self.max_bytes} bytes "
+                        "(--jobs-max-file-mb)",
+                        field="file",
+                        extra={"limit": self.max_bytes},
+                    )
+                out.write(chunk)
         return size
 
     def get(self, file_id: str) -> FileObject:

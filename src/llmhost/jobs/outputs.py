@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -10,7 +11,7 @@ from typing import IO
 
 from llmhost.jobs import lines
 from llmhost.jobs.protocol import Batch, FileObject
-from llmhost.jobs.store import JobStore, dumps
+from llmhost.jobs.store import JobStore, dumps, whole_file
 
 # what a line that never ran says, by why the batch stopped
 NOT_RUN = {
@@ -55,14 +56,9 @@ def _not_run(store: JobStore, batch: Batch, input_path: Path, stopped: str, out:
 
 @contextmanager
 def _writing(path: Path) -> Iterator[IO[str]]:
-    """A file written under a temporary name and renamed in place when whole."""
-    partial = path.with_suffix(".part")
-    try:
-        with partial.open("w", encoding="utf-8") as handle:
-            yield handle
-        partial.rename(path)
-    finally:
-        partial.unlink(missing_ok=True)
+    """A text file of the jobs folder, written whole (`whole_file`)."""
+    with whole_file(path) as raw, io.TextIOWrapper(raw, encoding="utf-8") as handle:
+        yield handle
 
 
 def _keep(store: JobStore, file_id: str, n: int, batch: Batch) -> str | None:

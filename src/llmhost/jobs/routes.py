@@ -13,7 +13,7 @@ from starlette.responses import FileResponse, JSONResponse, Response
 from llmhost.jobs.files import CHUNK, UPLOAD_PATH
 from llmhost.jobs.protocol import Batch, BatchCreate, FileDeleted, FileObject, FileUpload, Page
 from llmhost.jobs.service import Jobs
-from llmhost.server.protocol.limits import parse_json
+from llmhost.server.routes.deps import json_body
 from llmhost.web.apidoc import BODY, COMMON, merge, operation
 from llmhost.web.apidoc import errors as declared
 from llmhost.web.errors import APIError
@@ -128,7 +128,7 @@ async def delete_file(request: Request, file_id: str) -> Response:
     ),
 )
 async def create_batch(request: Request) -> Response:
-    ask = BatchCreate.model_validate(parse_json(await request.body()))
+    ask = BatchCreate.model_validate(await json_body(request))
     return _json(jobs(request).batches.create(ask))
 
 

@@ -9,6 +9,7 @@ import json
 import os
 import sqlite3
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Literal
@@ -186,6 +187,19 @@ def _lock(path: Path) -> IO[str]:
     handle.write(str(os.getpid()))
     handle.flush()
     return handle
+
+
+@contextmanager
+def whole_file(path: Path) -> Iterator[IO[bytes]]:
+    """A file of the jobs folder written under a temporary name and renamed in place once whole: a
+    reader (or a restart) never sees part of one."""
+    partial = path.with_suffix(".part")
+    try:
+        with partial.open("wb") as handle:
+            yield handle
+        partial.rename(path)
+    finally:
+        partial.unlink(missing_ok=True)
 
 
 def dumps(obj: object) -> str:

@@ -21,6 +21,7 @@ from llmhost.jobs import lines
 from llmhost.jobs.settings import default_jobs_dir
 from llmhost.offline import s3io
 from llmhost.offline.client import ENDED, BatchClient
+from llmhost.store.artifact import sha256_file
 
 # seconds a local model's server gets to load
 STARTUP_TIMEOUT_S = 600
@@ -70,7 +71,7 @@ def run(job: BatchRun, progress: Progress) -> Summary:
         client = BatchClient(url, job.api_key)
         try:
             batch_id = _resume_or_create(
-                client, work / "state.json", _digest(local_input), local_input, endpoint
+                client, work / "state.json", sha256_file(local_input), local_input, endpoint
             )
             before = _output_tokens(client.get(batch_id))
             batch = _follow(client, batch_id, job.poll_s, progress)
@@ -100,14 +101,6 @@ def endpoint_of(path: Path) -> str:
         if isinstance(item, lines.BatchLine):
             return item.url
     raise ValueError(f"{path}: no request in the file")
-
-
-def _digest(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 @contextlib.contextmanager

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import signal
@@ -14,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from openai import OpenAI
+from openai.types import Batch
 
 from tests.integration.conftest import free_port
 
@@ -37,6 +40,27 @@ class Endpoint:
             if c["name"] == component:
                 return list(c["replicas"])
         return []
+
+    def run_batch(self, bodies: list[tuple[str, dict[str, Any]]]) -> tuple[Batch, list[dict[str, Any]]]:
+        """A /v1/completions batch of (custom_id, body) through the openai client, waited for to its
+        end: the batch and its output file's answers."""
+        lines = [
+            json.dumps({"custom_id": cid, "method": "POST", "url": "/v1/completions", "body": body})
+            for cid, body in bodies
+        ]
+        client = OpenAI(base_url=f"{self.url}/v1", api_key="none", max_retries=0)
+        data = io.BytesIO("\n".join(lines).encode())
+        file_id = client.files.create(file=("b.jsonl", data), purpose="batch").id
+        batch = client.batches.create(
+            input_file_id=file_id, endpoint="/v1/completions", completion_window="24h"
+        )
+        ended = ("completed", "failed", "expired", "cancelled")
+        self.wait_for(
+            "the batch done", lambda: client.batches.retrieve(batch.id).status in ended, timeout=120
+        )
+        done = client.batches.retrieve(batch.id)
+        text = client.files.content(done.output_file_id).text if done.output_file_id else ""
+        return done, [json.loads(x) for x in text.splitlines()]
 
     def wait_for(self, what: str, check: Callable[[], bool], timeout: float = 60) -> None:
         deadline = time.monotonic() + timeout

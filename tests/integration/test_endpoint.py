@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import io
-import json
 import os
 import signal
 import subprocess
@@ -17,7 +15,6 @@ from pathlib import Path
 
 import httpx
 import pytest
-from openai import OpenAI
 from prometheus_client.parser import text_string_to_metric_families
 
 from llmhost.endpoint.dataplane.router import COMPONENT_HEADER, COPY_HEADER
@@ -108,22 +105,9 @@ def test_two_components_answer_under_their_own_names(ep: Endpoint) -> None:
 
 def test_a_batch_on_the_router_fans_out_over_the_copies(ep: Endpoint) -> None:
     served = {r["copy"]: r["served"] for r in ep.replicas("a")}
-    lines = [
-        json.dumps(
-            {"custom_id": f"e{i}", "method": "POST", "url": "/v1/completions", "body": completion("a", 4)}
-        )
-        for i in range(8)
-    ]
-    client = OpenAI(base_url=f"{ep.url}/v1", api_key="none", max_retries=0)
-    file_id = client.files.create(file=("b.jsonl", io.BytesIO("\n".join(lines).encode())), purpose="batch").id
-    batch = client.batches.create(input_file_id=file_id, endpoint="/v1/completions", completion_window="24h")
-    ep.wait_for(
-        "the batch done", lambda: client.batches.retrieve(batch.id).status == "completed", timeout=120
-    )
-    done = client.batches.retrieve(batch.id)
-    assert done.request_counts is not None and done.request_counts.completed == 8
-    assert done.output_file_id is not None
-    answers = [json.loads(x) for x in client.files.content(done.output_file_id).text.splitlines()]
+    done, answers = ep.run_batch([(f"e{i}", completion("a", 4)) for i in range(8)])
+    assert done.status == "completed" and done.request_counts is not None
+    assert done.request_counts.completed == 8
     assert [a["custom_id"] for a in answers] == [f"e{i}" for i in range(8)]
     assert {a["response"]["body"]["model"] for a in answers} == {"a"}
     after = {r["copy"]: r["served"] for r in ep.replicas("a")}

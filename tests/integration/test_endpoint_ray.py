@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import io
-import json
 import os
 import signal
 import subprocess
@@ -21,7 +19,6 @@ from typing import Any
 import httpx
 import ollama
 import pytest
-from openai import OpenAI
 from prometheus_client.parser import text_string_to_metric_families
 
 from llmhost.bench.report import write_summary
@@ -369,26 +366,9 @@ def text_of(c: httpx.Client, model: str) -> str:
 
 
 def test_a_batch_on_the_ingress_runs_over_the_copies_of_every_node(ep: Endpoint) -> None:
-    lines = [
-        json.dumps(
-            {
-                "custom_id": f"r{i}",
-                "method": "POST",
-                "url": "/v1/completions",
-                "body": completion("ab"[i % 2]),
-            }
-        )
-        for i in range(6)
-    ]
-    client = OpenAI(base_url=f"{ep.url}/v1", api_key="none", max_retries=0)
-    file_id = client.files.create(file=("b.jsonl", io.BytesIO("\n".join(lines).encode())), purpose="batch").id
-    batch = client.batches.create(input_file_id=file_id, endpoint="/v1/completions", completion_window="24h")
-    ep.wait_for(
-        "the batch done", lambda: client.batches.retrieve(batch.id).status == "completed", timeout=120
-    )
-    done = client.batches.retrieve(batch.id)
-    assert done.request_counts is not None and done.request_counts.completed == 6 and done.output_file_id
-    answers = [json.loads(x) for x in client.files.content(done.output_file_id).text.splitlines()]
+    done, answers = ep.run_batch([(f"r{i}", completion("ab"[i % 2])) for i in range(6)])
+    assert done.status == "completed" and done.request_counts is not None
+    assert done.request_counts.completed == 6
     assert [(a["custom_id"], a["response"]["body"]["model"]) for a in answers] == [
         (f"r{i}", "ab"[i % 2]) for i in range(6)
     ], "a's and b's copies (on different nodes) answered their lines, in input order"

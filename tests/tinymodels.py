@@ -263,7 +263,21 @@ def _bert_weights(w: _Weights, n_vocab: int) -> None:
         w.add("blk.{bid}.layer_output_norm.bias", (N_EMBD,), bid=i, std=0.02)
 
 
-def _hparams(writer: gguf.GGUFWriter, arch: str) -> None:
+def _rerank_head(w: _Weights, arch: str) -> None:
+    """A cross-encoder's classification head (dense + tanh, then one label) on BERT; a causal
+    reranker's on a decoder (Qwen3-Reranker's: the last token's "yes" and "no" rows, which llama.cpp
+    softmaxes, so the score is P(yes))."""
+    if arch == "bert":
+        w.add("cls.weight", (N_EMBD, N_EMBD))
+        w.add("cls.bias", (N_EMBD,))
+    else:  # llama.cpp loads it for a decoder where the GGUF has one; gguf-py's table lists it for BERTs
+        w.allowed.add("cls.output")
+    w.add("cls.output.weight", (N_EMBD, 1 if arch == "bert" else 2), std=1.0)
+    if arch == "bert":
+        w.add("cls.output.bias", (1,))
+
+
+def _hparams(writer: gguf.GGUFWriter, arch: str, reranker: bool) -> None:
     bert = arch == "bert"
     writer.add_context_length(N_CTX_TRAIN_BERT if bert else N_CTX_TRAIN)
     writer.add_embedding_length(N_EMBD)
@@ -276,9 +290,12 @@ def _hparams(writer: gguf.GGUFWriter, arch: str) -> None:
     if bert:
         writer.add_layer_norm_eps(1e-12)
         writer.add_causal_attention(False)
-        writer.add_pooling_type(gguf.PoolingType.MEAN)
+        writer.add_pooling_type(gguf.PoolingType.RANK if reranker else gguf.PoolingType.MEAN)
         writer.add_token_type_count(2)
         return
+    if reranker:
+        writer.add_pooling_type(gguf.PoolingType.RANK)
+        writer.add_array(gguf.Keys.Classifier.OUTPUT_LABELS.format(arch=arch), ["yes", "no"])
     writer.add_layer_norm_rms_eps(1e-6)
     writer.add_rope_freq_base(10000.0)
     if arch in ("qwen3moe", "gpt-oss"):
@@ -333,6 +350,8 @@ def build_tiny_gguf(
     special_tokens: Sequence[str] = (),
     bos_token: str | None = None,
     eos_token: str | None = None,
+    reranker: bool = False,
+    rerank_template: str | None = None,
 ) -> Path:
     """Write a tiny random-weight GGUF of `arch` (one of ARCHS) to `path` and return the path.
 
@@ -341,22 +360,34 @@ def build_tiny_gguf(
     `special_tokens`: control tokens (matched whole when tokenizing with special tokens; llama.cpp marks
     the end-of-turn ones it knows by name, such as `<|eot_id|>` or `<end_of_turn>`, as end of generation).
     `bos_token` / `eos_token`: which token (of SmolLM2's or those added) is BOS / EOS; None keeps
-    SmolLM2's (`<|im_start|>` / `<|im_end|>`)."""
+    SmolLM2's (`<|im_start|>` / `<|im_end|>`).
+    `reranker`: pooling type rank and a classification head with one label (a BERT cross-encoder: the
+    vocabulary adds BOS, EOS and SEP around the pair; a decoder: scores its last token).
+    `rerank_template`: the prompt stored as tokenizer.chat_template.rerank (`{query}`, `{document}`)."""
     if arch not in ARCHS:
         raise ValueError(f"arch {arch!r}: one of {', '.join(ARCHS)}")
     path = Path(path)
     writer = gguf.GGUFWriter(path, arch)
     # not the architecture's name: llama.cpp adjusts the vocabulary of a model named like Phi-3
     writer.add_name("tiny random weights")
-    _hparams(writer, arch)
+    _hparams(writer, arch, reranker)
     n_vocab = _tokenizer(writer, smollm2_tokenizer(), special_tokens, extra_tokens, bos_token, eos_token)
     if chat_template is not None:
         writer.add_chat_template(chat_template)
+    if rerank_template is not None:
+        writer.add_string(gguf.Keys.Tokenizer.CHAT_TEMPLATE_N.format(name="rerank"), rerank_template)
+    if reranker and arch == "bert":
+        writer.add_add_bos_token(True)
+        writer.add_add_eos_token(True)
+        writer.add_add_sep_token(True)
+        writer.add_sep_token_id(0)
     weights = _Weights(arch, seed)
     if arch == "bert":
         _bert_weights(weights, n_vocab)
     else:
         _decoder_weights(weights, arch, n_vocab)
+    if reranker:
+        _rerank_head(weights, arch)
     for name, data in weights.tensors.items():
         writer.add_tensor(name, data)
     writer.write_header_to_file()

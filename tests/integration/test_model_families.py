@@ -158,6 +158,7 @@ def test_a_bert_encoder_embeds_a_batch_as_each_input_alone(gguf_dir: Path) -> No
         embedder.close()
     for one, batched in zip(alone, together, strict=True):
         assert one.shape == (64,)
-        assert np.linalg.norm(batched) == pytest.approx(1.0, abs=1e-4)
-        assert np.abs(batched - one).max() < 1e-4  # test_embeddings.py's bound on the default model
+        # as the model gives them (the APIs normalize): the bound is relative to the vector's size
+        scale = float(np.linalg.norm(one))
+        assert np.abs(batched - one).max() < 1e-4 * scale  # test_embeddings.py's bound on the default model
     assert not np.allclose(alone[0], alone[1]), "different inputs gave the same vector"

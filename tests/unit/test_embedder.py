@@ -24,13 +24,12 @@ from llmhost.engine.embedder import (
     aligned,
     check_inputs,
     layout,
-    normalize,
 )
 from llmhost.engine.embedder_loop import AsyncEmbedder
 from llmhost.engine.loop import EngineState
 from llmhost.engine.request import InvalidRequestError, QueueFullError, RequestTooLargeError
 from llmhost.server.protocol.embeddings import EmbeddingRequest
-from llmhost.server.serving.apis.embeddings import encode
+from llmhost.server.serving.apis.embeddings import encode, normalize
 from llmhost.store import ResolvedModel
 
 N_VOCAB = 100

@@ -1,5 +1,7 @@
-"""Embeddings: inputs packed into shared llama_decode calls, pooled per sequence by llama.cpp, and
-L2-normalized. `embedder_loop.AsyncEmbedder` runs this on its own thread for the server.
+"""Embeddings and rerank scores: inputs packed into shared llama_decode calls and pooled per sequence
+by llama.cpp (a reranker's pooling gives its classification head's scores). The vectors come back as
+the model gives them; normalizing is the API's choice. `embedder_loop.AsyncEmbedder` runs this on its
+own thread for the server.
 """
 
 from __future__ import annotations
@@ -50,12 +52,6 @@ def layout(inputs: Sequence[list[int]], pad_seq: int) -> list[DecodeItem]:
     return items
 
 
-def normalize(vector: Vector) -> Vector:
-    """Unit L2 norm (what OpenAI and vLLM return); an all-zero vector stays as it is."""
-    norm = float(np.linalg.norm(vector))
-    return vector / np.float32(norm) if norm > 0 else vector
-
-
 @dataclass(slots=True, frozen=True)
 class EmbedderConfig:
     # tokens of one input; llama.cpp pools a sequence within one decode, so none may be longer
@@ -68,7 +64,7 @@ class EmbedderConfig:
     max_inputs: int = 2048
     # requests in flight (queued or being embedded); one more is refused (429)
     max_requests: int = 72
-    # how token vectors are pooled: auto (the model's own, mean if it has none), mean, cls, last
+    # how token vectors are pooled: auto (the model's own, mean if it has none), mean, cls, last, rank
     pooling: str = "auto"
     n_threads: int = 0  # 0: available_cpus()
     load_mode: str = "auto"
@@ -187,7 +183,7 @@ class Embedder:
         """One llama_decode of at most max_batch_inputs inputs whose aligned lengths fit decode_tokens."""
         self.model.clear()
         self.model.decode(layout(inputs, self.pad_seq))
-        return [normalize(self.model.pooled(seq)) for seq in range(len(inputs))]
+        return [self.model.pooled(seq) for seq in range(len(inputs))]
 
     def close(self) -> None:
         self.model.close()

@@ -84,10 +84,22 @@ class AsyncEmbedder(ModelWorker[Embedder]):
         """Dimensions of every vector."""
         return self._require().model.n_embd
 
+    @property
+    def pooling(self) -> str:
+        """How the model pools (mean, cls, last), or rank: a reranker, whose vectors are scores."""
+        return self._require().model.pooling_name
+
+    def pair_tokens(self, query: str, document: str, cut: bool) -> list[int]:
+        """A reranker's input for the pair, as llama-server writes it; longer than max_input_tokens:
+        the document cut to fit if `cut`, else PairTooLongError."""
+        model = self._require().model
+        return model.pair_tokens(query, document, self.config.max_input_tokens, cut)
+
     # -- requests ------------------------------------------------------------------------------------
     async def embed(self, inputs: list[list[int]]) -> list[Vector]:
-        """The unit vectors of `inputs`, in order. Raises RequestTooLargeError, InvalidRequestError or
-        QueueFullError before anything is queued, EmbeddingError if its decode failed."""
+        """The pooled vectors of `inputs` (a reranker's: its scores), in order, as the model gives them.
+        Raises RequestTooLargeError, InvalidRequestError or QueueFullError before anything is queued,
+        EmbeddingError if its decode failed."""
         embedder = self._require()
         check_inputs(inputs, self.config, embedder.model.n_vocab)
         loop = asyncio.get_running_loop()

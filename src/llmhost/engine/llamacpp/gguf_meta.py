@@ -18,6 +18,8 @@ POOLING = {
     "mean": lc.LLAMA_POOLING_TYPE_MEAN,
     "cls": lc.LLAMA_POOLING_TYPE_CLS,
     "last": lc.LLAMA_POOLING_TYPE_LAST,
+    # a reranker's: the classification head's score of the pooled vector, not a vector
+    "rank": lc.LLAMA_POOLING_TYPE_RANK,
 }
 POOLING_NAMES = {value: name for name, value in POOLING.items()}
 
@@ -55,11 +57,16 @@ def token_piece(vocab: Any, token: int, special: bool = False) -> bytes:
 
 
 def gguf_pooling(model: Any) -> int:
-    """The pooling type the GGUF declares; mean when it has none usable (NONE, or RANK: a reranker)."""
+    """The pooling type the GGUF declares; mean when it has none (a generative model)."""
     arch = meta(model, "general.architecture") or ""
     raw = meta(model, f"{arch}.pooling_type") or ""
     model_type = int(raw) if raw.lstrip("-").isdigit() else lc.LLAMA_POOLING_TYPE_NONE
-    usable = (lc.LLAMA_POOLING_TYPE_MEAN, lc.LLAMA_POOLING_TYPE_CLS, lc.LLAMA_POOLING_TYPE_LAST)
+    usable = (
+        lc.LLAMA_POOLING_TYPE_MEAN,
+        lc.LLAMA_POOLING_TYPE_CLS,
+        lc.LLAMA_POOLING_TYPE_LAST,
+        lc.LLAMA_POOLING_TYPE_RANK,
+    )
     return model_type if model_type in usable else lc.LLAMA_POOLING_TYPE_MEAN
 
 

@@ -25,6 +25,7 @@ from llmhost.engine.llamacpp.backend import SwaLayerTally, extra_buffers, init_b
 from llmhost.engine.llamacpp.context import new_context, refusal
 from llmhost.engine.llamacpp.gguf_check import GGUFError, check_gguf
 from llmhost.engine.llamacpp.gguf_meta import POOLING_NAMES, kv_bytes_per_token, read_info, token_piece
+from llmhost.engine.llamacpp.rerank_prompt import PairFormat
 from llmhost.engine.llamacpp.state import read_state, state_size, write_state
 from llmhost.engine.llamacpp.state_format import keep_from, n_streams, restream
 from llmhost.errors import ModelError
@@ -61,6 +62,8 @@ class LlamaModel:
         self.info = read_info(model, self._vocab, self.path)
         self.n_vocab = self.info.n_vocab
         self.n_embd = int(lc.llama_model_n_embd_out(model))
+        # a reranker's scores per sequence (its classification head's labels), where it pools by rank
+        self.n_cls_out = int(lc.llama_model_n_cls_out(model))
         self.weights_bytes = self.info.size_bytes
         # positions a sliding-window layer looks back (0: no such layers): llama.cpp reuses the SWA cells
         # of positions further back than that for other sequences, even in a full-size SWA cache
@@ -145,7 +148,7 @@ class LlamaModel:
 
     @property
     def pooling_name(self) -> str:
-        """The pooling the embeddings context uses (mean, cls, last); "" for a generation context."""
+        """The pooling the embeddings context uses (mean, cls, last, rank); "" for a generation context."""
         if self.pooling is None:
             return ""
         return POOLING_NAMES.get(int(lc.llama_pooling_type(self._ctx)), "unknown")
@@ -161,6 +164,14 @@ class LlamaModel:
             buf = (lc.llama_token * cap)()
             n = lc.llama_tokenize(self._vocab, data, len(data), buf, cap, add_special, parse_special)
         return list(buf[:n])
+
+    @functools.cached_property
+    def pair_format(self) -> PairFormat:
+        """How a reranker's (query, document) pair is written: see rerank_prompt."""
+        return PairFormat.of(self._model, self._vocab)
+
+    def pair_tokens(self, query: str, document: str, limit: int, cut: bool) -> list[int]:
+        return self.pair_format.tokens(self, query, document, limit, cut)
 
     def piece(self, token: int, special: bool = False) -> bytes:
         return token_piece(self._vocab, token, special)
@@ -367,11 +378,13 @@ class LlamaModel:
         return self.seq_len(seq_id)
 
     def pooled(self, seq_id: int) -> npt.NDArray[np.float32]:
-        """A copy of the pooled vector (n_embd) of `seq_id` after a decode in an embeddings context."""
+        """A copy of the pooled vector of `seq_id` after a decode in an embeddings context: n_embd
+        floats, or a reranker's n_cls_out scores."""
         ptr = lc.llama_get_embeddings_seq(self._ctx, seq_id)
         if not ptr:
             raise RuntimeError(f"llama.cpp returned no pooled embedding for sequence {seq_id}")
-        return np.ctypeslib.as_array(ptr, shape=(self.n_embd,)).copy()
+        size = self.n_cls_out if self.pooling_name == "rank" else self.n_embd
+        return np.ctypeslib.as_array(ptr, shape=(size,)).copy()
 
     def clear(self) -> None:
         """Drop every sequence's KV (an embeddings context starts each decode empty)."""

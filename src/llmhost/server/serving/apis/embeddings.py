@@ -8,6 +8,7 @@ import json
 from collections.abc import Awaitable
 from typing import TypeVar, cast
 
+import numpy as np
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -22,6 +23,12 @@ from llmhost.web.errors import APIError
 
 T = TypeVar("T")
 API = "embeddings"
+
+
+def normalize(vector: Vector) -> Vector:
+    """Unit L2 norm (what OpenAI and vLLM return); an all-zero vector stays as it is."""
+    norm = float(np.linalg.norm(vector))
+    return vector / np.float32(norm) if norm > 0 else vector
 
 
 def encode(vector: Vector, encoding_format: str) -> list[float] | str:
@@ -98,6 +105,12 @@ class EmbeddingsServing:
                 "start it with `llmhost serve --embeddings` (an endpoint component: `embeddings: true`)",
             )
         self.ctx.require_model()
+        if embedder.pooling == "rank":
+            raise APIError(
+                400,
+                "this model is a reranker (its GGUF pools by rank): it scores (query, document) pairs at "
+                "/v1/rerank and /score, and gives no embeddings",
+            )
         return embedder
 
     async def create(self, body: EmbeddingRequest, request: Request) -> Response:
@@ -117,10 +130,15 @@ class EmbeddingsServing:
         return Response(content, media_type="application/json")
 
     async def vectors(
-        self, inputs: list[str | list[int]], request: Request, api: str, max_tokens: int | None = None
+        self,
+        inputs: list[str | list[int]],
+        request: Request,
+        api: str,
+        max_tokens: int | None = None,
+        unit: bool = True,
     ) -> tuple[list[Vector], int]:
-        """The vectors of `inputs` and their tokens in all (`max_tokens`: each input's tokens cut to
-        that many first, Ollama's `truncate`)."""
+        """The vectors of `inputs` (`unit`: L2-normalized) and their tokens in all (`max_tokens`: each
+        input's tokens cut to that many first, Ollama's `truncate`)."""
         embedder = self.embedder()
         check_texts(inputs, embedder.config.max_inputs)
         tokens = await asyncio.to_thread(self._tokenize, embedder, inputs)
@@ -137,7 +155,7 @@ class EmbeddingsServing:
         n_tokens = sum(len(t) for t in tokens)
         self.ctx.metrics.count(api, "stop")
         self.ctx.metrics.prompt_tokens.inc(n_tokens)
-        return vectors, n_tokens
+        return ([normalize(v) for v in vectors] if unit else vectors), n_tokens
 
     @staticmethod
     def _tokenize(embedder: AsyncEmbedder, inputs: list[str | list[int]]) -> list[list[int]]:

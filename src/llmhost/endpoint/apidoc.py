@@ -10,23 +10,11 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from llmhost.server.routes import (
-    anthropic,
-    embeddings,
-    ollama,
-    openai,
-    ops,
-    responses,
-    runtime,
-    sagemaker,
-    tgi,
-)
+from llmhost.server.routes.apis import CLIENT_APIS
 from llmhost.web.apidoc import COMMON, Shape, declarations, errors, merge, operation, relayed
 from llmhost.web.formats import is_anthropic, is_ollama
 
-REPLICA = declarations(
-    m.router for m in (sagemaker, runtime, openai, anthropic, responses, embeddings, tgi, ollama, ops)
-)
+REPLICA = declarations(m.router for m in CLIENT_APIS)
 # no such component (404), several and none named (400), no ready copy in time (503), the copy failed
 # after the request reached it (502) or did not answer in time (504)
 ROUTER = merge(errors(400, 404, 502, 504), COMMON)

@@ -89,11 +89,21 @@ class AsyncEmbedder(ModelWorker[Embedder]):
         """How the model pools (mean, cls, last), or rank: a reranker, whose vectors are scores."""
         return self._require().model.pooling_name
 
-    def pair_tokens(self, query: str, document: str, cut: bool) -> list[int]:
-        """A reranker's input for the pair, as llama-server writes it; longer than max_input_tokens:
-        the document cut to fit if `cut`, else PairTooLongError."""
+    @property
+    def score_labels(self) -> int:
+        """A reranker's labels: 1, its score is a logit; more (Qwen3-Reranker's yes/no), llama.cpp
+        softmaxes them and the score is the first one's probability."""
+        return self._require().model.n_cls_out
+
+    def pair_tokens(
+        self, query: str, document: str, cut: bool, limit: int = 0, keep_end: bool = False
+    ) -> list[int]:
+        """A reranker's input for the pair, as llama-server writes it. Longer than `limit` (at most,
+        and by default, max_input_tokens): the document cut to fit if `cut` (its end kept with
+        `keep_end`), else PairTooLongError."""
         model = self._require().model
-        return model.pair_tokens(query, document, self.config.max_input_tokens, cut)
+        most = self.config.max_input_tokens
+        return model.pair_tokens(query, document, min(limit, most) if limit > 0 else most, cut, keep_end)
 
     # -- requests ------------------------------------------------------------------------------------
     async def embed(self, inputs: list[list[int]]) -> list[Vector]:

@@ -25,18 +25,8 @@ from llmhost.server import errors
 from llmhost.server.console import ServerConsole
 from llmhost.server.lifecycle import watch_embedder, watch_engine
 from llmhost.server.metrics import ServerMetrics
-from llmhost.server.routes import (
-    adapters,
-    anthropic,
-    embeddings,
-    ollama,
-    openai,
-    ops,
-    responses,
-    runtime,
-    sagemaker,
-    tgi,
-)
+from llmhost.server.routes import adapters
+from llmhost.server.routes.apis import CLIENT_APIS
 from llmhost.server.serving.adapter_admin import AdapterAdmin
 from llmhost.server.serving.apis.anthropic import AnthropicServing
 from llmhost.server.serving.apis.custom import CustomInference
@@ -44,6 +34,8 @@ from llmhost.server.serving.apis.embeddings import EmbeddingsServing
 from llmhost.server.serving.apis.ollama import OllamaServing
 from llmhost.server.serving.apis.ollama_models import OllamaModels
 from llmhost.server.serving.apis.openai import OpenAIServing
+from llmhost.server.serving.apis.rerank import RerankServing
+from llmhost.server.serving.apis.rerank_apis import RerankAPIs
 from llmhost.server.serving.apis.responses import ResponsesServing
 from llmhost.server.serving.apis.tgi import TGIServing
 from llmhost.server.serving.batch_transform import BatchTransform
@@ -161,6 +153,7 @@ def _serve(app: FastAPI, ctx: ServingContext, custom: CustomInference | None) ->
     app.state.anthropic = AnthropicServing(ctx, parser)
     app.state.responses = ResponsesServing(ctx, parser)
     app.state.embeddings = EmbeddingsServing(ctx)
+    app.state.rerank = RerankAPIs(RerankServing(ctx))
     app.state.adapter_admin = AdapterAdmin(ctx)
     app.state.ollama = OllamaServing(ctx, parser)
     app.state.ollama_models = OllamaModels(ctx, app.state.embeddings)
@@ -177,7 +170,7 @@ def _route(
 ) -> None:
     """Every API's routes (each declares its error format), the console, the OpenAPI document."""
     errors.install(app)
-    for module in (sagemaker, runtime, openai, anthropic, responses, embeddings, tgi, ollama, adapters, ops):
+    for module in (*CLIENT_APIS, adapters):
         app.include_router(module.router)
     secured = settings.api_keys.enabled
     app.include_router(create_console(store, console, source.overview, secured))

@@ -28,6 +28,9 @@ from llmhost.settings.serve import (
 from llmhost.web.auth import ApiKeys
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
+    from llmhost.engine.llamacpp.model_kind import ModelPurpose
     from llmhost.engine.lora import AdapterSpec
     from llmhost.server import ServerSettings
     from llmhost.store import ResolvedModel
@@ -133,6 +136,21 @@ def as_loaded(
     )
 
 
+def _purposed(opts: ServeOptions, gguf: Path) -> tuple[ServeOptions, ModelPurpose]:
+    """The options as the model decides them: an embedding model or a reranker serves embeddings or
+    scores without --embeddings (a file that is no GGUF is left for the loader to refuse, naming why)."""
+    from llmhost.engine.llamacpp.gguf_check import GGUFError
+    from llmhost.engine.llamacpp.model_kind import ModelKind, ModelPurpose, model_purpose
+
+    try:
+        purpose = model_purpose(gguf)
+    except GGUFError:
+        return opts, ModelPurpose(ModelKind.GENERATE, "", 0)
+    if purpose.kind is not ModelKind.GENERATE and not opts.embeddings:
+        opts = replace(opts, embeddings=True)
+    return opts, purpose
+
+
 def build(opts: ServeOptions, env: Mapping[str, str] | None = None) -> Built:
     """The server's settings: the settings checked together (ValueError naming those that do not go
     together) before anything is resolved or loaded, then the model and draft model resolved (an s3://
@@ -143,8 +161,10 @@ def build(opts: ServeOptions, env: Mapping[str, str] | None = None) -> Built:
     from llmhost.store import resolve
 
     env = os.environ if env is None else env
-    engine = SERVE_SPEC.engine_config(opts.values, env)
+    SERVE_SPEC.engine_config(opts.values, env)  # settings that do not go together: before any download
     resolved = resolve(opts.model)
+    opts, purpose = _purposed(opts, resolved.gguf)
+    engine = SERVE_SPEC.engine_config(opts.values, env, purpose.n_ctx_train)
     draft_path = str(resolve(opts.draft_model).gguf) if opts.draft_model else ""
     hints, recipe, notes = _artifact(opts, resolved)
     engine = as_loaded(engine, opts, env, draft_path, hints, recipe)

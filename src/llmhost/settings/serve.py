@@ -16,6 +16,7 @@ Light on purpose (no llama.cpp, no server): the router, bench and the tuner read
 from __future__ import annotations
 
 import os
+import sys
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
@@ -36,7 +37,7 @@ Speculative = Literal["ngram", "draft"]
 ToolParser = Literal["auto", "hermes", "llama3", "mistral", "granite", "harmony"]
 ToolFormat = Literal["auto", "none"]
 ReasoningFormat = Literal["auto", "none", "deepseek", "magistral", "seed", "harmony"]
-Pooling = Literal["auto", "mean", "cls", "last"]
+Pooling = Literal["auto", "mean", "cls", "last", "rank"]
 BatchStrategy = Literal["MULTI_RECORD", "SINGLE_RECORD"]
 BATCH_STRATEGIES: tuple[str, ...] = typing.get_args(BatchStrategy)
 MIB = 1024 * 1024
@@ -47,12 +48,15 @@ DEFAULT_PAYLOAD_MB = 6
 class ServeSettingsSpec(SettingsSpec):
     """`llmhost serve`'s settings, and the engine they make."""
 
-    def engine_config(self, values: Mapping[str, Any], env: Mapping[str, str]) -> EngineConfig:
+    def engine_config(
+        self, values: Mapping[str, Any], env: Mapping[str, str], n_ctx_train: int = 0
+    ) -> EngineConfig:
         """The EngineConfig these settings (by name; a missing one at its default) make, each in effect
-        (value, variable or fallback): raises ValueError naming the settings that do not go together,
-        before anything loads. A draft model turns speculation to "draft"."""
+        (value, variable or fallback; `n_ctx_train`: the model's trained context, where known): raises
+        ValueError naming the settings that do not go together, before anything loads. A draft model
+        turns speculation to "draft"."""
         check_together(values)
-        fb = engine_fallbacks(values)
+        fb = engine_fallbacks(values, n_ctx_train)
         engine = {
             s.engine: s.resolve(values.get(s.name, s.default), env, fb.get(s.name))
             for s in self.settings
@@ -64,10 +68,17 @@ class ServeSettingsSpec(SettingsSpec):
         return EngineConfig(**engine, draft_model=draft)
 
 
-def engine_fallbacks(values: Mapping[str, Any]) -> dict[str, Any]:
+def engine_fallbacks(values: Mapping[str, Any], n_ctx_train: int = 0) -> dict[str, Any]:
     """The values of limits left unset (nor variable) other than EngineConfig's defaults: an embeddings
-    server's input limit is the embedder's (llama-server's: a decode holds a whole input)."""
-    return {"max_input_tokens": EMBED_MAX_INPUT_TOKENS} if values.get("embeddings") else {}
+    server's input limit is the embedder's (llama-server's: a decode holds a whole input); a model
+    trained on a shorter context than the defaults gets its trained context (halved for the input)
+    rather than a refusal to start. Each is the model's trained context at most."""
+    trained = n_ctx_train if n_ctx_train > 0 else sys.maxsize
+    if values.get("embeddings"):
+        return {"max_input_tokens": min(EMBED_MAX_INPUT_TOKENS, trained)}
+    if trained >= _DEFAULT.max_total_tokens:
+        return {}
+    return {"max_total_tokens": trained, "max_input_tokens": min(_DEFAULT.max_input_tokens, trained // 2)}
 
 
 def check_together(values: Mapping[str, Any]) -> None:
@@ -322,15 +333,17 @@ class EngineSettings:
     )
     embeddings: bool = setting(
         False,
-        "Load the model for OpenAI /v1/embeddings only (no text generation); inputs up to "
-        "--max-input-tokens (default 512 here).",
+        "Load the model for embeddings only (no text generation); inputs up to --max-input-tokens "
+        "(default 512 here). A GGUF that declares a pooling type (an embedding model or a reranker) "
+        "or is a bidirectional encoder is served this way without it.",
         switch=True,
     )
     pooling: Pooling = setting(
         "auto",
-        "With --embeddings: auto (the model's own, mean if it has none), mean, cls, last.",
+        "With --embeddings: auto (the model's own, mean if it has none), mean, cls, last, or rank (a "
+        "reranker's classification head: /v1/rerank and /score).",
         endpoint=True,
-        metavar="auto|mean|cls|last",
+        metavar="auto|mean|cls|last|rank",
     )
 
 

@@ -170,8 +170,10 @@ class LlamaModel:
         """How a reranker's (query, document) pair is written: see rerank_prompt."""
         return PairFormat.of(self._model, self._vocab)
 
-    def pair_tokens(self, query: str, document: str, limit: int, cut: bool) -> list[int]:
-        return self.pair_format.tokens(self, query, document, limit, cut)
+    def pair_tokens(
+        self, query: str, document: str, limit: int, cut: bool, keep_end: bool = False
+    ) -> list[int]:
+        return self.pair_format.tokens(self, query, document, limit, cut, keep_end)
 
     def piece(self, token: int, special: bool = False) -> bytes:
         return token_piece(self._vocab, token, special)

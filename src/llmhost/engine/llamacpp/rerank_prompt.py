@@ -12,6 +12,8 @@ from typing import Any, Protocol
 
 import llama_cpp as lc
 
+from llmhost.errors import LlmhostError
+
 # how far below the limit a document cut for a template is tried again: cut text may tokenize longer
 _RETRIES = 4
 
@@ -22,13 +24,19 @@ class Vocabulary(Protocol):
     def detokenize(self, tokens: list[int], special: bool = False) -> str: ...
 
 
-class PairTooLongError(ValueError):
-    """The pair is longer than the limit and was not to be cut."""
+class PairTooLongError(LlmhostError, ValueError):
+    """The pair is longer than the limit and was not to be cut (the API names the document: 422)."""
+
+    status = 422
 
     def __init__(self, n_tokens: int, limit: int) -> None:
         super().__init__(f"{n_tokens} tokens; the limit is {limit}")
         self.n_tokens = n_tokens
         self.limit = limit
+
+
+def _kept(tokens: list[int], n: int, keep_end: bool) -> list[int]:
+    return tokens[len(tokens) - n :] if keep_end else tokens[:n]
 
 
 def rerank_template(model: Any) -> str | None:
@@ -58,18 +66,20 @@ class PairFormat:
             sep=int(lc.llama_vocab_sep(vocab)) if lc.llama_vocab_get_add_sep(vocab) else -1,
         )
 
-    def tokens(self, vocab: Vocabulary, query: str, document: str, limit: int, cut: bool) -> list[int]:
-        """The pair's tokens. Longer than `limit`: the document cut to fit if `cut`, else
-        PairTooLongError (also when the query alone leaves no room)."""
+    def tokens(
+        self, vocab: Vocabulary, query: str, document: str, limit: int, cut: bool, keep_end: bool = False
+    ) -> list[int]:
+        """The pair's tokens. Longer than `limit`: the document cut to fit if `cut` (its end kept with
+        `keep_end`, its start otherwise), else PairTooLongError (also when the query leaves no room)."""
         if self.template is not None:
-            return self._templated(vocab, query, document, limit, cut)
+            return self._templated(vocab, query, document, limit, cut, keep_end)
         doc = vocab.tokenize(document, add_special=False, parse_special=False)
         head = self._around(vocab.tokenize(query, add_special=False, parse_special=False), [])
         room = limit - len(head) - (1 if self.eos >= 0 else 0)
         if len(doc) > room:
             if not cut or room < 1:
                 raise PairTooLongError(len(head) + len(doc) + (self.eos >= 0), limit)
-            doc = doc[:room]
+            doc = _kept(doc, room, keep_end)
         return head + doc + ([self.eos] if self.eos >= 0 else [])
 
     def _around(self, query: list[int], doc: list[int]) -> list[int]:
@@ -80,7 +90,9 @@ class PairFormat:
         out += [self.sep] if self.sep >= 0 else []
         return out + doc
 
-    def _templated(self, vocab: Vocabulary, query: str, document: str, limit: int, cut: bool) -> list[int]:
+    def _templated(
+        self, vocab: Vocabulary, query: str, document: str, limit: int, cut: bool, keep_end: bool
+    ) -> list[int]:
         def fill(doc: str) -> list[int]:
             assert self.template is not None
             prompt = self.template.replace("{query}", query).replace("{document}", doc)
@@ -97,7 +109,7 @@ class PairFormat:
             keep = len(doc) - over
             if keep < 1:
                 break
-            tokens = fill(vocab.detokenize(doc[:keep]))
+            tokens = fill(vocab.detokenize(_kept(doc, keep, keep_end)))
             if len(tokens) <= limit:
                 return tokens
             over += len(tokens) - limit

@@ -11,6 +11,7 @@ from llmhost.server.serving.adapters import ADAPTER_HEADER, header_selects
 from llmhost.server.serving.apis.custom import CustomInference
 from llmhost.server.serving.apis.embeddings import EmbeddingsServing
 from llmhost.server.serving.apis.openai import OpenAIServing
+from llmhost.server.serving.apis.rerank_apis import RerankAPIs
 from llmhost.server.serving.apis.tgi import TGIServing
 from llmhost.server.serving.batch_transform import BatchTransform
 from llmhost.server.serving.context import ServingContext
@@ -51,6 +52,11 @@ def tgi(request: Request) -> TGIServing:
 
 def embeddings(request: Request) -> EmbeddingsServing:
     serving: EmbeddingsServing = request.app.state.embeddings
+    return serving
+
+
+def rerank(request: Request) -> RerankAPIs:
+    serving: RerankAPIs = request.app.state.rerank
     return serving
 
 

@@ -20,6 +20,7 @@ from llmhost.server.protocol.outputs import (
     dump,
     json_response,
 )
+from llmhost.server.protocol.rerank import RerankRequest, RerankResponse, TEIRank, TEIRerankRequest
 from llmhost.server.protocol.tgi import TGIRequest
 from llmhost.server.routes import deps
 from llmhost.web.apidoc import COMMON, GENERATE, errors, merge, operation
@@ -27,14 +28,30 @@ from llmhost.web.errors import APIError, retry_after
 from llmhost.web.formats import TGI
 
 router = APIRouter()
-# what /invocations reads, by the member the body has: `messages`, `prompt`, `input` or `inputs`
-BODIES = [ChatCompletionRequest, CompletionRequest, EmbeddingRequest, TGIRequest]
-ANSWERS = [ChatCompletionResponse, CompletionResponse, EmbeddingsResponse, Generations]
+# what /invocations reads, by the member the body has: `messages`, `prompt`, `input`, `query` or `inputs`
+BODIES = [
+    ChatCompletionRequest,
+    CompletionRequest,
+    EmbeddingRequest,
+    TEIRerankRequest,
+    RerankRequest,
+    TGIRequest,
+]
+ANSWERS = [
+    ChatCompletionResponse,
+    CompletionResponse,
+    EmbeddingsResponse,
+    TEIRank,
+    RerankResponse,
+    Generations,
+]
 # TGI bodies are answered in TGI's error shape
 ERRORS = merge(GENERATE, errors(400, 422, 429, 500, 503, style="tgi"))
 INVOCATIONS = (
     "The body decides the API: `messages` (OpenAI chat), `prompt` (OpenAI completion), `input` (OpenAI "
-    "embeddings, with --embeddings) or `inputs` (TGI, answered and refused in TGI's shapes). A model "
+    "embeddings, with --embeddings), `query` with `texts` (TEI's rerank on a reranker, its SageMaker "
+    "container's shape) or with `documents` (Jina's / Cohere's rerank) or `inputs` (TGI, answered and "
+    "refused in TGI's shapes). A model "
     "directory with code/inference.py answers with its input_fn / predict_fn / output_fn instead, reading "
     "the content types its input_fn accepts. A body of Content-Type application/jsonlines (or "
     "application/jsonl, application/x-jsonlines) is SageMaker Batch Transform's mini-batch: one such "
@@ -116,6 +133,10 @@ async def invoke(request: Request, body: dict[str, Any]) -> Response:
     if "input" in body:  # OpenAI embeddings (a server started with --embeddings)
         deps.embeddings(request).embedder()
         return await deps.embeddings(request).create(EmbeddingRequest.model_validate(body), request)
+    if "query" in body and "texts" in body:  # TEI's SageMaker container on a reranker
+        return JSONResponse(await deps.rerank(request).tei(TEIRerankRequest.model_validate(body), request))
+    if "query" in body and "documents" in body:
+        return JSONResponse(await deps.rerank(request).rerank(RerankRequest.model_validate(body), request))
     if "inputs" in body:  # as SageMaker's TGI containers do, answered (errors too) in TGI's shapes
         with refused_in(TGI):
             tgi = TGIRequest.model_validate(body)
@@ -124,7 +145,7 @@ async def invoke(request: Request, body: dict[str, Any]) -> Response:
             return JSONResponse([dump(await deps.tgi(request).generate(tgi, request))])
     raise APIError(
         422,
-        "body must have 'inputs' (TGI), 'messages' (OpenAI chat), 'prompt' (OpenAI completion) or "
-        "'input' (OpenAI embeddings)",
+        "body must have 'inputs' (TGI), 'messages' (OpenAI chat), 'prompt' (OpenAI completion), "
+        "'input' (OpenAI embeddings), or 'query' with 'texts' (TEI rerank) or 'documents' (rerank)",
         field="inputs",
     )

@@ -137,9 +137,10 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
 
 @pytest.fixture(scope="session")
 def small_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    """Tight limits: one sequence, one queue place, short contexts."""
+    """Tight limits: one sequence, one queue place, short contexts; no embeddings (--no-chat-embeddings)."""
     srv = start_server(
         tmp_path_factory.mktemp("small"),
+        "--no-chat-embeddings",
         "--max-concurrent",
         "1",
         "--max-queue",

@@ -1,4 +1,5 @@
-"""`llmhost serve --embeddings` with the official openai client, directly and through `llmhost endpoint`."""
+"""`llmhost serve --embeddings` with the official openai client, directly and through `llmhost endpoint`;
+a generation server's embeddings (its side embedder) with the openai and ollama clients; TEI's /embed."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import Any
 
 import httpx
 import numpy as np
+import ollama
 import openai
 import pytest
 
@@ -104,7 +106,7 @@ def test_token_ids_and_base64_match_the_text(oai: openai.OpenAI, emb: Server) ->
         ({"input": [[1, 2]] * 2049}, 422, "input", 2048),
         ({"input": [2, 262144]}, 422, "input", 262143),
         ({"input": [1, "a"]}, 422, "input", None),
-        ({"input": "x", "dimensions": 64}, 400, "dimensions", None),
+        ({"input": "x", "dimensions": N_EMBD + 1}, 400, "dimensions", N_EMBD),
         ({"input": "x", "encoding_format": "int8"}, 422, "encoding_format", None),
         ({"input": "x", "truncate": True}, 400, "truncate", None),
     ],
@@ -124,6 +126,14 @@ def test_invocations_answers_an_embeddings_body(emb: Server) -> None:
     r = httpx.post(f"{emb.url}/invocations", json=body, timeout=60)
     assert r.status_code == 200, r.text
     assert len(r.json()["data"][0]["embedding"]) == N_EMBD
+    # TEI's SageMaker container: `inputs` on an embeddings server is its /embed, answered and refused
+    # in TEI's shapes
+    tei = httpx.post(f"{emb.url}/invocations", json={"inputs": ["Hello"]}, timeout=60)
+    assert tei.status_code == 200, tei.text
+    direct = httpx.post(f"{emb.url}/embed", json={"inputs": ["Hello"]}, timeout=60).json()
+    assert np.abs(np.asarray(tei.json()) - np.asarray(direct)).max() < 1e-6
+    bad = httpx.post(f"{emb.url}/invocations", json={"inputs": "x", "prompt_name": "query"}, timeout=60)
+    assert bad.status_code == 422 and bad.json()["error_type"] == "Validation"
 
 
 def test_generation_is_refused_in_embeddings_mode(oai: openai.OpenAI) -> None:
@@ -131,14 +141,119 @@ def test_generation_is_refused_in_embeddings_mode(oai: openai.OpenAI) -> None:
         oai.completions.create(model=MODEL, prompt="Hello", max_tokens=2)
     assert "--embeddings" in sent_error(err.value)["message"]
     with pytest.raises(openai.BadRequestError) as err:
-        oai.embeddings.create(model=MODEL, input="x", dimensions=8)
+        oai.embeddings.create(model=MODEL, input="x", dimensions=N_EMBD + 1)
     assert sent_error(err.value)["param"] == "dimensions"
 
 
-def test_a_server_without_embeddings_refuses_them(server: Server) -> None:
-    r = httpx.post(f"{server.url}/v1/embeddings", json={"input": "hi"}, timeout=30)
+def unit(v: np.ndarray) -> np.ndarray:
+    return np.asarray(v / np.linalg.norm(v))
+
+
+def test_dimensions_cut_and_renormalize_in_float_and_base64(oai: openai.OpenAI) -> None:
+    full = vectors(oai.embeddings.create(model=MODEL, input=TEXTS, encoding_format="float"))
+    # no encoding_format: the openai client asks for base64 and decodes it itself
+    for fmt in ("float", None):
+        kw: dict[str, Any] = {"encoding_format": fmt} if fmt else {}
+        short = vectors(oai.embeddings.create(model=MODEL, input=TEXTS, dimensions=64, **kw))
+        for s, f in zip(short, full, strict=True):
+            assert s.shape == (64,) and np.linalg.norm(s) == pytest.approx(1.0, abs=1e-5)
+            assert np.abs(s - unit(f[:64])).max() < 1e-5
+
+
+def test_a_generation_server_embeds_as_its_embeddings_server_does(
+    server: Server, emb: Server, oai: openai.OpenAI
+) -> None:
+    chat = openai.OpenAI(base_url=f"{server.url}/v1", api_key="unused", timeout=120)
+    got = vectors(chat.embeddings.create(model="gemma-test", input=TEXTS, encoding_format="float"))
+    want = vectors(oai.embeddings.create(model=MODEL, input=TEXTS, encoding_format="float"))
+    # not to 1e-4: the side embedder's weights are not repacked (shared pages), so other matmul kernels
+    # round differently (6.6e-3 at most, measured); the same direction all the same
+    for g, w in zip(got, want, strict=True):
+        assert g.shape == (N_EMBD,) and np.abs(g - w).max() < 2e-2 and g @ w > 0.999
+    ids = tokenize(server, TEXTS[0])
+    by_ids = chat.embeddings.create(model="gemma-test", input=[ids], dimensions=64)  # base64
+    assert by_ids.usage.prompt_tokens == len(ids)
+    assert np.abs(vectors(by_ids)[0] - unit(got[0][:64])).max() < 1e-5
+    client = ollama.Client(host=server.url, timeout=120)
+    embedded = client.embed(model="gemma-test", input=TEXTS[:2], dimensions=64)
+    assert np.abs(np.asarray(embedded.embeddings[1]) - unit(got[1][:64])).max() < 1e-5
+    older = client.embeddings(model="gemma-test", prompt=TEXTS[2])
+    assert np.abs(np.asarray(older.embedding) - got[2]).max() < 1e-5
+    tei = httpx.post(f"{server.url}/embed", json={"inputs": TEXTS[0]}, timeout=60)
+    assert np.abs(np.asarray(tei.json()[0]) - got[0]).max() < 1e-5
+    # the engine generates still, beside it
+    assert chat.completions.create(model="gemma-test", prompt="Hello", max_tokens=2).choices[0].text
+
+
+def test_capabilities_say_what_each_server_does(server: Server, emb: Server, small_server: Server) -> None:
+    cases = [(server, ["completion", "embedding"]), (emb, ["embedding"]), (small_server, ["completion"])]
+    for srv, does in cases:
+        card = httpx.get(f"{srv.url}/v1/models", timeout=30).json()["data"][0]
+        assert card["capabilities"] == does
+        shown = ollama.Client(host=srv.url, timeout=60).show(card["id"]).capabilities or []
+        assert [c for c in shown if c in ("completion", "embedding", "rank")] == does
+
+
+def test_no_chat_embeddings_keeps_the_400(small_server: Server) -> None:
+    r = httpx.post(f"{small_server.url}/v1/embeddings", json={"input": "hi"}, timeout=30)
     assert r.status_code == 400
-    assert "not started with --embeddings" in r.json()["error"]["message"]
+    assert "--no-chat-embeddings" in r.json()["error"]["message"]
+    with pytest.raises(ollama.ResponseError) as err:
+        ollama.Client(host=small_server.url, timeout=60).embed(model="default", input="hi")
+    assert err.value.status_code == 400
+    tei = httpx.post(f"{small_server.url}/embed", json={"inputs": "hi"}, timeout=30)
+    assert tei.status_code == 400 and tei.json()["error_type"] == "Validation"
+
+
+def test_tei_embed_shapes(emb: Server, oai: openai.OpenAI) -> None:
+    want = vectors(oai.embeddings.create(model=MODEL, input=TEXTS, encoding_format="float"))
+    one = httpx.post(f"{emb.url}/embed", json={"inputs": TEXTS[0]}, timeout=60).json()
+    assert len(one) == 1 and len(one[0]) == N_EMBD and np.abs(np.asarray(one[0]) - want[0]).max() < 1e-5
+    many = httpx.post(f"{emb.url}/embed", json={"inputs": TEXTS, "dimensions": 32}, timeout=60).json()
+    assert [len(v) for v in many] == [32] * 3
+    assert np.abs(np.asarray(many[2]) - unit(want[2][:32])).max() < 1e-5
+    raw = httpx.post(f"{emb.url}/embed", json={"inputs": TEXTS[0], "normalize": False}, timeout=60).json()
+    raw_v = np.asarray(raw[0])
+    assert abs(np.linalg.norm(raw_v) - 1.0) > 1e-2 and np.abs(unit(raw_v) - want[0]).max() < 1e-5
+
+
+def test_tei_truncates_either_end(emb: Server) -> None:
+    text = " ".join(f"word{i}" for i in range(200))
+    body = {"inputs": text, "truncate": True}
+    right = httpx.post(f"{emb.url}/embed", json=body, timeout=60).json()[0]
+    left = httpx.post(f"{emb.url}/embed", json={**body, "truncation_direction": "Left"}, timeout=60).json()[0]
+    ids = tokenize(emb, text)
+    bos, rest = ids[:1], ids[1:]  # Gemma's BOS is kept whichever end is cut
+    by_ids = {"encoding_format": "float"}
+    head = httpx.post(
+        f"{emb.url}/v1/embeddings", json={"input": ids[:MAX_INPUT_TOKENS], **by_ids}, timeout=60
+    )
+    tail_ids = bos + rest[-(MAX_INPUT_TOKENS - 1) :]
+    tail = httpx.post(f"{emb.url}/v1/embeddings", json={"input": tail_ids, **by_ids}, timeout=60)
+    assert np.abs(np.asarray(right) - head.json()["data"][0]["embedding"]).max() < 1e-5
+    assert np.abs(np.asarray(left) - tail.json()["data"][0]["embedding"]).max() < 1e-5
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "kind", "field", "limit"),
+    [
+        ({"inputs": "word " * 200}, 422, "Validation", "inputs", MAX_INPUT_TOKENS),
+        ({"inputs": "x", "prompt_name": "query"}, 422, "Validation", "prompt_name", None),
+        ({"inputs": []}, 400, "Empty", "inputs", 1),
+        ({"inputs": ""}, 422, "Validation", "inputs", 1),
+        ({"inputs": "x", "dimensions": N_EMBD + 1}, 400, "Validation", "dimensions", N_EMBD),
+        ({"inputs": "x", "truncation_direction": "up"}, 422, "Validation", "truncation_direction", None),
+        ({"inputs": "x", "pooling": "cls"}, 400, "Validation", "pooling", None),
+    ],
+)
+def test_tei_refusals_in_teis_shape(
+    emb: Server, body: dict[str, Any], status: int, kind: str, field: str, limit: int | None
+) -> None:
+    r = httpx.post(f"{emb.url}/embed", json=body, timeout=60)
+    assert r.status_code == status, r.text
+    error = r.json()
+    assert error["error_type"] == kind and error["field"] == field and field in error["error"]
+    assert error.get("limit") == limit
 
 
 def test_embeddings_through_an_endpoint(tmp_path: Path, oai: openai.OpenAI) -> None:

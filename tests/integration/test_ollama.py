@@ -194,7 +194,10 @@ def test_list_show_ps_version(client: ollama.Client, smol: Server) -> None:
     assert d.quantization_level == "Q4_1" and d.parameter_size and d.parameter_size.endswith("M")
     shown = client.show(MODEL)
     assert shown.modelinfo and shown.modelinfo["llama.context_length"] == 8192
-    assert {"completion", "tools"} <= set(shown.capabilities or [])
+    assert {"completion", "tools", "embedding"} <= set(shown.capabilities or [])
+    # a chat model embeds, as Ollama's do (a second context of the model, loaded on this first request)
+    embedded = client.embed(model=MODEL, input=["hi", "the weather in Paris"], dimensions=32)
+    assert [len(v) for v in embedded.embeddings] == [32, 32] and embedded.prompt_eval_count
     assert shown.template and "im_start" in shown.template
     running = client.ps().models
     assert running[0].model == f"{MODEL}:latest" and running[0].context_length == 1024

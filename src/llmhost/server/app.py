@@ -41,6 +41,7 @@ from llmhost.server.serving.apis.tgi import TGIServing
 from llmhost.server.serving.batch_transform import BatchTransform
 from llmhost.server.serving.chat_template import template_fault
 from llmhost.server.serving.context import ServingContext
+from llmhost.server.serving.side_embedder import SideEmbedder
 from llmhost.server.settings import ServerSettings
 from llmhost.web import apidoc
 from llmhost.web.asgi import RequestContextMiddleware
@@ -81,7 +82,10 @@ def create_app(
     lifecycle = lifecycle or Lifecycle()
     # --embeddings: the embedder loads the model and the generation engine is never started
     embedder = AsyncEmbedder(settings.model_path, settings.embeddings) if settings.embeddings else None
-    ctx = ServingContext(engine, settings, metrics, embedder)
+    # a generation server embeds too (as Ollama does), through a second context loaded on first use
+    chat_embeddings = embedder is None and settings.chat_embeddings
+    side = SideEmbedder(settings.model_path, settings.engine) if chat_embeddings else None
+    ctx = ServingContext(engine, settings, metrics, embedder, side)
     # imported now, before serving: a broken inference.py stops the server from starting
     custom = CustomInference.load(settings.inference_script, ctx) if settings.inference_script else None
     tally = FrontTally()
@@ -140,6 +144,8 @@ def _lifespan(
                 custom.close()
             if runner is not None:
                 await asyncio.to_thread(runner.shutdown)
+            if ctx.side_embedder is not None:
+                await asyncio.to_thread(ctx.side_embedder.shutdown)
 
     return lifespan
 

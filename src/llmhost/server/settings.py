@@ -45,6 +45,8 @@ class ServerSettings:
     chat_template_kwargs: str = ""  # a JSON object of chat template variables every request passes
     # --embeddings: the model is loaded for /v1/embeddings only, no generation engine (llama-server's mode)
     embeddings: EmbedderConfig | None = None
+    # a generation server's /v1/embeddings, /api/embed and /embed, from a second context of its model
+    chat_embeddings: bool = True
     api_keys: ApiKeys = field(default_factory=ApiKeys)  # none: no authentication
     # the model directory's code/inference.py (SageMaker inference toolkit hooks for /invocations)
     inference_script: Path | None = None
@@ -85,6 +87,8 @@ class ServerSettings:
             known = ", ".join(TOOL_FORMATS)
             raise ValueError(f"tool_format must be one of {known}, got {self.tool_format!r}")
         self._check_budgets()
+        if self.embeddings is not None and not self.chat_embeddings:
+            raise ValueError("--no-chat-embeddings applies to a generation server, not --embeddings")
         self.template_kwargs()  # a JSON object, or a ValueError saying what it is instead
         if self.max_body_bytes < 1:
             limit = "--max-payload-mb, SAGEMAKER_MAX_PAYLOAD_IN_MB"

@@ -368,6 +368,13 @@ class ChatSettings:
         "do; off: any name is the served model.",
         server="strict_model_names",
     )
+    chat_embeddings: bool = setting(
+        True,
+        "Without --embeddings: answer /v1/embeddings, Ollama's /api/embed and TEI's /embed from the "
+        "model, through a second context loaded on the first such request (its weights' pages shared); "
+        "off: those are a 400.",
+        server="chat_embeddings",
+    )
     tool_parser: ToolParser = setting(
         "auto",
         "Format of tool calls in chat output: auto (from the template), hermes, llama3, mistral, "

@@ -30,7 +30,7 @@ from llmhost.web.auth import DOC_ASSETS
 DOC_KEY = "x-llmhost-operation"
 REF = "#/components/schemas/{model}"
 SSE = "text/event-stream"
-Style = Literal["openai", "tgi", "anthropic", "sagemaker", "ollama", "none"]
+Style = Literal["openai", "tgi", "tei", "anthropic", "sagemaker", "ollama", "none"]
 # how an error status is answered: in one of llmhost's error shapes, with a model's body, "none": no body
 Shape = Style | type[BaseModel]
 
@@ -61,6 +61,14 @@ class TGIError(Open):
 
     error: str
     error_type: Literal["validation", "overloaded", "generation"]
+    field: str | None = None
+
+
+class TEIError(Open):
+    """TEI's (text-embeddings-inference's) error shape."""
+
+    error: str
+    error_type: Literal["Validation", "Empty", "Overloaded", "Unhealthy", "Backend"]
     field: str | None = None
 
 
@@ -95,6 +103,7 @@ class OllamaError(Open):
 ERROR_MODELS: dict[str, type[BaseModel]] = {
     "openai": OpenAIError,
     "tgi": TGIError,
+    "tei": TEIError,
     "anthropic": AnthropicError,
     "sagemaker": SageMakerError,
     "ollama": OllamaError,

@@ -12,6 +12,8 @@ before the route runs (API key, body limit, draining, a crash), which finds the 
   validation error is a 400 (Ollama has no 422); `field`, `limit` and the request id stay beside `error`.
 - TGI: `{"error": ..., "error_type": ...}` for the route's own refusals (its clients raise
   ValidationError, OverloadedError... from `error_type`); those made around it stay OpenAI's.
+- TEI (text-embeddings-inference, `/embed`): the same shape with TEI's error types (`Validation`,
+  `Empty`, `Overloaded`, `Unhealthy`, `Backend`); those made around it stay OpenAI's.
 Streams are not touched here: their errors are events of each API's stream.
 """
 
@@ -125,7 +127,30 @@ def tgi_error(status: int, body: JSONObject) -> tuple[int, JSONObject]:
     return status, out
 
 
+# -- TEI -------------------------------------------------------------------------------------------------
+def tei_error(status: int, body: JSONObject) -> tuple[int, JSONObject]:
+    """TEI's body for one of llmhost's error bodies: the message and TEI's error type (a refusal may name
+    its own: `Empty`), then `field`, the facts that explain it and the request id."""
+    err = _detail(body)
+    if isinstance(err.get("error_type"), str):
+        kind = str(err["error_type"])
+    elif status == 429:
+        kind = "Overloaded"
+    elif status == 503:
+        kind = "Unhealthy"
+    else:
+        kind = "Backend" if status >= 500 else "Validation"
+    out: JSONObject = {"error": str(err.get("message", "")), "error_type": kind}
+    if err.get("field") is not None:
+        out["field"] = err["field"]
+    out.update({k: v for k, v in err.items() if k not in (*_OPENAI_ONLY, *_TGI_LATER, "error_type")})
+    if err.get("request_id"):
+        out["request_id"] = err["request_id"]
+    return status, out
+
+
 OPENAI = ErrorFormat("openai", _openai)
+TEI = ErrorFormat("tei", tei_error, around_route=False)
 TGI = ErrorFormat("tgi", tgi_error, around_route=False)
 ANTHROPIC = ErrorFormat("anthropic", anthropic_error)
 OLLAMA = ErrorFormat("ollama", ollama_error)
@@ -134,6 +159,10 @@ OLLAMA = ErrorFormat("ollama", ollama_error)
 # -- the routes' declarations ------------------------------------------------------------------------------
 class TGIRoute(APIRoute):
     error_format: ClassVar[ErrorFormat] = TGI
+
+
+class TEIRoute(APIRoute):
+    error_format: ClassVar[ErrorFormat] = TEI
 
 
 class AnthropicRoute(APIRoute):

@@ -25,13 +25,13 @@ from llmhost.server import ServerSettings, create_app
 from llmhost.server.protocol.anthropic import MessagesRequest
 from llmhost.server.protocol.openai import ChatCompletionRequest, CompletionRequest
 from llmhost.server.protocol.tgi import TGIRequest
-from llmhost.server.routes import anthropic, embeddings, openai, ops, responses, runtime, sagemaker, tgi
+from llmhost.server.routes import anthropic, embeddings, openai, ops, responses, runtime, sagemaker, tei, tgi
 from llmhost.web.apidoc import DECLARED, DOC_KEY
 from llmhost.web.auth import ApiKeys
 from tests.unit.engine_fakes import FakeModel, config, engine_factory
 from tests.unit.openapi_checks import app_routes, assert_every_operation_documented, check_documented
 
-ROUTE_MODULES = (sagemaker, runtime, openai, anthropic, responses, embeddings, tgi, ops)
+ROUTE_MODULES = (sagemaker, runtime, openai, anthropic, responses, embeddings, tei, tgi, ops)
 
 
 def make_app(**settings: Any) -> FastAPI:
@@ -127,7 +127,12 @@ CASES: list[tuple[str, str, Any, int]] = [
     ("/v1/completions", {"prompt": "x", "max_tokens": 2}, 503),  # the model is loading
     ("/v1/chat/completions", {**CHAT, "stream": 0}, 422),
     ("/v1/responses", {"input": "x", "store": True}, 400),
-    ("/v1/embeddings", {"input": "x"}, 400),  # no --embeddings
+    ("/v1/embeddings", {"input": "x", "dimensions": 0}, 422),
+    # a generation server's embeddings context, of a model file that is not there
+    ("/v1/embeddings", {"input": "x"}, 503),
+    ("/embed", {"inputs": "x", "prompt_name": "query"}, 422),
+    ("/embed", {"inputs": []}, 400),
+    ("/embed", {"inputs": "x", "normalize": 1}, 422),
     ("/tokenize", {"content": 5}, 422),
     ("/detokenize", {"tokens": [True]}, 422),
     ("/generate", {"inputs": ""}, 422),

@@ -60,6 +60,7 @@ MODEL_ROUTES = (
     "/v1/completions",
     "/v1/chat/completions",
     "/v1/embeddings",
+    "/embed",
     "/v1/rerank",
     "/v1/reranking",
     "/rerank",

@@ -9,7 +9,14 @@ of every stream (allocated by llama.cpp, filled as sequences grow: sliding-windo
 unless --swa-full), and the SWA checkpoints' budget: the bytes every sequence's checkpoints may hold
 together in host memory (as many as the running sequences keep at most; idle cached ones share it, the
 oldest checkpoints dropped past it), so an idle stream costs its KV only. The host cache's automatic
-budget takes what is left afterwards (host_cache.py)."""
+budget takes what is left afterwards (host_cache.py).
+
+Not counted: a generation server's embeddings context (server/serving/side_embedder.py), loaded on the
+first embeddings request, after this plan was made: its weights are the file's mapped pages (shared,
+reclaimable), but its private buffers grow with the tokens it decodes at once, the vocabulary's logits
+above all (n_vocab x 4 bytes x 2 a token: 2 MiB a token for Gemma's 262k vocabulary). Under
+--memory-mb, start such a server with --no-chat-embeddings, or serve embeddings from an --embeddings copy
+sized for them."""
 
 from __future__ import annotations
 

@@ -208,6 +208,8 @@ class ModelCard(BaseModel):
     owned_by: str = "llmhost"
     meta: ModelMeta | None = None
     parent: str | None = None  # a LoRA adapter's base model (vLLM's field); None: a base model
+    # what it does here, in Ollama's words: completion, embedding, rank (OpenAI's clients ignore it)
+    capabilities: list[str] | None = None
 
 
 class ModelList(BaseModel):

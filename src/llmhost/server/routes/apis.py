@@ -15,6 +15,7 @@ from llmhost.server.routes import (
     responses,
     runtime,
     sagemaker,
+    tei,
     tgi,
 )
 
@@ -26,6 +27,7 @@ CLIENT_APIS: tuple[ModuleType, ...] = (
     responses,
     embeddings,
     rerank,
+    tei,
     tgi,
     ollama,
     ops,

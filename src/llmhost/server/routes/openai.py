@@ -71,6 +71,11 @@ async def models(request: Request) -> ModelList:
             size=info.size_bytes,
             description=info.description,
         )
-    base = ctx.settings.model_name
-    adapters = [ModelCard(id=s.name, created=ctx.started_at, parent=base) for s in ctx.adapters.specs]
-    return ModelList(data=[ModelCard(id=base, created=ctx.started_at, meta=meta), *adapters])
+    base, does = ctx.settings.model_name, ctx.capabilities()
+    generates = [c for c in does if c != "embedding"]  # an adapter's: embeddings come from the base alone
+    adapters = [
+        ModelCard(id=s.name, created=ctx.started_at, parent=base, capabilities=generates)
+        for s in ctx.adapters.specs
+    ]
+    card = ModelCard(id=base, created=ctx.started_at, meta=meta, capabilities=does)
+    return ModelList(data=[card, *adapters])

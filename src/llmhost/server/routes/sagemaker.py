@@ -21,11 +21,13 @@ from llmhost.server.protocol.outputs import (
     json_response,
 )
 from llmhost.server.protocol.rerank import RerankRequest, RerankResponse, TEIRank, TEIRerankRequest
+from llmhost.server.protocol.tei import EmbedRequest
 from llmhost.server.protocol.tgi import TGIRequest
 from llmhost.server.routes import deps
+from llmhost.server.serving.apis import tei
 from llmhost.web.apidoc import COMMON, GENERATE, errors, merge, operation
 from llmhost.web.errors import APIError, retry_after
-from llmhost.web.formats import TGI
+from llmhost.web.formats import TEI, TGI
 
 router = APIRouter()
 # what /invocations reads, by the member the body has: `messages`, `prompt`, `input`, `query` or `inputs`
@@ -51,7 +53,7 @@ INVOCATIONS = (
     "The body decides the API: `messages` (OpenAI chat), `prompt` (OpenAI completion), `input` (OpenAI "
     "embeddings, with --embeddings), `query` with `texts` (TEI's rerank on a reranker, its SageMaker "
     "container's shape) or with `documents` (Jina's / Cohere's rerank) or `inputs` (TGI, answered and "
-    "refused in TGI's shapes). A model "
+    "refused in TGI's shapes; on an embeddings server, TEI's /embed, as its SageMaker container). A model "
     "directory with code/inference.py answers with its input_fn / predict_fn / output_fn instead, reading "
     "the content types its input_fn accepts. A body of Content-Type application/jsonlines (or "
     "application/jsonl, application/x-jsonlines) is SageMaker Batch Transform's mini-batch: one such "
@@ -137,6 +139,9 @@ async def invoke(request: Request, body: dict[str, Any]) -> Response:
         return JSONResponse(await deps.rerank(request).tei(TEIRerankRequest.model_validate(body), request))
     if "query" in body and "documents" in body:
         return JSONResponse(await deps.rerank(request).rerank(RerankRequest.model_validate(body), request))
+    if "inputs" in body and deps.context(request).embedder is not None:  # TEI's container: /embed
+        with refused_in(TEI):
+            return await tei.embed(deps.embeddings(request), EmbedRequest.model_validate(body), request)
     if "inputs" in body:  # as SageMaker's TGI containers do, answered (errors too) in TGI's shapes
         with refused_in(TGI):
             tgi = TGIRequest.model_validate(body)

@@ -40,6 +40,7 @@ from llmhost.server.serving.chat_template import (
     TemplateMessage,
 )
 from llmhost.server.serving.model_names import ModelNames
+from llmhost.server.serving.side_embedder import SideEmbedder
 from llmhost.server.settings import ServerSettings
 from llmhost.shared.jsontypes import JSONObject
 from llmhost.web.errors import APIError, error_body, model_loading, unavailable
@@ -63,10 +64,13 @@ class ServingContext:
         settings: ServerSettings,
         metrics: ServerMetrics,
         embedder: AsyncEmbedder | None = None,
+        side_embedder: SideEmbedder | None = None,
     ) -> None:
-        """`embedder`: the --embeddings mode, where it holds the model and `engine` is never started."""
+        """`embedder`: the --embeddings mode, where it holds the model and `engine` is never started;
+        `side_embedder`: a generation server's embeddings context (none: --no-chat-embeddings)."""
         self.engine = engine
         self.embedder = embedder
+        self.side_embedder = side_embedder
         self.settings = settings
         self.metrics = metrics
         self._chat_template: ChatTemplate | None = None
@@ -80,6 +84,22 @@ class ServingContext:
         """What holds the model (readiness, vocabulary, info): with --embeddings the embedder, else the
         engine."""
         return self.embedder if self.embedder is not None else self.engine
+
+    async def embeddings_model(self) -> AsyncEmbedder | None:
+        """What serves embeddings, ready: the --embeddings mode's embedder (a 503 while it loads), else
+        the side embedder (loaded now if it is not yet); None where the server has neither."""
+        if self.embedder is not None:
+            self.require_model()
+            return self.embedder
+        return await self.side_embedder.ready() if self.side_embedder is not None else None
+
+    def capabilities(self) -> list[str]:
+        """What the model does here, as Ollama's /api/show names it: completion (generation), embedding
+        (an embedder serves, the side one included), or rank (a reranker: scores, no embeddings)."""
+        if self.embedder is None:
+            return ["completion", "embedding"] if self.side_embedder is not None else ["completion"]
+        ranks = (self.embedder.pooling if self.embedder.ready else self.embedder.config.pooling) == "rank"
+        return ["rank"] if ranks else ["embedding"]
 
     def require_model(self) -> None:
         if not self.model.ready:

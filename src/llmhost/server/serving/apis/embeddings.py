@@ -1,4 +1,6 @@
-"""OpenAI's /v1/embeddings over the embedder of a server started with --embeddings."""
+"""OpenAI's /v1/embeddings over the server's embedder: the --embeddings mode's, or a generation
+server's side embedder (server/serving/side_embedder.py). Ollama's and TEI's embeddings go through
+`EmbeddingsServing.vectors` too."""
 
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ from llmhost.engine.request import EngineError
 from llmhost.server.errors import from_engine
 from llmhost.server.protocol.embeddings import EmbeddingRequest
 from llmhost.server.protocol.shapes import EmbeddingData, Embeddings, EmbeddingsUsage
+from llmhost.server.serving.apis.truncation import Cut, cut_inputs
 from llmhost.server.serving.context import ServingContext
 from llmhost.web.errors import APIError
 
@@ -29,6 +32,18 @@ def normalize(vector: Vector) -> Vector:
     """Unit L2 norm (what OpenAI and vLLM return); an all-zero vector stays as it is."""
     norm = float(np.linalg.norm(vector))
     return vector / np.float32(norm) if norm > 0 else vector
+
+
+def check_dimensions(dimensions: int | None, n_embd: int) -> None:
+    """More dimensions than the model's vectors have: a 400 naming `dimensions` and the limit."""
+    if dimensions is not None and dimensions > n_embd:
+        raise APIError(
+            400,
+            f"dimensions {dimensions} is over this model's {n_embd}: a vector can be shortened to its first "
+            "components (Matryoshka), not lengthened",
+            field="dimensions",
+            extra={"value": dimensions, "limit": n_embd},
+        )
 
 
 def encode(vector: Vector, encoding_format: str) -> list[float] | str:
@@ -56,20 +71,20 @@ def render(vectors: list[Vector], encoding_format: str, model: str, n_tokens: in
     return json.dumps(body, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode()
 
 
-def check_texts(inputs: list[str | list[int]], max_inputs: int) -> None:
-    """Refusals that need no tokenizer: no input, too many, an empty one."""
+def check_texts(inputs: list[str | list[int]], max_inputs: int, field: str = "input") -> None:
+    """Refusals that need no tokenizer: no input, too many, an empty one (each naming `field`)."""
     if not inputs:
-        raise APIError(422, "input is empty: give at least one input", field="input", extra={"limit": 1})
+        raise APIError(422, f"{field} is empty: give at least one input", field=field, extra={"limit": 1})
     if len(inputs) > max_inputs:
         raise APIError(
             422,
-            f"input has {len(inputs)} items; at most {max_inputs} are allowed per request",
-            field="input",
+            f"{field} has {len(inputs)} items; at most {max_inputs} are allowed per request",
+            field=field,
             extra={"value": len(inputs), "limit": max_inputs},
         )
     for i, item in enumerate(inputs):
         if len(item) == 0:
-            raise APIError(422, f"input {i} is empty", field="input", extra={"index": i, "limit": 1})
+            raise APIError(422, f"{field} {i} is empty", field=field, extra={"index": i, "limit": 1})
 
 
 async def _disconnected(request: Request) -> None:
@@ -96,16 +111,22 @@ class EmbeddingsServing:
         self.ctx = ctx
 
     def embedder(self) -> AsyncEmbedder:
-        """The embedder; a 400 if the server was not started with --embeddings, a 503 while loading."""
+        """The embedder that serves, checked without waiting for it (asked before the body is read):
+        a 400 where none does (--no-chat-embeddings) or the model is a reranker, a 503 while the
+        --embeddings model loads. A generation server's may not be loaded yet: `ready` waits for it."""
         embedder = self.ctx.embedder
-        if embedder is None:
+        if embedder is not None:
+            self.ctx.require_model()
+        elif self.ctx.side_embedder is not None:
+            embedder = self.ctx.side_embedder.worker
+        else:
             raise APIError(
                 400,
-                "this server was not started with --embeddings, so it does not serve /v1/embeddings; "
-                "start it with `llmhost serve --embeddings` (an endpoint component: `embeddings: true`)",
+                "this server was started with --no-chat-embeddings, so it does not serve /v1/embeddings; "
+                "start it without that flag, or with `llmhost serve --embeddings` (an endpoint component: "
+                "`embeddings: true`)",
             )
-        self.ctx.require_model()
-        if embedder.pooling == "rank":
+        if embedder.ready and embedder.pooling == "rank":
             raise APIError(
                 400,
                 "this model is a reranker (its GGUF pools by rank): it scores (query, document) pairs at "
@@ -113,18 +134,29 @@ class EmbeddingsServing:
             )
         return embedder
 
-    async def create(self, body: EmbeddingRequest, request: Request) -> Response:
-        self.ctx.names.check(body.model)
-        embedder = self.embedder()
-        if body.dimensions is not None and body.dimensions != embedder.n_embd:
+    async def ready(self) -> AsyncEmbedder:
+        """The embedder that serves, loaded (a generation server's side embedder loads on the first
+        request), with `embedder`'s refusals."""
+        self.embedder()
+        await self.ctx.embeddings_model()
+        return self.embedder()
+
+    def check_base(self, model: str | None) -> None:
+        """A request naming a LoRA adapter: a 400, as the embeddings context runs the base model alone
+        (its vectors would not be the adapter's)."""
+        name = (model or "").removesuffix(":latest")
+        if name and name not in self.ctx.names.served and self.ctx.adapters.knows(name):
             raise APIError(
                 400,
-                f"dimensions {body.dimensions} is not supported: this model's embeddings have "
-                f"{embedder.n_embd} dimensions and llama.cpp does not shorten them",
-                field="dimensions",
-                extra={"value": body.dimensions, "supported": embedder.n_embd},
+                f"model {name!r} is a LoRA adapter: embeddings come from the base model "
+                f"{self.ctx.settings.model_name!r}, without adapters",
+                field="model",
             )
-        vectors, n_tokens = await self.vectors(body.inputs(), request, API)
+
+    async def create(self, body: EmbeddingRequest, request: Request) -> Response:
+        self.ctx.names.check(body.model)
+        self.check_base(body.model)
+        vectors, n_tokens = await self.vectors(body.inputs(), request, API, dimensions=body.dimensions)
         model = body.model or self.ctx.settings.model_name
         content = await asyncio.to_thread(render, vectors, body.encoding_format, model, n_tokens)
         return Response(content, media_type="application/json")
@@ -134,20 +166,24 @@ class EmbeddingsServing:
         inputs: list[str | list[int]],
         request: Request,
         api: str,
-        max_tokens: int | None = None,
+        cut: Cut | None = None,
         unit: bool = True,
+        dimensions: int | None = None,
+        field: str = "input",
     ) -> tuple[list[Vector], int]:
-        """The vectors of `inputs` (`unit`: L2-normalized) and their tokens in all (`max_tokens`: each
-        input's tokens cut to that many first, Ollama's `truncate`)."""
-        embedder = self.embedder()
-        check_texts(inputs, embedder.config.max_inputs)
-        tokens = await asyncio.to_thread(self._tokenize, embedder, inputs)
-        if max_tokens is not None:
-            tokens = [t[:max_tokens] for t in tokens]
+        """The vectors of `inputs` and their tokens in all: `cut`, each input's tokens cut to fit first
+        (Ollama's and TEI's `truncate`); `dimensions`, each vector's first components only (Matryoshka);
+        `unit`, then L2-normalized. `field`: what refusals of the inputs name."""
+        embedder = await self.ready()
+        check_dimensions(dimensions, embedder.n_embd)
+        check_texts(inputs, embedder.config.max_inputs, field)
+        tokens = await asyncio.to_thread(self._tokenize, embedder, inputs, cut)
         try:
             vectors = await until_done(embedder.embed(tokens), request)
         except EngineError as exc:
             err = from_engine(exc)
+            if err.field == "input" and field != "input":  # the API's own name for its inputs
+                err.field, err.message = field, f"{field}: {err.message}"
             self.ctx.metrics.rejected.labels(reason=str(err.status)).inc()
             raise err from exc
         except EmbeddingError as exc:
@@ -155,9 +191,15 @@ class EmbeddingsServing:
         n_tokens = sum(len(t) for t in tokens)
         self.ctx.metrics.count(api, "stop")
         self.ctx.metrics.prompt_tokens.inc(n_tokens)
+        if dimensions is not None:
+            vectors = [v[:dimensions] for v in vectors]
         return ([normalize(v) for v in vectors] if unit else vectors), n_tokens
 
     @staticmethod
-    def _tokenize(embedder: AsyncEmbedder, inputs: list[str | list[int]]) -> list[list[int]]:
-        """Texts get the model's special tokens (BOS), as /tokenize with add_special; ids are used as is."""
-        return [embedder.tokenize(x) if isinstance(x, str) else x for x in inputs]
+    def _tokenize(embedder: AsyncEmbedder, inputs: list[str | list[int]], cut: Cut | None) -> list[list[int]]:
+        """Texts get the model's special tokens (BOS), as /tokenize with add_special; ids are used as is.
+        `cut`: each input over its limit cut to fit, its special tokens kept."""
+        tokens = [embedder.tokenize(x) if isinstance(x, str) else x for x in inputs]
+        if cut is None:
+            return tokens
+        return cut_inputs(inputs, tokens, cut, lambda text: embedder.tokenize(text, add_special=False))

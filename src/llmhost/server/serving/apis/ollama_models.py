@@ -21,10 +21,10 @@ from llmhost.server.protocol import ollama as proto
 from llmhost.server.serving.apis.embeddings import EmbeddingsServing
 from llmhost.server.serving.apis.ollama import check_keep_alive
 from llmhost.server.serving.apis.ollama_params import check_options, supports_thinking, supports_tools
+from llmhost.server.serving.apis.truncation import Cut
 from llmhost.server.serving.chat_template import ChatTemplate, ChatTemplateError
 from llmhost.server.serving.context import ServingContext
 from llmhost.shared.jsontypes import JSONObject
-from llmhost.web.errors import APIError
 
 API = "ollama"
 # the Ollama release whose API this one follows (clients check /api/version for features)
@@ -173,9 +173,10 @@ class OllamaModels:
         return self.ctx.settings.engine.max_total_tokens
 
     def capabilities(self, template: str) -> list[str]:
-        if self.ctx.embedder is not None:
-            return ["embedding"]
-        found = ["completion"]
+        """The model's (ServingContext.capabilities), and for a generation model the chat features."""
+        found = self.ctx.capabilities()
+        if "completion" not in found:
+            return found
         if supports_tools(self._chat_template(template), self.ctx.settings.tool_format):
             found.append("tools")
         if supports_thinking(template, self.ctx.settings.reasoning_format):
@@ -222,18 +223,14 @@ class OllamaModels:
         body = proto.EmbedRequest.model_validate(raw)
         self.ctx.names.check_ollama(body.model)
         check_keep_alive(body.keep_alive)
+        self.embeddings.check_base(body.model)
         started = time.monotonic_ns()
-        embedder = self.embeddings.embedder()
-        if body.dimensions is not None and body.dimensions != embedder.n_embd:
-            raise APIError(
-                400,
-                f"dimensions {body.dimensions} is not supported: this model's embeddings have "
-                f"{embedder.n_embd} dimensions",
-                field="dimensions",
-            )
+        embedder = await self.embeddings.ready()
         inputs: list[str | list[int]] = [body.input] if isinstance(body.input, str) else list(body.input)
-        limit = embedder.config.max_input_tokens if body.truncate else None
-        vectors, n_tokens = await self.embeddings.vectors(inputs, request, API, limit)
+        cut = Cut(embedder.config.max_input_tokens) if body.truncate else None
+        vectors, n_tokens = await self.embeddings.vectors(
+            inputs, request, API, cut, dimensions=body.dimensions
+        )
         return proto.EmbedResponse(
             model=body.model,
             embeddings=[v.tolist() for v in vectors],
@@ -248,6 +245,7 @@ class OllamaModels:
         body = proto.EmbeddingsRequest.model_validate(raw)
         self.ctx.names.check_ollama(body.model)
         check_keep_alive(body.keep_alive)
+        self.embeddings.check_base(body.model)
         self.embeddings.embedder()
         if not body.prompt:
             return proto.EmbeddingResponse(embedding=[])

@@ -81,6 +81,13 @@ class LiveProgress:
     def level_finished(self, summary: LevelSummary) -> None:
         self.done.append(summary)
         self.state = None
+        if summary.items:  # a retrieval level: nothing generated, no TTFT
+            self.console.print(
+                f"  {summary.config} {summary.level}: {summary.requests} requests, "
+                f"{summary.success_pct:.1f}% ok, {summary.items_per_s:.1f} items/s, "
+                f"{summary.input_tokens_per_s:.1f} input tok/s, p50 E2E {_ms(summary.get('e2e_s_p50'))} ms"
+            )
+            return
         self.console.print(
             f"  {summary.config} {summary.level}: {summary.requests} requests, "
             f"{summary.success_pct:.1f}% ok, {summary.output_tokens_per_s:.1f} output tok/s, "
@@ -218,6 +225,27 @@ def conversations_table(results: BenchResults) -> Table | None:
     return t
 
 
+def retrieval_table(results: BenchResults) -> Table | None:
+    """Embed and rerank levels: inputs (documents) per second, the tokens the server counted, latency."""
+    levels = [lv for lv in results.levels() if lv.items]
+    if not levels:
+        return None
+    t = Table(title="Retrieval (embed: inputs; rerank: documents)")
+    for col in ("config", "level", "items/s", "input tok/s", "req/s", "E2E p50 ms", "E2E p90 ms"):
+        t.add_column(col, justify="left" if col in ("config", "level") else "right")
+    for lv in levels:
+        t.add_row(
+            lv.config,
+            lv.level,
+            _num(lv.items_per_s),
+            _num(lv.input_tokens_per_s),
+            _num(lv.requests_per_s, ".2f"),
+            _ms(lv.get("e2e_s_p50")),
+            _ms(lv.get("e2e_s_p90")),
+        )
+    return t
+
+
 def thinking_table(results: BenchResults) -> Table | None:
     """Thinking models: the thought's and the answer's tokens apart, and TTFT to the first answer token
     beside TTFT to the first token (of the thought)."""
@@ -303,6 +331,7 @@ def recommendations_table(results: BenchResults) -> Table:
 def _print_final(results: BenchResults, out: Path | None) -> None:
     console.print(levels_table(results))
     for extra in (
+        retrieval_table(results),
         models_table(results),
         conversations_table(results),
         thinking_table(results),

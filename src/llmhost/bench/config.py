@@ -15,6 +15,8 @@ from llmhost.bench.load.arrivals import Arrivals
 from llmhost.bench.load.conversations import ConversationSettings, parse_think_time
 from llmhost.bench.load.http import Endpoint
 from llmhost.bench.load.loadgen import LoadSettings
+from llmhost.bench.load.retrieval import KINDS as RETRIEVAL
+from llmhost.bench.load.retrieval import RetrievalSettings
 from llmhost.bench.load.slostop import SloStop, stop_rule
 from llmhost.bench.load.targets import APIS, Target
 
@@ -62,8 +64,9 @@ def _headers(items: list[str] | None) -> dict[str, str]:
     return headers
 
 
-WORKLOADS = ("prompts", "conversations")
+WORKLOADS = ("prompts", "conversations", *RETRIEVAL)
 CONVERSATIONS = ConversationSettings()  # the conversation options' defaults
+RETRIEVAL_DEFAULTS = RetrievalSettings("embed")  # the retrieval options' defaults
 
 
 def _goodput(items: list[str] | None) -> dict[str, float] | None:
@@ -139,8 +142,17 @@ class BenchConfig:
         metadata=opt(
             "prompts: independent requests; conversations: each user (the --concurrency levels count users) "
             "holds a conversation of --turns turns with think time, the whole conversation resent each turn "
-            "(openai and chat APIs)."
+            "(openai and chat APIs); embed: POST /v1/embeddings of --documents inputs; rerank: POST "
+            "/v1/rerank of a query and --documents documents (embed and rerank ignore --api)."
         ),
+    )
+    documents: int = field(
+        default=RETRIEVAL_DEFAULTS.documents,
+        metadata=opt("embed / rerank: inputs (embed) or documents (rerank) per request."),
+    )
+    document_words: int = field(
+        default=RETRIEVAL_DEFAULTS.words,
+        metadata=opt("embed / rerank: words of each input or document (cut from the built-in prompts)."),
     )
     conversations_file: str | None = field(
         default=None,
@@ -176,7 +188,9 @@ class BenchConfig:
             parse=parse_think_time,
         ),
     )
-    num_prompts: int = field(default=32, metadata=opt("Distinct synthetic prompts."))  # distinct synthetic
+    num_prompts: int = field(
+        default=32, metadata=opt("Distinct synthetic prompts (embed / rerank: distinct requests).")
+    )
     # SageMaker inference component header
     component: str | None = field(
         default=None,
@@ -271,6 +285,14 @@ class BenchConfig:
     def holds_conversations(self) -> bool:
         return self.workload == "conversations"
 
+    @property
+    def retrieves(self) -> bool:
+        """An embed or rerank workload: one JSON answer per request, nothing generated."""
+        return self.workload in RETRIEVAL
+
+    def retrieval_settings(self) -> RetrievalSettings:
+        return RetrievalSettings(self.workload, self.documents, self.document_words, self.num_prompts)
+
     def conversation_settings(self) -> ConversationSettings:
         return ConversationSettings(
             turns=self.turns,
@@ -339,6 +361,22 @@ class BenchConfig:
                     "its users (--concurrency), each holding --turns turns"
                 )
 
+    def _validate_retrieval(self) -> None:
+        if not self.retrieves:
+            return
+        self.retrieval_settings()  # checks its values
+        for flag, given in (
+            ("--prompts-file", self.prompts_file),
+            ("--builtin-prompts", self.builtin_prompts),
+            ("--slo-stop", self.slo_stop),
+            ("--component", self.component),
+        ):
+            if given:
+                raise ValueError(
+                    f"{flag} does not apply to --workload {self.workload}: its requests are "
+                    "--documents texts of --document-words words"
+                )
+
     def _validate_mix(self) -> None:
         header = self.api == "sagemaker"  # /invocations names its component in a header, no model
         for flag, given, used in (
@@ -350,7 +388,7 @@ class BenchConfig:
                 raise ValueError(f"{flag} with several names does not apply to --api {self.api}")
             if len(names) > 1 and not all(n.strip() for n in names):
                 raise ValueError(f"{flag}: comma-separated names, none empty, got {given!r}")
-            if len(names) > 1 and self.holds_conversations:
+            if len(names) > 1 and self.workload != "prompts":
                 raise ValueError(f"{flag} with several names applies to the prompts workload")
 
     def validate(self) -> None:
@@ -358,6 +396,7 @@ class BenchConfig:
         self._validate_mix()
         Endpoint.parse(self.url)
         self._validate_conversations()
+        self._validate_retrieval()
         self.load_settings(self.turns if self.holds_conversations else None)
         if not self.rates and (not self.concurrency or min(self.concurrency) < 1):
             raise ValueError("concurrency levels must be at least 1")

@@ -53,6 +53,8 @@ CSV_COLUMNS = [
     "input_tokens",
     "mean_in_flight",
     "reasoning_tokens",
+    "items",
+    "items_per_s",
     *[f"{name}_{stat}" for name in DISTRIBUTIONS for stat in STATS],
     *[f"{ANSWER_TTFT_S}_{stat}" for stat in STATS],
     "price_per_hour",

@@ -16,7 +16,9 @@ from llmhost.bench.figures.recommend import recommend
 from llmhost.bench.load.conversations import describe as describe_conversations
 from llmhost.bench.load.convload import ConversationLoad
 from llmhost.bench.load.http import Endpoint, prepare, simple_request
-from llmhost.bench.load.loadgen import LevelState, PreparedRequest, run_level
+from llmhost.bench.load.loadgen import AnyTarget, LevelState, PreparedRequest, run_level
+from llmhost.bench.load.retrieval import RetrievalTarget, retrieval_requests
+from llmhost.bench.load.retrieval import describe as describe_retrieval
 from llmhost.bench.load.server_metrics import MetricsProbe, metrics_path
 from llmhost.bench.load.slostop import STOPPED as SLO_MISSED
 from llmhost.bench.load.targets import Target
@@ -82,7 +84,7 @@ async def build_workload(cfg: BenchConfig, endpoint: Endpoint) -> Workload:
     return await synthetic_workload(cfg.prompt_tokens, cfg.num_prompts, tokenizer)
 
 
-def api_path(endpoint: Endpoint, target: Target) -> str:
+def api_path(endpoint: Endpoint, target: AnyTarget) -> str:
     """The API route under the URL's prefix (unless the URL already names it)."""
     return endpoint.prefix if endpoint.prefix.endswith(target.path) else endpoint.prefix + target.path
 
@@ -100,13 +102,24 @@ def prepare_requests(
     return out
 
 
+def prepare_retrieval(cfg: BenchConfig, endpoint: Endpoint, target: RetrievalTarget) -> list[PreparedRequest]:
+    """The embed or rerank requests, encoded once; their token counts come from the answers' usage."""
+    path = api_path(endpoint, target)
+    out = []
+    for req in retrieval_requests(cfg.retrieval_settings()):
+        body = json.dumps(target.body(req.texts, req.query)).encode()
+        http = prepare(endpoint, "POST", path, body, target.headers())
+        out.append(PreparedRequest(http, 0, items=len(req.texts)))
+    return out
+
+
 @dataclass
 class _Run:
     """What every level of one configuration shares."""
 
     cfg: BenchConfig
     endpoint: Endpoint
-    target: Target
+    target: AnyTarget
     sink: Any
     progress: Progress
     run_t0: float
@@ -161,12 +174,19 @@ Load = list[PreparedRequest] | ConversationLoad  # what a configuration's levels
 
 async def _prepare(
     cfg: BenchConfig, endpoint: Endpoint, result: ConfigResult, progress: Progress
-) -> tuple[Target, Load]:
+) -> tuple[AnyTarget, Load]:
     """The target (its model discovered when not given) and the encoded requests of the workload, or
     its conversations."""
     model = cfg.model
-    if model is None and cfg.api in ("openai", "chat", "messages", "responses"):
+    if model is None and (cfg.retrieves or cfg.api in ("openai", "chat", "messages", "responses")):
         model = await discover_model(endpoint)
+    if cfg.retrieves:
+        retrieval = RetrievalTarget(cfg.workload, model, tuple(cfg.headers.items()))
+        if model:
+            result.params.setdefault("model_name", model)
+        requests = prepare_retrieval(cfg, endpoint, retrieval)
+        result.workload = describe_retrieval(cfg.retrieval_settings())
+        return retrieval, requests
     target = Target(
         cfg.api,
         model=model,

@@ -40,7 +40,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from llmhost.bench.config import CONVERSATIONS, BenchConfig
+from llmhost.bench.config import CONVERSATIONS, RETRIEVAL_DEFAULTS, BenchConfig
 from llmhost.bench.figures.labels import model_labels
 from llmhost.bench.figures.procstats import ProcessUsage
 from llmhost.bench.figures.saturation import SaturationRule
@@ -101,7 +101,9 @@ class SweepSpec(BaseModel):
     builtin_prompts: bool = False
     num_prompts: int = 32
     # conversations (`llmhost bench run --workload conversations`): users = the concurrency levels
-    workload: Literal["prompts", "conversations"] = "prompts"
+    workload: Literal["prompts", "conversations", "embed", "rerank"] = "prompts"
+    documents: int = RETRIEVAL_DEFAULTS.documents  # embed / rerank: inputs or documents per request
+    document_words: int = RETRIEVAL_DEFAULTS.words
     conversations_file: str | None = None
     turns: int = CONVERSATIONS.turns
     system_prompts: int = CONVERSATIONS.system_prompts
@@ -266,6 +268,8 @@ def bench_config_for(spec: SweepSpec, launch: Launch, url: str) -> BenchConfig:
         builtin_prompts=spec.builtin_prompts,
         num_prompts=spec.num_prompts,
         workload=spec.workload,
+        documents=spec.documents,
+        document_words=spec.document_words,
         conversations_file=spec.conversations_file,
         turns=spec.turns,
         system_prompts=spec.system_prompts,

@@ -3,7 +3,9 @@
 Token ``i`` (0-based) of a response is sent at ``start + ttft + i * itl`` (absolute deadlines, so sleep
 jitter does not accumulate). Speaks OpenAI completions/chat SSE, TGI ``/generate_stream`` and SageMaker
 ``/invocations`` (TGI body), plus ``/tokenize``/``/detokenize`` (one token per whitespace-separated
-word) and ``/ping``.
+word) and ``/ping``. ``/v1/embeddings`` and ``/v1/rerank`` answer one JSON body after the TTFT: a
+vector per input, a score per document, usage counting one token per word (mode ``malformed``: one
+vector or score fewer than asked).
 
 Behaviour per request can be changed with headers: ``X-Fake-Mode`` (ok | 429 | 500 | 400 | malformed |
 error_event | truncated | hang), ``X-Fake-TTFT`` and ``X-Fake-ITL`` (seconds), and for the OpenAI APIs
@@ -228,6 +230,28 @@ def make_app(
         stats["component"] = request.headers.get("x-amzn-sagemaker-inference-component", "")  # type: ignore[assignment]
         return await generate(request, "tgi")
 
+    async def retrieval(request: Request, key: str) -> Response:
+        stats["requests"] += 1
+        mode, ttft, _ = params(request)
+        if mode == "500":
+            return JSONResponse({"error": "internal"}, status_code=500)
+        body = await request.json()
+        texts = body["input"] if key == "data" else body["documents"]
+        await asyncio.sleep(ttft)
+        n = len(texts) - (mode == "malformed")
+        if key == "data":
+            items: list[dict[str, Any]] = [{"index": i, "embedding": [0.5, 0.5]} for i in range(n)]
+        else:
+            items = [{"index": i, "relevance_score": 1.0 / (i + 1)} for i in range(n)]
+        tokens = sum(len(t.split()) for t in texts) + len(str(body.get("query", "")).split()) * len(texts)
+        return JSONResponse({key: items, "usage": {"prompt_tokens": tokens, "total_tokens": tokens}})
+
+    async def embeddings(request: Request) -> Response:
+        return await retrieval(request, "data")
+
+    async def rerank(request: Request) -> Response:
+        return await retrieval(request, "results")
+
     async def tokenize(request: Request) -> Response:
         if not tokenizer:
             return JSONResponse({"error": "not found"}, status_code=404)
@@ -255,6 +279,8 @@ def make_app(
             Route("/v1/chat/completions", chat, methods=["POST"]),
             Route("/generate_stream", generate_stream, methods=["POST"]),
             Route("/invocations", invocations, methods=["POST"]),
+            Route("/v1/embeddings", embeddings, methods=["POST"]),
+            Route("/v1/rerank", rerank, methods=["POST"]),
             Route("/tokenize", tokenize, methods=["POST"]),
             Route("/detokenize", detokenize, methods=["POST"]),
             Route("/ping", ping),

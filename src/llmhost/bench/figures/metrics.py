@@ -17,6 +17,8 @@ definitions are those of ``vllm bench serve``, so figures compare with published
 - ms per token: 1000 × E2E / output tokens (GuideLLM's "time per output token").
 - Output throughput: output tokens of successful requests / wall time of the level; requests/s
   counts successful requests only; goodput: successful requests meeting the SLO / wall time.
+- Retrieval (embeddings, rerank): the answer is one body, so a request has an E2E and no TTFT; its
+  ``items`` are the inputs embedded or documents scored, and ``items_per_s`` their throughput.
 """
 
 from __future__ import annotations
@@ -103,6 +105,13 @@ class RequestRecord:
     # thinking models: the first event of the answer (after the thought), and the thought's tokens
     answer_ttft_s: float | None = None
     reasoning_tokens: int = 0
+    items: int = 0  # embed / rerank: the inputs embedded or documents scored
+
+    def finish_answer(self, e2e_s: float, items: int) -> None:
+        """Fill the figures of a successful retrieval request (one answer, no token events)."""
+        self.ok = True
+        self.e2e_s = e2e_s
+        self.items = items
 
     def finish_ok(self, token_times_s: list[float], e2e_s: float, output_tokens: int) -> None:
         """Fill the figures of a successful request from the arrival times of its token events
@@ -204,6 +213,8 @@ class LevelSummary:
     input_tokens: int
     mean_in_flight: float
     reasoning_tokens: int = 0  # of output_tokens, those of thoughts (thinking models); the rest answer
+    items: int = 0  # retrieval: inputs embedded or documents scored by the successful requests
+    items_per_s: float = 0.0  # items / wall time
     distributions: dict[str, float | None] = field(default_factory=dict)  # "ttft_s_p50" → value
     price_per_hour: float | None = None
     minutes_per_1m_tokens: float | None = None
@@ -301,6 +312,8 @@ def summarize_level(
         input_tokens=in_tokens,
         mean_in_flight=busy / wall,
         reasoning_tokens=sum(r.reasoning_tokens for r in ok),
+        items=sum(r.items for r in ok),
+        items_per_s=sum(r.items for r in ok) / wall,
         distributions=distributions(ok),
         by_model=by_model(measured, wall),
         price_per_hour=price_per_hour,

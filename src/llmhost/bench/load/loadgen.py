@@ -5,7 +5,8 @@ and open loop (arrivals at a rate: Poisson, or gamma-distributed gaps with a bur
 
 A request never raises: every failure becomes a :class:`RequestRecord` with an error kind. A level
 ends when its duration or request count is reached (requests in flight are completed, bounded by the
-per-request timeout), or early when the error rate passes its bound.
+per-request timeout), or early when the error rate passes its bound. The retrieval workloads'
+requests (:mod:`llmhost.bench.load.retrieval`) get one JSON answer instead of a stream.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import aiohttp
 from llmhost.bench.figures import metrics as m
 from llmhost.bench.load.arrivals import Arrivals
 from llmhost.bench.load.http import HttpClientError, HttpRequest, classify, new_session, read_body, send
+from llmhost.bench.load.retrieval import AnswerError, RetrievalTarget
 from llmhost.bench.load.slostop import STOPPED as SLO_MISSED
 from llmhost.bench.load.slostop import SloStop, SloWatch
 from llmhost.bench.load.sse import SSEDecoder
@@ -34,6 +36,10 @@ class PreparedRequest:
     http: HttpRequest
     prompt_tokens: int
     model: str | None = None  # in a mix of models (or components): the one it names
+    items: int = 0  # embed / rerank: the inputs or documents it carries
+
+
+AnyTarget = Target | RetrievalTarget  # a streamed generation, or a retrieval route's one JSON answer
 
 
 @dataclass(frozen=True)
@@ -104,13 +110,14 @@ Sink = Callable[[m.RequestRecord], None]
 
 async def send_one(
     session: aiohttp.ClientSession,
-    target: Target,
+    target: AnyTarget,
     prep: PreparedRequest,
     rec: m.RequestRecord,
     run_t0: float,
 ) -> StreamState | None:
     """Send one request through ``session`` and fill ``rec``; never raises (except on cancellation).
-    Returns what the answer's stream said when it succeeded (its text, for a conversation's next turn)."""
+    Returns what the answer's stream said when it succeeded (its text, for a conversation's next turn);
+    a retrieval answer is no stream: None."""
     t0 = time.perf_counter()
     rec.start_s = t0 - run_t0
     rec.prompt_tokens, rec.model = prep.prompt_tokens, prep.model
@@ -123,12 +130,15 @@ async def send_one(
                 rec.error = m.error_kind_for_status(resp.status)
                 rec.error_detail = body[:300].decode("utf-8", "replace")
                 return None
+            if isinstance(target, RetrievalTarget):
+                await _read_answer(resp, target, prep, rec, t0)
+                return None
             return await _read_stream(resp, target, rec, t0)
     except HttpClientError as exc:
         rec.error = m.MALFORMED_STREAM if exc.kind == "malformed_response" else exc.kind
         rec.error_detail = exc.detail
         rec.e2e_s = time.perf_counter() - t0
-    except StreamError as exc:
+    except (StreamError, AnswerError) as exc:
         rec.error = exc.kind
         rec.error_detail = exc.detail
         rec.e2e_s = time.perf_counter() - t0
@@ -179,9 +189,24 @@ async def _read_stream(
     return stream
 
 
+async def _read_answer(
+    resp: aiohttp.ClientResponse,
+    target: RetrievalTarget,
+    prep: PreparedRequest,
+    rec: m.RequestRecord,
+    t0: float,
+) -> None:
+    raw = await read_body(resp, 1 << 30)  # 64 vectors of 1,024 floats are ~1.3 MB of JSON: keep it all
+    end = time.perf_counter()
+    answer = target.read(raw, prep.items)
+    rec.finish_answer(end - t0, answer.items)
+    if answer.prompt_tokens is not None:
+        rec.prompt_tokens = answer.prompt_tokens
+
+
 async def send_with_timeout(
     session: aiohttp.ClientSession,
-    target: Target,
+    target: AnyTarget,
     prep: PreparedRequest,
     rec: m.RequestRecord,
     run_t0: float,
@@ -278,7 +303,7 @@ class Phase:
 
 async def run_closed_phase(
     session: aiohttp.ClientSession,
-    target: Target,
+    target: AnyTarget,
     requests: list[PreparedRequest],
     concurrency: int,
     phase: Phase,
@@ -299,7 +324,7 @@ async def run_closed_phase(
 
 async def run_open_phase(
     session: aiohttp.ClientSession,
-    target: Target,
+    target: AnyTarget,
     requests: list[PreparedRequest],
     rate_rps: float,
     phase: Phase,
@@ -350,7 +375,7 @@ class LevelOutcome:
 
 
 async def run_level(
-    target: Target,
+    target: AnyTarget,
     requests: list[PreparedRequest],
     settings: LoadSettings,
     state: LevelState,

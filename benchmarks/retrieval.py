@@ -8,12 +8,12 @@ N times, interleaved, and each ratio is the median over the rounds with its rang
 `llmhost bench run --workload embed|rerank` over HTTP: embed sends --inputs texts a request, rerank a
 12-word query and --documents documents, every text --words words cut from the built-in prompts (about
 1.3 SmolLM2 tokens a word), closed loop at each --levels concurrency, one warm-up request per level.
-The peer runs with its defaults (flash attention auto: on, on CPU) and, as `llama-server fa-off`, with
-`-fa off`, which is how llmhost's embedder runs (flash attention makes a vector depend on its batch).
+Both run with their defaults (flash attention on, on CPU); the peer also as `llama-server fa-off`, with
+`-fa off` (what llmhost's `--no-flash-attn` runs: a vector then does not depend on its batch).
 
 Also recorded: each server's peak RSS (VmHWM, with its children's), and agreement: the first request's
-rerank scores and embeddings from llmhost against llama-server -fa off's (max |score difference|, min
-cosine), and against its default's.
+rerank scores and embeddings from llmhost against each peer's (max |score difference|, min cosine),
+whole and with each document (input) in a request of its own, the peer's answer free of its batching.
 
     .venv/bin/python benchmarks/retrieval.py --rounds 3 --out benchmarks/results/retrieval.json
 """
@@ -152,15 +152,23 @@ def _ms(seconds: float | None) -> float | None:
     return None if seconds is None else round(1000 * seconds, 1)
 
 
-def check_answer(url: str, workload: str, per_request: int, words: int) -> list[Any]:
-    """The first request of the workload, answered: scores by document, or vectors by input."""
-    [req] = retrieval_requests(RetrievalSettings(workload, per_request, words, 1))
-    body = RetrievalTarget(workload).body(req.texts, req.query)
+def _answered(url: str, workload: str, texts: list[str], query: str | None) -> list[Any]:
+    """Scores by document, or vectors by input."""
+    body = RetrievalTarget(workload).body(texts, query)
     answer = httpx.post(f"{url}{RetrievalTarget(workload).path}", json=body, timeout=600).json()
     if workload == "rerank":
         scores = sorted(answer["results"], key=lambda r: r["index"])
         return [float(r["relevance_score"]) for r in scores]
     return [d["embedding"] for d in sorted(answer["data"], key=lambda d: d["index"])]
+
+
+def check_answer(url: str, workload: str, per_request: int, words: int) -> tuple[list[Any], list[Any]]:
+    """The first request of the workload answered whole, and each of its documents (inputs) in a
+    request of its own: a server that batches them differently gives other numbers batched."""
+    [req] = retrieval_requests(RetrievalSettings(workload, per_request, words, 1))
+    whole = _answered(url, workload, req.texts, req.query)
+    alone = [_answered(url, workload, [text], req.query)[0] for text in req.texts]
+    return whole, alone
 
 
 def agreement(workload: str, ours: list[Any], theirs: list[Any]) -> dict[str, float]:
@@ -183,7 +191,7 @@ def run_server(
         levels = [measure(server.url, workload, c, per_request, args.words) for c in args.levels]
         out: dict[str, Any] = {"levels": levels, "peak_rss_mb": server.peak_rss_mb()}
         if check:
-            out["answer"] = check_answer(server.url, workload, per_request, args.words)
+            out["answer"], out["alone"] = check_answer(server.url, workload, per_request, args.words)
         return out
     finally:
         server.stop()
@@ -218,6 +226,7 @@ def main() -> None:
                 got = run_server(name, workload, model, args, work, check=r == 0)
                 if "answer" in got:
                     answers.setdefault(workload, {})[name] = got.pop("answer")
+                    answers[workload][f"{name}, one a request"] = got.pop("alone")
                 results[workload][name] = got
                 print(f"# round {r + 1}: {workload} {name} done", file=sys.stderr, flush=True)
         rounds.append(results)

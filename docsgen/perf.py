@@ -88,6 +88,26 @@ CHARTS: dict[str, list[tuple[str, str, list[tuple[str, str]]]]] = {
             ],
         ),
     ],
+    "retrieval": [
+        (
+            "Rerank: documents/s (64 a request, ~100 words each), concurrency 1",
+            "docs/s",
+            [
+                ("llmhost", "medians.rerank.llmhost.levels.c1.items_per_s"),
+                ("llama-server", "medians.rerank.llama-server.levels.c1.items_per_s"),
+                ("llama-server -fa off", "medians.rerank.llama-server fa-off.levels.c1.items_per_s"),
+            ],
+        ),
+        (
+            "Embeddings: inputs/s (32 a request, ~100 words each), concurrency 1",
+            "inputs/s",
+            [
+                ("llmhost", "medians.embed.llmhost.levels.c1.items_per_s"),
+                ("llama-server", "medians.embed.llama-server.levels.c1.items_per_s"),
+                ("llama-server -fa off", "medians.embed.llama-server fa-off.levels.c1.items_per_s"),
+            ],
+        ),
+    ],
     "constraint_engines": [
         (
             "Mask time per token, median",

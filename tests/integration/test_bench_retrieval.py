@@ -1,5 +1,6 @@
 """`llmhost bench run --workload embed|rerank` end to end against a real `llmhost serve` of a tiny BERT
-embedder (`--embeddings`) and a tiny BERT cross-encoder (`--embeddings --pooling rank`)."""
+embedder (no flag: its GGUF's mean pooling makes it an embeddings server) and a tiny BERT cross-encoder
+(`--embeddings --pooling rank`, the flags that make any model with a classification head a reranker)."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ REQUESTS = 4
 @pytest.fixture(scope="module")
 def embedder(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     tmp = tmp_path_factory.mktemp("bench-embed")
-    srv = start_server(tmp, str(build_tiny_gguf(tmp / "bert.gguf", arch="bert")), "--embeddings")
+    srv = start_server(tmp, str(build_tiny_gguf(tmp / "bert.gguf", arch="bert")))
     yield srv
     stop_server(srv)
 

@@ -46,6 +46,8 @@ def bert(files: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> It
         "tiny-rerank",
         "--max-input-tokens",
         str(MAX_INPUT_TOKENS),
+        # without flash attention a pair's score does not depend on what it is decoded with
+        "--no-flash-attn",
     )
     yield srv
     stop_server(srv)
@@ -247,9 +249,16 @@ components:
         )
     finally:
         stop_endpoint(ep)
-    for name, direct in (("bert", scores_by_index(bert)), ("qwen3", scores_by_index(qwen3))):
-        for result in answers[name].results:
-            assert result.relevance_score == pytest.approx(direct[result.index], abs=1e-6)
+    # the qwen3 copy runs as the qwen3 server does (flash attention on): the same scores
+    direct = scores_by_index(qwen3)
+    for result in answers["qwen3"].results:
+        assert result.relevance_score == pytest.approx(direct[result.index], abs=1e-6)
+    # the bert copy is BERT's (logits, not qwen3's probabilities), with flash attention on where the
+    # bert server has it off: the same scores to what batching with flash attention moves them
+    direct = scores_by_index(bert)
+    for result in answers["bert"].results:
+        assert result.relevance_score == pytest.approx(direct[result.index], abs=3e-2)
+    assert min(r.relevance_score for r in answers["bert"].results) < 0
     assert scored.status_code == 200, scored.text
     qwen3_direct = scores_by_index(qwen3)
     assert [d["score"] for d in scored.json()["data"]] == pytest.approx(

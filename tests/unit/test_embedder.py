@@ -145,6 +145,19 @@ async def test_concurrent_requests_share_decodes_within_the_limits() -> None:
     assert all(np.linalg.norm(v) == pytest.approx(1.0) for r in results for v in r)
 
 
+async def test_decodes_are_packed_up_to_pack_tokens_and_a_longer_input_goes_alone() -> None:
+    cfg = EmbedderConfig(max_input_tokens=100, max_batch_tokens=128, pack_tokens=2 * ALIGN)
+    embedder, fake = started(cfg)
+    try:
+        short = [[i] * ALIGN for i in (1, 2, 3)]  # one aligned block each: two fill a decode
+        long = [9] * 3 * ALIGN  # longer than pack_tokens: a decode of its own
+        await embedder.embed([*short, long, [4]])
+    finally:
+        embedder.shutdown()
+    assert [len(d) for d in fake.decodes] == [2, 1, 1, 1]
+    assert fake.decodes[2] == [long]
+
+
 async def test_a_failed_decode_fails_its_requests_and_a_full_queue_is_refused() -> None:
     cfg = EmbedderConfig(max_input_tokens=8, max_batch_tokens=8, max_requests=1, max_failures=2)
     embedder, fake = started(cfg)

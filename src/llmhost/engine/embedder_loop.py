@@ -147,8 +147,14 @@ class AsyncEmbedder(ModelWorker[Embedder]):
                 failures = self._decode(embedder, batch, failures)
         self._fail_all(EngineUnavailableError("the server is shutting down"))
 
+    @property
+    def pack(self) -> int:
+        """Tokens a decode is packed up to (see EmbedderConfig.pack_tokens), within what it holds."""
+        return min(self.config.pack_tokens, self.config.decode_tokens)
+
     def _take(self) -> list[tuple[_Job, int]]:
-        """The next decode's inputs, oldest request first (called holding the lock); requests whose
+        """The next decode's inputs, oldest request first (called holding the lock): up to `pack`
+        tokens, and one input at least (check_inputs bounds it by what a decode holds); requests whose
         caller stopped waiting are dropped."""
         batch: list[tuple[_Job, int]] = []
         used = 0
@@ -158,7 +164,7 @@ class AsyncEmbedder(ModelWorker[Embedder]):
                 continue
             while job.taken < len(job.inputs):
                 cost = aligned(len(job.inputs[job.taken]))
-                if len(batch) == self.config.max_batch_inputs or used + cost > self.config.decode_tokens:
+                if len(batch) == self.config.max_batch_inputs or (batch and used + cost > self.pack):
                     return batch
                 batch.append((job, job.taken))
                 job.taken += 1

@@ -71,20 +71,54 @@ def render(vectors: list[Vector], encoding_format: str, model: str, n_tokens: in
     return json.dumps(body, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode()
 
 
-def check_texts(inputs: list[str | list[int]], max_inputs: int, field: str = "input") -> None:
-    """Refusals that need no tokenizer: no input, too many, an empty one (each naming `field`)."""
-    if not inputs:
-        raise APIError(422, f"{field} is empty: give at least one input", field=field, extra={"limit": 1})
-    if len(inputs) > max_inputs:
+def check_count(n_items: int, max_items: int, field: str) -> None:
+    """A request's inputs (a reranker's pairs) counted: none, or more than `max_items`, is a 422 naming
+    `field` and the limit."""
+    if n_items == 0:
+        raise APIError(422, f"{field} is empty: give at least one", field=field, extra={"limit": 1})
+    if n_items > max_items:
         raise APIError(
             422,
-            f"{field} has {len(inputs)} items; at most {max_inputs} are allowed per request",
+            f"{field} has {n_items} items; at most {max_items} are allowed per request",
             field=field,
-            extra={"value": len(inputs), "limit": max_inputs},
+            extra={"value": n_items, "limit": max_items},
         )
+
+
+def check_texts(inputs: list[str | list[int]], max_inputs: int, field: str = "input") -> None:
+    """Refusals that need no tokenizer: no input, too many, an empty one (each naming `field`)."""
+    check_count(len(inputs), max_inputs, field)
     for i, item in enumerate(inputs):
         if len(item) == 0:
             raise APIError(422, f"{field} {i} is empty", field=field, extra={"index": i, "limit": 1})
+
+
+async def pooled(
+    ctx: ServingContext,
+    embedder: AsyncEmbedder,
+    tokens: list[list[int]],
+    request: Request,
+    api: str,
+    field: str,
+    work: str = "embedding",
+) -> tuple[list[Vector], int]:
+    """The pooled vectors of `tokens` as the model gives them (a reranker's: its scores) and their tokens
+    in all, counted in the metrics as `api`. The engine's refusals name `field` (the API's own name for
+    its inputs); a failed decode is a 500 saying the `work` failed."""
+    try:
+        vectors = await until_done(embedder.embed(tokens), request)
+    except EngineError as exc:
+        err = from_engine(exc)
+        if err.field == "input" and field != "input":
+            err.field, err.message = field, f"{field}: {err.message}"
+        ctx.metrics.rejected.labels(reason=str(err.status)).inc()
+        raise err from exc
+    except EmbeddingError as exc:
+        raise APIError(exc.status, f"{work} failed: {exc}", "server_error") from exc
+    n_tokens = sum(len(t) for t in tokens)
+    ctx.metrics.count(api, "stop")
+    ctx.metrics.prompt_tokens.inc(n_tokens)
+    return vectors, n_tokens
 
 
 async def _disconnected(request: Request) -> None:
@@ -178,19 +212,7 @@ class EmbeddingsServing:
         check_dimensions(dimensions, embedder.n_embd)
         check_texts(inputs, embedder.config.max_inputs, field)
         tokens = await asyncio.to_thread(self._tokenize, embedder, inputs, cut)
-        try:
-            vectors = await until_done(embedder.embed(tokens), request)
-        except EngineError as exc:
-            err = from_engine(exc)
-            if err.field == "input" and field != "input":  # the API's own name for its inputs
-                err.field, err.message = field, f"{field}: {err.message}"
-            self.ctx.metrics.rejected.labels(reason=str(err.status)).inc()
-            raise err from exc
-        except EmbeddingError as exc:
-            raise APIError(exc.status, f"embedding failed: {exc}", "server_error") from exc
-        n_tokens = sum(len(t) for t in tokens)
-        self.ctx.metrics.count(api, "stop")
-        self.ctx.metrics.prompt_tokens.inc(n_tokens)
+        vectors, n_tokens = await pooled(self.ctx, embedder, tokens, request, api, field)
         if dimensions is not None:
             vectors = [v[:dimensions] for v in vectors]
         return ([normalize(v) for v in vectors] if unit else vectors), n_tokens

@@ -12,28 +12,16 @@ from dataclasses import dataclass
 
 from starlette.requests import Request
 
-from llmhost.engine.embedder import EmbeddingError
 from llmhost.engine.embedder_loop import AsyncEmbedder
 from llmhost.engine.llamacpp.rerank_prompt import PairTooLongError
-from llmhost.engine.request import EngineError
-from llmhost.server.errors import from_engine
 from llmhost.server.protocol.rerank import Document
-from llmhost.server.serving.apis.embeddings import until_done
+from llmhost.server.serving.apis.embeddings import check_count, pooled
+from llmhost.server.serving.apis.truncation import Cut, Direction
 from llmhost.server.serving.context import ServingContext
 from llmhost.shared.jsontypes import JSONObject
 from llmhost.web.errors import APIError
 
 Pair = tuple[str, str]
-
-
-@dataclass(frozen=True, slots=True)
-class Cut:
-    """What to do with a pair longer than the limit: cut its document to fit (`keep_end`: keeping the
-    document's end) or refuse it; `limit`: tokens a pair may have (0: the server's max_input_tokens)."""
-
-    allowed: bool = False
-    limit: int = 0
-    keep_end: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,41 +84,33 @@ class RerankServing:
             )
         return embedder
 
+    def cut_to(self, n_tokens: int | None = None, direction: Direction = "Right") -> Cut:
+        """Pairs cut to `n_tokens` (the server's max_input_tokens where None, below 1, or above it),
+        their document's end dropped (Right) or its start (Left)."""
+        most = self.reranker().config.max_input_tokens
+        return Cut(n_tokens if n_tokens is not None and 0 < n_tokens < most else most, direction)
+
     async def score(
-        self, pairs: Sequence[Pair], request: Request, api: str, cut: Cut, field: str = "documents"
+        self, pairs: Sequence[Pair], request: Request, api: str, cut: Cut | None, field: str = "documents"
     ) -> Scores:
-        """The scores of `pairs` (`field`: the request's name for what is ranked, named by refusals)."""
+        """The scores of `pairs`: a pair over the limit cut to `cut`, or refused where it is None
+        (`field`: the request's name for what is ranked, named by refusals)."""
         reranker = self.reranker()
-        if not pairs:
-            raise APIError(422, f"{field} is empty: give at least one", field=field, extra={"limit": 1})
-        most = reranker.config.max_inputs
-        if len(pairs) > most:
-            raise APIError(
-                422,
-                f"{field} has {len(pairs)} items; at most {most} are allowed per request",
-                field=field,
-                extra={"value": len(pairs), "limit": most},
-            )
+        check_count(len(pairs), reranker.config.max_inputs, field)
         tokens = await asyncio.to_thread(self._tokenize, reranker, pairs, cut, field)
-        try:
-            vectors = await until_done(reranker.embed(tokens), request)
-        except EngineError as exc:
-            err = from_engine(exc)
-            self.ctx.metrics.rejected.labels(reason=str(err.status)).inc()
-            raise err from exc
-        except EmbeddingError as exc:
-            raise APIError(exc.status, f"reranking failed: {exc}", "server_error") from exc
-        n_tokens = sum(len(t) for t in tokens)
-        self.ctx.metrics.count(api, "stop")
-        self.ctx.metrics.prompt_tokens.inc(n_tokens)
+        vectors, n_tokens = await pooled(self.ctx, reranker, tokens, request, api, field, "reranking")
         return Scores([float(v[0]) for v in vectors], n_tokens)
 
     @staticmethod
-    def _tokenize(reranker: AsyncEmbedder, pairs: Sequence[Pair], cut: Cut, field: str) -> list[list[int]]:
+    def _tokenize(
+        reranker: AsyncEmbedder, pairs: Sequence[Pair], cut: Cut | None, field: str
+    ) -> list[list[int]]:
+        limit = cut.limit if cut is not None else 0
+        keep_end = cut is not None and cut.direction == "Left"
         out = []
         for i, (query, doc) in enumerate(pairs):
             try:
-                out.append(reranker.pair_tokens(query, doc, cut.allowed, cut.limit, cut.keep_end))
+                out.append(reranker.pair_tokens(query, doc, cut is not None, limit, keep_end))
             except PairTooLongError as exc:
                 raise APIError(
                     422,
@@ -146,13 +126,6 @@ def ranked(scores: Sequence[float], top_n: int | None) -> list[int]:
     """Indexes by score, best first (ties in the documents' order), the first `top_n`."""
     order = sorted(range(len(scores)), key=lambda i: (-scores[i], i))
     return order[:top_n] if top_n is not None else order
-
-
-def tokens_cut(truncate_prompt_tokens: int | None) -> Cut:
-    """vLLM's truncate_prompt_tokens: None refuses a pair over the limit, -1 cuts to it, N to N tokens."""
-    if truncate_prompt_tokens is None:
-        return Cut()
-    return Cut(allowed=True, limit=max(truncate_prompt_tokens, 0))
 
 
 def usage(n_tokens: int) -> JSONObject:

@@ -19,14 +19,13 @@ from llmhost.server.protocol.rerank import (
     TEIRerankRequest,
 )
 from llmhost.server.serving.apis.rerank import (
-    Cut,
     RerankServing,
     document_text,
     ranked,
     sigmoid,
-    tokens_cut,
     usage,
 )
+from llmhost.server.serving.apis.truncation import Cut
 from llmhost.shared.jsontypes import JSONObject, JSONValue
 from llmhost.web.errors import APIError
 
@@ -79,6 +78,10 @@ class RerankAPIs:
     def __init__(self, core: RerankServing) -> None:
         self.core = core
 
+    def _cut(self, truncate_prompt_tokens: int | None) -> Cut | None:
+        """vLLM's truncate_prompt_tokens: None refuses a pair over the limit, -1 cuts to it, N to N tokens."""
+        return None if truncate_prompt_tokens is None else self.core.cut_to(truncate_prompt_tokens)
+
     def _model(self, model: str | None) -> str:
         self.core.ctx.names.check(model)
         return model or self.core.ctx.settings.model_name
@@ -88,7 +91,7 @@ class RerankAPIs:
         model = self._model(body.model)
         texts = [document_text(doc, i, body.rank_fields) for i, doc in enumerate(body.documents)]
         pairs = [(body.query, text) for text in texts]
-        scored = await self.core.score(pairs, request, RERANK, tokens_cut(body.truncate_prompt_tokens))
+        scored = await self.core.score(pairs, request, RERANK, self._cut(body.truncate_prompt_tokens))
         results: list[JSONValue] = []
         for i in ranked(scored.values, body.top_n):
             item: JSONObject = {"index": i, "relevance_score": scored.values[i]}
@@ -110,7 +113,7 @@ class RerankAPIs:
         self.core.reranker()  # the model's refusal first, before any tokenizing
         docs = await asyncio.to_thread(self._at_most, body.documents, body.max_tokens_per_doc)
         scored = await self.core.score(
-            [(body.query, doc) for doc in docs], request, RERANK, Cut(allowed=True)
+            [(body.query, doc) for doc in docs], request, RERANK, self.core.cut_to()
         )
         results: list[JSONValue] = [
             {"index": i, "relevance_score": scored.values[i]} for i in ranked(scored.values, body.top_n)
@@ -134,7 +137,7 @@ class RerankAPIs:
 
     async def tei(self, body: TEIRerankRequest, request: Request) -> list[JSONObject]:
         """TEI's: a list of {index, score[, text]}, best first."""
-        cut = Cut(allowed=body.truncate, keep_end=body.truncation_direction == "Left")
+        cut = self.core.cut_to(direction=body.truncation_direction) if body.truncate else None
         scored = await self.core.score(
             [(body.query, text) for text in body.texts], request, RERANK, cut, field="texts"
         )
@@ -156,7 +159,7 @@ class RerankAPIs:
         model = self._model(body.model)
         pairs = score_pairs(body)
         field = "text_2" if body.text_2 is not None else "documents"
-        scored = await self.core.score(pairs, request, SCORE, tokens_cut(body.truncate_prompt_tokens), field)
+        scored = await self.core.score(pairs, request, SCORE, self._cut(body.truncate_prompt_tokens), field)
         data: list[JSONValue] = [
             {"index": i, "object": "score", "score": value} for i, value in enumerate(scored.values)
         ]

@@ -146,7 +146,7 @@ class LlamaModel:
             raise ModelLoadError(refusal(config, self.pooling, self.kv_bytes_per_token))
         return ctx
 
-    @property
+    @functools.cached_property
     def pooling_name(self) -> str:
         """The pooling the embeddings context uses (mean, cls, last, rank); "" for a generation context."""
         if self.pooling is None:

@@ -11,11 +11,12 @@ import enum
 from dataclasses import dataclass
 from pathlib import Path
 
+from gguf.constants import PoolingType
+
 from llmhost.engine.llamacpp.gguf_check import check_file
 
-# llama.cpp's enum llama_pooling_type, as a GGUF's `{arch}.pooling_type` stores it
-_POOLED = {1: "mean", 2: "cls", 3: "last"}
-_RANK = 4
+# the pooling types of an embedding model, by the number a GGUF's `{arch}.pooling_type` stores
+_POOLED = {int(t): t.name.lower() for t in (PoolingType.MEAN, PoolingType.CLS, PoolingType.LAST)}
 
 
 class ModelKind(enum.Enum):
@@ -39,7 +40,7 @@ def model_purpose(path: str | Path) -> ModelPurpose:
     pooling = meta.get(f"{arch}.pooling_type")
     ctx = meta.get(f"{arch}.context_length")
     n_ctx_train = ctx if isinstance(ctx, int) else 0
-    if pooling == _RANK:
+    if pooling == PoolingType.RANK:
         return ModelPurpose(ModelKind.RERANK, "rank", n_ctx_train)
     if isinstance(pooling, int) and pooling in _POOLED:
         return ModelPurpose(ModelKind.EMBED, _POOLED[pooling], n_ctx_train)

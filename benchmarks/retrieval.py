@@ -25,17 +25,15 @@ import json
 import os
 import platform
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
 import httpx
 import numpy as np
 from bert_gguf import BGE_SMALL, MINILM_RERANKER, BertShape, build_bert_gguf
-from serve_compare import free_port
+from serve_compare import Running
 
 from llmhost.bench.config import BenchConfig
 from llmhost.bench.load.retrieval import RetrievalSettings, RetrievalTarget, retrieval_requests
@@ -44,11 +42,11 @@ from llmhost.bench.runner import run_benchmark
 LLAMA_SERVER = "/work/peer/src/llama.cpp/build/bin/llama-server"
 SERVERS = ("llmhost", "llama-server", "llama-server fa-off")
 WORKLOADS: dict[str, BertShape] = {"embed": BGE_SMALL, "rerank": MINILM_RERANKER}
-STARTUP_TIMEOUT_S = 180
 GOALS = {"embed": 1.0, "rerank": 1.0}  # llmhost / llama-server items/s, the issue's targets
 
 
-def server_cmd(name: str, workload: str, model: Path, threads: int, port: int, extra: list[str]) -> list[str]:
+def server_cmd(name: str, workload: str, model: Path, threads: int, extra: list[str]) -> list[str]:
+    """The command line of `name` ("{port}": Running's port)."""
     if name == "llmhost":
         # --embeddings: the model's own pooling (rank for the cross-encoder: its scores)
         return [
@@ -61,61 +59,32 @@ def server_cmd(name: str, workload: str, model: Path, threads: int, port: int, e
             "--host",
             "127.0.0.1",
             "--port",
-            str(port),
+            "{port}",
             "--threads",
             str(threads),
             "--log-level",
             "warning",
             *extra,
         ]
-    cmd = [LLAMA_SERVER, "-m", str(model), "--host", "127.0.0.1", "--port", str(port), "-t", str(threads)]
+    cmd = [LLAMA_SERVER, "-m", str(model), "--host", "127.0.0.1", "--port", "{port}", "-t", str(threads)]
     cmd += ["--rerank"] if workload == "rerank" else ["--embeddings"]
     if name.endswith("fa-off"):
         cmd += ["-fa", "off"]
     return [*cmd, "--no-webui"]
 
 
-class Server:
-    def __init__(self, name: str, cmd: list[str], logs: Path) -> None:
-        self.name = name
-        self.port = int(cmd[cmd.index("--port") + 1])
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.log = logs / f"{name.replace(' ', '_')}-{self.port}.log"
-        with self.log.open("wb") as out:
-            self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
-
-    def wait_ready(self) -> None:
-        deadline = time.monotonic() + STARTUP_TIMEOUT_S
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"{self.name} exited: see {self.log}")
-            try:
-                if httpx.get(self.url + "/health", timeout=2).status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            time.sleep(0.3)
-        raise RuntimeError(f"{self.name} not ready in {STARTUP_TIMEOUT_S} s: see {self.log}")
-
-    def peak_rss_mb(self) -> float:
-        """VmHWM of the server and its children (llmhost serve runs in one process; the sum is safe)."""
-        pids = [self.proc.pid]
-        children = Path(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children")
-        if children.exists():
-            pids += [int(p) for p in children.read_text().split()]
-        total_kb = 0
-        for pid in pids:
-            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-                if line.startswith("VmHWM:"):
-                    total_kb += int(line.split()[1])
-        return round(total_kb * 1024 / 1e6, 1)
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
+def peak_rss_mb(pid: int) -> float:
+    """VmHWM of a server and its children (llmhost serve runs in one process; the sum is safe)."""
+    pids = [pid]
+    children = Path(f"/proc/{pid}/task/{pid}/children")
+    if children.exists():
+        pids += [int(p) for p in children.read_text().split()]
+    total_kb = 0
+    for one in pids:
+        for line in Path(f"/proc/{one}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                total_kb += int(line.split()[1])
+    return round(total_kb * 1024 / 1e6, 1)
 
 
 def level_requests(conc: int) -> int:
@@ -181,15 +150,15 @@ def agreement(workload: str, ours: list[Any], theirs: list[Any]) -> dict[str, fl
 
 
 def run_server(
-    name: str, workload: str, model: Path, args: argparse.Namespace, logs: Path, check: bool
+    name: str, workload: str, model: Path, args: argparse.Namespace, check: bool
 ) -> dict[str, Any]:
     per_request = args.inputs if workload == "embed" else args.documents
     extra = args.llmhost_args.split() if args.llmhost_args else []
-    server = Server(name, server_cmd(name, workload, model, args.threads, free_port(), extra), logs)
+    server = Running(name, server_cmd(name, workload, model, args.threads, extra), "/health")
     try:
         server.wait_ready()
         levels = [measure(server.url, workload, c, per_request, args.words) for c in args.levels]
-        out: dict[str, Any] = {"levels": levels, "peak_rss_mb": server.peak_rss_mb()}
+        out: dict[str, Any] = {"levels": levels, "peak_rss_mb": peak_rss_mb(server.proc.pid)}
         if check:
             out["answer"], out["alone"] = check_answer(server.url, workload, per_request, args.words)
         return out
@@ -223,7 +192,7 @@ def main() -> None:
                 build_bert_gguf(model, WORKLOADS[workload])
             results[workload] = {}
             for name in servers:
-                got = run_server(name, workload, model, args, work, check=r == 0)
+                got = run_server(name, workload, model, args, check=r == 0)
                 if "answer" in got:
                     answers.setdefault(workload, {})[name] = got.pop("answer")
                     answers[workload][f"{name}, one a request"] = got.pop("alone")

@@ -137,8 +137,12 @@ READY_PATH = {"llmhost": "/ping", "llama-server": "/health", "llama-cpp-python":
 
 
 class Running:
-    def __init__(self, name: str, cmd: list[str]) -> None:
+    """`cmd` started with "{port}" replaced by a free port; `ready_path`: its readiness probe (default:
+    READY_PATH of `name`)."""
+
+    def __init__(self, name: str, cmd: list[str], ready_path: str | None = None) -> None:
         self.name = name
+        self.ready_path = ready_path or READY_PATH[name]
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = Path(tempfile.mkdtemp(prefix="serve-compare-")) / f"{name}.log"
@@ -152,7 +156,7 @@ class Running:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"{self.name} exited: see {self.log}")
             try:
-                if httpx.get(self.url + READY_PATH[self.name], timeout=2).status_code == 200:
+                if httpx.get(self.url + self.ready_path, timeout=2).status_code == 200:
                     return
             except httpx.TransportError:
                 pass

@@ -80,8 +80,8 @@ def test_the_pages_kv_formula_is_the_engines_and_what_it_logs(
     finally:
         engine.close()
     # the defaults, as the page gives them (the table's first row; SmolLM2's printed figure)
-    assert formula["kv_mib"](per_token) == {18 * 1024: 1152, 23040: 1440}[want]
-    assert EngineConfig().n_ctx == 16 * 4096
+    assert formula["kv_mib"](per_token) == {18 * 1024: 576, 23040: 720}[want]
+    assert EngineConfig().n_ctx == 8 * 4096
 
 
 NUM = r" \| ([\d,]+)"
@@ -96,6 +96,6 @@ def test_the_pages_table_is_the_formula(formula: dict[str, Any]) -> None:
         assert per_token == int(kib) * 1024, name
         want = [
             formula["kv_mib"](per_token, seqs, 0, ctx)
-            for seqs, ctx in ((16, 4096), (1, 4096), (16, 32768), (1, 32768))
+            for seqs, ctx in ((8, 4096), (1, 4096), (8, 32768), (1, 32768))
         ]
         assert [int(m.replace(",", "")) for m in mibs] == want, name

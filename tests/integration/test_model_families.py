@@ -47,9 +47,11 @@ def tiny(gguf_dir: Path, arch: str) -> Path:
     return path if path.exists() else build_tiny_gguf(path, arch=arch)
 
 
-def engine(path: Path, prefix_cache_seqs: int = 1, prompt_cache_mb: int = 0) -> Engine:
+def engine(
+    path: Path, prefix_cache_seqs: int = 1, prompt_cache_mb: int = 0, max_concurrent: int = 4
+) -> Engine:
     cfg = EngineConfig(
-        max_concurrent=4,
+        max_concurrent=max_concurrent,
         max_total_tokens=512,
         max_input_tokens=448,
         max_batch_tokens=512,
@@ -120,7 +122,7 @@ def test_a_saved_state_is_restored_and_answers_as_a_cold_prefill(gguf_dir: Path,
     (llama_state_seq_get_data); its next turn restores it (llama_state_seq_set_data) instead of
     prefilling it again."""
     path = tiny(gguf_dir, arch)
-    eng = engine(path, prefix_cache_seqs=1, prompt_cache_mb=16)
+    eng = engine(path, prefix_cache_seqs=0, prompt_cache_mb=16, max_concurrent=1)  # one slot
     try:
         turn1 = eng.model.tokenize(PREFIX + "\nUser: which berth is free for grain?\nAssistant:")
         answer = [t for ev in run_greedy(eng, "a1", turn1, 8) for t in ev.token_ids]

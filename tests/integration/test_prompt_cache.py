@@ -27,17 +27,15 @@ def complete(url: str, prompt: str, max_tokens: int) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def hot(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    # the context keeps one idle conversation, not two
+    # one slot: each conversation takes the one before it out of the context
     srv = start_server(
         tmp_path_factory.mktemp("prompt-cache"),
         "--max-concurrent",
-        "2",
+        "1",
         "--max-input-tokens",
         "1024",
         "--max-total-tokens",
         "1280",
-        "--prefix-cache-seqs",
-        "1",
         "--prompt-cache-mb",
         "64",
     )

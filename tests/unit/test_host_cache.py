@@ -8,7 +8,7 @@ import pytest
 
 from llmhost.engine import EngineConfig, GenerationEvent, GenerationRequest, SamplingParams
 from llmhost.engine.kv.host_cache import HostCache, StateKey, auto_budget_mb, host_cache
-from llmhost.engine.kv.prefix_cache import KvCopy, KvSave, KvTrim, PrefixCache
+from llmhost.engine.kv.prefix_cache import KvKeep, KvSave, KvTrim, PrefixCache
 from tests.unit.engine_fakes import FakeModel, config, engine_factory, expected
 
 KEY = StateKey("model-a", kv="f16")
@@ -149,31 +149,28 @@ def test_the_default_budget_fits_in_the_memory_the_process_is_given() -> None:
 
 # -- the prefix cache spills what it drops ------------------------------------------------------------
 def test_the_prefix_cache_saves_evicted_kv_before_dropping_it() -> None:
-    cache = PrefixCache(n_slots=1, max_idle_seqs=1, spill_min_tokens=4)
+    cache = PrefixCache(n_running=1, spill_min_tokens=4)
     a = cache.acquire(toks(0, 30), [])
-    assert cache.release(a.kv_seq, toks(0, 30), reusable=True) == [KvCopy(0, 1, 30), KvTrim(0, 0)]
+    assert cache.release(a.kv_seq, toks(0, 30), reusable=True) == [], "kept in its slot"
     # a failed sequence's KV may be half-written: dropped, never saved
     b = cache.acquire([*toks(0, 20), 99, 98], [])
+    assert b.ops == (KvSave(0, tuple(toks(0, 30))), KvKeep(0, 20)), "what it drops of the slot is saved"
     assert cache.release(b.kv_seq, toks(0, 22), reusable=False) == [KvTrim(b.kv_seq, 0)]
-    # another conversation takes the idle place: the one there is saved, then dropped
     c = cache.acquire(toks(500, 3), [])
-    assert cache.release(c.kv_seq, toks(500, 3), reusable=True) == [
-        KvSave(1, tuple(toks(0, 30))),
-        KvTrim(1, 0),
-        KvCopy(0, 1, 3),
-        KvTrim(0, 0),
-    ]
-    d = cache.acquire(toks(600, 5), [])  # too short to be worth saving: dropped
-    ops = cache.release(d.kv_seq, toks(600, 5), reusable=True)
-    assert ops == [KvTrim(1, 0), KvCopy(0, 1, 5), KvTrim(0, 0)]
+    assert c.ops == () and cache.release(c.kv_seq, toks(500, 3), reusable=True) == []
+    d = cache.acquire(toks(600, 5), [])  # another conversation takes the slot: 3 tokens, not saved
+    assert d.ops == (KvTrim(0, 0),)
+    cache.release(d.kv_seq, toks(600, 5), reusable=True)
+    e = cache.acquire(toks(700, 5), [])
+    assert e.ops == (KvSave(0, tuple(toks(600, 5))), KvTrim(0, 0))
 
 
 def test_without_a_host_tier_nothing_is_saved() -> None:
-    cache = PrefixCache(n_slots=1, max_idle_seqs=1)
+    cache = PrefixCache(n_running=1)
     a = cache.acquire(toks(0, 30), [])
     cache.release(a.kv_seq, toks(0, 30), reusable=True)
     b = cache.acquire(toks(300, 5), [])
-    assert cache.release(b.kv_seq, toks(300, 5), reusable=True)[0] == KvTrim(1, 0)
+    assert b.ops == (KvTrim(0, 0),)
 
 
 # -- the engine restores from it ---------------------------------------------------------------------
@@ -189,9 +186,9 @@ def tokens_of(events: list[GenerationEvent]) -> list[int]:
     return [t for ev in events for t in ev.token_ids]
 
 
-def host_engine(model: FakeModel):  # type: ignore[no-untyped-def]
-    # one idle sequence in the context; 1 MiB of host memory behind it
-    cfg = config(prefix_cache_seqs=1, prompt_cache_mb=1)
+def host_engine(model: FakeModel, slots: int = 1):  # type: ignore[no-untyped-def]
+    # `slots` KV streams in the context; 1 MiB of host memory behind them
+    cfg = config(max_concurrent=slots, prompt_cache_mb=1)
     return engine_factory(model, cfg)
 
 
@@ -214,7 +211,7 @@ def test_an_evicted_conversation_is_restored_and_only_its_new_turn_prefilled() -
     assert (timings.cache_n, timings.prompt_n) == (restored, len(turn2) - restored)
     stats = engine.stats()
     assert (stats.prompt_cache_hits, stats.prompt_cache_restored_tokens) == (1, restored)
-    # turn 1's state, and b1's (20 + 3 tokens), saved when turn 2 took the context's idle place
+    # turn 1's state, and b1's (20 + 3 tokens), saved when turn 2 took the context's one slot
     assert stats.prompt_cache_bytes == 4 * (restored + 23) and stats.prompt_cache_capacity_bytes == 2**20
     assert any(kv[: len(turn2)] == turn2 for kv in model.kv.values()), "KV is the conversation, in order"
 
@@ -253,10 +250,11 @@ def test_a_prefix_copied_from_a_refused_restore_is_prefilled_again_not_taken_as_
     nothing to copy: both sequences prefill their whole prompts (llama.cpp does not refuse a decode
     into an empty sequence at a later position: it would compute without the prefix)."""
     model = FakeModel()
-    engine = host_engine(model)
+    engine = host_engine(model, slots=2)
     turn1 = toks(2, 24)
     out1 = tokens_of(run(engine, "a1", turn1, 6))
-    run(engine, "b1", toks(30, 20), 4)  # evicts the conversation to host memory
+    run(engine, "b1", toks(30, 20), 4)  # the other slot
+    run(engine, "c1", [60, *toks(5, 19)], 4)  # evicts the conversation, least recently used, to host memory
     model.refuse_restore = True
     first, second = [*turn1, *out1, 40, 41], [*turn1, *out1, 44, 45, 46]
     events: dict[str, list[GenerationEvent]] = {"first": [], "second": []}

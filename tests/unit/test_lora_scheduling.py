@@ -4,7 +4,7 @@ import pytest
 
 from llmhost.engine.config import EngineConfig
 from llmhost.engine.kv.host_cache import HostCache, StateKey
-from llmhost.engine.kv.prefix_cache import KvCopy, KvSave, PrefixCache
+from llmhost.engine.kv.prefix_cache import KvKeep, KvSave, PrefixCache
 from llmhost.engine.lora import AdapterSpec, adapter_set, label, parse_lora
 from llmhost.engine.sched.scheduler import Scheduler
 from llmhost.engine.sched.sequence import Sequence
@@ -50,35 +50,35 @@ def test_a_set_that_runs_out_of_work_leaves_the_rotation() -> None:
 
 
 def test_prefix_cache_never_shares_kv_across_adapter_sets() -> None:
-    cache = PrefixCache(n_slots=2, max_idle_seqs=2)
+    cache = PrefixCache(n_running=2)
     prompt = list(range(20))
     first = cache.acquire(prompt, [], adapters=A)
     cache.release(first.kv_seq, prompt, reusable=True, adapters=A)
     # the same prompt under another set (or none) finds nothing; under the same set, the prefix
-    assert cache.acquire(prompt, [], adapters=B).ops == ()
+    other = cache.acquire(prompt, [], adapters=B)
+    assert other.ops == () and other.kv_seq == 1
     assert cache.best_match(prompt, [], ()) == (-1, 0, False)
+    cache.release(other.kv_seq, [], reusable=False, adapters=B)
     again = cache.acquire(prompt, [], adapters=A)
-    assert again.n_reused == 19 and isinstance(again.ops[0], KvCopy)
+    assert again.n_reused == 19 and again.ops == (KvKeep(0, 19),)
 
 
-def test_a_finished_sequence_does_not_extend_another_sets_idle_entry() -> None:
-    cache = PrefixCache(n_slots=1, max_idle_seqs=2)
+def test_a_finished_sequence_does_not_supersede_another_sets_slot() -> None:
+    cache = PrefixCache(n_running=1, n_extra=1)
     m = cache.acquire([1, 2, 3], [], adapters=A)
     cache.release(m.kv_seq, [1, 2, 3], True, adapters=A)
     m = cache.acquire([1, 2, 3, 4], [], adapters=B)
     ops = cache.release(m.kv_seq, [1, 2, 3, 4], True, adapters=B)
-    assert cache.idle_seqs == 2  # kept beside A's entry, not in place of it
+    assert cache.held_seqs == 2 and ops == []  # kept beside A's, not in place of it
     assert cache.best_match([1, 2, 3, 9], [], A)[1] == 3 and cache.best_match([1, 2, 3, 4, 5], [], B)[1] == 4
-    assert any(isinstance(op, KvCopy) for op in ops)
 
 
 def test_an_evicted_entry_is_saved_under_its_adapter_set() -> None:
-    cache = PrefixCache(n_slots=1, max_idle_seqs=1, spill_min_tokens=4)
+    cache = PrefixCache(n_running=1, spill_min_tokens=4)
     m = cache.acquire(list(range(10)), [], adapters=A)
     cache.release(m.kv_seq, list(range(10)), True, adapters=A)
     m = cache.acquire(list(range(50, 60)), [], adapters=())
-    ops = cache.release(m.kv_seq, list(range(50, 60)), True, adapters=())
-    saves = [op for op in ops if isinstance(op, KvSave)]
+    saves = [op for op in m.ops if isinstance(op, KvSave)]
     assert [s.adapters for s in saves] == [A]
 
 

@@ -33,12 +33,13 @@ def test_without_a_bound_nothing_changes() -> None:
     assert fit_memory(config, memory_plan(0)) is config
 
 
-def test_idle_cached_sequences_shrink_to_fit() -> None:
-    config = EngineConfig(memory_mb=1024)  # 8 running + 8 idle x 72 MiB beside 300 MiB
+def test_extra_cached_streams_shrink_to_fit() -> None:
+    config = EngineConfig(memory_mb=1024, prefix_cache_seqs=8)  # 8 running + 8 extra x 72 MiB beside 300 MiB
     fitted = fit_memory(config, memory_plan(1024))
     assert fitted.prefix_cache_seqs == (1024 - 300 - RUNTIME_MARGIN_MB) // 72 - 8 == 1
     assert fitted.max_concurrent == 8 and fitted.max_total_tokens == config.max_total_tokens
-    assert fit_memory(EngineConfig(memory_mb=4096), memory_plan(4096)).prefix_cache_seqs == 8
+    roomy = EngineConfig(memory_mb=4096, prefix_cache_seqs=8)
+    assert fit_memory(roomy, memory_plan(4096)).prefix_cache_seqs == 8
 
 
 def test_running_sequences_that_do_not_fit_are_refused_naming_each_part() -> None:

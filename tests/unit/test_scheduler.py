@@ -3,7 +3,7 @@
 import pytest
 
 from llmhost.engine.config import EngineConfig
-from llmhost.engine.kv.prefix_cache import KvCopy, KvMove, KvTrim
+from llmhost.engine.kv.prefix_cache import KvCopy, KvKeep, KvMove, KvOp, KvTrim
 from llmhost.engine.sample.speculative import NgramIndex
 from llmhost.engine.sched.scheduler import Scheduler
 from llmhost.engine.sched.sequence import SeqStatus, Sequence
@@ -291,30 +291,30 @@ def test_an_unknown_schedule_policy_is_refused() -> None:
         EngineConfig(schedule_policy="lifo")
 
 
-def test_finished_conversations_stay_in_idle_streams_each_turn_replacing_the_previous_one() -> None:
-    s = Scheduler(config(max_concurrent=2, max_batch_tokens=64, prefix_cache_seqs=2))
+def test_finished_conversations_stay_in_their_slots_each_turn_taking_its_own() -> None:
+    s = Scheduler(config(max_concurrent=2, max_batch_tokens=64))
+    ops: list[KvOp] = []
 
     def turn(request_id: str, prompt: list[int]) -> Sequence:
         x = seq(request_id, prompt, 2)
         s.add(x)
+        ops.clear()
         while len(x.output) < 2:
             plan = s.schedule(0.0)
+            ops.extend(plan.kv_ops)
             s.postprocess(plan, {i.seq.request_id: [7] for i in plan.items if i.sample}, 0.0)
         s.finish(x)
         return x
 
     a1 = turn("a1", list(range(20)))
-    assert a1.kv_seq == 0 and s.cache.idle_seqs == 1
-    released = s.schedule(0.0).kv_ops
-    assert released == [KvCopy(0, 2, 21), KvTrim(0, 0)], "kept in an idle stream (ids 2, 3), its slot emptied"
+    assert a1.kv_seq == 0 and s.cache.held_seqs == 1 and s.schedule(0.0).kv_ops == [], "no copy"
     a2 = turn("a2", [*a1.computed_tokens, 7, 5, 6])
-    assert a2.n_reused == 21 and a2.kv_seq == 0, "copied from its previous turn into the lowest free slot"
-    ops = s.schedule(0.0).kv_ops
-    assert KvCopy(0, 2, len(a2.computed_tokens)) in ops and s.cache.idle_seqs == 1, "the turn replaces it"
-    turn("b", list(range(100, 120)))
-    turn("c", list(range(200, 220)))
-    ops = s.schedule(0.0).kv_ops
-    assert KvTrim(2, 0) in ops and s.cache.idle_seqs == 2, "beyond 2 idle streams, the LRU one leaves"
+    assert (a2.n_reused, a2.kv_seq, ops) == (21, 0, [KvKeep(0, 21)]), "its own slot, taken in place"
+    b = turn("b", list(range(100, 120)))
+    assert b.kv_seq == 1 and ops == [], "the empty slot, not the one holding a's conversation"
+    c = turn("c", list(range(200, 220)))
+    assert c.kv_seq == 0 and ops == [KvTrim(0, 0)], "no slot empty: the least recently used one's KV leaves"
+    assert s.cache.held_seqs == 2
 
 
 def three_running() -> tuple[Scheduler, list[Sequence]]:
@@ -327,27 +327,30 @@ def three_running() -> tuple[Scheduler, list[Sequence]]:
     return s, seqs
 
 
-def test_a_running_sequence_moves_down_into_a_free_id_so_the_batch_stays_consecutive() -> None:
-    s, (a, _, c) = three_running()
+def test_a_running_sequence_moves_into_a_free_id_so_the_batch_stays_consecutive() -> None:
+    s, (a, b, c) = three_running()
     s.finish(a, reusable=False)
+    assert not s.schedule(0.0).moved, "1 and 2 still run consecutively"
+    s, (a, b, c) = three_running()
+    s.finish(b, reusable=False)
     plan = s.schedule(0.0)
-    assert KvMove(2, 0, c.n_computed) in plan.kv_ops
-    assert plan.moved == [(c, 2)] and c.kv_seq == 0
+    assert KvMove(2, 1, c.n_computed) in plan.kv_ops
+    assert plan.moved == [(c, 2)] and c.kv_seq == 1
     assert sorted(i.seq.kv_seq for i in plan.items) == [0, 1]
 
 
 def test_a_waiting_sequence_fills_the_free_id_instead() -> None:
-    s, (a, _, c) = three_running()
-    s.finish(a, reusable=False)
+    s, (_, b, c) = three_running()
+    s.finish(b, reusable=False)
     d = seq("d", [9, 9])
     s.add(d)
     plan = s.schedule(0.0)
-    assert d.kv_seq == 0 and not plan.moved and c.kv_seq == 2
+    assert d.kv_seq == 1 and not plan.moved and c.kv_seq == 2
 
 
 def test_a_sequence_with_kv_operations_pending_is_not_moved_that_step() -> None:
-    s, (a, _, c) = three_running()
-    s.finish(a, reusable=False)
+    s, (_, b, c) = three_running()
+    s.finish(b, reusable=False)
     s.restore_ops([KvTrim(c.kv_seq, c.n_computed)])  # e.g. its rejected guesses
     plan = s.schedule(0.0)
     assert not plan.moved and c.kv_seq == 2

@@ -87,7 +87,9 @@ def test_an_endpoint_file_with_them_is_refused_naming_them() -> None:
         ComponentSpec(name="a", engine={"max_batch_tokens": 4, "max_concurrent": 8})
     ComponentSpec(name="a", engine={"max_batch_tokens": 1, "max_concurrent": 1})
     with pytest.raises(ValidationError, match="max_concurrent \\+ prefix_cache_seqs"):
-        ComponentSpec(name="a", engine={"max_concurrent": 250, "max_batch_tokens": 512})
+        ComponentSpec(
+            name="a", engine={"max_concurrent": 250, "prefix_cache_seqs": 8, "max_batch_tokens": 512}
+        )
 
 
 def _serve(args: list[str], env: dict[str, str] | None = None) -> Any:

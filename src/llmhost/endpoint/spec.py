@@ -110,6 +110,7 @@ class EngineSpec(_Strict):
     schedule_policy: SchedulePolicy | None = _key("schedule_policy")
     interactive_slots: int | None = _key("interactive_slots")
     prefix_cache_seqs: int | None = _key("prefix_cache_seqs")
+    prefix_caching: bool | None = _key("prefix_caching")
     prompt_cache_mb: int | None = _key("prompt_cache_mb")
     cache_type_k: CacheType | None = _key("cache_type_k")
     cache_type_v: CacheType | None = _key("cache_type_v")

@@ -39,8 +39,12 @@ class EngineConfig:
     # llama.cpp's physical batch (n_ubatch, llama-server's --ubatch-size): a decode is computed in
     # micro-batches of this many tokens. 0: llama.cpp's default, 512, at most the logical batch
     ubatch_size: int = 0
-    # idle sequences whose KV is kept for prefix reuse (each a KV stream of max_total_tokens cells)
-    prefix_cache_seqs: int = 8
+    # KV streams beyond the running ones that only keep finished requests' KV for prefix reuse (each
+    # max_total_tokens cells); a finished request's KV stays in its own stream (slot) in any case
+    prefix_cache_seqs: int = 0
+    # reuse KV already computed for a prompt's prefix (in a slot, a running sequence or host memory);
+    # off: every prompt is computed whole (vLLM's --no-enable-prefix-caching)
+    prefix_caching: bool = True
     # a waiting prompt holds back while another prompt is computing a prefix it shares (>= this many
     # tokens more than already cached), so it copies that KV instead of prefilling it again
     prefix_wait_min_tokens: int = 32

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 
-from llmhost.engine.kv.prefix_cache import KvCopy, KvOp, KvRestore, KvSave, KvTrim
+from llmhost.engine.kv.prefix_cache import KvCopy, KvKeep, KvOp, KvRestore, KvSave, KvTrim
 from llmhost.engine.llamacpp.model import LlamaModel
 from llmhost.engine.sched.scheduler import Scheduler
 from llmhost.engine.sched.sequence import SeqStatus
@@ -49,6 +49,9 @@ class KvRunner:
                 if isinstance(op, KvCopy):
                     if not self.copy(op):
                         refused.add(op.dst)
+                elif isinstance(op, KvKeep):
+                    if not self.keep(op):
+                        refused.add(op.seq)
                 else:  # a trim, or a running sequence's move, whose copy is checked with the step's items
                     self.model.apply(op)
             except Exception as exc:
@@ -68,6 +71,19 @@ class KvRunner:
         self.model.apply(KvTrim(op.dst, 0))
         self.scheduler.cache.drop(op.dst)
         self.scheduler.prefix_lost(op.dst)
+        return False
+
+    def keep(self, op: KvKeep) -> bool:
+        """Cut a slot taken in place to the prefix its request reuses, its sliding-window cells from an
+        SWA checkpoint where they moved on; False (the slot emptied, its request prefilling its whole
+        prompt) if it still lacks what the next token attends to."""
+        model = self.model
+        model.apply(KvTrim(op.seq, op.keep))
+        if model.holds_context(op.seq, op.keep) or model.restore_checkpoint(op.seq, op.keep):
+            return True
+        log.info("sequence %d's first %d positions lack what follows them attends to", op.seq, op.keep)
+        model.apply(KvTrim(op.seq, 0))
+        self.scheduler.prefix_lost(op.seq)
         return False
 
     def checkpoint(self, items: list[BatchItem]) -> None:

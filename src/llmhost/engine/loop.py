@@ -86,7 +86,7 @@ def load_engine(model_path: str, config: EngineConfig, observer: EngineObserver 
     """The model (and draft model) loaded with llama.cpp, and a saved prefix state restored."""
     t0 = time.perf_counter()
     model = LlamaModel(model_path, config)
-    config = model.config  # idle cached sequences as many as its memory holds
+    config = model.config  # extra cached streams as many as its memory holds
     drafter = None
     if config.draft_model:
         # the target's streams exactly (sequence ids are shared), sized once: by the target
@@ -98,7 +98,7 @@ def load_engine(model_path: str, config: EngineConfig, observer: EngineObserver 
         _preload(engine, config.prefix_state_path)
     log.info("loaded %s in %.2f s", model_path, time.perf_counter() - t0)
     log.info(
-        "KV cache: %d streams (%d running + %d idle cached sequences) x %d tokens, %s/%s, %s, %.1f MiB "
+        "KV cache: %d streams (%d running + %d extra cached) x %d tokens, %s/%s, %s, %.1f MiB "
         "(--prefix-cache-seqs, --max-total-tokens, --cache-type-k/-v and --swa-full size it)",
         config.n_seq_max,
         config.max_concurrent,

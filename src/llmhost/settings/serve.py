@@ -197,12 +197,20 @@ class EngineSettings:
     )
     prefix_cache_seqs: int = setting(
         _DEFAULT.prefix_cache_seqs,
-        "Idle cached prefixes (finished requests' KV) kept in the context, each in a KV stream of "
-        "--max-total-tokens cells beside the running sequences'; 0: none.",
+        "KV streams of --max-total-tokens cells beyond the running sequences' that only keep finished "
+        "requests' KV for prefix reuse (a finished request's KV stays in its own stream until another "
+        "request needs it in any case); 0: none.",
         ge=0,
         endpoint=True,
         engine="prefix_cache_seqs",
         metavar="N",
+    )
+    prefix_caching: bool = setting(
+        _DEFAULT.prefix_caching,
+        "Reuse the KV of a prompt's prefix already computed (kept in a finished request's stream, in a "
+        "running sequence or in host memory); off: every prompt is computed whole.",
+        endpoint=True,
+        engine="prefix_caching",
     )
     prompt_cache_mb: int = setting(
         _DEFAULT.prompt_cache_mb,
@@ -218,7 +226,7 @@ class EngineSettings:
         _DEFAULT.memory_mb,
         "MiB this server is meant to fit in (an endpoint copy gets its resources' memory_mb): the "
         "weights, the running sequences' KV cache and the process must fit (else the load is refused "
-        "naming each part), idle cached sequences are as many of --prefix-cache-seqs as fit beside "
+        "naming each part), extra cached streams are as many of --prefix-cache-seqs as fit beside "
         "them, and --prompt-cache-mb -1 takes at most what is left. 0: no bound.",
         engine="memory_mb",
         metavar="MB",

@@ -87,6 +87,7 @@ def expectations(files: dict[str, Path]) -> dict[str, tuple[Any, Callable[[Serve
         "ngram_size": (4, lambda s: s.engine.ngram_size, 4),
         "prompt_cache_mb": (256, lambda s: s.engine.prompt_cache_mb, 256),
         "prefix_cache_seqs": (2, lambda s: s.engine.prefix_cache_seqs, 2),
+        "prefix_caching": (False, lambda s: s.engine.prefix_caching, False),
         "adaptive_draft": (False, lambda s: s.engine.adaptive_draft, False),
         "cache_type_k": ("q8_0", lambda s: s.engine.cache_type_k, "q8_0"),
         "cache_type_v": ("q4_0", lambda s: s.engine.cache_type_v, "q4_0"),

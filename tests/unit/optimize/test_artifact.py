@@ -189,7 +189,7 @@ def test_a_state_that_does_not_fit_is_refused(built: Path) -> None:
     try:
         # saved with flash attention (V not transposed): llama.cpp rejects it, the id is freed
         assert not engine.kv.preload_prefix(tokens, state)
-        assert engine.scheduler.cache.idle_seqs == 0
+        assert engine.scheduler.cache.held_seqs == 0
         _, final = run(engine, engine.model.tokenize(SYSTEM))
         assert final.timings is not None and final.timings.cache_n == 0
     finally:

@@ -39,7 +39,7 @@ PROCESS_OVERHEAD_MB = 300
 def estimated_memory_mb(gguf: Path, engine: dict[str, Any] | None = None) -> int:
     """memory_mb of a model that sets none: its files' size (every part of a split model), the KV cache
     of its running sequences (the copy's engine settings, else serve's defaults: sliding-window layers
-    at their window unless swa_full, with the SWA checkpoints' budget; idle cached sequences are kept
+    at their window unless swa_full, with the SWA checkpoints' budget; extra cached streams are kept
     as far as this leaves room) and the process's overhead."""
     engine = engine or {}
     size = sum(part.stat().st_size for part in model_parts(gguf))

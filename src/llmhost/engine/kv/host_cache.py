@@ -1,9 +1,10 @@
 """The second cache tier: KV states of sequences that left the llama.cpp context, kept in host RAM.
 
-When an idle cached prefix is evicted to make room, or trimmed because another request took its
-sequence id, its state (`llama_state_seq_get_data`) is stored here, indexed by its tokens. A later
-prompt sharing a longer prefix with a stored state than with anything still in the context has that
-state restored into its sequence (`llama_state_seq_set_data`) and prefills only the rest.
+When the KV a free slot (KV stream) holds is evicted to make room, or trimmed because a request took
+the slot for a shorter prefix of it, its state (`llama_state_seq_get_data`) is stored here, indexed by
+its tokens. A later prompt sharing a longer prefix with a stored state than with anything still in the
+context has that state restored into its sequence (`llama_state_seq_set_data`) and prefills only the
+rest.
 
 Pure bookkeeping of bytes and token lists: the engine moves states in and out of llama.cpp. Entries
 are LRU within a byte budget; a state is only ever served under the `StateKey` it was saved with

@@ -1,14 +1,14 @@
 """A copy's engine sized to the memory it is given (`memory_mb`, an endpoint copy's reservation): the
-weights, the KV cache of every stream and the process must fit it. Idle cached sequences are a cache:
-fewer of them are kept when they do not fit; running sequences are what the user asked for: when those
-alone do not fit, the load is refused naming each part.
+weights, the KV cache of every stream and the process must fit it. Extra cached streams
+(--prefix-cache-seqs) are a cache: fewer of them are kept when they do not fit; running sequences are
+what the user asked for: when those alone do not fit, the load is refused naming each part.
 
 Counted here: the process as it is once the model is loaded (libraries, what of the weights is
 resident), the rest of the weights counted whole (mmap pages them in as they are read), and the KV cache
 of every stream (allocated by llama.cpp, filled as sequences grow: sliding-window layers at their window
 unless --swa-full), and the SWA checkpoints' budget: the bytes every sequence's checkpoints may hold
 together in host memory (as many as the running sequences keep at most; idle cached ones share it, the
-oldest checkpoints dropped past it), so an idle stream costs its KV only. The host cache's automatic
+oldest checkpoints dropped past it), so an extra cached stream costs its KV only. The host cache's automatic
 budget takes what is left afterwards (host_cache.py).
 
 Not counted: a generation server's embeddings context (server/serving/side_embedder.py), loaded on the
@@ -204,7 +204,7 @@ def plan(config: EngineConfig, rss_before_load: int, weights_bytes: int, kv: KvS
 
 
 def fit_memory(config: EngineConfig, p: MemoryPlan) -> EngineConfig:
-    """`config` with as many idle cached sequences as `memory_mb` holds (unchanged without a bound);
+    """`config` with as many extra cached streams as `memory_mb` holds (unchanged without a bound);
     MemoryFitError when the running sequences alone do not fit."""
     if not config.memory_mb:
         return config
@@ -222,7 +222,7 @@ def fit_memory(config: EngineConfig, p: MemoryPlan) -> EngineConfig:
     idle = min(config.prefix_cache_seqs, fits - config.max_concurrent)
     if idle < config.prefix_cache_seqs:
         log.warning(
-            "--memory-mb %d holds %d idle cached sequence(s), not %d: %.0f MiB with them "
+            "--memory-mb %d holds %d extra cached stream(s), not %d: %.0f MiB with them "
             "(each %.1f MiB of KV); give it more memory or lower --max-total-tokens to keep more",
             config.memory_mb,
             idle,

@@ -1,4 +1,4 @@
-"""Which llama.cpp sequence ids are free, running or idle holding reusable KV.
+"""Which llama.cpp sequence ids (KV streams, "slots") run, and which prefix each free one still holds.
 
 Pure bookkeeping: it returns the KV operations to perform; the runner performs them.
 """
@@ -25,6 +25,15 @@ class KvCopy:
 @dataclass(slots=True, frozen=True)
 class KvTrim:
     """Forget positions >= `keep` of `seq` (llama_memory_seq_rm(seq, keep, -1))."""
+
+    seq: int
+    keep: int
+
+
+@dataclass(slots=True, frozen=True)
+class KvKeep:
+    """A request takes the free slot `seq` as it is, keeping its first `keep` positions (a trim, then a
+    check that they still hold what the next token attends to: sliding-window cells may have moved on)."""
 
     seq: int
     keep: int
@@ -62,8 +71,8 @@ class KvMove:
 
 # what llama.cpp performs on the context
 KvEdit = KvCopy | KvTrim | KvMove
-# what a step plans: edits, and states moved between the context and host memory
-KvOp = KvCopy | KvTrim | KvSave | KvRestore | KvMove
+# what a step plans: edits, a slot taken in place, and states moved between the context and host memory
+KvOp = KvCopy | KvTrim | KvKeep | KvSave | KvRestore | KvMove
 
 
 def kv_ids(op: KvOp) -> tuple[int, ...]:
@@ -94,6 +103,11 @@ def reusable(shared: int, prompt: list[int]) -> int:
     return min(shared, len(prompt) - 1)
 
 
+# held tokens a prompt may drop by taking a free slot in place: a conversation's next turn drops at most
+# the few closing tokens of the last answer that its template renders again differently
+IN_PLACE_MAX_LOSS = 32
+
+
 @dataclass(slots=True, frozen=True)
 class PrefixMatch:
     kv_seq: int  # the sequence id the new request gets
@@ -102,34 +116,38 @@ class PrefixMatch:
 
 
 class PrefixCache:
-    """Which llama.cpp sequence ids run, and which idle ones keep finished requests' KV for reuse.
+    """Which llama.cpp sequence ids ("slots") run, and which prefix each free slot still holds.
 
     Every id has a KV stream of its own (llama.cpp's non-unified cache: attention reads only the
-    sequence's own cells, not every sequence's). Running sequences take ids 0..n_slots-1, lowest free
-    first, so a step's batch has consecutive ids: llama.cpp splits a batch of streams wherever they
-    are not. A finished sequence's KV is copied to an idle id (n_slots and up), replacing the idle
-    entry it extends (its conversation's previous turn), else a free one, else the least recently
-    used one; a new prompt's prefix is copied from the idle or running sequence holding the longest.
-    KV computed under one LoRA adapter set serves only prompts of that set (callers pass the running
-    sequences of the prompt's set; idle entries remember theirs).
+    sequence's own cells, not every sequence's). A finished request's KV stays in its slot, as
+    llama-server's does, so no stream is reserved for idle KV: a new request takes the free slot whose
+    KV shares the longest prefix with its prompt, in place (the rest trimmed); where a running sequence
+    holds a longer one, it is copied into an empty free slot, else into the least recently used one.
+    A slot's KV that is about to be lost is saved to the host-memory tier first when it is worth it.
+    Running sequences are kept at the lowest ids (`relocation`). KV computed under one LoRA adapter set
+    serves only prompts of that set (callers pass the running sequences of the prompt's set; free
+    slots remember theirs).
     """
 
     def __init__(
         self,
-        n_slots: int,
-        max_idle_seqs: int,
+        n_running: int,
+        n_extra: int = 0,
         spill_min_tokens: int = 0,
         reach: Callable[[int, int], int] | None = None,
     ) -> None:
-        """`spill_min_tokens` > 0: KV of at least that many tokens about to be dropped is first saved
-        (`KvSave`) to the host cache tier. `reach(kv_seq, n)`: the longest prefix of a sequence's first
-        n positions that can be reused (a long sequence may have lost its first sliding-window cells:
-        a shorter prefix, the newest SWA checkpoint within them, or none); None: every prefix."""
-        self._free: list[int] = list(range(n_slots))
-        self._free_idle: list[int] = list(range(n_slots + max_idle_seqs - 1, n_slots - 1, -1))
-        self._idle: OrderedDict[int, list[int]] = OrderedDict()
-        self._idle_adapters: dict[int, AdapterSet] = {}  # of each idle id, set when it is filled
-        self._max_idle = max_idle_seqs
+        """At most `n_running` slots run at once; `n_extra` more slots only ever hold finished
+        requests' KV (`--prefix-cache-seqs`). `spill_min_tokens` > 0: KV of at least that many
+        tokens about to be lost is first saved (`KvSave`) to the host cache tier. `reach(kv_seq, n)`:
+        the longest prefix of a sequence's first n positions that can be reused (a long sequence may
+        have lost its first sliding-window cells: a shorter prefix, the newest SWA checkpoint within
+        them, or none); None: every prefix."""
+        self._n_running = n_running
+        self._free: list[int] = list(range(n_running + n_extra))
+        self._n_taken = 0
+        # free slots whose KV holds a finished request's tokens, least recently used first
+        self._held: OrderedDict[int, list[int]] = OrderedDict()
+        self._held_adapters: dict[int, AdapterSet] = {}  # of each held slot, set when it is released
         self._spill_min = spill_min_tokens
         self._reach = reach
         self.lookups = 0
@@ -137,24 +155,25 @@ class PrefixCache:
         self.reused_tokens = 0
 
     @property
-    def idle_tokens(self) -> int:
-        return sum(len(t) for t in self._idle.values())
+    def held_tokens(self) -> int:
+        """Tokens of KV the free slots hold."""
+        return sum(len(t) for t in self._held.values())
 
     @property
-    def idle_seqs(self) -> int:
-        return len(self._idle)
+    def held_seqs(self) -> int:
+        return len(self._held)
 
     def can_acquire(self) -> bool:
-        return bool(self._free)
+        return bool(self._free) and self._n_taken < self._n_running
 
     def best_match(
         self, prompt: list[int], running: Iterable[tuple[int, list[int]]], adapters: AdapterSet = ()
     ) -> tuple[int, int, bool]:
-        """(kv_seq, tokens shared, is_idle) of the longest prefix among idle sequences of `adapters`
-        and `running` ones whose KV can serve it."""
+        """(kv_seq, tokens shared, is_free) of the longest prefix among free slots holding KV of
+        `adapters` and `running` sequences whose KV can serve it."""
         best = (-1, 0, False)
-        for seq_id, tokens in self._idle.items():
-            if self._idle_adapters.get(seq_id, ()) != adapters:
+        for seq_id, tokens in self._held.items():
+            if self._held_adapters.get(seq_id, ()) != adapters:
                 continue
             n = self._served(seq_id, common_prefix_len(prompt, tokens), prompt)
             if n > best[1]:
@@ -166,7 +185,7 @@ class PrefixCache:
         return best
 
     def _served(self, kv_seq: int, shared: int, prompt: list[int]) -> int:
-        """Of `shared` leading tokens `kv_seq` holds of `prompt`, those a copy can serve (all but the
+        """Of `shared` leading tokens `kv_seq` holds of `prompt`, those it can serve (all but the
         prompt's last at most; fewer where its sliding-window cells moved on)."""
         if shared <= 0 or self._reach is None:
             return shared
@@ -189,102 +208,156 @@ class PrefixCache:
         reuse: bool = True,
         adapters: AdapterSet = (),
     ) -> PrefixMatch:
-        """Give a new request the lowest free running id, with a copy of the longest cached prefix of
-        its prompt (unless `reuse` is off: the request needs the logits of every prompt position)."""
-        if not self._free:
+        """Give a new request a free slot holding the longest cached prefix of its prompt: taken in
+        place where a free slot holds it, else copied in from the running sequence holding it (unless
+        `reuse` is off: the request needs the logits of every prompt position)."""
+        if not self.can_acquire():
             raise RuntimeError("no KV sequence id available")
         self.lookups += 1
-        src, shared, is_idle = self.best_match(prompt, list(running), adapters)
-        shared = reusable(shared, prompt) if reuse else 0
-        dst = min(self._free)
-        self._free.remove(dst)
-        if shared <= 0:
-            return PrefixMatch(dst, 0, ())
-        self.hits += 1
-        self.reused_tokens += shared
-        if is_idle:
-            self._idle.move_to_end(src)
-        return PrefixMatch(dst, shared, (KvCopy(src, dst, shared),))
+        src, shared, in_free_slot = (
+            self.best_match(prompt, list(running), adapters) if reuse else (-1, 0, False)
+        )
+        n_reused = reusable(shared, prompt)
+        ops: list[KvOp] = []
+        if n_reused > 0 and in_free_slot and self._in_place(src, n_reused):
+            dst = src
+            ops.extend(self._take_in_place(dst, n_reused))
+        else:
+            dst = self._take_free(ops)
+            if n_reused > 0:
+                ops.append(KvCopy(src, dst, n_reused))
+        if n_reused > 0:
+            self.hits += 1
+            self.reused_tokens += n_reused
+        return PrefixMatch(dst, max(n_reused, 0), tuple(ops))
+
+    def _in_place(self, slot: int, keep: int) -> bool:
+        """Whether a prompt sharing `keep` tokens with the free `slot` takes that slot itself rather than
+        a copy of them in an empty slot: when it loses little of what the slot holds (a conversation's
+        next turn), or no slot is empty."""
+        lost = len(self._held[slot]) - keep
+        return lost < IN_PLACE_MAX_LOSS or all(i in self._held for i in self._free)
+
+    def _take_in_place(self, slot: int, keep: int) -> list[KvOp]:
+        """Take the free `slot` with its first `keep` positions; what it held beyond them is saved to
+        the host tier first where that much is worth keeping (another user's conversation after a
+        shared system prompt)."""
+        tokens = self._held.pop(slot)
+        adapters = self._held_adapters.pop(slot, ())
+        self._free.remove(slot)
+        self._n_taken += 1
+        ops: list[KvOp] = []
+        if self._spill_min and len(tokens) - keep >= self._spill_min:
+            ops.append(KvSave(slot, tuple(tokens), adapters))
+        return [*ops, KvKeep(slot, keep)]
+
+    def _take_free(self, ops: list[KvOp]) -> int:
+        """Take the lowest empty free slot, else the least recently used one (its KV evicted)."""
+        empty = [i for i in self._free if i not in self._held]
+        if empty:
+            slot = min(empty)
+        else:
+            slot = next(iter(self._held))
+            ops.extend(self._evict(slot))
+        self._free.remove(slot)
+        self._n_taken += 1
+        return slot
+
+    def _evict(self, slot: int) -> list[KvOp]:
+        """Forget what the free `slot` holds, saving its state to the host tier first if worth it."""
+        tokens = self._held.pop(slot, None)
+        adapters = self._held_adapters.pop(slot, ())
+        if tokens is None:
+            return []
+        if self._spill_min and len(tokens) >= self._spill_min:
+            return [KvSave(slot, tuple(tokens), adapters), KvTrim(slot, 0)]
+        return [KvTrim(slot, 0)]
 
     def relocation(self, running: Iterable[int]) -> tuple[int, int] | None:
-        """(highest running id, lowest free id) while a free id lies below a running one. llama.cpp
-        decodes streams in one micro-batch only where their ids run consecutively, and every micro-batch
-        of a decode step is a pass over the weights: with a gap, 4 sequences decode in 59 ms instead of
-        38, 7 in 88 instead of 70 (2 cores, the default model, `benchmarks/conversations.py` at 12
-        users, where a gap was open in 28% of the steps)."""
-        ids = list(running)
-        if not ids or not self._free:
+        """(running id, free id) to move it to while the running ids do not form one consecutive run.
+        llama.cpp decodes streams in one micro-batch only where their ids run consecutively, and every
+        micro-batch of a decode step is a pass over the weights: with a gap, 4 sequences decode in 59 ms
+        instead of 38, 7 in 88 instead of 70 (2 cores, the default model, `benchmarks/conversations.py`
+        at 12 users, where a gap was open in 28% of the steps). The run they are gathered into is the
+        one already holding most of them, then the one whose free slots hold the least KV to evict;
+        the free slot filled is an empty one, else the least recently used."""
+        ids = sorted(running)
+        k = len(ids)
+        if k < 2 or ids[-1] - ids[0] + 1 == k:
             return None
-        top, low = max(ids), min(self._free)
-        return (top, low) if low < top else None
+        n_slots = len(self._free) + self._n_taken
+        taken = set(ids)
 
-    def relocate(self, src: int, dst: int, n_tokens: int) -> KvMove:
-        """Move the running sequence at `src` (holding `n_tokens` positions) to the free id `dst`."""
+        def rank(start: int) -> tuple[int, int, int]:
+            window = range(start, start + k)
+            return (sum(i in taken for i in window), -sum(i in self._held for i in window), -start)
+
+        start = max(range(n_slots - k + 1), key=rank)
+        window = range(start, start + k)
+        src = next(i for i in reversed(ids) if i not in window)
+        free = [i for i in window if i in self._free]
+        empty = [i for i in free if i not in self._held]
+        dst = empty[0] if empty else min(free, key=list(self._held).index)
+        return src, dst
+
+    def relocate(self, src: int, dst: int, n_tokens: int) -> list[KvOp]:
+        """Move the running sequence at `src` (holding `n_tokens` positions) to the free slot `dst`,
+        whose own KV is evicted (saved to the host tier first if worth it)."""
+        ops = self._evict(dst)
         self._free.remove(dst)
         self._free.append(src)
-        return KvMove(src, dst, n_tokens)
+        return [*ops, KvMove(src, dst, n_tokens)]
 
     def adopt(self, tokens: list[int]) -> int | None:
-        """Take a free idle id and register it as holding `tokens` (KV restored by the caller).
+        """Take an empty free slot and register it as holding `tokens` (KV restored by the caller).
 
-        None when nothing can be kept: no idle id free (or idle caching off)."""
-        if not tokens or not self._free_idle:
+        None when nothing can be kept: no free slot is empty."""
+        empty = [i for i in self._free if i not in self._held]
+        if not tokens or not empty:
             return None
-        kv_seq = self._free_idle.pop()
-        self._idle[kv_seq] = list(tokens)
-        self._idle_adapters[kv_seq] = ()
-        return kv_seq
+        slot = min(empty)
+        self._held[slot] = list(tokens)
+        self._held_adapters[slot] = ()
+        return slot
 
     def drop(self, kv_seq: int) -> list[KvTrim]:
-        """Forget an idle sequence (e.g. one whose adopted KV failed to restore) and free its id."""
-        if self._idle.pop(kv_seq, None) is None:
+        """Forget what a free slot holds (e.g. adopted KV that failed to restore)."""
+        if self._held.pop(kv_seq, None) is None:
             return []
-        self._free_idle.append(kv_seq)
+        self._held_adapters.pop(kv_seq, None)
         return [KvTrim(kv_seq, 0)]
 
     def release(
         self, kv_seq: int, tokens: list[int], reusable: bool, adapters: AdapterSet = ()
     ) -> list[KvOp]:
-        """A sequence finished: its id is free again, its KV (computed with `adapters`) kept in an
-        idle id (if `reusable`)."""
+        """A sequence finished: its slot is free again, holding its KV (computed with `adapters`) for a
+        later prompt sharing a prefix (if `reusable`)."""
         self._free.append(kv_seq)
+        self._n_taken -= 1
         if not reusable or not tokens:
             return [KvTrim(kv_seq, 0)]
         covering = self._covering(tokens, adapters)
-        if covering is not None:  # an idle sequence already holds all of it (and more)
-            self._idle.move_to_end(covering)
+        if covering is not None:  # another free slot already holds all of it (and more)
+            self._held.move_to_end(covering)
             return [KvTrim(kv_seq, 0)]
-        if self._max_idle == 0:  # idle caching off: only the host tier may keep it
-            return self._drop(kv_seq, tokens, adapters)
         ops: list[KvOp] = []
-        idle_id = self._idle_id_for(tokens, adapters, ops)
-        self._idle[idle_id] = tokens
-        self._idle_adapters[idle_id] = adapters
-        return [*ops, KvCopy(kv_seq, idle_id, len(tokens)), KvTrim(kv_seq, 0)]
+        for slot, held in list(self._held.items()):  # its previous turn: superseded
+            if self._held_adapters.get(slot, ()) == adapters and tokens[: len(held)] == held:
+                ops.extend(self._evict_unsaved(slot))
+        self._held[kv_seq] = list(tokens)
+        self._held_adapters[kv_seq] = adapters
+        return ops
+
+    def _evict_unsaved(self, slot: int) -> list[KvOp]:
+        """Forget a free slot's KV that another slot now holds in full: nothing to save."""
+        self._held.pop(slot)
+        self._held_adapters.pop(slot, None)
+        return [KvTrim(slot, 0)]
 
     def _covering(self, tokens: list[int], adapters: AdapterSet) -> int | None:
-        """An idle sequence of `adapters` whose KV starts with all of `tokens` and serves them."""
-        for seq_id, held in self._idle.items():
-            same_set = self._idle_adapters.get(seq_id, ()) == adapters
+        """A free slot of `adapters` whose KV starts with all of `tokens` and serves them."""
+        for seq_id, held in self._held.items():
+            same_set = self._held_adapters.get(seq_id, ()) == adapters
             if same_set and held[: len(tokens)] == tokens and self._serves(seq_id, len(tokens) - 1):
                 return seq_id
         return None
-
-    def _idle_id_for(self, tokens: list[int], adapters: AdapterSet, ops: list[KvOp]) -> int:
-        """The idle id to keep `tokens` in: the entry they extend (their previous turn), else a free
-        one, else the least recently used (dropped, saved to host memory first if worth it)."""
-        for seq_id, held in self._idle.items():
-            if self._idle_adapters.get(seq_id, ()) == adapters and tokens[: len(held)] == held:
-                del self._idle[seq_id]
-                return seq_id
-        if self._free_idle:
-            return self._free_idle.pop()
-        victim, victim_tokens = self._idle.popitem(last=False)
-        ops.extend(self._drop(victim, victim_tokens, self._idle_adapters.get(victim, ())))
-        return victim
-
-    def _drop(self, kv_seq: int, tokens: list[int], adapters: AdapterSet) -> list[KvOp]:
-        """Forget `kv_seq`'s KV, saving its state to the host tier first if it is worth it."""
-        if self._spill_min and len(tokens) >= self._spill_min:
-            return [KvSave(kv_seq, tuple(tokens), adapters), KvTrim(kv_seq, 0)]
-        return [KvTrim(kv_seq, 0)]

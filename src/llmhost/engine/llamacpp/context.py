@@ -35,7 +35,7 @@ def _context_params(config: EngineConfig, unified: bool) -> Any:
     cparams.n_threads_batch = config.threads_batch
     # a KV stream per sequence: attention reads its own cells only (one buffer shared by all costs
     # every token a scan of every sequence's: 124 vs 74 ms a decode step of 8 sequences beside 4
-    # idle ones, benchmarks/kv_layout.py)
+    # streams of cached KV, benchmarks/kv_layout.py)
     cparams.kv_unified = unified
     cparams.swa_full = config.swa_full
     cparams.flash_attn_type = (
@@ -67,7 +67,7 @@ def refusal(config: EngineConfig, pooling: str | None, kv_bytes_per_token: int) 
     types = f"{config.cache_type_k}/{config.cache_type_v}"
     return (
         f"llama.cpp could not create a context of {config.n_ctx} tokens "
-        f"({config.max_concurrent} running + {config.prefix_cache_seqs} idle cached sequences "
+        f"({config.max_concurrent} running + {config.prefix_cache_seqs} extra cached streams "
         f"x {config.max_total_tokens} tokens, about {kv_mb:.0f} MiB of {types} KV): "
         "lower --max-concurrent, --prefix-cache-seqs or --max-total-tokens"
         + (

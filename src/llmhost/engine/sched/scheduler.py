@@ -92,7 +92,7 @@ class Scheduler:
         """Give `seq` a KV sequence holding the longest prefix of its prompt at hand: shared from the
         context, else restored from host memory where that spares more prefill."""
         running = self._running_kv(seq.adapters)
-        reuse = not seq.prompt_logprobs
+        reuse = self.config.prefix_caching and not seq.prompt_logprobs
         saved = self._host_match(seq, running) if reuse else None
         match = self.cache.acquire(seq.prompt, running, reuse=reuse and saved is None, adapters=seq.adapters)
         ops = list(match.ops)
@@ -257,7 +257,7 @@ class Scheduler:
             if src in busy:
                 return
             seq = next(s for s in self.running if s.kv_seq == src)
-            plan.kv_ops.append(self.cache.relocate(src, dst, seq.n_computed))
+            plan.kv_ops.extend(self.cache.relocate(src, dst, seq.n_computed))
             plan.moved.append((seq, src))
             seq.kv_seq = dst
 
@@ -328,14 +328,15 @@ class Scheduler:
 
     # -- leaving -------------------------------------------------------------------------------------
     def finish(self, seq: Sequence, reusable: bool = True) -> None:
-        """Remove a running or waiting sequence; its KV goes to the prefix cache (or is freed)."""
+        """Remove a running or waiting sequence; its slot keeps its KV for a later prompt (or is emptied)."""
         if seq.status is SeqStatus.FINISHED:
             return
         if seq.status is SeqStatus.WAITING:
             self.waiting.remove(seq)
         else:
             self.running.remove(seq)
-            released = self.cache.release(seq.kv_seq, seq.computed_tokens, reusable, seq.adapters)
+            keep = reusable and self.config.prefix_caching
+            released = self.cache.release(seq.kv_seq, seq.computed_tokens, keep, seq.adapters)
             self._pending_ops.extend(released)
         seq.status = SeqStatus.FINISHED
 
@@ -343,7 +344,7 @@ class Scheduler:
     @property
     def kv_tokens_used(self) -> int:
         """Upper bound of KV cells in use (shared prefixes counted once per holder)."""
-        return sum(s.n_computed for s in self.running) + self.cache.idle_tokens
+        return sum(s.n_computed for s in self.running) + self.cache.held_tokens
 
     @property
     def has_work(self) -> bool:

@@ -10,6 +10,9 @@ KV heads of 16) so a file is 8 MB (the embedding table, F16, is most of it; 14 M
 gpt-oss, which have an output matrix of their own) and loads in well under a second. The tensor
 names and shapes are those llama.cpp's loader asks of each architecture (src/models/<arch>.cpp), and
 every name is checked against gguf-py's table for the architecture.
+
+`build_shaped_gguf(path, "llama", Dims(...))` writes a dense decoder at a real model's dimensions and
+vocabulary size instead (benchmarks/shapes.py: Qwen2.5 and Llama 3.x shapes), one tensor at a time.
 """
 
 from __future__ import annotations

@@ -213,12 +213,15 @@ async def make_prompts(
     return files
 
 
-def measure(url: str, prompts: Path, conc: int, new_tokens: int, temperature: float) -> dict[str, Any]:
+def measure(
+    url: str, prompts: Path, conc: int, new_tokens: int, temperature: float, requests: int | None = None
+) -> dict[str, Any]:
+    """`requests`: how many after the warm-up (default: level_requests of `conc`)."""
     cfg = BenchConfig(
         url=url,
         api="openai",
         concurrency=[conc],
-        requests=level_requests(conc),
+        requests=requests or level_requests(conc),
         warmup=WARMUP,
         prompts_file=str(prompts),
         max_new_tokens=new_tokens,

@@ -10,6 +10,9 @@ KV heads of 16) so a file is 8 MB (the embedding table, F16, is most of it; 14 M
 gpt-oss, which have an output matrix of their own) and loads in well under a second. The tensor
 names and shapes are those llama.cpp's loader asks of each architecture (src/models/<arch>.cpp), and
 every name is checked against gguf-py's table for the architecture.
+
+`build_shaped_gguf(path, "llama", Dims(...))` writes a dense decoder at a real model's dimensions and
+vocabulary size instead (benchmarks/shapes.py: Qwen2.5 and Llama 3.x shapes), one tensor at a time.
 """
 
 from __future__ import annotations
@@ -393,5 +396,194 @@ def build_tiny_gguf(
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+@dataclass(frozen=True, slots=True)
+class Dims:
+    """A decoder's dimensions, as a model's config.json gives them (for `build_shaped_gguf`)."""
+
+    n_layer: int
+    n_embd: int
+    n_head: int
+    n_head_kv: int
+    n_ff: int
+    n_vocab: int
+    tied: bool = True
+    n_ctx_train: int = 4096
+    rope_theta: float = 10000.0
+    rms_eps: float = 1e-6
+    # Llama 3's "rope_scaling" (rope_type llama3): factor, low_freq_factor, high_freq_factor and
+    # original_max_position_embeddings
+    llama3_rope: tuple[float, float, float, int] | None = None
+
+    @property
+    def head_dim(self) -> int:
+        return self.n_embd // self.n_head
+
+
+# the architectures build_shaped_gguf writes: a dense decoder, RMSNorm, SwiGLU
+SHAPED_ARCHS = ("llama", "qwen2", "qwen3")
+
+
+def padded_tokenizer(n_vocab: int) -> Tokenizer:
+    """SmolLM2's tokenizer with filler tokens up to `n_vocab` (a model's output layer and embedding table
+    are as wide as its vocabulary). The fillers are normal tokens with no merge leading to them, so
+    tokenizing never yields one, but a random-weight model generates them: each reads as a space and a
+    word (" z1a2b"), text every server streams as it would a real token's. User-defined or control
+    fillers would not do: llama.cpp scans every prompt for each of those, which at 100k of them would
+    cost more than the prompt's decode."""
+    base = smollm2_tokenizer()
+    if n_vocab < len(base.tokens):
+        raise ValueError(f"n_vocab {n_vocab}: at least SmolLM2's {len(base.tokens)}")
+    seen = set(base.tokens)
+    fillers: list[str] = []
+    i = 0
+    while len(base.tokens) + len(fillers) < n_vocab:
+        # "Ġ" is how GPT-2's byte-level BPE writes a space; ASCII letters and digits stand for themselves
+        text = f"Ġz{i:x}"
+        i += 1
+        if text not in seen:
+            fillers.append(text)
+    normal = int(gguf.TokenType.NORMAL)
+    return Tokenizer(
+        model=base.model,
+        pre=base.pre,
+        tokens=base.tokens + tuple(fillers),
+        token_types=base.token_types + (normal,) * len(fillers),
+        merges=base.merges,
+        bos_id=base.bos_id,
+        eos_id=base.eos_id,
+        pad_id=base.pad_id,
+    )
+
+
+def llama3_rope_factors(dims: Dims) -> np.ndarray:
+    """The rope_freqs tensor llama.cpp's convert_hf_to_gguf.py writes for Llama 3's scaled RoPE."""
+    assert dims.llama3_rope is not None
+    factor, low, high, old_ctx = dims.llama3_rope
+    freqs = 1.0 / (dims.rope_theta ** (np.arange(0, dims.head_dim, 2, dtype=np.float64) / dims.head_dim))
+    wavelen = 2 * np.pi / freqs
+    smooth = (old_ctx / wavelen - low) / (high - low)
+    mid = 1 / ((1 - smooth) / factor + smooth)
+    out = np.where(wavelen < old_ctx / high, 1.0, np.where(wavelen > old_ctx / low, factor, mid))
+    return out.astype(np.float32)
+
+
+@dataclass(frozen=True, slots=True)
+class _Planned:
+    name: str
+    shape: tuple[int, ...]  # numpy's order (llama.cpp's ne reversed)
+    fill: str  # "normal", "ones" or "rope"
+
+    @property
+    def dtype(self) -> type[np.floating]:
+        # 1-D tensors (norms, biases, rope factors) must be F32; matrices are F16
+        return np.float32 if len(self.shape) == 1 else np.float16
+
+
+def _shaped_plan(arch: str, dims: Dims) -> list[_Planned]:
+    allowed = {gguf.TENSOR_NAMES[t] for t in gguf.MODEL_TENSORS[_model_arch(arch)]}
+    plan: list[_Planned] = []
+
+    def add(name: str, ne: tuple[int, ...], fill: str = "normal", bid: int | None = None) -> None:
+        template, suffix = name.rsplit(".", 1)
+        assert template in allowed, f"{template} is not a tensor of {arch}"
+        plan.append(_Planned(template.format(bid=bid) + "." + suffix, tuple(reversed(ne)), fill))
+
+    e, q, kv = dims.n_embd, dims.n_head * dims.head_dim, dims.n_head_kv * dims.head_dim
+    add("token_embd.weight", (e, dims.n_vocab))
+    add("output_norm.weight", (e,), "ones")
+    if not dims.tied:
+        add("output.weight", (e, dims.n_vocab))
+    if dims.llama3_rope is not None:
+        add("rope_freqs.weight", (dims.head_dim // 2,), "rope")
+    for i in range(dims.n_layer):
+        add("blk.{bid}.attn_norm.weight", (e,), "ones", i)
+        add("blk.{bid}.attn_q.weight", (e, q), bid=i)
+        add("blk.{bid}.attn_k.weight", (e, kv), bid=i)
+        add("blk.{bid}.attn_v.weight", (e, kv), bid=i)
+        if arch == "qwen2":
+            add("blk.{bid}.attn_q.bias", (q,), bid=i)
+            add("blk.{bid}.attn_k.bias", (kv,), bid=i)
+            add("blk.{bid}.attn_v.bias", (kv,), bid=i)
+        if arch == "qwen3":
+            add("blk.{bid}.attn_q_norm.weight", (dims.head_dim,), "ones", i)
+            add("blk.{bid}.attn_k_norm.weight", (dims.head_dim,), "ones", i)
+        add("blk.{bid}.attn_output.weight", (q, e), bid=i)
+        add("blk.{bid}.ffn_norm.weight", (e,), "ones", i)
+        add("blk.{bid}.ffn_gate.weight", (e, dims.n_ff), bid=i)
+        add("blk.{bid}.ffn_up.weight", (e, dims.n_ff), bid=i)
+        add("blk.{bid}.ffn_down.weight", (dims.n_ff, e), bid=i)
+    return plan
+
+
+def shaped_parameter_count(arch: str, dims: Dims) -> int:
+    return sum(int(np.prod(p.shape)) for p in _shaped_plan(arch, dims))
+
+
+def _fill(p: _Planned, dims: Dims, rng: np.random.Generator, std: float) -> np.ndarray:
+    if p.fill == "ones":
+        return np.ones(p.shape, p.dtype)
+    if p.fill == "rope":
+        return llama3_rope_factors(dims)
+    out = np.empty(p.shape, p.dtype)
+    flat = out.reshape(-1)
+    # drawn in float32 slices straight into the F16 tensor: an 8B embedding table drawn whole in
+    # float64 would take 4 GB on top of its own 1 GB
+    step = 1 << 24
+    for start in range(0, flat.size, step):
+        n = min(step, flat.size - start)
+        flat[start : start + n] = rng.standard_normal(n, dtype=np.float32) * np.float32(std)
+    return out
+
+
+def build_shaped_gguf(path: str | Path, arch: str, dims: Dims, seed: int = 0, std: float = 0.02) -> Path:
+    """Write a random-weight F16 GGUF of `arch` (one of SHAPED_ARCHS) at `dims` to `path`: normal
+    weights of `std` (small, so activations stay finite through dozens of layers), unit norms, zero-mean
+    biases of the same spread, and `padded_tokenizer(dims.n_vocab)`. Tensors are drawn and written one
+    at a time, so the most held in RAM at once is the largest tensor (the embedding table: 1 GB at
+    Llama 3.1 8B's shape), not the model. Seeded: the same arguments give the same file."""
+    if arch not in SHAPED_ARCHS:
+        raise ValueError(f"arch {arch!r}: one of {', '.join(SHAPED_ARCHS)}")
+    if dims.n_embd % dims.n_head or dims.n_head % dims.n_head_kv:
+        raise ValueError(f"{dims}: the width must split into the heads, the heads into KV groups")
+    path = Path(path)
+    writer = gguf.GGUFWriter(path, arch)
+    writer.add_name("random weights")
+    writer.add_file_type(gguf.LlamaFileType.MOSTLY_F16)
+    writer.add_context_length(dims.n_ctx_train)
+    writer.add_embedding_length(dims.n_embd)
+    writer.add_block_count(dims.n_layer)
+    writer.add_feed_forward_length(dims.n_ff)
+    writer.add_head_count(dims.n_head)
+    writer.add_head_count_kv(dims.n_head_kv)
+    writer.add_key_length(dims.head_dim)
+    writer.add_value_length(dims.head_dim)
+    writer.add_rope_dimension_count(dims.head_dim)
+    writer.add_layer_norm_rms_eps(dims.rms_eps)
+    writer.add_rope_freq_base(dims.rope_theta)
+    writer.add_vocab_size(dims.n_vocab)
+    tok = padded_tokenizer(dims.n_vocab)
+    writer.add_tokenizer_model(tok.model)
+    writer.add_tokenizer_pre(tok.pre)
+    writer.add_token_list(list(tok.tokens))
+    writer.add_token_types(list(tok.token_types))
+    writer.add_token_merges(list(tok.merges))
+    writer.add_bos_token_id(tok.bos_id)
+    writer.add_eos_token_id(tok.eos_id)
+    if tok.pad_id is not None:
+        writer.add_pad_token_id(tok.pad_id)
+    plan = _shaped_plan(arch, dims)
+    for p in plan:
+        itemsize = np.dtype(p.dtype).itemsize
+        writer.add_tensor_info(p.name, p.shape, np.dtype(p.dtype), int(np.prod(p.shape)) * itemsize)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_ti_data_to_file()
+    rng = np.random.default_rng(seed)
+    for p in plan:
+        writer.write_tensor_data(_fill(p, dims, rng, std))
     writer.close()
     return path

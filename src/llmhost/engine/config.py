@@ -239,7 +239,7 @@ class EngineConfig:
 
     @property
     def n_ctx(self) -> int:
-        """KV cells: a stream of max_total_tokens for every running and every idle cached sequence."""
+        """KV cells: a stream of max_total_tokens for every slot (running sequences and extra cached)."""
         return self.n_seq_max * self.max_total_tokens
 
 

@@ -132,7 +132,7 @@ class KvRunner:
         return False
 
     def preload_prefix(self, tokens: list[int], state: bytes) -> bool:
-        """Restore a saved KV state of `tokens` as an idle cached prefix; False if it could not be kept.
+        """Restore a saved KV state of `tokens` into an empty slot; False if it could not be kept.
 
         A later prompt starting with `tokens` then prefills only what follows them.
         """

@@ -7,7 +7,7 @@ Counted here: the process as it is once the model is loaded (libraries, what of 
 resident), the rest of the weights counted whole (mmap pages them in as they are read), and the KV cache
 of every stream (allocated by llama.cpp, filled as sequences grow: sliding-window layers at their window
 unless --swa-full), and the SWA checkpoints' budget: the bytes every sequence's checkpoints may hold
-together in host memory (as many as the running sequences keep at most; idle cached ones share it, the
+together in host memory (as many as the running sequences keep at most; free slots' KV shares it, the
 oldest checkpoints dropped past it), so an extra cached stream costs its KV only. The host cache's automatic
 budget takes what is left afterwards (host_cache.py).
 

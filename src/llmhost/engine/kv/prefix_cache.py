@@ -252,13 +252,19 @@ class PrefixCache:
         return [*ops, KvKeep(slot, keep)]
 
     def _take_free(self, ops: list[KvOp]) -> int:
-        """Take the lowest empty free slot, else the least recently used one (its KV evicted)."""
-        empty = [i for i in self._free if i not in self._held]
-        if empty:
-            slot = min(empty)
-        else:
-            slot = next(iter(self._held))
-            ops.extend(self._evict(slot))
+        """Take a free slot that keeps the running ids consecutive (a gap costs a move, see
+        `relocation`): of those leaving the fewest gaps, an empty one (the lowest), else the least
+        recently used (its KV evicted)."""
+        taken = set(range(len(self._free) + self._n_taken)) - set(self._free)
+        recency = {slot: i for i, slot in enumerate(self._held)}
+
+        def cost(slot: int) -> tuple[int, int, int]:
+            ids = taken | {slot}
+            gaps = max(ids) - min(ids) + 1 - len(ids)
+            return (gaps, 0, slot) if slot not in self._held else (gaps, 1, recency[slot])
+
+        slot = min(self._free, key=cost)
+        ops.extend(self._evict(slot))
         self._free.remove(slot)
         self._n_taken += 1
         return slot

@@ -108,6 +108,7 @@ def llama_cpp_per_token_ms(model_path: str, threads: int, n_tokens: int, prompt_
     cparams.n_threads = cparams.n_threads_batch = threads
     cparams.kv_unified = False
     cparams.flash_attn_type = lc.LLAMA_FLASH_ATTN_TYPE_ENABLED
+    cparams.no_perf = False  # llama.cpp keeps no timings otherwise
     ctx = lc.llama_init_from_model(model, cparams)
     n_vocab = lc.llama_vocab_n_tokens(lc.llama_model_get_vocab(model))
     try:

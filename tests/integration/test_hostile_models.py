@@ -87,7 +87,7 @@ def test_serve_exits_non_zero_naming_the_file_and_the_reason(
     "args",
     [
         ("--max-batch-tokens", "4", "--max-concurrent", "8"),
-        ("--max-concurrent", "250", "--max-batch-tokens", "512"),
+        ("--max-concurrent", "250", "--prefix-cache-seqs", "8", "--max-batch-tokens", "512"),
     ],
 )
 def test_serve_refuses_settings_that_do_not_go_together_before_loading(args: tuple[str, ...]) -> None:

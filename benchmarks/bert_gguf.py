@@ -18,7 +18,7 @@ import gguf
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tests.tinymodels import smollm2_tokenizer
+from tests.tinymodels import smollm2_tokenizer, write_tokenizer
 
 
 @dataclass(frozen=True)
@@ -56,15 +56,7 @@ def build_bert_gguf(path: Path, shape: BertShape, seed: int = 0) -> Path:
     writer.add_causal_attention(False)
     writer.add_pooling_type(shape.pooling)
     writer.add_token_type_count(2)
-    writer.add_tokenizer_model(tok.model)
-    writer.add_tokenizer_pre(tok.pre)
-    writer.add_token_list(list(tok.tokens))
-    writer.add_token_types(list(tok.token_types))
-    writer.add_token_merges(list(tok.merges))
-    writer.add_bos_token_id(tok.bos_id)
-    writer.add_eos_token_id(tok.eos_id)
-    if tok.pad_id is not None:
-        writer.add_pad_token_id(tok.pad_id)
+    write_tokenizer(writer, tok)
     if rerank:  # the pair written [BOS] query [EOS] [SEP] document [EOS], as llama.cpp does for BERTs
         writer.add_add_bos_token(True)
         writer.add_add_eos_token(True)

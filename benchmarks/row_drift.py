@@ -21,21 +21,16 @@ from typing import Any
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from adapter_agreement import PROMPTS
 
 from llmhost.engine.config import EngineConfig
 from llmhost.engine.llamacpp.model import LlamaModel
 from llmhost.store import resolve_model
 from tests.integration.lora_helpers import write_adapter
 
-PROMPTS = [
-    "The capital of France is",
-    "Once upon a time, in a small village,",
-    "The three most important inventions are",
-    "To make bread you need",
-    "The ocean is deep because",
-    "My favourite season of the year is",
-]
 Item = tuple[list[int], int, int, int]
 
 

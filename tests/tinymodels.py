@@ -344,6 +344,19 @@ def _tokenizer(
     return len(tokens)
 
 
+def write_tokenizer(writer: gguf.GGUFWriter, tok: Tokenizer) -> None:
+    """`tok`'s vocabulary, merges and special ids in `writer`'s metadata."""
+    writer.add_tokenizer_model(tok.model)
+    writer.add_tokenizer_pre(tok.pre)
+    writer.add_token_list(list(tok.tokens))
+    writer.add_token_types(list(tok.token_types))
+    writer.add_token_merges(list(tok.merges))
+    writer.add_bos_token_id(tok.bos_id)
+    writer.add_eos_token_id(tok.eos_id)
+    if tok.pad_id is not None:
+        writer.add_pad_token_id(tok.pad_id)
+
+
 def build_tiny_gguf(
     path: str | Path,
     arch: str = "llama",
@@ -566,15 +579,7 @@ def build_shaped_gguf(path: str | Path, arch: str, dims: Dims, seed: int = 0, st
     writer.add_rope_freq_base(dims.rope_theta)
     writer.add_vocab_size(dims.n_vocab)
     tok = padded_tokenizer(dims.n_vocab)
-    writer.add_tokenizer_model(tok.model)
-    writer.add_tokenizer_pre(tok.pre)
-    writer.add_token_list(list(tok.tokens))
-    writer.add_token_types(list(tok.token_types))
-    writer.add_token_merges(list(tok.merges))
-    writer.add_bos_token_id(tok.bos_id)
-    writer.add_eos_token_id(tok.eos_id)
-    if tok.pad_id is not None:
-        writer.add_pad_token_id(tok.pad_id)
+    write_tokenizer(writer, tok)
     plan = _shaped_plan(arch, dims)
     for p in plan:
         itemsize = np.dtype(p.dtype).itemsize

@@ -2,7 +2,7 @@
 layers at their window (the default): a prompt sharing a shorter prefix of a cached sequence than its
 whole KV restores the newest checkpoint at or before it and answers as a cold prefill does; a sequence
 keeps at most its bound and frees them with its KV; the host-memory tier saves and restores a windowed
-conversation."""
+conversation, and with it the checkpoints that serve its shorter prefixes."""
 
 from __future__ import annotations
 
@@ -115,6 +115,22 @@ def test_the_host_tier_saves_and_restores_a_windowed_conversation(gemma3: Path) 
     assert eng.stats().prompt_cache_hits == 1
     eng.close()
     assert_same_or_near_tie(cold(gemma3, turn2), logprobs_of(warm))
+
+
+def test_a_host_tier_state_serves_a_shorter_prefix_from_the_checkpoints_saved_with_it(gemma3: Path) -> None:
+    eng = engine(gemma3, max_concurrent=1, prefix_cache_seqs=0, prompt_cache_mb=64)
+    run_greedy(eng, "long", LONG, 1)
+    run_greedy(eng, "other", TEXT[1000:1300], 1)  # evicts the long conversation and its checkpoints
+    assert eng.stats().prompt_cache_stores == 1
+    # FOLLOW shares 300 tokens of it, far under what its window's cells still hold: the state is
+    # restored, cut to 192, and its sliding-window cells taken from the checkpoint made at 192
+    warm = run_greedy(eng, "follow", FOLLOW, 12)
+    timings = warm[-1].timings
+    assert timings is not None and timings.cache_n == 192
+    stats = eng.stats()
+    assert stats.prompt_cache_hits == 1 and stats.swa_checkpoints_restored == 1
+    eng.close()
+    assert_same_or_near_tie(cold(gemma3, FOLLOW), logprobs_of(warm))
 
 
 def test_all_checkpoints_stay_within_the_running_sequences_budget(gemma3: Path) -> None:

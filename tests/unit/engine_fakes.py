@@ -95,6 +95,9 @@ class FakeModel:
     def restore_checkpoint(self, seq_id: int, n_tokens: int) -> bool:
         return False
 
+    def restore_swa(self, seq_id: int, n_tokens: int, data: bytes) -> bool:
+        return False
+
     def state_seq_size(self, seq_id: int) -> int:
         return 4 * len(self.kv.get(seq_id, []))
 

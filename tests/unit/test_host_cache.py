@@ -9,6 +9,7 @@ import pytest
 from llmhost.engine import EngineConfig, GenerationEvent, GenerationRequest, SamplingParams
 from llmhost.engine.kv.host_cache import HostCache, StateKey, auto_budget_mb, host_cache
 from llmhost.engine.kv.prefix_cache import KvKeep, KvSave, KvTrim, PrefixCache
+from llmhost.engine.kv.swa_checkpoints import Checkpoint
 from tests.unit.engine_fakes import FakeModel, config, engine_factory, expected
 
 KEY = StateKey("model-a", kv="f16")
@@ -314,3 +315,48 @@ def test_a_cached_sequence_lacking_its_first_window_is_not_taken_over_for_its_st
     events = run(engine, "a2", turn2, 3)
     timings = events[-1].timings
     assert timings is not None and timings.cache_n == len(turn1) + len(out1) - 1
+
+
+def cp(n_tokens: int, n_bytes: int = 8) -> Checkpoint:
+    return Checkpoint(n_tokens, bytes(n_bytes))
+
+
+def test_a_windowed_state_serves_a_shorter_prefix_from_a_checkpoint_saved_with_it() -> None:
+    cache = HostCache(1000, min_tokens=4)
+    saved = toks(0, 40)
+    # its sliding-window cells hold positions from 30 on: a prompt must share at least 30 of it, or
+    # reach one of its checkpoints (those at or past the floor add nothing and are not kept)
+    cache.store(KEY, saved, state(160), floor=30, checkpoints=(cp(8), cp(16), cp(32)))
+    assert cache.bytes == 160 + 2 * 8
+    whole = cache.lookup(KEY, [*saved, 1])
+    assert whole is not None and (whole.n_tokens, whole.checkpoint) == (40, None)
+    short = cache.lookup(KEY, [*toks(0, 20), 99])
+    assert short is not None and short.n_tokens == 16 and short.checkpoint == cp(16)
+    assert short.n_state_tokens == 40
+    # 17 shared tokens and the prompt's own last one: 16 taken, the checkpoint at 16 exactly
+    edge = cache.lookup(KEY, toks(0, 17))
+    assert edge is not None and edge.n_tokens == 16 and edge.checkpoint == cp(16)
+    early = cache.lookup(KEY, [*toks(0, 10), 99])
+    assert early is not None and early.n_tokens == 8
+    assert cache.lookup(KEY, [*toks(0, 6), 99]) is None, "no checkpoint within 6 tokens"
+
+
+def test_without_checkpoints_a_prefix_under_the_floor_is_not_served() -> None:
+    cache = HostCache(1000, min_tokens=4)
+    cache.store(KEY, toks(0, 40), state(160), floor=30)
+    assert cache.lookup(KEY, [*toks(0, 20), 99]) is None
+
+
+def test_a_state_covers_another_only_if_it_serves_each_prefix_the_other_does() -> None:
+    cache = HostCache(1000, min_tokens=4)
+    cache.store(KEY, toks(0, 30), state(120), floor=25, checkpoints=(cp(8),))
+    # a longer state of the same conversation without the checkpoint at 8 does not replace it
+    assert cache.can_store(KEY, toks(0, 50), 200, floor=25)
+    cache.store(KEY, toks(0, 50), state(200), floor=25)
+    assert len(cache) == 2
+    # one with it does, and serves what both served
+    cache.store(KEY, toks(0, 60), state(240), floor=25, checkpoints=(cp(8), cp(16)))
+    assert len(cache) == 1 and cache.bytes == 240 + 16
+    assert not cache.can_store(KEY, toks(0, 45), 180, floor=25, checkpoints=(cp(8),)), "held already"
+    match = cache.lookup(KEY, [*toks(0, 12), 99])
+    assert match is not None and match.n_tokens == 8

@@ -106,23 +106,30 @@ class KvRunner:
         if host is None:
             return
         tokens = list(op.tokens)
+        model = self.model
         try:
-            floor = self.model.kv_floor(op.seq)
-            if host.can_store(key, tokens, self.model.state_seq_size(op.seq), floor):
-                host.store(key, tokens, self.model.state_seq_save(op.seq), floor)
+            floor, checkpoints = model.kv_floor(op.seq), model.checkpoints.held(op.seq)
+            if host.can_store(key, tokens, model.state_seq_size(op.seq), floor, checkpoints):
+                host.store(key, tokens, model.state_seq_save(op.seq), floor, checkpoints)
         except Exception:
             log.exception("saving the KV state of sequence %d (%d tokens) failed", op.seq, len(tokens))
 
     def restore(self, op: KvRestore) -> bool:
-        """Load a state from host memory into its (empty) sequence, trimmed to what the prompt shares.
-        False if llama.cpp refused it (e.g. no contiguous cells free): the sequence is then emptied."""
+        """Load a state from host memory into its (empty) sequence, trimmed to what the prompt shares,
+        its sliding-window cells from the SWA checkpoint saved with it where the state's own moved past
+        them. False if llama.cpp refused it (e.g. no contiguous cells free): the sequence is then emptied."""
+        model = self.model
         try:
-            loaded = self.model.state_seq_load(op.seq, op.data)
+            loaded = model.state_seq_load(op.seq, op.data)
             if loaded >= op.keep:
                 if loaded > op.keep:
-                    self.model.apply(KvTrim(op.seq, op.keep))
-                return True
-            log.warning("restoring %d tokens into sequence %d failed: it holds %d", op.keep, op.seq, loaded)
+                    model.apply(KvTrim(op.seq, op.keep))
+                if not op.swa or model.restore_swa(op.seq, op.keep, op.swa):
+                    return True
+                why = "its SWA checkpoint was refused"
+            else:
+                why = f"it holds {loaded}"
+            log.warning("restoring %d tokens into sequence %d failed: %s", op.keep, op.seq, why)
         except Exception:
             log.exception("restoring %d tokens into sequence %d failed", op.keep, op.seq)
         self.model.apply(KvTrim(op.seq, 0))

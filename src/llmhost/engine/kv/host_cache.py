@@ -4,7 +4,9 @@ When the KV a free slot (KV stream) holds is evicted to make room, or trimmed be
 the slot for a shorter prefix of it, its state (`llama_state_seq_get_data`) is stored here, indexed by
 its tokens. A later prompt sharing a longer prefix with a stored state than with anything still in the
 context has that state restored into its sequence (`llama_state_seq_set_data`) and prefills only the
-rest.
+rest. A state of sliding-window layers at their window is stored with its sequence's SWA checkpoints
+(as llama-server's prompt cache keeps its context checkpoints): a prompt sharing less of it than the
+window's cells still hold is served from the newest checkpoint within what it shares.
 
 Pure bookkeeping of bytes and token lists: the engine moves states in and out of llama.cpp. Entries
 are LRU within a byte budget; a state is only ever served under the `StateKey` it was saved with
@@ -21,6 +23,7 @@ import psutil
 
 from llmhost.engine.config import EngineConfig
 from llmhost.engine.kv.prefix_cache import common_prefix_len, reusable
+from llmhost.engine.kv.swa_checkpoints import Checkpoint
 
 log = logging.getLogger(__name__)
 
@@ -47,14 +50,32 @@ class _Entry:
     tokens: list[int]
     data: bytes
     floor: int = 0  # the shortest prefix of it that can be restored (the sequence's KV floor when saved)
+    # the sequence's SWA checkpoints below its floor, oldest first: prefixes they serve too
+    checkpoints: tuple[Checkpoint, ...] = ()
+
+    @property
+    def nbytes(self) -> int:
+        return len(self.data) + sum(len(cp.data) for cp in self.checkpoints)
+
+    def usable(self, n: int) -> tuple[int, Checkpoint | None]:
+        """Of its first `n` positions, the longest prefix that can be restored, with the checkpoint
+        restoring its sliding-window cells (None: the state's own); 0 where none can."""
+        if n >= self.floor:
+            return n, None
+        for cp in reversed(self.checkpoints):
+            if cp.n_tokens <= n:
+                return cp.n_tokens, cp
+        return 0, None
 
 
 @dataclass(slots=True, frozen=True)
 class HostMatch:
-    """A stored state sharing `n_tokens` leading tokens with a prompt."""
+    """A stored state serving a prompt's first `n_tokens` tokens, with the SWA checkpoint that restores
+    its sliding-window cells where the state's own are past them (`checkpoint`)."""
 
     entry: _Entry
     n_tokens: int
+    checkpoint: Checkpoint | None = None
 
     @property
     def n_state_tokens(self) -> int:
@@ -138,18 +159,21 @@ class HostCache:
 
     # -- serving a prompt ------------------------------------------------------------------------------
     def lookup(self, key: StateKey, prompt: list[int]) -> HostMatch | None:
-        """The stored state sharing the longest prefix with `prompt` (at least `min_tokens`, and at
-        least the state's floor once the prompt's last token, always decoded, is left out), or None.
+        """The stored state serving the longest prefix of `prompt` (at least `min_tokens`): all it
+        shares where that reaches the state's floor once the prompt's last token, always decoded, is
+        left out, else its newest SWA checkpoint within that; or None.
 
         A check only: nothing is counted and the LRU order is untouched."""
         best: HostMatch | None = None
         for entry in self._entries.values():
             if entry.key != key:
                 continue
-            n = common_prefix_len(prompt, entry.tokens)
-            usable = n >= self.min_tokens and reusable(n, prompt) >= entry.floor
-            if usable and (best is None or n > best.n_tokens):
-                best = HostMatch(entry, n)
+            shared = common_prefix_len(prompt, entry.tokens)
+            n, checkpoint = entry.usable(reusable(shared, prompt))
+            if checkpoint is None and n:
+                n = shared  # the prompt's last token is left out by the caller
+            if n >= self.min_tokens and (best is None or n > best.n_tokens):
+                best = HostMatch(entry, n, checkpoint)
         return best
 
     def restore(self, match: HostMatch, keep: int) -> bytes:
@@ -175,25 +199,42 @@ class HostCache:
         self.restored_tokens -= keep
 
     # -- keeping a state -------------------------------------------------------------------------------
-    def can_store(self, key: StateKey, tokens: list[int], n_bytes: int, floor: int = 0) -> bool:
-        """Whether a state of `tokens` taking `n_bytes`, whose prefixes from `floor` tokens on can be
-        restored, would be kept: long enough to matter, within the budget, and not already held (a
-        stored state of the same key starting with `tokens` and serving as short prefixes)."""
-        if len(tokens) < max(self.min_tokens, floor) or n_bytes > self.budget_bytes:
+    def can_store(
+        self,
+        key: StateKey,
+        tokens: list[int],
+        n_bytes: int,
+        floor: int = 0,
+        checkpoints: tuple[Checkpoint, ...] = (),
+    ) -> bool:
+        """Whether a state of `tokens` taking `n_bytes` (its checkpoints' besides), whose prefixes from
+        `floor` tokens on and at its `checkpoints` can be restored, would be kept: long enough to
+        matter, within the budget, and not already held (a stored state of the same key starting with
+        `tokens` and serving every prefix it serves)."""
+        candidate = _Entry(key, list(tokens), b"", floor, _below(checkpoints, floor))
+        total = n_bytes + sum(len(cp.data) for cp in candidate.checkpoints)
+        if len(tokens) < max(self.min_tokens, floor) or total > self.budget_bytes:
             return False
-        return not any(_covers(e, key, tokens, floor) for e in self._entries.values())
+        return not any(_covers(e, candidate) for e in self._entries.values())
 
-    def store(self, key: StateKey, tokens: list[int], data: bytes, floor: int = 0) -> None:
-        """Keep a state: entries it covers are dropped (it serves every prompt they served), then the
-        least recently used go until the budget holds."""
-        if not self.can_store(key, tokens, len(data), floor):
+    def store(
+        self,
+        key: StateKey,
+        tokens: list[int],
+        data: bytes,
+        floor: int = 0,
+        checkpoints: tuple[Checkpoint, ...] = (),
+    ) -> None:
+        """Keep a state and the SWA checkpoints below its floor: entries it covers are dropped (it
+        serves every prompt they served), then the least recently used go until the budget holds."""
+        if not self.can_store(key, tokens, len(data), floor, checkpoints):
             raise ValueError("store() of a state can_store() refuses")
-        entry = _Entry(key, list(tokens), data, floor)
+        entry = _Entry(key, list(tokens), data, floor, _below(checkpoints, floor))
         for entry_id, old in list(self._entries.items()):
-            if _covers(entry, old.key, old.tokens, old.floor):
+            if _covers(entry, old):
                 self._remove(entry_id)
         self._entries[id(entry)] = entry
-        self.bytes += len(data)
+        self.bytes += entry.nbytes
         self.stores += 1
         while self.bytes > self.budget_bytes:
             self._remove(next(iter(self._entries)))
@@ -201,12 +242,22 @@ class HostCache:
 
     def _remove(self, entry_id: int) -> None:
         entry = self._entries.pop(entry_id)
-        self.bytes -= len(entry.data)
+        self.bytes -= entry.nbytes
 
 
-def _covers(entry: _Entry, key: StateKey, tokens: list[int], floor: int) -> bool:
-    """Whether `entry` serves every prompt a state of `tokens` with `floor` would serve."""
-    return entry.key == key and entry.floor <= floor and _starts_with(entry.tokens, tokens)
+def _below(checkpoints: tuple[Checkpoint, ...], floor: int) -> tuple[Checkpoint, ...]:
+    """The checkpoints that serve a prefix the state alone does not (those at or past its floor add
+    nothing), oldest first."""
+    return tuple(sorted((cp for cp in checkpoints if cp.n_tokens < floor), key=lambda cp: cp.n_tokens))
+
+
+def _covers(entry: _Entry, other: _Entry) -> bool:
+    """Whether `entry` serves every prompt `other` would serve: the same key, `other`'s tokens a
+    prefix of its own, and every prefix length `other` restores restored as well."""
+    if entry.key != other.key or not _starts_with(entry.tokens, other.tokens) or entry.floor > other.floor:
+        return False
+    positions = {cp.n_tokens for cp in entry.checkpoints}
+    return all(cp.n_tokens >= entry.floor or cp.n_tokens in positions for cp in other.checkpoints)
 
 
 def _starts_with(tokens: list[int], prefix: list[int]) -> bool:

@@ -57,6 +57,9 @@ class KvRestore:
     keep: int
     data: bytes = field(repr=False)
     n_state_tokens: int = 0  # positions the state holds (>= keep)
+    # the sliding-window cells at `keep` (an SWA checkpoint saved with the state) where the state's own
+    # window moved past them; empty: the state's own serve
+    swa: bytes = field(default=b"", repr=False)
 
 
 @dataclass(slots=True, frozen=True)

@@ -138,6 +138,10 @@ class SwaCheckpoints:
     def count(self, kv_seq: int) -> int:
         return len(self._by_seq.get(kv_seq, []))
 
+    def held(self, kv_seq: int) -> tuple[Checkpoint, ...]:
+        """`kv_seq`'s checkpoints, oldest first (saved with its state when it leaves the context)."""
+        return tuple(self._by_seq.get(kv_seq, []))
+
     @property
     def nbytes(self) -> int:
         """Host bytes the checkpoints hold, each counted once however many sequences share it."""

@@ -316,10 +316,14 @@ class LlamaModel:
         """Give `seq_id` (a copy of `n_tokens` positions whose window moved on) the sliding-window cells
         of its checkpoint at `n_tokens`; False where it has none or llama.cpp refuses it."""
         cp = self.checkpoints.at(seq_id, n_tokens)
-        if cp is None:
-            return False
+        return cp is not None and self.restore_swa(seq_id, n_tokens, cp.data)
+
+    def restore_swa(self, seq_id: int, n_tokens: int, data: bytes) -> bool:
+        """Give `seq_id`, holding `n_tokens` positions, the sliding-window cells of a checkpoint made at
+        `n_tokens` (its own, or one saved with a host-memory state); False where llama.cpp refuses them
+        or they do not reach what the next token attends to."""
         self._finish_copies(seq_id, writing=True, pos=n_tokens)
-        if not write_state(self._ctx, seq_id, cp.data, swa_only=True):
+        if not write_state(self._ctx, seq_id, data, swa_only=True):
             return False
         self.checkpoints.restored += 1
         return self.holds_context(seq_id, n_tokens)

@@ -100,7 +100,8 @@ class Scheduler:
         if saved is not None and self.host is not None:
             n_reused = reusable(saved.n_tokens, seq.prompt)
             data = self.host.restore(saved, n_reused)
-            ops.append(KvRestore(match.kv_seq, n_reused, data, saved.n_state_tokens))
+            swa = saved.checkpoint.data if saved.checkpoint is not None else b""
+            ops.append(KvRestore(match.kv_seq, n_reused, data, saved.n_state_tokens, swa))
         seq.kv_seq = match.kv_seq
         seq.n_computed = seq.n_reused = n_reused
         seq.restored = saved is not None

@@ -1,5 +1,6 @@
 """Data capture's pure parts: SageMaker's line format and encodings, file names and folders, sampling,
-the settings' checks, the writer's bounded queue and failing sinks, and which routes are captured."""
+the settings' checks (a server's and an endpoint file's), the writer's bounded queue and failing sinks,
+and which routes are captured."""
 
 from __future__ import annotations
 
@@ -12,8 +13,12 @@ from pathlib import Path
 import pytest
 from fastapi.routing import APIRoute
 
+from llmhost.endpoint.control.replica import copy_command
+from llmhost.endpoint.spec import SpecError, parse_endpoint
+from llmhost.engine.config import EngineConfig
 from llmhost.server.capture import is_inference
 from llmhost.server.routes.apis import CLIENT_APIS
+from llmhost.server.settings import ServerSettings
 from llmhost.web.capture.config import CaptureConfig, Mode, parse_modes
 from llmhost.web.capture.record import Event, Payload, encoding_of, file_name, hour_folder, iso_time, line
 from llmhost.web.capture.sinks import FileSink
@@ -171,3 +176,37 @@ def test_every_route_that_runs_the_model_is_captured() -> None:
         assert is_inference(path.replace("{name}", "my-endpoint")), path
     for path in reads_only & posts:
         assert not is_inference(path), path
+
+
+def test_an_endpoint_files_capture_keys_reach_its_copies() -> None:
+    engine = {"capture_dir": "s3://b/cap/", "capture_percent": 20, "capture_mode": "input"}
+    spec = parse_endpoint({"name": "ep", "components": [{"name": "chat", "engine": engine}]})
+    argv = copy_command(spec.components[0], "m.gguf", 9000, 1)
+    joined = " ".join(argv)
+    assert "--capture-dir s3://b/cap/ --capture-percent 20 --capture-mode input" in joined
+    assert "--served-model-name chat" in joined  # the first folder of its files
+
+
+@pytest.mark.parametrize(
+    ("engine", "error"),
+    [
+        ({"capture_dir": "d", "capture_percent": 101}, r"capture-percent must be in 0\.\.100, got 101"),
+        ({"capture_dir": "d", "capture_mode": "body"}, "capture-mode must be input, output or input,output"),
+        ({"capture_percent": 5}, "capture_percent given without capture_dir"),
+    ],
+)
+def test_an_endpoint_files_capture_keys_are_checked_at_load(engine: dict[str, object], error: str) -> None:
+    with pytest.raises(SpecError, match=error):
+        parse_endpoint({"name": "ep", "components": [{"name": "chat", "engine": engine}]})
+
+
+def test_serve_refuses_capture_settings_without_a_folder() -> None:
+    with pytest.raises(ValueError, match="--capture-percent, --capture-variant given without --capture-dir"):
+        ServerSettings(Path("m.gguf"), EngineConfig(), capture_percent=5, capture_variant="blue")
+    settings = ServerSettings(Path("m.gguf"), EngineConfig(), served_model_name="chat", capture_dir="d")
+    config = settings.capture()
+    assert config is not None and (config.endpoint, config.variant, config.percent) == (
+        "chat",
+        "AllTraffic",
+        100,
+    )

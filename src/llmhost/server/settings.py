@@ -18,6 +18,14 @@ from llmhost.web.capture.config import DEFAULT_VARIANT, CaptureConfig, parse_mod
 
 __all__ = ["DEFAULT_PORT", "MAX_BODY_BYTES", "ServerSettings"]
 
+# data capture's settings beside --capture-dir, which mean nothing without it
+CAPTURE_OPTIONS = (
+    "capture_percent",
+    "capture_mode",
+    "capture_endpoint",
+    "capture_variant",
+    "capture_interval_s",
+)
 # SageMaker's request payload limit (--max-payload-mb's default)
 MAX_BODY_BYTES = DEFAULT_PAYLOAD_MB * MIB
 TOOL_PARSERS = SERVE_SPEC["tool_parser"].choices
@@ -80,8 +88,11 @@ class ServerSettings:
         )
 
     def capture(self) -> CaptureConfig | None:
-        """Data capture's settings; None without --capture-dir."""
+        """Data capture's settings; None without --capture-dir (ValueError naming those given without it)."""
         if not self.capture_dir:
+            given = [SERVE_SPEC[n].flag for n in CAPTURE_OPTIONS if getattr(self, n) != SERVE_SPEC[n].default]
+            if given:
+                raise ValueError(f"{', '.join(given)} given without --capture-dir")
             return None
         return CaptureConfig(
             destination=self.capture_dir,

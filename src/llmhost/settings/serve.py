@@ -561,6 +561,7 @@ class CaptureSettings:
         "are written as SageMaker's data capture JSON Lines, under ENDPOINT/VARIANT/yyyy/mm/dd/hh/; "
         '"": no capture.',
         server="capture_dir",
+        endpoint=True,
         metavar="DIR|S3URI",
     )
     capture_percent: int = setting(
@@ -568,12 +569,14 @@ class CaptureSettings:
         "Percent of inference requests captured (SageMaker's InitialSamplingPercentage), 0 to 100.",
         ge=0,
         server="capture_percent",
+        endpoint=True,
         metavar="N",
     )
     capture_mode: str = setting(
         "input,output",
         "What is captured of each request (SageMaker's CaptureOptions): input, output or input,output.",
         server="capture_mode",
+        endpoint=True,
         metavar="input,output",
     )
     capture_endpoint: str = setting(
@@ -587,6 +590,7 @@ class CaptureSettings:
         "AllTraffic",
         "The variant name in the captured files' paths (SageMaker's production variant).",
         server="capture_variant",
+        endpoint=True,
         metavar="NAME",
     )
     capture_interval_s: float = setting(
@@ -595,6 +599,7 @@ class CaptureSettings:
         "appended as lines come).",
         ge=0.1,
         server="capture_interval_s",
+        endpoint=True,
         metavar="S",
     )
 

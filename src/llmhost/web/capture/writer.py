@@ -91,8 +91,9 @@ class CaptureWriter:
         return events
 
     def _drain(self, force: bool) -> None:
-        lines = [Line(e.time, line(e)) for e in self._take()]
+        events = self._take()
         try:
+            lines = [Line(e.time, line(e)) for e in events]
             self.written += self.sink.write(lines, force=force)
         except SinkError as exc:
             self.written += exc.stored
@@ -106,9 +107,9 @@ class CaptureWriter:
             self._failing = True
             return
         except Exception:  # a bug here must not stop capture for the process's life
-            self.failed += len(lines)
+            self.failed += len(events)
             log.exception("capture: writing to %s failed", self.sink.where)
             return
-        if self._failing and lines:
+        if self._failing and events:
             log.warning("capture: writing to %s works again", self.sink.where)
             self._failing = False

@@ -17,6 +17,9 @@ from llmhost.jobs.metrics import jobs_families
 from llmhost.jobs.service import Jobs
 from llmhost.jobs.settings import JobsSettings
 from llmhost.server.metrics import ServerMetrics
+from llmhost.web.capture.metrics import CaptureCollector
+from llmhost.web.capture.sinks import FileSink
+from llmhost.web.capture.writer import CaptureWriter
 
 SUFFIXES = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count"), "gauge": ("",)}
 
@@ -51,12 +54,20 @@ def jobs_families_() -> Iterator[tuple[str, str, str, tuple[str, ...]]]:
         yield family.name, family.type, family.documentation, _labels(family)
 
 
+def capture_families() -> Iterator[tuple[str, str, str, tuple[str, ...]]]:
+    """Data capture's families (a server with --capture-dir)."""
+    writer = CaptureWriter(FileSink(Path("unused"), "endpoint", "variant"), max_bytes=1)
+    for family in CaptureCollector(writer).collect():
+        labels = tuple(sorted({k for sample in family.samples for k in sample.labels}))
+        yield family.name, family.type, family.documentation, labels
+
+
 def series(name: str, kind: str) -> list[str]:
     return [name + s for s in SUFFIXES.get(kind, ("",))]
 
 
 def names() -> set[str]:
-    every = (server_families(), router_families_(), jobs_families_())
+    every = (server_families(), router_families_(), jobs_families_(), capture_families())
     return {s for fam in every for n, k, *_ in fam for s in series(n, k)}
 
 
@@ -88,6 +99,12 @@ def render() -> str:
             "one left to resume at start); a copy's are not relayed by the router:",
             "",
             _table(jobs_families_()),
+            "",
+            "### Data capture (`llmhost serve --capture-dir`)",
+            "",
+            "Shown by a server that captures ([data capture](../guides/operations.md#data-capture)):",
+            "",
+            _table(capture_families()),
             "",
         ]
     )

@@ -34,6 +34,7 @@ from llmhost.settings.serve import (
     ToolParser,
     type_of,
 )
+from llmhost.web.capture.config import DEFAULT_VARIANT, CaptureConfig, parse_modes
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$"
 
@@ -131,6 +132,11 @@ class EngineSpec(_Strict):
     reasoning_budget: int | None = _key("reasoning_budget")
     reasoning_budget_max: int | None = _key("reasoning_budget_max")
     chat_template_kwargs: str | None = _key("chat_template_kwargs")
+    capture_dir: str | None = _key("capture_dir")
+    capture_percent: int | None = _key("capture_percent")
+    capture_mode: str | None = _key("capture_mode")
+    capture_variant: str | None = _key("capture_variant")
+    capture_interval_s: float | None = _key("capture_interval_s")
 
     def serve_options(self) -> dict[str, Any]:
         """The `llmhost serve` options the file sets, by name (every field is one; unset ones are
@@ -248,6 +254,7 @@ class ComponentSpec(_Strict):
             SERVE_SPEC.engine_config(given, os.environ)
         except ValueError as exc:
             raise ValueError(f"engine: {exc}") from exc
+        _check_capture(self.name, self.engine)
         cache_mb = self.engine.prompt_cache_mb
         if cache_mb is not None and cache_mb >= self.resources.memory_mb:
             raise ValueError(
@@ -268,6 +275,27 @@ class ComponentSpec(_Strict):
         if self.copies is not None:
             return self.copies
         return self.autoscaling.min_copies if self.autoscaling else 1
+
+
+def _check_capture(name: str, engine: EngineSpec) -> None:
+    """The capture keys together, as the copies' `llmhost serve` checks them (the folder's first name is
+    the component's)."""
+    given = {k: v for k, v in engine.serve_options().items() if k.startswith("capture_")}
+    if not given:
+        return
+    try:
+        CaptureConfig(
+            destination=given.get("capture_dir", "") or "unset",
+            endpoint=name,
+            percent=given.get("capture_percent", 100),
+            modes=parse_modes(given.get("capture_mode", "input,output")),
+            variant=given.get("capture_variant", DEFAULT_VARIANT),
+            interval_s=given.get("capture_interval_s", 30.0),
+        )
+    except ValueError as exc:
+        raise ValueError(f"engine: {exc}") from None
+    if not given.get("capture_dir"):
+        raise ValueError(f"engine: {', '.join(sorted(given))} given without capture_dir")
 
 
 def _unique_names(components: list[ComponentSpec]) -> None:

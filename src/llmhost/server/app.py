@@ -21,7 +21,7 @@ from llmhost.jobs.metrics import JobsCollector
 from llmhost.jobs.mount import mount
 from llmhost.jobs.service import Jobs
 from llmhost.process.lifecycle import Lifecycle
-from llmhost.server import errors
+from llmhost.server import capture, errors
 from llmhost.server.console import ServerConsole
 from llmhost.server.lifecycle import watch_embedder, watch_engine
 from llmhost.server.metrics import ServerMetrics
@@ -46,6 +46,7 @@ from llmhost.server.settings import ServerSettings
 from llmhost.web import apidoc
 from llmhost.web.asgi import RequestContextMiddleware
 from llmhost.web.auth import OPEN_PATHS, ApiKeyMiddleware
+from llmhost.web.capture.writer import CaptureWriter
 from llmhost.web.middleware import BodyLimitMiddleware, CustomAttributesMiddleware
 
 DESCRIPTION = (
@@ -98,11 +99,12 @@ def create_app(
     # a batch's lines go through this app's own routes, behind its middleware
     jobs = mount(app, settings.jobs(), scripted=custom is not None)
     metrics.registry.register(JobsCollector(jobs))
-    app.router.lifespan_context = _lifespan(ctx, owned, lifecycle, sampler, custom, jobs)
     app.state.lifecycle = lifecycle
     _serve(app, ctx, custom)
     _route(app, settings, console, store, console_source)
+    writer = capture.install(app, settings, metrics)  # innermost: it sees what the routes read and send
     _middleware(app, settings, lifecycle, tally, jobs)
+    app.router.lifespan_context = _lifespan(ctx, owned, lifecycle, sampler, custom, jobs, writer)
     return app
 
 
@@ -113,9 +115,11 @@ def _lifespan(
     sampler: Sampler,
     custom: CustomInference | None,
     jobs: Jobs,
+    capture_writer: CaptureWriter | None,
 ) -> Lifespan[FastAPI]:
     """Start the engine (or the embedder), its watcher, the console's sampler, inference.py's
-    model_fn and the batch runner; stop them in turn."""
+    model_fn, the batch runner and the capture writer; stop them in turn (the writer last of the
+    requests' parts: what it holds is written before exit)."""
     engine, embedder = ctx.engine, ctx.embedder
     runner = embedder if embedder is not None else (engine if owned else None)
 
@@ -134,10 +138,14 @@ def _lifespan(
                 watcher.cancel()
                 raise
         jobs.start()
+        if capture_writer is not None:
+            capture_writer.start()
         try:
             yield
         finally:
             await jobs.stop()
+            if capture_writer is not None:
+                await asyncio.to_thread(capture_writer.close)
             sampling.cancel()
             watcher.cancel()
             if custom is not None:

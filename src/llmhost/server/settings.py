@@ -14,9 +14,18 @@ from llmhost.jobs.settings import DEFAULT_MAX_FILE_MB, JobsSettings, default_job
 from llmhost.settings.serve import BATCH_STRATEGIES, DEFAULT_PAYLOAD_MB, DEFAULT_PORT, MIB, SERVE_SPEC
 from llmhost.store.ggufnames import model_stem
 from llmhost.web.auth import ApiKeys
+from llmhost.web.capture.config import DEFAULT_VARIANT, CaptureConfig, parse_modes
 
 __all__ = ["DEFAULT_PORT", "MAX_BODY_BYTES", "ServerSettings"]
 
+# data capture's settings beside --capture-dir, which mean nothing without it
+CAPTURE_OPTIONS = (
+    "capture_percent",
+    "capture_mode",
+    "capture_endpoint",
+    "capture_variant",
+    "capture_interval_s",
+)
 # SageMaker's request payload limit (--max-payload-mb's default)
 MAX_BODY_BYTES = DEFAULT_PAYLOAD_MB * MIB
 TOOL_PARSERS = SERVE_SPEC["tool_parser"].choices
@@ -57,6 +66,12 @@ class ServerSettings:
     batch_concurrency: int = 0  # a batch's requests in flight; 0: the engine's max_concurrent
     async_output: str = ""  # SageMaker async invocations' answers (an s3:// prefix); "": refused
     async_failure: str = ""  # their errors' s3:// prefix; "": async_output
+    capture_dir: str = ""  # data capture's folder or s3:// prefix; "": no capture
+    capture_percent: int = 100  # requests captured
+    capture_mode: str = "input,output"  # what of each: input, output or both
+    capture_endpoint: str = ""  # the endpoint's name in the captured paths; "": model_name
+    capture_variant: str = DEFAULT_VARIANT
+    capture_interval_s: float = 30.0  # seconds between S3 uploads
 
     def console(self) -> ConsoleSettings:
         reports = Path(self.reports) if self.reports else None
@@ -72,8 +87,25 @@ class ServerSettings:
             async_failure=self.async_failure,
         )
 
+    def capture(self) -> CaptureConfig | None:
+        """Data capture's settings; None without --capture-dir (ValueError naming those given without it)."""
+        if not self.capture_dir:
+            given = [SERVE_SPEC[n].flag for n in CAPTURE_OPTIONS if getattr(self, n) != SERVE_SPEC[n].default]
+            if given:
+                raise ValueError(f"{', '.join(given)} given without --capture-dir")
+            return None
+        return CaptureConfig(
+            destination=self.capture_dir,
+            endpoint=self.capture_endpoint or self.model_name,
+            percent=self.capture_percent,
+            modes=parse_modes(self.capture_mode),
+            variant=self.capture_variant,
+            interval_s=self.capture_interval_s,
+        )
+
     def __post_init__(self) -> None:
         self.jobs()  # its own checks
+        self.capture()  # its own checks
         self.console()  # its own checks: the period's range, the reports folder
         if not 0 < self.port < 65536:
             raise ValueError(f"port must be in 1..65535, got {self.port}")

@@ -19,6 +19,7 @@ from llmhost.settings.serve import (
     SERVE_SPEC,
     AsyncOptions,
     BatchTransformSettings,
+    CaptureSettings,
     ChatSettings,
     ConsoleOptions,
     EngineSettings,
@@ -46,6 +47,7 @@ class ServeOptions(
     ConsoleOptions,
     JobsOptions,
     AsyncOptions,
+    CaptureSettings,
 ):
     """`llmhost serve`'s options as `build` takes them: every setting of the spec but the serving
     process's own, each a typed field (`opts.max_queue: int`); API keys come loaded, the chat template as

@@ -551,6 +551,60 @@ class AsyncOptions:
 
 
 @dataclass(frozen=True, kw_only=True)
+class CaptureSettings:
+    """Data capture (SageMaker's DataCaptureConfig): inference requests and answers, sampled, written
+    as SageMaker's JSON Lines to a folder or an S3 prefix."""
+
+    capture_dir: str = setting(
+        "",
+        "Folder or S3 prefix (s3://bucket/prefix/) where sampled inference requests and their answers "
+        "are written as SageMaker's data capture JSON Lines, under ENDPOINT/VARIANT/yyyy/mm/dd/hh/; "
+        '"": no capture.',
+        server="capture_dir",
+        endpoint=True,
+        metavar="DIR|S3URI",
+    )
+    capture_percent: int = setting(
+        100,
+        "Percent of inference requests captured (SageMaker's InitialSamplingPercentage), 0 to 100.",
+        ge=0,
+        server="capture_percent",
+        endpoint=True,
+        metavar="N",
+    )
+    capture_mode: str = setting(
+        "input,output",
+        "What is captured of each request (SageMaker's CaptureOptions): input, output or input,output.",
+        server="capture_mode",
+        endpoint=True,
+        metavar="input,output",
+    )
+    capture_endpoint: str = setting(
+        "",
+        'The endpoint name in the captured files\' paths; "": --served-model-name (else the model '
+        "file's stem).",
+        server="capture_endpoint",
+        metavar="NAME",
+    )
+    capture_variant: str = setting(
+        "AllTraffic",
+        "The variant name in the captured files' paths (SageMaker's production variant).",
+        server="capture_variant",
+        endpoint=True,
+        metavar="NAME",
+    )
+    capture_interval_s: float = setting(
+        30.0,
+        "With an S3 --capture-dir: seconds between uploads, an object each (a folder's files are "
+        "appended as lines come).",
+        ge=0.1,
+        server="capture_interval_s",
+        endpoint=True,
+        metavar="S",
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
 class AuthOptions:
     """Who may call the server: its API keys."""
 
@@ -592,6 +646,7 @@ SERVE_GROUPS: tuple[type[Any], ...] = (
     ConsoleOptions,
     JobsOptions,
     AsyncOptions,
+    CaptureSettings,
 )
 SERVE_SPEC = ServeSettingsSpec.of(SERVE_GROUPS, process=(ProcessSettings,))
 

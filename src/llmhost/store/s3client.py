@@ -39,12 +39,24 @@ def endpoint_url() -> str | None:
     return os.environ.get(LLMHOST_ENDPOINT_ENV) or os.environ.get(ENDPOINT_ENV) or None
 
 
-def make_client(ref: S3Ref, max_pool: int = 16) -> Any:
-    """An S3 client on the standard credential chain (env, profile, SSO, instance role...)."""
+def make_client(
+    ref: S3Ref,
+    max_pool: int = 16,
+    attempts: int = 5,
+    connect_timeout_s: float = 60.0,
+    read_timeout_s: float = 60.0,
+) -> Any:
+    """An S3 client on the standard credential chain (env, profile, SSO, instance role...); `attempts`
+    and the timeouts: botocore's defaults unless a caller must not wait that long on a dead endpoint."""
     import boto3
     from botocore.config import Config
 
-    config = Config(max_pool_connections=max_pool, retries={"max_attempts": 5, "mode": "standard"})
+    config = Config(
+        max_pool_connections=max_pool,
+        retries={"max_attempts": attempts, "mode": "standard"},
+        connect_timeout=connect_timeout_s,
+        read_timeout=read_timeout_s,
+    )
     url = endpoint_url()
     try:
         return boto3.session.Session().client("s3", endpoint_url=url, config=config)

@@ -94,7 +94,19 @@ def expectations(files: dict[str, Path]) -> dict[str, tuple[Any, Callable[[Serve
         "swa_full": (True, lambda s: s.engine.swa_full, True),
         "swa_checkpoints": (1, lambda s: s.engine.swa_checkpoints, 1),
         "schedule_policy": ("cached-first", lambda s: s.engine.schedule_policy, "cached-first"),
+        "capture_dir": ("s3://b/cap/", lambda s: s.capture_dir, "s3://b/cap/"),
+        "capture_percent": (20, lambda s: s.capture_percent, 20),
+        "capture_mode": ("input", lambda s: s.capture_mode, "input"),
+        "capture_variant": ("blue", lambda s: s.capture_variant, "blue"),
+        "capture_interval_s": (5.0, lambda s: s.capture_interval_s, 5.0),
     }
+
+
+# the keys that mean nothing alone (the file refuses them so): given with them in both cases
+WITH = {
+    name: {"capture_dir": "cap"}
+    for name in ("capture_percent", "capture_mode", "capture_variant", "capture_interval_s")
+}
 
 
 def test_every_engine_setting_of_the_file_reaches_a_ray_copy(files: dict[str, Path]) -> None:
@@ -102,8 +114,8 @@ def test_every_engine_setting_of_the_file_reaches_a_ray_copy(files: dict[str, Pa
     assert set(cases) == set(EngineSpec.model_fields)  # a new field needs its case here
     for name, (value, shown, expected) in cases.items():
         base: dict[str, Any] = {"name": "c", "model": str(files["model"]), "embeddings": name == "pooling"}
-        before = ray_copy(base)
-        after = ray_copy({**base, "engine": {name: value}})
+        before = ray_copy({**base, "engine": WITH.get(name, {})})
+        after = ray_copy({**base, "engine": {**WITH.get(name, {}), name: value}})
         assert after != before, name
         assert shown(after) == expected, name
 

@@ -57,6 +57,7 @@ class ServerSettings:
     batch_concurrency: int = 0  # a batch's requests in flight; 0: the engine's max_concurrent
     async_output: str = ""  # SageMaker async invocations' answers (an s3:// prefix); "": refused
     async_failure: str = ""  # their errors' s3:// prefix; "": async_output
+    otlp_traces_endpoint: str = ""  # where spans go (OTLP over HTTP); "": no traces
 
     def console(self) -> ConsoleSettings:
         reports = Path(self.reports) if self.reports else None

@@ -24,6 +24,7 @@ from llmhost.settings.serve import (
     EngineSettings,
     JobsOptions,
     ListenSettings,
+    TraceOptions,
 )
 from llmhost.web.auth import ApiKeys
 
@@ -46,6 +47,7 @@ class ServeOptions(
     ConsoleOptions,
     JobsOptions,
     AsyncOptions,
+    TraceOptions,
 ):
     """`llmhost serve`'s options as `build` takes them: every setting of the spec but the serving
     process's own, each a typed field (`opts.max_queue: int`); API keys come loaded, the chat template as

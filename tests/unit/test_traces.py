@@ -8,8 +8,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from llmhost.engine.request import FinishReason, GenerationEvent, GenerationRequest, SamplingParams, Timings
 from llmhost.server.tracing import InferenceSpan
+from llmhost.web.traces import TracingUnavailableError, open_tracer
 
 # a server's and an endpoint router's apps built, with or without an OTLP endpoint: how many modules of
 # OpenTelemetry's SDK and exporters are loaded then
@@ -66,3 +69,10 @@ def test_a_request_that_asked_no_inference_gets_no_span() -> None:
     span = InferenceSpan("served")
     span.model = "named"  # /api/show names a model: no inference
     assert span.name() is None
+
+
+def test_an_endpoint_without_the_sdk_installed_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "llmhost.web.otel", None)  # as if OpenTelemetry's SDK were absent
+    with pytest.raises(TracingUnavailableError, match=r"pip install 'llmhost\[otel\]'"):
+        open_tracer("http://127.0.0.1:9/v1/traces", "llmhost")
+    assert open_tracer("", "llmhost") is None

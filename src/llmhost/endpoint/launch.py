@@ -269,8 +269,12 @@ def _up_single(spec: EndpointSpec, up: Up, keys: ApiKeys, console: ConsoleSettin
     from llmhost.endpoint.control.manager import EndpointManager, ManagerTiming
     from llmhost.endpoint.control.replica import ReplicaTiming
     from llmhost.process.lifecycle import GracefulServer, Lifecycle
-    from llmhost.web.traces import open_tracer
+    from llmhost.web.traces import TracingUnavailableError, open_tracer
 
+    try:
+        tracer = open_tracer(traces, "llmhost-endpoint")
+    except TracingUnavailableError as exc:
+        raise _usage(exc) from None
     t, host, port = up.timing, up.listen.host, up.listen.port
     replica_timing = ReplicaTiming(
         ping_interval_s=t.health_interval, ping_timeout_s=t.health_timeout, ping_misses=t.health_misses
@@ -290,7 +294,6 @@ def _up_single(spec: EndpointSpec, up: Up, keys: ApiKeys, console: ConsoleSettin
         f"copy logs in {manager.log_dir}"
     )
     lifecycle = Lifecycle(grace_s=t.drain_timeout)
-    tracer = open_tracer(traces, "llmhost-endpoint")
     asgi_app = create_app(manager, lifecycle=lifecycle, keys=keys, console=console, port=port, tracer=tracer)
     config = uvicorn.Config(
         asgi_app, host=host, port=port, log_level=up.log.log_level.lower(), timeout_graceful_shutdown=5

@@ -557,7 +557,7 @@ class TraceOptions:
     otlp_traces_endpoint: str = setting(
         "",
         "Send a span per inference request to this OTLP/HTTP traces URL (http://collector:4318/v1/traces), "
-        "batched off the request path; needs `pip install 'llmhost[otel]'`. \"\": no traces.",
+        'batched off the request path; needs llmhost\'s `otel` extra. "": no traces.',
         env="OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
         server="otlp_traces_endpoint",
         metavar="URL",

@@ -16,6 +16,7 @@ from typing import Protocol
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from llmhost.errors import LlmhostError
 from llmhost.web.asgi import request_id
 
 # what a span attribute may hold (OpenTelemetry's AttributeValue, without importing it)
@@ -77,9 +78,8 @@ class RequestTrace:
     def end(self, attributes: Mapping[str, AttrValue], status: int) -> None:
         """Its span ended with `attributes` (the HTTP ones) and the detail's, if it has a detail."""
         name = self.detail.name() if self.detail is not None else None
-        if name is None or self.detail is None:
-            return
-        self.span().end(name, {**attributes, **self.detail.attributes()}, failed=status >= 500)
+        if self.detail is not None and name is not None:
+            self.span().end(name, {**attributes, **self.detail.attributes()}, failed=status >= 500)
 
 
 _CURRENT: ContextVar[RequestTrace | None] = ContextVar("llmhost_request_trace", default=None)
@@ -138,13 +138,22 @@ def _http_attributes(scope: Scope, status: int) -> dict[str, AttrValue]:
     return attrs
 
 
+class TracingUnavailableError(LlmhostError):
+    """An OTLP endpoint is set where OpenTelemetry's SDK is not installed (the `otel` extra)."""
+
+
 def open_tracer(endpoint: str, service: str) -> Tracer | None:
     """A tracer exporting to `endpoint` (OTLP over HTTP, batched on a thread of its own) as `service`
     unless $OTEL_SERVICE_NAME names it; none for no endpoint (OpenTelemetry is not even imported)."""
     if not endpoint:
         return None
-    from llmhost.web.otel import OtlpTracer
-
+    try:
+        from llmhost.web.otel import OtlpTracer
+    except ImportError as exc:
+        raise TracingUnavailableError(
+            f"--otlp-traces-endpoint {endpoint}: OpenTelemetry's SDK is not installed "
+            f"(pip install 'llmhost[otel]'): {exc}"
+        ) from exc
     return OtlpTracer(endpoint, service)
 
 

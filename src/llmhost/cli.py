@@ -190,6 +190,7 @@ def run_server(settings: ServerSettings, grace_s: float, log_level: str) -> int:
     from llmhost.process.lifecycle import KEEP_ALIVE_S, GracefulServer, Lifecycle
     from llmhost.server import create_app
     from llmhost.server.custom_code import CustomCodeError
+    from llmhost.web.traces import TracingUnavailableError
 
     try:
         lifecycle = Lifecycle(grace_s)
@@ -197,7 +198,7 @@ def run_server(settings: ServerSettings, grace_s: float, log_level: str) -> int:
         raise typer.BadParameter(str(exc)) from exc
     try:
         asgi_app = create_app(settings, lifecycle=lifecycle)
-    except CustomCodeError as exc:
+    except (CustomCodeError, TracingUnavailableError) as exc:
         typer.echo(f"llmhost: cannot start: {exc}", err=True)
         return 1
     config = uvicorn.Config(

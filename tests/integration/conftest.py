@@ -67,7 +67,8 @@ class Server:
         raise KeyError(f"{name} bucket {le}")
 
 
-def start_server(tmp: Path, *args: str) -> Server:
+def start_server(tmp: Path, *args: str, env: dict[str, str] | None = None) -> Server:
+    """`env`: more environment variables of the server's."""
     port = free_port()
     log = tmp / f"serve-{port}.log"
     # one engine thread: ggml's spinning thread barrier collapses when the test process and the
@@ -85,9 +86,13 @@ def start_server(tmp: Path, *args: str) -> Server:
         "1",
         *args,
     ]
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     with log.open("wb") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
+        proc = subprocess.Popen(
+            cmd,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
+        )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + STARTUP_TIMEOUT_S
     pings: list[int] = []

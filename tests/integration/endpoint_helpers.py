@@ -116,8 +116,14 @@ def up_command(file: Path, port: int, log_dir: Path) -> list[str]:
     ]
 
 
-def start_endpoint(tmp: Path, yaml_text: str, wait_ping: bool = True, args: tuple[str, ...] = ()) -> Endpoint:
-    """`args`: more options of `endpoint up`."""
+def start_endpoint(
+    tmp: Path,
+    yaml_text: str,
+    wait_ping: bool = True,
+    args: tuple[str, ...] = (),
+    env: dict[str, str] | None = None,
+) -> Endpoint:
+    """`args`: more options of `endpoint up`; `env`: more environment variables of its."""
     file = tmp / "endpoint.yaml"
     file.write_text(yaml_text)
     port = free_port()
@@ -127,7 +133,7 @@ def start_endpoint(tmp: Path, yaml_text: str, wait_ping: bool = True, args: tupl
             [*up_command(file, port, log_dir), *args],
             stdout=out,
             stderr=subprocess.STDOUT,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
         )
     ep = Endpoint(f"http://127.0.0.1:{port}", port, proc, log, log_dir)
     deadline = time.monotonic() + STARTUP_TIMEOUT_S

@@ -37,6 +37,8 @@ ONLY_IN = {
     # the engine's llama.cpp calls, in one package (and optimize's quantizer)
     "llama_cpp": ("llmhost.engine.llamacpp", "llmhost.optimize"),
     "ray": ("llmhost.endpoint.rayserve",),
+    # the `otel` extra, behind --otlp-traces-endpoint
+    "opentelemetry": ("llmhost.web.otel",),
 }
 
 

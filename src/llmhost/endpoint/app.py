@@ -28,6 +28,7 @@ from llmhost.web import responses
 from llmhost.web.apidoc import install as install_doc
 from llmhost.web.asgi import RequestContextMiddleware
 from llmhost.web.auth import OPEN_PATHS, ApiKeyMiddleware, ApiKeys
+from llmhost.web.traces import TraceMiddleware, Tracer
 
 # while draining, operators still see what happens (status, the console) and probes get their 503
 OPEN_WHILE_DRAINING = {
@@ -64,10 +65,11 @@ def create_app(
     keys: ApiKeys | None = None,
     console: ConsoleSettings | None = None,
     port: int | None = None,
+    tracer: Tracer | None = None,
 ) -> FastAPI:
     """`lifecycle` is shared with the process runner: SIGTERM drains the router's requests, then the
     copies are drained and stopped. `console`: the console's sampling and reports folder; `port`: the
-    router's, which names its default jobs folder."""
+    router's, which names its default jobs folder; `tracer`: where the routed requests' spans go."""
     proxy = Proxy(manager)
     manager.internal_key.attach(proxy.client)  # copies refuse requests that did not come through here
     lifecycle = lifecycle or Lifecycle()
@@ -78,7 +80,8 @@ def create_app(
     app = FastAPI(title=f"llmhost endpoint {manager.spec.name}", docs_url=None, redoc_url=None)
     # a batch's lines go through the router's own routes: they fan out over the copies
     jobs = mount(app, manager.spec.jobs(port))
-    app.router.lifespan_context = _lifespan(manager, proxy, lifecycle, Sampler(store, source.read), jobs)
+    sampler = Sampler(store, source.read)
+    app.router.lifespan_context = _lifespan(manager, proxy, lifecycle, sampler, jobs, tracer)
     folder = ModelsFolder(manager) if manager.spec.models_dir is not None else None
     app.include_router(create_router(manager, proxy, lifecycle, store, folder, lambda: jobs_families(jobs)))
     app.add_api_route(
@@ -96,6 +99,8 @@ def create_app(
             open_paths=OPEN_PATHS | PUBLIC_PATHS,
             routes=app.routes,
         )
+    if tracer is not None:  # inside the request id, which the span carries
+        app.add_middleware(TraceMiddleware, tracer=tracer)
     app.add_middleware(
         RequestContextMiddleware, lifecycle=lifecycle, open_paths=OPEN_WHILE_DRAINING, routes=app.routes
     )
@@ -103,10 +108,16 @@ def create_app(
 
 
 def _lifespan(
-    manager: EndpointManager, proxy: Proxy, lifecycle: Lifecycle, sampler: Sampler, jobs: Jobs
+    manager: EndpointManager,
+    proxy: Proxy,
+    lifecycle: Lifecycle,
+    sampler: Sampler,
+    jobs: Jobs,
+    tracer: Tracer | None,
 ) -> Lifespan[FastAPI]:
     """Start the components in the background (the router answers meanwhile), the drain watcher, the
-    console's sampler and the batch runner; at the end stop the runner, drain and stop every copy."""
+    console's sampler and the batch runner; at the end stop the runner, drain and stop every copy,
+    send the spans still queued."""
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
@@ -125,6 +136,8 @@ def _lifespan(
             await manager.shutdown()
             await proxy.aclose()
             log.info("endpoint %s: every copy stopped", manager.spec.name)
+            if tracer is not None:
+                await asyncio.to_thread(tracer.shutdown)
 
     return lifespan
 

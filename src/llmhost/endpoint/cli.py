@@ -21,7 +21,7 @@ from llmhost.endpoint.launch import (  # noqa: F401  # endpoint_spec and the mod
     endpoint_spec,
 )
 from llmhost.settings.cli import grouped
-from llmhost.settings.serve import AuthOptions, ConsoleOptions, LogOptions
+from llmhost.settings.serve import AuthOptions, ConsoleOptions, LogOptions, TraceOptions
 from llmhost.store.options import S3EndpointOpt
 from llmhost.web.auth import ENV_KEY, ENV_KEYS
 
@@ -45,6 +45,7 @@ HostOpt = Annotated[str, typer.Option(help="The endpoint's address (the admin AP
     auth=AuthOptions,
     log=LogOptions,
     console=ConsoleOptions,
+    trace=TraceOptions,
 )
 def up(
     ctx: typer.Context,
@@ -62,6 +63,7 @@ def up(
     auth: AuthOptions,
     log: LogOptions,
     console: ConsoleOptions,
+    trace: TraceOptions,
     s3_endpoint_url: S3EndpointOpt = "",
 ) -> None:
     """Start an endpoint: place every component, start its copies, route on PORT. SIGTERM drains. The
@@ -76,6 +78,7 @@ def up(
         auth=auth,
         log=log,
         console=console,
+        trace=trace,
     )
     launch.start(ctx, given)
 

@@ -9,13 +9,21 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import typer
 
-from llmhost.settings.serve import AuthOptions, ConsoleOptions, ListenSettings, LogOptions
+from llmhost.settings.serve import (
+    SERVE_SPEC,
+    AuthOptions,
+    ConsoleOptions,
+    ListenSettings,
+    LogOptions,
+    TraceOptions,
+)
 from llmhost.settings.setting import setting
 from llmhost.store.options import use_s3_endpoint
 
@@ -140,6 +148,7 @@ class Up:
     auth: AuthOptions
     log: LogOptions
     console: ConsoleOptions
+    trace: TraceOptions
 
 
 def _usage(message: object) -> typer.Exit:
@@ -164,6 +173,7 @@ def start(ctx: typer.Context, up: Up) -> None:
         raise _usage(exc) from None
     _refuse_for_ray(spec, up)
     use_s3_endpoint(up.s3_endpoint_url)
+    traces = use_traces_endpoint(up.trace)
     try:
         reports = Path(up.console.reports) if up.console.reports else None
         console = ConsoleSettings(period_s=up.console.console_period, reports_dir=reports)
@@ -172,7 +182,17 @@ def start(ctx: typer.Context, up: Up) -> None:
     if up.ray.ray:
         _up_ray(spec, up, keys, console)
     else:
-        _up_single(spec, up, keys, console)
+        _up_single(spec, up, keys, console, traces)
+
+
+def use_traces_endpoint(trace: TraceOptions) -> str:
+    """The OTLP traces URL in effect (--otlp-traces-endpoint, else its variable), put in this process's
+    environment: the copies read it there, as they inherit it (a Ray endpoint's, from the app's args)."""
+    setting = SERVE_SPEC["otlp_traces_endpoint"]
+    endpoint = str(setting.resolve(trace.otlp_traces_endpoint, os.environ))
+    if endpoint:
+        os.environ[setting.env] = endpoint
+    return endpoint
 
 
 def _refuse_for_ray(spec: EndpointSpec, up: Up) -> None:
@@ -242,14 +262,19 @@ def _refuse_other_mode(ctx: typer.Context, ray: bool) -> None:
             raise typer.Exit(2)
 
 
-def _up_single(spec: EndpointSpec, up: Up, keys: ApiKeys, console: ConsoleSettings) -> None:
+def _up_single(spec: EndpointSpec, up: Up, keys: ApiKeys, console: ConsoleSettings, traces: str) -> None:
     import uvicorn
 
     from llmhost.endpoint.app import create_app
     from llmhost.endpoint.control.manager import EndpointManager, ManagerTiming
     from llmhost.endpoint.control.replica import ReplicaTiming
     from llmhost.process.lifecycle import GracefulServer, Lifecycle
+    from llmhost.web.traces import TracingUnavailableError, open_tracer
 
+    try:
+        tracer = open_tracer(traces, "llmhost-endpoint")
+    except TracingUnavailableError as exc:
+        raise _usage(exc) from None
     t, host, port = up.timing, up.listen.host, up.listen.port
     replica_timing = ReplicaTiming(
         ping_interval_s=t.health_interval, ping_timeout_s=t.health_timeout, ping_misses=t.health_misses
@@ -269,7 +294,7 @@ def _up_single(spec: EndpointSpec, up: Up, keys: ApiKeys, console: ConsoleSettin
         f"copy logs in {manager.log_dir}"
     )
     lifecycle = Lifecycle(grace_s=t.drain_timeout)
-    asgi_app = create_app(manager, lifecycle=lifecycle, keys=keys, console=console, port=port)
+    asgi_app = create_app(manager, lifecycle=lifecycle, keys=keys, console=console, port=port, tracer=tracer)
     config = uvicorn.Config(
         asgi_app, host=host, port=port, log_level=up.log.log_level.lower(), timeout_graceful_shutdown=5
     )

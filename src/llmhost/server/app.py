@@ -43,11 +43,13 @@ from llmhost.server.serving.chat_template import template_fault
 from llmhost.server.serving.context import ServingContext
 from llmhost.server.serving.side_embedder import SideEmbedder
 from llmhost.server.settings import ServerSettings
+from llmhost.server.tracing import InferenceTracing
 from llmhost.web import apidoc
 from llmhost.web.asgi import RequestContextMiddleware
 from llmhost.web.auth import OPEN_PATHS, ApiKeyMiddleware
 from llmhost.web.capture.writer import CaptureWriter
 from llmhost.web.middleware import BodyLimitMiddleware, CustomAttributesMiddleware
+from llmhost.web.traces import TraceMiddleware, Tracer, open_tracer
 
 DESCRIPTION = (
     "One model behind SageMaker's container contract, the OpenAI, Anthropic Messages, TGI and Ollama APIs. "
@@ -75,10 +77,15 @@ def create_app(
 
     `lifecycle` is shared with the process runner (draining on SIGTERM, exit on a dead engine)."""
     metrics = ServerMetrics()
+    tracer = open_tracer(settings.otlp_traces_endpoint, "llmhost")
+    # the engine tells the spans its requests' ends beside the metrics (an engine passed in tells its
+    # owner's observer: its spans say what was asked, not what it took)
+    tracing = InferenceTracing(metrics, settings.model_name) if tracer is not None else None
     owned = engine is None  # an engine passed in is started and stopped by its owner
     if engine is None:
         vet = _template_vet(settings)
-        engine = AsyncEngine(settings.model_path, settings.engine, observer=metrics, vet=vet)
+        observer = tracing if tracing is not None else metrics
+        engine = AsyncEngine(settings.model_path, settings.engine, observer=observer, vet=vet)
     metrics.attach(engine.stats)
     lifecycle = lifecycle or Lifecycle()
     # --embeddings: the embedder loads the model and the generation engine is never started
@@ -86,7 +93,7 @@ def create_app(
     # a generation server embeds too (as Ollama does), through a second context loaded on first use
     chat_embeddings = embedder is None and settings.chat_embeddings
     side = SideEmbedder(settings.model_path, settings.engine) if chat_embeddings else None
-    ctx = ServingContext(engine, settings, metrics, embedder, side)
+    ctx = ServingContext(engine, settings, metrics, embedder, side, tracing)
     # imported now, before serving: a broken inference.py stops the server from starting
     custom = CustomInference.load(settings.inference_script, ctx) if settings.inference_script else None
     tally = FrontTally()
@@ -103,8 +110,8 @@ def create_app(
     _serve(app, ctx, custom)
     _route(app, settings, console, store, console_source)
     writer = capture.install(app, settings, metrics)  # innermost: it sees what the routes read and send
-    _middleware(app, settings, lifecycle, tally, jobs)
-    app.router.lifespan_context = _lifespan(ctx, owned, lifecycle, sampler, custom, jobs, writer)
+    _middleware(app, settings, lifecycle, tally, jobs, tracer)
+    app.router.lifespan_context = _lifespan(ctx, owned, lifecycle, sampler, custom, jobs, writer, tracer)
     return app
 
 
@@ -116,10 +123,11 @@ def _lifespan(
     custom: CustomInference | None,
     jobs: Jobs,
     capture_writer: CaptureWriter | None,
+    tracer: Tracer | None,
 ) -> Lifespan[FastAPI]:
     """Start the engine (or the embedder), its watcher, the console's sampler, inference.py's
     model_fn, the batch runner and the capture writer; stop them in turn (the writer last of the
-    requests' parts: what it holds is written before exit)."""
+    requests' parts: what it holds is written before exit), and send the spans still queued."""
     engine, embedder = ctx.engine, ctx.embedder
     runner = embedder if embedder is not None else (engine if owned else None)
 
@@ -154,6 +162,8 @@ def _lifespan(
                 await asyncio.to_thread(runner.shutdown)
             if ctx.side_embedder is not None:
                 await asyncio.to_thread(ctx.side_embedder.shutdown)
+            if tracer is not None:
+                await asyncio.to_thread(tracer.shutdown)
 
     return lifespan
 
@@ -192,7 +202,12 @@ def _route(
 
 
 def _middleware(
-    app: FastAPI, settings: ServerSettings, lifecycle: Lifecycle, tally: FrontTally, jobs: Jobs
+    app: FastAPI,
+    settings: ServerSettings,
+    lifecycle: Lifecycle,
+    tally: FrontTally,
+    jobs: Jobs,
+    tracer: Tracer | None,
 ) -> None:
     """Innermost first; a refusal made here is written in the format of the route it was for."""
     routes = app.routes
@@ -203,4 +218,6 @@ def _middleware(
         keys = settings.api_keys.with_key(jobs.token)
         app.add_middleware(ApiKeyMiddleware, keys=keys, open_paths=OPEN_PATHS | PUBLIC_PATHS, routes=routes)
     app.add_middleware(FrontCounter, tally=tally)  # outside the key check: refusals count as 4xx
+    if tracer is not None:  # inside the request id, which the span carries
+        app.add_middleware(TraceMiddleware, tracer=tracer)
     app.add_middleware(RequestContextMiddleware, lifecycle=lifecycle, routes=routes)

@@ -72,6 +72,7 @@ class ServerSettings:
     capture_endpoint: str = ""  # the endpoint's name in the captured paths; "": model_name
     capture_variant: str = DEFAULT_VARIANT
     capture_interval_s: float = 30.0  # seconds between S3 uploads
+    otlp_traces_endpoint: str = ""  # where spans go (OTLP over HTTP); "": no traces
 
     def console(self) -> ConsoleSettings:
         reports = Path(self.reports) if self.reports else None

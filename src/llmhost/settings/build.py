@@ -25,6 +25,7 @@ from llmhost.settings.serve import (
     EngineSettings,
     JobsOptions,
     ListenSettings,
+    TraceOptions,
 )
 from llmhost.web.auth import ApiKeys
 
@@ -48,6 +49,7 @@ class ServeOptions(
     JobsOptions,
     AsyncOptions,
     CaptureSettings,
+    TraceOptions,
 ):
     """`llmhost serve`'s options as `build` takes them: every setting of the spec but the serving
     process's own, each a typed field (`opts.max_queue: int`); API keys come loaded, the chat template as

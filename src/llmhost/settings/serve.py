@@ -605,6 +605,20 @@ class CaptureSettings:
 
 
 @dataclass(frozen=True, kw_only=True)
+class TraceOptions:
+    """Where the process sends a span per request (OpenTelemetry, OTLP over HTTP)."""
+
+    otlp_traces_endpoint: str = setting(
+        "",
+        "Send a span per inference request to this OTLP/HTTP traces URL (http://collector:4318/v1/traces), "
+        'batched off the request path; needs llmhost\'s `otel` extra. "": no traces.',
+        env="OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+        server="otlp_traces_endpoint",
+        metavar="URL",
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
 class AuthOptions:
     """Who may call the server: its API keys."""
 
@@ -647,6 +661,7 @@ SERVE_GROUPS: tuple[type[Any], ...] = (
     JobsOptions,
     AsyncOptions,
     CaptureSettings,
+    TraceOptions,
 )
 SERVE_SPEC = ServeSettingsSpec.of(SERVE_GROUPS, process=(ProcessSettings,))
 

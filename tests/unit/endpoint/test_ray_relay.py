@@ -18,6 +18,9 @@ from llmhost.endpoint.rayserve.inprocess import Accepted, Call, Head
 from llmhost.endpoint.rayserve.relay import RayComponent, RayRelay
 from llmhost.endpoint.rayserve.status import DeploymentView, Replica
 from llmhost.endpoint.spec import ComponentSpec
+from llmhost.web.otel import OtlpTracer
+from llmhost.web.traces import TraceMiddleware
+from tests.otlpreceiver import otlp_receiver
 
 SSE = Head(200, [("content-type", "text/event-stream")])
 JSON = Head(200, [("content-type", "application/json"), ("x-request-id", "r1")])
@@ -216,3 +219,27 @@ def test_scaled_to_zero_waits_for_the_first_copy_to_start() -> None:
     assert comp.serving and comp.wait_timeout_s() == 90
     comp.view = DeploymentView(True, "UPSCALING", "", 1, (Replica("z-1", "STARTING", "", "", None, ""),))
     assert not comp.serving and comp.wait_timeout_s() == 5
+
+
+async def test_the_ingress_span_continues_the_callers_trace_and_parents_the_copys() -> None:
+    """With a tracer (a real OTLP exporter, a real receiver): the copy gets the ingress span's context in
+    place of the caller's, and that span is the caller's child."""
+    h = FakeHandle(FakeStream(Accepted("a-2"), JSON, b"{}"))
+    caller_trace, caller_span = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+    with otlp_receiver() as receiver:
+        tracer = OtlpTracer(receiver.url, "llmhost-endpoint")
+        app = FastAPI()
+        app.include_router(routing.data_routes(Registry(a=h), RayRelay(read_timeout_s=1.0)))
+        app.add_middleware(TraceMiddleware, tracer=tracer)
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as c:
+            parent = f"00-{caller_trace}-{caller_span}-01"
+            r = await c.post("/v1/completions", json={"model": "a"}, headers={"traceparent": parent})
+            assert r.status_code == 200
+        tracer.shutdown()  # sends what is queued
+        (span,) = receiver.spans()
+    (call,) = h.calls
+    _, trace_id, span_id, _ = dict(call.headers)["traceparent"].split("-")
+    assert (trace_id, span_id) == (span.trace_id, span.span_id)
+    assert (span.trace_id, span.parent_span_id) == (caller_trace, caller_span)
+    assert span.name == "POST /v1/completions" and span.service == "llmhost-endpoint"
+    assert span.attributes["llmhost.component"] == "a" and span.attributes["llmhost.copy"] == "a-2"

@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 
 import llmhost.cli
 from llmhost.endpoint.control.replica import copy_command
-from llmhost.endpoint.rayserve import nodes, server
+from llmhost.endpoint.rayserve import nodes, server, up
 from llmhost.endpoint.rayserve.options import RayTiming, component_options
 from llmhost.endpoint.rayserve.server import InProcessServer
 from llmhost.endpoint.spec import ComponentSpec, EngineSpec, parse_endpoint
@@ -262,3 +262,18 @@ async def test_the_health_check_fails_once_the_engine_died() -> None:
         await copy.check()
     await copy.stop()
     assert fake.events == ["startup", "shutdown"]
+
+
+def test_a_ray_copy_traces_where_up_was_told_to(
+    files: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The OTEL_* variables where `up` ran (its --otlp-traces-endpoint among them) reach the app's args,
+    and from them the copy's settings."""
+    url = "http://collector:4318/v1/traces"
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", url)
+    monkeypatch.setenv("OTEL_SERVICE_NAME", "mine")
+    dashboards = up.Dashboards("http://127.0.0.1:8265", "http://127.0.0.1:8265")
+    spec = parse_endpoint({"name": "e", "components": [{"name": "c", "model": str(files["model"])}]})
+    env = up.app_args(spec, up.RayUp(address=None), dashboards, {}).env
+    assert env["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"] == url and env["OTEL_SERVICE_NAME"] == "mine"
+    assert server.settings_here(spec.components[0], None, env).settings.otlp_traces_endpoint == url

@@ -40,6 +40,7 @@ from llmhost.endpoint.dataplane.routing import (
     error_event,
     known,
 )
+from llmhost.endpoint.dataplane.traced import traced
 from llmhost.endpoint.metrics import render_metrics
 from llmhost.endpoint.spec import ClientKeepAlive
 from llmhost.process.lifecycle import KEEP_ALIVE_S, Lifecycle
@@ -131,6 +132,7 @@ class Proxy:
 
     async def _forward(self, request: Request, comp: Component, body: bytes) -> tuple[Response, bool]:
         headers = routing.forwarded_headers(request.headers.items(), request_id(request.scope))
+        span = traced(headers, request.method, request.url.path, comp.name)
         path = request.url.path + (f"?{request.url.query}" if request.url.query else "")
         retry = routing.NotTaken(comp.name, self.registry.wait_timeout_s(comp))
         tried: set[str] = set()
@@ -147,6 +149,8 @@ class Proxy:
             # the copy's key now: its supervisor may restart it while the connection is refused, and
             # the new copy (a new key) must stay eligible for this request's next attempt
             key = replica.key
+            if span is not None:
+                span.copy = replica.id
             replica.outstanding += 1
             replica.served += 1
             upstream_req = self.client.build_request(

@@ -39,12 +39,15 @@ from llmhost.jobs.metrics import jobs_families
 from llmhost.jobs.mount import mount
 from llmhost.jobs.service import Jobs
 from llmhost.process.lifecycle import Lifecycle
+from llmhost.settings.serve import SERVE_SPEC
 from llmhost.web import responses
 from llmhost.web.apidoc import install as install_doc
 from llmhost.web.asgi import RequestContextMiddleware
 from llmhost.web.auth import OPEN_PATHS, ApiKeyMiddleware, ApiKeys
+from llmhost.web.traces import TraceMiddleware, adopt_env, open_tracer
 
 log = logging.getLogger("llmhost.endpoint")
+TRACES_ENV = SERVE_SPEC["otlp_traces_endpoint"].env
 POLL_S = 1.0  # how often Ray Serve's view of the copies is read (for /ping, /v1/models, waits)
 
 
@@ -54,6 +57,7 @@ class Ingress:
     def __init__(self, handles: dict[str, Any], args: dict[str, Any]) -> None:
         self.args = AppArgs(**args)
         logging.getLogger("llmhost").setLevel(self.args.log_level.upper())
+        adopt_env(self.args.env)  # the OpenTelemetry SDK's settings, where it reads them
         self.spec = EndpointSpec.model_validate(self.args.endpoint)
         self.components = {c.name: RayComponent(c, handles[c.name]) for c in self.spec.components}
         self.api = ServeApi(self.args.dashboard_url)
@@ -164,6 +168,7 @@ class Ingress:
         app = FastAPI(title=f"llmhost endpoint {self.spec.name} (Ray)", docs_url=None, redoc_url=None)
         # a batch's lines go through the ingress's own routes: they fan out over the copies on every node
         self.jobs = jobs = mount(app, self.spec.jobs())
+        tracer = open_tracer(self.args.env.get(TRACES_ENV, ""), "llmhost-endpoint")
 
         @asynccontextmanager
         async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
@@ -178,6 +183,8 @@ class Ingress:
                 await jobs.stop()
                 sampling.cancel()
                 poller.cancel()
+                if tracer is not None:
+                    await asyncio.to_thread(tracer.shutdown)
 
         app.router.lifespan_context = lifespan
         app.include_router(self._routes())
@@ -194,6 +201,8 @@ class Ingress:
                 open_paths=OPEN_PATHS | PUBLIC_PATHS,
                 routes=app.routes,
             )
+        if tracer is not None:  # inside the request id, which the span carries
+            app.add_middleware(TraceMiddleware, tracer=tracer)
         # Ray Serve drains the ingress itself (graceful shutdown): this lifecycle never drains
         app.add_middleware(RequestContextMiddleware, lifecycle=Lifecycle(), routes=app.routes)
         return app

@@ -54,7 +54,8 @@ class AppArgs:
     dashboard_url: str  # Ray Serve's REST API, for the ingress's admin routes
     keys: list[str]  # API key digests the ingress accepts; none: no authentication
     # the `MAX_*` variables set where `up` ran: the copies size their engines with them, as a
-    # single-host endpoint's copies inherit them (and the ingress their request limits)
+    # single-host endpoint's copies inherit them (and the ingress their request limits); the `OTEL_*`
+    # ones: the ingress and the copies send their spans where `up` was told to
     env: dict[str, str]
     log_level: str  # `--log-level`: llmhost's and Ray Serve's loggers in the ingress and the copies
     console_period_s: float = 5.0  # `--console-period`: a console point every period, in the ingress

@@ -23,6 +23,7 @@ from llmhost.endpoint.adapters.spec import AdapterEntry
 from llmhost.endpoint.affinity import Decision, Policy, ray_decisions
 from llmhost.endpoint.dataplane import routing
 from llmhost.endpoint.dataplane.routing import error
+from llmhost.endpoint.dataplane.traced import traced
 from llmhost.endpoint.rayserve.inprocess import Accepted, Call, Head
 from llmhost.endpoint.rayserve.status import DeploymentView
 from llmhost.endpoint.spec import ComponentSpec
@@ -173,6 +174,7 @@ class RayRelay:
 
     async def _forward(self, request: Request, comp: RayComponent, body: bytes) -> tuple[Response, bool]:
         headers = routing.forwarded_headers(request.headers.items(), request_id(request.scope))
+        span = traced(headers, request.method, request.url.path, comp.name)
         client = (request.client.host, request.client.port) if request.client else ("", 0)
         call = Call(request.method, request.url.path, request.url.query, list(headers.items()), body, client)
         started = time.monotonic()
@@ -180,6 +182,8 @@ class RayRelay:
         if isinstance(taken, Response):
             return taken, False
         stream, accepted, sent = taken
+        if span is not None:
+            span.copy = accepted.copy
 
         def timed() -> None:
             now = time.monotonic()

@@ -23,6 +23,7 @@ from llmhost.endpoint.rayserve.options import INGRESS, METRICS_PUSH_S
 from llmhost.endpoint.spec import ComponentSpec
 from llmhost.process.lifecycle import Lifecycle
 from llmhost.settings.build import Built, ServeOptions, build
+from llmhost.web.traces import adopt_env
 
 if TYPE_CHECKING:
     from starlette.types import ASGIApp
@@ -165,6 +166,7 @@ class ComponentServer:
         context = serve.get_replica_context()
         self.component = spec.name
         self.copy = f"{spec.name}-{context.replica_tag}"
+        adopt_env(env)  # the OpenTelemetry SDK's settings, where it reads them
         # an s3:// model may download for minutes: off the replica's event loop
         built = await asyncio.to_thread(settings_here, spec, chat_template, env)
         for note in built.notes:

@@ -22,6 +22,7 @@ from llmhost.endpoint.spec import EndpointSpec
 from llmhost.errors import LlmhostError
 from llmhost.settings.serve import LIMIT_ENV, LOG_LEVELS
 from llmhost.web.auth import ApiKeys
+from llmhost.web.traces import otel_env
 
 log = logging.getLogger("llmhost.endpoint")
 POLL_S = 1.0
@@ -94,7 +95,8 @@ def connect(address: str | None, given: str | None) -> Dashboards:
 def app_args(
     spec: EndpointSpec, up: RayUp, dashboards: Dashboards, templates: dict[str, str]
 ) -> options.AppArgs:
-    env = {k: os.environ[k] for k in LIMIT_ENV if k in os.environ}
+    # the OTLP exporter's too: the ingress and the copies trace as a single-host endpoint's do
+    env = {k: os.environ[k] for k in LIMIT_ENV if k in os.environ} | otel_env()
     reports = up.console.reports_dir
     return options.AppArgs(
         endpoint=spec.model_dump(),

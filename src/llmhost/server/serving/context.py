@@ -42,6 +42,7 @@ from llmhost.server.serving.chat_template import (
 from llmhost.server.serving.model_names import ModelNames
 from llmhost.server.serving.side_embedder import SideEmbedder
 from llmhost.server.settings import ServerSettings
+from llmhost.server.tracing import InferenceTracing, chat
 from llmhost.shared.jsontypes import JSONObject
 from llmhost.web.errors import APIError, error_body, model_loading, unavailable
 
@@ -65,10 +66,13 @@ class ServingContext:
         metrics: ServerMetrics,
         embedder: AsyncEmbedder | None = None,
         side_embedder: SideEmbedder | None = None,
+        tracing: InferenceTracing | None = None,
     ) -> None:
         """`embedder`: the --embeddings mode, where it holds the model and `engine` is never started;
-        `side_embedder`: a generation server's embeddings context (none: --no-chat-embeddings)."""
+        `side_embedder`: a generation server's embeddings context (none: --no-chat-embeddings);
+        `tracing`: where the requests submitted are told (none: no traces)."""
         self.engine = engine
+        self.tracing = tracing
         self.embedder = embedder
         self.side_embedder = side_embedder
         self.settings = settings
@@ -178,6 +182,7 @@ class ServingContext:
     ) -> tuple[str, list[int]]:
         """The rendered prompt (`kwargs`: more template variables) and its tokens; capacity first."""
         self.check_capacity()
+        chat(self.settings.model_name)
         return await asyncio.to_thread(self._render_and_tokenize, messages, tools, kwargs)
 
     async def count_chat_tokens(
@@ -236,12 +241,16 @@ class ServingContext:
         them); `adapters`: the LoRA adapters it runs with (`self.adapters` chooses them); `priority`: its
         admission order, lowest first."""
         self.require_ready()
+        request = GenerationRequest(
+            request_id, prompt, params, group=group, adapters=adapters, priority=priority
+        )
+        if self.tracing is not None:
+            self.tracing.submitted(request)
         try:
-            request = GenerationRequest(
-                request_id, prompt, params, group=group, adapters=adapters, priority=priority
-            )
             return self.engine.submit(request)
         except EngineError as exc:
+            if self.tracing is not None:
+                self.tracing.refused(request_id)
             raise self._refused(exc, fields) from exc
 
     def submit_choices(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from llmhost.server.serving.adapters import AdapterChoice
 from llmhost.server.settings import ServerSettings
+from llmhost.server.tracing import requested
 from llmhost.store.ggufnames import model_stem
 from llmhost.web.errors import APIError
 
@@ -29,6 +30,7 @@ class ModelNames:
     def __init__(self, settings: ServerSettings, adapters: AdapterChoice) -> None:
         self.adapters = adapters  # shared: adapters loaded at run time are known as they load
         self.strict = settings.strict_model_names
+        self.model_name = settings.model_name
         stem = model_stem(settings.model_path.name)
         self.served = frozenset({settings.model_name, stem, settings.served_model_name, DEFAULT_NAME} - {""})
 
@@ -41,11 +43,13 @@ class ModelNames:
 
     def check_ollama(self, model: str) -> None:
         """An Ollama route's `model`: a name of this server's, else Ollama's 404."""
+        requested(model, self.model_name)
         if not self.knows(model):
             raise ollama_not_found(model)
 
     def check(self, model: str | None, field: str = "model") -> None:
         """An OpenAI-style route's `model` (Anthropic's, Responses' too): any name, unless strict."""
+        requested(model, self.model_name)
         if not self.strict or not model or model in UNNAMED or self.knows(model):
             return
         raise APIError(

@@ -22,6 +22,7 @@ from llmhost.server.protocol.embeddings import EmbeddingRequest
 from llmhost.server.protocol.shapes import EmbeddingData, Embeddings, EmbeddingsUsage
 from llmhost.server.serving.apis.truncation import Cut, cut_inputs
 from llmhost.server.serving.context import ServingContext
+from llmhost.server.tracing import EMBEDDINGS, RERANK, embedded
 from llmhost.web.errors import APIError
 
 T = TypeVar("T")
@@ -116,6 +117,7 @@ async def pooled(
     except EmbeddingError as exc:
         raise APIError(exc.status, f"{work} failed: {exc}", "server_error") from exc
     n_tokens = sum(len(t) for t in tokens)
+    embedded(EMBEDDINGS if work == "embedding" else RERANK, n_tokens, ctx.settings.model_name)
     ctx.metrics.count(api, "stop")
     ctx.metrics.prompt_tokens.inc(n_tokens)
     return vectors, n_tokens

@@ -592,3 +592,23 @@ def build_shaped_gguf(path: str | Path, arch: str, dims: Dims, seed: int = 0, st
         writer.write_tensor_data(_fill(p, dims, rng, std))
     writer.close()
     return path
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """`python -m tests.tinymodels vision|audio DIR`: a tiny multimodal pair (tests/tinymmproj.py),
+    DIR/model.gguf and DIR/mmproj.gguf, as `llama-server -m ... --mmproj ...` takes them."""
+    import argparse
+
+    from tests.tinymmproj import BUILDERS
+
+    parser = argparse.ArgumentParser(prog="python -m tests.tinymodels", description=main.__doc__)
+    parser.add_argument("kind", choices=sorted(BUILDERS))
+    parser.add_argument("dir", type=Path)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    pair = BUILDERS[args.kind](args.dir, seed=args.seed)
+    print(f"{pair.model}\n{pair.mmproj}")
+
+
+if __name__ == "__main__":
+    main()

@@ -17,6 +17,7 @@ from llmhost.jobs.metrics import jobs_families
 from llmhost.jobs.service import Jobs
 from llmhost.jobs.settings import JobsSettings
 from llmhost.server.metrics import ServerMetrics
+from llmhost.web.quota import KeyUsage
 
 SUFFIXES = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count"), "gauge": ("",)}
 
@@ -51,12 +52,18 @@ def jobs_families_() -> Iterator[tuple[str, str, str, tuple[str, ...]]]:
         yield family.name, family.type, family.documentation, _labels(family)
 
 
+def key_families_() -> Iterator[tuple[str, str, str, tuple[str, ...]]]:
+    """Each named API key's usage (web/quota.py)."""
+    for family in KeyUsage().families():
+        yield family.name, family.type, family.documentation, _labels(family)
+
+
 def series(name: str, kind: str) -> list[str]:
     return [name + s for s in SUFFIXES.get(kind, ("",))]
 
 
 def names() -> set[str]:
-    every = (server_families(), router_families_(), jobs_families_())
+    every = (server_families(), router_families_(), jobs_families_(), key_families_())
     return {s for fam in every for n, k, *_ in fam for s in series(n, k)}
 
 
@@ -88,6 +95,14 @@ def render() -> str:
             "one left to resume at start); a copy's are not relayed by the router:",
             "",
             _table(jobs_families_()),
+            "",
+            "### Per API key (a server, an endpoint's router)",
+            "",
+            "A sample per key name of `--api-key-file`'s YAML form (keys without a name are not counted "
+            "apart; an endpoint's router counts requests and refusals, not tokens): see "
+            "[Quotas per API key](../guides/operations.md#quotas-per-api-key).",
+            "",
+            _table(key_families_()),
             "",
         ]
     )

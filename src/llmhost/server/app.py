@@ -46,7 +46,9 @@ from llmhost.server.settings import ServerSettings
 from llmhost.web import apidoc
 from llmhost.web.asgi import RequestContextMiddleware
 from llmhost.web.auth import OPEN_PATHS, ApiKeyMiddleware
+from llmhost.web.keyring import KeyRing, reload_on_hangup
 from llmhost.web.middleware import BodyLimitMiddleware, CustomAttributesMiddleware
+from llmhost.web.quota import Quotas, UsageCollector
 
 DESCRIPTION = (
     "One model behind SageMaker's container contract, the OpenAI, Anthropic Messages, TGI and Ollama APIs. "
@@ -98,11 +100,15 @@ def create_app(
     # a batch's lines go through this app's own routes, behind its middleware
     jobs = mount(app, settings.jobs(), scripted=custom is not None)
     metrics.registry.register(JobsCollector(jobs))
-    app.router.lifespan_context = _lifespan(ctx, owned, lifecycle, sampler, custom, jobs)
+    # the server's own requests (a batch's lines) come with the jobs' key, kept on a reload
+    ring = KeyRing(settings.api_keys, internal=jobs.token) if settings.api_keys.enabled else None
+    quotas = Quotas()
+    metrics.registry.register(UsageCollector(quotas.usage))
+    app.router.lifespan_context = _lifespan(ctx, owned, lifecycle, sampler, custom, jobs, ring)
     app.state.lifecycle = lifecycle
     _serve(app, ctx, custom)
     _route(app, settings, console, store, console_source)
-    _middleware(app, settings, lifecycle, tally, jobs)
+    _middleware(app, settings, lifecycle, tally, jobs, (ring, quotas))
     return app
 
 
@@ -113,9 +119,10 @@ def _lifespan(
     sampler: Sampler,
     custom: CustomInference | None,
     jobs: Jobs,
+    ring: KeyRing | None,
 ) -> Lifespan[FastAPI]:
     """Start the engine (or the embedder), its watcher, the console's sampler, inference.py's
-    model_fn and the batch runner; stop them in turn."""
+    model_fn, the batch runner and the keys' reload on SIGHUP; stop them in turn."""
     engine, embedder = ctx.engine, ctx.embedder
     runner = embedder if embedder is not None else (engine if owned else None)
 
@@ -134,9 +141,11 @@ def _lifespan(
                 watcher.cancel()
                 raise
         jobs.start()
+        stop_reloading = reload_on_hangup(ring) if ring is not None else (lambda: None)
         try:
             yield
         finally:
+            stop_reloading()
             await jobs.stop()
             sampling.cancel()
             watcher.cancel()
@@ -184,15 +193,21 @@ def _route(
 
 
 def _middleware(
-    app: FastAPI, settings: ServerSettings, lifecycle: Lifecycle, tally: FrontTally, jobs: Jobs
+    app: FastAPI,
+    settings: ServerSettings,
+    lifecycle: Lifecycle,
+    tally: FrontTally,
+    jobs: Jobs,
+    keys: tuple[KeyRing | None, Quotas],
 ) -> None:
     """Innermost first; a refusal made here is written in the format of the route it was for."""
     routes = app.routes
     app.add_middleware(CustomAttributesMiddleware)
     uploads = {UPLOAD_PATH: upload_limit(jobs.settings.max_file_bytes)}
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes, routes=routes, paths=uploads)
-    if settings.api_keys.enabled:  # before the body is read; inside the request id
-        keys = settings.api_keys.with_key(jobs.token)
-        app.add_middleware(ApiKeyMiddleware, keys=keys, open_paths=OPEN_PATHS | PUBLIC_PATHS, routes=routes)
+    ring, quotas = keys
+    if ring is not None:  # before the body is read; inside the request id
+        open_paths = OPEN_PATHS | PUBLIC_PATHS
+        app.add_middleware(ApiKeyMiddleware, keys=ring, open_paths=open_paths, routes=routes, quotas=quotas)
     app.add_middleware(FrontCounter, tally=tally)  # outside the key check: refusals count as 4xx
     app.add_middleware(RequestContextMiddleware, lifecycle=lifecycle, routes=routes)

@@ -228,4 +228,6 @@ def test_server_quotas_per_key(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
         assert bob.models.list().data and srv.process.poll() is None
     finally:
         stop_server(srv)
-    assert "secret" not in srv.log.read_text() and "API keys reloaded" in srv.log.read_text()
+    log = srv.log.read_text()
+    assert "secret" not in log and "API keys reloaded" in log
+    assert "API key 'alice' over its requests_per_minute" in log

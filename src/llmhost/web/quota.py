@@ -11,10 +11,11 @@ is refused whatever the wait.
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 
@@ -27,6 +28,8 @@ from llmhost.web.asgi import request_id, send_error
 from llmhost.web.errors import APIError, error_body
 from llmhost.web.keyfile import KeyIdentity
 from llmhost.web.ratelimit import Decision, Level, RateLimiter
+
+log = logging.getLogger("llmhost")
 
 REQUESTS = "requests"
 TOKENS = "tokens"
@@ -59,23 +62,37 @@ class KeyUsage:
     limited: Counter[tuple[str, str]] = field(default_factory=Counter)
 
     def families(self) -> list[Metric]:
-        by_name = ["key_name"]
-        requests = CounterMetricFamily(KEY_REQUESTS, "Requests admitted, by API key name", labels=by_name)
-        for name, n in sorted(self.requests.items()):
-            requests.add_metric([name], n)
-        tokens = CounterMetricFamily(
-            KEY_TOKENS, "Prompt and generated tokens of finished generations, by API key name", labels=by_name
-        )
-        for name, n in sorted(self.tokens.items()):
-            tokens.add_metric([name], n)
-        limited = CounterMetricFamily(
-            KEY_LIMITED,
-            "Requests refused with 429 over a key's quota, by API key name and limit",
-            labels=["key_name", "limit"],
-        )
-        for (name, counted), n in sorted(self.limited.items()):
-            limited.add_metric([name, counted], n)
-        return [requests, tokens, limited]
+        # copies (made whole under the GIL): a scrape may run in a worker thread while a request counts
+        return [
+            _family(
+                KEY_REQUESTS,
+                "Requests admitted, by API key name",
+                {(name,): n for name, n in self.requests.copy().items()},
+            ),
+            _family(
+                KEY_TOKENS,
+                "Prompt and generated tokens of finished generations, by API key name",
+                {(name,): n for name, n in self.tokens.copy().items()},
+            ),
+            _family(
+                KEY_LIMITED,
+                "Requests refused with 429 over a key's quota, by API key name and limit",
+                {pair: n for pair, n in self.limited.copy().items()},
+                labels=("key_name", "limit"),
+            ),
+        ]
+
+
+def _family(
+    name: str,
+    help_text: str,
+    counts: Mapping[tuple[str, ...], int],
+    labels: tuple[str, ...] = ("key_name",),
+) -> Metric:
+    family = CounterMetricFamily(name, help_text, labels=list(labels))
+    for values, n in sorted(counts.items()):
+        family.add_metric(list(values), n)
+    return family
 
 
 class UsageCollector(Collector):
@@ -110,6 +127,11 @@ class Quotas:
             decision = self.limiter.take(identity.name, REQUESTS, rpm, 1)
             if not decision.allowed:
                 self.usage.limited[identity.name, REQUESTS] += 1
+                log.info(
+                    "request %s refused: API key %r over its requests_per_minute",
+                    request_id(scope),
+                    identity.name,
+                )
                 message = (
                     f"API key {identity.name!r} is over its requests_per_minute ({rpm}): "
                     f"retry in {retry_after_s(decision)} s"
@@ -188,6 +210,7 @@ class TokenCharge:
             decision = self.quotas.limiter.take(self.identity.name, TOKENS, tpm, estimate)
             if not decision.allowed:
                 self.quotas.usage.limited[self.identity.name, TOKENS] += 1
+                log.info("a generation refused: API key %r over its tokens_per_minute", self.identity.name)
                 raise self._refusal(estimate, tpm, decision)
         reservation = Reservation(estimate)
         self.reservations.append(reservation)

@@ -126,19 +126,7 @@ class Quotas:
         if rpm is not None:
             decision = self.limiter.take(identity.name, REQUESTS, rpm, 1)
             if not decision.allowed:
-                self.usage.limited[identity.name, REQUESTS] += 1
-                log.info(
-                    "request %s refused: API key %r over its requests_per_minute",
-                    request_id(scope),
-                    identity.name,
-                )
-                message = (
-                    f"API key {identity.name!r} is over its requests_per_minute ({rpm}): "
-                    f"retry in {retry_after_s(decision)} s"
-                )
-                body = error_body(429, message, "rate_limit_error", request_id=request_id(scope), limit=rpm)
-                wait = (b"retry-after", str(retry_after_s(decision)).encode())
-                await send_error(with_headers, scope, routes, 429, body, [wait])
+                await self._refuse(identity, rpm, decision, scope, with_headers, routes)
                 return
         self.usage.requests[identity.name] += 1
         charge = TokenCharge(self, identity)
@@ -148,6 +136,23 @@ class Quotas:
         finally:
             _CHARGE.reset(token)
             charge.settle()
+
+    async def _refuse(
+        self,
+        identity: KeyIdentity,
+        rpm: int,
+        decision: Decision,
+        scope: Scope,
+        send: Send,
+        routes: Sequence[BaseRoute],
+    ) -> None:
+        """The 429 of a request over its key's requests a minute, in the route's API format."""
+        self.usage.limited[identity.name, REQUESTS] += 1
+        rid, wait = request_id(scope), retry_after_s(decision)
+        log.info("request %s refused: API key %r over its requests_per_minute", rid, identity.name)
+        message = f"API key {identity.name!r} is over its requests_per_minute ({rpm}): retry in {wait} s"
+        body = error_body(429, message, "rate_limit_error", request_id=rid, limit=rpm)
+        await send_error(send, scope, routes, 429, body, [(b"retry-after", str(wait).encode())])
 
     def headers(self, identity: KeyIdentity) -> list[tuple[bytes, bytes]]:
         """OpenAI's x-ratelimit-* headers for each limit `identity` has."""

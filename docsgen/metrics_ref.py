@@ -20,6 +20,7 @@ from llmhost.server.metrics import ServerMetrics
 from llmhost.web.capture.metrics import CaptureCollector
 from llmhost.web.capture.sinks import FileSink
 from llmhost.web.capture.writer import CaptureWriter
+from llmhost.web.quota import KeyUsage
 
 SUFFIXES = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count"), "gauge": ("",)}
 
@@ -62,12 +63,18 @@ def capture_families() -> Iterator[tuple[str, str, str, tuple[str, ...]]]:
         yield family.name, family.type, family.documentation, labels
 
 
+def key_families_() -> Iterator[tuple[str, str, str, tuple[str, ...]]]:
+    """Each named API key's usage (web/quota.py)."""
+    for family in KeyUsage().families():
+        yield family.name, family.type, family.documentation, _labels(family)
+
+
 def series(name: str, kind: str) -> list[str]:
     return [name + s for s in SUFFIXES.get(kind, ("",))]
 
 
 def names() -> set[str]:
-    every = (server_families(), router_families_(), jobs_families_(), capture_families())
+    every = (server_families(), router_families_(), jobs_families_(), capture_families(), key_families_())
     return {s for fam in every for n, k, *_ in fam for s in series(n, k)}
 
 
@@ -105,6 +112,14 @@ def render() -> str:
             "Shown by a server that captures ([data capture](../guides/operations.md#data-capture)):",
             "",
             _table(capture_families()),
+            "",
+            "### Per API key (a server, an endpoint's router)",
+            "",
+            "A sample per key name of `--api-key-file`'s YAML form (keys without a name are not counted "
+            "apart; an endpoint's router counts requests and refusals, not tokens): see "
+            "[Quotas per API key](../guides/operations.md#quotas-per-api-key).",
+            "",
+            _table(key_families_()),
             "",
         ]
     )

@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
+from prometheus_client.core import Metric
 from starlette.responses import JSONResponse, Response
 from starlette.types import Lifespan
 
@@ -28,6 +29,8 @@ from llmhost.web import responses
 from llmhost.web.apidoc import install as install_doc
 from llmhost.web.asgi import RequestContextMiddleware
 from llmhost.web.auth import OPEN_PATHS, ApiKeyMiddleware, ApiKeys
+from llmhost.web.keyring import KeyRing, reload_on_hangup
+from llmhost.web.quota import Quotas
 from llmhost.web.traces import TraceMiddleware, Tracer
 
 # while draining, operators still see what happens (status, the console) and probes get their 503
@@ -80,10 +83,17 @@ def create_app(
     app = FastAPI(title=f"llmhost endpoint {manager.spec.name}", docs_url=None, redoc_url=None)
     # a batch's lines go through the router's own routes: they fan out over the copies
     jobs = mount(app, manager.spec.jobs(port))
+    # the router's own requests (a batch's lines) come with the jobs' key, kept on a reload
+    ring = KeyRing(keys, internal=jobs.token) if keys is not None and keys.enabled else None
+    quotas = Quotas()
     sampler = Sampler(store, source.read)
-    app.router.lifespan_context = _lifespan(manager, proxy, lifecycle, sampler, jobs, tracer)
+    app.router.lifespan_context = _lifespan(manager, proxy, lifecycle, sampler, jobs, ring, tracer)
     folder = ModelsFolder(manager) if manager.spec.models_dir is not None else None
-    app.include_router(create_router(manager, proxy, lifecycle, store, folder, lambda: jobs_families(jobs)))
+
+    def families() -> list[Metric]:
+        return [*jobs_families(jobs), *quotas.usage.families()]
+
+    app.include_router(create_router(manager, proxy, lifecycle, store, folder, families))
     app.add_api_route(
         "/health", lambda: health(manager, lifecycle), methods=["GET"], openapi_extra=apidoc.HEALTH
     )
@@ -92,13 +102,9 @@ def create_app(
     app.include_router(create_console(store, console, source.overview, secured))
     responses.install(app)  # an unknown path or method answers in the API's error format, as a copy does
     install_doc(app, apidoc.DESCRIPTION, secured=secured, open_paths=OPEN_PATHS | PUBLIC_PATHS)
-    if keys is not None and keys.enabled:  # the router, its admin API and the console's API alike
-        app.add_middleware(
-            ApiKeyMiddleware,
-            keys=keys.with_key(jobs.token),
-            open_paths=OPEN_PATHS | PUBLIC_PATHS,
-            routes=app.routes,
-        )
+    if ring is not None:  # the router, its admin API and the console's API alike
+        open_paths, routes = OPEN_PATHS | PUBLIC_PATHS, app.routes
+        app.add_middleware(ApiKeyMiddleware, keys=ring, open_paths=open_paths, routes=routes, quotas=quotas)
     if tracer is not None:  # inside the request id, which the span carries
         app.add_middleware(TraceMiddleware, tracer=tracer)
     app.add_middleware(
@@ -113,11 +119,12 @@ def _lifespan(
     lifecycle: Lifecycle,
     sampler: Sampler,
     jobs: Jobs,
+    ring: KeyRing | None,
     tracer: Tracer | None,
 ) -> Lifespan[FastAPI]:
     """Start the components in the background (the router answers meanwhile), the drain watcher, the
-    console's sampler and the batch runner; at the end stop the runner, drain and stop every copy,
-    send the spans still queued."""
+    console's sampler, the batch runner and the keys' reload on SIGHUP; at the end stop the runner,
+    drain and stop every copy, send the spans still queued."""
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
@@ -125,9 +132,11 @@ def _lifespan(
         watcher = asyncio.create_task(watch(lifecycle, lambda: manager.in_flight), name="endpoint watch")
         sampling = asyncio.create_task(sampler.run(), name="console sampler")
         jobs.start()
+        stop_reloading = reload_on_hangup(ring) if ring is not None else (lambda: None)
         try:
             yield
         finally:
+            stop_reloading()
             await jobs.stop()
             log.info("endpoint %s: draining and stopping copies", manager.spec.name)
             sampling.cancel()

@@ -168,10 +168,11 @@ def start(ctx: typer.Context, up: Up) -> None:
     logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per proxied request otherwise
     try:
         spec = with_routing(endpoint_spec(up.file, dataclasses.asdict(up.overrides)), up.overrides.routing)
-        keys = load_keys(up.auth.api_key or [], up.auth.api_key_file)
+        # the router does not tokenize: a tokens_per_minute is refused rather than left uncounted
+        keys = load_keys(up.auth.api_key or [], up.auth.api_key_file, count_tokens=False)
     except (SpecError, ValueError, OSError) as exc:
         raise _usage(exc) from None
-    _refuse_for_ray(spec, up)
+    _refuse_for_ray(spec, up, keys)
     use_s3_endpoint(up.s3_endpoint_url)
     traces = use_traces_endpoint(up.trace)
     try:
@@ -195,7 +196,13 @@ def use_traces_endpoint(trace: TraceOptions) -> str:
     return endpoint
 
 
-def _refuse_for_ray(spec: EndpointSpec, up: Up) -> None:
+def _refuse_for_ray(spec: EndpointSpec, up: Up, keys: ApiKeys) -> None:
+    if up.ray.ray and keys.limited:
+        # each Ray ingress replica would count apart, and none reloads on SIGHUP
+        raise _usage(
+            "per-key quotas (requests_per_minute in --api-key-file) apply to a single-host endpoint "
+            "and `llmhost serve`, not with --ray (see docs/guides/operations.md)"
+        )
     if up.ray.ray and (spec.models_dir is not None or any(c.on_demand for c in spec.components)):
         raise _usage(
             "on-demand models (--models-dir, models_dir:, on_demand:) run on a single-host "

@@ -51,6 +51,8 @@ class RequestStream:
         self._queue: asyncio.Queue[GenerationEvent] = asyncio.Queue()
         self._loop = asyncio.get_running_loop()
         self._done = False
+        # the tokens generated so far: those delivered, then the engine's count on the last event
+        self.completion_tokens = 0
 
     def put(self, event: GenerationEvent) -> None:
         """Deliver an event from any thread; dropped if the event loop is gone (nobody to tell)."""
@@ -64,7 +66,9 @@ class RequestStream:
         try:
             while True:
                 event = await self._queue.get()
+                self.completion_tokens += len(event.token_ids)
                 if event.finished:
+                    self.completion_tokens = event.completion_tokens
                     self._done = True
                 yield event
                 if self._done:

@@ -48,7 +48,9 @@ from llmhost.web import apidoc
 from llmhost.web.asgi import RequestContextMiddleware
 from llmhost.web.auth import OPEN_PATHS, ApiKeyMiddleware
 from llmhost.web.capture.writer import CaptureWriter
+from llmhost.web.keyring import KeyRing, reload_on_hangup
 from llmhost.web.middleware import BodyLimitMiddleware, CustomAttributesMiddleware
+from llmhost.web.quota import Quotas, UsageCollector
 from llmhost.web.traces import TraceMiddleware, Tracer, open_tracer
 
 DESCRIPTION = (
@@ -106,12 +108,18 @@ def create_app(
     # a batch's lines go through this app's own routes, behind its middleware
     jobs = mount(app, settings.jobs(), scripted=custom is not None)
     metrics.registry.register(JobsCollector(jobs))
+    # the server's own requests (a batch's lines) come with the jobs' key, kept on a reload
+    ring = KeyRing(settings.api_keys, internal=jobs.token) if settings.api_keys.enabled else None
+    quotas = Quotas()
+    metrics.registry.register(UsageCollector(quotas.usage))
     app.state.lifecycle = lifecycle
     _serve(app, ctx, custom)
     _route(app, settings, console, store, console_source)
     writer = capture.install(app, settings, metrics)  # innermost: it sees what the routes read and send
-    _middleware(app, settings, lifecycle, tally, jobs, tracer)
-    app.router.lifespan_context = _lifespan(ctx, owned, lifecycle, sampler, custom, jobs, writer, tracer)
+    _middleware(app, settings, lifecycle, tally, jobs, (ring, quotas), tracer)
+    app.router.lifespan_context = _lifespan(
+        ctx, owned, lifecycle, sampler, custom, jobs, writer, tracer, ring
+    )
     return app
 
 
@@ -124,10 +132,12 @@ def _lifespan(
     jobs: Jobs,
     capture_writer: CaptureWriter | None,
     tracer: Tracer | None,
+    ring: KeyRing | None,
 ) -> Lifespan[FastAPI]:
     """Start the engine (or the embedder), its watcher, the console's sampler, inference.py's
-    model_fn, the batch runner and the capture writer; stop them in turn (the writer last of the
-    requests' parts: what it holds is written before exit), and send the spans still queued."""
+    model_fn, the batch runner, the capture writer and the keys' reload on SIGHUP; stop them in turn
+    (the writer last of the requests' parts: what it holds is written before exit), and send the
+    spans still queued."""
     engine, embedder = ctx.engine, ctx.embedder
     runner = embedder if embedder is not None else (engine if owned else None)
 
@@ -148,9 +158,11 @@ def _lifespan(
         jobs.start()
         if capture_writer is not None:
             capture_writer.start()
+        stop_reloading = reload_on_hangup(ring) if ring is not None else (lambda: None)
         try:
             yield
         finally:
+            stop_reloading()
             await jobs.stop()
             if capture_writer is not None:
                 await asyncio.to_thread(capture_writer.close)
@@ -207,6 +219,7 @@ def _middleware(
     lifecycle: Lifecycle,
     tally: FrontTally,
     jobs: Jobs,
+    keys: tuple[KeyRing | None, Quotas],
     tracer: Tracer | None,
 ) -> None:
     """Innermost first; a refusal made here is written in the format of the route it was for."""
@@ -214,9 +227,10 @@ def _middleware(
     app.add_middleware(CustomAttributesMiddleware)
     uploads = {UPLOAD_PATH: upload_limit(jobs.settings.max_file_bytes)}
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes, routes=routes, paths=uploads)
-    if settings.api_keys.enabled:  # before the body is read; inside the request id
-        keys = settings.api_keys.with_key(jobs.token)
-        app.add_middleware(ApiKeyMiddleware, keys=keys, open_paths=OPEN_PATHS | PUBLIC_PATHS, routes=routes)
+    ring, quotas = keys
+    if ring is not None:  # before the body is read; inside the request id
+        open_paths = OPEN_PATHS | PUBLIC_PATHS
+        app.add_middleware(ApiKeyMiddleware, keys=ring, open_paths=open_paths, routes=routes, quotas=quotas)
     app.add_middleware(FrontCounter, tally=tally)  # outside the key check: refusals count as 4xx
     if tracer is not None:  # inside the request id, which the span carries
         app.add_middleware(TraceMiddleware, tracer=tracer)

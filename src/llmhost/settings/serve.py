@@ -628,7 +628,12 @@ class AuthOptions:
         "comma-separated); /ping and /health stay open.",
         metavar="KEY",
     )
-    api_key_file: Path | None = setting(None, "File of API keys, one per line.", metavar="FILE")
+    api_key_file: Path | None = setting(
+        None,
+        "File of API keys: one per line, or a YAML list of {key, name, requests_per_minute, "
+        "tokens_per_minute} (quotas per key); read again on SIGHUP.",
+        metavar="FILE",
+    )
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -5,7 +5,8 @@ the probes SageMaker and load balancers send without credentials (`/ping`, `/hea
 does the API's description (/openapi.json, /docs and its assets: no data of the server's), which a
 browser opens without a key.
 Keys are compared as SHA-256 digests with `hmac.compare_digest` against every configured key, so the
-time taken says nothing about how much of a key matched, nor which key; they are never logged.
+time taken says nothing about how much of a key matched, nor which key; they are never logged. A key
+may have a name and quotas (web/keyfile.py), which web/quota.py applies.
 """
 
 from __future__ import annotations
@@ -14,15 +15,20 @@ import hashlib
 import hmac
 import logging
 import os
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
 
 from starlette.routing import BaseRoute
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from llmhost.web.asgi import request_id, send_error
 from llmhost.web.errors import error_body
+from llmhost.web.keyfile import UNNAMED, KeyEntry, KeyFileError, KeyIdentity, read_key_file
+
+if TYPE_CHECKING:
+    from llmhost.web.quota import Quotas
 
 log = logging.getLogger("llmhost")
 
@@ -47,48 +53,81 @@ def _digest(key: str) -> bytes:
 
 @dataclass(frozen=True, slots=True)
 class ApiKeys:
-    """The accepted keys, kept only as digests. Empty: authentication is off."""
+    """The accepted keys, kept only as digests, with who each is (`identities`, by position; missing
+    ones are unnamed). Empty: authentication is off. `loader`: reads them again from where they came
+    (SIGHUP, web/keyring.py); None: they cannot be reloaded."""
 
     digests: tuple[bytes, ...] = ()
+    identities: tuple[KeyIdentity, ...] = ()
+    loader: Callable[[], ApiKeys] | None = field(default=None, compare=False, repr=False)
 
     @classmethod
-    def of(cls, keys: Iterable[str]) -> ApiKeys:
-        cleaned = [k.strip() for k in keys]
-        if any(not k for k in cleaned):
-            raise ValueError("an API key is empty")
-        if any(any(c.isspace() for c in k) for k in cleaned):
-            raise ValueError("an API key contains whitespace")
-        return cls(tuple(_digest(k) for k in cleaned))
+    def of(cls, keys: Iterable[str | KeyEntry]) -> ApiKeys:
+        """A key given twice counts once, named if either was (a plain key that is also a named
+        entry's must not escape that entry's quotas)."""
+        found: dict[bytes, KeyIdentity] = {}
+        for item in keys:
+            entry = item if isinstance(item, KeyEntry) else KeyEntry(item)
+            key = entry.key.strip()
+            if not key:
+                raise ValueError("an API key is empty")
+            if any(c.isspace() for c in key):
+                raise ValueError("an API key contains whitespace")
+            identity = KeyIdentity(entry.name, entry.limits)
+            digest = _digest(key)
+            if found.get(digest, UNNAMED) == UNNAMED:
+                found[digest] = identity
+        return cls(tuple(found), tuple(found.values()))
 
     def with_key(self, key: str) -> ApiKeys:
-        """These keys and `key` (a key made in process for the server's own requests)."""
-        return ApiKeys((*self.digests, _digest(key)))
+        """These keys and `key` (a key made in process for the server's own requests, unnamed)."""
+        identities = (*self.identities, *([UNNAMED] * (len(self.digests) - len(self.identities))), UNNAMED)
+        return ApiKeys((*self.digests, _digest(key)), identities, self.loader)
 
     @property
     def enabled(self) -> bool:
         return bool(self.digests)
 
-    def accepts(self, presented: str) -> bool:
+    @property
+    def limited(self) -> bool:
+        """Whether any key has a quota."""
+        return any(i.limits.any for i in self.identities)
+
+    def match(self, presented: str) -> KeyIdentity | None:
+        """Who `presented` is, None if no key."""
         candidate = _digest(presented)
-        found = False
-        for digest in self.digests:  # every key compared: no early exit
-            found |= hmac.compare_digest(candidate, digest)
-        return found
+        found = 0
+        for i, digest in enumerate(self.digests, start=1):  # every key compared: no early exit
+            found = max(found, hmac.compare_digest(candidate, digest) * i)
+        if not found:
+            return None
+        return self.identities[found - 1] if found <= len(self.identities) else UNNAMED
+
+    def accepts(self, presented: str) -> bool:
+        return self.match(presented) is not None
 
 
-def load_keys(flags: list[str], file: Path | None, env: dict[str, str] | None = None) -> ApiKeys:
-    """Keys from `--api-key` (repeatable), `--api-key-file` (one per line, `#` comments) and
-    $LLMHOST_API_KEYS and $LLMHOST_API_KEY (each comma-separated), all of them accepted."""
-    keys = list(flags)
-    if file is not None:
-        for line in file.read_text().splitlines():
-            line = line.strip()
-            if line and not line.startswith("#"):
-                keys.append(line)
+def load_keys(
+    flags: list[str], file: Path | None, env: dict[str, str] | None = None, count_tokens: bool = True
+) -> ApiKeys:
+    """Keys from `--api-key` (repeatable), `--api-key-file` (web/keyfile.py: a key per line, or a YAML
+    list of named keys with quotas) and $LLMHOST_API_KEYS and $LLMHOST_API_KEY (each comma-separated),
+    all of them accepted. `count_tokens` False: a front that cannot count tokens (the endpoint router)
+    refuses a tokens_per_minute rather than ignore it. The keys returned reload from the same places."""
     environ = env if env is not None else dict(os.environ)
+    keys: list[str | KeyEntry] = list(flags)
+    if file is not None:
+        entries = read_key_file(file)
+        if not count_tokens and any(e.limits.tokens_per_minute is not None for e in entries):
+            raise KeyFileError(
+                f"--api-key-file {file}: tokens_per_minute is counted by `llmhost serve`; an endpoint's "
+                "router limits requests_per_minute only (see docs/guides/operations.md)"
+            )
+        keys += entries
     for raw in (environ.get(ENV_KEYS, ""), environ.get(ENV_KEY, "")):
         keys += [k for k in raw.split(",") if k.strip()]
-    return ApiKeys.of(keys)
+    loaded = ApiKeys.of(keys)
+    return ApiKeys(loaded.digests, loaded.identities, lambda: load_keys(flags, file, environ, count_tokens))
 
 
 def presented_key(headers: dict[bytes, bytes]) -> str:
@@ -100,28 +139,43 @@ def presented_key(headers: dict[bytes, bytes]) -> str:
     return headers.get(b"x-api-key", b"").decode("latin-1").strip()
 
 
+class KeySource(Protocol):
+    """Keys that may change while serving (web/keyring.py's KeyRing, reloaded on SIGHUP)."""
+
+    @property
+    def keys(self) -> ApiKeys: ...
+
+
 class ApiKeyMiddleware:
     """401 JSON for a request without an accepted key, except on the open probe paths; `routes`: the
-    app's, whose API's format the refusal takes."""
+    app's, whose API's format the refusal takes. `keys`: fixed keys, or a ring whose keys change on
+    SIGHUP; `quotas`: where a named key's requests and tokens are counted and limited (None: not)."""
 
     def __init__(
         self,
         app: ASGIApp,
-        keys: ApiKeys,
+        keys: ApiKeys | KeySource,
         open_paths: frozenset[str] = OPEN_PATHS,
         routes: Sequence[BaseRoute] = (),
+        quotas: Quotas | None = None,
     ) -> None:
         self.app = app
         self.keys = keys
         self.open_paths = open_paths
         self.routes = routes
+        self.quotas = quotas
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or is_open(scope["path"], self.open_paths):
             await self.app(scope, receive, send)
             return
         key = presented_key(dict(scope.get("headers", [])))
-        if key and self.keys.accepts(key):
+        keys = self.keys if isinstance(self.keys, ApiKeys) else self.keys.keys
+        identity = keys.match(key) if key else None
+        if identity is not None and identity.name and self.quotas is not None:
+            await self.quotas.serve(identity, self.app, scope, receive, send, self.routes)
+            return
+        if identity is not None:
             await self.app(scope, receive, send)
             return
         rid = request_id(scope)

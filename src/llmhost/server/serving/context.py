@@ -45,6 +45,7 @@ from llmhost.server.settings import ServerSettings
 from llmhost.server.tracing import InferenceTracing, chat
 from llmhost.shared.jsontypes import JSONObject
 from llmhost.web.errors import APIError, error_body, model_loading, unavailable
+from llmhost.web.quota import reserve_tokens
 
 log = logging.getLogger("llmhost.server")
 
@@ -241,17 +242,22 @@ class ServingContext:
         them); `adapters`: the LoRA adapters it runs with (`self.adapters` chooses them); `priority`: its
         admission order, lowest first."""
         self.require_ready()
-        request = GenerationRequest(
-            request_id, prompt, params, group=group, adapters=adapters, priority=priority
-        )
-        if self.tracing is not None:
-            self.tracing.submitted(request)
+        # the API key's tokens a minute, taken on the most this can use and settled on what it used
+        reservation = reserve_tokens(len(prompt) + params.max_tokens)
         try:
-            return self.engine.submit(request)
+            request = GenerationRequest(
+                request_id, prompt, params, group=group, adapters=adapters, priority=priority
+            )
+            if self.tracing is not None:
+                self.tracing.submitted(request)
+            stream = self.engine.submit(request)
         except EngineError as exc:
+            reservation.cancel()
             if self.tracing is not None:
                 self.tracing.refused(request_id)
             raise self._refused(exc, fields) from exc
+        reservation.measure(lambda: len(prompt) + stream.completion_tokens)
+        return stream
 
     def submit_choices(
         self,

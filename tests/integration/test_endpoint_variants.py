@@ -133,8 +133,22 @@ def test_weights_changed_at_run_time_take_effect(ep: Endpoint) -> None:
     assert refused.returncode == 1 and "would all be 0" in refused.stderr
     unknown = ep.cli("weights", "chat", "c=1")
     assert unknown.returncode == 1 and "has no variant 'c'; its variants: a, b, s" in unknown.stderr
-    r = httpx.post(f"{ep.url}/admin/weights", json={"component": "chat", "weights": {"a": "1"}}, timeout=10)
-    assert r.status_code == 422 and r.json()["error"]["param"] == "weights.a"
+    for given, status, param, said in (
+        ({"component": "chat", "weights": {"a": "1"}}, 422, "weights.a", "Input should be a valid number"),
+        ({"component": "chat:a", "weights": {"a": 1}}, 422, "component", "is a variant of 'chat'"),
+        ({"component": "nope", "weights": {"a": 1}}, 404, None, "unknown inference component 'nope'"),
+    ):
+        r = httpx.post(f"{ep.url}/admin/weights", json=given, timeout=10)
+        assert r.status_code == status and r.json()["error"]["param"] == param, r.text
+        assert said in r.json()["error"]["message"]
+    # the variants have the copies: they scale, the component does not; a variant goes with it
+    r = httpx.post(f"{ep.url}/admin/scale", json={"component": "chat", "copies": 2}, timeout=10)
+    assert r.status_code == 422 and "scale one of chat:a, chat:b, chat:s" in r.text
+    r = httpx.delete(f"{ep.url}/admin/components/chat:b", timeout=10)
+    assert r.status_code == 422 and "'chat:b' is a variant of component 'chat'" in r.text
+    lora = {"component": "chat", "name": "x", "path": "x.gguf"}
+    r = httpx.post(f"{ep.url}/admin/adapters/load", json=lora, timeout=10)
+    assert r.status_code == 422 and "has variants, whose copies load no LoRA adapters" in r.text
     done = ep.cli("weights", "chat", "a=1", "b=0")
     assert done.returncode == 0, done.stderr
     assert asyncio.run(invoked(ep, 16)) == Counter(a=16)

@@ -202,6 +202,9 @@ class RoutingSpec(_Strict):
     load_factor: float = Field(default=0.25, ge=0)
 
 
+MAX_WEIGHT = 1e6  # a variant's weight at most: the weights' sum stays a finite number
+
+
 class VariantSpec(_Strict):
     """A production variant of a component (SageMaker's ProductionVariant): copies of their own, which get
     a share of the component's requests by weight, or, as a shadow, a copy of some of them whose answers
@@ -210,7 +213,7 @@ class VariantSpec(_Strict):
     # what X-Amzn-SageMaker-Target-Variant names and X-Amzn-Invoked-Production-Variant answers
     name: str = Field(pattern=NAME_PATTERN)
     # its share of the component's requests: weight / the production variants' weights together
-    weight: float = Field(default=1.0, ge=0, allow_inf_nan=False)
+    weight: float = Field(default=1.0, ge=0, le=MAX_WEIGHT, allow_inf_nan=False)
     # a shadow variant: this percent of the component's requests is copied to it in the background (its
     # answers are dropped, their latency and agreement with the primary's reported); null: production
     shadow: float | None = Field(default=None, ge=0, le=100, allow_inf_nan=False)

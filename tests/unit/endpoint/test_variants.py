@@ -81,6 +81,7 @@ def test_a_component_without_variants_is_unchanged() -> None:
             {},
             "variants[0](a).weight: Input should be greater than or equal to 0",
         ),
+        ([{"name": "a", "weight": 1e7}], {}, "variants[0](a).weight: Input should be less than or equal to"),
         (
             [{"name": "a"}, {"name": "s", "shadow": 101}],
             {},
@@ -208,9 +209,10 @@ def test_weights_set_at_run_time() -> None:
     ("weights", "said"),
     [
         ({"x": 1}, "has no variant 'x'; its variants: a, b, s"),
-        ({"a": -1}, "weights.a: must be a number >= 0, got -1"),
-        ({"a": float("inf")}, "weights.a: must be a number >= 0"),
-        ({"s": 150}, "weights.s: must be a percent between 0 and 100"),
+        ({"a": -1}, "weights.a: must be between 0 and 1e+06, got -1"),
+        ({"a": float("inf")}, "weights.a: must be between 0 and 1e+06"),
+        ({"a": 1e300}, "weights.a: must be between 0 and 1e+06, got 1e+300"),
+        ({"s": 150}, "weights.s: must be between 0 and 100 (a shadow variant's percent), got 150"),
         ({"a": 0, "b": 0}, "would all be 0"),
     ],
 )

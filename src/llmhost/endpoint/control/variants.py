@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Generic, Protocol, TypeVar
 
 from llmhost.endpoint.bodies import ShadowState, VariantState
+from llmhost.endpoint.spec import MAX_WEIGHT
 from llmhost.errors import BadRequestError
 
 TARGET_HEADER = "X-Amzn-SageMaker-Target-Variant"
@@ -135,9 +136,10 @@ class VariantSet(Generic[C]):
                     "weights",
                     f"weights: component {self.component!r} has no variant {name!r}; its variants: {known}",
                 )
-            if not math.isfinite(w) or w < 0 or (v.shadow is not None and w > 100):
-                shadow = v.shadow is not None
-                bound = "a percent between 0 and 100 (a shadow variant)" if shadow else "a number >= 0"
+            top = 100 if v.shadow is not None else MAX_WEIGHT
+            if not math.isfinite(w) or not 0 <= w <= top:
+                what = " (a shadow variant's percent)" if v.shadow is not None else ""
+                bound = f"between 0 and {top:g}{what}"
                 raise VariantError("weights", f"weights.{name}: must be {bound}, got {w}")
         after = [weights.get(v.name, v.weight) for v in self.production]
         if not any(w > 0 for w in after):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from collections import Counter
 from collections.abc import Iterator
 from typing import Any
@@ -18,6 +19,7 @@ from botocore.exceptions import ClientError
 
 from llmhost.endpoint.control.variants import INVOKED_HEADER, TARGET_HEADER
 from llmhost.endpoint.dataplane.router import COPY_HEADER
+from tests.integration.console_helpers import WAIT_MS, Watched, chromium, needs_chromium
 from tests.integration.endpoint_helpers import ENGINE, Endpoint, start_endpoint, stop_endpoint
 
 ENDPOINT = f"""
@@ -193,3 +195,22 @@ def test_a_shadow_sees_every_request_answers_none_and_reports_its_agreement(ep: 
     overview = httpx.get(f"{ep.url}/console/api/overview", timeout=30).json()
     [chat] = [c for c in overview["components"] if c["name"] == "chat"]
     assert [(v["name"], v["weight"]) for v in chat["variants"]] == [("a", 3.0), ("b", 1.0), ("s", None)]
+
+
+@needs_chromium
+def test_the_console_shows_the_variants_with_their_weights(ep: Endpoint) -> None:
+    for browser in chromium():
+        w = Watched(browser, None)
+        w.page.goto(f"{ep.url}/console")
+        w.page.wait_for_selector('div.comp[data-component="chat"] p.variants', timeout=WAIT_MS)
+        shown = w.page.inner_text('div.comp[data-component="chat"] p.variants')
+        assert "a: weight 3 (75%)" in shown and "b: weight 1 (25%)" in shown, shown
+        assert "s: shadow 100%" in shown and re.search(r"agreement [\d.]+% of [1-9]", shown), shown
+        # a variant's copies are a component of their own, with its scale input and no remove button
+        variant = 'div.comp[data-component="chat:a"]'
+        assert "a variant of chat" in w.page.inner_text(f"{variant} .comp-head")
+        assert w.page.locator(f"{variant} input.scale-input").count() == 1
+        assert w.page.locator(f"{variant} .remove-btn").count() == 0
+        assert w.page.locator('div.comp[data-component="chat"] input.scale-input').count() == 0
+        w.check_clean()
+        w.close()

@@ -339,8 +339,9 @@ class ComponentSpec(_Strict):
 
     @property
     def concurrent_per_copy(self) -> int:
-        """The sequences each copy runs at once (engine.max_concurrent, else serve's default)."""
-        return self.engine.max_concurrent or int(SERVE_SPEC["max_concurrent"].default)
+        """The sequences each copy runs at once: engine.max_concurrent, else what its `llmhost serve`
+        takes (MAX_CONCURRENT_REQUESTS, else the engine's default)."""
+        return int(SERVE_SPEC["max_concurrent"].resolve(self.engine.max_concurrent or 0, os.environ))
 
     def serve_options(self) -> dict[str, Any]:
         """The `llmhost serve` options of its copies the file sets: the engine's, then the adapters."""
@@ -466,7 +467,7 @@ class EndpointSpec(_Strict):
         total = 0
         for c in (v for s in self.components for v in (s.variant_specs() if s.variants else [s])):
             copies = c.autoscaling.max_copies if c.autoscaling else (1 if c.copies is None else c.copies)
-            total += copies * c.concurrent_per_copy
+            total += copies * (c.engine.max_concurrent or int(SERVE_SPEC["max_concurrent"].default))
         return max(1, total)
 
     @model_validator(mode="wrap")

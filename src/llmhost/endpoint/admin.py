@@ -35,6 +35,7 @@ from llmhost.endpoint.apidoc import (
 )
 from llmhost.endpoint.control.manager import EndpointManager
 from llmhost.endpoint.control.placement import InsufficientCapacityError
+from llmhost.endpoint.control.variants import VariantError
 from llmhost.endpoint.control_errors import (
     ComponentLoadError,
     CopyRefusal,
@@ -73,6 +74,15 @@ class LoadRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
     model: str = Field(description="The on-demand model's name (its component).")
     wait: bool = Field(default=True, description="Answer once it is loaded (200), else at once (202).")
+
+
+class WeightsRequest(BaseModel):
+    """`POST /admin/weights`: new weights of some of a component's variants (SageMaker's
+    UpdateEndpointWeightsAndCapacities); a shadow variant's is the percent of requests copied to it."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+    component: str = Field(description="The component with variants.")
+    weights: dict[str, float] = Field(description="Variant name -> weight (a shadow's: percent 0-100).")
 
 
 class UnloadRequest(BaseModel):
@@ -184,6 +194,8 @@ class AdminBackend(Protocol):
 
     async def reload(self) -> bodies.Rescanned: ...
 
+    async def weights(self, component: str, weights: dict[str, float]) -> bodies.ComponentState: ...
+
     async def adapters(self, component: str | None) -> list[dict[str, Any]]: ...
 
     async def load_adapter(self, component: str, entry: AdapterEntry) -> list[dict[str, Any]]: ...
@@ -247,6 +259,9 @@ class LocalAdmin:
     async def reload(self) -> bodies.Rescanned:
         return await self.manager.reload()
 
+    async def weights(self, component: str, weights: dict[str, float]) -> bodies.ComponentState:
+        return self.manager.weights(component, weights)
+
     async def adapters(self, component: str | None) -> list[dict[str, Any]]:
         comps = [self.manager.get(component)] if component else list(self.manager.components.values())
         return [row for c in comps for row in await self.manager.adapters.listing(c)]
@@ -271,7 +286,7 @@ def failure(exc: Exception) -> Response:
         return error(exc.status, "the admin API answers local clients only", "permission_error")
     if isinstance(exc, NotSupported):
         return error(exc.status, str(exc), "not_implemented")
-    if isinstance(exc, BadBody):
+    if isinstance(exc, (BadBody, VariantError)):
         return error(exc.status, str(exc), field=exc.field)
     if isinstance(exc, ComponentLoadError):
         return error(exc.status, str(exc), "service_unavailable")
@@ -382,6 +397,20 @@ def _component_routes(router: APIRouter, backend: AdminBackend) -> None:
     )
     async def remove(name: str) -> Response:
         return JSONResponse(await backend.remove(name))
+
+    @router.post(
+        "/weights",
+        openapi_extra=operation(
+            "Set the weights of a component's variants (a shadow variant's: its percent of requests)",
+            body=[WeightsRequest],
+            success=ComponentStatus,
+            errors=merge(ADMIN, errors(404, 422)),
+        ),
+    )
+    async def weights(request: Request) -> Response:
+        shape = '{"component": NAME, "weights": {VARIANT: WEIGHT, ...}}'
+        req = parse_body(WeightsRequest, await json_body(request), shape)
+        return JSONResponse(await backend.weights(req.component, req.weights))
 
 
 def _model_routes(router: APIRouter, backend: AdminBackend) -> None:

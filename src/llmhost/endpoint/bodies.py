@@ -77,6 +77,35 @@ class AdapterComponent(TypedDict):
     base: str
 
 
+class ShadowState(TypedDict):
+    """What a shadow variant did with the requests copied to it (seconds; agreement 0-1)."""
+
+    percent: float  # of the component's requests copied to it
+    sent: int
+    in_flight: int  # sent, not yet answered and compared
+    answered: int  # 2xx
+    failed: int
+    dropped: int  # its copies were busy or none was ready: not sent
+    mean_latency_s: float | None
+    compared: int  # answered at temperature 0 beside a 2xx primary answer
+    matched: int  # of them, the same output text as the primary's
+    agreement: float | None  # matched / compared
+
+
+class VariantState(TypedDict):
+    """A production or shadow variant of a component."""
+
+    name: str
+    component: str  # the component holding its copies (COMPONENT:VARIANT)
+    weight: float | None  # a production variant's; None: a shadow
+    share: float | None  # weight / the production weights together
+    routed: int  # requests sent to it (by weight or pinned)
+    copies: int
+    ready: int
+    mean_latency_s: float | None  # its answers', arrival to last byte
+    shadow: ShadowState | None
+
+
 class ComponentState(TypedDict):
     """A single-host component: its settings, its load, its copies."""
 
@@ -100,6 +129,8 @@ class ComponentState(TypedDict):
     replicas: list[ReplicaStatus]
     on_demand: DemandStatus | None
     adapters: list[AdapterState]  # the LoRA adapters its copies load
+    variants: NotRequired[list[VariantState]]  # a component with variants: them (it has no copies)
+    variant_of: NotRequired[str]  # a variant's copies: the component whose variant they are
 
 
 class EndpointState(TypedDict):

@@ -180,7 +180,52 @@ def status(
     console.print(table)
     if any(c.get("on_demand") for c in data["components"]):
         console.print(_on_demand_table(data))
+    if any(c.get("variants") for c in data["components"]):
+        console.print(_variant_table(data))
     _print_adapters(data)
+
+
+def _variant_table(data: dict[str, Any]) -> Any:
+    """Each component's production variants (weight, share, requests) and shadow variants (percent,
+    copies sent and dropped, latency, agreement with the primary at temperature 0)."""
+    from rich.table import Table
+
+    table = Table(title="variants")
+    for col in (
+        "component",
+        "variant",
+        "weight",
+        "share / shadow",
+        "requests",
+        "copies (ready)",
+        "mean latency s",
+        "shadow sent/failed/dropped",
+        "agreement (compared)",
+    ):
+        table.add_column(col)
+    for c in data["components"]:
+        for v in c.get("variants") or []:
+            s = v["shadow"]
+            latency = s["mean_latency_s"] if s else v["mean_latency_s"]
+            table.add_row(
+                c["name"],
+                v["name"],
+                f"{v['weight']:g}" if v["weight"] is not None else "-",
+                f"shadow {s['percent']:g}%" if s else f"{100 * (v['share'] or 0):.1f}%",
+                str(v["routed"]) if not s else "-",
+                f"{v['copies']} ({v['ready']})",
+                f"{latency:.3f}" if latency is not None else "-",
+                f"{s['sent']}/{s['failed']}/{s['dropped']}" if s else "",
+                _agreement(s),
+            )
+    return table
+
+
+def _agreement(shadow: dict[str, Any] | None) -> str:
+    if not shadow:
+        return ""
+    rate = shadow["agreement"]
+    return (f"{100 * rate:.1f}%" if rate is not None else "-") + f" ({shadow['compared']})"
 
 
 def _print_adapters(data: dict[str, Any]) -> None:
@@ -374,6 +419,37 @@ def reload(port: PortOpt = DEFAULT_PORT, host: HostOpt = "127.0.0.1") -> None:
     data = _call(host, port, "POST", "/admin/models/reload")
     for key in ("added", "removed", "changed"):
         typer.echo(f"{key}: {', '.join(data[key]) or '-'}")
+
+
+@app.command()
+def weights(
+    component: Annotated[str, typer.Argument(help="The component with variants.")],
+    weights: Annotated[
+        list[str], typer.Argument(help="VARIANT=WEIGHT ... (a shadow variant's: the percent copied to it).")
+    ],
+    port: PortOpt = DEFAULT_PORT,
+    host: HostOpt = "127.0.0.1",
+) -> None:
+    """Set the weights of a component's variants at run time (SageMaker's
+    UpdateEndpointWeightsAndCapacities): requests from now on split by them."""
+    parsed: dict[str, float] = {}
+    for item in weights:
+        name, sep, value = item.partition("=")
+        try:
+            parsed[name] = float(value)
+        except ValueError:
+            sep = ""
+        if not sep or not name:
+            typer.echo(f"error: {item!r}: expected VARIANT=WEIGHT, e.g. a=3", err=True)
+            raise typer.Exit(2) from None
+    data = _call(host, port, "POST", "/admin/weights", json={"component": component, "weights": parsed})
+    shown = ", ".join(
+        f"{v['name']} {v['weight']:g} ({100 * (v['share'] or 0):.1f}%)"
+        if v["shadow"] is None
+        else f"{v['name']} shadow {v['shadow']['percent']:g}%"
+        for v in data["variants"]
+    )
+    typer.echo(f"{component}: {shown}")
 
 
 @app.command()

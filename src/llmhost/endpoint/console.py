@@ -64,7 +64,7 @@ class EndpointConsole:
         self.auth = auth
 
     async def read(self) -> dict[str, ComponentReading]:
-        comps = list(self.manager.components.values())
+        comps = self.manager.every()
         replicas = [(c, r) for c in comps for r in c.replicas]
         engines = await asyncio.gather(*(_engine(self.client, r) for _, r in replicas))
         copies: dict[str, list[CopyReading]] = {c.name: [] for c in comps}

@@ -203,6 +203,11 @@ def _refuse_for_ray(spec: EndpointSpec, up: Up, keys: ApiKeys) -> None:
             "per-key quotas (requests_per_minute in --api-key-file) apply to a single-host endpoint "
             "and `llmhost serve`, not with --ray (see docs/guides/operations.md)"
         )
+    if up.ray.ray and any(c.variants for c in spec.components):
+        raise _usage(
+            "production and shadow variants (variants:) run on a single-host endpoint only, not with --ray "
+            "(see docs/guides/operations.md)"
+        )
     if up.ray.ray and (spec.models_dir is not None or any(c.on_demand for c in spec.components)):
         raise _usage(
             "on-demand models (--models-dir, models_dir:, on_demand:) run on a single-host "

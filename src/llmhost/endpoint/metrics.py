@@ -90,6 +90,7 @@ def router_families(components: Sequence[Component]) -> list[Metric]:
         cut,
         restarts,
         *on_demand_families(components),
+        *variant_families(components),
         *routing,
         tasks,
     ]
@@ -131,6 +132,61 @@ def on_demand_families(components: Sequence[Component]) -> list[Metric]:
         for reason, n in sorted(d.evictions.items()):
             evictions.add_metric([c.name, reason], n)
     return [state, loads, seconds, unloads, evictions]
+
+
+def variant_families(components: Sequence[Component]) -> list[Metric]:
+    """The production variants' weights and requests, and what the shadow variants did."""
+    labels = ["component", "variant"]
+    weight = GaugeMetricFamily(
+        "llmhost_endpoint_variant_weight",
+        "Weight of each production variant (its share: weight / the component's weights together)",
+        labels=labels,
+    )
+    routed = CounterMetricFamily(
+        "llmhost_endpoint_variant_requests",
+        "Requests sent to each production variant (by weight, or pinned by X-Amzn-SageMaker-Target-Variant)",
+        labels=labels,
+    )
+    percent = GaugeMetricFamily(
+        "llmhost_endpoint_shadow_percent",
+        "Percent of the component's requests copied to each shadow variant",
+        labels=labels,
+    )
+    copies = CounterMetricFamily(
+        "llmhost_endpoint_shadow_requests",
+        "Request copies of each shadow variant by outcome: answered (2xx), failed, dropped (its copies busy)",
+        labels=[*labels, "outcome"],
+    )
+    latency = SummaryMetricFamily(
+        "llmhost_endpoint_shadow_latency_seconds",
+        "Seconds from a copy's sending to the last byte of the shadow variant's 2xx answer",
+        labels=labels,
+    )
+    compared = CounterMetricFamily(
+        "llmhost_endpoint_shadow_compared",
+        "Shadow answers compared with the primary's (temperature 0, both 2xx, text read)",
+        labels=labels,
+    )
+    matched = CounterMetricFamily(
+        "llmhost_endpoint_shadow_matched",
+        "Compared shadow answers whose output text was exactly the primary's (agreement: matched / compared)",
+        labels=labels,
+    )
+    for c in components:
+        for v in c.variants.variants if c.variants is not None else []:
+            key = [c.name, v.name]
+            if v.shadow is None:
+                weight.add_metric(key, v.weight)
+                routed.add_metric(key, v.routed)
+                continue
+            s = v.stats
+            percent.add_metric(key, v.shadow)
+            for outcome, n in (("answered", s.answered), ("failed", s.failed), ("dropped", s.dropped)):
+                copies.add_metric([*key, outcome], n)
+            latency.add_metric(key, count_value=s.answered, sum_value=s.latency_s)
+            compared.add_metric(key, s.compared)
+            matched.add_metric(key, s.matched)
+    return [weight, routed, percent, copies, latency, compared, matched]
 
 
 def routing_families(components: Sequence[tuple[str, str, Mapping[Decision, int] | None]]) -> list[Metric]:

@@ -208,6 +208,63 @@ class RoutingSpec(_Strict):
     load_factor: float = Field(default=0.25, ge=0)
 
 
+MAX_WEIGHT = 1e6  # a variant's weight at most: the weights' sum stays a finite number
+
+
+class VariantSpec(_Strict):
+    """A production variant of a component (SageMaker's ProductionVariant): copies of their own, which get
+    a share of the component's requests by weight, or, as a shadow, a copy of some of them whose answers
+    are compared with the primary's and never returned. The keys it leaves out are the component's."""
+
+    # what X-Amzn-SageMaker-Target-Variant names and X-Amzn-Invoked-Production-Variant answers
+    name: str = Field(pattern=NAME_PATTERN)
+    # its share of the component's requests: weight / the production variants' weights together
+    weight: float = Field(default=1.0, ge=0, le=MAX_WEIGHT, allow_inf_nan=False)
+    # a shadow variant: this percent of the component's requests is copied to it in the background (its
+    # answers are dropped, their latency and agreement with the primary's reported); null: production
+    shadow: float | None = Field(default=None, ge=0, le=100, allow_inf_nan=False)
+    model: str | None = None  # null: the component's
+    copies: int | None = Field(default=None, ge=0)  # null: the component's
+    resources: ResourcesSpec | None = None  # null: the component's (a section given replaces it whole)
+    engine: EngineSpec | None = None  # null: the component's (a section given replaces it whole)
+    autoscaling: AutoscalingSpec | None = None  # null: the component's
+
+    @model_validator(mode="after")
+    def _check(self) -> VariantSpec:
+        if self.shadow is not None and "weight" in self.model_fields_set:
+            raise ValueError(
+                f"variant {self.name!r} is a shadow: its `shadow` percent is its share, `weight` does "
+                "not apply"
+            )
+        return self
+
+    @property
+    def overrides(self) -> dict[str, Any]:
+        """The component keys it gives, as the file gave them."""
+        own = self.model_fields_set - {"name", "weight", "shadow"}
+        return self.model_dump(include=own, exclude_unset=True)
+
+
+# the keys of a component with variants that cannot apply to its variants' copies
+VARIANT_EXCLUDES = ("on_demand", "adapters", "base", "adapter")
+# between a component's name and its variant's in the variant's copies (`chat:b-0`): never in a name
+VARIANT_SEP = ":"
+
+
+def check_variants(variants: list[VariantSpec]) -> None:
+    """Names unique; at least one production variant, and not every one weighted 0."""
+    seen: set[str] = set()
+    for v in variants:
+        if v.name in seen:
+            raise ValueError(f"variants: name {v.name!r} appears twice")
+        seen.add(v.name)
+    production = [v for v in variants if v.shadow is None]
+    if not production:
+        raise ValueError("variants: at least one must be a production variant (without `shadow`)")
+    if not any(v.weight > 0 for v in production):
+        raise ValueError("variants: the production variants' weights are all 0; at least one must be > 0")
+
+
 class ComponentSpec(_Strict):
     # what requests name: the OpenAI `model`, X-Amzn-SageMaker-Inference-Component
     name: str = Field(pattern=NAME_PATTERN)
@@ -233,10 +290,15 @@ class ComponentSpec(_Strict):
     # an adapter inference component: the component whose copies it lives on, and its LoRA adapter
     base: str | None = Field(default=None, pattern=NAME_PATTERN)
     adapter: AdapterRef | None = None
+    # production and shadow variants: each its own copies, its keys over the component's; requests
+    # for the component are split over the production ones by weight. []: the component's own copies
+    variants: list[VariantSpec] = []
 
     @model_validator(mode="after")
     def _check(self) -> ComponentSpec:
         check_adapter_component(self.name, self.base, self.adapter, self.model_fields_set)
+        if self.variants:
+            self.variant_specs()  # each variant, whole, checked as a component is
         if self.on_demand is not None and (self.copies is not None or self.autoscaling is not None):
             raise ValueError("on_demand loads one copy when asked: copies and autoscaling do not apply")
         a = self.autoscaling
@@ -263,6 +325,31 @@ class ComponentSpec(_Strict):
             )
         return self
 
+    def variant_specs(self) -> list[ComponentSpec]:
+        """Each variant as a component of its own, named `COMPONENT:VARIANT`: the component's keys, the
+        variant's over them; a ValueError names the variant and what is wrong."""
+        check_variants(self.variants)
+        given = [k for k in VARIANT_EXCLUDES if k in self.model_fields_set]
+        if given:
+            raise ValueError(f"a component with variants cannot have {', '.join(given)}")
+        base = self.model_dump(exclude={"variants", "name"}, exclude_unset=True)
+        out = []
+        for i, v in enumerate(self.variants):
+            merged = {**base, **v.overrides, "name": self.name}
+            try:
+                spec = ComponentSpec.model_validate(merged)
+            except ValidationError as exc:
+                why = format_errors(exc, merged).replace("(top level): ", "")
+                raise ValueError(f"variants[{i}]({v.name}): {why}") from None
+            out.append(spec.model_copy(update={"name": f"{self.name}{VARIANT_SEP}{v.name}"}))
+        return out
+
+    @property
+    def concurrent_per_copy(self) -> int:
+        """The sequences each copy runs at once: engine.max_concurrent, else what its `llmhost serve`
+        takes (MAX_CONCURRENT_REQUESTS, else the engine's default)."""
+        return int(SERVE_SPEC["max_concurrent"].resolve(self.engine.max_concurrent or 0, os.environ))
+
     def serve_options(self) -> dict[str, Any]:
         """The `llmhost serve` options of its copies the file sets: the engine's, then the adapters."""
         lora = {"lora": [a.lora_option for a in self.adapters]} if self.adapters else {}
@@ -270,6 +357,8 @@ class ComponentSpec(_Strict):
 
     @property
     def initial_copies(self) -> int:
+        if self.variants:  # its variants have the copies
+            return 0
         if self.on_demand is not None:
             return 0
         if self.copies is not None:
@@ -305,6 +394,13 @@ def _unique_names(components: list[ComponentSpec]) -> None:
             raise ValueError(f"component name {c.name!r} appears twice")
         seen.add(c.name)
     check_names(components)
+    fronts = {c.name for c in components if c.variants}
+    for c in components:
+        if c.base in fronts:
+            raise ValueError(
+                f"adapter component {c.name!r}: its base {c.base!r} has variants, whose copies load no "
+                "LoRA adapters"
+            )
 
 
 class RouterSpec(_Strict):
@@ -397,7 +493,7 @@ class EndpointSpec(_Strict):
         if self.batch_concurrency is not None:
             return self.batch_concurrency
         total = 0
-        for c in self.components:
+        for c in (v for s in self.components for v in (s.variant_specs() if s.variants else [s])):
             copies = c.autoscaling.max_copies if c.autoscaling else (1 if c.copies is None else c.copies)
             total += copies * (c.engine.max_concurrent or int(SERVE_SPEC["max_concurrent"].default))
         return max(1, total)

@@ -194,3 +194,8 @@ async def test_only_local_clients_are_answered(serve: FakeServe) -> None:
         ):
             assert r.status_code == 403 and r.json()["error"]["type"] == "permission_error"
     assert serve.puts == [] and "e" in serve.details["applications"]
+
+
+async def test_variant_weights_are_refused(admin: httpx.AsyncClient) -> None:
+    r = await admin.post("/admin/weights", json={"component": "a", "weights": {"x": 1}})
+    assert r.status_code == 501 and "no production variants" in r.json()["error"]["message"]

@@ -124,3 +124,11 @@ def test_the_consoles_options_reach_the_ray_application(tmp_path: Path) -> None:
     assert args.console_period_s == 2.0 and args.reports_dir == str(tmp_path.resolve())
     assert app_args(spec, RayUp(None), Dashboards("d", "d"), {}).reports_dir is None
     assert push_period_s(2.0) == 1.0 and push_period_s(60.0) == 5.0  # twice a period, at most every 5 s
+
+
+def test_variants_are_refused_with_ray(tmp_path: Path) -> None:
+    path = tmp_path / "endpoint.yaml"
+    path.write_text("name: e\ncomponents:\n  - {name: a, variants: [{name: x}, {name: y}]}\n")
+    result = up(str(path), "--ray")
+    assert result.exit_code == 2, result.output
+    assert "production and shadow variants (variants:) run on a single-host endpoint only" in result.output

@@ -157,6 +157,8 @@
         r.copy + " (pid " + (r.pid ?? "–") + ")").join(", ")));
     }
     if (c.on_demand) block.append(onDemandLine(c.on_demand));
+    if (c.variants) block.append(variantsLine(c.variants));
+    if (c.variant_of) head.append(el("span", { class: "muted" }, "a variant of " + c.variant_of));
     if (c.adapters && c.adapters.length) {  // LoRA adapters its copies load; adapter components by name
       block.append(el("p", { class: "adapters muted" }, "LoRA adapters: " + c.adapters.map((a) => a.name +
         " (" + (a.inference_component ? "adapter component, " : "") + "scale " + a.scale + ")").join(", ")));
@@ -179,18 +181,31 @@
       (d.last_load_s != null ? " (last " + fmt(d.last_load_s, 1) + " s)" : "") + "; unloads " + counts(d.unloads) +
       "; evictions " + counts(d.evictions) + (d.last_refusal ? "; last refusal: " + d.last_refusal : ""));
   }
-  function componentActions(c, o) {
-    const input = el("input", { type: "number", min: o.admin.scale_to_zero ? 0 : 1, value: c.copies,
-      class: "scale-input", "data-component": c.name });
-    const scale = el("button", { type: "button", class: "scale-btn", "data-component": c.name }, "Scale…");
-    scale.addEventListener("click", () => {
-      const n = parseInt(input.value, 10);
-      act("Scale " + c.name + " from " + c.copies + " to " + n + " copies?", "/admin/scale",
-        { method: "POST", headers: { "Content-Type": "application/json" },
-          body: JSON.stringify({ component: c.name, copies: n, wait: false }) }, "scaling " + c.name + " to " + n);
+  function variantsLine(vs) {  // production variants with their weights; shadows with what they did
+    const pct = (x) => x == null ? "–" : fmt(100 * x, 1) + "%";
+    const shown = vs.map((v) => {
+      const s = v.shadow;
+      if (!s) return v.name + ": weight " + v.weight + " (" + pct(v.share) + "), " + v.routed + " requests";
+      return v.name + ": shadow " + s.percent + "%, " + s.answered + " answered, " + s.dropped + " dropped, agreement " +
+        pct(s.agreement) + " of " + s.compared + ", mean " + (s.mean_latency_s == null ? "–" : fmt(s.mean_latency_s, 3) + " s");
     });
-    const row = el("div", { class: "actions" }, el("label", {}, "copies ", input), scale);
-    if (o.admin.add_remove) {
+    return el("p", { class: "variants" }, "variants: " + shown.join("; "));
+  }
+  function componentActions(c, o) {
+    const row = el("div", { class: "actions" });
+    if (!c.variants) {  // a component with variants has no copies: its variants have (and scale) them
+      const input = el("input", { type: "number", min: o.admin.scale_to_zero ? 0 : 1, value: c.copies,
+        class: "scale-input", "data-component": c.name });
+      const scale = el("button", { type: "button", class: "scale-btn", "data-component": c.name }, "Scale…");
+      scale.addEventListener("click", () => {
+        const n = parseInt(input.value, 10);
+        act("Scale " + c.name + " from " + c.copies + " to " + n + " copies?", "/admin/scale",
+          { method: "POST", headers: { "Content-Type": "application/json" },
+            body: JSON.stringify({ component: c.name, copies: n, wait: false }) }, "scaling " + c.name + " to " + n);
+      });
+      row.append(el("label", {}, "copies ", input), scale);
+    }
+    if (o.admin.add_remove && !c.variant_of) {  // a variant goes with its component
       const remove = el("button", { type: "button", class: "danger remove-btn" }, "Remove…");
       remove.addEventListener("click", () => act("Remove " + c.name + "? Its copies drain and stop.",
         "/admin/components/" + encodeURIComponent(c.name), { method: "DELETE" }, "removed " + c.name));
@@ -219,7 +234,7 @@
         "finish, every copy stops, the endpoint exits.", "/admin/down", { method: "POST" }, "endpoint stopping"));
       $("endpoint-actions").append(down);
     }
-    const sel = $("pg-component"), names = o.components.map((c) => c.name);
+    const sel = $("pg-component"), names = o.components.filter((c) => !c.variant_of).map((c) => c.name);
     if ([...sel.options].map((x) => x.value).join() !== names.join()) {
       const keep = sel.value;
       sel.replaceChildren(...names.map((n) => el("option", { value: n }, n)));

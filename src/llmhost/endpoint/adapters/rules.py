@@ -68,6 +68,8 @@ def base_of(components: Mapping[str, C], name: str) -> C:
         raise UnknownComponentError(f"base inference component {name!r}: {what}; components: {known}")
     if comp.spec.embeddings:
         raise ValueError(f"component {name!r} serves embeddings: LoRA adapters apply to text generation")
+    if comp.spec.variants:
+        raise ValueError(f"component {name!r} has variants, whose copies load no LoRA adapters")
     return comp
 
 

@@ -8,7 +8,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Coroutine, Mapping
+from collections.abc import Coroutine
 from typing import Any, Protocol
 
 from llmhost.endpoint.control.autoscaler import Observation, decide
@@ -25,8 +25,7 @@ class Scaled(Protocol):
     ledger: Ledger
     pool: ModelPool
 
-    @property
-    def components(self) -> Mapping[str, Component]: ...
+    def every(self) -> list[Component]: ...  # the components, their variants' too
 
     @property
     def closing(self) -> bool: ...
@@ -64,7 +63,7 @@ class AutoscaleLoop:
                 await asyncio.wait_for(self._wake.wait(), self.interval_s)
             self._wake.clear()
             self.scaled.pool.tick()
-            for comp in list(self.scaled.components.values()):
+            for comp in self.scaled.every():
                 try:
                     self._autoscale(comp)
                 except Exception:  # keep the loop alive whatever one component does

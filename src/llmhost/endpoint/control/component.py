@@ -16,6 +16,7 @@ from llmhost.endpoint.affinity import Affinity, Decision, Policy
 from llmhost.endpoint.bodies import AdapterState, ComponentState, DemandStatus, ScaleDecision
 from llmhost.endpoint.control.autoscaler import ScalerState
 from llmhost.endpoint.control.replica import Replica, ReplicaState
+from llmhost.endpoint.control.variants import VariantSet
 from llmhost.endpoint.spec import ComponentSpec, OnDemandSpec
 from llmhost.store.model import ResolvedModel
 
@@ -106,6 +107,23 @@ class Component:
         self._changed = asyncio.Event()
         self.demand = Demand(spec.on_demand) if spec.on_demand is not None else None
         self.on_leave: Callable[[], None] | None = None  # a request left: room or idleness may follow
+        # a component with variants: they have the copies, it has none; its requests go to them
+        self.variants: VariantSet[Component] | None = None
+        # a variant's copies: the component whose variant they are (its name is what the copies serve)
+        self.variant_of: str | None = None
+
+    @property
+    def served_name(self) -> str:
+        """The model name its copies answer to: the component the requests name."""
+        return self.variant_of or self.name
+
+    def members(self) -> list[Component]:
+        """Its variants' components (none without variants)."""
+        return [v.component for v in self.variants.variants] if self.variants is not None else []
+
+    def _production(self) -> list[Component]:
+        assert self.variants is not None
+        return [v.component for v in self.variants.production]
 
     @property
     def adapters(self) -> frozenset[str]:
@@ -130,10 +148,15 @@ class Component:
     # --- copies ----------------------------------------------------------------------------------
 
     def ready(self) -> list[Replica]:
-        """Copies that serve: passed /ping, and their adapters brought up to date (`catching_up`)."""
+        """Copies that serve: passed /ping, and their adapters brought up to date (`catching_up`); a
+        component with variants: its production variants' ready copies."""
+        if self.variants is not None:
+            return [r for c in self._production() for r in c.ready()]
         return [r for r in self.replicas if r.state == ReplicaState.READY and not r.catching_up]
 
     def capacity(self) -> list[Replica]:
+        if self.variants is not None:
+            return [r for c in self._production() for r in c.capacity()]
         return [r for r in self.replicas if r.counts_as_capacity]
 
     @property
@@ -236,7 +259,7 @@ class Component:
 
     def status(self) -> ComponentState:
         a = self.spec.autoscaling
-        return {
+        state: ComponentState = {
             "name": self.name,
             "model": self.spec.model,
             "model_path": str(self.model.gguf),
@@ -258,6 +281,11 @@ class Component:
             "on_demand": self.demand_status(),
             "adapters": [self.adapter_state(a) for a in self.adapter_entries.values()],
         }
+        if self.variants is not None:
+            state["variants"] = self.variants.status()
+        if self.variant_of is not None:
+            state["variant_of"] = self.variant_of
+        return state
 
     def adapter_state(self, a: AdapterEntry) -> AdapterState:
         return adapter_rules.adapter_state(a, self.adapter_failures.get(a.name))

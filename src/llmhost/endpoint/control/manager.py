@@ -31,6 +31,7 @@ from llmhost.endpoint.control.placement import (
     router_cpu_ids,
 )
 from llmhost.endpoint.control.replica import Replica, ReplicaState, ReplicaTiming
+from llmhost.endpoint.control.variants import Variant, VariantError, VariantSet
 from llmhost.endpoint.control_errors import (
     ComponentExistsError,
     ComponentLoadError,
@@ -65,6 +66,11 @@ def resolve(spec: ComponentSpec) -> ResolvedModel:
         raise ModelRefError(spec.name, f"component {spec.name!r}: model {spec.model!r}: {exc}") from None
     check_adapters(spec.name, spec.adapters, resolved.gguf)
     return resolved
+
+
+def with_copies(specs: list[ComponentSpec]) -> list[ComponentSpec]:
+    """The components that have copies: each variant's in place of a component with variants."""
+    return [v for s in specs for v in (s.variant_specs() if s.variants else [s])]
 
 
 class EndpointManager:
@@ -105,8 +111,8 @@ class EndpointManager:
         self.router_cpus = router_cpu_ids(self.spec.router.num_cpus)
         self._check_names(specs)
         # `endpoint up` checks before the server starts, and start() checks again: resolved only once
-        self._models.update({s.name: resolve(s) for s in specs if s.name not in self._models})
-        self._check_capacity(specs)
+        self._models.update({s.name: resolve(s) for s in with_copies(specs) if s.name not in self._models})
+        self._check_capacity(with_copies(specs))
 
     def scan_folder(self) -> list[ComponentSpec]:
         """The models_dir's components (none without one); a SpecError names what is wrong."""
@@ -170,20 +176,46 @@ class EndpointManager:
     async def _add(self, specs: list[ComponentSpec]) -> None:
         self._check_names(specs)
         # an s3:// model may take minutes to download: off the event loop, which keeps routing
-        models = await asyncio.to_thread(lambda: {s.name: resolve(s) for s in specs})
+        models = await asyncio.to_thread(lambda: {s.name: resolve(s) for s in with_copies(specs)})
         self._check_names(specs)  # again: an add beside this one may have taken a name meanwhile
         self._models.update(models)
         await self._start_components(self._register(specs))
 
     def _register(self, specs: list[ComponentSpec]) -> list[Component]:
-        self._check_capacity(specs)  # again: capacity may have changed since `check`
-        comps = [Component(s, self._models[s.name]) for s in specs]
-        for c in comps:
-            c.on_leave = self._left
-            c.on_ready = lambda replica, c=c: self.adapters.catch_up(c, replica)
-            c.on_failed = lambda replica, c=c: self.adapters.start_failed(c, replica)
-        self.components.update((c.spec.name, c) for c in comps)
-        return comps
+        """The components of `specs`, known by name from now on; returns those with copies to start (a
+        component with variants has none: its variants' components have them)."""
+        self._check_capacity(with_copies(specs))  # again: capacity may have changed since `check`
+        named: list[Component] = []
+        started: list[Component] = []
+        for s in specs:
+            if not s.variants:
+                named.append(self._component(s, self._models[s.name]))
+                started.append(named[-1])
+                continue
+            members = [self._component(v, self._models[v.name]) for v in s.variant_specs()]
+            pairs = zip(s.variants, members, strict=True)
+            variants = [Variant(v.name, m, v.weight, v.shadow) for v, m in pairs]
+            for m in members:
+                m.variant_of = s.name
+            model = next(v.component.model for v in variants if v.shadow is None)
+            # the variants autoscale, each on its own load: the component itself has nothing to scale
+            front = self._component(s.model_copy(update={"autoscaling": None}), model)
+            front.variants = VariantSet(s.name, variants)
+            named.append(front)
+            started += members
+        self.components.update((c.spec.name, c) for c in named)
+        return started
+
+    def _component(self, spec: ComponentSpec, model: ResolvedModel) -> Component:
+        c = Component(spec, model)
+        c.on_leave = self._left
+        c.on_ready = lambda replica: self.adapters.catch_up(c, replica)
+        c.on_failed = lambda replica: self.adapters.start_failed(c, replica)
+        return c
+
+    def every(self) -> list[Component]:
+        """Every component: those requests name, and their variants' (which have the copies)."""
+        return [m for c in self.components.values() for m in (c, *c.members())]
 
     def _left(self) -> None:
         """A request ended: an on-demand model may be idle (keep_alive 0), room may be free."""
@@ -203,7 +235,7 @@ class EndpointManager:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._autoscaler
         await asyncio.gather(
-            *(self.stop_copy(c, r) for c in self.components.values() for r in list(c.replicas)),
+            *(self.stop_copy(c, r) for c in self.every() for r in list(c.replicas)),
             return_exceptions=True,
         )
         for task in list(self._tasks):
@@ -241,6 +273,7 @@ class EndpointManager:
             timing=self.timing.replica,
             internal_key=self.internal_key,
             adapters=comp.startable_adapters,
+            served_name=comp.served_name,
         )
         comp.replicas.append(replica)
         return replica.start()
@@ -265,6 +298,11 @@ class EndpointManager:
         comp = self.get(name)
         if copies < 0:
             raise ValueError(f"copies must be >= 0, got {copies}")
+        if comp.variants is not None:
+            raise ValueError(
+                f"component {name!r} has variants, which have the copies: scale one of "
+                f"{', '.join(m.name for m in comp.members())}"
+            )
         if comp.demand is not None:
             raise ValueError(
                 f"component {name!r} is loaded on demand (one copy): use `llmhost endpoint load` or `unload`"
@@ -288,13 +326,32 @@ class EndpointManager:
         if await self.adapters.removed(name):
             return
         comp = self.get(name)
-        comp.removing = True
-        comp.notify()
+        if comp.variant_of is not None:
+            raise ValueError(
+                f"{name!r} is a variant of component {comp.variant_of!r}: remove the component, or give "
+                "the variant weight 0 (`llmhost endpoint weights`)"
+            )
+        parts = [comp, *comp.members()]
+        for c in parts:
+            c.removing = True
+            c.notify()
         async with comp.lock:
-            await asyncio.gather(*(self.stop_copy(comp, r) for r in list(comp.replicas)))
+            await asyncio.gather(*(self.stop_copy(c, r) for c in parts for r in list(c.replicas)))
         self.components.pop(name, None)
-        self._models.pop(name, None)  # a component added later under this name resolves its own model
+        for c in parts:  # a component added later under this name resolves its own model
+            self._models.pop(c.name, None)
         self.pool.freed()
+
+    def weights(self, name: str, weights: dict[str, float]) -> ComponentState:
+        """Set some of a component's variants' weights (a shadow's: its percent), as SageMaker's
+        UpdateEndpointWeightsAndCapacities does; the next request is routed by them."""
+        comp = self.get(name)
+        if comp.variants is None:
+            why = f"a variant of {comp.variant_of!r}" if comp.variant_of else "a component without variants"
+            raise VariantError("component", f"component {name!r} is {why}: it has no variant weights")
+        comp.variants.set_weights(weights)
+        log.info("component %s: variant weights set: %s", name, weights)
+        return comp.status()
 
     # --- on-demand models ------------------------------------------------------------------------
 
@@ -354,7 +411,8 @@ class EndpointManager:
         }
 
     def get(self, name: str) -> Component:
-        comp = self.components.get(name)
+        """A component by name: one that requests name, or a variant's (COMPONENT:VARIANT)."""
+        comp = self.components.get(name) or next((c for c in self.every() if c.name == name), None)
         if comp is None or comp.removing:
             known = ", ".join(sorted(self.components)) or "(none)"
             raise UnknownComponentError(f"unknown inference component {name!r}; known components: {known}")
@@ -398,7 +456,7 @@ class EndpointManager:
     @property
     def in_flight(self) -> int:
         """Requests at the router, waiting ones included."""
-        return sum(c.in_flight for c in self.components.values())
+        return sum(c.in_flight for c in self.every())
 
     def status(self) -> EndpointState:
         return {
@@ -412,6 +470,6 @@ class EndpointManager:
             "log_dir": str(self.log_dir),
             "models_dir": self.spec.models_dir.path if self.spec.models_dir else None,
             "on_demand": self.spec.on_demand.model_dump(),
-            "components": [c.status() for c in self.components.values()],
+            "components": [c.status() for c in self.every()],
             "adapter_components": [{"name": n, "base": b} for n, b in self.adapters.adapter_components()],
         }

@@ -41,10 +41,12 @@ def copy_command(
     port: int,
     threads: int,
     adapters: Sequence[AdapterEntry] | None = None,
+    served_name: str | None = None,
 ) -> list[str]:
     """`llmhost serve` for one copy of `spec`: the file's engine settings, the component's name, its
     CPUs' threads, on loopback (the router is the endpoint's only way in); `adapters`: the LoRA adapters
-    the component has now (else the file's)."""
+    the component has now (else the file's); `served_name`: the name requests give it (a variant's
+    copies answer to their component's, else the component's own)."""
     options = spec.serve_options()
     if adapters is not None:
         options.pop("lora", None)
@@ -53,7 +55,7 @@ def copy_command(
         "host": "127.0.0.1",
         "port": port,
         "threads": threads,
-        "served_model_name": spec.name,
+        "served_model_name": served_name or spec.name,
         "log_level": "warning",
         "embeddings": spec.embeddings,
         "memory_mb": spec.resources.memory_mb,
@@ -108,8 +110,10 @@ class Replica:
         timing: ReplicaTiming | None = None,
         internal_key: InternalKey | None = None,
         adapters: Callable[[], list[AdapterEntry]] | None = None,
+        served_name: str | None = None,
     ) -> None:
         self.spec = spec
+        self.served_name = served_name
         self._adapters = adapters  # the component's LoRA adapters now, which a (re)started copy loads
         self.loaded_adapters: set[str] = set()  # those the copy process has, by name
         # ready, but adapters changed since it started are being loaded on it: not routed to meanwhile
@@ -213,7 +217,9 @@ class Replica:
         # downloads an s3:// model again
         adapters = self._adapters() if self._adapters is not None else list(self.spec.adapters)
         self.loaded_adapters = {a.name for a in adapters}
-        return copy_command(self.spec, self.model.serve_ref, self.port, self.alloc.threads, adapters)
+        return copy_command(
+            self.spec, self.model.serve_ref, self.port, self.alloc.threads, adapters, self.served_name
+        )
 
     def _spawn(self) -> None:
         self.port = free_port()

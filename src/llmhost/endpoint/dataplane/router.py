@@ -40,7 +40,9 @@ from llmhost.endpoint.dataplane.routing import (
     error_event,
     known,
 )
+from llmhost.endpoint.dataplane.shadow import Shadows
 from llmhost.endpoint.dataplane.traced import traced
+from llmhost.endpoint.dataplane.variants import VariantRouter
 from llmhost.endpoint.metrics import render_metrics
 from llmhost.endpoint.spec import ClientKeepAlive
 from llmhost.process.lifecycle import KEEP_ALIVE_S, Lifecycle
@@ -99,8 +101,10 @@ class Proxy:
             limits=POOL_LIMITS,
         )
         self.max_attempts = max_attempts
+        self.variants = VariantRouter(self.forward, Shadows(self.client))
 
     async def aclose(self) -> None:
+        await self.variants.shadows.aclose()
         await self.client.aclose()
 
     async def _choose(
@@ -121,6 +125,8 @@ class Proxy:
         return replica
 
     async def forward(self, request: Request, comp: Component, body: bytes) -> Response:
+        if comp.variants is not None:  # to one of its variants, which comes back here
+            return await self.variants.forward(request, comp, body)
         if comp.demand is not None:
             try:
                 policy = self.registry.client_keep_alive
@@ -314,7 +320,8 @@ def create_router(
     @router.get("/metrics", openapi_extra=apidoc.METRICS)
     async def metrics() -> Response:
         extra = [*(console_families(store) if store is not None else ()), *more_metrics()]
-        text = await render_metrics(list(registry.components.values()), proxy.client, extra)
+        every = [m for c in registry.components.values() for m in (c, *c.members())]  # variants' too
+        text = await render_metrics(every, proxy.client, extra)
         return Response(text, media_type="text/plain; version=0.0.4; charset=utf-8")
 
     router.include_router(routing.data_routes(registry, proxy))

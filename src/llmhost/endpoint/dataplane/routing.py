@@ -176,12 +176,21 @@ class Relay(StreamingResponse):
     ) -> None:
         super().__init__(body, **kw)
         self._on_close = on_close
+        self._then: list[Callable[[], None]] = []
+
+    def also_on_close(self, then: Callable[[], None]) -> None:
+        """Run `then` after `on_close`."""
+        self._then.append(then)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
             await super().__call__(scope, receive, send)
         finally:
-            await self._on_close()
+            try:
+                await self._on_close()
+            finally:
+                for then in self._then:
+                    then()
 
 
 def error(

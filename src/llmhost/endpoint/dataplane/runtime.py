@@ -11,6 +11,7 @@ from fastapi import APIRouter, Request
 from starlette.responses import JSONResponse, Response
 
 from llmhost.endpoint.apidoc import relay_doc
+from llmhost.endpoint.control.variants import INVOKED_HEADER
 from llmhost.endpoint.dataplane.routing import (
     COPY_HEADER,
     C,
@@ -58,7 +59,10 @@ def create_runtime_router(registry: Components[C], proxy: Forwarder[C]) -> APIRo
             with_adapter(request, adapter, picked.name), picked, await request.body()
         )
         if response.status_code >= 400 and COPY_HEADER not in response.headers:
-            return refusal(response, name, picked.name, rid)
+            refused = refusal(response, name, picked.name, rid)
+            if INVOKED_HEADER in response.headers:  # refused by the variant's copies' router
+                refused.headers[INVOKED_HEADER] = response.headers[INVOKED_HEADER]
+            return refused
         return response
 
     for path in (wire.INVOKE_PATH, wire.STREAM_PATH):

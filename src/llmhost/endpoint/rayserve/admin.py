@@ -16,6 +16,7 @@ from llmhost.endpoint.bodies import (
     Accepted,
     AdapterComponent,
     Added,
+    ComponentState,
     RayComponentState,
     RayEndpointState,
     RayScaled,
@@ -37,6 +38,7 @@ NO_ON_DEMAND = (
     "a Ray endpoint has no on-demand models (models_dir and on_demand are single-host only): "
     "Ray Serve scales each component's deployment itself"
 )
+NO_VARIANTS = "a Ray endpoint has no production variants (variants: is single-host only)"
 
 
 class RayAdmin:
@@ -203,6 +205,9 @@ class RayAdmin:
 
     async def reload(self) -> Rescanned:
         raise NotSupported(NO_ON_DEMAND)
+
+    async def weights(self, component: str, weights: dict[str, float]) -> ComponentState:
+        raise NotSupported(NO_VARIANTS)
 
     async def adapters(self, component: str | None) -> list[dict[str, Any]]:
         return self.lora.listing(component)

@@ -341,7 +341,11 @@ class ComponentSpec(_Strict):
             except ValidationError as exc:
                 why = format_errors(exc, merged).replace("(top level): ", "")
                 raise ValueError(f"variants[{i}]({v.name}): {why}") from None
-            out.append(spec.model_copy(update={"name": f"{self.name}{VARIANT_SEP}{v.name}"}))
+            engine = spec.engine
+            if engine.capture_dir and engine.capture_variant is None:
+                # SageMaker files a production variant's captured data under the variant's name
+                engine = engine.model_copy(update={"capture_variant": v.name})
+            out.append(spec.model_copy(update={"name": f"{self.name}{VARIANT_SEP}{v.name}", "engine": engine}))
         return out
 
     @property

@@ -66,6 +66,20 @@ def test_a_variant_takes_the_components_keys_and_overrides_its_own() -> None:
     assert spec.batch_lines() == 4 + 2 * 2 + 4  # every variant's copies' sequences
 
 
+def test_each_variant_captures_under_its_own_name_unless_the_file_names_one() -> None:
+    spec = parse_endpoint(
+        endpoint(
+            [{"name": "a"}, {"name": "b", "engine": {"capture_dir": "cap", "capture_variant": "canary"}}],
+            engine={"capture_dir": "cap"},
+        )
+    )
+    a, b = spec.components[0].variant_specs()
+    assert a.serve_options()["capture_variant"] == "a"  # SageMaker's {endpoint}/{variant}/ folders
+    assert b.serve_options()["capture_variant"] == "canary"
+    [plain] = parse_endpoint(endpoint([{"name": "a"}])).components[0].variant_specs()
+    assert "capture_variant" not in plain.serve_options(), "no capture, no capture option"
+
+
 def test_a_component_without_variants_is_unchanged() -> None:
     [c] = parse_components({"name": "plain", "copies": 2})
     assert c.variants == [] and c.initial_copies == 2 and with_copies([c]) == [c]

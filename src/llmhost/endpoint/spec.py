@@ -345,7 +345,8 @@ class ComponentSpec(_Strict):
             if engine.capture_dir and engine.capture_variant is None:
                 # SageMaker files a production variant's captured data under the variant's name
                 engine = engine.model_copy(update={"capture_variant": v.name})
-            out.append(spec.model_copy(update={"name": f"{self.name}{VARIANT_SEP}{v.name}", "engine": engine}))
+            name = f"{self.name}{VARIANT_SEP}{v.name}"
+            out.append(spec.model_copy(update={"name": name, "engine": engine}))
         return out
 
     @property

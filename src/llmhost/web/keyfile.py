@@ -23,6 +23,8 @@ from typing import Annotated, Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, StrictStr, ValidationError
 
+from llmhost.errors import BadRequestError
+
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._@-]*$"
 
 
@@ -68,7 +70,7 @@ class _Entry(BaseModel):
     tokens_per_minute: Annotated[int, Field(gt=0, strict=True)] | None = None
 
 
-class KeyFileError(ValueError):
+class KeyFileError(BadRequestError, ValueError):
     """A key file that cannot be used; the message names the file and the entry, never a key."""
 
 

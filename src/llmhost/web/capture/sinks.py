@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Protocol
 
+from llmhost.errors import UnavailableError
 from llmhost.store.s3client import S3ModelError, make_client, s3_failures, translate
 from llmhost.store.s3uri import S3Ref
 from llmhost.web.capture.record import file_name, hour_folder
@@ -31,7 +32,7 @@ class Line:
     data: bytes  # the JSON line, newline included
 
 
-class SinkError(Exception):
+class SinkError(UnavailableError):
     """Some lines could not be stored: `lost` of them (and `stored` were), and why."""
 
     def __init__(self, lost: int, stored: int, reason: str) -> None:

@@ -121,6 +121,7 @@ class EngineSpec(_Strict):
     draft_tokens: int | None = _key("draft_tokens")
     adaptive_draft: bool | None = _key("adaptive_draft")
     draft_model: str | None = _key("draft_model")
+    mmproj: str | None = _key("mmproj")
     ngram_size: int | None = _key("ngram_size")
     queue_timeout_s: float | None = _key("queue_timeout_s")
     request_timeout_s: float | None = _key("request_timeout_s")

@@ -17,6 +17,10 @@ from llmhost.errors import BadRequestError
 
 MediaKind = Literal["image", "audio"]
 
+# what stands for a medium in a rendered prompt: libmtmd's default marker (a projector with another
+# has it put in its place)
+MEDIA_MARKER = "<__media__>"
+
 # the first bytes of each format libmtmd decodes (stb_image for images; miniaudio for audio): bytes
 # that are none of these are refused before libmtmd sees them, which would otherwise hand them to
 # ffprobe as a subprocess (its video support)
@@ -52,8 +56,6 @@ def sniff(data: bytes) -> tuple[MediaKind, str] | None:
     for magic, offset, name in _IMAGE_MAGIC:
         if data[offset : offset + len(magic)] == magic:
             return "image", name
-    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
-        return "image", "webp"
     if data[:4] == b"RIFF" and data[8:12] == b"WAVE":
         return "audio", "wav"
     for magic, offset, name in _AUDIO_MAGIC:

@@ -22,7 +22,15 @@ import numpy.typing as npt
 from llama_cpp import mtmd_cpp
 
 from llmhost.engine.llamacpp.gguf_check import GGUFError, check_file
-from llmhost.engine.media import MediaError, MediaInput, MediaKind, MediaLimits, MediaSpan, media_ids
+from llmhost.engine.media import (
+    MEDIA_MARKER,
+    MediaError,
+    MediaInput,
+    MediaKind,
+    MediaLimits,
+    MediaSpan,
+    media_ids,
+)
 from llmhost.errors import ModelError
 
 log = logging.getLogger(__name__)
@@ -118,7 +126,16 @@ class Projector:
         """`text`'s token ids with each marker's medium in its place (as its span's synthetic ids), and
         the spans; MediaError naming the medium that cannot be used, or a marker count unlike the
         media's."""
-        bitmaps = [self._bitmap(i, m, limits) for i, m in enumerate(media)]
+        if self.marker != MEDIA_MARKER:
+            text = text.replace(MEDIA_MARKER, self.marker)
+        bitmaps: list[Any] = []
+        try:
+            for i, medium in enumerate(media):
+                bitmaps.append(self._bitmap(i, medium, limits))
+        except MediaError:
+            for bitmap in bitmaps:
+                mtmd_cpp.mtmd_bitmap_free(bitmap)
+            raise
         chunks = mtmd_cpp.mtmd_input_chunks_init()
         try:
             inp = mtmd_cpp.mtmd_input_text()

@@ -14,6 +14,7 @@ from typing import Any
 
 import httpx
 import llama_cpp
+import numpy as np
 import openai
 import pytest
 
@@ -26,6 +27,9 @@ QUESTION = "What is in "
 MARKER = "<__media__>"
 ARGS = ("--max-concurrent", "4", "--max-input-tokens", "1536", "--max-total-tokens", "2048")
 ARGS += ("--max-batch-tokens", "1024", "--no-chat-embeddings")
+# the test images are 48x40 random pixels (1,920; about 6 kB as PNG)
+MAX_PIXELS = 2000
+MAX_BYTES = 10_000
 
 
 def rendered(session: MtmdSession, content: str) -> str:
@@ -73,7 +77,8 @@ def ask(client: openai.OpenAI, part: dict[str, Any]) -> Any:
 def vision(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, Pair]]:
     tmp = tmp_path_factory.mktemp("vision")
     pair = build_vision_pair(tmp / "pair")
-    srv = start_server(tmp, str(pair.model), "--mmproj", str(pair.mmproj), *ARGS)
+    limits = ("--max-image-pixels", str(MAX_PIXELS), "--max-media-bytes", str(MAX_BYTES))
+    srv = start_server(tmp, str(pair.model), "--mmproj", str(pair.mmproj), *ARGS, *limits)
     yield srv, pair
     stop_server(srv)
 
@@ -82,7 +87,7 @@ def vision(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, P
 def audio(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, Pair]]:
     tmp = tmp_path_factory.mktemp("audio")
     pair = build_audio_pair(tmp / "pair")
-    srv = start_server(tmp, str(pair.model), "--mmproj", str(pair.mmproj), *ARGS)
+    srv = start_server(tmp, str(pair.model), "--mmproj", str(pair.mmproj), *ARGS, "--max-audio-seconds", "2")
     yield srv, pair
     stop_server(srv)
 
@@ -140,7 +145,12 @@ def test_what_cannot_be_used_is_a_400_naming_the_part(vision: tuple[Server, Pair
         (image_part(b"\x89PNG\r\n\x1a\n" + b"\x00garbage" * 8), "could not be decoded"),
         (image_part(b"plain text, no image"), "no image or audio format"),
         ({"type": "image_url", "image_url": {"url": "data:image/png;base64,@@@"}}, "base64"),
-        (audio_part(wav(tone())), "takes no audio"),
+        (audio_part(wav(tone(seconds=0.1))), "takes no audio"),
+        (image_part(png(random_pixels(64, 64))), f"more than --max-media-bytes {MAX_BYTES}"),
+        (
+            image_part(png(np.zeros((64, 64, 3), np.uint8))),
+            f"4096 pixels, more than --max-image-pixels {MAX_PIXELS}",
+        ),
     ]
     for part, says in cases:
         with pytest.raises(openai.BadRequestError) as caught:
@@ -161,6 +171,10 @@ def test_a_clip_of_audio_gets_libmtmds_answer(audio: tuple[Server, Pair]) -> Non
     assert reply.usage.prompt_tokens > 750  # one 30 s window's embeddings
     card = httpx.get(f"{srv.url}/v1/models", timeout=10).json()["data"][0]
     assert "audio" in card["capabilities"]
+    with pytest.raises(openai.BadRequestError) as caught:
+        ask(client(srv), audio_part(wav(tone(seconds=3.0))))
+    assert caught.value.body["param"] == "messages[0].content[1].input_audio.data"
+    assert "3.0 s, more than --max-audio-seconds 2" in caught.value.body["message"]
 
 
 def test_a_text_model_refuses_an_image(server: Server) -> None:

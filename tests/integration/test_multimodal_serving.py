@@ -7,6 +7,7 @@ used is a 400 naming the part, and the server answers afterwards."""
 from __future__ import annotations
 
 import base64
+import os
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -73,13 +74,26 @@ def ask(client: openai.OpenAI, part: dict[str, Any]) -> Any:
     )
 
 
+def fake_ffmpeg(tmp: Path) -> tuple[Path, Path]:
+    """A folder whose ffprobe and ffmpeg only note that they ran (in the file returned)."""
+    folder, ran = tmp / "ffbin", tmp / "ffmpeg-ran"
+    folder.mkdir()
+    for name in ("ffprobe", "ffmpeg"):
+        (folder / name).write_text(f"#!/bin/sh\necho {name} >> {ran}\nexit 1\n")
+        (folder / name).chmod(0o755)
+    return folder, ran
+
+
 @pytest.fixture(scope="module")
-def vision(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, Pair]]:
+def vision(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, Pair, Path]]:
+    """The vision pair's server, with an ffprobe on its PATH that notes whether it ran."""
     tmp = tmp_path_factory.mktemp("vision")
     pair = build_vision_pair(tmp / "pair")
     limits = ("--max-image-pixels", str(MAX_PIXELS), "--max-media-bytes", str(MAX_BYTES))
-    srv = start_server(tmp, str(pair.model), "--mmproj", str(pair.mmproj), *ARGS, *limits)
-    yield srv, pair
+    ffbin, ran = fake_ffmpeg(tmp)
+    env = {"PATH": f"{ffbin}{os.pathsep}{os.environ['PATH']}"}
+    srv = start_server(tmp, str(pair.model), "--mmproj", str(pair.mmproj), *ARGS, *limits, env=env)
+    yield srv, pair, ran
     stop_server(srv)
 
 
@@ -97,9 +111,9 @@ def client(srv: Server) -> openai.OpenAI:
 
 
 def test_an_image_gets_libmtmds_answer_and_the_model_says_it_reads_images(
-    vision: tuple[Server, Pair],
+    vision: tuple[Server, Pair, Path],
 ) -> None:
-    srv, pair = vision
+    srv, pair, _ = vision
     data = png(random_pixels(seed=10))
     (want,) = expected(pair, [data])
     reply = ask(client(srv), image_part(data))
@@ -111,8 +125,8 @@ def test_an_image_gets_libmtmds_answer_and_the_model_says_it_reads_images(
     assert "vision" in card["capabilities"] and "audio" not in card["capabilities"]
 
 
-def test_four_concurrent_images_each_get_their_alone_answer(vision: tuple[Server, Pair]) -> None:
-    srv, pair = vision
+def test_four_concurrent_images_each_get_their_alone_answer(vision: tuple[Server, Pair, Path]) -> None:
+    srv, pair, _ = vision
     images = [png(random_pixels(seed=20 + i)) for i in range(4)]
     want = expected(pair, images)
     assert len(set(want)) > 1  # the images reach the answers
@@ -122,8 +136,8 @@ def test_four_concurrent_images_each_get_their_alone_answer(vision: tuple[Server
     assert [r.choices[0].message.content for r in replies] == want
 
 
-def test_a_repeated_image_is_a_cache_hit_and_not_encoded_again(vision: tuple[Server, Pair]) -> None:
-    srv, _ = vision
+def test_a_repeated_image_is_a_cache_hit_and_not_encoded_again(vision: tuple[Server, Pair, Path]) -> None:
+    srv, _, _ = vision
     data = png(random_pixels(seed=30))
     c = client(srv)
     first = ask(c, image_part(data))
@@ -136,8 +150,8 @@ def test_a_repeated_image_is_a_cache_hit_and_not_encoded_again(vision: tuple[Ser
     assert srv.metric("llmhost_media_encode_seconds_count") >= 1
 
 
-def test_what_cannot_be_used_is_a_400_naming_the_part(vision: tuple[Server, Pair]) -> None:
-    srv, _ = vision
+def test_what_cannot_be_used_is_a_400_naming_the_part(vision: tuple[Server, Pair, Path]) -> None:
+    srv, _, ffmpeg_ran = vision
     c = client(srv)
     field = "messages[0].content[1].image_url.url"
     cases = [
@@ -158,6 +172,8 @@ def test_what_cannot_be_used_is_a_400_naming_the_part(vision: tuple[Server, Pair
         error = caught.value.body
         named = field if part["type"] == "image_url" else "messages[0].content[1].input_audio.data"
         assert error["param"] == named and says in error["message"], error
+    # libmtmd's helper hands what stb_image cannot decode to ffprobe: never a request's bytes here
+    assert not ffmpeg_ran.exists()
     # unharmed
     assert ask(c, image_part(png(random_pixels(seed=40)))).choices[0].finish_reason in ("stop", "length")
 
@@ -186,8 +202,10 @@ def test_a_text_model_refuses_an_image(server: Server) -> None:
     assert "text only" in error["message"]
 
 
-def test_a_projector_that_is_not_one_is_refused_at_start(tmp_path: Path, vision: tuple[Server, Pair]) -> None:
-    _, pair = vision
+def test_a_projector_that_is_not_one_is_refused_at_start(
+    tmp_path: Path, vision: tuple[Server, Pair, Path]
+) -> None:
+    _, pair, _ = vision
     with pytest.raises(RuntimeError) as caught:
         start_server(tmp_path, str(pair.model), "--mmproj", str(pair.model), *ARGS)
     assert f"--mmproj {pair.model} is not a multimodal projector" in str(caught.value)

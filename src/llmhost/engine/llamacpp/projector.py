@@ -4,7 +4,10 @@ it turns a prompt's text with media markers and the media's bytes into token ids
 embeddings (`encode`) and decodes those into a sequence's KV (`decode`), both on the engine thread.
 
 What libmtmd leaves to its caller, handled where it happens: bytes that are no image nor audio would
-go to ffprobe (refused before, `media.sniff`); a bitmap, a chunk list and a chunk are C objects to
+go to ffprobe (refused before, `media.sniff`), and so would an image's that stb_image fails to decode
+(a corrupt file): the helper is pointed at an empty private folder for ffmpeg's binaries, so no
+ffprobe ever parses a request's bytes (measured: with the defaults, a corrupt PNG ran the ffprobe found
+on PATH); a bitmap, a chunk list and a chunk are C objects to
 free; a projector that wants non-causal attention (Gemma 3's) has `mtmd_helper_decode_image_chunk`
 turn it off for the whole context while it decodes, so a medium is decoded in a llama_decode of its
 own, whole in one micro-batch, and causal attention is set back even where the helper failed."""
@@ -13,6 +16,8 @@ from __future__ import annotations
 
 import ctypes
 import logging
+import shutil
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -109,6 +114,10 @@ class Projector:
         self.vision = bool(mtmd_cpp.mtmd_support_vision(self._ctx))
         self.audio = bool(mtmd_cpp.mtmd_support_audio(self._ctx))
         self.sample_rate = int(mtmd_cpp.mtmd_get_audio_sample_rate(self._ctx)) if self.audio else 0
+        # where the helper looks for ffprobe/ffmpeg (its video support): a folder of ours, left empty
+        self._no_ffmpeg = tempfile.mkdtemp(prefix="llmhost-no-ffmpeg-")
+        self._init_opt = mtmd_cpp.mtmd_helper_init_opt_default()
+        self._init_opt.video_params.ffmpeg_bin_dir = self._no_ffmpeg.encode()
 
     @property
     def modalities(self) -> tuple[MediaKind, ...]:
@@ -164,7 +173,12 @@ class Projector:
             takes = " and ".join(self.modalities)
             raise MediaError(index, f"this model takes no {medium.kind} input (its projector takes {takes})")
         buf = (ctypes.c_uint8 * len(medium.data)).from_buffer_copy(medium.data)
-        bitmap = mtmd_cpp.mtmd_helper_bitmap_init_from_buf(self._ctx, buf, len(medium.data), False)
+        wrapper = mtmd_cpp.mtmd_helper_bitmap_init_from_buf_wrapper(
+            self._ctx, buf, len(medium.data), False, self._init_opt
+        )
+        if wrapper.video_ctx:  # never without an ffprobe to run; a video is no medium here
+            mtmd_cpp.mtmd_helper_video_free(wrapper.video_ctx)
+        bitmap = wrapper.bitmap
         if not bitmap:
             raise MediaError(index, f"the {medium.kind} could not be decoded (corrupt or truncated bytes)")
         try:
@@ -261,3 +275,6 @@ class Projector:
         if getattr(self, "_ctx", None):
             mtmd_cpp.mtmd_free(self._ctx)
             self._ctx = None
+        if getattr(self, "_no_ffmpeg", None):
+            shutil.rmtree(self._no_ffmpeg, ignore_errors=True)
+            self._no_ffmpeg = ""

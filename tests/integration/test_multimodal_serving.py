@@ -67,8 +67,8 @@ def audio_part(data: bytes) -> dict[str, Any]:
     return {"type": "input_audio", "input_audio": {"data": base64.b64encode(data).decode(), "format": "wav"}}
 
 
-def ask(client: openai.OpenAI, part: dict[str, Any]) -> Any:
-    content = [{"type": "text", "text": QUESTION}, part, {"type": "text", "text": "?"}]
+def ask(client: openai.OpenAI, part: dict[str, Any], question: str = QUESTION) -> Any:
+    content = [{"type": "text", "text": question}, part, {"type": "text", "text": "?"}]
     return client.chat.completions.create(
         model="m", messages=[{"role": "user", "content": content}], max_tokens=N_PREDICT, temperature=0
     )
@@ -141,13 +141,21 @@ def test_a_repeated_image_is_a_cache_hit_and_not_encoded_again(vision: tuple[Ser
     data = png(random_pixels(seed=30))
     c = client(srv)
     first = ask(c, image_part(data))
-    encoded = srv.metric("llmhost_media_encoded")
+    encoded = srv.metric("llmhost_media_encoded_total")
+    assert encoded >= 1
     again = ask(c, image_part(data))
     assert again.choices[0].message.content == first.choices[0].message.content
     assert again.usage.prompt_tokens_details.cached_tokens > 16  # the image's positions were reused
     assert again.model_extra["timings"]["encode_ms"] == 0
-    assert srv.metric("llmhost_media_encoded") == encoded
+    assert srv.metric("llmhost_media_encoded_total") == encoded
     assert srv.metric("llmhost_media_encode_seconds_count") >= 1
+    # after other text the image is no shared prefix: decoded again, from its cached embeddings
+    hits = srv.metric("llmhost_media_cache_hits_total")
+    other = ask(c, image_part(data), question="Describe ")
+    assert other.usage.prompt_tokens_details.cached_tokens < 16
+    assert other.model_extra["timings"]["encode_ms"] == 0
+    assert srv.metric("llmhost_media_cache_hits_total") == hits + 1
+    assert srv.metric("llmhost_media_encoded_total") == encoded
 
 
 def test_what_cannot_be_used_is_a_400_naming_the_part(vision: tuple[Server, Pair, Path]) -> None:

@@ -118,6 +118,15 @@ def test_an_image_gets_libmtmds_answer_and_the_model_says_it_reads_images(
     (want,) = expected(pair, [data])
     reply = ask(client(srv), image_part(data))
     assert reply.choices[0].message.content == want
+    content = [{"type": "text", "text": QUESTION}, image_part(data), {"type": "text", "text": "?"}]
+    stream = client(srv).chat.completions.create(
+        model="m",
+        messages=[{"role": "user", "content": content}],
+        max_tokens=N_PREDICT,
+        temperature=0,
+        stream=True,
+    )
+    assert "".join(chunk.choices[0].delta.content or "" for chunk in stream if chunk.choices) == want
     # the prompt's positions count the image's 16 embeddings; the encoder's time is in the timings
     assert reply.usage.prompt_tokens > 16
     assert reply.model_extra["timings"]["encode_ms"] > 0

@@ -7,6 +7,7 @@ used is a 400 naming the part, and the server answers afterwards."""
 from __future__ import annotations
 
 import base64
+import hashlib
 import os
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -19,6 +20,11 @@ import numpy as np
 import openai
 import pytest
 
+from llmhost.engine.config import EngineConfig
+from llmhost.engine.engine import Engine
+from llmhost.engine.llamacpp.model import LlamaModel
+from llmhost.engine.media import MediaInput, MediaLimits, MediaSpan
+from llmhost.engine.request import GenerationRequest, SamplingParams, Timings
 from tests.integration.conftest import Server, start_server, stop_server
 from tests.mtmd_session import MtmdSession
 from tests.tinymmproj import Pair, build_audio_pair, build_vision_pair, png, random_pixels, tone, wav
@@ -33,10 +39,15 @@ MAX_PIXELS = 2000
 MAX_BYTES = 10_000
 
 
+def turn(content: str) -> str:
+    """A user turn as the pairs' chat template renders it, less its BOS."""
+    return f"<start_of_turn>user\n{content}<end_of_turn>\n<start_of_turn>model\n"
+
+
 def rendered(session: MtmdSession, content: str) -> str:
     """A user turn as the pairs' chat template renders it: its BOS token's text first."""
     bos = session.detokenize([llama_cpp.llama_vocab_bos(session.vocab)], special=True)
-    return f"{bos}<start_of_turn>user\n{content}<end_of_turn>\n<start_of_turn>model\n"
+    return bos + turn(content)
 
 
 def expected(pair: Pair, media: list[bytes]) -> list[str]:
@@ -226,3 +237,58 @@ def test_a_projector_that_is_not_one_is_refused_at_start(
     with pytest.raises(RuntimeError) as caught:
         start_server(tmp_path, str(pair.model), "--mmproj", str(pair.model), *ARGS)
     assert f"--mmproj {pair.model} is not a multimodal projector" in str(caught.value)
+
+
+def test_an_image_prompt_evicted_to_host_memory_comes_back_with_its_image(
+    vision: tuple[Server, Pair, Path],
+) -> None:
+    """In the engine: one sequence and no extra cached stream, so another prompt evicts the first to the
+    host-memory tier, whose state (keyed by the image's ids too) serves it again, image included."""
+    _, pair, _ = vision
+    config = EngineConfig(
+        mmproj=str(pair.mmproj),
+        max_concurrent=1,
+        prefix_cache_seqs=0,
+        prompt_cache_mb=64,
+        max_total_tokens=2048,
+        max_input_tokens=1536,
+        max_batch_tokens=1024,
+        n_threads=1,
+    )
+    model = LlamaModel(pair.model, config)
+    projector = model.projector
+    assert projector is not None
+    engine = Engine(model, model.config)
+    try:
+
+        def prompt(seed: int, text: str) -> tuple[list[int], tuple[MediaSpan, ...]]:
+            data = png(random_pixels(seed=seed))
+            medium = MediaInput(data, "image", hashlib.sha256(data).hexdigest())
+            return projector.tokenize(turn(f"{text} {MARKER}?"), [medium], MediaLimits(), True)
+
+        def run(rid: str, tokens: list[int], spans: tuple[MediaSpan, ...]) -> tuple[list[int], Timings]:
+            engine.add(
+                GenerationRequest(
+                    rid, tokens, SamplingParams(max_tokens=N_PREDICT, temperature=0.0), media=spans
+                )
+            )
+            out: list[int] = []
+            timings = None
+            while engine.has_work:
+                for event in engine.step():
+                    assert event.error is None, event.error
+                    out += event.token_ids
+                    timings = event.timings or timings
+            assert timings is not None
+            return out, timings
+
+        first = prompt(50, "A long question about this picture, " * 3)
+        answer, _ = run("a", *first)
+        run("b", *prompt(51, "Something else entirely, " * 3))
+        again, timings = run("c", *first)
+        assert again == answer
+        assert timings.cache_n > first[1][0].end and timings.encode_ms == 0
+        stats = engine.stats()
+        assert stats.prompt_cache_hits == 1 and stats.media_encoded == 2
+    finally:
+        engine.close()

@@ -64,6 +64,8 @@ class EngineConfig:
     adaptive_draft: bool = True
     # "draft": a smaller GGUF with the same vocabulary proposes the tokens
     draft_model: str = ""
+    # a multimodal projector GGUF (llama.cpp's mmproj) loaded with the model: images and audio in prompts
+    mmproj: str = ""
     ngram_size: int = 3
     n_threads: int = 0  # 0: available_cpus()
     n_threads_batch: int = 0  # 0: same as n_threads

@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from llmhost.engine.config import EngineConfig
@@ -26,11 +27,14 @@ from llmhost.engine.kv.prefix_cache import KvTrim
 from llmhost.engine.kv_runner import KvOpError, KvRunner
 from llmhost.engine.llamacpp.adapters import LoadedAdapters, keys_in_use
 from llmhost.engine.llamacpp.model import LlamaModel
+from llmhost.engine.media import text_ids
+from llmhost.engine.media_cache import EmbeddingCache
 from llmhost.engine.output import Active, OutputProcessor
 from llmhost.engine.request import (
     FinishReason,
     GenerationEvent,
     GenerationRequest,
+    InvalidRequestError,
     TokenLogprob,
     check_limits,
     check_token_ids,
@@ -70,6 +74,9 @@ class Engine:
         self._plan: StepPlan | None = None
         self.step_started_s = 0.0
         self._constraints: ConstraintCompiler | None = None
+        # media encoded lately, by hash: a medium sent again is not encoded again
+        self.media_cache = EmbeddingCache()
+        self.media_encoded = 0
         self.snapshot = self.stats()
 
     @property
@@ -85,6 +92,8 @@ class Engine:
         """Queue a request; raises (and queues nothing) if it is invalid."""
         check_limits(self.config, len(request.prompt_tokens), request.params.max_tokens)
         check_token_ids(request, self.model.n_vocab)
+        if request.media and request.params.prompt_logprobs:
+            raise InvalidRequestError("logprobs", "prompt logprobs are not computed over images or audio")
         self.adapters.check(request, self.adapters_in_use)
         if request.request_id in self._active:
             raise ValueError(f"duplicate request id {request.request_id}")
@@ -149,8 +158,28 @@ class Engine:
             if i.seq.status is not SeqStatus.FINISHED and i.seq.kv_seq not in refused and self._kv_holds(i)
         ]
         self.kv.checkpoint(plan.items)
-        plan.items = self.drafter.fill(plan.items)
-        return self._decode_and_sample(plan.items) if plan.items else {}
+        media = [i for i in plan.items if i.media is not None]
+        for item in media:
+            self._guard(item.seq, "media decode", self._decode_media, item)
+        tokens = self.drafter.fill([i for i in plan.items if i.media is None])
+        plan.items = [*(i for i in media if not i.seq.finished), *tokens]
+        return self._decode_and_sample(tokens) if tokens else {}
+
+    def _decode_media(self, item: BatchItem) -> None:
+        """A medium of a prompt into its sequence's KV: its embeddings from the cache, else encoded now,
+        decoded in llama_decode calls of its own (a projector may turn causal attention off for them,
+        which must not apply to other sequences' tokens)."""
+        span, seq = item.media, item.seq
+        assert span is not None
+        embd = self.media_cache.get(span.sha256)
+        if embd is None:
+            start = self.clock()
+            embd = self.model.encode_media(span)
+            seq.encode_s += self.clock() - start
+            self.media_encoded += 1
+            self.media_cache.put(span.sha256, embd)
+        self.adapters.apply(seq.adapters)
+        self.model.decode_media(span, embd, seq.kv_seq)
 
     def _kv_holds(self, item: BatchItem) -> bool:
         """Whether `item`'s sequence holds what its tokens attend to. llama.cpp decodes without a word
@@ -179,7 +208,8 @@ class Engine:
         active = self._active[seq.request_id]
         constraint = active.params.constraint
         matcher = None if constraint is None else self.constraints.matcher(grammar_of(constraint))
-        active.sampler = Sampler(self.model, active.params, seq.prompt, matcher)
+        prompt = text_ids(seq.prompt) if seq.media else seq.prompt
+        active.sampler = Sampler(self.model, active.params, prompt, matcher)
         self.drafter.reset(seq)
 
     def _guard(self, seq: Sequence, what: str, fn: Callable[..., Any], *args: Any) -> None:
@@ -349,7 +379,8 @@ class Engine:
         return f"{len(items)} sequences, {sum(len(i.tokens) for i in items)} tokens [{held}]"
 
     def stats(self) -> EngineStats:
-        return self.output.stats(self.scheduler, self.model.checkpoints, self.config.n_ctx)
+        stats = self.output.stats(self.scheduler, self.model.checkpoints, self.config.n_ctx)
+        return replace(stats, media_encoded=self.media_encoded, media_cache_hits=self.media_cache.hits)
 
     def close(self) -> None:
         for request_id in list(self._active):

@@ -23,6 +23,7 @@ from llmhost.engine.llamacpp.adapters import AdapterStatus
 from llmhost.engine.llamacpp.gguf_meta import ModelInfo
 from llmhost.engine.llamacpp.model import LlamaModel, ModelLoadError
 from llmhost.engine.lora import AdapterSpec
+from llmhost.engine.media import MediaError, MediaInput, MediaKind, MediaLimits, MediaSpan
 from llmhost.engine.request import (
     Constraint,
     EngineUnavailableError,
@@ -283,6 +284,28 @@ class AsyncEngine(ModelWorker[Engine]):
         stream.put(event)
 
     # -- requests ------------------------------------------------------------------------------------
+    @property
+    def modalities(self) -> tuple[MediaKind, ...]:
+        """The media the model takes besides text (its projector's): "image", "audio"; () before load."""
+        engine = self._model
+        projector = engine.model.projector if engine is not None else None
+        return projector.modalities if projector is not None else ()
+
+    def tokenize_media(
+        self, text: str, media: list[MediaInput], limits: MediaLimits, add_special: bool = True
+    ) -> tuple[list[int], tuple[MediaSpan, ...]]:
+        """`text`'s tokens with a medium at each of its markers (see Projector.tokenize); MediaError for
+        a medium that cannot be used, or any medium where the model takes text only. Any thread."""
+        projector = self._require().model.projector
+        if projector is None:
+            raise MediaError(0, "this model takes text only: it was started without --mmproj")
+        return projector.tokenize(text, media, limits, add_special)
+
+    def media_marker(self) -> str:
+        """The text that stands for a medium in a prompt (libmtmd's marker)."""
+        projector = self._require().model.projector
+        return projector.marker if projector is not None else ""
+
     def is_special(self, token: int) -> bool:
         return self._require().model.is_eog(token)
 

@@ -89,6 +89,7 @@ def timings(seq: Sequence, end_s: float) -> Timings:
         predicted_n=len(seq.output),
         draft_n=seq.draft_n,
         draft_n_accepted=seq.draft_accepted,
+        encode_ms=1000 * seq.encode_s,
     )
     if seq.admitted_s:
         t.queue_ms = 1000 * (seq.admitted_s - seq.arrival_s)

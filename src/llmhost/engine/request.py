@@ -7,6 +7,7 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from llmhost.engine.media import MediaSpan, text_ids
 from llmhost.errors import BadRequestError, LlmhostError, UnavailableError
 
 if TYPE_CHECKING:
@@ -160,6 +161,9 @@ class GenerationRequest:
     # admission order among waiting requests, lowest first (vLLM's `priority`): batch jobs run at
     # BATCH_PRIORITY, after every interactive request (0) waiting
     priority: int = 0
+    # images and audio in the prompt: where each one's positions are (their ids in `prompt_tokens` are
+    # synthetic, see engine.media) and what the projector made of it
+    media: tuple[MediaSpan, ...] = ()
 
 
 # the priority a batch job's requests run at unless a line sets its own: behind interactive traffic
@@ -169,7 +173,7 @@ BATCH_PRIORITY = 1
 def check_token_ids(request: GenerationRequest, n_vocab: int) -> None:
     """Raise InvalidRequestError for the first token id outside the vocabulary, naming its field."""
     for field_name, ids in (
-        ("prompt", request.prompt_tokens),
+        ("prompt", text_ids(request.prompt_tokens) if request.media else request.prompt_tokens),
         ("logit_bias", request.params.logit_bias.keys()),
     ):
         for token in ids:
@@ -204,6 +208,7 @@ class Timings:
     total_ms: float = 0.0  # submitted -> finished
     draft_n: int = 0  # speculative tokens proposed
     draft_n_accepted: int = 0  # of those, tokens the model confirmed
+    encode_ms: float = 0.0  # running the projector's encoder on the prompt's media (cached ones: 0)
 
     @property
     def prompt_per_token_ms(self) -> float:
@@ -240,6 +245,7 @@ class Timings:
             "total_ms": round(self.total_ms, 3),
             "draft_n": self.draft_n,
             "draft_n_accepted": self.draft_n_accepted,
+            "encode_ms": round(self.encode_ms, 3),
         }
 
     def print_timings(self) -> str:

@@ -42,3 +42,6 @@ class EngineStats:
     swa_checkpoints_made: int = 0
     swa_checkpoints_restored: int = 0
     swa_checkpoint_bytes: int = 0
+    # media (images, audio) run through the projector's encoder, and those whose embeddings were cached
+    media_encoded: int = 0
+    media_cache_hits: int = 0

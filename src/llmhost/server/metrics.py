@@ -26,6 +26,7 @@ QUEUE_S = "llmhost_request_queue_time_seconds"
 STEP_SEQUENCES = "llmhost_step_sequences"
 STEP_TOKENS = "llmhost_step_tokens"
 STEP_S = "llmhost_step_duration_seconds"
+ENCODE_S = "llmhost_media_encode_seconds"
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 TPOT_BUCKETS = (0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0)
@@ -75,6 +76,14 @@ class _EngineCollector(Collector):
         yield CounterMetricFamily("llmhost_spec_draft_tokens", "Speculative tokens proposed", s.draft_tokens)
         yield CounterMetricFamily(
             "llmhost_spec_accepted_tokens", "Speculative tokens the model confirmed", s.draft_tokens_accepted
+        )
+        yield CounterMetricFamily(
+            "llmhost_media_encoded", "Images and audio run through the projector's encoder", s.media_encoded
+        )
+        yield CounterMetricFamily(
+            "llmhost_media_cache_hits",
+            "Images and audio decoded from cached embeddings instead of encoded again",
+            s.media_cache_hits,
         )
 
 
@@ -138,6 +147,12 @@ class ServerMetrics:
             STEP_TOKENS, "Tokens per llama_decode", buckets=TOKEN_BUCKETS, registry=r
         )
         self.step_s = Histogram(STEP_S, "Duration of one engine step", buckets=LATENCY_BUCKETS, registry=r)
+        self.encode_s = Histogram(
+            ENCODE_S,
+            "Time a request's images and audio took in the projector's encoder (requests that encoded any)",
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
 
     def attach(self, stats: Callable[[], EngineStats | None]) -> None:
         self.registry.register(_EngineCollector(stats))
@@ -159,6 +174,8 @@ class ServerMetrics:
         if t is None:
             return
         self.queue.observe(t.queue_ms / 1000)
+        if t.encode_ms:
+            self.encode_s.observe(t.encode_ms / 1000)
         if t.predicted_n:
             self.ttft.observe(t.ttft_ms / 1000)
             self.e2e.observe(t.total_ms / 1000)

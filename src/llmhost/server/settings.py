@@ -11,7 +11,16 @@ from llmhost.console.api import ConsoleSettings
 from llmhost.engine.config import EngineConfig
 from llmhost.engine.embedder import EmbedderConfig
 from llmhost.jobs.settings import DEFAULT_MAX_FILE_MB, JobsSettings, default_jobs_dir
-from llmhost.settings.serve import BATCH_STRATEGIES, DEFAULT_PAYLOAD_MB, DEFAULT_PORT, MIB, SERVE_SPEC
+from llmhost.settings.serve import (
+    BATCH_STRATEGIES,
+    DEFAULT_MAX_AUDIO_SECONDS,
+    DEFAULT_MAX_IMAGE_PIXELS,
+    DEFAULT_MAX_MEDIA_BYTES,
+    DEFAULT_PAYLOAD_MB,
+    DEFAULT_PORT,
+    MIB,
+    SERVE_SPEC,
+)
 from llmhost.store.ggufnames import model_stem
 from llmhost.web.auth import ApiKeys
 from llmhost.web.capture.config import DEFAULT_VARIANT, CaptureConfig, parse_modes
@@ -52,6 +61,10 @@ class ServerSettings:
     reasoning_budget: int = -1  # most thought tokens of an answer (-1: no limit, 0: thinking off)
     reasoning_budget_max: int = -1  # most thought tokens a request may ask (-1: no cap)
     chat_template_kwargs: str = ""  # a JSON object of chat template variables every request passes
+    # the largest medium (image, audio) of a chat request: decoded bytes, pixels, seconds
+    max_media_bytes: int = DEFAULT_MAX_MEDIA_BYTES
+    max_image_pixels: int = DEFAULT_MAX_IMAGE_PIXELS
+    max_audio_seconds: float = DEFAULT_MAX_AUDIO_SECONDS
     # --embeddings: the model is loaded for /v1/embeddings only, no generation engine (llama-server's mode)
     embeddings: EmbedderConfig | None = None
     # a generation server's /v1/embeddings, /api/embed and /embed, from a second context of its model

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from llmhost.engine.config import EngineConfig
@@ -30,8 +31,6 @@ from llmhost.settings.serve import (
 from llmhost.web.auth import ApiKeys
 
 if TYPE_CHECKING:
-    from pathlib import Path
-
     from llmhost.engine.llamacpp.model_kind import ModelPurpose
     from llmhost.engine.lora import AdapterSpec
     from llmhost.server import ServerSettings
@@ -114,6 +113,19 @@ def adapter_specs(opts: ServeOptions) -> tuple[AdapterSpec, ...]:
     return tuple(specs)
 
 
+def _mmproj(ref: str) -> str:
+    """--mmproj's file, absolute; a ModelNotFoundError where it is not there (a local path only: a hub
+    or S3 reference is not fetched for a projector yet)."""
+    from llmhost.store import ModelNotFoundError
+
+    if not ref:
+        return ""
+    path = Path(ref).expanduser()
+    if not path.is_file():
+        raise ModelNotFoundError(f"--mmproj {ref}: no such file (a local projector GGUF is expected)")
+    return str(path.resolve())
+
+
 def as_loaded(
     engine: EngineConfig,
     opts: ServeOptions,
@@ -121,6 +133,7 @@ def as_loaded(
     draft_path: str,
     hints: ServeHints | None,
     recipe: dict[str, Any],
+    mmproj_path: str = "",
 ) -> EngineConfig:
     """The settings' engine (`SERVE_SPEC.engine_config`) as it loads: the artifact's recipe (settings not
     given as options) and its measured load mode, the draft model and the adapters at their resolved
@@ -133,6 +146,7 @@ def as_loaded(
         engine,
         **changes,
         draft_model=draft_path,
+        mmproj=mmproj_path,
         load_mode=hints.load_mode if hints else "auto",
         repack=hints.repack if hints else True,
         prefix_state_path=hints.prefix_state_path if hints else "",
@@ -170,8 +184,9 @@ def build(opts: ServeOptions, env: Mapping[str, str] | None = None) -> Built:
     opts, purpose = _purposed(opts, resolved.gguf)
     engine = SERVE_SPEC.engine_config(opts.values, env, purpose.n_ctx_train)
     draft_path = str(resolve(opts.draft_model).gguf) if opts.draft_model else ""
+    mmproj_path = _mmproj(opts.mmproj)
     hints, recipe, notes = _artifact(opts, resolved)
-    engine = as_loaded(engine, opts, env, draft_path, hints, recipe)
+    engine = as_loaded(engine, opts, env, draft_path, hints, recipe, mmproj_path)
     settings = ServerSettings(
         model_path=resolved.gguf,
         engine=engine,

@@ -43,6 +43,10 @@ BATCH_STRATEGIES: tuple[str, ...] = typing.get_args(BatchStrategy)
 MIB = 1024 * 1024
 # SageMaker's request payload limit (real-time endpoints, and Batch Transform's default MaxPayloadInMB)
 DEFAULT_PAYLOAD_MB = 6
+# the largest medium of a chat request: bytes once decoded, an image's pixels, a clip's seconds
+DEFAULT_MAX_MEDIA_BYTES = 4 * MIB
+DEFAULT_MAX_IMAGE_PIXELS = 4096 * 4096
+DEFAULT_MAX_AUDIO_SECONDS = 600.0
 
 
 class ServeSettingsSpec(SettingsSpec):
@@ -307,6 +311,13 @@ class EngineSettings:
         endpoint=True,
         metavar="SMALL.gguf",
     )
+    mmproj: str = setting(
+        "",
+        "Multimodal projector GGUF (llama.cpp's mmproj, a local file) made for the model: chat requests "
+        "may then hold images and audio, as the projector takes them.",
+        endpoint=True,
+        metavar="MMPROJ.gguf",
+    )
     ngram_size: int = setting(
         _DEFAULT.ngram_size,
         "Longest n-gram looked up for drafts.",
@@ -444,6 +455,32 @@ class ChatSettings:
         endpoint=True,
         server="chat_template_kwargs",
         metavar="JSON",
+    )
+    max_media_bytes: int = setting(
+        DEFAULT_MAX_MEDIA_BYTES,
+        "Largest image or audio clip of a chat request, in bytes once its base64 is decoded (larger: a "
+        "400 naming the part). The request body's limit (--max-payload-mb) bounds them too.",
+        ge=1,
+        endpoint=True,
+        server="max_media_bytes",
+        metavar="BYTES",
+    )
+    max_image_pixels: int = setting(
+        DEFAULT_MAX_IMAGE_PIXELS,
+        "Most pixels (width x height) of an image in a chat request, once decoded (more: a 400 naming "
+        "the part).",
+        ge=1,
+        endpoint=True,
+        server="max_image_pixels",
+        metavar="N",
+    )
+    max_audio_seconds: float = setting(
+        DEFAULT_MAX_AUDIO_SECONDS,
+        "Longest audio clip in a chat request, in seconds once decoded (longer: a 400 naming the part).",
+        ge=0.001,
+        endpoint=True,
+        server="max_audio_seconds",
+        metavar="S",
     )
 
 

@@ -27,7 +27,7 @@ def test_local_models_draft_models_and_adapters_are_made_absolute(
             {
                 "name": "a",
                 "model": "m.gguf",
-                "engine": {"draft_model": "drafts/d.gguf"},
+                "engine": {"draft_model": "drafts/d.gguf", "mmproj": "p/mmproj.gguf"},
                 "adapters": [
                     {"name": "l", "path": "loras/l.gguf"},
                     {"name": "s", "path": "s3://bucket/s.gguf"},
@@ -44,9 +44,11 @@ def test_local_models_draft_models_and_adapters_are_made_absolute(
     assert (a.model, a.engine.draft_model) == (str(tmp_path / "m.gguf"), str(tmp_path / "drafts/d.gguf"))
     assert (b.model, b.engine.draft_model) == ("s3://bucket/m.gguf", "s3://bucket/d.gguf")
     assert c.model == "default" and c.engine.draft_model is None
+    assert a.engine.mmproj == str(tmp_path / "p/mmproj.gguf")
     assert nodes.local_refs(spec.components) == {
         str(tmp_path / "m.gguf"): ["component a"],
         str(tmp_path / "drafts/d.gguf"): ["component a's draft_model"],
+        str(tmp_path / "p/mmproj.gguf"): ["component a's mmproj"],
     }
 
 

@@ -27,13 +27,15 @@ def _absolute(ref: str) -> str:
 
 
 def absolute_models(spec: EndpointSpec) -> EndpointSpec:
-    """Local model, draft model and LoRA adapter paths made absolute: a copy runs in Ray's working
-    directory."""
+    """Local model, draft model, projector and LoRA adapter paths made absolute: a copy runs in Ray's
+    working directory."""
     comps = []
     for c in spec.components:
         engine = c.engine
         if engine.draft_model:
             engine = engine.model_copy(update={"draft_model": _absolute(engine.draft_model)})
+        if engine.mmproj:
+            engine = engine.model_copy(update={"mmproj": _absolute(engine.mmproj)})
         adapters = [
             a if "://" in a.path else a.model_copy(update={"path": _absolute(a.path)}) for a in c.adapters
         ]
@@ -50,6 +52,8 @@ def local_refs(components: list[ComponentSpec]) -> dict[str, list[str]]:
             users.setdefault(c.model, []).append(f"component {c.name}")
         if c.engine.draft_model and is_local(c.engine.draft_model):
             users.setdefault(c.engine.draft_model, []).append(f"component {c.name}'s draft_model")
+        if c.engine.mmproj and is_local(c.engine.mmproj):
+            users.setdefault(c.engine.mmproj, []).append(f"component {c.name}'s mmproj")
     return users
 
 

@@ -25,9 +25,11 @@ from llmhost.engine.llamacpp.backend import SwaLayerTally, extra_buffers, init_b
 from llmhost.engine.llamacpp.context import new_context, refusal
 from llmhost.engine.llamacpp.gguf_check import GGUFError, check_gguf
 from llmhost.engine.llamacpp.gguf_meta import POOLING_NAMES, kv_bytes_per_token, read_info, token_piece
+from llmhost.engine.llamacpp.projector import Projector, ProjectorError
 from llmhost.engine.llamacpp.rerank_prompt import PairFormat
 from llmhost.engine.llamacpp.state import read_state, state_size, write_state
 from llmhost.engine.llamacpp.state_format import keep_from, n_streams, restream
+from llmhost.engine.media import MediaSpan
 from llmhost.errors import ModelError
 
 log = logging.getLogger(__name__)
@@ -93,6 +95,15 @@ class LlamaModel:
         # SWA checkpoints only where sliding-window layers keep their window (in full they serve any prefix)
         windowed = self.swa_window > 0 and not config.swa_full and pooling is None
         self.checkpoints = new_checkpoints(config, self.kv_shape, windowed)
+        self.projector = self._projector(config) if config.mmproj and pooling is None else None
+
+    def _projector(self, config: EngineConfig) -> Projector:
+        try:
+            ubatch = min(config.llama_n_ubatch, config.max_batch_tokens)
+            return Projector(config.mmproj, self._model, self.path, config.threads, ubatch)
+        except ProjectorError as exc:
+            self.close()
+            raise ModelLoadError(str(exc)) from None
 
     def _load(self, config: EngineConfig) -> tuple[Any, SwaLayerTally]:
         """llama.cpp's model, and the sliding-window layers its load log counted."""
@@ -257,6 +268,20 @@ class LlamaModel:
         self._copying_to.clear()
         return out_idx
 
+    def encode_media(self, span: MediaSpan) -> npt.NDArray[np.float32]:
+        """A prompt medium's embeddings, from the projector's encoder."""
+        if self.projector is None:
+            raise RuntimeError("this model has no projector: it takes text only")
+        return self.projector.encode(span)
+
+    def decode_media(self, span: MediaSpan, embd: npt.NDArray[np.float32], seq_id: int) -> None:
+        """A medium's embeddings into `seq_id` at its positions, in llama_decode calls of their own."""
+        if self.projector is None:
+            raise RuntimeError("this model has no projector: it takes text only")
+        self.projector.decode(self._ctx, span, embd, seq_id, self.n_batch)
+        self._copying_from.clear()  # its decode did the copies llama.cpp queued
+        self._copying_to.clear()
+
     def iter_logits(
         self, tokens: list[int], seq_id: int = 0, start_pos: int = 0
     ) -> Iterator[npt.NDArray[np.float32]]:
@@ -408,6 +433,10 @@ class LlamaModel:
         return np.ctypeslib.as_array(ptr, shape=(n, self.n_vocab))
 
     def close(self) -> None:
+        projector: Projector | None = getattr(self, "projector", None)
+        if projector is not None:
+            projector.close()
+            self.projector = None
         if getattr(self, "_batch", None) is not None:
             lc.llama_batch_free(self._batch)
             self._batch = None

@@ -21,6 +21,7 @@ from llmhost.engine.kv.prefix_cache import (
     reusable,
 )
 from llmhost.engine.lora import AdapterSet, label, next_turn
+from llmhost.engine.media import media_floor, next_span_start, span_at
 from llmhost.engine.sample.speculative import blend
 from llmhost.engine.sched.policy import admission_rank, prefill_shares
 from llmhost.engine.sched.sequence import SeqStatus, Sequence
@@ -45,6 +46,22 @@ def even_drafts(items: list[BatchItem]) -> list[BatchItem]:
     n = min(len(i.draft) for i in items)
     cut = [replace(i, tokens=i.tokens[: 1 + n], draft=i.draft[:n]) if len(i.draft) > n else i for i in items]
     return cut
+
+
+def prefill_item(seq: Sequence, n: int) -> BatchItem:
+    """The next `n` prompt tokens of `seq` to compute, cut before its next medium; a medium starting
+    there is computed whole, on its own (its embeddings are decoded in a llama_decode of their own)."""
+    start = seq.n_computed
+    if seq.media:
+        span = span_at(start, seq.media)
+        if span is not None:
+            return BatchItem(seq, seq.prompt[start : span.end], start, sample=False, media=span)
+        following = next_span_start(start, seq.media)
+        if following is not None:
+            n = min(n, following - start)
+    chunk = seq.prompt[start : start + n]
+    done = start + len(chunk) == len(seq.prompt)
+    return BatchItem(seq, chunk, start, sample=done and seq.max_tokens > 0)
 
 
 class Scheduler:
@@ -102,6 +119,10 @@ class Scheduler:
             data = self.host.restore(saved, n_reused)
             swa = saved.checkpoint.data if saved.checkpoint is not None else b""
             ops.append(KvRestore(match.kv_seq, n_reused, data, saved.n_state_tokens, swa))
+        floor = media_floor(n_reused, seq.media)
+        if floor < n_reused:  # a prefix ending inside a medium: it is decoded again, whole
+            ops.append(KvTrim(match.kv_seq, floor))
+            n_reused = floor
         seq.kv_seq = match.kv_seq
         seq.n_computed = seq.n_reused = n_reused
         seq.restored = saved is not None
@@ -236,9 +257,7 @@ class Scheduler:
         budget += drafted - plan.num_tokens  # guesses cut give their room back to the prompts
         prefilling = [s for s in self.running if s.status is SeqStatus.PREFILL and s.adapters == adapters]
         for seq, n in prefill_shares(prefilling, budget):
-            chunk = seq.prompt[seq.n_computed : seq.n_computed + n]
-            done = seq.n_computed + len(chunk) == len(seq.prompt)
-            plan.items.append(BatchItem(seq, chunk, seq.n_computed, sample=done and seq.max_tokens > 0))
+            plan.items.append(prefill_item(seq, n))
         return plan
 
     def _next_adapters(self) -> AdapterSet:

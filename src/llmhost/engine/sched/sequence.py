@@ -7,6 +7,7 @@ import math
 from dataclasses import dataclass, field
 
 from llmhost.engine.config import EngineConfig
+from llmhost.engine.media import MediaSpan
 from llmhost.engine.request import GenerationRequest
 from llmhost.engine.sample.speculative import DraftLength, NgramIndex
 
@@ -58,6 +59,9 @@ class Sequence:
     draft_pos: int = 0
     draft_n: int = 0
     draft_accepted: int = 0
+    # images and audio in the prompt (see engine.media), and the seconds their encoding took
+    media: tuple[MediaSpan, ...] = ()
+    encode_s: float = 0.0
 
     @property
     def finished(self) -> bool:
@@ -98,8 +102,10 @@ def new_sequence(
         prompt_logprobs=request.params.prompt_logprobs,
         queue_deadline_s=_deadline(arrival_s, request.queue_timeout_s, config.queue_timeout_s),
         deadline_s=_deadline(arrival_s, request.timeout_s, config.request_timeout_s),
+        media=request.media,
     )
-    if not request.params.plain_greedy:
+    # no speculation over media: a draft model would need them too, and n-grams would guess ids of them
+    if not request.params.plain_greedy or request.media:
         return seq
     if draft_model:
         seq.drafted = True

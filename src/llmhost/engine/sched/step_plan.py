@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from llmhost.engine.kv.prefix_cache import KvOp
 from llmhost.engine.lora import AdapterSet
+from llmhost.engine.media import MediaSpan
 from llmhost.engine.sched.sequence import Sequence
 
 
@@ -21,6 +22,8 @@ class BatchItem:
     draft: tuple[int, ...] = ()
     # draft-model speculation: up to this many guesses may be added by the engine's draft model
     draft_room: int = 0
+    # a medium of the prompt: `tokens` are its synthetic ids, its embeddings are decoded instead
+    media: MediaSpan | None = None
 
 
 @dataclass(slots=True)

@@ -6,6 +6,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from llmhost.engine.media import MEDIA_MARKER
 from llmhost.engine.request import INT32_MAX, MAX_LOGPROBS
 from llmhost.server.protocol.limits import MAX_LOGIT_BIAS, MAX_STOP_CHARS, MAX_STOP_SEQUENCES
 from llmhost.shared.jsontypes import JSONObject
@@ -125,6 +126,29 @@ class TextPart(Strict):
     text: str
 
 
+class ImageUrl(Strict):
+    url: str  # a data: URI (base64); a remote http(s) URL is refused, never fetched
+    detail: Literal["auto", "low", "high"] | None = None  # the projector sizes an image its own way
+
+
+class ImagePart(Strict):
+    type: Literal["image_url"]
+    image_url: ImageUrl
+
+
+class InputAudio(Strict):
+    data: str  # base64
+    format: Literal["wav", "mp3"]
+
+
+class AudioPart(Strict):
+    type: Literal["input_audio"]
+    input_audio: InputAudio
+
+
+ContentPart = Annotated[TextPart | ImagePart | AudioPart, Field(discriminator="type")]
+
+
 class FunctionCall(Strict):
     name: str
     arguments: str  # JSON text, as OpenAI sends it
@@ -138,7 +162,7 @@ class ToolCall(Strict):
 
 class ChatMessage(Strict):
     role: Literal["system", "user", "assistant", "tool", "developer"]
-    content: str | list[TextPart] | None = None
+    content: str | list[ContentPart] | None = None
     name: str | None = None
     tool_calls: list[ToolCall] | None = None
     tool_call_id: str | None = None
@@ -146,11 +170,13 @@ class ChatMessage(Strict):
     reasoning_content: str | None = None
 
     def text(self) -> str:
+        """The content as the chat template renders it: an image or audio part is the media marker
+        where it stands (as llama-server writes it), for the projector to put the medium there."""
         if self.content is None:
             return ""
         if isinstance(self.content, str):
             return self.content
-        return "".join(p.text for p in self.content)
+        return "".join(p.text if isinstance(p, TextPart) else MEDIA_MARKER for p in self.content)
 
 
 class FunctionDef(Strict):
@@ -208,7 +234,8 @@ class ModelCard(BaseModel):
     owned_by: str = "llmhost"
     meta: ModelMeta | None = None
     parent: str | None = None  # a LoRA adapter's base model (vLLM's field); None: a base model
-    # what it does here, in Ollama's words: completion, embedding, rank (OpenAI's clients ignore it)
+    # what it does here, in Ollama's words: completion, embedding, rank, and the input it reads besides
+    # text: vision (images), audio (OpenAI's clients ignore it)
     capabilities: list[str] | None = None
 
 

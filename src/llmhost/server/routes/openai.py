@@ -71,7 +71,7 @@ async def models(request: Request) -> ModelList:
             size=info.size_bytes,
             description=info.description,
         )
-    base, does = ctx.settings.model_name, ctx.capabilities()
+    base, does = ctx.settings.model_name, ctx.capabilities() + ctx.input_capabilities()
     generates = [c for c in does if c != "embedding"]  # an adapter's: embeddings come from the base alone
     adapters = [
         ModelCard(id=s.name, created=ctx.started_at, parent=base, capabilities=generates)

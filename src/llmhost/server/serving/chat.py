@@ -9,6 +9,7 @@ from dataclasses import dataclass, replace
 
 from llmhost.engine import Constraint, SamplingParams, Thinking
 from llmhost.engine.loop import RequestStream
+from llmhost.engine.media import MediaSpan
 from llmhost.engine.request import TokenLogprob
 from llmhost.server.limit_fields import LimitFields
 from llmhost.server.protocol import shapes
@@ -16,6 +17,7 @@ from llmhost.server.protocol.openai import ChatCompletionRequest
 from llmhost.server.serving import generic_tools, thinking, tools
 from llmhost.server.serving.chat_template import TemplateMessage
 from llmhost.server.serving.context import ServingContext
+from llmhost.server.serving.media import chat_media
 from llmhost.server.serving.params import sampling_params
 from llmhost.server.serving.reasoning import ReasoningSplitter, ThinkSyntax, opened_by, split, syntax_for
 from llmhost.shared.jsontypes import JSONObject
@@ -67,16 +69,19 @@ async def render_chat(
     constraint: Constraint | None,
     tool_parser: str,
     ask: thinking.ThinkingAsk | None = None,
-) -> tuple[ChatPlan, Constraint | None, list[int]]:
-    """What a chat request decided (its plan and constraint) and its prompt's tokens, before sampling
-    (`ask`: what it asks of a thought, else read from the OpenAI fields)."""
+) -> tuple[ChatPlan, Constraint | None, list[int], tuple[MediaSpan, ...]]:
+    """What a chat request decided (its plan and constraint), its prompt's tokens and the places of its
+    images and audio in them, before sampling (`ask`: what it asks of a thought, else read from the
+    OpenAI fields)."""
     plan, constraint = chat_plan(body, constraint)
     await ctx.check_constraint(constraint)
     ctx.check_capacity()  # a 429 before any work, even a template's 400
+    media = chat_media(body, ctx.settings.max_media_bytes)
+    ctx.check_media(media)
     template = ctx.chat_template()
     plan.syntax, think = thinking_plan(ctx, body, ask)
     messages, offered, generic = template_inputs(ctx, body)
-    text, prompt = await ctx.chat_prompt(messages, offered, think.kwargs)
+    text, prompt, spans = await ctx.chat_prompt(messages, offered, think.kwargs, media)
     if plan.tool_mode == "auto" and generic:
         plan.parser = tools.GenericParser(frozenset(t.function.name for t in body.tools or []))
     elif plan.tool_mode == "auto":
@@ -84,7 +89,7 @@ async def render_chat(
     if plan.syntax is not None:
         plan.opened = opened_by(text, plan.syntax)
         plan.budget = think.budget
-    return plan, constraint, prompt
+    return plan, constraint, prompt, spans
 
 
 def template_inputs(
@@ -139,12 +144,12 @@ async def start_chat(
     its token-limit fields in its API's words; `ask`: what it asks of a thought, else read from the
     OpenAI fields)."""
     ctx.names.check(body.model)
-    plan, constraint, prompt = await render_chat(ctx, body, constraint, tool_parser, ask)
+    plan, constraint, prompt, media = await render_chat(ctx, body, constraint, tool_parser, ask)
     max_tokens = body.max_completion_tokens or body.max_tokens or ctx.remaining(len(prompt))
     top = body.top_logprobs or 0
     params = planned(ctx, plan, sampling_params(body, max_tokens, top if body.logprobs else None, constraint))
     adapters = ctx.adapters.by_model(body.model, body.lora)
-    streams = ctx.submit_choices(rid, [prompt], [params], body.n, fields, adapters, body.priority)
+    streams = ctx.submit_choices(rid, [prompt], [params], body.n, fields, adapters, body.priority, media)
     return ChatRun(plan, streams, len(prompt))
 
 

@@ -28,6 +28,7 @@ from llmhost.engine import (
 from llmhost.engine.embedder_loop import AsyncEmbedder
 from llmhost.engine.loop import RequestStream
 from llmhost.engine.lora import AdapterSet
+from llmhost.engine.media import MediaError, MediaLimits, MediaSpan
 from llmhost.engine.request import ParamError
 from llmhost.server.errors import from_engine
 from llmhost.server.limit_fields import COMPLETIONS, LimitFields
@@ -39,6 +40,7 @@ from llmhost.server.serving.chat_template import (
     ChatTemplateError,
     TemplateMessage,
 )
+from llmhost.server.serving.media import ChatMedia
 from llmhost.server.serving.model_names import ModelNames
 from llmhost.server.serving.side_embedder import SideEmbedder
 from llmhost.server.settings import ServerSettings
@@ -105,6 +107,13 @@ class ServingContext:
             return ["completion", "embedding"] if self.side_embedder is not None else ["completion"]
         ranks = (self.embedder.pooling if self.embedder.ready else self.embedder.config.pooling) == "rank"
         return ["rank"] if ranks else ["embedding"]
+
+    def input_capabilities(self) -> list[str]:
+        """What the model reads besides text, in Ollama's words: vision (images), audio."""
+        if self.embedder is not None:
+            return []
+        names = {"image": "vision", "audio": "audio"}
+        return [names[kind] for kind in self.engine.modalities]
 
     def require_model(self) -> None:
         if not self.model.ready:
@@ -180,11 +189,40 @@ class ServingContext:
         messages: list[TemplateMessage],
         tools: list[JSONObject] | None = None,
         kwargs: JSONObject | None = None,
-    ) -> tuple[str, list[int]]:
-        """The rendered prompt (`kwargs`: more template variables) and its tokens; capacity first."""
+        media: ChatMedia | None = None,
+    ) -> tuple[str, list[int], tuple[MediaSpan, ...]]:
+        """The rendered prompt (`kwargs`: more template variables), its tokens and the places of its
+        `media` (whose markers it holds); capacity first."""
         self.check_capacity()
         chat(self.settings.model_name)
-        return await asyncio.to_thread(self._render_and_tokenize, messages, tools, kwargs)
+        text, tokens = await asyncio.to_thread(self._render_and_tokenize, messages, tools, kwargs, media)
+        if not media:
+            return text, tokens, ()
+        has_bos = bool(self.chat_template().bos_token) and text.startswith(self.chat_template().bos_token)
+        tokens, spans = await asyncio.to_thread(self._tokenize_media, text, media, not has_bos)
+        return text, tokens, spans
+
+    def check_media(self, media: ChatMedia) -> None:
+        """A 400 naming the first medium where the model takes text only."""
+        if media and not self.engine.modalities:
+            raise APIError(
+                400,
+                "this model takes text only: the server was started without --mmproj (a projector for "
+                "images or audio)",
+                field=media.fields[0],
+            )
+
+    def media_limits(self) -> MediaLimits:
+        s = self.settings
+        return MediaLimits(s.max_image_pixels, s.max_audio_seconds)
+
+    def _tokenize_media(
+        self, text: str, media: ChatMedia, add_special: bool
+    ) -> tuple[list[int], tuple[MediaSpan, ...]]:
+        try:
+            return self.engine.tokenize_media(text, media.inputs, self.media_limits(), add_special)
+        except MediaError as exc:
+            raise APIError(400, str(exc), field=media.fields[min(exc.index, len(media.fields) - 1)]) from exc
 
     async def count_chat_tokens(
         self,
@@ -201,7 +239,9 @@ class ServingContext:
         messages: list[TemplateMessage],
         tools: list[JSONObject] | None,
         kwargs: JSONObject | None,
+        media: ChatMedia | None = None,
     ) -> tuple[str, list[int]]:
+        """The rendered prompt and its tokens (none where it holds `media`: the projector tokenizes it)."""
         template = self.chat_template()
         try:
             text = template.render(messages, tools=tools, kwargs=kwargs)
@@ -211,6 +251,8 @@ class ServingContext:
             raise APIError(exc.status, str(exc), field="messages") from exc
         # templates usually write the BOS token themselves: don't add a second one
         has_bos = bool(template.bos_token) and text.startswith(template.bos_token)
+        if media:
+            return text, []
         return text, self.tokenize(text, add_special=not has_bos)
 
     async def check_constraint(self, constraint: Constraint | None) -> None:
@@ -237,6 +279,7 @@ class ServingContext:
         group: str = "",
         adapters: AdapterSet = (),
         priority: int = 0,
+        media: tuple[MediaSpan, ...] = (),
     ) -> RequestStream:
         """`fields`: the request's token-limit fields in its API's words (a refusal over a limit names
         them); `adapters`: the LoRA adapters it runs with (`self.adapters` chooses them); `priority`: its
@@ -246,7 +289,7 @@ class ServingContext:
         reservation = reserve_tokens(len(prompt) + params.max_tokens)
         try:
             request = GenerationRequest(
-                request_id, prompt, params, group=group, adapters=adapters, priority=priority
+                request_id, prompt, params, group=group, adapters=adapters, priority=priority, media=media
             )
             if self.tracing is not None:
                 self.tracing.submitted(request)
@@ -268,6 +311,7 @@ class ServingContext:
         fields: LimitFields,
         adapters: AdapterSet = (),
         priority: int = 0,
+        media: tuple[MediaSpan, ...] = (),
     ) -> list[RequestStream]:
         """`n` choices per prompt, index prompt * n + choice; the choices of one prompt share its KV.
         All or nothing: if one is refused, those already queued are aborted."""
@@ -279,7 +323,7 @@ class ServingContext:
                     choice = p_params if seed is None or i == 0 else replace(p_params, seed=seed + i)
                     group = f"{request_id}/{p}" if n > 1 else ""
                     rid = f"{request_id}/{p * n + i}"
-                    streams.append(self.submit(rid, prompt, choice, fields, group, adapters, priority))
+                    streams.append(self.submit(rid, prompt, choice, fields, group, adapters, priority, media))
         except BaseException:
             for s in streams:
                 s.abort()

@@ -186,7 +186,7 @@ class OllamaServing:
         op.check_tools(body.tools, body.model, self.ctx.chat_template(), self.ctx.settings.tool_format)
         constraint = op.constraint(body.format)
         chat = op.chat_request(body)
-        plan, _, prompt = await render_chat(self.ctx, chat, constraint, self.tool_parser, ask)
+        plan, _, prompt, _ = await render_chat(self.ctx, chat, constraint, self.tool_parser, ask)
         run = Run(body.model, True, plan, prompt, started)
         return await self._generate(run, body, constraint, request)
 
@@ -219,7 +219,7 @@ class OllamaServing:
         prefix = self.ctx.check_tokens(list(body.context or []), "context")
         source = self._template_source()
         if not body.raw and source is not None:
-            plan, _, prompt = await render_chat(
+            plan, _, prompt, _ = await render_chat(
                 self.ctx, op.generate_messages(body), constraint, self.tool_parser, ask
             )
             return plan, prefix + prompt, True

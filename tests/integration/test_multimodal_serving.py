@@ -1,0 +1,294 @@
+"""Images and audio through `llmhost serve --mmproj` and the openai client, unchanged: the tiny pairs
+of tests/tinymmproj.py answer as libmtmd driven in-process answers the same rendered prompt
+(tests/mtmd_session.py, which matched llama-server --mmproj in benchmarks/mtmd_peer_check.py), alone
+and four at once; a repeated image is a prefix-cache hit and is not encoded again; what cannot be
+used is a 400 naming the part, and the server answers afterwards."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import httpx
+import llama_cpp
+import numpy as np
+import openai
+import pytest
+
+from llmhost.engine.config import EngineConfig
+from llmhost.engine.engine import Engine
+from llmhost.engine.llamacpp.model import LlamaModel
+from llmhost.engine.media import MediaInput, MediaLimits, MediaSpan
+from llmhost.engine.request import GenerationRequest, SamplingParams, Timings
+from tests.integration.conftest import Server, start_server, stop_server
+from tests.mtmd_session import MtmdSession
+from tests.tinymmproj import Pair, build_audio_pair, build_vision_pair, png, random_pixels, tone, wav
+
+N_PREDICT = 8
+QUESTION = "What is in "
+MARKER = "<__media__>"
+ARGS = ("--max-concurrent", "4", "--max-input-tokens", "1536", "--max-total-tokens", "2048")
+ARGS += ("--max-batch-tokens", "1024", "--no-chat-embeddings")
+# the test images are 48x40 random pixels (1,920; about 6 kB as PNG)
+MAX_PIXELS = 2000
+MAX_BYTES = 10_000
+
+
+def turn(content: str) -> str:
+    """A user turn as the pairs' chat template renders it, less its BOS."""
+    return f"<start_of_turn>user\n{content}<end_of_turn>\n<start_of_turn>model\n"
+
+
+def rendered(session: MtmdSession, content: str) -> str:
+    """A user turn as the pairs' chat template renders it: its BOS token's text first."""
+    bos = session.detokenize([llama_cpp.llama_vocab_bos(session.vocab)], special=True)
+    return bos + turn(content)
+
+
+def expected(pair: Pair, media: list[bytes]) -> list[str]:
+    """The greedy answer of libmtmd in-process to each medium, asked as the server renders it."""
+    with MtmdSession(pair.model, pair.mmproj) as session:
+        answers = []
+        for data in media:
+            bitmap = session.media(data)
+            try:
+                prompt = rendered(session, f"{QUESTION}{MARKER}?")
+                tokens = session.generate(prompt, [bitmap], N_PREDICT, add_special=False).tokens
+            finally:
+                session.free([bitmap])
+            answers.append(
+                session.detokenize([t for t in tokens if not llama_cpp.llama_vocab_is_eog(session.vocab, t)])
+            )
+        return answers
+
+
+def image_part(data: bytes) -> dict[str, Any]:
+    return {
+        "type": "image_url",
+        "image_url": {"url": "data:image/png;base64," + base64.b64encode(data).decode()},
+    }
+
+
+def audio_part(data: bytes) -> dict[str, Any]:
+    return {"type": "input_audio", "input_audio": {"data": base64.b64encode(data).decode(), "format": "wav"}}
+
+
+def ask(client: openai.OpenAI, part: dict[str, Any], question: str = QUESTION) -> Any:
+    content = [{"type": "text", "text": question}, part, {"type": "text", "text": "?"}]
+    return client.chat.completions.create(
+        model="m", messages=[{"role": "user", "content": content}], max_tokens=N_PREDICT, temperature=0
+    )
+
+
+def fake_ffmpeg(tmp: Path) -> tuple[Path, Path]:
+    """A folder whose ffprobe and ffmpeg only note that they ran (in the file returned)."""
+    folder, ran = tmp / "ffbin", tmp / "ffmpeg-ran"
+    folder.mkdir()
+    for name in ("ffprobe", "ffmpeg"):
+        (folder / name).write_text(f"#!/bin/sh\necho {name} >> {ran}\nexit 1\n")
+        (folder / name).chmod(0o755)
+    return folder, ran
+
+
+@pytest.fixture(scope="module")
+def vision(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, Pair, Path]]:
+    """The vision pair's server, with an ffprobe on its PATH that notes whether it ran."""
+    tmp = tmp_path_factory.mktemp("vision")
+    pair = build_vision_pair(tmp / "pair")
+    limits = ("--max-image-pixels", str(MAX_PIXELS), "--max-media-bytes", str(MAX_BYTES))
+    ffbin, ran = fake_ffmpeg(tmp)
+    env = {"PATH": f"{ffbin}{os.pathsep}{os.environ['PATH']}"}
+    srv = start_server(tmp, str(pair.model), "--mmproj", str(pair.mmproj), *ARGS, *limits, env=env)
+    yield srv, pair, ran
+    stop_server(srv)
+
+
+@pytest.fixture(scope="module")
+def audio(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, Pair]]:
+    tmp = tmp_path_factory.mktemp("audio")
+    pair = build_audio_pair(tmp / "pair")
+    srv = start_server(tmp, str(pair.model), "--mmproj", str(pair.mmproj), *ARGS, "--max-audio-seconds", "2")
+    yield srv, pair
+    stop_server(srv)
+
+
+def client(srv: Server) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{srv.url}/v1", api_key="x", timeout=120, max_retries=0)
+
+
+def test_an_image_gets_libmtmds_answer_and_the_model_says_it_reads_images(
+    vision: tuple[Server, Pair, Path],
+) -> None:
+    srv, pair, _ = vision
+    data = png(random_pixels(seed=10))
+    (want,) = expected(pair, [data])
+    reply = ask(client(srv), image_part(data))
+    assert reply.choices[0].message.content == want
+    content = [{"type": "text", "text": QUESTION}, image_part(data), {"type": "text", "text": "?"}]
+    stream = client(srv).chat.completions.create(
+        model="m",
+        messages=[{"role": "user", "content": content}],
+        max_tokens=N_PREDICT,
+        temperature=0,
+        stream=True,
+    )
+    assert "".join(chunk.choices[0].delta.content or "" for chunk in stream if chunk.choices) == want
+    # the prompt's positions count the image's 16 embeddings; the encoder's time is in the timings
+    assert reply.usage.prompt_tokens > 16
+    assert reply.model_extra["timings"]["encode_ms"] > 0
+    card = httpx.get(f"{srv.url}/v1/models", timeout=10).json()["data"][0]
+    assert "vision" in card["capabilities"] and "audio" not in card["capabilities"]
+
+
+def test_four_concurrent_images_each_get_their_alone_answer(vision: tuple[Server, Pair, Path]) -> None:
+    srv, pair, _ = vision
+    images = [png(random_pixels(seed=20 + i)) for i in range(4)]
+    want = expected(pair, images)
+    assert len(set(want)) > 1  # the images reach the answers
+    c = client(srv)
+    with ThreadPoolExecutor(4) as pool:
+        replies = list(pool.map(lambda data: ask(c, image_part(data)), images))
+    assert [r.choices[0].message.content for r in replies] == want
+
+
+def test_a_repeated_image_is_a_cache_hit_and_not_encoded_again(vision: tuple[Server, Pair, Path]) -> None:
+    srv, _, _ = vision
+    data = png(random_pixels(seed=30))
+    c = client(srv)
+    first = ask(c, image_part(data))
+    encoded = srv.metric("llmhost_media_encoded_total")
+    assert encoded >= 1
+    again = ask(c, image_part(data))
+    assert again.choices[0].message.content == first.choices[0].message.content
+    assert again.usage.prompt_tokens_details.cached_tokens > 16  # the image's positions were reused
+    assert again.model_extra["timings"]["encode_ms"] == 0
+    assert srv.metric("llmhost_media_encoded_total") == encoded
+    assert srv.metric("llmhost_media_encode_seconds_count") >= 1
+    # after other text the image is no shared prefix: decoded again, from its cached embeddings
+    hits = srv.metric("llmhost_media_cache_hits_total")
+    other = ask(c, image_part(data), question="Describe ")
+    assert other.usage.prompt_tokens_details.cached_tokens < 16
+    assert other.model_extra["timings"]["encode_ms"] == 0
+    assert srv.metric("llmhost_media_cache_hits_total") == hits + 1
+    assert srv.metric("llmhost_media_encoded_total") == encoded
+
+
+def test_what_cannot_be_used_is_a_400_naming_the_part(vision: tuple[Server, Pair, Path]) -> None:
+    srv, _, ffmpeg_ran = vision
+    c = client(srv)
+    field = "messages[0].content[1].image_url.url"
+    cases = [
+        ({"type": "image_url", "image_url": {"url": "https://example.com/cat.png"}}, "not fetched"),
+        (image_part(b"\x89PNG\r\n\x1a\n" + b"\x00garbage" * 8), "could not be decoded"),
+        (image_part(b"plain text, no image"), "no image or audio format"),
+        ({"type": "image_url", "image_url": {"url": "data:image/png;base64,@@@"}}, "base64"),
+        (audio_part(wav(tone(seconds=0.1))), "takes no audio"),
+        (image_part(png(random_pixels(64, 64))), f"more than --max-media-bytes {MAX_BYTES}"),
+        (
+            image_part(png(np.zeros((64, 64, 3), np.uint8))),
+            f"4096 pixels, more than --max-image-pixels {MAX_PIXELS}",
+        ),
+    ]
+    for part, says in cases:
+        with pytest.raises(openai.BadRequestError) as caught:
+            ask(c, part)
+        error = caught.value.body
+        named = field if part["type"] == "image_url" else "messages[0].content[1].input_audio.data"
+        assert error["param"] == named and says in error["message"], error
+    # libmtmd's helper hands what stb_image cannot decode to ffprobe: never a request's bytes here
+    assert not ffmpeg_ran.exists()
+    # unharmed
+    assert ask(c, image_part(png(random_pixels(seed=40)))).choices[0].finish_reason in ("stop", "length")
+
+
+def test_a_clip_of_audio_gets_libmtmds_answer(audio: tuple[Server, Pair]) -> None:
+    srv, pair = audio
+    data = wav(tone(hz=660.0))
+    (want,) = expected(pair, [data])
+    reply = ask(client(srv), audio_part(data))
+    assert reply.choices[0].message.content == want
+    assert reply.usage.prompt_tokens > 750  # one 30 s window's embeddings
+    card = httpx.get(f"{srv.url}/v1/models", timeout=10).json()["data"][0]
+    assert "audio" in card["capabilities"]
+    with pytest.raises(openai.BadRequestError) as caught:
+        ask(client(srv), audio_part(wav(tone(seconds=3.0))))
+    assert caught.value.body["param"] == "messages[0].content[1].input_audio.data"
+    assert "3.0 s, more than --max-audio-seconds 2" in caught.value.body["message"]
+
+
+def test_a_text_model_refuses_an_image(server: Server) -> None:
+    c = openai.OpenAI(base_url=f"{server.url}/v1", api_key="x", timeout=60, max_retries=0)
+    with pytest.raises(openai.BadRequestError) as caught:
+        ask(c, image_part(png(random_pixels())))
+    error = caught.value.body
+    assert error["param"] == "messages[0].content[1].image_url.url"
+    assert "text only" in error["message"]
+
+
+def test_a_projector_that_is_not_one_is_refused_at_start(
+    tmp_path: Path, vision: tuple[Server, Pair, Path]
+) -> None:
+    _, pair, _ = vision
+    with pytest.raises(RuntimeError) as caught:
+        start_server(tmp_path, str(pair.model), "--mmproj", str(pair.model), *ARGS)
+    assert f"--mmproj {pair.model} is not a multimodal projector" in str(caught.value)
+
+
+def test_an_image_prompt_evicted_to_host_memory_comes_back_with_its_image(
+    vision: tuple[Server, Pair, Path],
+) -> None:
+    """In the engine: one sequence and no extra cached stream, so another prompt evicts the first to the
+    host-memory tier, whose state (keyed by the image's ids too) serves it again, image included."""
+    _, pair, _ = vision
+    config = EngineConfig(
+        mmproj=str(pair.mmproj),
+        max_concurrent=1,
+        prefix_cache_seqs=0,
+        prompt_cache_mb=64,
+        max_total_tokens=2048,
+        max_input_tokens=1536,
+        max_batch_tokens=1024,
+        n_threads=1,
+    )
+    model = LlamaModel(pair.model, config)
+    projector = model.projector
+    assert projector is not None
+    engine = Engine(model, model.config)
+    try:
+
+        def prompt(seed: int, text: str) -> tuple[list[int], tuple[MediaSpan, ...]]:
+            data = png(random_pixels(seed=seed))
+            medium = MediaInput(data, "image", hashlib.sha256(data).hexdigest())
+            return projector.tokenize(turn(f"{text} {MARKER}?"), [medium], MediaLimits(), True)
+
+        def run(rid: str, tokens: list[int], spans: tuple[MediaSpan, ...]) -> tuple[list[int], Timings]:
+            engine.add(
+                GenerationRequest(
+                    rid, tokens, SamplingParams(max_tokens=N_PREDICT, temperature=0.0), media=spans
+                )
+            )
+            out: list[int] = []
+            timings = None
+            while engine.has_work:
+                for event in engine.step():
+                    assert event.error is None, event.error
+                    out += event.token_ids
+                    timings = event.timings or timings
+            assert timings is not None
+            return out, timings
+
+        first = prompt(50, "A long question about this picture, " * 3)
+        answer, _ = run("a", *first)
+        run("b", *prompt(51, "Something else entirely, " * 3))
+        again, timings = run("c", *first)
+        assert again == answer
+        assert timings.cache_n > first[1][0].end and timings.encode_ms == 0
+        stats = engine.stats()
+        assert stats.prompt_cache_hits == 1 and stats.media_encoded == 2
+    finally:
+        engine.close()

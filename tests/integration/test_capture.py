@@ -18,6 +18,7 @@ import httpx
 import pytest
 
 from tests.integration.conftest import CHAT_TEMPLATE, Server, free_port, start_server, stop_server
+from tests.integration.console_helpers import WAIT_MS, Watched, chromium, needs_chromium
 from tests.s3server import FAKE_CREDS, moto_server
 
 SECRET = "capture-secret-key-0123456789"
@@ -119,6 +120,44 @@ def test_a_streamed_answer_is_captured_whole(server: Server, capture_dir: Path) 
     assert out["observedContentType"].startswith("text/event-stream")
     assert out["encoding"] == "BASE64"
     assert base64.b64decode(out["data"]) == received
+
+
+def console_capture(server: Server) -> dict[str, Any]:
+    """The served model's capture in the console's API, once it shows a request answered now."""
+    r = httpx.post(f"{server.url}/v1/chat/completions", json=chat(), headers=AUTH, timeout=120)
+    assert r.status_code == 200
+
+    def shown() -> dict[str, Any] | None:
+        overview = httpx.get(f"{server.url}/console/api/overview", headers=AUTH, timeout=10).json()
+        capture = dict(overview["components"][0]["capture"])
+        # the sampler reads the server's own registry every period: once it has read the line written
+        written = metric(server, WRITTEN)
+        return capture if written >= 1 and capture["lines_written"] == written else None
+
+    return dict(wait_for(shown, timeout_s=60))
+
+
+def test_the_console_shows_capture_on_with_its_lines(server: Server, capture_dir: Path) -> None:
+    shown = console_capture(server)
+    assert shown["destination"] == str(capture_dir)
+    assert shown["location"] == f"{capture_dir}/gemma-capture/AllTraffic/"
+    assert (shown["percent"], shown["modes"]) == (100, ["input", "output"])
+    assert (shown["lines_dropped"], shown["dropped_by_reason"]) == (0, {"queue_full": 0, "write_failed": 0})
+
+
+@needs_chromium
+def test_the_console_page_shows_capture_on(server: Server) -> None:
+    written = console_capture(server)["lines_written"]
+    for browser in chromium():
+        w = Watched(browser, SECRET)
+        w.page.goto(f"{server.url}/console")
+        on = 'div.comp[data-component="gemma-capture"] p.capture[data-capture="on"]'
+        w.page.wait_for_selector(on, timeout=WAIT_MS)
+        shown = w.page.inner_text(on)
+        assert "data capture: on, 100% of requests (input, output) to " in shown and "0 dropped" in shown
+        assert int(w.page.get_attribute(on, "data-written") or 0) >= written
+        w.check_clean()
+        w.close()
 
 
 def test_percent_zero_writes_nothing(tmp_path: Path) -> None:

@@ -27,13 +27,14 @@ from tests.unit.bench.test_report import make_results
 pytestmark = needs_chromium
 
 KEY = "console-test-key"
+# component a captures its requests into CAPTURE_DIR (the fixture's folder); b captures none
 ENDPOINT = f"""
 name: console
 components:
   - name: a
     copies: 1
     resources: {{num_cpus: 0.5, memory_mb: 600}}
-    engine: {ENGINE}
+    engine: {ENGINE[:-1]}, capture_dir: CAPTURE_DIR}}
     startup_health_check_timeout_s: 90
   - name: b
     copies: 1
@@ -56,7 +57,9 @@ def ep(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Endpoint]:
     # a copy loading beside a ready one on a busy machine can miss a 1 s ping: this test kills copies itself
     health = ("--health-timeout", "5", "--health-misses", "5")
     endpoint = start_endpoint(
-        tmp, ENDPOINT, args=("--console-period", "0.5", "--reports", str(reports), "--api-key", KEY, *health)
+        tmp,
+        ENDPOINT.replace("CAPTURE_DIR", json.dumps(str(tmp / "capture"))),
+        args=("--console-period", "0.5", "--reports", str(reports), "--api-key", KEY, *health),
     )
     yield endpoint
     stop_endpoint(endpoint)
@@ -174,6 +177,22 @@ def test_charts_gain_points_while_a_load_runs(page: Watched, ep: Endpoint, artif
     assert a["Invocations"] > 0 and b["OutputTokensPerSecond"] > 0, series
     metrics = httpx.get(f"{ep.url}/metrics", headers={"x-api-key": KEY}, timeout=60).text
     assert 'llmhost_console{component="a",name="Invocations",unit="Count"}' in metrics
+
+
+def test_capture_shows_on_with_its_lines_and_off(page: Watched, ep: Endpoint) -> None:
+    p = page.page
+    # the load above went to a, whose copy captured it: its lines, read from the copy's /metrics
+    on = 'div.comp[data-component="a"] p.capture[data-capture="on"]'
+    p.wait_for_function(f"() => Number(document.querySelector('{on}')?.dataset.written) > 0", timeout=WAIT_MS)
+    folder = ep.log.parent / "capture"
+    shown = p.inner_text(on)
+    assert f"100% of requests (input, output) to {folder}/a/AllTraffic/" in shown and "0 dropped" in shown
+    assert p.inner_text('div.comp[data-component="b"] p.capture') == "data capture: off"
+    overview = httpx.get(f"{ep.url}/console/api/overview", headers={"x-api-key": KEY}, timeout=60).json()
+    a, b = (next(c for c in overview["components"] if c["name"] == n) for n in ("a", "b"))
+    assert a["capture"]["destination"] == str(folder) and a["capture"]["lines_written"] > 0
+    assert a["capture"]["lines_dropped"] == 0 and b["capture"] is None
+    assert any(folder.rglob("*.jsonl"))
 
 
 def test_playground_streams(page: Watched, artifacts: Path) -> None:

@@ -68,6 +68,7 @@ def test_the_api_needs_the_key_and_the_page_does_not(srv: Server) -> None:
     assert overview["kind"] == "server" and overview["auth"] is True and overview["admin"]["allowed"] is False
     [comp] = overview["components"]
     assert comp["name"] == "solo" and [r["copy"] for r in comp["replicas"]] == ["self"]
+    assert comp["capture"] is None  # no --capture-dir (tests/integration/test_capture.py has one)
 
 
 def test_only_invocations_count(srv: Server) -> None:
@@ -122,6 +123,7 @@ def test_the_one_component_page(srv: Server, browser: Any) -> None:
     # a lone server has no admin API: no scaling, no stopping, no adding; the playground is there
     assert p.locator(".scale-btn").count() == 0 and p.locator("#down-btn").count() == 0
     assert p.is_hidden("#add-box") and p.is_visible("#pg-send")
+    assert p.inner_text('div.comp[data-component="solo"] p.capture') == "data capture: off"
     p.wait_for_function(
         "() => Number(document.getElementById('chart-mem').dataset.points) > 1", timeout=WAIT_MS
     )

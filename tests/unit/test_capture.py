@@ -185,6 +185,9 @@ def test_an_endpoint_files_capture_keys_reach_its_copies() -> None:
     joined = " ".join(argv)
     assert "--capture-dir s3://b/cap/ --capture-percent 20 --capture-mode input" in joined
     assert "--served-model-name chat" in joined  # the first folder of its files
+    # what the console says of them: the same settings, filed under the same folders
+    config = spec.components[0].engine.capture("chat")
+    assert config is not None and (config.location, config.percent) == ("s3://b/cap/chat/AllTraffic/", 20)
 
 
 @pytest.mark.parametrize(

@@ -35,10 +35,26 @@ class AdminInfo(Open):
     why_not: str | None
 
 
+class CaptureInfo(Open):
+    """A component's data capture: where, how much of what, and the lines its copies wrote and dropped
+    (by reason) since the console began."""
+
+    destination: str
+    location: str = Field(description="Where its files go: DESTINATION/ENDPOINT/VARIANT/")
+    percent: int
+    modes: list[Literal["input", "output"]]
+    lines_written: int
+    lines_dropped: int
+    dropped_by_reason: dict[str, int] = Field(description="queue_full, write_failed")
+
+
 class ComponentOverview(Open):
     name: str
     copies: int
     ready: int
+    capture: CaptureInfo | None = Field(
+        None, description="Its data capture (null: off; absent on a component with variants: see theirs)"
+    )
 
 
 class MetricInfo(Open):

@@ -23,6 +23,9 @@ TTFT = "llmhost_time_to_first_token_seconds"
 ITL = "llmhost_time_per_output_token_seconds"
 # a copy's refusal reasons (HTTP statuses) that mean it had no room: its queue was full
 NO_ROOM = frozenset({"429"})
+# data capture's counters (llmhost.web.capture.metrics's), in a copy that captures
+CAPTURE_WRITTEN = "llmhost_capture_lines_written"
+CAPTURE_DROPPED = "llmhost_capture_lines_dropped"
 
 
 @dataclass(frozen=True)
@@ -81,6 +84,43 @@ def engine_reading(families: Iterable[Metric]) -> EngineReading:
 
 
 @dataclass(frozen=True)
+class CaptureCounts:
+    """A copy's data capture counters at one instant: lines written, lines dropped by reason."""
+
+    written: float = 0.0
+    dropped: Mapping[str, float] = field(default_factory=dict)
+
+    def minus(self, earlier: CaptureCounts | None) -> CaptureCounts:
+        """Lines since `earlier`; a reset (a fresh process under the same key) counts from zero."""
+        if earlier is None or self.written < earlier.written:
+            return self
+        if any(n < earlier.dropped.get(k, 0.0) for k, n in self.dropped.items()):
+            return self
+        dropped = {k: n - earlier.dropped.get(k, 0.0) for k, n in self.dropped.items()}
+        return CaptureCounts(self.written - earlier.written, dropped)
+
+    def plus(self, other: CaptureCounts) -> CaptureCounts:
+        dropped = dict(self.dropped)
+        for reason, n in other.dropped.items():
+            dropped[reason] = dropped.get(reason, 0.0) + n
+        return CaptureCounts(self.written + other.written, dropped)
+
+
+def capture_counts(families: Iterable[Metric]) -> CaptureCounts | None:
+    """A copy's capture counters from its metric families; None: it has none (it captures nothing)."""
+    by_name = {f.name: f for f in families}
+    written = by_name.get(CAPTURE_WRITTEN)
+    if written is None:
+        return None
+    dropped: dict[str, float] = {}
+    if (f := by_name.get(CAPTURE_DROPPED)) is not None:
+        for s in f.samples:
+            if s.name.endswith("_total"):
+                dropped[s.labels.get("reason", "")] = s.value
+    return CaptureCounts(sum(s.value for s in written.samples if s.name.endswith("_total")), dropped)
+
+
+@dataclass(frozen=True)
 class CopyReading:
     key: str  # this copy's process: a restart is a new key
     engine: EngineReading | None  # None: its metrics could not be read this time
@@ -88,6 +128,7 @@ class CopyReading:
     rss_mb: float | None
     cpus_reserved: float
     memory_reserved_mb: float
+    capture: CaptureCounts | None = None  # None: it captures nothing, or its metrics were not read
 
 
 @dataclass(frozen=True)

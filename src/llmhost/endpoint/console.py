@@ -11,17 +11,20 @@ from typing import Any
 import httpx
 import psutil
 from fastapi import Request
+from prometheus_client.core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
 from llmhost import __version__
+from llmhost.console.capture import CaptureTally, capture_status
 from llmhost.console.readings import (
     ComponentReading,
     CopyReading,
-    EngineReading,
     FrontReading,
+    capture_counts,
     engine_reading,
 )
 from llmhost.endpoint.admin import LOOPBACK
+from llmhost.endpoint.bodies import ComponentState
 from llmhost.endpoint.control.component import Component
 from llmhost.endpoint.control.manager import EndpointManager
 from llmhost.endpoint.control.replica import Replica, ReplicaState
@@ -43,14 +46,15 @@ def process_figures(pid: int | None) -> tuple[float | None, float | None]:
         return None, None
 
 
-async def _engine(client: httpx.AsyncClient, replica: Replica) -> EngineReading | None:
+async def _scrape(client: httpx.AsyncClient, replica: Replica) -> list[Metric] | None:
+    """A copy's metric families; None: not read this time."""
     if replica.state not in SCRAPED:
         return None
     try:
         resp = await client.get(f"{replica.url}/metrics", timeout=SCRAPE_TIMEOUT_S)
         if resp.status_code != 200:
             return None
-        return engine_reading(text_string_to_metric_families(resp.text))
+        return list(text_string_to_metric_families(resp.text))
     except (httpx.HTTPError, ValueError):  # gone meanwhile, or not the exposition format
         return None
 
@@ -62,18 +66,33 @@ class EndpointConsole:
         self.manager = manager
         self.client = client
         self.auth = auth
+        self.capture = CaptureTally()
 
     async def read(self) -> dict[str, ComponentReading]:
         comps = self.manager.every()
         replicas = [(c, r) for c in comps for r in c.replicas]
-        engines = await asyncio.gather(*(_engine(self.client, r) for _, r in replicas))
+        scraped = await asyncio.gather(*(_scrape(self.client, r) for _, r in replicas))
         copies: dict[str, list[CopyReading]] = {c.name: [] for c in comps}
-        for (comp, r), engine in zip(replicas, engines, strict=True):
+        for (comp, r), families in zip(replicas, scraped, strict=True):
             cpu_s, rss = process_figures(r.pid)
             reserved = r.alloc.share * len(r.alloc.cpus)
-            reading = CopyReading(r.key, engine, cpu_s, rss, reserved, float(r.alloc.memory_mb))
+            engine = engine_reading(families) if families is not None else None
+            captured = capture_counts(families) if families is not None else None
+            reading = CopyReading(r.key, engine, cpu_s, rss, reserved, float(r.alloc.memory_mb), captured)
             copies[comp.name].append(reading)
-        return {c.name: ComponentReading(self.front(c), tuple(copies[c.name]), len(c.ready())) for c in comps}
+        readings = {
+            c.name: ComponentReading(self.front(c), tuple(copies[c.name]), len(c.ready())) for c in comps
+        }
+        self.capture.add(readings)
+        return readings
+
+    def _shown(self, comp: Component, state: ComponentState) -> dict[str, Any]:
+        """A component as the page shows it: its status, and its copies' capture, filed under the name
+        they serve (a component with variants has no copies: each variant shows its own)."""
+        if comp.variants is not None:
+            return dict(state)
+        config = comp.spec.engine.capture(comp.served_name)
+        return {**state, "capture": capture_status(config, self.capture.totals(comp.name))}
 
     @staticmethod
     def front(comp: Component) -> FrontReading:
@@ -119,7 +138,10 @@ class EndpointConsole:
                 "scale_to_zero": True,
                 "down": True,
             },
-            "components": status["components"],
+            "components": [
+                self._shown(comp, state)
+                for comp, state in zip(self.manager.every(), status["components"], strict=True)
+            ],
             # the loading policy when some component is loaded on demand (each one's state is in its entry)
             "on_demand": (
                 status["on_demand"] | {"models_dir": status["models_dir"]}

@@ -150,6 +150,24 @@ class EngineSpec(_Strict):
     def serve_args(self) -> list[str]:
         return SERVE_SPEC.argv(self.serve_options())
 
+    def capture(self, endpoint: str) -> CaptureConfig | None:
+        """The copies' data capture, as their `llmhost serve` builds it, filed under `endpoint` (the name
+        they serve); None: no capture keys (a ValueError says what is wrong with those given)."""
+        given = {k: v for k, v in self.serve_options().items() if k.startswith("capture_")}
+        if not given:
+            return None
+        config = CaptureConfig(
+            destination=given.get("capture_dir", "") or "unset",
+            endpoint=endpoint,
+            percent=given.get("capture_percent", 100),
+            modes=parse_modes(given.get("capture_mode", "input,output")),
+            variant=given.get("capture_variant", DEFAULT_VARIANT),
+            interval_s=given.get("capture_interval_s", 30.0),
+        )
+        if not given.get("capture_dir"):
+            raise ValueError(f"{', '.join(sorted(given))} given without capture_dir")
+        return config
+
 
 def _check_keys(model: type[BaseModel], settings: SettingsSpec) -> None:
     """The `engine:` keys are the settings an endpoint file may set, each of its setting's type."""
@@ -378,22 +396,10 @@ class ComponentSpec(_Strict):
 def _check_capture(name: str, engine: EngineSpec) -> None:
     """The capture keys together, as the copies' `llmhost serve` checks them (the folder's first name is
     the component's)."""
-    given = {k: v for k, v in engine.serve_options().items() if k.startswith("capture_")}
-    if not given:
-        return
     try:
-        CaptureConfig(
-            destination=given.get("capture_dir", "") or "unset",
-            endpoint=name,
-            percent=given.get("capture_percent", 100),
-            modes=parse_modes(given.get("capture_mode", "input,output")),
-            variant=given.get("capture_variant", DEFAULT_VARIANT),
-            interval_s=given.get("capture_interval_s", 30.0),
-        )
+        engine.capture(name)
     except ValueError as exc:
         raise ValueError(f"engine: {exc}") from None
-    if not given.get("capture_dir"):
-        raise ValueError(f"engine: {', '.join(sorted(given))} given without capture_dir")
 
 
 def _unique_names(components: list[ComponentSpec]) -> None:

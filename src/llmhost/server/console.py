@@ -13,8 +13,9 @@ from fastapi import Request
 from typing_extensions import TypedDict
 
 from llmhost import __version__
+from llmhost.console.capture import CaptureStatus, CaptureTally, capture_status
 from llmhost.console.front import FrontTally
-from llmhost.console.readings import ComponentReading, CopyReading, engine_reading
+from llmhost.console.readings import ComponentReading, CopyReading, capture_counts, engine_reading
 from llmhost.server.serving.context import ServingContext
 from llmhost.shared.jsontypes import JSONObject
 
@@ -58,6 +59,7 @@ class ServeComponent(TypedDict):
     requests: dict[str, int]
     embeddings: bool
     replicas: list[ServeCopyRow]
+    capture: CaptureStatus | None  # --capture-dir's (None: off)
 
 
 class ServerConsole:
@@ -66,6 +68,8 @@ class ServerConsole:
         self.tally = tally
         self.process = psutil.Process()
         self.started_at = time.time()
+        self.capture_config = ctx.settings.capture()
+        self.capture = CaptureTally()
 
     def _cpus(self) -> list[int]:
         try:
@@ -77,11 +81,15 @@ class ServerConsole:
         with self.process.oneshot():
             cpu = self.process.cpu_times()
             rss = float(self.process.memory_info().rss) / 2**20
-        engine = engine_reading(self.ctx.metrics.registry.collect())
+        families = list(self.ctx.metrics.registry.collect())
+        engine = engine_reading(families)
         total_mb = float(psutil.virtual_memory().total) / 2**20  # no reservation: the host's memory
-        copy = CopyReading(COPY, engine, cpu.user + cpu.system, rss, float(len(self._cpus())), total_mb)
+        cpus = float(len(self._cpus()))
+        copy = CopyReading(COPY, engine, cpu.user + cpu.system, rss, cpus, total_mb, capture_counts(families))
         ready = 1 if self.ctx.model.ready else 0
-        return {self.ctx.settings.model_name: ComponentReading(self.tally.reading(), (copy,), ready)}
+        readings = {self.ctx.settings.model_name: ComponentReading(self.tally.reading(), (copy,), ready)}
+        self.capture.add(readings)
+        return readings
 
     def _component(self) -> ServeComponent:
         s = self.ctx.settings
@@ -120,6 +128,7 @@ class ServerConsole:
             "requests": {str(k): v for k, v in sorted(self.tally.responses.items())},
             "embeddings": self.ctx.embedder is not None,
             "replicas": [replica],
+            "capture": capture_status(self.capture_config, self.capture.totals(s.model_name)),
         }
 
     async def overview(self, request: Request) -> dict[str, Any]:

@@ -76,6 +76,9 @@ def test_each_variant_captures_under_its_own_name_unless_the_file_names_one() ->
     a, b = spec.components[0].variant_specs()
     assert a.serve_options()["capture_variant"] == "a"  # SageMaker's {endpoint}/{variant}/ folders
     assert b.serve_options()["capture_variant"] == "canary"
+    # the console says the same of each variant's copies, filed under the component they serve
+    configs = [s.engine.capture("chat") for s in (a, b)]
+    assert [c.location if c else None for c in configs] == ["cap/chat/a/", "cap/chat/canary/"]
     [plain] = parse_endpoint(endpoint([{"name": "a"}])).components[0].variant_specs()
     assert "capture_variant" not in plain.serve_options(), "no capture, no capture option"
 

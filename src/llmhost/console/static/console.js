@@ -159,6 +159,7 @@
     if (c.on_demand) block.append(onDemandLine(c.on_demand));
     if (c.variants) block.append(variantsLine(c.variants));
     if (c.variant_of) head.append(el("span", { class: "muted" }, "a variant of " + c.variant_of));
+    if (c.capture !== undefined) block.append(captureLine(c.capture));
     if (c.adapters && c.adapters.length) {  // LoRA adapters its copies load; adapter components by name
       block.append(el("p", { class: "adapters muted" }, "LoRA adapters: " + c.adapters.map((a) => a.name +
         " (" + (a.inference_component ? "adapter component, " : "") + "scale " + a.scale + ")").join(", ")));
@@ -190,6 +191,13 @@
         pct(s.agreement) + " of " + s.compared + ", mean " + (s.mean_latency_s == null ? "–" : fmt(s.mean_latency_s, 3) + " s");
     });
     return el("p", { class: "variants" }, "variants: " + shown.join("; "));
+  }
+  function captureLine(k) {  // data capture: where, how much of what, lines written and dropped
+    if (!k) return el("p", { class: "capture muted", "data-capture": "off" }, "data capture: off");
+    return el("p", { class: "capture", "data-capture": "on", "data-written": k.lines_written },
+      "data capture: ", el("strong", {}, "on"), ", " + k.percent + "% of requests (" + k.modes.join(", ") +
+      ") to " + k.location + "; " + k.lines_written + " lines written, " + k.lines_dropped + " dropped" +
+      (k.lines_dropped ? " (" + counts(k.dropped_by_reason) + ")" : ""));
   }
   function componentActions(c, o) {
     const row = el("div", { class: "actions" });

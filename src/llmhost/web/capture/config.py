@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 from enum import StrEnum
+from pathlib import Path
 
 from llmhost.store.s3uri import S3Ref, is_s3_ref, parse_s3_ref
 
@@ -81,6 +82,13 @@ class CaptureConfig:
     def s3_prefix(self) -> S3Ref | None:
         """The S3 prefix captured files go under; None: a folder."""
         return _s3_prefix(self.destination)
+
+    @property
+    def location(self) -> str:
+        """Where the files go (as sinks.make_sink writes them): DESTINATION/ENDPOINT/VARIANT/."""
+        prefix = self.s3_prefix
+        under = f"{self.endpoint}/{self.variant}/"
+        return prefix.uri + under if prefix is not None else f"{Path(self.destination).expanduser()}/{under}"
 
     @property
     def captures_input(self) -> bool:

@@ -38,9 +38,15 @@ def no_serve_env(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture
 def files(tmp_path: Path) -> dict[str, Path]:
-    out = {"model": tmp_path / "m.gguf", "draft": tmp_path / "d.gguf", "template": tmp_path / "t.jinja"}
+    out = {
+        "model": tmp_path / "m.gguf",
+        "draft": tmp_path / "d.gguf",
+        "mmproj": tmp_path / "p.gguf",
+        "template": tmp_path / "t.jinja",
+    }
     out["model"].write_bytes(b"GGUF")
     out["draft"].write_bytes(b"GGUF")
+    out["mmproj"].write_bytes(b"GGUF")
     out["template"].write_text("{{ messages }}")
     return out
 
@@ -94,6 +100,10 @@ def expectations(files: dict[str, Path]) -> dict[str, tuple[Any, Callable[[Serve
         "swa_full": (True, lambda s: s.engine.swa_full, True),
         "swa_checkpoints": (1, lambda s: s.engine.swa_checkpoints, 1),
         "schedule_policy": ("cached-first", lambda s: s.engine.schedule_policy, "cached-first"),
+        "mmproj": (str(files["mmproj"]), lambda s: s.engine.mmproj, str(files["mmproj"])),
+        "max_media_bytes": (1024, lambda s: s.max_media_bytes, 1024),
+        "max_image_pixels": (4096, lambda s: s.max_image_pixels, 4096),
+        "max_audio_seconds": (5.0, lambda s: s.max_audio_seconds, 5.0),
         "capture_dir": ("s3://b/cap/", lambda s: s.capture_dir, "s3://b/cap/"),
         "capture_percent": (20, lambda s: s.capture_percent, 20),
         "capture_mode": ("input", lambda s: s.capture_mode, "input"),

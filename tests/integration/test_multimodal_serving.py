@@ -25,6 +25,7 @@ from llmhost.engine.engine import Engine
 from llmhost.engine.llamacpp.model import LlamaModel
 from llmhost.engine.media import MediaInput, MediaLimits, MediaSpan
 from llmhost.engine.request import GenerationRequest, SamplingParams, Timings
+from llmhost.server.serving.apis.transcriptions import instruction
 from tests.integration.conftest import Server, start_server, stop_server
 from tests.mtmd_session import MtmdSession
 from tests.tinymmproj import Pair, build_audio_pair, build_vision_pair, png, random_pixels, tone, wav
@@ -219,6 +220,56 @@ def test_a_clip_of_audio_gets_libmtmds_answer(audio: tuple[Server, Pair]) -> Non
         ask(client(srv), audio_part(wav(tone(seconds=3.0))))
     assert caught.value.body["param"] == "messages[0].content[1].input_audio.data"
     assert "3.0 s, more than --max-audio-seconds 2" in caught.value.body["message"]
+
+
+def chat_answer(srv: Server, data: bytes, task: str) -> str:
+    """What the chat route answers for `data` and the instruction the audio routes render for `task`."""
+    text = instruction("translate" if task == "translate" else "transcribe", None, None)
+    reply = client(srv).chat.completions.create(
+        model="m",
+        messages=[{"role": "user", "content": [audio_part(data), {"type": "text", "text": text}]}],
+        temperature=0,
+    )
+    return (reply.choices[0].message.content or "").strip()
+
+
+def test_a_clip_is_transcribed_and_translated_as_the_chat_route_answers(audio: tuple[Server, Pair]) -> None:
+    srv, _ = audio
+    c, data = client(srv), wav(tone(hz=550.0, seconds=1.5))
+    said = chat_answer(srv, data, "transcribe")
+    assert said  # the tiny model's words are noise, but some
+    assert c.audio.transcriptions.create(file=("clip.wav", data), model="m", response_format="text") == said
+    verbose = c.audio.transcriptions.create(
+        file=("clip.wav", data), model="m", response_format="verbose_json"
+    )
+    assert (verbose.text, verbose.task, verbose.duration) == (said, "transcribe", 1.5)
+    assert [(s.start, s.end, s.text) for s in verbose.segments or []] == [(0.0, 1.5, said)]
+    translated = c.audio.translations.create(file=("clip.wav", data), model="m")
+    assert translated.text == chat_answer(srv, data, "translate")
+
+
+def test_what_the_audio_routes_cannot_use_is_a_4xx_naming_the_field(
+    audio: tuple[Server, Pair], vision: tuple[Server, Pair, Path], server: Server
+) -> None:
+    clip = ("clip.wav", wav(tone(seconds=0.2)))
+    c = client(audio[0])
+    with pytest.raises(openai.BadRequestError) as caught:
+        c.audio.transcriptions.create(file=clip, model="m", response_format="srt")
+    assert caught.value.body["param"] == "response_format"
+    assert "json, text, verbose_json" in caught.value.body["message"]
+    with pytest.raises(openai.BadRequestError) as caught:
+        c.audio.transcriptions.create(file=("long.wav", wav(tone(seconds=3.0))), model="m")
+    assert caught.value.body["param"] == "file"
+    assert "3.0 s, more than --max-audio-seconds 2" in caught.value.body["message"]
+    for srv in (vision[0], server):
+        with pytest.raises(openai.BadRequestError) as caught:
+            client(srv).audio.translations.create(file=clip, model="m")
+        assert caught.value.body["param"] == "file"
+        assert "does not hear audio" in caught.value.body["message"]
+    with pytest.raises(openai.APIStatusError) as too_big:
+        client(vision[0]).audio.transcriptions.create(file=("big.wav", wav(tone(seconds=1.0))), model="m")
+    assert too_big.value.status_code == 413
+    assert too_big.value.body["param"] == "file" and too_big.value.body["limit"] == MAX_BYTES
 
 
 def test_a_text_model_refuses_an_image(server: Server) -> None:

@@ -38,6 +38,7 @@ from llmhost.server.serving.apis.rerank import RerankServing
 from llmhost.server.serving.apis.rerank_apis import RerankAPIs
 from llmhost.server.serving.apis.responses import ResponsesServing
 from llmhost.server.serving.apis.tgi import TGIServing
+from llmhost.server.serving.apis.transcriptions import AudioTextServing
 from llmhost.server.serving.batch_transform import BatchTransform
 from llmhost.server.serving.chat_template import template_fault
 from llmhost.server.serving.context import ServingContext
@@ -185,6 +186,7 @@ def _serve(app: FastAPI, ctx: ServingContext, custom: CustomInference | None) ->
     parser = ctx.settings.tool_parser
     app.state.serving = ctx
     app.state.openai = OpenAIServing(ctx, parser)
+    app.state.audio_text = AudioTextServing(ctx, parser)
     app.state.tgi = TGIServing(ctx)
     app.state.anthropic = AnthropicServing(ctx, parser)
     app.state.responses = ResponsesServing(ctx, parser)

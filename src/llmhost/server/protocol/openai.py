@@ -242,3 +242,23 @@ class ModelCard(BaseModel):
 class ModelList(BaseModel):
     object: Literal["list"] = "list"
     data: list[ModelCard]
+
+
+class AudioTextForm(BaseModel):
+    """The multipart form of /v1/audio/transcriptions and /v1/audio/translations (for the document: the
+    route reads the form itself). `language` is a transcription's only."""
+
+    file: bytes
+    model: str
+    language: str | None = None
+    prompt: str | None = None
+    response_format: Literal["json", "text", "verbose_json"] = "json"
+    temperature: float = Field(0.0, ge=0.0, le=1.0)
+    stream: Literal[False] = False
+
+
+class AudioText(BaseModel):
+    """A transcription or translation in `json`; `verbose_json` adds task, language, duration and one
+    segment spanning the clip; `text` is the text alone."""
+
+    text: str

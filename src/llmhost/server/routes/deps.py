@@ -13,6 +13,7 @@ from llmhost.server.serving.apis.embeddings import EmbeddingsServing
 from llmhost.server.serving.apis.openai import OpenAIServing
 from llmhost.server.serving.apis.rerank_apis import RerankAPIs
 from llmhost.server.serving.apis.tgi import TGIServing
+from llmhost.server.serving.apis.transcriptions import AudioTextServing
 from llmhost.server.serving.batch_transform import BatchTransform
 from llmhost.server.serving.context import ServingContext
 from llmhost.shared.jsontypes import JSONObject
@@ -42,6 +43,11 @@ def adapter_admin(request: Request) -> AdapterAdmin:
 
 def openai(request: Request) -> OpenAIServing:
     serving: OpenAIServing = request.app.state.openai
+    return serving
+
+
+def audio_text(request: Request) -> AudioTextServing:
+    serving: AudioTextServing = request.app.state.audio_text
     return serving
 
 

@@ -4,6 +4,8 @@ from fastapi import APIRouter, Request
 from starlette.responses import Response
 
 from llmhost.server.protocol.openai import (
+    AudioText,
+    AudioTextForm,
     ChatCompletionRequest,
     CompletionRequest,
     ModelCard,
@@ -12,6 +14,7 @@ from llmhost.server.protocol.openai import (
 )
 from llmhost.server.protocol.outputs import ChatCompletionResponse, CompletionResponse
 from llmhost.server.routes import deps
+from llmhost.shared.jsontypes import JSONObject
 from llmhost.web.apidoc import COMMON, NAMED, operation
 
 router = APIRouter()
@@ -53,6 +56,37 @@ async def completions(request: Request) -> Response:
 async def chat_completions(request: Request) -> Response:
     body = ChatCompletionRequest.model_validate(await deps.json_body(request))
     return await deps.openai(request).chat(body, request)
+
+
+AUDIO = (
+    "A multipart form: `file` (WAV, MP3 or FLAC, at most --max-media-bytes, else a 413 naming it; at most "
+    "--max-audio-seconds), `model`, and optional `prompt`, `response_format` (json, text, verbose_json), "
+    "`temperature` (0 to 1, default 0); a transcription also takes `language`. The clip and an instruction "
+    "are one user turn of the chat template, answered as a chat completion. A model without an audio "
+    "projector (--mmproj) is a 400 naming `file`."
+)
+
+
+def audio_operation(summary: str) -> JSONObject:
+    return operation(
+        summary,
+        body=[AudioTextForm],
+        body_media=["multipart/form-data"],
+        json_body=False,
+        success=AudioText,
+        errors=NAMED,
+        description=AUDIO,
+    )
+
+
+@router.post("/v1/audio/transcriptions", openapi_extra=audio_operation("OpenAI: transcribe audio"))
+async def transcriptions(request: Request) -> Response:
+    return await deps.audio_text(request).answer("transcribe", request)
+
+
+@router.post("/v1/audio/translations", openapi_extra=audio_operation("OpenAI: translate audio into English"))
+async def translations(request: Request) -> Response:
+    return await deps.audio_text(request).answer("translate", request)
 
 
 @router.get(

@@ -227,7 +227,7 @@ def chat_answer(srv: Server, data: bytes, task: str) -> str:
     text = instruction("translate" if task == "translate" else "transcribe", None, None)
     reply = client(srv).chat.completions.create(
         model="m",
-        messages=[{"role": "user", "content": [audio_part(data), {"type": "text", "text": text}]}],
+        messages=[{"role": "user", "content": [{"type": "text", "text": text}, audio_part(data)]}],
         temperature=0,
     )
     return (reply.choices[0].message.content or "").strip()
@@ -246,6 +246,8 @@ def test_a_clip_is_transcribed_and_translated_as_the_chat_route_answers(audio: t
     assert [(s.start, s.end, s.text) for s in verbose.segments or []] == [(0.0, 1.5, said)]
     translated = c.audio.translations.create(file=("clip.wav", data), model="m")
     assert translated.text == chat_answer(srv, data, "translate")
+    usage = translated.model_extra["usage"]
+    assert usage["type"] == "tokens" and usage["input_tokens"] > 750 and usage["output_tokens"] > 0
 
 
 def test_what_the_audio_routes_cannot_use_is_a_4xx_naming_the_field(

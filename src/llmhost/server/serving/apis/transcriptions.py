@@ -15,6 +15,7 @@ from starlette.datastructures import FormData, UploadFile
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 
+from llmhost.engine import GenerationEvent
 from llmhost.server import limit_fields
 from llmhost.server.protocol.openai import ChatCompletionRequest
 from llmhost.server.serving.chat import read_message, start_chat
@@ -41,22 +42,24 @@ class AudioRequest:
 
 
 def instruction(task: Task, language: str | None, prompt: str | None) -> str:
-    """What the model is asked to do with the clip (`prompt`: the client's context, e.g. spellings)."""
+    """What the model is asked to do with the clip: llama-server's words for a transcription
+    (`prompt`: the client's context, e.g. spellings, after them)."""
     if task == "translate":
-        text = "Translate the speech in this audio into English. Reply with the translation only."
+        text = "Translate audio to English text"
     elif language:
-        text = f"Transcribe the speech in this audio (language: {language}). Reply with the transcript only."
+        text = f"Transcribe audio to text (language: {language})"
     else:
-        text = "Transcribe the speech in this audio. Reply with the transcript only."
+        text = "Transcribe audio to text"
     return f"{text}\n{prompt}" if prompt else text
 
 
 def chat_body(req: AudioRequest) -> ChatCompletionRequest:
-    """The chat request that asks for `req`: the clip, then the instruction, in one user turn."""
+    """The chat request that asks for `req`: the instruction, then the clip, in one user turn (as
+    llama-server renders it: `Transcribe audio to text<__media__>`)."""
     clip = {"data": base64.b64encode(req.audio).decode(), "format": "wav"}  # ChatMedia sniffs the bytes
     content = [
-        {"type": "input_audio", "input_audio": clip},
         {"type": "text", "text": instruction(req.task, req.language, req.prompt)},
+        {"type": "input_audio", "input_audio": clip},
     ]
     messages = [{"role": "user", "content": content}]
     return ChatCompletionRequest.model_validate(
@@ -153,10 +156,10 @@ class AudioTextServing:
                 "this model does not hear audio: the server needs --mmproj with an audio projector",
                 field="file",
             )
-        text = await self._generate(req, request)
-        return self._shaped(req, text)
+        text, last = await self._generate(req, request)
+        return self._shaped(req, text, last)
 
-    async def _generate(self, req: AudioRequest, request: Request) -> str:
+    async def _generate(self, req: AudioRequest, request: Request) -> tuple[str, GenerationEvent]:
         rid = new_id("audio")
         try:
             run = await start_chat(self.ctx, chat_body(req), None, rid, limit_fields.CHAT, self.tool_parser)
@@ -167,14 +170,18 @@ class AudioTextServing:
         (events,) = await self.ctx.collect_all(run.streams, request)
         raise_if_failed(events[-1])
         self.ctx.finished("audio", events[-1])
-        return (read_message(run.plan, "".join(e.text for e in events)).content or "").strip()
+        text = read_message(run.plan, "".join(e.text for e in events)).content or ""
+        return text.strip(), events[-1]
 
     @staticmethod
-    def _shaped(req: AudioRequest, text: str) -> Response:
+    def _shaped(req: AudioRequest, text: str, last: GenerationEvent) -> Response:
         if req.response_format == "text":
             return PlainTextResponse(text)
         if req.response_format == "json":
-            return JSONResponse({"text": text})
+            n_in, n_out = last.prompt_tokens, last.completion_tokens
+            usage = {"type": "tokens", "input_tokens": n_in, "output_tokens": n_out}
+            usage["total_tokens"] = n_in + n_out
+            return JSONResponse({"text": text, "usage": usage})
         duration = clip_seconds(req.audio)
         language = "english" if req.task == "translate" else req.language
         # the model gives no timestamps: one segment spans the whole clip

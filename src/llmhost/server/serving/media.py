@@ -40,7 +40,7 @@ def chat_media(body: ChatCompletionRequest, max_bytes: int) -> ChatMedia:
         for j, part in enumerate(message.content):
             if isinstance(part, ImagePart):
                 field = f"messages[{i}].content[{j}].image_url.url"
-                inputs.append(_checked(_image_bytes(part.image_url.url, field), "image", field, max_bytes))
+                inputs.append(image_from_url(part.image_url.url, field, max_bytes))
             elif isinstance(part, AudioPart):
                 field = f"messages[{i}].content[{j}].input_audio.data"
                 inputs.append(_checked(_base64(part.input_audio.data, field), "audio", field, max_bytes))
@@ -48,6 +48,16 @@ def chat_media(body: ChatCompletionRequest, max_bytes: int) -> ChatMedia:
                 continue
             fields.append(field)
     return ChatMedia(inputs, fields)
+
+
+def image_from_url(url: str, field: str, max_bytes: int) -> MediaInput:
+    """The image of an image URL (a `data:` URI; a remote URL is refused), checked; `field` names it."""
+    return _checked(_image_bytes(url, field), "image", field, max_bytes)
+
+
+def image_from_base64(data: str, field: str, max_bytes: int) -> MediaInput:
+    """The image of bare base64 text (Anthropic's `source.data`), checked; `field` names it."""
+    return _checked(_base64(data, field), "image", field, max_bytes)
 
 
 def _image_bytes(url: str, field: str) -> bytes:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from llmhost.engine.media import MediaInput, MediaKind, sniff
@@ -28,6 +29,11 @@ class ChatMedia:
 
     def __bool__(self) -> bool:
         return bool(self.inputs)
+
+
+# a request's media as its own API reads and names them, given --max-media-bytes (called once the
+# server has room for the request: a 429 comes before any decoding)
+MediaReader = Callable[[int], ChatMedia]
 
 
 def chat_media(body: ChatCompletionRequest, max_bytes: int) -> ChatMedia:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import AsyncIterator
+from functools import partial
 from typing import Literal
 
 from starlette.requests import Request
@@ -246,8 +247,7 @@ class AnthropicServing:
         try:
             ask = thinking_ask(body)
             fields = limit_fields.MESSAGES
-            media = message_media(body, self.ctx.settings.max_media_bytes)
-            chat = to_chat(body)
+            chat, media = to_chat(body), partial(message_media, body)
             run = await start_chat(self.ctx, chat, None, rid, fields, self.tool_parser, ask, media)
         except APIError as exc:
             raise renamed(exc) from exc

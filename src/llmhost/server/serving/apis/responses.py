@@ -7,6 +7,7 @@ whole conversation, as with chat completions)."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from functools import partial
 from typing import Any
 
 from starlette.requests import Request
@@ -262,7 +263,7 @@ class ResponsesServing:
                 limit_fields.RESPONSES,
                 self.tool_parser,
                 thinking_ask(body),
-                input_media(body, self.ctx.settings.max_media_bytes),
+                partial(input_media, body),
             )
         except APIError as exc:
             raise renamed(exc) from exc

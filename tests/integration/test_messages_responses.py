@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -18,6 +19,7 @@ import pytest
 from tests.integration.conftest import SMOLLM2, Server, start_server, stop_server
 from tests.integration.endpoint_helpers import start_endpoint, stop_endpoint
 from tests.sdk_errors import sent_error
+from tests.tinymmproj import png, random_pixels
 
 MODEL = "smol"
 WEATHER_SCHEMA: dict[str, Any] = {  # no additionalProperties: llmhost closes undeclared ones
@@ -36,6 +38,7 @@ PERSON: dict[str, Any] = {  # as instructor's Mode.JSON_SCHEMA sends it: neither
 }
 ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
 GREEDY = {"temperature": 0}
+PNG = base64.b64encode(png(random_pixels())).decode()  # an image, for a text model to refuse
 
 
 @pytest.fixture(scope="module")
@@ -169,13 +172,14 @@ def test_messages_errors_are_the_sdks_typed_exceptions(url: str) -> None:
         {
             "role": "user",
             "content": [
-                {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AAAA"}}
+                {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": PNG}}
             ],
         }
     ]
     with pytest.raises(anthropic.BadRequestError) as err:
         c.messages.create(model=MODEL, max_tokens=4, messages=image)
-    assert "images are not supported" in sent_error(err.value)["message"]
+    refused = sent_error(err.value)
+    assert "text only" in refused["message"] and refused["field"] == "messages.0.content.0.source.data"
     with pytest.raises(anthropic.BadRequestError) as err:
         c.messages.create(model=MODEL, max_tokens=100_000, messages=ASK)
     over = sent_error(err.value)

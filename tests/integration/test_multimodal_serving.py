@@ -1,5 +1,5 @@
-"""Images and audio through `llmhost serve --mmproj` and the openai client, unchanged: the tiny pairs
-of tests/tinymmproj.py answer as libmtmd driven in-process answers the same rendered prompt
+"""Images and audio through `llmhost serve --mmproj` and the openai and anthropic clients, unchanged:
+the tiny pairs of tests/tinymmproj.py answer as libmtmd driven in-process answers the same rendered prompt
 (tests/mtmd_session.py, which matched llama-server --mmproj in benchmarks/mtmd_peer_check.py), alone
 and four at once; a repeated image is a prefix-cache hit and is not encoded again; what cannot be
 used is a 400 naming the part, and the server answers afterwards."""
@@ -14,6 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import anthropic
 import httpx
 import llama_cpp
 import numpy as np
@@ -205,6 +206,69 @@ def test_what_cannot_be_used_is_a_400_naming_the_part(vision: tuple[Server, Pair
     assert not ffmpeg_ran.exists()
     # unharmed
     assert ask(c, image_part(png(random_pixels(seed=40)))).choices[0].finish_reason in ("stop", "length")
+
+
+def test_messages_and_responses_images_get_the_chat_routes_answer(vision: tuple[Server, Pair, Path]) -> None:
+    srv, pair, _ = vision
+    data = png(random_pixels(seed=50))
+    (want,) = expected(pair, [data])
+    assert ask(client(srv), image_part(data)).choices[0].message.content == want
+    b64 = base64.b64encode(data).decode()
+    claude = anthropic.Anthropic(base_url=srv.url, api_key="x", timeout=120, max_retries=0)
+    image: Any = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": b64}}
+    content: Any = [{"type": "text", "text": QUESTION}, image, {"type": "text", "text": "?"}]
+    asked: Any = [{"role": "user", "content": content}]
+    greedy = {"temperature": 0}  # this client version has no temperature argument
+    message = claude.messages.create(model="m", max_tokens=N_PREDICT, messages=asked, extra_body=greedy)
+    assert "".join(b.text for b in message.content if b.type == "text") == want
+    # the count is the prompt the answer was given: the image's 16 positions included
+    counted = claude.messages.count_tokens(model="m", messages=asked).input_tokens
+    assert counted == message.usage.input_tokens > 16
+    parts: Any = [
+        {"type": "input_text", "text": QUESTION},
+        {"type": "input_image", "image_url": f"data:image/png;base64,{b64}", "detail": "auto"},
+        {"type": "input_text", "text": "?"},
+    ]
+    responded = client(srv).responses.create(
+        model="m", input=[{"role": "user", "content": parts}], max_output_tokens=N_PREDICT, temperature=0
+    )
+    assert responded.output_text == want
+
+
+def test_messages_and_responses_refusals_name_their_fields(vision: tuple[Server, Pair, Path]) -> None:
+    srv, _, _ = vision
+    claude = anthropic.Anthropic(base_url=srv.url, api_key="x", timeout=120, max_retries=0)
+    sources: list[tuple[dict[str, Any], str, str]] = [
+        ({"type": "url", "url": "https://example.com/cat.png"}, "source.url", "not fetched"),
+        ({"type": "base64", "media_type": "image/png", "data": "@@@"}, "source.data", "base64"),
+        (
+            {"type": "base64", "media_type": "image/png", "data": base64.b64encode(b"no image").decode()},
+            "source.data",
+            "no image or audio format",
+        ),
+    ]
+    for source, field, says in sources:
+        content: Any = [{"type": "text", "text": QUESTION}, {"type": "image", "source": source}]
+        with pytest.raises(anthropic.BadRequestError) as refused:
+            claude.messages.create(model="m", max_tokens=4, messages=[{"role": "user", "content": content}])
+        body: Any = refused.value.body
+        assert body["type"] == "error" and body["error"]["type"] == "invalid_request_error"
+        assert body["error"]["field"] == f"messages.0.content.1.{field}" and says in body["error"]["message"]
+    images: list[tuple[dict[str, Any], str, str]] = [
+        ({"image_url": "https://example.com/cat.png"}, "image_url", "not fetched"),
+        ({"file_id": "file-abc"}, "file_id", "llmhost keeps no files"),
+    ]
+    for image, field, says in images:
+        parts: Any = [
+            {"type": "input_text", "text": QUESTION},
+            {"type": "input_image", "detail": "auto", **image},
+        ]
+        with pytest.raises(openai.BadRequestError) as caught:
+            client(srv).responses.create(
+                model="m", input=[{"role": "user", "content": parts}], max_output_tokens=4
+            )
+        error: Any = caught.value.body
+        assert error["param"] == f"input.0.content.1.{field}" and says in error["message"], error
 
 
 def test_a_clip_of_audio_gets_libmtmds_answer(audio: tuple[Server, Pair]) -> None:

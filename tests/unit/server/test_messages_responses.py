@@ -128,18 +128,18 @@ def test_anthropic_tool_choices(choice: dict[str, Any], expected: str) -> None:
     assert aserving.to_chat(request(tools=tools, tool_choice=choice)).tool_choice == expected
 
 
-def test_anthropic_refuses_images_prefill_and_unknown_fields() -> None:
+def test_anthropic_refuses_documents_prefill_and_unknown_fields() -> None:
     raw = {
         "model": "m",
         "max_tokens": 1,
         "messages": [
-            {"role": "user", "content": [{"type": "text", "text": "x"}, {"type": "image", "source": {}}]}
+            {"role": "user", "content": [{"type": "text", "text": "x"}, {"type": "document", "source": {}}]}
         ],
     }
     with pytest.raises(APIError) as err:
         ap.check_blocks(raw)
     assert err.value.status == 400 and err.value.field == "messages.0.content.1.type"
-    assert "images are not supported" in err.value.message
+    assert "'document' are not supported" in err.value.message
     prefill = request(messages=[{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}])
     with pytest.raises(APIError) as err:
         aserving.to_chat(prefill)
@@ -282,16 +282,16 @@ def test_responses_input_items_in_chat_terms() -> None:
     assert chat.max_tokens == 9
 
 
-def test_responses_refuses_store_previous_id_and_images() -> None:
+def test_responses_refuses_store_previous_id_and_files() -> None:
     for field, value in (("store", True), ("previous_response_id", "resp_x")):
         with pytest.raises(APIError) as err:
             rserving.to_chat(responses_request(**{field: value}))
         assert err.value.status == 400 and err.value.field == field
     rserving.to_chat(responses_request(store=False))
-    raw = {"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]}
+    raw = {"input": [{"role": "user", "content": [{"type": "input_file", "file_id": "x"}]}]}
     with pytest.raises(APIError) as err:
         rp.check_items(raw)
-    assert err.value.field == "input.0.content.0.type"
+    assert err.value.field == "input.0.content.0.type" and "files are not supported" in err.value.message
     with pytest.raises(APIError) as err:
         rp.check_items({"input": [{"type": "web_search_call", "id": "ws_1"}]})
     assert err.value.field == "input.0.type"

@@ -1,6 +1,7 @@
 """Anthropic's Messages API (`POST /v1/messages`, `/v1/messages/count_tokens`): the request bodies.
 
-Text, tool_use and tool_result blocks; `cache_control` is accepted (on the request, blocks and tools)
+Text, image, tool_use and tool_result blocks (an image inline as base64: a `url` source is a 400
+naming it, never fetched); `cache_control` is accepted (on the request, blocks and tools)
 and has no effect (llmhost's prefix cache reuses any shared prompt prefix by itself). Any other field is a 400
 naming it (extra="forbid"), as on the OpenAI routes.
 """
@@ -17,7 +18,7 @@ from llmhost.server.protocol.openai import Strict
 from llmhost.shared.jsontypes import JSONObject
 from llmhost.web.errors import APIError
 
-BLOCK_TYPES = ("text", "tool_use", "tool_result", "thinking")
+BLOCK_TYPES = ("text", "image", "tool_use", "tool_result", "thinking")
 ToolName = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_-]+$")]
 
 
@@ -29,6 +30,28 @@ class CacheControl(Strict):
 class TextBlock(Strict):
     type: Literal["text"]
     text: str
+    cache_control: CacheControl | None = None
+
+
+class Base64Source(Strict):
+    type: Literal["base64"]
+    media_type: Literal["image/jpeg", "image/png", "image/gif", "image/webp"]
+    data: str
+
+
+class UrlSource(Strict):
+    """A remote image: refused with a 400 naming `source.url` (this server fetches nothing)."""
+
+    type: Literal["url"]
+    url: str
+
+
+ImageSource = Annotated[Base64Source | UrlSource, Discriminator("type")]
+
+
+class ImageBlock(Strict):
+    type: Literal["image"]
+    source: ImageSource
     cache_control: CacheControl | None = None
 
 
@@ -62,7 +85,7 @@ class ThinkingBlock(Strict):
     cache_control: CacheControl | None = None
 
 
-AnyBlock = TextBlock | ToolUseBlock | ToolResultBlock | ThinkingBlock
+AnyBlock = TextBlock | ImageBlock | ToolUseBlock | ToolResultBlock | ThinkingBlock
 Block = Annotated[AnyBlock, Discriminator("type")]
 
 
@@ -161,7 +184,7 @@ class MessagesRequest(CountTokensRequest):
 
 def check_blocks(body: Any) -> None:
     """Content blocks llmhost cannot read are a 400 naming the block, before the body is validated
-    (a text model has no use for an image; a pydantic union error would not say so)."""
+    (a pydantic union error would not say so)."""
     if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
         return
     for i, message in enumerate(body["messages"]):
@@ -171,10 +194,9 @@ def check_blocks(body: Any) -> None:
         for j, block in enumerate(content):
             kind = block.get("type") if isinstance(block, dict) else None
             if isinstance(kind, str) and kind not in BLOCK_TYPES:
-                what = "images are" if kind == "image" else f"content blocks of type {kind!r} are"
                 raise APIError(
                     400,
-                    f"{what} not supported: llmhost serves text models and reads "
+                    f"content blocks of type {kind!r} are not supported: llmhost reads "
                     f"{', '.join(BLOCK_TYPES)} blocks",
                     field=f"messages.{i}.content.{j}.type",
                 )

@@ -1,6 +1,7 @@
 """OpenAI's Responses API (`POST /v1/responses`), stateless: the request body.
 
-Input items: messages (text parts), `function_call` and `function_call_output`. Any other field or
+Input items: messages (text parts, and images as `data:` URIs: a file_id or a remote URL is a 400
+naming it, never fetched), `function_call` and `function_call_output`. Any other field or
 item type is a 400 naming it.
 """
 
@@ -16,7 +17,7 @@ from llmhost.shared.jsontypes import JSONObject
 from llmhost.web.errors import APIError
 
 ITEM_TYPES = ("message", "function_call", "function_call_output", "reasoning")
-PART_TYPES = ("input_text", "output_text", "reasoning_text")
+PART_TYPES = ("input_text", "input_image", "output_text", "reasoning_text")
 ItemId = Annotated[str, Field(max_length=256)]
 
 
@@ -28,15 +29,32 @@ class TextPart(Strict):
     logprobs: list[Any] | None = None
 
 
+class ImagePart(Strict):
+    """An image: `image_url` a `data:` URI (a remote URL or a `file_id` is a 400 naming it)."""
+
+    type: Literal["input_image"]
+    image_url: str | None = None
+    file_id: str | None = None
+    detail: Literal["low", "high", "auto"] = "auto"  # the projector has one resolution: all are one
+
+
+Part = Annotated[TextPart | ImagePart, Discriminator("type")]
+
+
 class MessageItem(Strict):
     type: Literal["message"] = "message"
     role: Literal["user", "assistant", "system", "developer"]
-    content: str | list[TextPart]
+    content: str | list[Part]
     id: ItemId | None = None
     status: str | None = None
 
     def text(self) -> str:
-        return self.content if isinstance(self.content, str) else "".join(p.text for p in self.content)
+        if isinstance(self.content, str):
+            return self.content
+        return "".join(p.text for p in self.content if isinstance(p, TextPart))
+
+    def has_image(self) -> bool:
+        return not isinstance(self.content, str) and any(isinstance(p, ImagePart) for p in self.content)
 
 
 class FunctionCallItem(Strict):
@@ -188,11 +206,9 @@ def check_items(body: Any) -> None:
         for j, part in enumerate(parts if isinstance(parts, list) else []):
             ptype = part.get("type") if isinstance(part, dict) else None
             if isinstance(ptype, str) and ptype not in PART_TYPES:
-                media = ptype in ("input_image", "input_file")
-                what = "images and files are" if media else f"{ptype!r} parts are"
+                what = "files are" if ptype == "input_file" else f"{ptype!r} parts are"
                 raise APIError(
                     400,
-                    f"{what} not supported: llmhost serves text models and reads "
-                    f"{', '.join(PART_TYPES)} parts",
+                    f"{what} not supported: llmhost reads {', '.join(PART_TYPES)} parts",
                     field=f"input.{i}.content.{j}.type",
                 )

@@ -17,7 +17,7 @@ from llmhost.server.protocol.openai import ChatCompletionRequest
 from llmhost.server.serving import generic_tools, thinking, tools
 from llmhost.server.serving.chat_template import TemplateMessage
 from llmhost.server.serving.context import ServingContext
-from llmhost.server.serving.media import chat_media
+from llmhost.server.serving.media import MediaReader, chat_media
 from llmhost.server.serving.params import sampling_params
 from llmhost.server.serving.reasoning import ReasoningSplitter, ThinkSyntax, opened_by, split, syntax_for
 from llmhost.shared.jsontypes import JSONObject
@@ -69,14 +69,15 @@ async def render_chat(
     constraint: Constraint | None,
     tool_parser: str,
     ask: thinking.ThinkingAsk | None = None,
+    read_media: MediaReader | None = None,
 ) -> tuple[ChatPlan, Constraint | None, list[int], tuple[MediaSpan, ...]]:
     """What a chat request decided (its plan and constraint), its prompt's tokens and the places of its
     images and audio in them, before sampling (`ask`: what it asks of a thought, else read from the
-    OpenAI fields)."""
+    OpenAI fields; `read_media`: how its API reads and names its media, else from its parts)."""
     plan, constraint = chat_plan(body, constraint)
     await ctx.check_constraint(constraint)
     ctx.check_capacity()  # a 429 before any work, even a template's 400
-    media = chat_media(body, ctx.settings.max_media_bytes)
+    media = (read_media or (lambda limit: chat_media(body, limit)))(ctx.settings.max_media_bytes)
     ctx.check_media(media)
     template = ctx.chat_template()
     plan.syntax, think = thinking_plan(ctx, body, ask)
@@ -139,17 +140,18 @@ async def start_chat(
     fields: LimitFields,
     tool_parser: str,
     ask: thinking.ThinkingAsk | None = None,
+    read_media: MediaReader | None = None,
 ) -> ChatRun:
     """Render, tokenize and submit a chat request (`constraint`: its structured output, if any; `fields`:
     its token-limit fields in its API's words; `ask`: what it asks of a thought, else read from the
-    OpenAI fields)."""
+    OpenAI fields; `read_media`: how its API reads and names its media, else from its parts)."""
     ctx.names.check(body.model)
-    plan, constraint, prompt, media = await render_chat(ctx, body, constraint, tool_parser, ask)
+    plan, constraint, prompt, spans = await render_chat(ctx, body, constraint, tool_parser, ask, read_media)
     max_tokens = body.max_completion_tokens or body.max_tokens or ctx.remaining(len(prompt))
     top = body.top_logprobs or 0
     params = planned(ctx, plan, sampling_params(body, max_tokens, top if body.logprobs else None, constraint))
     adapters = ctx.adapters.by_model(body.model, body.lora)
-    streams = ctx.submit_choices(rid, [prompt], [params], body.n, fields, adapters, body.priority, media)
+    streams = ctx.submit_choices(rid, [prompt], [params], body.n, fields, adapters, body.priority, spans)
     return ChatRun(plan, streams, len(prompt))
 
 

@@ -229,10 +229,16 @@ class ServingContext:
         messages: list[TemplateMessage],
         tools: list[JSONObject] | None = None,
         kwargs: JSONObject | None = None,
+        media: ChatMedia | None = None,
     ) -> int:
-        """The prompt's length without generating (a count is no load: no capacity check)."""
+        """The prompt's length, `media` included, without generating (a count is no load: no capacity
+        check)."""
         self.require_ready()
-        return len((await asyncio.to_thread(self._render_and_tokenize, messages, tools, kwargs))[1])
+        text, tokens = await asyncio.to_thread(self._render_and_tokenize, messages, tools, kwargs, media)
+        if not media:
+            return len(tokens)
+        has_bos = bool(self.chat_template().bos_token) and text.startswith(self.chat_template().bos_token)
+        return len((await asyncio.to_thread(self._tokenize_media, text, media, not has_bos))[0])
 
     def _render_and_tokenize(
         self,

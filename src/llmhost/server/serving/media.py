@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from llmhost.engine.media import MediaInput, MediaKind, sniff
@@ -30,6 +31,11 @@ class ChatMedia:
         return bool(self.inputs)
 
 
+# a request's media as its own API reads and names them, given --max-media-bytes (called once the
+# server has room for the request: a 429 comes before any decoding)
+MediaReader = Callable[[int], ChatMedia]
+
+
 def chat_media(body: ChatCompletionRequest, max_bytes: int) -> ChatMedia:
     """The media of `body`'s messages, in the order their markers appear in the rendered prompt."""
     inputs: list[MediaInput] = []
@@ -40,7 +46,7 @@ def chat_media(body: ChatCompletionRequest, max_bytes: int) -> ChatMedia:
         for j, part in enumerate(message.content):
             if isinstance(part, ImagePart):
                 field = f"messages[{i}].content[{j}].image_url.url"
-                inputs.append(_checked(_image_bytes(part.image_url.url, field), "image", field, max_bytes))
+                inputs.append(image_from_url(part.image_url.url, field, max_bytes))
             elif isinstance(part, AudioPart):
                 field = f"messages[{i}].content[{j}].input_audio.data"
                 inputs.append(_checked(_base64(part.input_audio.data, field), "audio", field, max_bytes))
@@ -48,6 +54,16 @@ def chat_media(body: ChatCompletionRequest, max_bytes: int) -> ChatMedia:
                 continue
             fields.append(field)
     return ChatMedia(inputs, fields)
+
+
+def image_from_url(url: str, field: str, max_bytes: int) -> MediaInput:
+    """The image of an image URL (a `data:` URI; a remote URL is refused), checked; `field` names it."""
+    return _checked(_image_bytes(url, field), "image", field, max_bytes)
+
+
+def image_from_base64(data: str, field: str, max_bytes: int) -> MediaInput:
+    """The image of bare base64 text (Anthropic's `source.data`), checked; `field` names it."""
+    return _checked(_base64(data, field), "image", field, max_bytes)
 
 
 def _image_bytes(url: str, field: str) -> bytes:

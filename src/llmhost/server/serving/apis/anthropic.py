@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import AsyncIterator
+from functools import partial
 from typing import Literal
 
 from starlette.requests import Request
@@ -18,10 +19,14 @@ from llmhost.server.protocol import anthropic as proto
 from llmhost.server.protocol.openai import (
     ChatCompletionRequest,
     ChatMessage,
+    ContentPart,
     FunctionCall,
     FunctionDef,
+    ImagePart,
+    ImageUrl,
     NamedFunction,
     NamedToolChoice,
+    TextPart,
     Tool,
     ToolCall,
 )
@@ -38,6 +43,7 @@ from llmhost.server.serving.chat import (
     thinking_plan,
 )
 from llmhost.server.serving.context import EventStreamResponse, ServingContext, raise_if_failed
+from llmhost.server.serving.media import ChatMedia, image_from_base64, image_from_url
 from llmhost.web.errors import APIError
 
 API = "messages"
@@ -67,7 +73,10 @@ def _messages(body: proto.CountTokensRequest) -> list[ChatMessage]:
                 for b in blocks
                 if isinstance(b, proto.ToolResultBlock)
             ]
-            if text or not any(isinstance(b, proto.ToolResultBlock) for b in blocks):
+            parts = _user_parts(blocks)
+            if parts is not None:
+                out.append(ChatMessage(role="user", content=parts))
+            elif text or not any(isinstance(b, proto.ToolResultBlock) for b in blocks):
                 out.append(ChatMessage(role="user", content=text))
             continue
         if i == last:
@@ -78,6 +87,8 @@ def _messages(body: proto.CountTokensRequest) -> list[ChatMessage]:
             )
         if any(isinstance(b, proto.ToolResultBlock) for b in blocks):
             raise APIError(400, "tool_result blocks belong in user messages", field=f"messages.{i}.content")
+        if any(isinstance(b, proto.ImageBlock) for b in blocks):
+            raise APIError(400, "image blocks belong in user messages", field=f"messages.{i}.content")
         calls = [
             ToolCall(id=b.id, function=FunctionCall(name=b.name, arguments=json.dumps(b.input)))
             for b in blocks
@@ -89,6 +100,40 @@ def _messages(body: proto.CountTokensRequest) -> list[ChatMessage]:
             )
         )
     return out
+
+
+def _user_parts(blocks: list[proto.AnyBlock]) -> list[ContentPart] | None:
+    """A user turn's text and images in their order (an image is the media marker where it stands), or
+    None where it has no image (its text alone is the content)."""
+    if not any(isinstance(b, proto.ImageBlock) for b in blocks):
+        return None
+    parts: list[ContentPart] = []
+    for b in blocks:
+        if isinstance(b, proto.TextBlock):
+            parts.append(TextPart(type="text", text=b.text))
+        elif isinstance(b, proto.ImageBlock):
+            source = b.source  # its bytes travel in message_media's ChatMedia: the part places the marker
+            url = source.url if isinstance(source, proto.UrlSource) else f"data:{source.media_type};base64,"
+            parts.append(ImagePart(type="image_url", image_url=ImageUrl(url=url)))
+    return parts
+
+
+def message_media(body: proto.CountTokensRequest, max_bytes: int) -> ChatMedia:
+    """The images of `body`, in prompt order, checked as the chat route checks its own (one set of limits
+    and refusals) and named by their Messages fields."""
+    media = ChatMedia([], [])
+    for i, m in enumerate(body.messages):
+        for j, b in enumerate(m.blocks()):
+            if not isinstance(b, proto.ImageBlock):
+                continue
+            if isinstance(b.source, proto.UrlSource):
+                field = f"messages.{i}.content.{j}.source.url"
+                media.inputs.append(image_from_url(b.source.url, field, max_bytes))
+            else:
+                field = f"messages.{i}.content.{j}.source.data"
+                media.inputs.append(image_from_base64(b.source.data, field, max_bytes))
+            media.fields.append(field)
+    return media
 
 
 ChatToolChoice = Literal["none", "auto", "required"] | NamedToolChoice | None
@@ -202,7 +247,8 @@ class AnthropicServing:
         try:
             ask = thinking_ask(body)
             fields = limit_fields.MESSAGES
-            run = await start_chat(self.ctx, to_chat(body), None, rid, fields, self.tool_parser, ask)
+            chat, media = to_chat(body), partial(message_media, body)
+            run = await start_chat(self.ctx, chat, None, rid, fields, self.tool_parser, ask, media)
         except APIError as exc:
             raise renamed(exc) from exc
         if body.stream:
@@ -271,7 +317,9 @@ class AnthropicServing:
             tools.mode(chat)
             messages, offered, _ = template_inputs(self.ctx, chat)
             _, think = thinking_plan(self.ctx, chat, thinking_ask(body))
-            n = await self.ctx.count_chat_tokens(messages, offered, think.kwargs)
+            media = message_media(body, self.ctx.settings.max_media_bytes)
+            self.ctx.check_media(media)
+            n = await self.ctx.count_chat_tokens(messages, offered, think.kwargs, media)
         except APIError as exc:
             raise renamed(exc) from exc
         return TokenCount(input_tokens=n)

@@ -7,6 +7,7 @@ whole conversation, as with chat completions)."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from functools import partial
 from typing import Any
 
 from starlette.requests import Request
@@ -18,10 +19,14 @@ from llmhost.server.protocol import responses as proto
 from llmhost.server.protocol.openai import (
     ChatCompletionRequest,
     ChatMessage,
+    ContentPart,
     FunctionCall,
     FunctionDef,
+    ImagePart,
+    ImageUrl,
     NamedFunction,
     NamedToolChoice,
+    TextPart,
     Tool,
     ToolCall,
 )
@@ -40,6 +45,7 @@ from llmhost.server.serving.apis.responses_events import (
 )
 from llmhost.server.serving.chat import ChatRun, StreamedOutput, logprob_entries, read_message, start_chat
 from llmhost.server.serving.context import EventStreamResponse, ServingContext, raise_if_failed
+from llmhost.server.serving.media import ChatMedia, image_from_url
 from llmhost.server.serving.structured import schema_constraint
 from llmhost.shared.jsontypes import JSONObject
 from llmhost.web.errors import APIError
@@ -69,7 +75,7 @@ def _messages(body: proto.ResponsesRequest) -> list[ChatMessage]:
             out.append(
                 ChatMessage(
                     role=ROLES[item.role],  # type: ignore[arg-type]
-                    content=item.text(),
+                    content=_parts(item) if item.has_image() else item.text(),
                     reasoning_content=thought,
                 )
             )
@@ -93,6 +99,45 @@ def _messages(body: proto.ResponsesRequest) -> list[ChatMessage]:
             field=f"input.{len(body.input) - 1}",
         )
     return out
+
+
+def _parts(item: proto.MessageItem) -> list[ContentPart]:
+    """A message's text and images in their order (an image is the media marker where it stands; its
+    bytes travel in input_media's ChatMedia)."""
+    parts: list[ContentPart] = []
+    for p in [] if isinstance(item.content, str) else item.content:
+        if isinstance(p, proto.TextPart):
+            parts.append(TextPart(type="text", text=p.text))
+        else:
+            parts.append(ImagePart(type="image_url", image_url=ImageUrl(url=p.image_url or "")))
+    return parts
+
+
+def input_media(body: proto.ResponsesRequest, max_bytes: int) -> ChatMedia:
+    """The images of `body`'s input, in prompt order, checked as the chat route checks its own (one set
+    of limits and refusals) and named by their Responses fields."""
+    media = ChatMedia([], [])
+    for i, item in enumerate(body.input if isinstance(body.input, list) else []):
+        if not isinstance(item, proto.MessageItem) or isinstance(item.content, str):
+            continue
+        for j, part in enumerate(item.content):
+            if not isinstance(part, proto.ImagePart):
+                continue
+            field = f"input.{i}.content.{j}"
+            if part.file_id is not None:
+                raise APIError(
+                    400,
+                    "file_id images are not supported: llmhost keeps no files; send the image inline "
+                    "as a data: URI in image_url",
+                    field=f"{field}.file_id",
+                )
+            if part.image_url is None:
+                raise APIError(
+                    400, "an input_image needs an image_url (a data: URI)", field=f"{field}.image_url"
+                )
+            media.inputs.append(image_from_url(part.image_url, f"{field}.image_url", max_bytes))
+            media.fields.append(f"{field}.image_url")
+    return media
 
 
 def _answers(item: proto.Item) -> bool:
@@ -218,6 +263,7 @@ class ResponsesServing:
                 limit_fields.RESPONSES,
                 self.tool_parser,
                 thinking_ask(body),
+                partial(input_media, body),
             )
         except APIError as exc:
             raise renamed(exc) from exc

@@ -28,6 +28,7 @@ from llmhost.engine.media import MediaInput, MediaLimits, MediaSpan
 from llmhost.engine.request import GenerationRequest, SamplingParams, Timings
 from llmhost.server.serving.apis.transcriptions import instruction
 from tests.integration.conftest import Server, start_server, stop_server
+from tests.integration.endpoint_helpers import start_endpoint, stop_endpoint
 from tests.mtmd_session import MtmdSession
 from tests.tinymmproj import Pair, build_audio_pair, build_vision_pair, png, random_pixels, tone, wav
 
@@ -409,3 +410,40 @@ def test_an_image_prompt_evicted_to_host_memory_comes_back_with_its_image(
         assert stats.prompt_cache_hits == 1 and stats.media_encoded == 2
     finally:
         engine.close()
+
+
+def test_an_endpoints_router_routes_the_audio_routes_by_the_forms_model(
+    audio: tuple[Server, Pair], tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    # two components on the same tiny model, one with the projector: the form's `model` picks the copy
+    srv, pair = audio
+    engine = "max_concurrent: 2, max_input_tokens: 1536, max_total_tokens: 2048, max_batch_tokens: 1024"
+    ep = start_endpoint(
+        tmp_path_factory.mktemp("audio-endpoint"),
+        f"""
+name: audio
+components:
+  - name: hear
+    model: {pair.model}
+    resources: {{num_cpus: 0.5, memory_mb: 400}}
+    engine: {{{engine}, mmproj: {pair.mmproj}}}
+  - name: deaf
+    model: {pair.model}
+    resources: {{num_cpus: 0.5, memory_mb: 400}}
+    engine: {{{engine}}}
+""",
+    )
+    try:
+        routed = openai.OpenAI(base_url=f"{ep.url}/v1", api_key="x", timeout=180, max_retries=0)
+        data = wav(tone(hz=550.0, seconds=1.5))
+        clip = ("clip.wav", data)
+        said = routed.audio.transcriptions.create(file=clip, model="hear", response_format="text")
+        assert said == chat_answer(srv, data, "transcribe"), "the copy of `hear` answered, as serve does"
+        with pytest.raises(openai.BadRequestError) as deaf:
+            routed.audio.transcriptions.create(file=clip, model="deaf")
+        assert deaf.value.body["param"] == "file", "the copy of `deaf` answered: it does not hear"
+        with pytest.raises(openai.NotFoundError) as unknown:
+            routed.audio.translations.create(file=clip, model="nobody")
+        assert unknown.value.body["param"] == "model"
+    finally:
+        stop_endpoint(ep)

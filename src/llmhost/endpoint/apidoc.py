@@ -32,6 +32,10 @@ NOTES = {
         "The endpoint router relays it to a copy of the component the body's `model` names (else the "
         "X-Amzn-SageMaker-Inference-Component header, else the only component)."
     ),
+    "form": (
+        "The endpoint router relays it to a copy of the component the form's `model` field names (else "
+        "the X-Amzn-SageMaker-Inference-Component header, else the only component)."
+    ),
     "query": (
         "The endpoint router relays it to a copy of the component `?model=` names (else the header, "
         "else the only component)."

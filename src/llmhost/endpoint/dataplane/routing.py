@@ -16,11 +16,13 @@ from __future__ import annotations
 import json
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from typing import Any, Protocol, TypeVar
 
 from fastapi import APIRouter, Request
 from fastapi.routing import APIRoute
+from starlette.datastructures import Headers
+from starlette.formparsers import MultiPartException, MultiPartParser
 from starlette.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
@@ -79,6 +81,8 @@ MODEL_ROUTES = (
     "/api/embeddings",
     "/api/show",
 )
+# multipart form routes (OpenAI's audio): the component comes from the form's `model` field
+FORM_ROUTES = ("/v1/audio/transcriptions", "/v1/audio/translations")
 NDJSON = "application/x-ndjson"  # Ollama's streams: one JSON object a line
 # GET routes whose component is named in the query (`?model=`)
 QUERY_ROUTES = ("/tokenizer_info",)
@@ -288,7 +292,37 @@ def by_model(registry: Components[C], body: bytes, headers: Mapping[str, str]) -
         data = json.loads(body) if body else None
     except (ValueError, RecursionError):  # not JSON, or nested too deep to read: the copy says why
         data = None
-    model = data.get("model") if isinstance(data, dict) else None
+    return by_model_name(registry, data.get("model") if isinstance(data, dict) else None, headers)
+
+
+async def by_form(registry: Components[C], body: bytes, headers: Mapping[str, str]) -> C | Response:
+    """A multipart form's `model` field names the component; else the header; else the only component
+    (a body that is no form goes on to the copy, which says why)."""
+    return by_model_name(registry, await form_field(body, headers, "model"), headers)
+
+
+async def form_field(body: bytes, headers: Mapping[str, str], name: str) -> str | None:
+    """The text field `name` of a multipart form body, None where there is none or no form."""
+
+    async def whole() -> AsyncGenerator[bytes, None]:
+        yield body
+
+    content_type = headers.get("content-type", "")
+    if not content_type.startswith("multipart/form-data"):
+        return None
+    try:
+        form = await MultiPartParser(Headers({"content-type": content_type}), whole()).parse()
+    except MultiPartException:
+        return None
+    try:
+        value = form.get(name)
+        return value if isinstance(value, str) else None
+    finally:
+        await form.close()
+
+
+def by_model_name(registry: Components[C], model: object, headers: Mapping[str, str]) -> C | Response:
+    """The component a request's `model` names; else the header; else the only component."""
     if isinstance(model, str) and model and model not in UNNAMED_MODELS:
         # Ollama's clients name models `name:tag`, `latest` when no tag was given (/api/tags lists so)
         comp = _named(registry, model) or _named(registry, model.removesuffix(":latest"))
@@ -427,6 +461,13 @@ def data_routes(registry: Components[C], proxy: Forwarder[C]) -> APIRouter:
         adapter = header_adapter(registry, request.headers)
         return await proxy.forward(request, picked, model_named(body, adapter))
 
+    async def route_form(request: Request) -> Response:
+        body = await request.body()
+        picked = await by_form(registry, body, request.headers)
+        if isinstance(picked, Response):
+            return picked
+        return await proxy.forward(request, picked, body)
+
     async def route_query(request: Request) -> Response:
         picked = by_query(registry, request.query_params, request.headers)
         if isinstance(picked, Response):
@@ -449,6 +490,8 @@ def data_routes(registry: Components[C], proxy: Forwarder[C]) -> APIRouter:
     add("/execution-parameters", "GET", route_header, "header")
     for path in MODEL_ROUTES:
         add(path, "POST", route_model, "model")
+    for path in FORM_ROUTES:
+        add(path, "POST", route_form, "form")
     for path in QUERY_ROUTES:
         add(path, "GET", route_query, "query")
     return router

@@ -318,6 +318,11 @@ class EngineSettings:
         endpoint=True,
         metavar="MMPROJ.gguf",
     )
+    no_mmproj: bool = setting(
+        False,
+        "Serve the model's text only: no multimodal projector found with it (the one mmproj GGUF beside "
+        "the model in a directory given, or in its hf:// repository) is loaded or downloaded.",
+    )
     ngram_size: int = setting(
         _DEFAULT.ngram_size,
         "Longest n-gram looked up for drafts.",

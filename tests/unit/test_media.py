@@ -206,3 +206,10 @@ def test_a_projector_for_another_model_is_refused_naming_both_files(tmp_path: Pa
         check_projector(projector_file(tmp_path / "wide.gguf", "clip", 96), "model.gguf", 64)
     with pytest.raises(ProjectorError, match="not a multimodal projector"):
         check_projector(projector_file(tmp_path / "llama.gguf", "llama", 64), "model.gguf", 64)
+
+
+def test_a_media_path_that_is_no_folder_is_refused_before_the_model_is_looked_for(tmp_path: Path) -> None:
+    from llmhost.settings.build import ServeOptions, build
+
+    with pytest.raises(ValueError, match=f"--media-path {tmp_path / 'none'}: no such folder"):
+        build(ServeOptions(str(tmp_path / "no-model"), media_path=str(tmp_path / "none")), env={})

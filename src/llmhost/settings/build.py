@@ -193,6 +193,8 @@ def build(opts: ServeOptions, env: Mapping[str, str] | None = None) -> Built:
     SERVE_SPEC.engine_config(opts.values, env)  # settings that do not go together: before any download
     if opts.mmproj and opts.no_mmproj:
         raise ValueError("--mmproj and --no-mmproj do not go together: give one")
+    if opts.media_path and not Path(opts.media_path).expanduser().is_dir():
+        raise ValueError(f"--media-path {opts.media_path}: no such folder")
     resolved = resolve(opts.model, projector=not (opts.mmproj or opts.no_mmproj))
     opts, purpose = _purposed(opts, resolved.gguf)
     engine = SERVE_SPEC.engine_config(opts.values, env, purpose.n_ctx_train)

@@ -32,7 +32,7 @@ class MediaSources:
     @classmethod
     def of(cls, settings: ServerSettings) -> MediaSources:
         domains = frozenset(h.strip().lower() for h in settings.allowed_media_domains.split(",") if h.strip())
-        folder = Path(settings.media_path).resolve() if settings.media_path else None
+        folder = Path(settings.media_path).expanduser().resolve() if settings.media_path else None
         return cls(settings.max_media_bytes, domains, folder)
 
 

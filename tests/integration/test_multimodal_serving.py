@@ -9,8 +9,10 @@ from __future__ import annotations
 import base64
 import hashlib
 import os
+import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -98,12 +100,63 @@ def fake_ffmpeg(tmp: Path) -> tuple[Path, Path]:
     return folder, ran
 
 
+class MediaHost(ThreadingHTTPServer):
+    """A web server on 127.0.0.1 answering GET with its `files` (path: bytes, sent with no length, so
+    the reader finds their end only by reading) and its `redirects` (path: location)."""
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), _MediaHandler)
+        self.files: dict[str, bytes] = {}
+        self.redirects: dict[str, str] = {}
+        self.url = f"http://127.0.0.1:{self.server_address[1]}"
+
+
+class _MediaHandler(BaseHTTPRequestHandler):
+    server: MediaHost
+
+    def do_GET(self) -> None:
+        if self.path in self.server.redirects:
+            self.send_response(302)
+            self.send_header("Location", self.server.redirects[self.path])
+            self.end_headers()
+        elif self.path in self.server.files:
+            self.send_response(200)
+            self.send_header("Content-Type", "image/png")
+            self.end_headers()
+            self.wfile.write(self.server.files[self.path])
+        else:
+            self.send_error(404)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
 @pytest.fixture(scope="module")
-def vision(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, Pair, Path]]:
-    """The vision pair's server, with an ffprobe on its PATH that notes whether it ran."""
+def media_host() -> Iterator[MediaHost]:
+    host = MediaHost()
+    thread = threading.Thread(target=host.serve_forever, daemon=True)
+    thread.start()
+    yield host
+    host.shutdown()
+    host.server_close()
+
+
+@pytest.fixture(scope="module")
+def media_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The vision server's --media-path (inside a folder whose other files it must not read)."""
+    folder = tmp_path_factory.mktemp("media-root") / "media"
+    folder.mkdir()
+    return folder
+
+
+@pytest.fixture(scope="module")
+def vision(tmp_path_factory: pytest.TempPathFactory, media_dir: Path) -> Iterator[tuple[Server, Pair, Path]]:
+    """The vision pair's server, with an ffprobe on its PATH that notes whether it ran, fetching
+    images from 127.0.0.1 (not from localhost) and reading them under `media_dir`."""
     tmp = tmp_path_factory.mktemp("vision")
     pair = build_vision_pair(tmp / "pair")
     limits = ("--max-image-pixels", str(MAX_PIXELS), "--max-media-bytes", str(MAX_BYTES))
+    limits += ("--allowed-media-domains", "127.0.0.1", "--media-path", str(media_dir))
     ffbin, ran = fake_ffmpeg(tmp)
     env = {"PATH": f"{ffbin}{os.pathsep}{os.environ['PATH']}"}
     srv = start_server(tmp, str(pair.model), "--mmproj", str(pair.mmproj), *ARGS, *limits, env=env)
@@ -270,6 +323,53 @@ def test_messages_and_responses_refusals_name_their_fields(vision: tuple[Server,
             )
         error: Any = caught.value.body
         assert error["param"] == f"input.0.content.1.{field}" and says in error["message"], error
+
+
+def url_part(url: str) -> dict[str, Any]:
+    return {"type": "image_url", "image_url": {"url": url}}
+
+
+def test_an_image_url_on_a_listed_host_or_under_the_media_path_is_read(
+    vision: tuple[Server, Pair, Path], media_host: MediaHost, media_dir: Path
+) -> None:
+    srv, pair, _ = vision
+    data = png(random_pixels(seed=50))
+    (want,) = expected(pair, [data])
+    media_host.files["/cat.png"] = data
+    media_host.redirects["/hop"] = f"{media_host.url}/cat.png"
+    (media_dir / "cat.png").write_bytes(data)
+    c = client(srv)
+    for url in (f"{media_host.url}/cat.png", f"{media_host.url}/hop", "file://cat.png"):
+        assert ask(c, url_part(url)).choices[0].message.content == want, url
+
+
+def test_an_image_url_the_operator_did_not_allow_is_a_400_naming_the_part(
+    vision: tuple[Server, Pair, Path], media_host: MediaHost, media_dir: Path
+) -> None:
+    srv, _, _ = vision
+    unlisted = media_host.url.replace("127.0.0.1", "localhost")
+    media_host.files["/ok.png"] = png(random_pixels(seed=51))
+    media_host.files["/big.png"] = png(random_pixels(64, 64))  # more than MAX_BYTES
+    media_host.redirects["/away"] = f"{unlisted}/ok.png"
+    outside = media_dir.parent / "secret.png"
+    outside.write_bytes(png(random_pixels(seed=52)))
+    (media_dir / "link.png").symlink_to(outside)
+    cases = [
+        (f"{unlisted}/ok.png", "not fetched from localhost"),
+        (f"{media_host.url}/away", "not fetched from localhost"),
+        (f"{media_host.url}/big.png", f"more than --max-media-bytes {MAX_BYTES}"),
+        (f"{media_host.url}/none.png", "answered HTTP 404"),
+        ("file://../secret.png", "outside --media-path"),
+        ("file://link.png", "outside --media-path"),
+        ("file://none.png", "names no file"),
+    ]
+    c = client(srv)
+    for url, says in cases:
+        with pytest.raises(openai.BadRequestError) as caught:
+            ask(c, url_part(url))
+        error = caught.value.body
+        assert error["param"] == "messages[0].content[1].image_url.url", (url, error)
+        assert says in error["message"], (url, error)
 
 
 def test_a_clip_of_audio_gets_libmtmds_answer(audio: tuple[Server, Pair]) -> None:

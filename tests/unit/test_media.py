@@ -4,6 +4,7 @@ the chat parts read from a request and the projector file's check."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hashlib
 from pathlib import Path
@@ -20,7 +21,9 @@ from llmhost.engine.media_cache import EmbeddingCache
 from llmhost.engine.sched.scheduler import Scheduler
 from llmhost.engine.sched.sequence import Sequence
 from llmhost.server.protocol.openai import ChatCompletionRequest
-from llmhost.server.serving.media import chat_media
+from llmhost.server.serving.media import ChatMedia
+from llmhost.server.serving.media import chat_media as chat_media_async
+from llmhost.server.serving.media_sources import MediaSources
 from llmhost.web.errors import APIError
 
 RED = "a" * 64
@@ -142,6 +145,11 @@ def image(data: bytes) -> dict[str, object]:
     }
 
 
+def chat_media(body: ChatCompletionRequest, max_bytes: int) -> ChatMedia:
+    """The media of `body` on a server that allows no remote host and no media folder."""
+    return asyncio.run(chat_media_async(body, MediaSources(max_bytes)))
+
+
 def audio(data: bytes) -> dict[str, object]:
     return {"type": "input_audio", "input_audio": {"data": base64.b64encode(data).decode(), "format": "wav"}}
 
@@ -162,7 +170,8 @@ def test_chat_parts_become_media_in_order_with_markers_in_the_text() -> None:
     ("part", "says"),
     [
         ({"type": "image_url", "image_url": {"url": "http://10.0.0.1/x.png"}}, "not fetched"),
-        ({"type": "image_url", "image_url": {"url": "file:///etc/passwd"}}, "must be a data: URI"),
+        ({"type": "image_url", "image_url": {"url": "file:///etc/passwd"}}, "only under --media-path"),
+        ({"type": "image_url", "image_url": {"url": "ftp://h/x.png"}}, "must be a data: URI"),
         ({"type": "image_url", "image_url": {"url": "data:image/png,rawbytes"}}, "must be base64"),
         ({"type": "image_url", "image_url": {"url": "data:image/png;base64,***"}}, "not valid base64"),
         (image(b"GIF89a" + b"\x00" * 2000), "more than --max-media-bytes 1024"),
@@ -197,3 +206,10 @@ def test_a_projector_for_another_model_is_refused_naming_both_files(tmp_path: Pa
         check_projector(projector_file(tmp_path / "wide.gguf", "clip", 96), "model.gguf", 64)
     with pytest.raises(ProjectorError, match="not a multimodal projector"):
         check_projector(projector_file(tmp_path / "llama.gguf", "llama", 64), "model.gguf", 64)
+
+
+def test_a_media_path_that_is_no_folder_is_refused_before_the_model_is_looked_for(tmp_path: Path) -> None:
+    from llmhost.settings.build import ServeOptions, build
+
+    with pytest.raises(ValueError, match=f"--media-path {tmp_path / 'none'}: no such folder"):
+        build(ServeOptions(str(tmp_path / "no-model"), media_path=str(tmp_path / "none")), env={})

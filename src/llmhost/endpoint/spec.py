@@ -136,6 +136,8 @@ class EngineSpec(_Strict):
     max_media_bytes: int | None = _key("max_media_bytes")
     max_image_pixels: int | None = _key("max_image_pixels")
     max_audio_seconds: float | None = _key("max_audio_seconds")
+    allowed_media_domains: str | None = _key("allowed_media_domains")
+    media_path: str | None = _key("media_path")
     capture_dir: str | None = _key("capture_dir")
     capture_percent: int | None = _key("capture_percent")
     capture_mode: str | None = _key("capture_mode")

@@ -64,6 +64,8 @@ class ServerSettings:
     # the largest medium (image, audio) of a chat request: decoded bytes, pixels, seconds
     max_media_bytes: int = DEFAULT_MAX_MEDIA_BYTES
     max_image_pixels: int = DEFAULT_MAX_IMAGE_PIXELS
+    allowed_media_domains: str = ""  # hosts whose http(s) media URLs are fetched, comma-separated
+    media_path: str = ""  # the folder file:// media URLs are read under; "": refused
     max_audio_seconds: float = DEFAULT_MAX_AUDIO_SECONDS
     # --embeddings: the model is loaded for /v1/embeddings only, no generation engine (llama-server's mode)
     embeddings: EmbedderConfig | None = None

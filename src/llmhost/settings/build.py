@@ -113,13 +113,24 @@ def adapter_specs(opts: ServeOptions) -> tuple[AdapterSpec, ...]:
     return tuple(specs)
 
 
+def _found_mmproj(found: tuple[str, ...]) -> str:
+    """The projector found with the model (none given by --mmproj): its one mmproj, absolute; several
+    are an error naming them, never a guess."""
+    from llmhost.store.model import AmbiguousModelError
+
+    if len(found) > 1:
+        raise AmbiguousModelError(
+            f"the model comes with {len(found)} multimodal projectors ({', '.join(found)}): name the one to "
+            "load with --mmproj, or serve text only with --no-mmproj"
+        )
+    return str(Path(found[0]).absolute()) if found else ""  # a hub snapshot's name, not its blob's
+
+
 def _mmproj(ref: str) -> str:
     """--mmproj's file, absolute; a ModelNotFoundError where it is not there (a local path only: a hub
     or S3 reference is not fetched for a projector yet)."""
     from llmhost.store import ModelNotFoundError
 
-    if not ref:
-        return ""
     path = Path(ref).expanduser()
     if not path.is_file():
         raise ModelNotFoundError(f"--mmproj {ref}: no such file (a local projector GGUF is expected)")
@@ -180,11 +191,15 @@ def build(opts: ServeOptions, env: Mapping[str, str] | None = None) -> Built:
 
     env = os.environ if env is None else env
     SERVE_SPEC.engine_config(opts.values, env)  # settings that do not go together: before any download
-    resolved = resolve(opts.model)
+    if opts.mmproj and opts.no_mmproj:
+        raise ValueError("--mmproj and --no-mmproj do not go together: give one")
+    if opts.media_path and not Path(opts.media_path).expanduser().is_dir():
+        raise ValueError(f"--media-path {opts.media_path}: no such folder")
+    resolved = resolve(opts.model, projector=not (opts.mmproj or opts.no_mmproj))
     opts, purpose = _purposed(opts, resolved.gguf)
     engine = SERVE_SPEC.engine_config(opts.values, env, purpose.n_ctx_train)
     draft_path = str(resolve(opts.draft_model).gguf) if opts.draft_model else ""
-    mmproj_path = _mmproj(opts.mmproj)
+    mmproj_path = _mmproj(opts.mmproj) if opts.mmproj else _found_mmproj(resolved.mmproj)
     hints, recipe, notes = _artifact(opts, resolved)
     engine = as_loaded(engine, opts, env, draft_path, hints, recipe, mmproj_path)
     settings = ServerSettings(

@@ -318,6 +318,11 @@ class EngineSettings:
         endpoint=True,
         metavar="MMPROJ.gguf",
     )
+    no_mmproj: bool = setting(
+        False,
+        "Serve the model's text only: no multimodal projector found with it (the one mmproj GGUF beside "
+        "the model in a directory given, or in its hf:// repository) is loaded or downloaded.",
+    )
     ngram_size: int = setting(
         _DEFAULT.ngram_size,
         "Longest n-gram looked up for drafts.",
@@ -464,6 +469,24 @@ class ChatSettings:
         endpoint=True,
         server="max_media_bytes",
         metavar="BYTES",
+    )
+    allowed_media_domains: str = setting(
+        "",
+        "Comma-separated hosts whose http(s) image URLs chat requests may name (vLLM's option): the "
+        "server fetches them, at most --max-media-bytes, within 10 s, following redirects only to "
+        "listed hosts. Any other remote URL is a 400 naming the part. Empty: none fetched.",
+        endpoint=True,
+        server="allowed_media_domains",
+        metavar="HOST[,HOST...]",
+    )
+    media_path: str = setting(
+        "",
+        "Folder whose files chat requests may name as file:// image URLs, relative to it "
+        "(llama-server's --media-path); a path leading outside it, by .. or a symlink, is a 400 naming "
+        "the part. Empty: file:// URLs refused.",
+        endpoint=True,
+        server="media_path",
+        metavar="DIR",
     )
     max_image_pixels: int = setting(
         DEFAULT_MAX_IMAGE_PIXELS,

@@ -40,6 +40,11 @@ def is_mmproj(name: str) -> bool:
     return "mmproj" in PurePosixPath(name).name.lower()
 
 
+def is_projector_file(name: str) -> bool:
+    """A multimodal projector's GGUF (what is found with a model and loaded as its --mmproj)."""
+    return is_gguf(name) and is_mmproj(name)
+
+
 def model_stem(name: str) -> str:
     """A model file's name without `.gguf` and without a split part's `-00001-of-00003`."""
     m = SPLIT.match(name)

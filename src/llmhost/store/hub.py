@@ -20,13 +20,14 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from llmhost.store.ggufnames import (
     DEFAULT_QUANT,
     GgufModel,
     group_models,
     is_mmproj,
+    is_projector_file,
     matches_quant,
     model_of,
     pick_quant,
@@ -86,19 +87,39 @@ def repo_dir(repo: str, cache: Path | None = None) -> Path:
     return (cache or hub_cache_dir()) / ("models--" + repo.replace("/", "--"))
 
 
-def resolve_hf(uri: str) -> ResolvedModel:
+def resolve_hf(uri: str, *, projector: bool = False) -> ResolvedModel:
     """The model's file in the cache (a split model's first part, its other parts beside it). Not a
-    model directory: the snapshot holds whatever else the repository has."""
-    return ResolvedModel(fetch(parse_hub_ref(uri))[0])
+    model directory: the snapshot holds whatever else the repository has. `projector`: with the mmproj
+    GGUFs in the model's folder of the repository (one: downloaded too; several: named, for the caller
+    to refuse)."""
+    ref = parse_hub_ref(uri)
+    listing = list_repo(ref)
+    model = choose(ref, listing)
+    paths = _fetch_files(ref, listing, model.parts)
+    mmproj = _projectors(ref, listing, model) if projector else ()
+    return ResolvedModel(paths[0], mmproj=mmproj)
 
 
 def fetch(ref: HubRef) -> list[Path]:
     """Every file of the model `ref` names, in the cache (downloaded when missing); the first is the one
     to load."""
     listing = list_repo(ref)
-    model = choose(ref, listing)
+    return _fetch_files(ref, listing, choose(ref, listing).parts)
+
+
+def _projectors(ref: HubRef, listing: Listing, model: GgufModel) -> tuple[str, ...]:
+    """The mmproj GGUFs in the model's folder of the repository: one, in the cache; several, by name."""
+    folder = PurePosixPath(model.first).parent
+    names = sorted(n for n in listing.files if is_projector_file(n) and PurePosixPath(n).parent == folder)
+    if len(names) == 1:
+        return (str(_fetch_files(ref, listing, tuple(names))[0]),)
+    return tuple(f"hf://{ref.repo}/{n}" for n in names)
+
+
+def _fetch_files(ref: HubRef, listing: Listing, names: tuple[str, ...]) -> list[Path]:
+    """The files `names` of the listed repository, in the cache (downloaded when missing)."""
     cache = hub_cache_dir()
-    todo = [name for name in model.parts if _cached(ref, listing.commit, name, cache) is None]
+    todo = [name for name in names if _cached(ref, listing.commit, name, cache) is None]
     if todo and listing.offline_reason:
         raise HubModelError(
             f"{ref.uri}: {listing.offline_reason}, and the cache {cache} lacks "
@@ -106,7 +127,7 @@ def fetch(ref: HubRef) -> list[Path]:
         )
     check_space(ref, [listing.files[n].size for n in todo], cache)
     paths = []
-    for name in model.parts:
+    for name in names:
         cached = _cached(ref, listing.commit, name, cache)
         paths.append(cached or download(ref, listing, name, cache))
     if todo:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from llmhost.errors import NotFoundError
 from llmhost.store.artifact import MODEL_GGUF, is_artifact
-from llmhost.store.ggufnames import SPLIT, GgufModel, group_models, is_gguf, part_name
+from llmhost.store.ggufnames import SPLIT, GgufModel, group_models, is_gguf, is_projector_file, part_name
 
 
 class ModelNotFoundError(NotFoundError, FileNotFoundError):
@@ -31,6 +31,10 @@ class ResolvedModel:
 
     gguf: Path
     model_dir: Path | None = None
+    # the multimodal projectors found with the model when asked for (resolve(..., projector=True)): the
+    # mmproj GGUFs beside it in its folder, or in its hub repository's folder (one: downloaded, a local
+    # path; several: their hf:// references, not downloaded, for an error to name)
+    mmproj: tuple[str, ...] = ()
 
     @property
     def serve_ref(self) -> str:
@@ -96,3 +100,8 @@ def first_part(gguf: Path) -> Path:
 
 def in_directory(directory: Path) -> ResolvedModel:
     return ResolvedModel(model_in(directory), directory)
+
+
+def projectors_beside(gguf: Path) -> tuple[str, ...]:
+    """The multimodal projector GGUFs in the model's own folder (not below it)."""
+    return tuple(str(p) for p in sorted(gguf.parent.iterdir()) if is_projector_file(p.name) and p.is_file())

@@ -5,10 +5,11 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 from pathlib import Path
 
-from llmhost.store.model import ModelNotFoundError, ResolvedModel, first_part, in_directory
+from llmhost.store.model import ModelNotFoundError, ResolvedModel, first_part, in_directory, projectors_beside
 
 DEFAULT_MODEL_REF = "default"
 # SageMaker mounts the model artifacts here
@@ -42,17 +43,19 @@ def _identity(path: Path, sha256: str) -> str:
     return f"{sha256} {st.st_dev} {st.st_ino} {st.st_size} {st.st_mtime_ns}"
 
 
-def resolve(ref: str | None = None) -> ResolvedModel:
-    """Turn `ref` into a GGUF path and its model directory.
+def resolve(ref: str | None = None, *, projector: bool = False) -> ResolvedModel:
+    """Turn `ref` into a GGUF path and its model directory (`projector`: and the multimodal projectors
+    found with it, as llama-server's `-hf` fetches one: beside the model in a directory given, or in its
+    hub repository).
 
     None means: `SM_MODEL_DIR` if set, else `/opt/ml/model` if it exists, else the default model.
     """
     if ref is None:
         env_dir = os.environ.get("SM_MODEL_DIR")
         if env_dir:
-            return in_directory(Path(env_dir))
+            return _directory(Path(env_dir), projector)
         if Path(SAGEMAKER_MODEL_DIR).is_dir():
-            return in_directory(Path(SAGEMAKER_MODEL_DIR))
+            return _directory(Path(SAGEMAKER_MODEL_DIR), projector)
         return ResolvedModel(default_model_path())
     if ref == DEFAULT_MODEL_REF:
         return ResolvedModel(default_model_path())
@@ -63,15 +66,20 @@ def resolve(ref: str | None = None) -> ResolvedModel:
     if ref.startswith("hf://"):
         from llmhost.store.hub import resolve_hf
 
-        return resolve_hf(ref)
+        return resolve_hf(ref, projector=projector)
     path = Path(ref).expanduser()
     if path.is_dir():
-        return in_directory(path)
+        return _directory(path, projector)
     if path.is_file():
         return ResolvedModel(first_part(path))
     raise ModelNotFoundError(
         f"model reference {ref!r} is neither a .gguf file, a directory, an s3:// or hf:// URI nor 'default'"
     )
+
+
+def _directory(path: Path, projector: bool) -> ResolvedModel:
+    found = in_directory(path)
+    return dataclasses.replace(found, mmproj=projectors_beside(found.gguf)) if projector else found
 
 
 def resolve_model(ref: str | None = None) -> Path:

@@ -104,6 +104,8 @@ def expectations(files: dict[str, Path]) -> dict[str, tuple[Any, Callable[[Serve
         "max_media_bytes": (1024, lambda s: s.max_media_bytes, 1024),
         "max_image_pixels": (4096, lambda s: s.max_image_pixels, 4096),
         "max_audio_seconds": (5.0, lambda s: s.max_audio_seconds, 5.0),
+        "allowed_media_domains": ("a.example", lambda s: s.allowed_media_domains, "a.example"),
+        "media_path": ("/srv/media", lambda s: s.media_path, "/srv/media"),
         "capture_dir": ("s3://b/cap/", lambda s: s.capture_dir, "s3://b/cap/"),
         "capture_percent": (20, lambda s: s.capture_percent, 20),
         "capture_mode": ("input", lambda s: s.capture_mode, "input"),

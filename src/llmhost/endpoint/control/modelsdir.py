@@ -28,7 +28,13 @@ from llmhost.engine.kv.memory_fit import gguf_kv_shape, running_kv_bytes
 from llmhost.engine.llamacpp.gguf_check import GGUFError, check_file
 from llmhost.settings.serve import default_value
 from llmhost.store.ggufnames import SPLIT, is_mmproj
-from llmhost.store.model import AmbiguousModelError, ModelNotFoundError, model_in, model_parts
+from llmhost.store.model import (
+    AmbiguousModelError,
+    ModelNotFoundError,
+    model_in,
+    model_parts,
+    projectors_beside,
+)
 
 # what a loaded copy takes beyond its GGUF's pages and its running sequences' KV: the Python process and
 # the server (measured: 135 MiB for the default model), llama.cpp's compute buffers as decodes touch them
@@ -154,6 +160,8 @@ def _component(name: str, model: Path, folder: ModelsDirSpec) -> ComponentSpec:
     if model.suffix == ".yaml" and "://" not in ref and ref != "default":
         ref = str(model.parent / Path(ref).expanduser())  # a path, from the folder (absolute stays)
     raw.setdefault("on_demand", {})
+    if model.is_dir() and not (raw.get("engine") or {}).get("mmproj"):
+        raw = _with_projector(raw, model)
     resources = dict(raw.get("resources") or {})
     if "memory_mb" not in resources:
         resources["memory_mb"] = estimated_memory_mb(_weights(model, ref), raw.get("engine"))
@@ -164,6 +172,20 @@ def _component(name: str, model: Path, folder: ModelsDirSpec) -> ComponentSpec:
         return ComponentSpec.model_validate({**raw, "name": name, "model": ref})
     except ValidationError as exc:
         raise SpecError(f"model {name!r} ({model}): {format_errors(exc, raw)}") from None
+
+
+def _with_projector(raw: dict[str, Any], model: Path) -> dict[str, Any]:
+    """A model folder's settings with the mmproj beside its model as `engine: mmproj` (as `llmhost serve
+    FOLDER` loads it); several there are an error naming them."""
+    found = projectors_beside(model_in(model))
+    if len(found) > 1:
+        raise SpecError(
+            f"models_dir model {model}: {len(found)} multimodal projectors beside it ({', '.join(found)}): "
+            "keep one, or name it as engine: mmproj in its NAME.yaml"
+        )
+    if not found:
+        return raw
+    return {**raw, "engine": {**(raw.get("engine") or {}), "mmproj": found[0]}}
 
 
 def scan(folder: ModelsDirSpec, declared: Collection[str] = ()) -> list[ComponentSpec]:

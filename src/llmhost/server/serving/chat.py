@@ -18,6 +18,7 @@ from llmhost.server.serving import generic_tools, thinking, tools
 from llmhost.server.serving.chat_template import TemplateMessage
 from llmhost.server.serving.context import ServingContext
 from llmhost.server.serving.media import MediaReader, chat_media
+from llmhost.server.serving.media_sources import MediaSources
 from llmhost.server.serving.params import sampling_params
 from llmhost.server.serving.reasoning import ReasoningSplitter, ThinkSyntax, opened_by, split, syntax_for
 from llmhost.shared.jsontypes import JSONObject
@@ -77,7 +78,8 @@ async def render_chat(
     plan, constraint = chat_plan(body, constraint)
     await ctx.check_constraint(constraint)
     ctx.check_capacity()  # a 429 before any work, even a template's 400
-    media = (read_media or (lambda limit: chat_media(body, limit)))(ctx.settings.max_media_bytes)
+    sources = MediaSources.of(ctx.settings)
+    media = await (read_media or (lambda s: chat_media(body, s)))(sources)
     ctx.check_media(media)
     template = ctx.chat_template()
     plan.syntax, think = thinking_plan(ctx, body, ask)

@@ -1,6 +1,6 @@
 """The images and audio of a chat request, read from its content parts and checked before the model's
-projector sees them: inline bytes only (a `data:` URI, base64 audio), no fetch of a remote URL (a
-server that fetched what a request names would be a door into the network it runs in), at most
+projector sees them: inline bytes (a `data:` URI, base64 audio), or an image URL on a host or under a
+folder the operator allows (media_sources.py; no other remote URL is fetched), at most
 --max-media-bytes each, a format libmtmd decodes by their magic bytes. Each refusal is a 400 naming
 the part's field."""
 
@@ -9,11 +9,12 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from llmhost.engine.media import MediaInput, MediaKind, sniff
 from llmhost.server.protocol.openai import AudioPart, ChatCompletionRequest, ImagePart
+from llmhost.server.serving.media_sources import MediaSources, fetch, read_file, too_large
 from llmhost.web.errors import APIError
 
 IMAGE_FORMATS = "PNG, JPEG, GIF or BMP"
@@ -31,13 +32,14 @@ class ChatMedia:
         return bool(self.inputs)
 
 
-# a request's media as its own API reads and names them, given --max-media-bytes (called once the
-# server has room for the request: a 429 comes before any decoding)
-MediaReader = Callable[[int], ChatMedia]
+# a request's media as its own API reads and names them, given what the operator allows (called once
+# the server has room for the request: a 429 comes before any decoding)
+MediaReader = Callable[[MediaSources], Awaitable[ChatMedia]]
 
 
-def chat_media(body: ChatCompletionRequest, max_bytes: int) -> ChatMedia:
+async def chat_media(body: ChatCompletionRequest, sources: MediaSources) -> ChatMedia:
     """The media of `body`'s messages, in the order their markers appear in the rendered prompt."""
+    max_bytes = sources.max_bytes
     inputs: list[MediaInput] = []
     fields: list[str] = []
     for i, message in enumerate(body.messages):
@@ -46,7 +48,7 @@ def chat_media(body: ChatCompletionRequest, max_bytes: int) -> ChatMedia:
         for j, part in enumerate(message.content):
             if isinstance(part, ImagePart):
                 field = f"messages[{i}].content[{j}].image_url.url"
-                inputs.append(image_from_url(part.image_url.url, field, max_bytes))
+                inputs.append(await image_from_url(part.image_url.url, field, sources))
             elif isinstance(part, AudioPart):
                 field = f"messages[{i}].content[{j}].input_audio.data"
                 inputs.append(_checked(_base64(part.input_audio.data, field), "audio", field, max_bytes))
@@ -56,9 +58,10 @@ def chat_media(body: ChatCompletionRequest, max_bytes: int) -> ChatMedia:
     return ChatMedia(inputs, fields)
 
 
-def image_from_url(url: str, field: str, max_bytes: int) -> MediaInput:
-    """The image of an image URL (a `data:` URI; a remote URL is refused), checked; `field` names it."""
-    return _checked(_image_bytes(url, field), "image", field, max_bytes)
+async def image_from_url(url: str, field: str, sources: MediaSources) -> MediaInput:
+    """The image of an image URL (a `data:` URI, a listed host's, a file's under --media-path; any
+    other is refused), checked; `field` names it."""
+    return _checked(await _image_bytes(url, field, sources), "image", field, sources.max_bytes)
 
 
 def image_from_base64(data: str, field: str, max_bytes: int) -> MediaInput:
@@ -66,16 +69,13 @@ def image_from_base64(data: str, field: str, max_bytes: int) -> MediaInput:
     return _checked(_base64(data, field), "image", field, max_bytes)
 
 
-def _image_bytes(url: str, field: str) -> bytes:
-    """The bytes of an image URL: a `data:` URI's; a remote URL is refused, not fetched."""
+async def _image_bytes(url: str, field: str, sources: MediaSources) -> bytes:
+    """The bytes of an image URL: a `data:` URI's, a listed host's, a file's under --media-path."""
     scheme = url.split(":", 1)[0].lower() if ":" in url else ""
     if scheme in ("http", "https"):
-        raise APIError(
-            400,
-            "remote image URLs are not fetched by this server; send the image inline as a data: URI "
-            "(data:image/png;base64,...)",
-            field=field,
-        )
+        return await fetch(url, field, sources)
+    if scheme == "file":
+        return await read_file(url, field, sources)
     if scheme != "data":
         raise APIError(400, "an image URL must be a data: URI (data:image/png;base64,...)", field=field)
     header, sep, payload = url[5:].partition(",")
@@ -94,12 +94,7 @@ def _base64(text: str, field: str) -> bytes:
 def _checked(data: bytes, kind: MediaKind, field: str, max_bytes: int) -> MediaInput:
     """`data` as a medium of `kind`, if it is one of the formats libmtmd decodes and within the limit."""
     if len(data) > max_bytes:
-        raise APIError(
-            400,
-            f"the {kind} is {len(data)} bytes, more than --max-media-bytes {max_bytes}",
-            field=field,
-            extra={"limit": max_bytes},
-        )
+        raise too_large(len(data), kind, field, max_bytes)
     found = sniff(data)
     if found is None or found[0] != kind:
         formats = IMAGE_FORMATS if kind == "image" else AUDIO_FORMATS

@@ -44,6 +44,7 @@ from llmhost.server.serving.chat import (
 )
 from llmhost.server.serving.context import EventStreamResponse, ServingContext, raise_if_failed
 from llmhost.server.serving.media import ChatMedia, image_from_base64, image_from_url
+from llmhost.server.serving.media_sources import MediaSources
 from llmhost.web.errors import APIError
 
 API = "messages"
@@ -118,7 +119,7 @@ def _user_parts(blocks: list[proto.AnyBlock]) -> list[ContentPart] | None:
     return parts
 
 
-def message_media(body: proto.CountTokensRequest, max_bytes: int) -> ChatMedia:
+async def message_media(body: proto.CountTokensRequest, sources: MediaSources) -> ChatMedia:
     """The images of `body`, in prompt order, checked as the chat route checks its own (one set of limits
     and refusals) and named by their Messages fields."""
     media = ChatMedia([], [])
@@ -128,10 +129,10 @@ def message_media(body: proto.CountTokensRequest, max_bytes: int) -> ChatMedia:
                 continue
             if isinstance(b.source, proto.UrlSource):
                 field = f"messages.{i}.content.{j}.source.url"
-                media.inputs.append(image_from_url(b.source.url, field, max_bytes))
+                media.inputs.append(await image_from_url(b.source.url, field, sources))
             else:
                 field = f"messages.{i}.content.{j}.source.data"
-                media.inputs.append(image_from_base64(b.source.data, field, max_bytes))
+                media.inputs.append(image_from_base64(b.source.data, field, sources.max_bytes))
             media.fields.append(field)
     return media
 
@@ -317,7 +318,7 @@ class AnthropicServing:
             tools.mode(chat)
             messages, offered, _ = template_inputs(self.ctx, chat)
             _, think = thinking_plan(self.ctx, chat, thinking_ask(body))
-            media = message_media(body, self.ctx.settings.max_media_bytes)
+            media = await message_media(body, MediaSources.of(self.ctx.settings))
             self.ctx.check_media(media)
             n = await self.ctx.count_chat_tokens(messages, offered, think.kwargs, media)
         except APIError as exc:

@@ -46,6 +46,7 @@ from llmhost.server.serving.apis.responses_events import (
 from llmhost.server.serving.chat import ChatRun, StreamedOutput, logprob_entries, read_message, start_chat
 from llmhost.server.serving.context import EventStreamResponse, ServingContext, raise_if_failed
 from llmhost.server.serving.media import ChatMedia, image_from_url
+from llmhost.server.serving.media_sources import MediaSources
 from llmhost.server.serving.structured import schema_constraint
 from llmhost.shared.jsontypes import JSONObject
 from llmhost.web.errors import APIError
@@ -113,7 +114,7 @@ def _parts(item: proto.MessageItem) -> list[ContentPart]:
     return parts
 
 
-def input_media(body: proto.ResponsesRequest, max_bytes: int) -> ChatMedia:
+async def input_media(body: proto.ResponsesRequest, sources: MediaSources) -> ChatMedia:
     """The images of `body`'s input, in prompt order, checked as the chat route checks its own (one set
     of limits and refusals) and named by their Responses fields."""
     media = ChatMedia([], [])
@@ -135,7 +136,7 @@ def input_media(body: proto.ResponsesRequest, max_bytes: int) -> ChatMedia:
                 raise APIError(
                     400, "an input_image needs an image_url (a data: URI)", field=f"{field}.image_url"
                 )
-            media.inputs.append(image_from_url(part.image_url, f"{field}.image_url", max_bytes))
+            media.inputs.append(await image_from_url(part.image_url, f"{field}.image_url", sources))
             media.fields.append(f"{field}.image_url")
     return media
 

@@ -17,6 +17,7 @@ from typing import Any
 import httpx
 import llama_cpp
 import numpy as np
+import ollama
 import openai
 import pytest
 
@@ -65,6 +66,22 @@ def expected(pair: Pair, media: list[bytes]) -> list[str]:
                 session.detokenize([t for t in tokens if not llama_cpp.llama_vocab_is_eog(session.vocab, t)])
             )
         return answers
+
+
+def driver_answer(pair: Pair, data: bytes, content: str, place: str = "[img]") -> tuple[str, str]:
+    """A user turn of `content` as the template renders it (`place` where the medium goes), and
+    libmtmd's greedy answer to it with `data` there."""
+    with MtmdSession(pair.model, pair.mmproj) as session:
+        prompt = rendered(session, content)
+        bitmap = session.media(data)
+        try:
+            tokens = session.generate(
+                prompt.replace(place, MARKER), [bitmap], N_PREDICT, add_special=False
+            ).tokens
+        finally:
+            session.free([bitmap])
+        eog = llama_cpp.llama_vocab_is_eog
+        return prompt, session.detokenize([t for t in tokens if not eog(session.vocab, t)])
 
 
 def image_part(data: bytes) -> dict[str, Any]:
@@ -292,3 +309,97 @@ def test_an_image_prompt_evicted_to_host_memory_comes_back_with_its_image(
         assert stats.prompt_cache_hits == 1 and stats.media_encoded == 2
     finally:
         engine.close()
+
+
+def ollama_client(srv: Server) -> tuple[ollama.Client, str]:
+    """Ollama's client on `srv`, and the name it lists the model under."""
+    c = ollama.Client(host=srv.url, timeout=120)
+    return c, c.list().models[0].model or ""
+
+
+# greedy, without Ollama's default repeat penalty (1.1), as the OpenAI route samples
+GREEDY = {"num_predict": N_PREDICT, "temperature": 0, "repeat_penalty": 1.0}
+
+
+def test_ollamas_images_get_the_chat_routes_answer_and_show_says_vision(
+    tmp_path: Path, vision: tuple[Server, Pair, Path]
+) -> None:
+    """Ollama puts a message's images before its text: the OpenAI route's answer to the same order."""
+    srv, pair, _ = vision
+    data = png(random_pixels(seed=60))
+    content = [image_part(data), {"type": "text", "text": "What is this?"}]
+    want = client(srv).chat.completions.create(
+        model="m", messages=[{"role": "user", "content": content}], max_tokens=N_PREDICT, temperature=0
+    )
+    c, model = ollama_client(srv)
+    path = tmp_path / "picture.png"
+    path.write_bytes(data)
+    for image in (data, path):
+        message = {"role": "user", "content": "What is this?", "images": [image]}
+        reply = c.chat(model=model, messages=[message], options=GREEDY)
+        assert reply.message.content == want.choices[0].message.content
+    generated = c.generate(model=model, prompt="What is this?", images=[path], options=GREEDY)
+    assert generated.response == want.choices[0].message.content
+    assert generated.context is None  # a prompt with images is no context to continue
+    # raw: the prompt as the template renders it (its BOS too), its image placed with Ollama's [img]
+    prompt, answer = driver_answer(pair, data, "[img]What is this?")
+    assert answer == want.choices[0].message.content
+    raw = c.generate(model=model, prompt=prompt, images=[data], raw=True, options=GREEDY)
+    assert raw.response == answer
+    capabilities = c.show(model).capabilities or []
+    assert "vision" in capabilities and "audio" not in capabilities
+
+
+def test_ollamas_images_that_cannot_be_used_are_400s_naming_the_image(
+    vision: tuple[Server, Pair, Path],
+) -> None:
+    srv, _, _ = vision
+    _, model = ollama_client(srv)
+    image = base64.b64encode(png(random_pixels(seed=61))).decode()
+    ask_chat = {"model": model, "stream": False, "options": GREEDY}
+    cases: list[tuple[str, dict[str, Any], str, str]] = [
+        (
+            "chat",
+            {"messages": [{"role": "user", "content": "hi", "images": [image, "@@@"]}]},
+            "messages[0].images[1]",
+            "base64",
+        ),
+        (
+            "chat",
+            {"messages": [{"role": "user", "content": "hi", "images": ["aGk="]}]},
+            "messages[0].images[0]",
+            "no image or audio format",
+        ),
+        (
+            "generate",
+            {"prompt": "[img] and [img]", "raw": True, "images": [image]},
+            "images",
+            "2 media markers",
+        ),
+        ("generate", {"prompt": "hi", "context": [1, 2], "images": [image]}, "context", "images"),
+    ]
+    for route, extra, field, says in cases:
+        r = httpx.post(f"{srv.url}/api/{route}", json={**ask_chat, **extra}, timeout=60)
+        assert r.status_code == 400 and r.json()["field"] == field and says in r.json()["error"], r.text
+
+
+def test_ollama_sends_audio_as_images(audio: tuple[Server, Pair]) -> None:
+    srv, _ = audio
+    data = wav(tone(hz=440.0))
+    content = [audio_part(data), {"type": "text", "text": "What is this?"}]
+    want = client(srv).chat.completions.create(
+        model="m", messages=[{"role": "user", "content": content}], max_tokens=N_PREDICT, temperature=0
+    )
+    c, model = ollama_client(srv)
+    reply = c.chat(
+        model=model, messages=[{"role": "user", "content": "What is this?", "images": [data]}], options=GREEDY
+    )
+    assert reply.message.content == want.choices[0].message.content
+    assert "audio" in (c.show(model).capabilities or [])
+
+
+def test_a_text_model_refuses_ollamas_image(server: Server) -> None:
+    c, model = ollama_client(server)
+    with pytest.raises(ollama.ResponseError) as caught:
+        c.chat(model=model, messages=[{"role": "user", "content": "hi", "images": [png(random_pixels())]}])
+    assert caught.value.status_code == 400 and "text only" in caught.value.error

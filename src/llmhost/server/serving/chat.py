@@ -17,7 +17,7 @@ from llmhost.server.protocol.openai import ChatCompletionRequest
 from llmhost.server.serving import generic_tools, thinking, tools
 from llmhost.server.serving.chat_template import TemplateMessage
 from llmhost.server.serving.context import ServingContext
-from llmhost.server.serving.media import chat_media
+from llmhost.server.serving.media import ChatMedia, chat_media
 from llmhost.server.serving.params import sampling_params
 from llmhost.server.serving.reasoning import ReasoningSplitter, ThinkSyntax, opened_by, split, syntax_for
 from llmhost.shared.jsontypes import JSONObject
@@ -69,14 +69,17 @@ async def render_chat(
     constraint: Constraint | None,
     tool_parser: str,
     ask: thinking.ThinkingAsk | None = None,
+    media: ChatMedia | None = None,
 ) -> tuple[ChatPlan, Constraint | None, list[int], tuple[MediaSpan, ...]]:
     """What a chat request decided (its plan and constraint), its prompt's tokens and the places of its
     images and audio in them, before sampling (`ask`: what it asks of a thought, else read from the
-    OpenAI fields)."""
+    OpenAI fields; `media`: those of an API that sends them beside its messages, whose markers the
+    messages already hold, else read from the OpenAI content parts)."""
     plan, constraint = chat_plan(body, constraint)
     await ctx.check_constraint(constraint)
     ctx.check_capacity()  # a 429 before any work, even a template's 400
-    media = chat_media(body, ctx.settings.max_media_bytes)
+    if media is None:
+        media = chat_media(body, ctx.settings.max_media_bytes)
     ctx.check_media(media)
     template = ctx.chat_template()
     plan.syntax, think = thinking_plan(ctx, body, ask)

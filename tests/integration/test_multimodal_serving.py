@@ -403,3 +403,31 @@ def test_a_text_model_refuses_ollamas_image(server: Server) -> None:
     with pytest.raises(ollama.ResponseError) as caught:
         c.chat(model=model, messages=[{"role": "user", "content": "hi", "images": [png(random_pixels())]}])
     assert caught.value.status_code == 400 and "text only" in caught.value.error
+
+
+def test_tgi_and_invocations_take_llama_servers_multimodal_data(vision: tuple[Server, Pair, Path]) -> None:
+    """`inputs` as llama-server's prompt object: each of `multimodal_data` takes a marker's place, in
+    order, in the raw prompt; the answer is libmtmd's to the same prompt."""
+    srv, pair, _ = vision
+    data = png(random_pixels(seed=70))
+    prompt, answer = driver_answer(pair, data, f"{QUESTION}{MARKER}?", place=MARKER)
+    encoded = base64.b64encode(data).decode()
+    body = {
+        "inputs": {"prompt_string": prompt, "multimodal_data": [encoded]},
+        "parameters": {"max_new_tokens": N_PREDICT},
+    }
+    generated = httpx.post(f"{srv.url}/generate", json=body, timeout=60)
+    assert generated.status_code == 200 and generated.json()["generated_text"] == answer, generated.text
+    invoked = httpx.post(f"{srv.url}/invocations", json=body, timeout=60)
+    assert invoked.status_code == 200 and invoked.json()[0]["generated_text"] == answer, invoked.text
+    cases = [
+        (
+            {"prompt_string": f"{MARKER}{prompt}", "multimodal_data": [encoded]},
+            "inputs.multimodal_data",
+            "2 media",
+        ),
+        ({"prompt_string": prompt, "multimodal_data": ["@@@"]}, "inputs.multimodal_data[0]", "base64"),
+    ]
+    for inputs, field, says in cases:
+        r = httpx.post(f"{srv.url}/generate", json={**body, "inputs": inputs}, timeout=60)
+        assert r.status_code == 400 and r.json()["field"] == field and says in r.json()["error"], r.text

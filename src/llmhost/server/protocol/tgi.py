@@ -75,9 +75,30 @@ class TGIParameters(BaseModel):
         )
 
 
+class MultimodalPrompt(BaseModel):
+    """llama-server's prompt object: a prompt and the base64 images or audio that take the places of its
+    media markers (`<__media__>`), in order."""
+
+    model_config = STRICT
+
+    prompt_string: Annotated[str, Field(min_length=1)]
+    multimodal_data: list[str] | None = None
+
+
 class TGIRequest(BaseModel):
     model_config = STRICT
 
-    inputs: Annotated[str, Field(min_length=1)]
+    inputs: Annotated[str, Field(min_length=1)] | MultimodalPrompt
     parameters: TGIParameters = Field(default_factory=TGIParameters)
     stream: bool = False
+
+    @property
+    def text(self) -> str:
+        """The prompt's text (with its media markers, where it has media)."""
+        return self.inputs if isinstance(self.inputs, str) else self.inputs.prompt_string
+
+    @property
+    def media(self) -> list[tuple[str, str]]:
+        """The base64 media, each with the field it came from."""
+        data = [] if isinstance(self.inputs, str) else self.inputs.multimodal_data or []
+        return [(f"inputs.multimodal_data[{i}]", item) for i, item in enumerate(data)]

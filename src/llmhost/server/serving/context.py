@@ -217,6 +217,7 @@ class ServingContext:
     ) -> tuple[list[int], tuple[MediaSpan, ...]]:
         """A raw prompt's tokens with `media` at its markers (MEDIA_MARKER), in order (a BOS only where
         it has none); a marker count unlike the media's is a 400 naming `field`, the media's list."""
+        self.check_capacity()
         self.check_media(media)
         if (markers := text.count(MEDIA_MARKER)) != len(media.inputs):
             raise APIError(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, Field
+from pydantic import BaseModel, BeforeValidator, Field, PlainValidator
 from pydantic_core import PydanticCustomError
 
 from llmhost.engine.request import INT32_MAX
@@ -85,10 +85,29 @@ class MultimodalPrompt(BaseModel):
     multimodal_data: list[str] | None = None
 
 
+Prompt = Annotated[str, Field(min_length=1)]
+
+
+def _inputs(value: Any) -> str | MultimodalPrompt:
+    """A string or llama-server's prompt object, told apart by JSON type so that a refusal names `inputs`
+    (or the object's field), not a member of the union."""
+    if isinstance(value, dict):
+        return MultimodalPrompt.model_validate(value)
+    if not isinstance(value, str):
+        raise PydanticCustomError(
+            "inputs_type", "Input should be a string, or an object {prompt_string, multimodal_data}"
+        )
+    if not value:
+        raise PydanticCustomError("string_too_short", "String should have at least 1 character")
+    return value
+
+
 class TGIRequest(BaseModel):
     model_config = STRICT
 
-    inputs: Annotated[str, Field(min_length=1)] | MultimodalPrompt
+    inputs: Annotated[
+        str | MultimodalPrompt, PlainValidator(_inputs, json_schema_input_type=Prompt | MultimodalPrompt)
+    ]
     parameters: TGIParameters = Field(default_factory=TGIParameters)
     stream: bool = False
 

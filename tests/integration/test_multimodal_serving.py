@@ -20,6 +20,7 @@ import anthropic
 import httpx
 import llama_cpp
 import numpy as np
+import ollama
 import openai
 import pytest
 
@@ -70,6 +71,22 @@ def expected(pair: Pair, media: list[bytes]) -> list[str]:
                 session.detokenize([t for t in tokens if not llama_cpp.llama_vocab_is_eog(session.vocab, t)])
             )
         return answers
+
+
+def driver_answer(pair: Pair, data: bytes, content: str, place: str = "[img]") -> tuple[str, str]:
+    """A user turn of `content` as the template renders it (`place` where the medium goes), and
+    libmtmd's greedy answer to it with `data` there."""
+    with MtmdSession(pair.model, pair.mmproj) as session:
+        prompt = rendered(session, content)
+        bitmap = session.media(data)
+        try:
+            tokens = session.generate(
+                prompt.replace(place, MARKER), [bitmap], N_PREDICT, add_special=False
+            ).tokens
+        finally:
+            session.free([bitmap])
+        eog = llama_cpp.llama_vocab_is_eog
+        return prompt, session.detokenize([t for t in tokens if not eog(session.vocab, t)])
 
 
 def image_part(data: bytes) -> dict[str, Any]:
@@ -547,3 +564,125 @@ components:
         assert unknown.value.body["param"] == "model"
     finally:
         stop_endpoint(ep)
+
+
+def ollama_client(srv: Server) -> tuple[ollama.Client, str]:
+    """Ollama's client on `srv`, and the name it lists the model under."""
+    c = ollama.Client(host=srv.url, timeout=120)
+    return c, c.list().models[0].model or ""
+
+
+# greedy, without Ollama's default repeat penalty (1.1), as the OpenAI route samples
+GREEDY = {"num_predict": N_PREDICT, "temperature": 0, "repeat_penalty": 1.0}
+
+
+def test_ollamas_images_get_the_chat_routes_answer_and_show_says_vision(
+    tmp_path: Path, vision: tuple[Server, Pair, Path]
+) -> None:
+    """Ollama puts a message's images before its text: the OpenAI route's answer to the same order."""
+    srv, pair, _ = vision
+    data = png(random_pixels(seed=60))
+    content = [image_part(data), {"type": "text", "text": "What is this?"}]
+    want = client(srv).chat.completions.create(
+        model="m", messages=[{"role": "user", "content": content}], max_tokens=N_PREDICT, temperature=0
+    )
+    c, model = ollama_client(srv)
+    path = tmp_path / "picture.png"
+    path.write_bytes(data)
+    for image in (data, path):
+        message = {"role": "user", "content": "What is this?", "images": [image]}
+        reply = c.chat(model=model, messages=[message], options=GREEDY)
+        assert reply.message.content == want.choices[0].message.content
+    generated = c.generate(model=model, prompt="What is this?", images=[path], options=GREEDY)
+    assert generated.response == want.choices[0].message.content
+    assert generated.context is None  # a prompt with images is no context to continue
+    # raw: the prompt as the template renders it (its BOS too), its image placed with Ollama's [img]
+    prompt, answer = driver_answer(pair, data, "[img]What is this?")
+    assert answer == want.choices[0].message.content
+    raw = c.generate(model=model, prompt=prompt, images=[data], raw=True, options=GREEDY)
+    assert raw.response == answer
+    capabilities = c.show(model).capabilities or []
+    assert "vision" in capabilities and "audio" not in capabilities
+
+
+def test_ollamas_images_that_cannot_be_used_are_400s_naming_the_image(
+    vision: tuple[Server, Pair, Path],
+) -> None:
+    srv, _, _ = vision
+    _, model = ollama_client(srv)
+    image = base64.b64encode(png(random_pixels(seed=61))).decode()
+    ask_chat = {"model": model, "stream": False, "options": GREEDY}
+    cases: list[tuple[str, dict[str, Any], str, str]] = [
+        (
+            "chat",
+            {"messages": [{"role": "user", "content": "hi", "images": [image, "@@@"]}]},
+            "messages[0].images[1]",
+            "base64",
+        ),
+        (
+            "chat",
+            {"messages": [{"role": "user", "content": "hi", "images": ["aGk="]}]},
+            "messages[0].images[0]",
+            "no image or audio format",
+        ),
+        (
+            "generate",
+            {"prompt": "[img] and [img]", "raw": True, "images": [image]},
+            "images",
+            "2 media markers",
+        ),
+        ("generate", {"prompt": "hi", "context": [1, 2], "images": [image]}, "context", "images"),
+    ]
+    for route, extra, field, says in cases:
+        r = httpx.post(f"{srv.url}/api/{route}", json={**ask_chat, **extra}, timeout=60)
+        assert r.status_code == 400 and r.json()["field"] == field and says in r.json()["error"], r.text
+
+
+def test_ollama_sends_audio_as_images(audio: tuple[Server, Pair]) -> None:
+    srv, _ = audio
+    data = wav(tone(hz=440.0))
+    content = [audio_part(data), {"type": "text", "text": "What is this?"}]
+    want = client(srv).chat.completions.create(
+        model="m", messages=[{"role": "user", "content": content}], max_tokens=N_PREDICT, temperature=0
+    )
+    c, model = ollama_client(srv)
+    reply = c.chat(
+        model=model, messages=[{"role": "user", "content": "What is this?", "images": [data]}], options=GREEDY
+    )
+    assert reply.message.content == want.choices[0].message.content
+    assert "audio" in (c.show(model).capabilities or [])
+
+
+def test_a_text_model_refuses_ollamas_image(server: Server) -> None:
+    c, model = ollama_client(server)
+    with pytest.raises(ollama.ResponseError) as caught:
+        c.chat(model=model, messages=[{"role": "user", "content": "hi", "images": [png(random_pixels())]}])
+    assert caught.value.status_code == 400 and "text only" in caught.value.error
+
+
+def test_tgi_and_invocations_take_llama_servers_multimodal_data(vision: tuple[Server, Pair, Path]) -> None:
+    """`inputs` as llama-server's prompt object: each of `multimodal_data` takes a marker's place, in
+    order, in the raw prompt; the answer is libmtmd's to the same prompt."""
+    srv, pair, _ = vision
+    data = png(random_pixels(seed=70))
+    prompt, answer = driver_answer(pair, data, f"{QUESTION}{MARKER}?", place=MARKER)
+    encoded = base64.b64encode(data).decode()
+    body = {
+        "inputs": {"prompt_string": prompt, "multimodal_data": [encoded]},
+        "parameters": {"max_new_tokens": N_PREDICT},
+    }
+    generated = httpx.post(f"{srv.url}/generate", json=body, timeout=60)
+    assert generated.status_code == 200 and generated.json()["generated_text"] == answer, generated.text
+    invoked = httpx.post(f"{srv.url}/invocations", json=body, timeout=60)
+    assert invoked.status_code == 200 and invoked.json()[0]["generated_text"] == answer, invoked.text
+    cases = [
+        (
+            {"prompt_string": f"{MARKER}{prompt}", "multimodal_data": [encoded]},
+            "inputs.multimodal_data",
+            "2 media",
+        ),
+        ({"prompt_string": prompt, "multimodal_data": ["@@@"]}, "inputs.multimodal_data[0]", "base64"),
+    ]
+    for inputs, field, says in cases:
+        r = httpx.post(f"{srv.url}/generate", json={**body, "inputs": inputs}, timeout=60)
+        assert r.status_code == 400 and r.json()["field"] == field and says in r.json()["error"], r.text

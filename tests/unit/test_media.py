@@ -21,7 +21,7 @@ from llmhost.engine.media_cache import EmbeddingCache
 from llmhost.engine.sched.scheduler import Scheduler
 from llmhost.engine.sched.sequence import Sequence
 from llmhost.server.protocol.openai import ChatCompletionRequest
-from llmhost.server.serving.media import ChatMedia
+from llmhost.server.serving.media import ChatMedia, base64_media
 from llmhost.server.serving.media import chat_media as chat_media_async
 from llmhost.server.serving.media_sources import MediaSources
 from llmhost.web.errors import APIError
@@ -186,6 +186,22 @@ def test_a_part_that_cannot_be_used_is_a_400_naming_its_field(part: dict[str, ob
     field = "image_url.url" if part["type"] == "image_url" else "input_audio.data"
     assert caught.value.status == 400 and caught.value.field == f"messages[0].content[1].{field}"
     assert says in caught.value.message
+
+
+def test_bare_base64_media_are_images_or_audio_by_their_bytes() -> None:
+    """Ollama's `images` and llama-server's `multimodal_data`: one list, each medium's kind its bytes'."""
+    items = [("images[0]", base64.b64encode(WAV).decode()), ("images[1]", base64.b64encode(PNG).decode())]
+    media = base64_media(items, 1 << 20)
+    assert [m.kind for m in media.inputs] == ["audio", "image"] and media.fields == ["images[0]", "images[1]"]
+    for data, says in [("***", "not valid base64"), (base64.b64encode(b"hi").decode(), "no image or audio")]:
+        with pytest.raises(APIError) as caught:
+            base64_media([items[0], ("images[1]", data)], 1 << 20)
+        assert caught.value.field == "images[1]" and says in caught.value.message
+    with pytest.raises(APIError) as caught:
+        base64_media(items, 16)
+    assert (
+        caught.value.field == "images[0]" and "bytes, more than --max-media-bytes 16" in caught.value.message
+    )
 
 
 def projector_file(path: Path, arch: str, width: int) -> Path:

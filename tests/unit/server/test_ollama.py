@@ -126,10 +126,13 @@ def test_thinking_and_tools_are_capabilities_of_the_template() -> None:
     assert err.value.message == '"m" does not support tools' and err.value.field == "tools"
 
 
-def test_images_are_refused_naming_the_field() -> None:
-    with pytest.raises(APIError) as err:
-        op.no_images([proto.Message(role="user", content="x", images=["aGk="])], None)
-    assert err.value.field == "messages.0.images"
+def test_images_go_where_ollama_puts_them() -> None:
+    """At each [img] in order; those without one before the text."""
+    m = "<__media__>"
+    assert op.with_images("what is this?", 2) == f"{m}{m}what is this?"
+    assert op.with_images("compare [img] with [img]", 2) == f"compare {m} with {m}"
+    assert op.with_images("compare [img] with", 2) == f"{m}compare {m} with"
+    assert op.with_images("no images [img]", 0) == "no images [img]"
 
 
 def test_messages_carry_calls_and_results_to_the_template() -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, Field
+from pydantic import BaseModel, BeforeValidator, Field, PlainValidator
 from pydantic_core import PydanticCustomError
 
 from llmhost.engine.request import INT32_MAX
@@ -75,9 +75,49 @@ class TGIParameters(BaseModel):
         )
 
 
+class MultimodalPrompt(BaseModel):
+    """llama-server's prompt object: a prompt and the base64 images or audio that take the places of its
+    media markers (`<__media__>`), in order."""
+
+    model_config = STRICT
+
+    prompt_string: Annotated[str, Field(min_length=1)]
+    multimodal_data: list[str] | None = None
+
+
+Prompt = Annotated[str, Field(min_length=1)]
+
+
+def _inputs(value: Any) -> str | MultimodalPrompt:
+    """A string or llama-server's prompt object, told apart by JSON type so that a refusal names `inputs`
+    (or the object's field), not a member of the union."""
+    if isinstance(value, dict):
+        return MultimodalPrompt.model_validate(value)
+    if not isinstance(value, str):
+        raise PydanticCustomError(
+            "inputs_type", "Input should be a string, or an object {prompt_string, multimodal_data}"
+        )
+    if not value:
+        raise PydanticCustomError("string_too_short", "String should have at least 1 character")
+    return value
+
+
 class TGIRequest(BaseModel):
     model_config = STRICT
 
-    inputs: Annotated[str, Field(min_length=1)]
+    inputs: Annotated[
+        str | MultimodalPrompt, PlainValidator(_inputs, json_schema_input_type=Prompt | MultimodalPrompt)
+    ]
     parameters: TGIParameters = Field(default_factory=TGIParameters)
     stream: bool = False
+
+    @property
+    def text(self) -> str:
+        """The prompt's text (with its media markers, where it has media)."""
+        return self.inputs if isinstance(self.inputs, str) else self.inputs.prompt_string
+
+    @property
+    def media(self) -> list[tuple[str, str]]:
+        """The base64 media, each with the field it came from."""
+        data = [] if isinstance(self.inputs, str) else self.inputs.multimodal_data or []
+        return [(f"inputs.multimodal_data[{i}]", item) for i, item in enumerate(data)]

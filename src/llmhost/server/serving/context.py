@@ -28,7 +28,7 @@ from llmhost.engine import (
 from llmhost.engine.embedder_loop import AsyncEmbedder
 from llmhost.engine.loop import RequestStream
 from llmhost.engine.lora import AdapterSet
-from llmhost.engine.media import MediaError, MediaLimits, MediaSpan
+from llmhost.engine.media import MEDIA_MARKER, MediaError, MediaLimits, MediaSpan
 from llmhost.engine.request import ParamError
 from llmhost.server.errors import from_engine
 from llmhost.server.limit_fields import COMPLETIONS, LimitFields
@@ -211,6 +211,24 @@ class ServingContext:
                 "images or audio)",
                 field=media.fields[0],
             )
+
+    async def media_prompt(
+        self, text: str, media: ChatMedia, field: str
+    ) -> tuple[list[int], tuple[MediaSpan, ...]]:
+        """A raw prompt's tokens with `media` at its markers (MEDIA_MARKER), in order (a BOS only where
+        it has none); a marker count unlike the media's is a 400 naming `field`, the media's list."""
+        self.check_capacity()
+        self.check_media(media)
+        if (markers := text.count(MEDIA_MARKER)) != len(media.inputs):
+            raise APIError(
+                400,
+                f"the prompt holds {markers} media markers ({MEDIA_MARKER}) for {len(media.inputs)} media: "
+                "each medium takes the place of one marker, in order",
+                field=field,
+            )
+        bos = self.engine.info.bos_token
+        add_special = not (bos and text.startswith(bos))
+        return await asyncio.to_thread(self._tokenize_media, text, media, add_special)
 
     def media_limits(self) -> MediaLimits:
         s = self.settings

@@ -69,8 +69,25 @@ def image_from_base64(data: str, field: str, max_bytes: int) -> MediaInput:
     return _checked(_base64(data, field), "image", field, max_bytes)
 
 
+def base64_media(items: list[tuple[str, str]], max_bytes: int) -> ChatMedia:
+    """Media sent as bare base64 (Ollama's `images`, llama-server's `multimodal_data`), in order: each is
+    an image or audio by its magic bytes, as those APIs take both in one list. `items`: (field, base64)."""
+    inputs = [_checked(_base64(text, field), None, field, max_bytes) for field, text in items]
+    return ChatMedia(inputs, [field for field, _ in items])
+
+
+def given(media: ChatMedia) -> MediaReader:
+    """A reader of media an API read before rendering (Ollama's images, whose places it checks first)."""
+
+    async def read(_: MediaSources) -> ChatMedia:
+        return media
+
+    return read
+
+
 async def _image_bytes(url: str, field: str, sources: MediaSources) -> bytes:
     """The bytes of an image URL: a `data:` URI's, a listed host's, a file's under --media-path."""
+
     scheme = url.split(":", 1)[0].lower() if ":" in url else ""
     if scheme in ("http", "https"):
         return await fetch(url, field, sources)
@@ -91,11 +108,18 @@ def _base64(text: str, field: str) -> bytes:
         raise APIError(400, "not valid base64", field=field) from None
 
 
-def _checked(data: bytes, kind: MediaKind, field: str, max_bytes: int) -> MediaInput:
-    """`data` as a medium of `kind`, if it is one of the formats libmtmd decodes and within the limit."""
+def _checked(data: bytes, kind: MediaKind | None, field: str, max_bytes: int) -> MediaInput:
+    """`data` as a medium of `kind` (None: either, as its bytes say), if it is one of the formats
+    libmtmd decodes and within the limit."""
     if len(data) > max_bytes:
-        raise too_large(len(data), kind, field, max_bytes)
+        raise too_large(len(data), kind or "medium", field, max_bytes)
     found = sniff(data)
+    if found is None and kind is None:
+        raise APIError(
+            400, f"the bytes are of no image or audio format ({IMAGE_FORMATS}; {AUDIO_FORMATS})", field=field
+        )
+    if kind is None and found is not None:
+        kind = found[0]
     if found is None or found[0] != kind:
         formats = IMAGE_FORMATS if kind == "image" else AUDIO_FORMATS
         what = "of no image or audio format" if found is None else f"{found[1]}, not {kind}"

@@ -17,6 +17,7 @@ from starlette.responses import Response
 
 from llmhost.engine import Constraint, FinishReason, GenerationEvent
 from llmhost.engine.loop import RequestStream
+from llmhost.engine.media import MEDIA_MARKER, MediaSpan
 from llmhost.server import limit_fields
 from llmhost.server.protocol import ollama as proto
 from llmhost.server.protocol.outputs import json_response
@@ -25,6 +26,7 @@ from llmhost.server.serving import tools
 from llmhost.server.serving.apis import ollama_params as op
 from llmhost.server.serving.chat import ChatPlan, StreamedOutput, planned, read_message, render_chat
 from llmhost.server.serving.context import EventStreamResponse, ServingContext, raise_if_failed
+from llmhost.server.serving.media import given
 from llmhost.server.serving.thinking import ThinkingAsk
 from llmhost.web.errors import APIError
 
@@ -87,6 +89,7 @@ class Run:
     prompt: list[int]
     started_ns: int
     context: bool = False  # /api/generate through a template: the final object carries `context`
+    media: tuple[MediaSpan, ...] = ()  # the places of its images in `prompt`
     output_ids: list[int] = field(default_factory=list)
 
     def piece(self, text: str, calls: list[OllamaToolCall] | None = None, thought: str = "") -> OllamaPiece:
@@ -179,20 +182,21 @@ class OllamaServing:
 
     async def chat(self, body: proto.ChatRequest, request: Request) -> Response:
         started = time.monotonic_ns()
-        op.no_images(body.messages, None)
         ask = self._check(body)
         if not body.messages:
             return load_answer(body.model, chat=True)
         op.check_tools(body.tools, body.model, self.ctx.chat_template(), self.ctx.settings.tool_format)
         constraint = op.constraint(body.format)
         chat = op.chat_request(body)
-        plan, _, prompt, _ = await render_chat(self.ctx, chat, constraint, self.tool_parser, ask)
-        run = Run(body.model, True, plan, prompt, started)
+        media = op.chat_media(body.messages, self.ctx.settings.max_media_bytes)
+        plan, _, prompt, spans = await render_chat(
+            self.ctx, chat, constraint, self.tool_parser, ask, given(media)
+        )
+        run = Run(body.model, True, plan, prompt, started, media=spans)
         return await self._generate(run, body, constraint, request)
 
     async def generate(self, body: proto.GenerateRequest, request: Request) -> Response:
         started = time.monotonic_ns()
-        op.no_images([], body.images)
         empty = not body.prompt and not body.context
         ask = self._check(body)
         if body.template:
@@ -207,22 +211,30 @@ class OllamaServing:
         if empty:
             return load_answer(body.model, chat=False)
         constraint = op.constraint(body.format)
-        plan, prompt, templated = await self._generate_prompt(body, constraint, ask)
-        run = Run(body.model, False, plan, prompt, started, context=templated)
+        plan, prompt, spans, templated = await self._generate_prompt(body, constraint, ask)
+        # a prompt with images is no `context` to continue: its images' places are no token ids
+        run = Run(body.model, False, plan, prompt, started, context=templated and not spans, media=spans)
         return await self._generate(run, body, constraint, request)
 
     async def _generate_prompt(
         self, body: proto.GenerateRequest, constraint: Constraint | None, ask: ThinkingAsk
-    ) -> tuple[ChatPlan, list[int], bool]:
-        """The prompt of /api/generate: raw as given, or through the model's chat template (a model with
-        none takes the prompt as is, as Ollama's default template `{{ .Prompt }}` does)."""
+    ) -> tuple[ChatPlan, list[int], tuple[MediaSpan, ...], bool]:
+        """The prompt of /api/generate and the places of its images: raw as given, or through the model's
+        chat template (a model with none takes the prompt as is, as Ollama's default template
+        `{{ .Prompt }}` does)."""
+        media = op.generate_media(body.images, self.ctx.settings.max_media_bytes)
         prefix = self.ctx.check_tokens(list(body.context or []), "context")
+        if media and prefix:
+            # the spans' positions count from the prompt's start: a context before it would shift them
+            raise APIError(
+                400, "context cannot be continued with images: send the whole prompt", field="context"
+            )
         source = self._template_source()
         if not body.raw and source is not None:
-            plan, _, prompt, _ = await render_chat(
-                self.ctx, op.generate_messages(body), constraint, self.tool_parser, ask
+            plan, _, prompt, spans = await render_chat(
+                self.ctx, op.generate_messages(body), constraint, self.tool_parser, ask, given(media)
             )
-            return plan, prefix + prompt, True
+            return plan, prefix + prompt, spans, True
         if body.system and not body.raw:
             raise APIError(
                 400,
@@ -232,9 +244,14 @@ class OllamaServing:
             )
         await self.ctx.check_constraint(constraint)
         text = body.prompt or ""
+        if media:  # a raw prompt places its images itself, with Ollama's [img] or libmtmd's marker
+            tokens, spans = await self.ctx.media_prompt(
+                text.replace(op.IMAGE_PLACE, MEDIA_MARKER), media, "images"
+            )
+            return ChatPlan("none", None), tokens, spans, not body.raw
         bos = self.ctx.engine.info.bos_token
         tokens = await self.ctx.prompt_tokens(text, add_special=not (bos and text.startswith(bos)))
-        return ChatPlan("none", None), prefix + tokens, not body.raw
+        return ChatPlan("none", None), prefix + tokens, (), not body.raw
 
     async def _generate(
         self,
@@ -249,7 +266,7 @@ class OllamaServing:
         adapters = self.ctx.adapters.by_model(body.model.removesuffix(":latest"))  # a LoRA adapter's name
         chat = isinstance(body, proto.ChatRequest)
         fields = limit_fields.OLLAMA_CHAT if chat else limit_fields.OLLAMA_GENERATE
-        streams = self.ctx.submit_choices(rid, [run.prompt], [params], 1, fields, adapters)
+        streams = self.ctx.submit_choices(rid, [run.prompt], [params], 1, fields, adapters, media=run.media)
         if body.stream:
             return EventStreamResponse(
                 self._stream(run, streams[0]), streams, on_error=error_line, media_type=NDJSON

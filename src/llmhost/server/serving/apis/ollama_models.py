@@ -181,7 +181,7 @@ class OllamaModels:
             found.append("tools")
         if supports_thinking(template, self.ctx.settings.reasoning_format):
             found.append("thinking")
-        return found
+        return found + self.ctx.input_capabilities()  # vision, audio: what its --mmproj reads
 
     def _chat_template(self, source: str) -> ChatTemplate | None:
         """The chat template requests render with; None where there is none, or it does not parse (each

@@ -1,5 +1,6 @@
 """An Ollama request in llmhost's terms: `options` as sampling parameters and limits, `format` as a
-constraint, messages and tools as the chat path's, and the capability checks (`think`, `images`)."""
+constraint, messages (their images at media markers) and tools as the chat path's, and the capability
+checks (`think`, `tools`)."""
 
 from __future__ import annotations
 
@@ -7,12 +8,14 @@ import json
 from typing import Any
 
 from llmhost.engine import Constraint, ConstraintKind, SamplingParams
+from llmhost.engine.media import MEDIA_MARKER
 from llmhost.server.protocol import ollama as proto
 from llmhost.server.protocol.openai import ChatCompletionRequest, ChatMessage, FunctionCall, FunctionDef, Tool
 from llmhost.server.protocol.openai import ToolCall as OpenAIToolCall
 from llmhost.server.serving.chat_template import ChatTemplate
 from llmhost.server.serving.context import build_params
 from llmhost.server.serving.generic_tools import renders_tools
+from llmhost.server.serving.media import ChatMedia, base64_media
 from llmhost.server.serving.reasoning import syntax_for
 from llmhost.server.serving.structured import schema_constraint
 from llmhost.server.serving.thinking import ThinkingAsk
@@ -159,14 +162,32 @@ def supports_thinking(template_source: str, reasoning_format: str) -> bool:
     return syntax_for(reasoning_format, template_source) is not None
 
 
-def no_images(messages: list[proto.Message], images: list[str] | None) -> None:
-    """llmhost serves text models: images are Ollama's 400 for a model without vision."""
-    fields = ["images"] if images else []
-    fields += [f"messages.{i}.images" for i, m in enumerate(messages) if m.images]
-    if fields:
-        raise APIError(
-            400, "this model does not support image input (llmhost serves text models)", field=fields[0]
-        )
+IMAGE_PLACE = "[img]"  # where Ollama puts a message's next image; the rest go before its text
+
+
+def with_images(content: str, n_images: int) -> str:
+    """`content` with a media marker for each of its `n_images`, where Ollama puts them: at each
+    `[img]` in order, the rest before the text."""
+    for _ in range(n_images):
+        if IMAGE_PLACE not in content:
+            return MEDIA_MARKER * n_images + content
+        content = content.replace(IMAGE_PLACE, MEDIA_MARKER, 1)
+        n_images -= 1
+    return content
+
+
+def chat_media(messages: list[proto.Message], max_bytes: int) -> ChatMedia:
+    """The images (or audio: Ollama sends both as `images`) of the messages, in prompt order."""
+    items = [
+        (f"messages[{i}].images[{j}]", data)
+        for i, m in enumerate(messages)
+        for j, data in enumerate(m.images or [])
+    ]
+    return base64_media(items, max_bytes)
+
+
+def generate_media(images: list[str] | None, max_bytes: int) -> ChatMedia:
+    return base64_media([(f"images[{j}]", data) for j, data in enumerate(images or [])], max_bytes)
 
 
 def _call(call: proto.ToolCall, i: int, turn: int) -> OpenAIToolCall:
@@ -190,7 +211,7 @@ def chat_messages(messages: list[proto.Message]) -> list[ChatMessage]:
         out.append(
             ChatMessage(
                 role=m.role,
-                content=m.content or "",
+                content=with_images(m.content or "", len(m.images or [])),
                 name=m.tool_name if m.role == "tool" else None,
                 tool_calls=tool_calls,
                 tool_call_id=call_id,
@@ -217,5 +238,5 @@ def chat_request(body: proto.ChatRequest) -> ChatCompletionRequest:
 def generate_messages(body: proto.GenerateRequest) -> ChatCompletionRequest:
     """/api/generate through the model's chat template: the system prompt and the prompt as a user turn."""
     messages = [ChatMessage(role="system", content=body.system)] if body.system else []
-    messages.append(ChatMessage(role="user", content=body.prompt or ""))
+    messages.append(ChatMessage(role="user", content=with_images(body.prompt or "", len(body.images or []))))
     return ChatCompletionRequest(messages=messages, model=body.model)

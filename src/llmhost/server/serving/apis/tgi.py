@@ -10,6 +10,7 @@ from starlette.responses import StreamingResponse
 from llmhost import __version__
 from llmhost.engine import GenerationEvent, SamplingParams, TokenLogprob
 from llmhost.engine.loop import RequestStream
+from llmhost.engine.media import MediaSpan
 from llmhost.server import limit_fields
 from llmhost.server.protocol.limits import MAX_STOP_SEQUENCES
 from llmhost.server.protocol.outputs import Generation, Info
@@ -23,6 +24,7 @@ from llmhost.server.serving.context import (
     raise_if_failed,
     sse,
 )
+from llmhost.server.serving.media import base64_media
 from llmhost.server.serving.structured import tgi_constraint
 from llmhost.web.errors import APIError
 
@@ -96,13 +98,33 @@ class TGIServing:
         params = sampling_params(p, 1)  # validates before tokenizing; max_new_tokens set below
         adapters = ctx.adapters.by_id(p.adapter_id)
         await ctx.check_constraint(params.constraint)
-        prompt = await ctx.prompt_tokens(body.inputs)
+        prompt, spans = await self._prompt(body)
         if p.truncate is not None and len(prompt) > p.truncate:
+            if spans:  # the media's places count from the prompt's start: the cut would move them
+                raise APIError(
+                    422,
+                    f"the prompt with its media is {len(prompt)} tokens: truncate {p.truncate} would cut it",
+                    field="parameters.truncate",
+                )
             prompt = prompt[-p.truncate :]  # TGI keeps the end of the input
         params.max_tokens = p.max_new_tokens or min(
             ctx.settings.default_max_new_tokens, ctx.remaining(len(prompt))
         )
-        return ctx.submit(new_id("tgi"), prompt, params, limit_fields.TGI, adapters=adapters), prompt
+        rid = new_id("tgi")
+        return ctx.submit(rid, prompt, params, limit_fields.TGI, adapters=adapters, media=spans), prompt
+
+    async def _prompt(self, body: TGIRequest) -> tuple[list[int], tuple[MediaSpan, ...]]:
+        """The prompt's tokens, and the places of its media (llama-server's `multimodal_data`)."""
+        media = base64_media(body.media, self.ctx.settings.max_media_bytes)
+        if not media:
+            return await self.ctx.prompt_tokens(body.text), ()
+        if body.parameters.decoder_input_details:
+            raise APIError(
+                422,
+                "decoder_input_details (the prompt's logprobs) is not given for a prompt with media",
+                field="parameters.decoder_input_details",
+            )
+        return await self.ctx.media_prompt(body.text, media, "inputs.multimodal_data")
 
     def _token(self, lp: TokenLogprob | None, token: int, text: str | None = None) -> TGIToken:
         return {
@@ -150,7 +172,7 @@ class TGIServing:
         raise_if_failed(last)
         self.ctx.finished("tgi", last)
         text = "".join(e.text for e in events)
-        out = Generation(generated_text=(body.inputs + text) if body.parameters.return_full_text else text)
+        out = Generation(generated_text=(body.text + text) if body.parameters.return_full_text else text)
         if body.parameters.details:
             out.details = self._details(body, events, prompt)
             out.details["best_of_sequences"] = None
@@ -182,7 +204,7 @@ class TGIServing:
                 }
                 if event.finished and last:
                     text = "".join(pieces)
-                    msg["generated_text"] = (body.inputs + text) if body.parameters.return_full_text else text
+                    msg["generated_text"] = (body.text + text) if body.parameters.return_full_text else text
                     if body.parameters.details:
                         msg["details"] = self._details(body, [event])
                     self.ctx.finished("tgi", event)

@@ -19,6 +19,8 @@ INFERENCE_PATHS = frozenset(
     {
         "/invocations",
         "/v1/chat/completions",
+        "/v1/audio/transcriptions",
+        "/v1/audio/translations",
         "/v1/completions",
         "/v1/embeddings",
         "/v1/messages",

@@ -43,7 +43,9 @@ def files(tmp_path: Path) -> dict[str, Path]:
         "draft": tmp_path / "d.gguf",
         "mmproj": tmp_path / "p.gguf",
         "template": tmp_path / "t.jinja",
+        "media": tmp_path / "media",
     }
+    out["media"].mkdir()
     out["model"].write_bytes(b"GGUF")
     out["draft"].write_bytes(b"GGUF")
     out["mmproj"].write_bytes(b"GGUF")
@@ -105,7 +107,7 @@ def expectations(files: dict[str, Path]) -> dict[str, tuple[Any, Callable[[Serve
         "max_image_pixels": (4096, lambda s: s.max_image_pixels, 4096),
         "max_audio_seconds": (5.0, lambda s: s.max_audio_seconds, 5.0),
         "allowed_media_domains": ("a.example", lambda s: s.allowed_media_domains, "a.example"),
-        "media_path": ("/srv/media", lambda s: s.media_path, "/srv/media"),
+        "media_path": (str(files["media"]), lambda s: s.media_path, str(files["media"])),
         "capture_dir": ("s3://b/cap/", lambda s: s.capture_dir, "s3://b/cap/"),
         "capture_percent": (20, lambda s: s.capture_percent, 20),
         "capture_mode": ("input", lambda s: s.capture_mode, "input"),

@@ -15,6 +15,7 @@ import yaml
 
 from llmhost.bench.process import ENDPOINT_COPY_MEMORY_MB
 from llmhost.endpoint.spec import parse_endpoint
+from llmhost.engine.kv.memory_fit import RUNTIME_MARGIN_MB
 from llmhost.shared.jsontypes import JSONObject
 from llmhost.tune.adapters import SERVED_NAME, Adapters
 from llmhost.tune.doc import Answer, PickJSON, TuneDoc
@@ -29,15 +30,16 @@ FORMAT = "llmhost-tune/1"
 
 def copy_memory_mb(rec: CandidateRecord) -> int:
     """Memory to reserve per copy: the largest resident size its copies reached while measured, plus
-    a quarter for longer contexts than the workload's, in 64 MB steps; the sweep's own figure when
-    nothing was measured."""
+    a quarter for longer contexts than the workload's (at least the runtime margin a copy's own memory
+    fit keeps at start: a small model's quarter is less, and its copy then refused to start), in 64 MB
+    steps; the sweep's own figure when nothing was measured."""
     p = rec.processes
     server = p["server"] if p is not None else None
     copies = (p["children"] if p is not None else []) or ([server] if server is not None else [])
     rss = max((c["rss_mb"] for c in copies), default=None)
     if rss is None:
         return ENDPOINT_COPY_MEMORY_MB
-    return int(math.ceil(rss * 1.25 / 64.0) * 64)
+    return int(math.ceil(max(rss * 1.25, rss + RUNTIME_MARGIN_MB) / 64.0) * 64)
 
 
 def endpoint_doc(

@@ -227,6 +227,14 @@ def test_endpoint_doc_for_copies_and_baseline() -> None:
     assert spec.components[0].resources.threads == 3 and spec.router.num_cpus == 1
     # the largest copy's measured resident size and a quarter more, in 64 MB steps
     assert spec.components[0].resources.memory_mb == 576
+    # a small copy: at least the runtime margin its own start keeps beside what it measured (150 + 64)
+    copies.processes = {"server": None, "children": [{"rss_mb": 150.0}]}
+    assert (
+        parse_endpoint(endpoint_doc(copies, "default", 8, 1.5, router_cpus=1))
+        .components[0]
+        .resources.memory_mb
+        == 256
+    )
     base = endpoint_doc(CandidateRecord(Candidate(baseline=True)), "default", 8, 1.5, router_cpus=1)
     assert base["components"][0]["resources"]["num_cpus"] == 8 and base["components"][0]["engine"] == {}
     assert "router" not in base  # one copy: nothing to keep a router's CPUs for

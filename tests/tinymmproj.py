@@ -21,6 +21,7 @@ import io
 import struct
 import wave
 import zlib
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -184,31 +185,34 @@ def build_qwen2a_mmproj(path: str | Path, seed: int = 0) -> Path:
 def build_vision_pair(directory: str | Path, seed: int = 0) -> Pair:
     """`directory`/model.gguf (Gemma 3, with Gemma's image markers as control tokens) and
     `directory`/mmproj.gguf (the `gemma3` projector)."""
-    d = Path(directory)
-    d.mkdir(parents=True, exist_ok=True)
-    model = build_tiny_gguf(
-        d / "model.gguf",
-        arch="gemma3",
-        chat_template=CHAT_TEMPLATE,
-        special_tokens=["<start_of_turn>", "<end_of_turn>", *IMAGE_MARKERS],
-        seed=seed,
-    )
-    return Pair(model, build_gemma3_mmproj(d / "mmproj.gguf", seed))
+    return _pair(directory, "gemma3", IMAGE_MARKERS, build_gemma3_mmproj, seed)
 
 
 def build_audio_pair(directory: str | Path, seed: int = 0) -> Pair:
     """`directory`/model.gguf (Qwen2, with Qwen2-Audio's markers as control tokens) and
     `directory`/mmproj.gguf (the `qwen2a` projector)."""
+    return _pair(directory, "qwen2", AUDIO_MARKERS, build_qwen2a_mmproj, seed)
+
+
+def _pair(
+    directory: str | Path,
+    arch: str,
+    markers: Sequence[str],
+    build_mmproj: Callable[[Path, int], Path],
+    seed: int,
+) -> Pair:
+    """A tiny text model of `arch` whose vocabulary holds the projector's `markers` as control tokens,
+    and its projector, in `directory`."""
     d = Path(directory)
     d.mkdir(parents=True, exist_ok=True)
     model = build_tiny_gguf(
         d / "model.gguf",
-        arch="qwen2",
+        arch=arch,
         chat_template=CHAT_TEMPLATE,
-        special_tokens=["<start_of_turn>", "<end_of_turn>", *AUDIO_MARKERS],
+        special_tokens=["<start_of_turn>", "<end_of_turn>", *markers],
         seed=seed,
     )
-    return Pair(model, build_qwen2a_mmproj(d / "mmproj.gguf", seed))
+    return Pair(model, build_mmproj(d / "mmproj.gguf", seed))
 
 
 BUILDERS = {"vision": build_vision_pair, "audio": build_audio_pair}

@@ -29,7 +29,16 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.mtmd_session import MtmdSession
-from tests.tinymmproj import Pair, build_audio_pair, build_vision_pair, png, random_pixels, tone, wav
+from tests.tinymmproj import (
+    Pair,
+    build_audio_pair,
+    build_mrope_pair,
+    build_vision_pair,
+    png,
+    random_pixels,
+    tone,
+    wav,
+)
 
 N_PREDICT = 8
 
@@ -108,6 +117,7 @@ def compare(
 ) -> dict[str, Any]:
     parts = {
         "vision": [{"type": "text", "text": "What is in "}, part, {"type": "text", "text": "?"}],
+        "mrope": [{"type": "text", "text": "What is in "}, part, {"type": "text", "text": "?"}],
         "audio": [part, {"type": "text", "text": "What is this sound?"}],
     }[name]
     peer = ask_peer(llama_server, pair, [{"role": "user", "content": parts}], tmp / f"{name}.log")
@@ -143,13 +153,17 @@ def main() -> None:
         "vision": compare(
             args.llama_server, "vision", build_vision_pair(tmp / "vision"), image, image_part, tmp
         ),
+        "mrope": compare(args.llama_server, "mrope", build_mrope_pair(tmp / "mrope"), image, image_part, tmp),
         "audio": compare(args.llama_server, "audio", build_audio_pair(tmp / "audio"), clip, audio_part, tmp),
     }
     version = subprocess.run([args.llama_server, "--version"], capture_output=True, text=True)
     import llama_cpp
 
     result = {
-        "pairs": "tests/tinymmproj.py: gemma3 projector + Gemma 3 text; qwen2a projector + Qwen2 text",
+        "pairs": (
+            "tests/tinymmproj.py: gemma3 projector + Gemma 3 text; qwen2vl_merger projector + Qwen2-VL "
+            "text (M-RoPE); qwen2a projector + Qwen2 text"
+        ),
         "llama_server": (version.stdout + version.stderr).strip().splitlines()[-2:],
         "llama_cpp_python": llama_cpp.__version__,
         "cases": cases,

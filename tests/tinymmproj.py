@@ -49,7 +49,13 @@ ENC_FF = 64  # not ENC_EMBD: clip.cpp swaps up and down where the down matrix is
 ENC_HEADS = 2
 ENC_LAYERS = 2
 
+# the M-RoPE vision tower (Qwen2-VL's): patches of 4, merged 2x2, the image resized to multiples of 8
+# between 8 and 4096 merged patches; a 48x40 image is 6x5 = 30 embeddings over max(6, 5) = 6 positions
+MROPE_PATCH = 4
+MROPE_MERGE = 2
+
 IMAGE_MARKERS = ("<start_of_image>", "<end_of_image>")
+MROPE_MARKERS = ("<|vision_start|>", "<|vision_end|>")
 AUDIO_MARKERS = ("<|audio_bos|>", "<|audio_eos|>")
 
 # a Gemma-style turn format; a message's content is a string or (as llama-server renders an image or
@@ -182,6 +188,33 @@ def build_qwen2a_mmproj(path: str | Path, seed: int = 0) -> Path:
     return _write(path, w, t)
 
 
+def build_qwen2vl_mmproj(path: str | Path, seed: int = 0) -> Path:
+    """Write the `qwen2vl_merger` vision projector (Qwen2-VL's) to `path`: a ViT over patches of
+    MROPE_PATCH (two patch kernels, one a frame: an image is one frame given twice), rotary positions
+    in 2D (M-RoPE, so no position table), and a merger that concatenates each 2x2 block of patches and
+    maps it through a GELU MLP into the text model's width."""
+    path = Path(path)
+    w = _writer(path, "qwen2vl_merger")
+    w.add_bool("clip.has_vision_encoder", True)
+    w.add_bool("clip.use_gelu", True)
+    _encoder_hparams(w, "vision", 1e-6)
+    w.add_uint32("clip.vision.image_size", 64)
+    w.add_uint32("clip.vision.patch_size", MROPE_PATCH)
+    w.add_uint32("clip.vision.spatial_merge_size", MROPE_MERGE)
+    w.add_array("clip.vision.image_mean", [0.5, 0.5, 0.5])
+    w.add_array("clip.vision.image_std", [0.5, 0.5, 0.5])
+    t = _Tensors(seed)
+    for name in ("v.patch_embd.weight", "v.patch_embd.weight.1"):  # no bias: clip.cpp asserts none
+        t.add(name, (MROPE_PATCH, MROPE_PATCH, 3, ENC_EMBD))
+    _encoder_layers(t, "v", k_bias=True)
+    merged = ENC_EMBD * MROPE_MERGE**2
+    t.add("mm.0.weight", (merged, merged), std=merged**-0.5)
+    t.add("mm.0.bias", (merged,), std=0.02)
+    t.add("mm.2.weight", (merged, N_EMBD), std=merged**-0.5)
+    t.add("mm.2.bias", (N_EMBD,), std=0.02)
+    return _write(path, w, t)
+
+
 def build_vision_pair(directory: str | Path, seed: int = 0) -> Pair:
     """`directory`/model.gguf (Gemma 3, with Gemma's image markers as control tokens) and
     `directory`/mmproj.gguf (the `gemma3` projector)."""
@@ -215,7 +248,13 @@ def _pair(
     return Pair(model, build_mmproj(d / "mmproj.gguf", seed))
 
 
-BUILDERS = {"vision": build_vision_pair, "audio": build_audio_pair}
+def build_mrope_pair(directory: str | Path, seed: int = 0) -> Pair:
+    """`directory`/model.gguf (Qwen2-VL's text model: M-RoPE, with its vision markers as control
+    tokens) and `directory`/mmproj.gguf (the `qwen2vl_merger` projector)."""
+    return _pair(directory, "qwen2vl", MROPE_MARKERS, build_qwen2vl_mmproj, seed)
+
+
+BUILDERS = {"vision": build_vision_pair, "audio": build_audio_pair, "mrope": build_mrope_pair}
 
 
 def random_pixels(height: int = 48, width: int = 40, seed: int = 0) -> np.ndarray:

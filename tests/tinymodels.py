@@ -28,7 +28,7 @@ import gguf
 import numpy as np
 
 # the architectures this module builds (a "mistral" model is a `llama` GGUF with Mistral's tokens)
-ARCHS = ("llama", "qwen2", "qwen3", "qwen3moe", "gemma3", "phi3", "granite", "gpt-oss", "bert")
+ARCHS = ("llama", "qwen2", "qwen2vl", "qwen3", "qwen3moe", "gemma3", "phi3", "granite", "gpt-oss", "bert")
 
 N_EMBD = 64
 N_LAYER = 2
@@ -41,6 +41,7 @@ N_EXPERT_USED = 2
 N_FF_EXPERT = 32
 N_CTX_TRAIN = 4096
 N_CTX_TRAIN_BERT = 512  # a BERT learns one position embedding per position: a table of this many
+MROPE_SECTIONS = (2, 3, 3, 0)  # HEAD_DIM / 2 rotated pairs, as Qwen2-VL's (16, 24, 24, 0) of 64
 SWA_WINDOW = 128  # Gemma 3's and gpt-oss's: small, so tests reach past it; every second layer is full
 
 
@@ -183,7 +184,7 @@ def _attention(w: _Weights, arch: str, i: int) -> None:
         w.add("blk.{bid}.attn_q.weight", (N_EMBD, q), bid=i)
         w.add("blk.{bid}.attn_k.weight", (N_EMBD, kv), bid=i)
         w.add("blk.{bid}.attn_v.weight", (N_EMBD, kv), bid=i)
-    if arch in ("qwen2", "bert", "gpt-oss"):
+    if arch in ("qwen2", "qwen2vl", "bert", "gpt-oss"):
         w.add("blk.{bid}.attn_q.bias", (q,), bid=i)
         w.add("blk.{bid}.attn_k.bias", (kv,), bid=i)
         w.add("blk.{bid}.attn_v.bias", (kv,), bid=i)
@@ -305,6 +306,8 @@ def _hparams(writer: gguf.GGUFWriter, arch: str, reranker: bool) -> None:
         writer.add_expert_count(N_EXPERT)
         writer.add_expert_used_count(N_EXPERT_USED)
         writer.add_expert_feed_forward_length(N_FF_EXPERT)
+    if arch == "qwen2vl":  # M-RoPE: the rotated pairs of a head split over time, height, width (and none)
+        writer.add_rope_dimension_sections(list(MROPE_SECTIONS))
     if arch in ("gemma3", "gpt-oss"):
         writer.add_sliding_window(SWA_WINDOW)
         writer.add_uint32(f"{arch}.attention.sliding_window_pattern", 2)

@@ -33,7 +33,16 @@ from llmhost.server.serving.apis.transcriptions import instruction
 from tests.integration.conftest import Server, start_server, stop_server
 from tests.integration.endpoint_helpers import start_endpoint, stop_endpoint
 from tests.mtmd_session import MtmdSession
-from tests.tinymmproj import Pair, build_audio_pair, build_vision_pair, png, random_pixels, tone, wav
+from tests.tinymmproj import (
+    Pair,
+    build_audio_pair,
+    build_mrope_pair,
+    build_vision_pair,
+    png,
+    random_pixels,
+    tone,
+    wav,
+)
 
 N_PREDICT = 8
 QUESTION = "What is in "
@@ -190,6 +199,16 @@ def audio(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, Pa
     stop_server(srv)
 
 
+@pytest.fixture(scope="module")
+def mrope(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, Pair]]:
+    """The M-RoPE pair's server (Qwen2-VL's family: an image's embeddings over fewer positions)."""
+    tmp = tmp_path_factory.mktemp("mrope")
+    pair = build_mrope_pair(tmp / "pair")
+    srv = start_server(tmp, str(pair.model), "--mmproj", str(pair.mmproj), *ARGS)
+    yield srv, pair
+    stop_server(srv)
+
+
 def client(srv: Server) -> openai.OpenAI:
     return openai.OpenAI(base_url=f"{srv.url}/v1", api_key="x", timeout=120, max_retries=0)
 
@@ -249,6 +268,42 @@ def test_a_repeated_image_is_a_cache_hit_and_not_encoded_again(vision: tuple[Ser
     assert other.model_extra["timings"]["encode_ms"] == 0
     assert srv.metric("llmhost_media_cache_hits_total") == hits + 1
     assert srv.metric("llmhost_media_encoded_total") == encoded
+
+
+def test_an_m_rope_image_gets_libmtmds_answer_and_counts_every_embedding(mrope: tuple[Server, Pair]) -> None:
+    """Qwen2-VL's family lays an image's 30 embeddings over 6 positions: the answers are libmtmd's (and
+    llama-server's, benchmarks/mtmd_peer_check.py), alone and four at once; the prompt counts (and the
+    KV must hold) every embedding, as llama-server counts them; a repeated image is a cache hit."""
+    srv, pair = mrope
+    images = [png(random_pixels(seed=40 + i)) for i in range(4)]
+    want = expected(pair, images)
+    assert len(set(want)) > 1
+    c = client(srv)
+    alone = ask(c, image_part(images[0]))
+    assert alone.choices[0].message.content == want[0]
+    with MtmdSession(pair.model, pair.mmproj) as session:
+        bitmap = session.media(images[0])
+        try:
+            run = session.generate(rendered(session, f"{QUESTION}{MARKER}?"), [bitmap], 1, add_special=False)
+        finally:
+            session.free([bitmap])
+    assert [(c.kind, c.n_tokens, c.n_pos) for c in run.chunks][1] == ("image", 30, 6)
+    assert alone.usage.prompt_tokens == sum(c.n_tokens for c in run.chunks)
+    with ThreadPoolExecutor(4) as pool:
+        replies = list(pool.map(lambda data: ask(c, image_part(data)), images))
+    assert [r.choices[0].message.content for r in replies] == want
+    again = ask(c, image_part(images[0]))
+    assert again.choices[0].message.content == want[0]
+    assert again.usage.prompt_tokens_details.cached_tokens == again.usage.prompt_tokens - 1
+    assert again.model_extra["timings"]["encode_ms"] == 0
+    # within max_total_tokens by positions, past it by the cells its embeddings fill: refused up front
+    big = png(random_pixels(height=200, width=200, seed=49))  # 25x25 embeddings over 25 positions
+    with pytest.raises(openai.UnprocessableEntityError) as refused:
+        content = [{"type": "text", "text": QUESTION}, image_part(big), {"type": "text", "text": "?"}]
+        c.chat.completions.create(model="m", messages=[{"role": "user", "content": content}], max_tokens=1900)
+    assert refused.value.body["param"] == "max_tokens"
+    assert "641 tokens + max_tokens 1900" in refused.value.message  # 41 positions, 641 embeddings
+    assert ask(c, image_part(images[1])).choices[0].message.content == want[1]
 
 
 def test_what_cannot_be_used_is_a_400_naming_the_part(vision: tuple[Server, Pair, Path]) -> None:
@@ -474,12 +529,14 @@ def test_a_projector_that_is_not_one_is_refused_at_start(
     assert f"--mmproj {pair.model} is not a multimodal projector" in str(caught.value)
 
 
+@pytest.mark.parametrize("kind", ["vision", "mrope"])
 def test_an_image_prompt_evicted_to_host_memory_comes_back_with_its_image(
-    vision: tuple[Server, Pair, Path],
+    kind: str, vision: tuple[Server, Pair, Path], mrope: tuple[Server, Pair]
 ) -> None:
     """In the engine: one sequence and no extra cached stream, so another prompt evicts the first to the
-    host-memory tier, whose state (keyed by the image's ids too) serves it again, image included."""
-    _, pair, _ = vision
+    host-memory tier, whose state (keyed by the image's ids too) serves it again, image included; under
+    M-RoPE too, whose image cells sit at fewer positions than the prompt gives it."""
+    pair = vision[1] if kind == "vision" else mrope[1]
     config = EngineConfig(
         mmproj=str(pair.mmproj),
         max_concurrent=1,

@@ -19,7 +19,9 @@ from tests.tinymmproj import (
     SAMPLE_RATE,
     build_audio_pair,
     build_gemma3_mmproj,
+    build_mrope_pair,
     build_qwen2a_mmproj,
+    build_qwen2vl_mmproj,
     build_vision_pair,
     png,
     random_pixels,
@@ -50,7 +52,7 @@ def audio(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MtmdSession]:
 
 
 def test_the_projectors_are_seeded_and_small(tmp_path: Path) -> None:
-    for build in (build_gemma3_mmproj, build_qwen2a_mmproj):
+    for build in (build_gemma3_mmproj, build_qwen2vl_mmproj, build_qwen2a_mmproj):
         a, b, c = (build(tmp_path / f"{build.__name__}-{i}.gguf", seed=s) for i, s in enumerate((0, 0, 1)))
         assert a.read_bytes() == b.read_bytes() != c.read_bytes()
         assert a.stat().st_size < 1 << 20
@@ -87,6 +89,30 @@ def test_an_image_is_one_chunk_of_the_pooled_patches_and_decodes_deterministical
             vision.free([other])
     finally:
         vision.free([encoded, raw])
+
+
+def test_an_m_rope_image_lays_its_merged_patches_over_fewer_positions(tmp_path: Path) -> None:
+    pair = build_mrope_pair(tmp_path)
+    with MtmdSession(pair.model, pair.mmproj) as session:
+        assert session.vision and session.mrope
+        encoded = session.media(png(random_pixels()))  # 48x40: 12x10 patches of 4, merged 2x2
+        try:
+            prompt = turn(f"What is in {session.marker}?")
+            first = session.generate(prompt, [encoded], N_PREDICT)
+            before, image, after = first.chunks
+            assert session.detokenize(before.ids[-1:], special=True) == "<|vision_start|>"
+            assert session.detokenize(after.ids[:1], special=True) == "<|vision_end|>"
+            # 6x5 embeddings over max(6, 5) positions: the text after the image starts 6 on
+            assert image == Chunk("image", 30, 6)
+            assert first.n_past == sum(c.n_pos for c in first.chunks)
+            assert session.generate(prompt, [encoded], N_PREDICT).tokens == first.tokens
+            other = session.media(png(random_pixels(seed=1)))
+            try:
+                assert session.generate(prompt, [other], N_PREDICT).top[0] != first.top[0]
+            finally:
+                session.free([other])
+        finally:
+            session.free([encoded])
 
 
 def test_a_marker_without_its_bitmap_is_refused(vision: MtmdSession) -> None:

@@ -16,7 +16,7 @@ import pytest
 from llmhost.engine.config import EngineConfig
 from llmhost.engine.kv.prefix_cache import KvTrim, common_prefix_len
 from llmhost.engine.llamacpp.projector import ProjectorError, check_projector
-from llmhost.engine.media import MediaSpan, media_floor, media_ids, sniff, text_ids
+from llmhost.engine.media import MediaSpan, kv_cells, media_floor, media_ids, sniff, text_ids
 from llmhost.engine.media_cache import EmbeddingCache
 from llmhost.engine.sched.scheduler import Scheduler
 from llmhost.engine.sched.sequence import Sequence
@@ -32,6 +32,14 @@ BLUE = "b" * 64
 
 def span(start: int, n: int, sha: str = RED) -> MediaSpan:
     return MediaSpan(start, n, n, "image", sha, None)
+
+
+def test_a_prompts_kv_cells_count_an_m_rope_mediums_embeddings_past_its_positions() -> None:
+    flat, mrope = span(2, 16), MediaSpan(20, 6, 30, "image", RED, None)  # 30 embeddings, 6 positions
+    assert kv_cells(40, (flat, mrope)) == 40 + 24
+    assert kv_cells(26, (flat, mrope)) == 26 + 24  # a prefix ending with the medium holds it whole
+    assert kv_cells(25, (flat, mrope)) == 25  # one ending before the medium's end: not yet
+    assert kv_cells(18, (flat,)) == 18  # one embedding a position
 
 
 def test_formats_are_told_by_their_magic_bytes() -> None:

@@ -90,7 +90,7 @@ class Engine:
     # -- requests ------------------------------------------------------------------------------------
     def add(self, request: GenerationRequest, arrival_s: float | None = None) -> None:
         """Queue a request; raises (and queues nothing) if it is invalid."""
-        check_limits(self.config, len(request.prompt_tokens), request.params.max_tokens)
+        check_limits(self.config, request.prompt_cells, request.params.max_tokens)
         check_token_ids(request, self.model.n_vocab)
         if request.media and request.params.prompt_logprobs:
             raise InvalidRequestError("logprobs", "prompt logprobs are not computed over images or audio")

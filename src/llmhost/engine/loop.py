@@ -326,7 +326,7 @@ class AsyncEngine(ModelWorker[Engine]):
         """Queue a request; raises QueueFullError, RequestTooLargeError or InvalidRequestError before
         anything is queued."""
         engine = self._require()
-        check_limits(self.config, len(request.prompt_tokens), request.params.max_tokens)
+        check_limits(self.config, request.prompt_cells, request.params.max_tokens)
         check_token_ids(request, engine.model.n_vocab)
         stream = RequestStream(self, request.request_id)
         limit = self.config.max_concurrent + self.config.max_queue

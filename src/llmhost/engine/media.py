@@ -107,6 +107,15 @@ def media_ids(sha256: str, n_pos: int) -> list[int]:
     return [-1 - ((base + i) % _ID_SPACE) for i in range(n_pos)]
 
 
+def kv_cells(n_positions: int, spans: tuple[MediaSpan, ...]) -> int:
+    """The KV cells the first `n_positions` of a prompt fill, which is what its tokens count as (as
+    llama-server counts them): under M-RoPE (Qwen2-VL's family) an image's embeddings share a few
+    positions laid in 2D, so it fills more cells than it takes positions, and a sequence's stream must
+    hold them all."""
+    extra = sum(span.n_tokens - span.n_pos for span in spans if span.end <= n_positions)
+    return n_positions + max(0, extra)
+
+
 def text_ids(prompt: list[int]) -> list[int]:
     """A prompt's vocabulary ids, media positions left out (what repetition penalties look back on)."""
     return [t for t in prompt if t >= 0]

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from llmhost.engine.media import kv_cells
 from llmhost.engine.request import FinishReason, GenerationEvent, SamplingParams, Timings, TokenLogprob
 from llmhost.engine.sample.sampling import Sampler
 from llmhost.engine.sched.sequence import Sequence
@@ -85,7 +86,7 @@ def process_tokens(active: Active, is_eog: Callable[[int], bool]) -> StepOutput:
 def timings(seq: Sequence, end_s: float) -> Timings:
     """llama.cpp's print_timings figures of one request, as of `end_s`."""
     t = Timings(
-        cache_n=seq.n_reused,
+        cache_n=kv_cells(seq.n_reused, seq.media),
         predicted_n=len(seq.output),
         draft_n=seq.draft_n,
         draft_n_accepted=seq.draft_accepted,
@@ -93,7 +94,7 @@ def timings(seq: Sequence, end_s: float) -> Timings:
     )
     if seq.admitted_s:
         t.queue_ms = 1000 * (seq.admitted_s - seq.arrival_s)
-        t.prompt_n = min(seq.n_computed, len(seq.prompt)) - seq.n_reused
+        t.prompt_n = kv_cells(min(seq.n_computed, len(seq.prompt)), seq.media) - t.cache_n
     else:
         t.queue_ms = 1000 * (end_s - seq.arrival_s)
     if seq.first_token_s:
@@ -151,7 +152,7 @@ class OutputProcessor:
             logprobs or [],
             finish,
             t,
-            len(seq.prompt),
+            kv_cells(len(seq.prompt), seq.media),
             len(seq.output),
             error,
             active.take_prompt_logprobs(),

@@ -7,7 +7,7 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from llmhost.engine.media import MediaSpan, text_ids
+from llmhost.engine.media import MediaSpan, kv_cells, text_ids
 from llmhost.errors import BadRequestError, LlmhostError, UnavailableError
 
 if TYPE_CHECKING:
@@ -164,6 +164,11 @@ class GenerationRequest:
     # images and audio in the prompt: where each one's positions are (their ids in `prompt_tokens` are
     # synthetic, see engine.media) and what the projector made of it
     media: tuple[MediaSpan, ...] = ()
+
+    @property
+    def prompt_cells(self) -> int:
+        """The KV cells the prompt fills (its positions, and an M-RoPE medium's embeddings beyond them)."""
+        return kv_cells(len(self.prompt_tokens), self.media)
 
 
 # the priority a batch job's requests run at unless a line sets its own: behind interactive traffic

@@ -95,6 +95,10 @@ class LlamaModel:
         # SWA checkpoints only where sliding-window layers keep their window (in full they serve any prefix)
         windowed = self.swa_window > 0 and not config.swa_full and pooling is None
         self.checkpoints = new_checkpoints(config, self.kv_shape, windowed)
+        # under M-RoPE a sequence ending in a medium reports fewer positions held (its cells' largest
+        # temporal position, + 1) than the prompt positions the medium takes: each such count, with
+        # where the media decoded to it end, so that a sequence holding one still counts as whole
+        self._media_ends: dict[int, set[int]] = {}
         self.projector = self._projector(config) if config.mmproj and pooling is None else None
 
     def _projector(self, config: EngineConfig) -> Projector:
@@ -281,6 +285,9 @@ class LlamaModel:
         self.projector.decode(self._ctx, span, embd, seq_id, self.n_batch)
         self._copying_from.clear()  # its decode did the copies llama.cpp queued
         self._copying_to.clear()
+        held = self.seq_len(seq_id)
+        if held != span.end:  # M-RoPE: an image's cells all sit at its first position
+            self._media_ends.setdefault(held, set()).add(span.end)
 
     def iter_logits(
         self, tokens: list[int], seq_id: int = 0, start_pos: int = 0
@@ -302,7 +309,9 @@ class LlamaModel:
     def holds_context(self, seq_id: int, pos: int) -> bool:
         """Whether `seq_id` holds what a token at `pos` attends to: positions up to `pos` - 1, from 0 or,
         in sliding-window layers, from a window back (see `kv_floor`)."""
-        return self.seq_len(seq_id) == pos and (pos == 0 or pos >= self.kv_floor(seq_id))
+        held = self.seq_len(seq_id)
+        reaches = held == pos or pos in self._media_ends.get(held, ())
+        return reaches and (pos == 0 or pos >= self.kv_floor(seq_id))
 
     def kv_floor(self, seq_id: int) -> int:
         """The shortest prefix of `seq_id`'s KV that a token can be decoded after (0: every prefix).

@@ -10,7 +10,9 @@ ffprobe ever parses a request's bytes (measured: with the defaults, a corrupt PN
 on PATH); a bitmap, a chunk list and a chunk are C objects to
 free; a projector that wants non-causal attention (Gemma 3's) has `mtmd_helper_decode_image_chunk`
 turn it off for the whole context while it decodes, so a medium is decoded in a llama_decode of its
-own, whole in one micro-batch, and causal attention is set back even where the helper failed."""
+own, whole in one micro-batch, and causal attention is set back even where the helper failed. Under
+M-RoPE (Qwen2-VL's family) the helper lays a medium's embeddings over fewer positions, in 2D: the span
+takes those positions in the prompt and its embeddings more KV cells (`media.kv_cells`)."""
 
 from __future__ import annotations
 
@@ -47,8 +49,7 @@ _KINDS: dict[int, MediaKind] = {
 
 
 class ProjectorError(ModelError, RuntimeError):
-    """The projector cannot serve with this model: not a projector, made for another model, or a kind
-    llmhost does not decode yet."""
+    """The projector cannot serve with this model: not a projector, or made for another model."""
 
 
 class _Chunk:
@@ -105,10 +106,6 @@ class Projector:
                 f"libmtmd could not load the projector {path} for the model {model_path} (made for "
                 "another model, or a projector type this llama.cpp lacks; the server log has its reason)"
             )
-        if mtmd_cpp.mtmd_decode_use_mrope(self._ctx):
-            self.close()
-            # M-RoPE gives a medium fewer positions than embeddings, laid in 2D: not decoded here yet
-            raise ProjectorError(f"--mmproj {path}: M-RoPE projectors (Qwen2-VL's family) are not served yet")
         marker = mtmd_cpp.mtmd_get_marker(self._ctx) or mtmd_cpp.mtmd_default_marker()
         self.marker = marker.decode()
         self.vision = bool(mtmd_cpp.mtmd_support_vision(self._ctx))

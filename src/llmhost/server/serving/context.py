@@ -28,7 +28,7 @@ from llmhost.engine import (
 from llmhost.engine.embedder_loop import AsyncEmbedder
 from llmhost.engine.loop import RequestStream
 from llmhost.engine.lora import AdapterSet
-from llmhost.engine.media import MEDIA_MARKER, MediaError, MediaLimits, MediaSpan
+from llmhost.engine.media import MEDIA_MARKER, MediaError, MediaLimits, MediaSpan, kv_cells
 from llmhost.engine.request import ParamError
 from llmhost.server.errors import from_engine
 from llmhost.server.limit_fields import COMPLETIONS, LimitFields
@@ -256,7 +256,8 @@ class ServingContext:
         if not media:
             return len(tokens)
         has_bos = bool(self.chat_template().bos_token) and text.startswith(self.chat_template().bos_token)
-        return len((await asyncio.to_thread(self._tokenize_media, text, media, not has_bos))[0])
+        tokens, spans = await asyncio.to_thread(self._tokenize_media, text, media, not has_bos)
+        return kv_cells(len(tokens), spans)  # every embedding, as usage counts them
 
     def _render_and_tokenize(
         self,

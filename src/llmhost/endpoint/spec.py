@@ -122,6 +122,7 @@ class EngineSpec(_Strict):
     adaptive_draft: bool | None = _key("adaptive_draft")
     draft_model: str | None = _key("draft_model")
     mmproj: str | None = _key("mmproj")
+    no_mmproj: bool | None = _key("no_mmproj")
     ngram_size: int | None = _key("ngram_size")
     queue_timeout_s: float | None = _key("queue_timeout_s")
     request_timeout_s: float | None = _key("request_timeout_s")
@@ -333,6 +334,8 @@ class ComponentSpec(_Strict):
             )
         if a is None and self.copies == 0:
             raise ValueError("copies: 0 needs autoscaling (min_copies: 0) to ever start a copy")
+        if self.engine.mmproj and self.engine.no_mmproj:
+            raise ValueError("engine.mmproj and engine.no_mmproj do not go together: give one")
         if self.engine.pooling not in (None, "auto") and not self.embeddings:
             raise ValueError("engine.pooling applies to embeddings: true only")
         try:  # the settings together, as its copies' `llmhost serve` checks them before loading

@@ -127,14 +127,15 @@ def _found_mmproj(found: tuple[str, ...]) -> str:
 
 
 def _mmproj(ref: str) -> str:
-    """--mmproj's file, absolute; a ModelNotFoundError where it is not there (a local path only: a hub
-    or S3 reference is not fetched for a projector yet)."""
+    """--mmproj's file, resolved as a model reference is (an hf:// or s3:// one downloaded into its
+    cache); a ModelNotFoundError naming --mmproj where it names no one projector."""
     from llmhost.store import ModelNotFoundError
+    from llmhost.store.projector import resolve_projector
 
-    path = Path(ref).expanduser()
-    if not path.is_file():
-        raise ModelNotFoundError(f"--mmproj {ref}: no such file (a local projector GGUF is expected)")
-    return str(path.resolve())
+    try:
+        return str(resolve_projector(ref))
+    except ModelNotFoundError as exc:
+        raise type(exc)(f"--mmproj {exc}") from None
 
 
 def as_loaded(

@@ -313,15 +313,17 @@ class EngineSettings:
     )
     mmproj: str = setting(
         "",
-        "Multimodal projector GGUF (llama.cpp's mmproj, a local file) made for the model: chat requests "
-        "may then hold images and audio, as the projector takes them.",
+        "Multimodal projector GGUF (llama.cpp's mmproj) made for the model, named as a model is: a file, "
+        "a folder holding one, s3://BUCKET/KEY.gguf, hf://OWNER/REPO/FILE.gguf or hf://OWNER/REPO (its one "
+        "mmproj); chat requests may then hold images and audio, as the projector takes them.",
         endpoint=True,
-        metavar="MMPROJ.gguf",
+        metavar="MMPROJ",
     )
     no_mmproj: bool = setting(
         False,
         "Serve the model's text only: no multimodal projector found with it (the one mmproj GGUF beside "
         "the model in a directory given, or in its hf:// repository) is loaded or downloaded.",
+        endpoint=True,
     )
     ngram_size: int = setting(
         _DEFAULT.ngram_size,

@@ -107,6 +107,37 @@ def fetch(ref: HubRef) -> list[Path]:
     return _fetch_files(ref, listing, choose(ref, listing).parts)
 
 
+def fetch_projector(uri: str) -> Path:
+    """The multimodal projector `uri` names, in the cache (downloaded when missing): the mmproj GGUF it
+    names by path, else the repository's one mmproj GGUF (with a quantization type: the one whose name
+    holds it). HubModelError naming the choices where it names a model, nothing, or several."""
+    ref = parse_hub_ref(uri)
+    listing = list_repo(ref)
+    where = f"in the cache: {listing.offline_reason}" if listing.offline_reason else "in the repository"
+    names = sorted(n for n in listing.files if is_projector_file(n))
+    listed = ", ".join(f"hf://{ref.repo}/{n}" for n in names) or "none"
+    if ref.file is not None:
+        if ref.file not in listing.files:
+            raise HubModelError(
+                f"{ref.uri}: no file {ref.file!r} in {ref.repo} ({where}); its projectors: {listed}"
+            )
+        if not is_mmproj(ref.file):
+            raise HubModelError(
+                f"{ref.uri}: {ref.file} is a model, not a multimodal projector (an mmproj GGUF); "
+                f"the projectors of {ref.repo}: {listed}"
+            )
+        names = [ref.file]
+    elif ref.quant is not None:
+        names = [n for n in names if matches_quant(GgufModel(n, (n,)), ref.quant)]
+    if len(names) != 1:
+        some = "no multimodal projector" if not names else f"{len(names)} multimodal projectors"
+        quant = f" matching {ref.quant!r}" if ref.quant else ""
+        raise HubModelError(
+            f"{ref.uri}: {ref.repo} holds {some}{quant} ({where}); name one by its file: {listed}"
+        )
+    return _fetch_files(ref, listing, tuple(names))[0]
+
+
 def _projectors(ref: HubRef, listing: Listing, model: GgufModel) -> tuple[str, ...]:
     """The mmproj GGUFs in the model's folder of the repository: one, in the cache; several, by name."""
     folder = PurePosixPath(model.first).parent

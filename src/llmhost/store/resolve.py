@@ -45,8 +45,8 @@ def _identity(path: Path, sha256: str) -> str:
 
 def resolve(ref: str | None = None, *, projector: bool = False) -> ResolvedModel:
     """Turn `ref` into a GGUF path and its model directory (`projector`: and the multimodal projectors
-    found with it, as llama-server's `-hf` fetches one: beside the model in a directory given, or in its
-    hub repository).
+    found with it, as llama-server's `-hf` fetches one: beside the model in a directory given (a local
+    one, an s3:// prefix or archive), or in its hub repository).
 
     None means: `SM_MODEL_DIR` if set, else `/opt/ml/model` if it exists, else the default model.
     """
@@ -62,7 +62,8 @@ def resolve(ref: str | None = None, *, projector: bool = False) -> ResolvedModel
     if ref.startswith("s3://"):
         from llmhost.store.s3 import resolve_s3
 
-        return resolve_s3(ref)
+        found = resolve_s3(ref)
+        return _with_projectors(found) if projector and found.model_dir is not None else found
     if ref.startswith("hf://"):
         from llmhost.store.hub import resolve_hf
 
@@ -79,7 +80,11 @@ def resolve(ref: str | None = None, *, projector: bool = False) -> ResolvedModel
 
 def _directory(path: Path, projector: bool) -> ResolvedModel:
     found = in_directory(path)
-    return dataclasses.replace(found, mmproj=projectors_beside(found.gguf)) if projector else found
+    return _with_projectors(found) if projector else found
+
+
+def _with_projectors(found: ResolvedModel) -> ResolvedModel:
+    return dataclasses.replace(found, mmproj=projectors_beside(found.gguf))
 
 
 def resolve_model(ref: str | None = None) -> Path:

@@ -36,15 +36,24 @@ def test_local_models_draft_models_and_adapters_are_made_absolute(
             {"name": "b", "model": "s3://bucket/m.gguf", "engine": {"draft_model": "s3://bucket/d.gguf"}},
             {"name": "c"},
             {"name": "k", "base": "c", "adapter": {"path": "k.gguf"}},
+            {
+                "name": "h",
+                "model": "hf://acme/v-GGUF:Q8_0",
+                "engine": {"mmproj": "hf://acme/v-GGUF/mmproj.gguf"},
+            },
+            {"name": "t", "model": "s3://bucket/v/", "engine": {"mmproj": "s3://bucket/mmproj.gguf"}},
         )
     )
-    a, b, c = spec.components
+    a, b, c, h, t = spec.components
     assert [x.path for x in a.adapters] == [str(tmp_path / "loras/l.gguf"), "s3://bucket/s.gguf"]
     assert [x.path for x in c.adapters] == [str(tmp_path / "k.gguf")]  # an adapter component's too
     assert (a.model, a.engine.draft_model) == (str(tmp_path / "m.gguf"), str(tmp_path / "drafts/d.gguf"))
     assert (b.model, b.engine.draft_model) == ("s3://bucket/m.gguf", "s3://bucket/d.gguf")
     assert c.model == "default" and c.engine.draft_model is None
     assert a.engine.mmproj == str(tmp_path / "p/mmproj.gguf")
+    # resolved on each node into its own cache (a projector found with the hf:// model there too)
+    assert (h.model, h.engine.mmproj) == ("hf://acme/v-GGUF:Q8_0", "hf://acme/v-GGUF/mmproj.gguf")
+    assert (t.model, t.engine.mmproj) == ("s3://bucket/v/", "s3://bucket/mmproj.gguf")
     assert nodes.local_refs(spec.components) == {
         str(tmp_path / "m.gguf"): ["component a"],
         str(tmp_path / "drafts/d.gguf"): ["component a's draft_model"],

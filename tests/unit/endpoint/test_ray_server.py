@@ -50,6 +50,10 @@ def files(tmp_path: Path) -> dict[str, Path]:
     out["draft"].write_bytes(b"GGUF")
     out["mmproj"].write_bytes(b"GGUF")
     out["template"].write_text("{{ messages }}")
+    out["folder"] = tmp_path / "vision"  # a model with the projector found beside it
+    out["folder"].mkdir()
+    (out["folder"] / "m.gguf").write_bytes(b"GGUF")
+    (out["folder"] / "mmproj-m.gguf").write_bytes(b"GGUF")
     return out
 
 
@@ -103,6 +107,7 @@ def expectations(files: dict[str, Path]) -> dict[str, tuple[Any, Callable[[Serve
         "swa_checkpoints": (1, lambda s: s.engine.swa_checkpoints, 1),
         "schedule_policy": ("cached-first", lambda s: s.engine.schedule_policy, "cached-first"),
         "mmproj": (str(files["mmproj"]), lambda s: s.engine.mmproj, str(files["mmproj"])),
+        "no_mmproj": (True, lambda s: s.engine.mmproj, ""),  # none found with the folder's model
         "max_media_bytes": (1024, lambda s: s.max_media_bytes, 1024),
         "max_image_pixels": (4096, lambda s: s.max_image_pixels, 4096),
         "max_audio_seconds": (5.0, lambda s: s.max_audio_seconds, 5.0),
@@ -127,7 +132,8 @@ def test_every_engine_setting_of_the_file_reaches_a_ray_copy(files: dict[str, Pa
     cases = expectations(files)
     assert set(cases) == set(EngineSpec.model_fields)  # a new field needs its case here
     for name, (value, shown, expected) in cases.items():
-        base: dict[str, Any] = {"name": "c", "model": str(files["model"]), "embeddings": name == "pooling"}
+        model = files["folder" if name == "no_mmproj" else "model"]
+        base: dict[str, Any] = {"name": "c", "model": str(model), "embeddings": name == "pooling"}
         before = ray_copy({**base, "engine": WITH.get(name, {})})
         after = ray_copy({**base, "engine": {**WITH.get(name, {}), name: value}})
         assert after != before, name
@@ -155,12 +161,13 @@ def test_a_ray_copy_gets_what_llmhost_serve_builds_from_the_same_file(
 ) -> None:
     values = {name: value for name, (value, _, _) in expectations(files).items()}
     # speculation keeps the sliding-window cache whole whatever swa_full says: that case apart
-    ngram = {k: v for k, v in values.items() if k not in ("draft_model", "pooling", "swa_full")}
+    ngram = {k: v for k, v in values.items() if k not in ("draft_model", "pooling", "swa_full", "no_mmproj")}
     for engine, embeddings in (
         (ngram, False),
         ({"draft_model": values["draft_model"]}, False),
         ({"pooling": "mean"}, True),
         ({"swa_full": True}, False),
+        ({"no_mmproj": True}, False),
         ({}, False),
     ):
         component = {

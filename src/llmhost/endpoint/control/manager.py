@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import tempfile
@@ -43,6 +44,7 @@ from llmhost.endpoint.spec import ClientKeepAlive, ComponentSpec, EndpointSpec
 from llmhost.store.model import ResolvedModel
 
 log = logging.getLogger("llmhost.endpoint")
+MMPROJ = "engine.mmproj"
 
 
 @dataclass
@@ -53,19 +55,42 @@ class ManagerTiming:
 
 
 def resolve(spec: ComponentSpec) -> ResolvedModel:
-    """The component's model, found (an s3:// one downloaded) and checked, and its adapters against it."""
+    """The component's model, found (an s3:// or hf:// one downloaded) and checked, and its adapters
+    against it; with its one projector (`mmproj`, a local file), as `llmhost serve` of the reference
+    finds it: engine.mmproj resolved, else the one found with the model, unless engine.no_mmproj."""
     from llmhost.engine.llamacpp.gguf_check import GGUFError, check_gguf
     from llmhost.store import resolve as resolve_ref
 
+    engine = spec.engine
     try:
-        resolved = resolve_ref(spec.model)
+        resolved = resolve_ref(spec.model, projector=not (engine.mmproj or engine.no_mmproj))
         # refused before a copy hands it to llama.cpp; an on-demand model's copy checks it when asked for
         if spec.on_demand is None:
             check_gguf(resolved.gguf)
     except (OSError, GGUFError) as exc:  # ModelNotFoundError and the store's S3 errors among them
         raise ModelRefError(spec.name, f"component {spec.name!r}: model {spec.model!r}: {exc}") from None
     check_adapters(spec.name, spec.adapters, resolved.gguf)
-    return resolved
+    return dataclasses.replace(resolved, mmproj=_projector(spec, resolved.mmproj))
+
+
+def _projector(spec: ComponentSpec, found: tuple[str, ...]) -> tuple[str, ...]:
+    """The copies' projector file: engine.mmproj's (downloaded here once for every copy), else the one
+    found with the model; several found are an error naming them."""
+    from llmhost.store.projector import resolve_projector
+
+    if spec.engine.mmproj:
+        try:
+            return (str(resolve_projector(spec.engine.mmproj)),)
+        except OSError as exc:
+            raise ModelRefError(spec.name, f"component {spec.name!r}: engine.mmproj {exc}", MMPROJ) from None
+    if len(found) > 1:
+        raise ModelRefError(
+            spec.name,
+            f"component {spec.name!r}: model {spec.model!r} comes with {len(found)} multimodal projectors "
+            f"({', '.join(found)}): name one as engine: mmproj, or serve text only with engine: no_mmproj",
+            MMPROJ,
+        )
+    return tuple(str(Path(f).absolute()) for f in found)
 
 
 def with_copies(specs: list[ComponentSpec]) -> list[ComponentSpec]:

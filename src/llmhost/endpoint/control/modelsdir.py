@@ -160,7 +160,8 @@ def _component(name: str, model: Path, folder: ModelsDirSpec) -> ComponentSpec:
     if model.suffix == ".yaml" and "://" not in ref and ref != "default":
         ref = str(model.parent / Path(ref).expanduser())  # a path, from the folder (absolute stays)
     raw.setdefault("on_demand", {})
-    if model.is_dir() and not (raw.get("engine") or {}).get("mmproj"):
+    engine = raw.get("engine") or {}
+    if model.is_dir() and not (engine.get("mmproj") or engine.get("no_mmproj")):
         raw = _with_projector(raw, model)
     resources = dict(raw.get("resources") or {})
     if "memory_mb" not in resources:

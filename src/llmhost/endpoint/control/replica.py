@@ -42,12 +42,16 @@ def copy_command(
     threads: int,
     adapters: Sequence[AdapterEntry] | None = None,
     served_name: str | None = None,
+    mmproj: str = "",
 ) -> list[str]:
     """`llmhost serve` for one copy of `spec`: the file's engine settings, the component's name, its
     CPUs' threads, on loopback (the router is the endpoint's only way in); `adapters`: the LoRA adapters
     the component has now (else the file's); `served_name`: the name requests give it (a variant's
-    copies answer to their component's, else the component's own)."""
+    copies answer to their component's, else the component's own); `mmproj`: the projector's local file,
+    resolved once for every copy (in place of the file's reference, which may be hf:// or s3://)."""
     options = spec.serve_options()
+    if mmproj:
+        options["mmproj"] = mmproj
     if adapters is not None:
         options.pop("lora", None)
         options.update({"lora": [a.lora_option for a in adapters]} if adapters else {})
@@ -214,11 +218,17 @@ class Replica:
     def _command(self) -> list[str]:
         # the local form of the resolved model: its directory when it has one, so that the copy finds
         # code/inference.py and artifact files as `llmhost serve` of the reference would, and never
-        # downloads an s3:// model again
+        # downloads an s3:// model again; its projector as a file too (found with the model or given)
         adapters = self._adapters() if self._adapters is not None else list(self.spec.adapters)
         self.loaded_adapters = {a.name for a in adapters}
         return copy_command(
-            self.spec, self.model.serve_ref, self.port, self.alloc.threads, adapters, self.served_name
+            self.spec,
+            self.model.serve_ref,
+            self.port,
+            self.alloc.threads,
+            adapters,
+            self.served_name,
+            mmproj=next(iter(self.model.mmproj), ""),
         )
 
     def _spawn(self) -> None:

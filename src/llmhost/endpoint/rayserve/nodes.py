@@ -1,8 +1,9 @@
 """Models reachable from every node: what `up --ray` checks before deploying.
 
-`default` assembles on each node and s3:// references download into each node's cache when a copy
-starts there; a local path (a component's model or its engine's draft_model) must exist on every node,
-so it is made absolute (as seen where `up` ran) and looked up on each alive node by a task pinned there.
+`default` assembles on each node and s3:// and hf:// references (a model's, a projector's) download
+into each node's cache when a copy starts there, passed on untouched; a local path (a component's model,
+its engine's draft_model or mmproj) must exist on every node, so it is made absolute (as seen where `up`
+ran) and looked up on each alive node by a task pinned there.
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ CHECK_TIMEOUT_S = 120.0
 
 
 def is_local(ref: str) -> bool:
-    return ref != DEFAULT_MODEL_REF and not ref.startswith("s3://")
+    """A path (not `default`, s3:// or hf://, which every node resolves into its own cache)."""
+    return ref != DEFAULT_MODEL_REF and "://" not in ref
 
 
 def _absolute(ref: str) -> str:

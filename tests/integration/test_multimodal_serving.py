@@ -10,6 +10,7 @@ import base64
 import hashlib
 import os
 import threading
+import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -487,6 +488,45 @@ def test_a_clip_is_transcribed_and_translated_as_the_chat_route_answers(audio: t
     assert usage["type"] == "tokens" and usage["input_tokens"] > 750 and usage["output_tokens"] > 0
 
 
+def streamed(stream: Any) -> tuple[list[str], Any]:
+    """The deltas of a streamed transcription and its done event (the last)."""
+    events = list(stream)
+    assert [e.type for e in events[:-1]] == ["transcript.text.delta"] * (len(events) - 1)
+    assert events[-1].type == "transcript.text.done"
+    return [e.delta for e in events[:-1]], events[-1]
+
+
+def test_a_streamed_transcription_is_the_unstreamed_text(audio: tuple[Server, Pair]) -> None:
+    srv, _ = audio
+    c, clip = client(srv), ("clip.wav", wav(tone(hz=550.0, seconds=1.5)))
+    whole = c.audio.transcriptions.create(file=clip, model="m")
+    deltas, done = streamed(c.audio.transcriptions.create(file=clip, model="m", stream=True))
+    assert len(deltas) > 1 and "".join(deltas) == done.text == whole.text, "greedy: the same text, in pieces"
+    assert done.usage is not None and whole.usage is not None
+    assert done.usage.model_dump(exclude_none=True) == whole.usage.model_dump(exclude_none=True)
+
+
+def test_a_client_gone_mid_transcription_frees_the_sequence(audio: tuple[Server, Pair]) -> None:
+    srv, _ = audio
+    form = {"model": "m", "stream": "true"}
+    files = {"file": ("clip.wav", wav(tone(hz=550.0, seconds=1.5)))}
+    with httpx.stream("POST", f"{srv.url}/v1/audio/transcriptions", data=form, files=files, timeout=60) as r:
+        assert r.headers["content-type"].startswith("text/event-stream")
+        lines = r.iter_lines()  # keep the iterator: abandoning it closes the connection
+        seen = 0
+        while seen < 3:
+            seen += next(lines).startswith("data: ")
+        assert srv.metric("llmhost_num_requests_running") == 1
+        generated_before = srv.metric("llmhost_generation_tokens_total")
+    deadline = time.monotonic() + 5
+    while srv.metric("llmhost_num_requests_running") > 0:
+        assert time.monotonic() < deadline, "the abandoned transcription still runs"
+        time.sleep(0.05)
+    # the tiny model talks on to --max-total-tokens: about 1,280 tokens after this clip's 767
+    aborted_after = srv.metric("llmhost_generation_tokens_total") - generated_before
+    assert aborted_after < 1000
+
+
 def test_what_the_audio_routes_cannot_use_is_a_4xx_naming_the_field(
     audio: tuple[Server, Pair], vision: tuple[Server, Pair, Path], server: Server
 ) -> None:
@@ -496,6 +536,19 @@ def test_what_the_audio_routes_cannot_use_is_a_4xx_naming_the_field(
         c.audio.transcriptions.create(file=clip, model="m", response_format="srt")
     assert caught.value.body["param"] == "response_format"
     assert "json, text, verbose_json" in caught.value.body["message"]
+    with pytest.raises(openai.BadRequestError) as caught:
+        c.audio.transcriptions.create(file=clip, model="m", response_format="verbose_json", stream=True)
+    assert caught.value.body["param"] == "response_format"
+    assert "verbose_json does not stream" in caught.value.body["message"]
+    for path, stream, says in (
+        ("translations", "true", "a translation does not stream"),  # as OpenAI's: no stream field
+        ("transcriptions", "yes", "stream must be true or false"),
+    ):
+        refused = httpx.post(
+            f"{audio[0].url}/v1/audio/{path}", data={"model": "m", "stream": stream}, files={"file": clip}
+        )
+        assert refused.status_code == 400, refused.text
+        assert refused.json()["error"]["param"] == "stream" and says in refused.json()["error"]["message"]
     with pytest.raises(openai.BadRequestError) as caught:
         c.audio.transcriptions.create(file=("long.wav", wav(tone(seconds=3.0))), model="m")
     assert caught.value.body["param"] == "file"
@@ -613,6 +666,12 @@ components:
         clip = ("clip.wav", data)
         said = routed.audio.transcriptions.create(file=clip, model="hear", response_format="text")
         assert said == chat_answer(srv, data, "transcribe"), "the copy of `hear` answered, as serve does"
+        # a streamed form comes back as the copy's events (the router relays any SSE answer as it comes)
+        stream = routed.audio.transcriptions.create(
+            file=clip, model="hear", response_format="text", stream=True
+        )
+        deltas, done = streamed(stream)
+        assert len(deltas) > 1 and "".join(deltas) == done.text == said
         with pytest.raises(openai.BadRequestError) as deaf:
             routed.audio.transcriptions.create(file=clip, model="deaf")
         assert deaf.value.body["param"] == "file", "the copy of `deaf` answered: it does not hear"

@@ -246,7 +246,7 @@ class ModelList(BaseModel):
 
 class AudioTextForm(BaseModel):
     """The multipart form of /v1/audio/transcriptions and /v1/audio/translations (for the document: the
-    route reads the form itself). `language` is a transcription's only."""
+    route reads the form itself). `language` and `stream` are a transcription's only."""
 
     file: bytes
     model: str
@@ -254,7 +254,7 @@ class AudioTextForm(BaseModel):
     prompt: str | None = None
     response_format: Literal["json", "text", "verbose_json"] = "json"
     temperature: float = Field(0.0, ge=0.0, le=1.0)
-    stream: Literal[False] = False
+    stream: bool = False
 
 
 class AudioText(BaseModel):

@@ -61,30 +61,34 @@ async def chat_completions(request: Request) -> Response:
 AUDIO = (
     "A multipart form: `file` (WAV, MP3 or FLAC, at most --max-media-bytes, else a 413 naming it; at most "
     "--max-audio-seconds), `model`, and optional `prompt`, `response_format` (json, text, verbose_json), "
-    "`temperature` (0 to 1, default 0); a transcription also takes `language`. The clip and an instruction "
-    "are one user turn of the chat template, answered as a chat completion. A model without an audio "
-    "projector (--mmproj) is a 400 naming `file`."
+    "`temperature` (0 to 1, default 0); a transcription also takes `language` and `stream` (true: "
+    "`transcript.text.delta` events as the text comes, then `transcript.text.done` with the text and usage; "
+    "json or text, not verbose_json). The clip and an instruction are one user turn of the chat template, "
+    "answered as a chat completion. A model without an audio projector (--mmproj) is a 400 naming `file`."
 )
 
 
-def audio_operation(summary: str) -> JSONObject:
+def audio_operation(summary: str, stream: bool) -> JSONObject:
     return operation(
         summary,
         body=[AudioTextForm],
         body_media=["multipart/form-data"],
         json_body=False,
         success=AudioText,
+        stream=stream,
         errors=NAMED,
         description=AUDIO,
     )
 
 
-@router.post("/v1/audio/transcriptions", openapi_extra=audio_operation("OpenAI: transcribe audio"))
+@router.post("/v1/audio/transcriptions", openapi_extra=audio_operation("OpenAI: transcribe audio", True))
 async def transcriptions(request: Request) -> Response:
     return await deps.audio_text(request).answer("transcribe", request)
 
 
-@router.post("/v1/audio/translations", openapi_extra=audio_operation("OpenAI: translate audio into English"))
+@router.post(
+    "/v1/audio/translations", openapi_extra=audio_operation("OpenAI: translate audio into English", False)
+)
 async def translations(request: Request) -> Response:
     return await deps.audio_text(request).answer("translate", request)
 

@@ -1,14 +1,17 @@
 """OpenAI's /v1/audio/transcriptions and /v1/audio/translations over the chat path, as llama-server
 serves them: the uploaded clip and an instruction become one user turn of the model's chat template,
 so the clip is checked by ChatMedia (--max-media-bytes, formats, --max-audio-seconds) and batched,
-cached and limited as any chat request. A model whose projector does not hear is a 400."""
+cached and limited as any chat request. A model whose projector does not hear is a 400. A transcription
+streams (`stream=true`, OpenAI's `transcript.text.*` events); a translation does not, as OpenAI's."""
 
 from __future__ import annotations
 
 import base64
 import io
 import wave
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from functools import partial
 from typing import Literal
 
 from starlette.datastructures import FormData, UploadFile
@@ -18,8 +21,9 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from llmhost.engine import GenerationEvent
 from llmhost.server import limit_fields
 from llmhost.server.protocol.openai import ChatCompletionRequest
-from llmhost.server.serving.chat import read_message, start_chat
-from llmhost.server.serving.context import ServingContext, new_id, raise_if_failed
+from llmhost.server.serving.apis.transcript_events import transcript_events, usage
+from llmhost.server.serving.chat import ChatRun, StreamedOutput, read_message, start_chat
+from llmhost.server.serving.context import EventStreamResponse, ServingContext, new_id, raise_if_failed
 from llmhost.web.errors import APIError
 
 Task = Literal["transcribe", "translate"]
@@ -39,6 +43,7 @@ class AudioRequest:
     prompt: str | None
     response_format: str
     temperature: float
+    stream: bool
 
 
 def instruction(task: Task, language: str | None, prompt: str | None) -> str:
@@ -105,13 +110,12 @@ async def read_form(task: Task, form: FormData, max_bytes: int) -> AudioRequest:
             "(srt and vtt need timestamps, which a chat model does not give)",
             field="response_format",
         )
-    if _text(form, "stream") not in (None, "false"):
-        raise APIError(400, "stream is not supported here; leave it out or false", field="stream")
+    stream = _stream(form, task, response_format)
     language = _text(form, "language")
     if task == "translate" and language is not None:
         raise APIError(400, "a translation takes no language: it is always into English", field="language")
     return AudioRequest(
-        task, audio, model, language, _text(form, "prompt"), response_format, _temperature(form)
+        task, audio, model, language, _text(form, "prompt"), response_format, _temperature(form), stream
     )
 
 
@@ -120,6 +124,25 @@ def _text(form: FormData, name: str) -> str | None:
     if value is not None and not isinstance(value, str):
         raise APIError(400, f"{name} must be a text field, not a file", field=name)
     return value
+
+
+def _stream(form: FormData, task: Task, response_format: str) -> bool:
+    """`stream`, "true" or "false"; as OpenAI's, only a transcription streams, and only its text (json or
+    text: the events are the same), never verbose_json's segments."""
+    raw = _text(form, "stream")
+    if raw not in (None, "true", "false"):
+        raise APIError(400, f"stream must be true or false, not {raw!r}", field="stream")
+    if raw != "true":
+        return False
+    if task == "translate":
+        raise APIError(400, "a translation does not stream; leave stream out or false", field="stream")
+    if response_format == "verbose_json":
+        raise APIError(
+            400,
+            "response_format verbose_json does not stream; use json or text with stream=true",
+            field="response_format",
+        )
+    return True
 
 
 def _temperature(form: FormData) -> float:
@@ -156,17 +179,31 @@ class AudioTextServing:
                 "this model does not hear audio: the server needs --mmproj with an audio projector",
                 field="file",
             )
-        text, last = await self._generate(req, request)
+        run = await self._start(req)
+        if req.stream:
+            return EventStreamResponse(self._events(run), run.streams)
+        text, last = await self._generate(run, request)
         return self._shaped(req, text, last)
 
-    async def _generate(self, req: AudioRequest, request: Request) -> tuple[str, GenerationEvent]:
+    async def _start(self, req: AudioRequest) -> ChatRun:
         rid = new_id("audio")
         try:
-            run = await start_chat(self.ctx, chat_body(req), None, rid, limit_fields.CHAT, self.tool_parser)
+            return await start_chat(self.ctx, chat_body(req), None, rid, limit_fields.CHAT, self.tool_parser)
         except APIError as exc:  # ChatMedia names the chat part the clip became: name the form's field
             if exc.field and exc.field.endswith("input_audio.data"):
                 exc.field = "file"
             raise
+
+    def _events(self, run: ChatRun) -> AsyncIterator[str]:
+        output = StreamedOutput(run.plan)
+
+        def answer_of(event: GenerationEvent) -> str:
+            _, text, _ = output.feed(event.text, event.finished)
+            return text
+
+        return transcript_events(run.streams[0], answer_of, partial(self.ctx.finished, "audio"))
+
+    async def _generate(self, run: ChatRun, request: Request) -> tuple[str, GenerationEvent]:
         (events,) = await self.ctx.collect_all(run.streams, request)
         raise_if_failed(events[-1])
         self.ctx.finished("audio", events[-1])
@@ -178,10 +215,7 @@ class AudioTextServing:
         if req.response_format == "text":
             return PlainTextResponse(text)
         if req.response_format == "json":
-            n_in, n_out = last.prompt_tokens, last.completion_tokens
-            usage = {"type": "tokens", "input_tokens": n_in, "output_tokens": n_out}
-            usage["total_tokens"] = n_in + n_out
-            return JSONResponse({"text": text, "usage": usage})
+            return JSONResponse({"text": text, "usage": usage(last)})
         duration = clip_seconds(req.audio)
         language = "english" if req.task == "translate" else req.language
         # the model gives no timestamps: one segment spans the whole clip

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import logging
 import os
 import threading
 import time
@@ -27,8 +28,10 @@ import pytest
 
 from llmhost.engine.config import EngineConfig
 from llmhost.engine.engine import Engine
+from llmhost.engine.kv.memory_fit import RUNTIME_MARGIN_MB, rss_bytes
 from llmhost.engine.llamacpp.model import LlamaModel
 from llmhost.engine.media import MediaInput, MediaLimits, MediaSpan
+from llmhost.engine.projector_memory import projector_memory
 from llmhost.engine.request import GenerationRequest, SamplingParams, Timings
 from llmhost.server.serving.apis.transcriptions import instruction
 from tests.integration.conftest import Server, start_server, stop_server
@@ -236,6 +239,8 @@ def test_an_image_gets_libmtmds_answer_and_the_model_says_it_reads_images(
     assert reply.model_extra["timings"]["encode_ms"] > 0
     card = httpx.get(f"{srv.url}/v1/models", timeout=10).json()["data"][0]
     assert "vision" in card["capabilities"] and "audio" not in card["capabilities"]
+    overview = httpx.get(f"{srv.url}/console/api/overview", timeout=10).json()
+    assert overview["components"][0]["modalities"] == ["text", "vision"]  # the console says so too
 
 
 def test_four_concurrent_images_each_get_their_alone_answer(vision: tuple[Server, Pair, Path]) -> None:
@@ -639,6 +644,43 @@ def test_an_image_prompt_evicted_to_host_memory_comes_back_with_its_image(
         engine.close()
 
 
+def test_memory_mb_with_a_projector_keeps_less_kv_and_the_start_log_names_its_share(
+    vision: tuple[Server, Pair, Path], caplog: pytest.LogCaptureFixture
+) -> None:
+    """In the engine: the same --memory-mb beside the process as it is (this test process's, which earlier
+    loads grew) holds every extra cached stream asked for beside the text model alone, and fewer beside
+    its projector (its weights, encoder and media embeddings: about 80 MiB; 0.3 MiB a stream)."""
+    _, pair, _ = vision
+    share = projector_memory(pair.mmproj).total_bytes
+    asked = 100
+
+    def fitted(mmproj: str) -> tuple[int, str]:
+        caplog.clear()
+        beside = rss_bytes() + pair.model.stat().st_size + share
+        config = EngineConfig(
+            mmproj=mmproj,
+            memory_mb=beside // 2**20 + RUNTIME_MARGIN_MB + 15,
+            max_concurrent=1,
+            prefix_cache_seqs=asked,
+            prompt_cache_mb=0,
+            max_total_tokens=2048,
+            max_input_tokens=1536,
+            max_batch_tokens=1024,
+            n_threads=1,
+        )
+        with caplog.at_level(logging.INFO, logger="llmhost.engine.kv.memory_fit"):
+            model = LlamaModel(pair.model, config)
+        model.close()
+        [line] = [r.getMessage() for r in caplog.records if ": process " in r.getMessage()]
+        return model.config.prefix_cache_seqs, line
+
+    alone, said_alone = fitted("")
+    beside, said = fitted(str(pair.mmproj))
+    assert alone == asked and beside < asked, (said_alone, said)
+    assert "projector" not in said_alone
+    assert f"projector {share / 2**20:.0f} MiB (weights 0 + encoder 16 + media embeddings cache 64)" in said
+
+
 def test_an_endpoints_router_routes_the_audio_routes_by_the_forms_model(
     audio: tuple[Server, Pair], tmp_path_factory: pytest.TempPathFactory
 ) -> None:
@@ -678,6 +720,9 @@ components:
         with pytest.raises(openai.NotFoundError) as unknown:
             routed.audio.translations.create(file=clip, model="nobody")
         assert unknown.value.body["param"] == "model"
+        overview = httpx.get(f"{ep.url}/console/api/overview", timeout=30).json()
+        takes = {c["name"]: c["modalities"] for c in overview["components"]}
+        assert takes == {"hear": ["text", "audio"], "deaf": ["text"]}, "as each copy's /v1/models says"
     finally:
         stop_endpoint(ep)
 

@@ -37,6 +37,7 @@ class FakeModel:
         self.n_batch = 512
         self.eog_tokens = [EOG]
         self.weights_bytes = 0
+        self.projector_memory = None  # no --mmproj
         self.ctx: Any = None
         self.decodes: list[list[tuple[list[int], int, int, int]]] = []
         self.applied: list[KvOp] = []

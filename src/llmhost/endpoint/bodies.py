@@ -129,6 +129,7 @@ class ComponentState(TypedDict):
     replicas: list[ReplicaStatus]
     on_demand: DemandStatus | None
     adapters: list[AdapterState]  # the LoRA adapters its copies load
+    modalities: list[str] | None  # what its model reads, as a ready copy's /v1/models said (None: none yet)
     variants: NotRequired[list[VariantState]]  # a component with variants: them (it has no copies)
     variant_of: NotRequired[str]  # a variant's copies: the component whose variant they are
 

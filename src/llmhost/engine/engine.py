@@ -62,7 +62,8 @@ class Engine:
         self.model = model
         self.drafter: Drafter | NoDrafter = drafter if drafter is not None else NoDrafter()
         self.config = config
-        host = host_cache(config, model.weights_bytes + (model.checkpoints.policy.budget or 0))
+        reserved = model.weights_bytes + (model.checkpoints.policy.budget or 0) + _media_bytes(model)
+        host = host_cache(config, reserved)
         state_key = model.state_key if host is not None else None
         self.scheduler = Scheduler(config, host, state_key, model.reach)
         self.adapters = LoadedAdapters(model, config.adapters, config.max_loras)
@@ -398,3 +399,10 @@ def isolated(items: list[BatchItem]) -> list[list[BatchItem]]:
     decoding = [i for i in items if i.start_pos >= len(i.seq.prompt)]
     prompts = [[i] for i in items if i.start_pos < len(i.seq.prompt)]
     return ([decoding] if decoding else []) + prompts
+
+
+def _media_bytes(model: LlamaModel) -> int:
+    """What the projector will take beyond the weights it loaded: its encoder's buffers, touched at the
+    first encode, and the media embeddings cache (projector_memory.py)."""
+    p = model.projector_memory
+    return p.encoder_bytes + p.embeddings_bytes if p is not None else 0

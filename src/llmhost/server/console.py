@@ -58,6 +58,8 @@ class ServeComponent(TypedDict):
     decisions: list[JSONObject]  # a lone server never scales: always empty
     requests: dict[str, int]
     embeddings: bool
+    # what the model reads: text, and what /v1/models' capabilities say its projector adds (vision, audio)
+    modalities: list[str]
     replicas: list[ServeCopyRow]
     capture: CaptureStatus | None  # --capture-dir's (None: off)
 
@@ -127,6 +129,7 @@ class ServerConsole:
             "decisions": [],
             "requests": {str(k): v for k, v in sorted(self.tally.responses.items())},
             "embeddings": self.ctx.embedder is not None,
+            "modalities": ["text", *self.ctx.input_capabilities()],
             "replicas": [replica],
             "capture": capture_status(self.capture_config, self.capture.totals(s.model_name)),
         }

@@ -229,7 +229,8 @@ class EngineSettings:
     memory_mb: int = setting(
         _DEFAULT.memory_mb,
         "MiB this server is meant to fit in (an endpoint copy gets its resources' memory_mb): the "
-        "weights, the running sequences' KV cache and the process must fit (else the load is refused "
+        "weights, the running sequences' KV cache, the process and a --mmproj projector's share (its "
+        "weights, encoder and media embeddings cache) must fit (else the load is refused "
         "naming each part), extra cached streams are as many of --prefix-cache-seqs as fit beside "
         "them, and --prompt-cache-mb -1 takes at most what is left. 0: no bound.",
         engine="memory_mb",

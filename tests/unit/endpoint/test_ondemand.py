@@ -27,7 +27,9 @@ from llmhost.endpoint.spec import (
     SpecError,
     parse_endpoint,
 )
+from llmhost.engine.projector_memory import projector_memory
 from llmhost.store import ResolvedModel
+from tests.tinymmproj import build_gemma3_mmproj
 
 
 def folder(tmp_path: Path, *names: str, defaults: dict[str, Any] | None = None) -> ModelsDirSpec:
@@ -335,7 +337,7 @@ def test_command_line_options_over_an_endpoint_file(tmp_path: Path) -> None:
         endpoint_spec(None, {**none, "models_dir": tmp_path, "client_keep_alive": "sometimes"})
 
 
-def test_an_estimate_counts_the_weights_and_the_running_sequences_kv() -> None:
+def test_an_estimate_counts_the_weights_the_running_sequences_kv_and_a_projector(tmp_path: Path) -> None:
     from llmhost.endpoint.control.modelsdir import PROCESS_OVERHEAD_MB, estimated_memory_mb
     from llmhost.store import resolve_model
 
@@ -357,3 +359,7 @@ def test_an_estimate_counts_the_weights_and_the_running_sequences_kv() -> None:
     assert estimated_memory_mb(gguf, four) == mb(windowed)
     # settings a start refuses (an input limit not below the total) count every position whole
     assert estimated_memory_mb(gguf, {"max_concurrent": 4, "max_total_tokens": 2048}) == mb(144 * 2**20)
+    # a projector, as the copy's own memory fit counts it (projector_memory.py)
+    mmproj = build_gemma3_mmproj(tmp_path / "mmproj.gguf")
+    share = projector_memory(mmproj).total_bytes
+    assert estimated_memory_mb(gguf, {**four, "mmproj": str(mmproj)}) == mb(windowed + share)

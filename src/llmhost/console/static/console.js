@@ -144,6 +144,7 @@
     const policy = a ? "autoscaling " + a.min_copies + "–" + a.max_copies + " copies, target " +
       a.target_concurrent_per_copy + " concurrent per copy" : "no autoscaling";
     const head = el("div", { class: "comp-head" }, el("h3", {}, c.name), el("span", { class: "muted" }, c.model),
+      ...(c.modalities ? [el("span", { class: "modalities" }, "takes " + c.modalities.join(", "))] : []),
       el("span", {}, c.ready + " ready of " + c.copies + " copies"),
       el("span", { class: "muted" }, (c.num_cpus ?? "–") + " CPU, " + (c.memory_mb ?? "–") + " MB per copy"),
       el("span", { class: "muted" }, policy), el("span", {}, "in flight " + c.in_flight + ", waiting " + c.waiting));

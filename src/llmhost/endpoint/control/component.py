@@ -280,6 +280,7 @@ class Component:
             "replicas": [r.status() for r in self.replicas],
             "on_demand": self.demand_status(),
             "adapters": [self.adapter_state(a) for a in self.adapter_entries.values()],
+            "modalities": next((r.modalities for r in self.replicas if r.modalities is not None), None),
         }
         if self.variants is not None:
             state["variants"] = self.variants.status()

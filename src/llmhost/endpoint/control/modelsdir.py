@@ -26,6 +26,7 @@ from llmhost.endpoint.spec_errors import format_errors
 from llmhost.engine.config import EngineConfig
 from llmhost.engine.kv.memory_fit import gguf_kv_shape, running_kv_bytes
 from llmhost.engine.llamacpp.gguf_check import GGUFError, check_file
+from llmhost.engine.projector_memory import projector_memory
 from llmhost.settings.serve import default_value
 from llmhost.store.ggufnames import SPLIT, is_mmproj
 from llmhost.store.model import (
@@ -46,9 +47,13 @@ def estimated_memory_mb(gguf: Path, engine: dict[str, Any] | None = None) -> int
     """memory_mb of a model that sets none: its files' size (every part of a split model), the KV cache
     of its running sequences (the copy's engine settings, else serve's defaults: sliding-window layers
     at their window unless swa_full, with the SWA checkpoints' budget; extra cached streams are kept
-    as far as this leaves room) and the process's overhead."""
+    as far as this leaves room), the multimodal projector it loads (engine's mmproj, a model folder's
+    own among them: its weights, encoder and media embeddings, as the copy's own memory fit counts
+    them) and the process's overhead."""
     engine = engine or {}
     size = sum(part.stat().st_size for part in model_parts(gguf))
+    if engine.get("mmproj"):
+        size += projector_memory(Path(engine["mmproj"]).expanduser()).total_bytes
 
     def setting(name: str) -> Any:
         return engine[name] if engine.get(name) is not None else default_value(name)

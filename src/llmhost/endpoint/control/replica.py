@@ -26,7 +26,7 @@ from llmhost.endpoint.bodies import ReplicaStatus
 from llmhost.endpoint.control.memlimit import MemoryLimit, memory_limit
 from llmhost.endpoint.control.placement import Allocation
 from llmhost.endpoint.control.procs import cpus_allowed, exit_reason, free_port, last_words, preexec, rss_mb
-from llmhost.endpoint.internal import InternalKey
+from llmhost.endpoint.internal import HEADER, InternalKey
 from llmhost.endpoint.spec import ComponentSpec
 from llmhost.settings.serve import SERVE_SPEC
 from llmhost.store.model import ResolvedModel
@@ -145,6 +145,8 @@ class Replica:
         self._first_start: asyncio.Future[bool] | None = None
         self._memory: MemoryLimit | None = None
         self._oom_kills = 0
+        # what the model reads (text, vision, audio), as the copy's /v1/models said once it was ready
+        self.modalities: list[str] | None = None
 
     # --- views -----------------------------------------------------------------------------------
 
@@ -314,6 +316,17 @@ class Replica:
             await self._sleep(self.timing.poll_s)
         return "stopped"
 
+    async def _read_modalities(self, client: httpx.AsyncClient) -> list[str] | None:
+        """Text, and what the copy's /v1/models capabilities say its projector reads (vision, audio);
+        None where it does not answer (the console then shows nothing)."""
+        headers = {HEADER: self._internal_key.value} if self._internal_key is not None else {}
+        try:
+            r = await client.get(f"{self.url}/v1/models", headers=headers, timeout=self.timing.ping_timeout_s)
+            capabilities = r.json()["data"][0].get("capabilities") or []
+        except (httpx.HTTPError, ValueError, LookupError, AttributeError):
+            return None
+        return ["text", *(c for c in capabilities if c in ("vision", "audio"))]
+
     async def _watch(self, client: httpx.AsyncClient) -> str | None:
         """Until the copy dies, exceeds its memory or stops answering /ping (the reason), or is being
         stopped (None)."""
@@ -363,6 +376,7 @@ class Replica:
                 else:
                     reason = await self._await_ready(client)
                     if reason is None and not self._stopping:
+                        self.modalities = await self._read_modalities(client)
                         self.ready_at = time.monotonic()
                         self.set_state(ReplicaState.READY)
                         self._resolve_first(True)

@@ -90,7 +90,7 @@ def auto_budget_mb(available_bytes: int) -> int:
 def host_cache(config: EngineConfig, reserved_bytes: int = 0) -> HostCache | None:
     """The host-memory cache tier `config` asks for (None: off), its budget logged. `reserved_bytes`:
     what `config.memory_mb` keeps beside the process as it is now (the model's weights, counted whole,
-    and the SWA checkpoints' budget)."""
+    the SWA checkpoints' budget, and a projector's encoder and media embeddings cache, not yet touched)."""
     mb = config.prompt_cache_mb
     if mb == -1:
         mb = _auto_mb(config.memory_mb, reserved_bytes)

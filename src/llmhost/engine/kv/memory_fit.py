@@ -8,8 +8,10 @@ resident), the rest of the weights counted whole (mmap pages them in as they are
 of every stream (allocated by llama.cpp, filled as sequences grow: sliding-window layers at their window
 unless --swa-full), and the SWA checkpoints' budget: the bytes every sequence's checkpoints may hold
 together in host memory (as many as the running sequences keep at most; free slots' KV shares it, the
-oldest checkpoints dropped past it), so an extra cached stream costs its KV only. The host cache's automatic
-budget takes what is left afterwards (host_cache.py).
+oldest checkpoints dropped past it), so an extra cached stream costs its KV only; with --mmproj, the
+projector's weights, its encoder and the media embeddings it keeps (projector_memory.py: the projector
+loads after this plan is made, so none of it is in the process yet). The host cache's automatic budget
+takes what is left afterwards (host_cache.py).
 
 Not counted: a generation server's embeddings context (server/serving/side_embedder.py), loaded on the
 first embeddings request, after this plan was made: its weights are the file's mapped pages (shared,
@@ -29,6 +31,7 @@ from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
 from llmhost.engine.config import EngineConfig
 from llmhost.engine.kv.swa_checkpoints import CheckpointPolicy, SwaCheckpoints
+from llmhost.engine.projector_memory import ProjectorMemory
 from llmhost.errors import ModelError
 
 log = logging.getLogger(__name__)
@@ -122,10 +125,25 @@ class MemoryPlan:
     weights_left_bytes: int  # the weights not resident yet
     stream_bytes: int  # one sequence's KV: max_total_tokens positions
     checkpoint_bytes: int = 0  # the SWA checkpoints' budget (checkpoint_budget)
+    projector: ProjectorMemory | None = None  # --mmproj's share, not loaded yet
+
+    @property
+    def projector_bytes(self) -> int:
+        return self.projector.total_bytes if self.projector is not None else 0
 
     @property
     def fixed_bytes(self) -> int:
-        return self.process_bytes + self.weights_left_bytes + RUNTIME_MARGIN_MB * MIB + self.checkpoint_bytes
+        fixed = self.process_bytes + self.weights_left_bytes + RUNTIME_MARGIN_MB * MIB + self.checkpoint_bytes
+        return fixed + self.projector_bytes
+
+    def parts(self) -> str:
+        """What it counts besides the KV cache, in MiB, as the start log and a refusal name them."""
+        projector = f" + {self.projector.describe()}" if self.projector is not None else ""
+        return (
+            f"process {self.process_bytes / MIB:.0f} MiB + weights not yet resident "
+            f"{self.weights_left_bytes / MIB:.0f} MiB{projector} + runtime {RUNTIME_MARGIN_MB} MiB + "
+            f"SWA checkpoints {self.checkpoint_bytes / MIB:.0f} MiB"
+        )
 
     @property
     def fixed_mb(self) -> float:
@@ -191,7 +209,13 @@ def new_checkpoints(config: EngineConfig, kv: KvShape, windowed: bool) -> SwaChe
     return SwaCheckpoints(CheckpointPolicy.of(config, windowed, budget))
 
 
-def plan(config: EngineConfig, rss_before_load: int, weights_bytes: int, kv: KvShape) -> MemoryPlan:
+def plan(
+    config: EngineConfig,
+    rss_before_load: int,
+    weights_bytes: int,
+    kv: KvShape,
+    projector: ProjectorMemory | None = None,
+) -> MemoryPlan:
     now = rss_bytes()
     resident = max(0, min(weights_bytes, now - rss_before_load))
     return MemoryPlan(
@@ -200,6 +224,7 @@ def plan(config: EngineConfig, rss_before_load: int, weights_bytes: int, kv: KvS
         weights_bytes - resident,
         stream_bytes(config, kv),
         checkpoint_budget(config, kv),
+        projector,
     )
 
 
@@ -212,14 +237,20 @@ def fit_memory(config: EngineConfig, p: MemoryPlan) -> EngineConfig:
     if fits < config.max_concurrent:
         raise MemoryFitError(
             f"--memory-mb {config.memory_mb} cannot hold {config.max_concurrent} running sequences of "
-            f"{config.max_total_tokens} tokens: process {p.process_bytes / MIB:.0f} MiB + weights not "
-            f"yet resident {p.weights_left_bytes / MIB:.0f} MiB + runtime {RUNTIME_MARGIN_MB} MiB + "
-            f"SWA checkpoints {p.checkpoint_bytes / MIB:.0f} MiB + KV cache "
-            f"{config.max_concurrent} x "
+            f"{config.max_total_tokens} tokens: {p.parts()} + KV cache {config.max_concurrent} x "
             f"{p.stream_bytes / MIB:.1f} MiB = {p.need_mb(config.max_concurrent):.0f} MiB (room for {fits}); "
             "lower --max-concurrent or --max-total-tokens, or give it more memory"
         )
     idle = min(config.prefix_cache_seqs, fits - config.max_concurrent)
+    streams = config.max_concurrent + idle
+    log.info(
+        "--memory-mb %d: %s + KV cache %d streams x %.1f MiB = %.0f MiB",
+        config.memory_mb,
+        p.parts(),
+        streams,
+        p.stream_bytes / MIB,
+        p.need_mb(streams),
+    )
     if idle < config.prefix_cache_seqs:
         log.warning(
             "--memory-mb %d holds %d extra cached stream(s), not %d: %.0f MiB with them "

@@ -30,6 +30,7 @@ from llmhost.engine.llamacpp.rerank_prompt import PairFormat
 from llmhost.engine.llamacpp.state import read_state, state_size, write_state
 from llmhost.engine.llamacpp.state_format import keep_from, n_streams, restream
 from llmhost.engine.media import MediaSpan
+from llmhost.engine.projector_memory import projector_memory
 from llmhost.errors import ModelError
 
 log = logging.getLogger(__name__)
@@ -77,6 +78,8 @@ class LlamaModel:
         n_layer = int(lc.llama_model_n_layer(model))  # the load log also counts the output layer
         self.kv_shape = KvShape(self.kv_bytes_per_token, n_layer, layers.swa, self.swa_window)
         self._check_trained_context(config)
+        # --mmproj's share of memory, counted before the projector loads (after the context)
+        self.projector_memory = projector_memory(config.mmproj) if config.mmproj and pooling is None else None
         if pooling is None:
             config = self.config = self._fit_memory(config, rss_before)
         # a KV stream per sequence, but an embeddings context holds a whole input in one buffer
@@ -143,7 +146,8 @@ class LlamaModel:
     def _fit_memory(self, config: EngineConfig, rss_before: int) -> EngineConfig:
         """As many extra cached streams as --memory-mb holds beside the weights and the running ones."""
         try:
-            return fit_memory(config, plan(config, rss_before, self.weights_bytes, self.kv_shape))
+            p = plan(config, rss_before, self.weights_bytes, self.kv_shape, self.projector_memory)
+            return fit_memory(config, p)
         except MemoryFitError as exc:
             self.close()
             raise ModelLoadError(f"{self.path}: {exc}") from None

@@ -18,9 +18,7 @@ and is written in milliseconds; the text model is most of a pair (SmolLM2's voca
 from __future__ import annotations
 
 import io
-import struct
 import wave
-import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +26,7 @@ from pathlib import Path
 import gguf
 import numpy as np
 
+from llmhost.bench.load.images import png as png  # re-exported: the tests' images are the bench's PNGs
 from tests.tinymodels import N_EMBD, build_tiny_gguf
 
 # the vision tower: a 64x64 image in 8x8 patches is an 8x8 grid, pooled 2x2 to 4x4 = 16 embeddings
@@ -222,24 +221,6 @@ def random_pixels(height: int = 48, width: int = 40, seed: int = 0) -> np.ndarra
     """A seeded noise image, (height, width, 3) uint8 RGB: not square and not the projector's size,
     so the preprocessor's resize is exercised."""
     return np.random.default_rng(seed).integers(0, 256, (height, width, 3), dtype=np.uint8)
-
-
-def png(pixels: np.ndarray) -> bytes:
-    """`pixels` ((height, width, 3) uint8) as a PNG file, with no imaging library: 8-bit RGB, each row
-    unfiltered, one zlib stream."""
-    height, width, _ = pixels.shape
-
-    def chunk(kind: bytes, data: bytes) -> bytes:
-        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
-
-    rows = b"".join(b"\x00" + row.tobytes() for row in np.ascontiguousarray(pixels, dtype=np.uint8))
-    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)  # 8 bits a channel, RGB
-    return (
-        b"\x89PNG\r\n\x1a\n"
-        + chunk(b"IHDR", header)
-        + chunk(b"IDAT", zlib.compress(rows))
-        + chunk(b"IEND", b"")
-    )
 
 
 def tone(hz: float = 440.0, seconds: float = 1.0, rate: int = SAMPLE_RATE) -> np.ndarray:

@@ -13,14 +13,14 @@ The tensor names, shapes and metadata are those llama.cpp's loader reads (tools/
 clip-impl.h): llama.cpp ne order is written below, numpy's is the reverse. Matrices and convolution
 kernels are F16; norms, biases and the position embeddings (added to F32 activations) are F32. The
 weights are seeded: the same call gives the same files, byte for byte. Each projector is under 1 MB
-and is written in milliseconds; the text model is most of a pair (SmolLM2's vocabulary)."""
+and is written in milliseconds; the text model is most of a pair (SmolLM2's vocabulary). A `shape`
+(`VisionShape`, `AudioShape`) gives a projector other dimensions: `GEMMA3_SIGLIP` and `WHISPER_LARGE`
+are published ones, for measuring what a real encoder costs (benchmarks/encoder_cost.py)."""
 
 from __future__ import annotations
 
 import io
-import struct
 import wave
-import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +28,7 @@ from pathlib import Path
 import gguf
 import numpy as np
 
+from llmhost.bench.load.images import png as png  # re-exported: the tests' images are the bench's PNGs
 from tests.tinymodels import N_EMBD, build_tiny_gguf
 
 # the vision tower: a 64x64 image in 8x8 patches is an 8x8 grid, pooled 2x2 to 4x4 = 16 embeddings
@@ -53,6 +54,49 @@ ENC_LAYERS = 2
 # between 8 and 4096 merged patches; a 48x40 image is 6x5 = 30 embeddings over max(6, 5) = 6 positions
 MROPE_PATCH = 4
 MROPE_MERGE = 2
+
+
+@dataclass(frozen=True, slots=True)
+class EncoderShape:
+    """A projector's transformer encoder and projection; the defaults are the tiny pairs'."""
+
+    embd: int = ENC_EMBD
+    ff: int = ENC_FF
+    heads: int = ENC_HEADS
+    layers: int = ENC_LAYERS
+    projection: int = N_EMBD  # the text model's width: libmtmd refuses a projector of another
+    # the spread of the weight matrices; at a real width ~ embd ** -0.5 keeps the activations in F16's
+    # range through the layers (the tiny pairs' 0.2 is theirs, kept so their files stay as they were)
+    std: float = 0.2
+
+
+@dataclass(frozen=True, slots=True)
+class VisionShape(EncoderShape):
+    """The `gemma3` projector's: SigLIP over `image_size` pixels in patches, pooled `pool` x `pool`."""
+
+    image_size: int = IMAGE_SIZE
+    patch_size: int = PATCH_SIZE
+    pool: int = POOL
+
+    @property
+    def tokens(self) -> int:
+        """Embeddings an image becomes."""
+        return (self.image_size // self.patch_size // self.pool) ** 2
+
+
+@dataclass(frozen=True, slots=True)
+class AudioShape(EncoderShape):
+    """The `qwen2a` projector's: a Whisper encoder over `n_mel` bins (positions: a 30 s window's)."""
+
+    n_mel: int = N_MEL
+
+
+# published shapes, for measuring what a real projector costs (benchmarks/encoder_cost.py): Gemma 3's
+# SigLIP (896 px in 14 px patches, 4x4 pooled to 256 embeddings; projected to Gemma 3 4B's 2560) and
+# Qwen2-Audio's Whisper-large-v3 encoder (128 mel bins; projected to Qwen2-7B's 4096), with their
+# weights' spread scaled to their width
+GEMMA3_SIGLIP = VisionShape(1152, 4304, 16, 27, 2560, 1152**-0.5, image_size=896, patch_size=14, pool=4)
+WHISPER_LARGE = AudioShape(1280, 5120, 20, 32, 4096, 1280**-0.5, n_mel=128)
 
 IMAGE_MARKERS = ("<start_of_image>", "<end_of_image>")
 MROPE_MARKERS = ("<|vision_start|>", "<|vision_end|>")
@@ -95,30 +139,31 @@ class _Tensors:
         self.add(f"{name}.bias", (width,), std=0.02)
 
 
-def _encoder_layers(t: _Tensors, prefix: str, *, k_bias: bool) -> None:
+def _encoder_layers(t: _Tensors, prefix: str, shape: EncoderShape, *, k_bias: bool) -> None:
     """The pre-norm transformer blocks clip.cpp's build_vit runs (LayerNorm, attention, LayerNorm,
     GELU FFN), as `{prefix}.blk.N.*`."""
-    for i in range(ENC_LAYERS):
+    embd, ff, std = shape.embd, shape.ff, shape.std
+    for i in range(shape.layers):
         blk = f"{prefix}.blk.{i}"
-        t.norm(f"{blk}.ln1", ENC_EMBD)
+        t.norm(f"{blk}.ln1", embd)
         for proj in ("attn_q", "attn_k", "attn_v", "attn_out"):
-            t.add(f"{blk}.{proj}.weight", (ENC_EMBD, ENC_EMBD))
+            t.add(f"{blk}.{proj}.weight", (embd, embd), std=std)
             if proj != "attn_k" or k_bias:  # Whisper's key projection has no bias (clip.cpp asserts it)
-                t.add(f"{blk}.{proj}.bias", (ENC_EMBD,), std=0.02)
-        t.norm(f"{blk}.ln2", ENC_EMBD)
-        t.add(f"{blk}.ffn_up.weight", (ENC_EMBD, ENC_FF))
-        t.add(f"{blk}.ffn_up.bias", (ENC_FF,), std=0.02)
-        t.add(f"{blk}.ffn_down.weight", (ENC_FF, ENC_EMBD))
-        t.add(f"{blk}.ffn_down.bias", (ENC_EMBD,), std=0.02)
-    t.norm(f"{prefix}.post_ln", ENC_EMBD)
+                t.add(f"{blk}.{proj}.bias", (embd,), std=0.02)
+        t.norm(f"{blk}.ln2", embd)
+        t.add(f"{blk}.ffn_up.weight", (embd, ff), std=std)
+        t.add(f"{blk}.ffn_up.bias", (ff,), std=0.02)
+        t.add(f"{blk}.ffn_down.weight", (ff, embd), std=std)
+        t.add(f"{blk}.ffn_down.bias", (embd,), std=0.02)
+    t.norm(f"{prefix}.post_ln", embd)
 
 
-def _encoder_hparams(w: gguf.GGUFWriter, modality: str, eps: float) -> None:
-    w.add_uint32(f"clip.{modality}.embedding_length", ENC_EMBD)
-    w.add_uint32(f"clip.{modality}.feed_forward_length", ENC_FF)
-    w.add_uint32(f"clip.{modality}.block_count", ENC_LAYERS)
-    w.add_uint32(f"clip.{modality}.projection_dim", N_EMBD)
-    w.add_uint32(f"clip.{modality}.attention.head_count", ENC_HEADS)
+def _encoder_hparams(w: gguf.GGUFWriter, modality: str, eps: float, shape: EncoderShape) -> None:
+    w.add_uint32(f"clip.{modality}.embedding_length", shape.embd)
+    w.add_uint32(f"clip.{modality}.feed_forward_length", shape.ff)
+    w.add_uint32(f"clip.{modality}.block_count", shape.layers)
+    w.add_uint32(f"clip.{modality}.projection_dim", shape.projection)
+    w.add_uint32(f"clip.{modality}.attention.head_count", shape.heads)
     w.add_float32(f"clip.{modality}.attention.layer_norm_epsilon", eps)
 
 
@@ -140,51 +185,55 @@ def _writer(path: Path, projector: str) -> gguf.GGUFWriter:
     return w
 
 
-def build_gemma3_mmproj(path: str | Path, seed: int = 0) -> Path:
-    """Write the `gemma3` vision projector (see the module's docstring) to `path`."""
+def build_gemma3_mmproj(path: str | Path, seed: int = 0, shape: VisionShape = VisionShape()) -> Path:
+    """Write the `gemma3` vision projector (see the module's docstring; `shape`: its dimensions) to
+    `path`."""
     path = Path(path)
+    embd, size, patch = shape.embd, shape.image_size, shape.patch_size
     w = _writer(path, "gemma3")
     w.add_bool("clip.has_vision_encoder", True)
     w.add_bool("clip.use_gelu", True)
-    _encoder_hparams(w, "vision", 1e-6)
-    w.add_uint32("clip.vision.image_size", IMAGE_SIZE)
-    w.add_uint32("clip.vision.patch_size", PATCH_SIZE)
-    w.add_uint32("clip.vision.projector.scale_factor", POOL)  # Gemma 3's own pools 4x4
+    _encoder_hparams(w, "vision", 1e-6, shape)
+    w.add_uint32("clip.vision.image_size", size)
+    w.add_uint32("clip.vision.patch_size", patch)
+    w.add_uint32("clip.vision.projector.scale_factor", shape.pool)  # Gemma 3's own pools 4x4
     w.add_array("clip.vision.image_mean", [0.5, 0.5, 0.5])
     w.add_array("clip.vision.image_std", [0.5, 0.5, 0.5])
     t = _Tensors(seed)
-    t.add("v.patch_embd.weight", (PATCH_SIZE, PATCH_SIZE, 3, ENC_EMBD))  # a conv2d kernel: KW, KH, Cin, Cout
-    t.add("v.patch_embd.bias", (ENC_EMBD,), std=0.02)
-    t.add("v.position_embd.weight", (ENC_EMBD, (IMAGE_SIZE // PATCH_SIZE) ** 2), f32=True)
-    _encoder_layers(t, "v", k_bias=True)
-    t.add("mm.soft_emb_norm.weight", (ENC_EMBD,), ones=True)
+    t.add("v.patch_embd.weight", (patch, patch, 3, embd), std=shape.std)  # a conv2d kernel: KW, KH, Cin, Cout
+    t.add("v.patch_embd.bias", (embd,), std=0.02)
+    t.add("v.position_embd.weight", (embd, (size // patch) ** 2), f32=True)
+    _encoder_layers(t, "v", shape, k_bias=True)
+    t.add("mm.soft_emb_norm.weight", (embd,), ones=True)
     # clip.cpp multiplies by its transpose, so the text model's width comes first
-    t.add("mm.input_projection.weight", (N_EMBD, ENC_EMBD), std=ENC_EMBD**-0.5)
+    t.add("mm.input_projection.weight", (shape.projection, embd), std=embd**-0.5)
     return _write(path, w, t)
 
 
-def build_qwen2a_mmproj(path: str | Path, seed: int = 0) -> Path:
-    """Write the `qwen2a` audio projector (see the module's docstring) to `path`."""
+def build_qwen2a_mmproj(path: str | Path, seed: int = 0, shape: AudioShape = AudioShape()) -> Path:
+    """Write the `qwen2a` audio projector (see the module's docstring; `shape`: its dimensions) to
+    `path`."""
     path = Path(path)
+    embd, n_mel = shape.embd, shape.n_mel
     w = _writer(path, "qwen2a")
     w.add_bool("clip.has_audio_encoder", True)
-    _encoder_hparams(w, "audio", 1e-5)
-    w.add_uint32("clip.audio.num_mel_bins", N_MEL)
+    _encoder_hparams(w, "audio", 1e-5, shape)
+    w.add_uint32("clip.audio.num_mel_bins", n_mel)
     t = _Tensors(seed)
     # conv1d kernels are K, Cin, Cout; their biases are one column per channel (added along time)
     # fan-in scaled, and unit position embeddings: the silence that pads a clip to 30 s gives the same
     # frame at every step, so the positions are what keeps its embeddings apart (else the text model's
     # attention averages 750 equal vectors and its output is one token over and over)
-    t.add("a.conv1d.1.weight", (3, N_MEL, ENC_EMBD), std=(3 * N_MEL) ** -0.5)
-    t.add("a.conv1d.1.bias", (1, ENC_EMBD), std=0.02, f32=True)
-    t.add("a.conv1d.2.weight", (3, ENC_EMBD, ENC_EMBD), std=(3 * ENC_EMBD) ** -0.5)
-    t.add("a.conv1d.2.bias", (1, ENC_EMBD), std=0.02, f32=True)
-    t.add("a.position_embd.weight", (ENC_EMBD, AUDIO_POSITIONS), std=1.0, f32=True)
-    _encoder_layers(t, "a", k_bias=False)
+    t.add("a.conv1d.1.weight", (3, n_mel, embd), std=(3 * n_mel) ** -0.5)
+    t.add("a.conv1d.1.bias", (1, embd), std=0.02, f32=True)
+    t.add("a.conv1d.2.weight", (3, embd, embd), std=(3 * embd) ** -0.5)
+    t.add("a.conv1d.2.bias", (1, embd), std=0.02, f32=True)
+    t.add("a.position_embd.weight", (embd, AUDIO_POSITIONS), std=1.0, f32=True)
+    _encoder_layers(t, "a", shape, k_bias=False)
     # audio embeddings well under the token embeddings' spread (std 1): 750 of them at full size drown
     # the prompt's text in the residual stream and the output repeats one token whatever the prompt
-    t.add("mm.a.fc.weight", (ENC_EMBD, N_EMBD), std=0.02)
-    t.add("mm.a.fc.bias", (N_EMBD,), std=0.02)
+    t.add("mm.a.fc.weight", (embd, shape.projection), std=0.02)
+    t.add("mm.a.fc.bias", (shape.projection,), std=0.02)
     return _write(path, w, t)
 
 
@@ -197,7 +246,7 @@ def build_qwen2vl_mmproj(path: str | Path, seed: int = 0) -> Path:
     w = _writer(path, "qwen2vl_merger")
     w.add_bool("clip.has_vision_encoder", True)
     w.add_bool("clip.use_gelu", True)
-    _encoder_hparams(w, "vision", 1e-6)
+    _encoder_hparams(w, "vision", 1e-6, EncoderShape())
     w.add_uint32("clip.vision.image_size", 64)
     w.add_uint32("clip.vision.patch_size", MROPE_PATCH)
     w.add_uint32("clip.vision.spatial_merge_size", MROPE_MERGE)
@@ -206,7 +255,7 @@ def build_qwen2vl_mmproj(path: str | Path, seed: int = 0) -> Path:
     t = _Tensors(seed)
     for name in ("v.patch_embd.weight", "v.patch_embd.weight.1"):  # no bias: clip.cpp asserts none
         t.add(name, (MROPE_PATCH, MROPE_PATCH, 3, ENC_EMBD))
-    _encoder_layers(t, "v", k_bias=True)
+    _encoder_layers(t, "v", EncoderShape(), k_bias=True)
     merged = ENC_EMBD * MROPE_MERGE**2
     t.add("mm.0.weight", (merged, merged), std=merged**-0.5)
     t.add("mm.0.bias", (merged,), std=0.02)
@@ -261,24 +310,6 @@ def random_pixels(height: int = 48, width: int = 40, seed: int = 0) -> np.ndarra
     """A seeded noise image, (height, width, 3) uint8 RGB: not square and not the projector's size,
     so the preprocessor's resize is exercised."""
     return np.random.default_rng(seed).integers(0, 256, (height, width, 3), dtype=np.uint8)
-
-
-def png(pixels: np.ndarray) -> bytes:
-    """`pixels` ((height, width, 3) uint8) as a PNG file, with no imaging library: 8-bit RGB, each row
-    unfiltered, one zlib stream."""
-    height, width, _ = pixels.shape
-
-    def chunk(kind: bytes, data: bytes) -> bytes:
-        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
-
-    rows = b"".join(b"\x00" + row.tobytes() for row in np.ascontiguousarray(pixels, dtype=np.uint8))
-    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)  # 8 bits a channel, RGB
-    return (
-        b"\x89PNG\r\n\x1a\n"
-        + chunk(b"IHDR", header)
-        + chunk(b"IDAT", zlib.compress(rows))
-        + chunk(b"IEND", b"")
-    )
 
 
 def tone(hz: float = 440.0, seconds: float = 1.0, rate: int = SAMPLE_RATE) -> np.ndarray:

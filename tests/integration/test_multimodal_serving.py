@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
 import logging
 import os
 import threading
@@ -26,6 +27,7 @@ import ollama
 import openai
 import pytest
 
+from llmhost.bench import BenchConfig, run_benchmark
 from llmhost.engine.config import EngineConfig
 from llmhost.engine.engine import Engine
 from llmhost.engine.kv.memory_fit import RUNTIME_MARGIN_MB, rss_bytes
@@ -38,6 +40,7 @@ from tests.integration.conftest import Server, start_server, stop_server
 from tests.integration.endpoint_helpers import start_endpoint, stop_endpoint
 from tests.mtmd_session import MtmdSession
 from tests.tinymmproj import (
+    IMAGE_TOKENS,
     Pair,
     build_audio_pair,
     build_mrope_pair,
@@ -847,3 +850,29 @@ def test_tgi_and_invocations_take_llama_servers_multimodal_data(vision: tuple[Se
     for inputs, field, says in cases:
         r = httpx.post(f"{srv.url}/generate", json={**body, "inputs": inputs}, timeout=60)
         assert r.status_code == 400 and r.json()["field"] == field and says in r.json()["error"], r.text
+
+
+def test_bench_images_reach_the_encoder_and_report_its_time(
+    vision: tuple[Server, Pair, Path], tmp_path: Path
+) -> None:
+    """`llmhost bench run --images 2` against the vision server: every request carries its two images
+    (their positions in the prompt tokens), the encode time comes back per request and from /metrics;
+    with --repeat-images the server encodes nothing after the warm-up; Messages and TGI carry them too."""
+    srv, _, _ = vision
+    # 40x40 keeps each image under the server's MAX_PIXELS; distinct seeds from the other tests' images
+    common = {"url": srv.url, "requests": 4, "prompt_tokens": 8, "max_new_tokens": 2, "num_prompts": 4}
+    common |= {"images": 2, "image_size": (40, 40), "seed": 90, "metrics_interval_s": 0.0}
+    (lv,) = run_benchmark(BenchConfig(api="chat", concurrency=[2], **common), tmp_path).levels()
+    assert lv.successes == 4 and lv.images == 8, lv.errors
+    assert lv.input_tokens >= 4 * (2 * IMAGE_TOKENS + 8)
+    assert lv.distributions["encode_ms_p50"] and lv.distributions["encode_ms_p50"] > 0
+    assert lv.server_figures["server_media_encode_ms_mean"] > 0
+    saved = json.loads((tmp_path / "summary.json").read_text())["configs"][0]
+    assert saved["workload"]["images_per_request"] == 2 and saved["workload"]["image_size"] == "40x40"
+    (repeat,) = run_benchmark(BenchConfig(api="chat", warmup=1, repeat_images=True, **common)).levels()
+    assert repeat.successes == 4 and repeat.distributions["encode_ms_p50"] == 0
+    assert repeat.server_metrics["counters"].get("llmhost_media_encoded_total", 0) == 0
+    for seed, api in enumerate(("messages", "tgi"), 91):  # images not sent yet, so each is encoded
+        (other,) = run_benchmark(BenchConfig(api=api, **common | {"requests": 2, "seed": seed})).levels()
+        assert other.successes == 2 and other.images == 4, (api, other.errors)
+        assert other.server_metrics["counters"]["llmhost_media_encoded_total"] == 4

@@ -276,6 +276,26 @@ def thinking_table(results: BenchResults) -> Table | None:
     return t
 
 
+def images_table(results: BenchResults) -> Table | None:
+    """Requests with images (`--images`): the server's encode time per request beside TTFT."""
+    levels = [lv for lv in results.levels() if lv.images]
+    if not levels:
+        return None
+    t = Table(title="Images (encode: the server's time in the projector's encoder, per request)")
+    for col in ("config", "level", "images / request", "encode p50 ms", "encode p90 ms", "TTFT p50 ms"):
+        t.add_column(col, justify="left" if col in ("config", "level") else "right")
+    for lv in levels:
+        t.add_row(
+            lv.config,
+            lv.level,
+            _num(lv.images / lv.successes if lv.successes else None, ".0f"),
+            _num(lv.get("encode_ms_p50"), ".1f"),
+            _num(lv.get("encode_ms_p90"), ".1f"),
+            _ms(lv.get("ttft_s_p50")),
+        )
+    return t
+
+
 def models_table(results: BenchResults) -> Table | None:
     """A mix of models (`--model a,b`): each level's figures model by model."""
     levels = [lv for lv in results.levels() if lv.by_model]
@@ -335,6 +355,7 @@ def _print_final(results: BenchResults, out: Path | None) -> None:
         models_table(results),
         conversations_table(results),
         thinking_table(results),
+        images_table(results),
         server_table(results),
     ):
         if extra is not None:

@@ -14,11 +14,12 @@ from llmhost.bench.figures.slo import GoodputSLO, parse_goodput
 from llmhost.bench.load.arrivals import Arrivals
 from llmhost.bench.load.conversations import ConversationSettings, parse_think_time
 from llmhost.bench.load.http import Endpoint
+from llmhost.bench.load.images import DEFAULT_SIZE, ImageSettings, parse_image_size
 from llmhost.bench.load.loadgen import LoadSettings
 from llmhost.bench.load.retrieval import KINDS as RETRIEVAL
 from llmhost.bench.load.retrieval import RetrievalSettings
 from llmhost.bench.load.slostop import SloStop, stop_rule
-from llmhost.bench.load.targets import APIS, Target
+from llmhost.bench.load.targets import APIS, IMAGE_APIS, Target
 
 AS_FIELD: Any = object()  # a RunOption shows the field's own default
 
@@ -188,6 +189,30 @@ class BenchConfig:
             parse=parse_think_time,
         ),
     )
+    images: int = field(
+        default=0,
+        metadata=opt(
+            "Prompts workload: images each request carries before its text (generated PNGs of --image-size, "
+            f"distinct per prompt unless --repeat-images), for a server with a projector; APIs: "
+            f"{', '.join(IMAGE_APIS)}."
+        ),
+    )
+    image_size: tuple[int, int] = field(
+        default=DEFAULT_SIZE,
+        metadata=opt(
+            "--images: WIDTHxHEIGHT of each image in pixels.",
+            kind=str,
+            shown="x".join(map(str, DEFAULT_SIZE)),
+            parse=parse_image_size,
+        ),
+    )
+    repeat_images: bool = field(
+        default=False,
+        metadata=opt(
+            "--images: every request carries the same images (after the first, the server's media and "
+            "prefix caches hold them) instead of distinct ones."
+        ),
+    )
     num_prompts: int = field(
         default=32, metadata=opt("Distinct synthetic prompts (embed / rerank: distinct requests).")
     )
@@ -290,6 +315,11 @@ class BenchConfig:
         """An embed or rerank workload: one JSON answer per request, nothing generated."""
         return self.workload in RETRIEVAL
 
+    def image_settings(self) -> ImageSettings:
+        return ImageSettings(
+            self.images, (self.image_size[0], self.image_size[1]), self.repeat_images, self.seed
+        )
+
     def retrieval_settings(self) -> RetrievalSettings:
         return RetrievalSettings(self.workload, self.documents, self.document_words, self.num_prompts)
 
@@ -391,9 +421,22 @@ class BenchConfig:
             if len(names) > 1 and self.workload != "prompts":
                 raise ValueError(f"{flag} with several names applies to the prompts workload")
 
+    def _validate_images(self) -> None:
+        self.image_settings()  # checks its values
+        if not self.images:
+            return
+        if self.workload != "prompts":
+            raise ValueError(f"--images applies to the prompts workload, not --workload {self.workload}")
+        if self.api not in IMAGE_APIS:
+            raise ValueError(
+                f"--images: the {self.api} API takes no images (OpenAI's /v1/completions has no image "
+                f"parts); use --api {' or '.join(IMAGE_APIS)}"
+            )
+
     def validate(self) -> None:
         Target(self.api)  # checks the api name
         self._validate_mix()
+        self._validate_images()
         Endpoint.parse(self.url)
         self._validate_conversations()
         self._validate_retrieval()

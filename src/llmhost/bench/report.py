@@ -18,6 +18,7 @@ from markupsafe import Markup
 from llmhost.bench.figures.metrics import (
     ANSWER_TTFT_S,
     DISTRIBUTIONS,
+    ENCODE_MS,
     ERROR_KINDS,
     STATS,
     LevelSummary,
@@ -55,8 +56,10 @@ CSV_COLUMNS = [
     "reasoning_tokens",
     "items",
     "items_per_s",
+    "images",
     *[f"{name}_{stat}" for name in DISTRIBUTIONS for stat in STATS],
     *[f"{ANSWER_TTFT_S}_{stat}" for stat in STATS],
+    *[f"{ENCODE_MS}_{stat}" for stat in STATS],
     "price_per_hour",
     "minutes_per_1m_tokens",
     "cost_per_1m_tokens_usd",

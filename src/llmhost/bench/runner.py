@@ -16,6 +16,7 @@ from llmhost.bench.figures.recommend import recommend
 from llmhost.bench.load.conversations import describe as describe_conversations
 from llmhost.bench.load.convload import ConversationLoad
 from llmhost.bench.load.http import Endpoint, prepare, simple_request
+from llmhost.bench.load.images import ImageSettings
 from llmhost.bench.load.loadgen import AnyTarget, LevelState, PreparedRequest, run_level
 from llmhost.bench.load.retrieval import RetrievalTarget, retrieval_requests
 from llmhost.bench.load.retrieval import describe as describe_retrieval
@@ -90,15 +91,22 @@ def api_path(endpoint: Endpoint, target: AnyTarget) -> str:
 
 
 def prepare_requests(
-    endpoint: Endpoint, target: Target, workload: Workload, max_new_tokens: int
+    endpoint: Endpoint,
+    target: Target,
+    workload: Workload,
+    max_new_tokens: int,
+    images: ImageSettings | None = None,
 ) -> list[PreparedRequest]:
+    """The workload's requests, encoded once; with ``images``, prompt i carries its images."""
     path = api_path(endpoint, target)
     mix = target.mix()
+    images = images or ImageSettings()
     out = []
     for i, p in enumerate(workload.prompts):
         label, t = mix[i % len(mix)]  # in a mix, prompt i names model i mod n: each level sends them in turn
-        body = json.dumps(t.body(p.text, p.max_new_tokens or max_new_tokens)).encode()
-        out.append(PreparedRequest(prepare(endpoint, "POST", path, body, t.headers()), p.tokens, label))
+        body = json.dumps(t.body(p.text, p.max_new_tokens or max_new_tokens, images.for_request(i))).encode()
+        http = prepare(endpoint, "POST", path, body, t.headers())
+        out.append(PreparedRequest(http, p.tokens, label, images=images.count))
     return out
 
 
@@ -205,8 +213,9 @@ async def _prepare(
         return target, load
     progress.message(f"{cfg.name}: preparing prompts")
     workload = await build_workload(cfg, endpoint)
-    result.workload = workload.describe()
-    return target, prepare_requests(endpoint, target, workload, cfg.max_new_tokens)
+    images = cfg.image_settings()
+    result.workload = workload.describe() | (images.describe() if images.count else {})
+    return target, prepare_requests(endpoint, target, workload, cfg.max_new_tokens, images)
 
 
 def _stop(result: ConfigResult, reason: str, detail: str, rest: list[tuple[str, Any, Any]]) -> None:

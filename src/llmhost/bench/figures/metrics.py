@@ -17,6 +17,9 @@ definitions are those of ``vllm bench serve``, so figures compare with published
 - ms per token: 1000 × E2E / output tokens (GuideLLM's "time per output token").
 - Output throughput: output tokens of successful requests / wall time of the level; requests/s
   counts successful requests only; goodput: successful requests meeting the SLO / wall time.
+- Images (``--images``): ``encode_ms`` is the time the server says (its ``timings.encode_ms``, llmhost's)
+  a request's images took in the projector's encoder, 0 for those it had cached; its distribution
+  is over the requests with images whose answer told it (OpenAI chat, TGI and SageMaker streams).
 - Retrieval (embeddings, rerank): the answer is one body, so a request has an E2E and no TTFT; its
   ``items`` are the inputs embedded or documents scored, and ``items_per_s`` their throughput.
 """
@@ -46,6 +49,7 @@ DISTRIBUTIONS = (TTFT_S, TPOT_S, ITL_S, MS_PER_TOKEN, E2E_S)
 STATS = ("mean", *(f"p{q}" for q in PERCENTILES))  # suffixes of each distribution's figures
 LATER_TURN_TTFT_S = "later_turn_ttft_s"  # conversations: TTFT of turns 2 and on
 ANSWER_TTFT_S = "answer_ttft_s"  # thinking models: time to the first answer token (after the thought)
+ENCODE_MS = "encode_ms"  # images: the server's time in the projector's encoder, per request
 
 # Failure kinds. A request fails with exactly one of these; nothing else is counted as an error.
 CONNECTION_REFUSED = "connection_refused"
@@ -106,6 +110,8 @@ class RequestRecord:
     answer_ttft_s: float | None = None
     reasoning_tokens: int = 0
     items: int = 0  # embed / rerank: the inputs embedded or documents scored
+    images: int = 0  # the images the request carried
+    encode_ms: float | None = None  # the server's time encoding them (its timings), when it told
 
     def finish_answer(self, e2e_s: float, items: int) -> None:
         """Fill the figures of a successful retrieval request (one answer, no token events)."""
@@ -163,7 +169,17 @@ def distributions(ok: list[RequestRecord]) -> dict[str, float | None]:
             out[f"{name}_{stat}"] = value
     out.update(turn_figures(ok))
     out.update(thought_figures(ok))
+    out.update(image_figures(ok))
     return out
+
+
+def image_figures(ok: list[RequestRecord]) -> dict[str, float | None]:
+    """Requests with images: the server's encode time (``encode_ms_p50``), over those whose answer
+    told it; nothing when no request carried an image or no answer told."""
+    told = [r.encode_ms for r in ok if r.images and r.encode_ms is not None]
+    if not told:
+        return {}
+    return {f"{ENCODE_MS}_{stat}": value for stat, value in describe(told).items()}
 
 
 def thought_figures(ok: list[RequestRecord]) -> dict[str, float | None]:
@@ -215,6 +231,7 @@ class LevelSummary:
     reasoning_tokens: int = 0  # of output_tokens, those of thoughts (thinking models); the rest answer
     items: int = 0  # retrieval: inputs embedded or documents scored by the successful requests
     items_per_s: float = 0.0  # items / wall time
+    images: int = 0  # images carried by the successful requests
     distributions: dict[str, float | None] = field(default_factory=dict)  # "ttft_s_p50" → value
     price_per_hour: float | None = None
     minutes_per_1m_tokens: float | None = None
@@ -314,6 +331,7 @@ def summarize_level(
         reasoning_tokens=sum(r.reasoning_tokens for r in ok),
         items=sum(r.items for r in ok),
         items_per_s=sum(r.items for r in ok) / wall,
+        images=sum(r.images for r in ok),
         distributions=distributions(ok),
         by_model=by_model(measured, wall),
         price_per_hour=price_per_hour,

@@ -37,6 +37,7 @@ class PreparedRequest:
     prompt_tokens: int
     model: str | None = None  # in a mix of models (or components): the one it names
     items: int = 0  # embed / rerank: the inputs or documents it carries
+    images: int = 0  # --images: the images it carries
 
 
 AnyTarget = Target | RetrievalTarget  # a streamed generation, or a retrieval route's one JSON answer
@@ -120,7 +121,7 @@ async def send_one(
     a retrieval answer is no stream: None."""
     t0 = time.perf_counter()
     rec.start_s = t0 - run_t0
-    rec.prompt_tokens, rec.model = prep.prompt_tokens, prep.model
+    rec.prompt_tokens, rec.model, rec.images = prep.prompt_tokens, prep.model, prep.images
     try:
         async with send(session, prep.http) as resp:
             rec.status = resp.status
@@ -184,6 +185,7 @@ async def _read_stream(
     rec.finish_ok(token_times, end - t0, stream.output_tokens)
     rec.tokens_counted_by = stream.counted_by
     rec.reasoning_tokens = stream.reasoning_tokens
+    rec.encode_ms = stream.encode_ms
     if stream.reported_prompt_tokens is not None:
         rec.prompt_tokens = stream.reported_prompt_tokens
     return stream

@@ -24,7 +24,10 @@ Derived figures, from whichever server's names are present (llmhost, llama-serve
   llama-server's deferred requests, vLLM's waiting);
 - ``server_running_mean``/``_max``: requests being decoded;
 - ``server_kv_usage_mean``/``_max``: KV cache in use / capacity, 0..1;
-- ``server_generation_tokens``: tokens the server generated over the level.
+- ``server_generation_tokens``: tokens the server generated over the level;
+- ``server_media_encode_ms_mean``: llmhost's mean time per encoder run (an image or clip) over the
+  level, and ``server_media_cache_hit_rate``: media taken from its embeddings cache / media that needed
+  embeddings (cached + encoded; media whose KV the prefix cache held need neither).
 
 A target without ``/metrics`` (any status but 200, or not the exposition format) has none: no error.
 """
@@ -72,6 +75,9 @@ QUEUED = (
 RUNNING = ("llmhost_num_requests_running", "llamacpp:requests_processing", "vllm:num_requests_running")
 KV_RATIOS = ("llamacpp:kv_cache_usage_ratio", "vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
 KV_TOKENS = ("llmhost_kv_cache_used_tokens", "llmhost_kv_cache_capacity_tokens")
+ENCODE_SECONDS = ("llmhost_media_encode_seconds_sum", "llmhost_media_encode_seconds_count")
+MEDIA_ENCODED = "llmhost_media_encoded_total"
+MEDIA_CACHE_HITS = "llmhost_media_cache_hits_total"
 # what the report and the terminal show, in this order: (key, label, format)
 SHOWN = (
     ("server_prefix_cache_hit_rate", "prefix cache hit rate", ".3f"),
@@ -85,6 +91,8 @@ SHOWN = (
     ("server_kv_usage_mean", "KV use mean", ".3f"),
     ("server_kv_usage_max", "KV use max", ".3f"),
     ("server_generation_tokens", "generated tokens", ".0f"),
+    ("server_media_encode_ms_mean", "encode ms mean", ".1f"),
+    ("server_media_cache_hit_rate", "media cache hit rate", ".3f"),
 )
 
 
@@ -154,11 +162,24 @@ def derive(delta: dict[str, float], samples: list[Scrape]) -> dict[str, float]:
         if value is not None:
             out[key] = value
     out.update(_reuse(delta))
+    out.update(_media(delta))
     for key, fn in (("queue_depth", _queued), ("running", _running), ("kv_usage", _kv_usage)):
         series = [v for s in samples if (v := fn(s.gauges)) is not None]
         if series:
             out[f"server_{key}_mean"] = sum(series) / len(series)
             out[f"server_{key}_max"] = max(series)
+    return out
+
+
+def _media(delta: dict[str, float]) -> dict[str, float]:
+    """The encoder's mean time per medium, and the media embeddings cache's hit rate, over the level."""
+    out: dict[str, float] = {}
+    seconds, runs = (delta.get(name, 0.0) for name in ENCODE_SECONDS)
+    if runs > 0:
+        out["server_media_encode_ms_mean"] = 1000.0 * seconds / runs
+    hits, encoded = delta.get(MEDIA_CACHE_HITS, 0.0), delta.get(MEDIA_ENCODED, 0.0)
+    if hits + encoded > 0:
+        out["server_media_cache_hit_rate"] = hits / (hits + encoded)
     return out
 
 

@@ -9,6 +9,7 @@ Messages and Responses APIs' ``usage``), else by counting the stream events that
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -17,6 +18,8 @@ from typing_extensions import TypedDict
 from llmhost.errors import LlmhostError
 
 APIS = ("openai", "chat", "messages", "responses", "sagemaker", "tgi")
+IMAGE_APIS = ("chat", "messages", "responses", "sagemaker", "tgi")  # those whose requests carry images
+MEDIA_MARKER = "<__media__>"  # where a raw prompt's medium goes (llama-server's multimodal_data)
 COMPONENT_HEADER = "X-Amzn-SageMaker-Inference-Component"
 
 
@@ -37,6 +40,7 @@ class StreamState:
     __slots__ = (
         "answered",
         "counted_tokens",
+        "encode_ms",
         "finished",
         "reported_output_tokens",
         "reported_prompt_tokens",
@@ -52,6 +56,11 @@ class StreamState:
         self.thought_events = 0  # events that carried thought text
         self.answered = False  # an event carried answer text (or a tool call)
         self.finished = False
+        self.encode_ms: float | None = None  # the server's `timings.encode_ms` (llmhost's), when it tells
+
+    def _read_timings(self, timings: Any) -> None:
+        if isinstance(timings, dict) and isinstance(timings.get("encode_ms"), (int, float)):
+            self.encode_ms = float(timings["encode_ms"])
 
     def _count(self, thought: bool) -> int:
         """One generated-text event: of the thought, or of the answer."""
@@ -104,7 +113,7 @@ class OpenAIBody(TypedDict, total=False):
     """A streamed completion or chat request."""
 
     model: str
-    messages: list[dict[str, str]]  # chat
+    messages: list[dict[str, Any]]  # chat: a message's content is a string, or text and image parts
     prompt: str  # completion
     max_tokens: int
     stream: bool
@@ -120,10 +129,17 @@ class TGIParameters(TypedDict, total=False):
     do_sample: bool
 
 
+class TGIPrompt(TypedDict):
+    """llama-server's prompt object: a raw prompt whose markers stand for the media, in order."""
+
+    prompt_string: str
+    multimodal_data: list[str]
+
+
 class TGIBody(TypedDict, total=False):
     """A TGI request (`stream` on SageMaker's /invocations)."""
 
-    inputs: str
+    inputs: str | TGIPrompt
     parameters: TGIParameters
     stream: bool
 
@@ -133,9 +149,9 @@ class AgentBody(TypedDict, total=False):
 
     model: str
     stream: bool
-    messages: list[dict[str, str]]  # Messages
+    messages: list[dict[str, Any]]  # Messages
     max_tokens: int  # Messages
-    input: str  # Responses
+    input: str | list[dict[str, Any]]  # Responses
     max_output_tokens: int  # Responses
     temperature: float
 
@@ -179,6 +195,7 @@ class OpenAIStream(StreamState):
             self.finished = True
             return 0
         obj = _event(payload)
+        self._read_timings(obj.get("timings"))
         usage = obj.get("usage")
         if isinstance(usage, dict):
             out = usage.get("completion_tokens")
@@ -229,6 +246,8 @@ class TGIStream(StreamState):
             details = obj.get("details")
             if isinstance(details, dict) and isinstance(details.get("generated_tokens"), int):
                 self.reported_output_tokens = details["generated_tokens"]
+            if isinstance(details, dict):
+                self._read_timings(details.get("timings"))
         return 1
 
 
@@ -340,18 +359,28 @@ class Target:
         headers.update(dict(self.extra_headers))
         return headers
 
-    def body(self, prompt: str | list[dict[str, str]], max_new_tokens: int) -> RequestBody:
-        """The request for ``prompt``: a text, or (chat only) the messages of a conversation."""
+    def body(
+        self, prompt: str | list[dict[str, str]], max_new_tokens: int, images: Sequence[str] = ()
+    ) -> RequestBody:
+        """The request for ``prompt``: a text, or (chat only) the messages of a conversation.
+        ``images``: base64 PNGs the prompt's user turn carries before its text (IMAGE_APIS only)."""
         if isinstance(prompt, list) and self.api != "chat":
             raise ValueError("messages are sent to the chat API only")
+        if images and (self.api not in IMAGE_APIS or isinstance(prompt, list)):
+            raise ValueError(
+                f"--images: the {self.api} API's requests carry no images here; use {', '.join(IMAGE_APIS)}"
+            )
         if self.api in ("messages", "responses"):
             assert isinstance(prompt, str)
-            return self._agent_body(prompt, max_new_tokens)
+            return self._agent_body(prompt, max_new_tokens, images)
         if self.api in ("openai", "chat"):
             body: OpenAIBody = {"model": self.model or "default"}
             if self.api == "chat":
-                turns = prompt if isinstance(prompt, list) else [{"role": "user", "content": prompt}]
-                body["messages"] = turns
+                if isinstance(prompt, list):
+                    body["messages"] = list(prompt)  # a conversation (carries no images: refused above)
+                else:
+                    content = _parts(prompt, images, "chat") if images else prompt
+                    body["messages"] = [{"role": "user", "content": content}]
             else:
                 assert isinstance(prompt, str)  # a conversation was refused above
                 body["prompt"] = prompt
@@ -369,8 +398,9 @@ class Target:
             return body
         # TGI has no ignore_eos: max_new_tokens is a cap, and details report the real count.
         assert isinstance(prompt, str)
+        inputs = TGIPrompt(prompt_string=MEDIA_MARKER * len(images) + prompt, multimodal_data=list(images))
         tgi: TGIBody = {
-            "inputs": prompt,
+            "inputs": inputs if images else prompt,
             "parameters": {"max_new_tokens": max_new_tokens, "details": True},
         }
         if self.temperature:  # TGI wants temperature > 0; 0 means greedy, its default
@@ -379,11 +409,14 @@ class Target:
             tgi["stream"] = True
         return tgi
 
-    def _agent_body(self, prompt: str, max_new_tokens: int) -> AgentBody:
+    def _agent_body(self, prompt: str, max_new_tokens: int, images: Sequence[str]) -> AgentBody:
         """Messages and Responses bodies: one user turn, streamed."""
         body: AgentBody = {"model": self.model or "default", "stream": True}
+        content = _parts(prompt, images, self.api) if images else prompt
         if self.api == "messages":
-            body |= {"messages": [{"role": "user", "content": prompt}], "max_tokens": max_new_tokens}
+            body |= {"messages": [{"role": "user", "content": content}], "max_tokens": max_new_tokens}
+        elif images:
+            body |= {"input": [{"role": "user", "content": content}], "max_output_tokens": max_new_tokens}
         else:
             body |= {"input": prompt, "max_output_tokens": max_new_tokens}
         if self.temperature is not None:
@@ -398,3 +431,21 @@ class Target:
         if self.api == "responses":
             return ResponsesStream()
         return TGIStream()
+
+
+def _parts(text: str, images: Sequence[str], api: str) -> list[dict[str, Any]]:
+    """A user turn's content in ``api``'s words: the images (base64 PNGs), then the text (a prompt
+    must not end with a medium)."""
+    if api == "messages":
+        media = [
+            {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": b64}}
+            for b64 in images
+        ]
+        return [*media, {"type": "text", "text": text}]
+    uris = [f"data:image/png;base64,{b64}" for b64 in images]
+    if api == "responses":
+        return [
+            *({"type": "input_image", "image_url": u} for u in uris),
+            {"type": "input_text", "text": text},
+        ]
+    return [*({"type": "image_url", "image_url": {"url": u}} for u in uris), {"type": "text", "text": text}]

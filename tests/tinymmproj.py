@@ -237,30 +237,32 @@ def build_qwen2a_mmproj(path: str | Path, seed: int = 0, shape: AudioShape = Aud
     return _write(path, w, t)
 
 
-def build_qwen2vl_mmproj(path: str | Path, seed: int = 0) -> Path:
+def build_qwen2vl_mmproj(
+    path: str | Path, seed: int = 0, shape: EncoderShape = EncoderShape(), patch: int = MROPE_PATCH
+) -> Path:
     """Write the `qwen2vl_merger` vision projector (Qwen2-VL's) to `path`: a ViT over patches of
     MROPE_PATCH (two patch kernels, one a frame: an image is one frame given twice), rotary positions
     in 2D (M-RoPE, so no position table), and a merger that concatenates each 2x2 block of patches and
-    maps it through a GELU MLP into the text model's width."""
+    maps it through a GELU MLP into the text model's width (`shape`, `patch`: its dimensions)."""
     path = Path(path)
     w = _writer(path, "qwen2vl_merger")
     w.add_bool("clip.has_vision_encoder", True)
     w.add_bool("clip.use_gelu", True)
-    _encoder_hparams(w, "vision", 1e-6, EncoderShape())
+    _encoder_hparams(w, "vision", 1e-6, shape)
     w.add_uint32("clip.vision.image_size", 64)
-    w.add_uint32("clip.vision.patch_size", MROPE_PATCH)
+    w.add_uint32("clip.vision.patch_size", patch)
     w.add_uint32("clip.vision.spatial_merge_size", MROPE_MERGE)
     w.add_array("clip.vision.image_mean", [0.5, 0.5, 0.5])
     w.add_array("clip.vision.image_std", [0.5, 0.5, 0.5])
     t = _Tensors(seed)
     for name in ("v.patch_embd.weight", "v.patch_embd.weight.1"):  # no bias: clip.cpp asserts none
-        t.add(name, (MROPE_PATCH, MROPE_PATCH, 3, ENC_EMBD))
-    _encoder_layers(t, "v", EncoderShape(), k_bias=True)
-    merged = ENC_EMBD * MROPE_MERGE**2
+        t.add(name, (patch, patch, 3, shape.embd), std=shape.std)
+    _encoder_layers(t, "v", shape, k_bias=True)
+    merged = shape.embd * MROPE_MERGE**2
     t.add("mm.0.weight", (merged, merged), std=merged**-0.5)
     t.add("mm.0.bias", (merged,), std=0.02)
-    t.add("mm.2.weight", (merged, N_EMBD), std=merged**-0.5)
-    t.add("mm.2.bias", (N_EMBD,), std=0.02)
+    t.add("mm.2.weight", (merged, shape.projection), std=merged**-0.5)
+    t.add("mm.2.bias", (shape.projection,), std=0.02)
     return _write(path, w, t)
 
 

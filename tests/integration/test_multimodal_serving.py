@@ -298,13 +298,15 @@ def test_an_m_rope_image_gets_libmtmds_answer_and_counts_every_embedding(mrope: 
             session.free([bitmap])
     assert [(c.kind, c.n_tokens, c.n_pos) for c in run.chunks][1] == ("image", 30, 6)
     assert alone.usage.prompt_tokens == sum(c.n_tokens for c in run.chunks)
-    with ThreadPoolExecutor(4) as pool:
-        replies = list(pool.map(lambda data: ask(c, image_part(data)), images))
-    assert [r.choices[0].message.content for r in replies] == want
+    # asked again at once (another prompt in between may take its slot: the prompt is too short to be
+    # worth restoring from the host tier), all but the last of its 46 tokens are reused
     again = ask(c, image_part(images[0]))
     assert again.choices[0].message.content == want[0]
     assert again.usage.prompt_tokens_details.cached_tokens == again.usage.prompt_tokens - 1
     assert again.model_extra["timings"]["encode_ms"] == 0
+    with ThreadPoolExecutor(4) as pool:
+        replies = list(pool.map(lambda data: ask(c, image_part(data)), images))
+    assert [r.choices[0].message.content for r in replies] == want
     # within max_total_tokens by positions, past it by the cells its embeddings fill: refused up front
     big = png(random_pixels(height=200, width=200, seed=49))  # 25x25 embeddings over 25 positions
     with pytest.raises(openai.UnprocessableEntityError) as refused:

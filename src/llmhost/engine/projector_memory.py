@@ -32,6 +32,9 @@ ENCODER_FIXED_BYTES = 16 * MIB  # what does not scale with the buffer (the tiny 
 # Whisper's 30 s window of 3000 mel frames, halved by its stride-2 convolution: the positions of every
 # Whisper-based audio projector (qwen2a, ultravox, voxtral); the GGUF states no such length
 AUDIO_POSITIONS = 1500
+# the merged patches of the image libmtmd warms a dynamic-resolution encoder (Qwen2-VL's family) up
+# with, sizing its compute buffer: 46 x 46 (clip.cpp), each `spatial_merge_size` squared patches
+DYNAMIC_WARMUP_TOKENS = 46 * 46
 _FLOAT = 4
 
 
@@ -65,6 +68,9 @@ def _positions(metadata: dict[str, object], modality: str) -> int:
     size it resizes to, an audio tower's Whisper window."""
     if modality == "audio":
         return AUDIO_POSITIONS
+    merge = _number(metadata, "clip.vision.spatial_merge_size")
+    if merge:  # Qwen2-VL's family resizes to any size: libmtmd sizes its buffer at its warm-up image's
+        return DYNAMIC_WARMUP_TOKENS * merge**2
     patch = _number(metadata, "clip.vision.patch_size")
     return (_number(metadata, "clip.vision.image_size") // patch) ** 2 if patch else 0
 

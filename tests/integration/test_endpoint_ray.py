@@ -249,6 +249,16 @@ def test_the_console_under_ray_counts_invocations_not_its_own_requests(ep: Endpo
         for comp in o["components"]:
             (copy,) = comp["replicas"]
             assert copy["state"] == "ready" and copy["ray_state"] == "RUNNING" and copy["restarts"] is None
+        # what each model reads, as its copy's /v1/models said with its first push (the admin status's too)
+        ep.wait_for(
+            "the copies' modalities",
+            lambda: (
+                [x["modalities"] for x in c.get("/console/api/overview").json()["components"]]
+                == [["text"], ["text"]]
+            ),
+            timeout=30,
+        )
+        assert component(ep.status(), "a")["modalities"] == ["text"]
         assert [r["name"] for r in c.get("/console/api/reports").json()["reports"]] == ["bench-run"]
         report = c.get("/console/api/reports/bench-run/summary.json")  # read by the ingress, on the head
         assert report.status_code == 200 and report.json()
@@ -298,6 +308,8 @@ def test_the_console_page_under_ray_offers_what_ray_allows(ep: Endpoint, browser
         row = '.comp[data-component="a"] tr[data-state="ready"]'
         assert " on 127.0.0.1" in p.inner_text(f"{row} td:nth-child(1)")  # its node
         assert p.inner_text(f"{row} td:nth-child(9)") == "–"  # restarts: Ray does not count them
+        # what the model reads, as its copy pushed it with its metrics
+        assert p.inner_text('.comp[data-component="a"] .modalities', timeout=WAIT_MS) == "takes text"
         p.wait_for_function("() => document.querySelectorAll('.chart canvas').length >= 10", timeout=WAIT_MS)
         p.screenshot(path=str(artifacts_dir() / "ray-1-loaded.png"), full_page=True)
         p.fill('input.scale-input[data-component="a"]', "2")

@@ -4,12 +4,28 @@ single-host endpoint and the Ray one build it. The OpenAPI document shows the me
 
 from __future__ import annotations
 
+import json
 from typing import NotRequired
 
 from typing_extensions import TypedDict
 
 from llmhost.endpoint.affinity import Decision
 from llmhost.shared.jsontypes import JSONObject
+
+# what a component's model reads: "text", then what its projector adds ("vision", "audio"); None where
+# no copy has said yet
+Modalities = list[str] | None
+MEDIA = ("vision", "audio")  # the /v1/models capabilities that are modalities
+
+
+def modalities(models: str | bytes) -> Modalities:
+    """A component's `modalities` from a copy's /v1/models body: text, and what its model's capabilities
+    say its projector reads; None where the body is no model list (the console then shows nothing)."""
+    try:
+        capabilities = json.loads(models)["data"][0].get("capabilities") or []
+        return ["text", *(c for c in capabilities if c in MEDIA)]
+    except (ValueError, LookupError, AttributeError, TypeError):
+        return None
 
 
 class ReplicaStatus(TypedDict):
@@ -129,7 +145,7 @@ class ComponentState(TypedDict):
     replicas: list[ReplicaStatus]
     on_demand: DemandStatus | None
     adapters: list[AdapterState]  # the LoRA adapters its copies load
-    modalities: list[str] | None  # what its model reads, as a ready copy's /v1/models said (None: none yet)
+    modalities: Modalities  # what its model reads, as a ready copy's /v1/models said
     variants: NotRequired[list[VariantState]]  # a component with variants: them (it has no copies)
     variant_of: NotRequired[str]  # a variant's copies: the component whose variant they are
 
@@ -181,6 +197,7 @@ class RayComponentState(TypedDict):
     routing_decisions: dict[Decision, int] | None  # prefix-aware routing's, by kind
     replicas: list[RayReplica]
     adapters: list[AdapterState]  # the LoRA adapters its copies load (the file's, or as changed at run time)
+    modalities: Modalities  # what its model reads, as a copy's /v1/models said (with its metrics' pushes)
 
 
 class RayEndpointState(TypedDict):

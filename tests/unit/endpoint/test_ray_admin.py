@@ -3,6 +3,7 @@ Ray needed): status after scale, every refusal with its status and the field it 
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 from dataclasses import asdict
 from typing import Any
@@ -11,7 +12,9 @@ import httpx
 import pytest
 
 from llmhost.endpoint.affinity import RAY_ROUTERS, Affinity, Decision
+from llmhost.endpoint.bodies import modalities
 from llmhost.endpoint.rayserve import nodes
+from llmhost.endpoint.rayserve.console import ClusterFigures
 from llmhost.endpoint.rayserve.ingress import Ingress
 from llmhost.endpoint.rayserve.options import AppArgs, RayTiming
 from llmhost.endpoint.spec import parse_endpoint
@@ -45,12 +48,19 @@ def serve() -> FakeServe:
     return fake
 
 
-def admin_client(serve: FakeServe, host: str = "127.0.0.1") -> httpx.AsyncClient:
+def ingress_of(serve: FakeServe) -> Ingress:
     spec = parse_endpoint(ENDPOINT)
     timing = RayTiming(placement_timeout_s=0.3)
     args = AppArgs(spec.model_dump(), {}, asdict(timing), URL, [], {}, "info")
     ingress = Ingress({c.name: None for c in spec.components}, asdict(args))
     ingress.api = serve.api()  # the admin routes reach Ray Serve's REST API through it
+    return ingress
+
+
+def admin_client(
+    serve: FakeServe, host: str = "127.0.0.1", ingress: Ingress | None = None
+) -> httpx.AsyncClient:
+    ingress = ingress_of(serve) if ingress is None else ingress
     transport = httpx.ASGITransport(app=ingress.asgi_app(), client=(host, 5000))
     return httpx.AsyncClient(transport=transport, base_url="http://endpoint")
 
@@ -96,6 +106,29 @@ async def test_status_shows_the_prefix_routers_decisions(
     affinity.routed([], "b0", Decision.PREFIX)
     status = (await admin.get("/admin/status")).json()
     assert component(status, "b")["routing_decisions"] == {"prefix": 1, "spilled": 0, "cold": 1}
+
+
+async def test_status_says_what_each_model_reads_once_a_copy_pushed_it(serve: FakeServe) -> None:
+    """As the single-host status: `modalities` from a copy's /v1/models, here with its metrics' push."""
+    ingress = ingress_of(serve)
+    ingress.cluster = ClusterFigures  # no Ray cluster: the overview's host figures are empty
+    async with admin_client(serve, ingress=ingress) as admin:
+        status = (await admin.get("/admin/status")).json()
+        assert [c["modalities"] for c in status["components"]] == [None, None]  # no copy pushed yet
+        card = {"data": [{"id": "a", "capabilities": ["vision", "audio", "tool_use"]}]}
+        ingress.report_metrics("a", "a-a0", "", modalities=modalities(json.dumps(card)))
+        ingress.report_metrics("b", "b-b0", "", modalities=modalities('{"data": [{"id": "b"}]}'))
+        ingress.report_metrics("b", "b-b0", "")  # a push without them forgets nothing
+        status = (await admin.get("/admin/status")).json()
+        assert component(status, "a")["modalities"] == ["text", "vision", "audio"]
+        assert component(status, "b")["modalities"] == ["text"]
+        overview = (await admin.get("/console/api/overview")).json()
+        assert [c["modalities"] for c in overview["components"]] == [["text", "vision", "audio"], ["text"]]
+
+
+@pytest.mark.parametrize("body", ["not json", "[]", '{"data": []}', '{"error": {"message": "no"}}'])
+def test_a_copy_answering_no_model_list_says_no_modalities(body: str) -> None:
+    assert modalities(body) is None
 
 
 async def test_scale_waits_for_the_copies(serve: FakeServe, admin: httpx.AsyncClient) -> None:

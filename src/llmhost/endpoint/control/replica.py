@@ -22,7 +22,7 @@ from pathlib import Path
 import httpx
 
 from llmhost.endpoint.adapters.spec import AdapterEntry
-from llmhost.endpoint.bodies import ReplicaStatus
+from llmhost.endpoint.bodies import Modalities, ReplicaStatus, modalities
 from llmhost.endpoint.control.memlimit import MemoryLimit, memory_limit
 from llmhost.endpoint.control.placement import Allocation
 from llmhost.endpoint.control.procs import cpus_allowed, exit_reason, free_port, last_words, preexec, rss_mb
@@ -146,7 +146,7 @@ class Replica:
         self._memory: MemoryLimit | None = None
         self._oom_kills = 0
         # what the model reads (text, vision, audio), as the copy's /v1/models said once it was ready
-        self.modalities: list[str] | None = None
+        self.modalities: Modalities = None
 
     # --- views -----------------------------------------------------------------------------------
 
@@ -316,16 +316,14 @@ class Replica:
             await self._sleep(self.timing.poll_s)
         return "stopped"
 
-    async def _read_modalities(self, client: httpx.AsyncClient) -> list[str] | None:
-        """Text, and what the copy's /v1/models capabilities say its projector reads (vision, audio);
-        None where it does not answer (the console then shows nothing)."""
+    async def _read_modalities(self, client: httpx.AsyncClient) -> Modalities:
+        """What the copy's /v1/models says its model reads; None where it does not answer."""
         headers = {HEADER: self._internal_key.value} if self._internal_key is not None else {}
         try:
             r = await client.get(f"{self.url}/v1/models", headers=headers, timeout=self.timing.ping_timeout_s)
-            capabilities = r.json()["data"][0].get("capabilities") or []
-        except (httpx.HTTPError, ValueError, LookupError, AttributeError):
+        except httpx.HTTPError:
             return None
-        return ["text", *(c for c in capabilities if c in ("vision", "audio"))]
+        return modalities(r.content)
 
     async def _watch(self, client: httpx.AsyncClient) -> str | None:
         """Until the copy dies, exceeds its memory or stops answering /ping (the reason), or is being

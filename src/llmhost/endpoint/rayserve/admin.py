@@ -108,6 +108,7 @@ class RayAdmin:
                 for r in v.replicas
             ],
             "adapters": [adapter_state(a) for a in comp.adapter_entries.values()],
+            "modalities": comp.modalities,
         }
 
     @property

@@ -21,7 +21,7 @@ from llmhost.console.front import console_families
 from llmhost.console.sampler import Sampler
 from llmhost.endpoint import apidoc
 from llmhost.endpoint.admin import create_admin
-from llmhost.endpoint.bodies import ModelList
+from llmhost.endpoint.bodies import Modalities, ModelList
 from llmhost.endpoint.dataplane import routing
 from llmhost.endpoint.dataplane.ollama import Listed, context_length, ollama_routes
 from llmhost.endpoint.dataplane.runtime import create_runtime_router
@@ -72,11 +72,20 @@ class Ingress:
         self.cluster: Callable[[], ClusterFigures] = cluster_figures  # tests give a cluster of their own
 
     def report_metrics(
-        self, component: str, copy: str, text: str, cpu_s: float | None = None, rss_mb: float | None = None
+        self,
+        component: str,
+        copy: str,
+        text: str,
+        cpu_s: float | None = None,
+        rss_mb: float | None = None,
+        modalities: Modalities = None,
     ) -> None:
-        """A copy's /metrics and its process's CPU seconds and RSS (copies push them: a handle cannot
-        address one)."""
+        """A copy's /metrics, its process's CPU seconds and RSS, and what its model reads (copies push
+        them: a handle cannot address one)."""
         self.copy_metrics.report(component, copy, text, cpu_s, rss_mb)
+        comp = self.components.get(component)
+        if comp is not None and modalities is not None:
+            comp.modalities = modalities
 
     def report_adapters(self, component: str, copy: str, report: AdapterReport) -> None:
         """A copy's adapters: after each change Ray Serve handed it, and with its metrics' pushes."""

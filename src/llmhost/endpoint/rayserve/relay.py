@@ -21,6 +21,7 @@ from starlette.responses import Response
 
 from llmhost.endpoint.adapters.spec import AdapterEntry
 from llmhost.endpoint.affinity import Decision, Policy, ray_decisions
+from llmhost.endpoint.bodies import Modalities
 from llmhost.endpoint.dataplane import routing
 from llmhost.endpoint.dataplane.routing import error
 from llmhost.endpoint.dataplane.traced import traced
@@ -50,6 +51,8 @@ class RayComponent:
         self.configured: tuple[AdapterEntry, ...] | None = None
         self.adapter_lock = asyncio.Lock()  # one change of its adapters at a time
         self.view = DeploymentView()
+        # what its model reads, as a copy's /v1/models said (its copies push it with their metrics)
+        self.modalities: Modalities = None
         self.in_flight = 0
         self.requests: Counter[int] = Counter()  # by HTTP status the ingress answered
         self.retries = 0  # requests sent again because no copy had taken them

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import psutil
 
+from llmhost.endpoint.bodies import modalities
 from llmhost.endpoint.rayserve.copy_adapters import CopyAdapters
 from llmhost.endpoint.rayserve.inprocess import Accepted, Call, Head, Lifespan, call_app
 from llmhost.endpoint.rayserve.options import INGRESS, METRICS_PUSH_S
@@ -174,6 +175,7 @@ class ComponentServer:
         lifecycle = Lifecycle()
         self.server = InProcessServer(create_app(built.settings, lifecycle=lifecycle), lifecycle, self.copy)
         await self.server.start(spec.startup_health_check_timeout_s)
+        self.modalities = modalities((await self.server.get("/v1/models"))[1])  # pushed with the metrics
         # the file's adapters loaded at start (`--lora`); those of the user_config in `reconfigure`
         self.adapters = CopyAdapters(self.server.post_adapters, {a.name: a for a in spec.adapters})
         self.ingress = serve.get_deployment_handle(INGRESS, app_name=context.app_name)
@@ -204,7 +206,8 @@ class ComponentServer:
     async def _push_metrics(self, every_s: float) -> None:
         """A copy cannot be addressed through a deployment handle (Ray picks one), so each copy sends the
         ingress its /metrics (served labelled by component and copy), its process's CPU time and RSS
-        (the console's figures) and its adapters (`/admin/adapters`), every `every_s`."""
+        (the console's figures), what its model reads (the status's `modalities`) and its adapters
+        (`/admin/adapters`), every `every_s`."""
         ingress = self.ingress
         process = psutil.Process()
         while True:
@@ -213,7 +216,9 @@ class ComponentServer:
                 status, text = await self.server.get("/metrics")
                 if status == 200:
                     cpu_s, rss_mb = process_figures(process)
-                    await ingress.report_metrics.remote(self.component, self.copy, text, cpu_s, rss_mb)
+                    await ingress.report_metrics.remote(
+                        self.component, self.copy, text, cpu_s, rss_mb, self.modalities
+                    )
                 await self._report_adapters()
             except Exception as exc:  # the ingress restarting: the next push gets through
                 log.debug("copy %s: metrics not pushed: %s", self.copy, exc)

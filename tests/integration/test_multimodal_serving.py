@@ -11,6 +11,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import threading
 import time
 from collections.abc import Iterator
@@ -649,24 +650,26 @@ def test_an_image_prompt_evicted_to_host_memory_comes_back_with_its_image(
         engine.close()
 
 
-def test_memory_mb_with_a_projector_keeps_less_kv_and_the_start_log_names_its_share(
+def test_memory_mb_with_a_projector_counts_its_share_in_the_start_fit(
     vision: tuple[Server, Pair, Path], caplog: pytest.LogCaptureFixture
 ) -> None:
-    """In the engine: the same --memory-mb beside the process as it is (this test process's, which earlier
-    loads grew) holds every extra cached stream asked for beside the text model alone, and fewer beside
-    its projector (its weights, encoder and media embeddings: about 80 MiB; 0.3 MiB a stream)."""
+    """In the engine: --memory-mb's fit beside a projector counts its share (its weights, encoder and
+    media embeddings: about 80 MiB) among what the KV cache's streams must leave room for, and states
+    it in the start log. How many fewer streams that leaves is the fit's arithmetic
+    (tests/unit/test_projector_memory.py): here the process's own size, which other loads in this test
+    process change between a measure and the fit's, would make a count flaky."""
     _, pair, _ = vision
     share = projector_memory(pair.mmproj).total_bytes
-    asked = 100
 
     def fitted(mmproj: str) -> tuple[int, str]:
         caplog.clear()
         beside = rss_bytes() + pair.model.stat().st_size + share
+        memory_mb = beside // 2**20 + RUNTIME_MARGIN_MB + 60  # room for the process to grow meanwhile
         config = EngineConfig(
             mmproj=mmproj,
-            memory_mb=beside // 2**20 + RUNTIME_MARGIN_MB + 15,
+            memory_mb=memory_mb,
             max_concurrent=1,
-            prefix_cache_seqs=asked,
+            prefix_cache_seqs=100,
             prompt_cache_mb=0,
             max_total_tokens=2048,
             max_input_tokens=1536,
@@ -677,13 +680,17 @@ def test_memory_mb_with_a_projector_keeps_less_kv_and_the_start_log_names_its_sh
             model = LlamaModel(pair.model, config)
         model.close()
         [line] = [r.getMessage() for r in caplog.records if ": process " in r.getMessage()]
-        return model.config.prefix_cache_seqs, line
+        return memory_mb, line
 
-    alone, said_alone = fitted("")
-    beside, said = fitted(str(pair.mmproj))
-    assert alone == asked and beside < asked, (said_alone, said)
-    assert "projector" not in said_alone
-    assert f"projector {share / 2**20:.0f} MiB (weights 0 + encoder 16 + media embeddings cache 64)" in said
+    for mmproj in ("", str(pair.mmproj)):
+        memory_mb, said = fitted(mmproj)
+        total = re.search(r" = (\d+) MiB$", said)
+        assert total is not None and int(total.group(1)) <= memory_mb, said
+        if mmproj:
+            named = f"projector {share / 2**20:.0f} MiB (weights 0 + encoder 16 + media embeddings cache 64)"
+            assert named in said
+        else:
+            assert "projector" not in said
 
 
 def test_an_endpoints_router_routes_the_audio_routes_by_the_forms_model(

@@ -13,14 +13,17 @@ from starlette.responses import JSONResponse, Response
 from starlette.types import Lifespan
 
 from llmhost.console.api import PUBLIC_PATHS, ConsoleSettings, create_console
+from llmhost.console.front import console_families
 from llmhost.console.sampler import Sampler
 from llmhost.endpoint import apidoc
 from llmhost.endpoint.admin import LocalAdmin, create_admin, terminate_self
 from llmhost.endpoint.console import EndpointConsole
+from llmhost.endpoint.control.backend import LocalBackend
 from llmhost.endpoint.control.manager import EndpointManager
 from llmhost.endpoint.dataplane.ollama_folder import ModelsFolder
 from llmhost.endpoint.dataplane.router import Proxy, create_router
 from llmhost.endpoint.dataplane.runtime import create_runtime_router
+from llmhost.endpoint.metrics import metrics_routes
 from llmhost.jobs.metrics import jobs_families
 from llmhost.jobs.mount import mount
 from llmhost.jobs.service import Jobs
@@ -79,7 +82,8 @@ def create_app(
     console = console or ConsoleSettings()
     store = console.store()
     secured = keys is not None and keys.enabled
-    source = EndpointConsole(manager, proxy.client, auth=secured)
+    backend = LocalBackend(manager, proxy.client)
+    source = EndpointConsole(backend, auth=secured)
     app = FastAPI(title=f"llmhost endpoint {manager.spec.name}", docs_url=None, redoc_url=None)
     # a batch's lines go through the router's own routes: they fan out over the copies
     jobs = mount(app, manager.spec.jobs(port))
@@ -91,9 +95,10 @@ def create_app(
     folder = ModelsFolder(manager) if manager.spec.models_dir is not None else None
 
     def families() -> list[Metric]:
-        return [*jobs_families(jobs), *quotas.usage.families()]
+        return [*console_families(store), *jobs_families(jobs), *quotas.usage.families()]
 
-    app.include_router(create_router(manager, proxy, lifecycle, store, folder, families))
+    app.include_router(metrics_routes(backend, families))
+    app.include_router(create_router(manager, proxy, lifecycle, folder))
     app.add_api_route(
         "/health", lambda: health(manager, lifecycle), methods=["GET"], openapi_extra=apidoc.HEALTH
     )

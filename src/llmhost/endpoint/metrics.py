@@ -1,27 +1,30 @@
-"""`/metrics` of the endpoint: the router's own gauges and counters, then every copy's metrics
-relabelled with `component` and `copy`, one family each, all through prometheus_client (its parser
-reads the copies, a collector relabels, `generate_latest` writes)."""
+"""`/metrics` of the endpoint, either back end: the front's own gauges and counters, then every copy's
+metrics relabelled with `component` and `copy`, one family each, then the back end's foreign families
+(Ray Serve's), all through prometheus_client (a collector relabels, `generate_latest` writes)."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
-import httpx
+from fastapi import APIRouter
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric, SummaryMetricFamily
-from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
+from starlette.responses import Response
 
 from llmhost.console.front import FAMILY as CONSOLE_FAMILY
+from llmhost.endpoint import apidoc
 from llmhost.endpoint.affinity import Decision
 from llmhost.endpoint.control.component import ModelState
 from llmhost.endpoint.control.replica import ReplicaState
+from llmhost.endpoint.front import front_families
 from llmhost.jobs.metrics import FAMILIES as JOBS_FAMILIES
 from llmhost.process.lifecycle import asyncio_tasks
 
 if TYPE_CHECKING:
+    from llmhost.endpoint.backend import Backend
     from llmhost.endpoint.control.component import Component
 
 
@@ -39,27 +42,8 @@ def router_families(components: Sequence[Component]) -> list[Metric]:
     copies = GaugeMetricFamily(
         "llmhost_endpoint_copies", "Copies of each component by state", labels=["component", "state"]
     )
-    in_flight = GaugeMetricFamily(
-        "llmhost_endpoint_in_flight", "Requests at the router, waiting ones included", labels=["component"]
-    )
-    waiting = GaugeMetricFamily(
-        "llmhost_endpoint_waiting", "Requests waiting for a ready copy", labels=["component"]
-    )
     outstanding = GaugeMetricFamily(
         "llmhost_endpoint_copy_outstanding", "Requests in flight on each copy", labels=["component", "copy"]
-    )
-    answered = CounterMetricFamily(
-        "llmhost_endpoint_requests",
-        "Requests answered by the router, by status",
-        labels=["component", "code"],
-    )
-    retries = CounterMetricFamily(
-        "llmhost_endpoint_retries",
-        "Requests re-sent to another copy because they never reached the first",
-        labels=["component"],
-    )
-    cut = CounterMetricFamily(
-        "llmhost_endpoint_stream_errors", "Streams cut by a failing copy", labels=["component"]
     )
     restarts = CounterMetricFamily(
         "llmhost_endpoint_copy_restarts", "Restarts of each copy", labels=["component", "copy"]
@@ -67,12 +51,6 @@ def router_families(components: Sequence[Component]) -> list[Metric]:
     for c in components:
         for state in ReplicaState:
             copies.add_metric([c.name, state.value], sum(1 for r in c.replicas if r.state == state))
-        in_flight.add_metric([c.name], c.in_flight)
-        waiting.add_metric([c.name], c.waiting)
-        for code, n in sorted(c.requests.items()):
-            answered.add_metric([c.name, str(code)], n)
-        retries.add_metric([c.name], c.retries)
-        cut.add_metric([c.name], c.stream_errors)
         for r in c.replicas:
             outstanding.add_metric([c.name, r.id], r.outstanding)
             restarts.add_metric([c.name, r.id], r.restarts)
@@ -82,12 +60,8 @@ def router_families(components: Sequence[Component]) -> list[Metric]:
     )
     return [
         copies,
-        in_flight,
-        waiting,
+        *front_families(components),
         outstanding,
-        answered,
-        retries,
-        cut,
         restarts,
         *on_demand_families(components),
         *variant_families(components),
@@ -225,34 +199,29 @@ class _Snapshot(Collector):
         return self._families
 
 
-async def _scrape(client: httpx.AsyncClient, url: str) -> str:
-    try:
-        resp = await client.get(f"{url}/metrics", timeout=5.0)
-        return resp.text if resp.status_code == 200 else ""
-    except httpx.HTTPError:
-        return ""
-
-
-async def render_metrics(
-    components: Sequence[Component], client: httpx.AsyncClient, extra: Sequence[Metric] = ()
-) -> bytes:
-    """`extra`: more families of the router's own (the console's figures)."""
-    targets = [
-        (c.name, r)
-        for c in components
-        for r in c.replicas
-        if r.state in (ReplicaState.READY, ReplicaState.DRAINING)
-    ]
-    texts = await asyncio.gather(*(_scrape(client, r.url) for _, r in targets))
+async def render_metrics(backend: Backend, extra: Sequence[Metric] = ()) -> bytes:
+    """The front's families, `extra` (more of the front's own: the console's figures, the batch jobs'),
+    every copy's relabelled with `component` and `copy`, then the back end's foreign families."""
+    copies, foreign = await asyncio.gather(backend.copies(), backend.foreign_families())
     merged: dict[str, Metric] = {}
-    for (name, r), text in zip(targets, texts, strict=True):
-        try:
-            families = list(text_string_to_metric_families(text))
-        except ValueError:  # a copy answering something else than the exposition format
+    for c in copies:
+        if c.families is None:
             continue
         # a copy is a server with its own console and jobs: the endpoint's families of both are the ones shown
-        own = [f for f in families if not f.name.startswith((CONSOLE_FAMILY, *JOBS_FAMILIES))]
-        relabel(own, {"component": name, "copy": r.id}, merged)
+        own = [f for f in c.families if not f.name.startswith((CONSOLE_FAMILY, *JOBS_FAMILIES))]
+        relabel(own, {"component": c.component, "copy": c.copy}, merged)
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(_Snapshot(router_families(components) + list(extra) + list(merged.values())))
+    registry.register(_Snapshot([*backend.families(), *extra, *merged.values(), *foreign]))
     return generate_latest(registry)
+
+
+def metrics_routes(backend: Backend, more: Callable[[], list[Metric]] = list) -> APIRouter:
+    """GET /metrics; `more`: the front's other families (the console's figures, the batch jobs'...)."""
+    router = APIRouter()
+
+    @router.get("/metrics", openapi_extra=apidoc.METRICS)
+    async def metrics() -> Response:
+        text = await render_metrics(backend, more())
+        return Response(text, media_type="text/plain; version=0.0.4; charset=utf-8")
+
+    return router

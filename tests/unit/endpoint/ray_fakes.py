@@ -9,7 +9,14 @@ from typing import Any
 
 import httpx
 
+from llmhost.endpoint.rayserve.admin import RayAdmin
+from llmhost.endpoint.rayserve.backend import RayBackend
+from llmhost.endpoint.rayserve.console import ClusterFigures
+from llmhost.endpoint.rayserve.metrics import CopyMetrics
+from llmhost.endpoint.rayserve.options import RayTiming
+from llmhost.endpoint.rayserve.relay import RayComponent
 from llmhost.endpoint.rayserve.serveapi import APPLICATIONS, ServeApi
+from llmhost.endpoint.spec import EndpointSpec
 
 URL = "http://dashboard:8265"
 
@@ -106,3 +113,20 @@ class FakeServe:
 
     def api(self, env: dict[str, str] | None = None) -> ServeApi:
         return ServeApi(URL, transport=httpx.MockTransport(self.handle), env=env or {})
+
+
+def ray_backend(
+    components: list[RayComponent],
+    pushes: CopyMetrics | None = None,
+    urls: tuple[str, ...] = (),
+    transport: httpx.AsyncBaseTransport | None = None,
+) -> RayBackend:
+    """The Ray back end over `components` (their views set by the test), their copies' `pushes`, and the
+    nodes' metrics agents at `urls` answered by `transport`; Ray Serve's API is never reached."""
+    spec = EndpointSpec.model_validate({"name": "e", "components": [c.spec for c in components]})
+
+    async def refresh() -> dict[str, Any]:
+        return {}
+
+    admin = RayAdmin(spec, {c.name: c for c in components}, ServeApi(URL), refresh, RayTiming())
+    return RayBackend(admin, pushes or CopyMetrics(), dict, ClusterFigures, lambda: list(urls), transport)

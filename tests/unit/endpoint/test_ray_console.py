@@ -9,6 +9,7 @@ from prometheus_client import generate_latest
 from llmhost.console.readings import ComponentReading
 from llmhost.console.sampler import Sampler
 from llmhost.console.timeseries import SeriesStore
+from llmhost.endpoint.console import EndpointConsole
 from llmhost.endpoint.rayserve import status
 from llmhost.endpoint.rayserve.console import (
     SCALE_TO_ZERO,
@@ -16,13 +17,13 @@ from llmhost.endpoint.rayserve.console import (
     admin_block,
     component_block,
     host,
-    readings,
     replica_row,
 )
 from llmhost.endpoint.rayserve.metrics import CopyMetrics, Pushed
 from llmhost.endpoint.rayserve.relay import RayComponent
 from llmhost.endpoint.spec import ComponentSpec
 from llmhost.server.metrics import ServerMetrics
+from tests.unit.endpoint.ray_fakes import ray_backend
 
 
 def copy_text(tokens: int) -> str:
@@ -72,14 +73,14 @@ async def test_readings_become_cloudwatch_named_points() -> None:
 
 
 async def _read(components: dict[str, RayComponent], pushes: CopyMetrics) -> dict[str, ComponentReading]:
-    live = {r.copy for c in components.values() for r in c.view.replicas}
-    return readings(components, pushes.fresh(live))
+    return await EndpointConsole(ray_backend(list(components.values()), pushes), auth=False).read()
 
 
-def test_a_copy_that_has_not_pushed_or_pushed_garbage_has_no_engine_figures() -> None:
+async def test_a_copy_that_has_not_pushed_or_pushed_garbage_has_no_engine_figures() -> None:
     a = component("a", ("a-1", "RUNNING"), ("a-2", "RUNNING"))
-    pushed = {"a-2": Pushed("a", "not the exposition format {", 0.0, 1.0, 10.0)}
-    (first, second) = readings({"a": a}, pushed)["a"].copies
+    pushes = CopyMetrics()
+    pushes.report("a", "a-2", "not the exposition format {", cpu_s=1.0, rss_mb=10.0)
+    (first, second) = (await _read({"a": a}, pushes))["a"].copies
     assert first.key == "a-1" and first.engine is None and first.cpu_s is None and first.rss_mb is None
     assert second.engine is None and second.cpu_s == 1.0 and second.cpus_reserved == 0.5
 

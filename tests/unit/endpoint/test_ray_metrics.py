@@ -11,16 +11,17 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from llmhost.bench.load.server_metrics import summarize_scrapes
 from llmhost.endpoint.affinity import RAY_ROUTERS, Affinity, Decision
+from llmhost.endpoint.metrics import render_metrics
 from llmhost.endpoint.rayserve.metrics import (
     STALE_S,
     CopyMetrics,
     Pushed,
     ingress_families,
-    render_ray_metrics,
 )
 from llmhost.endpoint.rayserve.relay import RayComponent
 from llmhost.endpoint.rayserve.status import DeploymentView, Replica
 from llmhost.endpoint.spec import ComponentSpec
+from tests.unit.endpoint.ray_fakes import ray_backend
 
 COPY_TEXT = "# TYPE llmhost_num_requests_running gauge\nllmhost_num_requests_running 2\n"
 NODE_TEXT = """# TYPE ray_serve_replica_processing_queries gauge
@@ -44,15 +45,16 @@ def samples(text: bytes, family: str) -> dict[tuple[tuple[str, str], ...], float
     return {tuple(sorted(s.labels.items())): s.value for s in found[family].samples}
 
 
-def test_copies_metrics_are_those_of_live_fresh_copies_relabelled() -> None:
+async def test_copies_metrics_are_those_of_live_fresh_copies_relabelled() -> None:
     copies = CopyMetrics()
     copies.report("a", "a-1", COPY_TEXT)
     copies.report("a", "a-2", COPY_TEXT)  # Ray no longer runs it
     copies.report("b", "b-1", "not the exposition format {")
     copies.report("b", "b-2", COPY_TEXT)
     copies.latest["b-2"] = Pushed("b", COPY_TEXT, time.monotonic() - STALE_S - 1)  # silent too long
-    (family,) = copies.families({"a-1", "b-1", "b-2"})
-    assert [(s.labels, s.value) for s in family.samples] == [({"component": "a", "copy": "a-1"}, 2.0)]
+    a, b = comp("a", ("a-1", "RUNNING")), comp("b", ("b-1", "RUNNING"), ("b-2", "RUNNING"))
+    text = await render_metrics(ray_backend([a, b], copies))
+    assert samples(text, "llmhost_num_requests_running") == {(("component", "a"), ("copy", "a-1")): 2.0}
     assert set(copies.latest) == {"a-1", "b-1"}
 
 
@@ -83,7 +85,7 @@ async def test_nodes_ray_serve_families_merge_and_failing_nodes_are_left_out() -
     copies = CopyMetrics()
     copies.report("a", "a-1", COPY_TEXT)
     a = comp("a", ("a-1", "RUNNING"))
-    text = await render_ray_metrics([a], copies, urls, transport=httpx.MockTransport(node))
+    text = await render_metrics(ray_backend([a], copies, tuple(urls), httpx.MockTransport(node)))
     assert samples(text, "ray_serve_replica_processing_queries") == {
         (("replica", "n1"),): 1.0,
         (("replica", "n2"),): 1.0,
@@ -109,7 +111,7 @@ async def test_prefix_routing_decisions_are_counted_from_zero_before_ray_builds_
     at zero, so a bench's rate over the level (before, after) has its figure."""
     monkeypatch.delitem(RAY_ROUTERS, "p", raising=False)
     p, other = comp("p", ("p-1", "RUNNING"), policy="prefix"), comp("o", ("o-1", "RUNNING"))
-    before = await render_ray_metrics([p, other], CopyMetrics(), [])
+    before = await render_metrics(ray_backend([p, other]))
     assert routed(before, "p") == {"prefix": 0, "spilled": 0, "cold": 0}
     assert routed(before, "o") == {}  # Ray Serve's own routing decides: nothing of ours to count
     assert samples(before, "llmhost_endpoint_routing_policy") == {
@@ -120,7 +122,7 @@ async def test_prefix_routing_decisions_are_counted_from_zero_before_ray_builds_
     monkeypatch.setitem(RAY_ROUTERS, "p", affinity)
     for d in (Decision.COLD, Decision.PREFIX, Decision.PREFIX, Decision.PREFIX, Decision.SPILLED):
         affinity.routed([], "p-1", d)
-    after = await render_ray_metrics([p, other], CopyMetrics(), [])
+    after = await render_metrics(ray_backend([p, other]))
     assert routed(after, "p") == {"prefix": 3, "spilled": 1, "cold": 1}
     figures, _ = summarize_scrapes(before.decode(), [], after.decode())
     assert figures["server_routed_by_prefix"] == 3 / 4

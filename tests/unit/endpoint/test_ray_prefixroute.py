@@ -18,11 +18,12 @@ from ray.serve.config import RequestRouterConfig
 from ray.serve.request_router import PendingRequest
 
 from llmhost.endpoint.affinity import RAY_ROUTERS, Decision
+from llmhost.endpoint.metrics import render_metrics
 from llmhost.endpoint.rayserve.inprocess import Call
-from llmhost.endpoint.rayserve.metrics import CopyMetrics, render_ray_metrics
 from llmhost.endpoint.rayserve.options import router_options
 from llmhost.endpoint.rayserve.relay import RayComponent
 from llmhost.endpoint.spec import ComponentSpec
+from tests.unit.endpoint.ray_fakes import ray_backend
 
 SPEC = ComponentSpec.model_validate({"name": "p", "routing": {"policy": "prefix", "block_chars": 16}})
 DEPLOYMENT = DeploymentID(name="p", app_name="e")
@@ -70,7 +71,7 @@ async def test_the_routers_decisions_reach_the_ingresss_metrics_and_status() -> 
     await route(router, replicas, 5, "short")  # less than a block: by load alone
     comp = RayComponent(SPEC, None)
     assert comp.routing_decisions == {Decision.PREFIX: 3, Decision.SPILLED: 0, Decision.COLD: 2}
-    text = await render_ray_metrics([comp], CopyMetrics(), [])
+    text = await render_metrics(ray_backend([comp]))
     found = {f.name: f for f in text_string_to_metric_families(text.decode())}
     counts = {d.value: found[f"llmhost_endpoint_routed_{d.value}"].samples[0].value for d in Decision}
     assert counts == {"prefix": 3, "spilled": 0, "cold": 2}

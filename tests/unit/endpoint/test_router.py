@@ -14,12 +14,14 @@ from fastapi import FastAPI
 from prometheus_client.core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
+from llmhost.console.front import console_families
 from llmhost.console.timeseries import Point, SeriesStore
+from llmhost.endpoint.control.backend import LocalBackend
 from llmhost.endpoint.control.component import Component
 from llmhost.endpoint.control.placement import Allocation
 from llmhost.endpoint.control.replica import Replica, ReplicaState
 from llmhost.endpoint.dataplane.router import COMPONENT_HEADER, COPY_HEADER, Proxy, create_router
-from llmhost.endpoint.metrics import relabel
+from llmhost.endpoint.metrics import metrics_routes, relabel
 from llmhost.endpoint.spec import ComponentSpec
 from llmhost.process.lifecycle import Lifecycle
 from llmhost.store import ResolvedModel
@@ -32,6 +34,9 @@ class Registry:
         self.components = {c.name: c for c in components}
         self.wanted: list[str] = []
         self.wait_s = wait_s
+
+    def every(self) -> list[Component]:  # what the single-host back end's /metrics reads of the manager
+        return list(self.components.values())
 
     def copy_wanted(self, component: Component) -> None:
         self.wanted.append(component.name)
@@ -94,6 +99,7 @@ def fake_copies(behaviour: dict[int, str], seen: list[tuple[int, str, Any]]) -> 
 def app_for(registry: Registry, handler: Handler) -> tuple[FastAPI, Proxy]:
     proxy = Proxy(registry, httpx.AsyncClient(transport=httpx.MockTransport(handler)))
     app = FastAPI()
+    app.include_router(metrics_routes(LocalBackend(registry, proxy.client)))
     app.include_router(create_router(registry, proxy, Lifecycle()))
     return app, proxy
 
@@ -382,7 +388,8 @@ async def test_metrics_show_the_endpoints_console_figures_not_the_copies(tmp_pat
     store.record("a", Point(t=1.0, period_s=5, copies=1, invocations=7))
     proxy = Proxy(reg, httpx.AsyncClient(transport=httpx.MockTransport(handle)))
     app = FastAPI()
-    app.include_router(create_router(reg, proxy, Lifecycle(), store))
+    app.include_router(metrics_routes(LocalBackend(reg, proxy.client), lambda: console_families(store)))
+    app.include_router(create_router(reg, proxy, Lifecycle()))
     async with client(app) as c:
         text = (await c.get("/metrics")).text
     assert text.count("# TYPE llmhost_console gauge") == 1

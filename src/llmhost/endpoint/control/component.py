@@ -17,6 +17,7 @@ from llmhost.endpoint.bodies import AdapterState, ComponentState, DemandStatus, 
 from llmhost.endpoint.control.autoscaler import ScalerState
 from llmhost.endpoint.control.replica import Replica, ReplicaState
 from llmhost.endpoint.control.variants import VariantSet
+from llmhost.endpoint.front import FrontCounters
 from llmhost.endpoint.spec import ComponentSpec, OnDemandSpec
 from llmhost.store.model import ResolvedModel
 
@@ -66,24 +67,13 @@ def least_outstanding(ready: Sequence[Replica]) -> Replica:
     return min(ready, key=lambda r: (r.outstanding, r.served, r.index))
 
 
-class Component:
+class Component(FrontCounters):
     def __init__(self, spec: ComponentSpec, model: ResolvedModel) -> None:
+        super().__init__(spec.name)
         self.spec = spec
-        self.name = spec.name
         self.model = model  # resolved once, when the component was added: copies reuse it
         self.replicas: list[Replica] = []
-        self.in_flight = 0  # requests at the router for this component, waiting ones included
         self.peak = 0  # most in flight since the autoscaler last looked
-        self.waiting = 0  # requests waiting for a ready copy
-        self.requests: Counter[int] = Counter()  # by HTTP status the router answered
-        self.retries = 0  # requests re-sent to another copy after a connection failure
-        self.stream_errors = 0  # streams cut by a failing copy
-        # answers the router timed (the console's ModelLatency and OverheadLatency): arrival to last byte,
-        # and sent to the copy until its last byte
-        self.timed = 0
-        self.latency_s = 0.0
-        self.model_latency_s = 0.0
-        self.no_capacity = 0  # requests refused because no copy was ready within the wait
         self.scaler = ScalerState()
         # the autoscaler's last decisions that changed something or held a change back, newest last
         self.decisions: deque[ScaleDecision] = deque(maxlen=20)
@@ -231,22 +221,17 @@ class Component:
     # --- load ------------------------------------------------------------------------------------
 
     def enter(self) -> None:
-        self.in_flight += 1
+        super().enter()
         self.peak = max(self.peak, self.in_flight)
         if self.demand is not None:
             self.demand.last_used = time.monotonic()
 
     def leave(self) -> None:
-        self.in_flight -= 1
+        super().leave()
         if self.demand is not None:
             self.demand.last_used = time.monotonic()
         if self.on_leave is not None:
             self.on_leave()
-
-    def timed_answer(self, total_s: float, model_s: float) -> None:
-        self.timed += 1
-        self.latency_s += total_s
-        self.model_latency_s += model_s
 
     def take_peak(self) -> int:
         peak, self.peak = self.peak, self.in_flight

@@ -13,17 +13,14 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Protocol
 
 import httpx
 from fastapi import APIRouter, Request
-from prometheus_client.core import Metric
 from starlette.responses import JSONResponse, Response
 
-from llmhost.console.front import console_families
-from llmhost.console.timeseries import SeriesStore
 from llmhost.endpoint import apidoc
 from llmhost.endpoint.bodies import ModelEntry, ModelList
 from llmhost.endpoint.control.component import Component
@@ -43,7 +40,6 @@ from llmhost.endpoint.dataplane.routing import (
 from llmhost.endpoint.dataplane.shadow import Shadows
 from llmhost.endpoint.dataplane.traced import traced
 from llmhost.endpoint.dataplane.variants import VariantRouter
-from llmhost.endpoint.metrics import render_metrics
 from llmhost.endpoint.spec import ClientKeepAlive
 from llmhost.process.lifecycle import KEEP_ALIVE_S, Lifecycle
 from llmhost.web import eventstream
@@ -286,16 +282,9 @@ def _listed(registry: Registry) -> list[Listed]:
 
 
 def create_router(
-    registry: Registry,
-    proxy: Proxy,
-    lifecycle: Lifecycle,
-    store: SeriesStore | None = None,
-    folder: ModelsFolder | None = None,
-    more_metrics: Callable[[], list[Metric]] = list,
+    registry: Registry, proxy: Proxy, lifecycle: Lifecycle, folder: ModelsFolder | None = None
 ) -> APIRouter:
-    """`store`: the console's series, whose last figures /metrics shows too; `folder`: the models_dir,
-    where Ollama's /api/copy and /api/delete act; `more_metrics`: the router's other families (its
-    batch jobs')."""
+    """`folder`: the models_dir, where Ollama's /api/copy and /api/delete act."""
     router = APIRouter()
 
     @router.get("/ping", openapi_extra=apidoc.PING)
@@ -316,13 +305,6 @@ def create_router(
         ]
         listed: ModelList = {"object": "list", "data": data}
         return JSONResponse(listed)
-
-    @router.get("/metrics", openapi_extra=apidoc.METRICS)
-    async def metrics() -> Response:
-        extra = [*(console_families(store) if store is not None else ()), *more_metrics()]
-        every = [m for c in registry.components.values() for m in (c, *c.members())]  # variants' too
-        text = await render_metrics(every, proxy.client, extra)
-        return Response(text, media_type="text/plain; version=0.0.4; charset=utf-8")
 
     router.include_router(routing.data_routes(registry, proxy))
     router.include_router(ollama_routes(lambda: _listed(registry), folder))

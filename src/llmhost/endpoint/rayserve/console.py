@@ -1,6 +1,6 @@
-"""The Ray endpoint's console: what the sampler reads each period (the ingress's own counters, and each
-copy's last push: its /metrics, CPU time and RSS) and what the page shows beside the charts (the
-endpoint, the Ray cluster's resources, components and copies as Ray Serve reports them).
+"""What the console (`endpoint.console`) reads of a Ray endpoint: each copy's last push (its /metrics, CPU
+time and RSS), and what the page shows beside the charts (the Ray cluster's resources, components and
+copies as Ray Serve reports them).
 
 Ray reserves logical CPUs and memory and pins nothing; it replaces a failed copy with a new one rather
 than restarting it: the overview says what is not known under Ray (`unknown`) rather than guessing it.
@@ -8,29 +8,19 @@ than restarting it: the overview says what is not known under Ray (`unknown`) ra
 
 from __future__ import annotations
 
-import asyncio
-import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from fastapi import Request
+from prometheus_client.core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 from typing_extensions import TypedDict
 
-from llmhost import __version__
-from llmhost.console.readings import (
-    ComponentReading,
-    CopyReading,
-    EngineReading,
-    FrontReading,
-    engine_reading,
-)
-from llmhost.endpoint.admin import LOOPBACK
+from llmhost.endpoint.backend import CopyFigures
 from llmhost.endpoint.bodies import RayComponentState
 from llmhost.endpoint.rayserve import status
 from llmhost.endpoint.rayserve.admin import NO_ON_DEMAND, RayAdmin
-from llmhost.endpoint.rayserve.metrics import CopyMetrics, Pushed
+from llmhost.endpoint.rayserve.metrics import Pushed
 from llmhost.endpoint.rayserve.relay import RayComponent
 from llmhost.shared.jsontypes import JSONObject, JSONValue
 
@@ -164,49 +154,28 @@ def cluster_figures() -> ClusterFigures:
     return ClusterFigures(nodes, total, {str(k): float(v) for k, v in ray.available_resources().items()})
 
 
-def _engine(pushed: Pushed | None) -> EngineReading | None:
-    if pushed is None:
-        return None
-    try:
-        return engine_reading(text_string_to_metric_families(pushed.text))
-    except ValueError:  # not the exposition format
-        return None
-
-
-def front(comp: RayComponent) -> FrontReading:
-    return FrontReading(
-        responses=dict(comp.requests),
-        no_capacity=comp.no_capacity,
-        timed=comp.timed,
-        latency_s=comp.latency_s,
-        model_latency_s=comp.model_latency_s,
-        in_flight=comp.in_flight,
-        waiting=comp.waiting,
-    )
-
-
-def readings(
-    components: Mapping[str, RayComponent], pushed: Mapping[str, Pushed]
-) -> dict[str, ComponentReading]:
-    """Each component's reading: the ingress's counters, and each copy Ray runs with its last push."""
-    out = {}
+def copy_figures(components: Mapping[str, RayComponent], pushed: Mapping[str, Pushed]) -> list[CopyFigures]:
+    """Each copy Ray runs, with its last push: its metrics, CPU time and RSS (none before its first)."""
+    out = []
     for comp in components.values():
         res = comp.spec.resources
-        copies = []
         for r in comp.view.replicas:
             p = pushed.get(r.copy)
-            copies.append(
-                CopyReading(
-                    r.copy,
-                    _engine(p),
-                    p.cpu_s if p else None,
-                    p.rss_mb if p else None,
-                    res.num_cpus,
-                    float(res.memory_mb),
+            families = _families(p.text) if p is not None else None
+            cpu_s, rss_mb = (p.cpu_s, p.rss_mb) if p is not None else (None, None)
+            out.append(
+                CopyFigures(
+                    comp.name, r.copy, r.copy, families, cpu_s, rss_mb, res.num_cpus, float(res.memory_mb)
                 )
             )
-        out[comp.name] = ComponentReading(front(comp), tuple(copies), comp.view.running)
     return out
+
+
+def _families(text: str) -> list[Metric] | None:
+    try:
+        return list(text_string_to_metric_families(text))
+    except ValueError:  # not the exposition format
+        return None
 
 
 def host(cluster: ClusterFigures, router_num_cpus: float) -> RayHost:
@@ -304,59 +273,3 @@ def admin_block(local: bool) -> AdminRules:
         "down": True,
         "on_demand_why": NO_ON_DEMAND,
     }
-
-
-class RayConsole:
-    """`details`: Ray Serve's last details the ingress read (its poller reads them every second);
-    `cluster`: the cluster's figures (blocking, called off the event loop)."""
-
-    def __init__(
-        self,
-        admin: RayAdmin,
-        copy_metrics: CopyMetrics,
-        details: Callable[[], dict[str, Any]],
-        cluster: Callable[[], ClusterFigures],
-        auth: bool,
-    ) -> None:
-        self.admin = admin
-        self.copy_metrics = copy_metrics
-        self.details = details
-        self.cluster = cluster
-        self.auth = auth
-        self.started_at = time.time()
-
-    def _pushed(self) -> dict[str, Pushed]:
-        live = {r.copy for c in self.admin.components.values() for r in c.view.replicas}
-        return self.copy_metrics.fresh(live)
-
-    async def read(self) -> dict[str, ComponentReading]:
-        return readings(self.admin.components, self._pushed())
-
-    async def overview(self, request: Request) -> dict[str, Any]:
-        cluster = await asyncio.to_thread(self.cluster)
-        details = self.details()
-        spec = self.admin.spec
-        app = status.application(details, spec.name) or {}
-        now = time.time()
-        pushed = self._pushed()
-        entries = self.admin.snapshot(details)["components"]
-        comps = [
-            component_block(c, entry, pushed, now)
-            for c, entry in zip(self.admin.components.values(), entries, strict=True)
-        ]
-        local = (request.client.host if request.client else "") in LOOPBACK
-        return {
-            "kind": "endpoint",
-            "name": spec.name,
-            "version": __version__,
-            "backend": "ray",
-            "status": app.get("status", ""),
-            "message": app.get("message", ""),
-            "uptime_s": round(now - self.started_at, 1),
-            "auth": self.auth,
-            "host": host(cluster, spec.router.num_cpus),
-            "admin": admin_block(local),
-            "components": comps,
-            "on_demand": None,
-            "unknown": list(UNKNOWN),
-        }

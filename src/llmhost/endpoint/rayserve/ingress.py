@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from fastapi import APIRouter, FastAPI
+from prometheus_client.core import Metric
 from starlette.responses import JSONResponse, Response
 
 from llmhost.console.api import PUBLIC_PATHS, ConsoleSettings, create_console
@@ -22,15 +23,18 @@ from llmhost.console.sampler import Sampler
 from llmhost.endpoint import apidoc
 from llmhost.endpoint.admin import create_admin
 from llmhost.endpoint.bodies import Modalities, ModelList
+from llmhost.endpoint.console import EndpointConsole
 from llmhost.endpoint.dataplane import routing
 from llmhost.endpoint.dataplane.ollama import Listed, context_length, ollama_routes
 from llmhost.endpoint.dataplane.runtime import create_runtime_router
+from llmhost.endpoint.metrics import metrics_routes
 from llmhost.endpoint.rayserve import status
 from llmhost.endpoint.rayserve.adapters import AdapterReports
 from llmhost.endpoint.rayserve.admin import RayAdmin
-from llmhost.endpoint.rayserve.console import ClusterFigures, RayConsole, cluster_figures
+from llmhost.endpoint.rayserve.backend import RayBackend
+from llmhost.endpoint.rayserve.console import ClusterFigures, cluster_figures
 from llmhost.endpoint.rayserve.copy_adapters import AdapterReport, entries_of
-from llmhost.endpoint.rayserve.metrics import CopyMetrics, node_metric_urls, render_ray_metrics
+from llmhost.endpoint.rayserve.metrics import CopyMetrics
 from llmhost.endpoint.rayserve.options import AppArgs, RayTiming
 from llmhost.endpoint.rayserve.relay import RayComponent, RayRelay
 from llmhost.endpoint.rayserve.serveapi import ServeApi, ServeApiError
@@ -129,17 +133,6 @@ class Ingress:
             listed: ModelList = {"object": "list", "data": data}
             return JSONResponse(listed)
 
-        @router.get("/metrics", openapi_extra=apidoc.METRICS)
-        async def metrics() -> Response:
-            urls = await asyncio.to_thread(node_metric_urls)
-            text = await render_ray_metrics(
-                list(self.components.values()),
-                self.copy_metrics,
-                urls,
-                console=[*console_families(self.store), *(jobs_families(self.jobs) if self.jobs else ())],
-            )
-            return Response(text, media_type="text/plain; version=0.0.4; charset=utf-8")
-
         router.include_router(routing.data_routes(self, self.relay))
         router.include_router(ollama_routes(self._listed))
         return router
@@ -172,7 +165,8 @@ class Ingress:
             RayTiming(**self.args.timing),
             self.adapter_reports,
         )
-        console = RayConsole(admin, self.copy_metrics, lambda: self.details, self.cluster, keys.enabled)
+        backend = RayBackend(admin, self.copy_metrics, lambda: self.details, self.cluster)
+        console = EndpointConsole(backend, keys.enabled)
 
         app = FastAPI(title=f"llmhost endpoint {self.spec.name} (Ray)", docs_url=None, redoc_url=None)
         # a batch's lines go through the ingress's own routes: they fan out over the copies on every node
@@ -195,7 +189,11 @@ class Ingress:
                 if tracer is not None:
                     await asyncio.to_thread(tracer.shutdown)
 
+        def families() -> list[Metric]:
+            return [*console_families(self.store), *jobs_families(jobs)]
+
         app.router.lifespan_context = lifespan
+        app.include_router(metrics_routes(backend, families))
         app.include_router(self._routes())
         app.include_router(create_runtime_router(self, self.relay))
         app.include_router(create_admin(admin))

@@ -1,6 +1,6 @@
-"""`/metrics` of a Ray endpoint: the ingress's own families (labelled by component, as the single-host
-router's), every copy's llmhost metrics relabelled with `component` and `copy` (as the single-host
-router's), then Ray Serve's `ray_serve_*` families as each node's Ray metrics agent exports them."""
+"""What a Ray endpoint's /metrics (`endpoint.metrics.render_metrics`) reads under Ray: the copies' last
+pushes, the ingress's own families (labelled by component, as the single-host router's), and Ray Serve's
+`ray_serve_*` families as each node's Ray metrics agent exports them."""
 
 from __future__ import annotations
 
@@ -10,12 +10,11 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 import httpx
-from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.parser import text_string_to_metric_families
-from prometheus_client.registry import Collector
 
-from llmhost.endpoint.metrics import relabel, routing_families
+from llmhost.endpoint.front import front_families
+from llmhost.endpoint.metrics import routing_families
 from llmhost.endpoint.rayserve.relay import RayComponent
 
 RAY_PREFIX = "ray_serve_"
@@ -52,17 +51,6 @@ class CopyMetrics:
             del self.latest[copy]
         return dict(self.latest)
 
-    def families(self, live: set[str]) -> list[Metric]:
-        """Those of copies Ray Serve still runs, fresh ones only, relabelled, merged by family."""
-        merged: dict[str, Metric] = {}
-        for copy, pushed in sorted(self.fresh(live).items()):
-            try:
-                families = list(text_string_to_metric_families(pushed.text))
-            except ValueError:  # not the exposition format
-                continue
-            relabel(families, {"component": pushed.component, "copy": copy}, merged)
-        return list(merged.values())
-
 
 def ingress_families(components: Sequence[RayComponent]) -> list[Metric]:
     copies = GaugeMetricFamily(
@@ -75,32 +63,13 @@ def ingress_families(components: Sequence[RayComponent]) -> list[Metric]:
         "Copies Ray Serve drives each component towards",
         labels=["component"],
     )
-    in_flight = GaugeMetricFamily(
-        "llmhost_endpoint_in_flight", "Requests at the ingress, waiting ones included", labels=["component"]
-    )
-    answered = CounterMetricFamily(
-        "llmhost_endpoint_requests",
-        "Requests answered by the ingress, by status",
-        labels=["component", "code"],
-    )
-    retries = CounterMetricFamily(
-        "llmhost_endpoint_retries", "Requests sent again because no copy had taken them", labels=["component"]
-    )
-    cut = CounterMetricFamily(
-        "llmhost_endpoint_stream_errors", "Streams cut by a failing copy", labels=["component"]
-    )
     for c in components:
         states = sorted({r.state for r in c.view.replicas} | {"RUNNING"})
         for state in states:
             copies.add_metric([c.name, state], sum(1 for r in c.view.replicas if r.state == state))
         target.add_metric([c.name], c.view.target)
-        in_flight.add_metric([c.name], c.in_flight)
-        for code, n in sorted(c.requests.items()):
-            answered.add_metric([c.name, str(code)], n)
-        retries.add_metric([c.name], c.retries)
-        cut.add_metric([c.name], c.stream_errors)
     routing = routing_families([(c.name, c.spec.routing.policy, c.routing_decisions) for c in components])
-    return [copies, target, in_flight, answered, retries, cut, *routing]
+    return [copies, target, *front_families(components), *routing]
 
 
 def node_metric_urls() -> list[str]:
@@ -132,30 +101,12 @@ def merge(families: Iterable[Metric], into: dict[str, Metric]) -> None:
         merged.samples.extend(family.samples)
 
 
-class _Snapshot(Collector):
-    def __init__(self, families: list[Metric]) -> None:
-        self._families = families
-
-    def collect(self) -> Iterable[Metric]:
-        return self._families
-
-
-async def render_ray_metrics(
-    components: Sequence[RayComponent],
-    copies: CopyMetrics,
-    urls: list[str],
-    transport: httpx.AsyncBaseTransport | None = None,
-    console: Iterable[Metric] = (),
-) -> bytes:
-    """`urls`: the nodes' metrics agents (`node_metric_urls`); `transport`: tests answer in-process;
-    `console`: the console's families (its last period's figures)."""
+async def node_families(urls: list[str], transport: httpx.AsyncBaseTransport | None = None) -> list[Metric]:
+    """Ray Serve's families from the nodes' metrics agents at `urls` (`node_metric_urls`), merged;
+    `transport`: tests answer in-process."""
     async with httpx.AsyncClient(transport=transport) as client:
         scraped = await asyncio.gather(*(_scrape(client, u) for u in urls))
-    ray_families: dict[str, Metric] = {}
+    merged: dict[str, Metric] = {}
     for families in scraped:
-        merge(families, ray_families)
-    registry = CollectorRegistry(auto_describe=False)
-    live = {r.copy for c in components for r in c.view.replicas}
-    ours = ingress_families(components) + list(console) + copies.families(live)
-    registry.register(_Snapshot(ours + list(ray_families.values())))
-    return generate_latest(registry)
+        merge(families, merged)
+    return list(merged.values())

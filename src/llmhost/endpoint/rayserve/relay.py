@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import Counter
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -25,6 +24,7 @@ from llmhost.endpoint.bodies import Modalities
 from llmhost.endpoint.dataplane import routing
 from llmhost.endpoint.dataplane.routing import error
 from llmhost.endpoint.dataplane.traced import traced
+from llmhost.endpoint.front import FrontCounters
 from llmhost.endpoint.rayserve.inprocess import Accepted, Call, Head
 from llmhost.endpoint.rayserve.status import DeploymentView
 from llmhost.endpoint.spec import ComponentSpec
@@ -39,12 +39,12 @@ def why(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {lines[0][:300] if lines else ''}"
 
 
-class RayComponent:
+class RayComponent(FrontCounters):
     """A component as the ingress sees it: its deployment handle, Ray's view of its copies, its load."""
 
     def __init__(self, spec: ComponentSpec, handle: Any) -> None:
+        super().__init__(spec.name)
         self.spec = spec
-        self.name = spec.name
         self.handle = handle
         self.removing = False  # components are not removed from a Ray endpoint (the file defines them)
         # the LoRA adapters its deployment's user_config names (`copy_adapters`); None: the file's
@@ -53,17 +53,6 @@ class RayComponent:
         self.view = DeploymentView()
         # what its model reads, as a copy's /v1/models said (its copies push it with their metrics)
         self.modalities: Modalities = None
-        self.in_flight = 0
-        self.requests: Counter[int] = Counter()  # by HTTP status the ingress answered
-        self.retries = 0  # requests sent again because no copy had taken them
-        self.stream_errors = 0
-        self.waiting = 0  # requests no copy has taken yet
-        self.no_capacity = 0  # requests refused because no copy took them within the wait
-        # answers timed (the console's ModelLatency and OverheadLatency), as the single-host router's:
-        # arrival to last byte, and from the call a copy took until its last byte
-        self.timed = 0
-        self.latency_s = 0.0
-        self.model_latency_s = 0.0
 
     @property
     def adapter_entries(self) -> dict[str, AdapterEntry]:
@@ -80,17 +69,6 @@ class RayComponent:
     def routing_decisions(self) -> dict[Decision, int] | None:
         """Prefix-aware routing's decisions so far, by kind; None under Ray Serve's own routing."""
         return ray_decisions(self.name) if self.spec.routing.policy == Policy.PREFIX.value else None
-
-    def enter(self) -> None:
-        self.in_flight += 1
-
-    def leave(self) -> None:
-        self.in_flight -= 1
-
-    def timed_answer(self, total_s: float, model_s: float) -> None:
-        self.timed += 1
-        self.latency_s += total_s
-        self.model_latency_s += model_s
 
     @property
     def serving(self) -> bool:

@@ -32,6 +32,7 @@ idle cached sequences too, so its floor is above llama-server's at the same slot
     .venv/bin/python benchmarks/shapes.py --shapes qwen2.5-0.5b --rounds 1
     .venv/bin/python benchmarks/shapes.py --shapes llama3.1-8b --cache-types f16,q8_0
     .venv/bin/python benchmarks/shapes.py --shapes llama3.2-1b --build-only   # fill the cache only
+    .venv/bin/python benchmarks/shapes.py --table benchmarks/results/shapes.json  # the docs' KV table
 
 A 2-core host decodes the 3B shape at about 5-8 tokens/s: the default run takes about half an hour
 there, plus the first builds (seconds to minutes per shape; the 8B one needs 16 GB of disk for its F16
@@ -335,6 +336,46 @@ def measure_shape(model: Path, shape: Shape, s: Settings, kv: str, work: Path) -
     return {"levels": levels, "floor": floor, **summarise(rounds, floor), "rounds": rounds}
 
 
+def kv_table(doc: dict[str, Any]) -> str:
+    """The docs' KV table from a results file, each figure measured: llama.cpp's KV buffer at the run's
+    slots and context (llama-server's log) per token, what that makes at 8 and 1 streams of 4k and 32k,
+    the Q4_K_M file, and both servers' RSS after the load at each KV type measured."""
+    kvs = sorted({kv for e in doc["shapes"].values() for kv in e["kv"]}, key=lambda k: (k != "f16", k))
+    cells = doc["settings"]["max_concurrent"] * doc["settings"]["ctx_per_seq"]
+    rss_heads = [f"RSS {kv} (llmhost / llama-server)" for kv in kvs]
+    head = ["model", "layers", "KV heads", "K + V head size", "KV a token", "8 × 4k", "1 × 4k", "8 × 32k"]
+    head += ["1 × 32k", "Q4_K_M file", *rss_heads]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for key, e in doc["shapes"].items():
+        if "f16" not in e["kv"]:
+            continue
+        d = e["shape"]
+        per_token = e["kv"]["f16"]["floor"]["llama-server"]["buffers_mib"]["kv"] * 2**20 / cells
+        mib = [
+            round(streams * ctx * per_token / 2**20)
+            for streams, ctx in ((8, 4096), (1, 4096), (8, 32768), (1, 32768))
+        ]
+        rss = []
+        for kv in kvs:
+            m = e["kv"].get(kv, {}).get("medians", {})
+            ours, theirs = m.get("llmhost", {}).get("rss_mb"), m.get("llama-server", {}).get("rss_mb")
+            rss.append(f"{ours:,.0f} / {theirs:,.0f} MB" if ours and theirs else "-")
+        row = [
+            SHAPES[key].source.split("/")[1],
+            str(d["n_layer"]),
+            str(d["n_head_kv"]),
+            str(2 * d["head_dim"]),
+        ]
+        row += [
+            f"{per_token / 1024:g} KiB",
+            *(f"{v:,}" for v in mib),
+            f"{e['gguf']['size_mb']:,.0f} MB",
+            *rss,
+        ]
+        lines.append("| " + " | ".join(row) + " |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--shapes", default=",".join(DEFAULT_SHAPES), help=f"Of: {', '.join(SHAPES)}.")
@@ -349,7 +390,11 @@ def main() -> None:
     ap.add_argument("--llama-bin", type=Path, default=LLAMA_BIN, help="llama-server's and llama-quantize's.")
     ap.add_argument("--build-only", action="store_true", help="Build the GGUFs into the cache and stop.")
     ap.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "shapes.json")
+    ap.add_argument("--table", type=Path, help="Print the docs' KV table from this results file and stop.")
     args = ap.parse_args()
+    if args.table:
+        print(kv_table(json.loads(args.table.read_text())))
+        return
     keys = args.shapes.split(",")
     unknown = [k for k in keys if k not in SHAPES]
     if unknown:

@@ -158,3 +158,24 @@ def test_a_scaled_down_shape_loads_and_generates_its_fillers_as_text(tmp_path: P
         assert text.startswith(b" z") and int(text[2:], 16) >= 499
     finally:
         llm.close()
+
+
+def test_the_docs_kv_table_is_made_of_the_measured_buffer_file_and_rss() -> None:
+    """1B at 8 slots x 2,048: llama.cpp's 512 MiB KV buffer is 32 KiB a token; RSS as measured per KV type."""
+
+    def kv(rss: tuple[float, float]) -> dict[str, Any]:
+        servers = {"llmhost": {"rss_mb": rss[0]}, "llama-server": {"rss_mb": rss[1]}}
+        return {"floor": {"llama-server": {"buffers_mib": {"kv": 512.0}}}, "medians": servers}
+
+    entry = {
+        "shape": shapes.hparams(shapes.SHAPES["llama3.2-1b"]),
+        "gguf": {"size_mb": 803.2},
+        "kv": {"q8_0": kv((1500.0, 1450.0)), "f16": kv((1800.4, 1750.6))},
+    }
+    doc = {"settings": {"max_concurrent": 8, "ctx_per_seq": 2048}, "shapes": {"llama3.2-1b": entry}}
+    head, rule, row = shapes.kv_table(doc).splitlines()
+    assert "RSS f16 (llmhost / llama-server) | RSS q8_0" in head and rule.count("---") == 12
+    assert row == (
+        "| Llama-3.2-1B | 16 | 8 | 128 | 32 KiB | 1,024 | 128 | 8,192 | 1,024 | 803 MB "
+        "| 1,800 / 1,751 MB | 1,500 / 1,450 MB |"
+    )

@@ -337,41 +337,26 @@ def measure_shape(model: Path, shape: Shape, s: Settings, kv: str, work: Path) -
 
 
 def kv_table(doc: dict[str, Any]) -> str:
-    """The docs' KV table from a results file, each figure measured: llama.cpp's KV buffer at the run's
-    slots and context (llama-server's log) per token, what that makes at 8 and 1 streams of 4k and 32k,
-    the Q4_K_M file, and both servers' RSS after the load at each KV type measured."""
+    """The docs' measured memory table from a results file: llama.cpp's f16 KV buffer at the run's slots
+    and context (llama-server's log) and what it makes a token, the Q4_K_M file, and both servers' RSS
+    after the load at each KV type measured."""
     kvs = sorted({kv for e in doc["shapes"].values() for kv in e["kv"]}, key=lambda k: (k != "f16", k))
-    cells = doc["settings"]["max_concurrent"] * doc["settings"]["ctx_per_seq"]
-    rss_heads = [f"RSS {kv} (llmhost / llama-server)" for kv in kvs]
-    head = ["model", "layers", "KV heads", "K + V head size", "KV a token", "8 × 4k", "1 × 4k", "8 × 32k"]
-    head += ["1 × 32k", "Q4_K_M file", *rss_heads]
+    slots, ctx = doc["settings"]["max_concurrent"], doc["settings"]["ctx_per_seq"]
+    head = ["shape", f"KV buffer, {slots} × {ctx:,} f16", "a token", "Q4_K_M file"]
+    head += [f"RSS, {kv} KV (llmhost / llama-server)" for kv in kvs]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for key, e in doc["shapes"].items():
         if "f16" not in e["kv"]:
             continue
-        d = e["shape"]
-        per_token = e["kv"]["f16"]["floor"]["llama-server"]["buffers_mib"]["kv"] * 2**20 / cells
-        mib = [
-            round(streams * ctx * per_token / 2**20)
-            for streams, ctx in ((8, 4096), (1, 4096), (8, 32768), (1, 32768))
-        ]
+        kv_mib = e["kv"]["f16"]["floor"]["llama-server"]["buffers_mib"]["kv"]
         rss = []
         for kv in kvs:
             m = e["kv"].get(kv, {}).get("medians", {})
             ours, theirs = m.get("llmhost", {}).get("rss_mb"), m.get("llama-server", {}).get("rss_mb")
             rss.append(f"{ours:,.0f} / {theirs:,.0f} MB" if ours and theirs else "-")
-        row = [
-            SHAPES[key].source.split("/")[1],
-            str(d["n_layer"]),
-            str(d["n_head_kv"]),
-            str(2 * d["head_dim"]),
-        ]
-        row += [
-            f"{per_token / 1024:g} KiB",
-            *(f"{v:,}" for v in mib),
-            f"{e['gguf']['size_mb']:,.0f} MB",
-            *rss,
-        ]
+        per_token = kv_mib * 2**20 / (slots * ctx) / 1024
+        row = [SHAPES[key].source.split("/")[1], f"{kv_mib:,.0f} MiB", f"{per_token:g} KiB"]
+        row += [f"{e['gguf']['size_mb']:,.0f} MB", *rss]
         lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines)
 

@@ -174,8 +174,5 @@ def test_the_docs_kv_table_is_made_of_the_measured_buffer_file_and_rss() -> None
     }
     doc = {"settings": {"max_concurrent": 8, "ctx_per_seq": 2048}, "shapes": {"llama3.2-1b": entry}}
     head, rule, row = shapes.kv_table(doc).splitlines()
-    assert "RSS f16 (llmhost / llama-server) | RSS q8_0" in head and rule.count("---") == 12
-    assert row == (
-        "| Llama-3.2-1B | 16 | 8 | 128 | 32 KiB | 1,024 | 128 | 8,192 | 1,024 | 803 MB "
-        "| 1,800 / 1,751 MB | 1,500 / 1,450 MB |"
-    )
+    assert "RSS, f16 KV (llmhost / llama-server) | RSS, q8_0 KV" in head and rule.count("---") == 6
+    assert row == "| Llama-3.2-1B | 512 MiB | 32 KiB | 803 MB | 1,800 / 1,751 MB | 1,500 / 1,450 MB |"

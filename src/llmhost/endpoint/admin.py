@@ -48,6 +48,8 @@ from llmhost.shared.jsontypes import JSONValue
 from llmhost.web.apidoc import errors, merge, operation
 
 LOOPBACK = {"127.0.0.1", "::1", "localhost", "testclient"}
+# why a client that is not local is refused: the 403's message and the console's `why_not` alike
+LOCAL_ONLY = "the admin API answers local clients only"
 
 
 class BadBody(BadRequestError, ValueError):
@@ -283,7 +285,7 @@ class LocalAdmin:
 def failure(exc: Exception) -> Response:
     """An admin refusal as its JSON error; anything else is not one (the middleware's 500)."""
     if isinstance(exc, AdminRefused):
-        return error(exc.status, "the admin API answers local clients only", "permission_error")
+        return error(exc.status, LOCAL_ONLY, "permission_error")
     if isinstance(exc, NotSupported):
         return error(exc.status, str(exc), "not_implemented")
     if isinstance(exc, (BadBody, VariantError)):

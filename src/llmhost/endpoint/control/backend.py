@@ -13,6 +13,7 @@ from prometheus_client.core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
 from llmhost.console.capture import CaptureTally, capture_status
+from llmhost.endpoint.admin import LOCAL_ONLY
 from llmhost.endpoint.backend import CopyFigures, Served
 from llmhost.endpoint.bodies import ComponentState
 from llmhost.endpoint.control.component import Component
@@ -105,7 +106,7 @@ class LocalBackend:
             # the admin API's own rule: local clients only; components can be added and removed here
             "admin": {
                 "allowed": local,
-                "why_not": None if local else "the admin API answers local clients only",
+                "why_not": None if local else LOCAL_ONLY,
                 "add_remove": True,
                 "scale_to_zero": True,
                 "down": True,

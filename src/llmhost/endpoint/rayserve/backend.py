@@ -75,7 +75,7 @@ class RayBackend:
         return await node_families(urls, self.transport)
 
     async def describe(self, local: bool, captured: CaptureTally) -> dict[str, Any]:
-        """Ray's copies capture nothing the console shows (`captured` stays unused)."""
+        """A Ray component's entry carries no capture line (`captured` serves the single-host back end)."""
         cluster = await asyncio.to_thread(self.cluster)
         details = self.details()
         spec = self.admin.spec

@@ -16,6 +16,7 @@ from prometheus_client.core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 from typing_extensions import TypedDict
 
+from llmhost.endpoint.admin import LOCAL_ONLY
 from llmhost.endpoint.backend import CopyFigures
 from llmhost.endpoint.bodies import RayComponentState
 from llmhost.endpoint.rayserve import status
@@ -264,7 +265,7 @@ def admin_block(local: bool) -> AdminRules:
     components are the file's (no add or remove) and there are no on-demand models."""
     return {
         "allowed": local,
-        "why_not": None if local else "the admin API answers local clients only",
+        "why_not": None if local else LOCAL_ONLY,
         "scale": True,
         "scale_to_zero": False,
         "scale_to_zero_why": SCALE_TO_ZERO,

@@ -4,15 +4,18 @@ counted as its usage is (the prompt once)."""
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
+import time
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
 
 from llmhost.engine.request import FinishReason, GenerationEvent, GenerationRequest, SamplingParams, Timings
 from llmhost.server.tracing import InferenceSpan
-from llmhost.web.traces import TracingUnavailableError, open_tracer
+from llmhost.web.traces import AttrValue, TraceMiddleware, TracingUnavailableError, current, open_tracer
 
 # a server's and an endpoint router's apps built, with or without an OTLP endpoint: how many modules of
 # OpenTelemetry's SDK and exporters are loaded then
@@ -76,3 +79,64 @@ def test_an_endpoint_without_the_sdk_installed_says_what_to_install(monkeypatch:
     with pytest.raises(TracingUnavailableError, match=r"pip install 'llmhost\[otel\]'"):
         open_tracer("http://127.0.0.1:9/v1/traces", "llmhost")
     assert open_tracer("", "llmhost") is None
+
+
+class Recorded:
+    """A span that keeps what it was ended with."""
+
+    def __init__(self) -> None:
+        self.end_ns: int | None = None
+
+    def headers(self) -> dict[str, str]:
+        return {}
+
+    def end(self, name: str, attributes: Mapping[str, AttrValue], failed: bool, end_ns: int) -> None:
+        self.end_ns = end_ns
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.spans: list[Recorded] = []
+
+    def start(self, parent: Mapping[str, str], start_ns: int) -> Recorded:
+        self.spans.append(Recorded())
+        return self.spans[-1]
+
+    def shutdown(self) -> None:
+        pass
+
+
+class Named:
+    def name(self) -> str | None:
+        return "text_completion m"
+
+    def attributes(self) -> Mapping[str, AttrValue]:
+        return {}
+
+
+def test_a_span_ends_as_its_last_byte_is_sent_not_when_the_app_returns() -> None:
+    """The endpoint's router ends its span once it has read the copy's last byte: the copy's span must
+    end before that byte leaves, or the child's span would outlast its parent's."""
+    sent_at: list[int] = []
+
+    async def app(scope: object, receive: object, send: object) -> None:
+        trace = current()
+        assert trace is not None
+        trace.detail = Named()
+        await send({"type": "http.response.start", "status": 200, "headers": []})  # type: ignore[operator]
+        await send({"type": "http.response.body", "body": b"a", "more_body": True})  # type: ignore[operator]
+        await send({"type": "http.response.body", "body": b"b"})  # type: ignore[operator]
+        await asyncio.sleep(0.05)  # what the app does after its answer left is not the request's
+
+    async def send(message: dict[str, object]) -> None:
+        if message["type"] == "http.response.body" and not message.get("more_body"):
+            sent_at.append(time.time_ns())
+
+    async def receive() -> dict[str, object]:
+        return {"type": "http.disconnect"}
+
+    tracer = Recorder()
+    scope = {"type": "http", "method": "POST", "path": "/v1/completions", "headers": []}
+    asyncio.run(TraceMiddleware(app, tracer)(scope, receive, send))  # type: ignore[arg-type]
+    [span] = tracer.spans
+    assert span.end_ns is not None and span.end_ns <= sent_at[0]

@@ -31,13 +31,13 @@ class OtlpSpan:
         _PROPAGATOR.inject(carrier, trace.set_span_in_context(self._span))
         return carrier
 
-    def end(self, name: str, attributes: Mapping[str, AttributeValue], failed: bool) -> None:
+    def end(self, name: str, attributes: Mapping[str, AttributeValue], failed: bool, end_ns: int) -> None:
         span = self._span
         span.update_name(name)
         span.set_attributes(attributes)
         if failed:
             span.set_status(Status(StatusCode.ERROR))
-        span.end()
+        span.end(end_time=end_ns)
 
 
 class OtlpTracer:

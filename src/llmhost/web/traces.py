@@ -32,8 +32,9 @@ class Span(Protocol):
     def headers(self) -> dict[str, str]:
         """This span's context as the W3C headers a request it causes carries (its child's parent)."""
 
-    def end(self, name: str, attributes: Mapping[str, AttrValue], failed: bool) -> None:
-        """Named, its attributes set, marked failed or not, ended now, queued for export."""
+    def end(self, name: str, attributes: Mapping[str, AttrValue], failed: bool, end_ns: int) -> None:
+        """Named, its attributes set, marked failed or not, ended at `end_ns` (time.time_ns), queued for
+        export."""
 
 
 class Tracer(Protocol):
@@ -75,11 +76,13 @@ class RequestTrace:
         """The headers that make this request's span the parent of a request it sends on."""
         return self.span().headers()
 
-    def end(self, attributes: Mapping[str, AttrValue], status: int) -> None:
-        """Its span ended with `attributes` (the HTTP ones) and the detail's, if it has a detail."""
+    def end(self, attributes: Mapping[str, AttrValue], status: int, end_ns: int) -> None:
+        """Its span ended at `end_ns` with `attributes` (the HTTP ones) and the detail's, if it has a
+        detail."""
         name = self.detail.name() if self.detail is not None else None
         if self.detail is not None and name is not None:
-            self.span().end(name, {**attributes, **self.detail.attributes()}, failed=status >= 500)
+            attrs = {**attributes, **self.detail.attributes()}
+            self.span().end(name, attrs, failed=status >= 500, end_ns=end_ns)
 
 
 _CURRENT: ContextVar[RequestTrace | None] = ContextVar("llmhost_request_trace", default=None)
@@ -92,8 +95,10 @@ def current() -> RequestTrace | None:
 
 class TraceMiddleware:
     """Gives each HTTP request its RequestTrace (found by `current()` in the routes and whatever they
-    await), and ends its span once the response is sent: as the request's last byte leaves, streams
-    included, and with its status."""
+    await), and ends its span once the response is sent, with its status: the end is the moment the
+    last body message is handed on (streams included), not when the app returns after it, so that a
+    copy's span ends before its caller (the endpoint's router) can have read the last byte and ended
+    its own: a child's span lies within its parent's by causality, not by scheduling."""
 
     def __init__(self, app: ASGIApp, tracer: Tracer) -> None:
         self.app = app
@@ -111,18 +116,21 @@ class TraceMiddleware:
         trace = RequestTrace(self.tracer, headers, time.time_ns())
         token = _CURRENT.set(trace)
         status = 500  # an app that raised before answering: RequestContextMiddleware answers 500
+        end_ns: int | None = None  # None: no last body message sent (the app raised or was cut)
 
         async def send_status(message: Message) -> None:
-            nonlocal status
+            nonlocal status, end_ns
             if message["type"] == "http.response.start":
                 status = int(message["status"])
+            elif message["type"] == "http.response.body" and not message.get("more_body", False):
+                end_ns = time.time_ns()
             await send(message)
 
         try:
             await self.app(scope, receive, send_status)
         finally:
             _CURRENT.reset(token)
-            trace.end(_http_attributes(scope, status), status)
+            trace.end(_http_attributes(scope, status), status, end_ns or time.time_ns())
 
 
 def _http_attributes(scope: Scope, status: int) -> dict[str, AttrValue]:

@@ -95,8 +95,10 @@ test: $(STAMP) $(CHROMIUM_STAMP)
 	# ~150 server processes otherwise compiles what it imports (0.1 CPU-s each, PYTHONDONTWRITEBYTECODE here)
 	$(BIN)/python -m compileall -q src
 	# three files at once (tests/conftest.py keeps a file on one worker): the suite mostly waits on real servers
-	# the slowest tests at the end of the output: where to look when the suite nears its 15 minutes
-	$(BIN)/pytest -q -n 3 --durations=25 tests
+	# at the end of the output, where to look when the suite nears its 15 minutes: the tests that used the
+	# most CPU (the suite is bound by the 2 cores: what a test costs is its CPU) and the slowest (a file's wall
+	# time is its worker's, which matters to the suite's critical path)
+	$(BIN)/pytest -q -n 3 --durations=25 --cpu-top=25 tests
 
 clean:
 	rm -rf $(VENV) build site *.egg-info

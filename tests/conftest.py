@@ -13,6 +13,9 @@ from typing import Any
 
 import pytest
 
+# `--cpu-top N`: what each test cost in CPU (make test prints it beside --durations)
+pytest_plugins = ["tests.cpu_report"]
+
 # the servers the tests start keep batch jobs under the user's data directory by default: each test
 # process gets its own, so that no test reads or locks the real one (or another worker's)
 os.environ["XDG_DATA_HOME"] = tempfile.mkdtemp(prefix="llmhost-test-data-")

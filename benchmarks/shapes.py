@@ -32,7 +32,7 @@ idle cached sequences too, so its floor is above llama-server's at the same slot
     .venv/bin/python benchmarks/shapes.py --shapes qwen2.5-0.5b --rounds 1
     .venv/bin/python benchmarks/shapes.py --shapes llama3.1-8b --cache-types f16,q8_0
     .venv/bin/python benchmarks/shapes.py --shapes llama3.2-1b --build-only   # fill the cache only
-    .venv/bin/python benchmarks/shapes.py --table benchmarks/results/shapes.json  # the docs' KV table
+    .venv/bin/python benchmarks/shapes.py --table benchmarks/results/shapes*.json  # the docs' KV table
 
 A 2-core host decodes the 3B shape at about 5-8 tokens/s: the default run takes about half an hour
 there, plus the first builds (seconds to minutes per shape; the 8B one needs 16 GB of disk for its F16
@@ -336,6 +336,17 @@ def measure_shape(model: Path, shape: Shape, s: Settings, kv: str, work: Path) -
     return {"levels": levels, "floor": floor, **summarise(rounds, floor), "rounds": rounds}
 
 
+def merged(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Several results files as one (a later file's shape over an earlier one's): runs of their own, the
+    8B shape's for one, made at the same slots and context, which the table's header names."""
+    first = docs[0]["settings"]
+    for doc in docs[1:]:
+        for key in ("max_concurrent", "ctx_per_seq"):
+            if doc["settings"][key] != first[key]:
+                raise ValueError(f"results made at {key} {doc['settings'][key]} and {first[key]}: one table")
+    return {**docs[0], "shapes": {k: e for doc in docs for k, e in doc["shapes"].items()}}
+
+
 def kv_table(doc: dict[str, Any]) -> str:
     """The docs' measured memory table from a results file: llama.cpp's f16 KV buffer at the run's slots
     and context (llama-server's log) and what it makes a token, the Q4_K_M file, and both servers' RSS
@@ -375,10 +386,12 @@ def main() -> None:
     ap.add_argument("--llama-bin", type=Path, default=LLAMA_BIN, help="llama-server's and llama-quantize's.")
     ap.add_argument("--build-only", action="store_true", help="Build the GGUFs into the cache and stop.")
     ap.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "shapes.json")
-    ap.add_argument("--table", type=Path, help="Print the docs' KV table from this results file and stop.")
+    ap.add_argument(
+        "--table", type=Path, nargs="+", help="Print the docs' KV table from these results files and stop."
+    )
     args = ap.parse_args()
     if args.table:
-        print(kv_table(json.loads(args.table.read_text())))
+        print(kv_table(merged([json.loads(path.read_text()) for path in args.table])))
         return
     keys = args.shapes.split(",")
     unknown = [k for k in keys if k not in SHAPES]

@@ -176,3 +176,12 @@ def test_the_docs_kv_table_is_made_of_the_measured_buffer_file_and_rss() -> None
     head, rule, row = shapes.kv_table(doc).splitlines()
     assert "RSS, f16 KV (llmhost / llama-server) | RSS, q8_0 KV" in head and rule.count("---") == 6
     assert row == "| Llama-3.2-1B | 512 MiB | 32 KiB | 803 MB | 1,800 / 1,751 MB | 1,500 / 1,450 MB |"
+
+
+def test_results_files_of_several_runs_make_one_table_at_the_same_slots_and_context() -> None:
+    small = {"settings": {"max_concurrent": 8, "ctx_per_seq": 2048}, "shapes": {"a": 1, "b": 2}}
+    large = {"settings": {"max_concurrent": 8, "ctx_per_seq": 2048}, "shapes": {"b": 3, "c": 4}}
+    assert shapes.merged([small, large])["shapes"] == {"a": 1, "b": 3, "c": 4}
+    other = {"settings": {"max_concurrent": 4, "ctx_per_seq": 2048}, "shapes": {"c": 4}}
+    with pytest.raises(ValueError, match="max_concurrent 4 and 8"):
+        shapes.merged([small, other])

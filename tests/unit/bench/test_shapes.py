@@ -4,6 +4,7 @@ shape (loaded and run in llama-cpp-python)."""
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -185,3 +186,14 @@ def test_results_files_of_several_runs_make_one_table_at_the_same_slots_and_cont
     other = {"settings": {"max_concurrent": 4, "ctx_per_seq": 2048}, "shapes": {"c": 4}}
     with pytest.raises(ValueError, match="max_concurrent 4 and 8"):
         shapes.merged([small, other])
+
+
+def test_the_docs_measured_table_is_the_results_files() -> None:
+    """docs/guides/your-own-model.md's measured table is what `shapes.py --table` makes of the results
+    committed beside it: a new run's figures reach the page, or this fails."""
+    root = Path(__file__).resolve().parents[3]
+    results = sorted((root / "benchmarks" / "results").glob("shapes*.json"))
+    want = shapes.kv_table(shapes.merged([json.loads(path.read_text()) for path in results]))
+    page = (root / "docs" / "guides" / "your-own-model.md").read_text()
+    assert want.splitlines()[0] in page, "the page has no measured table"
+    assert want in page

@@ -13,7 +13,9 @@ from llmhost.bench.cli import app
 def test_run_and_compare(fake_url: str, tmp_path: Path) -> None:
     runner = CliRunner()
     outs = []
-    for name, itl in (("a", "0.004"), ("b", "0.002")):
+    # 8 tokens 20-40 ms apart: a TPOT the client measures even when a busy host stalls it for a while (at 2
+    # and 4 ms, a stall of 14 ms read all 8 tokens at once: TPOT 0, and no blended price)
+    for name, itl in (("a", "0.04"), ("b", "0.02")):
         out = tmp_path / name
         result = runner.invoke(
             app,

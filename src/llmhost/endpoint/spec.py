@@ -60,8 +60,9 @@ class ResourcesSpec(_Strict):
     # max_memory_mb is set; the copy's default prompt cache takes at most what its weights, KV cache and
     # process leave of it (`llmhost serve --memory-mb`)
     memory_mb: int = Field(default=1024, ge=1)
-    # hard limit per copy (a cgroup's memory.max / memory.limit_in_bytes, or watched RSS); None: the
-    # limit is memory_mb itself, so that a packed host never overcommits what it reserved
+    # hard limit per copy (a cgroup's memory.max / memory.limit_in_bytes, or a watch of its RSS less its
+    # mapped files' pages); None: the limit is memory_mb itself, so that a packed host never overcommits
+    # what it reserved
     max_memory_mb: int | None = Field(default=None, ge=1)
 
     @model_validator(mode="after")

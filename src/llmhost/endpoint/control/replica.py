@@ -292,9 +292,9 @@ class Replica:
     def _over_memory(self) -> str | None:
         if self._memory is None or self.process is None:
             return None
-        rss = self._memory.over(self.process.pid)
-        if rss is not None:
-            return f"RSS {rss:.0f} MB exceeded {self._memory.named} MB; killed"
+        held = self._memory.over(self.process.pid)
+        if held is not None:
+            return f"RSS less mapped files {held:.0f} MB exceeded {self._memory.named} MB; killed"
         return None
 
     async def _await_ready(self, client: httpx.AsyncClient) -> str | None:

@@ -226,3 +226,23 @@ def test_integers_are_bounded_as_llama_cpp_bounds_them() -> None:
     assert out["default"] == {"type": "integer"}  # an instance, not a schema
     forced = tools.forced_constraint(body(tools=[WEATHER], tool_choice="required"))
     assert forced is not None and str(INTEGER_BOUND) not in forced.value  # no integer in its schema
+
+
+def test_the_integer_bound_holds_in_the_grammar() -> None:
+    """The bound as llguidance compiles it: 17 digits refused either way, the bound itself allowed."""
+    import llguidance
+
+    from llmhost.engine.request import ConstraintKind
+    from llmhost.engine.sample.constraint import grammar_of
+    from llmhost.server.serving.structured import INTEGER_BOUND, schema_constraint
+
+    constraint = schema_constraint({"type": "integer"}, "format")
+    tokenizer = llguidance.LLTokenizer("byte")
+
+    def allowed(text: str) -> bool:
+        matcher = llguidance.LLMatcher(tokenizer, grammar_of(constraint), log_level=0)
+        return all(matcher.consume_token(t) for t in tokenizer.tokenize_str(text)) and matcher.is_accepting()
+
+    assert constraint.kind is ConstraintKind.JSON_SCHEMA
+    assert allowed(str(INTEGER_BOUND)) and allowed(str(-INTEGER_BOUND)) and allowed("30")
+    assert not any(allowed(str(n)) for n in (10**16, -(10**16), INTEGER_BOUND + 1))

@@ -61,8 +61,10 @@ def closed(schema: Any, part: bool = False) -> Any:
 
 # llama.cpp's JSON-schema grammar writes an integer in at most 16 digits ([1-9] [0-9]{0,15}): left
 # unbounded, a small model spends its whole max_tokens on one number (measured: 4 of 6 Responses answers
-# of a {name, age} schema, Gemma 3 270M, max_output_tokens 64, were cut inside `age`)
-INTEGER_BOUND = 10**16 - 1
+# of a {name, age} schema, Gemma 3 270M, max_output_tokens 64, were cut inside `age`). The bound is the
+# largest integer a double holds exactly (16 digits too): llguidance reads a schema's bounds as doubles,
+# and 10**16 - 1 read so is 10**16, which let a forced call answer a 17-digit age
+INTEGER_BOUND = 2**53 - 1
 _DATA_KEYS = ("const", "enum", "default", "examples")  # instances, not schemas: left as they are
 
 

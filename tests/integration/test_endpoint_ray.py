@@ -23,7 +23,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from llmhost.bench.report import write_summary
 from llmhost.endpoint.dataplane.routing import COMPONENT_HEADER, COPY_HEADER
-from llmhost.endpoint.rayserve.serveapi import ServeApi
+from llmhost.endpoint.rayserve.serveapi import ServeApi, retrying
 from llmhost.store import resolve_model
 from tests.integration.conftest import free_port
 from tests.integration.console_helpers import WAIT_MS, Watched, artifacts_dir, chromium, needs_chromium
@@ -93,8 +93,10 @@ def ep(cluster: RayCluster, port: int, tmp_path_factory: pytest.TempPathFactory)
 
 
 def applications(cluster: RayCluster) -> dict[str, Any]:
-    """Ray Serve's applications, as its REST API lists them."""
-    return dict(asyncio.run(ServeApi(cluster.dashboard_url).details()).get("applications", {}))
+    """Ray Serve's applications, as its REST API lists them (asked again while it does not answer: the
+    dashboard once took over 30 s to answer a GET while a deploy was under way on a loaded host)."""
+    details = retrying(ServeApi(cluster.dashboard_url).details, within_s=120)
+    return dict(asyncio.run(details).get("applications", {}))
 
 
 # three copies of a whole CPU on two nodes of one CPU: they never all run, `up` waits for them

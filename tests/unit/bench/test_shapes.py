@@ -150,7 +150,8 @@ def test_a_scaled_down_shape_loads_and_generates_its_fillers_as_text(tmp_path: P
     path = build_shaped_gguf(tmp_path / "m.gguf", arch, dims)
     if arch == "qwen2":
         assert build_shaped_gguf(tmp_path / "again.gguf", arch, dims).read_bytes() == path.read_bytes()
-    llm = llama_cpp.Llama(str(path), n_ctx=128, n_threads=1, verbose=False)
+    # logits_all: without it llama-cpp-python 0.3.36 leaves its scores array unwritten (uninitialized memory)
+    llm = llama_cpp.Llama(str(path), n_ctx=128, n_threads=1, logits_all=True, verbose=False)
     try:
         assert llm.n_vocab() == n_vocab
         llm.eval(llm.tokenize(b"Hello world"))

@@ -85,7 +85,7 @@ class Engine:
         """Grammar support for this model's vocabulary; the first use starts building it."""
         if self._constraints is None:
             model = self.model
-            self._constraints = ConstraintCompiler(model.vocab, model.n_vocab, model.eog_tokens)
+            self._constraints = ConstraintCompiler(model.vocab, model.n_vocab, lambda: model.eog_tokens)
         return self._constraints
 
     # -- requests ------------------------------------------------------------------------------------

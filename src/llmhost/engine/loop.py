@@ -98,7 +98,9 @@ def load_engine(model_path: str, config: EngineConfig, observer: EngineObserver 
         unbounded = dataclasses.replace(config, memory_mb=0)
         drafter = Drafter(LlamaModel(config.draft_model, unbounded), model.n_vocab)
     engine = Engine(model, config, observer, drafter=drafter)
-    engine.constraints  # noqa: B018 -- starts building the grammar vocabulary in the background
+    # made here, in one thread: the server's checks and the engine thread both use it (it builds the
+    # grammar vocabulary on the first structured request, not now)
+    engine.constraints  # noqa: B018
     if config.prefix_state_path:
         _preload(engine, config.prefix_state_path)
     log.info("loaded %s in %.2f s", model_path, time.perf_counter() - t0)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import llguidance
@@ -55,7 +56,8 @@ class ConstraintCompiler:
     not at load, as vLLM builds its grammar backend: most processes never constrain a request, and copies
     started by an endpoint (scale-out, models on demand) should be ready and stoppable without it."""
 
-    def __init__(self, vocab: Any, n_vocab: int, eos_tokens: list[int]) -> None:
+    def __init__(self, vocab: Any, n_vocab: int, eos_tokens: Callable[[], list[int]]) -> None:
+        """`eos_tokens` is asked for when the vocabulary is built: finding them walks the vocabulary too."""
         self.n_vocab = n_vocab
         self._vocab, self._eos_tokens = vocab, eos_tokens
         self._lock = threading.Lock()
@@ -73,7 +75,7 @@ class ConstraintCompiler:
                 if self._vocab is None:
                     raise RuntimeError("the model was closed")
                 self._built = llguidance.llamacpp.lltokenizer_from_vocab(
-                    self._vocab, n_vocab=self.n_vocab, eos_token=self._eos_tokens
+                    self._vocab, n_vocab=self.n_vocab, eos_token=self._eos_tokens()
                 )
             return self._built
 

@@ -17,10 +17,10 @@ from collections.abc import Callable
 from typing import Any
 
 import llguidance
-import llguidance.llamacpp
 import numpy as np
 import numpy.typing as npt
 
+from llmhost.engine.llamacpp.grammar_vocab import grammar_tokenizer
 from llmhost.engine.request import Constraint, ConstraintKind, InvalidRequestError
 
 # JSON the way APIs return it: no free whitespace (a base model would otherwise pad forever)
@@ -74,9 +74,7 @@ class ConstraintCompiler:
             if self._built is None:
                 if self._vocab is None:
                     raise RuntimeError("the model was closed")
-                self._built = llguidance.llamacpp.lltokenizer_from_vocab(
-                    self._vocab, n_vocab=self.n_vocab, eos_token=self._eos_tokens()
-                )
+                self._built = grammar_tokenizer(self._vocab, self.n_vocab, self._eos_tokens())
             return self._built
 
     def check(self, constraint: Constraint) -> str:

@@ -10,9 +10,11 @@ workers measure and the controller reports."""
 
 from __future__ import annotations
 
+import contextlib
+import os
 from collections import defaultdict
+from pathlib import Path
 
-import psutil
 import pytest
 
 CPU_PROPERTY = "cpu_s"  # the user property a phase's report carries its CPU seconds in
@@ -29,21 +31,30 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
+_TICK_S = 1 / os.sysconf("SC_CLK_TCK")
+
+
 def tree_cpu_s() -> float:
-    """CPU seconds of this process and of its live descendants, each with its reaped children."""
-    me = psutil.Process()
-    try:
-        procs = [me, *me.children(recursive=True)]
-    except psutil.Error:
-        procs = [me]
-    total = 0.0
-    for proc in procs:
-        try:
-            t = proc.cpu_times()
-        except psutil.Error:  # ended between the listing and the reading: its time is its parent's now
+    """CPU seconds of this process and of its live descendants, each with its reaped children.
+
+    The tree is walked down from this process through each thread's /proc children list: asking psutil
+    for the descendants reads every process's /proc entry to find their parents (a few hundred with a
+    Ray cluster up): 1.4 ms a call against 0.17 with 69 processes on the host, and the report then cost
+    16 CPU-s over the unit tests alone, more where more processes run."""
+    total, stack = 0, [os.getpid()]
+    while stack:
+        pid = stack.pop()
+        try:  # one that ended since its parent listed it: its time is its parent's once reaped
+            stat = Path(f"/proc/{pid}/stat").read_text()
+            tasks = os.listdir(f"/proc/{pid}/task")
+        except OSError:
             continue
-        total += t.user + t.system + t.children_user + t.children_system
-    return total
+        fields = stat[stat.rindex(")") + 2 :].split()
+        total += sum(int(f) for f in fields[11:15])  # utime, stime, cutime, cstime
+        for task in tasks:
+            with contextlib.suppress(OSError):
+                stack += map(int, Path(f"/proc/{pid}/task/{task}/children").read_text().split())
+    return total * _TICK_S
 
 
 @pytest.hookimpl(hookwrapper=True)

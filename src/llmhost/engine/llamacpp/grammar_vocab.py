@@ -25,7 +25,7 @@ def grammar_tokenizer(vocab: Any, n_vocab: int, eos_tokens: list[int]) -> llguid
         n = to_piece(vocab, token, buffer, size, 0, True)
         if n < 0:
             raise ValueError(f"token {token}'s text is longer than {size} bytes")
-        text = buffer[:n]
+        text = ctypes.string_at(buffer, n)
         attr = get_attr(vocab, token)
         if attr & control or (attr & user_defined and text.startswith(b"<") and text.endswith(b">")):
             text = b"\xff" + text

@@ -31,7 +31,7 @@ def grammar_tokenizer(vocab: Any, n_vocab: int, eos_tokens: list[int]) -> llguid
             text = b"\xff" + text
         tokens.append(text)
     tokens += [b""] * (n_vocab - len(tokens))
-    tokenize = ctypes.cast(llama_cpp.llama_cpp._lib.llama_tokenize, ctypes.c_void_p).value
+    tokenize = ctypes.cast(llama_cpp.llama_tokenize, ctypes.c_void_p).value  # the C function itself
     built: llguidance.LLTokenizer = llguidance.LLTokenizer.from_llamacpp(  # type: ignore[attr-defined]
         tokens=tokens, vocab_ptr=vocab, tokenize_fptr=tokenize, eos_token=eos_tokens, slices=None
     )

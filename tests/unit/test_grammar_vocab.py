@@ -11,7 +11,7 @@ import llguidance.llamacpp
 import pytest
 
 from llmhost.engine.llamacpp.grammar_vocab import grammar_tokenizer
-from tests.integration.conftest import SMOLLM2
+from tests.tinymodels import smollm2_gguf
 
 
 @pytest.fixture(scope="module")
@@ -19,7 +19,7 @@ def vocab() -> Iterator[Any]:
     """SmolLM2's vocabulary alone (49,152 tokens, control tokens among them), no weights loaded."""
     params = llama_cpp.llama_model_default_params()
     params.vocab_only = True
-    model = llama_cpp.llama_model_load_from_file(str(SMOLLM2).encode(), params)
+    model = llama_cpp.llama_model_load_from_file(str(smollm2_gguf()).encode(), params)
     assert model
     yield llama_cpp.llama_model_get_vocab(model)
     llama_cpp.llama_model_free(model)

@@ -82,7 +82,7 @@ class Engine:
 
     @property
     def constraints(self) -> ConstraintCompiler:
-        """Grammar support for this model's vocabulary; the first use starts building it."""
+        """Grammar support for this model's vocabulary (built on the first structured request)."""
         if self._constraints is None:
             model = self.model
             self._constraints = ConstraintCompiler(model.vocab, model.n_vocab, lambda: model.eog_tokens)

@@ -237,10 +237,10 @@ def test_the_integer_bound_holds_in_the_grammar() -> None:
     from llmhost.server.serving.structured import INTEGER_BOUND, schema_constraint
 
     constraint = schema_constraint({"type": "integer"}, "format")
-    tokenizer = llguidance.LLTokenizer("byte")
+    grammar, tokenizer = grammar_of(constraint), llguidance.LLTokenizer("byte")
 
     def allowed(text: str) -> bool:
-        matcher = llguidance.LLMatcher(tokenizer, grammar_of(constraint), log_level=0)
+        matcher = llguidance.LLMatcher(tokenizer, grammar, log_level=0)
         return all(matcher.consume_token(t) for t in tokenizer.tokenize_str(text)) and matcher.is_accepting()
 
     assert constraint.kind is ConstraintKind.JSON_SCHEMA

@@ -16,6 +16,7 @@ import typer
 from typer import _click as click  # typer 0.29 vendors click: its groups take these types, not click's
 from typer.core import TyperGroup
 
+from llmhost.process import startup
 from llmhost.settings.cli import option
 from llmhost.settings.serve import SERVE_SPEC, ProcessSettings, SettingsSpec
 from llmhost.store.options import S3EndpointOpt, use_s3_endpoint
@@ -72,6 +73,7 @@ LAZY_COMMANDS = {
 def _load_command(name: str) -> click.Command:
     module, attr = LAZY_COMMANDS[name]
     target = getattr(importlib.import_module(module), attr)
+    startup.release()
     holder = typer.Typer()
     if isinstance(target, typer.Typer):
         _link_group(target, ("llmhost", name))
@@ -210,11 +212,13 @@ def run_server(settings: ServerSettings, grace_s: float, log_level: str) -> int:
         # requests were drained already; this bounds the wait for responses still being written
         timeout_graceful_shutdown=5,
     )
+    startup.release()
     GracefulServer(config, lifecycle).run()
     return lifecycle.exit_code
 
 
 def main() -> None:
+    startup.hold()
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     app()
 
@@ -223,6 +227,7 @@ def sagemaker_serve() -> None:
     """The `serve` executable SageMaker runs in a bring-your-own container (`docker run IMAGE serve`):
     `llmhost serve` of $SM_MODEL_DIR or /opt/ml/model on $SAGEMAKER_BIND_TO_PORT or 8080; any
     arguments are `llmhost serve`'s."""
+    startup.hold()
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     sagemaker_app()(sys.argv[1:], prog_name="serve")
 

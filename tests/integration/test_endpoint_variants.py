@@ -1,5 +1,5 @@
-"""Production and shadow variants on a real endpoint (the default model, this host's 2 CPUs): component
-`chat` has variants `a` (weight 3) and `b` (weight 1), one copy each, and a shadow `s` (100% of the
+"""Production and shadow variants on a real endpoint (the tiny model of `tiny_model`, this host's 2 CPUs):
+component `chat` has variants `a` (weight 3) and `b` (weight 1), one copy each, and a shadow `s` (100% of the
 requests copied to its one copy). The tests share that endpoint and run in order."""
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ import json
 import re
 from collections import Counter
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import boto3
@@ -22,10 +23,13 @@ from llmhost.endpoint.dataplane.router import COPY_HEADER
 from tests.integration.console_helpers import WAIT_MS, Watched, chromium, needs_chromium
 from tests.integration.endpoint_helpers import ENGINE, Endpoint, start_endpoint, stop_endpoint
 
-ENDPOINT = f"""
+
+def endpoint_file(model: Path) -> str:
+    return f"""
 name: variants
 components:
   - name: chat
+    model: {model}
     resources: {{num_cpus: 0.5, memory_mb: 600}}
     # every prompt computed afresh: a copy's cached prefixes make near-tied tokens go either way, and the
     # copies' answers are compared word for word
@@ -39,8 +43,8 @@ components:
 
 
 @pytest.fixture(scope="module")
-def ep(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Endpoint]:
-    endpoint = start_endpoint(tmp_path_factory.mktemp("variants"), ENDPOINT)
+def ep(tmp_path_factory: pytest.TempPathFactory, tiny_model: Path) -> Iterator[Endpoint]:
+    endpoint = start_endpoint(tmp_path_factory.mktemp("variants"), endpoint_file(tiny_model))
     endpoint.wait_for(
         "every copy ready",
         lambda: all(

@@ -1,5 +1,6 @@
-"""Schemathesis, led by the server's own /openapi.json, against a real `llmhost serve` with token limits so
-small that every generation is a few tokens and API keys on: every operation, the checks of
+"""Schemathesis, led by the server's own /openapi.json, against a real `llmhost serve` of the tiny model
+(`tiny_model`: what is under test is the API, not the model's text) with token limits so small that every
+generation is a few tokens and API keys on: every operation, the checks of
 schemathesis_helpers.py, any finding fails the test. Deterministic (schemathesis's deterministic
 generation, one worker, sequential requests) and bounded: the coverage phase (schema boundaries, each value
 out of range or of the wrong type) in negative mode only, since each such case is refused before the
@@ -21,9 +22,10 @@ FUZZ_EXAMPLES = 6
 
 
 @pytest.fixture(scope="module")
-def fuzzed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+def fuzzed(tmp_path_factory: pytest.TempPathFactory, tiny_model: Path) -> Iterator[Server]:
     srv = start_server(
         tmp_path_factory.mktemp("openapi"),
+        str(tiny_model),
         "--max-concurrent",
         "2",
         "--max-input-tokens",

@@ -1,6 +1,7 @@
 """Schemathesis, led by the router's own /openapi.json, against a real endpoint router (`llmhost endpoint
-up`, one component of the default model) with the token limits and API keys of test_openapi_fuzz.py's
-`llmhost serve`: every operation, the checks of schemathesis_helpers.py, any finding fails the test."""
+up`, one component of the tiny model of `tiny_model`) with the token limits and API keys of
+test_openapi_fuzz.py's `llmhost serve`: every operation, the checks of schemathesis_helpers.py, any
+finding fails the test."""
 
 from __future__ import annotations
 
@@ -18,13 +19,14 @@ from tests.integration.schemathesis_helpers import AUTH, CHECKS, KEY, schemathes
 # One copy holding a CPU whole and the router every other CPU: no further copy fits, so a generated
 # component or scale-up the admin API accepts is refused for capacity (409) instead of starting copies.
 # The copy's limits as test_openapi_fuzz.py's `llmhost serve`.
-def endpoint_file() -> str:
+def endpoint_file(model: Path) -> str:
     cpus = len(os.sched_getaffinity(0))
     return f"""
 name: fuzz
 router: {{num_cpus: {cpus - 1}}}
 components:
   - name: only
+    model: {model}
     copies: 1
     resources: {{num_cpus: 1, memory_mb: 600}}
     engine: {{max_input_tokens: 16, max_total_tokens: 20, max_batch_tokens: 32, max_concurrent: 2,
@@ -34,12 +36,14 @@ components:
 
 
 @pytest.fixture(scope="module")
-def endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Endpoint]:
+def endpoint(tmp_path_factory: pytest.TempPathFactory, tiny_model: Path) -> Iterator[Endpoint]:
     # the helpers' quick hang detection (1 s) is for the fault tests; here a copy starved of CPU on a busy
     # machine must not be taken for hung and killed under a request (a 502 that is no finding)
     health = ("--health-interval", "1", "--health-timeout", "15", "--health-misses", "3")
     ep = start_endpoint(
-        tmp_path_factory.mktemp("openapi-endpoint"), endpoint_file(), args=("--api-key", KEY, *health)
+        tmp_path_factory.mktemp("openapi-endpoint"),
+        endpoint_file(tiny_model),
+        args=("--api-key", KEY, *health),
     )
     yield ep
     stop_endpoint(ep)

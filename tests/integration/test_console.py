@@ -27,11 +27,14 @@ from tests.unit.bench.test_report import make_results
 pytestmark = needs_chromium
 
 KEY = "console-test-key"
-# component a captures its requests into CAPTURE_DIR (the fixture's folder); b captures none
+# component a captures its requests into CAPTURE_DIR (the fixture's folder); b captures none. a serves
+# the tiny model (TINY_MODEL: `tiny_model`), whose answers are noise but cheap; b the default model, slow
+# enough per token that the playground's stream shows text before its end
 ENDPOINT = f"""
 name: console
 components:
   - name: a
+    model: TINY_MODEL
     copies: 1
     resources: {{num_cpus: 0.5, memory_mb: 600}}
     engine: {ENGINE[:-1]}, capture_dir: CAPTURE_DIR}}
@@ -50,7 +53,7 @@ def artifacts() -> Path:
 
 
 @pytest.fixture(scope="module")
-def ep(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Endpoint]:
+def ep(tmp_path_factory: pytest.TempPathFactory, tiny_model: Path) -> Iterator[Endpoint]:
     tmp = tmp_path_factory.mktemp("console")
     reports = tmp / "results"
     write_summary(make_results(), reports / "bench-run")
@@ -58,7 +61,9 @@ def ep(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Endpoint]:
     health = ("--health-timeout", "5", "--health-misses", "5")
     endpoint = start_endpoint(
         tmp,
-        ENDPOINT.replace("CAPTURE_DIR", json.dumps(str(tmp / "capture"))),
+        ENDPOINT.replace("CAPTURE_DIR", json.dumps(str(tmp / "capture"))).replace(
+            "TINY_MODEL", json.dumps(str(tiny_model))
+        ),
         args=("--console-period", "0.5", "--reports", str(reports), "--api-key", KEY, *health),
     )
     yield endpoint

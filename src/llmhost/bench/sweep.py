@@ -37,7 +37,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from llmhost.bench.config import CONVERSATIONS, RETRIEVAL_DEFAULTS, BenchConfig
@@ -51,6 +50,7 @@ from llmhost.bench.results import BenchResults, ConfigResult
 from llmhost.bench.runner import NullProgress, Progress, _now, finish_results, measure_config
 from llmhost.bench.serve_config import ServeSpec, as_list, endpoint_adapters, endpoint_engine, label
 from llmhost.process.interrupt import run_interruptible
+from llmhost.shared import yamltext
 
 
 class ConfigSpec(BaseModel):
@@ -139,7 +139,7 @@ class SweepSpec(BaseModel):
 
     @classmethod
     def load(cls, path: str | Path) -> SweepSpec:
-        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+        data = yamltext.load(Path(path).read_text(encoding="utf-8"))
         if not isinstance(data, dict):
             raise ValueError(f"{path}: a sweep file is a YAML mapping")
         spec = cls.model_validate(data)

@@ -44,6 +44,7 @@ from llmhost.endpoint.control_errors import (
 from llmhost.endpoint.dataplane.router import error
 from llmhost.endpoint.spec import ComponentList, ComponentSpec, parse_components
 from llmhost.errors import BadRequestError, ConflictError, LlmhostError, NotFoundError
+from llmhost.shared import yamltext
 from llmhost.shared.jsontypes import JSONValue
 from llmhost.web.apidoc import errors, merge, operation
 
@@ -126,7 +127,7 @@ async def json_or_yaml_body(request: Request) -> Any:
     if request.headers.get("content-type", "").split(";")[0].strip().lower() not in YAML_TYPES:
         return await json_body(request)
     try:
-        return yaml.safe_load(await request.body())
+        return yamltext.load(await request.body())
     except yaml.YAMLError as exc:
         raise BadBody("body", f"request body is not valid YAML: {exc}") from None
 

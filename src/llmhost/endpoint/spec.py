@@ -34,6 +34,7 @@ from llmhost.settings.serve import (
     ToolParser,
     type_of,
 )
+from llmhost.shared import yamltext
 from llmhost.web.capture.config import DEFAULT_VARIANT, CaptureConfig, parse_modes
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$"
@@ -564,7 +565,7 @@ def parse_components(data: Any, source: str = "component file", strict: bool = F
 
 def read_yaml(path: Path) -> Any:
     try:
-        return yaml.safe_load(path.read_text())
+        return yamltext.load(path.read_text())
     except OSError as exc:
         raise SpecError(f"{path}: cannot read: {exc.strerror or exc}") from None
     except yaml.YAMLError as exc:

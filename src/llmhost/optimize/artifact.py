@@ -25,6 +25,7 @@ from typing_extensions import TypedDict
 
 from llmhost.errors import ModelError
 from llmhost.optimize.merge_step import MergeInput, MergeStep
+from llmhost.shared import yamltext
 from llmhost.store.artifact import (
     ARTIFACT_JSON,
     MODEL_GGUF,
@@ -360,6 +361,6 @@ def save_system_prompt_state(
 def write_serving_settings(directory: str | Path, settings: dict[str, Any]) -> None:
     """Record serving settings (SERVING_KEYS) in the artifact's recipe.yaml, replacing earlier ones."""
     path = Path(directory) / RECIPE_YAML
-    doc = yaml.safe_load(path.read_text()) or {}
+    doc = yamltext.load(path.read_text()) or {}
     doc["serving"] = {k: settings[k] for k in SERVING_KEYS if k in settings}
     path.write_text(yaml.safe_dump(doc, sort_keys=False))

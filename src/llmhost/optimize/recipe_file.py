@@ -31,6 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from llmhost.errors import BadRequestError
 from llmhost.optimize.artifact import Recipe
+from llmhost.shared import yamltext
 
 
 class RecipeError(BadRequestError, ValueError):
@@ -195,7 +196,7 @@ def _resolved_scaled(text: str, resolve: Callable[[str | None], str | None]) -> 
 def load_recipe(path: str | Path) -> RunRecipe:
     p = Path(path)
     try:
-        data = yaml.safe_load(p.read_text(encoding="utf-8"))
+        data = yamltext.load(p.read_text(encoding="utf-8"))
     except OSError as exc:
         raise RecipeError(f"cannot read recipe {p}: {exc}") from None
     except yaml.YAMLError as exc:

@@ -1,1 +1,2 @@
-"""What every layer shares: JSON whose shape is the client's (`jsontypes`)."""
+"""What every layer shares: JSON whose shape is the client's (`jsontypes`), YAML documents read
+(`yamltext`)."""

@@ -18,6 +18,7 @@ from pydantic import TypeAdapter, ValidationError
 from typing_extensions import TypedDict
 
 from llmhost import __version__
+from llmhost.shared import yamltext
 from llmhost.shared.jsontypes import JSONValue
 
 ARTIFACT_JSON = "artifact.json"
@@ -155,7 +156,7 @@ def gguf_matches(directory: Path, info: ArtifactInfo) -> bool:
 def serving_settings(directory: str | Path) -> dict[str, JSONValue]:
     """The `serving:` section of an artifact's recipe.yaml; {} when there is none."""
     try:
-        doc = yaml.safe_load((Path(directory) / RECIPE_YAML).read_text())
+        doc = yamltext.load((Path(directory) / RECIPE_YAML).read_text())
     except (OSError, yaml.YAMLError):
         return {}
     serving = doc.get("serving") if isinstance(doc, dict) else None

@@ -24,6 +24,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, StrictStr, ValidationError
 
 from llmhost.errors import BadRequestError
+from llmhost.shared import yamltext
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._@-]*$"
 
@@ -93,7 +94,7 @@ def is_yaml(text: str) -> bool:
 
 def _yaml_entries(path: Path, text: str) -> list[KeyEntry]:
     try:
-        data = yaml.safe_load(text)
+        data = yamltext.load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""

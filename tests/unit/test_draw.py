@@ -215,3 +215,19 @@ def test_a_vanishing_temperature_draws_the_best_token(temperature: float) -> Non
 def test_a_row_with_nothing_to_draw_from_gives_a_token_not_an_index_past_the_end() -> None:
     row = np.full(3 * BLOCK, -np.inf, dtype=np.float32)
     assert 0 <= draw.draw(row, 1.0, 0.5) < len(row)
+
+
+@pytest.mark.parametrize("k", [1, 2, 5, 20, 300])
+def test_best_is_the_k_highest_highest_first(k: int) -> None:
+    """Against a full sort: random rows (a vocabulary's spread, and one so flat or so steep that the best
+    k lie past every band), equal logits (by index), float32 and float64 rows."""
+    rng = np.random.default_rng(k)
+    rows = [
+        (rng.standard_normal(50_000) * 3).astype(np.float32),
+        (rng.standard_normal(50_000) * 100).astype(np.float32),  # steep: few tokens in any band
+        np.round(rng.standard_normal(50_000), 1).astype(np.float32),  # many equal logits
+        rng.standard_normal(5_000).astype(np.float64),
+    ]
+    for row in rows:
+        want = np.lexsort((np.arange(len(row)), -row))[:k]
+        assert draw.best(row, k).tolist() == want.tolist()

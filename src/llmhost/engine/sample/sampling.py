@@ -10,7 +10,7 @@ import numpy.typing as npt
 from llmhost.engine.llamacpp.model import LlamaModel
 from llmhost.engine.request import SamplingParams, TokenLogprob
 from llmhost.engine.sample.constraint import TokenMatcher
-from llmhost.engine.sample.draw import Chain, Penalties, sample
+from llmhost.engine.sample.draw import Chain, Penalties, best, sample
 from llmhost.engine.sample.thinking import ThoughtTracker
 
 
@@ -125,9 +125,7 @@ def token_logprob(row: npt.NDArray[np.float32], token: int, top_n: int) -> Token
     log_z = m + float(np.log(np.exp(logits - m).sum()))
     top: tuple[tuple[int, float], ...] = ()
     if top_n > 0:
-        idx = np.argpartition(-logits, top_n)[:top_n]
-        idx = idx[np.argsort(-logits[idx])]
-        top = tuple((int(i), float(logits[i] - log_z)) for i in idx)
+        top = tuple((int(i), float(logits[i] - log_z)) for i in best(logits, top_n))
     return TokenLogprob(token=token, logprob=float(logits[token] - log_z), top=top)
 
 
@@ -140,10 +138,8 @@ def prompt_logprobs(rows: npt.NDArray[np.float32], tokens: list[int], top_n: int
     picked = rows[np.arange(len(tokens)), tokens] - log_z
     tops: list[tuple[tuple[int, float], ...]] = [()] * len(tokens)
     if top_n > 0:
-        idx = np.argpartition(-rows, top_n, axis=1)[:, :top_n]
-        for i, row_idx in enumerate(idx):
-            best = row_idx[np.argsort(-rows[i, row_idx])]
-            tops[i] = tuple((int(t), float(rows[i, t] - log_z[i])) for t in best)
+        for i, row in enumerate(rows):
+            tops[i] = tuple((int(t), float(row[t] - log_z[i])) for t in best(row, top_n))
     return [TokenLogprob(int(t), float(v), top) for t, v, top in zip(tokens, picked, tops, strict=True)]
 
 

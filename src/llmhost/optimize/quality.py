@@ -49,10 +49,13 @@ def eval_config(window: int, threads: int = 0, batch: int = 64) -> EngineConfig:
 
 
 def _log_softmax_at(logits: npt.NDArray[np.float32], targets: list[int]) -> npt.NDArray[np.float64]:
-    x = logits.astype(np.float64)
-    m = x.max(axis=1, keepdims=True)
-    lse = m[:, 0] + np.log(np.exp(x - m).sum(axis=1))
-    out: npt.NDArray[np.float64] = x[np.arange(len(targets)), targets] - lse
+    """Each row's log-softmax at its target: exp in float32, its sum in float64, as the engine's prompt
+    logprobs. A window's rows are window x vocabulary floats (255 x 262,144 for Gemma 3: 268 MB); a
+    float64 copy of them, as this once made, took 5.1 CPU-s a window where this takes 0.14, for the
+    same figures to 1.2e-8 nats (measured on random rows of that shape)."""
+    m = logits.max(axis=1, keepdims=True)
+    lse = m[:, 0].astype(np.float64) + np.log(np.exp(logits - m).sum(axis=1, dtype=np.float64))
+    out: npt.NDArray[np.float64] = logits[np.arange(len(targets)), targets].astype(np.float64) - lse
     return out
 
 

@@ -16,6 +16,7 @@ from llmhost import __version__
 from llmhost.engine.config import EngineConfig
 from llmhost.engine.kv.prefix_cache import KvTrim
 from llmhost.engine.llamacpp.model import LlamaModel
+from llmhost.engine.sample.sampling import row_log_z
 
 SAMPLE_NAME = "sample.txt"
 # short, varied prompts: greedy continuations of these are compared between two models
@@ -49,13 +50,11 @@ def eval_config(window: int, threads: int = 0, batch: int = 64) -> EngineConfig:
 
 
 def _log_softmax_at(logits: npt.NDArray[np.float32], targets: list[int]) -> npt.NDArray[np.float64]:
-    """Each row's log-softmax at its target: exp in float32, its sum in float64, as the engine's prompt
-    logprobs. A window's rows are window x vocabulary floats (255 x 262,144 for Gemma 3: 268 MB); a
-    float64 copy of them, as this once made, took 5.1 CPU-s a window where this takes 0.14, for the
-    same figures to 1.2e-8 nats (measured on random rows of that shape)."""
-    m = logits.max(axis=1, keepdims=True)
-    lse = m[:, 0].astype(np.float64) + np.log(np.exp(logits - m).sum(axis=1, dtype=np.float64))
-    out: npt.NDArray[np.float64] = logits[np.arange(len(targets)), targets].astype(np.float64) - lse
+    """Each row's log-softmax at its target, normalised as the engine's prompt logprobs are. A window's
+    rows are window x vocabulary floats (255 x 262,144 for Gemma 3: 268 MB); a float64 copy of them, as
+    this once made, took 5.1 CPU-s a window where this takes 0.14, for the same figures to 1.2e-8 nats
+    (measured on random rows of that shape)."""
+    out: npt.NDArray[np.float64] = logits[np.arange(len(targets)), targets] - row_log_z(logits)
     return out
 
 

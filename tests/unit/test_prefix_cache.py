@@ -67,6 +67,19 @@ def test_a_prompt_sharing_only_the_start_of_a_held_slot_copies_it_into_an_empty_
     assert (turn2.kv_seq, turn2.n_reused, turn2.ops) == (0, 49, (KvKeep(0, 49),))
 
 
+def test_a_copy_from_a_held_slot_never_goes_into_that_slot() -> None:
+    # the held slot 2 is where a new request would leave no gap among the running 0 and 1, but it is
+    # also what the request copies its prefix from: the copy goes into the empty slot 3 instead (taking
+    # 2 would empty the source before the copy, and the prompt would prefill all of it)
+    cache = PrefixCache(4, spill_min_tokens=8)
+    a, b = cache.acquire([100], running=[]), cache.acquire([200], running=[])
+    conv = list(range(1, 50))
+    cache.release(cache.acquire(conv, running=[]).kv_seq, conv, reusable=True)
+    other = cache.acquire([1, 2, 3, 99, 98], running=[(a.kv_seq, [100]), (b.kv_seq, [200])])
+    assert (other.kv_seq, other.n_reused, other.ops) == (3, 3, (KvCopy(2, 3, 3),))
+    assert cache.held_seqs == 1, "the conversation stays in slot 2 for its next turn"
+
+
 def test_without_an_empty_slot_a_partial_match_takes_the_slot_saving_what_it_drops() -> None:
     cache = PrefixCache(1, spill_min_tokens=8)
     conv = list(range(1, 50))

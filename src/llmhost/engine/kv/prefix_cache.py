@@ -226,7 +226,7 @@ class PrefixCache:
             dst = src
             ops.extend(self._take_in_place(dst, n_reused))
         else:
-            dst = self._take_free(ops)
+            dst = self._take_free(ops, avoid=src if n_reused > 0 and in_free_slot else None)
             if n_reused > 0:
                 ops.append(KvCopy(src, dst, n_reused))
         if n_reused > 0:
@@ -254,10 +254,11 @@ class PrefixCache:
             ops.append(KvSave(slot, tuple(tokens), adapters))
         return [*ops, KvKeep(slot, keep)]
 
-    def _take_free(self, ops: list[KvOp]) -> int:
+    def _take_free(self, ops: list[KvOp], avoid: int | None = None) -> int:
         """Take a free slot that keeps the running ids consecutive (a gap costs a move, see
         `relocation`): of those leaving the fewest gaps, an empty one (the lowest), else the least
-        recently used (its KV evicted)."""
+        recently used (its KV evicted); never `avoid`, the free slot a prefix is about to be copied from
+        (evicting it would empty the source)."""
         taken = set(range(len(self._free) + self._n_taken)) - set(self._free)
         recency = {slot: i for i, slot in enumerate(self._held)}
 
@@ -266,7 +267,7 @@ class PrefixCache:
             gaps = max(ids) - min(ids) + 1 - len(ids)
             return (gaps, 0, slot) if slot not in self._held else (gaps, 1, recency[slot])
 
-        slot = min(self._free, key=cost)
+        slot = min((i for i in self._free if i != avoid), key=cost)
         ops.extend(self._evict(slot))
         self._free.remove(slot)
         self._n_taken += 1

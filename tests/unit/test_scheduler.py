@@ -393,3 +393,50 @@ def test_batch_work_leaves_the_interactive_slots_free() -> None:
         b.priority = 1
         every.add(b)
     assert len(every.schedule(0.0).admitted) == 3
+
+
+def first_token_steps(s: Scheduler, seqs: list[Sequence]) -> list[int]:
+    """The step in which each of `seqs` gets its first token."""
+    steps = {}
+    for step in range(1, 100):
+        plan = s.schedule(0.0)
+        s.postprocess(plan, {i.seq.request_id: [7] for i in plan.items if i.sample}, 0.0)
+        steps.update(
+            {i.seq.request_id: step for i in plan.items if i.sample and i.seq.request_id not in steps}
+        )
+        if len(steps) == len(seqs):
+            break
+    return [steps[q.request_id] for q in seqs]
+
+
+def test_prompts_arriving_together_complete_half_a_step_at_a_time() -> None:
+    # eight 64-token prompts fit one 512-token step, but there every first token waits for all eight:
+    # a step takes prompts up to half its budget, then only those worth delaying its first tokens for
+    s = Scheduler(config(max_concurrent=8, max_batch_tokens=512, max_input_tokens=100, max_total_tokens=256))
+    prompts = [seq(f"p{k}", list(range(100 * k, 100 * k + 64))) for k in range(8)]
+    for q in prompts:
+        s.add(q)
+    assert first_token_steps(s, prompts) == [1, 1, 1, 1, 2, 2, 2, 2]
+
+
+def test_past_half_the_budget_a_prompt_joins_a_step_only_where_it_saves_more_than_it_delays() -> None:
+    # 40-token prompts: seven fill half the 512-token budget (the seventh starts below it); the eighth
+    # would delay seven first tokens by 40 tokens each to spare itself one step's fixed cost
+    # (PRIOR_FIXED_TOKENS 2.8): 7 * 40 > 1 * 2.8, it waits
+    s = Scheduler(config(max_concurrent=8, max_batch_tokens=512, max_input_tokens=100, max_total_tokens=256))
+    prompts = [seq(f"p{k}", list(range(100 * k, 100 * k + 40))) for k in range(8)]
+    for q in prompts:
+        s.add(q)
+    assert first_token_steps(s, prompts) == [1, 1, 1, 1, 1, 1, 1, 2]
+
+
+def test_the_measured_step_cost_sets_whether_a_prompt_joins() -> None:
+    # a fixed cost of 300 tokens (3 s fixed, 10 ms a token): the eighth 40-token prompt joins
+    s = Scheduler(config(max_concurrent=8, max_batch_tokens=512, max_input_tokens=100, max_total_tokens=256))
+    for i in range(40):
+        s.step_cost.observe(1 + i % 8, 3.0 + 0.01 * (1 + i % 8))
+    assert s.step_cost.fixed_tokens() == pytest.approx(300.0)
+    prompts = [seq(f"p{k}", list(range(100 * k, 100 * k + 40))) for k in range(8)]
+    for q in prompts:
+        s.add(q)
+    assert first_token_steps(s, prompts) == [1] * 8

@@ -256,7 +256,7 @@ class Scheduler:
         plan.items = even_drafts(plan.items)
         budget += drafted - plan.num_tokens  # guesses cut give their room back to the prompts
         prefilling = [s for s in self.running if s.status is SeqStatus.PREFILL and s.adapters == adapters]
-        for seq, n in prefill_shares(prefilling, budget):
+        for seq, n in prefill_shares(prefilling, budget, self.step_cost.fixed_tokens()):
             plan.items.append(prefill_item(seq, n))
         return plan
 

@@ -409,34 +409,37 @@ def first_token_steps(s: Scheduler, seqs: list[Sequence]) -> list[int]:
     return [steps[q.request_id] for q in seqs]
 
 
+def burst(s: Scheduler, prompt_tokens: int) -> list[int]:
+    """Eight prompts of `prompt_tokens` added at once: the step in which each gets its first token."""
+    prompts = [seq(f"p{k}", list(range(100 * k, 100 * k + prompt_tokens))) for k in range(8)]
+    for q in prompts:
+        s.add(q)
+    return first_token_steps(s, prompts)
+
+
+def burst_scheduler() -> Scheduler:
+    return Scheduler(
+        config(max_concurrent=8, max_batch_tokens=512, max_input_tokens=100, max_total_tokens=256)
+    )
+
+
 def test_prompts_arriving_together_complete_half_a_step_at_a_time() -> None:
     # eight 64-token prompts fit one 512-token step, but there every first token waits for all eight:
     # a step takes prompts up to half its budget, then only those worth delaying its first tokens for
-    s = Scheduler(config(max_concurrent=8, max_batch_tokens=512, max_input_tokens=100, max_total_tokens=256))
-    prompts = [seq(f"p{k}", list(range(100 * k, 100 * k + 64))) for k in range(8)]
-    for q in prompts:
-        s.add(q)
-    assert first_token_steps(s, prompts) == [1, 1, 1, 1, 2, 2, 2, 2]
+    assert burst(burst_scheduler(), 64) == [1, 1, 1, 1, 2, 2, 2, 2]
 
 
 def test_past_half_the_budget_a_prompt_joins_a_step_only_where_it_saves_more_than_it_delays() -> None:
     # 40-token prompts: seven fill half the 512-token budget (the seventh starts below it); the eighth
     # would delay seven first tokens by 40 tokens each to spare itself one step's fixed cost
     # (PRIOR_FIXED_TOKENS 2.8): 7 * 40 > 1 * 2.8, it waits
-    s = Scheduler(config(max_concurrent=8, max_batch_tokens=512, max_input_tokens=100, max_total_tokens=256))
-    prompts = [seq(f"p{k}", list(range(100 * k, 100 * k + 40))) for k in range(8)]
-    for q in prompts:
-        s.add(q)
-    assert first_token_steps(s, prompts) == [1, 1, 1, 1, 1, 1, 1, 2]
+    assert burst(burst_scheduler(), 40) == [1, 1, 1, 1, 1, 1, 1, 2]
 
 
 def test_the_measured_step_cost_sets_whether_a_prompt_joins() -> None:
     # a fixed cost of 300 tokens (3 s fixed, 10 ms a token): the eighth 40-token prompt joins
-    s = Scheduler(config(max_concurrent=8, max_batch_tokens=512, max_input_tokens=100, max_total_tokens=256))
+    s = burst_scheduler()
     for i in range(40):
         s.step_cost.observe(1 + i % 8, 3.0 + 0.01 * (1 + i % 8))
     assert s.step_cost.fixed_tokens() == pytest.approx(300.0)
-    prompts = [seq(f"p{k}", list(range(100 * k, 100 * k + 40))) for k in range(8)]
-    for q in prompts:
-        s.add(q)
-    assert first_token_steps(s, prompts) == [1] * 8
+    assert burst(s, 40) == [1] * 8

@@ -64,7 +64,7 @@ def prefill_shares(
     0.63-0.70x at the 1B shape and 0.69-0.74x at 3B, output tokens/s 0.995-1.064x and 0.953-0.991x."""
     if budget <= 0 or not prefilling:
         return []
-    rule_from = budget // ORDERED_FROM_SHARE
+    whole, rule_from = budget, budget // ORDERED_FROM_SHARE
     left = {id(s): len(s.prompt) - s.n_computed for s in prefilling}
     oldest = prefilling[0]
     least = budget // MIN_PARTIAL_CHUNK
@@ -72,7 +72,6 @@ def prefill_shares(
     budget -= give[id(oldest)]
     ordered = sorted(prefilling, key=lambda s: left[id(s)])
     finishing = 0  # prompts this step completes so far
-    used = give[id(oldest)]  # prompt tokens the step computes so far
     full = False  # a prompt was turned away: nothing longer joins
     out = []
     for k, seq in enumerate(ordered):
@@ -81,13 +80,12 @@ def prefill_shares(
         if seq is not oldest and more < min(least, left[id(seq)]):
             continue  # a piece of a prompt too short for the micro-batch it costs
         finishes = given + more == left[id(seq)]
-        if finishes and finishing and used >= rule_from:
+        if finishes and finishing and whole - budget >= rule_from:  # the step's prompt tokens so far
             full = full or finishing * more > (len(ordered) - k) * fixed_tokens
         if more and full:
             more = 0  # it would delay the first tokens of this step for more than it saves
             finishes = given == left[id(seq)]
         budget -= more
-        used += more
         if given + more > 0:
             out.append((seq, given + more))
             finishing += finishes

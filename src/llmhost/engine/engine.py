@@ -17,7 +17,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import replace
 from typing import Any
 
 from llmhost.engine.config import EngineConfig
@@ -380,8 +379,8 @@ class Engine:
         return f"{len(items)} sequences, {sum(len(i.tokens) for i in items)} tokens [{held}]"
 
     def stats(self) -> EngineStats:
-        stats = self.output.stats(self.scheduler, self.model.checkpoints, self.config.n_ctx)
-        return replace(stats, media_encoded=self.media_encoded, media_cache_hits=self.media_cache.hits)
+        media = {"media_encoded": self.media_encoded, "media_cache_hits": self.media_cache.hits}
+        return self.output.stats(self.scheduler, self.model.checkpoints, self.config.n_ctx, media)
 
     def close(self) -> None:
         for request_id in list(self._active):

@@ -10,7 +10,7 @@ import contextlib
 import dataclasses
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, TypeVar
@@ -60,10 +60,10 @@ class RequestStream:
         with contextlib.suppress(RuntimeError):
             self._loop.call_soon_threadsafe(self._queue.put_nowait, event)
 
-    def __aiter__(self) -> AsyncIterator[GenerationEvent]:
+    def __aiter__(self) -> AsyncGenerator[GenerationEvent, None]:
         return self._iterate()
 
-    async def _iterate(self) -> AsyncIterator[GenerationEvent]:
+    async def _iterate(self) -> AsyncGenerator[GenerationEvent, None]:
         try:
             while True:
                 event = await self._queue.get()

@@ -196,7 +196,10 @@ class OutputProcessor:
         if self.observer is not None:
             self.observer.on_step(plan.num_seqs, plan.num_tokens, seconds)
 
-    def stats(self, sched: Scheduler, checkpoints: SwaCheckpoints, n_ctx: int) -> EngineStats:
+    def stats(
+        self, sched: Scheduler, checkpoints: SwaCheckpoints, n_ctx: int, media: dict[str, int]
+    ) -> EngineStats:
+        """The figures as of now; `media`: the engine's counts of media encoded and found cached."""
         return EngineStats(
             running=len(sched.running),
             waiting=len(sched.waiting),
@@ -213,4 +216,5 @@ class OutputProcessor:
             swa_checkpoints_restored=checkpoints.restored,
             swa_checkpoint_bytes=checkpoints.nbytes,
             **(sched.host.figures() if sched.host is not None else {}),
+            **media,
         )

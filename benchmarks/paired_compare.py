@@ -11,7 +11,7 @@ interval (order statistics of the pair ratios).
 Per turn: its output tokens/s (all its tokens over its whole time, first tokens included, as
 `llmhost.bench` counts), the median inter-token time of its requests (client side, first token
 excluded) and their median time to first token. Per server: CPU time per generated token by thread
-(schedstat), split into llama.cpp's two busiest threads (the decode) and the rest (HTTP, the event
+(schedstat), split into llama.cpp's `--threads` busiest threads (the decode) and the rest (HTTP, the event
 loop, and whatever else runs beside the decode on the same cores).
 
     .venv/bin/python benchmarks/paired_compare.py \\
@@ -46,7 +46,7 @@ NAMES = ("llmhost", "llama-server")
 
 
 def prompt_text(i: int) -> str:
-    """A distinct prompt of about 60 tokens."""
+    """A distinct prompt of about 100 tokens (96-101 in Gemma 3's vocabulary)."""
     return f"Request {i}: " + " ".join(f"item{(i * 97 + k * 31) % 1000}" for k in range(24))
 
 
@@ -89,12 +89,12 @@ def thread_cpu_ns(pid: int) -> dict[str, int]:
     return out
 
 
-def cpu_split(before: dict[str, int], after: dict[str, int], tokens: int) -> dict[str, float]:
-    """us per token: the two busiest threads (llama.cpp's decode at 2 threads) and all the others."""
+def cpu_split(before: dict[str, int], after: dict[str, int], tokens: int, threads: int) -> dict[str, float]:
+    """us per token: the `threads` busiest threads (llama.cpp's decode) and all the others."""
     used = sorted((after[t] - before.get(t, 0) for t in after), reverse=True)
     return {
-        "decode_threads_us": round(sum(used[:2]) / tokens / 1000, 1),
-        "other_threads_us": round(sum(used[2:]) / tokens / 1000, 1),
+        "decode_threads_us": round(sum(used[:threads]) / tokens / 1000, 1),
+        "other_threads_us": round(sum(used[threads:]) / tokens / 1000, 1),
     }
 
 
@@ -130,7 +130,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 results[name].append(one_turn(servers[name].url, first, args.tokens, args.users))
         tokens = args.pairs * args.tokens * args.users
         cpu = {
-            name: cpu_split(cpu_before[name], thread_cpu_ns(s.proc.pid), tokens)
+            name: cpu_split(cpu_before[name], thread_cpu_ns(s.proc.pid), tokens, args.threads)
             for name, s in servers.items()
         }
     finally:

@@ -379,8 +379,13 @@ class Engine:
         return f"{len(items)} sequences, {sum(len(i.tokens) for i in items)} tokens [{held}]"
 
     def stats(self) -> EngineStats:
-        media = {"media_encoded": self.media_encoded, "media_cache_hits": self.media_cache.hits}
-        return self.output.stats(self.scheduler, self.model.checkpoints, self.config.n_ctx, media)
+        return self.output.stats(
+            self.scheduler,
+            self.model.checkpoints,
+            self.config.n_ctx,
+            self.media_encoded,
+            self.media_cache.hits,
+        )
 
     def close(self) -> None:
         for request_id in list(self._active):

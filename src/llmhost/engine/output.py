@@ -197,9 +197,14 @@ class OutputProcessor:
             self.observer.on_step(plan.num_seqs, plan.num_tokens, seconds)
 
     def stats(
-        self, sched: Scheduler, checkpoints: SwaCheckpoints, n_ctx: int, media: dict[str, int]
+        self,
+        sched: Scheduler,
+        checkpoints: SwaCheckpoints,
+        n_ctx: int,
+        media_encoded: int,
+        media_cache_hits: int,
     ) -> EngineStats:
-        """The figures as of now; `media`: the engine's counts of media encoded and found cached."""
+        """The figures as of now, with the engine's counts of media encoded and found cached."""
         return EngineStats(
             running=len(sched.running),
             waiting=len(sched.waiting),
@@ -215,6 +220,7 @@ class OutputProcessor:
             swa_checkpoints_made=checkpoints.made,
             swa_checkpoints_restored=checkpoints.restored,
             swa_checkpoint_bytes=checkpoints.nbytes,
+            media_encoded=media_encoded,
+            media_cache_hits=media_cache_hits,
             **(sched.host.figures() if sched.host is not None else {}),
-            **media,
         )

@@ -4,6 +4,7 @@ import pytest
 
 from llmhost.engine.config import EngineConfig
 from llmhost.engine.request import SamplingParams
+from llmhost.settings.serve import SERVE_SPEC
 from llmhost.store import ModelNotFoundError, resolve_model
 
 
@@ -21,6 +22,23 @@ from llmhost.store import ModelNotFoundError, resolve_model
 def test_engine_config_names_the_bad_limit(kwargs: dict[str, int], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         EngineConfig(**kwargs)  # type: ignore[arg-type]
+
+
+def test_a_total_given_alone_leaves_the_input_limit_room_for_one_token() -> None:
+    """TGI's rule: MAX_TOTAL_TOKENS at or below the default input limit, MAX_INPUT_LENGTH unset."""
+    by_flag = SERVE_SPEC.engine_config({"max_total_tokens": 2048}, {})
+    by_env = SERVE_SPEC.engine_config({}, {"MAX_TOTAL_TOKENS": "1024"})
+    assert (by_flag.max_input_tokens, by_flag.max_total_tokens) == (2047, 2048)
+    assert (by_env.max_input_tokens, by_env.max_total_tokens) == (1023, 1024)
+    # a larger total keeps the default input limit; both given are checked as given
+    assert (
+        SERVE_SPEC.engine_config({"max_total_tokens": 8192}, {}).max_input_tokens
+        == EngineConfig().max_input_tokens
+    )
+    with pytest.raises(ValueError, match="max_input_tokens"):
+        SERVE_SPEC.engine_config({"max_total_tokens": 2048, "max_input_tokens": 2048}, {})
+    with pytest.raises(ValueError, match="max_input_tokens"):
+        SERVE_SPEC.engine_config({"max_total_tokens": 2048}, {"MAX_INPUT_LENGTH": "2048"})
 
 
 def test_quantized_kv_types_pass_with_what_they_need() -> None:

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from llmhost.engine.engine import Engine
     from llmhost.engine.llamacpp.gguf_meta import ModelInfo
     from llmhost.engine.llamacpp.model import LlamaModel, ModelLoadError
-    from llmhost.engine.loop import AsyncEngine, RequestStream
+    from llmhost.engine.loop import AsyncEngine
     from llmhost.engine.request import (
         Constraint,
         ConstraintKind,
@@ -33,6 +33,7 @@ if TYPE_CHECKING:
         TokenLogprob,
     )
     from llmhost.engine.stats import EngineObserver, EngineStats
+    from llmhost.engine.stream import RequestStream
     from llmhost.engine.worker import EngineState
 
 # name → the module defining it, imported on first use
@@ -47,7 +48,7 @@ _HOMES = {
     "ModelLoadError": "llamacpp.model",
     "AsyncEngine": "loop",
     "EngineState": "worker",
-    "RequestStream": "loop",
+    "RequestStream": "stream",
     **dict.fromkeys(
         (
             "Constraint",

@@ -6,11 +6,10 @@ llama_decode releases the GIL, so the event loop keeps serving HTTP while a step
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import logging
 import time
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import Callable
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, TypeVar
@@ -36,55 +35,12 @@ from llmhost.engine.request import (
     check_token_ids,
 )
 from llmhost.engine.stats import EngineObserver, EngineStats
+from llmhost.engine.stream import RequestStream
 from llmhost.engine.worker import EngineState, ModelWorker
 from llmhost.errors import UnavailableError
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-
-
-class RequestStream:
-    """Events of one request, in order; closing it early aborts the request."""
-
-    def __init__(self, owner: AsyncEngine, request_id: str) -> None:
-        self.request_id = request_id
-        self._owner = owner
-        self._queue: asyncio.Queue[GenerationEvent] = asyncio.Queue()
-        self._loop = asyncio.get_running_loop()
-        self._done = False
-        # the tokens generated so far: those delivered, then the engine's count on the last event
-        self.completion_tokens = 0
-
-    def put(self, event: GenerationEvent) -> None:
-        """Deliver an event from any thread; dropped if the event loop is gone (nobody to tell)."""
-        with contextlib.suppress(RuntimeError):
-            self._loop.call_soon_threadsafe(self._queue.put_nowait, event)
-
-    def __aiter__(self) -> AsyncGenerator[GenerationEvent, None]:
-        return self._iterate()
-
-    async def _iterate(self) -> AsyncGenerator[GenerationEvent, None]:
-        try:
-            while True:
-                event = await self._queue.get()
-                self.completion_tokens += len(event.token_ids)
-                if event.finished:
-                    self.completion_tokens = event.completion_tokens
-                    self._done = True
-                yield event
-                if self._done:
-                    return
-        finally:
-            if not self._done:
-                self.abort()
-
-    def abort(self, reason: str = "client") -> None:
-        if not self._done:
-            self._done = True
-            self._owner.abort(self.request_id, reason)
-
-    async def collect(self) -> list[GenerationEvent]:
-        return [event async for event in self]
 
 
 def load_engine(model_path: str, config: EngineConfig, observer: EngineObserver | None = None) -> Engine:
@@ -330,7 +286,7 @@ class AsyncEngine(ModelWorker[Engine]):
         engine = self._require()
         check_limits(self.config, request.prompt_cells, request.params.max_tokens)
         check_token_ids(request, engine.model.n_vocab)
-        stream = RequestStream(self, request.request_id)
+        stream = RequestStream(self.abort, request.request_id)
         limit = self.config.max_concurrent + self.config.max_queue
         with self._cond:
             if self.state is not EngineState.READY:

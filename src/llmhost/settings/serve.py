@@ -66,6 +66,11 @@ class ServeSettingsSpec(SettingsSpec):
             for s in self.settings
             if s.engine
         }
+        inputs = self["max_input_tokens"]
+        set_input = bool(values.get(inputs.name)) or bool(env.get(inputs.env))
+        if not set_input and engine["max_input_tokens"] >= engine["max_total_tokens"]:
+            # TGI's rule for a total given alone: prompts may take all of it but one new token
+            engine["max_input_tokens"] = engine["max_total_tokens"] - 1
         draft = str(values.get("draft_model") or "")
         if draft:
             engine["speculative"] = "draft"
@@ -159,7 +164,9 @@ class EngineSettings:
         metavar="N",
     )
     max_input_tokens: int = _limit(
-        "Prompt token limit; env MAX_INPUT_LENGTH.", "MAX_INPUT_LENGTH", "max_input_tokens"
+        "Prompt token limit; unset, at most the total - 1; env MAX_INPUT_LENGTH.",
+        "MAX_INPUT_LENGTH",
+        "max_input_tokens",
     )
     max_total_tokens: int = _limit(
         "Prompt + new tokens limit; env MAX_TOTAL_TOKENS.", "MAX_TOTAL_TOKENS", "max_total_tokens", ge=2

@@ -8,9 +8,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from llmhost.engine import Constraint, SamplingParams, Thinking
-from llmhost.engine.loop import RequestStream
 from llmhost.engine.media import MediaSpan
 from llmhost.engine.request import TokenLogprob
+from llmhost.engine.stream import RequestStream
 from llmhost.server.limit_fields import LimitFields
 from llmhost.server.protocol import shapes
 from llmhost.server.protocol.openai import ChatCompletionRequest

@@ -27,10 +27,10 @@ from llmhost.engine import (
     SamplingParams,
 )
 from llmhost.engine.embedder_loop import AsyncEmbedder
-from llmhost.engine.loop import RequestStream
 from llmhost.engine.lora import AdapterSet
 from llmhost.engine.media import MEDIA_MARKER, MediaError, MediaLimits, MediaSpan, kv_cells
 from llmhost.engine.request import ParamError
+from llmhost.engine.stream import RequestStream
 from llmhost.server.errors import from_engine
 from llmhost.server.limit_fields import COMPLETIONS, LimitFields
 from llmhost.server.metrics import ServerMetrics

@@ -16,8 +16,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from llmhost.engine import Constraint, FinishReason, GenerationEvent
-from llmhost.engine.loop import RequestStream
 from llmhost.engine.media import MEDIA_MARKER, MediaSpan
+from llmhost.engine.stream import RequestStream
 from llmhost.server import limit_fields
 from llmhost.server.protocol import ollama as proto
 from llmhost.server.protocol.outputs import json_response

@@ -11,7 +11,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from llmhost.engine import Constraint, FinishReason, GenerationEvent, SamplingParams
-from llmhost.engine.loop import RequestStream
+from llmhost.engine.stream import RequestStream
 from llmhost.server import limit_fields
 from llmhost.server.protocol import shapes
 from llmhost.server.protocol.openai import ChatCompletionRequest, CompletionRequest, SamplingFields

@@ -9,8 +9,8 @@ from starlette.responses import StreamingResponse
 
 from llmhost import __version__
 from llmhost.engine import GenerationEvent, SamplingParams, TokenLogprob
-from llmhost.engine.loop import RequestStream
 from llmhost.engine.media import MediaSpan
+from llmhost.engine.stream import RequestStream
 from llmhost.server import limit_fields
 from llmhost.server.protocol.limits import MAX_STOP_SEQUENCES
 from llmhost.server.protocol.outputs import Generation, Info

@@ -8,6 +8,7 @@ import base64
 import json
 import random
 import re
+import threading
 from pathlib import Path
 
 import pytest
@@ -21,7 +22,7 @@ from llmhost.server.routes.apis import CLIENT_APIS
 from llmhost.server.settings import ServerSettings
 from llmhost.web.capture.config import CaptureConfig, Mode, parse_modes
 from llmhost.web.capture.record import Event, Payload, encoding_of, file_name, hour_folder, iso_time, line
-from llmhost.web.capture.sinks import FileSink
+from llmhost.web.capture.sinks import FileSink, Line
 from llmhost.web.capture.writer import EVENT_OVERHEAD, CaptureWriter
 
 # 2024-05-01 13:36:30.123 UTC
@@ -135,6 +136,38 @@ def test_the_writer_appends_the_hours_lines_to_one_file(tmp_path: Path) -> None:
     assert len(files) == 1 and files[0].parent == tmp_path / "ep/AllTraffic/2024/05/01/13"
     assert len(files[0].read_text().splitlines()) == 3
     assert (writer.written, writer.dropped, writer.failed) == (3, 0, 0)
+
+
+def test_a_new_file_appears_with_its_first_lines(tmp_path: Path) -> None:
+    """A reader polling the folder (as the operations guide's example does) never opens a file that
+    is empty or holds part of a line: each new file is written aside and renamed into place."""
+    sink = FileSink(tmp_path, "ep", "v")
+    seen: dict[Path, str] = {}
+    folder = [tmp_path]  # the folder of the hour being written: the reader watches it alone
+    done = threading.Event()
+
+    def poll() -> None:
+        while not done.is_set():
+            for f in folder[0].glob("*.jsonl"):
+                seen.setdefault(f, f.read_text())
+
+    reader = threading.Thread(target=poll)
+    reader.start()
+    record = line(event(body=b'{"a": "' + b"x" * 20_000 + b'"}'))
+    try:
+        for hour in range(60):  # a new hour, a new file
+            at = T + 3600 * hour
+            folder[0] = tmp_path / hour_folder("ep", "v", at)
+            sink.write([Line(at, record), Line(at, record)])
+    finally:
+        done.set()
+        reader.join()
+        sink.close()
+    files = sorted(tmp_path.rglob("*.jsonl"))
+    assert len(files) == 60 and not list(tmp_path.rglob("*.part"))
+    assert all(FILE_NAME.match(f.name) for f in files)
+    for f, text in seen.items():
+        assert text.endswith("\n") and len(text.splitlines()) == 2, f
 
 
 def test_a_full_queue_drops_and_counts_without_waiting(tmp_path: Path) -> None:

@@ -60,7 +60,9 @@ def by_hour(lines: Sequence[Line], endpoint: str, variant: str) -> Iterator[tupl
 
 class FileSink:
     """ROOT/ENDPOINT/VARIANT/yyyy/mm/dd/hh/MM-SS-mmm-UUID.jsonl: this process's file of the hour, kept
-    open, appended a batch at a time and flushed after each; a new hour begins a new file."""
+    open, appended a batch at a time and flushed after each; a new hour begins a new file, which appears
+    under its name with its first batch in it (written as `.NAME.part`, then renamed): a reader that
+    polls the folder, as S3 readers see whole objects, never finds it empty or its first line cut."""
 
     def __init__(self, root: Path, endpoint: str, variant: str) -> None:
         self.root = root
@@ -73,10 +75,13 @@ class FileSink:
     def write(self, lines: Sequence[Line], force: bool = False) -> int:
         stored = 0
         for folder, group in by_hour(lines, self.endpoint, self.variant):
+            data = b"".join(ln.data for ln in group)
             try:
-                out = self._open(folder, group[0].time)
-                out.write(b"".join(ln.data for ln in group))
-                out.flush()
+                if self._file is not None and folder == self._folder:
+                    self._file.write(data)
+                    self._file.flush()
+                else:
+                    self._begin(folder, group[0].time, data)
             except OSError as exc:
                 self.close()  # the next batch opens a new file
                 reason = f"{exc.filename or self.root}: {exc.strerror or exc}"
@@ -84,15 +89,23 @@ class FileSink:
             stored += len(group)
         return stored
 
-    def _open(self, folder: str, epoch: float) -> IO[bytes]:
-        if self._file is not None and folder == self._folder:
-            return self._file
+    def _begin(self, folder: str, epoch: float, data: bytes) -> None:
+        """A new file in `folder`, named after `epoch`, holding `data` when it appears."""
         self.close()
         path = self.root / folder
         path.mkdir(parents=True, exist_ok=True)
-        self._file = (path / file_name(epoch)).open("ab")
-        self._folder = folder
-        return self._file
+        name = file_name(epoch)
+        staged = path / f".{name}.part"
+        out = staged.open("ab")
+        try:
+            out.write(data)
+            out.flush()
+            staged.rename(path / name)  # the open file follows its new name
+        except OSError:
+            out.close()
+            staged.unlink(missing_ok=True)
+            raise
+        self._file, self._folder = out, folder
 
     def close(self) -> None:
         if self._file is not None:

@@ -67,8 +67,10 @@ class ServeSettingsSpec(SettingsSpec):
             if s.engine
         }
         inputs = self["max_input_tokens"]
-        set_input = bool(values.get(inputs.name)) or bool(env.get(inputs.env))
-        if not set_input and engine["max_input_tokens"] >= engine["max_total_tokens"]:
+        if (
+            not inputs.given(values.get(inputs.name), env)
+            and engine["max_input_tokens"] >= engine["max_total_tokens"]
+        ):
             # TGI's rule for a total given alone: prompts may take all of it but one new token
             engine["max_input_tokens"] = engine["max_total_tokens"] - 1
         draft = str(values.get("draft_model") or "")

@@ -44,14 +44,20 @@ class Setting:
     def flag(self) -> str:
         return "--" + self.name.replace("_", "-")
 
+    def given(self, value: Any, env: Mapping[str, str]) -> bool:
+        """Whether the option (`value`) or its variable sets it; False where a fallback would."""
+        if not self.env:
+            return True
+        return bool(value) or bool(env.get(self.env))
+
     def resolve(self, value: Any, env: Mapping[str, str], fallback: Any = None) -> Any:
         """The value in effect: the option, else the variable, else the fallback."""
         if not self.env or value:
             return value
         fb = fallback if fallback is not None else self.default if self.fallback is None else self.fallback
-        raw = env.get(self.env)
-        if raw is None or raw == "":
+        if not self.given(value, env):
             return fb
+        raw = env[self.env]
         try:
             return self.type(raw)
         except ValueError as exc:

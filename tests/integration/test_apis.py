@@ -33,13 +33,21 @@ def test_openai_completion(oai: openai.OpenAI) -> None:
 
 
 def test_openai_completion_stream(oai: openai.OpenAI) -> None:
+    # long enough to cross a second on most hosts: every chunk carries the stream's one id, created time
+    # and model, as OpenAI's do
     stream = oai.completions.create(
-        model="gemma-test", prompt="Once upon a time", max_tokens=10, temperature=0, stream=True
+        model="gemma-test",
+        prompt="Once upon a time",
+        max_tokens=40,
+        temperature=0,
+        stream=True,
+        extra_body={"ignore_eos": True},
     )
     chunks = list(stream)
     text = "".join(c.choices[0].text for c in chunks if c.choices)
     assert text.strip()
-    assert chunks[-1].choices[0].finish_reason is not None
+    assert chunks[-1].choices[0].finish_reason == "length"
+    assert len({(c.id, c.created, c.model) for c in chunks}) == 1
 
 
 def test_openai_chat(oai: openai.OpenAI) -> None:
@@ -68,6 +76,7 @@ def test_openai_chat_stream_with_usage(oai: openai.OpenAI) -> None:
     text = "".join((c.choices[0].delta.content or "") for c in chunks if c.choices)
     assert text
     assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens >= 1
+    assert len({(c.id, c.created, c.model) for c in chunks}) == 1
 
 
 def test_sampling_with_seed_is_reproducible(oai: openai.OpenAI) -> None:

@@ -5,7 +5,6 @@ lock file): two runners on the same batches would run lines twice."""
 from __future__ import annotations
 
 import fcntl
-import json
 import os
 import sqlite3
 from collections.abc import Iterator
@@ -17,6 +16,7 @@ from typing import IO, Literal
 from llmhost.errors import UnavailableError
 from llmhost.jobs.async_store import AsyncQueue
 from llmhost.jobs.protocol import Batch, BatchUsage, FileObject, InputTokensDetails, OutputTokensDetails
+from llmhost.shared.jsontext import compact
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS files (
@@ -204,4 +204,4 @@ def whole_file(path: Path) -> Iterator[IO[bytes]]:
 
 def dumps(obj: object) -> str:
     """One JSON line (no newline inside), as OpenAI's batch files hold them."""
-    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
+    return compact(obj)

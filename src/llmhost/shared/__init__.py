@@ -1,2 +1,2 @@
-"""What every layer shares: JSON whose shape is the client's (`jsontypes`), YAML documents read
-(`yamltext`)."""
+"""What every layer shares: JSON whose shape is the client's (`jsontypes`), JSON text as llmhost writes
+it (`jsontext`), YAML documents read (`yamltext`)."""

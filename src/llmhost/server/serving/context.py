@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import time
 import uuid
@@ -46,6 +45,7 @@ from llmhost.server.serving.model_names import ModelNames
 from llmhost.server.serving.side_embedder import SideEmbedder
 from llmhost.server.settings import ServerSettings
 from llmhost.server.tracing import InferenceTracing, chat
+from llmhost.shared.jsontext import compact
 from llmhost.shared.jsontypes import JSONObject
 from llmhost.web.errors import APIError, error_body, model_loading, unavailable
 from llmhost.web.quota import reserve_tokens
@@ -58,7 +58,7 @@ def new_id(prefix: str) -> str:
 
 
 def sse(data: Any, prefix: str = "data: ") -> str:
-    payload = data if isinstance(data, str) else json.dumps(data, separators=(",", ":"), ensure_ascii=False)
+    payload = data if isinstance(data, str) else compact(data)
     return f"{prefix}{payload}\n\n"
 
 

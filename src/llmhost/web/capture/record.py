@@ -5,10 +5,11 @@ named MM-SS-mmm-UUID.jsonl (the minute, second and millisecond the file was begu
 from __future__ import annotations
 
 import base64
-import json
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
+
+from llmhost.shared.jsontext import compact
 
 # SageMaker's CaptureContentTypeHeader defaults: these are written as text, anything else in base64
 JSON_TYPES = ("application/json",)
@@ -86,7 +87,7 @@ def line(event: Event, event_id: str | None = None) -> bytes:
     if event.inference_id:
         metadata["inferenceId"] = event.inference_id
     record = {"captureData": capture, "eventMetadata": metadata, "eventVersion": EVENT_VERSION}
-    return json.dumps(record, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
+    return compact(record).encode() + b"\n"
 
 
 def hour_folder(endpoint: str, variant: str, epoch: float) -> str:

@@ -4,11 +4,11 @@ message_stop; an error mid-stream is an `error` event."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from typing import TypeAlias
 
 from llmhost.server.protocol.shapes import AnthropicUsage, ContentBlock, ThinkingBlock, ToolUseBlock
+from llmhost.shared.jsontext import compact
 
 # what an event carries: its type, a block's index, a block or delta, the message (start), usage
 EventValue: TypeAlias = (
@@ -26,7 +26,7 @@ EventValue: TypeAlias = (
 
 
 def event(name: str, data: dict[str, EventValue]) -> str:
-    return f"event: {name}\ndata: {json.dumps(data, separators=(',', ':'), ensure_ascii=False)}\n\n"
+    return f"event: {name}\ndata: {compact(data)}\n\n"
 
 
 def error_body(message: str, type_: str = "api_error") -> dict[str, EventValue]:
@@ -107,7 +107,7 @@ class MessageEvents:
             "content_block_start",
             {"type": "content_block_start", "index": self.index, "content_block": start},
         )
-        partial = json.dumps(block["input"], separators=(",", ":"), ensure_ascii=False)
+        partial = compact(block["input"])
         delta = {"type": "input_json_delta", "partial_json": partial}
         yield event(
             "content_block_delta", {"type": "content_block_delta", "index": self.index, "delta": delta}

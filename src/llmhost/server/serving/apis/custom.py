@@ -34,6 +34,7 @@ from llmhost.server.protocol.limits import parse_json
 from llmhost.server.serving.apis.custom_model import CustomModel, current_request_id
 from llmhost.server.serving.apis.runtime import STREAMING_KEYS, streaming_body, streams
 from llmhost.server.serving.context import ServingContext
+from llmhost.shared.jsontext import compact
 from llmhost.shared.jsontypes import JSONObject
 from llmhost.web.asgi import request_id
 from llmhost.web.errors import APIError
@@ -203,7 +204,7 @@ async def _sse(items: Iterator[Any] | AsyncIterator[Any]) -> AsyncIterator[str]:
     # the status line is sent already: a failure mid-way ends the stream with an error event
     try:
         async for item in _pieces(items):
-            yield f"data: {json.dumps(item, ensure_ascii=False, separators=(',', ':'))}\n\n"
+            yield f"data: {compact(item)}\n\n"
     except Exception as exc:  # _pieces turns sys.exit() into a RuntimeError
         log.error("request %s: predict_fn's stream failed", current_request_id.get(), exc_info=exc)
         message = f"predict_fn's stream raised {type(exc).__name__}: {exc}"

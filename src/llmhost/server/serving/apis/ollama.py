@@ -28,6 +28,7 @@ from llmhost.server.serving.chat import ChatPlan, StreamedOutput, planned, read_
 from llmhost.server.serving.context import EventStreamResponse, ServingContext, raise_if_failed
 from llmhost.server.serving.media import given
 from llmhost.server.serving.thinking import ThinkingAsk
+from llmhost.shared.jsontext import compact
 from llmhost.web.errors import APIError
 
 API = "ollama"
@@ -39,7 +40,7 @@ def created_at() -> str:
 
 
 def line(obj: OllamaPiece | dict[str, str]) -> str:
-    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False) + "\n"
+    return compact(obj) + "\n"
 
 
 def error_line(message: str) -> str:

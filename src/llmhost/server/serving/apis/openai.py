@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator, Callable
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -38,6 +38,16 @@ from llmhost.server.serving.context import (
 from llmhost.server.serving.params import sampling_params
 from llmhost.server.serving.structured import openai_constraint
 from llmhost.web.errors import APIError
+
+
+class StreamHead(NamedTuple):
+    """What every chunk of one stream repeats."""
+
+    rid: str
+    obj: str
+    created: int
+    model: str
+
 
 FINISH: dict[FinishReason, Finish] = {
     FinishReason.LENGTH: "length",
@@ -92,22 +102,21 @@ class OpenAIServing:
     def _model(self, body: SamplingFields) -> str:
         return body.model or self.ctx.settings.model_name
 
-    def _chunk(
-        self, rid: str, obj: str, body: SamplingFields, choices: list[shapes.ChunkChoice]
-    ) -> shapes.Chunk:
+    @staticmethod
+    def _chunk(head: StreamHead, choices: list[shapes.ChunkChoice]) -> shapes.Chunk:
         """A streamed chunk: plain dicts on the per-token path (protocol/shapes.py says why)."""
         return {
-            "id": rid,
-            "object": obj,
-            "created": int(time.time()),
-            "model": self._model(body),
+            "id": head.rid,
+            "object": head.obj,
+            "created": head.created,
+            "model": head.model,
             "choices": choices,
         }
 
     def _usage_chunk(
-        self, rid: str, obj: str, body: SamplingFields, finals: list[GenerationEvent]
+        self, head: StreamHead, body: SamplingFields, finals: list[GenerationEvent]
     ) -> shapes.Chunk:
-        chunk = self._chunk(rid, obj, body, [])
+        chunk = self._chunk(head, [])
         if finals:
             chunk["usage"] = usage(finals, body.n)
             chunk["timings"] = timings(finals)
@@ -195,7 +204,7 @@ class OpenAIServing:
             return out
         return scoring.concat(builder.prompt(echo, [lp for e in events for lp in e.prompt_logprobs]), out)
 
-    async def _completion_stream(
+    def _completion_stream(
         self, rid: str, body: CompletionRequest, streams: list[RequestStream], echoes: list[scoring.Echo]
     ) -> AsyncIterator[str]:
         # echo with logprobs: each choice's first chunk holds the prompt and its logprobs, which come
@@ -220,8 +229,7 @@ class OpenAIServing:
             for i in range(len(streams))
             if echoes[i // body.n].text and not scored
         ]
-        async for line in self._stream(rid, body, streams, "completions", "text_completion", first, choice):
-            yield line
+        return self._stream(rid, body, streams, "completions", "text_completion", first, choice)
 
     async def _stream(
         self,
@@ -235,8 +243,10 @@ class OpenAIServing:
     ) -> AsyncIterator[str]:
         """SSE chunks of either OpenAI API: `first` choices, a chunk per text delta, usage, [DONE]."""
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
+        # every chunk of a stream carries the same id, created time and model (OpenAI's chunks do)
+        head = StreamHead(rid, obj, int(time.time()), self._model(body))
         for c in first:
-            yield sse(self._chunk(rid, obj, body, [c]))
+            yield sse(self._chunk(head, [c]))
         finals: list[GenerationEvent | None] = [None] * len(streams)
         async for index, event in merge(streams):
             if event.error is not None:
@@ -248,7 +258,7 @@ class OpenAIServing:
             finish = FINISH[event.finish_reason] if event.finish_reason else None
             delta = choice(index, event, finish)
             if delta is not None:
-                chunk = self._chunk(rid, obj, body, [delta])
+                chunk = self._chunk(head, [delta])
                 if event.finished and event.timings:
                     chunk["timings"] = event.timings.as_dict()
                 yield sse(chunk)
@@ -256,7 +266,7 @@ class OpenAIServing:
                 finals[index] = event
                 self.ctx.finished(api, event)
         if include_usage:
-            yield sse(self._usage_chunk(rid, obj, body, [e for e in finals if e is not None]))
+            yield sse(self._usage_chunk(head, body, [e for e in finals if e is not None]))
         yield sse("[DONE]")
 
     # -- chat --------------------------------------------------------------------------------------
@@ -310,7 +320,7 @@ class OpenAIServing:
         chosen = [lp for e in events for lp in e.logprobs]
         return {"content": logprob_entries(self.ctx.engine.token_text, chosen)}
 
-    async def _chat_stream(
+    def _chat_stream(
         self, rid: str, body: ChatCompletionRequest, plan: ChatPlan, streams: list[RequestStream]
     ) -> AsyncIterator[str]:
         outputs = [StreamedOutput(plan) for _ in streams]
@@ -340,8 +350,7 @@ class OpenAIServing:
             }
             for i in range(len(streams))
         ]
-        async for line in self._stream(rid, body, streams, "chat", "chat.completion.chunk", first, choice):
-            yield line
+        return self._stream(rid, body, streams, "chat", "chat.completion.chunk", first, choice)
 
     @staticmethod
     def _delta(output: StreamedOutput, event: GenerationEvent) -> shapes.Delta:

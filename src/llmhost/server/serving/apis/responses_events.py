@@ -14,7 +14,6 @@ max_output_tokens, response.failed when generation failed; `error` for an unexpe
 
 from __future__ import annotations
 
-import json
 import time
 import uuid
 from collections.abc import Iterator
@@ -23,6 +22,7 @@ from typing import Literal, TypeAlias
 from llmhost.server.protocol import shapes
 from llmhost.server.protocol.shapes import ResponseBody, ResponseEcho, TokenLogprob
 from llmhost.server.serving.tools import ParsedCall
+from llmhost.shared.jsontext import compact
 
 Status = Literal["completed", "incomplete", "failed", "in_progress"]
 # what an event carries besides its type and number: ids and indexes, text, an item or part, logprobs,
@@ -117,7 +117,7 @@ class ResponseShape:
 
 
 def sse(name: str, data: dict[str, EventValue]) -> str:
-    return f"event: {name}\ndata: {json.dumps(data, separators=(',', ':'), ensure_ascii=False)}\n\n"
+    return f"event: {name}\ndata: {compact(data)}\n\n"
 
 
 class ResponseEvents:

@@ -2,23 +2,30 @@
 default GGUF, the way each lm-eval backend asks llmhost for them: the reference the server is held to.
 
 The settings are `llmhost serve`'s as the tests run it: flash attention as the server has it, full
-sliding-window KV, one thread, the whole prompt in one batch."""
+sliding-window KV, one thread, and the prompt evaluated in the pieces the server computes a scored prompt
+in (`EngineConfig.prompt_logits_rows` positions a step: llama.cpp's figures depend on them)."""
 
 from __future__ import annotations
 
 import numpy as np
 from llama_cpp import Llama
 
+from llmhost.engine.config import EngineConfig
+from llmhost.engine.llamacpp.gguf_check import check_file
 from llmhost.store.resolve import default_model_path
 
 
 class Reference:
     def __init__(self, flash_attn: bool, n_ctx: int = 64) -> None:
+        path = default_model_path()
+        n_vocab = check_file(path).metadata["tokenizer.ggml.tokens"]
+        assert isinstance(n_vocab, int)
+        pieces = EngineConfig().prompt_logits_rows(n_vocab)
         self.llm = Llama(
-            model_path=str(default_model_path()),
+            model_path=str(path),
             n_ctx=n_ctx,
-            n_batch=n_ctx,
-            n_ubatch=n_ctx,
+            n_batch=pieces,
+            n_ubatch=pieces,
             n_threads=1,
             n_threads_batch=1,
             flash_attn=flash_attn,

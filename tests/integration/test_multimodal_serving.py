@@ -7,6 +7,7 @@ used is a 400 naming the part, and the server answers afterwards."""
 from __future__ import annotations
 
 import base64
+import dataclasses
 import hashlib
 import json
 import logging
@@ -31,7 +32,8 @@ import pytest
 from llmhost.bench import BenchConfig, run_benchmark
 from llmhost.engine.config import EngineConfig
 from llmhost.engine.engine import Engine
-from llmhost.engine.kv.memory_fit import RUNTIME_MARGIN_MB, rss_bytes
+from llmhost.engine.kv.memory_fit import RUNTIME_MARGIN_MB, prompt_logits_bytes, rss_bytes
+from llmhost.engine.llamacpp.gguf_check import check_file
 from llmhost.engine.llamacpp.model import LlamaModel
 from llmhost.engine.media import MediaInput, MediaLimits, MediaSpan
 from llmhost.engine.projector_memory import projector_memory
@@ -663,11 +665,8 @@ def test_memory_mb_with_a_projector_counts_its_share_in_the_start_fit(
 
     def fitted(mmproj: str) -> tuple[int, str]:
         caplog.clear()
-        beside = rss_bytes() + pair.model.stat().st_size + share
-        memory_mb = beside // 2**20 + RUNTIME_MARGIN_MB + 60  # room for the process to grow meanwhile
-        config = EngineConfig(
+        shape = EngineConfig(
             mmproj=mmproj,
-            memory_mb=memory_mb,
             max_concurrent=1,
             prefix_cache_seqs=100,
             prompt_cache_mb=0,
@@ -676,6 +675,11 @@ def test_memory_mb_with_a_projector_counts_its_share_in_the_start_fit(
             max_batch_tokens=1024,
             n_threads=1,
         )
+        n_vocab = check_file(pair.model).metadata["tokenizer.ggml.tokens"]
+        assert isinstance(n_vocab, int)
+        beside = rss_bytes() + pair.model.stat().st_size + share + prompt_logits_bytes(shape, n_vocab)
+        memory_mb = beside // 2**20 + RUNTIME_MARGIN_MB + 60  # room for the process to grow meanwhile
+        config = dataclasses.replace(shape, memory_mb=memory_mb)
         with caplog.at_level(logging.INFO, logger="llmhost.engine.kv.memory_fit"):
             model = LlamaModel(pair.model, config)
         model.close()

@@ -8,6 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
+import psutil
 import pytest
 
 from tests.integration.conftest import Server
@@ -178,3 +179,24 @@ def test_tokenizer_endpoints_in_vllm_and_llama_server_shapes(server: Server) -> 
     assert vllm["token_strs"][0] == "<bos>" and vllm["max_model_len"] == 2048
     assert back == {"content": "Hello world", "prompt": "Hello world"}
     assert both.status_code == neither.status_code == 422 and both.json()["error"]["field"] == "prompt"
+
+
+def test_a_long_prompt_scored_grows_the_server_by_a_step_of_logits_at_most(server: Server) -> None:
+    """llama.cpp keeps a decode's logits rows twice (its compute buffer and the rows it hands back), each
+    at the most a decode asked for. A scored prompt is computed 16 positions a step at Gemma 3's
+    262,144-token vocabulary (16 MiB of rows), so scoring ~500 tokens grows the server by about 2 x 16
+    MiB; all of them in one step grew it by 1 GiB."""
+    proc = psutil.Process(server.process.pid)
+    with server.client() as c:
+        complete(c, prompt=PROMPT, max_tokens=1)
+        before = proc.memory_info().rss
+        scored = complete(
+            c,
+            prompt="The quick brown fox jumps over the lazy dog. " * 50,
+            echo=True,
+            logprobs=1,
+            max_tokens=0,
+        )
+    assert scored["usage"]["prompt_tokens"] > 450
+    grown_mib = (proc.memory_info().rss - before) / 2**20
+    assert grown_mib < 2 * 16 + 64, f"{grown_mib:.0f} MiB"  # + 64: the request's own buffers

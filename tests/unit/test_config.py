@@ -77,3 +77,22 @@ def test_resolve_model_directory_and_env(tmp_path: Path, monkeypatch: pytest.Mon
     empty.mkdir()
     with pytest.raises(ModelNotFoundError, match=r"no \*\.gguf"):
         resolve_model(str(empty))
+
+
+@pytest.mark.parametrize(
+    ("n_vocab", "rows"),
+    [(262_144, 16), (128_256, 32), (151_936, 27), (32_000, 131), (1_000, 512)],
+)
+def test_a_step_keeps_16_mib_of_prompt_logits_rows_at_most_a_batch(n_vocab: int, rows: int) -> None:
+    assert EngineConfig().prompt_logits_rows(n_vocab) == rows
+
+
+def test_llama_outputs_are_the_running_sequences_rows_and_the_prompt_rows() -> None:
+    gemma = 262_144
+    assert EngineConfig().llama_n_outputs(gemma) == 8 + 16
+    # n-gram guesses: each running sequence verifies up to draft_tokens more
+    assert EngineConfig(speculative="ngram", draft_tokens=12).llama_n_outputs(gemma) == 8 * 13 + 16
+    # a row per stream at least (llama.cpp reserves them), at most a batch
+    assert EngineConfig(max_concurrent=2, prefix_cache_seqs=80).llama_n_outputs(gemma) == 82
+    wide = EngineConfig(max_concurrent=64, speculative="ngram", draft_tokens=12)
+    assert wide.llama_n_outputs(gemma) == wide.llama_n_batch == 512

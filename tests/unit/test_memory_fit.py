@@ -16,6 +16,7 @@ from llmhost.engine.kv.memory_fit import (
     fit_memory,
     gguf_kv_shape,
     new_checkpoints,
+    prompt_logits_bytes,
     running_kv_bytes,
     stream_bytes,
     swa_cells,
@@ -126,3 +127,13 @@ def test_a_ggufs_shape_counts_the_sliding_window_layers_llama_cpp_gives_its_arch
     budget = checkpoint_budget(EngineConfig(), GEMMA3)
     assert running_kv_bytes(EngineConfig(), GEMMA3) == 8 * 27 * MIB + budget
     assert running_kv_bytes(EngineConfig(swa_full=True), GEMMA3) == 8 * 72 * MIB
+
+
+def test_a_steps_prompt_logits_are_counted_twice_beside_the_runtime_margin() -> None:
+    # llama.cpp's compute buffer and the logits it hands back: 16 rows of Gemma 3's 262,144 tokens each
+    assert prompt_logits_bytes(EngineConfig(), 262_144) == 2 * 16 * MIB
+    counted = MemoryPlan(
+        1024, 300 * MIB, 0, 72 * MIB, logits_bytes=prompt_logits_bytes(EngineConfig(), 262_144)
+    )
+    assert counted.fixed_mb == memory_plan(1024).fixed_mb + 32
+    assert "prompt logits 32 MiB" in counted.parts()

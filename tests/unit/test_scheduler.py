@@ -201,6 +201,26 @@ def test_prompt_logprobs_sequences_do_not_wait_for_a_prefix_they_cannot_reuse() 
     assert [i.seq.request_id for i in plan.items] == ["a"] and b in s.running
 
 
+def test_prompts_with_logprobs_share_the_steps_prompt_rows_and_others_do_not_count() -> None:
+    # a prompt with logprobs keeps every position's logits: a step computes `prompt_rows` of them, all
+    # such prompts together; a prompt without takes its share of the budget as before
+    s = Scheduler(config(max_concurrent=3, max_batch_tokens=32), prompt_rows=5)
+    a, b, c = seq("a", list(range(20))), seq("b", list(range(100, 120))), seq("c", list(range(200, 206)))
+    a.prompt_logprobs = b.prompt_logprobs = True
+    for x in (a, b, c):
+        s.add(x)
+    steps: list[dict[str, int]] = []  # each step's prompt chunks of a and b
+    while a.status is not SeqStatus.DECODE or b.status is not SeqStatus.DECODE:
+        plan = s.schedule(0.0)
+        steps.append(
+            {i.seq.request_id: len(i.tokens) for i in plan.items if i.seq is not c and i.start_pos < 20}
+        )
+        assert sum(steps[-1].values()) <= 5
+        s.postprocess(plan, {i.seq.request_id: [7] for i in plan.items if i.sample}, 0.0)
+    assert steps[0] == {"a": 5} and c.status is SeqStatus.DECODE  # c's whole prompt in the first step
+    assert sum(n for step in steps for n in step.values()) == 40 and len(steps) == 8
+
+
 def test_a_short_prefill_is_not_held_behind_a_long_cold_one_which_still_advances() -> None:
     s = Scheduler(config(max_concurrent=3, max_batch_tokens=16, max_input_tokens=200, max_total_tokens=256))
     cold = seq("cold", list(range(100, 200)))

@@ -239,6 +239,22 @@ class EngineConfig:
         still puts at most `max_batch_tokens` tokens in a decode."""
         return max(self.max_batch_tokens, self.n_seq_max)
 
+    def prompt_logits_rows(self, n_vocab: int) -> int:
+        """Prompt positions whose logits one step keeps for prompt logprobs: the rows of an `n_vocab`-token
+        vocabulary that LOGITS_ROWS_BYTES holds (16 at Gemma 3's 262,144 tokens, 32 at Llama 3's), at
+        least one, at most a batch. A prompt with logprobs is computed that many positions a step."""
+        return max(1, min(self.llama_n_batch, LOGITS_ROWS_BYTES // (FLOAT32_BYTES * n_vocab)))
+
+    def llama_n_outputs(self, n_vocab: int) -> int:
+        """llama.cpp's n_outputs_max, the most logits rows a decode computes: each sequence's next token
+        and its guesses to verify, and the prompt rows above. llama.cpp sizes its compute buffer for
+        them and keeps its logits buffer at the most a decode asked for; by default it would take a
+        whole batch of rows (512: 1 GiB more RSS after one prompt scored at Gemma 3's vocabulary)."""
+        guesses = self.draft_tokens if self.speculative else 0
+        rows = self.max_concurrent * (1 + guesses) + self.prompt_logits_rows(n_vocab)
+        # at least a row per stream: llama.cpp reserves them at the context's creation
+        return min(self.llama_n_batch, max(self.n_seq_max, rows))
+
     @property
     def llama_n_ubatch(self) -> int:
         """llama.cpp's micro-batch: `ubatch_size`, else llama.cpp's default (512) within the batch."""
@@ -257,6 +273,10 @@ SPECULATIVE_MODES = ("", "ngram", "draft")
 
 # llama.cpp's LLAMA_MAX_SEQ
 LLAMA_MAX_SEQ = 256
+# the logits of prompt positions a step keeps for prompt logprobs (twice: llama.cpp's compute buffer and
+# the rows it hands back), within what a copy's memory estimate leaves llama.cpp's buffers
+LOGITS_ROWS_BYTES = 16 * 2**20
+FLOAT32_BYTES = 4
 # an embeddings server's input limit where none is given (llama-server's: a decode holds a whole input)
 EMBED_MAX_INPUT_TOKENS = 512
 # llama.cpp's default n_ubatch (llama_context_default_params, llama-server's --ubatch-size)

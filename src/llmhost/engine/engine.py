@@ -68,7 +68,9 @@ class Engine:
         reserved = model.weights_bytes + (model.checkpoints.policy.budget or 0) + _media_bytes(model)
         host = host_cache(config, reserved)
         state_key = model.state_key if host is not None else None
-        self.scheduler = Scheduler(config, host, state_key, model.reach)
+        self.scheduler = Scheduler(
+            config, host, state_key, model.reach, config.prompt_logits_rows(model.n_vocab)
+        )
         self.adapters = LoadedAdapters(model, config.adapters, config.max_loras)
         self.kv = KvRunner(model, self.scheduler)
         self.clock = clock

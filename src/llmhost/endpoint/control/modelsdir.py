@@ -39,7 +39,7 @@ from llmhost.store.model import (
 
 # what a loaded copy takes beyond its GGUF's pages and its running sequences' KV: the Python process and
 # the server (measured: 135 MiB for the default model), llama.cpp's compute buffers as decodes touch them
-# and the engine's runtime margin
+# (a step's prompt logits at most 2 x 16 MiB: EngineConfig.prompt_logits_rows) and the engine's margin
 PROCESS_OVERHEAD_MB = 300
 
 

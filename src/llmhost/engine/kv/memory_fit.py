@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import psutil
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
-from llmhost.engine.config import EngineConfig
+from llmhost.engine.config import FLOAT32_BYTES, EngineConfig
 from llmhost.engine.kv.swa_checkpoints import CheckpointPolicy, SwaCheckpoints
 from llmhost.engine.projector_memory import ProjectorMemory
 from llmhost.errors import ModelError
@@ -37,7 +37,8 @@ from llmhost.errors import ModelError
 log = logging.getLogger(__name__)
 MIB = 2**20
 # what the process takes after the load: the grammar vocabulary index, llama.cpp's compute and output
-# buffers as decodes touch them, request buffers (a served Gemma 3 270M: 30 MiB more RSS right after load)
+# buffers as decodes touch them (a prompt's logits apart: prompt_logits_bytes), request buffers (a served
+# Gemma 3 270M: 30 MiB more RSS right after load)
 RUNTIME_MARGIN_MB = 64
 
 
@@ -126,6 +127,7 @@ class MemoryPlan:
     stream_bytes: int  # one sequence's KV: max_total_tokens positions
     checkpoint_bytes: int = 0  # the SWA checkpoints' budget (checkpoint_budget)
     projector: ProjectorMemory | None = None  # --mmproj's share, not loaded yet
+    logits_bytes: int = 0  # a step's prompt logits at most (prompt_logits_bytes)
 
     @property
     def projector_bytes(self) -> int:
@@ -134,7 +136,7 @@ class MemoryPlan:
     @property
     def fixed_bytes(self) -> int:
         fixed = self.process_bytes + self.weights_left_bytes + RUNTIME_MARGIN_MB * MIB + self.checkpoint_bytes
-        return fixed + self.projector_bytes
+        return fixed + self.projector_bytes + self.logits_bytes
 
     def parts(self) -> str:
         """What it counts besides the KV cache, in MiB, as the start log and a refusal name them."""
@@ -142,7 +144,8 @@ class MemoryPlan:
         return (
             f"process {self.process_bytes / MIB:.0f} MiB + weights not yet resident "
             f"{self.weights_left_bytes / MIB:.0f} MiB{projector} + runtime {RUNTIME_MARGIN_MB} MiB + "
-            f"SWA checkpoints {self.checkpoint_bytes / MIB:.0f} MiB"
+            f"SWA checkpoints {self.checkpoint_bytes / MIB:.0f} MiB + "
+            f"prompt logits {self.logits_bytes / MIB:.0f} MiB"
         )
 
     @property
@@ -209,12 +212,19 @@ def new_checkpoints(config: EngineConfig, kv: KvShape, windowed: bool) -> SwaChe
     return SwaCheckpoints(CheckpointPolicy.of(config, windowed, budget))
 
 
+def prompt_logits_bytes(config: EngineConfig, n_vocab: int) -> int:
+    """What a step computing prompt logprobs adds at most: its prompt rows of logits, twice (llama.cpp's
+    compute buffer and the logits it hands back, both kept at their largest once touched)."""
+    return 2 * FLOAT32_BYTES * n_vocab * config.prompt_logits_rows(n_vocab)
+
+
 def plan(
     config: EngineConfig,
     rss_before_load: int,
     weights_bytes: int,
     kv: KvShape,
     projector: ProjectorMemory | None = None,
+    n_vocab: int = 0,
 ) -> MemoryPlan:
     now = rss_bytes()
     resident = max(0, min(weights_bytes, now - rss_before_load))
@@ -225,6 +235,7 @@ def plan(
         stream_bytes(config, kv),
         checkpoint_budget(config, kv),
         projector,
+        prompt_logits_bytes(config, n_vocab) if n_vocab else 0,
     )
 
 

@@ -1,6 +1,7 @@
 """The llama.cpp context a model serves with: its parameters from the engine's settings (sizes,
-threads, one KV stream per sequence or one buffer, cache types, flash attention; for embeddings, the
-pooling and KV for one decode) and, where llama.cpp refuses to create it, which settings to lower."""
+threads, one KV stream per sequence or one buffer, cache types, flash attention, the logits rows a decode
+may ask for; for embeddings, the pooling and KV for one decode) and, where llama.cpp refuses to create
+it, which settings to lower."""
 
 from __future__ import annotations
 
@@ -20,6 +21,10 @@ def new_context(model: Any, config: EngineConfig, pooling: str | None) -> tuple[
     cparams = _context_params(config, pooling is not None)
     if pooling is not None:
         _embedding_params(cparams, model, config, pooling or "auto")
+    else:
+        cparams.n_outputs_max = config.llama_n_outputs(
+            lc.llama_vocab_n_tokens(lc.llama_model_get_vocab(model))
+        )
     with KvBufferTally() as kv:
         ctx = lc.llama_init_from_model(model, cparams)
     return ctx, kv.mib

@@ -146,7 +146,9 @@ class LlamaModel:
     def _fit_memory(self, config: EngineConfig, rss_before: int) -> EngineConfig:
         """As many extra cached streams as --memory-mb holds beside the weights and the running ones."""
         try:
-            p = plan(config, rss_before, self.weights_bytes, self.kv_shape, self.projector_memory)
+            p = plan(
+                config, rss_before, self.weights_bytes, self.kv_shape, self.projector_memory, self.n_vocab
+            )
             return fit_memory(config, p)
         except MemoryFitError as exc:
             self.close()
@@ -296,12 +298,14 @@ class LlamaModel:
     def iter_logits(
         self, tokens: list[int], seq_id: int = 0, start_pos: int = 0
     ) -> Iterator[npt.NDArray[np.float32]]:
-        """Decode `tokens` into one sequence, yielding the logits of every token, chunk by chunk.
+        """Decode `tokens` into one sequence, yielding the logits of every token, chunk by chunk (as many
+        tokens as a decode may return logits for: `EngineConfig.llama_n_outputs`).
 
         Each chunk is a copy of shape (chunk_len, n_vocab); row i predicts the token after tokens[i].
         """
-        for off in range(0, len(tokens), self.n_batch):
-            chunk = tokens[off : off + self.n_batch]
+        step = min(self.n_batch, self.config.llama_n_outputs(self.n_vocab))
+        for off in range(0, len(tokens), step):
+            chunk = tokens[off : off + step]
             self.decode([(chunk, start_pos + off, seq_id, len(chunk))])
             ptr = lc.llama_get_logits(self._ctx)
             yield np.ctypeslib.as_array(ptr, shape=(len(chunk), self.n_vocab)).copy()

@@ -66,7 +66,9 @@ def prefill_item(seq: Sequence, n: int) -> BatchItem:
 
 class Scheduler:
     """`host`: the host-memory cache tier (None: off), whose states are valid under `state_key`;
-    `reach`: the longest reusable prefix of a KV sequence's first positions (see PrefixCache)."""
+    `reach`: the longest reusable prefix of a KV sequence's first positions (see PrefixCache);
+    `prompt_rows`: prompt positions a step computes for prompt logprobs, all sequences together (the
+    model's `EngineConfig.prompt_logits_rows`; None: as many as the step's budget takes)."""
 
     def __init__(
         self,
@@ -74,8 +76,10 @@ class Scheduler:
         host: HostCache | None = None,
         state_key: StateKey | None = None,
         reach: Callable[[int, int], int] | None = None,
+        prompt_rows: int | None = None,
     ) -> None:
         self.config = config
+        self.prompt_rows = prompt_rows if prompt_rows is not None else config.max_batch_tokens
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
         self.host = host
@@ -256,8 +260,13 @@ class Scheduler:
         plan.items = even_drafts(plan.items)
         budget += drafted - plan.num_tokens  # guesses cut give their room back to the prompts
         prefilling = [s for s in self.running if s.status is SeqStatus.PREFILL and s.adapters == adapters]
+        rows = self.prompt_rows
         for seq, n in prefill_shares(prefilling, budget, self.step_cost.fixed_tokens()):
-            plan.items.append(prefill_item(seq, n))
+            if seq.prompt_logprobs:  # every position's logits kept: within the step's rows for them
+                n = min(n, rows)
+                rows -= n
+            if n > 0:
+                plan.items.append(prefill_item(seq, n))
         return plan
 
     def _next_adapters(self) -> AdapterSet:

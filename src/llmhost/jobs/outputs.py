@@ -11,7 +11,8 @@ from typing import IO
 
 from llmhost.jobs import lines
 from llmhost.jobs.protocol import Batch, FileObject
-from llmhost.jobs.store import JobStore, dumps, whole_file
+from llmhost.jobs.store import JobStore, whole_file
+from llmhost.shared.jsontext import compact
 
 # what a line that never ran says, by why the batch stopped
 NOT_RUN = {
@@ -49,7 +50,7 @@ def _not_run(store: JobStore, batch: Batch, input_path: Path, stopped: str, out:
                 "response": None,
                 "error": {"code": code, "message": message},
             }
-            out.write(dumps(record) + "\n")
+            out.write(compact(record) + "\n")
             n += 1
     return n
 

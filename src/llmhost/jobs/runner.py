@@ -18,7 +18,8 @@ from llmhost.jobs import lines, outputs
 from llmhost.jobs.dispatch import Answer, Dispatcher
 from llmhost.jobs.protocol import Batch, BatchError, BatchErrors
 from llmhost.jobs.status import BatchStatus
-from llmhost.jobs.store import JobStore, LineUsage, dumps
+from llmhost.jobs.store import JobStore, LineUsage
+from llmhost.shared.jsontext import compact
 from llmhost.shared.jsontypes import JSONObject
 
 log = logging.getLogger("llmhost")
@@ -126,7 +127,7 @@ class BatchRunner:
             if answer is not None:
                 record = _record(batch_id, item, answer)
                 ok = 200 <= answer.status < 300
-                store.put_result(batch_id, item.line, ok, dumps(record), usage_of(answer.body))
+                store.put_result(batch_id, item.line, ok, compact(record), usage_of(answer.body))
         finally:
             self.in_flight[batch_id] -= 1
             self.slots.release()

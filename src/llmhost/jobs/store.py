@@ -16,7 +16,6 @@ from typing import IO, Literal
 from llmhost.errors import UnavailableError
 from llmhost.jobs.async_store import AsyncQueue
 from llmhost.jobs.protocol import Batch, BatchUsage, FileObject, InputTokensDetails, OutputTokensDetails
-from llmhost.shared.jsontext import compact
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS files (
@@ -200,8 +199,3 @@ def whole_file(path: Path) -> Iterator[IO[bytes]]:
         partial.rename(path)
     finally:
         partial.unlink(missing_ok=True)
-
-
-def dumps(obj: object) -> str:
-    """One JSON line (no newline inside), as OpenAI's batch files hold them."""
-    return compact(obj)

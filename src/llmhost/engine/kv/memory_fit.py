@@ -223,8 +223,8 @@ def plan(
     rss_before_load: int,
     weights_bytes: int,
     kv: KvShape,
-    projector: ProjectorMemory | None = None,
-    n_vocab: int = 0,
+    projector: ProjectorMemory | None,
+    n_vocab: int,
 ) -> MemoryPlan:
     now = rss_bytes()
     resident = max(0, min(weights_bytes, now - rss_before_load))
@@ -235,7 +235,7 @@ def plan(
         stream_bytes(config, kv),
         checkpoint_budget(config, kv),
         projector,
-        prompt_logits_bytes(config, n_vocab) if n_vocab else 0,
+        prompt_logits_bytes(config, n_vocab),
     )
 
 

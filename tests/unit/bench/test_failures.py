@@ -11,9 +11,11 @@ import sys
 import time
 from pathlib import Path
 
+import aiohttp
 import pytest
 
 from llmhost.bench import BenchConfig, arun_benchmark, load_results, run_benchmark
+from llmhost.bench.load.http import Endpoint, new_session, prepare, read_body, send
 from tests.unit.bench.helpers import free_port
 
 
@@ -238,3 +240,40 @@ async def test_a_request_raced_by_a_keep_alive_close_is_sent_again_on_a_new_conn
     (lv,) = results.levels()
     assert lv.successes == 5, lv.errors
     assert answered == 6 and dropped >= 1  # the dropped ones were answered on new connections
+
+
+async def test_a_request_is_sent_again_past_every_closed_connection_in_the_pool() -> None:
+    # three connections each answer one request, all at once, and then drop the next one: the pool
+    # holds three closed connections, and a request must go past all of them to a new one
+    events = [b'data: {"choices":[{"text":" a"}]}\n\n', b"data: [DONE]\n\n"]
+    body = b"".join(b"%x\r\n%s\r\n" % (len(e), e) for e in events) + b"0\r\n\r\n"
+    answer = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n" + body
+    connections = dropped = 0
+
+    async def read_request(reader: asyncio.StreamReader) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        await reader.readexactly(int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0]))
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal connections, dropped
+        connections += 1
+        await read_request(reader)
+        writer.write(answer)
+        await writer.drain()
+        try:
+            await read_request(reader)
+            dropped += 1
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        writer.close()
+
+    async def complete(session: aiohttp.ClientSession, url: str) -> bytes:
+        async with send(session, prepare(Endpoint.parse(url), "POST", "/v1/completions", b"{}")) as resp:
+            return await read_body(resp)
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+    async with server, new_session(3) as session:
+        await asyncio.gather(*(complete(session, url) for _ in range(3)))
+        assert await complete(session, url) == b"".join(events)
+    assert dropped == 3 and connections == 4

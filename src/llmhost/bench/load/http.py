@@ -127,17 +127,18 @@ async def send(session: aiohttp.ClientSession, req: HttpRequest) -> AsyncIterato
     """The response to ``req`` with its body unread; failures raise :class:`HttpClientError`.
 
     A request that failed before any answer on a kept-alive connection the server had closed while
-    idle (llama-server closes them between requests) is sent once more on a new connection, as every
-    HTTP client does; one that fails on a new connection is not."""
-    for attempt in (0, 1):
+    idle (llama-server closes them between requests) is sent again, as every HTTP client does; one
+    that fails on a new connection is not. The pool may hold several such connections at once (all of
+    a level's users between two requests), and each is found closed only by using it."""
+    while True:
         ctx = SimpleNamespace(reused=False)
         try:
             resp = await session.request(
                 req.method, req.url, data=req.body, headers=req.headers, trace_request_ctx=ctx
             )
         except STALE as exc:
-            if attempt == 0 and ctx.reused:
-                continue
+            if ctx.reused:
+                continue  # aiohttp closed that one: once the idle ones are spent, the next is new
             raise classify(exc) from exc
         except (aiohttp.ClientError, http_exceptions.HttpProcessingError, OSError) as exc:
             raise classify(exc) from exc

@@ -96,3 +96,13 @@ def test_llama_outputs_are_the_running_sequences_rows_and_the_prompt_rows() -> N
     assert EngineConfig(max_concurrent=2, prefix_cache_seqs=80).llama_n_outputs(gemma) == 82
     wide = EngineConfig(max_concurrent=64, speculative="ngram", draft_tokens=12)
     assert wide.llama_n_outputs(gemma) == wide.llama_n_batch == 512
+
+
+def test_guesses_take_draft_tokens_rows_a_sequence_within_the_batch() -> None:
+    gemma = 262_144
+    assert EngineConfig().guess_rows(gemma) == 0
+    assert EngineConfig(speculative="ngram", draft_tokens=12).guess_rows(gemma) == 8 * 12
+    # 64 sequences' 768 guesses: the batch's 512 rows hold 432 beside their 64 rows and the 16 prompt rows
+    assert EngineConfig(max_concurrent=64, speculative="ngram", draft_tokens=12).guess_rows(gemma) == 432
+    crowded = EngineConfig(max_concurrent=250, max_batch_tokens=256, speculative="ngram")
+    assert crowded.guess_rows(gemma) == 0  # 250 rows and 16 prompt rows fill the batch's 256

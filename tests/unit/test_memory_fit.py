@@ -15,6 +15,7 @@ from llmhost.engine.kv.memory_fit import (
     checkpoint_budget,
     fit_memory,
     gguf_kv_shape,
+    guess_logits_bytes,
     new_checkpoints,
     prompt_logits_bytes,
     running_kv_bytes,
@@ -137,3 +138,16 @@ def test_a_steps_prompt_logits_are_counted_twice_beside_the_runtime_margin() -> 
     )
     assert counted.fixed_mb == memory_plan(1024).fixed_mb + 32
     assert "prompt logits 32 MiB" in counted.parts()
+    assert "guesses" not in counted.parts()
+
+
+def test_speculative_guesses_logits_are_counted_twice_beside_the_prompts() -> None:
+    # 8 running sequences verifying up to 12 guesses each: 96 rows of Gemma 3's 262,144 tokens, twice
+    speculating = EngineConfig(speculative="ngram", draft_tokens=12)
+    assert guess_logits_bytes(speculating, 262_144) == 2 * 96 * MIB
+    assert guess_logits_bytes(EngineConfig(), 262_144) == 0
+    counted = MemoryPlan(
+        1024, 300 * MIB, 0, 72 * MIB, guess_logits_bytes=guess_logits_bytes(speculating, 262_144)
+    )
+    assert counted.fixed_mb == memory_plan(1024).fixed_mb + 192
+    assert "speculative guesses' logits 192 MiB" in counted.parts()

@@ -245,13 +245,21 @@ class EngineConfig:
         least one, at most a batch. A prompt with logprobs is computed that many positions a step."""
         return max(1, min(self.llama_n_batch, LOGITS_ROWS_BYTES // (FLOAT32_BYTES * n_vocab)))
 
+    def guess_rows(self, n_vocab: int) -> int:
+        """Logits rows of the running sequences' speculative guesses in one step: `draft_tokens` each
+        (none without speculation), as many as llama.cpp's batch holds beside the sequences' own rows
+        and the prompt rows."""
+        if not self.speculative:
+            return 0
+        room = self.llama_n_batch - self.max_concurrent - self.prompt_logits_rows(n_vocab)
+        return max(0, min(self.max_concurrent * self.draft_tokens, room))
+
     def llama_n_outputs(self, n_vocab: int) -> int:
         """llama.cpp's n_outputs_max, the most logits rows a decode computes: each sequence's next token
         and its guesses to verify, and the prompt rows above. llama.cpp sizes its compute buffer for
         them and keeps its logits buffer at the most a decode asked for; by default it would take a
         whole batch of rows (512: 1 GiB more RSS after one prompt scored at Gemma 3's vocabulary)."""
-        guesses = self.draft_tokens if self.speculative else 0
-        rows = self.max_concurrent * (1 + guesses) + self.prompt_logits_rows(n_vocab)
+        rows = self.max_concurrent + self.guess_rows(n_vocab) + self.prompt_logits_rows(n_vocab)
         # at least a row per stream: llama.cpp reserves them at the context's creation
         return min(self.llama_n_batch, max(self.n_seq_max, rows))
 

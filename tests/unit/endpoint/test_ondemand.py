@@ -359,6 +359,9 @@ def test_an_estimate_counts_the_weights_the_running_sequences_kv_and_a_projector
     assert estimated_memory_mb(gguf, four) == mb(windowed)
     # settings a start refuses (an input limit not below the total) count every position whole
     assert estimated_memory_mb(gguf, {"max_concurrent": 4, "max_total_tokens": 2048}) == mb(144 * 2**20)
+    # speculation keeps every position (swa_full) and verifies up to 12 guesses a sequence: 48 logits
+    # rows of its 262,144 tokens, twice
+    assert estimated_memory_mb(gguf, {**four, "speculative": "ngram"}) == mb((144 + 2 * 48) * 2**20)
     # a projector, as the copy's own memory fit counts it (projector_memory.py)
     mmproj = build_gemma3_mmproj(tmp_path / "mmproj.gguf")
     share = projector_memory(mmproj).total_bytes

@@ -24,7 +24,7 @@ from llmhost.endpoint.spec import (
 )
 from llmhost.endpoint.spec_errors import format_errors
 from llmhost.engine.config import EngineConfig
-from llmhost.engine.kv.memory_fit import gguf_kv_shape, running_kv_bytes
+from llmhost.engine.kv.memory_fit import gguf_kv_shape, guess_logits_bytes, running_kv_bytes
 from llmhost.engine.llamacpp.gguf_check import GGUFError, check_file
 from llmhost.engine.projector_memory import projector_memory
 from llmhost.settings.serve import default_value
@@ -49,7 +49,7 @@ def estimated_memory_mb(gguf: Path, engine: dict[str, Any] | None = None) -> int
     at their window unless swa_full, with the SWA checkpoints' budget; extra cached streams are kept
     as far as this leaves room), the multimodal projector it loads (engine's mmproj, a model folder's
     own among them: its weights, encoder and media embeddings, as the copy's own memory fit counts
-    them) and the process's overhead."""
+    them), with speculative decoding its guesses' logits rows, and the process's overhead."""
     engine = engine or {}
     size = sum(part.stat().st_size for part in model_parts(gguf))
     if engine.get("mmproj"):
@@ -72,13 +72,17 @@ def estimated_memory_mb(gguf: Path, engine: dict[str, Any] | None = None) -> int
         "swa_full",
         "swa_checkpoints",
         "speculative",
+        "draft_tokens",
     )
+    n_vocab = metadata.get("tokenizer.ggml.tokens")
     try:
         config = EngineConfig(**{n: setting(n) for n in names})
         kv = running_kv_bytes(config, shape)
+        guesses = guess_logits_bytes(config, n_vocab) if isinstance(n_vocab, int) else 0
     except ValueError:  # settings its start refuses: counted every position whole
         kv = int(setting("max_concurrent")) * int(setting("max_total_tokens")) * shape.bytes_per_token
-    return math.ceil((size + kv) / 2**20) + PROCESS_OVERHEAD_MB
+        guesses = 0
+    return math.ceil((size + kv + guesses) / 2**20) + PROCESS_OVERHEAD_MB
 
 
 def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:

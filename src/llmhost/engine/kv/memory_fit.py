@@ -10,8 +10,9 @@ unless --swa-full), and the SWA checkpoints' budget: the bytes every sequence's 
 together in host memory (as many as the running sequences keep at most; free slots' KV shares it, the
 oldest checkpoints dropped past it), so an extra cached stream costs its KV only; with --mmproj, the
 projector's weights, its encoder and the media embeddings it keeps (projector_memory.py: the projector
-loads after this plan is made, so none of it is in the process yet). The host cache's automatic budget
-takes what is left afterwards (host_cache.py).
+loads after this plan is made, so none of it is in the process yet); the logits rows a step may compute
+beyond each sequence's next token (a scored prompt's, speculative guesses'), which llama.cpp keeps at
+their largest. The host cache's automatic budget takes what is left afterwards (host_cache.py).
 
 Not counted: a generation server's embeddings context (server/serving/side_embedder.py), loaded on the
 first embeddings request, after this plan was made: its weights are the file's mapped pages (shared,
@@ -128,6 +129,7 @@ class MemoryPlan:
     checkpoint_bytes: int = 0  # the SWA checkpoints' budget (checkpoint_budget)
     projector: ProjectorMemory | None = None  # --mmproj's share, not loaded yet
     logits_bytes: int = 0  # a step's prompt logits at most (prompt_logits_bytes)
+    guess_logits_bytes: int = 0  # a step's speculative guesses' logits at most (guess_logits_bytes)
 
     @property
     def projector_bytes(self) -> int:
@@ -136,16 +138,18 @@ class MemoryPlan:
     @property
     def fixed_bytes(self) -> int:
         fixed = self.process_bytes + self.weights_left_bytes + RUNTIME_MARGIN_MB * MIB + self.checkpoint_bytes
-        return fixed + self.projector_bytes + self.logits_bytes
+        return fixed + self.projector_bytes + self.logits_bytes + self.guess_logits_bytes
 
     def parts(self) -> str:
         """What it counts besides the KV cache, in MiB, as the start log and a refusal name them."""
         projector = f" + {self.projector.describe()}" if self.projector is not None else ""
+        guesses = self.guess_logits_bytes / MIB
         return (
             f"process {self.process_bytes / MIB:.0f} MiB + weights not yet resident "
             f"{self.weights_left_bytes / MIB:.0f} MiB{projector} + runtime {RUNTIME_MARGIN_MB} MiB + "
             f"SWA checkpoints {self.checkpoint_bytes / MIB:.0f} MiB + "
             f"prompt logits {self.logits_bytes / MIB:.0f} MiB"
+            + (f" + speculative guesses' logits {guesses:.0f} MiB" if guesses else "")
         )
 
     @property
@@ -218,6 +222,12 @@ def prompt_logits_bytes(config: EngineConfig, n_vocab: int) -> int:
     return 2 * FLOAT32_BYTES * n_vocab * config.prompt_logits_rows(n_vocab)
 
 
+def guess_logits_bytes(config: EngineConfig, n_vocab: int) -> int:
+    """What verifying speculative guesses adds at most: the logits rows of every running sequence's
+    guesses, twice as prompt_logits_bytes' are (none without speculation)."""
+    return 2 * FLOAT32_BYTES * n_vocab * config.guess_rows(n_vocab)
+
+
 def plan(
     config: EngineConfig,
     rss_before_load: int,
@@ -236,6 +246,7 @@ def plan(
         checkpoint_budget(config, kv),
         projector,
         prompt_logits_bytes(config, n_vocab),
+        guess_logits_bytes(config, n_vocab),
     )
 
 

@@ -198,33 +198,44 @@ async def test_server_closing_idle_keep_alive_connections_is_not_an_error() -> N
     assert lv.output_tokens == 12 and served == 6
 
 
-async def test_a_request_raced_by_a_keep_alive_close_is_sent_again_on_a_new_connection() -> None:
-    # each connection answers its first request only and drops the next one unanswered (a server's
-    # keep-alive timeout firing as the request arrives, as seen with llama-server): the client must
-    # send that request again on a new connection, once, and count no error
-    events = [b'data: {"choices":[{"text":" a"}]}\n\n', b"data: [DONE]\n\n"]
-    body = b"".join(b"%x\r\n%s\r\n" % (len(e), e) for e in events) + b"0\r\n\r\n"
-    answer = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n" + body
-    answered = dropped = 0
+# one streamed completion: a text event, then [DONE], chunked
+EVENTS = [b'data: {"choices":[{"text":" a"}]}\n\n', b"data: [DONE]\n\n"]
+CHUNKED = b"".join(b"%x\r\n%s\r\n" % (len(e), e) for e in EVENTS) + b"0\r\n\r\n"
 
+
+class OneAnswerAConnection:
+    """A server each of whose connections answers its first request only and drops the next one
+    unanswered (a server's keep-alive timeout firing as the request arrives, as seen with
+    llama-server); counts connections, answers and dropped requests."""
+
+    answer = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n" + CHUNKED
+
+    def __init__(self) -> None:
+        self.connections = self.answered = self.dropped = 0
+
+    @staticmethod
     async def read_request(reader: asyncio.StreamReader) -> None:
         head = await reader.readuntil(b"\r\n\r\n")
         await reader.readexactly(int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0]))
 
-    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        nonlocal answered, dropped
-        await read_request(reader)
-        writer.write(answer)
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        await self.read_request(reader)
+        writer.write(self.answer)
         await writer.drain()
-        answered += 1
+        self.answered += 1
         try:
-            await read_request(reader)
-            dropped += 1
+            await self.read_request(reader)
+            self.dropped += 1
         except (asyncio.IncompleteReadError, ConnectionError):
             pass  # the client closed it first
         writer.close()
 
-    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+
+async def test_a_request_raced_by_a_keep_alive_close_is_sent_again_on_a_new_connection() -> None:
+    # the client must send a dropped request again on a new connection, once, and count no error
+    stand_in = OneAnswerAConnection()
+    server = await asyncio.start_server(stand_in.handle, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
     async with server:
         cfg = BenchConfig(
@@ -239,41 +250,22 @@ async def test_a_request_raced_by_a_keep_alive_close_is_sent_again_on_a_new_conn
         results = await arun_benchmark(cfg)
     (lv,) = results.levels()
     assert lv.successes == 5, lv.errors
-    assert answered == 6 and dropped >= 1  # the dropped ones were answered on new connections
+    # the dropped ones were answered on new connections
+    assert stand_in.answered == 6 and stand_in.dropped >= 1
 
 
 async def test_a_request_is_sent_again_past_every_closed_connection_in_the_pool() -> None:
     # three connections each answer one request, all at once, and then drop the next one: the pool
     # holds three closed connections, and a request must go past all of them to a new one
-    events = [b'data: {"choices":[{"text":" a"}]}\n\n', b"data: [DONE]\n\n"]
-    body = b"".join(b"%x\r\n%s\r\n" % (len(e), e) for e in events) + b"0\r\n\r\n"
-    answer = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n" + body
-    connections = dropped = 0
-
-    async def read_request(reader: asyncio.StreamReader) -> None:
-        head = await reader.readuntil(b"\r\n\r\n")
-        await reader.readexactly(int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0]))
-
-    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        nonlocal connections, dropped
-        connections += 1
-        await read_request(reader)
-        writer.write(answer)
-        await writer.drain()
-        try:
-            await read_request(reader)
-            dropped += 1
-        except (asyncio.IncompleteReadError, ConnectionError):
-            pass
-        writer.close()
+    stand_in = OneAnswerAConnection()
 
     async def complete(session: aiohttp.ClientSession, url: str) -> bytes:
         async with send(session, prepare(Endpoint.parse(url), "POST", "/v1/completions", b"{}")) as resp:
             return await read_body(resp)
 
-    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    server = await asyncio.start_server(stand_in.handle, "127.0.0.1", 0)
     url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
     async with server, new_session(3) as session:
         await asyncio.gather(*(complete(session, url) for _ in range(3)))
-        assert await complete(session, url) == b"".join(events)
-    assert dropped == 3 and connections == 4
+        assert await complete(session, url) == b"".join(EVENTS)
+    assert stand_in.dropped == 3 and stand_in.connections == 4
